@@ -1,0 +1,55 @@
+// A fixed pool of worker threads for data-parallel loops (kernels split rows over it).
+//
+// parallel_for(n, fn) calls fn(begin, end) over disjoint ranges covering [0, n), using the
+// calling thread as one of the workers, and returns when all ranges are done. Ranges are
+// contiguous blocks (one per thread, or finer when `grain` asks for it), so per-thread
+// data stays cache-local.
+//
+// Thread safety: one parallel_for at a time per pool (the forward pass owns its pool); fn must be
+// safe to call concurrently on disjoint ranges. Nested parallel_for from inside fn runs inline.
+// Rejected alternative: OpenMP — it hides thread counts from the memory plan and fights with
+// the IO threads of the expert store.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace sluice {
+
+class ThreadPool {
+   public:
+    // n_threads counts the caller: ThreadPool(1) runs everything inline. 0 = hardware threads.
+    explicit ThreadPool(int n_threads = 0);
+    ~ThreadPool();
+    ThreadPool(const ThreadPool&) = delete;
+    ThreadPool& operator=(const ThreadPool&) = delete;
+
+    int size() const { return n_threads_; }
+
+    // Splits [0, n) into ranges of at least `grain` items and runs fn on them in parallel.
+    void parallel_for(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn,
+                      int64_t grain = 1);
+
+   private:
+    void worker_loop(int index);
+
+    int n_threads_ = 1;
+    std::vector<std::thread> workers_;
+    std::mutex mutex_;
+    std::condition_variable work_cv_;
+    std::condition_variable done_cv_;
+    const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+    int64_t job_n_ = 0;
+    int64_t job_chunk_ = 0;
+    int64_t job_chunks_ = 0;
+    int64_t next_chunk_ = 0;
+    int64_t pending_chunks_ = 0;
+    uint64_t generation_ = 0;
+    bool stop_ = false;
+};
+
+}  // namespace sluice

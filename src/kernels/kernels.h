@@ -1,0 +1,126 @@
+// The CPU kernel contract: every op the model forward needs, over plain pointers and the
+// WeightView descriptor. Kernels know nothing about models (no model headers here).
+//
+// Two implementations of every op:
+//   - kernels::reference::*   (src/kernels/reference/) scalar, obviously correct, the oracle in tests;
+//   - kernels::*              (src/kernels/cpu/) the fast path, dispatched at run time to AVX-512,
+//                             AVX2 or portable code from the CPU's features (see cpu_features()).
+// Both have identical signatures and semantics; tests compare them over shape sweeps.
+//
+// Conventions: activations are f32, row-major. A weight is a matrix W of logical shape
+// [rows = out, cols = in] (PyTorch Linear layout); matvec computes y = W·x. Quantized weights use
+// the MLX affine format (models.md §5): per group of `group_size` consecutive input elements a
+// scale s and bias b, w = s·q + b, codes packed LSB-first into little-endian uint32 words.
+// Threading: functions taking a ThreadPool* split rows over it (nullptr = calling thread only).
+// All functions are re-entrant; none allocate on the heap except where noted.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace sluice {
+class ThreadPool;
+}
+
+namespace sluice::kernels {
+
+enum class WeightType : uint8_t {
+    kF32,
+    kF16,
+    kBF16,
+    kQ4,  // MLX affine 4-bit: 8 codes per uint32
+    kQ8,  // MLX affine 8-bit: 4 codes per uint32
+};
+
+enum class ScaleType : uint8_t { kF32, kF16, kBF16 };
+
+const char* weight_type_name(WeightType type);
+
+// A non-owning view of one weight matrix (or one expert's slice of a stacked tensor).
+struct WeightView {
+    WeightType type = WeightType::kF32;
+    int64_t rows = 0;  // out features
+    int64_t cols = 0;  // in features
+    // kF32/kF16/kBF16: rows×cols elements, row-major. kQ4/kQ8: rows × (cols·bits/32) uint32 words.
+    // May be unaligned for float types (safetensors offsets are not aligned); quantized words and
+    // scales are read with memcpy-safe loads.
+    const void* data = nullptr;
+    // Quantized only: rows × (cols/group_size) scales and biases of scale_type.
+    const void* scales = nullptr;
+    const void* biases = nullptr;
+    ScaleType scale_type = ScaleType::kBF16;
+    int32_t group_size = 0;
+
+    int bits() const { return type == WeightType::kQ4 ? 4 : type == WeightType::kQ8 ? 8 : 0; }
+    bool quantized() const { return type == WeightType::kQ4 || type == WeightType::kQ8; }
+    // Bytes of one row of `data`.
+    size_t row_bytes() const;
+};
+
+// ---- conversions -------------------------------------------------------------------------
+float bf16_to_f32(uint16_t v);
+uint16_t f32_to_bf16(float v);  // round to nearest even (NaN preserved)
+float f16_to_f32(uint16_t v);
+uint16_t f32_to_f16(float v);
+
+// ---- the op set (declared twice: reference:: and the dispatched fast path) ------------------
+#define SLUICE_KERNEL_OPS                                                                            \
+    /* out[cols] = row `row` of W, dequantized (embedding lookup). */                               \
+    void dequantize_row(const WeightView& w, int64_t row, float* out);                              \
+    /* y[rows] = W · x[cols]. */                                                                     \
+    void matvec(const WeightView& w, const float* x, float* y, ThreadPool* pool);                   \
+    /* Y[n, rows] = X[n, cols] · Wᵀ (prefill: every token through the same weight). */              \
+    void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);        \
+    /* y = x / sqrt(mean(x²) + eps) · weight, over n elements (weight already holds any +1). */     \
+    void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* y);             \
+    /* Gated norm of the DeltaNet output: y = rms_norm(x, weight) ⊙ silu(z). */                    \
+    void rms_norm_gated(const float* x, const float* z, const float* weight, int64_t n, float eps,  \
+                        float* y);                                                                   \
+    /* NeoX (rotate-half) RoPE on the first rot_dim dims of each of n_heads heads of head_dim,      \
+       in place; pairs (i, i + rot_dim/2); f_i = theta^(-2i/rot_dim). */                            \
+    void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, int64_t position,  \
+                   float theta);                                                                     \
+    /* Causal GQA attention for n_q new query rows at absolute positions                           \
+       start_pos..start_pos+n_q-1 against keys/values for positions 0..start_pos+n_q-1.            \
+       q: [n_q, n_heads, head_dim]; k, v: [n_kv_rows, n_kv_heads, head_dim] (row = position);      \
+       out: [n_q, n_heads, head_dim]. Query head h uses KV head h / (n_heads / n_kv_heads).         \
+       Softmax in f32. Any scratch is per-thread and reused (thread_local), not allocated per call. */ \
+    void attention(const float* q, const float* k, const float* v, int64_t n_q, int64_t start_pos,  \
+                   int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, float* out,  \
+                   ThreadPool* pool);                                                                \
+    /* Causal depthwise conv1d + SiLU over channels, kernel K, with a state of the K-1 previous     \
+       raw inputs (oldest first), for n tokens. x: [n, channels] raw inputs; weight: [channels, K]  \
+       (weight[c*K + K-1] multiplies the current token); state: [K-1, channels], updated to the     \
+       last K-1 raw inputs; y: [n, channels] = silu(conv). */                                       \
+    void conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t kernel, const float* weight, \
+                     float* state, float* y);                                                        \
+    /* Gated DeltaNet over n tokens for n_v value heads, token by token (models.md §3.5.6).         \
+       q, k: [n, n_k, dk] already L2-normalised (q also scaled by dk^-1/2); v: [n, n_v, dv];        \
+       beta, g: [n, n_v] (beta = sigmoid(b), g = log decay <= 0); value head j uses key head        \
+       j / (n_v / n_k). state: [n_v, dk, dv] f32, updated in place. out: [n, n_v, dv]. */           \
+    void gated_delta_recurrent(const float* q, const float* k, const float* v, const float* beta,   \
+                               const float* g, int64_t n, int64_t n_k, int64_t n_v, int64_t dk,      \
+                               int64_t dv, float* state, float* out, ThreadPool* pool);              \
+    /* The same result computed in chunks of 64 (models.md §3.5.7); for prefill. */                 \
+    void gated_delta_chunked(const float* q, const float* k, const float* v, const float* beta,     \
+                             const float* g, int64_t n, int64_t n_k, int64_t n_v, int64_t dk,        \
+                             int64_t dv, float* state, float* out, ThreadPool* pool);                \
+    /* Router: p = softmax(logits[n_experts]) in f32; the k largest (ties: lower index first),      \
+       weights p_j, divided by their sum when renormalize. ids/weights: [k], sorted by weight desc. */\
+    void router_topk(const float* logits, int64_t n_experts, int64_t k, bool renormalize,           \
+                     int32_t* ids, float* weights);                                                  \
+    /* out[i] = silu(gate[i]) * up[i]. */                                                            \
+    void swiglu(const float* gate, const float* up, int64_t n, float* out);                         \
+    /* y[i] += a * x[i]. */                                                                          \
+    void axpy(float a, const float* x, int64_t n, float* y);
+
+namespace reference {
+SLUICE_KERNEL_OPS
+}
+
+SLUICE_KERNEL_OPS
+
+// Which implementation the dispatched ops use on this CPU: "avx512", "avx2" or "portable".
+const char* cpu_kernel_isa();
+
+}  // namespace sluice::kernels
