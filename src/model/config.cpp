@@ -1,0 +1,335 @@
+#include "model/config.h"
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "io/mapped_file.h"
+
+namespace sluice::model {
+
+using nlohmann::json;
+
+const char* family_name(Family family) {
+    switch (family) {
+        case Family::kQwen3Moe: return "qwen3_moe";
+        case Family::kQwen3Next: return "qwen3_next";
+        case Family::kQwen35Moe: return "qwen3_5_moe";
+    }
+    return "?";
+}
+
+const char* supported_model_types() { return "qwen3_moe, qwen3_next, qwen3_5_moe (text_config: qwen3_5_moe_text)"; }
+
+QuantSpec QuantConfig::for_module(const std::string& path) const {
+    auto it = overrides.find(path);
+    return it != overrides.end() ? it->second : global;
+}
+
+bool ModelConfig::is_moe_layer(int64_t layer) const {
+    if (n_experts == 0) return false;
+    for (int64_t l : mlp_only_layers)
+        if (l == layer) return false;
+    return decoder_sparse_step <= 1 || (layer + 1) % decoder_sparse_step == 0;
+}
+
+namespace {
+
+// Field readers that turn a missing or mistyped field into a message naming it.
+class Reader {
+   public:
+    Reader(const json& obj, std::string source) : obj_(obj), source_(std::move(source)) {}
+
+    Status status() const { return status_; }
+
+    int64_t required_int(const char* key) {
+        auto it = obj_.find(key);
+        if (it == obj_.end()) {
+            fail(std::string("missing required field '") + key + "'");
+            return 0;
+        }
+        if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+            fail(std::string("field '") + key + "' must be a non-negative integer, got " + it->dump());
+            return 0;
+        }
+        return it->get<int64_t>();
+    }
+    int64_t int_or(const char* key, int64_t fallback) {
+        auto it = obj_.find(key);
+        if (it == obj_.end() || it->is_null()) return fallback;
+        if (!it->is_number_integer()) {
+            fail(std::string("field '") + key + "' must be an integer, got " + it->dump());
+            return fallback;
+        }
+        return it->get<int64_t>();
+    }
+    double number_or(const char* key, double fallback) {
+        auto it = obj_.find(key);
+        if (it == obj_.end() || it->is_null()) return fallback;
+        if (!it->is_number()) {
+            fail(std::string("field '") + key + "' must be a number, got " + it->dump());
+            return fallback;
+        }
+        return it->get<double>();
+    }
+    bool bool_or(const char* key, bool fallback) {
+        auto it = obj_.find(key);
+        if (it == obj_.end() || it->is_null()) return fallback;
+        if (!it->is_boolean()) {
+            fail(std::string("field '") + key + "' must be true or false, got " + it->dump());
+            return fallback;
+        }
+        return it->get<bool>();
+    }
+    void fail(const std::string& what) {
+        if (status_.is_ok()) status_ = error(ErrorCode::kInvalidArgument, "[config] " + source_ + ": " + what);
+    }
+
+   private:
+    const json& obj_;
+    std::string source_;
+    Status status_;
+};
+
+Status parse_quantization(const json& q, const std::string& source, QuantConfig* out) {
+    auto bad = [&](const std::string& what) {
+        return error(ErrorCode::kInvalidArgument, "[config] " + source + ": quantization: " + what);
+    };
+    if (!q.is_object()) return bad("expected an object");
+    out->present = true;
+    if (auto m = q.find("mode"); m != q.end() && !m->is_null()) {
+        if (!m->is_string()) return bad("'mode' must be a string");
+        out->mode = m->get<std::string>();
+        if (out->mode != "affine") {
+            return error(ErrorCode::kUnsupported, "[config] " + source + ": quantization mode '" + out->mode +
+                                                      "' is not supported (sluice runs MLX 'affine' 4/8-bit; "
+                                                      "mxfp4, nvfp4 and mxfp8 are not implemented)");
+        }
+    }
+    auto read_spec = [&](const json& obj, const std::string& where, QuantSpec* spec) -> Status {
+        auto b = obj.find("bits");
+        auto g = obj.find("group_size");
+        if (b == obj.end() || !b->is_number_integer()) return bad(where + "'bits' missing or not an integer");
+        if (g == obj.end() || !g->is_number_integer()) return bad(where + "'group_size' missing or not an integer");
+        spec->bits = b->get<int>();
+        spec->group_size = g->get<int>();
+        if (spec->bits != 4 && spec->bits != 8)
+            return error(ErrorCode::kUnsupported, "[config] " + source + ": quantization " + where + "bits = " +
+                                                      std::to_string(spec->bits) + " (supported: 4, 8)");
+        if (spec->group_size != 32 && spec->group_size != 64 && spec->group_size != 128)
+            return error(ErrorCode::kUnsupported, "[config] " + source + ": quantization " + where +
+                                                      "group_size = " + std::to_string(spec->group_size) +
+                                                      " (supported: 32, 64, 128)");
+        return Status::ok();
+    };
+    SLUICE_RETURN_IF_ERROR(read_spec(q, "", &out->global));
+    for (auto it = q.begin(); it != q.end(); ++it) {
+        if (!it.value().is_object() && !it.value().is_boolean()) continue;  // bits, group_size, mode
+        if (it.value().is_boolean()) {
+            if (!it.value().get<bool>()) out->overrides[it.key()] = QuantSpec{};  // explicitly unquantized
+            continue;
+        }
+        QuantSpec spec;
+        SLUICE_RETURN_IF_ERROR(read_spec(it.value(), "'" + it.key() + "': ", &spec));
+        out->overrides[it.key()] = spec;
+    }
+    return Status::ok();
+}
+
+std::vector<int32_t> read_ids(const json& v) {
+    std::vector<int32_t> ids;
+    if (v.is_number_integer()) ids.push_back(v.get<int32_t>());
+    if (v.is_array())
+        for (const auto& e : v)
+            if (e.is_number_integer()) ids.push_back(e.get<int32_t>());
+    return ids;
+}
+
+}  // namespace
+
+Expected<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source) {
+    json root = json::parse(json_text, nullptr, false);
+    if (root.is_discarded() || !root.is_object())
+        return error(ErrorCode::kInvalidArgument, "[config] " + source + ": not a valid JSON object");
+
+    ModelConfig cfg;
+    auto mt = root.find("model_type");
+    if (mt == root.end() || !mt->is_string()) {
+        return error(ErrorCode::kInvalidArgument, "[config] " + source +
+                                                      ": missing 'model_type' (supported: " + supported_model_types() + ")");
+    }
+    cfg.model_type = mt->get<std::string>();
+
+    // Nested configs (Qwen3.5/3.6 VLM wrapper): the text model's fields live in text_config.
+    const json* text = &root;
+    if (cfg.model_type == "qwen3_moe") {
+        cfg.family = Family::kQwen3Moe;
+    } else if (cfg.model_type == "qwen3_next") {
+        cfg.family = Family::kQwen3Next;
+    } else if (cfg.model_type == "qwen3_5_moe" || cfg.model_type == "qwen3_5_moe_text") {
+        cfg.family = Family::kQwen35Moe;
+        if (auto tc = root.find("text_config"); tc != root.end()) {
+            if (!tc->is_object())
+                return error(ErrorCode::kInvalidArgument, "[config] " + source + ": 'text_config' is not an object");
+            text = &*tc;
+        }
+    } else {
+        return error(ErrorCode::kUnsupported, "[config] " + source + ": model_type '" + cfg.model_type +
+                                                  "' is not supported (supported: " + supported_model_types() + ")");
+    }
+
+    Reader r(*text, source);
+    cfg.hidden = r.required_int("hidden_size");
+    cfg.n_layers = r.required_int("num_hidden_layers");
+    cfg.vocab = r.required_int("vocab_size");
+    cfg.n_heads = r.required_int("num_attention_heads");
+    cfg.n_kv_heads = r.required_int("num_key_value_heads");
+    cfg.rms_eps = static_cast<float>(r.number_or("rms_norm_eps", 1e-6));
+    cfg.max_positions = r.int_or("max_position_embeddings", 0);
+    cfg.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
+    cfg.head_dim = r.int_or("head_dim", 0);
+    if (cfg.head_dim == 0 && cfg.n_heads > 0) cfg.head_dim = cfg.hidden / cfg.n_heads;
+
+    // RoPE: rope_theta at the top level (older files) or inside rope_parameters (newer ones).
+    double default_partial = cfg.family == Family::kQwen3Moe ? 1.0 : 0.25;
+    double theta = r.number_or("rope_theta", 10000.0);
+    double partial = r.number_or("partial_rotary_factor", default_partial);
+    if (auto rp = text->find("rope_parameters"); rp != text->end() && rp->is_object()) {
+        Reader rr(*rp, source + " rope_parameters");
+        theta = rr.number_or("rope_theta", theta);
+        partial = rr.number_or("partial_rotary_factor", partial);
+        SLUICE_RETURN_IF_ERROR(rr.status());
+        auto type = rp->find("rope_type");
+        if (type == rp->end()) type = rp->find("type");
+        if (type != rp->end() && type->is_string() && type->get<std::string>() != "default") {
+            return error(ErrorCode::kUnsupported, "[config] " + source + ": rope type '" + type->get<std::string>() +
+                                                      "' is not supported (only 'default')");
+        }
+    }
+    if (auto rs = text->find("rope_scaling"); rs != text->end() && rs->is_object()) {
+        auto type = rs->find("rope_type");
+        if (type == rs->end()) type = rs->find("type");
+        std::string t = type != rs->end() && type->is_string() ? type->get<std::string>() : "";
+        // mrope with text-only input reduces exactly to plain RoPE (models.md §4.2 item 6).
+        if (!t.empty() && t != "default" && t != "mrope") {
+            return error(ErrorCode::kUnsupported,
+                         "[config] " + source + ": rope_scaling type '" + t + "' is not supported");
+        }
+    }
+    cfg.rope_theta = static_cast<float>(theta);
+    cfg.rotary_dim = static_cast<int64_t>(std::lround(static_cast<double>(cfg.head_dim) * partial));
+
+    // MoE.
+    cfg.n_experts = r.required_int("num_experts");
+    cfg.top_k = r.required_int("num_experts_per_tok");
+    cfg.expert_ffn = r.required_int("moe_intermediate_size");
+    cfg.dense_ffn = r.int_or("intermediate_size", 0);
+    cfg.decoder_sparse_step = r.int_or("decoder_sparse_step", 1);
+    if (auto m = text->find("mlp_only_layers"); m != text->end() && m->is_array())
+        for (const auto& l : *m)
+            if (l.is_number_integer()) cfg.mlp_only_layers.push_back(l.get<int64_t>());
+
+    switch (cfg.family) {
+        case Family::kQwen3Moe:
+            // HF Qwen3MoeConfig defaults norm_topk_prob to false; the released checkpoints set it true.
+            cfg.norm_topk_prob = r.bool_or("norm_topk_prob", false);
+            break;
+        case Family::kQwen3Next:
+            cfg.norm_topk_prob = r.bool_or("norm_topk_prob", true);
+            break;
+        case Family::kQwen35Moe:
+            // The Qwen3.5/3.6 router renormalises unconditionally, whatever the file says (models.md §4.2.3).
+            cfg.norm_topk_prob = true;
+            break;
+    }
+
+    if (cfg.family != Family::kQwen3Moe) {
+        cfg.attn_output_gate = r.bool_or("attn_output_gate", true);
+        cfg.linear_k_heads = r.required_int("linear_num_key_heads");
+        cfg.linear_v_heads = r.required_int("linear_num_value_heads");
+        cfg.linear_k_dim = r.required_int("linear_key_head_dim");
+        cfg.linear_v_dim = r.required_int("linear_value_head_dim");
+        cfg.conv_kernel = r.int_or("linear_conv_kernel_dim", 4);
+        cfg.shared_expert_ffn = r.int_or("shared_expert_intermediate_size", 0);
+        cfg.split_linear_projections = cfg.family == Family::kQwen35Moe;
+    }
+    SLUICE_RETURN_IF_ERROR(r.status());
+
+    // Layer pattern.
+    cfg.layer_types.assign(static_cast<size_t>(cfg.n_layers), LayerType::kFullAttention);
+    if (cfg.family != Family::kQwen3Moe) {
+        auto lt = text->find("layer_types");
+        if (lt != text->end() && lt->is_array()) {
+            if (static_cast<int64_t>(lt->size()) != cfg.n_layers) {
+                return error(ErrorCode::kInvalidArgument, "[config] " + source + ": layer_types has " +
+                                                              std::to_string(lt->size()) + " entries, expected " +
+                                                              std::to_string(cfg.n_layers));
+            }
+            for (size_t i = 0; i < lt->size(); ++i) {
+                std::string t = (*lt)[i].is_string() ? (*lt)[i].get<std::string>() : "";
+                if (t == "linear_attention") {
+                    cfg.layer_types[i] = LayerType::kLinearAttention;
+                } else if (t != "full_attention") {
+                    return error(ErrorCode::kUnsupported, "[config] " + source + ": layer_types[" +
+                                                              std::to_string(i) + "] = " + (*lt)[i].dump() +
+                                                              " (expected linear_attention or full_attention)");
+                }
+            }
+        } else {
+            int64_t interval = r.int_or("full_attention_interval", 4);
+            if (interval <= 0) interval = 4;
+            for (int64_t i = 0; i < cfg.n_layers; ++i)
+                cfg.layer_types[i] = (i + 1) % interval == 0 ? LayerType::kFullAttention : LayerType::kLinearAttention;
+        }
+    }
+
+    // Token ids (the outer config of a nested file may carry them too).
+    for (const json* obj : {text, static_cast<const json*>(&root)}) {
+        if (cfg.eos_token_ids.empty())
+            if (auto e = obj->find("eos_token_id"); e != obj->end()) cfg.eos_token_ids = read_ids(*e);
+        if (!cfg.bos_token_id)
+            if (auto b = obj->find("bos_token_id"); b != obj->end() && b->is_number_integer())
+                cfg.bos_token_id = b->get<int32_t>();
+    }
+
+    // MLX quantization block (top level, mirrored as quantization_config).
+    for (const char* key : {"quantization", "quantization_config"}) {
+        if (auto q = root.find(key); q != root.end() && q->is_object() && q->contains("bits")) {
+            SLUICE_RETURN_IF_ERROR(parse_quantization(*q, source, &cfg.quantization));
+            break;
+        }
+        if (auto q = root.find(key); q != root.end() && q->is_object() && q->contains("quant_method")) {
+            return error(ErrorCode::kUnsupported, "[config] " + source + ": " + key + " with quant_method " +
+                                                      (*q)["quant_method"].dump() +
+                                                      " is not supported (sluice reads bf16/f16/f32 or MLX affine)");
+        }
+    }
+
+    // Consistency checks: a wrong shape here would be a confusing error much later.
+    auto invalid = [&](const std::string& what) {
+        return error(ErrorCode::kInvalidArgument, "[config] " + source + ": " + what);
+    };
+    if (cfg.hidden <= 0 || cfg.n_layers <= 0 || cfg.vocab <= 0) return invalid("hidden_size, num_hidden_layers and vocab_size must be > 0");
+    if (cfg.n_heads <= 0 || cfg.n_kv_heads <= 0 || cfg.n_heads % cfg.n_kv_heads != 0)
+        return invalid("num_attention_heads (" + std::to_string(cfg.n_heads) + ") must be a positive multiple of num_key_value_heads (" +
+                       std::to_string(cfg.n_kv_heads) + ")");
+    if (cfg.rotary_dim <= 0 || cfg.rotary_dim > cfg.head_dim || cfg.rotary_dim % 2 != 0)
+        return invalid("rotary dim " + std::to_string(cfg.rotary_dim) + " must be even and within head_dim " + std::to_string(cfg.head_dim));
+    if (cfg.top_k <= 0 || cfg.top_k > cfg.n_experts)
+        return invalid("num_experts_per_tok (" + std::to_string(cfg.top_k) + ") must be in 1..num_experts (" + std::to_string(cfg.n_experts) + ")");
+    if (cfg.family != Family::kQwen3Moe) {
+        if (cfg.linear_k_heads <= 0 || cfg.linear_v_heads % cfg.linear_k_heads != 0)
+            return invalid("linear_num_value_heads (" + std::to_string(cfg.linear_v_heads) +
+                           ") must be a multiple of linear_num_key_heads (" + std::to_string(cfg.linear_k_heads) + ")");
+        if (cfg.conv_kernel < 1) return invalid("linear_conv_kernel_dim must be >= 1");
+    }
+    return cfg;
+}
+
+Expected<ModelConfig> load_model_config(const std::string& model_dir) {
+    std::string path = (std::filesystem::path(model_dir) / "config.json").string();
+    SLUICE_ASSIGN_OR_RETURN(std::string text, io::read_text_file(path));
+    return parse_model_config(text, path);
+}
+
+}  // namespace sluice::model

@@ -1,0 +1,102 @@
+// ModelConfig: the one place where Hugging Face / MLX config.json names become sluice's names.
+// Every dimension used anywhere in the forward is a field here, with its glossary letter from
+// models.md §0 in the comment. Parsed once at load; immutable afterwards.
+//
+// Families: qwen3_moe (models.md §2), qwen3_next (§3), qwen3_5_moe (§4; nested `text_config`).
+// Family defaults are applied here and nowhere else (e.g. Qwen3.5/3.6 routers always renormalise).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sluice/status.h"
+
+namespace sluice::model {
+
+enum class Family { kQwen3Moe, kQwen3Next, kQwen35Moe };
+const char* family_name(Family family);
+
+enum class LayerType { kFullAttention, kLinearAttention };
+
+// MLX affine quantization of one module (models.md §5).
+struct QuantSpec {
+    int bits = 0;  // 0 = not quantized
+    int group_size = 0;
+};
+
+// The `quantization` block of an MLX config.json: global default plus per-module overrides keyed
+// by module path (e.g. "model.layers.0.mlp.gate").
+struct QuantConfig {
+    bool present = false;
+    QuantSpec global;
+    std::string mode = "affine";
+    std::map<std::string, QuantSpec> overrides;
+
+    // Spec for a module path: the override if any, else the global one.
+    QuantSpec for_module(const std::string& path) const;
+};
+
+struct ModelConfig {
+    Family family = Family::kQwen3Moe;
+    std::string model_type;  // as written in the file (outer type for nested configs)
+
+    int64_t hidden = 0;      // H: hidden_size
+    int64_t n_layers = 0;    // num_hidden_layers
+    int64_t vocab = 0;       // V: vocab_size (embedding rows)
+    float rms_eps = 1e-6f;   // rms_norm_eps
+    int64_t max_positions = 0;
+    bool tie_word_embeddings = false;
+
+    // Full attention (§1.5, §2.2, §3.4).
+    int64_t n_heads = 0;      // nh: num_attention_heads
+    int64_t n_kv_heads = 0;   // nkv: num_key_value_heads
+    int64_t head_dim = 0;     // hd
+    int64_t rotary_dim = 0;   // R = head_dim · partial_rotary_factor
+    float rope_theta = 10000.0f;
+    bool attn_output_gate = false;  // q_proj also yields a per-head sigmoid gate (Next, 3.5)
+
+    // Gated DeltaNet (§3.5).
+    int64_t linear_k_heads = 0;  // nk
+    int64_t linear_v_heads = 0;  // nv
+    int64_t linear_k_dim = 0;    // dk
+    int64_t linear_v_dim = 0;    // dv
+    int64_t conv_kernel = 0;     // K
+    bool split_linear_projections = false;  // 3.5: in_proj_qkv/z/b/a; Next: interleaved qkvz/ba
+
+    // MoE (§1.7, §3.6).
+    int64_t n_experts = 0;           // E
+    int64_t top_k = 0;               // num_experts_per_tok
+    int64_t expert_ffn = 0;          // I: moe_intermediate_size
+    int64_t shared_expert_ffn = 0;   // I_s: shared_expert_intermediate_size (0 = none)
+    int64_t dense_ffn = 0;           // intermediate_size: dense MLP of non-MoE layers
+    bool norm_topk_prob = false;
+    int64_t decoder_sparse_step = 1;
+    std::vector<int64_t> mlp_only_layers;
+
+    std::vector<LayerType> layer_types;  // [n_layers]
+    std::vector<int32_t> eos_token_ids;  // from config (generation_config may add more)
+    std::optional<int32_t> bos_token_id;
+
+    QuantConfig quantization;  // MLX checkpoints only
+
+    // Derived helpers.
+    bool is_full_attention(int64_t layer) const { return layer_types[layer] == LayerType::kFullAttention; }
+    bool is_moe_layer(int64_t layer) const;
+    int64_t linear_key_dim() const { return linear_k_heads * linear_k_dim; }    // nk·dk
+    int64_t linear_value_dim() const { return linear_v_heads * linear_v_dim; }  // nv·dv
+    int64_t conv_dim() const { return 2 * linear_key_dim() + linear_value_dim(); }
+    bool zero_centered_norms() const { return family != Family::kQwen3Moe; }
+};
+
+// Parses config.json text. `source` (usually the path) is used in error messages.
+Expected<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source);
+Expected<ModelConfig> load_model_config(const std::string& model_dir);
+
+// The model types sluice can run, for error messages and `sluice info`.
+const char* supported_model_types();
+
+}  // namespace sluice::model

@@ -1,0 +1,135 @@
+#include "model/config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "io/mapped_file.h"
+#include "test_util.h"
+
+namespace sluice::model {
+namespace {
+
+Expected<ModelConfig> load_shared(const std::string& rel) {
+    std::string path = sluice::testing::shared_dir() + "/" + rel;
+    auto text = io::read_text_file(path);
+    if (!text.has_value()) return text.status();
+    return parse_model_config(*text, path);
+}
+
+#define SKIP_WITHOUT_SHARED() \
+    if (!sluice::testing::exists(sluice::testing::shared_dir() + "/model-configs")) GTEST_SKIP() << "../shared absent"
+
+TEST(ModelConfig, Qwen3Next80B) {
+    SKIP_WITHOUT_SHARED();
+    auto cfg = load_shared("model-configs/qwen3-next-80b-a3b.hf.json");
+    ASSERT_TRUE(cfg.has_value()) << cfg.status().message();
+    EXPECT_EQ(cfg->family, Family::kQwen3Next);
+    EXPECT_EQ(cfg->hidden, 2048);
+    EXPECT_EQ(cfg->n_layers, 48);
+    EXPECT_EQ(cfg->head_dim, 256);
+    EXPECT_EQ(cfg->rotary_dim, 64);
+    EXPECT_FLOAT_EQ(cfg->rope_theta, 1e7f);
+    EXPECT_EQ(cfg->n_experts, 512);
+    EXPECT_EQ(cfg->top_k, 10);
+    EXPECT_EQ(cfg->linear_v_heads, 32);
+    EXPECT_EQ(cfg->conv_dim(), 8192);
+    EXPECT_TRUE(cfg->norm_topk_prob);
+    EXPECT_FALSE(cfg->split_linear_projections);
+    int full = 0;
+    for (int64_t l = 0; l < cfg->n_layers; ++l) full += cfg->is_full_attention(l);
+    EXPECT_EQ(full, 12);
+    EXPECT_TRUE(cfg->is_full_attention(3));
+    EXPECT_FALSE(cfg->is_full_attention(4));
+    EXPECT_FALSE(cfg->quantization.present);
+}
+
+TEST(ModelConfig, Qwen3NextMlx4bitWithRouterOverrides) {
+    SKIP_WITHOUT_SHARED();
+    auto cfg = load_shared("model-configs/qwen3-next-80b-a3b.mlx-4bit.json");
+    ASSERT_TRUE(cfg.has_value()) << cfg.status().message();
+    ASSERT_TRUE(cfg->quantization.present);
+    EXPECT_EQ(cfg->quantization.global.bits, 4);
+    EXPECT_EQ(cfg->quantization.global.group_size, 64);
+    EXPECT_EQ(cfg->quantization.for_module("model.layers.0.mlp.gate").bits, 8);
+    EXPECT_EQ(cfg->quantization.for_module("model.layers.0.mlp.shared_expert_gate").bits, 8);
+    EXPECT_EQ(cfg->quantization.for_module("model.layers.0.mlp.switch_mlp.up_proj").bits, 4);
+}
+
+TEST(ModelConfig, NestedQwen36And35) {
+    SKIP_WITHOUT_SHARED();
+    for (const char* file : {"model-configs/qwen3.6-35b-a3b.json", "model-configs/qwen3.5-397b-a17b.json"}) {
+        auto cfg = load_shared(file);
+        ASSERT_TRUE(cfg.has_value()) << cfg.status().message();
+        EXPECT_EQ(cfg->family, Family::kQwen35Moe) << file;
+        EXPECT_TRUE(cfg->norm_topk_prob) << file;  // always renormalises
+        EXPECT_TRUE(cfg->split_linear_projections);
+        EXPECT_EQ(cfg->rotary_dim, 64) << file;
+        EXPECT_FLOAT_EQ(cfg->rope_theta, 1e7f) << file;
+        EXPECT_EQ(cfg->vocab, 248320) << file;
+    }
+    auto c36 = load_shared("model-configs/qwen3.6-35b-a3b.json");
+    EXPECT_EQ(c36->n_layers, 40);
+    EXPECT_EQ(c36->n_experts, 256);
+    EXPECT_EQ(c36->top_k, 8);
+    auto c397 = load_shared("model-configs/qwen3.5-397b-a17b.json");
+    EXPECT_EQ(c397->n_layers, 60);
+    EXPECT_EQ(c397->hidden, 4096);
+    EXPECT_EQ(c397->linear_v_heads, 64);
+    EXPECT_EQ(c397->n_experts, 512);
+}
+
+TEST(ModelConfig, MlxFixtures) {
+    SKIP_WITHOUT_SHARED();
+    for (const char* dir : {"tiny-model", "tiny-model-q4", "tiny-model-q35"}) {
+        auto cfg = load_shared(std::string("fixtures/mlx-lm/") + dir + "/config.json");
+        ASSERT_TRUE(cfg.has_value()) << dir << ": " << cfg.status().message();
+        EXPECT_EQ(cfg->hidden, 64);
+        EXPECT_EQ(cfg->rotary_dim, 4);
+        EXPECT_EQ(cfg->shared_expert_ffn, 32);
+    }
+    auto q4 = load_shared("fixtures/mlx-lm/tiny-model-q4/config.json");
+    EXPECT_EQ(q4->quantization.global.bits, 4);
+    EXPECT_EQ(q4->quantization.global.group_size, 32);
+}
+
+TEST(ModelConfig, Qwen3MoeDefaults) {
+    auto cfg = parse_model_config(R"({"model_type":"qwen3_moe","hidden_size":64,"num_hidden_layers":2,
+        "vocab_size":100,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":32,
+        "num_experts":8,"num_experts_per_tok":2,"moe_intermediate_size":16,"rope_theta":1000000,
+        "eos_token_id":[5,6]})", "c.json");
+    ASSERT_TRUE(cfg.has_value()) << cfg.status().message();
+    EXPECT_FALSE(cfg->norm_topk_prob);  // the HF default
+    EXPECT_EQ(cfg->rotary_dim, 32);     // full rotary
+    EXPECT_FALSE(cfg->zero_centered_norms());
+    EXPECT_EQ(cfg->eos_token_ids, (std::vector<int32_t>{5, 6}));
+    EXPECT_TRUE(cfg->is_full_attention(1));
+}
+
+TEST(ModelConfig, ClearErrors) {
+    auto bad_type = parse_model_config(R"({"model_type":"llama"})", "c.json");
+    ASSERT_FALSE(bad_type.has_value());
+    EXPECT_EQ(bad_type.status().code(), ErrorCode::kUnsupported);
+    EXPECT_NE(bad_type.status().message().find("qwen3_next"), std::string::npos);  // lists what is supported
+
+    auto missing = parse_model_config(R"({"model_type":"qwen3_moe","hidden_size":64})", "c.json");
+    ASSERT_FALSE(missing.has_value());
+    EXPECT_NE(missing.status().message().find("missing required field 'num_hidden_layers'"), std::string::npos)
+        << missing.status().message();
+
+    auto wrong = parse_model_config(R"({"model_type":"qwen3_moe","hidden_size":"64"})", "c.json");
+    ASSERT_FALSE(wrong.has_value());
+    EXPECT_NE(wrong.status().message().find("'hidden_size' must be a non-negative integer"), std::string::npos);
+
+    auto mode = parse_model_config(R"({"model_type":"qwen3_moe","hidden_size":64,"num_hidden_layers":2,
+        "vocab_size":100,"num_attention_heads":4,"num_key_value_heads":2,"num_experts":8,
+        "num_experts_per_tok":2,"moe_intermediate_size":16,
+        "quantization":{"bits":4,"group_size":32,"mode":"mxfp4"}})", "c.json");
+    ASSERT_FALSE(mode.has_value());
+    EXPECT_NE(mode.status().message().find("'mxfp4' is not supported"), std::string::npos);
+
+    EXPECT_FALSE(parse_model_config("not json", "c.json").has_value());
+}
+
+}  // namespace
+}  // namespace sluice::model

@@ -1,0 +1,41 @@
+// Helpers shared by unit tests: temporary folders, paths to test data.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+namespace sluice::testing {
+
+// A fresh folder under the system temp dir, removed when the object dies.
+class TempDir {
+   public:
+    TempDir() {
+        std::random_device rd;
+        path_ = std::filesystem::temp_directory_path() /
+                ("sluice-test-" + std::to_string(::getpid()) + "-" + std::to_string(rd()));
+        std::filesystem::create_directories(path_);
+    }
+    ~TempDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path_, ec);
+    }
+    std::string path() const { return path_.string(); }
+    std::string file(const std::string& name) const { return (path_ / name).string(); }
+    void write(const std::string& name, const std::string& contents) const {
+        std::ofstream(path_ / name, std::ios::binary) << contents;
+    }
+
+   private:
+    std::filesystem::path path_;
+};
+
+inline std::string shared_dir() { return SLUICE_SHARED_DIR; }
+inline std::string test_data_dir() { return SLUICE_TEST_DATA_DIR; }
+inline bool exists(const std::string& path) { return std::filesystem::exists(path); }
+
+}  // namespace sluice::testing
