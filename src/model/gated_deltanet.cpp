@@ -1,0 +1,106 @@
+// Gated DeltaNet layers (models.md §3.5, §4.2): input projections (Qwen3-Next's per-group
+// interleaved in_proj_qkvz/in_proj_ba, or Qwen3.5's split in_proj_qkv/z/b/a), causal depthwise
+// conv + SiLU with a K-1 token state, per-head L2 norm of q and k, the gates β = σ(b) and
+// g = −exp(A_log)·softplus(a + dt_bias), the delta rule (chunked for batches, recurrent for a
+// single token), the gated RMSNorm and out_proj.
+#include <cmath>
+#include <cstring>
+
+#include "model/model.h"
+#include "model/workspace.h"
+
+namespace sluice::model {
+
+namespace {
+
+// x ← x / sqrt(Σx² + 1e-6) · scale (HF l2norm with eps 1e-6 on the sum of squares).
+void l2_normalize(const float* x, int64_t n, float scale, float* y) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+    const float inv = scale / std::sqrt(static_cast<float>(ss) + 1e-6f);
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * inv;
+}
+
+}  // namespace
+
+void Model::deltanet_layer(const LayerWeights& lw, ModelState::Layer& st, int64_t n, Workspace& ws,
+                           ThreadPool* pool) const {
+    const ModelConfig& c = config_;
+    const DeltaNetWeights& d = lw.linear;
+    const int64_t nk = c.linear_k_heads, nv = c.linear_v_heads, dk = c.linear_k_dim, dv = c.linear_v_dim;
+    const int64_t r = nv / nk, kd = nk * dk, vd = nv * dv, cd = c.conv_dim();
+    const float* norm = ws.norm.data();  // [n, H]
+
+    float* u = grow(ws.conv_in, n * cd);  // [n, q | k | v] conv input, head-major
+    float* z = grow(ws.z, n * vd);        // [n, nv, dv]
+    float* b = grow(ws.beta, n * nv);     // [n, nv] raw b, then β
+    float* a = grow(ws.g, n * nv);        // [n, nv] raw a, then g
+
+    if (c.split_linear_projections) {
+        linear(d.in_qkv, norm, n, u, pool);
+        linear(d.in_z, norm, n, z, pool);
+        linear(d.in_b, norm, n, b, pool);
+        linear(d.in_a, norm, n, a, pool);
+    } else {
+        // in_proj_qkvz output: nk blocks of [q (dk) | k (dk) | v (r·dv) | z (r·dv)];
+        // in_proj_ba output: nk blocks of [b (r) | a (r)] (models.md §3.5.2).
+        const int64_t qkvz = 2 * kd + 2 * vd, block = 2 * dk + 2 * r * dv;
+        float* p = grow(ws.tmp, n * qkvz);
+        float* ba = grow(ws.gate, n * 2 * nv);
+        linear(d.in_qkvz, norm, n, p, pool);
+        linear(d.in_ba, norm, n, ba, pool);
+        for (int64_t t = 0; t < n; ++t) {
+            for (int64_t g = 0; g < nk; ++g) {
+                const float* src = p + t * qkvz + g * block;
+                float* ut = u + t * cd;
+                std::memcpy(ut + g * dk, src, sizeof(float) * dk);
+                std::memcpy(ut + kd + g * dk, src + dk, sizeof(float) * dk);
+                std::memcpy(ut + 2 * kd + g * r * dv, src + 2 * dk, sizeof(float) * r * dv);
+                std::memcpy(z + t * vd + g * r * dv, src + 2 * dk + r * dv, sizeof(float) * r * dv);
+                const float* bab = ba + t * 2 * nv + g * 2 * r;
+                for (int64_t i = 0; i < r; ++i) {
+                    b[t * nv + g * r + i] = bab[i];
+                    a[t * nv + g * r + i] = bab[r + i];
+                }
+            }
+        }
+    }
+
+    float* uc = grow(ws.conv_out, n * cd);  // [n, cd] after conv + SiLU
+    kernels::conv1d_silu(u, n, cd, c.conv_kernel, d.conv.data(), st.conv.data(), uc);
+
+    float* q = grow(ws.q, n * kd);  // [n, nk, dk] normalised and scaled
+    float* k = grow(ws.k, n * kd);  // [n, nk, dk] normalised
+    float* v = grow(ws.v, n * vd);  // [n, nv, dv]
+    const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
+    for (int64_t t = 0; t < n; ++t) {
+        const float* ut = uc + t * cd;
+        for (int64_t h = 0; h < nk; ++h) {
+            l2_normalize(ut + h * dk, dk, q_scale, q + t * kd + h * dk);
+            l2_normalize(ut + kd + h * dk, dk, 1.0f, k + t * kd + h * dk);
+        }
+        std::memcpy(v + t * vd, ut + 2 * kd, sizeof(float) * vd);
+        for (int64_t j = 0; j < nv; ++j) {
+            b[t * nv + j] = sigmoid(b[t * nv + j]);
+            a[t * nv + j] = d.neg_a[j] * softplus(a[t * nv + j] + d.dt_bias[j]);
+        }
+    }
+
+    float* o = grow(ws.attn, n * vd);  // [n, nv, dv]
+    if (n == 1) {
+        kernels::gated_delta_recurrent(q, k, v, b, a, n, nk, nv, dk, dv, st.recurrent.data(), o, pool);
+    } else {
+        kernels::gated_delta_chunked(q, k, v, b, a, n, nk, nv, dk, dv, st.recurrent.data(), o, pool);
+    }
+
+    float* y = grow(ws.y, n * vd);  // [n, nv, dv]
+    for (int64_t t = 0; t < n; ++t) {
+        for (int64_t j = 0; j < nv; ++j) {
+            const int64_t off = t * vd + j * dv;
+            kernels::rms_norm_gated(o + off, z + off, d.norm.data(), dv, c.rms_eps, y + off);
+        }
+    }
+    linear(d.out_proj, y, n, ws.mix.data(), pool);
+}
+
+}  // namespace sluice::model

@@ -1,0 +1,122 @@
+// The decoder skeleton shared by the three families (models.md §1.8): embedding lookup, layers,
+// final norm and lm_head. The mixers and the MoE live in attention.cpp, gated_deltanet.cpp, moe.cpp.
+#include "model/model.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/kernels.h"
+#include "model/workspace.h"
+
+namespace sluice::model {
+
+void ModelState::reset() {
+    n_past = 0;
+    for (auto& l : layers) {
+        std::fill(l.conv.begin(), l.conv.end(), 0.0f);
+        std::fill(l.recurrent.begin(), l.recurrent.end(), 0.0f);
+        // KV entries past n_past are never read, so the caches need no clearing.
+    }
+}
+
+uint64_t ModelState::bytes() const {
+    uint64_t total = 0;
+    for (const auto& l : layers)
+        total += 4 * (l.k_cache.size() + l.v_cache.size() + l.conv.size() + l.recurrent.size());
+    return total;
+}
+
+Expected<std::shared_ptr<Model>> Model::load(const std::string& dir) {
+    SLUICE_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir));
+    SLUICE_ASSIGN_OR_RETURN(auto checkpoint, format::Checkpoint::open(dir));
+    SLUICE_ASSIGN_OR_RETURN(ModelWeights weights, load_weights(config, std::move(checkpoint)));
+    auto model = std::shared_ptr<Model>(new Model());
+    model->dir_ = dir;
+    model->config_ = std::move(config);
+    model->weights_ = std::move(weights);
+    return model;
+}
+
+ModelState Model::new_state(int64_t max_positions) const {
+    const ModelConfig& c = config_;
+    ModelState s;
+    s.max_positions = max_positions;
+    s.layers.resize(static_cast<size_t>(c.n_layers));
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+        auto& st = s.layers[static_cast<size_t>(l)];
+        if (c.is_full_attention(l)) {
+            st.k_cache.assign(static_cast<size_t>(max_positions * c.n_kv_heads * c.head_dim), 0.0f);
+            st.v_cache.assign(static_cast<size_t>(max_positions * c.n_kv_heads * c.head_dim), 0.0f);
+        } else {
+            st.conv.assign(static_cast<size_t>((c.conv_kernel - 1) * c.conv_dim()), 0.0f);
+            st.recurrent.assign(static_cast<size_t>(c.linear_v_heads * c.linear_k_dim * c.linear_v_dim), 0.0f);
+        }
+    }
+    return s;
+}
+
+Status Model::forward(ModelState& state, std::span<const int32_t> tokens, float* logits, bool all_logits,
+                      Workspace& ws, ThreadPool* pool) const {
+    const ModelConfig& c = config_;
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    const int64_t H = c.hidden;
+    if (n == 0) return Status::ok();
+    if (state.layers.size() != static_cast<size_t>(c.n_layers))
+        return error(ErrorCode::kInvalidArgument, "[model] state was made for another model");
+    if (state.n_past + n > state.max_positions) {
+        return error(ErrorCode::kInvalidArgument, "[model] context full: " + std::to_string(state.n_past) + " + " +
+                                                      std::to_string(n) + " tokens exceed the " +
+                                                      std::to_string(state.max_positions) + "-token context");
+    }
+    for (int64_t t = 0; t < n; ++t) {
+        if (tokens[t] < 0 || tokens[t] >= c.vocab) {
+            return error(ErrorCode::kInvalidArgument, "[model] token id " + std::to_string(tokens[t]) +
+                                                          " is outside the vocabulary [0, " + std::to_string(c.vocab) + ")");
+        }
+    }
+
+    float* x = grow(ws.x, n * H);  // [n, H] residual stream
+    for (int64_t t = 0; t < n; ++t) kernels::dequantize_row(weights_.embed, tokens[t], x + t * H);
+    if (capture_layers != nullptr) capture_layers->clear();
+
+    const int64_t pos0 = state.n_past;
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+        const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
+        ModelState::Layer& st = state.layers[static_cast<size_t>(l)];
+        float* norm = grow(ws.norm, n * H);
+        float* mix = grow(ws.mix, n * H);
+
+        for (int64_t t = 0; t < n; ++t) kernels::rms_norm(x + t * H, lw.input_norm.data(), H, c.rms_eps, norm + t * H);
+        if (lw.full_attention) {
+            attention_layer(lw, st, l, pos0, n, ws, pool);
+        } else {
+            deltanet_layer(lw, st, n, ws, pool);
+        }
+        for (int64_t i = 0; i < n * H; ++i) x[i] += mix[i];
+
+        for (int64_t t = 0; t < n; ++t) kernels::rms_norm(x + t * H, lw.post_norm.data(), H, c.rms_eps, norm + t * H);
+        moe_layer(lw, n, ws, pool);
+        for (int64_t i = 0; i < n * H; ++i) x[i] += mix[i];
+
+        if (capture_layers != nullptr) capture_layers->emplace_back(x, x + n * H);
+    }
+    state.n_past += n;
+
+    // Final norm and lm_head: every position (logits tool, perplexity) or only the last (generation).
+    const int64_t first = all_logits ? 0 : n - 1;
+    const int64_t rows = n - first;
+    float* norm = grow(ws.norm, rows * H);
+    for (int64_t t = 0; t < rows; ++t)
+        kernels::rms_norm(x + (first + t) * H, weights_.final_norm.data(), H, c.rms_eps, norm + t * H);
+    if (capture_final_norm != nullptr) capture_final_norm->assign(norm, norm + rows * H);
+    if (logits != nullptr) {
+        if (rows == 1) {
+            kernels::matvec(weights_.lm_head, norm, logits, pool);
+        } else {
+            kernels::matmul(weights_.lm_head, norm, rows, logits, pool);
+        }
+    }
+    return Status::ok();
+}
+
+}  // namespace sluice::model

@@ -1,0 +1,94 @@
+// Model: a loaded checkpoint (config + weights) and the forward pass shared by the three Qwen MoE
+// families. ModelState: one sequence's caches (KV for attention layers, conv + recurrent state for
+// Gated DeltaNet layers).
+//
+// The forward runs a batch of consecutive tokens of ONE sequence (a prefill chunk, or one token in
+// decode) layer by layer: projections as matmuls over the batch, the chunked DeltaNet form for
+// batches and the recurrent one for single tokens, and a MoE that groups the batch's tokens by
+// expert so each routed expert is read once per batch (models.md; lessons.md on prefill).
+//
+// Data flow per layer (shapes for a batch of n tokens):
+//   x [n,H] → rms_norm → mixer (attention | gated deltanet) → +x → rms_norm → MoE (+shared) → +x
+//
+// Lifetime: a Model is immutable after load and may be shared by many sessions; every ModelState
+// and Workspace belongs to one caller at a time. The forward allocates only when a batch is larger
+// than any before it (workspace growth), never in steady-state decode.
+// Threading: forward() uses the given ThreadPool for kernels; one forward per state at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "model/config.h"
+#include "model/weights.h"
+#include "sluice/status.h"
+
+namespace sluice::model {
+
+// Per-sequence state. Positions 0..n_past-1 have been processed.
+struct ModelState {
+    int64_t n_past = 0;
+    int64_t max_positions = 0;  // KV capacity in tokens
+    struct Layer {
+        std::vector<float> k_cache;    // attention: [max_positions, nkv, hd]
+        std::vector<float> v_cache;    // attention: [max_positions, nkv, hd]
+        std::vector<float> conv;       // deltanet: [K-1, conv_dim] raw inputs, oldest first
+        std::vector<float> recurrent;  // deltanet: [nv, dk, dv]
+    };
+    std::vector<Layer> layers;
+
+    // Forgets everything (position 0, zero state) without freeing memory.
+    void reset();
+    uint64_t bytes() const;
+};
+
+// Scratch buffers of the forward, grown on demand and reused.
+struct Workspace {
+    std::vector<float> x, norm, mix, tmp, q, k, v, z, gate, beta, g, conv_in, conv_out, attn, y;
+    std::vector<float> router, expert_in, expert_gate, expert_up, expert_act, expert_out;
+    std::vector<int32_t> topk_ids;
+    std::vector<float> topk_weights;
+    std::vector<int32_t> expert_tokens, expert_offsets, expert_fill;
+    std::vector<float> expert_token_weights;
+};
+
+class Model {
+   public:
+    // Loads config.json and the safetensors checkpoint in `dir` (Hugging Face or MLX layout).
+    static Expected<std::shared_ptr<Model>> load(const std::string& dir);
+
+    const ModelConfig& config() const { return config_; }
+    const ModelWeights& weights() const { return weights_; }
+    const std::string& dir() const { return dir_; }
+
+    // A fresh state able to hold `max_positions` tokens of context.
+    ModelState new_state(int64_t max_positions) const;
+
+    // Runs `tokens` (consecutive, starting at state.n_past) through the model. Writes logits
+    // [tokens.size(), V] when all_logits, else only the last token's [V], into `logits` (may be
+    // null when no logits are wanted). Advances state.n_past.
+    Status forward(ModelState& state, std::span<const int32_t> tokens, float* logits, bool all_logits,
+                   Workspace& ws, ThreadPool* pool) const;
+
+    // Hidden states after each layer for the last forward call's tokens, when `capture` is set
+    // (tests and debugging: per-layer comparison against the reference).
+    mutable std::vector<std::vector<float>>* capture_layers = nullptr;
+    mutable std::vector<float>* capture_final_norm = nullptr;
+
+   private:
+    void attention_layer(const LayerWeights& lw, ModelState::Layer& st, int64_t layer, int64_t pos0, int64_t n,
+                         Workspace& ws, ThreadPool* pool) const;
+    void deltanet_layer(const LayerWeights& lw, ModelState::Layer& st, int64_t n, Workspace& ws,
+                        ThreadPool* pool) const;
+    void moe_layer(const LayerWeights& lw, int64_t n, Workspace& ws, ThreadPool* pool) const;
+
+    std::string dir_;
+    ModelConfig config_;
+    ModelWeights weights_;
+};
+
+}  // namespace sluice::model

@@ -1,0 +1,92 @@
+// The feed-forward block (models.md §1.6, §1.7, §3.6): softmax top-k router over E experts
+// (renormalised when norm_topk_prob), routed SwiGLU experts, and for Qwen3-Next / Qwen3.5 a shared
+// expert scaled by σ(shared_expert_gate · x). Non-MoE layers run a dense SwiGLU MLP.
+//
+// A batch's tokens are grouped by expert (counting sort over expert ids), so each routed expert's
+// weights are read once per batch and applied to all its tokens as one matmul — the per-chunk
+// expert union that makes prefill fast when experts stream from disk.
+#include <algorithm>
+#include <cstring>
+
+#include "model/model.h"
+#include "model/workspace.h"
+
+namespace sluice::model {
+
+namespace {
+
+// y[n, H] = down(silu(gate·x) ⊙ up·x) for a SwiGLU MLP with weights `w`.
+void swiglu_mlp(const ExpertWeights& w, const float* x, int64_t n, float* y, Workspace& ws, ThreadPool* pool) {
+    const int64_t I = w.gate.rows;
+    float* g = grow(ws.expert_gate, n * I);
+    float* u = grow(ws.expert_up, n * I);
+    float* act = grow(ws.expert_act, n * I);
+    linear(w.gate, x, n, g, pool);
+    linear(w.up, x, n, u, pool);
+    kernels::swiglu(g, u, n * I, act);
+    linear(w.down, act, n, y, pool);
+}
+
+}  // namespace
+
+void Model::moe_layer(const LayerWeights& lw, int64_t n, Workspace& ws, ThreadPool* pool) const {
+    const ModelConfig& c = config_;
+    const int64_t H = c.hidden;
+    const float* x = ws.norm.data();  // [n, H]
+    float* mix = ws.mix.data();       // [n, H] output
+
+    if (!lw.moe) {
+        swiglu_mlp(lw.dense_mlp, x, n, mix, ws, pool);
+        return;
+    }
+    const MoeWeights& m = lw.moe_w;
+    const int64_t E = c.n_experts, K = c.top_k;
+
+    float* logits = grow(ws.router, n * E);  // [n, E]
+    linear(m.router, x, n, logits, pool);
+    int32_t* ids = grow(ws.topk_ids, n * K);          // [n, K]
+    float* weights = grow(ws.topk_weights, n * K);    // [n, K]
+    for (int64_t t = 0; t < n; ++t)
+        kernels::router_topk(logits + t * E, E, K, c.norm_topk_prob, ids + t * K, weights + t * K);
+
+    // Group (token, weight) pairs by expert: counts → offsets → fill.
+    int32_t* offsets = grow(ws.expert_offsets, E + 1);
+    std::fill(offsets, offsets + E + 1, 0);
+    for (int64_t i = 0; i < n * K; ++i) offsets[ids[i] + 1]++;
+    for (int64_t e = 0; e < E; ++e) offsets[e + 1] += offsets[e];
+    int32_t* tok = grow(ws.expert_tokens, n * K);
+    float* tok_w = grow(ws.expert_token_weights, n * K);
+    {
+        int32_t* fill = grow(ws.expert_fill, E);
+        std::copy(offsets, offsets + E, fill);
+        for (int64_t t = 0; t < n; ++t) {
+            for (int64_t j = 0; j < K; ++j) {
+                const int32_t e = ids[t * K + j];
+                tok[fill[e]] = static_cast<int32_t>(t);
+                tok_w[fill[e]] = weights[t * K + j];
+                fill[e]++;
+            }
+        }
+    }
+
+    std::fill(mix, mix + n * H, 0.0f);
+    for (int64_t e = 0; e < E; ++e) {
+        const int64_t begin = offsets[e], count = offsets[e + 1] - offsets[e];
+        if (count == 0) continue;
+        float* in = grow(ws.expert_in, count * H);
+        for (int64_t i = 0; i < count; ++i) std::memcpy(in + i * H, x + tok[begin + i] * H, sizeof(float) * H);
+        float* out = grow(ws.expert_out, count * H);
+        swiglu_mlp(m.experts[static_cast<size_t>(e)], in, count, out, ws, pool);
+        for (int64_t i = 0; i < count; ++i) kernels::axpy(tok_w[begin + i], out + i * H, H, mix + tok[begin + i] * H);
+    }
+
+    if (m.has_shared) {
+        float* out = grow(ws.expert_out, n * H);
+        swiglu_mlp(m.shared, x, n, out, ws, pool);
+        float* sg = grow(ws.expert_in, n);  // [n, 1] shared-expert gate logits
+        linear(m.shared_gate, x, n, sg, pool);
+        for (int64_t t = 0; t < n; ++t) kernels::axpy(sigmoid(sg[t]), out + t * H, H, mix + t * H);
+    }
+}
+
+}  // namespace sluice::model

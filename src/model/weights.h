@@ -1,0 +1,99 @@
+// ModelWeights: every tensor the forward reads, as kernel views into the mapped checkpoint, plus
+// the few small vectors converted to f32 at load (norm weights with the zero-centred +1 folded in,
+// conv kernels, DeltaNet gate parameters).
+//
+// This is where checkpoint layouts are reconciled, once:
+//   - Hugging Face (`model.` / `model.language_model.` prefix, per-expert or fused experts, raw
+//     zero-centred norm weights, conv1d [C,1,K]) and MLX (`model.` / `language_model.model.`,
+//     stacked `switch_mlp` experts, +1 already folded, conv1d [C,K,1], affine-quantized linears);
+//   - each linear is F32/F16/BF16 or MLX affine 4/8-bit; a quantized module's bits and group size
+//     come from the config's `quantization` block (per-module overrides first) and are cross-checked
+//     against the tensor shapes.
+// A missing tensor or a shape/dtype mismatch is an error naming the tensor, expected vs actual.
+//
+// Lifetime: views point into the Checkpoint, which ModelWeights keeps alive. Immutable after load;
+// safe to read from any thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "format/safetensors.h"
+#include "kernels/kernels.h"
+#include "model/config.h"
+#include "sluice/status.h"
+
+namespace sluice::model {
+
+using kernels::WeightView;
+
+enum class CheckpointLayout { kHuggingFace, kMlx };
+const char* layout_name(CheckpointLayout layout);
+
+struct AttentionWeights {
+    WeightView q_proj;  // [nh·hd·(gate ? 2 : 1), H]; with a gate, q and gate interleave per head
+    WeightView k_proj;  // [nkv·hd, H]
+    WeightView v_proj;  // [nkv·hd, H]
+    WeightView o_proj;  // [H, nh·hd]
+    std::vector<float> q_norm;  // [hd]
+    std::vector<float> k_norm;  // [hd]
+};
+
+struct DeltaNetWeights {
+    // Qwen3-Next: interleaved per key-head group (models.md §3.5.2).
+    WeightView in_qkvz;  // [2·nk·dk + 2·nv·dv, H]
+    WeightView in_ba;    // [2·nv, H]
+    // Qwen3.5/3.6: split, head-major (models.md §4.2).
+    WeightView in_qkv;  // [2·nk·dk + nv·dv, H]
+    WeightView in_z;    // [nv·dv, H]
+    WeightView in_b;    // [nv, H]
+    WeightView in_a;    // [nv, H]
+    std::vector<float> conv;      // [conv_dim, K]; conv[c·K + K-1] multiplies the current token
+    std::vector<float> neg_a;     // [nv]: −exp(A_log)
+    std::vector<float> dt_bias;   // [nv]
+    std::vector<float> norm;      // [dv] plain weight (never +1)
+    WeightView out_proj;          // [H, nv·dv]
+};
+
+struct ExpertWeights {
+    WeightView gate;  // [I, H]
+    WeightView up;    // [I, H]
+    WeightView down;  // [H, I]
+};
+
+struct MoeWeights {
+    WeightView router;                  // [E, H]
+    std::vector<ExpertWeights> experts;  // [E] views into the checkpoint
+    bool has_shared = false;
+    ExpertWeights shared;      // [I_s, H] ...
+    WeightView shared_gate;    // [1, H]
+};
+
+struct LayerWeights {
+    std::vector<float> input_norm;  // [H], +1 folded where the family needs it
+    std::vector<float> post_norm;   // [H]
+    bool full_attention = true;
+    AttentionWeights attn;
+    DeltaNetWeights linear;
+    bool moe = true;
+    MoeWeights moe_w;
+    ExpertWeights dense_mlp;  // non-MoE layers (Qwen3-MoE mlp_only_layers)
+};
+
+struct ModelWeights {
+    CheckpointLayout layout = CheckpointLayout::kHuggingFace;
+    WeightView embed;    // [V, H]
+    std::vector<float> final_norm;  // [H]
+    WeightView lm_head;  // [V, H]
+    std::vector<LayerWeights> layers;
+    std::shared_ptr<format::Checkpoint> checkpoint;
+
+    // Bytes of all routed experts vs everything else (for plans and `info`).
+    uint64_t expert_bytes = 0;
+    uint64_t dense_bytes = 0;
+};
+
+Expected<ModelWeights> load_weights(const ModelConfig& config, std::shared_ptr<format::Checkpoint> checkpoint);
+
+}  // namespace sluice::model

@@ -1,0 +1,34 @@
+// Small helpers for the forward's scratch buffers (model/model.h Workspace).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace sluice::model {
+
+// Returns a pointer to at least `n` elements of `buf`, growing it only when it is too small, so
+// steady-state decode never allocates.
+template <typename T>
+T* grow(std::vector<T>& buf, int64_t n) {
+    if (buf.size() < static_cast<size_t>(n)) buf.resize(static_cast<size_t>(n));
+    return buf.data();
+}
+
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// PyTorch's softplus (beta 1, threshold 20): linear above the threshold.
+inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+// Y[n, rows] = X[n, cols] · Wᵀ, taking the matvec path for a single token.
+inline void linear(const kernels::WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
+    if (n == 1) {
+        kernels::matvec(w, x, y, pool);
+    } else {
+        kernels::matmul(w, x, n, y, pool);
+    }
+}
+
+}  // namespace sluice::model
