@@ -11,6 +11,7 @@
 // the IO threads of the expert store.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -21,7 +22,7 @@
 namespace sluice {
 
 class ThreadPool {
-   public:
+ public:
     // n_threads counts the caller: ThreadPool(1) runs everything inline. 0 = hardware threads.
     explicit ThreadPool(int n_threads = 0);
     ~ThreadPool();
@@ -34,22 +35,29 @@ class ThreadPool {
     void parallel_for(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn,
                       int64_t grain = 1);
 
-   private:
+ private:
     void worker_loop(int index);
+    // Runs chunks of the current job until none are left.
+    void run_chunks();
 
     int n_threads_ = 1;
     std::vector<std::thread> workers_;
+    // Sleeping is the slow path: workers and the caller spin on the atomics below for a short
+    // while first, and only then block on the condition variables (guarded by mutex_).
     std::mutex mutex_;
     std::condition_variable work_cv_;
     std::condition_variable done_cv_;
+    // The job, written by the caller before generation_ is bumped and read-only while it runs.
     const std::function<void(int64_t, int64_t)>* job_ = nullptr;
     int64_t job_n_ = 0;
     int64_t job_chunk_ = 0;
     int64_t job_chunks_ = 0;
-    int64_t next_chunk_ = 0;
-    int64_t pending_chunks_ = 0;
-    uint64_t generation_ = 0;
-    bool stop_ = false;
+    std::atomic<int64_t> next_chunk_{0};
+    // Workers that have not yet finished with the current job; the caller waits for 0 before it
+    // returns, so the job fields are never rewritten under a late worker.
+    std::atomic<int> pending_workers_{0};
+    std::atomic<uint64_t> generation_{0};
+    std::atomic<bool> stop_{false};
 };
 
 }  // namespace sluice

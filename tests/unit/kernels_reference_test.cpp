@@ -1,0 +1,237 @@
+// Hand-checked cases for the reference kernels (kernels::reference::*), so the oracle the fast
+// paths are compared against is itself verified against values worked out by hand, and the
+// recurrent and chunked Gated DeltaNet references are checked against each other.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace sluice::kernels {
+namespace {
+
+TEST(KernelsReference, Bf16AndF16Conversions) {
+    EXPECT_EQ(bf16_to_f32(0x3f80), 1.0f);
+    EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+    EXPECT_EQ(f32_to_bf16(-2.5f), 0xc020);
+    // 1 + 2^-8 is a tie between 1 and 1 + 2^-7: rounds to even (1.0).
+    EXPECT_EQ(f32_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
+    EXPECT_EQ(f32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);  // tie, rounds up to even
+    EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(NAN))));
+    EXPECT_EQ(f16_to_f32(0x3c00), 1.0f);
+    EXPECT_EQ(f16_to_f32(0xc000), -2.0f);
+    EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+    EXPECT_EQ(f16_to_f32(0x7bff), 65504.0f);
+    EXPECT_TRUE(std::isinf(f16_to_f32(0x7c00)));
+    EXPECT_EQ(f32_to_f16(1.0f), 0x3c00);
+    EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);
+    EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);  // rounds to infinity
+    EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);
+    EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);         // tie to even (zero)
+    EXPECT_EQ(f32_to_f16(std::ldexp(3.0f, -25)), 0x0002);         // 1.5 units: tie to even (2)
+    EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie to even
+    // Every f16 value round-trips through f32.
+    for (uint32_t h = 0; h < 0x10000; ++h) {
+        if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) continue;  // NaN payloads
+        ASSERT_EQ(f32_to_f16(f16_to_f32(static_cast<uint16_t>(h))), h) << h;
+    }
+}
+
+TEST(KernelsReference, WeightViewHelpers) {
+    WeightView w;
+    w.cols = 64;
+    w.type = WeightType::kQ4;
+    EXPECT_EQ(w.row_bytes(), 32u);
+    w.type = WeightType::kQ8;
+    EXPECT_EQ(w.row_bytes(), 64u);
+    w.type = WeightType::kBF16;
+    EXPECT_EQ(w.row_bytes(), 128u);
+    w.type = WeightType::kF32;
+    EXPECT_EQ(w.row_bytes(), 256u);
+    EXPECT_STREQ(weight_type_name(WeightType::kQ4), "Q4");
+}
+
+TEST(KernelsReference, Q4DequantOfKnownWords) {
+    // One row of 32 inputs, group size 32: codes 0..7 in word 0 (LSB first), then 8..15, then
+    // 0xF in every nibble, then zeros.
+    const uint32_t words[4] = {0x76543210u, 0xfedcba98u, 0xffffffffu, 0u};
+    const uint16_t scale = f32_to_bf16(0.5f), bias = f32_to_bf16(-1.0f);
+    WeightView w{WeightType::kQ4, 1, 32, words, &scale, &bias, ScaleType::kBF16, 32};
+    float out[32];
+    reference::dequantize_row(w, 0, out);
+    for (int i = 0; i < 16; ++i) EXPECT_EQ(out[i], 0.5f * i - 1.0f) << i;
+    for (int i = 16; i < 24; ++i) EXPECT_EQ(out[i], 6.5f) << i;
+    for (int i = 24; i < 32; ++i) EXPECT_EQ(out[i], -1.0f) << i;
+    // matvec with x = e_3 + e_17 picks w[3] + w[17] = 0.5 + 6.5.
+    float x[32] = {};
+    x[3] = 1.0f;
+    x[17] = 1.0f;
+    float y = 0.0f;
+    reference::matvec(w, x, &y, nullptr);
+    EXPECT_FLOAT_EQ(y, 7.0f);
+}
+
+TEST(KernelsReference, Q8DequantOfKnownWords) {
+    // Two rows of 32 inputs, group size 16 (f32 scales): row r, input i has code 4·word + byte.
+    std::vector<uint32_t> words(16);
+    for (int w = 0; w < 16; ++w) words[w] = 0x03020100u + 0x04040404u * static_cast<uint32_t>(w % 8);
+    const float scales[4] = {1.0f, 2.0f, 0.25f, -1.0f}, biases[4] = {0.0f, 1.0f, -2.0f, 3.0f};
+    WeightView w{WeightType::kQ8, 2, 32, words.data(), scales, biases, ScaleType::kF32, 16};
+    float out[32];
+    reference::dequantize_row(w, 1, out);
+    for (int i = 0; i < 32; ++i) {
+        const float s = i < 16 ? 0.25f : -1.0f, b = i < 16 ? -2.0f : 3.0f;
+        EXPECT_EQ(out[i], s * static_cast<float>(i) + b) << i;
+    }
+}
+
+TEST(KernelsReference, RmsNormAndGatedNorm) {
+    const float x[4] = {1, -2, 3, -4};  // mean square 7.5
+    const float wt[4] = {1, 2, 0.5f, 1};
+    float y[4];
+    reference::rms_norm(x, wt, 4, 0.0f, y);
+    const float inv = 1.0f / std::sqrt(7.5f);
+    EXPECT_NEAR(y[0], 1 * inv, 1e-6);
+    EXPECT_NEAR(y[1], -4 * inv, 1e-6);
+    EXPECT_NEAR(y[2], 1.5f * inv, 1e-6);
+    const float z[4] = {0, 1, -1, 20};
+    reference::rms_norm_gated(x, z, wt, 4, 0.0f, y);
+    EXPECT_NEAR(y[0], 0.0f, 1e-7);  // silu(0) = 0
+    EXPECT_NEAR(y[1], -4 * inv * (1.0f / (1.0f + std::exp(-1.0f))), 1e-6);
+    EXPECT_NEAR(y[3], -4 * inv * 20.0f / (1.0f + std::exp(-20.0f)), 1e-5);
+}
+
+TEST(KernelsReference, RopeOfKnownVector) {
+    // head_dim 6, rot_dim 4 (pairs (0,2) and (1,3)), theta 100, position 2: f0 = 1, f1 = 0.1.
+    float x[6] = {1, 2, 3, 4, 5, 6};
+    reference::rope_neox(x, 1, 6, 4, 2, 100.0f);
+    const double c0 = std::cos(2.0), s0 = std::sin(2.0), c1 = std::cos(0.2), s1 = std::sin(0.2);
+    EXPECT_NEAR(x[0], 1 * c0 - 3 * s0, 1e-6);
+    EXPECT_NEAR(x[2], 3 * c0 + 1 * s0, 1e-6);
+    EXPECT_NEAR(x[1], 2 * c1 - 4 * s1, 1e-6);
+    EXPECT_NEAR(x[3], 4 * c1 + 2 * s1, 1e-6);
+    EXPECT_EQ(x[4], 5.0f);
+    EXPECT_EQ(x[5], 6.0f);
+    float y[4] = {1, 2, 3, 4};  // position 0 is the identity
+    reference::rope_neox(y, 1, 4, 4, 0, 10000.0f);
+    EXPECT_EQ(y[1], 2.0f);
+    EXPECT_EQ(y[3], 4.0f);
+}
+
+TEST(KernelsReference, RouterTopkWithAndWithoutRenormalisation) {
+    const float logits[5] = {0.0f, std::log(4.0f), std::log(2.0f), std::log(2.0f), std::log(1.0f)};
+    // p = {1, 4, 2, 2, 1} / 10; top-3 = expert 1, then the tie 2 before 3.
+    int32_t ids[3];
+    float w[3];
+    reference::router_topk(logits, 5, 3, false, ids, w);
+    EXPECT_EQ(ids[0], 1);
+    EXPECT_EQ(ids[1], 2);
+    EXPECT_EQ(ids[2], 3);
+    EXPECT_NEAR(w[0], 0.4f, 1e-6);
+    EXPECT_NEAR(w[1], 0.2f, 1e-6);
+    EXPECT_NEAR(w[2], 0.2f, 1e-6);
+    reference::router_topk(logits, 5, 3, true, ids, w);
+    EXPECT_NEAR(w[0], 0.5f, 1e-6);
+    EXPECT_NEAR(w[1], 0.25f, 1e-6);
+    EXPECT_NEAR(w[2], 0.25f, 1e-6);
+}
+
+TEST(KernelsReference, SwigluAndAxpy) {
+    const float g[2] = {0.0f, 2.0f}, u[2] = {3.0f, -1.0f};
+    float o[2];
+    reference::swiglu(g, u, 2, o);
+    EXPECT_EQ(o[0], 0.0f);
+    EXPECT_NEAR(o[1], -2.0f / (1.0f + std::exp(-2.0f)), 1e-6);
+    float y[2] = {1, 1};
+    reference::axpy(2.0f, u, 2, y);
+    EXPECT_EQ(y[0], 7.0f);
+    EXPECT_EQ(y[1], -1.0f);
+}
+
+TEST(KernelsReference, ConvOfKnownSequence) {
+    // One channel, K = 3, weights {1, 10, 100} (100 multiplies the current token), state {1, 2}.
+    const float wt[3] = {1, 10, 100};
+    float state[2] = {1, 2};
+    const float x[2] = {3, 4};
+    float y[2];
+    reference::conv1d_silu(x, 2, 1, 3, wt, state, y);
+    auto silu = [](double v) { return v / (1 + std::exp(-v)); };
+    EXPECT_NEAR(y[0], silu(1 + 20 + 300), 1e-3);
+    EXPECT_NEAR(y[1], silu(2 + 30 + 400), 1e-3);
+    EXPECT_EQ(state[0], 3.0f);
+    EXPECT_EQ(state[1], 4.0f);
+    const float x2[1] = {-0.01f};
+    reference::conv1d_silu(x2, 1, 1, 3, wt, state, y);
+    EXPECT_NEAR(y[0], silu(3 + 40 - 1), 1e-4);
+    EXPECT_EQ(state[0], 4.0f);
+    EXPECT_EQ(state[1], -0.01f);
+}
+
+TEST(KernelsReference, AttentionOfKnownCase) {
+    // 1 head, head_dim 2, two cached positions, one new query at position 1 (causal: both keys).
+    const float q[2] = {1, 0}, k[4] = {0, 0, 1, 0}, v[4] = {1, 2, 3, 4};
+    float out[2];
+    reference::attention(q, k, v, 1, 1, 1, 1, 2, std::log(3.0f), out, nullptr);
+    // scores {0, ln 3} -> weights {1/4, 3/4}
+    EXPECT_NEAR(out[0], 0.25f * 1 + 0.75f * 3, 1e-6);
+    EXPECT_NEAR(out[1], 0.25f * 2 + 0.75f * 4, 1e-6);
+    // Two queries from position 0: the first sees only key 0.
+    const float q2[4] = {1, 0, 1, 0};
+    float out2[4];
+    reference::attention(q2, k, v, 2, 0, 1, 1, 2, std::log(3.0f), out2, nullptr);
+    EXPECT_NEAR(out2[0], 1.0f, 1e-6);
+    EXPECT_NEAR(out2[1], 2.0f, 1e-6);
+    EXPECT_NEAR(out2[2], 2.5f, 1e-6);
+}
+
+TEST(KernelsReference, GatedDeltaOneStepByHand) {
+    // dk = dv = 1: S = a·S0; kv = S·k; S += k·b·(v − kv); o = S·q.
+    const float q = 2, k = 0.5f, v = 3, beta = 0.5f, g = std::log(0.5f);
+    float S = 4, o = 0;
+    reference::gated_delta_recurrent(&q, &k, &v, &beta, &g, 1, 1, 1, 1, 1, &S, &o, nullptr);
+    const float s1 = 2.0f, expect_s = s1 + 0.5f * 0.5f * (3 - s1 * 0.5f);
+    EXPECT_NEAR(S, expect_s, 1e-6);
+    EXPECT_NEAR(o, expect_s * 2, 1e-6);
+}
+
+TEST(KernelsReference, GatedDeltaRecurrentMatchesChunked) {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> nd;
+    std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+    const int64_t n = 130, n_k = 2, n_v = 4, dk = 16, dv = 8;
+    std::vector<float> q(n * n_k * dk), k(n * n_k * dk), v(n * n_v * dv), beta(n * n_v), g(n * n_v);
+    auto l2 = [&](std::vector<float>& a, int64_t d, float scale) {
+        for (size_t h = 0; h < a.size() / d; ++h) {
+            double ss = 0;
+            for (int64_t i = 0; i < d; ++i) ss += a[h * d + i] * a[h * d + i];
+            for (int64_t i = 0; i < d; ++i)
+                a[h * d + i] = static_cast<float>(a[h * d + i] / std::sqrt(ss) * scale);
+        }
+    };
+    for (auto& x : q) x = nd(rng);
+    for (auto& x : k) x = nd(rng);
+    for (auto& x : v) x = nd(rng);
+    l2(q, dk, 1.0f / std::sqrt(static_cast<float>(dk)));
+    l2(k, dk, 1.0f);
+    for (auto& x : beta) x = ud(rng);
+    for (auto& x : g) x = -0.3f * ud(rng);
+    std::vector<float> s0(n_v * dk * dv);
+    for (auto& x : s0) x = 0.5f * nd(rng);
+    std::vector<float> s_rec = s0, s_chunk = s0, o_rec(n * n_v * dv), o_chunk(n * n_v * dv);
+    reference::gated_delta_recurrent(q.data(), k.data(), v.data(), beta.data(), g.data(), n, n_k, n_v, dk, dv,
+                                     s_rec.data(), o_rec.data(), nullptr);
+    reference::gated_delta_chunked(q.data(), k.data(), v.data(), beta.data(), g.data(), n, n_k, n_v, dk, dv,
+                                   s_chunk.data(), o_chunk.data(), nullptr);
+    for (size_t i = 0; i < o_rec.size(); ++i) ASSERT_NEAR(o_rec[i], o_chunk[i], 1e-5) << i;
+    for (size_t i = 0; i < s_rec.size(); ++i) ASSERT_NEAR(s_rec[i], s_chunk[i], 1e-5) << i;
+    // The state actually moved away from the initial one.
+    double diff = 0;
+    for (size_t i = 0; i < s0.size(); ++i) diff += std::abs(s0[i] - s_rec[i]);
+    EXPECT_GT(diff, 1.0);
+}
+
+}  // namespace
+}  // namespace sluice::kernels
