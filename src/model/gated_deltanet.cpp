@@ -13,11 +13,14 @@ namespace sluice::model {
 
 namespace {
 
-// x ← x / sqrt(Σx² + 1e-6) · scale (HF l2norm with eps 1e-6 on the sum of squares).
-void l2_normalize(const float* x, int64_t n, float scale, float* y) {
+// y = x / sqrt(Σx² + eps) · scale. transformers' l2norm uses eps = 1e-6; mlx-lm computes the same
+// normalisation as a scaled rms_norm, whose epsilon on Σx² is n·1e-6. The two differ only when
+// Σx² is tiny, but tiny test models are exactly that case, so each checkpoint layout follows its
+// own reference implementation.
+void l2_normalize(const float* x, int64_t n, float scale, float eps, float* y) {
     double ss = 0.0;
     for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
-    const float inv = scale / std::sqrt(static_cast<float>(ss) + 1e-6f);
+    const float inv = scale / std::sqrt(static_cast<float>(ss) + eps);
     for (int64_t i = 0; i < n; ++i) y[i] = x[i] * inv;
 }
 
@@ -73,11 +76,12 @@ void Model::deltanet_layer(const LayerWeights& lw, ModelState::Layer& st, int64_
     float* k = grow(ws.k, n * kd);  // [n, nk, dk] normalised
     float* v = grow(ws.v, n * vd);  // [n, nv, dv]
     const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
+    const float eps = weights_.layout == CheckpointLayout::kMlx ? 1e-6f * static_cast<float>(dk) : 1e-6f;
     for (int64_t t = 0; t < n; ++t) {
         const float* ut = uc + t * cd;
         for (int64_t h = 0; h < nk; ++h) {
-            l2_normalize(ut + h * dk, dk, q_scale, q + t * kd + h * dk);
-            l2_normalize(ut + kd + h * dk, dk, 1.0f, k + t * kd + h * dk);
+            l2_normalize(ut + h * dk, dk, q_scale, eps, q + t * kd + h * dk);
+            l2_normalize(ut + kd + h * dk, dk, 1.0f, eps, k + t * kd + h * dk);
         }
         std::memcpy(v + t * vd, ut + 2 * kd, sizeof(float) * vd);
         for (int64_t j = 0; j < nv; ++j) {
