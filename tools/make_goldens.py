@@ -893,11 +893,11 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
             hidden[li] = (out[0] if isinstance(out, tuple) else out).detach()[0].float().numpy().copy()
 
         hooks.append(layer.register_forward_hook(hook))
-    router_probs = []
+    router_logits = []  # the TopKRouter modules return (router_logits (pre-softmax), scores, indices)
 
     def rhook(_m, _inp, out):
         t = out[0] if isinstance(out, tuple) else out
-        router_probs.append(t.detach().float().reshape(-1, t.shape[-1]).numpy().copy())
+        router_logits.append(t.detach().float().reshape(-1, t.shape[-1]).numpy().copy())
 
     for n, m in model.named_modules():
         if n.endswith("mlp.gate") and "visual" not in n:
@@ -943,7 +943,7 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
     k = cfg.get_text_config().num_experts_per_tok if hasattr(cfg, "get_text_config") else cfg.num_experts_per_tok
     try:
         margins = []
-        for p in router_probs[: len(capture_decoder_layers(model))]:
+        for p in router_logits[: len(capture_decoder_layers(model))]:
             ps = np.sort(p, axis=-1)[:, ::-1]
             margins.append(float((ps[:, k - 1] - ps[:, k]).min()))
         min_router_margin = min(margins) if margins else None
@@ -1018,7 +1018,7 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
             "decode_vs_full_forward_max_abs_diff": dec_vs_full,
             "prefill_last_vs_generate_first_max_abs_diff": prefill_vs_gen0,
             "min_greedy_top2_margin": min_greedy_margin,
-            "min_router_topk_margin": min_router_margin,
+            "min_router_topk_logit_margin": min_router_margin,
             "logits_std": float(logits.std()),
             "from_pretrained_roundtrip": roundtrip,
         },
