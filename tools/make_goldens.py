@@ -29,6 +29,7 @@ What it writes, per golden NAME (under --out):
                               (output of decoder layer L for the prompt)
     NAME/golden.json          family, layout, bits, group size, versions, GDN path that ran, checks
     index.json                list of all goldens
+    tools/check_goldens.py re-derives every golden with a numpy forward pass written from the spec.
 
 Design notes
     * The reference model always runs in float32 on the CPU with eager attention; the GDN fast kernels
