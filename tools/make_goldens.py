@@ -843,9 +843,7 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
     hf = mem_to_hf(fam, mem)
     f32_tensors = golden.get("f32_tensors", ())
 
-    if layout == "hf":
-        if fam == "qwen3_5_moe":
-            pass  # in-memory names are the checkpoint names
+    if layout == "hf":  # qwen3_5_moe: the in-memory names are the checkpoint names
         stored = build_hf_checkpoint(hf, f32_tensors)
         back_hf = read_hf_checkpoint(stored)
         meta = {"format": "pt"}
@@ -955,8 +953,6 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
     roundtrip = None
     if layout == "hf":
         try:
-            import transformers
-
             cls = type(model)
             m2, info = cls.from_pretrained(gdir, torch_dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
             rewire_gdn_modules(m2, CallCounter())
