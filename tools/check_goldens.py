@@ -1,0 +1,256 @@
+#!/usr/bin/env python3
+"""check_goldens.py — an independent numpy forward pass, written from docs/models.md, checked against
+the transformers goldens in tests/data/goldens.
+
+Purpose
+    The goldens come from transformers; sluice is written from the spec (shared docs/models.md). This
+    script implements the spec's math directly (float32 numpy, token-by-token recurrent Gated DeltaNet,
+    no transformers) and compares its logits, per-layer hidden states and the greedy-decode logits with
+    each golden. Agreement shows that the spec, the checkpoint layouts and the goldens say the same thing
+    before any C++ is involved.
+
+How to run (needs only numpy)
+    python3 tools/check_goldens.py [--dir tests/data/goldens] [--only NAME] [--tol 1e-4]
+    Exit status 0 when every golden agrees within --tol (max abs difference of logits and hidden states;
+    logits have std ~1).
+
+Design notes
+    * Layout handling (MLX dequantisation, folded +1 norms, conv transpose, expert stacking) reuses the
+      reader in tools/make_goldens.py, which is the inverse of its writer; the math below does not.
+    * The recurrent GDN form (models.md §3.5.6) is used for every token, while the goldens' prompt logits
+      come from transformers' chunked kernel: agreement also checks chunked == recurrent.
+    * Rejected alternative: comparing only argmax tokens — too weak to catch a wrong norm or gate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+
+import numpy as np
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_spec = importlib.util.spec_from_file_location("make_goldens", os.path.join(_HERE, "make_goldens.py"))
+mg = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(mg)
+
+
+def load_weights(gdir: str, family: str) -> dict:
+    """-> f32 arrays under the HF checkpoint names (raw zero-centred norm offsets for Next/3.5)."""
+    cfg = json.load(open(os.path.join(gdir, "config.json")))
+    stored, _meta = mg.read_safetensors(os.path.join(gdir, "model.safetensors"))
+    if "quantization" in cfg:
+        return mg.mlx_to_hf_names(family, mg.read_mlx_checkpoint(stored, cfg["quantization"]))
+    return mg.read_hf_checkpoint(stored)
+
+
+def rms(x, eps):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def softplus(x):
+    return np.where(x > 20.0, x, np.log1p(np.exp(np.minimum(x, 20.0))))
+
+
+class Model:
+    def __init__(self, gdir: str, family: str):
+        self.family = family
+        cfg = json.load(open(os.path.join(gdir, "config.json")))
+        self.c = cfg.get("text_config", cfg)
+        self.w = load_weights(gdir, family)
+        self.pre = "model.language_model." if family == "qwen3_5_moe" else "model."
+        c = self.c
+        self.zc = family in ("qwen3_next", "qwen3_5_moe")
+        self.eps = c["rms_norm_eps"]
+        rp = c.get("rope_parameters", {})
+        self.theta = rp.get("rope_theta", c.get("rope_theta", 10000.0))
+        prf = rp.get("partial_rotary_factor", c.get("partial_rotary_factor", 0.25 if self.zc else 1.0))
+        self.rot = int(c["head_dim"] * prf)
+        n = c["num_hidden_layers"]
+        if "layer_types" in c:
+            self.types = c["layer_types"]
+        elif family == "qwen3_moe":
+            self.types = ["full_attention"] * n
+        else:
+            k = c.get("full_attention_interval", 4)
+            self.types = ["full_attention" if (i + 1) % k == 0 else "linear_attention" for i in range(n)]
+        # norm_topk_prob: Qwen3.5 always renormalises; Qwen3-MoE defaults to false, Qwen3-Next to true
+        self.renorm = True if family == "qwen3_5_moe" else c.get("norm_topk_prob", family == "qwen3_next")
+
+    def W(self, name):
+        return self.w[name]
+
+    def norm(self, x, name, zero_centred):
+        w = self.W(name)
+        return rms(x, self.eps) * ((1.0 + w) if zero_centred else w)
+
+    def rope(self, x, pos):  # x [T, heads, hd]
+        R = self.rot
+        half = R // 2
+        inv = self.theta ** (-(np.arange(0, R, 2, dtype=np.float64) / R))
+        ang = pos[:, None].astype(np.float64) * inv[None, :]
+        c = np.cos(ang).astype(np.float32)[:, None, :]
+        s = np.sin(ang).astype(np.float32)[:, None, :]
+        a, b = x[..., :half], x[..., half:R]
+        return np.concatenate([a * c - b * s, b * c + a * s, x[..., R:]], axis=-1)
+
+    def attention(self, x, p):
+        c = self.c
+        T = x.shape[0]
+        nh, nkv, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+        qp = x @ self.W(p + "q_proj.weight").T
+        if self.zc:  # per-head [q | gate] interleave (models.md §3.4)
+            qp = qp.reshape(T, nh, 2 * hd)
+            q, gate = qp[..., :hd], qp[..., hd:].reshape(T, nh * hd)
+        else:
+            q, gate = qp.reshape(T, nh, hd), None
+        k = (x @ self.W(p + "k_proj.weight").T).reshape(T, nkv, hd)
+        v = (x @ self.W(p + "v_proj.weight").T).reshape(T, nkv, hd)
+        q = self.norm(q, p + "q_norm.weight", self.zc)
+        k = self.norm(k, p + "k_norm.weight", self.zc)
+        pos = np.arange(T)
+        q, k = self.rope(q, pos), self.rope(k, pos)
+        rep = nh // nkv
+        out = np.zeros((T, nh, hd), np.float32)
+        mask = np.triu(np.full((T, T), -np.inf, np.float32), 1)
+        for h in range(nh):
+            s = (q[:, h] @ k[:, h // rep].T) * hd**-0.5 + mask
+            s = np.exp(s - s.max(-1, keepdims=True))
+            s /= s.sum(-1, keepdims=True)
+            out[:, h] = s @ v[:, h // rep]
+        out = out.reshape(T, nh * hd)
+        if gate is not None:
+            out = out * sigmoid(gate)
+        return out @ self.W(p + "o_proj.weight").T
+
+    def gdn(self, x, p):
+        c = self.c
+        T = x.shape[0]
+        nk, nv, dk, dv = c["linear_num_key_heads"], c["linear_num_value_heads"], c["linear_key_head_dim"], c["linear_value_head_dim"]
+        r = nv // nk
+        if self.family == "qwen3_next":  # un-interleave per key-head group (models.md §3.5.2)
+            P = (x @ self.W(p + "in_proj_qkvz.weight").T).reshape(T, nk, 2 * dk + 2 * r * dv)
+            q, k = P[..., :dk], P[..., dk : 2 * dk]
+            v = P[..., 2 * dk : 2 * dk + r * dv].reshape(T, nv, dv)
+            z = P[..., 2 * dk + r * dv :].reshape(T, nv, dv)
+            BA = (x @ self.W(p + "in_proj_ba.weight").T).reshape(T, nk, 2 * r)
+            b, a = BA[..., :r].reshape(T, nv), BA[..., r:].reshape(T, nv)
+            u = np.concatenate([q.reshape(T, -1), k.reshape(T, -1), v.reshape(T, -1)], axis=-1)
+        else:
+            u = x @ self.W(p + "in_proj_qkv.weight").T
+            z = (x @ self.W(p + "in_proj_z.weight").T).reshape(T, nv, dv)
+            b = x @ self.W(p + "in_proj_b.weight").T
+            a = x @ self.W(p + "in_proj_a.weight").T
+        cw = self.W(p + "conv1d.weight")[:, 0, :]  # [C, K]
+        K = cw.shape[1]
+        up = np.concatenate([np.zeros((K - 1, u.shape[1]), np.float32), u], axis=0)
+        conv = sum(cw[:, i][None, :] * up[i : i + T] for i in range(K))
+        uc = silu(conv)
+        q = uc[:, : nk * dk].reshape(T, nk, dk)
+        k = uc[:, nk * dk : 2 * nk * dk].reshape(T, nk, dk)
+        v = uc[:, 2 * nk * dk :].reshape(T, nv, dv)
+        q = q / np.sqrt((q * q).sum(-1, keepdims=True) + 1e-6) * dk**-0.5
+        k = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
+        beta = sigmoid(b)
+        g = -np.exp(self.W(p + "A_log")) * softplus(a + self.W(p + "dt_bias"))
+        alpha = np.exp(g)
+        S = np.zeros((nv, dk, dv), np.float32)
+        o = np.zeros((T, nv, dv), np.float32)
+        for t in range(T):
+            for j in range(nv):
+                m = j // r
+                S[j] *= alpha[t, j]
+                kv = S[j].T @ k[t, m]
+                S[j] += np.outer(k[t, m], beta[t, j] * (v[t, j] - kv))
+                o[t, j] = S[j].T @ q[t, m]
+        y = rms(o, self.eps) * self.W(p + "norm.weight") * silu(z)
+        return y.reshape(T, nv * dv) @ self.W(p + "out_proj.weight").T
+
+    def moe(self, x, p):
+        c = self.c
+        E, k = c["num_experts"], c["num_experts_per_tok"]
+        logits = x @ self.W(p + "gate.weight").T
+        pr = np.exp(logits - logits.max(-1, keepdims=True))
+        pr /= pr.sum(-1, keepdims=True)
+        out = np.zeros_like(x)
+        fused = (p + "experts.gate_up_proj") in self.w
+        for t in range(x.shape[0]):
+            top = np.argsort(-pr[t], kind="stable")[:k]
+            wts = pr[t, top]
+            if self.renorm:
+                wts = wts / wts.sum()
+            for e, wt in zip(top, wts):
+                if fused:
+                    gu = self.W(p + "experts.gate_up_proj")[e]
+                    I = gu.shape[0] // 2
+                    wg, wu, wd = gu[:I], gu[I:], self.W(p + "experts.down_proj")[e]
+                else:
+                    wg = self.W(f"{p}experts.{e}.gate_proj.weight")
+                    wu = self.W(f"{p}experts.{e}.up_proj.weight")
+                    wd = self.W(f"{p}experts.{e}.down_proj.weight")
+                out[t] += wt * (wd @ (silu(wg @ x[t]) * (wu @ x[t])))
+        if (p + "shared_expert_gate.weight") in self.w:
+            s = p + "shared_expert."
+            sh = silu(x @ self.W(s + "gate_proj.weight").T) * (x @ self.W(s + "up_proj.weight").T)
+            sh = sh @ self.W(s + "down_proj.weight").T
+            out += sigmoid(x @ self.W(p + "shared_expert_gate.weight").T) * sh
+        return out
+
+    def forward(self, ids):
+        pre = self.pre
+        x = self.W(pre + "embed_tokens.weight")[ids].astype(np.float32)
+        hidden = []
+        for i, typ in enumerate(self.types):
+            L = f"{pre}layers.{i}."
+            h = self.norm(x, L + "input_layernorm.weight", self.zc)
+            if typ == "full_attention":
+                x = x + self.attention(h, L + "self_attn.")
+            else:
+                x = x + self.gdn(h, L + "linear_attn.")
+            x = x + self.moe(self.norm(x, L + "post_attention_layernorm.weight", self.zc), L + "mlp.")
+            hidden.append(x.copy())
+        x = self.norm(x, pre + "norm.weight", self.zc)
+        return x @ self.W("lm_head.weight").T, hidden
+
+
+def check(gdir: str, tol: float) -> bool:
+    info = json.load(open(os.path.join(gdir, "golden.json")))
+    gold = {k: v[1] for k, v in mg.read_safetensors(os.path.join(gdir, "golden.safetensors"))[0].items()}
+    model = Model(gdir, info["family"])
+    ids = gold["input_ids"].astype(np.int64)
+    logits, hidden = model.forward(ids)
+    d_logits = float(np.abs(logits - gold["logits"]).max())
+    d_hidden = max(float(np.abs(h - gold[f"hidden_{i}"]).max() / max(1.0, np.abs(gold[f"hidden_{i}"]).max())) for i, h in enumerate(hidden))
+    full = np.concatenate([ids, gold["greedy_ids"][:-1].astype(np.int64)])
+    lg, _ = model.forward(full)
+    d_greedy = float(np.abs(lg[len(ids) - 1 :] - gold["greedy_logits"]).max())
+    ok = d_logits <= tol and d_hidden <= tol and d_greedy <= tol
+    print(f"{'ok  ' if ok else 'FAIL'} {info['name']}: logits {d_logits:.2e}, hidden (rel) {d_hidden:.2e}, greedy {d_greedy:.2e}")
+    return ok
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dir", default=os.path.join(_HERE, "..", "tests", "data", "goldens"))
+    ap.add_argument("--only", action="append", default=[])
+    ap.add_argument("--tol", type=float, default=1e-4)
+    args = ap.parse_args()
+    index = json.load(open(os.path.join(args.dir, "index.json")))
+    results = [check(os.path.join(args.dir, g["dir"]), args.tol) for g in index["goldens"] if not args.only or g["name"] in args.only]
+    print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

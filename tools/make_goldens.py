@@ -1,0 +1,1243 @@
+#!/usr/bin/env python3
+"""make_goldens.py — tiny random-weight checkpoints plus reference outputs from HF transformers.
+
+Purpose
+    sluice must produce the same logits as the reference implementation. This script builds tiny
+    Qwen3-MoE / Qwen3-Next / Qwen3.5-MoE models with seeded random weights, writes each one as a
+    checkpoint in the layout under test (HF bf16, or MLX affine-quantised as mlx-lm writes it), loads
+    the exact stored values back into the transformers model (in float32, on the CPU), and records what
+    transformers computes.
+
+How to run (needs torch, transformers >= 5 with qwen3_moe / qwen3_next / qwen3_5_moe, numpy)
+    python3 tools/make_goldens.py --out tests/data/goldens            # all goldens
+    python3 tools/make_goldens.py --out DIR --only qwen3_next_hf_bf16  # one golden
+    python3 tools/make_goldens.py --selftest                           # numpy-only checks of the
+                                                                       # quantiser, packer, writer
+    Optional: --dump-sources DIR copies the installed modeling_/configuration_ files of the three
+    families (for reading the reference source where transformers is not installed).
+    Outputs are deterministic for a given transformers/torch version (fixed seeds; weights are drawn
+    with numpy's PCG64 seeded from the golden name and the parameter name, not by torch's init).
+
+What it writes, per golden NAME (under --out):
+    NAME/config.json          the config in the layout under test (HF style, or mlx-lm style with a
+                              "quantization" block and its "quantization_config" copy)
+    NAME/model.safetensors    the checkpoint (HF: per-expert or fused experts as the real checkpoints;
+                              MLX: stacked switch_mlp experts, U32 codes + BF16 scales/biases)
+    NAME/golden.safetensors   input_ids I32 [T]; logits F32 [T,V] (one prefill); greedy_ids I32 [12];
+                              greedy_logits F32 [12,V] (row 0 = last prefill row, rows 1..11 from
+                              step-by-step decode with the cache, via generate()); hidden_L F32 [T,H]
+                              (output of decoder layer L for the prompt)
+    NAME/golden.json          family, layout, bits, group size, versions, GDN path that ran, checks
+    index.json                list of all goldens
+    tools/check_goldens.py re-derives every golden with a numpy forward pass written from the spec.
+
+Design notes
+    * The reference model always runs in float32 on the CPU with eager attention; the GDN fast kernels
+      (FLA, causal-conv1d) are disabled before the model is built so the torch fallbacks
+      (torch_chunk_gated_delta_rule for prefill, torch_recurrent_gated_delta_rule for decode) run;
+      call counters around them are recorded in golden.json.
+    * The reference weights are read back from the stored checkpoint through an independent reader
+      (dequantise, un-stack, undo the folded +1, un-transpose conv1d) — the same inverse a loader
+      does — so a layout bug shows up as a mismatch between this script's reader and writer, and the
+      HF-layout checkpoints are additionally re-loaded with from_pretrained and compared.
+    * Rejected alternative: save_pretrained(). transformers 5 keeps experts fused in memory and its
+      save path may or may not undo that; writing the safetensors by hand pins the layout exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import struct
+import sys
+import time
+import traceback
+
+import numpy as np
+
+PROMPT_LEN = 137  # > 2 chunks of 64: crosses two chunk boundaries of the chunked DeltaNet
+N_GREEDY = 12
+MASTER_SEED = 20261130
+
+# ----------------------------------------------------------------------------------------------
+# bf16 helpers (numpy has no bfloat16: BF16 tensors are carried as their uint16 bit patterns)
+# ----------------------------------------------------------------------------------------------
+
+
+def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """Round-to-nearest-even float32 -> bfloat16 bit pattern (no NaNs expected)."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounding = ((u >> 16) & 1) + 0x7FFF
+    return ((u + rounding) >> 16).astype(np.uint16)
+
+
+def bf16_bits_to_f32(b: np.ndarray) -> np.ndarray:
+    return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+def round_bf16(x: np.ndarray) -> np.ndarray:
+    return bf16_bits_to_f32(f32_to_bf16_bits(x))
+
+
+# ----------------------------------------------------------------------------------------------
+# MLX affine quantisation (models.md §5.1-5.2; ml-explore/mlx mlx/ops.cpp affine_quantize fallback)
+# ----------------------------------------------------------------------------------------------
+
+
+def mlx_affine_quantize(w: np.ndarray, bits: int, group_size: int):
+    """w: float32 [..., in] (values already bf16-representable). Returns (packed U32, scales bf16
+    bits, biases bf16 bits). Scales/biases are computed in f32 then cast to bf16 (the weight dtype),
+    codes are computed with the f32 scales, as MLX does."""
+    assert bits in (2, 4, 8), bits
+    assert w.shape[-1] % group_size == 0, (w.shape, group_size)
+    w = w.astype(np.float32)
+    g = w.reshape(*w.shape[:-1], w.shape[-1] // group_size, group_size)
+    n_bins = np.float32((1 << bits) - 1)
+    w_max = g.max(axis=-1, keepdims=True)
+    w_min = g.min(axis=-1, keepdims=True)
+    mask = np.abs(w_min) > np.abs(w_max)
+    scales = np.maximum((w_max - w_min) / n_bins, np.float32(1e-7)).astype(np.float32)
+    scales = np.where(mask, scales, -scales).astype(np.float32)
+    edge = np.where(mask, w_min, w_max).astype(np.float32)
+    q0 = np.rint(edge / scales).astype(np.float32)
+    scales = np.where(q0 != 0, edge / np.where(q0 != 0, q0, 1), scales).astype(np.float32)
+    biases = np.where(q0 == 0, np.float32(0), edge).astype(np.float32)
+    q = np.clip(np.rint((g - biases) / scales), 0, n_bins).astype(np.uint32)
+    q = q.reshape(w.shape)
+    packed = pack_codes(q, bits)
+    return packed, f32_to_bf16_bits(scales[..., 0]), f32_to_bf16_bits(biases[..., 0])
+
+
+def pack_codes(q: np.ndarray, bits: int) -> np.ndarray:
+    """LSB-first packing of b-bit codes into uint32 along the last axis."""
+    per = 32 // bits
+    assert q.shape[-1] % per == 0
+    qq = q.reshape(*q.shape[:-1], q.shape[-1] // per, per).astype(np.uint64)
+    word = np.zeros(qq.shape[:-1], dtype=np.uint64)
+    for j in range(per):
+        word |= qq[..., j] << np.uint64(bits * j)
+    return word.astype(np.uint32)
+
+
+def unpack_codes(words: np.ndarray, bits: int) -> np.ndarray:
+    """Inverse of pack_codes, written per element from the spec: q_i = (w[i/per] >> (b*(i%per))) & m."""
+    per = 32 // bits
+    n = words.shape[-1] * per
+    idx = np.arange(n)
+    w = words[..., idx // per].astype(np.uint64)
+    shift = (bits * (idx % per)).astype(np.uint64)
+    return ((w >> shift) & np.uint64((1 << bits) - 1)).astype(np.uint32)
+
+
+def mlx_dequantize(words, scales_bits, biases_bits, bits, group_size) -> np.ndarray:
+    q = unpack_codes(words, bits).astype(np.float32)
+    s = np.repeat(bf16_bits_to_f32(scales_bits), group_size, axis=-1)
+    b = np.repeat(bf16_bits_to_f32(biases_bits), group_size, axis=-1)
+    assert s.shape == q.shape, (s.shape, q.shape)
+    return (s * q + b).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------------------------
+# safetensors writer / reader (little-endian, header padded with spaces to 8 bytes)
+# ----------------------------------------------------------------------------------------------
+
+_NP_OF = {"F32": np.float32, "BF16": np.uint16, "U32": np.uint32, "I32": np.int32}
+
+
+def write_safetensors(path: str, tensors: dict, metadata: dict | None) -> None:
+    """tensors: name -> (dtype string, numpy array). BF16 arrays are uint16 bit patterns."""
+    header, blobs, off = {}, [], 0
+    for name in sorted(tensors):
+        dt, arr = tensors[name]
+        arr = np.ascontiguousarray(arr, dtype=np.dtype(_NP_OF[dt]).newbyteorder("<"))
+        b = arr.tobytes()
+        header[name] = {"dtype": dt, "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    if metadata:
+        header = {"__metadata__": metadata, **header}
+    hb = json.dumps(header, separators=(",", ":")).encode()
+    hb += b" " * ((8 - len(hb) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hb)))
+        f.write(hb)
+        for b in blobs:
+            f.write(b)
+
+
+def read_safetensors(path: str) -> tuple[dict, dict]:
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8 : 8 + n])
+    meta = header.pop("__metadata__", {})
+    base = 8 + n
+    out = {}
+    for name, h in header.items():
+        b, e = h["data_offsets"]
+        arr = np.frombuffer(data[base + b : base + e], dtype=np.dtype(_NP_OF[h["dtype"]]).newbyteorder("<"))
+        out[name] = (h["dtype"], arr.reshape(h["shape"]).copy())
+    return out, meta
+
+
+# ----------------------------------------------------------------------------------------------
+# Golden definitions
+# ----------------------------------------------------------------------------------------------
+
+# Qwen3-Next / Qwen3.5 norms that are zero-centred (1+w) in HF and get the +1 folded in by mlx-lm.
+_ZC_NORM_SUFFIXES = (
+    ".input_layernorm.weight",
+    ".post_attention_layernorm.weight",
+    "model.norm.weight",
+    ".q_norm.weight",
+    ".k_norm.weight",
+)
+
+
+def _qwen3_moe_cfg(h, nh, nkv, hd, moe_i, e, k, v, layers, norm_topk):
+    return {
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "vocab_size": v,
+        "hidden_size": h,
+        "intermediate_size": 2 * h,
+        "moe_intermediate_size": moe_i,
+        "num_hidden_layers": layers,
+        "num_attention_heads": nh,
+        "num_key_value_heads": nkv,
+        "head_dim": hd,
+        "num_experts": e,
+        "num_experts_per_tok": k,
+        "norm_topk_prob": norm_topk,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "rope_scaling": None,
+        "max_position_embeddings": 4096,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def _qwen3_next_cfg(h, nh, nkv, hd, nk, nv, dk, dv, moe_i, sh_i, e, k, v, layers, interval):
+    return {
+        "architectures": ["Qwen3NextForCausalLM"],
+        "model_type": "qwen3_next",
+        "vocab_size": v,
+        "hidden_size": h,
+        "intermediate_size": 2 * h,
+        "num_hidden_layers": layers,
+        "num_attention_heads": nh,
+        "num_key_value_heads": nkv,
+        "head_dim": hd,
+        "full_attention_interval": interval,
+        "linear_num_key_heads": nk,
+        "linear_num_value_heads": nv,
+        "linear_key_head_dim": dk,
+        "linear_value_head_dim": dv,
+        "linear_conv_kernel_dim": 4,
+        "num_experts": e,
+        "num_experts_per_tok": k,
+        "moe_intermediate_size": moe_i,
+        "shared_expert_intermediate_size": sh_i,
+        "norm_topk_prob": True,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000000.0,
+        "partial_rotary_factor": 0.25,
+        "rope_scaling": None,
+        "max_position_embeddings": 4096,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def _qwen3_5_moe_cfg(h, nh, nkv, hd, nk, nv, dk, dv, moe_i, sh_i, e, k, v, layers):
+    rot = int(hd * 0.25) // 2  # frequency slots; mrope_section must sum to it
+    sec = [rot - 2 * (rot // 3), rot // 3, rot // 3]
+    text = {
+        "model_type": "qwen3_5_moe_text",
+        "vocab_size": v,
+        "hidden_size": h,
+        "num_hidden_layers": layers,
+        "num_attention_heads": nh,
+        "num_key_value_heads": nkv,
+        "head_dim": hd,
+        "full_attention_interval": 4,
+        "layer_types": ["linear_attention" if (i + 1) % 4 else "full_attention" for i in range(layers)],
+        "linear_num_key_heads": nk,
+        "linear_num_value_heads": nv,
+        "linear_key_head_dim": dk,
+        "linear_value_head_dim": dv,
+        "linear_conv_kernel_dim": 4,
+        "num_experts": e,
+        "num_experts_per_tok": k,
+        "moe_intermediate_size": moe_i,
+        "shared_expert_intermediate_size": sh_i,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "attn_output_gate": True,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10000000.0,
+            "partial_rotary_factor": 0.25,
+            "mrope_section": sec,
+            "mrope_interleaved": True,
+        },
+        "max_position_embeddings": 4096,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "mtp_num_hidden_layers": 1,
+        "dtype": "bfloat16",
+    }
+    vision = {
+        "depth": 1,
+        "hidden_size": 32,
+        "hidden_act": "gelu_pytorch_tanh",
+        "intermediate_size": 64,
+        "num_heads": 2,
+        "in_channels": 3,
+        "patch_size": 4,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "out_hidden_size": h,
+        "num_position_embeddings": 16,
+        "deepstack_visual_indexes": [],
+    }
+    return {
+        "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+        "model_type": "qwen3_5_moe",
+        "text_config": text,
+        "vision_config": vision,
+        "image_token_id": v - 4,
+        "video_token_id": v - 3,
+        "vision_start_token_id": v - 2,
+        "vision_end_token_id": v - 1,
+        "tie_word_embeddings": False,
+    }
+
+
+GOLDENS = [
+    {
+        "name": "qwen3_moe_hf_bf16",
+        "family": "qwen3_moe",
+        "layout": "hf",
+        "config": _qwen3_moe_cfg(h=64, nh=4, nkv=2, hd=32, moe_i=48, e=8, k=2, v=256, layers=3, norm_topk=False),
+        "notes": "per-expert tensors; norm_topk_prob false (top-k softmax weights NOT renormalised); "
+        "head_dim 32 != hidden/heads 16; moe_intermediate 48",
+    },
+    {
+        "name": "qwen3_moe_mlx_q4",
+        "family": "qwen3_moe",
+        "layout": "mlx",
+        "bits": 4,
+        "group_size": 64,
+        "config": _qwen3_moe_cfg(h=64, nh=4, nkv=2, hd=32, moe_i=64, e=8, k=2, v=256, layers=3, norm_topk=True),
+        "notes": "mlx-lm layout: switch_mlp stacked experts, 4-bit gs64, router mlp.gate 8-bit gs64 via a "
+        "per-module override; embed_tokens and lm_head quantised; norm_topk_prob true",
+    },
+    {
+        "name": "qwen3_next_hf_bf16",
+        "family": "qwen3_next",
+        "layout": "hf",
+        "config": _qwen3_next_cfg(
+            h=64, nh=4, nkv=2, hd=32, nk=2, nv=4, dk=16, dv=24, moe_i=48, sh_i=40, e=8, k=3, v=300, layers=4, interval=4
+        ),
+        "notes": "interleaved in_proj_qkvz/in_proj_ba, per-expert tensors, conv1d [C,1,K], raw zero-centred "
+        "norm weights (random, non-zero), nv=4 != nk=2, dv=24 != dk=16, head_dim 32 != hidden/heads 16, "
+        "moe_intermediate 48, shared 40, vocab 300, top-3 of 8; config.json has no layer_types "
+        "(derive from full_attention_interval)",
+    },
+    {
+        "name": "qwen3_next_mlx_q4",
+        "family": "qwen3_next",
+        "layout": "mlx",
+        "bits": 4,
+        "group_size": 32,
+        "config": _qwen3_next_cfg(
+            h=64, nh=4, nkv=2, hd=32, nk=2, nv=4, dk=16, dv=24, moe_i=64, sh_i=32, e=8, k=3, v=300, layers=4, interval=4
+        ),
+        "notes": "mlx-lm sanitize layout: +1 folded into input/post_attention/final/q/k norms (NOT "
+        "linear_attn.norm), conv1d [C,K,1], switch_mlp stacked experts; 4-bit gs32, bf16 scales/biases; "
+        "mlp.gate and mlp.shared_expert_gate 8-bit gs64 via overrides; embed_tokens and lm_head quantised",
+    },
+    {
+        "name": "qwen3_next_mlx_q8",
+        "family": "qwen3_next",
+        "layout": "mlx",
+        "bits": 8,
+        "group_size": 128,
+        "config": _qwen3_next_cfg(
+            h=128, nh=4, nkv=2, hd=64, nk=2, nv=4, dk=16, dv=32, moe_i=128, sh_i=128, e=4, k=2, v=256, layers=2, interval=2
+        ),
+        "notes": "8-bit gs128 (router and shared_expert_gate override 8-bit gs64); full_attention_interval 2 "
+        "with 2 layers: [linear_attention, full_attention]",
+    },
+    {
+        "name": "qwen3_5_moe_hf_bf16",
+        "family": "qwen3_5_moe",
+        "layout": "hf",
+        "config": _qwen3_5_moe_cfg(h=64, nh=4, nkv=2, hd=32, nk=2, nv=4, dk=16, dv=24, moe_i=48, sh_i=40, e=6, k=2, v=320, layers=4),
+        "f32_tensors": ("A_log",),
+        "notes": "nested config (text_config qwen3_5_moe_text + tiny vision_config), model.language_model. "
+        "prefix, fused experts gate_up_proj [E,2I,H] / down_proj [E,H,I], split GDN projections, top-level "
+        "lm_head.weight, model.visual.* present (must be ignored); A_log stored F32, everything else BF16",
+    },
+    {
+        "name": "qwen3_5_moe_mlx_q4",
+        "family": "qwen3_5_moe",
+        "layout": "mlx",
+        "bits": 4,
+        "group_size": 64,
+        "config": _qwen3_5_moe_cfg(h=64, nh=4, nkv=2, hd=32, nk=2, nv=4, dk=32, dv=16, moe_i=64, sh_i=64, e=8, k=2, v=256, layers=4),
+        "f32_tensors": ("A_log",),
+        "notes": "mlx-lm layout: language_model.model.* / language_model.lm_head, switch_mlp split from the "
+        "fused gate_up_proj, +1 folded norms, conv1d [C,K,1], vision tower dropped; 4-bit gs64, "
+        "mlp.gate / mlp.shared_expert_gate 8-bit gs64 overrides keyed by language_model.model.layers.N...; "
+        "A_log kept F32 (mlx-lm cast_predicate)",
+    },
+]
+
+# ----------------------------------------------------------------------------------------------
+# Random weights (keyed by in-memory parameter name, independent of transformers' init order)
+# ----------------------------------------------------------------------------------------------
+
+
+def _rng_for(golden: str, name: str) -> np.random.Generator:
+    h = hashlib.sha256(f"{MASTER_SEED}/{golden}/{name}".encode()).digest()
+    return np.random.default_rng(int.from_bytes(h[:8], "little"))
+
+
+def draw_param(golden: str, family: str, name: str, shape: tuple, current: np.ndarray) -> np.ndarray:
+    """Initialisation chosen so activations stay O(1) and logits have std ~1."""
+    r = _rng_for(golden, name)
+    if ".visual." in name or name.startswith("model.visual") or name.startswith("visual"):
+        return current.astype(np.float32)  # vision tower: transformers' seeded init, never used for text
+    if name.endswith("A_log"):
+        return np.log(r.uniform(0.05, 2.0, size=shape)).astype(np.float32)
+    if name.endswith("dt_bias"):
+        return r.uniform(-3.0, 0.5, size=shape).astype(np.float32)
+    if "conv1d.weight" in name:
+        return r.normal(0.0, 0.5, size=shape).astype(np.float32)
+    if len(shape) == 1:  # norm weights
+        zero_centred = family in ("qwen3_next", "qwen3_5_moe") and "linear_attn.norm" not in name
+        off = r.uniform(-0.4, 0.4, size=shape)
+        return (off if zero_centred else 1.0 + off).astype(np.float32)
+    if name.endswith("embed_tokens.weight"):
+        return r.normal(0.0, 1.0, size=shape).astype(np.float32)
+    # Linear / expert weights: last axis is the input axis.
+    return r.normal(0.0, 1.0 / np.sqrt(shape[-1]), size=shape).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------------------------
+# Layout conversions. "mem" = transformers' in-memory parameter names; "hf" = the real HF
+# checkpoint layout; "mlx" = what mlx-lm's sanitize + quantize writes.
+# ----------------------------------------------------------------------------------------------
+
+_FUSED_RE = re.compile(r"^(.*\.mlp\.experts)\.(gate_up_proj|down_proj)$")
+_PER_EXPERT_RE = re.compile(r"^(.*\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+
+
+def mem_to_hf(family: str, mem: dict) -> dict:
+    """In-memory f32 params -> HF checkpoint names (f32, not yet rounded)."""
+    out = {}
+    for n, a in mem.items():
+        m = _FUSED_RE.match(n)
+        if m and family in ("qwen3_moe", "qwen3_next"):
+            base, kind = m.groups()
+            if kind == "gate_up_proj":
+                i = a.shape[1] // 2
+                for e in range(a.shape[0]):
+                    out[f"{base}.{e}.gate_proj.weight"] = a[e, :i]
+                    out[f"{base}.{e}.up_proj.weight"] = a[e, i:]
+            else:
+                for e in range(a.shape[0]):
+                    out[f"{base}.{e}.down_proj.weight"] = a[e]
+        else:
+            out[n] = a
+    return out
+
+
+def hf_to_mem(family: str, hf: dict, mem_names: set) -> dict:
+    """Inverse of mem_to_hf (what a loader of the real HF layout does)."""
+    out, groups = {}, {}
+    for n, a in hf.items():
+        m = _PER_EXPERT_RE.match(n)
+        if m and f"{m.group(1)}.gate_up_proj" in mem_names:
+            base, e, kind = m.groups()
+            groups.setdefault(base, {}).setdefault(kind, {})[int(e)] = a
+        else:
+            out[n] = a
+    for base, kinds in groups.items():
+        ne = len(kinds["gate_proj"])
+        out[f"{base}.gate_up_proj"] = np.stack(
+            [np.concatenate([kinds["gate_proj"][e], kinds["up_proj"][e]], axis=0) for e in range(ne)]
+        )
+        out[f"{base}.down_proj"] = np.stack([kinds["down_proj"][e] for e in range(ne)])
+    return out
+
+
+def hf_to_mlx_names(family: str, hf: dict) -> dict:
+    """HF checkpoint (bf16-representable f32 values) -> unquantised mlx-lm tensors (f32 values that
+    are then rounded to bf16 exactly as mlx-lm's sanitize does in bf16)."""
+    out, stacks = {}, {}
+    for n, a in hf.items():
+        if family == "qwen3_5_moe":
+            if n.startswith("model.visual.") or n.startswith("mtp."):
+                continue
+            if n.startswith("model.language_model."):
+                n = "language_model.model." + n[len("model.language_model.") :]
+            elif n.startswith("lm_head."):
+                n = "language_model." + n
+        m = _PER_EXPERT_RE.match(n)
+        if m:
+            base, e, kind = m.groups()
+            stacks.setdefault((base, kind), {})[int(e)] = a
+            continue
+        m = _FUSED_RE.match(n)
+        if m:
+            base, kind = m.groups()
+            sw = base[: -len(".experts")] + ".switch_mlp"
+            if kind == "gate_up_proj":
+                i = a.shape[-2] // 2
+                out[f"{sw}.gate_proj.weight"] = a[:, :i, :]
+                out[f"{sw}.up_proj.weight"] = a[:, i:, :]
+            else:
+                out[f"{sw}.down_proj.weight"] = a
+            continue
+        if n.endswith("conv1d.weight"):
+            a = np.ascontiguousarray(np.moveaxis(a, 2, 1))  # [C,1,K] -> [C,K,1]
+        if family in ("qwen3_next", "qwen3_5_moe") and n.endswith(_ZC_NORM_SUFFIXES):
+            a = round_bf16(a + np.float32(1.0))  # sanitize adds 1.0 to the bf16 tensor
+        out[n] = a
+    for (base, kind), d in stacks.items():
+        sw = base[: -len(".experts")] + ".switch_mlp"
+        out[f"{sw}.{kind}.weight"] = np.stack([d[e] for e in range(len(d))])
+    return out
+
+
+def mlx_to_hf_names(family: str, mlx: dict) -> dict:
+    """Inverse of hf_to_mlx_names (f32 values; quantised tensors already dequantised)."""
+    out = {}
+    for n, a in mlx.items():
+        if family in ("qwen3_next", "qwen3_5_moe") and n.endswith(_ZC_NORM_SUFFIXES):
+            a = (a - np.float32(1.0)).astype(np.float32)
+        if n.endswith("conv1d.weight"):
+            a = np.ascontiguousarray(np.moveaxis(a, 1, 2))
+        m = re.match(r"^(.*\.mlp)\.switch_mlp\.(gate_proj|up_proj|down_proj)\.weight$", n)
+        if m:
+            base, kind = m.groups()
+            if family == "qwen3_5_moe":
+                out.setdefault(("fused", base), {})[kind] = a
+            else:
+                for e in range(a.shape[0]):
+                    out[f"{base}.experts.{e}.{kind}.weight"] = a[e]
+            continue
+        out[n] = a
+    res = {}
+    for k, v in out.items():
+        if isinstance(k, tuple):
+            base = k[1]
+            res[f"{base}.experts.gate_up_proj"] = np.concatenate([v["gate_proj"], v["up_proj"]], axis=1)
+            res[f"{base}.experts.down_proj"] = v["down_proj"]
+        else:
+            res[k] = v
+    if family == "qwen3_5_moe":
+        res2 = {}
+        for n, a in res.items():
+            if n.startswith("language_model.model."):
+                n = "model.language_model." + n[len("language_model.model.") :]
+            elif n.startswith("language_model.lm_head."):
+                n = n[len("language_model.") :]
+            res2[n] = a
+        res = res2
+    return res
+
+
+def mlx_quant_override(family: str, name: str):
+    """mlx-lm quant_predicate: the router (and the shared-expert gate) stay at 8-bit gs64."""
+    if name.endswith("mlp.gate.weight"):
+        return {"group_size": 64, "bits": 8}
+    if family in ("qwen3_next", "qwen3_5_moe") and name.endswith("mlp.shared_expert_gate.weight"):
+        return {"group_size": 64, "bits": 8}
+    return None
+
+
+def build_mlx_checkpoint(family: str, mlx: dict, bits: int, gs: int, f32_tensors) -> tuple[dict, dict]:
+    """Quantise every Linear/Embedding/SwitchLinear weight (2-D or 3-D '.weight', not conv1d) whose
+    input dim divides the group size. Returns (stored tensors, quantization block)."""
+    stored, qblock = {}, {"group_size": gs, "bits": bits, "mode": "affine"}
+    for n in sorted(mlx):
+        a = mlx[n]
+        quantisable = n.endswith(".weight") and a.ndim in (2, 3) and "conv1d" not in n
+        if quantisable:
+            ov = mlx_quant_override(family, n)
+            b, g = (ov["bits"], ov["group_size"]) if ov else (bits, gs)
+            if a.shape[-1] % g == 0:
+                path = n[: -len(".weight")]
+                w, s, bi = mlx_affine_quantize(round_bf16(a), b, g)
+                stored[path + ".weight"] = ("U32", w)
+                stored[path + ".scales"] = ("BF16", s)
+                stored[path + ".biases"] = ("BF16", bi)
+                if ov:
+                    qblock[path] = dict(ov)
+                continue
+            raise ValueError(f"[make_goldens] {n}: last dim {a.shape[-1]} not divisible by group size {g}")
+        if any(n.endswith(t) for t in f32_tensors):
+            stored[n] = ("F32", a.astype(np.float32))
+        else:
+            stored[n] = ("BF16", f32_to_bf16_bits(a))
+    return stored, qblock
+
+
+def read_mlx_checkpoint(stored: dict, qblock: dict) -> dict:
+    """Independent reader: dequantise (w = s*q + b in f32), bf16 -> f32."""
+    out = {}
+    for n, (dt, a) in stored.items():
+        if n.endswith(".scales") or n.endswith(".biases"):
+            continue
+        if n.endswith(".weight") and (n[: -len(".weight")] + ".scales") in stored:
+            path = n[: -len(".weight")]
+            ov = qblock.get(path, {})
+            bits, gs = ov.get("bits", qblock["bits"]), ov.get("group_size", qblock["group_size"])
+            out[n] = mlx_dequantize(a, stored[path + ".scales"][1], stored[path + ".biases"][1], bits, gs)
+        elif dt == "BF16":
+            out[n] = bf16_bits_to_f32(a)
+        else:
+            out[n] = a.astype(np.float32)
+    return out
+
+
+def build_hf_checkpoint(hf: dict, f32_tensors) -> dict:
+    stored = {}
+    for n, a in hf.items():
+        if any(n.endswith(t) for t in f32_tensors):
+            stored[n] = ("F32", np.ascontiguousarray(a, dtype=np.float32))
+        else:
+            stored[n] = ("BF16", f32_to_bf16_bits(a))
+    return stored
+
+
+def read_hf_checkpoint(stored: dict) -> dict:
+    return {n: (bf16_bits_to_f32(a) if dt == "BF16" else a.astype(np.float32)) for n, (dt, a) in stored.items()}
+
+
+# ----------------------------------------------------------------------------------------------
+# transformers side
+# ----------------------------------------------------------------------------------------------
+
+_GDN_FUNCS = (
+    "torch_chunk_gated_delta_rule",
+    "torch_recurrent_gated_delta_rule",
+    "chunk_gated_delta_rule",
+    "fused_recurrent_gated_delta_rule",
+    "causal_conv1d_fn",
+    "causal_conv1d_update",
+    "torch_causal_conv1d_update",
+    "torch_causal_conv1d_fn",
+)
+_FAST_NAMES = ("chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule", "causal_conv1d_fn", "causal_conv1d_update")
+
+
+class CallCounter:
+    def __init__(self):
+        self.calls = {}
+
+    def wrap(self, label, fn):
+        def wrapped(*a, **k):
+            rec = self.calls.setdefault(label, {"calls": 0, "seq_lens": []})
+            rec["calls"] += 1
+            x = a[0] if a else next(iter(k.values()))
+            try:
+                sl = int(x.shape[1]) if "conv" not in label else int(x.shape[-1])
+                if sl not in rec["seq_lens"]:
+                    rec["seq_lens"].append(sl)
+            except Exception:  # noqa: BLE001 - shape probing is best effort
+                pass
+            return fn(*a, **k)
+
+        wrapped.__wrapped__ = fn
+        return wrapped
+
+
+def force_torch_gdn(family: str, counter: CallCounter) -> dict:
+    """Disable FLA / causal-conv1d before the model is built and count calls into the GDN functions.
+    Returns a description of what was changed."""
+    import importlib
+
+    changed = {}
+    mod_names = {
+        "qwen3_next": ["transformers.models.qwen3_next.modeling_qwen3_next"],
+        "qwen3_5_moe": ["transformers.models.qwen3_5_moe.modeling_qwen3_5_moe"],
+    }.get(family, [])
+    for mn in mod_names:
+        mod = importlib.import_module(mn)
+        for fn_name in _GDN_FUNCS:
+            if not hasattr(mod, fn_name):
+                continue
+            f = getattr(mod, fn_name)
+            if fn_name in _FAST_NAMES and f is not None and fn_name not in ("causal_conv1d_fn", "causal_conv1d_update"):
+                changed[f"{mn}.{fn_name}"] = f"was {getattr(f, '__module__', '?')}.{getattr(f, '__name__', '?')}; set None"
+                setattr(mod, fn_name, None)
+                continue
+            if fn_name in ("causal_conv1d_fn", "causal_conv1d_update") and f is not None:
+                src = getattr(f, "__module__", "") or ""
+                if src.startswith("causal_conv1d"):
+                    changed[f"{mn}.{fn_name}"] = f"was {src}; set None"
+                    setattr(mod, fn_name, None)
+                    continue
+            if f is not None:
+                setattr(mod, fn_name, counter.wrap(fn_name, f))
+        if hasattr(mod, "is_fast_path_available"):
+            changed[f"{mn}.is_fast_path_available"] = str(getattr(mod, "is_fast_path_available"))
+            mod.is_fast_path_available = False
+        if hasattr(mod, "FusedRMSNormGated") and getattr(mod, "FusedRMSNormGated") is not None:
+            changed[f"{mn}.FusedRMSNormGated"] = "set None"
+            mod.FusedRMSNormGated = None
+    return changed
+
+
+def rewire_gdn_modules(model, counter: CallCounter) -> list:
+    """Modules that captured the kernels as attributes at __init__ (Qwen3-Next style): point them at the
+    counted torch fallbacks."""
+    import importlib
+
+    notes = []
+    for name, m in model.named_modules():
+        if not type(m).__name__.endswith("GatedDeltaNet"):
+            continue
+        mod = importlib.import_module(type(m).__module__)
+        for attr, fallback in (
+            ("chunk_gated_delta_rule", "torch_chunk_gated_delta_rule"),
+            ("recurrent_gated_delta_rule", "torch_recurrent_gated_delta_rule"),
+            ("causal_conv1d_update", "torch_causal_conv1d_update"),
+        ):
+            if hasattr(m, attr) and hasattr(mod, fallback):
+                setattr(m, attr, getattr(mod, fallback))
+        if hasattr(m, "causal_conv1d_fn"):
+            m.causal_conv1d_fn = None
+        notes.append(f"{name}: {type(m).__name__} norm={type(m.norm).__name__}")
+    return notes
+
+
+def make_config(golden: dict):
+    from transformers import AutoConfig
+
+    d = json.loads(json.dumps(golden["config"]))
+    d.pop("architectures", None)
+    mt = d.pop("model_type")
+    d.pop("torch_dtype", None)
+    cfg = AutoConfig.for_model(mt, **d)
+    return cfg
+
+
+def check_config(golden: dict, cfg) -> list:
+    """The written config.json must describe the model that is run: compare the values that matter."""
+    errs = []
+    d = golden["config"]
+    tc = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    src = d.get("text_config", d)
+    for k in (
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "num_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "vocab_size",
+        "linear_num_key_heads",
+        "linear_num_value_heads",
+        "linear_key_head_dim",
+        "linear_value_head_dim",
+        "shared_expert_intermediate_size",
+        "norm_topk_prob",
+    ):
+        if k in src and getattr(tc, k, None) != src[k]:
+            errs.append(f"{k}: config.json {src[k]} vs model {getattr(tc, k, None)}")
+    rp = getattr(tc, "rope_parameters", None) or {}
+    theta = src.get("rope_theta", src.get("rope_parameters", {}).get("rope_theta"))
+    prf = src.get("partial_rotary_factor", src.get("rope_parameters", {}).get("partial_rotary_factor", 1.0))
+    got_theta = rp.get("rope_theta", getattr(tc, "rope_theta", None))
+    got_prf = rp.get("partial_rotary_factor", getattr(tc, "partial_rotary_factor", 1.0))
+    if got_theta != theta:
+        errs.append(f"rope_theta: config.json {theta} vs model {got_theta}")
+    if abs(float(got_prf or 1.0) - float(prf)) > 0:
+        errs.append(f"partial_rotary_factor: config.json {prf} vs model {got_prf}")
+    if getattr(tc, "tie_word_embeddings", False):
+        errs.append("tie_word_embeddings is true in the model config")
+    return errs
+
+
+def build_model(golden: dict, cfg):
+    import torch
+    import transformers
+
+    torch.manual_seed(MASTER_SEED)
+    fam = golden["family"]
+    if fam == "qwen3_5_moe":
+        cls = transformers.Qwen3_5MoeForConditionalGeneration
+    elif fam == "qwen3_next":
+        cls = transformers.Qwen3NextForCausalLM
+    else:
+        cls = transformers.Qwen3MoeForCausalLM
+    for c in (cfg, getattr(cfg, "text_config", None)):
+        if c is not None:
+            try:
+                c._attn_implementation = "eager"
+            except Exception:  # noqa: BLE001
+                pass
+    model = cls(cfg).to(torch.float32).eval()
+    return model
+
+
+def capture_decoder_layers(model):
+    layers = []
+    for name, m in model.named_modules():
+        if type(m).__name__.endswith("DecoderLayer") and "visual" not in name and "mtp" not in name:
+            layers.append((name, m))
+    return layers
+
+
+def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
+    import torch
+    from transformers import GenerationConfig
+
+    name, fam, layout = golden["name"], golden["family"], golden["layout"]
+    gdir = os.path.join(out_dir, name)
+    os.makedirs(gdir, exist_ok=True)
+    t0 = time.time()
+    counter = CallCounter()
+    changed = force_torch_gdn(fam, counter)
+    cfg = make_config(golden)
+    cfg_errs = check_config(golden, cfg)
+    if cfg_errs:
+        raise RuntimeError(f"[make_goldens] {name}: config mismatch: {cfg_errs}")
+    model = build_model(golden, cfg)
+    gdn_modules = rewire_gdn_modules(model, counter)
+
+    params = dict(model.named_parameters())
+    mem_names = set(params)
+    mem = {n: draw_param(name, fam, n, tuple(p.shape), p.detach().cpu().float().numpy()) for n, p in params.items()}
+    hf = mem_to_hf(fam, mem)
+    f32_tensors = golden.get("f32_tensors", ())
+
+    if layout == "hf":  # qwen3_5_moe: the in-memory names are the checkpoint names
+        stored = build_hf_checkpoint(hf, f32_tensors)
+        back_hf = read_hf_checkpoint(stored)
+        meta = {"format": "pt"}
+        qblock = None
+    else:
+        hf_rounded = {n: (a if any(n.endswith(t) for t in f32_tensors) else round_bf16(a)) for n, a in hf.items()}
+        mlx = hf_to_mlx_names(fam, hf_rounded)
+        stored, qblock = build_mlx_checkpoint(fam, mlx, golden["bits"], golden["group_size"], f32_tensors)
+        back_hf = mlx_to_hf_names(fam, read_mlx_checkpoint(stored, qblock))
+        meta = {"format": "mlx"}
+    back_mem = hf_to_mem(fam, back_hf, mem_names)
+    missing = sorted(n for n in mem_names if n not in back_mem and ".visual." not in n and not n.startswith("model.visual"))
+    extra = sorted(n for n in back_mem if n not in mem_names)
+    if missing or extra:
+        raise RuntimeError(f"[make_goldens] {name}: layout round trip: missing {missing[:8]} extra {extra[:8]}")
+    sd = model.state_dict()
+    for n in list(sd):
+        if n in back_mem:
+            assert tuple(sd[n].shape) == back_mem[n].shape, (n, tuple(sd[n].shape), back_mem[n].shape)
+            sd[n] = torch.from_numpy(np.ascontiguousarray(back_mem[n]))
+        elif n in mem:
+            sd[n] = torch.from_numpy(np.ascontiguousarray(mem[n]))
+    model.load_state_dict(sd, strict=True)
+
+    # config.json
+    cfg_json = json.loads(json.dumps(golden["config"]))
+    if layout == "mlx":
+        cfg_json["quantization"] = qblock
+        cfg_json["quantization_config"] = dict(qblock)
+        cfg_json = dict(sorted(cfg_json.items()))
+    with open(os.path.join(gdir, "config.json"), "w") as f:
+        json.dump(cfg_json, f, indent=4 if layout == "mlx" else 2)
+        f.write("\n")
+    write_safetensors(os.path.join(gdir, "model.safetensors"), stored, meta)
+
+    # reference run
+    V = cfg.get_text_config().vocab_size if hasattr(cfg, "get_text_config") else cfg.vocab_size
+    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(f"{MASTER_SEED}/{name}/prompt".encode()).digest()[:8], "little"))
+    ids = rng.integers(0, V - 8, size=PROMPT_LEN).astype(np.int64)  # keep clear of the vision ids
+    input_ids = torch.from_numpy(ids)[None]
+    hidden = {}
+    hooks = []
+    for li, (lname, layer) in enumerate(capture_decoder_layers(model)):
+
+        def hook(_m, _inp, out, li=li):
+            hidden[li] = (out[0] if isinstance(out, tuple) else out).detach()[0].float().numpy().copy()
+
+        hooks.append(layer.register_forward_hook(hook))
+    router_logits = []  # the TopKRouter modules return (router_logits (pre-softmax), scores, indices)
+
+    def rhook(_m, _inp, out):
+        t = out[0] if isinstance(out, tuple) else out
+        router_logits.append(t.detach().float().reshape(-1, t.shape[-1]).numpy().copy())
+
+    for n, m in model.named_modules():
+        if n.endswith("mlp.gate") and "visual" not in n:
+            hooks.append(m.register_forward_hook(rhook))
+    with torch.no_grad():
+        out = model(input_ids=input_ids, use_cache=False)
+    for h in hooks[: len(hidden)]:
+        h.remove()
+    logits = out.logits[0].float().numpy().copy()
+    prefill_calls = json.loads(json.dumps(counter.calls))
+
+    # greedy decode with the cache (generate: prefill then one token per step)
+    counter.calls.clear()
+    gen_cfg = GenerationConfig(
+        do_sample=False, max_new_tokens=N_GREEDY, eos_token_id=None, pad_token_id=0,
+        bos_token_id=None, use_cache=True, num_beams=1, repetition_penalty=1.0, temperature=None, top_p=None, top_k=None,
+    )
+    # generate() merges its arguments over model.generation_config (which carries the config's eos id):
+    # replace it so no eos can stop the 12 steps early.
+    model.generation_config = gen_cfg
+    with torch.no_grad():
+        g = model.generate(
+            input_ids=input_ids, attention_mask=torch.ones_like(input_ids), output_logits=True,
+            return_dict_in_generate=True,
+        )
+    decode_calls = json.loads(json.dumps(counter.calls))
+    for h in hooks:
+        h.remove()
+    greedy_ids = g.sequences[0, PROMPT_LEN:].numpy().astype(np.int32)
+    greedy_logits = torch.stack([x[0] for x in g.logits]).float().numpy()
+    assert greedy_ids.shape == (N_GREEDY,), greedy_ids.shape
+    argmax_ok = bool((greedy_logits.argmax(-1) == greedy_ids).all())
+    # cross-check: full forward (no cache) over prompt + greedy tokens reproduces the decode logits
+    full_ids = torch.cat([input_ids, torch.from_numpy(greedy_ids.astype(np.int64))[None, :-1]], dim=1)
+    with torch.no_grad():
+        full = model(input_ids=full_ids, use_cache=False).logits[0].float().numpy()
+    dec_vs_full = float(np.abs(full[PROMPT_LEN - 1 :] - greedy_logits).max())
+    prefill_vs_gen0 = float(np.abs(logits[-1] - greedy_logits[0]).max())
+
+    # margins (how fragile the golden is to rounding)
+    srt = np.sort(greedy_logits, axis=-1)
+    min_greedy_margin = float((srt[:, -1] - srt[:, -2]).min())
+    k = cfg.get_text_config().num_experts_per_tok if hasattr(cfg, "get_text_config") else cfg.num_experts_per_tok
+    try:
+        margins = []
+        for p in router_logits[: len(capture_decoder_layers(model))]:
+            ps = np.sort(p, axis=-1)[:, ::-1]
+            margins.append(float((ps[:, k - 1] - ps[:, k]).min()))
+        min_router_margin = min(margins) if margins else None
+    except Exception as e:  # noqa: BLE001 - diagnostic only
+        min_router_margin = f"unavailable: {e}"
+
+    # round trip through from_pretrained for HF layouts: proves the file is what transformers loads
+    roundtrip = None
+    if layout == "hf":
+        try:
+            cls = type(model)
+            m2, info = cls.from_pretrained(gdir, torch_dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
+            rewire_gdn_modules(m2, CallCounter())
+            m2.eval()
+            with torch.no_grad():
+                l2 = m2(input_ids=input_ids, use_cache=False).logits[0].float().numpy()
+            roundtrip = {
+                "max_abs_logit_diff": float(np.abs(l2 - logits).max()),
+                "missing_keys": sorted(info.get("missing_keys", []))[:20],
+                "unexpected_keys": sorted(info.get("unexpected_keys", []))[:20],
+                "mismatched_keys": [str(x) for x in info.get("mismatched_keys", [])][:20],
+            }
+        except Exception as e:  # noqa: BLE001
+            roundtrip = {"error": f"{type(e).__name__}: {e}"}
+
+    tensors = {
+        "input_ids": ("I32", ids.astype(np.int32)),
+        "logits": ("F32", logits.astype(np.float32)),
+        "greedy_ids": ("I32", greedy_ids),
+        "greedy_logits": ("F32", greedy_logits.astype(np.float32)),
+    }
+    for li in sorted(hidden):
+        tensors[f"hidden_{li}"] = ("F32", hidden[li].astype(np.float32))
+    write_safetensors(os.path.join(gdir, "golden.safetensors"), tensors, {"format": "pt"})
+
+    chunk_ran = "torch_chunk_gated_delta_rule" in prefill_calls
+    rec_ran = "torch_recurrent_gated_delta_rule" in decode_calls
+    fast_ran = any(k in prefill_calls or k in decode_calls for k in ("chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"))
+    info = {
+        "name": name,
+        "family": fam,
+        "layout": layout,
+        "bits": golden.get("bits", 16),
+        "group_size": golden.get("group_size"),
+        "quantization": qblock,
+        "weight_dtype": "bf16" if layout == "hf" else f"mlx affine {golden['bits']}-bit gs{golden['group_size']}, bf16 scales/biases",
+        "f32_tensors": list(f32_tensors),
+        "prompt_len": PROMPT_LEN,
+        "n_greedy": N_GREEDY,
+        "vocab_size": int(V),
+        "num_decoder_layers": len(hidden),
+        "reference": "transformers float32 on CPU, eager attention; weights = exact values stored in "
+        "model.safetensors (bf16 -> f32; MLX: w = f32(scale)*q + f32(bias); +1 folded norms read back as w-1)",
+        "model_class": type(model).__name__,
+        "experts_implementation": str(getattr(cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg, "_experts_implementation", None)),
+        "attn_implementation": str(getattr(cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg, "_attn_implementation", None)),
+        "versions": versions,
+        "gdn_path": None
+        if fam == "qwen3_moe"
+        else {
+            "prefill": "torch_chunk_gated_delta_rule" if chunk_ran and not fast_ran else "UNKNOWN",
+            "decode": "torch_recurrent_gated_delta_rule" if rec_ran and not fast_ran else "UNKNOWN",
+            "prefill_calls": prefill_calls,
+            "decode_calls": decode_calls,
+            "patched": changed,
+            "modules": gdn_modules,
+        },
+        "checks": {
+            "greedy_argmax_consistent": argmax_ok,
+            "decode_vs_full_forward_max_abs_diff": dec_vs_full,
+            "prefill_last_vs_generate_first_max_abs_diff": prefill_vs_gen0,
+            "min_greedy_top2_margin": min_greedy_margin,
+            "min_router_topk_logit_margin": min_router_margin,
+            "logits_std": float(logits.std()),
+            "from_pretrained_roundtrip": roundtrip,
+        },
+        "seconds": round(time.time() - t0, 2),
+        "notes": golden["notes"]
+        + ". greedy_logits[0] is the last prefill row (from generate's prefill); rows 1..11 come from "
+        "single-token decode steps with the cache.",
+    }
+    with open(os.path.join(gdir, "golden.json"), "w") as f:
+        json.dump(info, f, indent=2)
+        f.write("\n")
+    return info
+
+
+def versions_info() -> dict:
+    import torch
+    import transformers
+
+    v = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__, "numpy": np.__version__}
+    for mod in ("fla", "causal_conv1d", "kernels", "safetensors"):
+        try:
+            m = __import__(mod)
+            v[mod] = getattr(m, "__version__", "present")
+        except Exception:  # noqa: BLE001
+            v[mod] = None
+    return v
+
+
+def dump_sources(dst: str) -> None:
+    import transformers
+
+    root = os.path.dirname(transformers.__file__)
+    os.makedirs(dst, exist_ok=True)
+    for fam in ("qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5", "qwen2_moe", "qwen3_vl_moe", "qwen3_vl"):
+        d = os.path.join(root, "models", fam)
+        if not os.path.isdir(d):
+            continue
+        for fn in os.listdir(d):
+            if fn.startswith(("modeling_", "configuration_", "modular_")) and fn.endswith(".py"):
+                shutil.copy(os.path.join(d, fn), os.path.join(dst, fn))
+    for rel in ("conversion_mapping.py", "modeling_rope_utils.py", "integrations/moe.py", "integrations/hub_kernels.py", "core_model_loading.py"):
+        p = os.path.join(root, rel)
+        if os.path.exists(p):
+            shutil.copy(p, os.path.join(dst, rel.replace("/", "__")))
+
+
+# ----------------------------------------------------------------------------------------------
+# numpy-only self test (runs anywhere)
+# ----------------------------------------------------------------------------------------------
+
+
+def selftest() -> int:
+    import tempfile
+
+    rng = np.random.default_rng(1)
+    fails = 0
+    # bf16 rounding: round-to-nearest-even on ties
+    x = np.array([1.0, 1.0 + 2**-8, 1.0 + 3 * 2**-8, -2.5, 3.0e-3], dtype=np.float32)
+    r = round_bf16(x)
+    exp = np.array([1.0, 1.0, 1.0 + 4 * 2**-8, -2.5, round(3.0e-3 * 2**16) / 2**16], dtype=np.float32)
+    if not np.allclose(r[:4], exp[:4], atol=0, rtol=0):
+        print("FAIL bf16 rounding", r, exp)
+        fails += 1
+    for bits, gs in ((4, 32), (4, 64), (8, 64), (8, 128), (2, 32)):
+        w = round_bf16(rng.normal(0, 0.1, size=(3, 5, 256)).astype(np.float32))
+        pk, s, b = mlx_affine_quantize(w, bits, gs)
+        if pk.shape != (3, 5, 256 * bits // 32) or s.shape != (3, 5, 256 // gs):
+            print("FAIL shapes", bits, gs, pk.shape, s.shape)
+            fails += 1
+        # independent unpack of element (r, i): word i//per, shift bits*(i%per)
+        per = 32 // bits
+        for i in (0, 1, per - 1, per, 255):
+            q_ref = (int(pk[1, 2, i // per]) >> (bits * (i % per))) & ((1 << bits) - 1)
+            if unpack_codes(pk, bits)[1, 2, i] != q_ref:
+                print("FAIL unpack", bits, i)
+                fails += 1
+        deq = mlx_dequantize(pk, s, b, bits, gs)
+        # MLX makes the larger-magnitude edge exact (s = edge/round(edge/s)), which can shrink the step
+        # and clip the other edge: the error bound is ~1 step, not half a step.
+        err = np.abs(deq - w)
+        step = np.repeat(np.abs(bf16_bits_to_f32(s)), gs, axis=-1)
+        if not (err <= 1.5 * step + 1e-6).all():
+            print(f"FAIL quant error bits={bits} gs={gs}: {(err / step).max()} steps")
+            fails += 1
+        # the edge with the larger magnitude is reproduced up to bf16 rounding of the bias
+        g = w.reshape(3, 5, 256 // gs, gs)
+        edge = np.where(np.abs(g.min(-1)) > np.abs(g.max(-1)), g.min(-1), g.max(-1))
+        if not np.allclose(bf16_bits_to_f32(b), round_bf16(edge), rtol=0, atol=0):
+            print(f"FAIL bias != edge bits={bits}")
+            fails += 1
+    # safetensors round trip
+    with tempfile.TemporaryDirectory() as td:
+        p = os.path.join(td, "t.safetensors")
+        t = {"a": ("F32", rng.normal(size=(2, 3)).astype(np.float32)), "b": ("U32", np.arange(6, dtype=np.uint32).reshape(3, 2)),
+             "c": ("BF16", f32_to_bf16_bits(np.ones((5,), np.float32))), "d": ("I32", np.array([7, -1], np.int32))}
+        write_safetensors(p, t, {"format": "mlx"})
+        back, meta = read_safetensors(p)
+        with open(p, "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+        if n % 8 or meta != {"format": "mlx"} or any(not np.array_equal(back[k][1], t[k][1]) or back[k][0] != t[k][0] for k in t):
+            print("FAIL safetensors round trip")
+            fails += 1
+    # layout round trips on synthetic in-memory dicts
+    for fam in ("qwen3_moe", "qwen3_next", "qwen3_5_moe"):
+        pre = "model.language_model." if fam == "qwen3_5_moe" else "model."
+        mem = {
+            f"{pre}embed_tokens.weight": rng.normal(size=(32, 64)).astype(np.float32),
+            f"{pre}norm.weight": rng.normal(size=(64,)).astype(np.float32) * 0.1,
+            f"{pre}layers.0.input_layernorm.weight": rng.normal(size=(64,)).astype(np.float32) * 0.1,
+            f"{pre}layers.0.self_attn.q_norm.weight": rng.normal(size=(16,)).astype(np.float32) * 0.1,
+            f"{pre}layers.0.linear_attn.norm.weight": 1 + rng.normal(size=(8,)).astype(np.float32) * 0.1,
+            f"{pre}layers.0.linear_attn.conv1d.weight": rng.normal(size=(40, 1, 4)).astype(np.float32),
+            f"{pre}layers.0.linear_attn.A_log": rng.normal(size=(4,)).astype(np.float32),
+            f"{pre}layers.0.mlp.gate.weight": rng.normal(size=(4, 64)).astype(np.float32),
+            f"{pre}layers.0.mlp.experts.gate_up_proj": rng.normal(size=(4, 2 * 64, 64)).astype(np.float32),
+            f"{pre}layers.0.mlp.experts.down_proj": rng.normal(size=(4, 64, 64)).astype(np.float32),
+            "lm_head.weight": rng.normal(size=(32, 64)).astype(np.float32),
+        }
+        if fam == "qwen3_5_moe":
+            mem["model.visual.blocks.0.attn.qkv.weight"] = rng.normal(size=(96, 32)).astype(np.float32)
+        hf = mem_to_hf(fam, mem)
+        if fam != "qwen3_5_moe" and f"{pre}layers.0.mlp.experts.3.up_proj.weight" not in hf:
+            print("FAIL per-expert split", fam)
+            fails += 1
+        f32t = ("A_log",)
+        hf_r = {n: (a if n.endswith("A_log") else round_bf16(a)) for n, a in hf.items()}
+        mlx = hf_to_mlx_names(fam, hf_r)
+        if fam == "qwen3_5_moe" and "language_model.lm_head.weight" not in mlx:
+            print("FAIL q35 names", sorted(mlx)[:5])
+            fails += 1
+        if any(".visual." in n for n in mlx):
+            print("FAIL visual not dropped")
+            fails += 1
+        for bits, gs in ((4, 64), (8, 64)):
+            stored, qb = build_mlx_checkpoint(fam, mlx, bits, gs, f32t)
+            back = hf_to_mem(fam, mlx_to_hf_names(fam, read_mlx_checkpoint(stored, qb)), set(mem))
+            for n in mem:
+                if ".visual." in n:
+                    continue
+                ref = hf_r.get(n)
+                if ref is None:  # fused in memory (qwen3_5_moe)
+                    ref = hf_to_mem(fam, hf_r, set(mem))[n]
+                if fam != "qwen3_moe" and n.endswith(_ZC_NORM_SUFFIXES):
+                    ref = round_bf16(ref + np.float32(1)) - np.float32(1)  # the folded +1 is rounded
+                exact = mem[n].ndim == 1 or "conv1d" in n or n.endswith("A_log")
+                tol = 0.0 if exact else 1.5 * 2.0 / ((1 << (8 if n.endswith("mlp.gate.weight") else bits)) - 1)
+                err = np.abs(back[n] - ref).max() / (np.abs(ref).max() + 1e-9)
+                if err > tol:
+                    print(f"FAIL mlx round trip {fam} {n} bits={bits}: rel err {err}")
+                    fails += 1
+            gate = [k for k in qb if k.endswith("mlp.gate")]
+            if len(gate) != 1 or qb[gate[0]] != {"group_size": 64, "bits": 8}:
+                print("FAIL router override", fam, qb)
+                fails += 1
+            if fam == "qwen3_5_moe" and not gate[0].startswith("language_model.model.layers.0"):
+                print("FAIL q35 override path", gate)
+                fails += 1
+            sw = [k for k in stored if "switch_mlp.gate_proj.weight" in k]
+            if len(sw) != 1 or stored[sw[0]][1].shape != (4, 64, 64 * bits // 32):
+                print("FAIL switch_mlp", fam, sw, [stored[k][1].shape for k in sw])
+                fails += 1
+            conv = [k for k in stored if k.endswith("conv1d.weight")][0]
+            if stored[conv][1].shape != (40, 4, 1):
+                print("FAIL conv layout", stored[conv][1].shape)
+                fails += 1
+            nrm = [k for k in stored if k.endswith("layers.0.input_layernorm.weight")][0]
+            exp_n = round_bf16(hf_r[f"{pre}layers.0.input_layernorm.weight"] + (1.0 if fam != "qwen3_moe" else 0.0))
+            if not np.array_equal(bf16_bits_to_f32(stored[nrm][1]), exp_n):
+                print("FAIL norm +1", fam)
+                fails += 1
+            la = [k for k in stored if k.endswith("linear_attn.norm.weight")][0]
+            if not np.array_equal(bf16_bits_to_f32(stored[la][1]), hf_r[f"{pre}layers.0.linear_attn.norm.weight"]):
+                print("FAIL linear_attn.norm must not shift", fam)
+                fails += 1
+        # hf round trip is exact
+        back = hf_to_mem(fam, read_hf_checkpoint(build_hf_checkpoint(hf, f32t)), set(mem))
+        for n in mem:
+            if not np.array_equal(back[n], mem[n] if n.endswith("A_log") else round_bf16(mem[n])):
+                print("FAIL hf round trip", fam, n)
+                fails += 1
+    print(f"selftest: {fails} failed")
+    return 1 if fails else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="tests/data/goldens")
+    ap.add_argument("--only", action="append", default=[])
+    ap.add_argument("--dump-sources", default=None)
+    ap.add_argument("--selftest", action="store_true")
+    args = ap.parse_args()
+    if args.selftest:
+        return selftest()
+    import torch
+
+    torch.set_num_threads(max(1, min(8, os.cpu_count() or 1)))
+    if args.dump_sources:
+        try:
+            dump_sources(args.dump_sources)
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+    versions = versions_info()
+    print(json.dumps(versions), flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    index, failed = [], []
+    for g in GOLDENS:
+        if args.only and g["name"] not in args.only:
+            continue
+        print(f"== {g['name']}", flush=True)
+        try:
+            info = run_golden(g, args.out, versions)
+            print(json.dumps({k: info[k] for k in ("checks", "gdn_path", "seconds")}, default=str)[:3000], flush=True)
+            index.append({k: info[k] for k in ("name", "family", "layout", "bits", "group_size", "prompt_len", "vocab_size")} | {"dir": g["name"]})
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+            failed.append(g["name"])
+    with open(os.path.join(args.out, "index.json"), "w") as f:
+        json.dump({"generator": "tools/make_goldens.py", "versions": versions, "goldens": index, "failed": failed}, f, indent=2)
+        f.write("\n")
+    print(f"done: {len(index)} ok, failed: {failed}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
