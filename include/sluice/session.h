@@ -41,6 +41,7 @@ enum class FinishReason { kLength, kEos, kCancelled };
 
 struct GenerateOptions {
     int64_t max_tokens = 128;
+    bool ignore_eos = false;  // keep generating past end-of-sequence tokens (benchmarks, goldens)
 };
 
 // Called for each generated token with its id; return false to stop.

@@ -93,9 +93,15 @@ Status Model::forward(ModelState& state, std::span<const int32_t> tokens, float*
             deltanet_layer(lw, st, n, ws, pool);
         }
         for (int64_t i = 0; i < n * H; ++i) x[i] += mix[i];
+        predict_next_experts(l, x, n, ws, pool);
 
         for (int64_t t = 0; t < n; ++t) kernels::rms_norm(x + t * H, lw.post_norm.data(), H, c.rms_eps, norm + t * H);
-        moe_layer(lw, n, ws, pool);
+        moe_layer(lw, l, n, ws, pool);
+        if (!moe_status_.is_ok()) {
+            Status st = moe_status_;
+            moe_status_ = Status::ok();
+            return st.with_context("[model] layer " + std::to_string(l));
+        }
         for (int64_t i = 0; i < n * H; ++i) x[i] += mix[i];
 
         if (capture_layers != nullptr) capture_layers->emplace_back(x, x + n * H);

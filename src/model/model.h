@@ -24,6 +24,7 @@
 
 #include "core/thread_pool.h"
 #include "model/config.h"
+#include "model/expert_source.h"
 #include "model/weights.h"
 #include "sluice/status.h"
 
@@ -52,7 +53,8 @@ struct Workspace {
     std::vector<float> router, expert_in, expert_gate, expert_up, expert_act, expert_out;
     std::vector<int32_t> topk_ids;
     std::vector<float> topk_weights;
-    std::vector<int32_t> expert_tokens, expert_offsets, expert_fill;
+    std::vector<int32_t> expert_tokens, expert_offsets, expert_fill, expert_ids, predicted_ids;
+    std::vector<ExpertWeights> expert_views;
     std::vector<float> expert_token_weights;
 };
 
@@ -74,6 +76,11 @@ class Model {
     Status forward(ModelState& state, std::span<const int32_t> tokens, float* logits, bool all_logits,
                    Workspace& ws, ThreadPool* pool) const;
 
+    // Where routed experts come from: resident (the checkpoint holds them) unless a streaming
+    // source is set (packed models). The source must outlive the model's use of it.
+    void set_expert_source(ExpertSource* source) { experts_ = source != nullptr ? source : &resident_; }
+    ExpertSource* expert_source() const { return experts_; }
+
     // Hidden states after each layer for the last forward call's tokens, when `capture` is set
     // (tests and debugging: per-layer comparison against the reference).
     mutable std::vector<std::vector<float>>* capture_layers = nullptr;
@@ -84,11 +91,15 @@ class Model {
                          Workspace& ws, ThreadPool* pool) const;
     void deltanet_layer(const LayerWeights& lw, ModelState::Layer& st, int64_t n, Workspace& ws,
                         ThreadPool* pool) const;
-    void moe_layer(const LayerWeights& lw, int64_t n, Workspace& ws, ThreadPool* pool) const;
+    void moe_layer(const LayerWeights& lw, int64_t layer, int64_t n, Workspace& ws, ThreadPool* pool) const;
+    void predict_next_experts(int64_t layer, const float* x, int64_t n, Workspace& ws, ThreadPool* pool) const;
+    mutable Status moe_status_;  // first error of a streaming expert read in the current forward
 
     std::string dir_;
     ModelConfig config_;
     ModelWeights weights_;
+    ResidentExperts resident_{weights_};
+    ExpertSource* experts_ = &resident_;
 };
 
 }  // namespace sluice::model

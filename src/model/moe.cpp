@@ -29,7 +29,7 @@ void swiglu_mlp(const ExpertWeights& w, const float* x, int64_t n, float* y, Wor
 
 }  // namespace
 
-void Model::moe_layer(const LayerWeights& lw, int64_t n, Workspace& ws, ThreadPool* pool) const {
+void Model::moe_layer(const LayerWeights& lw, int64_t layer, int64_t n, Workspace& ws, ThreadPool* pool) const {
     const ModelConfig& c = config_;
     const int64_t H = c.hidden;
     const float* x = ws.norm.data();  // [n, H]
@@ -70,14 +70,32 @@ void Model::moe_layer(const LayerWeights& lw, int64_t n, Workspace& ws, ThreadPo
     }
 
     std::fill(mix, mix + n * H, 0.0f);
-    for (int64_t e = 0; e < E; ++e) {
-        const int64_t begin = offsets[e], count = offsets[e + 1] - offsets[e];
-        if (count == 0) continue;
-        float* in = grow(ws.expert_in, count * H);
-        for (int64_t i = 0; i < count; ++i) std::memcpy(in + i * H, x + tok[begin + i] * H, sizeof(float) * H);
-        float* out = grow(ws.expert_out, count * H);
-        swiglu_mlp(m.experts[static_cast<size_t>(e)], in, count, out, ws, pool);
-        for (int64_t i = 0; i < count; ++i) kernels::axpy(tok_w[begin + i], out + i * H, H, mix + tok[begin + i] * H);
+    // The batch's expert union, acquired from the expert source in rounds of at most max_pinned()
+    // (a cache smaller than one layer's union still works, just with more reads).
+    int32_t* used = grow(ws.expert_ids, E);
+    int64_t n_used = 0;
+    for (int64_t e = 0; e < E; ++e)
+        if (offsets[e + 1] > offsets[e]) used[n_used++] = static_cast<int32_t>(e);
+    ExpertWeights* views = grow(ws.expert_views, n_used);
+    const int64_t round = std::max<int64_t>(1, std::min<int64_t>(n_used, experts_->max_pinned()));
+    for (int64_t first = 0; first < n_used; first += round) {
+        const int64_t count_ids = std::min(round, n_used - first);
+        std::span<const int32_t> batch_ids(used + first, static_cast<size_t>(count_ids));
+        Status st = experts_->acquire(layer, batch_ids, views);
+        if (!st.is_ok()) {
+            if (moe_status_.is_ok()) moe_status_ = st;
+            return;
+        }
+        for (int64_t i = 0; i < count_ids; ++i) {
+            const int32_t e = batch_ids[i];
+            const int64_t begin = offsets[e], count = offsets[e + 1] - offsets[e];
+            float* in = grow(ws.expert_in, count * H);
+            for (int64_t j = 0; j < count; ++j) std::memcpy(in + j * H, x + tok[begin + j] * H, sizeof(float) * H);
+            float* out = grow(ws.expert_out, count * H);
+            swiglu_mlp(views[i], in, count, out, ws, pool);
+            for (int64_t j = 0; j < count; ++j) kernels::axpy(tok_w[begin + j], out + j * H, H, mix + tok[begin + j] * H);
+        }
+        experts_->release(layer, batch_ids);
     }
 
     if (m.has_shared) {
@@ -87,6 +105,37 @@ void Model::moe_layer(const LayerWeights& lw, int64_t n, Workspace& ws, ThreadPo
         linear(m.shared_gate, x, n, sg, pool);
         for (int64_t t = 0; t < n; ++t) kernels::axpy(sigmoid(sg[t]), out + t * H, H, mix + t * H);
     }
+}
+
+// Prefetch (lessons.md: next-layer experts are predictable from the current hidden state): apply
+// layer+1's post-attention norm and router to the residual stream after layer's mixer, and tell
+// the expert source which experts that predicts, while layer's own experts compute.
+void Model::predict_next_experts(int64_t layer, const float* x, int64_t n, Workspace& ws, ThreadPool* pool) const {
+    const ModelConfig& c = config_;
+    if (layer + 1 >= c.n_layers || !experts_->wants_prefetch()) return;
+    const LayerWeights& next = weights_.layers[static_cast<size_t>(layer + 1)];
+    if (!next.moe) return;
+    const int64_t H = c.hidden, E = c.n_experts, K = c.top_k;
+    float* normed = grow(ws.tmp, n * H);
+    for (int64_t t = 0; t < n; ++t) kernels::rms_norm(x + t * H, next.post_norm.data(), H, c.rms_eps, normed + t * H);
+    float* logits = grow(ws.router, n * E);
+    linear(next.moe_w.router, normed, n, logits, pool);
+    int32_t* ids = grow(ws.topk_ids, n * K);
+    float* weights = grow(ws.topk_weights, n * K);
+    int32_t* predicted = grow(ws.predicted_ids, E);
+    int32_t* seen = grow(ws.expert_fill, E);
+    std::fill(seen, seen + E, 0);
+    int64_t count = 0;
+    for (int64_t t = 0; t < n; ++t) {
+        kernels::router_topk(logits + t * E, E, K, c.norm_topk_prob, ids + t * K, weights + t * K);
+        for (int64_t j = 0; j < K; ++j) {
+            if (!seen[ids[t * K + j]]) {
+                seen[ids[t * K + j]] = 1;
+                predicted[count++] = ids[t * K + j];
+            }
+        }
+    }
+    experts_->prefetch(layer + 1, std::span<const int32_t>(predicted, static_cast<size_t>(count)));
 }
 
 }  // namespace sluice::model

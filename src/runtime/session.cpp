@@ -73,7 +73,7 @@ Expected<FinishReason> Session::generate(std::span<const int32_t> prompt, const 
             decode_start = Clock::now();
         }
         s.stats.generated_tokens++;
-        if (std::find(info.eos_token_ids.begin(), info.eos_token_ids.end(), next) != info.eos_token_ids.end()) {
+        if (!options.ignore_eos && std::find(info.eos_token_ids.begin(), info.eos_token_ids.end(), next) != info.eos_token_ids.end()) {
             reason = FinishReason::kEos;
             break;
         }

@@ -1,0 +1,91 @@
+// sluice's packed (streaming) checkpoint layout: the description files and their parser.
+// The full format is documented in docs/FORMATS.md; in short, a packed folder holds
+//
+//   config.json               the model config; its `quantization` block describes the packed weights
+//   dense.safetensors         every tensor except the routed experts (names as in the source)
+//   experts/layer_NNN.bin     one file per MoE layer: n_experts fixed-stride records, 4 KiB aligned,
+//                             record e = expert e's gate, up and down projections (weights, scales,
+//                             biases), so one expert is one aligned read
+//   layout.json               every section: name, dtype, shape, offset, size, bits, group size,
+//                             xxh3-64 of each dense tensor and of each expert record
+//   tokenizer files, chat template, generation_config.json (copied, symlinks resolved)
+//   manifest.json             format magic + version + file sizes; written LAST — its presence
+//                             means the folder is complete
+//
+// Lifetime/threading: plain values, parsed once at load.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "format/safetensors.h"
+#include "sluice/status.h"
+
+namespace sluice::format {
+
+inline constexpr const char* kPackFormatMagic = "sluice-pack";
+inline constexpr int kPackFormatVersion = 1;
+inline constexpr uint64_t kPackRecordAlign = 4096;  // one expert record = whole pages (O_DIRECT)
+inline constexpr uint64_t kPackSectionAlign = 64;   // sections inside a record: cache-line aligned
+
+// One tensor inside a file (dense.safetensors) or inside an expert record.
+struct PackSection {
+    std::string name;  // e.g. "model.layers.0.self_attn.q_proj.weight", or "gate.scales" in a record
+    DType dtype = DType::kF32;
+    std::vector<int64_t> shape;
+    uint64_t offset = 0;  // bytes from the start of the file / record
+    uint64_t size = 0;
+    int bits = 0;  // 0 = not quantized
+    int group_size = 0;
+    uint64_t xxh3 = 0;  // dense tensors only (records carry one checksum for the whole record)
+};
+
+// One projection of an expert record.
+struct PackProjection {
+    int64_t rows = 0, cols = 0;  // logical [out, in]
+    int bits = 0;                // 0 = float weight of `weight.dtype`
+    int group_size = 0;
+    PackSection weight, scales, biases;  // scales/biases unused when bits == 0
+};
+
+struct PackExpertFile {
+    int64_t layer = 0;
+    std::string file;  // relative, e.g. "experts/layer_003.bin"
+    uint64_t record_stride = 0;  // multiple of kPackRecordAlign
+    uint64_t record_bytes = 0;   // used bytes of a record (≤ stride)
+    PackProjection gate, up, down;
+    std::vector<uint64_t> record_xxh3;  // [n_experts]
+};
+
+struct PackLayout {
+    int version = kPackFormatVersion;
+    std::string source_layout;  // "huggingface" or "mlx": which reference the math follows
+    std::string dense_file = "dense.safetensors";
+    std::vector<PackSection> dense;
+    int64_t n_experts = 0;
+    std::vector<PackExpertFile> expert_files;  // one per MoE layer, in layer order
+
+    const PackExpertFile* for_layer(int64_t layer) const;
+    uint64_t expert_record_bytes_total() const;
+};
+
+std::string serialize_pack_layout(const PackLayout& layout);
+Expected<PackLayout> parse_pack_layout(const std::string& json_text, const std::string& source);
+
+// The manifest: written last by pack/synth, checked first by every loader.
+struct PackManifest {
+    std::string format;
+    int version = 0;
+    std::vector<std::pair<std::string, uint64_t>> files;  // relative path → size in bytes
+};
+std::string serialize_pack_manifest(const PackManifest& manifest);
+
+// True when `dir` has a manifest.json (it is meant to be a packed folder, complete or not).
+bool is_packed_dir(const std::string& dir);
+
+// Reads and checks manifest.json (magic, version, every listed file present with its size) and
+// layout.json. A missing manifest means an incomplete pack; every failure names the file.
+Expected<PackLayout> open_packed_dir(const std::string& dir);
+
+}  // namespace sluice::format

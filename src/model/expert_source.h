@@ -1,0 +1,48 @@
+// ExpertSource: where the MoE block gets routed experts' weights from. The model asks for the
+// experts a batch routes to, computes with them, and releases them; the source decides whether
+// they are resident (a mapped checkpoint) or streamed from disk into a bounded cache
+// (src/experts/expert_store.h), and may start reading experts it is told will be needed soon.
+//
+// Contract: views returned by acquire() stay valid and unchanged until the matching release().
+// At most max_pinned() experts may be held at once; the MoE processes larger unions in rounds.
+// Threading: called from the forward's thread only; implementations may read on their own threads.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "model/weights.h"
+#include "sluice/status.h"
+
+namespace sluice::model {
+
+class ExpertSource {
+   public:
+    virtual ~ExpertSource() = default;
+    // Fills out[i] with the weights of expert ids[i] of `layer`, waiting for reads if needed.
+    virtual Status acquire(int64_t layer, std::span<const int32_t> ids, ExpertWeights* out) = 0;
+    // Ends the use of experts acquired for `layer` by the last acquire().
+    virtual void release(int64_t layer, std::span<const int32_t> ids) = 0;
+    // A hint: these experts of `layer` will be acquired soon.
+    virtual void prefetch(int64_t /*layer*/, std::span<const int32_t> /*ids*/) {}
+    virtual bool wants_prefetch() const { return false; }
+    virtual int64_t max_pinned() const = 0;
+};
+
+// Experts that are all in memory (mapped checkpoint): acquire is a lookup.
+class ResidentExperts final : public ExpertSource {
+   public:
+    explicit ResidentExperts(const ModelWeights& weights) : weights_(weights) {}
+    Status acquire(int64_t layer, std::span<const int32_t> ids, ExpertWeights* out) override {
+        const auto& experts = weights_.layers[static_cast<size_t>(layer)].moe_w.experts;
+        for (size_t i = 0; i < ids.size(); ++i) out[i] = experts[static_cast<size_t>(ids[i])];
+        return Status::ok();
+    }
+    void release(int64_t, std::span<const int32_t>) override {}
+    int64_t max_pinned() const override { return INT64_MAX; }
+
+   private:
+    const ModelWeights& weights_;
+};
+
+}  // namespace sluice::model
