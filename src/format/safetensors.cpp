@@ -231,6 +231,20 @@ Expected<std::shared_ptr<Checkpoint>> Checkpoint::open(const std::string& dir) {
     return ckpt;
 }
 
+Expected<std::shared_ptr<Checkpoint>> Checkpoint::open_files(const std::string& dir, const std::vector<std::string>& files) {
+    auto ckpt = std::make_shared<Checkpoint>();
+    ckpt->dir_ = dir;
+    for (const auto& name : files) {
+        SLUICE_ASSIGN_OR_RETURN(auto file, SafetensorsFile::open((std::filesystem::path(dir) / name).string()));
+        for (const auto& t : file->tensors()) {
+            if (!ckpt->tensors_.emplace(t.name, &t).second)
+                return corrupt(file->path(), "tensor '" + t.name + "' appears in more than one file");
+        }
+        ckpt->files_.push_back(std::move(file));
+    }
+    return ckpt;
+}
+
 const TensorInfo* Checkpoint::find(std::string_view name) const {
     auto it = tensors_.find(name);
     return it == tensors_.end() ? nullptr : it->second;

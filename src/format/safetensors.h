@@ -96,6 +96,8 @@ class SafetensorsFile {
 class Checkpoint {
    public:
     static Expected<std::shared_ptr<Checkpoint>> open(const std::string& dir);
+    // Just the given files of `dir` (a packed model's dense.safetensors).
+    static Expected<std::shared_ptr<Checkpoint>> open_files(const std::string& dir, const std::vector<std::string>& files);
 
     const std::string& dir() const { return dir_; }
     const TensorInfo* find(std::string_view name) const;

@@ -27,10 +27,26 @@ uint64_t ModelState::bytes() const {
 }
 
 Expected<std::shared_ptr<Model>> Model::load(const std::string& dir) {
-    SLUICE_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir));
-    SLUICE_ASSIGN_OR_RETURN(auto checkpoint, format::Checkpoint::open(dir));
-    SLUICE_ASSIGN_OR_RETURN(ModelWeights weights, load_weights(config, std::move(checkpoint)));
     auto model = std::shared_ptr<Model>(new Model());
+    SLUICE_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir));
+    std::shared_ptr<format::Checkpoint> checkpoint;
+    if (format::is_packed_dir(dir)) {
+        SLUICE_ASSIGN_OR_RETURN(model->packed_layout_, format::open_packed_dir(dir));
+        model->packed_ = true;
+        SLUICE_ASSIGN_OR_RETURN(checkpoint, format::Checkpoint::open_files(dir, {model->packed_layout_.dense_file}));
+        for (int64_t l = 0; l < config.n_layers; ++l) {
+            if (config.is_moe_layer(l) && model->packed_layout_.for_layer(l) == nullptr)
+                return error(ErrorCode::kCorrupt, "[model] " + dir + ": layout.json has no expert file for MoE layer " + std::to_string(l));
+        }
+        if (model->packed_layout_.n_experts != config.n_experts) {
+            return error(ErrorCode::kCorrupt, "[model] " + dir + ": layout.json has " + std::to_string(model->packed_layout_.n_experts) +
+                                                  " experts per layer, config.json " + std::to_string(config.n_experts) +
+                                                  " (a pack of another architecture?)");
+        }
+    } else {
+        SLUICE_ASSIGN_OR_RETURN(checkpoint, format::Checkpoint::open(dir));
+    }
+    SLUICE_ASSIGN_OR_RETURN(ModelWeights weights, load_weights(config, std::move(checkpoint), !model->packed_));
     model->dir_ = dir;
     model->config_ = std::move(config);
     model->weights_ = std::move(weights);

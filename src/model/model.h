@@ -25,6 +25,7 @@
 #include "core/thread_pool.h"
 #include "model/config.h"
 #include "model/expert_source.h"
+#include "format/pack.h"
 #include "model/weights.h"
 #include "sluice/status.h"
 
@@ -60,8 +61,13 @@ struct Workspace {
 
 class Model {
    public:
-    // Loads config.json and the safetensors checkpoint in `dir` (Hugging Face or MLX layout).
+    // Loads config.json and the safetensors checkpoint in `dir` (Hugging Face or MLX layout), or a
+    // packed folder (format/pack.h): then only the dense weights are bound, and the caller must
+    // set an expert source that streams the routed experts (packed_layout() describes them).
     static Expected<std::shared_ptr<Model>> load(const std::string& dir);
+
+    bool packed() const { return packed_; }
+    const format::PackLayout& packed_layout() const { return packed_layout_; }
 
     const ModelConfig& config() const { return config_; }
     const ModelWeights& weights() const { return weights_; }
@@ -96,6 +102,8 @@ class Model {
     mutable Status moe_status_;  // first error of a streaming expert read in the current forward
 
     std::string dir_;
+    bool packed_ = false;
+    format::PackLayout packed_layout_;
     ModelConfig config_;
     ModelWeights weights_;
     ResidentExperts resident_{weights_};

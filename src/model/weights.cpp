@@ -170,9 +170,51 @@ uint64_t view_bytes(const WeightView& v) {
 
 uint64_t expert_bytes(const ExpertWeights& e) { return view_bytes(e.gate) + view_bytes(e.up) + view_bytes(e.down); }
 
+// Routed experts in any of the three checkpoint layouts: MLX stacked switch_mlp, the fused
+// Qwen3.5/3.6 gate_up_proj, or one tensor per expert and projection.
+Status bind_routed_experts(Binder& b, const ModelConfig& cfg, const std::string& p, MoeWeights* moe) {
+    MoeWeights& m = *moe;
+    const int64_t E = cfg.n_experts, I = cfg.expert_ffn, H = cfg.hidden;
+    m.experts.resize(static_cast<size_t>(E));
+    if (b.find(p + "mlp.switch_mlp.gate_proj.weight") != nullptr) {
+        // MLX stacked experts: one [E, out, in] tensor per projection.
+        SLUICE_ASSIGN_OR_RETURN(auto g, b.linear_stack(p + "mlp.switch_mlp.gate_proj", E, I, H));
+        SLUICE_ASSIGN_OR_RETURN(auto u, b.linear_stack(p + "mlp.switch_mlp.up_proj", E, I, H));
+        SLUICE_ASSIGN_OR_RETURN(auto dn, b.linear_stack(p + "mlp.switch_mlp.down_proj", E, H, I));
+        for (int64_t e = 0; e < E; ++e) m.experts[e] = {g[e], u[e], dn[e]};
+    } else if (b.find(p + "mlp.experts.gate_up_proj") != nullptr) {
+        // Qwen3.5/3.6 fused: gate_up_proj [E, 2I, H] (gate rows first), down_proj [E, H, I].
+        SLUICE_ASSIGN_OR_RETURN(auto gu, b.linear_stack(p + "mlp.experts.gate_up_proj", E, 2 * I, H, ""));
+        SLUICE_ASSIGN_OR_RETURN(auto dn, b.linear_stack(p + "mlp.experts.down_proj", E, H, I, ""));
+        if (gu[0].quantized()) {
+            return error(ErrorCode::kUnsupported, "[weights] quantized fused gate_up_proj in '" + p +
+                                                      "mlp.experts' is not supported (MLX checkpoints use switch_mlp)");
+        }
+        for (int64_t e = 0; e < E; ++e) {
+            ExpertWeights& ex = m.experts[e];
+            ex.gate = gu[e];
+            ex.gate.rows = I;
+            ex.up = gu[e];
+            ex.up.rows = I;
+            ex.up.data = static_cast<const uint8_t*>(gu[e].data) + static_cast<size_t>(I) * gu[e].row_bytes();
+            ex.down = dn[e];
+        }
+    } else {
+        for (int64_t e = 0; e < E; ++e) {
+            const std::string ep = p + "mlp.experts." + std::to_string(e) + ".";
+            ExpertWeights& ex = m.experts[e];
+            SLUICE_ASSIGN_OR_RETURN(ex.gate, b.linear(ep + "gate_proj", I, H));
+            SLUICE_ASSIGN_OR_RETURN(ex.up, b.linear(ep + "up_proj", I, H));
+            SLUICE_ASSIGN_OR_RETURN(ex.down, b.linear(ep + "down_proj", H, I));
+        }
+    }
+    return Status::ok();
+}
+
 }  // namespace
 
-Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<format::Checkpoint> checkpoint) {
+Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<format::Checkpoint> checkpoint,
+                                    bool bind_experts) {
     const format::Checkpoint& ck = *checkpoint;
     Binder b(cfg, ck);
     ModelWeights mw;
@@ -278,42 +320,10 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
             continue;
         }
         MoeWeights& m = lw.moe_w;
-        const int64_t E = cfg.n_experts, I = cfg.expert_ffn;
+        const int64_t E = cfg.n_experts;
         SLUICE_ASSIGN_OR_RETURN(m.router, b.linear(p + "mlp.gate", E, H));
         mw.dense_bytes += view_bytes(m.router);
-        m.experts.resize(static_cast<size_t>(E));
-        if (b.find(p + "mlp.switch_mlp.gate_proj.weight") != nullptr) {
-            // MLX stacked experts: one [E, out, in] tensor per projection.
-            SLUICE_ASSIGN_OR_RETURN(auto g, b.linear_stack(p + "mlp.switch_mlp.gate_proj", E, I, H));
-            SLUICE_ASSIGN_OR_RETURN(auto u, b.linear_stack(p + "mlp.switch_mlp.up_proj", E, I, H));
-            SLUICE_ASSIGN_OR_RETURN(auto dn, b.linear_stack(p + "mlp.switch_mlp.down_proj", E, H, I));
-            for (int64_t e = 0; e < E; ++e) m.experts[e] = {g[e], u[e], dn[e]};
-        } else if (b.find(p + "mlp.experts.gate_up_proj") != nullptr) {
-            // Qwen3.5/3.6 fused: gate_up_proj [E, 2I, H] (gate rows first), down_proj [E, H, I].
-            SLUICE_ASSIGN_OR_RETURN(auto gu, b.linear_stack(p + "mlp.experts.gate_up_proj", E, 2 * I, H, ""));
-            SLUICE_ASSIGN_OR_RETURN(auto dn, b.linear_stack(p + "mlp.experts.down_proj", E, H, I, ""));
-            if (gu[0].quantized()) {
-                return error(ErrorCode::kUnsupported, "[weights] quantized fused gate_up_proj in '" + p +
-                                                          "mlp.experts' is not supported (MLX checkpoints use switch_mlp)");
-            }
-            for (int64_t e = 0; e < E; ++e) {
-                ExpertWeights& ex = m.experts[e];
-                ex.gate = gu[e];
-                ex.gate.rows = I;
-                ex.up = gu[e];
-                ex.up.rows = I;
-                ex.up.data = static_cast<const uint8_t*>(gu[e].data) + static_cast<size_t>(I) * gu[e].row_bytes();
-                ex.down = dn[e];
-            }
-        } else {
-            for (int64_t e = 0; e < E; ++e) {
-                const std::string ep = p + "mlp.experts." + std::to_string(e) + ".";
-                ExpertWeights& ex = m.experts[e];
-                SLUICE_ASSIGN_OR_RETURN(ex.gate, b.linear(ep + "gate_proj", I, H));
-                SLUICE_ASSIGN_OR_RETURN(ex.up, b.linear(ep + "up_proj", I, H));
-                SLUICE_ASSIGN_OR_RETURN(ex.down, b.linear(ep + "down_proj", H, I));
-            }
-        }
+        if (bind_experts) SLUICE_RETURN_IF_ERROR(bind_routed_experts(b, cfg, p, &m));
         for (const auto& ex : m.experts) mw.expert_bytes += expert_bytes(ex);
 
         if (cfg.shared_expert_ffn > 0) {

@@ -94,6 +94,9 @@ struct ModelWeights {
     uint64_t dense_bytes = 0;
 };
 
-Expected<ModelWeights> load_weights(const ModelConfig& config, std::shared_ptr<format::Checkpoint> checkpoint);
+// Binds every tensor of `checkpoint`. With bind_experts false (packed models, whose routed experts
+// live in expert files and are streamed), MoeWeights::experts stays empty.
+Expected<ModelWeights> load_weights(const ModelConfig& config, std::shared_ptr<format::Checkpoint> checkpoint,
+                                    bool bind_experts = true);
 
 }  // namespace sluice::model

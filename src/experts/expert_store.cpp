@@ -1,0 +1,287 @@
+#include "experts/expert_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "core/log.h"
+
+namespace sluice::experts {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+kernels::WeightView projection_view(const uint8_t* record, const format::PackProjection& p) {
+    kernels::WeightView v;
+    v.rows = p.rows;
+    v.cols = p.cols;
+    v.data = record + p.weight.offset;
+    if (p.bits == 0) {
+        v.type = p.weight.dtype == format::DType::kF32   ? kernels::WeightType::kF32
+                 : p.weight.dtype == format::DType::kF16 ? kernels::WeightType::kF16
+                                                         : kernels::WeightType::kBF16;
+        return v;
+    }
+    v.type = p.bits == 4 ? kernels::WeightType::kQ4 : kernels::WeightType::kQ8;
+    v.group_size = p.group_size;
+    v.scales = record + p.scales.offset;
+    v.biases = record + p.biases.offset;
+    v.scale_type = p.scales.dtype == format::DType::kF32   ? kernels::ScaleType::kF32
+                   : p.scales.dtype == format::DType::kF16 ? kernels::ScaleType::kF16
+                                                           : kernels::ScaleType::kBF16;
+    return v;
+}
+
+}  // namespace
+
+uint64_t ExpertStore::slot_bytes_for(const format::PackLayout& layout) {
+    uint64_t b = 0;
+    for (const auto& f : layout.expert_files) b = std::max(b, f.record_stride);
+    return b;
+}
+
+Expected<std::unique_ptr<ExpertStore>> ExpertStore::open(const std::string& dir, const format::PackLayout& layout,
+                                                         const ExpertStoreOptions& options) {
+    auto store = std::unique_ptr<ExpertStore>(new ExpertStore());
+    store->dir_ = dir;
+    store->layout_ = layout;
+    store->options_ = options;
+    auto policy = make_policy(options.policy);
+    if (policy == nullptr)
+        return error(ErrorCode::kInvalidArgument, "[experts] unknown cache policy '" + options.policy + "' (lfu, lru)");
+
+    int64_t max_layer = -1;
+    for (const auto& f : store->layout_.expert_files) max_layer = std::max(max_layer, f.layer);
+    store->files_.resize(static_cast<size_t>(max_layer + 1));
+    store->direct_io_ = options.direct_io;
+    for (const auto& f : store->layout_.expert_files) {
+        const std::string path = (std::filesystem::path(dir) / f.file).string();
+        int fd = -1;
+        if (store->direct_io_) {
+            fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+            if (fd < 0 && errno == EINVAL) {
+                log::warn("[experts] O_DIRECT is not supported for {}; using buffered reads", path);
+                store->direct_io_ = false;
+            }
+        }
+        if (fd < 0) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return error(ErrorCode::kIo, "[experts] cannot open '" + path + "': " + std::strerror(errno));
+        auto& lf = store->files_[static_cast<size_t>(f.layer)];
+        lf.fd = fd;
+        lf.desc = &f;
+    }
+
+    store->slot_bytes_ = slot_bytes_for(store->layout_);
+    if (store->slot_bytes_ == 0) return error(ErrorCode::kCorrupt, "[experts] packed model has no expert files");
+    store->n_slots_ = std::max<int64_t>(1, static_cast<int64_t>(options.cache_bytes / store->slot_bytes_));
+    store->memory_ = static_cast<uint8_t*>(std::aligned_alloc(format::kPackRecordAlign, store->n_slots_ * store->slot_bytes_));
+    if (store->memory_ == nullptr) {
+        return error(ErrorCode::kOutOfMemory, "[experts] cannot allocate " + std::to_string(store->n_slots_) +
+                                                  " cache slots of " + std::to_string(store->slot_bytes_) + " bytes");
+    }
+    store->slots_.resize(static_cast<size_t>(store->n_slots_));
+    store->table_ = std::make_unique<SlotTable>(store->n_slots_, std::move(policy));
+    const int threads = std::max(1, options.io_threads);
+    for (int i = 0; i < threads; ++i) store->io_threads_.emplace_back([s = store.get()] { s->io_loop(); });
+    log::debug("[experts] {} slots of {:.2f} MB, {} IO threads, {} reads, policy {}", store->n_slots_,
+               store->slot_bytes_ / 1e6, threads, store->direct_io_ ? "O_DIRECT" : "buffered", options.policy);
+    return store;
+}
+
+ExpertStore::~ExpertStore() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stop_ = true;
+    }
+    job_cv_.notify_all();
+    for (auto& t : io_threads_) t.join();
+    for (auto& f : files_)
+        if (f.fd >= 0) ::close(f.fd);
+    std::free(memory_);
+}
+
+int64_t ExpertStore::start_read_locked(ExpertKey key, bool prefetch) {
+    bool evicted_valid = false;
+    ExpertKey evicted;
+    const int64_t slot = table_->claim(key, &evicted_valid, &evicted);
+    if (slot < 0) return -1;
+    Slot& s = slots_[static_cast<size_t>(slot)];
+    if (evicted_valid) {
+        stats_.evictions++;
+        if (s.prefetched_unused) stats_.prefetch_wasted++;
+    }
+    s.state = SlotState::kLoading;
+    s.key = key;
+    s.prefetched_unused = prefetch;
+    s.error.clear();
+    table_->pin(slot);  // held by the read until it completes
+    jobs_.push_back({slot, key});
+    job_cv_.notify_one();
+    return slot;
+}
+
+Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> ids, model::ExpertWeights* out) {
+    if (layer < 0 || layer >= static_cast<int64_t>(files_.size()) || files_[static_cast<size_t>(layer)].fd < 0)
+        return error(ErrorCode::kInternal, "[experts] layer " + std::to_string(layer) + " has no expert file");
+    const format::PackExpertFile& desc = *files_[static_cast<size_t>(layer)].desc;
+    std::vector<int64_t> slots(ids.size(), -1);
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (size_t i = 0; i < ids.size(); ++i) {
+        if (ids[i] < 0 || ids[i] >= layout_.n_experts)
+            return error(ErrorCode::kInternal, "[experts] expert id " + std::to_string(ids[i]) + " out of range");
+        const ExpertKey key{static_cast<int32_t>(layer), ids[i]};
+        int64_t slot = table_->find(key);
+        if (slot >= 0) {
+            stats_.hits++;
+            table_->touch(key);
+            Slot& s = slots_[static_cast<size_t>(slot)];
+            if (s.prefetched_unused) {
+                s.prefetched_unused = false;
+                stats_.prefetch_used++;
+            }
+        } else {
+            stats_.misses++;
+            while ((slot = start_read_locked(key, false)) < 0) {
+                // Every slot is pinned by reads in flight (prefetches): wait for one to land.
+                slot_cv_.wait(lock);
+            }
+        }
+        table_->pin(slot);
+        slots[i] = slot;
+    }
+    // Wait for every requested slot to be readable.
+    const auto wait_start = Clock::now();
+    Status failure;
+    for (size_t i = 0; i < ids.size(); ++i) {
+        Slot& s = slots_[static_cast<size_t>(slots[i])];
+        slot_cv_.wait(lock, [&] { return s.state != SlotState::kLoading; });
+        if (s.state == SlotState::kFailed && failure.is_ok()) failure = error(ErrorCode::kIo, s.error);
+    }
+    stats_.stall_s += std::chrono::duration<double>(Clock::now() - wait_start).count();
+    if (!failure.is_ok()) {
+        for (size_t i = 0; i < ids.size(); ++i) {
+            table_->unpin(slots[i]);
+            if (slots_[static_cast<size_t>(slots[i])].state == SlotState::kFailed) {
+                slots_[static_cast<size_t>(slots[i])].state = SlotState::kEmpty;
+                table_->drop(slots[i]);
+            }
+        }
+        return failure;
+    }
+    for (size_t i = 0; i < ids.size(); ++i) out[i] = views_for(slots[i], desc);
+    return Status::ok();
+}
+
+void ExpertStore::release(int64_t layer, std::span<const int32_t> ids) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (int32_t id : ids) {
+        const int64_t slot = table_->find({static_cast<int32_t>(layer), id});
+        if (slot >= 0 && table_->pins(slot) > 0) table_->unpin(slot);
+    }
+    slot_cv_.notify_all();
+}
+
+void ExpertStore::prefetch(int64_t layer, std::span<const int32_t> ids) {
+    if (!options_.prefetch || layer < 0 || layer >= static_cast<int64_t>(files_.size()) ||
+        files_[static_cast<size_t>(layer)].fd < 0)
+        return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (int32_t id : ids) {
+        const ExpertKey key{static_cast<int32_t>(layer), id};
+        if (table_->find(key) >= 0) continue;
+        if (start_read_locked(key, true) < 0) break;  // no free slot: a hint, not a requirement
+        stats_.prefetch_issued++;
+    }
+}
+
+void ExpertStore::io_loop() {
+    for (;;) {
+        ReadJob job;
+        {
+            std::unique_lock<std::mutex> lock(mutex_);
+            job_cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+            if (stop_) return;
+            job = jobs_.front();
+            jobs_.pop_front();
+            if (in_flight_++ == 0) busy_since_ = Clock::now();
+        }
+        Status st = read_record(job);
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            Slot& s = slots_[static_cast<size_t>(job.slot)];
+            if (st.is_ok()) {
+                s.state = SlotState::kReady;
+                stats_.reads++;
+                stats_.bytes_read += files_[static_cast<size_t>(job.key.layer)].desc->record_stride;
+            } else {
+                s.state = SlotState::kFailed;
+                s.error = st.message();
+                s.prefetched_unused = false;
+            }
+            table_->unpin(job.slot);
+            if (--in_flight_ == 0) stats_.io_busy_s += std::chrono::duration<double>(Clock::now() - busy_since_).count();
+        }
+        slot_cv_.notify_all();
+    }
+}
+
+Status ExpertStore::read_record(const ReadJob& job) {
+    const LayerFile& lf = files_[static_cast<size_t>(job.key.layer)];
+    const format::PackExpertFile& desc = *lf.desc;
+    uint8_t* dst = memory_ + static_cast<uint64_t>(job.slot) * slot_bytes_;
+    const uint64_t offset = static_cast<uint64_t>(job.key.expert) * desc.record_stride;
+    uint64_t done = 0;
+    while (done < desc.record_stride) {
+        const ssize_t n = ::pread(lf.fd, dst + done, desc.record_stride - done, static_cast<off_t>(offset + done));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return error(ErrorCode::kIo, "[experts] read of layer " + std::to_string(job.key.layer) + " expert " +
+                                             std::to_string(job.key.expert) + " from '" + desc.file + "' failed: " +
+                                             std::strerror(errno));
+        }
+        if (n == 0) {
+            return error(ErrorCode::kCorrupt, "[experts] short read of layer " + std::to_string(job.key.layer) + " expert " +
+                                                  std::to_string(job.key.expert) + " from '" + desc.file + "': got " +
+                                                  std::to_string(done) + " of " + std::to_string(desc.record_stride) +
+                                                  " bytes (file truncated?)");
+        }
+        done += static_cast<uint64_t>(n);
+    }
+    if (options_.verify_reads) {
+        const uint64_t h = XXH3_64bits(dst, desc.record_bytes);
+        const uint64_t want = desc.record_xxh3[static_cast<size_t>(job.key.expert)];
+        if (h != want) {
+            char msg[256];
+            std::snprintf(msg, sizeof msg, "[experts] checksum mismatch in '%s' layer %d expert %d: xxh3 %016llx, expected %016llx",
+                          desc.file.c_str(), job.key.layer, job.key.expert, static_cast<unsigned long long>(h),
+                          static_cast<unsigned long long>(want));
+            return error(ErrorCode::kCorrupt, msg);
+        }
+    }
+    return Status::ok();
+}
+
+model::ExpertWeights ExpertStore::views_for(int64_t slot, const format::PackExpertFile& desc) const {
+    const uint8_t* record = memory_ + static_cast<uint64_t>(slot) * slot_bytes_;
+    return {projection_view(record, desc.gate), projection_view(record, desc.up), projection_view(record, desc.down)};
+}
+
+ExpertStoreStats ExpertStore::stats() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+}
+
+void ExpertStore::reset_stats() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_ = ExpertStoreStats{};
+}
+
+}  // namespace sluice::experts

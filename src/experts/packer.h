@@ -1,0 +1,57 @@
+// `sluice pack` and `sluice synth`: producing packed (streaming) model folders.
+//
+// pack: a Hugging Face checkpoint (bf16/f16/f32; quantized with the MLX affine algorithm unless
+// bits = 16, routers and shared-expert gates at 8-bit as mlx-lm does) or an MLX checkpoint (bytes
+// copied verbatim) → dense.safetensors + one expert file per MoE layer + layout.json +
+// manifest.json. Resumable: a progress record (.pack-progress.json) lists finished files, and a
+// re-run with the same source and options skips them. mtp.* and vision tensors are not packed.
+//
+// synth: random weights of any supported config written straight into the packed layout (used
+// for full-size benchmarks without downloads); streaming, bounded memory, seeded.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "sluice/status.h"
+
+namespace sluice::experts {
+
+struct PackOptions {
+    std::string src_dir;
+    std::string out_dir;
+    int bits = 0;         // 4 or 8; 16 = keep float weights; 0 = 4 for float sources (MLX: verbatim)
+    int group_size = 64;  // 32, 64 or 128
+    // Called with (what, done, total) while writing.
+    std::function<void(const std::string&, uint64_t, uint64_t)> progress;
+};
+
+struct PackResult {
+    bool resumed = false;       // some files came from an earlier, interrupted run
+    bool already_complete = false;
+    uint64_t dense_bytes = 0;
+    uint64_t expert_bytes = 0;
+    int64_t expert_files = 0;
+};
+
+Expected<PackResult> pack_model(const PackOptions& options);
+
+struct SynthOptions {
+    std::string config_path;  // a config.json (any supported family)
+    std::string out_dir;
+    int bits = 4;
+    int group_size = 64;
+    uint64_t seed = 1;
+    std::string tokenizer_dir;  // optional: copy tokenizer files from here
+    std::function<void(const std::string&, uint64_t, uint64_t)> progress;
+};
+
+Expected<PackResult> synth_model(const SynthOptions& options);
+
+// Checks every file size and every checksum of a packed folder; returns a list of problems
+// (empty = all good). Errors opening the folder itself are returned as a Status.
+Expected<std::vector<std::string>> verify_packed(const std::string& dir,
+                                                 const std::function<void(const std::string&, uint64_t, uint64_t)>& progress = {});
+
+}  // namespace sluice::experts
