@@ -28,6 +28,40 @@ struct EngineOptions {
     std::string model_dir;          // Hugging Face, MLX or sluice packed checkpoint folder
     int threads = 0;                // compute threads; 0 = all cores
     int64_t context_tokens = 4096;  // KV capacity of each session
+    // The whole process's memory budget: dense weights, KV/state, scratch and expert cache.
+    // 0 = derived from the memory available. Streaming (packed) models size their expert cache
+    // from what remains; load fails when the dense core alone does not fit.
+    uint64_t memory_bytes = 0;
+    int io_threads = 16;         // expert reads in flight (queue depth)
+    bool prefetch = true;        // next-layer expert prefetch
+    bool verify_reads = false;   // xxh3-check every expert record read
+    std::string cache_policy = "lfu";
+    uint64_t expert_cache_bytes = 0;  // fixed expert-cache size; 0 = whatever the budget leaves
+};
+
+// How the memory budget is spent (printed at start, reported by `sluice info`).
+struct MemoryPlan {
+    bool streaming = false;  // routed experts streamed from disk (packed model)
+    uint64_t budget_bytes = 0;
+    uint64_t dense_bytes = 0;    // resident weights (mapped)
+    uint64_t state_bytes = 0;    // KV cache + DeltaNet state of one session
+    uint64_t scratch_bytes = 0;  // forward workspace (estimate)
+    uint64_t cache_bytes = 0;    // expert cache slots
+    int64_t cache_slots = 0;
+    uint64_t slot_bytes = 0;     // one expert record
+    std::string describe() const;
+};
+
+// Expert-cache counters since load (or the last reset).
+struct ExpertCacheStats {
+    uint64_t hits = 0, misses = 0;
+    uint64_t bytes_read = 0, reads = 0;
+    double io_busy_s = 0;  // wall time with reads in flight
+    double stall_s = 0;    // time compute waited for reads
+    uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_wasted = 0;
+    uint64_t evictions = 0;
+    double hit_rate() const { return hits + misses ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0; }
+    double read_gb_s() const { return io_busy_s > 0 ? static_cast<double>(bytes_read) / io_busy_s / 1e9 : 0; }
 };
 
 // What a model is, for `sluice info`, the server's /v1/models and logs.
@@ -60,6 +94,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
     // token-id interfaces work).
     std::shared_ptr<const Tokenizer> tokenizer() const;
     std::shared_ptr<const ChatTemplate> chat_template() const;
+
+    const MemoryPlan& memory_plan() const;
+    ExpertCacheStats expert_cache_stats() const;
+    void reset_expert_cache_stats();
 
     // A new, empty conversation timeline.
     std::unique_ptr<Session> new_session();

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "core/thread_pool.h"
+#include "experts/expert_store.h"
 #include "model/model.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
@@ -19,6 +20,8 @@ struct Engine::Impl {
     std::shared_ptr<const Tokenizer> tokenizer;
     std::shared_ptr<const ChatTemplate> chat_template;
     std::unique_ptr<ThreadPool> pool;
+    MemoryPlan plan;
+    std::unique_ptr<experts::ExpertStore> store;  // packed models only
     std::mutex compute_mutex;  // one forward at a time on the shared pool
 };
 

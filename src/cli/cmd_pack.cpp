@@ -1,0 +1,63 @@
+// `sluice pack SRC_DIR OUT_DIR` and `sluice verify DIR`: convert a checkpoint into sluice's
+// streaming layout (resumable), and check every size and checksum of a packed folder.
+//
+// These are conversion tools, not inference: they call the packer in src/experts directly rather
+// than the Engine/Session API.
+#include <cstdio>
+
+#include "cli/command.h"
+#include "cli/progress.h"
+#include "experts/packer.h"
+
+namespace sluice::cli {
+namespace {
+
+void run_pack(const experts::PackOptions& base) {
+    experts::PackOptions o = base;
+    Progress progress("pack", false);
+    o.progress = [&](const std::string& phase, uint64_t done, uint64_t total) { progress.update(phase, done, total); };
+    auto result = check(experts::pack_model(o));
+    progress.finish();
+    if (result.already_complete) {
+        std::fprintf(stderr, "%s is already a complete pack of %s\n", o.out_dir.c_str(), o.src_dir.c_str());
+        return;
+    }
+    std::fprintf(stderr, "packed %s → %s%s: dense %.2f GB, %lld expert files, %.2f GB of experts\n", o.src_dir.c_str(),
+                 o.out_dir.c_str(), result.resumed ? " (resumed)" : "", result.dense_bytes / 1e9,
+                 static_cast<long long>(result.expert_files), result.expert_bytes / 1e9);
+}
+
+void run_verify(const std::string& dir) {
+    Progress progress("verify", false);
+    auto problems = check(experts::verify_packed(
+        dir, [&](const std::string& phase, uint64_t done, uint64_t total) { progress.update(phase, done, total); }));
+    progress.finish();
+    if (problems.empty()) {
+        std::printf("%s: OK (every size and checksum verified)\n", dir.c_str());
+        return;
+    }
+    for (const auto& p : problems) std::printf("%s: %s\n", dir.c_str(), p.c_str());
+    throw CliError(std::to_string(problems.size()) + " problem(s) found in " + dir);
+}
+
+}  // namespace
+}  // namespace sluice::cli
+
+SLUICE_COMMAND(pack, 40, [](CLI::App& app) {
+    auto o = std::make_shared<sluice::experts::PackOptions>();
+    auto* cmd = app.add_subcommand("pack", "Convert a Hugging Face or MLX checkpoint into sluice's streaming layout");
+    cmd->add_option("src_dir", o->src_dir, "Source checkpoint folder")->required();
+    cmd->add_option("out_dir", o->out_dir, "Output folder (re-run to resume an interrupted pack)")->required();
+    cmd->add_option("--bits", o->bits, "4 or 8 (MLX affine), 16 = keep float weights; default 4 (MLX sources: as stored)")
+        ->check(CLI::IsMember({0, 4, 8, 16}))
+        ->capture_default_str();
+    cmd->add_option("--group-size", o->group_size, "Quantization group size")->check(CLI::IsMember({32, 64, 128}))->capture_default_str();
+    cmd->callback([o] { sluice::cli::run_pack(*o); });
+});
+
+SLUICE_COMMAND(verify, 41, [](CLI::App& app) {
+    auto dir = std::make_shared<std::string>();
+    auto* cmd = app.add_subcommand("verify", "Check every size and checksum of a packed model");
+    cmd->add_option("dir", *dir, "Packed model folder")->required();
+    cmd->callback([dir] { sluice::cli::run_verify(*dir); });
+});

@@ -1,0 +1,17 @@
+// Helpers of the memory plan (include/sluice/engine.h MemoryPlan).
+#pragma once
+
+#include <cstdint>
+
+#include "model/config.h"
+#include "sluice/engine.h"
+
+namespace sluice::runtime {
+
+// MemAvailable from /proc/meminfo (0 when unknown).
+uint64_t available_memory_bytes();
+
+// Workspace bytes of a forward over `chunk_tokens` tokens (an upper estimate).
+uint64_t scratch_bytes_estimate(const model::ModelConfig& config, int64_t chunk_tokens);
+
+}  // namespace sluice::runtime

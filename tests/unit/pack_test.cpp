@@ -1,0 +1,332 @@
+// The packed streaming layout end to end: pack every golden, load it with a tiny expert cache
+// (smaller than one layer's experts), and compare with the unpacked model — bitwise for MLX
+// sources and for float packs (--bits 16) of Hugging Face sources. Plus the fault cases: a
+// truncated expert file, a flipped byte, a missing or wrong-version manifest, an interrupted pack
+// resumed, a folder of the wrong architecture.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "experts/expert_cache.h"
+#include "experts/packer.h"
+#include "format/safetensors.h"
+#include "io/mapped_file.h"
+#include "kernels/kernels.h"
+#include "kernels/quantize.h"
+#include "sluice/engine.h"
+#include "sluice/session.h"
+#include "test_util.h"
+
+namespace sluice {
+namespace {
+
+namespace fs = std::filesystem;
+using sluice::testing::TempDir;
+
+std::string golden(const std::string& name) { return sluice::testing::test_data_dir() + "/goldens/" + name; }
+
+std::vector<int32_t> golden_ids(const std::string& name) {
+    auto f = format::SafetensorsFile::open(golden(name) + "/golden.safetensors");
+    const format::TensorInfo* t = (*f)->find("input_ids");
+    std::vector<int32_t> ids(static_cast<size_t>(t->numel()));
+    std::memcpy(ids.data(), t->data, t->size_bytes);
+    return ids;
+}
+
+Expected<std::vector<float>> run_logits(const std::string& dir, const std::vector<int32_t>& ids, uint64_t cache_bytes,
+                                        bool verify_reads = false, ExpertCacheStats* stats = nullptr) {
+    EngineOptions eo;
+    eo.model_dir = dir;
+    eo.threads = 2;
+    eo.context_tokens = static_cast<int64_t>(ids.size());
+    eo.memory_bytes = 4ull << 30;
+    eo.expert_cache_bytes = cache_bytes;
+    eo.verify_reads = verify_reads;
+    SLUICE_ASSIGN_OR_RETURN(auto engine, Engine::load(eo));
+    auto session = engine->new_session();
+    // Prefill in chunks and then a few decode steps, so both paths stream experts.
+    const size_t split = ids.size() - 4;
+    SLUICE_ASSIGN_OR_RETURN(auto logits, session->evaluate(std::span<const int32_t>(ids.data(), split), true, 64));
+    for (size_t i = split; i < ids.size(); ++i) {
+        SLUICE_ASSIGN_OR_RETURN(auto step, session->evaluate(std::span<const int32_t>(&ids[i], 1), false));
+        logits.insert(logits.end(), step.begin(), step.end());
+    }
+    if (stats) *stats = engine->expert_cache_stats();
+    return logits;
+}
+
+struct PackCase {
+    const char* golden;
+    int bits;
+};
+
+class PackGolden : public ::testing::TestWithParam<PackCase> {};
+
+TEST_P(PackGolden, PackedLogitsEqualUnpacked) {
+    const PackCase pc = GetParam();
+    TempDir out;
+    experts::PackOptions o;
+    o.src_dir = golden(pc.golden);
+    o.out_dir = out.file("packed");
+    o.bits = pc.bits;
+    auto packed = experts::pack_model(o);
+    ASSERT_TRUE(packed.has_value()) << packed.status().message();
+    auto problems = experts::verify_packed(o.out_dir);
+    ASSERT_TRUE(problems.has_value()) << problems.status().message();
+    EXPECT_TRUE(problems->empty());
+
+    const auto ids = golden_ids(pc.golden);
+    auto want = run_logits(o.src_dir, ids, 0);
+    ASSERT_TRUE(want.has_value()) << want.status().message();
+    // Two slots: far smaller than one layer's experts, so every layer evicts and re-reads.
+    ExpertCacheStats stats;
+    auto got = run_logits(o.out_dir, ids, 1, /*verify_reads=*/true, &stats);
+    ASSERT_TRUE(got.has_value()) << got.status().message();
+    ASSERT_EQ(got->size(), want->size());
+    EXPECT_EQ(std::memcmp(got->data(), want->data(), got->size() * sizeof(float)), 0) << "packed logits differ from unpacked";
+    EXPECT_GT(stats.misses, 0u);
+    EXPECT_GT(stats.evictions, 0u);
+    EXPECT_GT(stats.bytes_read, 0u);
+
+    // A cache that holds every expert serves the same logits.
+    auto big = run_logits(o.out_dir, ids, 1ull << 30);
+    ASSERT_TRUE(big.has_value()) << big.status().message();
+    EXPECT_EQ(std::memcmp(big->data(), want->data(), big->size() * sizeof(float)), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Goldens, PackGolden,
+                         ::testing::Values(PackCase{"qwen3_moe_mlx_q4", 0}, PackCase{"qwen3_next_mlx_q4", 0},
+                                           PackCase{"qwen3_next_mlx_q8", 0}, PackCase{"qwen3_5_moe_mlx_q4", 0},
+                                           PackCase{"qwen3_moe_hf_bf16", 16}, PackCase{"qwen3_next_hf_bf16", 16},
+                                           PackCase{"qwen3_5_moe_hf_bf16", 16}),
+                         [](const auto& info) { return std::string(info.param.golden); });
+
+// Relative RMS error between every quantized linear of a pack and its bf16 source.
+double max_weight_error(const std::string& src_dir, const std::string& packed_dir, int* n_quantized) {
+    auto src = format::Checkpoint::open(src_dir);
+    auto dst = format::Checkpoint::open_files(packed_dir, {"dense.safetensors"});
+    EXPECT_TRUE(src.has_value() && dst.has_value());
+    double worst = 0;
+    *n_quantized = 0;
+    for (const auto& name : (*dst)->names()) {
+        const std::string suffix = ".scales";
+        if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+        const std::string module = name.substr(0, name.size() - suffix.size());
+        const format::TensorInfo* w = (*dst)->find(module + ".weight");
+        const format::TensorInfo* sc = (*dst)->find(module + ".scales");
+        const format::TensorInfo* bi = (*dst)->find(module + ".biases");
+        const format::TensorInfo* orig = (*src)->find(module + ".weight");
+        if (!w || !sc || !bi || !orig) {
+            ADD_FAILURE() << "incomplete quantized module " << module;
+            continue;
+        }
+        kernels::WeightView q;
+        q.cols = orig->shape[1];
+        q.rows = orig->shape[0];
+        q.type = w->shape[1] * 32 / q.cols == 4 ? kernels::WeightType::kQ4 : kernels::WeightType::kQ8;
+        q.group_size = static_cast<int32_t>(q.cols / sc->shape[1]);
+        q.data = w->data;
+        q.scales = sc->data;
+        q.biases = bi->data;
+        kernels::WeightView f;
+        f.type = kernels::WeightType::kBF16;
+        f.rows = q.rows;
+        f.cols = q.cols;
+        f.data = orig->data;
+        std::vector<float> a(static_cast<size_t>(q.cols)), b(static_cast<size_t>(q.cols));
+        double err = 0, ref = 0;
+        for (int64_t r = 0; r < q.rows; ++r) {
+            kernels::reference::dequantize_row(q, r, a.data());
+            kernels::reference::dequantize_row(f, r, b.data());
+            for (int64_t i = 0; i < q.cols; ++i) {
+                err += (a[i] - b[i]) * (a[i] - b[i]);
+                ref += b[i] * b[i];
+            }
+        }
+        worst = std::max(worst, std::sqrt(err / ref));
+        ++*n_quantized;
+    }
+    return worst;
+}
+
+TEST(Pack, QuantizesHuggingFaceSourcesWithTheMlxAlgorithm) {
+    for (const char* name : {"qwen3_next_hf_bf16", "qwen3_5_moe_hf_bf16", "qwen3_moe_hf_bf16"}) {
+        TempDir out;
+        double end_to_end[2] = {0, 0};
+        for (int bits : {8, 4}) {
+            experts::PackOptions o;
+            o.src_dir = golden(name);
+            o.out_dir = out.file("q" + std::to_string(bits));
+            o.bits = bits;
+            auto r = experts::pack_model(o);
+            ASSERT_TRUE(r.has_value()) << r.status().message();
+            int n_quantized = 0;
+            const double weight_err = max_weight_error(o.src_dir, o.out_dir, &n_quantized);
+            EXPECT_GT(n_quantized, 5) << name;
+            // Uniform-code quantization error of Gaussian-like rows: ~1/(2^bits) of the range.
+            EXPECT_LT(weight_err, bits == 8 ? 0.01 : 0.15) << name << " at " << bits << " bits";
+
+            const auto ids = golden_ids(name);
+            auto want = run_logits(o.src_dir, ids, 0);
+            auto got = run_logits(o.out_dir, ids, 0);
+            ASSERT_TRUE(got.has_value()) << got.status().message();
+            double err = 0, ref = 0;
+            for (size_t i = 0; i < got->size(); ++i) {
+                ASSERT_TRUE(std::isfinite((*got)[i]));
+                err += ((*got)[i] - (*want)[i]) * ((*got)[i] - (*want)[i]);
+                ref += (*want)[i] * (*want)[i];
+            }
+            end_to_end[bits == 8 ? 0 : 1] = std::sqrt(err / ref);
+        }
+        // Tiny random routers flip on small perturbations, so logits move more than weights do,
+        // but 8-bit must stay closer to bf16 than 4-bit.
+        EXPECT_LT(end_to_end[0], end_to_end[1]) << name;
+    }
+}
+
+TEST(Pack, AffineQuantizerRepresentsTheLargerEdgeExactly) {
+    std::vector<float> row(64);
+    for (int i = 0; i < 64; ++i) row[i] = std::sin(0.37f * static_cast<float>(i)) * 0.05f - 0.01f;
+    for (int bits : {4, 8}) {
+        std::vector<uint32_t> words(64 * bits / 32);
+        uint16_t scale, bias;
+        kernels::quantize_row_affine(row.data(), 64, bits, 64, words.data(), &scale, &bias);
+        kernels::WeightView v;
+        v.type = bits == 4 ? kernels::WeightType::kQ4 : kernels::WeightType::kQ8;
+        v.rows = 1;
+        v.cols = 64;
+        v.data = words.data();
+        v.scales = &scale;
+        v.biases = &bias;
+        v.group_size = 64;
+        std::vector<float> back(64);
+        kernels::reference::dequantize_row(v, 0, back.data());
+        const float step = std::fabs(kernels::bf16_to_f32(scale));
+        for (int i = 0; i < 64; ++i) EXPECT_LE(std::fabs(back[i] - row[i]), 0.5f * step + 2e-3f * std::fabs(row[i]) + 1e-6f);
+    }
+}
+
+class PackFaults : public ::testing::Test {
+   protected:
+    void SetUp() override {
+        o_.src_dir = golden("qwen3_next_mlx_q4");
+        o_.out_dir = dir_.file("packed");
+        auto r = experts::pack_model(o_);
+        ASSERT_TRUE(r.has_value()) << r.status().message();
+        ids_ = golden_ids("qwen3_next_mlx_q4");
+    }
+    std::string path(const std::string& rel) const { return o_.out_dir + "/" + rel; }
+    TempDir dir_;
+    experts::PackOptions o_;
+    std::vector<int32_t> ids_;
+};
+
+TEST_F(PackFaults, TruncatedExpertFile) {
+    fs::resize_file(path("experts/layer_001.bin"), 4096);
+    auto r = run_logits(o_.out_dir, ids_, 1);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_NE(r.status().message().find("experts/layer_001.bin"), std::string::npos) << r.status().message();
+    auto problems = experts::verify_packed(o_.out_dir);
+    EXPECT_FALSE(problems.has_value());  // the manifest's size check catches it before any read
+}
+
+TEST_F(PackFaults, FlippedByteIsCaughtByChecksums) {
+    {
+        std::fstream f(path("experts/layer_002.bin"), std::ios::in | std::ios::out | std::ios::binary);
+        f.seekg(100);
+        char c;
+        f.read(&c, 1);
+        c = static_cast<char>(c ^ 0x10);
+        f.seekp(100);
+        f.write(&c, 1);
+    }
+    auto r = run_logits(o_.out_dir, ids_, 1, /*verify_reads=*/true);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_NE(r.status().message().find("checksum mismatch"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("layer 2 expert 0"), std::string::npos) << r.status().message();
+    auto problems = experts::verify_packed(o_.out_dir);
+    ASSERT_TRUE(problems.has_value());
+    ASSERT_EQ(problems->size(), 1u);
+    EXPECT_NE((*problems)[0].find("expert 0 (layer 2): checksum mismatch"), std::string::npos) << (*problems)[0];
+}
+
+TEST_F(PackFaults, MissingOrWrongVersionManifest) {
+    fs::remove(path("manifest.json"));
+    auto missing = run_logits(o_.out_dir, ids_, 1);
+    ASSERT_FALSE(missing.has_value());
+    EXPECT_NE(missing.status().message().find("no manifest.json"), std::string::npos) << missing.status().message();
+
+    std::ofstream(path("manifest.json")) << R"({"format":"sluice-pack","version":99,"files":{}})";
+    auto wrong = run_logits(o_.out_dir, ids_, 1);
+    ASSERT_FALSE(wrong.has_value());
+    EXPECT_NE(wrong.status().message().find("format version 99"), std::string::npos) << wrong.status().message();
+}
+
+TEST_F(PackFaults, InterruptedPackResumes) {
+    auto original = io::read_text_file(path("layout.json"));
+    ASSERT_TRUE(original.has_value());
+    // What a kill during layer 2 leaves: no manifest or layout yet, layer 2 half-written, layer 3 absent.
+    fs::remove(path("manifest.json"));
+    fs::remove(path("layout.json"));
+    fs::rename(path("experts/layer_002.bin"), path("experts/layer_002.bin.partial"));
+    fs::resize_file(path("experts/layer_002.bin.partial"), 5000);
+    fs::remove(path("experts/layer_003.bin"));
+    {
+        auto text = io::read_text_file(path(".pack-progress.json"));
+        auto j = nlohmann::json::parse(*text);
+        auto& files = j["layout"]["expert_files"];
+        files.erase(files.begin() + 2, files.end());
+        ASSERT_TRUE(io::write_file_atomic(path(".pack-progress.json"), j.dump()).is_ok());
+    }
+    EXPECT_FALSE(run_logits(o_.out_dir, ids_, 1).has_value());  // an interrupted pack never loads
+
+    auto r = experts::pack_model(o_);
+    ASSERT_TRUE(r.has_value()) << r.status().message();
+    EXPECT_TRUE(r->resumed);
+    EXPECT_EQ(*io::read_text_file(path("layout.json")), *original);
+    auto problems = experts::verify_packed(o_.out_dir);
+    ASSERT_TRUE(problems.has_value());
+    EXPECT_TRUE(problems->empty());
+
+    auto again = experts::pack_model(o_);
+    ASSERT_TRUE(again.has_value());
+    EXPECT_TRUE(again->already_complete);
+}
+
+TEST_F(PackFaults, WrongArchitecture) {
+    // A qwen3_moe config over a qwen3_next pack.
+    fs::copy_file(golden("qwen3_moe_mlx_q4") + "/config.json", path("config.json"), fs::copy_options::overwrite_existing);
+    auto r = run_logits(o_.out_dir, ids_, 1);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_FALSE(r.status().message().empty());
+}
+
+TEST_F(PackFaults, RefusesToPackIntoAnUnrelatedFolder) {
+    experts::PackOptions other = o_;
+    other.src_dir = golden("qwen3_moe_mlx_q4");
+    auto r = experts::pack_model(other);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_NE(r.status().message().find("already holds a complete pack"), std::string::npos) << r.status().message();
+}
+
+TEST(ExpertCache, LfuKeepsFrequentExpertsAndPoliciesCompareOnOneTrace) {
+    // Expert 0 of layer 0 is used every step; others cycle. LFU keeps the hot one, LRU loses it
+    // when the cycle is longer than the cache.
+    std::vector<experts::ExpertKey> trace;
+    for (int step = 0; step < 200; ++step) {
+        trace.push_back({0, 0});
+        for (int j = 0; j < 4; ++j) trace.push_back({0, 1 + (step * 4 + j) % 12});
+    }
+    const double lfu = experts::simulate_policy("lfu", 4, trace);
+    const double lru = experts::simulate_policy("lru", 4, trace);
+    EXPECT_GT(lfu, 0.19);  // the hot expert hits every step: ≥ 1/5 of accesses
+    EXPECT_LT(lru, 0.05);
+    EXPECT_EQ(experts::simulate_policy("nope", 4, trace), 0.0);
+}
+
+}  // namespace
+}  // namespace sluice
