@@ -61,3 +61,30 @@ SLUICE_COMMAND(verify, 41, [](CLI::App& app) {
     cmd->add_option("dir", *dir, "Packed model folder")->required();
     cmd->callback([dir] { sluice::cli::run_verify(*dir); });
 });
+
+namespace sluice::cli {
+namespace {
+void run_synth(const experts::SynthOptions& base) {
+    experts::SynthOptions o = base;
+    Progress progress("synth", false);
+    o.progress = [&](const std::string& phase, uint64_t done, uint64_t total) { progress.update(phase, done, total); };
+    auto result = check(experts::synth_model(o));
+    progress.finish();
+    std::fprintf(stderr, "synthesized %s → %s: dense %.2f GB, %lld expert files, %.2f GB of experts (random weights)\n",
+                 o.config_path.c_str(), o.out_dir.c_str(), result.dense_bytes / 1e9,
+                 static_cast<long long>(result.expert_files), result.expert_bytes / 1e9);
+}
+}  // namespace
+}  // namespace sluice::cli
+
+SLUICE_COMMAND(synth, 42, [](CLI::App& app) {
+    auto o = std::make_shared<sluice::experts::SynthOptions>();
+    auto* cmd = app.add_subcommand("synth", "Write a packed model of a real config with random weights (benchmarks)");
+    cmd->add_option("config", o->config_path, "A config.json of any supported model")->required();
+    cmd->add_option("out_dir", o->out_dir, "Output folder")->required();
+    cmd->add_option("--bits", o->bits, "4 or 8")->check(CLI::IsMember({4, 8}))->capture_default_str();
+    cmd->add_option("--group-size", o->group_size, "Quantization group size")->check(CLI::IsMember({32, 64, 128}))->capture_default_str();
+    cmd->add_option("--seed", o->seed, "Random seed")->capture_default_str();
+    cmd->add_option("--tokenizer", o->tokenizer_dir, "Copy tokenizer/template files from this folder");
+    cmd->callback([o] { sluice::cli::run_synth(*o); });
+});
