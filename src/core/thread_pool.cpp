@@ -4,9 +4,9 @@
 // caller publishes a job by bumping an atomic generation, workers that are still spinning pick it
 // up within ~100 ns, and only workers that have idled past the spin budget sleep on work_cv_
 // (a futex wake costs several µs, paid only after a pause). Work is split into at most one
-// contiguous chunk per thread, claimed through an atomic counter (so a slow-to-wake worker simply
-// leaves its chunk to someone else). The caller runs chunks too and then waits until every worker
-// has checked out of the job, which makes it safe to reuse the job fields for the next call.
+// contiguous, balanced chunk per thread, claimed with a CAS on (generation, next chunk), so a
+// slow-to-wake worker simply leaves its chunk to the caller (which works too) and a stale worker
+// can never run a chunk of a newer job. The caller returns when every chunk has finished.
 // Rejected alternative: a mutex/condition-variable queue per call — measured at tens of µs per
 // dispatch on a loaded 2-core VM, which would dominate decode.
 #include "core/thread_pool.h"
@@ -42,55 +42,66 @@ ThreadPool::~ThreadPool() {
     {
         std::lock_guard<std::mutex> lock(mutex_);
         stop_.store(true, std::memory_order_release);
-        generation_.fetch_add(1, std::memory_order_release);
+        generation_.store(generation_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
     }
     work_cv_.notify_all();
     for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::run_chunks() {
+void ThreadPool::run_chunks(uint64_t gen) {
     for (;;) {
-        const int64_t c = next_chunk_.fetch_add(1, std::memory_order_relaxed);
-        if (c >= job_chunks_) return;
-        const int64_t begin = c * job_chunk_;
-        const int64_t end = std::min(job_n_, begin + job_chunk_);
-        (*job_)(begin, end);
+        uint64_t cur = claim_.load(std::memory_order_acquire);
+        if ((cur >> 32) != (gen & 0xffffffffu)) return;
+        const int64_t chunks = job_chunks_.load(std::memory_order_relaxed);
+        const int64_t n = job_n_.load(std::memory_order_relaxed);
+        const auto* fn = job_.load(std::memory_order_relaxed);
+        const int64_t c = static_cast<int64_t>(cur & 0xffffffffu);
+        if (c >= chunks) return;
+        // Success proves the job was still `gen` (chunk c unclaimed, so not finished), hence the
+        // fields read above belong to it.
+        if (!claim_.compare_exchange_weak(cur, cur + 1, std::memory_order_acq_rel)) continue;
+        (*fn)(c * n / chunks, (c + 1) * n / chunks);  // balanced: every range >= floor(n/chunks)
+        if (pending_chunks_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+            std::lock_guard<std::mutex> lock(mutex_);  // pairs with the caller's predicate check
+            done_cv_.notify_all();
+        }
     }
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
     if (n <= 0) return;
     grain = std::max<int64_t>(grain, 1);
-    const int64_t max_chunks = (n + grain - 1) / grain;
-    const int64_t chunks = std::min<int64_t>(n_threads_, max_chunks);
+    const int64_t chunks = std::min<int64_t>(n_threads_, std::max<int64_t>(1, n / grain));
     if (chunks <= 1 || t_inside_pool) {
         fn(0, n);
         return;
     }
-    job_ = &fn;
-    job_n_ = n;
-    job_chunk_ = (n + chunks - 1) / chunks;
-    job_chunks_ = (n + job_chunk_ - 1) / job_chunk_;
-    next_chunk_.store(0, std::memory_order_relaxed);
-    pending_workers_.store(n_threads_ - 1, std::memory_order_relaxed);
+    const uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;
+    job_.store(&fn, std::memory_order_relaxed);
+    job_n_.store(n, std::memory_order_relaxed);
+    job_chunks_.store(chunks, std::memory_order_relaxed);
+    pending_chunks_.store(chunks, std::memory_order_relaxed);
+    claim_.store((gen & 0xffffffffu) << 32, std::memory_order_release);
     {
         // The lock orders the bump against a worker that is about to sleep (it re-checks the
         // generation under the same lock), so no wake-up is lost.
         std::lock_guard<std::mutex> lock(mutex_);
-        generation_.fetch_add(1, std::memory_order_release);
+        generation_.store(gen, std::memory_order_release);
     }
     work_cv_.notify_all();
 
+    // The caller works too; if a worker is slow to wake (an oversubscribed machine), the caller
+    // simply claims its chunk instead of waiting for it.
     t_inside_pool = true;
-    run_chunks();
+    run_chunks(gen);
     t_inside_pool = false;
 
     for (int i = 0; i < kSpinIterations; ++i) {
-        if (pending_workers_.load(std::memory_order_acquire) == 0) return;
+        if (pending_chunks_.load(std::memory_order_acquire) == 0) return;
         SLUICE_CPU_RELAX();
     }
     std::unique_lock<std::mutex> lock(mutex_);
-    done_cv_.wait(lock, [this] { return pending_workers_.load(std::memory_order_acquire) == 0; });
+    done_cv_.wait(lock, [this] { return pending_chunks_.load(std::memory_order_acquire) == 0; });
 }
 
 void ThreadPool::worker_loop(int /*index*/) {
@@ -109,11 +120,7 @@ void ThreadPool::worker_loop(int /*index*/) {
         }
         seen = gen;
         if (stop_.load(std::memory_order_acquire)) return;
-        run_chunks();
-        if (pending_workers_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-            std::lock_guard<std::mutex> lock(mutex_);  // pairs with the caller's predicate check
-            done_cv_.notify_all();
-        }
+        run_chunks(gen);
     }
 }
 

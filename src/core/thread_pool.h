@@ -37,8 +37,8 @@ class ThreadPool {
 
  private:
     void worker_loop(int index);
-    // Runs chunks of the current job until none are left.
-    void run_chunks();
+    // Claims and runs chunks of generation `gen` until none are left.
+    void run_chunks(uint64_t gen);
 
     int n_threads_ = 1;
     std::vector<std::thread> workers_;
@@ -47,16 +47,17 @@ class ThreadPool {
     std::mutex mutex_;
     std::condition_variable work_cv_;
     std::condition_variable done_cv_;
-    // The job, written by the caller before generation_ is bumped and read-only while it runs.
-    const std::function<void(int64_t, int64_t)>* job_ = nullptr;
-    int64_t job_n_ = 0;
-    int64_t job_chunk_ = 0;
-    int64_t job_chunks_ = 0;
-    std::atomic<int64_t> next_chunk_{0};
-    // Workers that have not yet finished with the current job; the caller waits for 0 before it
-    // returns, so the job fields are never rewritten under a late worker.
-    std::atomic<int> pending_workers_{0};
-    std::atomic<uint64_t> generation_{0};
+    // The job, written by the caller before claim_ moves to the new generation; atomics because a
+    // late worker may read them while the caller rewrites them (its claim then fails).
+    std::atomic<const std::function<void(int64_t, int64_t)>*> job_{nullptr};
+    std::atomic<int64_t> job_n_{0};
+    std::atomic<int64_t> job_chunks_{0};
+    // (generation << 32) | next unclaimed chunk: a claim is a CAS that only succeeds within the
+    // generation the worker saw, so a stale worker can never run a chunk of a newer job.
+    std::atomic<uint64_t> claim_{0};
+    // Chunks of the current job not yet finished; the caller returns when it reaches 0.
+    std::atomic<int64_t> pending_chunks_{0};
+    std::atomic<uint64_t> generation_{0};  // bumped per job: what sleeping workers wait on
     std::atomic<bool> stop_{false};
 };
 

@@ -1,0 +1,159 @@
+// Decode/prefill linear kernels on the Qwen3-Next-80B shapes, next to the machine's measured
+// memory read bandwidth, so the result reads as a share of the speed of light.
+//
+// Weights are MLX affine Q4/Q8, group size 64, bf16 scales/biases, random codes. "cold" runs
+// rotate through enough copies of the matrix to touch >= 1 GiB per round (far beyond the LLC),
+// as in decode where every weight comes from DRAM; "hot" reuses one copy (cache-resident when it
+// fits). Counters: GB/s of weight bytes (codes + scales + biases) read, GFLOP/s for matmul. All
+// cores through one ThreadPool, like the engine. BM_MemoryReadBandwidth streams a 1 GiB buffer
+// with every core (the bar: Q4 matvec on a larger-than-LLC matrix reaches >= 70% of it).
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/kernels.h"
+
+namespace {
+
+using namespace sluice;
+using namespace sluice::kernels;
+
+constexpr size_t kColdBytes = size_t{1} << 30;
+
+ThreadPool& pool() {
+    static ThreadPool p(0);
+    return p;
+}
+
+void fill_random(void* dst, size_t bytes, uint64_t seed) {
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    auto* p = static_cast<uint8_t*>(dst);
+    for (size_t i = 0; i + 8 <= bytes; i += 8) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        std::memcpy(p + i, &s, 8);
+    }
+}
+
+// `copies` back-to-back quantized matrices [rows, cols] sharing nothing.
+struct QuantSet {
+    std::vector<uint32_t> words;
+    std::vector<uint16_t> scales, biases;
+    std::vector<WeightView> views;
+    size_t bytes_per_matrix = 0;
+
+    QuantSet(int bits, int64_t rows, int64_t cols, int32_t gs, bool cold) {
+        const size_t words_per = static_cast<size_t>(rows * cols * bits / 32);
+        const size_t groups_per = static_cast<size_t>(rows * (cols / gs));
+        bytes_per_matrix = words_per * 4 + groups_per * 4;
+        const size_t copies =
+            cold ? std::max<size_t>(1, (kColdBytes + bytes_per_matrix - 1) / bytes_per_matrix) : 1;
+        words.resize(words_per * copies);
+        scales.resize(groups_per * copies);
+        biases.resize(groups_per * copies);
+        fill_random(words.data(), words.size() * 4, 1);
+        for (size_t g = 0; g < scales.size(); ++g) {
+            scales[g] = f32_to_bf16(0.01f + 0.001f * static_cast<float>(g % 7));
+            biases[g] = f32_to_bf16(-0.05f + 0.01f * static_cast<float>(g % 11));
+        }
+        for (size_t c = 0; c < copies; ++c) {
+            WeightView w;
+            w.type = bits == 4 ? WeightType::kQ4 : WeightType::kQ8;
+            w.rows = rows;
+            w.cols = cols;
+            w.data = words.data() + c * words_per;
+            w.scales = scales.data() + c * groups_per;
+            w.biases = biases.data() + c * groups_per;
+            w.scale_type = ScaleType::kBF16;
+            w.group_size = gs;
+            views.push_back(w);
+        }
+    }
+};
+
+// Args: in (cols), out (rows), bits, cold.
+void BM_Matvec(benchmark::State& state) {
+    const int64_t cols = state.range(0), rows = state.range(1);
+    const int bits = static_cast<int>(state.range(2));
+    const bool cold = state.range(3) != 0;
+    QuantSet set(bits, rows, cols, 64, cold);
+    std::vector<float> x(static_cast<size_t>(cols)), y(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < cols; ++i) x[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
+    size_t next = 0;
+    for (auto _ : state) {
+        matvec(set.views[next], x.data(), y.data(), &pool());
+        benchmark::DoNotOptimize(y.data());
+        next = next + 1 == set.views.size() ? 0 : next + 1;
+    }
+    const double bytes = static_cast<double>(set.bytes_per_matrix) * static_cast<double>(state.iterations());
+    state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
+    state.counters["copies"] = static_cast<double>(set.views.size());
+    state.SetLabel(std::string(bits == 4 ? "Q4" : "Q8") + (cold ? " cold" : " hot") + " " + cpu_kernel_isa());
+}
+
+void matvec_shapes(benchmark::internal::Benchmark* b) {
+    const int64_t shapes[][2] = {{2048, 512}, {512, 2048}, {2048, 12288}, {4096, 2048}, {2048, 151936}};
+    for (int bits : {4, 8})
+        for (const auto& s : shapes) b->Args({s[0], s[1], bits, 1});
+    for (int bits : {4, 8}) b->Args({2048, 512, bits, 0});
+}
+BENCHMARK(BM_Matvec)->Apply(matvec_shapes)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// Args: tokens, in, out, bits.
+void BM_Matmul(benchmark::State& state) {
+    const int64_t n = state.range(0), cols = state.range(1), rows = state.range(2);
+    const int bits = static_cast<int>(state.range(3));
+    QuantSet set(bits, rows, cols, 64, false);
+    std::vector<float> x(static_cast<size_t>(n * cols)), y(static_cast<size_t>(n * rows));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
+    for (auto _ : state) {
+        matmul(set.views[0], x.data(), n, y.data(), &pool());
+        benchmark::DoNotOptimize(y.data());
+    }
+    const double flops = 2.0 * static_cast<double>(n * rows * cols) * static_cast<double>(state.iterations());
+    state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
+    state.SetLabel(std::string(bits == 4 ? "Q4" : "Q8") + " " + cpu_kernel_isa());
+}
+BENCHMARK(BM_Matmul)
+    ->Args({128, 2048, 512, 4})
+    ->Args({128, 2048, 512, 8})
+    ->Args({128, 2048, 12288, 4})
+    ->Args({512, 2048, 512, 4})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// Every core streams its contiguous share of a 1 GiB buffer (8 independent accumulators so the
+// loop is bound by loads, not by add latency).
+void BM_MemoryReadBandwidth(benchmark::State& state) {
+    const size_t n = kColdBytes / 8;
+    std::unique_ptr<uint64_t[]> buf(new uint64_t[n]);
+    fill_random(buf.get(), n * 8, 2);
+    std::vector<uint64_t> sums(static_cast<size_t>(pool().size()) * 8);
+    for (auto _ : state) {
+        pool().parallel_for(
+            static_cast<int64_t>(n),
+            [&](int64_t b, int64_t e) {
+                uint64_t acc[8] = {};
+                for (int64_t i = b; i + 8 <= e; i += 8)
+                    for (int l = 0; l < 8; ++l) acc[l] += buf[i + l];
+                uint64_t s = 0;
+                for (uint64_t a : acc) s += a;
+                benchmark::DoNotOptimize(s);
+            },
+            1 << 20);
+    }
+    state.counters["GB/s"] =
+        benchmark::Counter(static_cast<double>(n * 8) * static_cast<double>(state.iterations()) / 1e9,
+                           benchmark::Counter::kIsRate);
+    state.counters["threads"] = pool().size();
+}
+BENCHMARK(BM_MemoryReadBandwidth)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+
+}  // namespace
+
+BENCHMARK_MAIN();

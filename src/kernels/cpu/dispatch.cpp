@@ -1,0 +1,283 @@
+// The dispatched CPU kernels (kernels::*): run-time ISA selection and the op-level control flow
+// around the per-ISA inner loops of isa_table.h.
+//
+// Selection: once, on first use, from __builtin_cpu_supports (AVX-512 F/BW/VL/DQ, else AVX2+FMA+
+// F16C, else portable); testing::force_isa overrides it. Threading: matvec/matmul split rows into
+// contiguous blocks over the pool; attention splits (query row, head) pairs; Gated DeltaNet splits
+// value heads; conv1d splits channels. Memory: all scratch is thread_local and only grows, so the
+// steady state (decode) allocates nothing. The quantized matvec prepares x (lane order + per-group
+// sums) once on the calling thread; workers then only stream weights.
+// Rejected alternative: ifunc/target_clones multiversioning — it cannot be overridden from tests,
+// and it would multiversion whole ops instead of the few inner loops that matter.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "core/assert.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/isa_table.h"
+#include "kernels/kernels.h"
+
+namespace sluice::kernels {
+namespace {
+
+using cpu::IsaTable;
+
+const IsaTable* detect_best() {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        return &cpu::kAvx512Table;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return &cpu::kAvx2Table;
+#endif
+    return &cpu::kPortableTable;
+}
+
+std::vector<const IsaTable*> supported_tables() {
+    std::vector<const IsaTable*> out = {&cpu::kPortableTable};
+#if defined(__x86_64__)
+    const IsaTable* best = detect_best();
+    if (best == &cpu::kAvx2Table || best == &cpu::kAvx512Table) out.push_back(&cpu::kAvx2Table);
+    if (best == &cpu::kAvx512Table) out.push_back(&cpu::kAvx512Table);
+#endif
+    return out;
+}
+
+std::atomic<const IsaTable*> g_forced{nullptr};
+
+const IsaTable& isa() {
+    static const IsaTable* const best = detect_best();
+    const IsaTable* forced = g_forced.load(std::memory_order_relaxed);
+    return forced ? *forced : *best;
+}
+
+// Grows a thread_local buffer; returns its data. Never shrinks, so decode reuses it.
+float* scratch(std::vector<float>& buf, int64_t floats) {
+    if (static_cast<int64_t>(buf.size()) < floats) buf.resize(static_cast<size_t>(floats));
+    return buf.data();
+}
+
+void run(ThreadPool* pool, int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+    if (pool == nullptr || pool->size() <= 1) {
+        if (n > 0) fn(0, n);
+        return;
+    }
+    pool->parallel_for(n, fn, grain);
+}
+
+bool power_of_two(int64_t v) {
+    return v > 0 && (v & (v - 1)) == 0;
+}
+
+// The AVX paths need group sizes that are powers of two >= 32 (MLX uses 32/64/128).
+const IsaTable& linear_isa(const WeightView& w) {
+    if (w.quantized() && !(power_of_two(w.group_size) && w.group_size >= 32)) return cpu::kPortableTable;
+    return isa();
+}
+
+void check_view(const WeightView& w) {
+    SLUICE_ASSERT(w.data != nullptr && w.rows >= 0 && w.cols >= 0);
+    if (w.quantized()) {
+        SLUICE_ASSERT(w.scales != nullptr && w.biases != nullptr && w.group_size > 0);
+        SLUICE_ASSERT(w.cols % w.group_size == 0 && w.group_size % (32 / w.bits()) == 0);
+    }
+}
+
+// Rows per task: enough work to amortise the dispatch, contiguous for the hardware prefetcher.
+constexpr int64_t kMatvecGrainRows = 16;
+// matmul: rows dequantized per tile, and tokens per block (the activations of one block stay in L2
+// while every row tile of the thread's range passes over them).
+constexpr int64_t kTileRows = 4;
+constexpr int64_t kTokenBlock = 48;  // a multiple of the AVX-512 micro-kernel's 6 tokens
+
+}  // namespace
+
+const char* cpu_kernel_isa() {
+    return isa().name;
+}
+
+void dequantize_row(const WeightView& w, int64_t row, float* out) {
+    check_view(w);
+    SLUICE_ASSERT(row >= 0 && row < w.rows);
+    linear_isa(w).dequant_rows(w, row, row + 1, out);
+}
+
+void matvec(const WeightView& w, const float* x, float* y, ThreadPool* pool) {
+    check_view(w);
+    const IsaTable& t = linear_isa(w);
+    if (!w.quantized()) {
+        run(pool, w.rows, kMatvecGrainRows,
+            [&](int64_t r0, int64_t r1) { t.matvec_float_rows(w, x, r0, r1, y + r0); });
+        return;
+    }
+    thread_local std::vector<float> xp_buf, xsum_buf;
+    float* xp = scratch(xp_buf, t.prepared_x_floats(w));
+    float* xsum = scratch(xsum_buf, w.cols / w.group_size);
+    t.prepare_x(w, x, xp, xsum);
+    run(pool, w.rows, kMatvecGrainRows,
+        [&](int64_t r0, int64_t r1) { t.matvec_quant_rows(w, xp, xsum, r0, r1, y + r0); });
+}
+
+void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
+    check_view(w);
+    if (n == 1) {
+        matvec(w, x, y, pool);
+        return;
+    }
+    const IsaTable& t = linear_isa(w);
+    const int64_t cols = w.cols, rows = w.rows;
+    run(pool, (rows + kTileRows - 1) / kTileRows, 1, [&](int64_t b0, int64_t b1) {
+        thread_local std::vector<float> tile_buf;
+        const int64_t r_begin = b0 * kTileRows, r_end = std::min(rows, b1 * kTileRows);
+        float* tile = w.type == WeightType::kF32 ? nullptr : scratch(tile_buf, kTileRows * cols);
+        for (int64_t t0 = 0; t0 < n; t0 += kTokenBlock) {
+            const int64_t nt = std::min(kTokenBlock, n - t0);
+            for (int64_t r = r_begin; r < r_end; r += kTileRows) {
+                const int64_t nr = std::min(kTileRows, r_end - r);
+                const float* wt;
+                if (tile == nullptr) {
+                    wt = static_cast<const float*>(w.data) + r * cols;
+                } else {
+                    t.dequant_rows(w, r, r + nr, tile);
+                    wt = tile;
+                }
+                t.gemm_tile(wt, nr, cols, x + t0 * cols, nt, cols, y + t0 * rows + r, rows);
+            }
+        }
+    });
+}
+
+void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* y) {
+    isa().rms_norm(x, weight, n, eps, y);
+}
+
+void rms_norm_gated(const float* x, const float* z, const float* weight, int64_t n, float eps, float* y) {
+    isa().rms_norm_gated(x, z, weight, n, eps, y);
+}
+
+void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, int64_t position, float theta) {
+    SLUICE_ASSERT(rot_dim % 2 == 0 && rot_dim <= head_dim);
+    isa().rope_neox(x, n_heads, head_dim, rot_dim, position, theta);
+}
+
+void attention(const float* q, const float* k, const float* v, int64_t n_q, int64_t start_pos,
+               int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, float* out,
+               ThreadPool* pool) {
+    SLUICE_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0);
+    const IsaTable& t = isa();
+    const int64_t rep = n_heads / n_kv_heads;
+    const int64_t kv_stride = n_kv_heads * head_dim;
+    run(pool, n_q * n_heads, 1, [&](int64_t i0, int64_t i1) {
+        thread_local std::vector<float> scores_buf;
+        float* scores = scratch(scores_buf, start_pos + n_q);
+        for (int64_t i = i0; i < i1; ++i) {
+            const int64_t row = i / n_heads, h = i % n_heads, kvh = h / rep;
+            t.attention_row(q + (row * n_heads + h) * head_dim, k + kvh * head_dim, v + kvh * head_dim,
+                            start_pos + row + 1, kv_stride, head_dim, scale, scores,
+                            out + (row * n_heads + h) * head_dim);
+        }
+    });
+}
+
+void conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,
+                 float* state, float* y) {
+    SLUICE_ASSERT(kernel >= 1);
+    isa().conv1d_silu_channels(x, n, channels, kernel, weight, state, y, 0, channels);
+}
+
+void gated_delta_recurrent(const float* q, const float* k, const float* v, const float* beta, const float* g,
+                           int64_t n, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, float* state,
+                           float* out, ThreadPool* pool) {
+    SLUICE_ASSERT(n_k > 0 && n_v % n_k == 0);
+    const IsaTable& t = isa();
+    const int64_t rep = n_v / n_k;
+    run(pool, n_v, 1, [&](int64_t j0, int64_t j1) {
+        thread_local std::vector<float> buf;
+        float* s = scratch(buf, 2 * dv);
+        for (int64_t j = j0; j < j1; ++j) {
+            const int64_t m = j / rep;
+            t.delta_recurrent_head(q + m * dk, k + m * dk, n_k * dk, v + j * dv, n_v * dv, beta + j, g + j,
+                                   n_v, n, dk, dv, state + j * dk * dv, out + j * dv, s);
+        }
+    });
+}
+
+void gated_delta_chunked(const float* q, const float* k, const float* v, const float* beta, const float* g,
+                         int64_t n, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, float* state,
+                         float* out, ThreadPool* pool) {
+    SLUICE_ASSERT(n_k > 0 && n_v % n_k == 0);
+    const IsaTable& t = isa();
+    const int64_t rep = n_v / n_k;
+    run(pool, n_v, 1, [&](int64_t j0, int64_t j1) {
+        thread_local std::vector<float> buf;
+        float* s = scratch(buf, cpu::delta_chunk_scratch_floats(dk, dv));
+        for (int64_t j = j0; j < j1; ++j) {
+            const int64_t m = j / rep;
+            t.delta_chunked_head(q + m * dk, k + m * dk, n_k * dk, v + j * dv, n_v * dv, beta + j, g + j, n_v,
+                                 n, dk, dv, state + j * dk * dv, out + j * dv, s);
+        }
+    });
+}
+
+void router_topk(const float* logits, int64_t n_experts, int64_t k, bool renormalize, int32_t* ids,
+                 float* weights) {
+    SLUICE_ASSERT(k >= 1 && k <= n_experts);
+    // Partial selection: k passes of an argmax over the softmax numerators (k is small, <= ~10;
+    // strict > keeps the lower index on ties). No allocation: the picked set is tracked in ids.
+    float max_logit = -INFINITY;
+    for (int64_t e = 0; e < n_experts; ++e) max_logit = std::max(max_logit, logits[e]);
+    double sum = 0.0;
+    for (int64_t e = 0; e < n_experts; ++e) sum += std::exp(static_cast<double>(logits[e]) - max_logit);
+    double selected = 0.0;
+    for (int64_t j = 0; j < k; ++j) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < n_experts; ++e) {
+            if (std::find(ids, ids + j, static_cast<int32_t>(e)) != ids + j) continue;
+            if (best < 0 || logits[e] > logits[best]) best = e;
+        }
+        ids[j] = static_cast<int32_t>(best);
+        const double p = std::exp(static_cast<double>(logits[best]) - max_logit) / sum;
+        weights[j] = static_cast<float>(p);
+        selected += p;
+    }
+    if (renormalize)
+        for (int64_t j = 0; j < k; ++j) weights[j] = static_cast<float>(weights[j] / selected);
+}
+
+void swiglu(const float* gate, const float* up, int64_t n, float* out) {
+    isa().swiglu(gate, up, n, out);
+}
+
+void axpy(float a, const float* x, int64_t n, float* y) {
+    isa().axpy(a, x, n, y);
+}
+
+namespace testing {
+
+std::vector<std::string> supported_isas() {
+    std::vector<std::string> out;
+    for (const IsaTable* t : supported_tables()) out.emplace_back(t->name);
+    return out;
+}
+
+bool force_isa(const std::string& name) {
+    if (name.empty()) {
+        g_forced.store(nullptr);
+        return true;
+    }
+    for (const IsaTable* t : supported_tables()) {
+        if (name == t->name) {
+            g_forced.store(t);
+            return true;
+        }
+    }
+    return false;
+}
+
+}  // namespace testing
+}  // namespace sluice::kernels

@@ -1,0 +1,84 @@
+// The per-ISA inner loops behind the dispatched kernels (internal to src/kernels/cpu/).
+//
+// Each instruction set (portable, avx2, avx512) fills one IsaTable in its own translation units,
+// compiled with that ISA's -m flags (CMake picks them by the file suffix). dispatch.cpp picks a
+// table once from the CPU's features and does everything that is not an inner loop: splitting
+// work over the ThreadPool, thread_local scratch, and the op-level control flow.
+//
+// Rules for the ISA translation units (they are compiled with flags the CPU may not support):
+// everything is in an anonymous namespace except the exported table, and they use no inline
+// functions or templates of the standard library (std::min, std::vector, ...): the linker keeps one
+// copy of such a function, possibly the AVX-512 one, and a portable caller would then execute
+// AVX-512 code. Plain C library calls (expf, memcpy) are fine.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kernels.h"
+
+namespace sluice::kernels::cpu {
+
+// Scratch for one chunk of one value head of gated_delta_chunked, as float counts.
+constexpr int64_t kDeltaChunk = 64;
+inline int64_t delta_chunk_scratch_floats(int64_t dk, int64_t dv) {
+    const int64_t C = kDeltaChunk;
+    return 4 * C * dk + 3 * C * dv + 3 * C * C + 4 * C;
+}
+
+struct IsaTable {
+    const char* name;
+
+    // ---- linear (the decode/prefill hot path) ----
+    // Floats of the prepared activation for a quantized matvec of `cols` (>= cols; padded).
+    int64_t (*prepared_x_floats)(const WeightView& w);
+    // Quantized matvec, step 1 (once per input vector): xp = x rearranged to the lane order of
+    // this ISA's code unpacking (zero padded), xsum[g] = Σ of x over group g.
+    void (*prepare_x)(const WeightView& w, const float* x, float* xp, float* xsum);
+    // Step 2: y[r - r0] = row r of W · x, for rows [r0, r1).
+    void (*matvec_quant_rows)(const WeightView& w, const float* xp, const float* xsum, int64_t r0, int64_t r1,
+                              float* y);
+    // Float weights (F32/F16/BF16): y[r - r0] = row r · x for rows [r0, r1).
+    void (*matvec_float_rows)(const WeightView& w, const float* x, int64_t r0, int64_t r1, float* y);
+    // Rows [r0, r1) of W in f32, natural order: tile[(r - r0) * cols + i].
+    void (*dequant_rows)(const WeightView& w, int64_t r0, int64_t r1, float* tile);
+    // y[t * ldy + r] = Σ_i wt[r * ldw + i] · x[t * cols + i] for r < nr, t < n (f32 GEMM, weight
+    // rows reused across tokens).
+    void (*gemm_tile)(const float* wt, int64_t nr, int64_t ldw, const float* x, int64_t n, int64_t cols,
+                      float* y, int64_t ldy);
+
+    // ---- small ops (same semantics as the public ones) ----
+    void (*rms_norm)(const float* x, const float* weight, int64_t n, float eps, float* y);
+    void (*rms_norm_gated)(const float* x, const float* z, const float* weight, int64_t n, float eps,
+                           float* y);
+    void (*swiglu)(const float* gate, const float* up, int64_t n, float* out);
+    void (*axpy)(float a, const float* x, int64_t n, float* y);
+    void (*rope_neox)(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, int64_t position,
+                      float theta);
+    void (*conv1d_silu_channels)(const float* x, int64_t n, int64_t channels, int64_t kernel,
+                                 const float* weight, float* state, float* y, int64_t c0, int64_t c1);
+
+    // ---- attention: one query row of one head ----
+    // q: [head_dim]; keys/values of its KV head at k + s * kv_stride for s < n_keys; scores:
+    // scratch of n_keys floats; out: [head_dim].
+    void (*attention_row)(const float* q, const float* k, const float* v, int64_t n_keys, int64_t kv_stride,
+                          int64_t head_dim, float scale, float* scores, float* out);
+
+    // ---- Gated DeltaNet, one value head j (its key head m chosen by the caller) ----
+    // Token-by-token over n tokens. q_head/k_head point at token 0 of the head, stepping by
+    // qk_stride per token; v/out by v_stride; beta/g by g_stride. S: [dk, dv]. scratch: 2·dv floats.
+    void (*delta_recurrent_head)(const float* q, const float* k, int64_t qk_stride, const float* v,
+                                 int64_t v_stride, const float* beta, const float* g, int64_t g_stride,
+                                 int64_t n, int64_t dk, int64_t dv, float* S, float* out, float* scratch);
+    // Chunked form (C = kDeltaChunk), same arguments; scratch: delta_chunk_scratch_floats(dk, dv).
+    void (*delta_chunked_head)(const float* q, const float* k, int64_t qk_stride, const float* v,
+                               int64_t v_stride, const float* beta, const float* g, int64_t g_stride,
+                               int64_t n, int64_t dk, int64_t dv, float* S, float* out, float* scratch);
+};
+
+extern const IsaTable kPortableTable;
+#if defined(__x86_64__)
+extern const IsaTable kAvx2Table;
+extern const IsaTable kAvx512Table;
+#endif
+
+}  // namespace sluice::kernels::cpu

@@ -1,0 +1,278 @@
+// AVX2 (+FMA, F16C) inner loops of the linear ops; the same scheme as linear_avx512.cpp with
+// 8-word blocks: lane j holds word j, shifting by bits·k gives code k of every word, and
+// prepare_x stores x in that stride order (xp[base + 8k + j] = x[base + per_word·j + k]).
+// Per-block scales (1 or 2 per 8 words) are spread over the lanes with a blend; the bias term is
+// Σ_g b_g·Σx_g once per row. Requirements as for AVX-512 (group_size a power of two >= 32).
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/cpu/isa_table.h"
+
+namespace sluice::kernels::cpu::avx2 {
+namespace {
+
+inline int64_t min_i64(int64_t a, int64_t b) {
+    return a < b ? a : b;
+}
+
+inline float load_scale(const void* base, ScaleType type, int64_t index) {
+    uint16_t h;
+    switch (type) {
+        case ScaleType::kF32: {
+            float f;
+            memcpy(&f, static_cast<const float*>(base) + index, 4);
+            return f;
+        }
+        case ScaleType::kBF16: {
+            memcpy(&h, static_cast<const uint16_t*>(base) + index, 2);
+            const uint32_t bits = static_cast<uint32_t>(h) << 16;
+            float f;
+            memcpy(&f, &bits, 4);
+            return f;
+        }
+        case ScaleType::kF16: memcpy(&h, static_cast<const uint16_t*>(base) + index, 2); return _cvtsh_ss(h);
+    }
+    return 0.0f;
+}
+
+// Mask vector selecting the first n (<= 8) int32 lanes.
+inline __m256i lane_mask(int64_t n) {
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), iota);
+}
+
+// 8 float weights (full) starting at element index.
+inline __m256 load_weights8(const void* base, WeightType type, int64_t index) {
+    switch (type) {
+        case WeightType::kF32: return _mm256_loadu_ps(static_cast<const float*>(base) + index);
+        case WeightType::kBF16: {
+            const __m128i h =
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + index));
+            return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+        }
+        case WeightType::kF16:
+            return _mm256_cvtph_ps(_mm_loadu_si128(
+                reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + index)));
+        default: return _mm256_setzero_ps();
+    }
+}
+
+inline float load_weight1(const void* base, WeightType type, int64_t index) {
+    uint16_t h;
+    switch (type) {
+        case WeightType::kF32: {
+            float f;
+            memcpy(&f, static_cast<const float*>(base) + index, 4);
+            return f;
+        }
+        case WeightType::kBF16: return load_scale(base, ScaleType::kBF16, index);
+        case WeightType::kF16: memcpy(&h, static_cast<const uint16_t*>(base) + index, 2); return _cvtsh_ss(h);
+        default: return 0.0f;
+    }
+}
+
+inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+template <int kBits>
+struct QuantLayout {
+    static constexpr int kPerWord = 32 / kBits;
+    static constexpr int kBlock = 8 * kPerWord;
+    static constexpr uint32_t kMask = (1u << kBits) - 1u;
+};
+
+template <int kBits>
+void prepare_x_impl(const WeightView& w, const float* x, float* xp) {
+    using L = QuantLayout<kBits>;
+    for (int64_t base = 0; base < w.cols; base += L::kBlock) {
+        const int64_t nw = min_i64(8, (w.cols - base) / L::kPerWord);
+        for (int k = 0; k < L::kPerWord; ++k)
+            for (int64_t j = 0; j < 8; ++j)
+                xp[base + 8 * k + j] = j < nw ? x[base + L::kPerWord * j + k] : 0.0f;
+    }
+}
+
+template <int kBits>
+void matvec_quant_impl(const WeightView& w, const float* xp, const float* xsum, int64_t r0, int64_t r1,
+                       float* y) {
+    using L = QuantLayout<kBits>;
+    const int64_t cols = w.cols, gs = w.group_size, groups = cols / gs;
+    const int64_t words_per_row = cols / L::kPerWord;
+    const bool two_scales = gs < L::kBlock;  // then exactly 2 groups per block (gs >= 32)
+    // Lanes of the second group of a block when it holds two.
+    const __m256 second = _mm256_castsi256_ps(_mm256_setr_epi32(0, 0, 0, 0, -1, -1, -1, -1));
+    const __m256i mask = _mm256_set1_epi32(static_cast<int>(L::kMask));
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint32_t* words = static_cast<const uint32_t*>(w.data) + r * words_per_row;
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t base = 0; base < cols; base += L::kBlock) {
+            const int64_t nw = min_i64(8, (cols - base) / L::kPerWord);
+            const int* src = reinterpret_cast<const int*>(words + base / L::kPerWord);
+            const __m256i wv = nw == 8 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src))
+                                       : _mm256_maskload_epi32(src, lane_mask(nw));
+            const float* xb = xp + base;
+            __m256 t0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(wv, mask)), _mm256_loadu_ps(xb));
+            __m256 t1 =
+                _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(wv, kBits), mask)),
+                              _mm256_loadu_ps(xb + 8));
+            for (int k = 2; k < L::kPerWord; k += 2) {
+                const __m256i c0 = _mm256_and_si256(_mm256_srli_epi32(wv, kBits * k), mask);
+                const __m256i c1 = _mm256_and_si256(_mm256_srli_epi32(wv, kBits * (k + 1)), mask);
+                t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c0), _mm256_loadu_ps(xb + 8 * k), t0);
+                t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c1), _mm256_loadu_ps(xb + 8 * (k + 1)), t1);
+            }
+            const int64_t g0 = r * groups + base / gs;
+            __m256 sv = _mm256_set1_ps(load_scale(w.scales, w.scale_type, g0));
+            if (two_scales && nw > 4)
+                sv = _mm256_blendv_ps(sv, _mm256_set1_ps(load_scale(w.scales, w.scale_type, g0 + 1)), second);
+            acc = _mm256_fmadd_ps(_mm256_add_ps(t0, t1), sv, acc);
+        }
+        float bias = 0.0f;
+        for (int64_t g = 0; g < groups; ++g)
+            bias += load_scale(w.biases, w.scale_type, r * groups + g) * xsum[g];
+        y[r - r0] = hsum(acc) + bias;
+    }
+}
+
+// 8 codes starting at input i (a multiple of 8), natural order, as int32 lanes.
+template <int kBits>
+inline __m256i codes8(const uint32_t* words, int64_t i) {
+    if constexpr (kBits == 4) {
+        const __m128i bytes = _mm_cvtsi32_si128(static_cast<int>(words[i / 8]));
+        const __m128i lo = _mm_and_si128(bytes, _mm_set1_epi8(0x0f));
+        const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0f));
+        return _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
+    } else {
+        return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(words + i / 4)));
+    }
+}
+
+template <int kBits>
+void dequant_quant_impl(const WeightView& w, int64_t r0, int64_t r1, float* tile) {
+    const int64_t cols = w.cols, gs = w.group_size, groups = cols / gs;
+    const int64_t words_per_row = cols * kBits / 32;
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint32_t* words = static_cast<const uint32_t*>(w.data) + r * words_per_row;
+        float* out = tile + (r - r0) * cols;
+        for (int64_t g = 0; g < groups; ++g) {
+            const __m256 s = _mm256_set1_ps(load_scale(w.scales, w.scale_type, r * groups + g));
+            const __m256 b = _mm256_set1_ps(load_scale(w.biases, w.scale_type, r * groups + g));
+            for (int64_t i = g * gs; i < (g + 1) * gs; i += 8)
+                _mm256_storeu_ps(out + i, _mm256_fmadd_ps(_mm256_cvtepi32_ps(codes8<kBits>(words, i)), s, b));
+        }
+    }
+}
+
+template <int R, int T>
+inline void gemm_micro(const float* wt, int64_t ldw, const float* x, int64_t cols, float* y, int64_t ldy) {
+    __m256 acc[R][T];
+    for (int r = 0; r < R; ++r)
+        for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= cols; i += 8) {
+        __m256 wv[R];
+        for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_ps(wt + r * ldw + i);
+        for (int t = 0; t < T; ++t) {
+            const __m256 xv = _mm256_loadu_ps(x + t * cols + i);
+            for (int r = 0; r < R; ++r) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int t = 0; t < T; ++t) {
+            float s = hsum(acc[r][t]);
+            for (int64_t j = i; j < cols; ++j) s += wt[r * ldw + j] * x[t * cols + j];
+            y[t * ldy + r] = s;
+        }
+}
+
+template <int R>
+inline void gemm_rows(const float* wt, int64_t ldw, const float* x, int64_t n, int64_t cols, float* y,
+                      int64_t ldy) {
+    int64_t t = 0;
+    for (; t + 2 <= n; t += 2) gemm_micro<R, 2>(wt, ldw, x + t * cols, cols, y + t * ldy, ldy);
+    if (t < n) gemm_micro<R, 1>(wt, ldw, x + t * cols, cols, y + t * ldy, ldy);
+}
+
+}  // namespace
+
+int64_t prepared_x_floats(const WeightView& w) {
+    const int64_t block = w.type == WeightType::kQ4 ? 64 : 32;
+    return (w.cols + block - 1) / block * block;
+}
+
+void prepare_x(const WeightView& w, const float* x, float* xp, float* xsum) {
+    if (w.type == WeightType::kQ4) {
+        prepare_x_impl<4>(w, x, xp);
+    } else {
+        prepare_x_impl<8>(w, x, xp);
+    }
+    const int64_t gs = w.group_size;
+    for (int64_t g = 0; g < w.cols / gs; ++g) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t i = 0; i < gs; i += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + g * gs + i));
+        xsum[g] = hsum(acc);
+    }
+}
+
+void matvec_quant_rows(const WeightView& w, const float* xp, const float* xsum, int64_t r0, int64_t r1,
+                       float* y) {
+    if (w.type == WeightType::kQ4) {
+        matvec_quant_impl<4>(w, xp, xsum, r0, r1, y);
+    } else {
+        matvec_quant_impl<8>(w, xp, xsum, r0, r1, y);
+    }
+}
+
+void matvec_float_rows(const WeightView& w, const float* x, int64_t r0, int64_t r1, float* y) {
+    const int64_t cols = w.cols;
+    for (int64_t r = r0; r < r1; ++r) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        int64_t i = 0;
+        for (; i + 16 <= cols; i += 16) {
+            a0 = _mm256_fmadd_ps(load_weights8(w.data, w.type, r * cols + i), _mm256_loadu_ps(x + i), a0);
+            a1 = _mm256_fmadd_ps(load_weights8(w.data, w.type, r * cols + i + 8), _mm256_loadu_ps(x + i + 8),
+                                 a1);
+        }
+        for (; i + 8 <= cols; i += 8)
+            a0 = _mm256_fmadd_ps(load_weights8(w.data, w.type, r * cols + i), _mm256_loadu_ps(x + i), a0);
+        float s = hsum(_mm256_add_ps(a0, a1));
+        for (; i < cols; ++i) s += load_weight1(w.data, w.type, r * cols + i) * x[i];
+        y[r - r0] = s;
+    }
+}
+
+void dequant_rows(const WeightView& w, int64_t r0, int64_t r1, float* tile) {
+    if (w.type == WeightType::kQ4) {
+        dequant_quant_impl<4>(w, r0, r1, tile);
+        return;
+    }
+    if (w.type == WeightType::kQ8) {
+        dequant_quant_impl<8>(w, r0, r1, tile);
+        return;
+    }
+    const int64_t cols = w.cols;
+    for (int64_t r = r0; r < r1; ++r) {
+        float* out = tile + (r - r0) * cols;
+        int64_t i = 0;
+        for (; i + 8 <= cols; i += 8) _mm256_storeu_ps(out + i, load_weights8(w.data, w.type, r * cols + i));
+        for (; i < cols; ++i) out[i] = load_weight1(w.data, w.type, r * cols + i);
+    }
+}
+
+void gemm_tile(const float* wt, int64_t nr, int64_t ldw, const float* x, int64_t n, int64_t cols, float* y,
+               int64_t ldy) {
+    int64_t r = 0;
+    for (; r + 4 <= nr; r += 4) gemm_rows<4>(wt + r * ldw, ldw, x, n, cols, y + r, ldy);
+    switch (nr - r) {
+        case 3: gemm_rows<3>(wt + r * ldw, ldw, x, n, cols, y + r, ldy); break;
+        case 2: gemm_rows<2>(wt + r * ldw, ldw, x, n, cols, y + r, ldy); break;
+        case 1: gemm_rows<1>(wt + r * ldw, ldw, x, n, cols, y + r, ldy); break;
+        default: break;
+    }
+}
+
+}  // namespace sluice::kernels::cpu::avx2

@@ -1,0 +1,22 @@
+// Declarations of the per-ISA linear inner loops (linear_avx2.cpp, linear_avx512.cpp), shared by
+// the ops_*.cpp files that put them into their IsaTable. Semantics: see IsaTable in isa_table.h.
+#pragma once
+
+#include "kernels/cpu/isa_table.h"
+
+#define SLUICE_DECLARE_LINEAR_ISA(ns)                                                                       \
+    namespace sluice::kernels::cpu::ns {                                                                    \
+    int64_t prepared_x_floats(const WeightView& w);                                                         \
+    void prepare_x(const WeightView& w, const float* x, float* xp, float* xsum);                            \
+    void matvec_quant_rows(const WeightView& w, const float* xp, const float* xsum, int64_t r0, int64_t r1, \
+                           float* y);                                                                       \
+    void matvec_float_rows(const WeightView& w, const float* x, int64_t r0, int64_t r1, float* y);          \
+    void dequant_rows(const WeightView& w, int64_t r0, int64_t r1, float* tile);                            \
+    void gemm_tile(const float* wt, int64_t nr, int64_t ldw, const float* x, int64_t n, int64_t cols,       \
+                   float* y, int64_t ldy);                                                                  \
+    }
+
+#if defined(__x86_64__)
+SLUICE_DECLARE_LINEAR_ISA(avx2)
+SLUICE_DECLARE_LINEAR_ISA(avx512)
+#endif

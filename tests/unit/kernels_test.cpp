@@ -1,0 +1,445 @@
+// The dispatched CPU kernels (kernels::*) against the reference (kernels::reference::*), for every
+// ISA built into the binary and supported by this CPU (testing::force_isa), over shape sweeps with
+// random data: odd row counts, token counts 1/3/17/65, head dims 8…256, partial RoPE, GQA ratios,
+// value heads ≠ key heads, dv ≠ dk, Q4/Q8 with group sizes 32/64/128 and f32/f16/bf16 scales,
+// unaligned float weights, with and without a thread pool. Tolerance: max |fast − ref| ≤
+// tol·(1 + max |ref|). Also the ThreadPool's contract.
+#include "kernels/kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/cpu_isa.h"
+
+namespace sluice::kernels {
+namespace {
+
+// Runs body once per supported ISA with the dispatch forced to it; restores auto dispatch.
+template <typename Body>
+void for_each_isa(Body body) {
+    const auto isas = testing::supported_isas();
+    ASSERT_FALSE(isas.empty());
+    for (const std::string& isa : isas) {
+        SCOPED_TRACE("isa=" + isa);
+        ASSERT_TRUE(testing::force_isa(isa));
+        ASSERT_STREQ(cpu_kernel_isa(), isa.c_str());
+        body();
+    }
+    testing::force_isa("");
+}
+
+std::vector<float> random_vec(std::mt19937& rng, size_t n, float scale = 1.0f) {
+    std::normal_distribution<float> nd(0.0f, scale);
+    std::vector<float> v(n);
+    for (auto& x : v) x = nd(rng);
+    return v;
+}
+
+// Fails if max |a − b| > tol·(1 + max |b|) (b is the reference).
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, double tol,
+                  const std::string& what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    double max_ref = 0.0, max_diff = 0.0;
+    size_t worst = 0;
+    for (size_t i = 0; i < b.size(); ++i) {
+        max_ref = std::max(max_ref, static_cast<double>(std::abs(b[i])));
+        const double d = std::abs(static_cast<double>(a[i]) - b[i]);
+        if (!(d <= max_diff)) {  // also catches NaN
+            max_diff = d;
+            worst = i;
+        }
+    }
+    EXPECT_LE(max_diff, tol * (1.0 + max_ref))
+        << what << ": worst index " << worst << " fast " << a[worst] << " ref " << b[worst];
+}
+
+// A weight matrix with owned storage; `offset` bytes of padding in front make float data unaligned.
+struct TestWeight {
+    std::vector<uint8_t> data, scales, biases;
+    WeightView view;
+};
+
+void store_scalar(std::vector<uint8_t>& out, size_t index, float v, ScaleType type) {
+    if (type == ScaleType::kF32) {
+        std::memcpy(out.data() + index * 4, &v, 4);
+    } else {
+        const uint16_t h = type == ScaleType::kF16 ? f32_to_f16(v) : f32_to_bf16(v);
+        std::memcpy(out.data() + index * 2, &h, 2);
+    }
+}
+
+TestWeight make_weight(std::mt19937& rng, WeightType type, int64_t rows, int64_t cols, int32_t group_size = 0,
+                       ScaleType scale_type = ScaleType::kBF16, size_t offset = 0) {
+    TestWeight tw;
+    tw.view.type = type;
+    tw.view.rows = rows;
+    tw.view.cols = cols;
+    std::uniform_int_distribution<uint32_t> bits;
+    std::normal_distribution<float> nd(0.0f, 0.1f);
+    if (type == WeightType::kQ4 || type == WeightType::kQ8) {
+        const size_t words = static_cast<size_t>(rows * cols * (type == WeightType::kQ4 ? 4 : 8) / 32);
+        tw.data.resize(words * 4 + offset);
+        for (size_t i = 0; i < words; ++i) {
+            const uint32_t w = bits(rng);
+            std::memcpy(tw.data.data() + offset + i * 4, &w, 4);
+        }
+        const size_t groups = static_cast<size_t>(rows * (cols / group_size));
+        const size_t es = scale_type == ScaleType::kF32 ? 4 : 2;
+        tw.scales.resize(groups * es);
+        tw.biases.resize(groups * es);
+        std::uniform_real_distribution<float> sd(0.002f, 0.02f);
+        for (size_t g = 0; g < groups; ++g) {
+            store_scalar(tw.scales, g, (g % 3 == 0 ? -1.0f : 1.0f) * sd(rng), scale_type);
+            store_scalar(tw.biases, g, nd(rng), scale_type);
+        }
+        tw.view.scales = tw.scales.data();
+        tw.view.biases = tw.biases.data();
+        tw.view.scale_type = scale_type;
+        tw.view.group_size = group_size;
+    } else {
+        const size_t es = type == WeightType::kF32 ? 4 : 2;
+        const size_t n = static_cast<size_t>(rows * cols);
+        tw.data.resize(n * es + offset);
+        for (size_t i = 0; i < n; ++i) {
+            const float v = nd(rng);
+            if (type == WeightType::kF32) {
+                std::memcpy(tw.data.data() + offset + i * 4, &v, 4);
+            } else {
+                const uint16_t h = type == WeightType::kF16 ? f32_to_f16(v) : f32_to_bf16(v);
+                std::memcpy(tw.data.data() + offset + i * 2, &h, 2);
+            }
+        }
+    }
+    tw.view.data = tw.data.data() + offset;
+    return tw;
+}
+
+const char* scale_name(ScaleType t) {
+    return t == ScaleType::kF32 ? "f32" : t == ScaleType::kF16 ? "f16" : "bf16";
+}
+
+struct Pools {
+    ThreadPool two{2};
+    ThreadPool three{3};
+    std::vector<ThreadPool*> all() { return {nullptr, &two, &three}; }
+};
+
+void check_linear(std::mt19937& rng, const TestWeight& tw, Pools& pools, const std::string& what) {
+    const WeightView& w = tw.view;
+    // matvec and every token count of matmul, with each pool.
+    for (int64_t n : {1, 3, 17, 65}) {
+        const auto x = random_vec(rng, static_cast<size_t>(n * w.cols));
+        std::vector<float> ref(static_cast<size_t>(n * w.rows));
+        reference::matmul(w, x.data(), n, ref.data(), nullptr);
+        for (ThreadPool* pool : pools.all()) {
+            std::vector<float> y(ref.size(), NAN);
+            const std::string tag =
+                what + " n=" + std::to_string(n) + " pool=" + std::to_string(pool ? pool->size() : 0);
+            if (n == 1) {
+                matvec(w, x.data(), y.data(), pool);
+                expect_close(y, ref, 1e-4, "matvec " + tag);
+                std::fill(y.begin(), y.end(), NAN);
+            }
+            matmul(w, x.data(), n, y.data(), pool);
+            expect_close(y, ref, 1e-4, "matmul " + tag);
+        }
+    }
+    for (int64_t r : {int64_t{0}, w.rows / 2, w.rows - 1}) {
+        std::vector<float> ref(static_cast<size_t>(w.cols)), got(static_cast<size_t>(w.cols), NAN);
+        reference::dequantize_row(w, r, ref.data());
+        dequantize_row(w, r, got.data());
+        expect_close(got, ref, 1e-6, what + " dequantize_row " + std::to_string(r));
+    }
+}
+
+TEST(Kernels, QuantizedLinearMatchesReference) {
+    Pools pools;
+    for_each_isa([&] {
+        std::mt19937 rng(1);
+        for (WeightType type : {WeightType::kQ4, WeightType::kQ8})
+            for (int32_t gs : {32, 64, 128})
+                for (ScaleType st : {ScaleType::kBF16, ScaleType::kF16, ScaleType::kF32})
+                    for (int64_t groups : {1, 3, 5, 16})
+                        for (int64_t rows : {1, 7, 37}) {
+                            const int64_t cols = groups * gs;
+                            const auto tw = make_weight(rng, type, rows, cols, gs, st);
+                            check_linear(rng, tw, pools,
+                                         std::string(weight_type_name(type)) + " gs=" + std::to_string(gs) +
+                                             " " + scale_name(st) + " " + std::to_string(rows) + "x" +
+                                             std::to_string(cols));
+                            if (::testing::Test::HasFailure()) return;
+                        }
+    });
+}
+
+TEST(Kernels, FloatLinearMatchesReference) {
+    Pools pools;
+    for_each_isa([&] {
+        std::mt19937 rng(2);
+        for (WeightType type : {WeightType::kF32, WeightType::kF16, WeightType::kBF16})
+            for (int64_t cols : {1, 7, 16, 33, 100, 512})
+                for (int64_t rows : {1, 5, 19})
+                    for (size_t offset : {size_t{0}, size_t{2}}) {  // 2: unaligned (safetensors offsets)
+                        const auto tw = make_weight(rng, type, rows, cols, 0, ScaleType::kBF16, offset);
+                        check_linear(rng, tw, pools,
+                                     std::string(weight_type_name(type)) + " " + std::to_string(rows) + "x" +
+                                         std::to_string(cols) + " offset " + std::to_string(offset));
+                        if (::testing::Test::HasFailure()) return;
+                    }
+    });
+}
+
+TEST(Kernels, NormsSwigluAxpyMatchReference) {
+    for_each_isa([] {
+        std::mt19937 rng(3);
+        for (int64_t n : {1, 7, 16, 128, 1000, 4096}) {
+            const auto x = random_vec(rng, n, 3.0f), z = random_vec(rng, n, 2.0f), w = random_vec(rng, n);
+            std::vector<float> ref(n), got(n, NAN);
+            reference::rms_norm(x.data(), w.data(), n, 1e-6f, ref.data());
+            rms_norm(x.data(), w.data(), n, 1e-6f, got.data());
+            expect_close(got, ref, 1e-5, "rms_norm n=" + std::to_string(n));
+            reference::rms_norm_gated(x.data(), z.data(), w.data(), n, 1e-6f, ref.data());
+            rms_norm_gated(x.data(), z.data(), w.data(), n, 1e-6f, got.data());
+            expect_close(got, ref, 1e-5, "rms_norm_gated n=" + std::to_string(n));
+            reference::swiglu(x.data(), z.data(), n, ref.data());
+            swiglu(x.data(), z.data(), n, got.data());
+            expect_close(got, ref, 1e-5, "swiglu n=" + std::to_string(n));
+            ref = w;
+            got = w;
+            reference::axpy(0.75f, x.data(), n, ref.data());
+            axpy(0.75f, x.data(), n, got.data());
+            expect_close(got, ref, 1e-6, "axpy n=" + std::to_string(n));
+        }
+    });
+}
+
+TEST(Kernels, RopeMatchesReference) {
+    for_each_isa([] {
+        std::mt19937 rng(4);
+        for (int64_t head_dim : {8, 16, 64, 128, 256})
+            for (int64_t rot_dim : {head_dim, head_dim / 2, head_dim / 4})
+                for (int64_t pos : {0, 1, 37, 4097, 262143})
+                    for (int64_t heads : {1, 3}) {
+                        if (rot_dim % 2) continue;
+                        auto ref = random_vec(rng, heads * head_dim);
+                        auto got = ref;
+                        reference::rope_neox(ref.data(), heads, head_dim, rot_dim, pos, 10000000.0f);
+                        rope_neox(got.data(), heads, head_dim, rot_dim, pos, 10000000.0f);
+                        expect_close(got, ref, 1e-5,
+                                     "rope hd=" + std::to_string(head_dim) +
+                                         " rot=" + std::to_string(rot_dim) + " pos=" + std::to_string(pos));
+                    }
+    });
+}
+
+TEST(Kernels, AttentionMatchesReference) {
+    Pools pools;
+    for_each_isa([&] {
+        std::mt19937 rng(5);
+        const int64_t head_pairs[][2] = {{4, 4}, {4, 2}, {16, 2}};
+        for (const auto& hp : head_pairs)
+            for (int64_t head_dim : {8, 64, 128, 256})
+                for (int64_t n_q : {1, 3, 17})
+                    for (int64_t start : {0, 5, 70}) {
+                        const int64_t nh = hp[0], nkv = hp[1], rows = start + n_q;
+                        const auto q = random_vec(rng, n_q * nh * head_dim);
+                        const auto k = random_vec(rng, rows * nkv * head_dim);
+                        const auto v = random_vec(rng, rows * nkv * head_dim);
+                        const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+                        std::vector<float> ref(q.size());
+                        reference::attention(q.data(), k.data(), v.data(), n_q, start, nh, nkv, head_dim,
+                                             scale, ref.data(), nullptr);
+                        for (ThreadPool* pool : pools.all()) {
+                            std::vector<float> got(q.size(), NAN);
+                            attention(q.data(), k.data(), v.data(), n_q, start, nh, nkv, head_dim, scale,
+                                      got.data(), pool);
+                            expect_close(
+                                got, ref, 1e-5,
+                                "attention nh=" + std::to_string(nh) + " nkv=" + std::to_string(nkv) +
+                                    " hd=" + std::to_string(head_dim) + " n_q=" + std::to_string(n_q) +
+                                    " start=" + std::to_string(start));
+                        }
+                    }
+    });
+}
+
+TEST(Kernels, ConvMatchesReference) {
+    for_each_isa([] {
+        std::mt19937 rng(6);
+        for (int64_t kernel : {1, 2, 4})
+            for (int64_t channels : {1, 7, 64})
+                for (int64_t n : {1, 2, 3, 17}) {
+                    const auto x = random_vec(rng, n * channels), w = random_vec(rng, channels * kernel);
+                    auto state_ref = random_vec(rng, (kernel - 1) * channels);
+                    auto state_got = state_ref;
+                    std::vector<float> ref(n * channels), got(n * channels, NAN);
+                    reference::conv1d_silu(x.data(), n, channels, kernel, w.data(), state_ref.data(),
+                                           ref.data());
+                    conv1d_silu(x.data(), n, channels, kernel, w.data(), state_got.data(), got.data());
+                    const std::string tag = "conv K=" + std::to_string(kernel) +
+                                            " C=" + std::to_string(channels) + " n=" + std::to_string(n);
+                    expect_close(got, ref, 1e-5, tag);
+                    expect_close(state_got, state_ref, 0.0, tag + " state");
+                }
+    });
+}
+
+struct DeltaInputs {
+    std::vector<float> q, k, v, beta, g, state;
+};
+
+DeltaInputs make_delta(std::mt19937& rng, int64_t n, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv) {
+    DeltaInputs d;
+    d.q = random_vec(rng, n * n_k * dk);
+    d.k = random_vec(rng, n * n_k * dk);
+    d.v = random_vec(rng, n * n_v * dv);
+    auto l2 = [](std::vector<float>& a, int64_t dim, float scale) {
+        for (size_t h = 0; h < a.size() / dim; ++h) {
+            double ss = 1e-6;
+            for (int64_t i = 0; i < dim; ++i) ss += a[h * dim + i] * a[h * dim + i];
+            for (int64_t i = 0; i < dim; ++i)
+                a[h * dim + i] = static_cast<float>(a[h * dim + i] / std::sqrt(ss) * scale);
+        }
+    };
+    l2(d.q, dk, 1.0f / std::sqrt(static_cast<float>(dk)));
+    l2(d.k, dk, 1.0f);
+    std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+    d.beta.resize(n * n_v);
+    d.g.resize(n * n_v);
+    for (auto& x : d.beta) x = ud(rng);
+    for (auto& x : d.g) x = -0.5f * ud(rng);
+    d.state = random_vec(rng, n_v * dk * dv, 0.3f);
+    return d;
+}
+
+TEST(Kernels, GatedDeltaMatchesReference) {
+    Pools pools;
+    for_each_isa([&] {
+        std::mt19937 rng(7);
+        const int64_t heads[][2] = {{1, 1}, {2, 4}, {2, 6}};
+        const int64_t dims[][2] = {{8, 8}, {16, 32}, {64, 16}, {128, 128}};
+        for (const auto& hd : heads)
+            for (const auto& dd : dims)
+                for (int64_t n : {1, 3, 17, 65, 130}) {
+                    const int64_t n_k = hd[0], n_v = hd[1], dk = dd[0], dv = dd[1];
+                    if (dk == 128 && n > 65 && n_v > 2) continue;  // keep the double-precision oracle quick
+                    const DeltaInputs d = make_delta(rng, n, n_k, n_v, dk, dv);
+                    const std::string tag = "n_k=" + std::to_string(n_k) + " n_v=" + std::to_string(n_v) +
+                                            " dk=" + std::to_string(dk) + " dv=" + std::to_string(dv) +
+                                            " n=" + std::to_string(n);
+                    std::vector<float> ref_out(n * n_v * dv), ref_state = d.state;
+                    reference::gated_delta_recurrent(d.q.data(), d.k.data(), d.v.data(), d.beta.data(),
+                                                     d.g.data(), n, n_k, n_v, dk, dv, ref_state.data(),
+                                                     ref_out.data(), nullptr);
+                    std::vector<float> cref_out(n * n_v * dv), cref_state = d.state;
+                    reference::gated_delta_chunked(d.q.data(), d.k.data(), d.v.data(), d.beta.data(),
+                                                   d.g.data(), n, n_k, n_v, dk, dv, cref_state.data(),
+                                                   cref_out.data(), nullptr);
+                    for (ThreadPool* pool : pools.all()) {
+                        std::vector<float> out(ref_out.size(), NAN), state = d.state;
+                        gated_delta_recurrent(d.q.data(), d.k.data(), d.v.data(), d.beta.data(), d.g.data(),
+                                              n, n_k, n_v, dk, dv, state.data(), out.data(), pool);
+                        expect_close(out, ref_out, 1e-5, "recurrent out " + tag);
+                        expect_close(state, ref_state, 1e-5, "recurrent state " + tag);
+                        std::vector<float> cout(ref_out.size(), NAN), cstate = d.state;
+                        gated_delta_chunked(d.q.data(), d.k.data(), d.v.data(), d.beta.data(), d.g.data(), n,
+                                            n_k, n_v, dk, dv, cstate.data(), cout.data(), pool);
+                        expect_close(cout, cref_out, 1e-5, "chunked out " + tag);
+                        expect_close(cstate, cref_state, 1e-5, "chunked state " + tag);
+                        // The two fast forms agree with each other too.
+                        expect_close(cout, out, 1e-5, "chunked vs recurrent out " + tag);
+                        expect_close(cstate, state, 1e-5, "chunked vs recurrent state " + tag);
+                    }
+                    if (::testing::Test::HasFailure()) return;
+                }
+    });
+}
+
+TEST(Kernels, RouterMatchesReference) {
+    for_each_isa([] {
+        std::mt19937 rng(8);
+        for (int64_t n_experts : {4, 64, 512})
+            for (int64_t k : {1, 4, 10})
+                for (bool renorm : {false, true}) {
+                    if (k > n_experts) continue;
+                    const auto logits = random_vec(rng, n_experts, 2.0f);
+                    std::vector<int32_t> ref_ids(k), ids(k, -1);
+                    std::vector<float> ref_w(k), w(k, NAN);
+                    reference::router_topk(logits.data(), n_experts, k, renorm, ref_ids.data(), ref_w.data());
+                    router_topk(logits.data(), n_experts, k, renorm, ids.data(), w.data());
+                    EXPECT_EQ(ids, ref_ids) << n_experts << " " << k;
+                    expect_close(w, ref_w, 1e-6, "router");
+                }
+        // Ties keep the lower index first.
+        const float tied[6] = {1, 3, 3, 0, 3, 2};
+        int32_t ids[3];
+        float w[3];
+        router_topk(tied, 6, 3, true, ids, w);
+        EXPECT_EQ(ids[0], 1);
+        EXPECT_EQ(ids[1], 2);
+        EXPECT_EQ(ids[2], 4);
+        EXPECT_NEAR(w[0], 1.0f / 3.0f, 1e-6);
+    });
+}
+
+TEST(Kernels, ForceIsaRejectsUnknownNames) {
+    EXPECT_FALSE(testing::force_isa("sse9"));
+    EXPECT_TRUE(testing::force_isa(""));
+    const auto isas = testing::supported_isas();
+    EXPECT_EQ(isas.front(), "portable");
+    EXPECT_STREQ(cpu_kernel_isa(), isas.back().c_str());
+}
+
+TEST(ThreadPool, CoversRangeExactlyOnceAndRunsNestedInline) {
+    for (int threads : {1, 2, 3, 5}) {
+        ThreadPool pool(threads);
+        EXPECT_EQ(pool.size(), threads);
+        for (int64_t n : {0, 1, 2, 7, 100, 1001}) {
+            for (int64_t grain : {1, 16, 1000}) {
+                std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+                std::atomic<int> calls{0};
+                pool.parallel_for(
+                    n,
+                    [&](int64_t b, int64_t e) {
+                        ASSERT_LT(b, e);
+                        ASSERT_TRUE(e - b >= std::min<int64_t>(grain, n));
+                        calls.fetch_add(1);
+                        for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+                        // Nested loops run inline and still cover their range.
+                        std::atomic<int64_t> inner{0};
+                        pool.parallel_for(3, [&](int64_t ib, int64_t ie) { inner += ie - ib; });
+                        ASSERT_EQ(inner.load(), 3);
+                    },
+                    grain);
+                for (int64_t i = 0; i < n; ++i)
+                    ASSERT_EQ(hits[i].load(), 1) << threads << " " << n << " " << i;
+                EXPECT_LE(calls.load(), threads);
+            }
+        }
+    }
+}
+
+TEST(ThreadPool, ManyBackToBackJobs) {
+    ThreadPool pool(3);
+    int64_t total = 0;
+    std::vector<int64_t> partial(3);
+    for (int iter = 0; iter < 20000; ++iter) {
+        std::atomic<int64_t> sum{0};
+        pool.parallel_for(10, [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i) sum += i;
+        });
+        total += sum.load();
+    }
+    EXPECT_EQ(total, 20000 * 45);
+}
+
+}  // namespace
+}  // namespace sluice::kernels
