@@ -114,9 +114,9 @@ Status Model::forward(ModelState& state, std::span<const int32_t> tokens, float*
         for (int64_t t = 0; t < n; ++t) kernels::rms_norm(x + t * H, lw.post_norm.data(), H, c.rms_eps, norm + t * H);
         moe_layer(lw, l, n, ws, pool);
         if (!moe_status_.is_ok()) {
-            Status st = moe_status_;
+            Status failed = moe_status_;
             moe_status_ = Status::ok();
-            return st.with_context("[model] layer " + std::to_string(l));
+            return failed.with_context("[model] layer " + std::to_string(l));
         }
         for (int64_t i = 0; i < n * H; ++i) x[i] += mix[i];
 

@@ -151,7 +151,7 @@ TEST_P(Golden, PrefillDecodeAndGreedyMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, Golden, ::testing::ValuesIn(golden_names()),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& param_info) { return param_info.param; });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Golden);
 
 }  // namespace

@@ -91,8 +91,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, MlxFixture,
                          ::testing::Values(Fixture{"tiny-model", "tiny_forward.safetensors", 1e-4f},
                                            Fixture{"tiny-model-q4", "tiny_forward_q4.safetensors", 1e-4f},
                                            Fixture{"tiny-model-q35", "tiny_forward_q35.safetensors", 1e-4f}),
-                         [](const auto& info) {
-                             std::string s = info.param.model_dir;
+                         [](const auto& param_info) {
+                             std::string s = param_info.param.model_dir;
                              for (auto& ch : s)
                                  if (ch == '-') ch = '_';
                              return s;

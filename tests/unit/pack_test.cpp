@@ -103,7 +103,7 @@ INSTANTIATE_TEST_SUITE_P(Goldens, PackGolden,
                                            PackCase{"qwen3_next_mlx_q8", 0}, PackCase{"qwen3_5_moe_mlx_q4", 0},
                                            PackCase{"qwen3_moe_hf_bf16", 16}, PackCase{"qwen3_next_hf_bf16", 16},
                                            PackCase{"qwen3_5_moe_hf_bf16", 16}),
-                         [](const auto& info) { return std::string(info.param.golden); });
+                         [](const auto& param_info) { return std::string(param_info.param.golden); });
 
 // Relative RMS error between every quantized linear of a pack and its bf16 source.
 double max_weight_error(const std::string& src_dir, const std::string& packed_dir, int* n_quantized) {
