@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+#include <cstring>
 #include <limits>
 #include <queue>
 
@@ -13,6 +15,10 @@
 #include "tokenizer/text.h"
 
 namespace sluice::tok {
+
+// Pieces up to this many bytes take the array loop (O(n^2) compares, no allocation); longer ones
+// the heap. Measured on the oracle corpus: 32 beats 16, 64 and 256.
+constexpr size_t kShortPieceBytes = 32;
 
 bool byte_level_to_bytes(std::string_view s, std::string* out) {
     out->clear();
@@ -47,7 +53,9 @@ Expected<BpeModel> BpeModel::build(const std::vector<std::pair<std::string, int3
                                    const std::vector<std::pair<std::string, std::string>>& merges,
                                    bool ignore_merges, const std::optional<std::string>& unk_token,
                                    const std::string& path) {
+    static std::atomic<uint64_t> next_instance{1};
     BpeModel m;
+    m.instance_ = next_instance++;
     m.ignore_merges_ = ignore_merges;
     std::unordered_map<std::string_view, int32_t> ids;
     ids.reserve(vocab.size() * 2);
@@ -99,7 +107,39 @@ Expected<BpeModel> BpeModel::build(const std::vector<std::pair<std::string, int3
     return m;
 }
 
+namespace {
+struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+struct PieceCache {
+    uint64_t owner = 0;
+    // piece bytes -> its ids, stored as the raw bytes of an int32_t array
+    std::unordered_map<std::string, std::string, StringHash, std::equal_to<>> map;
+};
+}  // namespace
+
 void BpeModel::encode_piece(std::string_view piece, std::vector<int32_t>* out) const {
+    if (piece.size() > kCachePieceBytes || piece.size() <= 1) return encode_piece_uncached(piece, out);
+    thread_local PieceCache cache;
+    if (cache.owner != instance_) {
+        cache.map.clear();
+        cache.owner = instance_;
+    }
+    if (auto it = cache.map.find(piece); it != cache.map.end()) {
+        const size_t at = out->size();
+        out->resize(at + it->second.size() / sizeof(int32_t));
+        std::memcpy(out->data() + at, it->second.data(), it->second.size());
+        return;
+    }
+    const size_t before = out->size();
+    encode_piece_uncached(piece, out);
+    if (cache.map.size() >= kCacheEntries) cache.map.clear();
+    cache.map.emplace(std::string(piece), std::string(reinterpret_cast<const char*>(out->data() + before),
+                                                      (out->size() - before) * sizeof(int32_t)));
+}
+
+void BpeModel::encode_piece_uncached(std::string_view piece, std::vector<int32_t>* out) const {
     if (piece.empty()) return;
     if (ignore_merges_) {
         if (auto it = bytes_to_id_.find(std::string(piece)); it != bytes_to_id_.end()) {
@@ -122,7 +162,7 @@ void BpeModel::encode_piece(std::string_view piece, std::vector<int32_t>* out) c
         out->insert(out->end(), ids.begin(), ids.end());
         return;
     }
-    if (ids.size() <= 256) {
+    if (ids.size() <= kShortPieceBytes) {
         merge_short(ids, out);
     } else {
         merge_long(ids, out);
@@ -132,7 +172,7 @@ void BpeModel::encode_piece(std::string_view piece, std::vector<int32_t>* out) c
 void BpeModel::merge_short(std::vector<int32_t>& ids, std::vector<int32_t>* out) const {
     constexpr int32_t kNone = std::numeric_limits<int32_t>::max();
     // rank[k] / merged[k]: the merge of (ids[k], ids[k+1]), kNone when there is none.
-    int32_t rank[256], merged[256];
+    int32_t rank[kShortPieceBytes], merged[kShortPieceBytes];
     size_t n = ids.size();
     auto lookup = [&](size_t k) {
         const Slot* s = find(ids[k], ids[k + 1]);
@@ -170,7 +210,9 @@ void BpeModel::merge_long(std::vector<int32_t>& ids, std::vector<int32_t>* out) 
         bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
     };
     const int32_t n = static_cast<int32_t>(ids.size());
-    std::vector<int32_t> prev(n), next(n);
+    thread_local std::vector<int32_t> prev, next;
+    prev.resize(n);
+    next.resize(n);
     for (int32_t k = 0; k < n; ++k) {
         prev[k] = k - 1;
         next[k] = k + 1 < n ? k + 1 : -1;

@@ -92,7 +92,7 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string_view>* p
 
 void PreTokenizer::split_qwen(std::string_view text, bool marks_join_letters,
                               std::vector<std::string_view>* pieces) {
-    constexpr uint8_t kCrLf = 16, kSpace = 32;  // extra bits next to CodePointClass
+    constexpr uint8_t kCrLf = 32, kSpace = 64;  // extra bits next to CodePointClass
     // Decode once: byte offsets and classes of every code point (offset[n] = text.size()).
     thread_local std::vector<uint32_t> offset;
     thread_local std::vector<uint8_t> cls;

@@ -170,15 +170,21 @@ size_t utf8_stable_prefix(std::string_view s) {
     return i;
 }
 
-std::string nfc(std::string_view s) {
-    bool ascii = true;
-    for (char c : s) {
-        if (static_cast<unsigned char>(c) >= 0x80) {
-            ascii = false;
-            break;
+bool is_nfc_quick(std::string_view s) {
+    const ClassTable& table = class_table();
+    for (size_t i = 0; i < s.size();) {
+        if (static_cast<unsigned char>(s[i]) < 0x80) {
+            ++i;
+            continue;
         }
+        uint32_t cp = 0;
+        i += next_code_point(s.data() + i, &cp);
+        if (!(table.get(cp) & kClassNfcStable)) return false;
     }
-    if (ascii) return std::string(s);
+    return true;
+}
+
+std::string nfc(std::string_view s) {
     utf8proc_uint8_t* out = nullptr;
     const utf8proc_ssize_t n = utf8proc_map(
         reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()), &out,

@@ -20,6 +20,7 @@ enum CodePointClass : uint8_t {
     kClassNumber = 2,      // \p{N}
     kClassMark = 4,        // \p{M}
     kClassWhitespace = 8,  // \s in Oniguruma = Unicode White_Space
+    kClassNfcStable = 16,  // no NFC work needed around it (see scripts/gen_unicode_tables.mjs)
 };
 
 // Bitwise OR of CodePointClass for `cp` (0 for anything else, including unassigned code points).
@@ -58,7 +59,12 @@ void append_utf8_lossy(std::string& out, std::string_view s);
 // later with more bytes appended gives the same text as lossy-decoding everything at once.
 size_t utf8_stable_prefix(std::string_view s);
 
-// Unicode NFC of valid UTF-8 `s`. Pure-ASCII input is returned as is without calling utf8proc.
+// True when valid UTF-8 `s` is certainly in NFC already: every code point is kClassNfcStable
+// (NFC_Quick_Check=Yes, combining class 0, never composes with what precedes it).
+// False means "unknown": run nfc().
+bool is_nfc_quick(std::string_view s);
+
+// Unicode NFC of valid UTF-8 `s` (utf8proc).
 std::string nfc(std::string_view s);
 
 }  // namespace sluice::tok

@@ -168,7 +168,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
             continue;
         }
         std::string_view part = seg.text;
-        if (impl_->nfc) {
+        if (impl_->nfc && !tok::is_nfc_quick(part)) {
             normalized = tok::nfc(part);
             part = normalized;
         }
