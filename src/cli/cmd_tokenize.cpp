@@ -25,6 +25,7 @@ struct TokenizeOptions {
     std::string file;
     std::string jsonl;
     bool no_special = false;
+    int sources = 0;  // how many of --text/--file/--jsonl were given (an empty --text counts)
 };
 
 struct DetokenizeOptions {
@@ -73,8 +74,7 @@ void for_each_jsonl(const std::string& path, Fn fn) {
 }
 
 void run_tokenize(const TokenizeOptions& o) {
-    const int sources = !o.text.empty() + !o.file.empty() + !o.jsonl.empty();
-    if (sources != 1) throw CliError("tokenize: give exactly one of --text, --file, --jsonl");
+    if (o.sources != 1) throw CliError("tokenize: give exactly one of --text, --file, --jsonl");
     auto tokenizer = check(Tokenizer::load(o.model_dir));
     if (!o.jsonl.empty()) {
         std::string out;
@@ -87,7 +87,7 @@ void run_tokenize(const TokenizeOptions& o) {
         std::fwrite(out.data(), 1, out.size(), stdout);
         return;
     }
-    const std::string text = o.file.empty() ? o.text : read_file_or_throw(o.file);
+    const std::string text = o.file.empty() ? o.text : read_file_or_throw(o.file);  // --text, maybe ""
     std::printf("%s\n", ids_json(tokenizer->encode(text, !o.no_special)).c_str());
 }
 
@@ -131,13 +131,17 @@ SLUICE_COMMAND(tokenize, 20, [](CLI::App& app) {
     auto* cmd = app.add_subcommand("tokenize", "Encode text to token ids (printed as a JSON array)");
     cmd->add_option("model_dir", opts->model_dir, "Folder with tokenizer.json (and tokenizer_config.json)")
         ->required();
-    cmd->add_option("--text", opts->text, "Text to encode (default: none)");
-    cmd->add_option("--file", opts->file, "Encode the contents of this file (default: none)");
-    cmd->add_option("--jsonl", opts->jsonl,
-                    "Batch: one JSON string per line in, one JSON id array per line out (default: none)");
+    auto* text = cmd->add_option("--text", opts->text, "Text to encode (default: none)");
+    auto* file = cmd->add_option("--file", opts->file, "Encode the contents of this file (default: none)");
+    auto* jsonl =
+        cmd->add_option("--jsonl", opts->jsonl,
+                        "Batch: one JSON string per line in, one JSON id array per line out (default: none)");
     cmd->add_flag("--no-special", opts->no_special,
                   "Treat special tokens (<|im_start|> ...) in the text as plain text (default: off)");
-    cmd->callback([opts] { sluice::cli::run_tokenize(*opts); });
+    cmd->callback([opts, text, file, jsonl] {
+        opts->sources = static_cast<int>(text->count() + file->count() + jsonl->count());
+        sluice::cli::run_tokenize(*opts);
+    });
 });
 
 SLUICE_COMMAND(detokenize, 21, [](CLI::App& app) {

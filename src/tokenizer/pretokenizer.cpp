@@ -2,7 +2,7 @@
 // alternative of the Qwen regex that matches (regex alternation is leftmost-first, quantifiers
 // greedy with backtracking):
 //
-//   1 (?i:'s|'t|'re|'ve|'m|'ll|'d)      ASCII case-insensitive contraction
+//   1 (?i:'s|'t|'re|'ve|'m|'ll|'d)      case-insensitive contraction (ASCII, and 'ſ as 's)
 //   2 [^\r\n\p{L}\p{N}]?\p{L}+           optional non-letter/digit/newline, then a letter run
 //                                        (Qwen3.5: [\p{L}\p{M}]+ -- marks join letters)
 //   3 \p{N}                              one digit
@@ -116,6 +116,9 @@ void PreTokenizer::split_qwen(std::string_view text, bool marks_join_letters,
         kClassWhitespace | kClassLetter | kClassNumber | (marks_join_letters ? kClassMark : 0);
     auto lower_ascii = [&](size_t k) -> char {
         const char c = text[offset[k]];
+        // Oniguruma's (?i) uses Unicode case folding: U+017F LATIN SMALL LETTER LONG S folds to 's'
+        // (the only non-ASCII code point folding to one of the contraction letters).
+        if (c == '\xC5' && text[offset[k] + 1] == '\xBF') return 's';
         return (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c;  // non-ASCII lead bytes stay >= 0x80
     };
 

@@ -347,6 +347,8 @@ TEST(PreTokenizer, WhitespaceIsOnigurumaWhiteSpace) {
               (std::vector<std::string>{"a",
                                         "\xEF\xBB\xBF"
                                         "b"}));
+    // (?i) folds U+017F to 's' in Oniguruma, so "'ſ" is a contraction (JavaScript's rewrite is ASCII-only).
+    EXPECT_EQ(split(*p, "it'\xC5\xBFx"), (std::vector<std::string>{"it", "'\xC5\xBF", "x"}));
     EXPECT_EQ(split(*p, "x  \n  y  "), (std::vector<std::string>{"x", "  \n", " ", " y", "  "}));
     EXPECT_EQ(split(*p, "It'S 12 ok!!\n\n"),
               (std::vector<std::string>{"It", "'S", " ", "1", "2", " ok", "!!\n\n"}));
