@@ -44,8 +44,11 @@ Status parse_added_token(const json& j, AddedTokenSpec* t, const std::string& pa
     SLUICE_RETURN_IF_ERROR(read_bool(j, "single_word", &t->single_word, path, where));
     SLUICE_RETURN_IF_ERROR(read_bool(j, "lstrip", &t->lstrip, path, where));
     SLUICE_RETURN_IF_ERROR(read_bool(j, "rstrip", &t->rstrip, path, where));
-    SLUICE_RETURN_IF_ERROR(read_bool(j, "normalized", &t->normalized, path, where));
     SLUICE_RETURN_IF_ERROR(read_bool(j, "special", &t->special, path, where));
+    // HF's AddedToken::from(content, special): special tokens match the raw text, others the
+    // normalised text, unless the file says otherwise.
+    t->normalized = !t->special;
+    SLUICE_RETURN_IF_ERROR(read_bool(j, "normalized", &t->normalized, path, where));
     return Status::ok();
 }
 

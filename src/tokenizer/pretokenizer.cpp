@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <pcre2.h>
 
+#include "core/log.h"
 #include "tokenizer/text.h"
 
 namespace sluice::tok {
@@ -41,6 +42,8 @@ Expected<PreTokenizer> PreTokenizer::create(const std::string& regex) {
         p.kind_ = Kind::kQwen35;
         return p;
     }
+    log::debug("[tokenizer] pre-tokenizer regex is not a known Qwen pattern; matching it with PCRE2: {}",
+               regex);
     int err = 0;
     PCRE2_SIZE err_offset = 0;
     auto r = std::make_shared<Regex>();
@@ -70,8 +73,11 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string_view>* p
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     size_t pos = 0, last = 0;
     while (pos <= text.size()) {
-        const int rc = pcre2_match(regex_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
-        if (rc < 0) break;  // no more matches (or a resource limit: the rest becomes one piece)
+        int rc = pcre2_match(regex_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT)  // the interpreter keeps its backtracking state on the heap
+            rc = pcre2_match(regex_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md,
+                             nullptr);
+        if (rc < 0) break;  // no more matches (or the heap limit: the rest becomes one piece)
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
         const size_t start = ov[0], end = ov[1];
         if (start > last) pieces->push_back(text.substr(last, start - last));

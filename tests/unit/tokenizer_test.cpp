@@ -247,6 +247,23 @@ TEST(Tokenizer, AddedTokensLongestMatchAndFlags) {
     EXPECT_EQ(t->decode(std::vector<int32_t>{'x', 300, 302, 'y'}, true), "x[L]y");
 }
 
+TEST(Tokenizer, NormalizedAddedTokensMatchAfterNfc) {
+    TempDir d1, d2;
+    // "é" precomposed as an added token; the text has it decomposed (e + U+0301).
+    auto norm =
+        load_json(d1, with_added(tiny_tokenizer({}, false),
+                                 {added(300, "\xC3\xA9", false, false, false, false, /*normalized=*/true)}));
+    auto raw =
+        load_json(d2, with_added(tiny_tokenizer({}, false),
+                                 {added(300, "\xC3\xA9", false, false, false, false, /*normalized=*/false)}));
+    ASSERT_TRUE(norm && raw);
+    const std::string decomposed = "xe\xCC\x81";
+    EXPECT_EQ(norm->encode(decomposed), (std::vector<int32_t>{'x', 300}));
+    // Raw matching runs before NFC, so the decomposed form is not found; NFC then makes it "é" bytes.
+    EXPECT_EQ(raw->encode(decomposed), (std::vector<int32_t>{'x', 0xC3, 0xA9}));
+    EXPECT_EQ(raw->encode("x\xC3\xA9"), (std::vector<int32_t>{'x', 300}));
+}
+
 TEST(Tokenizer, Qwen3SpecialTokens) {
     REQUIRE_QWEN3();
     EXPECT_EQ(tok->vocab_size(), 151669);
