@@ -6,9 +6,12 @@
 //
 // Lifetime: everything is built in load() and never modified, so concurrent encode/decode calls
 // need no locks; per-call scratch lives on the stack or in thread_local buffers.
-// Rejected alternative: decoding added tokens as separate UTF-8 runs (transformers.js and HF's
-// slow Python tokenizer do) -- it differs from the fast tokenizer only around a broken UTF-8
-// sequence next to an added token, and the joint form is what the streaming detokenizer needs.
+// Rejected alternative: decoding the runs between added tokens separately (transformers.js and
+// HF's slow Python tokenizer do). Since an added token's content is valid UTF-8 starting with a
+// non-continuation byte, a broken sequence can never be completed across it, so the text is the
+// same -- except for contents made of byte-alphabet characters (e.g. "Ġx"), which HF's fast
+// decoder maps to bytes and which we therefore map too; the joint form is also what the
+// streaming detokenizer needs.
 #include "sluice/tokenizer.h"
 
 #include <fmt/format.h>
