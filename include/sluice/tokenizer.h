@@ -1,0 +1,96 @@
+// The text <-> token id boundary: the exact HF `tokenizers` byte-level BPE used by the Qwen2/3,
+// Qwen3-Next and Qwen3.5/3.6 families (docs/models.md section 7), and a streaming detokenizer for
+// generation.
+//
+// Tokenizer
+//   Ownership: load() returns a shared_ptr to an immutable tokenizer; share it freely (sessions,
+//   server handlers, IncrementalDetokenizers all hold a reference).
+//   Thread safety: every member is const and touches no shared mutable state, so any number of
+//   threads may call encode()/decode() on one instance at the same time.
+//   Errors: load() returns a Status naming the file and the problem (missing file, bad JSON,
+//   unsupported model/normalizer/pre-tokenizer type, merge naming a token not in the vocab, ...).
+//   encode()/decode() cannot fail: invalid UTF-8 input to encode() is first repaired to U+FFFD
+//   (HF takes a Rust &str, which is valid by construction); ids decode() does not know are skipped
+//   (HF does the same), and invalid UTF-8 produced by a token sequence becomes U+FFFD per maximal
+//   ill-formed subsequence (Rust String::from_utf8_lossy, WHATWG TextDecoder).
+//
+// IncrementalDetokenizer
+//   One per output stream. Not thread-safe (a plain mutable object); it keeps its tokenizer alive.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/status.h"
+
+namespace sluice {
+
+class Tokenizer {
+ public:
+    // Reads `model_dir`/tokenizer.json (required) and `model_dir`/tokenizer_config.json (optional:
+    // added-token flags from `added_tokens_decoder` override tokenizer.json's, and it supplies the
+    // eos/bos/pad token strings).
+    static Expected<std::shared_ptr<const Tokenizer>> load(const std::string& model_dir);
+
+    ~Tokenizer();
+    Tokenizer(const Tokenizer&) = delete;
+    Tokenizer& operator=(const Tokenizer&) = delete;
+
+    // Text -> ids. With parse_special = true every added token (special or not) found in the text
+    // becomes its id; with false, tokens flagged `special` (e.g. <|im_start|>) are ordinary text and
+    // get BPE'd, while non-special added tokens (<think>, <tool_call>) are still matched -- HF's
+    // `split_special_tokens=True`. No BOS/EOS is added.
+    std::vector<int32_t> encode(std::string_view text, bool parse_special = true) const;
+
+    // Ids -> text (HF fast-tokenizer decode, clean_up_tokenization_spaces = false).
+    std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
+
+    // The raw vocabulary string of `id` (byte-level alphabet, e.g. "Ġthe"), or an added token's
+    // content; empty for an unknown id.
+    std::string_view token_text(int32_t id) const;
+    // The bytes `id` contributes to decoded text (byte-level mapping undone); empty if unknown.
+    std::string_view token_bytes(int32_t id) const;
+    // One more than the largest id (BPE vocabulary plus added tokens): 151669 for Qwen3.
+    int32_t vocab_size() const;
+    // Id of an added token's content (e.g. "<|im_end|>") or of a raw vocabulary string.
+    std::optional<int32_t> token_id(std::string_view content) const;
+    bool is_special(int32_t id) const;  // an added token flagged special: true
+    bool is_added(int32_t id) const;    // any added token
+
+    // From tokenizer_config.json when present (and not null there).
+    const std::optional<std::string>& eos_token() const;
+    const std::optional<std::string>& bos_token() const;
+    const std::optional<std::string>& pad_token() const;
+
+    struct Impl;
+
+ private:
+    explicit Tokenizer(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+// Turns a stream of ids into text chunks that are always complete UTF-8: bytes of a code point
+// split across tokens (CJK, emoji, the parts of a ZWJ / skin-tone / flag / keycap sequence) are
+// held back until the code point is complete. The concatenation of every feed() plus flush()
+// equals tokenizer.decode(all ids, skip_special).
+class IncrementalDetokenizer {
+ public:
+    IncrementalDetokenizer(std::shared_ptr<const Tokenizer> tokenizer, bool skip_special = false);
+
+    // Returns the text that became complete with `id` (often empty, never a partial code point).
+    std::string feed(int32_t id);
+    // End of stream: returns what is still held (an incomplete tail becomes U+FFFD, as in decode).
+    std::string flush();
+
+ private:
+    std::shared_ptr<const Tokenizer> tokenizer_;
+    bool skip_special_;
+    std::string pending_bytes_;  // an incomplete UTF-8 tail (at most 3 bytes)
+};
+
+}  // namespace sluice

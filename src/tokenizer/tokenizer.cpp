@@ -1,0 +1,266 @@
+// The Tokenizer behind include/sluice/tokenizer.h: loads the HF files (via src/format/), builds
+// the id tables, and runs the pipeline of docs/models.md 7.1 -- added tokens split out on the raw
+// text, NFC on the rest, added tokens flagged `normalized` split out of the normalised text, the
+// pre-tokenizer, then BPE per piece. Decoding concatenates every token's bytes and repairs invalid
+// UTF-8 once over the whole (HF's ByteLevel decoder calls String::from_utf8_lossy on all bytes).
+//
+// Lifetime: everything is built in load() and never modified, so concurrent encode/decode calls
+// need no locks; per-call scratch lives on the stack or in thread_local buffers.
+// Rejected alternative: decoding the runs between added tokens separately (transformers.js and
+// HF's slow Python tokenizer do). Since an added token's content is valid UTF-8 starting with a
+// non-continuation byte, a broken sequence can never be completed across it, so the text is the
+// same -- except for contents made of byte-alphabet characters (e.g. "Ġx"), which HF's fast
+// decoder maps to bytes and which we therefore map too; the joint form is also what the
+// streaming detokenizer needs.
+#include "sluice/tokenizer.h"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "format/tokenizer_json.h"
+#include "io/mapped_file.h"
+#include "tokenizer/added_tokens.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/text.h"
+
+namespace sluice {
+
+namespace {
+enum TokenFlags : uint8_t { kKnown = 1, kAdded = 2, kSpecial = 4 };
+
+bool file_exists(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0;
+}
+}  // namespace
+
+struct Tokenizer::Impl {
+    tok::BpeModel bpe;
+    tok::PreTokenizer pre;
+    bool nfc = false;
+    tok::AddedTokenMatcher raw_matcher;         // added tokens with normalized = false
+    tok::AddedTokenMatcher normalized_matcher;  // added tokens with normalized = true
+    std::vector<std::string> id_text;           // raw vocab string / added content
+    std::vector<std::string> id_bytes;          // bytes in decoded text
+    std::vector<uint8_t> id_flags;
+    std::unordered_map<std::string, int32_t> added_ids;
+    std::unordered_map<std::string, int32_t> vocab_ids;
+    std::optional<std::string> eos, bos, pad;
+
+    void encode_text(std::string_view text, std::vector<int32_t>* out) const;
+};
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::~Tokenizer() = default;
+
+Expected<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::string& model_dir) {
+    const std::string json_path = model_dir + "/tokenizer.json";
+    if (!file_exists(json_path))
+        return error(ErrorCode::kNotFound, fmt::format("[tokenizer] {}: file not found", json_path));
+    SLUICE_ASSIGN_OR_RETURN(std::string json_text, io::read_text_file(json_path));
+    SLUICE_ASSIGN_OR_RETURN(format::TokenizerJson spec, format::parse_tokenizer_json(json_text, json_path));
+    json_text.clear();
+    json_text.shrink_to_fit();
+
+    std::optional<format::TokenizerConfigJson> config;
+    const std::string config_path = model_dir + "/tokenizer_config.json";
+    if (file_exists(config_path)) {
+        SLUICE_ASSIGN_OR_RETURN(std::string config_text, io::read_text_file(config_path));
+        SLUICE_ASSIGN_OR_RETURN(config, format::parse_tokenizer_config_json(config_text, config_path));
+    }
+
+    auto impl = std::make_unique<Impl>();
+    impl->nfc = spec.normalize_nfc;
+    SLUICE_ASSIGN_OR_RETURN(impl->pre, tok::PreTokenizer::create(spec.split_regex));
+    SLUICE_ASSIGN_OR_RETURN(impl->bpe, tok::BpeModel::build(spec.vocab, spec.merges, spec.ignore_merges,
+                                                            spec.unk_token, json_path));
+
+    // Added tokens: tokenizer.json's list, with tokenizer_config.json's flags taking precedence
+    // (transformers re-registers added_tokens_decoder on the fast tokenizer at load).
+    std::vector<format::AddedTokenSpec> added = spec.added_tokens;
+    if (config) {
+        for (const auto& t : config->added_tokens_decoder) {
+            auto it = std::find_if(added.begin(), added.end(), [&](const auto& a) { return a.id == t.id; });
+            if (it == added.end()) {
+                added.push_back(t);
+            } else {
+                if (it->content != t.content)
+                    return error(
+                        ErrorCode::kCorrupt,
+                        fmt::format("[tokenizer] {}: added_tokens_decoder['{}'] is '{}' but {} says '{}'",
+                                    config_path, t.id, t.content, json_path, it->content));
+                *it = t;
+            }
+        }
+        impl->eos = config->eos_token;
+        impl->bos = config->bos_token;
+        impl->pad = config->pad_token;
+    }
+
+    int32_t max_id = -1;
+    for (const auto& [text, id] : spec.vocab) max_id = std::max(max_id, id);
+    for (const auto& t : added) max_id = std::max(max_id, t.id);
+    const size_t n = static_cast<size_t>(max_id + 1);
+    impl->id_text.resize(n);
+    impl->id_bytes.resize(n);
+    impl->id_flags.assign(n, 0);
+    // A token's decoded bytes: its characters mapped back through the byte table, or -- when a
+    // character is outside the table -- its UTF-8 as is (HF ByteLevel decoder). Added tokens go
+    // through the same mapping in HF's fast decode.
+    auto set_bytes = [&](int32_t id, const std::string& text) {
+        std::string bytes;
+        if (!tok::byte_level_to_bytes(text, &bytes)) bytes = text;
+        impl->id_bytes[id] = std::move(bytes);
+    };
+    impl->vocab_ids.reserve(spec.vocab.size());
+    for (auto& [text, id] : spec.vocab) {
+        if (impl->id_flags[id] & kKnown)
+            return error(ErrorCode::kCorrupt,
+                         fmt::format("[tokenizer] {}: model.vocab: id {} is used by both '{}' "
+                                     "and '{}'",
+                                     json_path, id, impl->id_text[id], text));
+        set_bytes(id, text);
+        impl->id_flags[id] = kKnown;
+        impl->vocab_ids.emplace(text, id);
+        impl->id_text[id] = std::move(text);
+    }
+    std::vector<format::AddedTokenSpec> raw, normalized;
+    for (const auto& t : added) {
+        if ((impl->id_flags[t.id] & kKnown) && impl->id_text[t.id] != t.content)
+            return error(ErrorCode::kCorrupt,
+                         fmt::format("[tokenizer] {}: added token '{}' has id {}, which the "
+                                     "vocab gives to '{}'",
+                                     json_path, t.content, t.id, impl->id_text[t.id]));
+        impl->id_text[t.id] = t.content;
+        set_bytes(t.id, t.content);
+        impl->id_flags[t.id] = kKnown | kAdded | (t.special ? kSpecial : 0);
+        impl->added_ids[t.content] = t.id;
+        (t.normalized ? normalized : raw).push_back(t);
+    }
+    impl->raw_matcher = tok::AddedTokenMatcher(std::move(raw));
+    impl->normalized_matcher = tok::AddedTokenMatcher(std::move(normalized));
+    return std::shared_ptr<const Tokenizer>(new Tokenizer(std::move(impl)));
+}
+
+void Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>* out) const {
+    thread_local std::vector<std::string_view> pieces;
+    pieces.clear();
+    pre.split(text, &pieces);
+    for (std::string_view piece : pieces) bpe.encode_piece(piece, out);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special) const {
+    std::string repaired;
+    if (!tok::is_valid_utf8(text)) {
+        repaired = tok::utf8_lossy(text);
+        text = repaired;
+    }
+    std::vector<int32_t> ids;
+    ids.reserve(text.size() / 3 + 4);
+    std::vector<tok::TextSegment> segments, inner;
+    impl_->raw_matcher.split(text, parse_special, &segments);
+    std::string normalized;
+    for (const auto& seg : segments) {
+        if (seg.token_id >= 0) {
+            ids.push_back(seg.token_id);
+            continue;
+        }
+        std::string_view part = seg.text;
+        if (impl_->nfc && !tok::is_nfc_quick(part)) {
+            normalized = tok::nfc(part);
+            part = normalized;
+        }
+        if (impl_->normalized_matcher.empty()) {
+            impl_->encode_text(part, &ids);
+            continue;
+        }
+        inner.clear();
+        impl_->normalized_matcher.split(part, parse_special, &inner);
+        for (const auto& s : inner) {
+            if (s.token_id >= 0) {
+                ids.push_back(s.token_id);
+            } else {
+                impl_->encode_text(s.text, &ids);
+            }
+        }
+    }
+    return ids;
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+    std::string bytes;
+    for (int32_t id : ids) {
+        if (id < 0 || static_cast<size_t>(id) >= impl_->id_flags.size()) continue;
+        const uint8_t f = impl_->id_flags[id];
+        if (!(f & kKnown) || (skip_special && (f & kSpecial))) continue;
+        bytes += impl_->id_bytes[id];
+    }
+    if (tok::is_valid_utf8(bytes)) return bytes;
+    return tok::utf8_lossy(bytes);
+}
+
+std::string_view Tokenizer::token_text(int32_t id) const {
+    if (id < 0 || static_cast<size_t>(id) >= impl_->id_text.size()) return {};
+    return impl_->id_text[id];
+}
+
+std::string_view Tokenizer::token_bytes(int32_t id) const {
+    if (id < 0 || static_cast<size_t>(id) >= impl_->id_bytes.size()) return {};
+    return impl_->id_bytes[id];
+}
+
+int32_t Tokenizer::vocab_size() const {
+    return static_cast<int32_t>(impl_->id_flags.size());
+}
+
+std::optional<int32_t> Tokenizer::token_id(std::string_view content) const {
+    const std::string key(content);
+    if (auto it = impl_->added_ids.find(key); it != impl_->added_ids.end()) return it->second;
+    if (auto it = impl_->vocab_ids.find(key); it != impl_->vocab_ids.end()) return it->second;
+    return std::nullopt;
+}
+
+bool Tokenizer::is_special(int32_t id) const {
+    return id >= 0 && static_cast<size_t>(id) < impl_->id_flags.size() && (impl_->id_flags[id] & kSpecial);
+}
+bool Tokenizer::is_added(int32_t id) const {
+    return id >= 0 && static_cast<size_t>(id) < impl_->id_flags.size() && (impl_->id_flags[id] & kAdded);
+}
+
+const std::optional<std::string>& Tokenizer::eos_token() const {
+    return impl_->eos;
+}
+const std::optional<std::string>& Tokenizer::bos_token() const {
+    return impl_->bos;
+}
+const std::optional<std::string>& Tokenizer::pad_token() const {
+    return impl_->pad;
+}
+
+// ---- IncrementalDetokenizer -------------------------------------------------------------------
+
+IncrementalDetokenizer::IncrementalDetokenizer(std::shared_ptr<const Tokenizer> tokenizer, bool skip_special)
+    : tokenizer_(std::move(tokenizer)), skip_special_(skip_special) {}
+
+std::string IncrementalDetokenizer::feed(int32_t id) {
+    // decode() skips unknown ids and (optionally) special tokens; so does the stream.
+    if (tokenizer_->token_text(id).empty() || (skip_special_ && tokenizer_->is_special(id))) return {};
+    pending_bytes_ += tokenizer_->token_bytes(id);
+    const size_t ready = tok::utf8_stable_prefix(pending_bytes_);
+    std::string out = tok::utf8_lossy(std::string_view(pending_bytes_).substr(0, ready));
+    pending_bytes_.erase(0, ready);
+    return out;
+}
+
+std::string IncrementalDetokenizer::flush() {
+    std::string out = tok::utf8_lossy(pending_bytes_);
+    pending_bytes_.clear();
+    return out;
+}
+
+}  // namespace sluice
