@@ -9,8 +9,7 @@
 // Jinja2 / transformers, because the oracle's behaviour there is a bug:
 //   * str.strip/lstrip/rstrip(chars) and |trim(chars) honour `chars` (the oracle ignores it and
 //     strips whitespace);
-//   * text rendered before {% break %}/{% continue %} in an iteration is kept (the oracle drops it),
-//     and a loop's {% else %} runs only when nothing was iterated;
+//   * text rendered before {% break %}/{% continue %} in an iteration is kept (the oracle drops it);
 //   * `%` with a negative operand takes the divisor's sign; division by zero is an error (the
 //     oracle prints Infinity/NaN); float|int truncates toward zero (the oracle floors);
 // And where both differ from Python Jinja2 (we follow the oracle): booleans print as true/false

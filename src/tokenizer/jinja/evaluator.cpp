@@ -3,9 +3,9 @@
 //
 // Deliberate departures from the oracle (Python Jinja2 semantics instead, because the oracle's
 // behaviour there is a bug that changes output): text rendered before `{% break %}` /
-// `{% continue %}` in an iteration is kept, and a loop's `{% else %}` runs only when nothing was
-// iterated; integer `//` and `%` by zero are errors and `%` takes the divisor's sign; `in` between
-// two lists and string ordering (`<`, `>`) work instead of erroring.
+// `{% continue %}` in an iteration is kept (Jinja2 streams it; the oracle drops it); integer `//` and `%` by
+// zero are errors and `%` takes the divisor's sign; `in` between two lists and string ordering (`<`, `>`)
+// work instead of erroring.
 #include "tokenizer/jinja/evaluator.h"
 
 #include <cmath>
@@ -138,8 +138,8 @@ void Interpreter::exec(const Node& node, const EnvPtr& env, std::string& out) {
             exec_block(test ? node.a : node.b, env, out);
             return;
         }
-        case NodeKind::kFor: exec_for(node, env, out); return;
-        case NodeKind::kSet: exec_set(node, env); return;
+        case NodeKind::kFor: at_node(node.offset, [&] { exec_for(node, env, out); }); return;
+        case NodeKind::kSet: at_node(node.offset, [&] { exec_set(node, env); }); return;
         case NodeKind::kMacro: define_macro(node, env); return;
         case NodeKind::kBreak: throw BreakSignal{node.offset};
         case NodeKind::kContinue: throw ContinueSignal{node.offset};
@@ -217,6 +217,7 @@ void Interpreter::exec_for(const Node& node, const EnvPtr& env, std::string& out
     }
 
     const size_t n = items.size();
+    bool completed_body = false;
     for (size_t i = 0; i < n; ++i) {
         count_iterations(1);
         auto loop = std::make_shared<Object>();
@@ -242,8 +243,10 @@ void Interpreter::exec_for(const Node& node, const EnvPtr& env, std::string& out
         } catch (const BreakSignal&) {
             break;
         }
+        completed_body = true;
     }
-    if (n == 0) exec_block(node.b, scope, out);
+    // Like Jinja2 (and the oracle), `else` runs when no iteration ran its body to the end.
+    if (!completed_body) exec_block(node.b, scope, out);
 }
 
 void Interpreter::exec_set(const Node& node, const EnvPtr& env) {

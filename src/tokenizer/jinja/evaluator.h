@@ -25,8 +25,8 @@ namespace sluice::jinja {
 
 inline constexpr int kMaxEvalDepth = 1000;
 inline constexpr int kMaxCallDepth = 200;
-inline constexpr int64_t kMaxLoopIterations = 10'000'000;
-inline constexpr size_t kMaxOutputBytes = size_t{64} << 20;
+inline constexpr int64_t kMaxLoopIterations = 1'000'000;
+inline constexpr size_t kMaxOutputBytes = size_t{32} << 20;
 
 class Env;
 using EnvPtr = std::shared_ptr<Env>;

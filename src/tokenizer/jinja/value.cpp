@@ -30,18 +30,22 @@ const char* value_kind_name(ValueKind kind) {
 }
 
 Value Value::string(std::string s) {
+    if (s.size() > kMaxStringBytes) {
+        fail("render budget exceeded: a string larger than " + std::to_string(kMaxStringBytes >> 20) +
+             " MiB");
+    }
     Value v(ValueKind::kString);
-    v.s_ = std::make_shared<const std::string>(std::move(s));
+    v.data_ = std::make_shared<const std::string>(std::move(s));
     return v;
 }
 Value Value::array(Array items) {
     Value v(ValueKind::kArray);
-    v.a_ = std::make_shared<Array>(std::move(items));
+    v.data_ = std::make_shared<Array>(std::move(items));
     return v;
 }
 Value Value::object(std::shared_ptr<Object> o) {
     Value v(ValueKind::kObject);
-    v.o_ = std::move(o);
+    v.data_ = std::move(o);
     return v;
 }
 Value Value::new_object() {
@@ -49,12 +53,12 @@ Value Value::new_object() {
 }
 Value Value::namespace_object(std::shared_ptr<Object> o) {
     Value v(ValueKind::kNamespace);
-    v.o_ = std::move(o);
+    v.data_ = std::move(o);
     return v;
 }
 Value Value::function(std::shared_ptr<Function> fn) {
     Value v(ValueKind::kFunction);
-    v.fn_ = std::move(fn);
+    v.data_ = std::move(fn);
     return v;
 }
 
@@ -96,10 +100,10 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
 
 const void* Value::identity() const {
     switch (kind_) {
-        case ValueKind::kArray: return a_.get();
+        case ValueKind::kArray: return &as_array();
         case ValueKind::kObject:
-        case ValueKind::kNamespace: return o_.get();
-        case ValueKind::kFunction: return fn_.get();
+        case ValueKind::kNamespace: return &as_object();
+        case ValueKind::kFunction: return &as_function();
         default: return nullptr;
     }
 }
@@ -108,12 +112,12 @@ bool Value::truthy() const {
     switch (kind_) {
         case ValueKind::kUndefined:
         case ValueKind::kNull: return false;
-        case ValueKind::kBool: return b_;
-        case ValueKind::kInt: return i_ != 0;
-        case ValueKind::kFloat: return f_ != 0 && !std::isnan(f_);
-        case ValueKind::kString: return !s_->empty();
-        case ValueKind::kArray: return !a_->empty();
-        case ValueKind::kObject: return !o_->entries.empty();
+        case ValueKind::kBool: return as_bool();
+        case ValueKind::kInt: return as_int() != 0;
+        case ValueKind::kFloat: return as_number() != 0 && !std::isnan(as_number());
+        case ValueKind::kString: return !as_string().empty();
+        case ValueKind::kArray: return !as_array().empty();
+        case ValueKind::kObject: return !as_object().entries.empty();
         case ValueKind::kNamespace:
         case ValueKind::kFunction: return true;
     }

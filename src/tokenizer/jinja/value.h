@@ -22,9 +22,12 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace sluice::jinja {
+
+inline constexpr size_t kMaxStringBytes = size_t{32} << 20;  // ~8M tokens of text
 
 class Value;
 struct Object;
@@ -52,19 +55,20 @@ class Value {
     static Value null() { return Value(ValueKind::kNull); }
     static Value boolean(bool b) {
         Value v(ValueKind::kBool);
-        v.b_ = b;
+        v.data_ = b;
         return v;
     }
     static Value integer(int64_t i) {
         Value v(ValueKind::kInt);
-        v.i_ = i;
+        v.data_ = i;
         return v;
     }
     static Value floating(double f) {
         Value v(ValueKind::kFloat);
-        v.f_ = f;
+        v.data_ = f;
         return v;
     }
+    // Throws TemplateError when `s` exceeds kMaxStringBytes (bounds memory of runaway templates).
     static Value string(std::string s);
     static Value array(Array items);
     static Value object(std::shared_ptr<Object> o);
@@ -87,14 +91,13 @@ class Value {
     bool is_attr_container() const { return is_object() || is_namespace(); }
     bool is_function() const { return kind_ == ValueKind::kFunction; }
 
-    bool as_bool() const { return b_; }
-    int64_t as_int() const { return i_; }
-    double as_number() const { return is_int() ? static_cast<double>(i_) : f_; }
-    const std::string& as_string() const { return *s_; }
-    const Array& as_array() const { return *a_; }
-    Array& mutable_array() const { return *a_; }
-    Object& as_object() const { return *o_; }
-    const Function& as_function() const { return *fn_; }
+    bool as_bool() const { return std::get<bool>(data_); }
+    int64_t as_int() const { return std::get<int64_t>(data_); }
+    double as_number() const { return is_int() ? static_cast<double>(as_int()) : std::get<double>(data_); }
+    const std::string& as_string() const { return *std::get<std::shared_ptr<const std::string>>(data_); }
+    const Array& as_array() const { return *std::get<std::shared_ptr<Array>>(data_); }
+    Object& as_object() const { return *std::get<std::shared_ptr<Object>>(data_); }
+    const Function& as_function() const { return *std::get<std::shared_ptr<Function>>(data_); }
     const void* identity() const;  // container identity, for the oracle's `===` on references
 
     // The oracle's __bool__: Python-like for containers (empty is false), JS-like for scalars;
@@ -104,13 +107,10 @@ class Value {
  private:
     explicit Value(ValueKind k) : kind_(k) {}
     ValueKind kind_ = ValueKind::kUndefined;
-    bool b_ = false;
-    int64_t i_ = 0;
-    double f_ = 0;
-    std::shared_ptr<const std::string> s_;
-    std::shared_ptr<Array> a_;
-    std::shared_ptr<Object> o_;
-    std::shared_ptr<Function> fn_;
+    // One payload slot (24 bytes + tag) keeps arrays of values compact.
+    std::variant<std::monostate, bool, int64_t, double, std::shared_ptr<const std::string>,
+                 std::shared_ptr<Array>, std::shared_ptr<Object>, std::shared_ptr<Function>>
+        data_;
 };
 
 // Insertion-ordered string-keyed map (JS Map semantics). Linear lookup: chat-template objects have
