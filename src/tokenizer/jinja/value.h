@@ -117,7 +117,6 @@ class Value {
 // a handful of keys, and order must be kept for tojson.
 struct Object {
     std::vector<std::pair<std::string, Value>> entries;
-    bool is_kwargs = false;  // the oracle's KeywordArgumentsValue (trailing kwargs in a call)
 
     const Value* find(std::string_view key) const;
     void set(const std::string& key, Value v);
