@@ -183,19 +183,19 @@ Expected<std::string> ChatTemplate::render(const nlohmann::ordered_json& message
             ErrorCode::kInvalidArgument,
             std::string("[chat_template] extra kwargs must be an object, got ") + extra_kwargs.type_name());
     }
-    auto globals = std::make_shared<jinja::Env>();
-    jinja::install_globals(*globals);
-    globals->set("messages", jinja::Value::from_json(messages));
-    globals->set("tools", jinja::Value::from_json(tools));
-    globals->set("add_generation_prompt", jinja::Value::boolean(add_generation_prompt));
-    if (!impl_->bos_token.empty()) globals->set("bos_token", jinja::Value::string(impl_->bos_token));
-    if (!impl_->eos_token.empty()) globals->set("eos_token", jinja::Value::string(impl_->eos_token));
-    if (extra_kwargs.is_object()) {
-        for (auto it = extra_kwargs.begin(); it != extra_kwargs.end(); ++it) {
-            globals->set(it.key(), jinja::Value::from_json(it.value()));
-        }
-    }
     try {
+        auto globals = std::make_shared<jinja::Env>();
+        jinja::install_globals(*globals);
+        globals->set("messages", jinja::Value::from_json(messages));
+        globals->set("tools", jinja::Value::from_json(tools));
+        globals->set("add_generation_prompt", jinja::Value::boolean(add_generation_prompt));
+        if (!impl_->bos_token.empty()) globals->set("bos_token", jinja::Value::string(impl_->bos_token));
+        if (!impl_->eos_token.empty()) globals->set("eos_token", jinja::Value::string(impl_->eos_token));
+        if (extra_kwargs.is_object()) {
+            for (auto it = extra_kwargs.begin(); it != extra_kwargs.end(); ++it) {
+                globals->set(it.key(), jinja::Value::from_json(it.value()));
+            }
+        }
         jinja::Interpreter interp;
         return interp.render(*impl_->program, globals);
     } catch (const jinja::TemplateError& e) {

@@ -243,6 +243,11 @@ TEST(ChatTemplate, RejectsBadInputs) {
     EXPECT_FALSE(t->render(json::object(), nullptr, false, nullptr).has_value());
     EXPECT_FALSE(t->render(json::array(), json::object(), false, nullptr).has_value());
     EXPECT_FALSE(t->render(json::array(), nullptr, false, json::array()).has_value());
+    // An input string beyond the interpreter's string budget is an error, not an exception.
+    json huge = json::array({{{"role", "user"}, {"content", std::string((size_t{32} << 20) + 1, 'x')}}});
+    auto r = t->render(huge, nullptr, false, nullptr);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_NE(r.status().message().find("render budget exceeded"), std::string::npos) << r.status().message();
 }
 
 TEST(ChatTemplate, ConcurrentRendersAgree) {

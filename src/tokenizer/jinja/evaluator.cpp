@@ -294,19 +294,18 @@ void Interpreter::exec_set(const Node& node, const EnvPtr& env) {
     }
 }
 
-Value Interpreter::make_macro(const Node& owner, const std::vector<NodePtr>& params,
-                              const std::vector<NodePtr>& body, const std::string& display_name,
-                              EnvPtr fixed_parent) {
+Value Interpreter::make_macro(const std::vector<NodePtr>& params, const std::vector<NodePtr>& body,
+                              const std::string& display_name, EnvPtr fixed_parent) {
     bool wants_kwargs = mentions_in_body(body, params, "kwargs");
     bool wants_varargs = mentions_in_body(body, params, "varargs");
     auto fn = std::make_shared<Function>();
     fn->name = display_name;
-    const Node* owner_ptr = &owner;
     const std::vector<NodePtr>* params_ptr = &params;
     const std::vector<NodePtr>* body_ptr = &body;
-    fn->call = [owner_ptr, params_ptr, body_ptr, display_name, fixed_parent, wants_kwargs, wants_varargs](
+    fn->call = [params_ptr, body_ptr, display_name, fixed_parent, wants_kwargs, wants_varargs](
                    Interpreter& interp, const CallArgs& args) -> Value {
-        DepthGuard guard(interp.call_depth_, kMaxCallDepth, "macro calls nested", owner_ptr->offset);
+        DepthGuard guard(interp.call_depth_, kMaxCallDepth, "macro calls nested",
+                         kNoOffset);  // call site's offset
         auto scope = std::make_shared<Env>(fixed_parent ? fixed_parent : interp.current_env());
         std::vector<std::pair<std::string, Value>> kwargs = args.keyword;
         std::vector<std::pair<std::string, const Node*>> pending_defaults;
@@ -355,11 +354,11 @@ Value Interpreter::make_macro(const Node& owner, const std::vector<NodePtr>& par
 }
 
 void Interpreter::define_macro(const Node& node, const EnvPtr& env) {
-    env->set(node.str, make_macro(node, node.a, node.b, "'" + node.str + "'", nullptr));
+    env->set(node.str, make_macro(node.a, node.b, "'" + node.str + "'", nullptr));
 }
 
 Value Interpreter::exec_call_block(const Node& node, const EnvPtr& env) {
-    Value caller = make_macro(node, node.a, node.b, "None", env);
+    Value caller = make_macro(node.a, node.b, "None", env);
     const Node& call_node = *node.x;
     CallArgs args = eval_args(call_node.a, env);
     Value fn = eval(*call_node.x, env);

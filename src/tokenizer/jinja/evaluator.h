@@ -66,8 +66,8 @@ class Interpreter {
     Value exec_call_block(const Node& node, const EnvPtr& env);
     Value eval_binary(const Node& node, const EnvPtr& env);
     Value eval_member(const Node& node, const EnvPtr& env);
-    Value make_macro(const Node& params_owner, const std::vector<NodePtr>& params,
-                     const std::vector<NodePtr>& body, const std::string& display_name, EnvPtr fixed_parent);
+    Value make_macro(const std::vector<NodePtr>& params, const std::vector<NodePtr>& body,
+                     const std::string& display_name, EnvPtr fixed_parent);
 
     int depth_ = 0;
     int call_depth_ = 0;
