@@ -12,10 +12,20 @@
 //   * text rendered before {% break %}/{% continue %} in an iteration is kept (the oracle drops it);
 //   * `%` with a negative operand takes the divisor's sign; division by zero is an error (the
 //     oracle prints Infinity/NaN); float|int truncates toward zero (the oracle floors);
-// And where both differ from Python Jinja2 (we follow the oracle): booleans print as true/false
-// and none prints as an empty string; tojson prints integral floats without ".0", and treats
-// indent=0 as no indent; string |length counts UTF-16 code units; `==` is JavaScript's loose
-// equality; title/capitalize do not lower-case the rest of the word; `unique` is case-sensitive.
+//   * where the oracle throws (raw blocks, tests with arguments, select/reject/round/escape/count,
+//     map by filter name, string ordering, iterating a string, `in` between lists, str.find/count/
+//     join), Python Jinja2's result is produced.
+// Where the oracle (and so sluice) differs from Python Jinja2 / transformers on output:
+//   * booleans print as true/false (Python: True/False) — visible in templates that print a bool
+//     argument with |string, e.g. Qwen3-Coder's XML tool calls; none prints as "" (Python: None);
+//   * tojson prints integral floats without ".0", treats indent=0 as no indent, sorts keys with a
+//     locale-style collation, and (oracle only) rounds integers beyond 2^53; JSON inputs' integral
+//     floats (1.0) become integers;
+//   * `list + str` / `str + list` concatenate the list's text form (Python raises), so a
+//     content-parts array reaching `message.content + ...` renders as JSON-ish text;
+//   * string |length counts UTF-16 code units; `==` is JavaScript's loose equality; title and
+//     capitalize do not lower-case the rest of the word; `unique` is case-sensitive; a tuple prints
+//     as a JSON list (the oracle throws).
 //
 // Rejected alternative: embedding minja or jinja2cpp. Neither matches the oracle's whitespace and
 // formatting quirks byte for byte, and both would pull a large dependency into the tokenizer.
