@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "sluice/session.h"
 #include "sluice/status.h"
 
 namespace sluice {
@@ -96,6 +97,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
     std::shared_ptr<const ChatTemplate> chat_template() const;
 
     const MemoryPlan& memory_plan() const;
+    // Sampling defaults from the model's generation_config.json (temperature etc.), or greedy.
+    const SamplingParams& default_sampling() const;
+    // Ids that end a sequence: config.json, generation_config.json and the tokenizer's eos token.
+    const std::vector<int32_t>& eos_token_ids() const;
     ExpertCacheStats expert_cache_stats() const;
     void reset_expert_cache_stats();
 
@@ -109,6 +114,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
    private:
     Engine();
+    Status load_text_side();
     friend class Session;
     std::unique_ptr<Impl> impl_;
 };

@@ -1,7 +1,14 @@
 // sluice's public API, part 2: the Session — one conversation timeline on an Engine.
 //
-// A session holds the model state for the tokens it has seen (KV cache of attention layers,
-// conv and recurrent state of Gated DeltaNet layers) and advances it token by token.
+// A session holds the model state for the tokens it has seen (KV cache of attention layers, conv
+// and recurrent state of Gated DeltaNet layers) and advances it token by token.
+//
+// Multi-turn reuse: generate() takes the WHOLE prompt (e.g. the rendered conversation) and reuses
+// the longest prefix it shares with the tokens already in the session. Attention KV can be
+// rewound to any position; DeltaNet state cannot, so the session keeps state checkpoints at turn
+// boundaries (end of each prompt, end of each reply) and resumes from the nearest checkpoint at or
+// before the shared prefix — never from wrong state. A continued conversation thus only computes
+// its new tokens (GenerationStats::prefilled_tokens).
 //
 // Ownership: created by Engine::new_session(); keeps the Engine alive.
 // Thread safety: a Session is used by one thread at a time, except cancel(), which any thread may
@@ -13,8 +20,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sluice/status.h"
@@ -23,29 +32,72 @@ namespace sluice {
 
 class Engine;
 
-// Timings and counts of the last generate()/evaluate() call.
+// Timings and counts of the last generate() call.
 struct GenerationStats {
     int64_t prompt_tokens = 0;     // tokens of the prompt given
-    int64_t prefilled_tokens = 0;  // tokens actually computed (the rest came from the cache)
+    int64_t prefilled_tokens = 0;  // tokens actually computed (the rest came from the session's cache)
     int64_t generated_tokens = 0;
     double ttft_ms = 0;            // call start → first generated token
     double prefill_ms = 0;
     double decode_ms = 0;
-    double prefill_tok_s() const { return prefill_ms > 0 ? prefilled_tokens * 1000.0 / prefill_ms : 0; }
+    double prefill_tok_s() const { return prefill_ms > 0 ? static_cast<double>(prefilled_tokens) * 1000.0 / prefill_ms : 0; }
     double decode_tok_s() const {
-        return decode_ms > 0 && generated_tokens > 1 ? (generated_tokens - 1) * 1000.0 / decode_ms : 0;
+        return decode_ms > 0 && generated_tokens > 1 ? static_cast<double>(generated_tokens - 1) * 1000.0 / decode_ms : 0;
     }
 };
 
-enum class FinishReason { kLength, kEos, kCancelled };
-
-struct GenerateOptions {
-    int64_t max_tokens = 128;
-    bool ignore_eos = false;  // keep generating past end-of-sequence tokens (benchmarks, goldens)
+// Per-request sampling. Every field is applied; defaults do nothing (greedy needs temperature 0).
+struct SamplingParams {
+    float temperature = 1.0f;         // 0 = greedy (argmax)
+    int32_t top_k = 0;                // 0 = off
+    float top_p = 1.0f;               // 1 = off
+    float min_p = 0.0f;               // 0 = off; drop tokens with p < min_p · p_max
+    float repetition_penalty = 1.0f;  // multiplicative (CTRL): logit > 0 → /p, else ·p; over the window
+    int32_t repetition_window = 64;   // last N tokens of prompt + output (0 = all)
+    float presence_penalty = 0.0f;    // OpenAI: −presence if the token appeared in the output
+    float frequency_penalty = 0.0f;   // OpenAI: −frequency × count in the output
+    std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logits
+    std::optional<uint64_t> seed;     // per request; unset = random
 };
 
-// Called for each generated token with its id; return false to stop.
-using TokenCallback = std::function<bool(int32_t token)>;
+enum class FinishReason { kLength, kStop, kCancelled, kError };
+const char* finish_reason_name(FinishReason reason);  // "length", "stop", "cancelled", "error"
+
+struct GenerateOptions {
+    int64_t max_tokens = 256;
+    SamplingParams sampling;
+    std::vector<std::string> stop;  // stop strings: matched on the text across tokens, never emitted
+    bool ignore_eos = false;        // keep going past end-of-sequence tokens (benchmarks, goldens)
+    // Special tokens (added tokens flagged special) are never sampled unless they end the sequence;
+    // set to allow them.
+    bool allow_special_tokens = false;
+    int32_t top_logprobs = 0;  // report the N most likely tokens with each generated one
+    // Optional hook over the final logits of each step (e.g. grammar-constrained decoding): may
+    // set entries to -inf. Called after all sampling penalties, before temperature.
+    std::function<void(std::span<float> logits, std::span<const int32_t> generated)> logits_filter;
+    // Called once the next token is chosen (e.g. to advance a grammar).
+    std::function<void(int32_t token)> on_accept;
+};
+
+// One step of a generation stream.
+struct TokenEvent {
+    int32_t token = -1;
+    std::string text;  // newly complete UTF-8 text (may be empty while a character or a possible
+                       // stop string is held back)
+    float logprob = 0;  // log-probability of the token under the sampling distribution's logits
+    std::vector<std::pair<int32_t, float>> top_logprobs;
+};
+
+// Called for each generated token; return false to stop (finish reason: cancelled).
+using TokenCallback = std::function<bool(const TokenEvent& event)>;
+
+struct GenerateResult {
+    FinishReason finish_reason = FinishReason::kLength;
+    std::vector<int32_t> tokens;  // generated ids (without a final EOS; with stop-string tokens)
+    std::string text;             // generated text, stop strings removed
+    std::string stop_matched;     // the stop string or EOS token text that ended generation
+    GenerationStats stats;
+};
 
 class Session {
    public:
@@ -53,9 +105,10 @@ class Session {
     Session(const Session&) = delete;
     Session& operator=(const Session&) = delete;
 
-    // Tokens processed so far (the context length).
+    // Tokens whose state the session holds (the context).
     int64_t position() const;
     const std::vector<int32_t>& tokens() const;
+    int64_t context_size() const;
 
     // Feeds `tokens` after the current position. With all_logits, returns logits for every fed
     // token ([n, vocab] row-major); otherwise only the last token's [vocab]. `chunk_tokens` bounds
@@ -63,11 +116,12 @@ class Session {
     Expected<std::vector<float>> evaluate(std::span<const int32_t> tokens, bool all_logits,
                                           int64_t chunk_tokens = 256);
 
-    // Feeds `prompt`, then generates greedily until max_tokens, an EOS id, the callback returning
-    // false, or cancel(). Every generated token except the last has been fed through the model
-    // and is part of tokens(); the last one is reported but not yet fed.
-    Expected<FinishReason> generate(std::span<const int32_t> prompt, const GenerateOptions& options,
-                                    const TokenCallback& on_token);
+    // Makes the session's context equal `prompt` (reusing the longest shared prefix, see above),
+    // then samples up to max_tokens, stopping at an EOS id (unless ignore_eos), a stop string, the
+    // callback returning false, or cancel(). The generated tokens stay in the session (a following
+    // turn that repeats them reuses their state).
+    Expected<GenerateResult> generate(std::span<const int32_t> prompt, const GenerateOptions& options,
+                                      const TokenCallback& on_token = {});
 
     // Stops a running generate() at the next token boundary (any thread).
     void cancel();
@@ -76,6 +130,12 @@ class Session {
     void reset();
 
     const GenerationStats& stats() const;
+
+    // Saves the timeline (tokens, KV cache, DeltaNet state, turn checkpoints) to `path`;
+    // load() restores it into a session of the same model. The file is versioned and checksummed;
+    // a different model or a damaged file is refused with a clear error.
+    Status save(const std::string& path) const;
+    Status load(const std::string& path);
 
     struct Impl;
 

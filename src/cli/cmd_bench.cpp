@@ -81,7 +81,8 @@ void run_bench(const BenchOptions& o) {
         GenerateOptions go;
         go.max_tokens = o.gen_tokens;
         go.ignore_eos = true;
-        check(session->generate(prompt, go, [&](int32_t) {
+        go.sampling.temperature = 0.0f;
+        check(session->generate(prompt, go, [&](const TokenEvent&) {
             if (first) after_prefill = engine->expert_cache_stats();
             first = false;
             return true;

@@ -90,6 +90,11 @@ struct ModelConfig {
     int64_t linear_value_dim() const { return linear_v_heads * linear_v_dim; }  // nv·dv
     int64_t conv_dim() const { return 2 * linear_key_dim() + linear_value_dim(); }
     bool zero_centered_norms() const { return family != Family::kQwen3Moe; }
+    bool has_linear_attention() const {
+        for (LayerType t : layer_types)
+            if (t == LayerType::kLinearAttention) return true;
+        return false;
+    }
 };
 
 // Parses config.json text. `source` (usually the path) is used in error messages.

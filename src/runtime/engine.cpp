@@ -7,6 +7,13 @@
 #include "kernels/kernels.h"
 #include "runtime/engine_impl.h"
 #include "runtime/memory_plan.h"
+#include "io/mapped_file.h"
+#include "sluice/chat_template.h"
+#include "sluice/tokenizer.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <xxhash.h>
 
 namespace sluice {
 
@@ -98,12 +105,76 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         plan.dense_bytes += model->weights().expert_bytes;  // resident (mapped) experts
     }
     im.model = std::move(model);
+    SLUICE_RETURN_IF_ERROR(engine->load_text_side());
     int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
     im.pool = std::make_unique<ThreadPool>(threads > 0 ? threads : 1);
     log::debug("[engine] {} ({}, {}), {} threads, {} kernels", info.family, info.layout, info.quantization,
                im.pool->size(), kernels::cpu_kernel_isa());
     return engine;
 }
+
+// Tokenizer, chat template, generation defaults, EOS ids, suppressed ids, fingerprint. A model
+// folder without tokenizer.json still runs (token-id interfaces only); a malformed one is an error.
+Status Engine::load_text_side() {
+    Impl& im = *impl_;
+    namespace fs = std::filesystem;
+    const std::string& dir = im.options.model_dir;
+    std::error_code ec;
+    if (fs::exists(fs::path(dir) / "tokenizer.json", ec)) {
+        SLUICE_ASSIGN_OR_RETURN(im.tokenizer, Tokenizer::load(dir));
+        auto tmpl = ChatTemplate::load(dir);
+        if (tmpl.has_value()) {
+            im.chat_template = std::make_shared<const ChatTemplate>(std::move(tmpl).value());
+        } else if (tmpl.status().code() != ErrorCode::kNotFound) {
+            return tmpl.status();
+        }
+    }
+    im.eos_ids = im.info.eos_token_ids;
+    im.default_sampling.temperature = 0.0f;  // greedy unless the model says otherwise
+    const fs::path gen_path = fs::path(dir) / "generation_config.json";
+    if (fs::exists(gen_path, ec)) {
+        SLUICE_ASSIGN_OR_RETURN(std::string text, io::read_text_file(gen_path.string()));
+        auto g = nlohmann::json::parse(text, nullptr, false);
+        if (g.is_discarded() || !g.is_object())
+            return error(ErrorCode::kInvalidArgument, "[engine] " + gen_path.string() + ": not a valid JSON object");
+        auto eos = g.find("eos_token_id");
+        if (eos != g.end()) {
+            if (eos->is_number_integer()) im.eos_ids.push_back(eos->get<int32_t>());
+            if (eos->is_array())
+                for (const auto& v : *eos)
+                    if (v.is_number_integer()) im.eos_ids.push_back(v.get<int32_t>());
+        }
+        SamplingParams& d = im.default_sampling;
+        if (g.value("do_sample", true)) {
+            if (g.contains("temperature") && g["temperature"].is_number()) d.temperature = g["temperature"].get<float>();
+            else d.temperature = 1.0f;
+            if (g.contains("top_k") && g["top_k"].is_number_integer()) d.top_k = g["top_k"].get<int32_t>();
+            if (g.contains("top_p") && g["top_p"].is_number()) d.top_p = g["top_p"].get<float>();
+            if (g.contains("min_p") && g["min_p"].is_number()) d.min_p = g["min_p"].get<float>();
+        }
+        if (g.contains("repetition_penalty") && g["repetition_penalty"].is_number())
+            d.repetition_penalty = g["repetition_penalty"].get<float>();
+    }
+    if (im.tokenizer) {
+        if (im.tokenizer->eos_token())
+            if (auto id = im.tokenizer->token_id(*im.tokenizer->eos_token())) im.eos_ids.push_back(*id);
+        for (int32_t id = 0; id < static_cast<int32_t>(im.info.vocab_size); ++id) {
+            const bool eos = std::find(im.eos_ids.begin(), im.eos_ids.end(), id) != im.eos_ids.end();
+            // Rows past the tokenizer's vocabulary are padding: never a valid output.
+            if (!eos && (id >= im.tokenizer->vocab_size() || im.tokenizer->is_special(id))) im.suppressed_ids.push_back(id);
+        }
+    }
+    std::sort(im.eos_ids.begin(), im.eos_ids.end());
+    im.eos_ids.erase(std::unique(im.eos_ids.begin(), im.eos_ids.end()), im.eos_ids.end());
+    auto config_text = io::read_text_file((fs::path(dir) / "config.json").string());
+    const std::string identity = (config_text.has_value() ? *config_text : std::string()) + "|" +
+                                 std::to_string(im.info.dense_bytes) + "|" + std::to_string(im.info.expert_bytes);
+    im.fingerprint = XXH3_64bits(identity.data(), identity.size());
+    return Status::ok();
+}
+
+const SamplingParams& Engine::default_sampling() const { return impl_->default_sampling; }
+const std::vector<int32_t>& Engine::eos_token_ids() const { return impl_->eos_ids; }
 
 const ModelInfo& Engine::info() const { return impl_->info; }
 const EngineOptions& Engine::options() const { return impl_->options; }

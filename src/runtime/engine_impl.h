@@ -23,15 +23,29 @@ struct Engine::Impl {
     MemoryPlan plan;
     std::unique_ptr<experts::ExpertStore> store;  // packed models only
     std::mutex compute_mutex;  // one forward at a time on the shared pool
+    std::vector<int32_t> eos_ids;         // config + generation_config + tokenizer eos
+    std::vector<int32_t> suppressed_ids;  // special tokens that are not EOS, and vocabulary padding rows
+    SamplingParams default_sampling;      // from generation_config.json
+    uint64_t fingerprint = 0;             // identifies the model for saved sessions
 };
 
 struct Session::Impl {
+    // DeltaNet state at a turn boundary (attention KV needs no copy: it is rewound in place).
+    struct Checkpoint {
+        int64_t position = 0;
+        std::vector<std::vector<float>> conv, recurrent;  // per layer (empty for attention layers)
+    };
+
     std::shared_ptr<Engine> engine;
     model::ModelState state;
     model::Workspace ws;
-    std::vector<int32_t> tokens;
+    std::vector<int32_t> tokens;  // the tokens whose state is in `state`
+    std::vector<Checkpoint> checkpoints;
     GenerationStats stats;
     std::atomic<bool> cancel_requested{false};
+
+    void save_checkpoint();
+    int64_t rewind_to(int64_t keep);
 };
 
 }  // namespace sluice

@@ -132,8 +132,9 @@ TEST_P(Golden, PrefillDecodeAndGreedyMatchTransformers) {
     GenerateOptions go;
     go.max_tokens = static_cast<int64_t>(ref.greedy_ids.size());
     go.ignore_eos = true;  // the reference continuation runs through EOS
-    auto finish = session->generate(ref.ids, go, [&](int32_t id) {
-        generated.push_back(id);
+    go.sampling.temperature = 0.0f;
+    auto finish = session->generate(ref.ids, go, [&](const TokenEvent& ev) {
+        generated.push_back(ev.token);
         return true;
     });
     ASSERT_TRUE(finish.has_value()) << finish.status().message();
