@@ -32,7 +32,7 @@ enum class ErrorCode {
 const char* error_code_name(ErrorCode code);
 
 class [[nodiscard]] Status {
-   public:
+ public:
     Status() = default;
     Status(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
@@ -50,18 +50,20 @@ class [[nodiscard]] Status {
         return Status(code_, context + ": " + message_);
     }
 
-   private:
+ private:
     ErrorCode code_ = ErrorCode::kOk;
     std::string message_;
 };
 
 // Builds an error Status; a thin helper so call sites read as one line.
-inline Status error(ErrorCode code, std::string message) { return Status(code, std::move(message)); }
+inline Status error(ErrorCode code, std::string message) {
+    return Status(code, std::move(message));
+}
 
 template <typename T>
 class [[nodiscard]] Expected {
-   public:
-    Expected(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+ public:
+    Expected(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
     Expected(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
         if (status_.is_ok()) status_ = Status(ErrorCode::kInternal, "Expected built from an ok Status");
     }
@@ -90,7 +92,7 @@ class [[nodiscard]] Expected {
 
     const Status& status() const { return status_; }
 
-   private:
+ private:
     void check() const {
         if (!value_) std::abort();
     }
@@ -101,9 +103,9 @@ class [[nodiscard]] Expected {
 }  // namespace sluice
 
 // Propagates a failed Status from an expression returning Status.
-#define SLUICE_RETURN_IF_ERROR(expr)              \
-    do {                                          \
-        ::sluice::Status sluice_status_ = (expr); \
+#define SLUICE_RETURN_IF_ERROR(expr)                        \
+    do {                                                    \
+        ::sluice::Status sluice_status_ = (expr);           \
         if (!sluice_status_.is_ok()) return sluice_status_; \
     } while (0)
 
