@@ -2,18 +2,19 @@
 // dequantization and the f32 GEMM micro-kernel used by matmul.
 //
 // Quantized matvec without per-element shuffles: a 512-bit load takes 16 consecutive words of a
-// row, and lane j holds word j. Shifting every lane by 4·k (Q4) or 8·k (Q8) and masking yields
-// the k-th code of each word, i.e. inputs base + 8j + k: 16 codes with stride 8. prepare_x stores x
-// in that same order once per input vector (xp[base + 16k + j] = x[base + 8j + k]), so the inner
-// loop is shift, and, convert, FMA per 16 weights. All codes of one word share a group (group sizes
-// are multiples of 8), so lane j's partial sum Σ_k q·x is multiplied by its group's scale once per
-// block (a permute spreads the block's 1–4 scales over the lanes), and the bias term is added once
-// per row as Σ_g b_g·Σx_g with the per-group sums of x computed in prepare_x.
-// Requirements (checked by dispatch.cpp): group_size a power of two >= 32, cols a multiple of it.
-// Rejected alternative: quantizing x to int8 and using VNNI — faster compute, but it changes the
-// result beyond the f32 tolerance the model is validated with, and decode is memory-bound anyway.
-// GCC 12's _mm512_reduce_add_ps reads _mm256_undefined_pd() and trips -Wuninitialized (a false
-// positive in the intrinsics header, fixed in later GCC).
+// row, and lane j holds word j. Masking every lane with 0xF << 4k (Q4) or 0xFF << 8k (Q8) isolates
+// the k-th code of each word (inputs base + 8j + k: 16 codes with stride 8) still in place, i.e.
+// as q·2^(bits·k), which converts to f32 exactly. prepare_x stores x in that order, pre-scaled by
+// the exact factor 2^-(bits·k), once per input vector (xp[base + 16k + j] = x[base + 8j + k]·2^-4k),
+// so the inner loop is AND, convert, FMA per 16 weights (no shifts). All codes of one word share a group
+// (group sizes are multiples of 8), so lane j's partial sum Σ_k q·x is multiplied by its group's scale once
+// per block (a permute spreads the block's 1–4 scales over the lanes), and the bias term is added once per
+// row as Σ_g b_g·Σx_g with the per-group sums of x computed in prepare_x. Requirements (checked by
+// dispatch.cpp): group_size a power of two >= 32, cols a multiple of it. Rejected alternative: quantizing x
+// to int8 and using VNNI — faster compute, but it changes the result beyond the f32 tolerance the model is
+// validated with, and decode is memory-bound anyway. GCC 12's _mm512_reduce_add_ps reads
+// _mm256_undefined_pd() and trips -Wuninitialized (a false positive in the intrinsics header, fixed in later
+// GCC).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -84,9 +85,13 @@ void prepare_x_impl(const WeightView& w, const float* x, float* xp) {
     using L = QuantLayout<kBits>;
     for (int64_t base = 0; base < w.cols; base += L::kBlock) {
         const int64_t nw = min_i64(16, (w.cols - base) / L::kPerWord);
-        for (int k = 0; k < L::kPerWord; ++k)
+        for (int k = 0; k < L::kPerWord; ++k) {
+            // Code k is used in place (masked, not shifted down): its value arrives multiplied by
+            // 2^(bits·k), which this exact power-of-two factor cancels.
+            const float unshift = 1.0f / static_cast<float>(1u << (kBits * k));
             for (int64_t j = 0; j < 16; ++j)
-                xp[base + 16 * k + j] = j < nw ? x[base + L::kPerWord * j + k] : 0.0f;
+                xp[base + 16 * k + j] = j < nw ? x[base + L::kPerWord * j + k] * unshift : 0.0f;
+        }
     }
 }
 
@@ -112,15 +117,20 @@ void matvec_quant_impl(const WeightView& w, const float* xp, const float* xsum, 
                                    ? _mm512_loadu_si512(words + base / L::kPerWord)
                                    : _mm512_maskz_loadu_epi32(first_lanes(nw), words + base / L::kPerWord);
             const float* xb = xp + base;
-            __m512 t0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(wv, mask)), _mm512_loadu_ps(xb));
-            __m512 t1 =
-                _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(wv, kBits), mask)),
-                              _mm512_loadu_ps(xb + 16));
+            // Code k in place: (word & (mask << bits·k)) converted as unsigned is q·2^(bits·k),
+            // exact in f32 (at most 8 significant bits); xp carries the 2^-(bits·k) factor. One
+            // AND + one convert + one FMA per 16 weights.
+            __m512 t0 = _mm512_mul_ps(_mm512_cvtepu32_ps(_mm512_and_si512(wv, mask)), _mm512_loadu_ps(xb));
+            __m512 t1 = _mm512_mul_ps(_mm512_cvtepu32_ps(_mm512_and_si512(
+                                          wv, _mm512_set1_epi32(static_cast<int>(L::kMask << kBits)))),
+                                      _mm512_loadu_ps(xb + 16));
             for (int k = 2; k < L::kPerWord; k += 2) {
-                const __m512i c0 = _mm512_and_si512(_mm512_srli_epi32(wv, kBits * k), mask);
-                const __m512i c1 = _mm512_and_si512(_mm512_srli_epi32(wv, kBits * (k + 1)), mask);
-                t0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c0), _mm512_loadu_ps(xb + 16 * k), t0);
-                t1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c1), _mm512_loadu_ps(xb + 16 * (k + 1)), t1);
+                const __m512i c0 =
+                    _mm512_and_si512(wv, _mm512_set1_epi32(static_cast<int>(L::kMask << (kBits * k))));
+                const __m512i c1 =
+                    _mm512_and_si512(wv, _mm512_set1_epi32(static_cast<int>(L::kMask << (kBits * (k + 1)))));
+                t0 = _mm512_fmadd_ps(_mm512_cvtepu32_ps(c0), _mm512_loadu_ps(xb + 16 * k), t0);
+                t1 = _mm512_fmadd_ps(_mm512_cvtepu32_ps(c1), _mm512_loadu_ps(xb + 16 * (k + 1)), t1);
             }
             const int64_t g0 = base / gs;
             const __m512 sv = _mm512_permutexvar_ps(
