@@ -413,10 +413,22 @@ TEST(Kernels, RouterMatchesReference) {
     });
 }
 
-// One decode step's kernels, called twice with the same shapes: the second call must not touch
-// the heap (thread_local scratch has grown, the pool dispatch stores no closure on the heap).
+void run_decode_allocation_check(ThreadPool* pool_ptr);
+
+// One decode step's kernels, repeated with the same shapes: after warm-up they must not touch the
+// heap (thread_local scratch has grown; the pool dispatch stores no closure on the heap). Without a
+// pool the count must be exactly 0. With a pool, a worker's scratch grows the first time that worker
+// happens to run a chunk, which on a loaded machine may be after warm-up: that is bounded by the
+// number of per-thread buffers, whereas a per-call allocation would cost several per step.
 TEST(Kernels, DecodeKernelsDoNotAllocateAfterWarmUp) {
-    ThreadPool pool(2);
+    ThreadPool two(2);
+    for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two}) {
+        SCOPED_TRACE(pool ? "pool of 2" : "no pool");
+        run_decode_allocation_check(pool);
+    }
+}
+
+void run_decode_allocation_check(ThreadPool* pool_ptr) {
     for_each_isa([&] {
         std::mt19937 rng(9);
         const auto q4 = make_weight(rng, WeightType::kQ4, 64, 256, 64, ScaleType::kBF16);
@@ -435,25 +447,29 @@ TEST(Kernels, DecodeKernelsDoNotAllocateAfterWarmUp) {
         float weights[8];
         auto step = [&] {
             rms_norm(x.data(), nw.data(), 256, 1e-6f, normed.data());
-            matvec(q4.view, normed.data(), y.data(), &pool);
-            matmul(q4.view, x.data(), 3, y.data(), &pool);
-            matvec(bf.view, normed.data(), yb.data(), &pool);
+            matvec(q4.view, normed.data(), y.data(), pool_ptr);
+            matmul(q4.view, x.data(), 3, y.data(), pool_ptr);
+            matvec(bf.view, normed.data(), yb.data(), pool_ptr);
             std::copy(q.begin(), q.end(), qr.begin());
             rope_neox(qr.data(), nh, hd, hd / 2, 39, 1e6f);
-            attention(qr.data(), k.data(), v.data(), 1, ctx - 1, nh, nkv, hd, 0.125f, att.data(), &pool);
+            attention(qr.data(), k.data(), v.data(), 1, ctx - 1, nh, nkv, hd, 0.125f, att.data(), pool_ptr);
             conv1d_silu(x.data(), 1, 256, 4, x.data(), conv_state.data(), conv_out.data());
             gated_delta_recurrent(d.q.data(), d.k.data(), d.v.data(), d.beta.data(), d.g.data(), 1, 2, 4, 32,
-                                  16, state.data(), dout.data(), &pool);
+                                  16, state.data(), dout.data(), pool_ptr);
             rms_norm_gated(dout.data(), dout.data(), nw.data(), 16, 1e-6f, dout.data());
             router_topk(logits.data(), 64, 8, true, ids, weights);
             swiglu(normed.data(), normed.data(), 256, conv_out.data());
             axpy(0.5f, normed.data(), 256, conv_out.data());
         };
-        step();
+        for (int i = 0; i < 3; ++i) step();
         const int64_t before = g_heap_allocations.load();
-        step();
-        step();
-        EXPECT_EQ(g_heap_allocations.load() - before, 0);
+        for (int i = 0; i < 50; ++i) step();
+        const int64_t allocations = g_heap_allocations.load() - before;
+        if (pool_ptr == nullptr) {
+            EXPECT_EQ(allocations, 0);
+        } else {
+            EXPECT_LE(allocations, 4);  // at most one late growth per per-thread buffer of the worker
+        }
     });
 }
 
