@@ -95,51 +95,60 @@ void prepare_x_impl(const WeightView& w, const float* x, float* xp) {
     }
 }
 
+// kRows consecutive rows at once (the lane-order x is loaded once per block for all of them, and
+// the rows give independent FMA chains).
+template <int kBits, int kRows>
+inline void matvec_quant_rows_n(const WeightView& w, const float* xp, const float* xsum, int64_t r,
+                                __m512i scale_lane, float* y) {
+    using L = QuantLayout<kBits>;
+    const int64_t cols = w.cols, gs = w.group_size, groups = cols / gs;
+    const int64_t words_per_row = cols / L::kPerWord;
+    const int64_t scales_per_block = gs < L::kBlock ? L::kBlock / gs : 1;
+    const uint32_t* words = static_cast<const uint32_t*>(w.data) + r * words_per_row;
+    __m512 acc[kRows];
+    for (int i = 0; i < kRows; ++i) acc[i] = _mm512_setzero_ps();
+    for (int64_t base = 0; base < cols; base += L::kBlock) {
+        const int64_t nw = min_i64(16, (cols - base) / L::kPerWord);
+        __m512i wv[kRows];
+        for (int i = 0; i < kRows; ++i) {
+            const uint32_t* src = words + i * words_per_row + base / L::kPerWord;
+            wv[i] = nw == 16 ? _mm512_loadu_si512(src) : _mm512_maskz_loadu_epi32(first_lanes(nw), src);
+        }
+        const float* xb = xp + base;
+        // Code k in place: (word & (mask << bits·k)) converted as unsigned is q·2^(bits·k), exact
+        // in f32 (at most 8 significant bits); xp carries the 2^-(bits·k) factor. One AND, one
+        // convert and one FMA per 16 weights.
+        __m512 t[kRows];
+        for (int i = 0; i < kRows; ++i) t[i] = _mm512_setzero_ps();
+        for (int k = 0; k < L::kPerWord; ++k) {
+            const __m512i m = _mm512_set1_epi32(static_cast<int>(L::kMask << (kBits * k)));
+            const __m512 xv = _mm512_loadu_ps(xb + 16 * k);
+            for (int i = 0; i < kRows; ++i)
+                t[i] = _mm512_fmadd_ps(_mm512_cvtepu32_ps(_mm512_and_si512(wv[i], m)), xv, t[i]);
+        }
+        const int64_t g0 = base / gs;
+        for (int i = 0; i < kRows; ++i) {
+            const __m512 sv =
+                _mm512_permutexvar_ps(scale_lane, load_scales(w.scales, w.scale_type, (r + i) * groups + g0,
+                                                              min_i64(scales_per_block, groups - g0)));
+            acc[i] = _mm512_fmadd_ps(t[i], sv, acc[i]);
+        }
+    }
+    for (int i = 0; i < kRows; ++i)
+        y[i] =
+            _mm512_reduce_add_ps(acc[i]) + bias_dot(w.biases, w.scale_type, (r + i) * groups, xsum, groups);
+}
+
 template <int kBits>
 void matvec_quant_impl(const WeightView& w, const float* xp, const float* xsum, int64_t r0, int64_t r1,
                        float* y) {
     using L = QuantLayout<kBits>;
-    const int64_t cols = w.cols;
-    const int64_t gs = w.group_size;
-    const int64_t groups = cols / gs;
-    const int64_t words_per_row = cols / L::kPerWord;
-    const int64_t scales_per_block = gs < L::kBlock ? L::kBlock / gs : 1;
     alignas(64) int32_t idx[16];
-    for (int j = 0; j < 16; ++j) idx[j] = static_cast<int32_t>((L::kPerWord * j) / gs);
+    for (int j = 0; j < 16; ++j) idx[j] = static_cast<int32_t>((L::kPerWord * j) / w.group_size);
     const __m512i scale_lane = _mm512_load_si512(idx);
-    const __m512i mask = _mm512_set1_epi32(static_cast<int>(L::kMask));
-    for (int64_t r = r0; r < r1; ++r) {
-        const uint32_t* words = static_cast<const uint32_t*>(w.data) + r * words_per_row;
-        __m512 acc = _mm512_setzero_ps();
-        for (int64_t base = 0; base < cols; base += L::kBlock) {
-            const int64_t nw = min_i64(16, (cols - base) / L::kPerWord);
-            const __m512i wv = nw == 16
-                                   ? _mm512_loadu_si512(words + base / L::kPerWord)
-                                   : _mm512_maskz_loadu_epi32(first_lanes(nw), words + base / L::kPerWord);
-            const float* xb = xp + base;
-            // Code k in place: (word & (mask << bits·k)) converted as unsigned is q·2^(bits·k),
-            // exact in f32 (at most 8 significant bits); xp carries the 2^-(bits·k) factor. One
-            // AND + one convert + one FMA per 16 weights.
-            __m512 t0 = _mm512_mul_ps(_mm512_cvtepu32_ps(_mm512_and_si512(wv, mask)), _mm512_loadu_ps(xb));
-            __m512 t1 = _mm512_mul_ps(_mm512_cvtepu32_ps(_mm512_and_si512(
-                                          wv, _mm512_set1_epi32(static_cast<int>(L::kMask << kBits)))),
-                                      _mm512_loadu_ps(xb + 16));
-            for (int k = 2; k < L::kPerWord; k += 2) {
-                const __m512i c0 =
-                    _mm512_and_si512(wv, _mm512_set1_epi32(static_cast<int>(L::kMask << (kBits * k))));
-                const __m512i c1 =
-                    _mm512_and_si512(wv, _mm512_set1_epi32(static_cast<int>(L::kMask << (kBits * (k + 1)))));
-                t0 = _mm512_fmadd_ps(_mm512_cvtepu32_ps(c0), _mm512_loadu_ps(xb + 16 * k), t0);
-                t1 = _mm512_fmadd_ps(_mm512_cvtepu32_ps(c1), _mm512_loadu_ps(xb + 16 * (k + 1)), t1);
-            }
-            const int64_t g0 = base / gs;
-            const __m512 sv = _mm512_permutexvar_ps(
-                scale_lane,
-                load_scales(w.scales, w.scale_type, r * groups + g0, min_i64(scales_per_block, groups - g0)));
-            acc = _mm512_fmadd_ps(_mm512_add_ps(t0, t1), sv, acc);
-        }
-        y[r - r0] = _mm512_reduce_add_ps(acc) + bias_dot(w.biases, w.scale_type, r * groups, xsum, groups);
-    }
+    int64_t r = r0;
+    for (; r + 2 <= r1; r += 2) matvec_quant_rows_n<kBits, 2>(w, xp, xsum, r, scale_lane, y + (r - r0));
+    if (r < r1) matvec_quant_rows_n<kBits, 1>(w, xp, xsum, r, scale_lane, y + (r - r0));
 }
 
 // 16 codes of row `words` starting at input i (a multiple of 16), natural order, as int32 lanes.
