@@ -76,6 +76,12 @@ struct GenerateOptions {
     // set to allow them.
     bool allow_special_tokens = false;
     int32_t top_logprobs = 0;  // report the N most likely tokens with each generated one
+    // Prompt positions at which to keep a DeltaNet state checkpoint while prefilling, besides the
+    // end of the prompt and of the reply. Chat front ends pass the length of the conversation
+    // without the generation prompt: templates often re-render the assistant prefix differently in
+    // later turns (e.g. Qwen3 drops empty <think> blocks), and a checkpoint just before it keeps
+    // the next turn from recomputing the whole history.
+    std::vector<int64_t> checkpoint_positions;
     // Optional hook over the final logits of each step (e.g. grammar-constrained decoding): may
     // set entries to -inf. Called after all sampling penalties, before temperature.
     std::function<void(std::span<float> logits, std::span<const int32_t> generated)> logits_filter;

@@ -166,7 +166,20 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
     if (lcp == prompt.size()) --lcp;
     const int64_t start = s.rewind_to(static_cast<int64_t>(lcp));
     const auto fresh = prompt.subspan(static_cast<size_t>(start));
-    SLUICE_ASSIGN_OR_RETURN(std::vector<float> logits, evaluate(fresh, false));
+    // Prefill, pausing at requested checkpoint positions to keep the DeltaNet state there.
+    std::vector<int64_t> stops;
+    for (int64_t p : options.checkpoint_positions)
+        if (p > start && p < static_cast<int64_t>(prompt.size())) stops.push_back(p);
+    std::sort(stops.begin(), stops.end());
+    stops.push_back(static_cast<int64_t>(prompt.size()));
+    std::vector<float> logits;
+    int64_t at = start;
+    for (int64_t stop : stops) {
+        if (stop <= at) continue;
+        SLUICE_ASSIGN_OR_RETURN(logits, evaluate(prompt.subspan(static_cast<size_t>(at), static_cast<size_t>(stop - at)), false));
+        at = stop;
+        if (stop < static_cast<int64_t>(prompt.size())) s.save_checkpoint();
+    }
     s.stats.prefilled_tokens = static_cast<int64_t>(fresh.size());
     s.stats.prefill_ms = ms_since(t0);
     s.save_checkpoint();  // end of prompt
@@ -199,9 +212,9 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
         if (detok) {
             pending += detok->feed(next);
             for (const auto& stop : options.stop) {
-                const size_t at = stop.empty() ? std::string::npos : pending.find(stop);
-                if (at != std::string::npos) {
-                    event.text = pending.substr(0, at);
+                const size_t found = stop.empty() ? std::string::npos : pending.find(stop);
+                if (found != std::string::npos) {
+                    event.text = pending.substr(0, found);
                     result.stop_matched = stop;
                     stopped = true;
                     break;
