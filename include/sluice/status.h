@@ -102,19 +102,22 @@ class [[nodiscard]] Expected {
 
 }  // namespace sluice
 
-// Propagates a failed Status from an expression returning Status.
-#define SLUICE_RETURN_IF_ERROR(expr)                        \
-    do {                                                    \
-        ::sluice::Status sluice_status_ = (expr);           \
-        if (!sluice_status_.is_ok()) return sluice_status_; \
-    } while (0)
-
 #define SLUICE_CONCAT_INNER_(a, b) a##b
 #define SLUICE_CONCAT_(a, b) SLUICE_CONCAT_INNER_(a, b)
 
+// Propagates a failed Status from an expression returning Status. (A __COUNTER__-unique name,
+// so the macro can nest inside lambdas passed to itself.)
+#define SLUICE_RETURN_IF_ERROR(expr) \
+    SLUICE_RETURN_IF_ERROR_IMPL_(SLUICE_CONCAT_(sluice_status_, __COUNTER__), expr)
+#define SLUICE_RETURN_IF_ERROR_IMPL_(tmp, expr) \
+    do {                                        \
+        ::sluice::Status tmp = (expr);          \
+        if (!tmp.is_ok()) return tmp;           \
+    } while (0)
+
 // `SLUICE_ASSIGN_OR_RETURN(auto x, make_x());` binds the value or returns the error.
 #define SLUICE_ASSIGN_OR_RETURN(lhs, expr) \
-    SLUICE_ASSIGN_OR_RETURN_IMPL_(SLUICE_CONCAT_(sluice_expected_, __LINE__), lhs, expr)
+    SLUICE_ASSIGN_OR_RETURN_IMPL_(SLUICE_CONCAT_(sluice_expected_, __COUNTER__), lhs, expr)
 #define SLUICE_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
     auto tmp = (expr);                                \
     if (!tmp.has_value()) return tmp.status();        \

@@ -52,7 +52,7 @@ struct ChatOptions {
 // Prints streamed reply text, dimming (or hiding) what is inside <think>…</think>. Tags split
 // across chunks are held back until they are complete.
 class ReplyPrinter {
-   public:
+ public:
     ReplyPrinter(bool tty, bool hide) : tty_(tty), hide_(hide) {}
     void feed(const std::string& text) {
         pending_ += text;
@@ -87,7 +87,7 @@ class ReplyPrinter {
         std::fflush(stdout);
     }
 
-   private:
+ private:
     void emit(const std::string& s) {
         if (s.empty() || (thinking_ && hide_)) return;
         std::fwrite(s.data(), 1, s.size(), stdout);
@@ -145,7 +145,8 @@ void run_chat(const ChatOptions& o) {
     auto engine = check(Engine::load(eo));
     auto tmpl = engine->chat_template();
     auto tok = engine->tokenizer();
-    if (!tok || !tmpl) throw CliError(o.model_dir + " has no tokenizer.json or chat template; use `sluice generate`");
+    if (!tok || !tmpl)
+        throw CliError(o.model_dir + " has no tokenizer.json or chat template; use `sluice generate`");
     const bool tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
     auto session = engine->new_session();
     std::string system = o.system;
@@ -154,7 +155,8 @@ void run_chat(const ChatOptions& o) {
     GenerationStats last;
     std::signal(SIGINT, on_sigint);
     if (tty) {
-        std::printf("sluice chat — %s (%s). /help for commands.\n", o.model_dir.c_str(), engine->info().family.c_str());
+        std::printf("sluice chat — %s (%s). /help for commands.\n", o.model_dir.c_str(),
+                    engine->info().family.c_str());
         if (engine->memory_plan().streaming) std::printf("%s\n", engine->memory_plan().describe().c_str());
     }
 
@@ -185,16 +187,21 @@ void run_chat(const ChatOptions& o) {
                 }
             } else if (cmd == "/stats") {
                 const ExpertCacheStats c = engine->expert_cache_stats();
-                std::printf("last reply: prompt %lld tokens (%lld computed) at %.1f tok/s, TTFT %.0f ms, %lld tokens at %.2f tok/s\n",
-                            static_cast<long long>(last.prompt_tokens), static_cast<long long>(last.prefilled_tokens),
-                            last.prefill_tok_s(), last.ttft_ms, static_cast<long long>(last.generated_tokens), last.decode_tok_s());
+                std::printf(
+                    "last reply: prompt %lld tokens (%lld computed) at %.1f tok/s, TTFT %.0f ms, %lld tokens "
+                    "at %.2f tok/s\n",
+                    static_cast<long long>(last.prompt_tokens), static_cast<long long>(last.prefilled_tokens),
+                    last.prefill_tok_s(), last.ttft_ms, static_cast<long long>(last.generated_tokens),
+                    last.decode_tok_s());
                 if (engine->memory_plan().streaming)
-                    std::printf("expert cache: %.1f%% hits, %.1f MB read at %.2f GB/s; peak RSS %.2f GB\n", 100 * c.hit_rate(),
-                                c.bytes_read / 1e6, c.read_gb_s(), peak_rss_bytes() / 1e9);
+                    std::printf("expert cache: %.1f%% hits, %.1f MB read at %.2f GB/s; peak RSS %.2f GB\n",
+                                100 * c.hit_rate(), c.bytes_read / 1e6, c.read_gb_s(),
+                                peak_rss_bytes() / 1e9);
             } else if (cmd == "/save" && !arg.empty()) {
                 Status st = session->save(arg);
                 if (st.is_ok()) {
-                    std::ofstream(arg + ".messages.json") << nlohmann::ordered_json{{"system", system}, {"messages", messages}}.dump(1);
+                    std::ofstream(arg + ".messages.json")
+                        << nlohmann::ordered_json{{"system", system}, {"messages", messages}}.dump(1);
                     std::printf("(saved to %s)\n", arg.c_str());
                 } else {
                     std::printf("error: %s\n", st.message().c_str());
@@ -202,8 +209,9 @@ void run_chat(const ChatOptions& o) {
             } else if (cmd == "/load" && !arg.empty()) {
                 std::ifstream in(arg + ".messages.json");
                 auto saved = nlohmann::ordered_json::parse(in, nullptr, false);
-                Status st = saved.is_discarded() ? error(ErrorCode::kCorrupt, "cannot read " + arg + ".messages.json")
-                                                 : session->load(arg);
+                Status st = saved.is_discarded()
+                                ? error(ErrorCode::kCorrupt, "cannot read " + arg + ".messages.json")
+                                : session->load(arg);
                 if (st.is_ok()) {
                     system = saved.value("system", "");
                     messages = saved["messages"];
@@ -222,7 +230,8 @@ void run_chat(const ChatOptions& o) {
         nlohmann::ordered_json all = nlohmann::ordered_json::array();
         if (!system.empty()) all.push_back({{"role", "system"}, {"content", system}});
         for (const auto& m : messages) all.push_back(m);
-        auto rendered = tmpl->render(all, nullptr, true, nlohmann::ordered_json{{"enable_thinking", thinking}});
+        auto rendered =
+            tmpl->render(all, nullptr, true, nlohmann::ordered_json{{"enable_thinking", thinking}});
         if (!rendered.has_value()) {
             std::printf("error: %s\n", rendered.status().message().c_str());
             messages.erase(messages.end() - 1);
@@ -232,7 +241,9 @@ void run_chat(const ChatOptions& o) {
         GenerateOptions go = o.sampling.options(engine->default_sampling());
         // A checkpoint where the conversation ends and the generation prompt begins (see
         // GenerateOptions::checkpoint_positions).
-        if (auto base = tmpl->render(all, nullptr, false, nlohmann::ordered_json{{"enable_thinking", thinking}}); base.has_value()) {
+        if (auto base =
+                tmpl->render(all, nullptr, false, nlohmann::ordered_json{{"enable_thinking", thinking}});
+            base.has_value()) {
             const std::vector<int32_t> head = tok->encode(*base);
             if (head.size() < prompt.size() && std::equal(head.begin(), head.end(), prompt.begin()))
                 go.checkpoint_positions.push_back(static_cast<int64_t>(head.size()));

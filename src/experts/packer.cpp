@@ -68,11 +68,6 @@ void quantize_view(const kernels::WeightView& src, int bits, int group_size, uin
     }
 }
 
-uint64_t scale_bytes(const kernels::WeightView& v) {
-    const uint64_t ss = v.scale_type == kernels::ScaleType::kF32 ? 4 : 2;
-    return static_cast<uint64_t>(v.rows) * static_cast<uint64_t>(v.cols / v.group_size) * ss;
-}
-
 Status fill_projection(const kernels::WeightView& src, const format::PackProjection& p, uint8_t* record) {
     if (p.bits == 0 || src.quantized()) {
         std::memcpy(record + p.weight.offset, src.data, p.weight.size);

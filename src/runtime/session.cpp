@@ -176,7 +176,8 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
     int64_t at = start;
     for (int64_t stop : stops) {
         if (stop <= at) continue;
-        SLUICE_ASSIGN_OR_RETURN(logits, evaluate(prompt.subspan(static_cast<size_t>(at), static_cast<size_t>(stop - at)), false));
+        SLUICE_ASSIGN_OR_RETURN(
+            logits, evaluate(prompt.subspan(static_cast<size_t>(at), static_cast<size_t>(stop - at)), false));
         at = stop;
         if (stop < static_cast<int64_t>(prompt.size())) s.save_checkpoint();
     }
