@@ -82,6 +82,7 @@ struct ModelInfo {
     uint64_t dense_bytes = 0;   // everything but routed experts
     uint64_t expert_bytes = 0;  // all routed experts
     std::vector<int32_t> eos_token_ids;
+    bool synthetic = false;  // random weights from `sluice synth` (routing ≈ uniform)
 };
 
 class Engine : public std::enable_shared_from_this<Engine> {

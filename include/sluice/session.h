@@ -82,6 +82,9 @@ struct GenerateOptions {
     // later turns (e.g. Qwen3 drops empty <think> blocks), and a checkpoint just before it keeps
     // the next turn from recomputing the whole history.
     std::vector<int64_t> checkpoint_positions;
+    // Tokens per prefill forward: each chunk loads the union of its tokens' experts once per layer.
+    // 1 = token by token (for comparison).
+    int64_t prefill_chunk_tokens = 256;
     // Optional hook over the final logits of each step (e.g. grammar-constrained decoding): may
     // set entries to -inf. Called after all sampling penalties, before temperature.
     std::function<void(std::span<float> logits, std::span<const int32_t> generated)> logits_filter;

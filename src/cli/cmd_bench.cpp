@@ -28,6 +28,7 @@ struct BenchOptions {
     std::string json_path;
     std::string stats_json;
     std::string policy = "lfu";
+    int64_t prefill_chunk = 256;
 };
 
 struct MeanSd {
@@ -68,7 +69,7 @@ void run_bench(const BenchOptions& o) {
         stderr, "measured: memory read %.1f GB/s; expert-record O_DIRECT reads %.2f GB/s at queue depth %d\n",
         mem_gb_s, disk_gb_s, o.io_threads);
 
-    std::vector<double> prefill, decode, ttft, hit, bytes_per_tok, read_gb_s, pf_acc;
+    std::vector<double> prefill, decode, ttft, hit, bytes_per_tok, read_gb_s, pf_acc, prefill_read;
     nlohmann::json reps = nlohmann::json::array();
     GenerationStats last_gen;
     ExpertCacheStats last_cache;
@@ -85,6 +86,7 @@ void run_bench(const BenchOptions& o) {
         GenerateOptions go;
         go.max_tokens = o.gen_tokens;
         go.ignore_eos = true;
+        go.prefill_chunk_tokens = o.prefill_chunk;
         go.sampling.temperature = 0.0f;
         check(session->generate(prompt, go, [&](const TokenEvent&) {
             if (first) after_prefill = engine->expert_cache_stats();
@@ -102,6 +104,7 @@ void run_bench(const BenchOptions& o) {
         dec.prefetch_used = end.prefetch_used - after_prefill.prefetch_used;
         const double dec_tokens = static_cast<double>(std::max<int64_t>(1, g.generated_tokens - 1));
         prefill.push_back(g.prefill_tok_s());
+        prefill_read.push_back(static_cast<double>(after_prefill.bytes_read));
         decode.push_back(g.decode_tok_s());
         ttft.push_back(g.ttft_ms);
         hit.push_back(dec.hit_rate());
@@ -127,7 +130,7 @@ void run_bench(const BenchOptions& o) {
     }
 
     const MeanSd p = mean_sd(prefill), d = mean_sd(decode), t = mean_sd(ttft), h = mean_sd(hit),
-                 b = mean_sd(bytes_per_tok), gbs = mean_sd(read_gb_s), pa = mean_sd(pf_acc);
+                 b = mean_sd(bytes_per_tok), gbs = mean_sd(read_gb_s), pa = mean_sd(pf_acc), prefill_bytes = mean_sd(prefill_read);
     // Speed of light for decode (benchmarking.md): resident bytes over memory bandwidth vs miss
     // bytes over disk bandwidth, per token.
     const double expert_bytes_per_token = static_cast<double>(info.n_layers) *
@@ -147,11 +150,13 @@ void run_bench(const BenchOptions& o) {
     std::printf("memory budget    %.2f GB, peak RSS %.2f GB\n", plan.budget_bytes / 1e9, rss / 1e9);
     std::printf("prompt/gen       %lld / %lld tokens, %d reps (expert cache carried across reps)\n",
                 static_cast<long long>(o.prompt_tokens), static_cast<long long>(o.gen_tokens), o.reps);
-    std::printf("prefill          %.2f ± %.2f tok/s\n", p.mean, p.sd);
+    std::printf("prefill          %.2f ± %.2f tok/s (chunks of %lld tokens, %.1f MB read)\n", p.mean, p.sd,
+                static_cast<long long>(o.prefill_chunk), prefill_bytes.mean / 1e6);
     std::printf("decode           %.2f ± %.2f tok/s\n", d.mean, d.sd);
     std::printf("TTFT             %.0f ± %.0f ms\n", t.mean, t.sd);
     if (plan.streaming) {
-        std::printf("decode hit rate  %.1f%% (random router: a pessimistic bound)\n", 100 * h.mean);
+        std::printf("decode hit rate  %.1f%%%s\n", 100 * h.mean,
+                    info.synthetic ? " (random weights: near-uniform routing, a pessimistic bound)" : "");
         std::printf("read per token   %.1f MB, achieved %.2f GB/s (disk measured %.2f GB/s)\n", b.mean / 1e6,
                     gbs.mean, disk_gb_s);
         std::printf("prefetch         %s, accuracy %.1f%%\n", o.no_prefetch ? "off" : "on", 100 * pa.mean);
@@ -162,6 +167,7 @@ void run_bench(const BenchOptions& o) {
 
     nlohmann::json out = {{"model", o.model_dir},
                           {"family", info.family},
+                          {"synthetic_weights", info.synthetic},
                           {"quantization", info.quantization},
                           {"experts_per_token", info.experts_per_token},
                           {"n_experts", info.n_experts},
@@ -170,6 +176,8 @@ void run_bench(const BenchOptions& o) {
                           {"expert_cache_slots", plan.cache_slots},
                           {"peak_rss_bytes", rss},
                           {"prompt_tokens", o.prompt_tokens},
+                          {"prefill_chunk_tokens", o.prefill_chunk},
+                          {"prefill_bytes_read", prefill_bytes.mean},
                           {"gen_tokens", o.gen_tokens},
                           {"reps", reps},
                           {"prefill_tok_s", {{"mean", p.mean}, {"sd", p.sd}}},
@@ -207,6 +215,7 @@ SLUICE_COMMAND(bench, 50, [](CLI::App& app) {
     cmd->add_option("--threads", o->threads, "Compute threads (0 = all cores)")->capture_default_str();
     cmd->add_option("--io-threads", o->io_threads, "Expert reads in flight")->capture_default_str();
     cmd->add_option("--cache-policy", o->policy, "Expert cache policy: lfu or lru")->capture_default_str();
+    cmd->add_option("--prefill-chunk", o->prefill_chunk, "Tokens per prefill forward (1 = token by token)")->capture_default_str();
     cmd->add_option("--json", o->json_path, "Write the results as JSON");
     cmd->add_option("--stats-json", o->stats_json, "Write the last run's stats record as JSON");
     cmd->callback([o] { sluice::cli::run_bench(*o); });

@@ -183,6 +183,10 @@ Status Engine::load_text_side() {
                                  std::to_string(im.info.dense_bytes) + "|" +
                                  std::to_string(im.info.expert_bytes);
     im.fingerprint = XXH3_64bits(identity.data(), identity.size());
+    if (config_text.has_value()) {
+        auto cfg = nlohmann::json::parse(*config_text, nullptr, false);
+        im.info.synthetic = cfg.is_object() && cfg.contains("sluice_synthetic");
+    }
     return Status::ok();
 }
 

@@ -177,7 +177,8 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
     for (int64_t stop : stops) {
         if (stop <= at) continue;
         SLUICE_ASSIGN_OR_RETURN(
-            logits, evaluate(prompt.subspan(static_cast<size_t>(at), static_cast<size_t>(stop - at)), false));
+            logits, evaluate(prompt.subspan(static_cast<size_t>(at), static_cast<size_t>(stop - at)), false,
+                             options.prefill_chunk_tokens));
         at = stop;
         if (stop < static_cast<int64_t>(prompt.size())) s.save_checkpoint();
     }
