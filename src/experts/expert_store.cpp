@@ -116,14 +116,17 @@ int64_t ExpertStore::start_read_locked(ExpertKey key, bool prefetch) {
     Slot& s = slots_[static_cast<size_t>(slot)];
     if (evicted_valid) {
         stats_.evictions++;
-        if (s.prefetched_unused) stats_.prefetch_wasted++;
+        if (s.prefetched_unused) {
+            stats_.prefetch_wasted++;
+            recent_wasted_++;
+        }
     }
     s.state = SlotState::kLoading;
     s.key = key;
     s.prefetched_unused = prefetch;
     s.error.clear();
     table_->pin(slot);  // held by the read until it completes
-    jobs_.push_back({slot, key});
+    (prefetch ? prefetch_jobs_ : jobs_).push_back({slot, key});
     job_cv_.notify_one();
     return slot;
 }
@@ -146,6 +149,16 @@ Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> ids, model::
             if (s.prefetched_unused) {
                 s.prefetched_unused = false;
                 stats_.prefetch_used++;
+                recent_used_++;
+                if (s.state == SlotState::kLoading) {
+                    // Needed now: a queued speculative read becomes a demand read.
+                    auto it = std::find_if(prefetch_jobs_.begin(), prefetch_jobs_.end(),
+                                           [&](const ReadJob& j) { return j.slot == slot; });
+                    if (it != prefetch_jobs_.end()) {
+                        jobs_.push_back(*it);
+                        prefetch_jobs_.erase(it);
+                    }
+                }
             }
         } else {
             stats_.misses++;
@@ -194,6 +207,17 @@ void ExpertStore::prefetch(int64_t layer, std::span<const int32_t> ids) {
         files_[static_cast<size_t>(layer)].fd < 0)
         return;
     std::lock_guard<std::mutex> lock(mutex_);
+    // Adaptive: prefetch pays only when it is accurate (lessons.md). When most recent prefetches
+    // were evicted unused, issue only every 8th batch to keep measuring.
+    if (recent_used_ + recent_wasted_ > 512) {
+        recent_used_ /= 2;
+        recent_wasted_ /= 2;
+    }
+    const bool inaccurate = recent_used_ + recent_wasted_ >= 64 && recent_wasted_ > 2 * recent_used_;
+    if (inaccurate && (prefetch_calls_++ % 8) != 0) {
+        stats_.prefetch_skipped++;
+        return;
+    }
     for (int32_t id : ids) {
         const ExpertKey key{static_cast<int32_t>(layer), id};
         if (table_->find(key) >= 0) continue;
@@ -207,10 +231,11 @@ void ExpertStore::io_loop() {
         ReadJob job;
         {
             std::unique_lock<std::mutex> lock(mutex_);
-            job_cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+            job_cv_.wait(lock, [&] { return stop_ || !jobs_.empty() || !prefetch_jobs_.empty(); });
             if (stop_) return;
-            job = jobs_.front();
-            jobs_.pop_front();
+            std::deque<ReadJob>& queue = jobs_.empty() ? prefetch_jobs_ : jobs_;
+            job = queue.front();
+            queue.pop_front();
             if (in_flight_++ == 0) busy_since_ = Clock::now();
         }
         Status st = read_record(job);

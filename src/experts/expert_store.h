@@ -5,7 +5,8 @@
 // Data path: experts/layer_NNN.bin → pread(O_DIRECT) of one whole record (4 KiB-aligned, one
 // expert) → a cache slot (4 KiB-aligned memory) → kernel WeightViews pointing into the slot.
 // All misses of a layer are queued at once; `io_threads` reader threads keep that many reads in
-// flight (the queue depth). A short read, an OS error or (with verify_reads) an xxh3 mismatch
+// flight (the queue depth). Demand reads (a layer waiting) go before speculative prefetch reads,
+// so a wrong prediction never delays the experts the forward actually needs. A short read, an OS error or (with verify_reads) an xxh3 mismatch
 // fails the acquire with a message naming the file, layer and expert — never silent garbage.
 //
 // Slots: pinned while acquired or while a read into them is in flight; eviction picks among
@@ -56,6 +57,7 @@ struct ExpertStoreStats {
     uint64_t prefetch_issued = 0;
     uint64_t prefetch_used = 0;    // prefetched, then acquired
     uint64_t prefetch_wasted = 0;  // prefetched, evicted unused
+    uint64_t prefetch_skipped = 0; // prefetch batches skipped while recent accuracy was low
     uint64_t evictions = 0;
     double hit_rate() const { return hits + misses ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0; }
     double read_gb_s() const { return io_busy_s > 0 ? static_cast<double>(bytes_read) / io_busy_s / 1e9 : 0; }
@@ -118,7 +120,8 @@ class ExpertStore final : public model::ExpertSource {
     mutable std::mutex mutex_;
     std::condition_variable slot_cv_;
     std::condition_variable job_cv_;
-    std::deque<ReadJob> jobs_;
+    std::deque<ReadJob> jobs_;           // demand reads: served first
+    std::deque<ReadJob> prefetch_jobs_;  // speculative reads: only when no demand read waits
     std::vector<Slot> slots_;
     std::unique_ptr<SlotTable> table_;
     std::vector<std::thread> io_threads_;
@@ -126,6 +129,7 @@ class ExpertStore final : public model::ExpertSource {
     int in_flight_ = 0;
     std::chrono::steady_clock::time_point busy_since_;
     ExpertStoreStats stats_;
+    uint64_t recent_used_ = 0, recent_wasted_ = 0, prefetch_calls_ = 0;  // adaptive prefetch
 };
 
 }  // namespace sluice::experts

@@ -75,16 +75,17 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         // Unset: 80% of what the OS says is available.
         plan.budget_bytes = runtime::available_memory_bytes() / 10 * 8;
     }
-    const uint64_t fixed = plan.dense_bytes + plan.state_bytes + plan.scratch_bytes + (64ull << 20);  // + runtime overhead
+    plan.runtime_bytes = 64ull << 20;
+    const uint64_t fixed = plan.dense_bytes + plan.state_bytes + plan.scratch_bytes + plan.runtime_bytes;
     if (plan.streaming) {
         const uint64_t slot = experts::ExpertStore::slot_bytes_for(model->packed_layout());
         if (plan.budget_bytes < fixed + slot) {
             return error(ErrorCode::kOutOfMemory,
-                         fmt::format("[engine] a memory budget of {:.2f} GB does not fit this model: the dense core needs "
-                                     "{:.2f} GB, session state {:.2f} GB and scratch {:.2f} GB before any expert cache "
-                                     "(at least {:.2f} GB in all); raise --memory or lower --ctx-size",
-                                     plan.budget_bytes / 1e9, plan.dense_bytes / 1e9, plan.state_bytes / 1e9,
-                                     plan.scratch_bytes / 1e9, (fixed + slot) / 1e9));
+                         fmt::format("[engine] a memory budget of {} does not fit this model: the dense core needs {}, "
+                                     "session state {}, scratch {} and the runtime {} before any expert cache (at least {} "
+                                     "in all); raise --memory or lower --ctx-size",
+                                     human_bytes(plan.budget_bytes), human_bytes(plan.dense_bytes), human_bytes(plan.state_bytes),
+                                     human_bytes(plan.scratch_bytes), human_bytes(plan.runtime_bytes), human_bytes(fixed + slot)));
         }
         plan.slot_bytes = slot;
         plan.cache_slots = static_cast<int64_t>((plan.budget_bytes - fixed) / slot);

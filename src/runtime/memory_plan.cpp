@@ -10,12 +10,18 @@
 
 namespace sluice {
 
+std::string human_bytes(uint64_t b) {
+    if (b >= 1000000000ull) return fmt::format("{:.2f} GB", static_cast<double>(b) / 1e9);
+    if (b >= 1000000ull) return fmt::format("{:.1f} MB", static_cast<double>(b) / 1e6);
+    return fmt::format("{:.1f} KB", static_cast<double>(b) / 1e3);
+}
+
 std::string MemoryPlan::describe() const {
-    auto gb = [](uint64_t b) { return static_cast<double>(b) / 1e9; };
-    std::string s = fmt::format("memory plan: budget {:.2f} GB = dense {:.2f} + state {:.2f} + scratch {:.2f}", gb(budget_bytes),
-                                gb(dense_bytes), gb(state_bytes), gb(scratch_bytes));
+    std::string s = fmt::format("memory plan: budget {} = dense {} + state {} + scratch {} + runtime {}", human_bytes(budget_bytes),
+                                human_bytes(dense_bytes), human_bytes(state_bytes), human_bytes(scratch_bytes),
+                                human_bytes(runtime_bytes));
     if (streaming) {
-        s += fmt::format(" + expert cache {:.2f} GB ({} slots of {:.2f} MB)", gb(cache_bytes), cache_slots, slot_bytes / 1e6);
+        s += fmt::format(" + expert cache {} ({} slots of {})", human_bytes(cache_bytes), cache_slots, human_bytes(slot_bytes));
     } else {
         s += " (experts resident: not a packed model)";
     }

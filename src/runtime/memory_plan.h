@@ -2,9 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "model/config.h"
 #include "sluice/engine.h"
+
+namespace sluice {
+std::string human_bytes(uint64_t bytes);  // "1.23 GB" / "45.6 MB"
+}
 
 namespace sluice::runtime {
 

@@ -1,0 +1,130 @@
+// `sluice generate MODEL`: one prompt in, streamed text out (stdout), statistics on stderr and
+// optionally as JSON (--stats-json).
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/args.h"
+#include "cli/command.h"
+#include "cli/sampling_flags.h"
+#include "cli/stats.h"
+#include "sluice/chat_template.h"
+#include "sluice/engine.h"
+#include "sluice/session.h"
+#include "sluice/tokenizer.h"
+
+namespace sluice::cli {
+namespace {
+
+struct GenerateCliOptions {
+    std::string model_dir;
+    std::string prompt;
+    std::string prompt_file;
+    std::string ids;
+    bool chat = false;
+    std::string system;
+    bool no_think = false;
+    std::string memory;
+    int threads = 0;
+    int64_t ctx = 4096;
+    bool no_prefetch = false;
+    std::string stats_json;
+    bool quiet_stats = false;
+    SamplingFlags sampling;
+};
+
+void run_generate(const GenerateCliOptions& o) {
+    const int sources = !o.prompt.empty() + !o.prompt_file.empty() + !o.ids.empty();
+    if (sources != 1) throw CliError("give exactly one of --prompt, --file or --ids");
+    EngineOptions eo;
+    eo.model_dir = o.model_dir;
+    eo.threads = o.threads;
+    eo.context_tokens = o.ctx;
+    eo.prefetch = !o.no_prefetch;
+    if (!o.memory.empty()) eo.memory_bytes = check(parse_size(o.memory));
+    auto engine = check(Engine::load(eo));
+    if (engine->memory_plan().streaming) std::fprintf(stderr, "%s\n", engine->memory_plan().describe().c_str());
+    auto tokenizer = engine->tokenizer();
+
+    std::vector<int32_t> prompt;
+    if (!o.ids.empty()) {
+        prompt = check(parse_ids(o.ids));
+    } else {
+        if (!tokenizer) throw CliError(o.model_dir + " has no tokenizer.json; use --ids");
+        std::string text = o.prompt;
+        if (!o.prompt_file.empty()) {
+            std::ifstream in(o.prompt_file, std::ios::binary);
+            if (!in) throw CliError("cannot read " + o.prompt_file);
+            std::stringstream ss;
+            ss << in.rdbuf();
+            text = ss.str();
+        }
+        if (o.chat) {
+            auto tmpl = engine->chat_template();
+            if (!tmpl) throw CliError(o.model_dir + " has no chat template; drop --chat");
+            nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+            if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
+            messages.push_back({{"role", "user"}, {"content", text}});
+            nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
+            if (o.no_think) kwargs["enable_thinking"] = false;
+            text = check(tmpl->render(messages, nullptr, true, kwargs));
+        }
+        prompt = tokenizer->encode(text);
+    }
+    GenerateOptions go = o.sampling.options(engine->default_sampling());
+    auto session = engine->new_session();
+    auto result = check(session->generate(prompt, go, [&](const TokenEvent& ev) {
+        if (tokenizer) {
+            std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
+        } else if (ev.token >= 0) {
+            std::printf("%d ", ev.token);
+        }
+        std::fflush(stdout);
+        return true;
+    }));
+    std::printf("\n");
+    const GenerationStats& g = result.stats;
+    const ExpertCacheStats cache = engine->expert_cache_stats();
+    if (!o.quiet_stats) {
+        std::fprintf(stderr, "\n[%s] prompt %lld tokens (%lld computed) at %.2f tok/s, TTFT %.0f ms; %lld generated at %.2f tok/s\n",
+                     finish_reason_name(result.finish_reason), static_cast<long long>(g.prompt_tokens),
+                     static_cast<long long>(g.prefilled_tokens), g.prefill_tok_s(), g.ttft_ms,
+                     static_cast<long long>(g.generated_tokens), g.decode_tok_s());
+        if (engine->memory_plan().streaming) {
+            std::fprintf(stderr, "expert cache: %.1f%% hits (%llu of %llu), %.1f MB read at %.2f GB/s, prefetch %llu issued / %llu used / %llu wasted; peak RSS %.2f GB\n",
+                         100 * cache.hit_rate(), static_cast<unsigned long long>(cache.hits),
+                         static_cast<unsigned long long>(cache.hits + cache.misses), cache.bytes_read / 1e6, cache.read_gb_s(),
+                         static_cast<unsigned long long>(cache.prefetch_issued), static_cast<unsigned long long>(cache.prefetch_used),
+                         static_cast<unsigned long long>(cache.prefetch_wasted), peak_rss_bytes() / 1e9);
+        }
+    }
+    if (!o.stats_json.empty()) {
+        std::ofstream out(o.stats_json);
+        if (!out) throw CliError("cannot write " + o.stats_json);
+        out << stats_json(*engine, g, cache).dump(2) << "\n";
+    }
+}
+
+}  // namespace
+}  // namespace sluice::cli
+
+SLUICE_COMMAND(generate, 10, [](CLI::App& app) {
+    auto o = std::make_shared<sluice::cli::GenerateCliOptions>();
+    auto* cmd = app.add_subcommand("generate", "Generate text from a prompt, streaming to stdout");
+    cmd->add_option("model_dir", o->model_dir, "Model folder (Hugging Face, MLX or packed)")->required();
+    cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
+    cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
+    cmd->add_option("--ids", o->ids, "Prompt as token ids, e.g. 1,2,3");
+    cmd->add_flag("--chat", o->chat, "Wrap the prompt as a user message in the model's chat template");
+    cmd->add_option("--system", o->system, "System message (with --chat)");
+    cmd->add_flag("--no-think", o->no_think, "Render the template with enable_thinking=false (with --chat)");
+    cmd->add_option("--memory", o->memory, "Memory budget, e.g. 3G (default: 80% of available)");
+    cmd->add_option("--threads", o->threads, "Compute threads (0 = all cores)")->capture_default_str();
+    cmd->add_option("--ctx-size", o->ctx, "Context tokens")->capture_default_str();
+    cmd->add_flag("--no-prefetch", o->no_prefetch, "Disable next-layer expert prefetch");
+    cmd->add_option("--stats-json", o->stats_json, "Write run statistics as JSON");
+    cmd->add_flag("--quiet-stats", o->quiet_stats, "Do not print statistics on stderr");
+    o->sampling.add_to(cmd);
+    cmd->callback([o] { sluice::cli::run_generate(*o); });
+});
