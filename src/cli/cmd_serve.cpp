@@ -1,6 +1,7 @@
 // `sluice serve MODEL_DIR`: the OpenAI-compatible HTTP server and web chat page
 // (src/server/server.h). Loads the engine, prints the memory plan, then serves until SIGINT or
 // SIGTERM. Binds loopback by default and warns when it listens beyond loopback with no key.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -25,6 +26,7 @@ struct ServeOptions {
     int64_t ctx = 4096;
     int threads = 0;
     std::string alias;
+    int keep_alive_ms = 2000;
 };
 
 server::Server* g_server = nullptr;
@@ -47,6 +49,7 @@ void run_serve(const ServeOptions& o) {
     so.cors_origin = o.cors;
     so.parallel = o.parallel;
     so.model_id = o.alias;
+    so.keep_alive_ms = std::max(50, o.keep_alive_ms);
     if (so.model_id.empty()) {
         std::filesystem::path p(o.model_dir);
         so.model_id = (p.has_filename() ? p.filename() : p.parent_path().filename()).string();
@@ -98,6 +101,9 @@ SLUICE_COMMAND(serve, 15, [](CLI::App& app) {
                     "Memory budget, e.g. 12G (default: derived from what is available)");
     cmd->add_option("--ctx-size", o->ctx, "Context tokens per session")->capture_default_str();
     cmd->add_option("--threads", o->threads, "Compute threads (0 = all cores)")->capture_default_str();
+    cmd->add_option("--keep-alive-ms", o->keep_alive_ms,
+                    "SSE ': keep-alive' interval while a stream waits or prefills")
+        ->capture_default_str();
     cmd->add_option("--alias", o->alias, "Model name clients use (default: the folder name)");
     cmd->callback([o] { sluice::cli::run_serve(*o); });
 });

@@ -83,7 +83,7 @@ function isErrorObject(text) {
 }
 
 const port = await freePort();
-const server = spawn(bin, ["serve", modelDir, "--port", String(port), "--parallel", "2", "--api-key", KEY, "--ctx-size", "1024"], {
+const server = spawn(bin, ["serve", modelDir, "--port", String(port), "--parallel", "2", "--api-key", KEY, "--ctx-size", "1024", "--keep-alive-ms", "150"], {
     stdio: ["ignore", "ignore", "pipe"],
 });
 let serverLog = "";
@@ -234,6 +234,47 @@ try {
                 .then(async (s) => { let t = ""; for await (const c of s) t += c.choices[0]?.delta?.content ?? ""; return t; })));
         check("concurrency: 5 requests on 2 sessions give the sequential results", JSON.stringify(par) === JSON.stringify(seq),
             `${JSON.stringify(par)} vs ${JSON.stringify(seq)}`);
+    });
+
+    await test("tools", async () => {
+        const tools = [{ type: "function", function: { name: "get_weather", description: "Weather of a city",
+            parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }];
+        const ask = (extra) => client.chat.completions.create({ model: "tiny-next", messages: user("Weather in Paris?"), max_tokens: 12, temperature: 0, logit_bias: noEos, ...extra });
+        const plain = await ask({});
+        const none = await ask({ tools, tool_choice: "none" });
+        const auto = await ask({ tools });
+        check("tools: the template shows tools unless tool_choice is none",
+            none.usage.prompt_tokens === plain.usage.prompt_tokens && auto.usage.prompt_tokens > plain.usage.prompt_tokens + 20,
+            `${plain.usage.prompt_tokens} ${none.usage.prompt_tokens} ${auto.usage.prompt_tokens}`);
+        // A named tool_choice forces the call's opening; the tiny model then writes the arguments.
+        // Either they parse (a tool call) or the raw text is returned as content — never lost.
+        const named = await ask({ tools, tool_choice: { type: "function", function: { name: "get_weather" } } });
+        const m = named.choices[0].message;
+        const prefix = '<tool_call>\n{"name": "get_weather", "arguments": ';
+        check("tools: named tool_choice forces the call",
+            (m.tool_calls?.[0]?.function?.name === "get_weather" && named.choices[0].finish_reason === "tool_calls") ||
+            (typeof m.content === "string" && m.content.startsWith(prefix)), JSON.stringify(m));
+        check("tools: forced prefix is part of the prompt", named.usage.prompt_tokens > auto.usage.prompt_tokens);
+    });
+
+    await test("queue and keep-alive", async () => {
+        // Two long streams hold both sessions; a third request queues and receives SSE comments
+        // (every 150 ms here) until a session frees up, then completes normally.
+        const long = () => client.chat.completions.create({ model: "tiny-next", messages: user("Go on."), max_tokens: 400, temperature: 0, logit_bias: noEos, stream: true });
+        const holders = [await long(), await long()];
+        const drains = holders.map(async (s) => { let n = 0; for await (const c of s) n += c.choices[0]?.delta?.content ? 1 : 0; return n; });
+        await sleep(50);
+        const third = raw(port, "POST", "/v1/chat/completions", { body: JSON.stringify({ messages: user("Hi"), max_tokens: 3, stream: true }) });
+        let maxQueued = 0;
+        for (let i = 0; i < 10; ++i) {
+            await sleep(30);
+            maxQueued = Math.max(maxQueued, JSON.parse((await raw(port, "GET", "/health")).body).slots.queued);
+        }
+        const r = await third;
+        await Promise.all(drains);
+        check("queue: the third request waited", maxQueued >= 1, `max queued ${maxQueued}`);
+        check("keep-alive: comment lines while queued", r.body.includes("\n: keep-alive\n\n") || r.body.startsWith(": keep-alive"), r.body.slice(0, 300));
+        check("keep-alive: stream completes", r.status === 200 && r.body.endsWith("data: [DONE]\n\n") && r.headers["content-type"].startsWith("text/event-stream"));
     });
 
     // Error cases through the client: status, type and the field named.
