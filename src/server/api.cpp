@@ -402,11 +402,15 @@ std::variant<ChatRequest, ApiError> parse_chat_request(const nlohmann::ordered_j
         if (type == it->end() || !type->is_string())
             return invalid_request("'response_format.type' must be a string", "response_format.type",
                                    "invalid_type");
-        if (*type != "text")
+        if (*type == "json_object") {
+            r.json_object = true;
+        } else if (*type != "text") {
             return invalid_request(
                 "'response_format' type '" + type->get<std::string>() +
-                    "' is not supported yet (grammar-constrained decoding is not implemented); only 'text'",
+                    "' is not supported (json_schema needs a schema-to-grammar compiler sluice does not "
+                    "have yet); use 'json_object' or 'text'",
                 "response_format", "unsupported_value");
+        }
     }
     return r;
 }

@@ -56,6 +56,7 @@ struct ChatRequest {
     ToolChoiceMode tool_choice = ToolChoiceMode::kAuto;
     std::string tool_choice_name;            // kNamed
     nlohmann::ordered_json template_kwargs;  // chat_template_kwargs (object or null)
+    bool json_object = false;                // response_format {"type": "json_object"}
 };
 
 struct CompletionRequest {

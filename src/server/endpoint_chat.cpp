@@ -14,6 +14,7 @@
 
 #include "server/endpoints.h"
 #include "server/generation.h"
+#include "server/json_grammar.h"
 #include "server/output_parser.h"
 #include "server/sse.h"
 #include "server/transport.h"
@@ -61,6 +62,20 @@ std::variant<std::shared_ptr<ChatJob>, ApiError> prepare(ServerContext& ctx, con
         job->forced_prefix =
             "<tool_call>\n{\"name\": " + json(r.tool_choice_name).dump() + ", \"arguments\": ";
     job->opens_reasoning = job->forced_prefix.empty() && prompt_opens_reasoning(prompt_text);
+    if (r.json_object) {
+        if (!job->forced_prefix.empty())
+            return invalid_request("'response_format' json_object cannot be combined with a forced tool call",
+                                   "response_format", "invalid_value");
+        // The grammar admits no reasoning: close a <think> the template opened.
+        if (job->opens_reasoning) prompt_text += "\n</think>\n\n";
+        job->opens_reasoning = false;
+        job->parse_tools = false;
+        auto constraint = std::make_shared<JsonConstraint>(ctx.tokenizer, ctx.engine->eos_token_ids());
+        r.params.generate.logits_filter = [constraint](std::span<float> logits, std::span<const int32_t>) {
+            constraint->filter(logits);
+        };
+        r.params.generate.on_accept = [constraint](int32_t token) { constraint->accept(token); };
+    }
     prompt_text += job->forced_prefix;
     job->prompt = ctx.tokenizer->encode(prompt_text, /*parse_special=*/true);
     if (auto e = fit_context(ctx, job->prompt.size(), &r.params)) return *e;

@@ -257,6 +257,27 @@ try {
         check("tools: forced prefix is part of the prompt", named.usage.prompt_tokens > auto.usage.prompt_tokens);
     });
 
+    await test("json_object", async () => {
+        // Grammar-constrained decoding: whatever the model wants, the reply is a JSON object or a
+        // prefix of one; biasing the token " {}" makes it a complete object at once, and then
+        // end-of-sequence is the only choice.
+        const close = JSON.parse((await raw(port, "POST", "/tokenize", { body: JSON.stringify({ content: " {}" }) })).body).tokens;
+        const closed = await client.chat.completions.create({ model: "tiny-next", messages: user("Give me JSON."), max_tokens: 20, temperature: 0,
+            response_format: { type: "json_object" }, logit_bias: { [String(close[0])]: 50 } });
+        check("json_object: closes and stops", close.length === 1 && closed.choices[0].message.content.trim() === "{}" &&
+            closed.choices[0].finish_reason === "stop", JSON.stringify(closed.choices[0]));
+        for (const seed of [1, 2, 3]) {
+            const r = await client.chat.completions.create({ model: "tiny-next", messages: user("Describe a cat as JSON."), max_tokens: 60,
+                temperature: 0.9, seed, response_format: { type: "json_object" } });
+            const text = r.choices[0].message.content;
+            let ok = text.trimStart().startsWith("{") && !/[\u0000-\u0008]/.test(text);
+            if (r.choices[0].finish_reason === "stop") {
+                try { ok &&= typeof JSON.parse(text) === "object"; } catch { ok = false; }
+            }
+            check(`json_object: seed ${seed} gives JSON`, ok, JSON.stringify(r.choices[0]));
+        }
+    });
+
     await test("queue and keep-alive", async () => {
         // Two long streams hold both sessions; a third request queues and receives SSE comments
         // (every 150 ms here) until a session frees up, then completes normally.
@@ -301,7 +322,7 @@ try {
     await expectError("error: logit_bias key", 400, client.chat.completions.create({ ...base, logit_bias: { "99999999": 1 } }), { param: "logit_bias" });
     await expectError("error: stop type", 400, client.chat.completions.create({ ...base, stop: [1] }), { param: "stop[0]" });
     await expectError("error: top_logprobs without logprobs", 400, client.chat.completions.create({ ...base, top_logprobs: 2 }), { param: "top_logprobs" });
-    await expectError("error: response_format", 400, client.chat.completions.create({ ...base, response_format: { type: "json_object" } }), { param: "response_format" });
+    await expectError("error: response_format", 400, client.chat.completions.create({ ...base, response_format: { type: "json_schema", json_schema: { name: "x", schema: {} } } }), { param: "response_format" });
     await expectError("error: tool_choice without tools", 400, client.chat.completions.create({ ...base, tool_choice: "required" }), { param: "tool_choice" });
     await expectError("error: context too long", 400, client.chat.completions.create({ ...base, messages: user("hello ".repeat(1500)) }),
         { code: "context_length_exceeded", messageHas: ["1024"] });

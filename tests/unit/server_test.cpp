@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "server/api.h"
+#include "server/json_grammar.h"
 #include "server/output_parser.h"
 #include "server/sse.h"
 
@@ -98,7 +99,10 @@ TEST(ServerApi, RejectsBadRequestsNamingTheField) {
             R"(,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}})")
             .param,
         "tool_choice");
-    EXPECT_EQ(chat_error("{" + m + R"(,"response_format":{"type":"json_object"}})").param, "response_format");
+    EXPECT_EQ(
+        chat_error("{" + m + R"(,"response_format":{"type":"json_schema","json_schema":{"schema":{}}}})")
+            .param,
+        "response_format");
     EXPECT_EQ(chat_error("{" + m + R"(,"chat_template_kwargs":[1]})").param, "chat_template_kwargs");
 }
 
@@ -192,6 +196,43 @@ TEST(ServerOutputParser, PromptOpensReasoning) {
     EXPECT_TRUE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n"));
     EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
     EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n"));
+}
+
+}  // namespace
+}  // namespace sluice::server
+
+namespace sluice::server {
+namespace {
+
+bool json_accepts(std::string_view text) {
+    JsonValidator v;
+    return v.feed(text) && v.complete();
+}
+
+TEST(ServerJsonGrammar, AcceptsValidObjects) {
+    for (const char* doc :
+         {R"({})", R"( {"a": 1} )", R"({"a":[1,-2.5e+3,0.1,true,false,null,"x\n\u00e9",{},[]],"b":{"c":[]}})",
+          "{\"k\":\"\xc3\xa9\"}", "{\n  \"a\": 0,\n  \"b\": [1, 2]\n}\n"}) {
+        EXPECT_TRUE(json_accepts(doc)) << doc;
+        EXPECT_FALSE(nlohmann::json::parse(doc, nullptr, false).is_discarded()) << doc;
+        // Every proper prefix is accepted but incomplete (unless only whitespace follows).
+        const std::string s(doc);
+        for (size_t i = 0; i < s.size(); ++i) {
+            JsonValidator v;
+            EXPECT_TRUE(v.feed(std::string_view(s).substr(0, i))) << doc << " prefix " << i;
+        }
+    }
+}
+
+TEST(ServerJsonGrammar, RejectsInvalid) {
+    for (const char* doc :
+         {"[]", "1", "\"s\"", "{,}", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "{\"a\":[1,]}", "{\"a\":01}",
+          "{\"a\":1.}", "{\"a\":-}", "{\"a\":tru}", "{\"a\":\"\x01\"}", "{\"a\":\"\\x\"}",
+          "{\"a\":\"\\u12g4\"}", "{} {}", "{a:1}", "{\"a\":[}", "{\"a\":1]"}) {
+        EXPECT_FALSE(json_accepts(doc)) << doc;
+    }
+    JsonValidator v;
+    EXPECT_FALSE(v.feed(std::string(JsonValidator::kMaxWhitespaceRun + 1, ' ')));
 }
 
 }  // namespace
