@@ -34,6 +34,15 @@ server::Server* g_server = nullptr;
 void run_serve(const ServeOptions& o) {
     if (o.parallel < 1 || o.parallel > 64)
         throw CliError("[serve] --parallel must be in [1, 64], got " + std::to_string(o.parallel));
+    // Signals end the server from a watcher thread (stop() is not async-signal-safe). They are
+    // blocked before any thread exists (the engine's compute threads included), so every thread
+    // inherits the mask and only the watcher receives them.
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
     EngineOptions eo;
     eo.model_dir = o.model_dir;
     eo.context_tokens = o.ctx;
@@ -64,13 +73,6 @@ void run_serve(const ServeOptions& o) {
 
     server::Server srv(engine, so);
     g_server = &srv;
-    // Signals end the server from a watcher thread (stop() is not async-signal-safe).
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);
-    std::signal(SIGPIPE, SIG_IGN);
     std::thread watcher([set] {
         int sig = 0;
         sigwait(&set, &sig);
