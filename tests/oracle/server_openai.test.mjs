@@ -353,6 +353,36 @@ try {
         check("raw: missing key → 401", noKey.status === 401 && isErrorObject(noKey.body), `${noKey.status}`);
     });
 
+    await test("fuzz", async () => {
+        // Random values of every type in every field (and random messages): each answer is a 200
+        // or an OpenAI error object, and the server stays up. Deterministic (seeded LCG).
+        let state = 12345;
+        const rand = (n) => ((state = (state * 1103515245 + 12345) % 2147483648) % n);
+        const values = [null, true, false, 0, -1, 1, 2, 0.5, 1.5, -0.0, 1e308, -1e308, 4294967296, "", "x", "auto", "none", "required",
+            [], [1], ["a"], [null], {}, { a: 1 }, { type: "text", text: "t" }, { type: "function", function: { name: "f" } }, "\u0000", "é🌍"];
+        const fields = ["model", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
+            "logit_bias", "seed", "stop", "n", "logprobs", "top_logprobs", "stream", "stream_options", "tools", "tool_choice",
+            "response_format", "chat_template_kwargs", "max_completion_tokens", "messages"];
+        const bad = [];
+        for (let i = 0; i < 250; ++i) {
+            const body = { messages: user("Hi"), max_tokens: 1 };
+            for (let k = rand(3) + 1; k > 0; --k) {
+                const f = fields[rand(fields.length)];
+                body[f] = f === "messages" && rand(2)
+                    ? [{ role: ["user", "system", "assistant", "tool", "developer", 7][rand(6)], content: values[rand(values.length)],
+                        tool_calls: rand(3) ? undefined : values[rand(values.length)] }]
+                    : values[rand(values.length)];
+            }
+            if (body.max_completion_tokens !== undefined && body.max_completion_tokens !== null) body.max_completion_tokens = 1;
+            const r = await raw(port, "POST", rand(4) ? "/v1/chat/completions" : "/v1/completions", { body: JSON.stringify({ prompt: "a", ...body }) });
+            const ok = r.status === 200 ? (body.stream === true ? r.body.endsWith("data: [DONE]\n\n") : JSON.parse(r.body).choices?.length === 1)
+                : [400, 404].includes(r.status) && isErrorObject(r.body);
+            if (!ok) bad.push(`${r.status} ${JSON.stringify(body).slice(0, 200)} → ${r.body.slice(0, 200)}`);
+        }
+        check("fuzz: every answer is a result or an error object", bad.length === 0, bad.slice(0, 3).join("\n"));
+        check("fuzz: server alive", JSON.parse((await raw(port, "GET", "/health")).body).status === "ok");
+    });
+
     await test("slow client", async () => {
         // A client that sends half a request and stalls must not block others.
         const sock = net.connect(port, "127.0.0.1");
