@@ -99,7 +99,8 @@ std::string finish_reason(const GenerateResult& result, bool had_tool_calls) {
     return result.finish_reason == FinishReason::kLength ? "length" : "stop";
 }
 
-void respond_whole(ServerContext& ctx, const std::shared_ptr<ChatJob>& job, httplib::Response& res) {
+json respond_whole(ServerContext& ctx, const std::shared_ptr<ChatJob>& job, SseWriter& writer,
+                   KeepAlive& beat) {
     OutputParser parser(job->opens_reasoning, job->parse_tools);
     ParsedDelta all;
     auto absorb = [&](ParsedDelta d) {
@@ -111,13 +112,15 @@ void respond_whole(ServerContext& ctx, const std::shared_ptr<ChatJob>& job, http
     json logprobs = json::array();
     const bool want_logprobs = job->request.params.logprobs;
     GenerationHooks hooks;
+    hooks.still_wanted = [&] { return writer.ok(); };
+    hooks.on_session = [&](Session* s) { beat.attach(s); };
     hooks.on_token = [&](const TokenEvent& e) {
         absorb(parser.feed(e.text));
         if (want_logprobs) logprobs.push_back(logprob_json(ctx.tokenizer.get(), e));
-        return true;
+        return writer.ok();
     };
     auto outcome = run_generation(ctx, job->prompt, job->request.params.generate, hooks);
-    if (auto* e = std::get_if<ApiError>(&outcome)) return send_error(res, *e);
+    if (auto* e = std::get_if<ApiError>(&outcome)) return e->to_json();
     const GenerateResult& result = std::get<GenerateResult>(outcome);
     absorb(parser.finish());
 
@@ -134,12 +137,12 @@ void respond_whole(ServerContext& ctx, const std::shared_ptr<ChatJob>& job, http
                    {"message", std::move(message)},
                    {"logprobs", want_logprobs ? json{{"content", std::move(logprobs)}} : json()},
                    {"finish_reason", finish_reason(result, !all.tool_calls.empty())}};
-    send_json(res, {{"id", job->id},
-                    {"object", "chat.completion"},
-                    {"created", job->created},
-                    {"model", ctx.options.model_id},
-                    {"choices", json::array({std::move(choice)})},
-                    {"usage", usage_json(result.stats)}});
+    return {{"id", job->id},
+            {"object", "chat.completion"},
+            {"created", job->created},
+            {"model", ctx.options.model_id},
+            {"choices", json::array({std::move(choice)})},
+            {"usage", usage_json(result.stats)}};
 }
 
 // Runs on the HTTP worker inside the chunked content provider, after the 200 headers.
@@ -216,7 +219,10 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
     auto prepared = prepare(ctx, req);
     if (auto* e = std::get_if<ApiError>(&prepared)) return send_error(res, *e);
     auto job = std::get<std::shared_ptr<ChatJob>>(prepared);
-    if (!job->request.params.stream) return respond_whole(ctx, job, res);
+    if (!job->request.params.stream)
+        return respond_json_long(res, ctx.options.keep_alive_ms, [&ctx, job](SseWriter& w, KeepAlive& beat) {
+            return respond_whole(ctx, job, w, beat);
+        });
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider("text/event-stream", [&ctx, job](size_t, httplib::DataSink& sink) {

@@ -96,23 +96,27 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
     auto job = std::get<std::shared_ptr<CompletionJob>>(prepared);
     const bool want_logprobs = job->request.params.logprobs;
     if (!job->request.params.stream) {
-        LegacyLogprobs lp;
-        GenerationHooks hooks;
-        if (want_logprobs)
-            hooks.on_token = [&](const TokenEvent& e) {
-                lp.add(ctx.tokenizer.get(), e);
-                return true;
-            };
-        auto outcome = run_generation(ctx, job->prompt, job->request.params.generate, hooks);
-        if (auto* e = std::get_if<ApiError>(&outcome)) return send_error(res, *e);
-        const GenerateResult& result = std::get<GenerateResult>(outcome);
-        json choice = {{"index", 0},
-                       {"text", (job->request.echo ? job->prompt_text : std::string()) + result.text},
-                       {"logprobs", want_logprobs ? lp.to_json() : json()},
-                       {"finish_reason", finish_name(result.finish_reason)}};
-        json out = completion_object(ctx, *job, std::move(choice));
-        out["usage"] = usage_json(result.stats);
-        return send_json(res, out);
+        return respond_json_long(
+            res, ctx.options.keep_alive_ms, [&ctx, job, want_logprobs](SseWriter& writer, KeepAlive& beat) {
+                LegacyLogprobs lp;
+                GenerationHooks hooks;
+                hooks.still_wanted = [&] { return writer.ok(); };
+                hooks.on_session = [&](Session* s) { beat.attach(s); };
+                hooks.on_token = [&](const TokenEvent& e) {
+                    if (want_logprobs) lp.add(ctx.tokenizer.get(), e);
+                    return writer.ok();
+                };
+                auto outcome = run_generation(ctx, job->prompt, job->request.params.generate, hooks);
+                if (auto* e = std::get_if<ApiError>(&outcome)) return e->to_json();
+                const GenerateResult& result = std::get<GenerateResult>(outcome);
+                json choice = {{"index", 0},
+                               {"text", (job->request.echo ? job->prompt_text : std::string()) + result.text},
+                               {"logprobs", want_logprobs ? lp.to_json() : json()},
+                               {"finish_reason", finish_name(result.finish_reason)}};
+                json out = completion_object(ctx, *job, std::move(choice));
+                out["usage"] = usage_json(result.stats);
+                return out;
+            });
     }
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(

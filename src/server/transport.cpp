@@ -25,12 +25,12 @@ bool SseWriter::event(const nlohmann::json& payload) {
     return write(sse_event(payload));
 }
 
-KeepAlive::KeepAlive(SseWriter& writer, int interval_ms) : writer_(writer) {
-    thread_ = std::thread([this, interval_ms] {
+KeepAlive::KeepAlive(SseWriter& writer, int interval_ms, std::string beat) : writer_(writer) {
+    thread_ = std::thread([this, interval_ms, beat = std::move(beat)] {
         std::unique_lock lock(mutex_);
         while (!stop_) {
             if (cv_.wait_for(lock, std::chrono::milliseconds(interval_ms), [this] { return stop_; })) break;
-            if (!writer_.write(sse_comment("keep-alive")) && session_) session_->cancel();
+            if (!writer_.write(beat) && session_) session_->cancel();
         }
     });
 }
@@ -53,6 +53,23 @@ void KeepAlive::first_token() {
         session_ = nullptr;
     }
     cv_.notify_all();
+}
+
+void respond_json_long(httplib::Response& res, int interval_ms,
+                       std::function<nlohmann::json(SseWriter& writer, KeepAlive& beat)> produce) {
+    res.set_chunked_content_provider(
+        "application/json; charset=utf-8",
+        [interval_ms, produce = std::move(produce)](size_t, httplib::DataSink& sink) {
+            SseWriter writer(sink);
+            nlohmann::json body;
+            {
+                KeepAlive beat(writer, interval_ms, " ");
+                body = produce(writer, beat);
+            }
+            writer.write(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+            sink.done();
+            return true;
+        });
 }
 
 }  // namespace sluice::server

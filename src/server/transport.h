@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -36,11 +37,11 @@ class SseWriter {
     std::atomic<bool> ok_{true};
 };
 
-// Writes `: keep-alive` every interval until the first token (or destruction); if the write fails
-// it cancels the attached session so an abandoned prefill stops early.
+// Writes `beat` (default `: keep-alive`) every interval until first_token() or destruction; if
+// the write fails it cancels the attached session so an abandoned prefill or decode stops early.
 class KeepAlive {
  public:
-    KeepAlive(SseWriter& writer, int interval_ms);
+    KeepAlive(SseWriter& writer, int interval_ms, std::string beat = ": keep-alive\n\n");
     ~KeepAlive();
     void attach(Session* session);
     void first_token();
@@ -53,5 +54,15 @@ class KeepAlive {
     Session* session_ = nullptr;
     std::thread thread_;
 };
+
+// A non-streaming JSON response that may take long (a generation). It is sent chunked: while
+// `produce` runs, a space is written every interval — leading whitespace is valid JSON — so a
+// client that went away is noticed (the write fails) and its generation cancelled, as for streams.
+// The status is 200 once started: validation errors must be answered before calling this; a
+// failure inside `produce` is returned as an error object in the body.
+// Content-Type carries a charset so cpp-httplib does not gzip it (its compressor would hold the
+// beats back and no write would ever fail).
+void respond_json_long(httplib::Response& res, int interval_ms,
+                       std::function<nlohmann::json(SseWriter& writer, KeepAlive& beat)> produce);
 
 }  // namespace sluice::server

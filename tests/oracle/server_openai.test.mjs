@@ -224,6 +224,30 @@ try {
         check("cancel: generation stopped early", generated < 900, `generated ${generated}`);
     });
 
+    await test("cancel on disconnect (non-streaming)", async () => {
+        const metric = async (name) => Number((await raw(port, "GET", "/metrics")).body.match(new RegExp(`^${name} (\\S+)$`, "m"))[1]);
+        const before = await metric("sluice_generated_tokens_total");
+        // The client hangs up 300 ms into a ~3 s generation.
+        const timedOut = await new Promise((resolve) => {
+            const body = JSON.stringify({ messages: user("Count forever."), max_tokens: 900, temperature: 0, logit_bias: noEos });
+            const req = http.request({ host: "127.0.0.1", port, method: "POST", path: "/v1/chat/completions",
+                headers: { Authorization: `Bearer ${KEY}`, "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body) } });
+            req.on("error", () => resolve(true));
+            req.on("response", (res) => res.on("data", () => {}));
+            req.end(body);
+            setTimeout(() => { req.destroy(); resolve(true); }, 300);
+        });
+        let active = 1;
+        for (let i = 0; i < 50 && active > 0; ++i) {
+            await sleep(100);
+            active = JSON.parse((await raw(port, "GET", "/health")).body).slots.active;
+        }
+        const generated = (await metric("sluice_generated_tokens_total")) - before;
+        check("cancel (whole): the client gave up", timedOut);
+        check("cancel (whole): the session is released", active === 0);
+        check("cancel (whole): generation stopped early", generated < 900, `generated ${generated}`);
+    });
+
     await test("concurrency", async () => {
         const prompts = ["One", "Two", "Three", "Four", "Five"];
         const seq = [];
