@@ -29,6 +29,16 @@ ThreadPool& pool() {
     return p;
 }
 
+// A 1-thread pool: per-core numbers, which stay meaningful when the machine is shared.
+ThreadPool& single() {
+    static ThreadPool p(1);
+    return p;
+}
+
+ThreadPool& pool_for(int64_t threads_arg) {
+    return threads_arg == 1 ? single() : pool();
+}
+
 void fill_random(void* dst, size_t bytes, uint64_t seed) {
     uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
     auto* p = static_cast<uint8_t*>(dst);
@@ -76,31 +86,36 @@ struct QuantSet {
     }
 };
 
-// Args: in (cols), out (rows), bits, cold.
+// Args: in (cols), out (rows), bits, cold, threads (1 = one core, 0 = all cores).
 void BM_Matvec(benchmark::State& state) {
     const int64_t cols = state.range(0), rows = state.range(1);
     const int bits = static_cast<int>(state.range(2));
     const bool cold = state.range(3) != 0;
+    ThreadPool& tp = pool_for(state.range(4));
     QuantSet set(bits, rows, cols, 64, cold);
     std::vector<float> x(static_cast<size_t>(cols)), y(static_cast<size_t>(rows));
     for (int64_t i = 0; i < cols; ++i) x[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
     size_t next = 0;
     for (auto _ : state) {
-        matvec(set.views[next], x.data(), y.data(), &pool());
+        matvec(set.views[next], x.data(), y.data(), &tp);
         benchmark::DoNotOptimize(y.data());
         next = next + 1 == set.views.size() ? 0 : next + 1;
     }
     const double bytes = static_cast<double>(set.bytes_per_matrix) * static_cast<double>(state.iterations());
     state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
     state.counters["copies"] = static_cast<double>(set.views.size());
+    state.counters["threads"] = tp.size();
     state.SetLabel(std::string(bits == 4 ? "Q4" : "Q8") + (cold ? " cold" : " hot") + " " + cpu_kernel_isa());
 }
 
 void matvec_shapes(benchmark::internal::Benchmark* b) {
     const int64_t shapes[][2] = {{2048, 512}, {512, 2048}, {2048, 12288}, {4096, 2048}, {2048, 151936}};
     for (int bits : {4, 8})
-        for (const auto& s : shapes) b->Args({s[0], s[1], bits, 1});
-    for (int bits : {4, 8}) b->Args({2048, 512, bits, 0});
+        for (const auto& s : shapes) b->Args({s[0], s[1], bits, 1, 0});
+    for (int bits : {4, 8}) b->Args({2048, 512, bits, 0, 0});
+    // One core: the per-core share of the bandwidth (compare with BM_MemoryReadBandwidth/1).
+    for (int bits : {4, 8}) b->Args({2048, 12288, bits, 1, 1});
+    b->Args({2048, 151936, 4, 1, 1});
 }
 BENCHMARK(BM_Matvec)->Apply(matvec_shapes)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
@@ -129,13 +144,14 @@ BENCHMARK(BM_Matmul)
 
 // Every core streams its contiguous share of a 1 GiB buffer (8 independent accumulators so the
 // loop is bound by loads, not by add latency).
+// Arg: threads (1 = one core, 0 = all cores).
 void BM_MemoryReadBandwidth(benchmark::State& state) {
+    ThreadPool& tp = pool_for(state.range(0));
     const size_t n = kColdBytes / 8;
     std::unique_ptr<uint64_t[]> buf(new uint64_t[n]);
     fill_random(buf.get(), n * 8, 2);
-    std::vector<uint64_t> sums(static_cast<size_t>(pool().size()) * 8);
     for (auto _ : state) {
-        pool().parallel_for(
+        tp.parallel_for(
             static_cast<int64_t>(n),
             [&](int64_t b, int64_t e) {
                 uint64_t acc[8] = {};
@@ -150,9 +166,9 @@ void BM_MemoryReadBandwidth(benchmark::State& state) {
     state.counters["GB/s"] =
         benchmark::Counter(static_cast<double>(n * 8) * static_cast<double>(state.iterations()) / 1e9,
                            benchmark::Counter::kIsRate);
-    state.counters["threads"] = pool().size();
+    state.counters["threads"] = tp.size();
 }
-BENCHMARK(BM_MemoryReadBandwidth)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+BENCHMARK(BM_MemoryReadBandwidth)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
 
 }  // namespace
 

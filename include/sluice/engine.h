@@ -33,9 +33,9 @@ struct EngineOptions {
     // 0 = derived from the memory available. Streaming (packed) models size their expert cache
     // from what remains; load fails when the dense core alone does not fit.
     uint64_t memory_bytes = 0;
-    int io_threads = 16;         // expert reads in flight (queue depth)
-    bool prefetch = true;        // next-layer expert prefetch
-    bool verify_reads = false;   // xxh3-check every expert record read
+    int io_threads = 16;        // expert reads in flight (queue depth)
+    bool prefetch = true;       // next-layer expert prefetch
+    bool verify_reads = false;  // xxh3-check every expert record read
     std::string cache_policy = "lfu";
     uint64_t expert_cache_bytes = 0;  // fixed expert-cache size; 0 = whatever the budget leaves
 };
@@ -50,7 +50,7 @@ struct MemoryPlan {
     uint64_t runtime_bytes = 0;  // code, tokenizer, thread stacks, IO buffers (estimate)
     uint64_t cache_bytes = 0;    // expert cache slots
     int64_t cache_slots = 0;
-    uint64_t slot_bytes = 0;     // one expert record
+    uint64_t slot_bytes = 0;  // one expert record
     std::string describe() const;
 };
 
@@ -62,15 +62,17 @@ struct ExpertCacheStats {
     double stall_s = 0;    // time compute waited for reads
     uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_wasted = 0;
     uint64_t evictions = 0;
-    double hit_rate() const { return hits + misses ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0; }
+    double hit_rate() const {
+        return hits + misses ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0;
+    }
     double read_gb_s() const { return io_busy_s > 0 ? static_cast<double>(bytes_read) / io_busy_s / 1e9 : 0; }
 };
 
 // What a model is, for `sluice info`, the server's /v1/models and logs.
 struct ModelInfo {
-    std::string family;       // qwen3_moe, qwen3_next, qwen3_5_moe
-    std::string layout;       // huggingface or mlx
-    std::string quantization; // e.g. "bf16", "mlx affine 4-bit g64 (+8-bit overrides)"
+    std::string family;        // qwen3_moe, qwen3_next, qwen3_5_moe
+    std::string layout;        // huggingface or mlx
+    std::string quantization;  // e.g. "bf16", "mlx affine 4-bit g64 (+8-bit overrides)"
     int64_t vocab_size = 0;
     int64_t hidden_size = 0;
     int64_t n_layers = 0;
@@ -83,7 +85,7 @@ struct ModelInfo {
 };
 
 class Engine : public std::enable_shared_from_this<Engine> {
-   public:
+ public:
     static Expected<std::shared_ptr<Engine>> load(const EngineOptions& options);
     ~Engine();
     Engine(const Engine&) = delete;
@@ -113,7 +115,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
     struct Impl;  // private; defined in src/runtime/
 
-   private:
+ private:
     Engine();
     Status load_text_side();
     friend class Session;

@@ -37,12 +37,16 @@ struct GenerationStats {
     int64_t prompt_tokens = 0;     // tokens of the prompt given
     int64_t prefilled_tokens = 0;  // tokens actually computed (the rest came from the session's cache)
     int64_t generated_tokens = 0;
-    double ttft_ms = 0;            // call start → first generated token
+    double ttft_ms = 0;  // call start → first generated token
     double prefill_ms = 0;
     double decode_ms = 0;
-    double prefill_tok_s() const { return prefill_ms > 0 ? static_cast<double>(prefilled_tokens) * 1000.0 / prefill_ms : 0; }
+    double prefill_tok_s() const {
+        return prefill_ms > 0 ? static_cast<double>(prefilled_tokens) * 1000.0 / prefill_ms : 0;
+    }
     double decode_tok_s() const {
-        return decode_ms > 0 && generated_tokens > 1 ? static_cast<double>(generated_tokens - 1) * 1000.0 / decode_ms : 0;
+        return decode_ms > 0 && generated_tokens > 1
+                   ? static_cast<double>(generated_tokens - 1) * 1000.0 / decode_ms
+                   : 0;
     }
 };
 
@@ -57,7 +61,7 @@ struct SamplingParams {
     float presence_penalty = 0.0f;    // OpenAI: −presence if the token appeared in the output
     float frequency_penalty = 0.0f;   // OpenAI: −frequency × count in the output
     std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logits
-    std::optional<uint64_t> seed;     // per request; unset = random
+    std::optional<uint64_t> seed;                       // per request; unset = random
 };
 
 enum class FinishReason { kLength, kStop, kCancelled, kError };
@@ -72,6 +76,12 @@ struct GenerateOptions {
     // set to allow them.
     bool allow_special_tokens = false;
     int32_t top_logprobs = 0;  // report the N most likely tokens with each generated one
+    // Prompt positions at which to keep a DeltaNet state checkpoint while prefilling, besides the
+    // end of the prompt and of the reply. Chat front ends pass the length of the conversation
+    // without the generation prompt: templates often re-render the assistant prefix differently in
+    // later turns (e.g. Qwen3 drops empty <think> blocks), and a checkpoint just before it keeps
+    // the next turn from recomputing the whole history.
+    std::vector<int64_t> checkpoint_positions;
     // Optional hook over the final logits of each step (e.g. grammar-constrained decoding): may
     // set entries to -inf. Called after all sampling penalties, before temperature.
     std::function<void(std::span<float> logits, std::span<const int32_t> generated)> logits_filter;
@@ -82,8 +92,8 @@ struct GenerateOptions {
 // One step of a generation stream.
 struct TokenEvent {
     int32_t token = -1;
-    std::string text;  // newly complete UTF-8 text (may be empty while a character or a possible
-                       // stop string is held back)
+    std::string text;   // newly complete UTF-8 text (may be empty while a character or a possible
+                        // stop string is held back)
     float logprob = 0;  // log-probability of the token under the sampling distribution's logits
     std::vector<std::pair<int32_t, float>> top_logprobs;
 };
@@ -100,7 +110,7 @@ struct GenerateResult {
 };
 
 class Session {
-   public:
+ public:
     ~Session();
     Session(const Session&) = delete;
     Session& operator=(const Session&) = delete;
@@ -139,7 +149,7 @@ class Session {
 
     struct Impl;
 
-   private:
+ private:
     friend class Engine;
     explicit Session(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;

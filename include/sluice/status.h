@@ -32,7 +32,7 @@ enum class ErrorCode {
 const char* error_code_name(ErrorCode code);
 
 class [[nodiscard]] Status {
-   public:
+ public:
     Status() = default;
     Status(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
@@ -50,18 +50,20 @@ class [[nodiscard]] Status {
         return Status(code_, context + ": " + message_);
     }
 
-   private:
+ private:
     ErrorCode code_ = ErrorCode::kOk;
     std::string message_;
 };
 
 // Builds an error Status; a thin helper so call sites read as one line.
-inline Status error(ErrorCode code, std::string message) { return Status(code, std::move(message)); }
+inline Status error(ErrorCode code, std::string message) {
+    return Status(code, std::move(message));
+}
 
 template <typename T>
 class [[nodiscard]] Expected {
-   public:
-    Expected(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+ public:
+    Expected(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
     Expected(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
         if (status_.is_ok()) status_ = Status(ErrorCode::kInternal, "Expected built from an ok Status");
     }
@@ -90,7 +92,7 @@ class [[nodiscard]] Expected {
 
     const Status& status() const { return status_; }
 
-   private:
+ private:
     void check() const {
         if (!value_) std::abort();
     }
@@ -100,19 +102,22 @@ class [[nodiscard]] Expected {
 
 }  // namespace sluice
 
-// Propagates a failed Status from an expression returning Status.
-#define SLUICE_RETURN_IF_ERROR(expr)              \
-    do {                                          \
-        ::sluice::Status sluice_status_ = (expr); \
-        if (!sluice_status_.is_ok()) return sluice_status_; \
-    } while (0)
-
 #define SLUICE_CONCAT_INNER_(a, b) a##b
 #define SLUICE_CONCAT_(a, b) SLUICE_CONCAT_INNER_(a, b)
 
+// Propagates a failed Status from an expression returning Status. (A __COUNTER__-unique name,
+// so the macro can nest inside lambdas passed to itself.)
+#define SLUICE_RETURN_IF_ERROR(expr) \
+    SLUICE_RETURN_IF_ERROR_IMPL_(SLUICE_CONCAT_(sluice_status_, __COUNTER__), expr)
+#define SLUICE_RETURN_IF_ERROR_IMPL_(tmp, expr) \
+    do {                                        \
+        ::sluice::Status tmp = (expr);          \
+        if (!tmp.is_ok()) return tmp;           \
+    } while (0)
+
 // `SLUICE_ASSIGN_OR_RETURN(auto x, make_x());` binds the value or returns the error.
 #define SLUICE_ASSIGN_OR_RETURN(lhs, expr) \
-    SLUICE_ASSIGN_OR_RETURN_IMPL_(SLUICE_CONCAT_(sluice_expected_, __LINE__), lhs, expr)
+    SLUICE_ASSIGN_OR_RETURN_IMPL_(SLUICE_CONCAT_(sluice_expected_, __COUNTER__), lhs, expr)
 #define SLUICE_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
     auto tmp = (expr);                                \
     if (!tmp.has_value()) return tmp.status();        \

@@ -18,7 +18,8 @@ Expected<std::vector<int32_t>> parse_ids(const std::string& text) {
         char* end = nullptr;
         long long v = std::strtoll(item.c_str(), &end, 10);
         if (end == item.c_str() || *end != '\0' || v < 0 || v > INT32_MAX)
-            return error(ErrorCode::kInvalidArgument, "token id '" + item + "' is not a non-negative integer");
+            return error(ErrorCode::kInvalidArgument,
+                         "token id '" + item + "' is not a non-negative integer");
         ids.push_back(static_cast<int32_t>(v));
         i = j;
     }
@@ -30,16 +31,24 @@ Expected<uint64_t> parse_size(const std::string& text) {
     char* end = nullptr;
     double v = std::strtod(text.c_str(), &end);
     if (end == text.c_str() || v < 0 || !std::isfinite(v))
-        return error(ErrorCode::kInvalidArgument, "size '" + text + "' is not a number with an optional K/M/G/T suffix");
+        return error(ErrorCode::kInvalidArgument,
+                     "size '" + text + "' is not a number with an optional K/M/G/T suffix");
     std::string suffix(end);
     for (auto& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     double mult = 1;
-    if (suffix.empty() || suffix == "B") mult = 1;
-    else if (suffix == "K" || suffix == "KB" || suffix == "KIB") mult = 1024.0;
-    else if (suffix == "M" || suffix == "MB" || suffix == "MIB") mult = 1024.0 * 1024;
-    else if (suffix == "G" || suffix == "GB" || suffix == "GIB") mult = 1024.0 * 1024 * 1024;
-    else if (suffix == "T" || suffix == "TB" || suffix == "TIB") mult = 1024.0 * 1024 * 1024 * 1024;
-    else return error(ErrorCode::kInvalidArgument, "size '" + text + "' has an unknown suffix '" + std::string(end) + "'");
+    if (suffix.empty() || suffix == "B")
+        mult = 1;
+    else if (suffix == "K" || suffix == "KB" || suffix == "KIB")
+        mult = 1024.0;
+    else if (suffix == "M" || suffix == "MB" || suffix == "MIB")
+        mult = 1024.0 * 1024;
+    else if (suffix == "G" || suffix == "GB" || suffix == "GIB")
+        mult = 1024.0 * 1024 * 1024;
+    else if (suffix == "T" || suffix == "TB" || suffix == "TIB")
+        mult = 1024.0 * 1024 * 1024 * 1024;
+    else
+        return error(ErrorCode::kInvalidArgument,
+                     "size '" + text + "' has an unknown suffix '" + std::string(end) + "'");
     return static_cast<uint64_t>(v * mult);
 }
 

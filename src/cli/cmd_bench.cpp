@@ -55,16 +55,18 @@ void run_bench(const BenchOptions& o) {
     auto engine = check(Engine::load(eo));
     const ModelInfo& info = engine->info();
     const MemoryPlan& plan = engine->memory_plan();
-    std::fprintf(stderr, "%s: %s, %lld layers, %lld of %lld experts per token, %s, %s kernels\n", o.model_dir.c_str(),
-                 info.family.c_str(), static_cast<long long>(info.n_layers), static_cast<long long>(info.experts_per_token),
-                 static_cast<long long>(info.n_experts), info.quantization.c_str(), Engine::cpu_kernels());
+    std::fprintf(stderr, "%s: %s, %lld layers, %lld of %lld experts per token, %s, %s kernels\n",
+                 o.model_dir.c_str(), info.family.c_str(), static_cast<long long>(info.n_layers),
+                 static_cast<long long>(info.experts_per_token), static_cast<long long>(info.n_experts),
+                 info.quantization.c_str(), Engine::cpu_kernels());
     std::fprintf(stderr, "%s\n", plan.describe().c_str());
 
     const double mem_gb_s = measure_memory_read_gb_s(2);
     double disk_gb_s = 0;
     if (plan.streaming) disk_gb_s = measure_expert_read_gb_s(o.model_dir, plan.slot_bytes, o.io_threads, 2.0);
-    std::fprintf(stderr, "measured: memory read %.1f GB/s; expert-record O_DIRECT reads %.2f GB/s at queue depth %d\n",
-                 mem_gb_s, disk_gb_s, o.io_threads);
+    std::fprintf(
+        stderr, "measured: memory read %.1f GB/s; expert-record O_DIRECT reads %.2f GB/s at queue depth %d\n",
+        mem_gb_s, disk_gb_s, o.io_threads);
 
     std::vector<double> prefill, decode, ttft, hit, bytes_per_tok, read_gb_s, pf_acc;
     nlohmann::json reps = nlohmann::json::array();
@@ -73,7 +75,9 @@ void run_bench(const BenchOptions& o) {
     for (int r = 0; r < o.reps; ++r) {
         std::mt19937 rng(static_cast<uint32_t>(1234 + r));
         std::vector<int32_t> prompt(static_cast<size_t>(o.prompt_tokens));
-        for (auto& id : prompt) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(std::min<int64_t>(info.vocab_size, 150000)));
+        for (auto& id : prompt)
+            id = static_cast<int32_t>(rng() %
+                                      static_cast<uint32_t>(std::min<int64_t>(info.vocab_size, 150000)));
         auto session = engine->new_session();
         engine->reset_expert_cache_stats();
         ExpertCacheStats after_prefill;
@@ -103,30 +107,43 @@ void run_bench(const BenchOptions& o) {
         hit.push_back(dec.hit_rate());
         bytes_per_tok.push_back(static_cast<double>(dec.bytes_read) / dec_tokens);
         read_gb_s.push_back(end.read_gb_s());
-        pf_acc.push_back(dec.prefetch_issued ? static_cast<double>(dec.prefetch_used) / static_cast<double>(dec.prefetch_issued) : 0);
-        reps.push_back({{"prefill_tok_s", prefill.back()}, {"decode_tok_s", decode.back()}, {"ttft_ms", ttft.back()},
-                        {"decode_hit_rate", hit.back()}, {"decode_bytes_read_per_token", bytes_per_tok.back()},
-                        {"read_gb_s", read_gb_s.back()}, {"prefetch_accuracy", pf_acc.back()}});
-        std::fprintf(stderr, "rep %d: prefill %.2f tok/s, decode %.2f tok/s, TTFT %.0f ms, decode hit rate %.1f%%, %.1f MB read/token\n",
-                     r + 1, prefill.back(), decode.back(), ttft.back(), 100 * hit.back(), bytes_per_tok.back() / 1e6);
+        pf_acc.push_back(dec.prefetch_issued ? static_cast<double>(dec.prefetch_used) /
+                                                   static_cast<double>(dec.prefetch_issued)
+                                             : 0);
+        reps.push_back({{"prefill_tok_s", prefill.back()},
+                        {"decode_tok_s", decode.back()},
+                        {"ttft_ms", ttft.back()},
+                        {"decode_hit_rate", hit.back()},
+                        {"decode_bytes_read_per_token", bytes_per_tok.back()},
+                        {"read_gb_s", read_gb_s.back()},
+                        {"prefetch_accuracy", pf_acc.back()}});
+        std::fprintf(stderr,
+                     "rep %d: prefill %.2f tok/s, decode %.2f tok/s, TTFT %.0f ms, decode hit rate %.1f%%, "
+                     "%.1f MB read/token\n",
+                     r + 1, prefill.back(), decode.back(), ttft.back(), 100 * hit.back(),
+                     bytes_per_tok.back() / 1e6);
         last_gen = g;
         last_cache = end;
     }
 
-    const MeanSd p = mean_sd(prefill), d = mean_sd(decode), t = mean_sd(ttft), h = mean_sd(hit), b = mean_sd(bytes_per_tok),
-                 gbs = mean_sd(read_gb_s), pa = mean_sd(pf_acc);
+    const MeanSd p = mean_sd(prefill), d = mean_sd(decode), t = mean_sd(ttft), h = mean_sd(hit),
+                 b = mean_sd(bytes_per_tok), gbs = mean_sd(read_gb_s), pa = mean_sd(pf_acc);
     // Speed of light for decode (benchmarking.md): resident bytes over memory bandwidth vs miss
     // bytes over disk bandwidth, per token.
-    const double expert_bytes_per_token =
-        static_cast<double>(info.n_layers) * static_cast<double>(info.experts_per_token) * static_cast<double>(plan.slot_bytes);
-    const double t_mem = (static_cast<double>(plan.dense_bytes) + (plan.streaming ? expert_bytes_per_token : 0)) / (mem_gb_s * 1e9);
+    const double expert_bytes_per_token = static_cast<double>(info.n_layers) *
+                                          static_cast<double>(info.experts_per_token) *
+                                          static_cast<double>(plan.slot_bytes);
+    const double t_mem =
+        (static_cast<double>(plan.dense_bytes) + (plan.streaming ? expert_bytes_per_token : 0)) /
+        (mem_gb_s * 1e9);
     const double t_disk = plan.streaming && disk_gb_s > 0 ? b.mean / (disk_gb_s * 1e9) : 0;
     const double sol_tok_s = 1.0 / std::max(t_mem, t_disk);
     const uint64_t rss = peak_rss_bytes();
 
-    std::printf("model            %s (%s, %s)\n", o.model_dir.c_str(), info.family.c_str(), info.quantization.c_str());
-    std::printf("experts/token    %lld of %lld (full top-k)\n", static_cast<long long>(info.experts_per_token),
-                static_cast<long long>(info.n_experts));
+    std::printf("model            %s (%s, %s)\n", o.model_dir.c_str(), info.family.c_str(),
+                info.quantization.c_str());
+    std::printf("experts/token    %lld of %lld (full top-k)\n",
+                static_cast<long long>(info.experts_per_token), static_cast<long long>(info.n_experts));
     std::printf("memory budget    %.2f GB, peak RSS %.2f GB\n", plan.budget_bytes / 1e9, rss / 1e9);
     std::printf("prompt/gen       %lld / %lld tokens, %d reps (expert cache carried across reps)\n",
                 static_cast<long long>(o.prompt_tokens), static_cast<long long>(o.gen_tokens), o.reps);
@@ -135,7 +152,8 @@ void run_bench(const BenchOptions& o) {
     std::printf("TTFT             %.0f ± %.0f ms\n", t.mean, t.sd);
     if (plan.streaming) {
         std::printf("decode hit rate  %.1f%% (random router: a pessimistic bound)\n", 100 * h.mean);
-        std::printf("read per token   %.1f MB, achieved %.2f GB/s (disk measured %.2f GB/s)\n", b.mean / 1e6, gbs.mean, disk_gb_s);
+        std::printf("read per token   %.1f MB, achieved %.2f GB/s (disk measured %.2f GB/s)\n", b.mean / 1e6,
+                    gbs.mean, disk_gb_s);
         std::printf("prefetch         %s, accuracy %.1f%%\n", o.no_prefetch ? "off" : "on", 100 * pa.mean);
     }
     std::printf("speed of light   %.2f tok/s (memory %.1f GB/s%s) → %.0f%% reached\n", sol_tok_s, mem_gb_s,
@@ -169,7 +187,8 @@ void run_bench(const BenchOptions& o) {
                           {"io_threads", o.io_threads},
                           {"cpu_kernels", Engine::cpu_kernels()}};
     if (!o.json_path.empty()) std::ofstream(o.json_path) << out.dump(2) << "\n";
-    if (!o.stats_json.empty()) std::ofstream(o.stats_json) << stats_json(*engine, last_gen, last_cache).dump(2) << "\n";
+    if (!o.stats_json.empty())
+        std::ofstream(o.stats_json) << stats_json(*engine, last_gen, last_cache).dump(2) << "\n";
 }
 
 }  // namespace
@@ -177,7 +196,8 @@ void run_bench(const BenchOptions& o) {
 
 SLUICE_COMMAND(bench, 50, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::BenchOptions>();
-    auto* cmd = app.add_subcommand("bench", "Measure prefill/decode speed, expert streaming and the speed-of-light bound");
+    auto* cmd = app.add_subcommand(
+        "bench", "Measure prefill/decode speed, expert streaming and the speed-of-light bound");
     cmd->add_option("model_dir", o->model_dir, "Model folder")->required();
     cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prompt length (random ids)")->capture_default_str();
     cmd->add_option("--gen-tokens", o->gen_tokens, "Tokens to generate")->capture_default_str();

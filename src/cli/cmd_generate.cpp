@@ -44,7 +44,8 @@ void run_generate(const GenerateCliOptions& o) {
     eo.prefetch = !o.no_prefetch;
     if (!o.memory.empty()) eo.memory_bytes = check(parse_size(o.memory));
     auto engine = check(Engine::load(eo));
-    if (engine->memory_plan().streaming) std::fprintf(stderr, "%s\n", engine->memory_plan().describe().c_str());
+    if (engine->memory_plan().streaming)
+        std::fprintf(stderr, "%s\n", engine->memory_plan().describe().c_str());
     auto tokenizer = engine->tokenizer();
 
     std::vector<int32_t> prompt;
@@ -87,15 +88,20 @@ void run_generate(const GenerateCliOptions& o) {
     const GenerationStats& g = result.stats;
     const ExpertCacheStats cache = engine->expert_cache_stats();
     if (!o.quiet_stats) {
-        std::fprintf(stderr, "\n[%s] prompt %lld tokens (%lld computed) at %.2f tok/s, TTFT %.0f ms; %lld generated at %.2f tok/s\n",
+        std::fprintf(stderr,
+                     "\n[%s] prompt %lld tokens (%lld computed) at %.2f tok/s, TTFT %.0f ms; %lld generated "
+                     "at %.2f tok/s\n",
                      finish_reason_name(result.finish_reason), static_cast<long long>(g.prompt_tokens),
                      static_cast<long long>(g.prefilled_tokens), g.prefill_tok_s(), g.ttft_ms,
                      static_cast<long long>(g.generated_tokens), g.decode_tok_s());
         if (engine->memory_plan().streaming) {
-            std::fprintf(stderr, "expert cache: %.1f%% hits (%llu of %llu), %.1f MB read at %.2f GB/s, prefetch %llu issued / %llu used / %llu wasted; peak RSS %.2f GB\n",
+            std::fprintf(stderr,
+                         "expert cache: %.1f%% hits (%llu of %llu), %.1f MB read at %.2f GB/s, prefetch %llu "
+                         "issued / %llu used / %llu wasted; peak RSS %.2f GB\n",
                          100 * cache.hit_rate(), static_cast<unsigned long long>(cache.hits),
-                         static_cast<unsigned long long>(cache.hits + cache.misses), cache.bytes_read / 1e6, cache.read_gb_s(),
-                         static_cast<unsigned long long>(cache.prefetch_issued), static_cast<unsigned long long>(cache.prefetch_used),
+                         static_cast<unsigned long long>(cache.hits + cache.misses), cache.bytes_read / 1e6,
+                         cache.read_gb_s(), static_cast<unsigned long long>(cache.prefetch_issued),
+                         static_cast<unsigned long long>(cache.prefetch_used),
                          static_cast<unsigned long long>(cache.prefetch_wasted), peak_rss_bytes() / 1e9);
         }
     }

@@ -26,31 +26,38 @@ void run_info(const InfoOptions& o) {
     auto engine = check(Engine::load(eo));
     const ModelInfo& m = engine->info();
     const MemoryPlan& plan = engine->memory_plan();
-    const double expert_record = plan.streaming ? static_cast<double>(plan.slot_bytes)
-                                                : static_cast<double>(m.expert_bytes) / static_cast<double>(m.n_experts * m.n_layers);
+    const double expert_record =
+        plan.streaming ? static_cast<double>(plan.slot_bytes)
+                       : static_cast<double>(m.expert_bytes) / static_cast<double>(m.n_experts * m.n_layers);
     const double routed_per_token = static_cast<double>(m.n_layers * m.experts_per_token) * expert_record;
     std::printf("model             %s\n", o.model_dir.c_str());
-    std::printf("architecture      %s, %lld layers (%lld full attention), hidden %lld, vocab %lld\n", m.family.c_str(),
-                static_cast<long long>(m.n_layers), static_cast<long long>(m.n_full_attention_layers),
-                static_cast<long long>(m.hidden_size), static_cast<long long>(m.vocab_size));
+    std::printf("architecture      %s, %lld layers (%lld full attention), hidden %lld, vocab %lld\n",
+                m.family.c_str(), static_cast<long long>(m.n_layers),
+                static_cast<long long>(m.n_full_attention_layers), static_cast<long long>(m.hidden_size),
+                static_cast<long long>(m.vocab_size));
     std::printf("experts           %lld per layer, %lld per token\n", static_cast<long long>(m.n_experts),
                 static_cast<long long>(m.experts_per_token));
     std::printf("weights           %s (%s layout%s)\n", m.quantization.c_str(), m.layout.c_str(),
                 plan.streaming ? ", packed for streaming" : "");
     std::printf("dense bytes       %.3f GB\n", m.dense_bytes / 1e9);
-    std::printf("expert bytes      %.3f GB (%.2f MB per expert)\n",
-                (plan.streaming ? expert_record * static_cast<double>(m.n_experts * m.n_layers) : m.expert_bytes) / 1e9,
-                expert_record / 1e6);
-    std::printf("read per token    %.3f GB dense + %.3f GB routed experts (before cache hits)\n", m.dense_bytes / 1e9,
-                routed_per_token / 1e9);
+    std::printf(
+        "expert bytes      %.3f GB (%.2f MB per expert)\n",
+        (plan.streaming ? expert_record * static_cast<double>(m.n_experts * m.n_layers) : m.expert_bytes) /
+            1e9,
+        expert_record / 1e6);
+    std::printf("read per token    %.3f GB dense + %.3f GB routed experts (before cache hits)\n",
+                m.dense_bytes / 1e9, routed_per_token / 1e9);
     std::printf("%s\n", plan.describe().c_str());
     if (plan.streaming && o.measure) {
         const double disk = measure_expert_read_gb_s(o.model_dir, plan.slot_bytes, eo.io_threads, 1.5);
         const double mem = measure_memory_read_gb_s(2);
-        const double t = std::max(static_cast<double>(m.dense_bytes) / (mem * 1e9), routed_per_token / (disk * 1e9));
-        std::printf("speed of light    %.2f tok/s with no expert-cache hits (disk %.2f GB/s, memory %.1f GB/s measured now);\n"
-                    "                  every halving of the miss rate raises the disk-bound part 2x\n",
-                    1.0 / t, disk, mem);
+        const double t =
+            std::max(static_cast<double>(m.dense_bytes) / (mem * 1e9), routed_per_token / (disk * 1e9));
+        std::printf(
+            "speed of light    %.2f tok/s with no expert-cache hits (disk %.2f GB/s, memory %.1f GB/s "
+            "measured now);\n"
+            "                  every halving of the miss rate raises the disk-bound part 2x\n",
+            1.0 / t, disk, mem);
     }
 }
 
@@ -59,7 +66,8 @@ void run_info(const InfoOptions& o) {
 
 SLUICE_COMMAND(info, 30, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::InfoOptions>();
-    auto* cmd = app.add_subcommand("info", "Describe a model: architecture, sizes, bytes per token, memory plan");
+    auto* cmd =
+        app.add_subcommand("info", "Describe a model: architecture, sizes, bytes per token, memory plan");
     cmd->add_option("model_dir", o->model_dir, "Model folder")->required();
     cmd->add_option("--memory", o->memory, "Memory budget to plan for, e.g. 3G (default: 80% of available)");
     cmd->add_option("--ctx-size", o->ctx, "Context tokens per session")->capture_default_str();

@@ -41,7 +41,8 @@ void run_logits(const LogitsOptions& o) {
         logits = check(session->evaluate(ids, true, o.chunk));
     }
     check(format::write_npy_f32(o.out, logits, {static_cast<int64_t>(ids.size()), V}));
-    std::fprintf(stderr, "wrote %s: float32 [%zu, %lld]\n", o.out.c_str(), ids.size(), static_cast<long long>(V));
+    std::fprintf(stderr, "wrote %s: float32 [%zu, %lld]\n", o.out.c_str(), ids.size(),
+                 static_cast<long long>(V));
 }
 
 }  // namespace
@@ -49,7 +50,8 @@ void run_logits(const LogitsOptions& o) {
 
 SLUICE_COMMAND(logits, 60, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::LogitsOptions>();
-    auto* cmd = app.add_subcommand("logits", "Write the logits of every position as a float32 .npy [n_ids, vocab]");
+    auto* cmd =
+        app.add_subcommand("logits", "Write the logits of every position as a float32 .npy [n_ids, vocab]");
     cmd->add_option("model_dir", o->model_dir, "Model folder (Hugging Face, MLX or packed)")->required();
     cmd->add_option("--ids", o->ids, "Token ids, e.g. 1,2,3")->required();
     cmd->add_option("--out", o->out, "Output .npy file")->required();

@@ -15,22 +15,27 @@ namespace {
 void run_pack(const experts::PackOptions& base) {
     experts::PackOptions o = base;
     Progress progress("pack", false);
-    o.progress = [&](const std::string& phase, uint64_t done, uint64_t total) { progress.update(phase, done, total); };
+    o.progress = [&](const std::string& phase, uint64_t done, uint64_t total) {
+        progress.update(phase, done, total);
+    };
     auto result = check(experts::pack_model(o));
     progress.finish();
     if (result.already_complete) {
         std::fprintf(stderr, "%s is already a complete pack of %s\n", o.out_dir.c_str(), o.src_dir.c_str());
         return;
     }
-    std::fprintf(stderr, "packed %s → %s%s: dense %.2f GB, %lld expert files, %.2f GB of experts\n", o.src_dir.c_str(),
-                 o.out_dir.c_str(), result.resumed ? " (resumed)" : "", result.dense_bytes / 1e9,
-                 static_cast<long long>(result.expert_files), result.expert_bytes / 1e9);
+    std::fprintf(stderr, "packed %s → %s%s: dense %.2f GB, %lld expert files, %.2f GB of experts\n",
+                 o.src_dir.c_str(), o.out_dir.c_str(), result.resumed ? " (resumed)" : "",
+                 result.dense_bytes / 1e9, static_cast<long long>(result.expert_files),
+                 result.expert_bytes / 1e9);
 }
 
 void run_verify(const std::string& dir) {
     Progress progress("verify", false);
-    auto problems = check(experts::verify_packed(
-        dir, [&](const std::string& phase, uint64_t done, uint64_t total) { progress.update(phase, done, total); }));
+    auto problems =
+        check(experts::verify_packed(dir, [&](const std::string& phase, uint64_t done, uint64_t total) {
+            progress.update(phase, done, total);
+        }));
     progress.finish();
     if (problems.empty()) {
         std::printf("%s: OK (every size and checksum verified)\n", dir.c_str());
@@ -45,13 +50,18 @@ void run_verify(const std::string& dir) {
 
 SLUICE_COMMAND(pack, 40, [](CLI::App& app) {
     auto o = std::make_shared<sluice::experts::PackOptions>();
-    auto* cmd = app.add_subcommand("pack", "Convert a Hugging Face or MLX checkpoint into sluice's streaming layout");
+    auto* cmd =
+        app.add_subcommand("pack", "Convert a Hugging Face or MLX checkpoint into sluice's streaming layout");
     cmd->add_option("src_dir", o->src_dir, "Source checkpoint folder")->required();
-    cmd->add_option("out_dir", o->out_dir, "Output folder (re-run to resume an interrupted pack)")->required();
-    cmd->add_option("--bits", o->bits, "4 or 8 (MLX affine), 16 = keep float weights; default 4 (MLX sources: as stored)")
+    cmd->add_option("out_dir", o->out_dir, "Output folder (re-run to resume an interrupted pack)")
+        ->required();
+    cmd->add_option("--bits", o->bits,
+                    "4 or 8 (MLX affine), 16 = keep float weights; default 4 (MLX sources: as stored)")
         ->check(CLI::IsMember({0, 4, 8, 16}))
         ->capture_default_str();
-    cmd->add_option("--group-size", o->group_size, "Quantization group size")->check(CLI::IsMember({32, 64, 128}))->capture_default_str();
+    cmd->add_option("--group-size", o->group_size, "Quantization group size")
+        ->check(CLI::IsMember({32, 64, 128}))
+        ->capture_default_str();
     cmd->callback([o] { sluice::cli::run_pack(*o); });
 });
 
@@ -67,23 +77,30 @@ namespace {
 void run_synth(const experts::SynthOptions& base) {
     experts::SynthOptions o = base;
     Progress progress("synth", false);
-    o.progress = [&](const std::string& phase, uint64_t done, uint64_t total) { progress.update(phase, done, total); };
+    o.progress = [&](const std::string& phase, uint64_t done, uint64_t total) {
+        progress.update(phase, done, total);
+    };
     auto result = check(experts::synth_model(o));
     progress.finish();
-    std::fprintf(stderr, "synthesized %s → %s: dense %.2f GB, %lld expert files, %.2f GB of experts (random weights)\n",
-                 o.config_path.c_str(), o.out_dir.c_str(), result.dense_bytes / 1e9,
-                 static_cast<long long>(result.expert_files), result.expert_bytes / 1e9);
+    std::fprintf(
+        stderr,
+        "synthesized %s → %s: dense %.2f GB, %lld expert files, %.2f GB of experts (random weights)\n",
+        o.config_path.c_str(), o.out_dir.c_str(), result.dense_bytes / 1e9,
+        static_cast<long long>(result.expert_files), result.expert_bytes / 1e9);
 }
 }  // namespace
 }  // namespace sluice::cli
 
 SLUICE_COMMAND(synth, 42, [](CLI::App& app) {
     auto o = std::make_shared<sluice::experts::SynthOptions>();
-    auto* cmd = app.add_subcommand("synth", "Write a packed model of a real config with random weights (benchmarks)");
+    auto* cmd =
+        app.add_subcommand("synth", "Write a packed model of a real config with random weights (benchmarks)");
     cmd->add_option("config", o->config_path, "A config.json of any supported model")->required();
     cmd->add_option("out_dir", o->out_dir, "Output folder")->required();
     cmd->add_option("--bits", o->bits, "4 or 8")->check(CLI::IsMember({4, 8}))->capture_default_str();
-    cmd->add_option("--group-size", o->group_size, "Quantization group size")->check(CLI::IsMember({32, 64, 128}))->capture_default_str();
+    cmd->add_option("--group-size", o->group_size, "Quantization group size")
+        ->check(CLI::IsMember({32, 64, 128}))
+        ->capture_default_str();
     cmd->add_option("--seed", o->seed, "Random seed")->capture_default_str();
     cmd->add_option("--tokenizer", o->tokenizer_dir, "Copy tokenizer/template files from this folder");
     cmd->callback([o] { sluice::cli::run_synth(*o); });

@@ -35,12 +35,15 @@ void run_perplexity(const PplOptions& o) {
     ss << in.rdbuf();
     const std::vector<int32_t> tokens = engine->tokenizer()->encode(ss.str(), /*parse_special=*/false);
     Progress progress("perplexity", false);
-    auto r = check(compute_perplexity(*engine, tokens, o.ctx, o.max_windows,
-                                      [&](int64_t done, int64_t total) { progress.update("windows", static_cast<uint64_t>(done), static_cast<uint64_t>(total)); }));
+    auto r =
+        check(compute_perplexity(*engine, tokens, o.ctx, o.max_windows, [&](int64_t done, int64_t total) {
+            progress.update("windows", static_cast<uint64_t>(done), static_cast<uint64_t>(total));
+        }));
     progress.finish();
-    std::printf("perplexity %.4f (mean NLL %.5f) over %lld scored tokens in %lld windows of %lld; %.0f tok/s\n", r.perplexity,
-                r.mean_nll, static_cast<long long>(r.scored_tokens), static_cast<long long>(r.windows),
-                static_cast<long long>(r.ctx), r.tokens_per_s);
+    std::printf(
+        "perplexity %.4f (mean NLL %.5f) over %lld scored tokens in %lld windows of %lld; %.0f tok/s\n",
+        r.perplexity, r.mean_nll, static_cast<long long>(r.scored_tokens), static_cast<long long>(r.windows),
+        static_cast<long long>(r.ctx), r.tokens_per_s);
 }
 
 }  // namespace
@@ -48,11 +51,13 @@ void run_perplexity(const PplOptions& o) {
 
 SLUICE_COMMAND(perplexity, 55, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::PplOptions>();
-    auto* cmd = app.add_subcommand("perplexity", "Perplexity over a text file (sliding windows, second half scored)");
+    auto* cmd =
+        app.add_subcommand("perplexity", "Perplexity over a text file (sliding windows, second half scored)");
     cmd->add_option("model_dir", o->model_dir, "Model folder")->required();
     cmd->add_option("file", o->file, "Text file")->required();
     cmd->add_option("--ctx", o->ctx, "Window size in tokens")->capture_default_str();
-    cmd->add_option("--max-windows", o->max_windows, "Evaluate only the first N windows (0 = all)")->capture_default_str();
+    cmd->add_option("--max-windows", o->max_windows, "Evaluate only the first N windows (0 = all)")
+        ->capture_default_str();
     cmd->add_option("--memory", o->memory, "Memory budget, e.g. 3G");
     cmd->add_option("--threads", o->threads, "Compute threads (0 = all cores)")->capture_default_str();
     cmd->callback([o] { sluice::cli::run_perplexity(*o); });

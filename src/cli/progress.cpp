@@ -26,7 +26,9 @@ Progress::Progress(std::string label, bool bytes)
     start_ = phase_start_ = last_print_ = std::chrono::steady_clock::now();
 }
 
-Progress::~Progress() { finish(); }
+Progress::~Progress() {
+    finish();
+}
 
 void Progress::update(const std::string& phase, uint64_t done, uint64_t total) {
     const auto now = std::chrono::steady_clock::now();
@@ -46,12 +48,13 @@ void Progress::update(const std::string& phase, uint64_t done, uint64_t total) {
         const int width = 30;
         std::string bar(static_cast<size_t>(frac * width), '#');
         bar.resize(width, '.');
-        std::fprintf(stderr, "\r%s %-8s [%s] %5.1f%%  %s/s  ETA %.0fs   ", label_.c_str(), phase.c_str(), bar.c_str(),
-                     frac * 100, human(rate, bytes_).c_str(), eta);
+        std::fprintf(stderr, "\r%s %-8s [%s] %5.1f%%  %s/s  ETA %.0fs   ", label_.c_str(), phase.c_str(),
+                     bar.c_str(), frac * 100, human(rate, bytes_).c_str(), eta);
     } else {
         std::fprintf(stderr, "%s %s: %s of %s (%.1f%%), %s/s, ETA %.0fs\n", label_.c_str(), phase.c_str(),
-                     human(static_cast<double>(done), bytes_).c_str(), human(static_cast<double>(total), bytes_).c_str(),
-                     frac * 100, human(rate, bytes_).c_str(), eta);
+                     human(static_cast<double>(done), bytes_).c_str(),
+                     human(static_cast<double>(total), bytes_).c_str(), frac * 100,
+                     human(rate, bytes_).c_str(), eta);
     }
     std::fflush(stderr);
 }

@@ -9,14 +9,14 @@
 namespace sluice::cli {
 
 class Progress {
-   public:
+ public:
     explicit Progress(std::string label, bool bytes = true);
     ~Progress();
     // Reports `done` of `total` units of the named phase.
     void update(const std::string& phase, uint64_t done, uint64_t total);
     void finish();
 
-   private:
+ private:
     std::string label_;
     bool bytes_;
     bool tty_;

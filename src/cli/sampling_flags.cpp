@@ -4,12 +4,14 @@ namespace sluice::cli {
 
 void SamplingFlags::add_to(CLI::App* cmd) {
     cmd->add_option("-n,--max-tokens", max_tokens, "Tokens to generate at most")->capture_default_str();
-    cmd->add_option("--temperature", temperature, "Sampling temperature, 0 = greedy (default: generation_config.json, else 0)");
+    cmd->add_option("--temperature", temperature,
+                    "Sampling temperature, 0 = greedy (default: generation_config.json, else 0)");
     cmd->add_option("--top-k", top_k, "Keep the k most likely tokens (0 = off)");
     cmd->add_option("--top-p", top_p, "Nucleus sampling mass (1 = off)");
     cmd->add_option("--min-p", min_p, "Drop tokens below min_p × the top probability (0 = off)");
     cmd->add_option("--repeat-penalty", repeat_penalty, "Multiplicative repetition penalty (1 = off)");
-    cmd->add_option("--repeat-window", repeat_window, "Tokens the repetition penalty looks back over (default 64)");
+    cmd->add_option("--repeat-window", repeat_window,
+                    "Tokens the repetition penalty looks back over (default 64)");
     cmd->add_option("--presence-penalty", presence_penalty, "OpenAI presence penalty (0 = off)");
     cmd->add_option("--frequency-penalty", frequency_penalty, "OpenAI frequency penalty (0 = off)");
     cmd->add_option("--seed", seed, "Random seed (default: random)");

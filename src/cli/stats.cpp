@@ -47,7 +47,8 @@ nlohmann::json stats_json(const Engine& engine, const GenerationStats& gen, cons
             {"streaming", plan.streaming}};
 }
 
-double measure_expert_read_gb_s(const std::string& model_dir, uint64_t record_bytes, int queue_depth, double seconds) {
+double measure_expert_read_gb_s(const std::string& model_dir, uint64_t record_bytes, int queue_depth,
+                                double seconds) {
     namespace fs = std::filesystem;
     std::vector<std::pair<std::string, uint64_t>> files;  // path, size
     std::error_code ec;

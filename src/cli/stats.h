@@ -18,7 +18,8 @@ nlohmann::json stats_json(const Engine& engine, const GenerationStats& gen, cons
 
 // Random 4 KiB-aligned reads of whole expert records from a packed model's expert files with
 // O_DIRECT at `queue_depth` for about `seconds`: the disk bandwidth streaming actually sees.
-double measure_expert_read_gb_s(const std::string& model_dir, uint64_t record_bytes, int queue_depth, double seconds);
+double measure_expert_read_gb_s(const std::string& model_dir, uint64_t record_bytes, int queue_depth,
+                                double seconds);
 
 // Multi-threaded streaming read over a buffer far larger than the caches.
 double measure_memory_read_gb_s(int threads);

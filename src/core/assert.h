@@ -6,11 +6,10 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define SLUICE_ASSERT(cond)                                                                   \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            std::fprintf(stderr, "sluice: assertion failed: %s (%s:%d)\n", #cond, __FILE__, \
-                         __LINE__);                                                           \
-            std::abort();                                                                     \
-        }                                                                                     \
+#define SLUICE_ASSERT(cond)                                                                            \
+    do {                                                                                               \
+        if (!(cond)) {                                                                                 \
+            std::fprintf(stderr, "sluice: assertion failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__); \
+            std::abort();                                                                              \
+        }                                                                                              \
     } while (0)

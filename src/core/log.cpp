@@ -10,8 +10,12 @@ std::atomic<Level> g_level{Level::kInfo};
 std::mutex g_mutex;
 }  // namespace
 
-void set_level(Level level) { g_level.store(level); }
-Level level() { return g_level.load(std::memory_order_relaxed); }
+void set_level(Level level) {
+    g_level.store(level);
+}
+Level level() {
+    return g_level.load(std::memory_order_relaxed);
+}
 
 void write(Level level, std::string_view line) {
     static const char* const kPrefix[] = {"debug: ", "", "warning: ", "error: ", ""};

@@ -9,7 +9,7 @@ namespace sluice::experts {
 namespace {
 
 class LfuPolicy final : public EvictionPolicy {
-   public:
+ public:
     const char* name() const override { return "lfu"; }
     void on_access(ExpertKey key, uint64_t tick) override {
         auto& e = stats_[key.packed()];
@@ -25,7 +25,7 @@ class LfuPolicy final : public EvictionPolicy {
         return static_cast<double>(it->second.count) + static_cast<double>(it->second.last) * 1e-12;
     }
 
-   private:
+ private:
     struct Entry {
         uint64_t count = 0;
         uint64_t last = 0;
@@ -34,7 +34,7 @@ class LfuPolicy final : public EvictionPolicy {
 };
 
 class LruPolicy final : public EvictionPolicy {
-   public:
+ public:
     const char* name() const override { return "lru"; }
     void on_access(ExpertKey key, uint64_t tick) override { last_[key.packed()] = tick; }
     void on_insert(ExpertKey key, uint64_t tick) override { last_[key.packed()] = tick; }
@@ -44,7 +44,7 @@ class LruPolicy final : public EvictionPolicy {
         return it == last_.end() ? 0 : static_cast<double>(it->second);
     }
 
-   private:
+ private:
     std::unordered_map<uint64_t, uint64_t> last_;
 };
 
@@ -71,7 +71,9 @@ int64_t SlotTable::find(ExpertKey key) const {
     return it == index_.end() ? -1 : it->second;
 }
 
-void SlotTable::touch(ExpertKey key) { policy_->on_access(key, ++tick_); }
+void SlotTable::touch(ExpertKey key) {
+    policy_->on_access(key, ++tick_);
+}
 
 int64_t SlotTable::claim(ExpertKey key, bool* evicted_valid, ExpertKey* evicted) {
     *evicted_valid = false;

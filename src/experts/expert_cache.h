@@ -23,12 +23,14 @@ struct ExpertKey {
     int32_t layer = 0;
     int32_t expert = 0;
     bool operator==(const ExpertKey& o) const { return layer == o.layer && expert == o.expert; }
-    uint64_t packed() const { return (static_cast<uint64_t>(static_cast<uint32_t>(layer)) << 32) | static_cast<uint32_t>(expert); }
+    uint64_t packed() const {
+        return (static_cast<uint64_t>(static_cast<uint32_t>(layer)) << 32) | static_cast<uint32_t>(expert);
+    }
 };
 
 // Decides which resident expert to evict. Sees every access.
 class EvictionPolicy {
-   public:
+ public:
     virtual ~EvictionPolicy() = default;
     virtual const char* name() const = 0;
     virtual void on_access(ExpertKey key, uint64_t tick) = 0;
@@ -42,7 +44,7 @@ std::unique_ptr<EvictionPolicy> make_policy(const std::string& name);  // "lfu" 
 
 // Slot table: maps keys to slot indices; finds a victim among unpinned slots.
 class SlotTable {
-   public:
+ public:
     SlotTable(int64_t n_slots, std::unique_ptr<EvictionPolicy> policy);
 
     int64_t n_slots() const { return static_cast<int64_t>(keys_.size()); }
@@ -60,7 +62,7 @@ class SlotTable {
     void drop(int64_t slot);
     const EvictionPolicy& policy() const { return *policy_; }
 
-   private:
+ private:
     std::unique_ptr<EvictionPolicy> policy_;
     std::vector<ExpertKey> keys_;
     std::vector<bool> used_;

@@ -48,7 +48,8 @@ uint64_t ExpertStore::slot_bytes_for(const format::PackLayout& layout) {
     return b;
 }
 
-Expected<std::unique_ptr<ExpertStore>> ExpertStore::open(const std::string& dir, const format::PackLayout& layout,
+Expected<std::unique_ptr<ExpertStore>> ExpertStore::open(const std::string& dir,
+                                                         const format::PackLayout& layout,
                                                          const ExpertStoreOptions& options) {
     auto store = std::unique_ptr<ExpertStore>(new ExpertStore());
     store->dir_ = dir;
@@ -56,7 +57,8 @@ Expected<std::unique_ptr<ExpertStore>> ExpertStore::open(const std::string& dir,
     store->options_ = options;
     auto policy = make_policy(options.policy);
     if (policy == nullptr)
-        return error(ErrorCode::kInvalidArgument, "[experts] unknown cache policy '" + options.policy + "' (lfu, lru)");
+        return error(ErrorCode::kInvalidArgument,
+                     "[experts] unknown cache policy '" + options.policy + "' (lfu, lru)");
 
     int64_t max_layer = -1;
     for (const auto& f : store->layout_.expert_files) max_layer = std::max(max_layer, f.layer);
@@ -73,26 +75,31 @@ Expected<std::unique_ptr<ExpertStore>> ExpertStore::open(const std::string& dir,
             }
         }
         if (fd < 0) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) return error(ErrorCode::kIo, "[experts] cannot open '" + path + "': " + std::strerror(errno));
+        if (fd < 0)
+            return error(ErrorCode::kIo, "[experts] cannot open '" + path + "': " + std::strerror(errno));
         auto& lf = store->files_[static_cast<size_t>(f.layer)];
         lf.fd = fd;
         lf.desc = &f;
     }
 
     store->slot_bytes_ = slot_bytes_for(store->layout_);
-    if (store->slot_bytes_ == 0) return error(ErrorCode::kCorrupt, "[experts] packed model has no expert files");
+    if (store->slot_bytes_ == 0)
+        return error(ErrorCode::kCorrupt, "[experts] packed model has no expert files");
     store->n_slots_ = std::max<int64_t>(1, static_cast<int64_t>(options.cache_bytes / store->slot_bytes_));
-    store->memory_ = static_cast<uint8_t*>(std::aligned_alloc(format::kPackRecordAlign, store->n_slots_ * store->slot_bytes_));
+    store->memory_ = static_cast<uint8_t*>(
+        std::aligned_alloc(format::kPackRecordAlign, store->n_slots_ * store->slot_bytes_));
     if (store->memory_ == nullptr) {
         return error(ErrorCode::kOutOfMemory, "[experts] cannot allocate " + std::to_string(store->n_slots_) +
-                                                  " cache slots of " + std::to_string(store->slot_bytes_) + " bytes");
+                                                  " cache slots of " + std::to_string(store->slot_bytes_) +
+                                                  " bytes");
     }
     store->slots_.resize(static_cast<size_t>(store->n_slots_));
     store->table_ = std::make_unique<SlotTable>(store->n_slots_, std::move(policy));
     const int threads = std::max(1, options.io_threads);
     for (int i = 0; i < threads; ++i) store->io_threads_.emplace_back([s = store.get()] { s->io_loop(); });
     log::debug("[experts] {} slots of {:.2f} MB, {} IO threads, {} reads, policy {}", store->n_slots_,
-               store->slot_bytes_ / 1e6, threads, store->direct_io_ ? "O_DIRECT" : "buffered", options.policy);
+               store->slot_bytes_ / 1e6, threads, store->direct_io_ ? "O_DIRECT" : "buffered",
+               options.policy);
     return store;
 }
 
@@ -132,14 +139,17 @@ int64_t ExpertStore::start_read_locked(ExpertKey key, bool prefetch) {
 }
 
 Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> ids, model::ExpertWeights* out) {
-    if (layer < 0 || layer >= static_cast<int64_t>(files_.size()) || files_[static_cast<size_t>(layer)].fd < 0)
-        return error(ErrorCode::kInternal, "[experts] layer " + std::to_string(layer) + " has no expert file");
+    if (layer < 0 || layer >= static_cast<int64_t>(files_.size()) ||
+        files_[static_cast<size_t>(layer)].fd < 0)
+        return error(ErrorCode::kInternal,
+                     "[experts] layer " + std::to_string(layer) + " has no expert file");
     const format::PackExpertFile& desc = *files_[static_cast<size_t>(layer)].desc;
     std::vector<int64_t> slots(ids.size(), -1);
     std::unique_lock<std::mutex> lock(mutex_);
     for (size_t i = 0; i < ids.size(); ++i) {
         if (ids[i] < 0 || ids[i] >= layout_.n_experts)
-            return error(ErrorCode::kInternal, "[experts] expert id " + std::to_string(ids[i]) + " out of range");
+            return error(ErrorCode::kInternal,
+                         "[experts] expert id " + std::to_string(ids[i]) + " out of range");
         const ExpertKey key{static_cast<int32_t>(layer), ids[i]};
         int64_t slot = table_->find(key);
         if (slot >= 0) {
@@ -252,7 +262,8 @@ void ExpertStore::io_loop() {
                 s.prefetched_unused = false;
             }
             table_->unpin(job.slot);
-            if (--in_flight_ == 0) stats_.io_busy_s += std::chrono::duration<double>(Clock::now() - busy_since_).count();
+            if (--in_flight_ == 0)
+                stats_.io_busy_s += std::chrono::duration<double>(Clock::now() - busy_since_).count();
         }
         slot_cv_.notify_all();
     }
@@ -265,18 +276,20 @@ Status ExpertStore::read_record(const ReadJob& job) {
     const uint64_t offset = static_cast<uint64_t>(job.key.expert) * desc.record_stride;
     uint64_t done = 0;
     while (done < desc.record_stride) {
-        const ssize_t n = ::pread(lf.fd, dst + done, desc.record_stride - done, static_cast<off_t>(offset + done));
+        const ssize_t n =
+            ::pread(lf.fd, dst + done, desc.record_stride - done, static_cast<off_t>(offset + done));
         if (n < 0) {
             if (errno == EINTR) continue;
-            return error(ErrorCode::kIo, "[experts] read of layer " + std::to_string(job.key.layer) + " expert " +
-                                             std::to_string(job.key.expert) + " from '" + desc.file + "' failed: " +
-                                             std::strerror(errno));
+            return error(ErrorCode::kIo, "[experts] read of layer " + std::to_string(job.key.layer) +
+                                             " expert " + std::to_string(job.key.expert) + " from '" +
+                                             desc.file + "' failed: " + std::strerror(errno));
         }
         if (n == 0) {
-            return error(ErrorCode::kCorrupt, "[experts] short read of layer " + std::to_string(job.key.layer) + " expert " +
-                                                  std::to_string(job.key.expert) + " from '" + desc.file + "': got " +
-                                                  std::to_string(done) + " of " + std::to_string(desc.record_stride) +
-                                                  " bytes (file truncated?)");
+            return error(ErrorCode::kCorrupt,
+                         "[experts] short read of layer " + std::to_string(job.key.layer) + " expert " +
+                             std::to_string(job.key.expert) + " from '" + desc.file + "': got " +
+                             std::to_string(done) + " of " + std::to_string(desc.record_stride) +
+                             " bytes (file truncated?)");
         }
         done += static_cast<uint64_t>(n);
     }
@@ -285,9 +298,11 @@ Status ExpertStore::read_record(const ReadJob& job) {
         const uint64_t want = desc.record_xxh3[static_cast<size_t>(job.key.expert)];
         if (h != want) {
             char msg[256];
-            std::snprintf(msg, sizeof msg, "[experts] checksum mismatch in '%s' layer %d expert %d: xxh3 %016llx, expected %016llx",
-                          desc.file.c_str(), job.key.layer, job.key.expert, static_cast<unsigned long long>(h),
-                          static_cast<unsigned long long>(want));
+            std::snprintf(
+                msg, sizeof msg,
+                "[experts] checksum mismatch in '%s' layer %d expert %d: xxh3 %016llx, expected %016llx",
+                desc.file.c_str(), job.key.layer, job.key.expert, static_cast<unsigned long long>(h),
+                static_cast<unsigned long long>(want));
             return error(ErrorCode::kCorrupt, msg);
         }
     }
@@ -296,7 +311,8 @@ Status ExpertStore::read_record(const ReadJob& job) {
 
 model::ExpertWeights ExpertStore::views_for(int64_t slot, const format::PackExpertFile& desc) const {
     const uint8_t* record = memory_ + static_cast<uint64_t>(slot) * slot_bytes_;
-    return {projection_view(record, desc.gate), projection_view(record, desc.up), projection_view(record, desc.down)};
+    return {projection_view(record, desc.gate), projection_view(record, desc.up),
+            projection_view(record, desc.down)};
 }
 
 ExpertStoreStats ExpertStore::stats() const {

@@ -6,8 +6,9 @@
 // expert) → a cache slot (4 KiB-aligned memory) → kernel WeightViews pointing into the slot.
 // All misses of a layer are queued at once; `io_threads` reader threads keep that many reads in
 // flight (the queue depth). Demand reads (a layer waiting) go before speculative prefetch reads,
-// so a wrong prediction never delays the experts the forward actually needs. A short read, an OS error or (with verify_reads) an xxh3 mismatch
-// fails the acquire with a message naming the file, layer and expert — never silent garbage.
+// so a wrong prediction never delays the experts the forward actually needs. A short read, an OS error or
+// (with verify_reads) an xxh3 mismatch fails the acquire with a message naming the file, layer and expert —
+// never silent garbage.
 //
 // Slots: pinned while acquired or while a read into them is in flight; eviction picks among
 // unpinned slots by the policy (expert_cache.h). Prefetched experts are read without being
@@ -39,11 +40,11 @@
 namespace sluice::experts {
 
 struct ExpertStoreOptions {
-    uint64_t cache_bytes = 0;  // slot memory; at least one slot is always allocated
-    int io_threads = 16;       // reads in flight (queue depth)
-    bool direct_io = true;     // O_DIRECT, falling back to buffered reads where unsupported
-    bool verify_reads = false; // xxh3 of every record read
-    bool prefetch = true;      // accept next-layer prefetch hints
+    uint64_t cache_bytes = 0;   // slot memory; at least one slot is always allocated
+    int io_threads = 16;        // reads in flight (queue depth)
+    bool direct_io = true;      // O_DIRECT, falling back to buffered reads where unsupported
+    bool verify_reads = false;  // xxh3 of every record read
+    bool prefetch = true;       // accept next-layer prefetch hints
     std::string policy = "lfu";
 };
 
@@ -52,20 +53,23 @@ struct ExpertStoreStats {
     uint64_t misses = 0;
     uint64_t bytes_read = 0;
     uint64_t reads = 0;
-    double io_busy_s = 0;   // wall time with at least one read in flight
-    double stall_s = 0;     // time the forward waited for reads
+    double io_busy_s = 0;  // wall time with at least one read in flight
+    double stall_s = 0;    // time the forward waited for reads
     uint64_t prefetch_issued = 0;
-    uint64_t prefetch_used = 0;    // prefetched, then acquired
-    uint64_t prefetch_wasted = 0;  // prefetched, evicted unused
-    uint64_t prefetch_skipped = 0; // prefetch batches skipped while recent accuracy was low
+    uint64_t prefetch_used = 0;     // prefetched, then acquired
+    uint64_t prefetch_wasted = 0;   // prefetched, evicted unused
+    uint64_t prefetch_skipped = 0;  // prefetch batches skipped while recent accuracy was low
     uint64_t evictions = 0;
-    double hit_rate() const { return hits + misses ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0; }
+    double hit_rate() const {
+        return hits + misses ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0;
+    }
     double read_gb_s() const { return io_busy_s > 0 ? static_cast<double>(bytes_read) / io_busy_s / 1e9 : 0; }
 };
 
 class ExpertStore final : public model::ExpertSource {
-   public:
-    static Expected<std::unique_ptr<ExpertStore>> open(const std::string& dir, const format::PackLayout& layout,
+ public:
+    static Expected<std::unique_ptr<ExpertStore>> open(const std::string& dir,
+                                                       const format::PackLayout& layout,
                                                        const ExpertStoreOptions& options);
     ~ExpertStore() override;
 
@@ -84,7 +88,7 @@ class ExpertStore final : public model::ExpertSource {
     // Bytes of one expert record of the largest layer (the unit a slot holds).
     static uint64_t slot_bytes_for(const format::PackLayout& layout);
 
-   private:
+ private:
     enum class SlotState : uint8_t { kEmpty, kLoading, kReady, kFailed };
     struct Slot {
         SlotState state = SlotState::kEmpty;

@@ -19,7 +19,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+uint64_t round_up(uint64_t v, uint64_t a) {
+    return (v + a - 1) / a * a;
+}
 
 Status os_error(const std::string& what, const std::string& path) {
     return error(ErrorCode::kIo, "[pack] " + what + " '" + path + "': " + std::strerror(errno));
@@ -27,7 +29,7 @@ Status os_error(const std::string& what, const std::string& path) {
 
 // A file written through a ".partial" name and renamed into place by commit().
 class PartialFile {
-   public:
+ public:
     explicit PartialFile(std::string path) : path_(std::move(path)), partial_(path_ + ".partial") {}
     ~PartialFile() {
         if (fd_ >= 0) {
@@ -60,7 +62,7 @@ class PartialFile {
         return Status::ok();
     }
 
-   private:
+ private:
     std::string path_, partial_;
     int fd_ = -1;
 };
@@ -73,9 +75,9 @@ uint64_t DenseTensorSpec::size_bytes() const {
     return n;
 }
 
-Expected<std::vector<format::PackSection>> write_dense_file(const std::string& path,
-                                                            std::vector<DenseTensorSpec>& tensors,
-                                                            const std::function<void(uint64_t, uint64_t)>& progress) {
+Expected<std::vector<format::PackSection>> write_dense_file(
+    const std::string& path, std::vector<DenseTensorSpec>& tensors,
+    const std::function<void(uint64_t, uint64_t)>& progress) {
     // Header first (all sizes are known up front), then the tensors in order.
     nlohmann::json header = nlohmann::json::object();
     header["__metadata__"] = {{"format", "sluice-pack"}};
@@ -83,7 +85,9 @@ Expected<std::vector<format::PackSection>> write_dense_file(const std::string& p
     uint64_t offset = 0;
     for (const auto& t : tensors) {
         const uint64_t size = t.size_bytes();
-        header[t.name] = {{"dtype", format::dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + size}}};
+        header[t.name] = {{"dtype", format::dtype_name(t.dtype)},
+                          {"shape", t.shape},
+                          {"data_offsets", {offset, offset + size}}};
         format::PackSection s;
         s.name = t.name;
         s.dtype = t.dtype;
@@ -106,7 +110,8 @@ Expected<std::vector<format::PackSection>> write_dense_file(const std::string& p
     std::vector<uint8_t> buffer;
     for (size_t i = 0; i < tensors.size(); ++i) {
         buffer.assign(sections[i].size, 0);
-        SLUICE_RETURN_IF_ERROR(tensors[i].fill(buffer.data()).with_context("[pack] tensor '" + tensors[i].name + "'"));
+        SLUICE_RETURN_IF_ERROR(
+            tensors[i].fill(buffer.data()).with_context("[pack] tensor '" + tensors[i].name + "'"));
         sections[i].xxh3 = XXH3_64bits(buffer.data(), buffer.size());
         SLUICE_RETURN_IF_ERROR(file.write_at(buffer.data(), buffer.size(), data_start + sections[i].offset));
         tensors[i].fill = nullptr;  // release anything the producer captured
@@ -116,19 +121,24 @@ Expected<std::vector<format::PackSection>> write_dense_file(const std::string& p
     return sections;
 }
 
-format::PackProjection make_projection(int64_t rows, int64_t cols, int bits, int group_size, format::DType float_dtype,
-                                       format::DType scale_dtype) {
+format::PackProjection make_projection(int64_t rows, int64_t cols, int bits, int group_size,
+                                       format::DType float_dtype, format::DType scale_dtype) {
     format::PackProjection p;
     p.rows = rows;
     p.cols = cols;
     p.bits = bits;
     p.group_size = bits ? group_size : 0;
     if (bits == 0) {
-        p.weight = {"weight", float_dtype, {rows, cols}, 0, static_cast<uint64_t>(rows * cols) * format::dtype_size(float_dtype)};
+        p.weight = {"weight",
+                    float_dtype,
+                    {rows, cols},
+                    0,
+                    static_cast<uint64_t>(rows * cols) * format::dtype_size(float_dtype)};
         return p;
     }
     const int64_t words = cols * bits / 32, groups = cols / group_size;
-    p.weight = {"weight", format::DType::kU32, {rows, words}, 0, static_cast<uint64_t>(rows * words) * 4, bits, group_size};
+    p.weight = {"weight", format::DType::kU32, {rows, words}, 0, static_cast<uint64_t>(rows * words) * 4,
+                bits,     group_size};
     const uint64_t ss = format::dtype_size(scale_dtype);
     p.scales = {"scales", scale_dtype, {rows, groups}, 0, static_cast<uint64_t>(rows * groups) * ss};
     p.biases = {"biases", scale_dtype, {rows, groups}, 0, static_cast<uint64_t>(rows * groups) * ss};
@@ -136,7 +146,8 @@ format::PackProjection make_projection(int64_t rows, int64_t cols, int bits, int
 }
 
 format::PackExpertFile make_expert_file_layout(int64_t layer, const format::PackProjection& gate,
-                                               const format::PackProjection& up, const format::PackProjection& down) {
+                                               const format::PackProjection& up,
+                                               const format::PackProjection& down) {
     format::PackExpertFile f;
     f.layer = layer;
     char name[64];
@@ -167,22 +178,31 @@ Status write_expert_file(const std::string& path, int64_t n_experts, format::Pac
     PartialFile file(path);
     SLUICE_RETURN_IF_ERROR(file.open());
     std::unique_ptr<uint8_t, decltype(&std::free)> record(
-        static_cast<uint8_t*>(std::aligned_alloc(format::kPackRecordAlign, layout.record_stride)), &std::free);
+        static_cast<uint8_t*>(std::aligned_alloc(format::kPackRecordAlign, layout.record_stride)),
+        &std::free);
     if (!record) return error(ErrorCode::kOutOfMemory, "[pack] cannot allocate a record buffer");
     layout.record_xxh3.assign(static_cast<size_t>(n_experts), 0);
     for (int64_t e = 0; e < n_experts; ++e) {
         std::memset(record.get(), 0, layout.record_stride);
         SLUICE_RETURN_IF_ERROR(fill(e, record.get()));
         layout.record_xxh3[static_cast<size_t>(e)] = XXH3_64bits(record.get(), layout.record_bytes);
-        SLUICE_RETURN_IF_ERROR(file.write_at(record.get(), layout.record_stride, static_cast<uint64_t>(e) * layout.record_stride));
+        SLUICE_RETURN_IF_ERROR(file.write_at(record.get(), layout.record_stride,
+                                             static_cast<uint64_t>(e) * layout.record_stride));
     }
     return file.commit();
 }
 
-Expected<std::vector<std::string>> copy_model_side_files(const std::string& src_dir, const std::string& out_dir) {
-    static const char* kFiles[] = {"tokenizer.json",         "tokenizer_config.json", "chat_template.jinja",
-                                   "chat_template.json",     "generation_config.json", "special_tokens_map.json",
-                                   "added_tokens.json",      "vocab.json",            "merges.txt"};
+Expected<std::vector<std::string>> copy_model_side_files(const std::string& src_dir,
+                                                         const std::string& out_dir) {
+    static const char* kFiles[] = {"tokenizer.json",
+                                   "tokenizer_config.json",
+                                   "chat_template.jinja",
+                                   "chat_template.json",
+                                   "generation_config.json",
+                                   "special_tokens_map.json",
+                                   "added_tokens.json",
+                                   "vocab.json",
+                                   "merges.txt"};
     std::vector<std::string> copied;
     std::error_code ec;
     for (const char* name : kFiles) {
@@ -204,10 +224,12 @@ Status write_manifest(const std::string& out_dir, const std::vector<std::string>
     std::error_code ec;
     for (const auto& f : files) {
         const uint64_t size = fs::file_size(fs::path(out_dir) / f, ec);
-        if (ec) return error(ErrorCode::kIo, "[pack] cannot stat '" + f + "' for the manifest: " + ec.message());
+        if (ec)
+            return error(ErrorCode::kIo, "[pack] cannot stat '" + f + "' for the manifest: " + ec.message());
         m.files.emplace_back(f, size);
     }
-    return io::write_file_atomic((fs::path(out_dir) / "manifest.json").string(), format::serialize_pack_manifest(m));
+    return io::write_file_atomic((fs::path(out_dir) / "manifest.json").string(),
+                                 format::serialize_pack_manifest(m));
 }
 
 }  // namespace sluice::experts

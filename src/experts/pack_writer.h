@@ -30,17 +30,19 @@ struct DenseTensorSpec {
 
 // Streams `tensors` into a safetensors file at `path` (via path + ".partial" and a rename);
 // returns their sections (offsets relative to the data section, with xxh3 checksums).
-Expected<std::vector<format::PackSection>> write_dense_file(const std::string& path,
-                                                            std::vector<DenseTensorSpec>& tensors,
-                                                            const std::function<void(uint64_t, uint64_t)>& progress = {});
+Expected<std::vector<format::PackSection>> write_dense_file(
+    const std::string& path, std::vector<DenseTensorSpec>& tensors,
+    const std::function<void(uint64_t, uint64_t)>& progress = {});
 
 // The record layout of one projection: float (bits 0) or MLX affine with bf16 scales/biases.
-format::PackProjection make_projection(int64_t rows, int64_t cols, int bits, int group_size, format::DType float_dtype,
+format::PackProjection make_projection(int64_t rows, int64_t cols, int bits, int group_size,
+                                       format::DType float_dtype,
                                        format::DType scale_dtype = format::DType::kBF16);
 
 // Lays out gate, up, down in a record (64-byte aligned sections, 4 KiB-aligned stride).
 format::PackExpertFile make_expert_file_layout(int64_t layer, const format::PackProjection& gate,
-                                               const format::PackProjection& up, const format::PackProjection& down);
+                                               const format::PackProjection& up,
+                                               const format::PackProjection& down);
 
 // Writes n_experts records to `path` (via ".partial" + rename); fill(e, record) writes record e
 // (record_bytes, zero-padded to the stride by the writer). Fills the per-record checksums.
@@ -49,7 +51,8 @@ Status write_expert_file(const std::string& path, int64_t n_experts, format::Pac
 
 // Copies the tokenizer, chat template and generation config files of `src_dir` (symlinks
 // resolved to their contents) into `out_dir`; returns the names copied.
-Expected<std::vector<std::string>> copy_model_side_files(const std::string& src_dir, const std::string& out_dir);
+Expected<std::vector<std::string>> copy_model_side_files(const std::string& src_dir,
+                                                         const std::string& out_dir);
 
 // Writes manifest.json last, listing every file of the pack with its size.
 Status write_manifest(const std::string& out_dir, const std::vector<std::string>& files);

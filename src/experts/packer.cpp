@@ -28,12 +28,13 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 bool is_routed_expert(const std::string& name) {
-    return name.find(".mlp.experts.") != std::string::npos || name.find(".mlp.switch_mlp.") != std::string::npos;
+    return name.find(".mlp.experts.") != std::string::npos ||
+           name.find(".mlp.switch_mlp.") != std::string::npos;
 }
 
 bool is_skipped(const std::string& name) {
-    return name.rfind("mtp.", 0) == 0 || name.rfind("model.visual.", 0) == 0 || name.rfind("vision_tower.", 0) == 0 ||
-           name.rfind("model.mtp.", 0) == 0;
+    return name.rfind("mtp.", 0) == 0 || name.rfind("model.visual.", 0) == 0 ||
+           name.rfind("vision_tower.", 0) == 0 || name.rfind("model.mtp.", 0) == 0;
 }
 
 // mlx-lm keeps routers and the shared-expert gate at 8 bits (models.md §5.4).
@@ -42,11 +43,15 @@ int module_bits(const std::string& module, int bits) {
 }
 
 format::DType float_dtype(kernels::WeightType t) {
-    return t == kernels::WeightType::kF32 ? DType::kF32 : t == kernels::WeightType::kF16 ? DType::kF16 : DType::kBF16;
+    return t == kernels::WeightType::kF32   ? DType::kF32
+           : t == kernels::WeightType::kF16 ? DType::kF16
+                                            : DType::kBF16;
 }
 
 format::DType scale_dtype(kernels::ScaleType t) {
-    return t == kernels::ScaleType::kF32 ? DType::kF32 : t == kernels::ScaleType::kF16 ? DType::kF16 : DType::kBF16;
+    return t == kernels::ScaleType::kF32   ? DType::kF32
+           : t == kernels::ScaleType::kF16 ? DType::kF16
+                                           : DType::kBF16;
 }
 
 // Quantizes rows of a float weight view into MLX affine words/scales/biases.
@@ -63,11 +68,6 @@ void quantize_view(const kernels::WeightView& src, int bits, int group_size, uin
     }
 }
 
-uint64_t scale_bytes(const kernels::WeightView& v) {
-    const uint64_t ss = v.scale_type == kernels::ScaleType::kF32 ? 4 : 2;
-    return static_cast<uint64_t>(v.rows) * static_cast<uint64_t>(v.cols / v.group_size) * ss;
-}
-
 Status fill_projection(const kernels::WeightView& src, const format::PackProjection& p, uint8_t* record) {
     if (p.bits == 0 || src.quantized()) {
         std::memcpy(record + p.weight.offset, src.data, p.weight.size);
@@ -77,14 +77,17 @@ Status fill_projection(const kernels::WeightView& src, const format::PackProject
         }
         return Status::ok();
     }
-    quantize_view(src, p.bits, p.group_size, record + p.weight.offset, record + p.scales.offset, record + p.biases.offset);
+    quantize_view(src, p.bits, p.group_size, record + p.weight.offset, record + p.scales.offset,
+                  record + p.biases.offset);
     return Status::ok();
 }
 
 format::PackProjection projection_for(const kernels::WeightView& src, int bits, int group_size) {
     if (src.quantized())  // MLX source: verbatim, with its own bits, group and scale dtype
-        return make_projection(src.rows, src.cols, src.bits(), src.group_size, DType::kU32, scale_dtype(src.scale_type));
-    if (bits == 16 || src.cols % group_size != 0) return make_projection(src.rows, src.cols, 0, 0, float_dtype(src.type));
+        return make_projection(src.rows, src.cols, src.bits(), src.group_size, DType::kU32,
+                               scale_dtype(src.scale_type));
+    if (bits == 16 || src.cols % group_size != 0)
+        return make_projection(src.rows, src.cols, 0, 0, float_dtype(src.type));
     return make_projection(src.rows, src.cols, bits, group_size, float_dtype(src.type));
 }
 
@@ -96,10 +99,15 @@ struct Progress {
     format::PackLayout layout;
 };
 
-std::string progress_path(const std::string& out) { return (fs::path(out) / ".pack-progress.json").string(); }
+std::string progress_path(const std::string& out) {
+    return (fs::path(out) / ".pack-progress.json").string();
+}
 
 Status save_progress(const std::string& out, const Progress& p) {
-    json j = {{"source", p.source}, {"bits", p.bits}, {"group_size", p.group_size}, {"dense_done", p.dense_done},
+    json j = {{"source", p.source},
+              {"bits", p.bits},
+              {"group_size", p.group_size},
+              {"dense_done", p.dense_done},
               {"layout", json::parse(format::serialize_pack_layout(p.layout))}};
     return io::write_file_atomic(progress_path(out), j.dump());
 }
@@ -121,19 +129,22 @@ bool load_progress(const std::string& out, Progress* p) {
 
 Status check_options(int bits, int group_size) {
     if (bits != 4 && bits != 8 && bits != 16)
-        return error(ErrorCode::kInvalidArgument, "[pack] --bits must be 4, 8 or 16 (keep float), got " + std::to_string(bits));
+        return error(ErrorCode::kInvalidArgument,
+                     "[pack] --bits must be 4, 8 or 16 (keep float), got " + std::to_string(bits));
     if (group_size != 32 && group_size != 64 && group_size != 128)
-        return error(ErrorCode::kInvalidArgument, "[pack] --group-size must be 32, 64 or 128, got " + std::to_string(group_size));
+        return error(ErrorCode::kInvalidArgument,
+                     "[pack] --group-size must be 32, 64 or 128, got " + std::to_string(group_size));
     return Status::ok();
 }
 
 // The config.json of the pack: the source's, with a `quantization` block describing what was
 // quantized here (MLX sources keep theirs).
-Status write_packed_config(const std::string& src_config, const std::string& out_dir, bool quantized_here, int bits,
-                           int group_size, const std::map<std::string, int>& module_bits_used) {
+Status write_packed_config(const std::string& src_config, const std::string& out_dir, bool quantized_here,
+                           int bits, int group_size, const std::map<std::string, int>& module_bits_used) {
     SLUICE_ASSIGN_OR_RETURN(std::string text, io::read_text_file(src_config));
     json cfg = json::parse(text, nullptr, false);
-    if (cfg.is_discarded()) return error(ErrorCode::kInvalidArgument, "[pack] " + src_config + ": not valid JSON");
+    if (cfg.is_discarded())
+        return error(ErrorCode::kInvalidArgument, "[pack] " + src_config + ": not valid JSON");
     if (quantized_here) {
         json q = {{"group_size", group_size}, {"bits", bits}, {"mode", "affine"}};
         for (const auto& [module, b] : module_bits_used)
@@ -144,8 +155,8 @@ Status write_packed_config(const std::string& src_config, const std::string& out
     return io::write_file_atomic((fs::path(out_dir) / "config.json").string(), cfg.dump(2));
 }
 
-Status prepare_out_dir(const std::string& out, const std::string& source, int bits, int group_size, Progress* progress,
-                       bool* resumed, bool* complete) {
+Status prepare_out_dir(const std::string& out, const std::string& source, int bits, int group_size,
+                       Progress* progress, bool* resumed, bool* complete) {
     std::error_code ec;
     *resumed = false;
     *complete = false;
@@ -160,8 +171,10 @@ Status prepare_out_dir(const std::string& out, const std::string& source, int bi
             *complete = true;
             return Status::ok();
         }
-        return error(ErrorCode::kInvalidArgument, "[pack] '" + out + "' already holds a complete pack of another source or "
-                                                  "with other options; choose another folder or delete it");
+        return error(ErrorCode::kInvalidArgument,
+                     "[pack] '" + out +
+                         "' already holds a complete pack of another source or "
+                         "with other options; choose another folder or delete it");
     }
     if (has_progress && old.source == source && old.bits == bits && old.group_size == group_size) {
         *progress = std::move(old);
@@ -170,8 +183,10 @@ Status prepare_out_dir(const std::string& out, const std::string& source, int bi
         for (const auto& entry : fs::directory_iterator(out, ec)) {
             const std::string name = entry.path().filename().string();
             if (name != "experts" && name != ".pack-progress.json") {
-                return error(ErrorCode::kInvalidArgument, "[pack] '" + out + "' is not empty and holds no pack in progress "
-                                                          "for this source and options (found '" + name + "')");
+                return error(ErrorCode::kInvalidArgument, "[pack] '" + out +
+                                                              "' is not empty and holds no pack in progress "
+                                                              "for this source and options (found '" +
+                                                              name + "')");
             }
         }
         progress->source = source;
@@ -193,7 +208,8 @@ bool reuse_layer(const std::string& out, const Progress& progress, int64_t layer
     return true;
 }
 
-std::vector<std::string> pack_file_list(const format::PackLayout& layout, const std::vector<std::string>& side_files) {
+std::vector<std::string> pack_file_list(const format::PackLayout& layout,
+                                        const std::vector<std::string>& side_files) {
     std::vector<std::string> files = {"config.json", "layout.json", layout.dense_file};
     for (const auto& f : layout.expert_files) files.push_back(f.file);
     files.insert(files.end(), side_files.begin(), side_files.end());
@@ -215,16 +231,16 @@ Expected<PackResult> pack_model(const PackOptions& options) {
     SLUICE_ASSIGN_OR_RETURN(model::ModelWeights weights, model::load_weights(cfg, ckpt));
     const bool mlx_source = cfg.quantization.present;
     if (mlx_source && options.bits != 0 && options.bits != cfg.quantization.global.bits) {
-        return error(ErrorCode::kInvalidArgument, "[pack] '" + o.src_dir + "' is an MLX " +
-                                                      std::to_string(cfg.quantization.global.bits) +
-                                                      "-bit checkpoint; its bytes are copied verbatim, so --bits cannot change it");
+        return error(ErrorCode::kInvalidArgument,
+                     "[pack] '" + o.src_dir + "' is an MLX " + std::to_string(cfg.quantization.global.bits) +
+                         "-bit checkpoint; its bytes are copied verbatim, so --bits cannot change it");
     }
 
     if (mlx_source) o.bits = cfg.quantization.global.bits;
     PackResult result;
     Progress progress;
-    SLUICE_RETURN_IF_ERROR(prepare_out_dir(o.out_dir, source, o.bits, o.group_size, &progress, &result.resumed,
-                                           &result.already_complete));
+    SLUICE_RETURN_IF_ERROR(prepare_out_dir(o.out_dir, source, o.bits, o.group_size, &progress,
+                                           &result.resumed, &result.already_complete));
     if (result.already_complete) return result;
 
     format::PackLayout& layout = progress.layout;
@@ -241,9 +257,10 @@ Expected<PackResult> pack_model(const PackOptions& options) {
         const bool is_float = t->dtype == DType::kBF16 || t->dtype == DType::kF16 || t->dtype == DType::kF32;
         const std::string module = ends_with(name, ".weight") ? name.substr(0, name.size() - 7) : "";
         const int bits = module_bits(module, o.bits);
-        if (quantize_here && is_float && !module.empty() && t->shape.size() == 2 && t->shape[1] % o.group_size == 0) {
+        if (quantize_here && is_float && !module.empty() && t->shape.size() == 2 &&
+            t->shape[1] % o.group_size == 0) {
             kernels::WeightView src;
-            src.type = t->dtype == DType::kF32 ? kernels::WeightType::kF32
+            src.type = t->dtype == DType::kF32   ? kernels::WeightType::kF32
                        : t->dtype == DType::kF16 ? kernels::WeightType::kF16
                                                  : kernels::WeightType::kBF16;
             src.rows = t->shape[0];
@@ -252,13 +269,14 @@ Expected<PackResult> pack_model(const PackOptions& options) {
             const int64_t rows = src.rows, words = src.cols * bits / 32, groups = src.cols / o.group_size;
             // The three outputs are produced together by the first fill and handed to the next two.
             auto shared = std::make_shared<std::vector<uint8_t>>();
-            const uint64_t wbytes = static_cast<uint64_t>(rows * words) * 4, sbytes = static_cast<uint64_t>(rows * groups) * 2;
-            specs.push_back({module + ".weight", DType::kU32, {rows, words}, bits, o.group_size,
-                             [=](uint8_t* dst) {
-                                 shared->resize(2 * sbytes);
-                                 quantize_view(src, bits, o.group_size, dst, shared->data(), shared->data() + sbytes);
-                                 return Status::ok();
-                             }});
+            const uint64_t wbytes = static_cast<uint64_t>(rows * words) * 4,
+                           sbytes = static_cast<uint64_t>(rows * groups) * 2;
+            specs.push_back(
+                {module + ".weight", DType::kU32, {rows, words}, bits, o.group_size, [=](uint8_t* dst) {
+                     shared->resize(2 * sbytes);
+                     quantize_view(src, bits, o.group_size, dst, shared->data(), shared->data() + sbytes);
+                     return Status::ok();
+                 }});
             specs.push_back({module + ".scales", DType::kBF16, {rows, groups}, 0, 0, [=](uint8_t* dst) {
                                  std::memcpy(dst, shared->data(), sbytes);
                                  return Status::ok();
@@ -302,35 +320,38 @@ Expected<PackResult> pack_model(const PackOptions& options) {
                                            projection_for(experts[0].down, o.bits, o.group_size));
             for (const auto& p : {file.gate, file.up, file.down})
                 if (p.bits) module_bits_used["experts"] = p.bits;
-            SLUICE_RETURN_IF_ERROR(write_expert_file(
-                (fs::path(o.out_dir) / file.file).string(), cfg.n_experts, file, [&](int64_t e, uint8_t* record) {
-                    const model::ExpertWeights& ex = experts[static_cast<size_t>(e)];
-                    SLUICE_RETURN_IF_ERROR(fill_projection(ex.gate, file.gate, record));
-                    SLUICE_RETURN_IF_ERROR(fill_projection(ex.up, file.up, record));
-                    return fill_projection(ex.down, file.down, record);
-                }));
+            SLUICE_RETURN_IF_ERROR(
+                write_expert_file((fs::path(o.out_dir) / file.file).string(), cfg.n_experts, file,
+                                  [&](int64_t e, uint8_t* record) {
+                                      const model::ExpertWeights& ex = experts[static_cast<size_t>(e)];
+                                      SLUICE_RETURN_IF_ERROR(fill_projection(ex.gate, file.gate, record));
+                                      SLUICE_RETURN_IF_ERROR(fill_projection(ex.up, file.up, record));
+                                      return fill_projection(ex.down, file.down, record);
+                                  }));
             progress.layout.expert_files.push_back(file);
             SLUICE_RETURN_IF_ERROR(save_progress(o.out_dir, progress));
         }
         files.push_back(file);
         result.expert_bytes += file.record_stride * static_cast<uint64_t>(cfg.n_experts);
-        if (o.progress) o.progress("experts", static_cast<uint64_t>(l + 1), static_cast<uint64_t>(cfg.n_layers));
+        if (o.progress)
+            o.progress("experts", static_cast<uint64_t>(l + 1), static_cast<uint64_t>(cfg.n_layers));
     }
     layout.expert_files = files;
     result.expert_files = static_cast<int64_t>(files.size());
     module_bits_used.erase("experts");
 
     // Description, config, side files, and the manifest last.
-    SLUICE_RETURN_IF_ERROR(io::write_file_atomic((fs::path(o.out_dir) / "layout.json").string(), format::serialize_pack_layout(layout)));
-    SLUICE_RETURN_IF_ERROR(write_packed_config((fs::path(o.src_dir) / "config.json").string(), o.out_dir, quantize_here,
-                                               o.bits, o.group_size, module_bits_used));
+    SLUICE_RETURN_IF_ERROR(io::write_file_atomic((fs::path(o.out_dir) / "layout.json").string(),
+                                                 format::serialize_pack_layout(layout)));
+    SLUICE_RETURN_IF_ERROR(write_packed_config((fs::path(o.src_dir) / "config.json").string(), o.out_dir,
+                                               quantize_here, o.bits, o.group_size, module_bits_used));
     SLUICE_ASSIGN_OR_RETURN(auto side, copy_model_side_files(o.src_dir, o.out_dir));
     SLUICE_RETURN_IF_ERROR(write_manifest(o.out_dir, pack_file_list(layout, side)));
     return result;
 }
 
-Expected<std::vector<std::string>> verify_packed(const std::string& dir,
-                                                 const std::function<void(const std::string&, uint64_t, uint64_t)>& progress) {
+Expected<std::vector<std::string>> verify_packed(
+    const std::string& dir, const std::function<void(const std::string&, uint64_t, uint64_t)>& progress) {
     SLUICE_ASSIGN_OR_RETURN(format::PackLayout layout, format::open_packed_dir(dir));
     std::vector<std::string> problems;
     auto dense = format::SafetensorsFile::open((fs::path(dir) / layout.dense_file).string());
@@ -344,11 +365,12 @@ Expected<std::vector<std::string>> verify_packed(const std::string& dir,
                 continue;
             }
             if (t->size_bytes != s.size) {
-                problems.push_back("dense tensor '" + s.name + "' is " + std::to_string(t->size_bytes) + " bytes, layout says " +
-                                   std::to_string(s.size));
+                problems.push_back("dense tensor '" + s.name + "' is " + std::to_string(t->size_bytes) +
+                                   " bytes, layout says " + std::to_string(s.size));
                 continue;
             }
-            if (XXH3_64bits(t->data, t->size_bytes) != s.xxh3) problems.push_back("dense tensor '" + s.name + "': checksum mismatch");
+            if (XXH3_64bits(t->data, t->size_bytes) != s.xxh3)
+                problems.push_back("dense tensor '" + s.name + "': checksum mismatch");
         }
     }
     uint64_t layer_index = 0;
@@ -361,13 +383,15 @@ Expected<std::vector<std::string>> verify_packed(const std::string& dir,
         }
         const uint64_t want = f.record_stride * static_cast<uint64_t>(layout.n_experts);
         if ((*mapped)->size() != want) {
-            problems.push_back(f.file + " is " + std::to_string((*mapped)->size()) + " bytes, expected " + std::to_string(want));
+            problems.push_back(f.file + " is " + std::to_string((*mapped)->size()) + " bytes, expected " +
+                               std::to_string(want));
             continue;
         }
         for (int64_t e = 0; e < layout.n_experts; ++e) {
             const uint8_t* rec = (*mapped)->data() + static_cast<uint64_t>(e) * f.record_stride;
             if (XXH3_64bits(rec, f.record_bytes) != f.record_xxh3[static_cast<size_t>(e)])
-                problems.push_back(f.file + ": expert " + std::to_string(e) + " (layer " + std::to_string(f.layer) + "): checksum mismatch");
+                problems.push_back(f.file + ": expert " + std::to_string(e) + " (layer " +
+                                   std::to_string(f.layer) + "): checksum mismatch");
         }
         if (progress) progress("verify", layer_index, layout.expert_files.size());
     }

@@ -28,7 +28,7 @@ struct PackOptions {
 };
 
 struct PackResult {
-    bool resumed = false;       // some files came from an earlier, interrupted run
+    bool resumed = false;  // some files came from an earlier, interrupted run
     bool already_complete = false;
     uint64_t dense_bytes = 0;
     uint64_t expert_bytes = 0;
@@ -51,7 +51,7 @@ Expected<PackResult> synth_model(const SynthOptions& options);
 
 // Checks every file size and every checksum of a packed folder; returns a list of problems
 // (empty = all good). Errors opening the folder itself are returned as a Status.
-Expected<std::vector<std::string>> verify_packed(const std::string& dir,
-                                                 const std::function<void(const std::string&, uint64_t, uint64_t)>& progress = {});
+Expected<std::vector<std::string>> verify_packed(
+    const std::string& dir, const std::function<void(const std::string&, uint64_t, uint64_t)>& progress = {});
 
 }  // namespace sluice::experts

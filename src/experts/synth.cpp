@@ -27,7 +27,7 @@ namespace {
 
 // xoshiro256** seeded per tensor / per record (so any part can be produced independently).
 class Rng {
-   public:
+ public:
     explicit Rng(uint64_t seed) {
         uint64_t z = seed;
         for (auto& s : s_) {
@@ -55,17 +55,19 @@ class Rng {
         return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.2831853f * u2);
     }
 
-   private:
+ private:
     static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
     uint64_t s_[4];
 };
 
-uint64_t seed_for(uint64_t seed, const std::string& name) { return XXH3_64bits_withSeed(name.data(), name.size(), seed); }
+uint64_t seed_for(uint64_t seed, const std::string& name) {
+    return XXH3_64bits_withSeed(name.data(), name.size(), seed);
+}
 
 // Random MLX affine weight: codes uniform, per-group scale ≈ 2·0.035/(2^bits − 1) with ±10%
 // spread, bias = −scale·(2^bits − 1)/2 (zero-centred values).
-void fill_random_quantized(uint64_t seed, int64_t rows, int64_t cols, int bits, int group, uint8_t* words, uint8_t* scales,
-                           uint8_t* biases) {
+void fill_random_quantized(uint64_t seed, int64_t rows, int64_t cols, int bits, int group, uint8_t* words,
+                           uint8_t* scales, uint8_t* biases) {
     Rng rng(seed);
     const int64_t n_words = rows * cols * bits / 32;
     auto* w = reinterpret_cast<uint32_t*>(words);
@@ -104,11 +106,13 @@ struct Builder {
         const uint64_t sbytes = static_cast<uint64_t>(rows * groups) * 2;
         const uint64_t s = seed_for(seed, module);
         const int g = group;
-        specs.push_back({module + ".weight", DType::kU32, {rows, words}, module_bits, group, [=](uint8_t* dst) {
-                             shared->resize(2 * sbytes);
-                             fill_random_quantized(s, rows, cols, module_bits, g, dst, shared->data(), shared->data() + sbytes);
-                             return Status::ok();
-                         }});
+        specs.push_back(
+            {module + ".weight", DType::kU32, {rows, words}, module_bits, group, [=](uint8_t* dst) {
+                 shared->resize(2 * sbytes);
+                 fill_random_quantized(s, rows, cols, module_bits, g, dst, shared->data(),
+                                       shared->data() + sbytes);
+                 return Status::ok();
+             }});
         specs.push_back({module + ".scales", DType::kBF16, {rows, groups}, 0, 0, [=](uint8_t* dst) {
                              std::memcpy(dst, shared->data(), sbytes);
                              return Status::ok();
@@ -146,14 +150,16 @@ struct Builder {
 }  // namespace
 
 Expected<PackResult> synth_model(const SynthOptions& o) {
-    if (o.bits != 4 && o.bits != 8) return error(ErrorCode::kInvalidArgument, "[synth] --bits must be 4 or 8");
+    if (o.bits != 4 && o.bits != 8)
+        return error(ErrorCode::kInvalidArgument, "[synth] --bits must be 4 or 8");
     if (o.group_size != 32 && o.group_size != 64 && o.group_size != 128)
         return error(ErrorCode::kInvalidArgument, "[synth] --group-size must be 32, 64 or 128");
     SLUICE_ASSIGN_OR_RETURN(std::string config_text, io::read_text_file(o.config_path));
     SLUICE_ASSIGN_OR_RETURN(model::ModelConfig cfg, model::parse_model_config(config_text, o.config_path));
     if (cfg.quantization.present)
-        return error(ErrorCode::kInvalidArgument, "[synth] " + o.config_path + " already has a quantization block; give the "
-                                                  "unquantized config (synth quantizes with --bits)");
+        return error(ErrorCode::kInvalidArgument, "[synth] " + o.config_path +
+                                                      " already has a quantization block; give the "
+                                                      "unquantized config (synth quantizes with --bits)");
     std::error_code ec;
     if (fs::exists(fs::path(o.out_dir) / "manifest.json", ec))
         return error(ErrorCode::kInvalidArgument, "[synth] '" + o.out_dir + "' already holds a model");
@@ -220,7 +226,8 @@ Expected<PackResult> synth_model(const SynthOptions& o) {
     auto report = [&](uint64_t done, uint64_t total) {
         if (o.progress) o.progress("dense", done, total);
     };
-    SLUICE_ASSIGN_OR_RETURN(layout.dense, write_dense_file((fs::path(o.out_dir) / layout.dense_file).string(), b.specs, report));
+    SLUICE_ASSIGN_OR_RETURN(
+        layout.dense, write_dense_file((fs::path(o.out_dir) / layout.dense_file).string(), b.specs, report));
     for (const auto& s : layout.dense) result.dense_bytes += s.size;
 
     const int64_t I = cfg.expert_ffn;
@@ -229,16 +236,19 @@ Expected<PackResult> synth_model(const SynthOptions& o) {
     uint64_t layers_done = 0;
     for (int64_t l = 0; l < cfg.n_layers; ++l) {
         if (!cfg.is_moe_layer(l)) continue;
-        format::PackExpertFile file = make_expert_file_layout(l, make_projection(I, H, o.bits, o.group_size, DType::kBF16),
-                                                              make_projection(I, H, o.bits, o.group_size, DType::kBF16),
-                                                              make_projection(H, I, o.bits, o.group_size, DType::kBF16));
+        format::PackExpertFile file =
+            make_expert_file_layout(l, make_projection(I, H, o.bits, o.group_size, DType::kBF16),
+                                    make_projection(I, H, o.bits, o.group_size, DType::kBF16),
+                                    make_projection(H, I, o.bits, o.group_size, DType::kBF16));
         SLUICE_RETURN_IF_ERROR(write_expert_file(
             (fs::path(o.out_dir) / file.file).string(), cfg.n_experts, file, [&](int64_t e, uint8_t* record) {
-                const uint64_t s = o.seed ^ (static_cast<uint64_t>(l) << 40) ^ (static_cast<uint64_t>(e) << 8);
+                const uint64_t s =
+                    o.seed ^ (static_cast<uint64_t>(l) << 40) ^ (static_cast<uint64_t>(e) << 8);
                 int k = 0;
                 for (const format::PackProjection* p : {&file.gate, &file.up, &file.down}) {
-                    fill_random_quantized(s + static_cast<uint64_t>(k++), p->rows, p->cols, p->bits, p->group_size,
-                                          record + p->weight.offset, record + p->scales.offset, record + p->biases.offset);
+                    fill_random_quantized(s + static_cast<uint64_t>(k++), p->rows, p->cols, p->bits,
+                                          p->group_size, record + p->weight.offset, record + p->scales.offset,
+                                          record + p->biases.offset);
                 }
                 return Status::ok();
             }));
@@ -248,14 +258,16 @@ Expected<PackResult> synth_model(const SynthOptions& o) {
     }
     result.expert_files = static_cast<int64_t>(layout.expert_files.size());
 
-    SLUICE_RETURN_IF_ERROR(io::write_file_atomic((fs::path(o.out_dir) / "layout.json").string(), format::serialize_pack_layout(layout)));
+    SLUICE_RETURN_IF_ERROR(io::write_file_atomic((fs::path(o.out_dir) / "layout.json").string(),
+                                                 format::serialize_pack_layout(layout)));
     nlohmann::json config = nlohmann::json::parse(config_text);
     nlohmann::json q = {{"group_size", o.group_size}, {"bits", o.bits}, {"mode", "affine"}};
     for (const auto& [module, bits] : b.overrides) q[module] = {{"group_size", o.group_size}, {"bits", bits}};
     config["quantization"] = q;
     config["quantization_config"] = q;
     config["sluice_synthetic"] = {{"seed", o.seed}, {"note", "random weights made by sluice synth"}};
-    SLUICE_RETURN_IF_ERROR(io::write_file_atomic((fs::path(o.out_dir) / "config.json").string(), config.dump(2)));
+    SLUICE_RETURN_IF_ERROR(
+        io::write_file_atomic((fs::path(o.out_dir) / "config.json").string(), config.dump(2)));
     std::vector<std::string> side;
     if (!o.tokenizer_dir.empty()) {
         SLUICE_ASSIGN_OR_RETURN(side, copy_model_side_files(o.tokenizer_dir, o.out_dir));

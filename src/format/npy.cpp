@@ -23,7 +23,8 @@ std::string npy_f32(std::span<const float> data, const std::vector<int64_t>& sha
     return out;
 }
 
-Status write_npy_f32(const std::string& path, std::span<const float> data, const std::vector<int64_t>& shape) {
+Status write_npy_f32(const std::string& path, std::span<const float> data,
+                     const std::vector<int64_t>& shape) {
     return io::write_file_atomic(path, npy_f32(data, shape));
 }
 

@@ -28,7 +28,11 @@ bool parse_hex64(const json& j, uint64_t* out) {
 }
 
 json section_json(const PackSection& s) {
-    json j = {{"name", s.name}, {"dtype", dtype_name(s.dtype)}, {"shape", s.shape}, {"offset", s.offset}, {"size", s.size}};
+    json j = {{"name", s.name},
+              {"dtype", dtype_name(s.dtype)},
+              {"shape", s.shape},
+              {"offset", s.offset},
+              {"size", s.size}};
     if (s.bits) {
         j["bits"] = s.bits;
         j["group_size"] = s.group_size;
@@ -38,7 +42,10 @@ json section_json(const PackSection& s) {
 }
 
 json projection_json(const PackProjection& p) {
-    json j = {{"rows", p.rows}, {"cols", p.cols}, {"bits", p.bits}, {"group_size", p.group_size},
+    json j = {{"rows", p.rows},
+              {"cols", p.cols},
+              {"bits", p.bits},
+              {"group_size", p.group_size},
               {"weight", section_json(p.weight)}};
     if (p.bits) {
         j["scales"] = section_json(p.scales);
@@ -48,7 +55,7 @@ json projection_json(const PackProjection& p) {
 }
 
 class LayoutParser {
-   public:
+ public:
     explicit LayoutParser(std::string source) : source_(std::move(source)) {}
     Status status() const { return status_; }
     void fail(const std::string& what) {
@@ -69,7 +76,8 @@ class LayoutParser {
             return s;
         }
         s.name = j.value("name", "");
-        if (!j.contains("dtype") || !j["dtype"].is_string() || !parse_dtype(j["dtype"].get<std::string>(), &s.dtype))
+        if (!j.contains("dtype") || !j["dtype"].is_string() ||
+            !parse_dtype(j["dtype"].get<std::string>(), &s.dtype))
             fail(where + ": missing or unknown 'dtype'");
         if (j.contains("shape") && j["shape"].is_array())
             for (const auto& d : j["shape"]) s.shape.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
@@ -98,7 +106,7 @@ class LayoutParser {
         return p;
     }
 
-   private:
+ private:
     std::string source_;
     Status status_;
 };
@@ -144,23 +152,27 @@ std::string serialize_pack_layout(const PackLayout& layout) {
 
 Expected<PackLayout> parse_pack_layout(const std::string& json_text, const std::string& source) {
     json j = json::parse(json_text, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) return error(ErrorCode::kCorrupt, "[pack] " + source + ": not a valid JSON object");
+    if (j.is_discarded() || !j.is_object())
+        return error(ErrorCode::kCorrupt, "[pack] " + source + ": not a valid JSON object");
     if (j.value("format", "") != kPackFormatMagic)
         return error(ErrorCode::kCorrupt, "[pack] " + source + ": format is not '" + kPackFormatMagic + "'");
     PackLayout layout;
     layout.version = j.value("version", 0);
     if (layout.version != kPackFormatVersion) {
-        return error(ErrorCode::kUnsupported, "[pack] " + source + ": format version " + std::to_string(layout.version) +
-                                                  ", this sluice reads version " + std::to_string(kPackFormatVersion) +
-                                                  " (re-pack the model)");
+        return error(ErrorCode::kUnsupported,
+                     "[pack] " + source + ": format version " + std::to_string(layout.version) +
+                         ", this sluice reads version " + std::to_string(kPackFormatVersion) +
+                         " (re-pack the model)");
     }
     LayoutParser p(source);
     layout.source_layout = j.value("source_layout", "");
     layout.dense_file = j.value("dense_file", "dense.safetensors");
     layout.n_experts = static_cast<int64_t>(p.u64(j, "n_experts", "layout"));
     if (j.contains("dense") && j["dense"].is_array())
-        for (size_t i = 0; i < j["dense"].size(); ++i) layout.dense.push_back(p.section(j["dense"][i], "dense[" + std::to_string(i) + "]"));
-    if (!j.contains("expert_files") || !j["expert_files"].is_array()) p.fail("missing 'expert_files'");
+        for (size_t i = 0; i < j["dense"].size(); ++i)
+            layout.dense.push_back(p.section(j["dense"][i], "dense[" + std::to_string(i) + "]"));
+    if (!j.contains("expert_files") || !j["expert_files"].is_array())
+        p.fail("missing 'expert_files'");
     else {
         for (const auto& f : j["expert_files"]) {
             PackExpertFile ef;
@@ -171,7 +183,8 @@ Expected<PackLayout> parse_pack_layout(const std::string& json_text, const std::
                 p.fail(where + ": bad file name '" + ef.file + "'");
             ef.record_stride = p.u64(f, "record_stride", where);
             ef.record_bytes = p.u64(f, "record_bytes", where);
-            if (ef.record_stride == 0 || ef.record_stride % kPackRecordAlign != 0 || ef.record_bytes > ef.record_stride)
+            if (ef.record_stride == 0 || ef.record_stride % kPackRecordAlign != 0 ||
+                ef.record_bytes > ef.record_stride)
                 p.fail(where + ": record_stride must be a positive multiple of 4096 holding record_bytes");
             ef.gate = p.projection(f.value("gate", json()), where + ".gate");
             ef.up = p.projection(f.value("up", json()), where + ".up");
@@ -188,7 +201,8 @@ Expected<PackLayout> parse_pack_layout(const std::string& json_text, const std::
                        std::to_string(layout.n_experts) + " experts");
             for (const PackProjection* pr : {&ef.gate, &ef.up, &ef.down}) {
                 for (const PackSection* s : {&pr->weight, &pr->scales, &pr->biases}) {
-                    if (s->offset + s->size > ef.record_bytes) p.fail(where + ": section '" + s->name + "' runs past the record");
+                    if (s->offset + s->size > ef.record_bytes)
+                        p.fail(where + ": section '" + s->name + "' runs past the record");
                 }
             }
             layout.expert_files.push_back(std::move(ef));
@@ -213,30 +227,39 @@ Expected<PackLayout> open_packed_dir(const std::string& dir) {
     const std::string manifest_path = (fs::path(dir) / "manifest.json").string();
     std::error_code ec;
     if (!fs::exists(manifest_path, ec)) {
-        return error(ErrorCode::kCorrupt, "[pack] " + dir + " has no manifest.json: the pack is incomplete "
-                                                            "(interrupted?) — re-run `sluice pack` to resume it");
+        return error(ErrorCode::kCorrupt, "[pack] " + dir +
+                                              " has no manifest.json: the pack is incomplete "
+                                              "(interrupted?) — re-run `sluice pack` to resume it");
     }
     SLUICE_ASSIGN_OR_RETURN(std::string mtext, io::read_text_file(manifest_path));
     json m = json::parse(mtext, nullptr, false);
-    if (m.is_discarded() || !m.is_object()) return error(ErrorCode::kCorrupt, "[pack] " + manifest_path + ": not valid JSON");
+    if (m.is_discarded() || !m.is_object())
+        return error(ErrorCode::kCorrupt, "[pack] " + manifest_path + ": not valid JSON");
     if (m.value("format", "") != kPackFormatMagic)
-        return error(ErrorCode::kCorrupt, "[pack] " + manifest_path + ": format is not '" + kPackFormatMagic + "'");
+        return error(ErrorCode::kCorrupt,
+                     "[pack] " + manifest_path + ": format is not '" + kPackFormatMagic + "'");
     const int version = m.value("version", 0);
     if (version != kPackFormatVersion) {
-        return error(ErrorCode::kUnsupported, "[pack] " + manifest_path + ": format version " + std::to_string(version) +
-                                                  ", this sluice reads version " + std::to_string(kPackFormatVersion) +
+        return error(ErrorCode::kUnsupported, "[pack] " + manifest_path + ": format version " +
+                                                  std::to_string(version) + ", this sluice reads version " +
+                                                  std::to_string(kPackFormatVersion) +
                                                   " (re-pack the model)");
     }
     if (!m.contains("files") || !m["files"].is_object())
         return error(ErrorCode::kCorrupt, "[pack] " + manifest_path + ": missing 'files'");
     for (auto it = m["files"].begin(); it != m["files"].end(); ++it) {
         const fs::path p = fs::path(dir) / it.key();
-        if (!it.value().is_number_unsigned()) return error(ErrorCode::kCorrupt, "[pack] " + manifest_path + ": bad size for '" + it.key() + "'");
-        if (!fs::exists(p, ec)) return error(ErrorCode::kCorrupt, "[pack] " + dir + ": file '" + it.key() + "' listed in the manifest is missing");
+        if (!it.value().is_number_unsigned())
+            return error(ErrorCode::kCorrupt,
+                         "[pack] " + manifest_path + ": bad size for '" + it.key() + "'");
+        if (!fs::exists(p, ec))
+            return error(ErrorCode::kCorrupt,
+                         "[pack] " + dir + ": file '" + it.key() + "' listed in the manifest is missing");
         const uint64_t size = fs::file_size(p, ec);
         if (size != it.value().get<uint64_t>()) {
-            return error(ErrorCode::kCorrupt, "[pack] " + dir + ": file '" + it.key() + "' is " + std::to_string(size) +
-                                                  " bytes, the manifest says " + std::to_string(it.value().get<uint64_t>()) +
+            return error(ErrorCode::kCorrupt, "[pack] " + dir + ": file '" + it.key() + "' is " +
+                                                  std::to_string(size) + " bytes, the manifest says " +
+                                                  std::to_string(it.value().get<uint64_t>()) +
                                                   " (truncated or modified)");
         }
     }

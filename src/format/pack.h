@@ -51,7 +51,7 @@ struct PackProjection {
 
 struct PackExpertFile {
     int64_t layer = 0;
-    std::string file;  // relative, e.g. "experts/layer_003.bin"
+    std::string file;            // relative, e.g. "experts/layer_003.bin"
     uint64_t record_stride = 0;  // multiple of kPackRecordAlign
     uint64_t record_bytes = 0;   // used bytes of a record (≤ stride)
     PackProjection gate, up, down;

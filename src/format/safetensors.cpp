@@ -18,10 +18,10 @@ struct DTypeEntry {
 };
 
 constexpr DTypeEntry kDTypes[] = {
-    {DType::kBool, "BOOL", 1}, {DType::kU8, "U8", 1},         {DType::kI8, "I8", 1},
-    {DType::kI16, "I16", 2},   {DType::kU16, "U16", 2},       {DType::kF16, "F16", 2},
-    {DType::kBF16, "BF16", 2}, {DType::kI32, "I32", 4},       {DType::kU32, "U32", 4},
-    {DType::kF32, "F32", 4},   {DType::kF64, "F64", 8},       {DType::kI64, "I64", 8},
+    {DType::kBool, "BOOL", 1}, {DType::kU8, "U8", 1},          {DType::kI8, "I8", 1},
+    {DType::kI16, "I16", 2},   {DType::kU16, "U16", 2},        {DType::kF16, "F16", 2},
+    {DType::kBF16, "BF16", 2}, {DType::kI32, "I32", 4},        {DType::kU32, "U32", 4},
+    {DType::kF32, "F32", 4},   {DType::kF64, "F64", 8},        {DType::kI64, "I64", 8},
     {DType::kU64, "U64", 8},   {DType::kF8E4M3, "F8_E4M3", 1}, {DType::kF8E5M2, "F8_E5M2", 1},
 };
 
@@ -78,8 +78,9 @@ Expected<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> by
                                       std::to_string(kMaxSafetensorsHeaderBytes) + "-byte limit");
     }
     if (header_len > bytes.size() - 8) {
-        return corrupt(file_name, "header length " + std::to_string(header_len) + " runs past the end of the " +
-                                      std::to_string(bytes.size()) + "-byte file");
+        return corrupt(file_name, "header length " + std::to_string(header_len) +
+                                      " runs past the end of the " + std::to_string(bytes.size()) +
+                                      "-byte file");
     }
     const char* json_begin = reinterpret_cast<const char*>(bytes.data() + 8);
     nlohmann::json header = nlohmann::json::parse(json_begin, json_begin + header_len, nullptr, false);
@@ -108,7 +109,8 @@ Expected<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> by
         auto dt = entry.find("dtype");
         auto sh = entry.find("shape");
         auto off = entry.find("data_offsets");
-        if (dt == entry.end() || !dt->is_string()) return corrupt(file_name, where + " has no string 'dtype'");
+        if (dt == entry.end() || !dt->is_string())
+            return corrupt(file_name, where + " has no string 'dtype'");
         if (sh == entry.end() || !sh->is_array()) return corrupt(file_name, where + " has no array 'shape'");
         if (off == entry.end() || !off->is_array() || off->size() != 2)
             return corrupt(file_name, where + " has no 'data_offsets' [begin, end]");
@@ -120,9 +122,11 @@ Expected<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> by
         // numel with overflow checks: any real tensor is far below 2^62 bytes.
         uint64_t numel = 1;
         for (const auto& d : *sh) {
-            if (!d.is_number_unsigned()) return corrupt(file_name, where + " has a shape entry that is not a non-negative integer");
+            if (!d.is_number_unsigned())
+                return corrupt(file_name, where + " has a shape entry that is not a non-negative integer");
             uint64_t v = d.get<uint64_t>();
-            if (v != 0 && numel > (uint64_t{1} << 62) / v) return corrupt(file_name, where + " shape overflows");
+            if (v != 0 && numel > (uint64_t{1} << 62) / v)
+                return corrupt(file_name, where + " shape overflows");
             numel *= v;
             t.shape.push_back(static_cast<int64_t>(v));
         }
@@ -132,13 +136,15 @@ Expected<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> by
         uint64_t end = (*off)[1].get<uint64_t>();
         if (end < begin) return corrupt(file_name, where + " has data_offsets end < begin");
         if (end > data_size) {
-            return corrupt(file_name, where + " data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
-                                          ") run past the data section of " + std::to_string(data_size) + " bytes");
+            return corrupt(file_name, where + " data_offsets [" + std::to_string(begin) + ", " +
+                                          std::to_string(end) + ") run past the data section of " +
+                                          std::to_string(data_size) + " bytes");
         }
         uint64_t expected = numel * dtype_size(t.dtype);
         if (end - begin != expected) {
-            return corrupt(file_name, where + " " + describe(t.dtype, t.shape) + " needs " + std::to_string(expected) +
-                                          " bytes, data_offsets span " + std::to_string(end - begin));
+            return corrupt(file_name, where + " " + describe(t.dtype, t.shape) + " needs " +
+                                          std::to_string(expected) + " bytes, data_offsets span " +
+                                          std::to_string(end - begin));
         }
         t.offset = begin;
         t.size_bytes = end - begin;
@@ -178,7 +184,8 @@ Expected<std::shared_ptr<Checkpoint>> Checkpoint::open(const std::string& dir) {
     auto ckpt = std::make_shared<Checkpoint>();
     ckpt->dir_ = dir;
     std::error_code ec;
-    if (!fs::is_directory(dir, ec)) return error(ErrorCode::kNotFound, "[safetensors] not a directory: '" + dir + "'");
+    if (!fs::is_directory(dir, ec))
+        return error(ErrorCode::kNotFound, "[safetensors] not a directory: '" + dir + "'");
 
     std::vector<std::string> shard_names;
     const fs::path index_path = fs::path(dir) / "model.safetensors.index.json";
@@ -189,13 +196,15 @@ Expected<std::shared_ptr<Checkpoint>> Checkpoint::open(const std::string& dir) {
         if (index.is_discarded() || !index.is_object())
             return corrupt(index_path.string(), "is not a valid JSON object");
         auto wm = index.find("weight_map");
-        if (wm == index.end() || !wm->is_object()) return corrupt(index_path.string(), "has no 'weight_map' object");
+        if (wm == index.end() || !wm->is_object())
+            return corrupt(index_path.string(), "has no 'weight_map' object");
         for (auto it = wm->begin(); it != wm->end(); ++it) {
             if (!it.value().is_string())
                 return corrupt(index_path.string(), "weight_map entry '" + it.key() + "' is not a file name");
             std::string shard = it.value().get<std::string>();
             if (shard.empty() || shard.find('/') != std::string::npos || shard.rfind("..", 0) == 0)
-                return corrupt(index_path.string(), "weight_map entry '" + it.key() + "' points outside the folder");
+                return corrupt(index_path.string(),
+                               "weight_map entry '" + it.key() + "' points outside the folder");
             weight_map[it.key()] = shard;
             if (std::find(shard_names.begin(), shard_names.end(), shard) == shard_names.end())
                 shard_names.push_back(shard);
@@ -204,7 +213,8 @@ Expected<std::shared_ptr<Checkpoint>> Checkpoint::open(const std::string& dir) {
         shard_names.push_back("model.safetensors");
     } else {
         for (const auto& entry : fs::directory_iterator(dir, ec)) {
-            if (entry.path().extension() == ".safetensors") shard_names.push_back(entry.path().filename().string());
+            if (entry.path().extension() == ".safetensors")
+                shard_names.push_back(entry.path().filename().string());
         }
         std::sort(shard_names.begin(), shard_names.end());
     }
@@ -217,7 +227,8 @@ Expected<std::shared_ptr<Checkpoint>> Checkpoint::open(const std::string& dir) {
             auto wm = weight_map.find(t.name);
             if (!weight_map.empty() && (wm == weight_map.end() || wm->second != shard)) {
                 // A tensor present in a shard but mapped elsewhere (or not at all) is ambiguous.
-                return corrupt(file->path(), "tensor '" + t.name + "' is not mapped to this shard by the index");
+                return corrupt(file->path(),
+                               "tensor '" + t.name + "' is not mapped to this shard by the index");
             }
             if (!ckpt->tensors_.emplace(t.name, &t).second)
                 return corrupt(file->path(), "tensor '" + t.name + "' appears in more than one shard");
@@ -226,16 +237,19 @@ Expected<std::shared_ptr<Checkpoint>> Checkpoint::open(const std::string& dir) {
     }
     for (const auto& [name, shard] : weight_map) {
         if (!ckpt->tensors_.count(name))
-            return corrupt(index_path.string(), "tensor '" + name + "' is listed but missing from '" + shard + "'");
+            return corrupt(index_path.string(),
+                           "tensor '" + name + "' is listed but missing from '" + shard + "'");
     }
     return ckpt;
 }
 
-Expected<std::shared_ptr<Checkpoint>> Checkpoint::open_files(const std::string& dir, const std::vector<std::string>& files) {
+Expected<std::shared_ptr<Checkpoint>> Checkpoint::open_files(const std::string& dir,
+                                                             const std::vector<std::string>& files) {
     auto ckpt = std::make_shared<Checkpoint>();
     ckpt->dir_ = dir;
     for (const auto& name : files) {
-        SLUICE_ASSIGN_OR_RETURN(auto file, SafetensorsFile::open((std::filesystem::path(dir) / name).string()));
+        SLUICE_ASSIGN_OR_RETURN(auto file,
+                                SafetensorsFile::open((std::filesystem::path(dir) / name).string()));
         for (const auto& t : file->tensors()) {
             if (!ckpt->tensors_.emplace(t.name, &t).second)
                 return corrupt(file->path(), "tensor '" + t.name + "' appears in more than one file");
@@ -272,11 +286,14 @@ Expected<std::string> serialize_safetensors(const std::vector<TensorToWrite>& te
         uint64_t numel = 1;
         for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
         if (numel * dtype_size(t.dtype) != t.bytes.size()) {
-            return error(ErrorCode::kInvalidArgument, "[safetensors] tensor '" + t.name + "' " + describe(t.dtype, t.shape) +
-                                                          " needs " + std::to_string(numel * dtype_size(t.dtype)) +
+            return error(ErrorCode::kInvalidArgument, "[safetensors] tensor '" + t.name + "' " +
+                                                          describe(t.dtype, t.shape) + " needs " +
+                                                          std::to_string(numel * dtype_size(t.dtype)) +
                                                           " bytes, got " + std::to_string(t.bytes.size()));
         }
-        header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
+        header[t.name] = {{"dtype", dtype_name(t.dtype)},
+                          {"shape", t.shape},
+                          {"data_offsets", {offset, offset + t.bytes.size()}}};
         offset += t.bytes.size();
     }
     std::string text = header.dump();

@@ -54,15 +54,15 @@ struct TensorInfo {
     std::string name;
     DType dtype = DType::kF32;
     std::vector<int64_t> shape;
-    uint64_t offset = 0;      // relative to the data section
-    uint64_t size_bytes = 0;  // == numel × dtype_size
+    uint64_t offset = 0;            // relative to the data section
+    uint64_t size_bytes = 0;        // == numel × dtype_size
     const uint8_t* data = nullptr;  // set once the file is mapped; unaligned in general
 
     int64_t numel() const;
 };
 
 struct SafetensorsHeader {
-    uint64_t data_start = 0;  // 8 + header length
+    uint64_t data_start = 0;          // 8 + header length
     std::vector<TensorInfo> tensors;  // in offset order
     std::map<std::string, std::string> metadata;
 };
@@ -77,7 +77,7 @@ Expected<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> by
 
 // One mapped .safetensors file.
 class SafetensorsFile {
-   public:
+ public:
     static Expected<std::shared_ptr<SafetensorsFile>> open(const std::string& path);
 
     const std::string& path() const { return file_->path(); }
@@ -85,7 +85,7 @@ class SafetensorsFile {
     const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
     const TensorInfo* find(std::string_view name) const;
 
-   private:
+ private:
     std::shared_ptr<io::MappedFile> file_;
     SafetensorsHeader header_;
     std::map<std::string, size_t, std::less<>> index_;
@@ -94,10 +94,11 @@ class SafetensorsFile {
 // All tensors of a checkpoint directory: model.safetensors, or the shards listed by
 // model.safetensors.index.json, or (as a fallback) every *.safetensors file in the folder.
 class Checkpoint {
-   public:
+ public:
     static Expected<std::shared_ptr<Checkpoint>> open(const std::string& dir);
     // Just the given files of `dir` (a packed model's dense.safetensors).
-    static Expected<std::shared_ptr<Checkpoint>> open_files(const std::string& dir, const std::vector<std::string>& files);
+    static Expected<std::shared_ptr<Checkpoint>> open_files(const std::string& dir,
+                                                            const std::vector<std::string>& files);
 
     const std::string& dir() const { return dir_; }
     const TensorInfo* find(std::string_view name) const;
@@ -106,7 +107,7 @@ class Checkpoint {
     size_t size() const { return tensors_.size(); }
     uint64_t total_bytes() const;
 
-   private:
+ private:
     std::string dir_;
     std::vector<std::shared_ptr<SafetensorsFile>> files_;
     std::map<std::string, const TensorInfo*, std::less<>> tensors_;

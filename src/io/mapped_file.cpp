@@ -55,7 +55,8 @@ Expected<std::string> read_text_file(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) {
         struct stat st {};
-        if (stat(path.c_str(), &st) != 0) return error(ErrorCode::kNotFound, "[io] file not found: '" + path + "'");
+        if (stat(path.c_str(), &st) != 0)
+            return error(ErrorCode::kNotFound, "[io] file not found: '" + path + "'");
         return error(ErrorCode::kIo, "[io] cannot read '" + path + "'");
     }
     std::ostringstream ss;

@@ -18,7 +18,7 @@
 namespace sluice::io {
 
 class MappedFile {
-   public:
+ public:
     static Expected<std::shared_ptr<MappedFile>> open(const std::string& path);
     ~MappedFile();
     MappedFile(const MappedFile&) = delete;
@@ -29,7 +29,7 @@ class MappedFile {
     size_t size() const { return size_; }
     std::span<const uint8_t> bytes() const { return {data_, size_}; }
 
-   private:
+ private:
     MappedFile(std::string path, const uint8_t* data, size_t size)
         : path_(std::move(path)), data_(data), size_(size) {}
     std::string path_;

@@ -18,11 +18,11 @@ void Model::attention_layer(const LayerWeights& lw, ModelState::Layer& st, int64
     const int64_t q_rows = nh * hd * (gated ? 2 : 1);
     const float* norm = ws.norm.data();  // [n, H]
 
-    float* qg = grow(ws.tmp, n * q_rows);     // [n, nh, (q | gate)]
-    float* q = grow(ws.q, n * nh * hd);       // [n, nh, hd]
+    float* qg = grow(ws.tmp, n * q_rows);      // [n, nh, (q | gate)]
+    float* q = grow(ws.q, n * nh * hd);        // [n, nh, hd]
     float* gate = grow(ws.gate, n * nh * hd);  // [n, nh, hd]
-    float* k = grow(ws.k, n * nkv * hd);      // [n, nkv, hd]
-    float* v = grow(ws.v, n * nkv * hd);      // [n, nkv, hd]
+    float* k = grow(ws.k, n * nkv * hd);       // [n, nkv, hd]
+    float* v = grow(ws.v, n * nkv * hd);       // [n, nkv, hd]
     float* head = grow(ws.y, hd);
     linear(a.q_proj, norm, n, qg, pool);
     linear(a.k_proj, norm, n, k, pool);

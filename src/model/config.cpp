@@ -19,7 +19,9 @@ const char* family_name(Family family) {
     return "?";
 }
 
-const char* supported_model_types() { return "qwen3_moe, qwen3_next, qwen3_5_moe (text_config: qwen3_5_moe_text)"; }
+const char* supported_model_types() {
+    return "qwen3_moe, qwen3_next, qwen3_5_moe (text_config: qwen3_5_moe_text)";
+}
 
 QuantSpec QuantConfig::for_module(const std::string& path) const {
     auto it = overrides.find(path);
@@ -37,7 +39,7 @@ namespace {
 
 // Field readers that turn a missing or mistyped field into a message naming it.
 class Reader {
-   public:
+ public:
     Reader(const json& obj, std::string source) : obj_(obj), source_(std::move(source)) {}
 
     Status status() const { return status_; }
@@ -82,10 +84,11 @@ class Reader {
         return it->get<bool>();
     }
     void fail(const std::string& what) {
-        if (status_.is_ok()) status_ = error(ErrorCode::kInvalidArgument, "[config] " + source_ + ": " + what);
+        if (status_.is_ok())
+            status_ = error(ErrorCode::kInvalidArgument, "[config] " + source_ + ": " + what);
     }
 
-   private:
+ private:
     const json& obj_;
     std::string source_;
     Status status_;
@@ -110,12 +113,14 @@ Status parse_quantization(const json& q, const std::string& source, QuantConfig*
         auto b = obj.find("bits");
         auto g = obj.find("group_size");
         if (b == obj.end() || !b->is_number_integer()) return bad(where + "'bits' missing or not an integer");
-        if (g == obj.end() || !g->is_number_integer()) return bad(where + "'group_size' missing or not an integer");
+        if (g == obj.end() || !g->is_number_integer())
+            return bad(where + "'group_size' missing or not an integer");
         spec->bits = b->get<int>();
         spec->group_size = g->get<int>();
         if (spec->bits != 4 && spec->bits != 8)
-            return error(ErrorCode::kUnsupported, "[config] " + source + ": quantization " + where + "bits = " +
-                                                      std::to_string(spec->bits) + " (supported: 4, 8)");
+            return error(ErrorCode::kUnsupported, "[config] " + source + ": quantization " + where +
+                                                      "bits = " + std::to_string(spec->bits) +
+                                                      " (supported: 4, 8)");
         if (spec->group_size != 32 && spec->group_size != 64 && spec->group_size != 128)
             return error(ErrorCode::kUnsupported, "[config] " + source + ": quantization " + where +
                                                       "group_size = " + std::to_string(spec->group_size) +
@@ -155,8 +160,9 @@ Expected<ModelConfig> parse_model_config(const std::string& json_text, const std
     ModelConfig cfg;
     auto mt = root.find("model_type");
     if (mt == root.end() || !mt->is_string()) {
-        return error(ErrorCode::kInvalidArgument, "[config] " + source +
-                                                      ": missing 'model_type' (supported: " + supported_model_types() + ")");
+        return error(
+            ErrorCode::kInvalidArgument,
+            "[config] " + source + ": missing 'model_type' (supported: " + supported_model_types() + ")");
     }
     cfg.model_type = mt->get<std::string>();
 
@@ -170,12 +176,14 @@ Expected<ModelConfig> parse_model_config(const std::string& json_text, const std
         cfg.family = Family::kQwen35Moe;
         if (auto tc = root.find("text_config"); tc != root.end()) {
             if (!tc->is_object())
-                return error(ErrorCode::kInvalidArgument, "[config] " + source + ": 'text_config' is not an object");
+                return error(ErrorCode::kInvalidArgument,
+                             "[config] " + source + ": 'text_config' is not an object");
             text = &*tc;
         }
     } else {
-        return error(ErrorCode::kUnsupported, "[config] " + source + ": model_type '" + cfg.model_type +
-                                                  "' is not supported (supported: " + supported_model_types() + ")");
+        return error(ErrorCode::kUnsupported,
+                     "[config] " + source + ": model_type '" + cfg.model_type +
+                         "' is not supported (supported: " + supported_model_types() + ")");
     }
 
     Reader r(*text, source);
@@ -202,7 +210,8 @@ Expected<ModelConfig> parse_model_config(const std::string& json_text, const std
         auto type = rp->find("rope_type");
         if (type == rp->end()) type = rp->find("type");
         if (type != rp->end() && type->is_string() && type->get<std::string>() != "default") {
-            return error(ErrorCode::kUnsupported, "[config] " + source + ": rope type '" + type->get<std::string>() +
+            return error(ErrorCode::kUnsupported, "[config] " + source + ": rope type '" +
+                                                      type->get<std::string>() +
                                                       "' is not supported (only 'default')");
         }
     }
@@ -234,9 +243,7 @@ Expected<ModelConfig> parse_model_config(const std::string& json_text, const std
             // HF Qwen3MoeConfig defaults norm_topk_prob to false; the released checkpoints set it true.
             cfg.norm_topk_prob = r.bool_or("norm_topk_prob", false);
             break;
-        case Family::kQwen3Next:
-            cfg.norm_topk_prob = r.bool_or("norm_topk_prob", true);
-            break;
+        case Family::kQwen3Next: cfg.norm_topk_prob = r.bool_or("norm_topk_prob", true); break;
         case Family::kQwen35Moe:
             // The Qwen3.5/3.6 router renormalises unconditionally, whatever the file says (models.md §4.2.3).
             cfg.norm_topk_prob = true;
@@ -261,25 +268,26 @@ Expected<ModelConfig> parse_model_config(const std::string& json_text, const std
         auto lt = text->find("layer_types");
         if (lt != text->end() && lt->is_array()) {
             if (static_cast<int64_t>(lt->size()) != cfg.n_layers) {
-                return error(ErrorCode::kInvalidArgument, "[config] " + source + ": layer_types has " +
-                                                              std::to_string(lt->size()) + " entries, expected " +
-                                                              std::to_string(cfg.n_layers));
+                return error(ErrorCode::kInvalidArgument,
+                             "[config] " + source + ": layer_types has " + std::to_string(lt->size()) +
+                                 " entries, expected " + std::to_string(cfg.n_layers));
             }
             for (size_t i = 0; i < lt->size(); ++i) {
                 std::string t = (*lt)[i].is_string() ? (*lt)[i].get<std::string>() : "";
                 if (t == "linear_attention") {
                     cfg.layer_types[i] = LayerType::kLinearAttention;
                 } else if (t != "full_attention") {
-                    return error(ErrorCode::kUnsupported, "[config] " + source + ": layer_types[" +
-                                                              std::to_string(i) + "] = " + (*lt)[i].dump() +
-                                                              " (expected linear_attention or full_attention)");
+                    return error(ErrorCode::kUnsupported,
+                                 "[config] " + source + ": layer_types[" + std::to_string(i) + "] = " +
+                                     (*lt)[i].dump() + " (expected linear_attention or full_attention)");
                 }
             }
         } else {
             int64_t interval = r.int_or("full_attention_interval", 4);
             if (interval <= 0) interval = 4;
             for (int64_t i = 0; i < cfg.n_layers; ++i)
-                cfg.layer_types[i] = (i + 1) % interval == 0 ? LayerType::kFullAttention : LayerType::kLinearAttention;
+                cfg.layer_types[i] =
+                    (i + 1) % interval == 0 ? LayerType::kFullAttention : LayerType::kLinearAttention;
         }
     }
 
@@ -299,9 +307,10 @@ Expected<ModelConfig> parse_model_config(const std::string& json_text, const std
             break;
         }
         if (auto q = root.find(key); q != root.end() && q->is_object() && q->contains("quant_method")) {
-            return error(ErrorCode::kUnsupported, "[config] " + source + ": " + key + " with quant_method " +
-                                                      (*q)["quant_method"].dump() +
-                                                      " is not supported (sluice reads bf16/f16/f32 or MLX affine)");
+            return error(ErrorCode::kUnsupported,
+                         "[config] " + source + ": " + key + " with quant_method " +
+                             (*q)["quant_method"].dump() +
+                             " is not supported (sluice reads bf16/f16/f32 or MLX affine)");
         }
     }
 
@@ -309,18 +318,23 @@ Expected<ModelConfig> parse_model_config(const std::string& json_text, const std
     auto invalid = [&](const std::string& what) {
         return error(ErrorCode::kInvalidArgument, "[config] " + source + ": " + what);
     };
-    if (cfg.hidden <= 0 || cfg.n_layers <= 0 || cfg.vocab <= 0) return invalid("hidden_size, num_hidden_layers and vocab_size must be > 0");
+    if (cfg.hidden <= 0 || cfg.n_layers <= 0 || cfg.vocab <= 0)
+        return invalid("hidden_size, num_hidden_layers and vocab_size must be > 0");
     if (cfg.n_heads <= 0 || cfg.n_kv_heads <= 0 || cfg.n_heads % cfg.n_kv_heads != 0)
-        return invalid("num_attention_heads (" + std::to_string(cfg.n_heads) + ") must be a positive multiple of num_key_value_heads (" +
+        return invalid("num_attention_heads (" + std::to_string(cfg.n_heads) +
+                       ") must be a positive multiple of num_key_value_heads (" +
                        std::to_string(cfg.n_kv_heads) + ")");
     if (cfg.rotary_dim <= 0 || cfg.rotary_dim > cfg.head_dim || cfg.rotary_dim % 2 != 0)
-        return invalid("rotary dim " + std::to_string(cfg.rotary_dim) + " must be even and within head_dim " + std::to_string(cfg.head_dim));
+        return invalid("rotary dim " + std::to_string(cfg.rotary_dim) + " must be even and within head_dim " +
+                       std::to_string(cfg.head_dim));
     if (cfg.top_k <= 0 || cfg.top_k > cfg.n_experts)
-        return invalid("num_experts_per_tok (" + std::to_string(cfg.top_k) + ") must be in 1..num_experts (" + std::to_string(cfg.n_experts) + ")");
+        return invalid("num_experts_per_tok (" + std::to_string(cfg.top_k) + ") must be in 1..num_experts (" +
+                       std::to_string(cfg.n_experts) + ")");
     if (cfg.family != Family::kQwen3Moe) {
         if (cfg.linear_k_heads <= 0 || cfg.linear_v_heads % cfg.linear_k_heads != 0)
             return invalid("linear_num_value_heads (" + std::to_string(cfg.linear_v_heads) +
-                           ") must be a multiple of linear_num_key_heads (" + std::to_string(cfg.linear_k_heads) + ")");
+                           ") must be a multiple of linear_num_key_heads (" +
+                           std::to_string(cfg.linear_k_heads) + ")");
         if (cfg.conv_kernel < 1) return invalid("linear_conv_kernel_dim must be >= 1");
     }
     return cfg;

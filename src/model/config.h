@@ -44,35 +44,35 @@ struct ModelConfig {
     Family family = Family::kQwen3Moe;
     std::string model_type;  // as written in the file (outer type for nested configs)
 
-    int64_t hidden = 0;      // H: hidden_size
-    int64_t n_layers = 0;    // num_hidden_layers
-    int64_t vocab = 0;       // V: vocab_size (embedding rows)
-    float rms_eps = 1e-6f;   // rms_norm_eps
+    int64_t hidden = 0;     // H: hidden_size
+    int64_t n_layers = 0;   // num_hidden_layers
+    int64_t vocab = 0;      // V: vocab_size (embedding rows)
+    float rms_eps = 1e-6f;  // rms_norm_eps
     int64_t max_positions = 0;
     bool tie_word_embeddings = false;
 
     // Full attention (§1.5, §2.2, §3.4).
-    int64_t n_heads = 0;      // nh: num_attention_heads
-    int64_t n_kv_heads = 0;   // nkv: num_key_value_heads
-    int64_t head_dim = 0;     // hd
-    int64_t rotary_dim = 0;   // R = head_dim · partial_rotary_factor
+    int64_t n_heads = 0;     // nh: num_attention_heads
+    int64_t n_kv_heads = 0;  // nkv: num_key_value_heads
+    int64_t head_dim = 0;    // hd
+    int64_t rotary_dim = 0;  // R = head_dim · partial_rotary_factor
     float rope_theta = 10000.0f;
     bool attn_output_gate = false;  // q_proj also yields a per-head sigmoid gate (Next, 3.5)
 
     // Gated DeltaNet (§3.5).
-    int64_t linear_k_heads = 0;  // nk
-    int64_t linear_v_heads = 0;  // nv
-    int64_t linear_k_dim = 0;    // dk
-    int64_t linear_v_dim = 0;    // dv
-    int64_t conv_kernel = 0;     // K
+    int64_t linear_k_heads = 0;             // nk
+    int64_t linear_v_heads = 0;             // nv
+    int64_t linear_k_dim = 0;               // dk
+    int64_t linear_v_dim = 0;               // dv
+    int64_t conv_kernel = 0;                // K
     bool split_linear_projections = false;  // 3.5: in_proj_qkv/z/b/a; Next: interleaved qkvz/ba
 
     // MoE (§1.7, §3.6).
-    int64_t n_experts = 0;           // E
-    int64_t top_k = 0;               // num_experts_per_tok
-    int64_t expert_ffn = 0;          // I: moe_intermediate_size
-    int64_t shared_expert_ffn = 0;   // I_s: shared_expert_intermediate_size (0 = none)
-    int64_t dense_ffn = 0;           // intermediate_size: dense MLP of non-MoE layers
+    int64_t n_experts = 0;          // E
+    int64_t top_k = 0;              // num_experts_per_tok
+    int64_t expert_ffn = 0;         // I: moe_intermediate_size
+    int64_t shared_expert_ffn = 0;  // I_s: shared_expert_intermediate_size (0 = none)
+    int64_t dense_ffn = 0;          // intermediate_size: dense MLP of non-MoE layers
     bool norm_topk_prob = false;
     int64_t decoder_sparse_step = 1;
     std::vector<int64_t> mlp_only_layers;

@@ -17,7 +17,7 @@
 namespace sluice::model {
 
 class ExpertSource {
-   public:
+ public:
     virtual ~ExpertSource() = default;
     // Fills out[i] with the weights of expert ids[i] of `layer`, waiting for reads if needed.
     virtual Status acquire(int64_t layer, std::span<const int32_t> ids, ExpertWeights* out) = 0;
@@ -31,7 +31,7 @@ class ExpertSource {
 
 // Experts that are all in memory (mapped checkpoint): acquire is a lookup.
 class ResidentExperts final : public ExpertSource {
-   public:
+ public:
     explicit ResidentExperts(const ModelWeights& weights) : weights_(weights) {}
     Status acquire(int64_t layer, std::span<const int32_t> ids, ExpertWeights* out) override {
         const auto& experts = weights_.layers[static_cast<size_t>(layer)].moe_w.experts;
@@ -41,7 +41,7 @@ class ResidentExperts final : public ExpertSource {
     void release(int64_t, std::span<const int32_t>) override {}
     int64_t max_pinned() const override { return INT64_MAX; }
 
-   private:
+ private:
     const ModelWeights& weights_;
 };
 

@@ -33,20 +33,26 @@ Expected<std::shared_ptr<Model>> Model::load(const std::string& dir) {
     if (format::is_packed_dir(dir)) {
         SLUICE_ASSIGN_OR_RETURN(model->packed_layout_, format::open_packed_dir(dir));
         model->packed_ = true;
-        SLUICE_ASSIGN_OR_RETURN(checkpoint, format::Checkpoint::open_files(dir, {model->packed_layout_.dense_file}));
+        SLUICE_ASSIGN_OR_RETURN(checkpoint,
+                                format::Checkpoint::open_files(dir, {model->packed_layout_.dense_file}));
         for (int64_t l = 0; l < config.n_layers; ++l) {
             if (config.is_moe_layer(l) && model->packed_layout_.for_layer(l) == nullptr)
-                return error(ErrorCode::kCorrupt, "[model] " + dir + ": layout.json has no expert file for MoE layer " + std::to_string(l));
+                return error(
+                    ErrorCode::kCorrupt,
+                    "[model] " + dir + ": layout.json has no expert file for MoE layer " + std::to_string(l));
         }
         if (model->packed_layout_.n_experts != config.n_experts) {
-            return error(ErrorCode::kCorrupt, "[model] " + dir + ": layout.json has " + std::to_string(model->packed_layout_.n_experts) +
-                                                  " experts per layer, config.json " + std::to_string(config.n_experts) +
+            return error(ErrorCode::kCorrupt, "[model] " + dir + ": layout.json has " +
+                                                  std::to_string(model->packed_layout_.n_experts) +
+                                                  " experts per layer, config.json " +
+                                                  std::to_string(config.n_experts) +
                                                   " (a pack of another architecture?)");
         }
     } else {
         SLUICE_ASSIGN_OR_RETURN(checkpoint, format::Checkpoint::open(dir));
     }
-    SLUICE_ASSIGN_OR_RETURN(ModelWeights weights, load_weights(config, std::move(checkpoint), !model->packed_));
+    SLUICE_ASSIGN_OR_RETURN(ModelWeights weights,
+                            load_weights(config, std::move(checkpoint), !model->packed_));
     model->dir_ = dir;
     model->config_ = std::move(config);
     model->weights_ = std::move(weights);
@@ -65,7 +71,8 @@ ModelState Model::new_state(int64_t max_positions) const {
             st.v_cache.assign(static_cast<size_t>(max_positions * c.n_kv_heads * c.head_dim), 0.0f);
         } else {
             st.conv.assign(static_cast<size_t>((c.conv_kernel - 1) * c.conv_dim()), 0.0f);
-            st.recurrent.assign(static_cast<size_t>(c.linear_v_heads * c.linear_k_dim * c.linear_v_dim), 0.0f);
+            st.recurrent.assign(static_cast<size_t>(c.linear_v_heads * c.linear_k_dim * c.linear_v_dim),
+                                0.0f);
         }
     }
     return s;
@@ -80,14 +87,15 @@ Status Model::forward(ModelState& state, std::span<const int32_t> tokens, float*
     if (state.layers.size() != static_cast<size_t>(c.n_layers))
         return error(ErrorCode::kInvalidArgument, "[model] state was made for another model");
     if (state.n_past + n > state.max_positions) {
-        return error(ErrorCode::kInvalidArgument, "[model] context full: " + std::to_string(state.n_past) + " + " +
-                                                      std::to_string(n) + " tokens exceed the " +
+        return error(ErrorCode::kInvalidArgument, "[model] context full: " + std::to_string(state.n_past) +
+                                                      " + " + std::to_string(n) + " tokens exceed the " +
                                                       std::to_string(state.max_positions) + "-token context");
     }
     for (int64_t t = 0; t < n; ++t) {
         if (tokens[t] < 0 || tokens[t] >= c.vocab) {
             return error(ErrorCode::kInvalidArgument, "[model] token id " + std::to_string(tokens[t]) +
-                                                          " is outside the vocabulary [0, " + std::to_string(c.vocab) + ")");
+                                                          " is outside the vocabulary [0, " +
+                                                          std::to_string(c.vocab) + ")");
         }
     }
 
@@ -102,7 +110,8 @@ Status Model::forward(ModelState& state, std::span<const int32_t> tokens, float*
         float* norm = grow(ws.norm, n * H);
         float* mix = grow(ws.mix, n * H);
 
-        for (int64_t t = 0; t < n; ++t) kernels::rms_norm(x + t * H, lw.input_norm.data(), H, c.rms_eps, norm + t * H);
+        for (int64_t t = 0; t < n; ++t)
+            kernels::rms_norm(x + t * H, lw.input_norm.data(), H, c.rms_eps, norm + t * H);
         if (lw.full_attention) {
             attention_layer(lw, st, l, pos0, n, ws, pool);
         } else {
@@ -111,7 +120,8 @@ Status Model::forward(ModelState& state, std::span<const int32_t> tokens, float*
         for (int64_t i = 0; i < n * H; ++i) x[i] += mix[i];
         predict_next_experts(l, x, n, ws, pool);
 
-        for (int64_t t = 0; t < n; ++t) kernels::rms_norm(x + t * H, lw.post_norm.data(), H, c.rms_eps, norm + t * H);
+        for (int64_t t = 0; t < n; ++t)
+            kernels::rms_norm(x + t * H, lw.post_norm.data(), H, c.rms_eps, norm + t * H);
         moe_layer(lw, l, n, ws, pool);
         if (!moe_status_.is_ok()) {
             Status failed = moe_status_;

@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "format/pack.h"
 #include "model/config.h"
 #include "model/expert_source.h"
-#include "format/pack.h"
 #include "model/weights.h"
 #include "sluice/status.h"
 
@@ -60,7 +60,7 @@ struct Workspace {
 };
 
 class Model {
-   public:
+ public:
     // Loads config.json and the safetensors checkpoint in `dir` (Hugging Face or MLX layout), or a
     // packed folder (format/pack.h): then only the dense weights are bound, and the caller must
     // set an expert source that streams the routed experts (packed_layout() describes them).
@@ -92,13 +92,14 @@ class Model {
     mutable std::vector<std::vector<float>>* capture_layers = nullptr;
     mutable std::vector<float>* capture_final_norm = nullptr;
 
-   private:
-    void attention_layer(const LayerWeights& lw, ModelState::Layer& st, int64_t layer, int64_t pos0, int64_t n,
-                         Workspace& ws, ThreadPool* pool) const;
+ private:
+    void attention_layer(const LayerWeights& lw, ModelState::Layer& st, int64_t layer, int64_t pos0,
+                         int64_t n, Workspace& ws, ThreadPool* pool) const;
     void deltanet_layer(const LayerWeights& lw, ModelState::Layer& st, int64_t n, Workspace& ws,
                         ThreadPool* pool) const;
     void moe_layer(const LayerWeights& lw, int64_t layer, int64_t n, Workspace& ws, ThreadPool* pool) const;
-    void predict_next_experts(int64_t layer, const float* x, int64_t n, Workspace& ws, ThreadPool* pool) const;
+    void predict_next_experts(int64_t layer, const float* x, int64_t n, Workspace& ws,
+                              ThreadPool* pool) const;
     mutable Status moe_status_;  // first error of a streaming expert read in the current forward
 
     std::string dir_;

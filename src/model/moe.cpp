@@ -16,7 +16,8 @@ namespace sluice::model {
 namespace {
 
 // y[n, H] = down(silu(gate·x) ⊙ up·x) for a SwiGLU MLP with weights `w`.
-void swiglu_mlp(const ExpertWeights& w, const float* x, int64_t n, float* y, Workspace& ws, ThreadPool* pool) {
+void swiglu_mlp(const ExpertWeights& w, const float* x, int64_t n, float* y, Workspace& ws,
+                ThreadPool* pool) {
     const int64_t I = w.gate.rows;
     float* g = grow(ws.expert_gate, n * I);
     float* u = grow(ws.expert_up, n * I);
@@ -29,7 +30,8 @@ void swiglu_mlp(const ExpertWeights& w, const float* x, int64_t n, float* y, Wor
 
 }  // namespace
 
-void Model::moe_layer(const LayerWeights& lw, int64_t layer, int64_t n, Workspace& ws, ThreadPool* pool) const {
+void Model::moe_layer(const LayerWeights& lw, int64_t layer, int64_t n, Workspace& ws,
+                      ThreadPool* pool) const {
     const ModelConfig& c = config_;
     const int64_t H = c.hidden;
     const float* x = ws.norm.data();  // [n, H]
@@ -44,8 +46,8 @@ void Model::moe_layer(const LayerWeights& lw, int64_t layer, int64_t n, Workspac
 
     float* logits = grow(ws.router, n * E);  // [n, E]
     linear(m.router, x, n, logits, pool);
-    int32_t* ids = grow(ws.topk_ids, n * K);          // [n, K]
-    float* weights = grow(ws.topk_weights, n * K);    // [n, K]
+    int32_t* ids = grow(ws.topk_ids, n * K);        // [n, K]
+    float* weights = grow(ws.topk_weights, n * K);  // [n, K]
     for (int64_t t = 0; t < n; ++t)
         kernels::router_topk(logits + t * E, E, K, c.norm_topk_prob, ids + t * K, weights + t * K);
 
@@ -90,10 +92,12 @@ void Model::moe_layer(const LayerWeights& lw, int64_t layer, int64_t n, Workspac
             const int32_t e = batch_ids[i];
             const int64_t begin = offsets[e], count = offsets[e + 1] - offsets[e];
             float* in = grow(ws.expert_in, count * H);
-            for (int64_t j = 0; j < count; ++j) std::memcpy(in + j * H, x + tok[begin + j] * H, sizeof(float) * H);
+            for (int64_t j = 0; j < count; ++j)
+                std::memcpy(in + j * H, x + tok[begin + j] * H, sizeof(float) * H);
             float* out = grow(ws.expert_out, count * H);
             swiglu_mlp(views[i], in, count, out, ws, pool);
-            for (int64_t j = 0; j < count; ++j) kernels::axpy(tok_w[begin + j], out + j * H, H, mix + tok[begin + j] * H);
+            for (int64_t j = 0; j < count; ++j)
+                kernels::axpy(tok_w[begin + j], out + j * H, H, mix + tok[begin + j] * H);
         }
         experts_->release(layer, batch_ids);
     }
@@ -110,14 +114,16 @@ void Model::moe_layer(const LayerWeights& lw, int64_t layer, int64_t n, Workspac
 // Prefetch (lessons.md: next-layer experts are predictable from the current hidden state): apply
 // layer+1's post-attention norm and router to the residual stream after layer's mixer, and tell
 // the expert source which experts that predicts, while layer's own experts compute.
-void Model::predict_next_experts(int64_t layer, const float* x, int64_t n, Workspace& ws, ThreadPool* pool) const {
+void Model::predict_next_experts(int64_t layer, const float* x, int64_t n, Workspace& ws,
+                                 ThreadPool* pool) const {
     const ModelConfig& c = config_;
     if (layer + 1 >= c.n_layers || !experts_->wants_prefetch()) return;
     const LayerWeights& next = weights_.layers[static_cast<size_t>(layer + 1)];
     if (!next.moe) return;
     const int64_t H = c.hidden, E = c.n_experts, K = c.top_k;
     float* normed = grow(ws.tmp, n * H);
-    for (int64_t t = 0; t < n; ++t) kernels::rms_norm(x + t * H, next.post_norm.data(), H, c.rms_eps, normed + t * H);
+    for (int64_t t = 0; t < n; ++t)
+        kernels::rms_norm(x + t * H, next.post_norm.data(), H, c.rms_eps, normed + t * H);
     float* logits = grow(ws.router, n * E);
     linear(next.moe_w.router, normed, n, logits, pool);
     int32_t* ids = grow(ws.topk_ids, n * K);

@@ -25,27 +25,29 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 }
 
 Status mismatch(const std::string& name, const std::string& expected, const TensorInfo& t) {
-    return error(ErrorCode::kInvalidArgument,
-                 "[weights] tensor '" + name + "': expected " + expected + ", got " + format::describe(t.dtype, t.shape));
+    return error(ErrorCode::kInvalidArgument, "[weights] tensor '" + name + "': expected " + expected +
+                                                  ", got " + format::describe(t.dtype, t.shape));
 }
 
 // Binds tensor names to kernel views for one checkpoint.
 class Binder {
-   public:
+ public:
     Binder(const ModelConfig& cfg, const format::Checkpoint& ckpt) : cfg_(cfg), ckpt_(ckpt) {}
 
     const TensorInfo* find(const std::string& name) const { return ckpt_.find(name); }
 
     Expected<const TensorInfo*> require(const std::string& name) const {
         const TensorInfo* t = ckpt_.find(name);
-        if (t == nullptr) return error(ErrorCode::kNotFound, "[weights] missing tensor '" + name + "' in " + ckpt_.dir());
+        if (t == nullptr)
+            return error(ErrorCode::kNotFound, "[weights] missing tensor '" + name + "' in " + ckpt_.dir());
         return t;
     }
 
     // A (possibly stacked) linear at module path `path`: `count` matrices of [rows, cols]
     // (count 0 = a plain 2-D tensor). Returns one view per matrix.
     Expected<std::vector<WeightView>> linear_stack(const std::string& path, int64_t count, int64_t rows,
-                                                   int64_t cols, const std::string& weight_suffix = ".weight") {
+                                                   int64_t cols,
+                                                   const std::string& weight_suffix = ".weight") {
         const std::string wname = path + weight_suffix;
         SLUICE_ASSIGN_OR_RETURN(const TensorInfo* w, require(wname));
         std::vector<int64_t> lead;
@@ -60,10 +62,14 @@ class Binder {
                 case DType::kF32: type = WeightType::kF32; break;
                 case DType::kF16: type = WeightType::kF16; break;
                 case DType::kBF16: type = WeightType::kBF16; break;
-                default: return mismatch(wname, "F32, F16 or BF16 " + shape_str(with(lead, {rows, cols})), *w);
+                default:
+                    return mismatch(wname, "F32, F16 or BF16 " + shape_str(with(lead, {rows, cols})), *w);
             }
             if (w->shape != with(lead, {rows, cols}))
-                return mismatch(wname, std::string(format::dtype_name(w->dtype)) + " " + shape_str(with(lead, {rows, cols})), *w);
+                return mismatch(
+                    wname,
+                    std::string(format::dtype_name(w->dtype)) + " " + shape_str(with(lead, {rows, cols})),
+                    *w);
             const size_t stride = static_cast<size_t>(rows * cols) * format::dtype_size(w->dtype);
             for (int64_t e = 0; e < n; ++e) {
                 WeightView& v = views[static_cast<size_t>(e)];
@@ -77,34 +83,43 @@ class Binder {
 
         // MLX affine: bits and group size from the config, cross-checked against the shapes.
         if (!cfg_.quantization.present) {
-            return error(ErrorCode::kInvalidArgument, "[weights] tensor '" + path +
-                                                          ".scales' exists but config.json has no 'quantization' block");
+            return error(
+                ErrorCode::kInvalidArgument,
+                "[weights] tensor '" + path + ".scales' exists but config.json has no 'quantization' block");
         }
         QuantSpec spec = cfg_.quantization.for_module(path);
         if (spec.bits == 0) {
             return error(ErrorCode::kInvalidArgument,
-                         "[weights] module '" + path + "' is quantized in the checkpoint but unquantized in config.json");
+                         "[weights] module '" + path +
+                             "' is quantized in the checkpoint but unquantized in config.json");
         }
         if (cols % spec.group_size != 0 || (cols * spec.bits) % 32 != 0) {
-            return error(ErrorCode::kInvalidArgument, "[weights] module '" + path + "': input size " + std::to_string(cols) +
-                                                          " is not a multiple of group size " + std::to_string(spec.group_size));
+            return error(ErrorCode::kInvalidArgument,
+                         "[weights] module '" + path + "': input size " + std::to_string(cols) +
+                             " is not a multiple of group size " + std::to_string(spec.group_size));
         }
         const int64_t words = cols * spec.bits / 32;
         const int64_t groups = cols / spec.group_size;
-        const std::string quant_desc = std::to_string(spec.bits) + "-bit group " + std::to_string(spec.group_size);
+        const std::string quant_desc =
+            std::to_string(spec.bits) + "-bit group " + std::to_string(spec.group_size);
         if (w->dtype != DType::kU32 || w->shape != with(lead, {rows, words})) {
-            return mismatch(wname, "U32 " + shape_str(with(lead, {rows, words})) + " (" + quant_desc + " of " +
-                                       shape_str(with(lead, {rows, cols})) + ")", *w);
+            return mismatch(wname,
+                            "U32 " + shape_str(with(lead, {rows, words})) + " (" + quant_desc + " of " +
+                                shape_str(with(lead, {rows, cols})) + ")",
+                            *w);
         }
         SLUICE_ASSIGN_OR_RETURN(const TensorInfo* biases, require(path + ".biases"));
         for (const TensorInfo* sb : {scales, biases}) {
             const std::string sname = sb == scales ? path + ".scales" : path + ".biases";
             if (sb->shape != with(lead, {rows, groups}) ||
                 (sb->dtype != DType::kF32 && sb->dtype != DType::kF16 && sb->dtype != DType::kBF16)) {
-                return mismatch(sname, "F32/F16/BF16 " + shape_str(with(lead, {rows, groups})) + " (" + quant_desc + ")", *sb);
+                return mismatch(
+                    sname, "F32/F16/BF16 " + shape_str(with(lead, {rows, groups})) + " (" + quant_desc + ")",
+                    *sb);
             }
         }
-        if (scales->dtype != biases->dtype) return mismatch(path + ".biases", format::dtype_name(scales->dtype), *biases);
+        if (scales->dtype != biases->dtype)
+            return mismatch(path + ".biases", format::dtype_name(scales->dtype), *biases);
         const ScaleType stype = scales->dtype == DType::kF32   ? ScaleType::kF32
                                 : scales->dtype == DType::kF16 ? ScaleType::kF16
                                                                : ScaleType::kBF16;
@@ -132,7 +147,8 @@ class Binder {
     // A small float tensor of `numel` elements (any shape with that many), converted to f32.
     Expected<std::vector<float>> floats(const std::string& name, int64_t numel, float add = 0.0f) {
         SLUICE_ASSIGN_OR_RETURN(const TensorInfo* t, require(name));
-        if (t->numel() != numel || (t->dtype != DType::kF32 && t->dtype != DType::kF16 && t->dtype != DType::kBF16)) {
+        if (t->numel() != numel ||
+            (t->dtype != DType::kF32 && t->dtype != DType::kF16 && t->dtype != DType::kBF16)) {
             return mismatch(name, "F32/F16/BF16 with " + std::to_string(numel) + " elements", *t);
         }
         std::vector<float> out(static_cast<size_t>(numel));
@@ -149,7 +165,7 @@ class Binder {
         return out;
     }
 
-   private:
+ private:
     static std::vector<int64_t> with(std::vector<int64_t> lead, std::initializer_list<int64_t> tail) {
         lead.insert(lead.end(), tail);
         return lead;
@@ -168,7 +184,9 @@ uint64_t view_bytes(const WeightView& v) {
     return b;
 }
 
-uint64_t expert_bytes(const ExpertWeights& e) { return view_bytes(e.gate) + view_bytes(e.up) + view_bytes(e.down); }
+uint64_t expert_bytes(const ExpertWeights& e) {
+    return view_bytes(e.gate) + view_bytes(e.up) + view_bytes(e.down);
+}
 
 // Routed experts in any of the three checkpoint layouts: MLX stacked switch_mlp, the fused
 // Qwen3.5/3.6 gate_up_proj, or one tensor per expert and projection.
@@ -187,8 +205,9 @@ Status bind_routed_experts(Binder& b, const ModelConfig& cfg, const std::string&
         SLUICE_ASSIGN_OR_RETURN(auto gu, b.linear_stack(p + "mlp.experts.gate_up_proj", E, 2 * I, H, ""));
         SLUICE_ASSIGN_OR_RETURN(auto dn, b.linear_stack(p + "mlp.experts.down_proj", E, H, I, ""));
         if (gu[0].quantized()) {
-            return error(ErrorCode::kUnsupported, "[weights] quantized fused gate_up_proj in '" + p +
-                                                      "mlp.experts' is not supported (MLX checkpoints use switch_mlp)");
+            return error(ErrorCode::kUnsupported,
+                         "[weights] quantized fused gate_up_proj in '" + p +
+                             "mlp.experts' is not supported (MLX checkpoints use switch_mlp)");
         }
         for (int64_t e = 0; e < E; ++e) {
             ExpertWeights& ex = m.experts[e];
@@ -232,9 +251,10 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
         }
     }
     if (prefix.empty()) {
-        return error(ErrorCode::kNotFound, "[weights] no embedding table in " + ck.dir() +
-                                               " (looked for model.embed_tokens.weight, model.language_model.embed_tokens.weight, "
-                                               "language_model.model.embed_tokens.weight)");
+        return error(ErrorCode::kNotFound,
+                     "[weights] no embedding table in " + ck.dir() +
+                         " (looked for model.embed_tokens.weight, model.language_model.embed_tokens.weight, "
+                         "language_model.model.embed_tokens.weight)");
     }
 
     // MLX-converted checkpoints store conv1d as [C, K, 1] and have the zero-centred +1 folded into
@@ -248,8 +268,10 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
     }
     for (int64_t l = 0; l < cfg.n_layers; ++l) {
         if (cfg.is_full_attention(l)) continue;
-        const TensorInfo* conv = ck.find(prefix + "layers." + std::to_string(l) + ".linear_attn.conv1d.weight");
-        if (conv != nullptr && conv->shape.size() == 3) mlx_layout = conv->shape[2] == 1 && conv->shape[1] != 1;
+        const TensorInfo* conv =
+            ck.find(prefix + "layers." + std::to_string(l) + ".linear_attn.conv1d.weight");
+        if (conv != nullptr && conv->shape.size() == 3)
+            mlx_layout = conv->shape[2] == 1 && conv->shape[1] != 1;
         break;
     }
     mw.layout = mlx_layout ? CheckpointLayout::kMlx : CheckpointLayout::kHuggingFace;
@@ -263,7 +285,8 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
     } else if (cfg.tie_word_embeddings) {
         mw.lm_head = mw.embed;
     } else {
-        return error(ErrorCode::kNotFound, "[weights] missing tensor '" + lm_head_path + ".weight' (and tie_word_embeddings is false)");
+        return error(ErrorCode::kNotFound, "[weights] missing tensor '" + lm_head_path +
+                                               ".weight' (and tie_word_embeddings is false)");
     }
     mw.dense_bytes += view_bytes(mw.embed) + (mw.lm_head.data != mw.embed.data ? view_bytes(mw.lm_head) : 0);
 
@@ -279,12 +302,18 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
             AttentionWeights& a = lw.attn;
             const int64_t q_rows = cfg.n_heads * cfg.head_dim * (cfg.attn_output_gate ? 2 : 1);
             SLUICE_ASSIGN_OR_RETURN(a.q_proj, b.linear(p + "self_attn.q_proj", q_rows, H));
-            SLUICE_ASSIGN_OR_RETURN(a.k_proj, b.linear(p + "self_attn.k_proj", cfg.n_kv_heads * cfg.head_dim, H));
-            SLUICE_ASSIGN_OR_RETURN(a.v_proj, b.linear(p + "self_attn.v_proj", cfg.n_kv_heads * cfg.head_dim, H));
-            SLUICE_ASSIGN_OR_RETURN(a.o_proj, b.linear(p + "self_attn.o_proj", H, cfg.n_heads * cfg.head_dim));
-            SLUICE_ASSIGN_OR_RETURN(a.q_norm, b.floats(p + "self_attn.q_norm.weight", cfg.head_dim, norm_add));
-            SLUICE_ASSIGN_OR_RETURN(a.k_norm, b.floats(p + "self_attn.k_norm.weight", cfg.head_dim, norm_add));
-            for (const WeightView* v : {&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj}) mw.dense_bytes += view_bytes(*v);
+            SLUICE_ASSIGN_OR_RETURN(a.k_proj,
+                                    b.linear(p + "self_attn.k_proj", cfg.n_kv_heads * cfg.head_dim, H));
+            SLUICE_ASSIGN_OR_RETURN(a.v_proj,
+                                    b.linear(p + "self_attn.v_proj", cfg.n_kv_heads * cfg.head_dim, H));
+            SLUICE_ASSIGN_OR_RETURN(a.o_proj,
+                                    b.linear(p + "self_attn.o_proj", H, cfg.n_heads * cfg.head_dim));
+            SLUICE_ASSIGN_OR_RETURN(a.q_norm,
+                                    b.floats(p + "self_attn.q_norm.weight", cfg.head_dim, norm_add));
+            SLUICE_ASSIGN_OR_RETURN(a.k_norm,
+                                    b.floats(p + "self_attn.k_norm.weight", cfg.head_dim, norm_add));
+            for (const WeightView* v : {&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj})
+                mw.dense_bytes += view_bytes(*v);
         } else {
             DeltaNetWeights& d = lw.linear;
             const int64_t kd = cfg.linear_key_dim(), vd = cfg.linear_value_dim(), nv = cfg.linear_v_heads;
@@ -294,7 +323,8 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
                 SLUICE_ASSIGN_OR_RETURN(d.in_z, b.linear(q + "in_proj_z", vd, H));
                 SLUICE_ASSIGN_OR_RETURN(d.in_b, b.linear(q + "in_proj_b", nv, H));
                 SLUICE_ASSIGN_OR_RETURN(d.in_a, b.linear(q + "in_proj_a", nv, H));
-                for (const WeightView* v : {&d.in_qkv, &d.in_z, &d.in_b, &d.in_a}) mw.dense_bytes += view_bytes(*v);
+                for (const WeightView* v : {&d.in_qkv, &d.in_z, &d.in_b, &d.in_a})
+                    mw.dense_bytes += view_bytes(*v);
             } else {
                 SLUICE_ASSIGN_OR_RETURN(d.in_qkvz, b.linear(q + "in_proj_qkvz", 2 * kd + 2 * vd, H));
                 SLUICE_ASSIGN_OR_RETURN(d.in_ba, b.linear(q + "in_proj_ba", 2 * nv, H));
@@ -336,8 +366,8 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
             mw.dense_bytes += expert_bytes(m.shared) + view_bytes(m.shared_gate);
         }
     }
-    log::debug("[weights] {} layout, prefix '{}', dense {:.1f} MB, experts {:.1f} MB", layout_name(mw.layout), prefix,
-               mw.dense_bytes / 1e6, mw.expert_bytes / 1e6);
+    log::debug("[weights] {} layout, prefix '{}', dense {:.1f} MB, experts {:.1f} MB", layout_name(mw.layout),
+               prefix, mw.dense_bytes / 1e6, mw.expert_bytes / 1e6);
     mw.checkpoint = std::move(checkpoint);
     return mw;
 }

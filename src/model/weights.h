@@ -32,10 +32,10 @@ enum class CheckpointLayout { kHuggingFace, kMlx };
 const char* layout_name(CheckpointLayout layout);
 
 struct AttentionWeights {
-    WeightView q_proj;  // [nh·hd·(gate ? 2 : 1), H]; with a gate, q and gate interleave per head
-    WeightView k_proj;  // [nkv·hd, H]
-    WeightView v_proj;  // [nkv·hd, H]
-    WeightView o_proj;  // [H, nh·hd]
+    WeightView q_proj;          // [nh·hd·(gate ? 2 : 1), H]; with a gate, q and gate interleave per head
+    WeightView k_proj;          // [nkv·hd, H]
+    WeightView v_proj;          // [nkv·hd, H]
+    WeightView o_proj;          // [H, nh·hd]
     std::vector<float> q_norm;  // [hd]
     std::vector<float> k_norm;  // [hd]
 };
@@ -45,15 +45,15 @@ struct DeltaNetWeights {
     WeightView in_qkvz;  // [2·nk·dk + 2·nv·dv, H]
     WeightView in_ba;    // [2·nv, H]
     // Qwen3.5/3.6: split, head-major (models.md §4.2).
-    WeightView in_qkv;  // [2·nk·dk + nv·dv, H]
-    WeightView in_z;    // [nv·dv, H]
-    WeightView in_b;    // [nv, H]
-    WeightView in_a;    // [nv, H]
-    std::vector<float> conv;      // [conv_dim, K]; conv[c·K + K-1] multiplies the current token
-    std::vector<float> neg_a;     // [nv]: −exp(A_log)
-    std::vector<float> dt_bias;   // [nv]
-    std::vector<float> norm;      // [dv] plain weight (never +1)
-    WeightView out_proj;          // [H, nv·dv]
+    WeightView in_qkv;           // [2·nk·dk + nv·dv, H]
+    WeightView in_z;             // [nv·dv, H]
+    WeightView in_b;             // [nv, H]
+    WeightView in_a;             // [nv, H]
+    std::vector<float> conv;     // [conv_dim, K]; conv[c·K + K-1] multiplies the current token
+    std::vector<float> neg_a;    // [nv]: −exp(A_log)
+    std::vector<float> dt_bias;  // [nv]
+    std::vector<float> norm;     // [dv] plain weight (never +1)
+    WeightView out_proj;         // [H, nv·dv]
 };
 
 struct ExpertWeights {
@@ -63,11 +63,11 @@ struct ExpertWeights {
 };
 
 struct MoeWeights {
-    WeightView router;                  // [E, H]
+    WeightView router;                   // [E, H]
     std::vector<ExpertWeights> experts;  // [E] views into the checkpoint
     bool has_shared = false;
-    ExpertWeights shared;      // [I_s, H] ...
-    WeightView shared_gate;    // [1, H]
+    ExpertWeights shared;    // [I_s, H] ...
+    WeightView shared_gate;  // [1, H]
 };
 
 struct LayerWeights {
@@ -83,9 +83,9 @@ struct LayerWeights {
 
 struct ModelWeights {
     CheckpointLayout layout = CheckpointLayout::kHuggingFace;
-    WeightView embed;    // [V, H]
+    WeightView embed;               // [V, H]
     std::vector<float> final_norm;  // [H]
-    WeightView lm_head;  // [V, H]
+    WeightView lm_head;             // [V, H]
     std::vector<LayerWeights> layers;
     std::shared_ptr<format::Checkpoint> checkpoint;
 

@@ -17,10 +17,14 @@ T* grow(std::vector<T>& buf, int64_t n) {
     return buf.data();
 }
 
-inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+inline float sigmoid(float x) {
+    return 1.0f / (1.0f + std::exp(-x));
+}
 
 // PyTorch's softplus (beta 1, threshold 20): linear above the threshold.
-inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+inline float softplus(float x) {
+    return x > 20.0f ? x : std::log1p(std::exp(x));
+}
 
 // Y[n, rows] = X[n, cols] · Wᵀ, taking the matvec path for a single token.
 inline void linear(const kernels::WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {

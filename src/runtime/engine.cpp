@@ -1,19 +1,18 @@
 // Engine: loads a model folder into a Model, describes it (ModelInfo), owns the compute threads.
 #include <fmt/format.h>
-
-#include <thread>
-
-#include "core/log.h"
-#include "kernels/kernels.h"
-#include "runtime/engine_impl.h"
-#include "runtime/memory_plan.h"
-#include "io/mapped_file.h"
-#include "sluice/chat_template.h"
-#include "sluice/tokenizer.h"
+#include <xxhash.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <xxhash.h>
+#include <thread>
+
+#include "core/log.h"
+#include "io/mapped_file.h"
+#include "kernels/kernels.h"
+#include "runtime/engine_impl.h"
+#include "runtime/memory_plan.h"
+#include "sluice/chat_template.h"
+#include "sluice/tokenizer.h"
 
 namespace sluice {
 
@@ -64,10 +63,12 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     plan.dense_bytes = model->weights().dense_bytes;
     for (int64_t l = 0; l < c.n_layers; ++l) {
         // f32 KV per context token for attention layers; conv + recurrent state for DeltaNet ones.
-        plan.state_bytes += c.is_full_attention(l)
-                                ? static_cast<uint64_t>(2 * c.n_kv_heads * c.head_dim * 4 * options.context_tokens)
-                                : static_cast<uint64_t>(((c.conv_kernel - 1) * c.conv_dim() +
-                                                         c.linear_v_heads * c.linear_k_dim * c.linear_v_dim) * 4);
+        plan.state_bytes +=
+            c.is_full_attention(l)
+                ? static_cast<uint64_t>(2 * c.n_kv_heads * c.head_dim * 4 * options.context_tokens)
+                : static_cast<uint64_t>(((c.conv_kernel - 1) * c.conv_dim() +
+                                         c.linear_v_heads * c.linear_k_dim * c.linear_v_dim) *
+                                        4);
     }
     plan.scratch_bytes = runtime::scratch_bytes_estimate(c, 256);
     plan.budget_bytes = options.memory_bytes;
@@ -80,16 +81,20 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     if (plan.streaming) {
         const uint64_t slot = experts::ExpertStore::slot_bytes_for(model->packed_layout());
         if (plan.budget_bytes < fixed + slot) {
-            return error(ErrorCode::kOutOfMemory,
-                         fmt::format("[engine] a memory budget of {} does not fit this model: the dense core needs {}, "
-                                     "session state {}, scratch {} and the runtime {} before any expert cache (at least {} "
-                                     "in all); raise --memory or lower --ctx-size",
-                                     human_bytes(plan.budget_bytes), human_bytes(plan.dense_bytes), human_bytes(plan.state_bytes),
-                                     human_bytes(plan.scratch_bytes), human_bytes(plan.runtime_bytes), human_bytes(fixed + slot)));
+            return error(
+                ErrorCode::kOutOfMemory,
+                fmt::format(
+                    "[engine] a memory budget of {} does not fit this model: the dense core needs {}, "
+                    "session state {}, scratch {} and the runtime {} before any expert cache (at least {} "
+                    "in all); raise --memory or lower --ctx-size",
+                    human_bytes(plan.budget_bytes), human_bytes(plan.dense_bytes),
+                    human_bytes(plan.state_bytes), human_bytes(plan.scratch_bytes),
+                    human_bytes(plan.runtime_bytes), human_bytes(fixed + slot)));
         }
         plan.slot_bytes = slot;
         plan.cache_slots = static_cast<int64_t>((plan.budget_bytes - fixed) / slot);
-        const int64_t all_experts = c.n_experts * static_cast<int64_t>(model->packed_layout().expert_files.size());
+        const int64_t all_experts =
+            c.n_experts * static_cast<int64_t>(model->packed_layout().expert_files.size());
         plan.cache_slots = std::min(plan.cache_slots, all_experts);
         if (options.expert_cache_bytes > 0)
             plan.cache_slots = std::max<int64_t>(1, static_cast<int64_t>(options.expert_cache_bytes / slot));
@@ -100,14 +105,16 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         so.prefetch = options.prefetch;
         so.verify_reads = options.verify_reads;
         so.policy = options.cache_policy;
-        SLUICE_ASSIGN_OR_RETURN(im.store, experts::ExpertStore::open(options.model_dir, model->packed_layout(), so));
+        SLUICE_ASSIGN_OR_RETURN(im.store,
+                                experts::ExpertStore::open(options.model_dir, model->packed_layout(), so));
         model->set_expert_source(im.store.get());
     } else {
         plan.dense_bytes += model->weights().expert_bytes;  // resident (mapped) experts
     }
     im.model = std::move(model);
     SLUICE_RETURN_IF_ERROR(engine->load_text_side());
-    int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+    int threads =
+        options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
     im.pool = std::make_unique<ThreadPool>(threads > 0 ? threads : 1);
     log::debug("[engine] {} ({}, {}), {} threads, {} kernels", info.family, info.layout, info.quantization,
                im.pool->size(), kernels::cpu_kernel_isa());
@@ -137,7 +144,8 @@ Status Engine::load_text_side() {
         SLUICE_ASSIGN_OR_RETURN(std::string text, io::read_text_file(gen_path.string()));
         auto g = nlohmann::json::parse(text, nullptr, false);
         if (g.is_discarded() || !g.is_object())
-            return error(ErrorCode::kInvalidArgument, "[engine] " + gen_path.string() + ": not a valid JSON object");
+            return error(ErrorCode::kInvalidArgument,
+                         "[engine] " + gen_path.string() + ": not a valid JSON object");
         auto eos = g.find("eos_token_id");
         if (eos != g.end()) {
             if (eos->is_number_integer()) im.eos_ids.push_back(eos->get<int32_t>());
@@ -147,8 +155,10 @@ Status Engine::load_text_side() {
         }
         SamplingParams& d = im.default_sampling;
         if (g.value("do_sample", true)) {
-            if (g.contains("temperature") && g["temperature"].is_number()) d.temperature = g["temperature"].get<float>();
-            else d.temperature = 1.0f;
+            if (g.contains("temperature") && g["temperature"].is_number())
+                d.temperature = g["temperature"].get<float>();
+            else
+                d.temperature = 1.0f;
             if (g.contains("top_k") && g["top_k"].is_number_integer()) d.top_k = g["top_k"].get<int32_t>();
             if (g.contains("top_p") && g["top_p"].is_number()) d.top_p = g["top_p"].get<float>();
             if (g.contains("min_p") && g["min_p"].is_number()) d.min_p = g["min_p"].get<float>();
@@ -162,27 +172,45 @@ Status Engine::load_text_side() {
         for (int32_t id = 0; id < static_cast<int32_t>(im.info.vocab_size); ++id) {
             const bool eos = std::find(im.eos_ids.begin(), im.eos_ids.end(), id) != im.eos_ids.end();
             // Rows past the tokenizer's vocabulary are padding: never a valid output.
-            if (!eos && (id >= im.tokenizer->vocab_size() || im.tokenizer->is_special(id))) im.suppressed_ids.push_back(id);
+            if (!eos && (id >= im.tokenizer->vocab_size() || im.tokenizer->is_special(id)))
+                im.suppressed_ids.push_back(id);
         }
     }
     std::sort(im.eos_ids.begin(), im.eos_ids.end());
     im.eos_ids.erase(std::unique(im.eos_ids.begin(), im.eos_ids.end()), im.eos_ids.end());
     auto config_text = io::read_text_file((fs::path(dir) / "config.json").string());
     const std::string identity = (config_text.has_value() ? *config_text : std::string()) + "|" +
-                                 std::to_string(im.info.dense_bytes) + "|" + std::to_string(im.info.expert_bytes);
+                                 std::to_string(im.info.dense_bytes) + "|" +
+                                 std::to_string(im.info.expert_bytes);
     im.fingerprint = XXH3_64bits(identity.data(), identity.size());
     return Status::ok();
 }
 
-const SamplingParams& Engine::default_sampling() const { return impl_->default_sampling; }
-const std::vector<int32_t>& Engine::eos_token_ids() const { return impl_->eos_ids; }
+const SamplingParams& Engine::default_sampling() const {
+    return impl_->default_sampling;
+}
+const std::vector<int32_t>& Engine::eos_token_ids() const {
+    return impl_->eos_ids;
+}
 
-const ModelInfo& Engine::info() const { return impl_->info; }
-const EngineOptions& Engine::options() const { return impl_->options; }
-std::shared_ptr<const Tokenizer> Engine::tokenizer() const { return impl_->tokenizer; }
-std::shared_ptr<const ChatTemplate> Engine::chat_template() const { return impl_->chat_template; }
-const char* Engine::cpu_kernels() { return kernels::cpu_kernel_isa(); }
-const MemoryPlan& Engine::memory_plan() const { return impl_->plan; }
+const ModelInfo& Engine::info() const {
+    return impl_->info;
+}
+const EngineOptions& Engine::options() const {
+    return impl_->options;
+}
+std::shared_ptr<const Tokenizer> Engine::tokenizer() const {
+    return impl_->tokenizer;
+}
+std::shared_ptr<const ChatTemplate> Engine::chat_template() const {
+    return impl_->chat_template;
+}
+const char* Engine::cpu_kernels() {
+    return kernels::cpu_kernel_isa();
+}
+const MemoryPlan& Engine::memory_plan() const {
+    return impl_->plan;
+}
 
 ExpertCacheStats Engine::expert_cache_stats() const {
     ExpertCacheStats out;

@@ -22,8 +22,8 @@ struct Engine::Impl {
     std::unique_ptr<ThreadPool> pool;
     MemoryPlan plan;
     std::unique_ptr<experts::ExpertStore> store;  // packed models only
-    std::mutex compute_mutex;  // one forward at a time on the shared pool
-    std::vector<int32_t> eos_ids;         // config + generation_config + tokenizer eos
+    std::mutex compute_mutex;                     // one forward at a time on the shared pool
+    std::vector<int32_t> eos_ids;                 // config + generation_config + tokenizer eos
     std::vector<int32_t> suppressed_ids;  // special tokens that are not EOS, and vocabulary padding rows
     SamplingParams default_sampling;      // from generation_config.json
     uint64_t fingerprint = 0;             // identifies the model for saved sessions

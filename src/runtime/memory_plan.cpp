@@ -1,12 +1,12 @@
 // The memory plan: one budget for the whole process (dense weights, per-session state, scratch,
 // expert cache). Streaming models get whatever the rest leaves as expert-cache slots.
+#include "runtime/memory_plan.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <fstream>
 #include <string>
-
-#include "runtime/memory_plan.h"
 
 namespace sluice {
 
@@ -17,11 +17,12 @@ std::string human_bytes(uint64_t b) {
 }
 
 std::string MemoryPlan::describe() const {
-    std::string s = fmt::format("memory plan: budget {} = dense {} + state {} + scratch {} + runtime {}", human_bytes(budget_bytes),
-                                human_bytes(dense_bytes), human_bytes(state_bytes), human_bytes(scratch_bytes),
-                                human_bytes(runtime_bytes));
+    std::string s = fmt::format("memory plan: budget {} = dense {} + state {} + scratch {} + runtime {}",
+                                human_bytes(budget_bytes), human_bytes(dense_bytes), human_bytes(state_bytes),
+                                human_bytes(scratch_bytes), human_bytes(runtime_bytes));
     if (streaming) {
-        s += fmt::format(" + expert cache {} ({} slots of {})", human_bytes(cache_bytes), cache_slots, human_bytes(slot_bytes));
+        s += fmt::format(" + expert cache {} ({} slots of {})", human_bytes(cache_bytes), cache_slots,
+                         human_bytes(slot_bytes));
     } else {
         s += " (experts resident: not a packed model)";
     }
@@ -44,10 +45,11 @@ uint64_t available_memory_bytes() {
 uint64_t scratch_bytes_estimate(const model::ModelConfig& c, int64_t chunk_tokens) {
     // The largest per-token buffers of the forward (model.h Workspace), times the chunk, plus one
     // vocabulary-sized logits row per chunk token for all-position logits.
-    const int64_t qkvz = std::max<int64_t>(2 * c.linear_key_dim() + 2 * c.linear_value_dim(), 2 * c.n_heads * c.head_dim);
+    const int64_t qkvz =
+        std::max<int64_t>(2 * c.linear_key_dim() + 2 * c.linear_value_dim(), 2 * c.n_heads * c.head_dim);
     const int64_t ffn = std::max({c.expert_ffn, c.shared_expert_ffn, c.dense_ffn});
-    const int64_t per_token = 8 * c.hidden + 2 * qkvz + 3 * c.conv_dim() + 4 * c.linear_value_dim() + 2 * c.n_experts +
-                              4 * c.n_heads * c.head_dim + 4 * ffn * c.top_k + c.vocab;
+    const int64_t per_token = 8 * c.hidden + 2 * qkvz + 3 * c.conv_dim() + 4 * c.linear_value_dim() +
+                              2 * c.n_experts + 4 * c.n_heads * c.head_dim + 4 * ffn * c.top_k + c.vocab;
     return static_cast<uint64_t>(per_token * chunk_tokens) * 4;
 }
 

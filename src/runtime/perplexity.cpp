@@ -8,20 +8,24 @@
 namespace sluice {
 
 Expected<PerplexityResult> compute_perplexity(Engine& engine, std::span<const int32_t> tokens, int64_t ctx,
-                                              int64_t max_windows, const std::function<void(int64_t, int64_t)>& progress) {
-    if (ctx < 4 || ctx % 2 != 0) return error(ErrorCode::kInvalidArgument, "[perplexity] ctx must be an even number >= 4");
+                                              int64_t max_windows,
+                                              const std::function<void(int64_t, int64_t)>& progress) {
+    if (ctx < 4 || ctx % 2 != 0)
+        return error(ErrorCode::kInvalidArgument, "[perplexity] ctx must be an even number >= 4");
     PerplexityResult r;
     r.ctx = ctx;
     int64_t windows = static_cast<int64_t>(tokens.size()) / ctx;
     if (windows == 0) {
-        return error(ErrorCode::kInvalidArgument, "[perplexity] the text has " + std::to_string(tokens.size()) +
-                                                      " tokens, fewer than one window of " + std::to_string(ctx));
+        return error(ErrorCode::kInvalidArgument,
+                     "[perplexity] the text has " + std::to_string(tokens.size()) +
+                         " tokens, fewer than one window of " + std::to_string(ctx));
     }
     if (max_windows > 0) windows = std::min(windows, max_windows);
     const int64_t V = engine.info().vocab_size;
     auto session = engine.new_session();
     if (session->context_size() < ctx)
-        return error(ErrorCode::kInvalidArgument, "[perplexity] ctx " + std::to_string(ctx) + " exceeds the engine's context");
+        return error(ErrorCode::kInvalidArgument,
+                     "[perplexity] ctx " + std::to_string(ctx) + " exceeds the engine's context");
     double total_nll = 0;
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t w = 0; w < windows; ++w) {

@@ -20,7 +20,10 @@ float log_softmax_at(std::span<const float> logits, int32_t id) {
 }  // namespace
 
 Sampler::Sampler(const SamplingParams& params, int64_t vocab, std::vector<int32_t> suppressed)
-    : params_(params), vocab_(vocab), suppressed_(std::move(suppressed)), counts_(static_cast<size_t>(vocab), 0) {
+    : params_(params),
+      vocab_(vocab),
+      suppressed_(std::move(suppressed)),
+      counts_(static_cast<size_t>(vocab), 0) {
     if (params_.seed) {
         rng_.seed(*params_.seed);
     } else {
@@ -30,14 +33,16 @@ Sampler::Sampler(const SamplingParams& params, int64_t vocab, std::vector<int32_
     candidates_.reserve(static_cast<size_t>(vocab));
 }
 
-int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> context, std::span<const int32_t> generated,
-                        const GenerateOptions& options, TokenEvent* event) {
+int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> context,
+                        std::span<const int32_t> generated, const GenerateOptions& options,
+                        TokenEvent* event) {
     for (const auto& [id, bias] : params_.logit_bias)
         if (id >= 0 && id < vocab_) logits[static_cast<size_t>(id)] += bias;
     for (int32_t id : suppressed_) logits[static_cast<size_t>(id)] = kNegInf;
 
     if (params_.repetition_penalty != 1.0f) {
-        const size_t window = params_.repetition_window > 0 ? static_cast<size_t>(params_.repetition_window) : context.size();
+        const size_t window =
+            params_.repetition_window > 0 ? static_cast<size_t>(params_.repetition_window) : context.size();
         const size_t start = context.size() > window ? context.size() - window : 0;
         std::vector<int32_t> seen;
         for (size_t i = start; i < context.size(); ++i) seen.push_back(context[i]);
@@ -53,7 +58,8 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> contex
         for (int32_t id : generated) {
             int32_t& c = counts_[static_cast<size_t>(id)];
             if (c == 0) continue;  // already applied for this id
-            logits[static_cast<size_t>(id)] -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(c);
+            logits[static_cast<size_t>(id)] -=
+                params_.presence_penalty + params_.frequency_penalty * static_cast<float>(c);
             c = 0;
         }
     }
@@ -72,11 +78,14 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> contex
         if (candidates_.empty()) {
             chosen = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
         } else {
-            auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+            auto by_logit = [](const auto& a, const auto& b) {
+                return a.first > b.first || (a.first == b.first && a.second < b.second);
+            };
             size_t keep = candidates_.size();
             if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
                 keep = static_cast<size_t>(params_.top_k);
-                std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<long>(keep), candidates_.end(), by_logit);
+                std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<long>(keep),
+                                  candidates_.end(), by_logit);
                 candidates_.resize(keep);
             } else {
                 std::sort(candidates_.begin(), candidates_.end(), by_logit);
@@ -129,8 +138,11 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> contex
             for (int64_t i = 0; i < vocab_; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(i);
             const size_t k = std::min<size_t>(static_cast<size_t>(options.top_logprobs), ids.size());
             std::partial_sort(ids.begin(), ids.begin() + static_cast<long>(k), ids.end(),
-                              [&](int32_t a, int32_t b) { return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)]; });
-            for (size_t i = 0; i < k; ++i) event->top_logprobs.emplace_back(ids[i], log_softmax_at(logits, ids[i]));
+                              [&](int32_t a, int32_t b) {
+                                  return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)];
+                              });
+            for (size_t i = 0; i < k; ++i)
+                event->top_logprobs.emplace_back(ids[i], log_softmax_at(logits, ids[i]));
         }
     }
     return chosen;

@@ -17,16 +17,16 @@
 namespace sluice::runtime {
 
 class Sampler {
-   public:
+ public:
     // `suppressed`: ids never sampled (special tokens that are not EOS), may be empty.
     Sampler(const SamplingParams& params, int64_t vocab, std::vector<int32_t> suppressed);
 
     // Picks the next token from `logits` (modified in place). `context` = prompt + generated so far
     // (for the repetition window), `generated` = this request's output (presence/frequency).
-    int32_t sample(std::span<float> logits, std::span<const int32_t> context, std::span<const int32_t> generated,
-                   const GenerateOptions& options, TokenEvent* event);
+    int32_t sample(std::span<float> logits, std::span<const int32_t> context,
+                   std::span<const int32_t> generated, const GenerateOptions& options, TokenEvent* event);
 
-   private:
+ private:
     SamplingParams params_;
     int64_t vocab_;
     std::vector<int32_t> suppressed_;

@@ -15,7 +15,9 @@ namespace sluice {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+double ms_since(Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
 
 constexpr size_t kMaxCheckpoints = 4;
 
@@ -48,11 +50,21 @@ const char* finish_reason_name(FinishReason reason) {
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() = default;
 
-int64_t Session::position() const { return impl_->state.n_past; }
-const std::vector<int32_t>& Session::tokens() const { return impl_->tokens; }
-int64_t Session::context_size() const { return impl_->state.max_positions; }
-const GenerationStats& Session::stats() const { return impl_->stats; }
-void Session::cancel() { impl_->cancel_requested.store(true); }
+int64_t Session::position() const {
+    return impl_->state.n_past;
+}
+const std::vector<int32_t>& Session::tokens() const {
+    return impl_->tokens;
+}
+int64_t Session::context_size() const {
+    return impl_->state.max_positions;
+}
+const GenerationStats& Session::stats() const {
+    return impl_->stats;
+}
+void Session::cancel() {
+    impl_->cancel_requested.store(true);
+}
 
 void Session::reset() {
     impl_->state.reset();
@@ -60,7 +72,8 @@ void Session::reset() {
     impl_->checkpoints.clear();
 }
 
-Expected<std::vector<float>> Session::evaluate(std::span<const int32_t> tokens, bool all_logits, int64_t chunk_tokens) {
+Expected<std::vector<float>> Session::evaluate(std::span<const int32_t> tokens, bool all_logits,
+                                               int64_t chunk_tokens) {
     Impl& s = *impl_;
     Engine::Impl& e = *s.engine->impl_;
     const int64_t V = e.info.vocab_size;
@@ -73,8 +86,9 @@ Expected<std::vector<float>> Session::evaluate(std::span<const int32_t> tokens, 
         const int64_t count = std::min(chunk_tokens, n - begin);
         const bool last = begin + count == n;
         float* out = all_logits ? logits.data() + begin * V : (last ? logits.data() : nullptr);
-        SLUICE_RETURN_IF_ERROR(e.model->forward(s.state, tokens.subspan(static_cast<size_t>(begin), static_cast<size_t>(count)),
-                                                out, all_logits, s.ws, e.pool.get()));
+        SLUICE_RETURN_IF_ERROR(
+            e.model->forward(s.state, tokens.subspan(static_cast<size_t>(begin), static_cast<size_t>(count)),
+                             out, all_logits, s.ws, e.pool.get()));
         s.tokens.insert(s.tokens.end(), tokens.begin() + begin, tokens.begin() + begin + count);
     }
     return logits;
@@ -128,15 +142,18 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
     Engine::Impl& e = *s.engine->impl_;
     const int64_t V = e.info.vocab_size;
     if (prompt.empty()) return error(ErrorCode::kInvalidArgument, "[session] the prompt is empty");
-    if (options.max_tokens < 0) return error(ErrorCode::kInvalidArgument, "[session] max_tokens must be >= 0");
+    if (options.max_tokens < 0)
+        return error(ErrorCode::kInvalidArgument, "[session] max_tokens must be >= 0");
     if (static_cast<int64_t>(prompt.size()) + options.max_tokens > s.state.max_positions &&
         static_cast<int64_t>(prompt.size()) >= s.state.max_positions) {
-        return error(ErrorCode::kInvalidArgument, "[session] the prompt has " + std::to_string(prompt.size()) +
-                                                      " tokens; the context holds " + std::to_string(s.state.max_positions));
+        return error(ErrorCode::kInvalidArgument,
+                     "[session] the prompt has " + std::to_string(prompt.size()) +
+                         " tokens; the context holds " + std::to_string(s.state.max_positions));
     }
     for (int32_t id : prompt) {
         if (id < 0 || id >= V)
-            return error(ErrorCode::kInvalidArgument, "[session] token id " + std::to_string(id) + " is outside the vocabulary");
+            return error(ErrorCode::kInvalidArgument,
+                         "[session] token id " + std::to_string(id) + " is outside the vocabulary");
     }
     s.cancel_requested.store(false);
     s.stats = GenerationStats{};
@@ -149,13 +166,28 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
     if (lcp == prompt.size()) --lcp;
     const int64_t start = s.rewind_to(static_cast<int64_t>(lcp));
     const auto fresh = prompt.subspan(static_cast<size_t>(start));
-    SLUICE_ASSIGN_OR_RETURN(std::vector<float> logits, evaluate(fresh, false));
+    // Prefill, pausing at requested checkpoint positions to keep the DeltaNet state there.
+    std::vector<int64_t> stops;
+    for (int64_t p : options.checkpoint_positions)
+        if (p > start && p < static_cast<int64_t>(prompt.size())) stops.push_back(p);
+    std::sort(stops.begin(), stops.end());
+    stops.push_back(static_cast<int64_t>(prompt.size()));
+    std::vector<float> logits;
+    int64_t at = start;
+    for (int64_t stop : stops) {
+        if (stop <= at) continue;
+        SLUICE_ASSIGN_OR_RETURN(
+            logits, evaluate(prompt.subspan(static_cast<size_t>(at), static_cast<size_t>(stop - at)), false));
+        at = stop;
+        if (stop < static_cast<int64_t>(prompt.size())) s.save_checkpoint();
+    }
     s.stats.prefilled_tokens = static_cast<int64_t>(fresh.size());
     s.stats.prefill_ms = ms_since(t0);
     s.save_checkpoint();  // end of prompt
 
     GenerateResult result;
-    runtime::Sampler sampler(options.sampling, V, options.allow_special_tokens ? std::vector<int32_t>{} : e.suppressed_ids);
+    runtime::Sampler sampler(options.sampling, V,
+                             options.allow_special_tokens ? std::vector<int32_t>{} : e.suppressed_ids);
     std::unique_ptr<IncrementalDetokenizer> detok;
     if (e.tokenizer) detok = std::make_unique<IncrementalDetokenizer>(e.tokenizer, false);
     std::string pending;  // decoded text not yet emitted (possible stop-string prefix)
@@ -181,9 +213,9 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
         if (detok) {
             pending += detok->feed(next);
             for (const auto& stop : options.stop) {
-                const size_t at = stop.empty() ? std::string::npos : pending.find(stop);
-                if (at != std::string::npos) {
-                    event.text = pending.substr(0, at);
+                const size_t found = stop.empty() ? std::string::npos : pending.find(stop);
+                if (found != std::string::npos) {
+                    event.text = pending.substr(0, found);
                     result.stop_matched = stop;
                     stopped = true;
                     break;
@@ -241,7 +273,9 @@ template <typename T>
 void put(std::string& out, const T& v) {
     out.append(reinterpret_cast<const char*>(&v), sizeof v);
 }
-void put_floats(std::string& out, const float* p, size_t n) { out.append(reinterpret_cast<const char*>(p), n * sizeof(float)); }
+void put_floats(std::string& out, const float* p, size_t n) {
+    out.append(reinterpret_cast<const char*>(p), n * sizeof(float));
+}
 
 struct Reader {
     const std::string& in;
@@ -301,8 +335,11 @@ Status Session::load(const std::string& path) {
     Impl& s = *impl_;
     const model::ModelConfig& c = s.engine->impl_->model->config();
     SLUICE_ASSIGN_OR_RETURN(std::string in, io::read_text_file(path));
-    auto bad = [&](const std::string& what) { return error(ErrorCode::kCorrupt, "[session] " + path + ": " + what); };
-    if (in.size() < 36 || std::memcmp(in.data(), kSessionMagic, 8) != 0) return bad("not a sluice session file");
+    auto bad = [&](const std::string& what) {
+        return error(ErrorCode::kCorrupt, "[session] " + path + ": " + what);
+    };
+    if (in.size() < 36 || std::memcmp(in.data(), kSessionMagic, 8) != 0)
+        return bad("not a sluice session file");
     Reader r{in, 8};
     uint32_t version = 0;
     uint64_t fingerprint = 0, size = 0, hash = 0;
@@ -312,18 +349,23 @@ Status Session::load(const std::string& path) {
     r.get(&hash);
     if (version != kSessionVersion)
         return error(ErrorCode::kUnsupported, "[session] " + path + ": version " + std::to_string(version) +
-                                                  ", this sluice reads version " + std::to_string(kSessionVersion));
+                                                  ", this sluice reads version " +
+                                                  std::to_string(kSessionVersion));
     if (fingerprint != s.engine->impl_->fingerprint)
         return error(ErrorCode::kInvalidArgument, "[session] " + path + " was saved with a different model");
-    if (size != in.size() - r.pos) return bad("truncated (payload is " + std::to_string(in.size() - r.pos) + " bytes, header says " + std::to_string(size) + ")");
+    if (size != in.size() - r.pos)
+        return bad("truncated (payload is " + std::to_string(in.size() - r.pos) + " bytes, header says " +
+                   std::to_string(size) + ")");
     if (XXH3_64bits(in.data() + r.pos, size) != hash) return bad("checksum mismatch (damaged file)");
 
     model::ModelState state = s.engine->impl_->model->new_state(s.state.max_positions);
     int64_t n_past = 0, n_tokens = 0;
-    if (!r.get(&n_past) || !r.get(&n_tokens) || n_past < 0 || n_tokens != n_past) return bad("bad header fields");
+    if (!r.get(&n_past) || !r.get(&n_tokens) || n_past < 0 || n_tokens != n_past)
+        return bad("bad header fields");
     if (n_past > state.max_positions)
         return error(ErrorCode::kInvalidArgument, "[session] " + path + " holds " + std::to_string(n_past) +
-                                                      " tokens; this session's context is " + std::to_string(state.max_positions));
+                                                      " tokens; this session's context is " +
+                                                      std::to_string(state.max_positions));
     std::vector<int32_t> tokens(static_cast<size_t>(n_tokens));
     if (r.pos + tokens.size() * 4 > in.size()) return bad("truncated tokens");
     std::memcpy(tokens.data(), in.data() + r.pos, tokens.size() * 4);
@@ -336,7 +378,8 @@ Status Session::load(const std::string& path) {
             ok = r.get_floats(st.k_cache.data(), row * static_cast<size_t>(n_past)) &&
                  r.get_floats(st.v_cache.data(), row * static_cast<size_t>(n_past));
         } else {
-            ok = r.get_floats(st.conv.data(), st.conv.size()) && r.get_floats(st.recurrent.data(), st.recurrent.size());
+            ok = r.get_floats(st.conv.data(), st.conv.size()) &&
+                 r.get_floats(st.recurrent.data(), st.recurrent.size());
         }
         if (!ok) return bad("truncated state of layer " + std::to_string(l));
     }
@@ -348,7 +391,8 @@ Status Session::load(const std::string& path) {
         for (const auto& l : state.layers) {
             cp.conv.emplace_back(l.conv.size());
             cp.recurrent.emplace_back(l.recurrent.size());
-            if (!r.get_floats(cp.conv.back().data(), l.conv.size()) || !r.get_floats(cp.recurrent.back().data(), l.recurrent.size()))
+            if (!r.get_floats(cp.conv.back().data(), l.conv.size()) ||
+                !r.get_floats(cp.recurrent.back().data(), l.recurrent.size()))
                 return bad("truncated checkpoint");
         }
     }

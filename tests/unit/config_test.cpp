@@ -17,8 +17,9 @@ Expected<ModelConfig> load_shared(const std::string& rel) {
     return parse_model_config(*text, path);
 }
 
-#define SKIP_WITHOUT_SHARED() \
-    if (!sluice::testing::exists(sluice::testing::shared_dir() + "/model-configs")) GTEST_SKIP() << "../shared absent"
+#define SKIP_WITHOUT_SHARED()                                                       \
+    if (!sluice::testing::exists(sluice::testing::shared_dir() + "/model-configs")) \
+    GTEST_SKIP() << "../shared absent"
 
 TEST(ModelConfig, Qwen3Next80B) {
     SKIP_WITHOUT_SHARED();
@@ -97,7 +98,8 @@ TEST(ModelConfig, Qwen3MoeDefaults) {
     auto cfg = parse_model_config(R"({"model_type":"qwen3_moe","hidden_size":64,"num_hidden_layers":2,
         "vocab_size":100,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":32,
         "num_experts":8,"num_experts_per_tok":2,"moe_intermediate_size":16,"rope_theta":1000000,
-        "eos_token_id":[5,6]})", "c.json");
+        "eos_token_id":[5,6]})",
+                                  "c.json");
     ASSERT_TRUE(cfg.has_value()) << cfg.status().message();
     EXPECT_FALSE(cfg->norm_topk_prob);  // the HF default
     EXPECT_EQ(cfg->rotary_dim, 32);     // full rotary
@@ -114,17 +116,20 @@ TEST(ModelConfig, ClearErrors) {
 
     auto missing = parse_model_config(R"({"model_type":"qwen3_moe","hidden_size":64})", "c.json");
     ASSERT_FALSE(missing.has_value());
-    EXPECT_NE(missing.status().message().find("missing required field 'num_hidden_layers'"), std::string::npos)
+    EXPECT_NE(missing.status().message().find("missing required field 'num_hidden_layers'"),
+              std::string::npos)
         << missing.status().message();
 
     auto wrong = parse_model_config(R"({"model_type":"qwen3_moe","hidden_size":"64"})", "c.json");
     ASSERT_FALSE(wrong.has_value());
-    EXPECT_NE(wrong.status().message().find("'hidden_size' must be a non-negative integer"), std::string::npos);
+    EXPECT_NE(wrong.status().message().find("'hidden_size' must be a non-negative integer"),
+              std::string::npos);
 
     auto mode = parse_model_config(R"({"model_type":"qwen3_moe","hidden_size":64,"num_hidden_layers":2,
         "vocab_size":100,"num_attention_heads":4,"num_key_value_heads":2,"num_experts":8,
         "num_experts_per_tok":2,"moe_intermediate_size":16,
-        "quantization":{"bits":4,"group_size":32,"mode":"mxfp4"}})", "c.json");
+        "quantization":{"bits":4,"group_size":32,"mode":"mxfp4"}})",
+                                   "c.json");
     ASSERT_FALSE(mode.has_value());
     EXPECT_NE(mode.status().message().find("'mxfp4' is not supported"), std::string::npos);
 

@@ -22,7 +22,9 @@ namespace {
 constexpr float kTolerance = 2e-3f;  // absolute, f32 compute
 constexpr float kDecisiveMargin = 1e-2f;
 
-std::string goldens_dir() { return sluice::testing::test_data_dir() + "/goldens"; }
+std::string goldens_dir() {
+    return sluice::testing::test_data_dir() + "/goldens";
+}
 
 std::vector<std::string> golden_names() {
     std::ifstream in(goldens_dir() + "/index.json");
@@ -74,10 +76,12 @@ void expect_row_close(const float* got, const float* ref, int64_t V, const std::
     EXPECT_LE(max_diff, kTolerance) << where;
     std::vector<int64_t> order(static_cast<size_t>(V));
     for (int64_t i = 0; i < V; ++i) order[i] = i;
-    std::partial_sort(order.begin(), order.begin() + 2, order.end(), [&](int64_t a, int64_t b) { return ref[a] > ref[b]; });
+    std::partial_sort(order.begin(), order.begin() + 2, order.end(),
+                      [&](int64_t a, int64_t b) { return ref[a] > ref[b]; });
     if (ref[order[0]] - ref[order[1]] > kDecisiveMargin) {
         const int64_t top = std::max_element(got, got + V) - got;
-        EXPECT_EQ(top, order[0]) << where << ": top-1 differs (reference margin " << ref[order[0]] - ref[order[1]] << ")";
+        EXPECT_EQ(top, order[0]) << where << ": top-1 differs (reference margin "
+                                 << ref[order[0]] - ref[order[1]] << ")";
     }
 }
 
@@ -87,7 +91,8 @@ TEST(GoldenIndex, ExistsAndCoversEveryFamily) {
     auto names = golden_names();
     ASSERT_FALSE(names.empty()) << "no goldens in " << goldens_dir();
     for (const char* family : {"qwen3_moe", "qwen3_next", "qwen3_5_moe"}) {
-        EXPECT_TRUE(std::any_of(names.begin(), names.end(), [&](const std::string& n) { return n.rfind(family, 0) == 0; }))
+        EXPECT_TRUE(std::any_of(names.begin(), names.end(),
+                                [&](const std::string& n) { return n.rfind(family, 0) == 0; }))
             << "no golden for " << family;
     }
 }
@@ -122,7 +127,8 @@ TEST_P(Golden, PrefillDecodeAndGreedyMatchTransformers) {
         for (int64_t t = 0; t < T; ++t) {
             auto logits = session->evaluate(std::span<const int32_t>(&ref.ids[t], 1), false);
             ASSERT_TRUE(logits.has_value()) << logits.status().message();
-            expect_row_close(logits->data(), ref.logits.data() + t * V, V, "decode position " + std::to_string(t));
+            expect_row_close(logits->data(), ref.logits.data() + t * V, V,
+                             "decode position " + std::to_string(t));
         }
     }
 
@@ -146,8 +152,8 @@ TEST_P(Golden, PrefillDecodeAndGreedyMatchTransformers) {
         auto logits = replay->evaluate(seq, true);
         ASSERT_TRUE(logits.has_value());
         for (size_t g = 0; g < ref.greedy_ids.size(); ++g)
-            expect_row_close(logits->data() + (T - 1 + static_cast<int64_t>(g)) * V, ref.greedy_logits.data() + g * V, V,
-                             "greedy step " + std::to_string(g));
+            expect_row_close(logits->data() + (T - 1 + static_cast<int64_t>(g)) * V,
+                             ref.greedy_logits.data() + g * V, V, "greedy step " + std::to_string(g));
     }
 }
 

@@ -8,16 +8,39 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_isa.h"
+
+// GCC flags free() inside the replacement operator delete below as mismatched with new; it is the
+// matching replacement, so the warning is a false positive here.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+// Counts heap allocations in this binary, to check that decode-time kernels allocate nothing
+// once their scratch has grown (kernels.h: "none allocate on the heap except where noted").
+std::atomic<int64_t> g_heap_allocations{0};
+
+void* operator new(size_t bytes) {
+    g_heap_allocations.fetch_add(1, std::memory_order_relaxed);
+    if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
+    throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept {
+    std::free(p);
+}
+void operator delete(void* p, size_t) noexcept {
+    std::free(p);
+}
 
 namespace sluice::kernels {
 namespace {
@@ -387,6 +410,66 @@ TEST(Kernels, RouterMatchesReference) {
         EXPECT_EQ(ids[1], 2);
         EXPECT_EQ(ids[2], 4);
         EXPECT_NEAR(w[0], 1.0f / 3.0f, 1e-6);
+    });
+}
+
+void run_decode_allocation_check(ThreadPool* pool_ptr);
+
+// One decode step's kernels, repeated with the same shapes: after warm-up they must not touch the
+// heap (thread_local scratch has grown; the pool dispatch stores no closure on the heap). Without a
+// pool the count must be exactly 0. With a pool, a worker's scratch grows the first time that worker
+// happens to run a chunk, which on a loaded machine may be after warm-up: that is bounded by the
+// number of per-thread buffers, whereas a per-call allocation would cost several per step.
+TEST(Kernels, DecodeKernelsDoNotAllocateAfterWarmUp) {
+    ThreadPool two(2);
+    for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two}) {
+        SCOPED_TRACE(pool ? "pool of 2" : "no pool");
+        run_decode_allocation_check(pool);
+    }
+}
+
+void run_decode_allocation_check(ThreadPool* pool_ptr) {
+    for_each_isa([&] {
+        std::mt19937 rng(9);
+        const auto q4 = make_weight(rng, WeightType::kQ4, 64, 256, 64, ScaleType::kBF16);
+        const auto bf = make_weight(rng, WeightType::kBF16, 33, 256);
+        const auto x = random_vec(rng, 3 * 256), nw = random_vec(rng, 256);
+        std::vector<float> y(3 * 64), yb(33), normed(256);
+        const int64_t nh = 4, nkv = 2, hd = 64, ctx = 40;
+        const auto q = random_vec(rng, nh * hd), k = random_vec(rng, ctx * nkv * hd),
+                   v = random_vec(rng, ctx * nkv * hd);
+        std::vector<float> att(nh * hd), qr(q.size());
+        const DeltaInputs d = make_delta(rng, 1, 2, 4, 32, 16);
+        std::vector<float> state = d.state, dout(4 * 16);
+        std::vector<float> conv_state(3 * 256), conv_out(256);
+        const auto logits = random_vec(rng, 64);
+        int32_t ids[8];
+        float weights[8];
+        auto step = [&] {
+            rms_norm(x.data(), nw.data(), 256, 1e-6f, normed.data());
+            matvec(q4.view, normed.data(), y.data(), pool_ptr);
+            matmul(q4.view, x.data(), 3, y.data(), pool_ptr);
+            matvec(bf.view, normed.data(), yb.data(), pool_ptr);
+            std::copy(q.begin(), q.end(), qr.begin());
+            rope_neox(qr.data(), nh, hd, hd / 2, 39, 1e6f);
+            attention(qr.data(), k.data(), v.data(), 1, ctx - 1, nh, nkv, hd, 0.125f, att.data(), pool_ptr);
+            conv1d_silu(x.data(), 1, 256, 4, x.data(), conv_state.data(), conv_out.data());
+            gated_delta_recurrent(d.q.data(), d.k.data(), d.v.data(), d.beta.data(), d.g.data(), 1, 2, 4, 32,
+                                  16, state.data(), dout.data(), pool_ptr);
+            rms_norm_gated(dout.data(), dout.data(), nw.data(), 16, 1e-6f, dout.data());
+            router_topk(logits.data(), 64, 8, true, ids, weights);
+            swiglu(normed.data(), normed.data(), 256, conv_out.data());
+            axpy(0.5f, normed.data(), 256, conv_out.data());
+        };
+        for (int i = 0; i < 3; ++i) step();
+        const int64_t before = g_heap_allocations.load();
+        for (int i = 0; i < 50; ++i) step();
+        const int64_t allocations = g_heap_allocations.load() - before;
+        if (pool_ptr == nullptr) {
+            EXPECT_EQ(allocations, 0);
+        } else {
+            EXPECT_LE(allocations, 4);  // at most one late growth per per-thread buffer of the worker
+        }
     });
 }
 

@@ -81,8 +81,12 @@ TEST_P(MlxFixture, MatchesMlxLm) {
     ModelState step = (*model)->new_state(64);
     std::vector<float> step_logits(static_cast<size_t>(V));
     for (int64_t t = 0; t < n; ++t) {
-        ASSERT_TRUE((*model)->forward(step, std::span<const int32_t>(&ids[t], 1), step_logits.data(), false, ws, nullptr).is_ok());
-        EXPECT_LT(max_abs_diff(step_logits.data(), expect_logits.data() + t * V, static_cast<size_t>(V)), fx.tolerance)
+        ASSERT_TRUE(
+            (*model)
+                ->forward(step, std::span<const int32_t>(&ids[t], 1), step_logits.data(), false, ws, nullptr)
+                .is_ok());
+        EXPECT_LT(max_abs_diff(step_logits.data(), expect_logits.data() + t * V, static_cast<size_t>(V)),
+                  fx.tolerance)
             << "decode step " << t;
     }
 }

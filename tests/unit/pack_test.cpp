@@ -27,7 +27,9 @@ namespace {
 namespace fs = std::filesystem;
 using sluice::testing::TempDir;
 
-std::string golden(const std::string& name) { return sluice::testing::test_data_dir() + "/goldens/" + name; }
+std::string golden(const std::string& name) {
+    return sluice::testing::test_data_dir() + "/goldens/" + name;
+}
 
 std::vector<int32_t> golden_ids(const std::string& name) {
     auto f = format::SafetensorsFile::open(golden(name) + "/golden.safetensors");
@@ -37,8 +39,9 @@ std::vector<int32_t> golden_ids(const std::string& name) {
     return ids;
 }
 
-Expected<std::vector<float>> run_logits(const std::string& dir, const std::vector<int32_t>& ids, uint64_t cache_bytes,
-                                        bool verify_reads = false, ExpertCacheStats* stats = nullptr) {
+Expected<std::vector<float>> run_logits(const std::string& dir, const std::vector<int32_t>& ids,
+                                        uint64_t cache_bytes, bool verify_reads = false,
+                                        ExpertCacheStats* stats = nullptr) {
     EngineOptions eo;
     eo.model_dir = dir;
     eo.threads = 2;
@@ -50,7 +53,8 @@ Expected<std::vector<float>> run_logits(const std::string& dir, const std::vecto
     auto session = engine->new_session();
     // Prefill in chunks and then a few decode steps, so both paths stream experts.
     const size_t split = ids.size() - 4;
-    SLUICE_ASSIGN_OR_RETURN(auto logits, session->evaluate(std::span<const int32_t>(ids.data(), split), true, 64));
+    SLUICE_ASSIGN_OR_RETURN(auto logits,
+                            session->evaluate(std::span<const int32_t>(ids.data(), split), true, 64));
     for (size_t i = split; i < ids.size(); ++i) {
         SLUICE_ASSIGN_OR_RETURN(auto step, session->evaluate(std::span<const int32_t>(&ids[i], 1), false));
         logits.insert(logits.end(), step.begin(), step.end());
@@ -87,7 +91,8 @@ TEST_P(PackGolden, PackedLogitsEqualUnpacked) {
     auto got = run_logits(o.out_dir, ids, 1, /*verify_reads=*/true, &stats);
     ASSERT_TRUE(got.has_value()) << got.status().message();
     ASSERT_EQ(got->size(), want->size());
-    EXPECT_EQ(std::memcmp(got->data(), want->data(), got->size() * sizeof(float)), 0) << "packed logits differ from unpacked";
+    EXPECT_EQ(std::memcmp(got->data(), want->data(), got->size() * sizeof(float)), 0)
+        << "packed logits differ from unpacked";
     EXPECT_GT(stats.misses, 0u);
     EXPECT_GT(stats.evictions, 0u);
     EXPECT_GT(stats.bytes_read, 0u);
@@ -100,8 +105,10 @@ TEST_P(PackGolden, PackedLogitsEqualUnpacked) {
 
 INSTANTIATE_TEST_SUITE_P(Goldens, PackGolden,
                          ::testing::Values(PackCase{"qwen3_moe_mlx_q4", 0}, PackCase{"qwen3_next_mlx_q4", 0},
-                                           PackCase{"qwen3_next_mlx_q8", 0}, PackCase{"qwen3_5_moe_mlx_q4", 0},
-                                           PackCase{"qwen3_moe_hf_bf16", 16}, PackCase{"qwen3_next_hf_bf16", 16},
+                                           PackCase{"qwen3_next_mlx_q8", 0},
+                                           PackCase{"qwen3_5_moe_mlx_q4", 0},
+                                           PackCase{"qwen3_moe_hf_bf16", 16},
+                                           PackCase{"qwen3_next_hf_bf16", 16},
                                            PackCase{"qwen3_5_moe_hf_bf16", 16}),
                          [](const auto& param_info) { return std::string(param_info.param.golden); });
 
@@ -114,7 +121,9 @@ double max_weight_error(const std::string& src_dir, const std::string& packed_di
     *n_quantized = 0;
     for (const auto& name : (*dst)->names()) {
         const std::string suffix = ".scales";
-        if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+        if (name.size() < suffix.size() ||
+            name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+            continue;
         const std::string module = name.substr(0, name.size() - suffix.size());
         const format::TensorInfo* w = (*dst)->find(module + ".weight");
         const format::TensorInfo* sc = (*dst)->find(module + ".scales");
@@ -206,12 +215,13 @@ TEST(Pack, AffineQuantizerRepresentsTheLargerEdgeExactly) {
         std::vector<float> back(64);
         kernels::reference::dequantize_row(v, 0, back.data());
         const float step = std::fabs(kernels::bf16_to_f32(scale));
-        for (int i = 0; i < 64; ++i) EXPECT_LE(std::fabs(back[i] - row[i]), 0.5f * step + 2e-3f * std::fabs(row[i]) + 1e-6f);
+        for (int i = 0; i < 64; ++i)
+            EXPECT_LE(std::fabs(back[i] - row[i]), 0.5f * step + 2e-3f * std::fabs(row[i]) + 1e-6f);
     }
 }
 
 class PackFaults : public ::testing::Test {
-   protected:
+ protected:
     void SetUp() override {
         o_.src_dir = golden("qwen3_next_mlx_q4");
         o_.out_dir = dir_.file("packed");
@@ -251,19 +261,22 @@ TEST_F(PackFaults, FlippedByteIsCaughtByChecksums) {
     auto problems = experts::verify_packed(o_.out_dir);
     ASSERT_TRUE(problems.has_value());
     ASSERT_EQ(problems->size(), 1u);
-    EXPECT_NE((*problems)[0].find("expert 0 (layer 2): checksum mismatch"), std::string::npos) << (*problems)[0];
+    EXPECT_NE((*problems)[0].find("expert 0 (layer 2): checksum mismatch"), std::string::npos)
+        << (*problems)[0];
 }
 
 TEST_F(PackFaults, MissingOrWrongVersionManifest) {
     fs::remove(path("manifest.json"));
     auto missing = run_logits(o_.out_dir, ids_, 1);
     ASSERT_FALSE(missing.has_value());
-    EXPECT_NE(missing.status().message().find("no manifest.json"), std::string::npos) << missing.status().message();
+    EXPECT_NE(missing.status().message().find("no manifest.json"), std::string::npos)
+        << missing.status().message();
 
     std::ofstream(path("manifest.json")) << R"({"format":"sluice-pack","version":99,"files":{}})";
     auto wrong = run_logits(o_.out_dir, ids_, 1);
     ASSERT_FALSE(wrong.has_value());
-    EXPECT_NE(wrong.status().message().find("format version 99"), std::string::npos) << wrong.status().message();
+    EXPECT_NE(wrong.status().message().find("format version 99"), std::string::npos)
+        << wrong.status().message();
 }
 
 TEST_F(PackFaults, InterruptedPackResumes) {
@@ -299,7 +312,8 @@ TEST_F(PackFaults, InterruptedPackResumes) {
 
 TEST_F(PackFaults, WrongArchitecture) {
     // A qwen3_moe config over a qwen3_next pack.
-    fs::copy_file(golden("qwen3_moe_mlx_q4") + "/config.json", path("config.json"), fs::copy_options::overwrite_existing);
+    fs::copy_file(golden("qwen3_moe_mlx_q4") + "/config.json", path("config.json"),
+                  fs::copy_options::overwrite_existing);
     auto r = run_logits(o_.out_dir, ids_, 1);
     ASSERT_FALSE(r.has_value());
     EXPECT_FALSE(r.status().message().empty());
@@ -310,7 +324,8 @@ TEST_F(PackFaults, RefusesToPackIntoAnUnrelatedFolder) {
     other.src_dir = golden("qwen3_moe_mlx_q4");
     auto r = experts::pack_model(other);
     ASSERT_FALSE(r.has_value());
-    EXPECT_NE(r.status().message().find("already holds a complete pack"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("already holds a complete pack"), std::string::npos)
+        << r.status().message();
 }
 
 TEST(ExpertCache, LfuKeepsFrequentExpertsAndPoliciesCompareOnOneTrace) {

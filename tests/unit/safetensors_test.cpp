@@ -21,7 +21,8 @@ std::string raw_file(const std::string& header_json, const std::string& data) {
 
 Expected<SafetensorsHeader> parse(const std::string& bytes) {
     return parse_safetensors_header(
-        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), "t.safetensors");
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+        "t.safetensors");
 }
 
 std::string error_of(const std::string& bytes) {
@@ -35,8 +36,8 @@ TEST(Safetensors, RoundTripsEveryDtype) {
     std::vector<std::string> payloads;
     std::vector<TensorToWrite> tensors;
     const std::vector<std::pair<std::string, DType>> all = {
-        {"f32", DType::kF32},   {"f16", DType::kF16},  {"bf16", DType::kBF16}, {"u32", DType::kU32},
-        {"i32", DType::kI32},   {"u8", DType::kU8},    {"i8", DType::kI8},     {"e4m3", DType::kF8E4M3},
+        {"f32", DType::kF32},     {"f16", DType::kF16}, {"bf16", DType::kBF16}, {"u32", DType::kU32},
+        {"i32", DType::kI32},     {"u8", DType::kU8},   {"i8", DType::kI8},     {"e4m3", DType::kF8E4M3},
         {"e5m2", DType::kF8E5M2}, {"i64", DType::kI64}, {"bool", DType::kBool}};
     payloads.reserve(all.size());
     for (const auto& [name, dt] : all) {
@@ -86,7 +87,8 @@ TEST(Safetensors, RejectsBadTensorsNamingThem) {
     EXPECT_NE(msg.find("overlap"), std::string::npos) << msg;
     msg = error_of(raw_file(R"({"w":{"dtype":"U8","shape":[-1],"data_offsets":[0,0]}})", ""));
     EXPECT_NE(msg.find("non-negative integer"), std::string::npos) << msg;
-    msg = error_of(raw_file(R"({"w":{"dtype":"U8","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,0]}})", ""));
+    msg = error_of(raw_file(
+        R"({"w":{"dtype":"U8","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,0]}})", ""));
     EXPECT_NE(msg.find("overflows"), std::string::npos) << msg;
     msg = error_of(raw_file(R"({"w":{"dtype":"U8","shape":[1]}})", "a"));
     EXPECT_NE(msg.find("data_offsets"), std::string::npos) << msg;
@@ -95,10 +97,13 @@ TEST(Safetensors, RejectsBadTensorsNamingThem) {
 TEST(Safetensors, OpensShardedCheckpoints) {
     TempDir dir;
     std::string a(8, 'a'), b(4, 'b');
-    ASSERT_TRUE(write_safetensors(dir.file("model-00001-of-00002.safetensors"), {{"x", DType::kF32, {2}, a}}).is_ok());
-    ASSERT_TRUE(write_safetensors(dir.file("model-00002-of-00002.safetensors"), {{"y", DType::kBF16, {2}, b}}).is_ok());
-    dir.write("model.safetensors.index.json",
-              R"({"metadata":{"total_size":12},"weight_map":{"x":"model-00001-of-00002.safetensors","y":"model-00002-of-00002.safetensors"}})");
+    ASSERT_TRUE(write_safetensors(dir.file("model-00001-of-00002.safetensors"), {{"x", DType::kF32, {2}, a}})
+                    .is_ok());
+    ASSERT_TRUE(write_safetensors(dir.file("model-00002-of-00002.safetensors"), {{"y", DType::kBF16, {2}, b}})
+                    .is_ok());
+    dir.write(
+        "model.safetensors.index.json",
+        R"({"metadata":{"total_size":12},"weight_map":{"x":"model-00001-of-00002.safetensors","y":"model-00002-of-00002.safetensors"}})");
     auto ckpt = Checkpoint::open(dir.path());
     ASSERT_TRUE(ckpt.has_value()) << ckpt.status().message();
     EXPECT_EQ((*ckpt)->size(), 2u);
@@ -107,8 +112,9 @@ TEST(Safetensors, OpensShardedCheckpoints) {
     EXPECT_EQ((*ckpt)->find("y")->dtype, DType::kBF16);
 
     // A tensor listed in the index but absent from its shard is an error naming both.
-    dir.write("model.safetensors.index.json",
-              R"({"weight_map":{"x":"model-00001-of-00002.safetensors","y":"model-00002-of-00002.safetensors","z":"model-00002-of-00002.safetensors"}})");
+    dir.write(
+        "model.safetensors.index.json",
+        R"({"weight_map":{"x":"model-00001-of-00002.safetensors","y":"model-00002-of-00002.safetensors","z":"model-00002-of-00002.safetensors"}})");
     auto missing = Checkpoint::open(dir.path());
     ASSERT_FALSE(missing.has_value());
     EXPECT_NE(missing.status().message().find("tensor 'z' is listed but missing"), std::string::npos);

@@ -11,7 +11,9 @@ namespace sluice::runtime {
 namespace {
 
 // logits of p = [0.4, 0.3, 0.15, 0.1, 0.05]
-std::vector<float> base_logits() { return {std::log(0.4f), std::log(0.3f), std::log(0.15f), std::log(0.1f), std::log(0.05f)}; }
+std::vector<float> base_logits() {
+    return {std::log(0.4f), std::log(0.3f), std::log(0.15f), std::log(0.1f), std::log(0.05f)};
+}
 
 std::map<int32_t, int> draw(SamplingParams p, int n, std::span<const int32_t> context = {},
                             std::span<const int32_t> generated = {}, std::vector<int32_t> suppressed = {}) {

@@ -2,27 +2,29 @@
 // template, hybrid DeltaNet + attention) and the goldens. Multi-turn reuse computes only new
 // tokens and gives the same outputs as a fresh session; save → load → continue is identical;
 // cancellation leaves the session usable; sampling options are applied and seeds are per request.
+#include "sluice/session.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "io/mapped_file.h"
 #include "sluice/chat_template.h"
 #include "sluice/engine.h"
-#include "sluice/session.h"
 #include "sluice/tokenizer.h"
-#include "io/mapped_file.h"
 #include "test_util.h"
-
-#include <fstream>
 
 namespace sluice {
 namespace {
 
-std::string tiny_next() { return std::string(SLUICE_SOURCE_DIR) + "/models/tiny-next"; }
+std::string tiny_next() {
+    return std::string(SLUICE_SOURCE_DIR) + "/models/tiny-next";
+}
 
 std::shared_ptr<Engine> load(const std::string& dir, int64_t ctx = 1024) {
     EngineOptions eo;
@@ -62,9 +64,12 @@ TEST(Session, MultiTurnComputesOnlyNewTokensAndMatchesAFreshSession) {
         if (turn > 0) {
             // Only what the previous turn did not already hold is computed (>= 1 for the last token).
             int64_t shared = 0;
-            while (shared < held && shared < static_cast<int64_t>(prompt.size()) && session->tokens()[shared] == prompt[shared]) ++shared;
+            while (shared < held && shared < static_cast<int64_t>(prompt.size()) &&
+                   session->tokens()[shared] == prompt[shared])
+                ++shared;
             EXPECT_LT(r->stats.prefilled_tokens, static_cast<int64_t>(prompt.size()) / 2) << "turn " << turn;
-            EXPECT_LE(r->stats.prefilled_tokens, static_cast<int64_t>(prompt.size()) - held + 48) << "turn " << turn;
+            EXPECT_LE(r->stats.prefilled_tokens, static_cast<int64_t>(prompt.size()) - held + 48)
+                << "turn " << turn;
         }
         // The same conversation from scratch gives the same reply.
         auto fresh = engine->new_session();
@@ -73,7 +78,8 @@ TEST(Session, MultiTurnComputesOnlyNewTokensAndMatchesAFreshSession) {
         EXPECT_EQ(f->tokens, r->tokens) << "turn " << turn;
         EXPECT_EQ(f->stats.prefilled_tokens, static_cast<int64_t>(prompt.size()));
         messages.push_back({{"role", "assistant"}, {"content", r->text}});
-        messages.push_back({{"role", "user"}, {"content", turn == 0 ? "Now make it multiply." : "Add a docstring."}});
+        messages.push_back(
+            {{"role", "user"}, {"content", turn == 0 ? "Now make it multiply." : "Add a docstring."}});
     }
 }
 
@@ -219,18 +225,19 @@ TEST(Session, StreamedTextIsValidUtf8AndEqualsTheDecodedOutput) {
     o.sampling.temperature = 1.5f;
     o.sampling.seed = 9;
     std::string streamed;
-    auto r = engine->new_session()->generate(tok->encode("# 日本語のコメント 🎉👍🏽\n"), o, [&](const TokenEvent& ev) {
-        streamed += ev.text;
-        // Every chunk is whole UTF-8.
-        size_t i = 0;
-        while (i < ev.text.size()) {
-            const unsigned char c = static_cast<unsigned char>(ev.text[i]);
-            const size_t len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-            EXPECT_LE(i + len, ev.text.size()) << "partial code point in a streamed chunk";
-            i += len;
-        }
-        return true;
-    });
+    auto r = engine->new_session()->generate(
+        tok->encode("# 日本語のコメント 🎉👍🏽\n"), o, [&](const TokenEvent& ev) {
+            streamed += ev.text;
+            // Every chunk is whole UTF-8.
+            size_t i = 0;
+            while (i < ev.text.size()) {
+                const unsigned char c = static_cast<unsigned char>(ev.text[i]);
+                const size_t len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+                EXPECT_LE(i + len, ev.text.size()) << "partial code point in a streamed chunk";
+                i += len;
+            }
+            return true;
+        });
     ASSERT_TRUE(r.has_value());
     EXPECT_EQ(streamed, tok->decode(r->tokens));
 }

@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "sluice/status.h"
+
+#include <gtest/gtest.h>
 
 namespace sluice {
 namespace {

@@ -13,7 +13,7 @@ namespace sluice::testing {
 
 // A fresh folder under the system temp dir, removed when the object dies.
 class TempDir {
-   public:
+ public:
     TempDir() {
         std::random_device rd;
         path_ = std::filesystem::temp_directory_path() /
@@ -30,12 +30,18 @@ class TempDir {
         std::ofstream(path_ / name, std::ios::binary) << contents;
     }
 
-   private:
+ private:
     std::filesystem::path path_;
 };
 
-inline std::string shared_dir() { return SLUICE_SHARED_DIR; }
-inline std::string test_data_dir() { return SLUICE_TEST_DATA_DIR; }
-inline bool exists(const std::string& path) { return std::filesystem::exists(path); }
+inline std::string shared_dir() {
+    return SLUICE_SHARED_DIR;
+}
+inline std::string test_data_dir() {
+    return SLUICE_TEST_DATA_DIR;
+}
+inline bool exists(const std::string& path) {
+    return std::filesystem::exists(path);
+}
 
 }  // namespace sluice::testing

@@ -62,12 +62,18 @@ float* scratch(std::vector<float>& buf, int64_t floats) {
     return buf.data();
 }
 
-void run(ThreadPool* pool, int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+// Runs fn over [0, n) on the pool. The std::function handed to the pool wraps only a pointer to
+// fn, so it fits std::function's inline storage: no heap allocation per call (a lambda capturing
+// several references would not fit and would allocate on every decode-time kernel call).
+template <typename F>
+void run(ThreadPool* pool, int64_t n, int64_t grain, const F& fn) {
     if (pool == nullptr || pool->size() <= 1) {
         if (n > 0) fn(0, n);
         return;
     }
-    pool->parallel_for(n, fn, grain);
+    const F* f = &fn;
+    pool->parallel_for(
+        n, [f](int64_t begin, int64_t end) { (*f)(begin, end); }, grain);
 }
 
 bool power_of_two(int64_t v) {

@@ -2,18 +2,19 @@
 // dequantization and the f32 GEMM micro-kernel used by matmul.
 //
 // Quantized matvec without per-element shuffles: a 512-bit load takes 16 consecutive words of a
-// row, and lane j holds word j. Shifting every lane by 4·k (Q4) or 8·k (Q8) and masking yields
-// the k-th code of each word, i.e. inputs base + 8j + k: 16 codes with stride 8. prepare_x stores x
-// in that same order once per input vector (xp[base + 16k + j] = x[base + 8j + k]), so the inner
-// loop is shift, and, convert, FMA per 16 weights. All codes of one word share a group (group sizes
-// are multiples of 8), so lane j's partial sum Σ_k q·x is multiplied by its group's scale once per
-// block (a permute spreads the block's 1–4 scales over the lanes), and the bias term is added once
-// per row as Σ_g b_g·Σx_g with the per-group sums of x computed in prepare_x.
-// Requirements (checked by dispatch.cpp): group_size a power of two >= 32, cols a multiple of it.
-// Rejected alternative: quantizing x to int8 and using VNNI — faster compute, but it changes the
-// result beyond the f32 tolerance the model is validated with, and decode is memory-bound anyway.
-// GCC 12's _mm512_reduce_add_ps reads _mm256_undefined_pd() and trips -Wuninitialized (a false
-// positive in the intrinsics header, fixed in later GCC).
+// row, and lane j holds word j. Masking every lane with 0xF << 4k (Q4) or 0xFF << 8k (Q8) isolates
+// the k-th code of each word (inputs base + 8j + k: 16 codes with stride 8) still in place, i.e.
+// as q·2^(bits·k), which converts to f32 exactly. prepare_x stores x in that order, pre-scaled by
+// the exact factor 2^-(bits·k), once per input vector (xp[base + 16k + j] = x[base + 8j + k]·2^-4k),
+// so the inner loop is AND, convert, FMA per 16 weights (no shifts). All codes of one word share a group
+// (group sizes are multiples of 8), so lane j's partial sum Σ_k q·x is multiplied by its group's scale once
+// per block (a permute spreads the block's 1–4 scales over the lanes), and the bias term is added once per
+// row as Σ_g b_g·Σx_g with the per-group sums of x computed in prepare_x. Requirements (checked by
+// dispatch.cpp): group_size a power of two >= 32, cols a multiple of it. Rejected alternative: quantizing x
+// to int8 and using VNNI — faster compute, but it changes the result beyond the f32 tolerance the model is
+// validated with, and decode is memory-bound anyway. GCC 12's _mm512_reduce_add_ps reads
+// _mm256_undefined_pd() and trips -Wuninitialized (a false positive in the intrinsics header, fixed in later
+// GCC).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -84,52 +85,70 @@ void prepare_x_impl(const WeightView& w, const float* x, float* xp) {
     using L = QuantLayout<kBits>;
     for (int64_t base = 0; base < w.cols; base += L::kBlock) {
         const int64_t nw = min_i64(16, (w.cols - base) / L::kPerWord);
-        for (int k = 0; k < L::kPerWord; ++k)
+        for (int k = 0; k < L::kPerWord; ++k) {
+            // Code k is used in place (masked, not shifted down): its value arrives multiplied by
+            // 2^(bits·k), which this exact power-of-two factor cancels.
+            const float unshift = 1.0f / static_cast<float>(1u << (kBits * k));
             for (int64_t j = 0; j < 16; ++j)
-                xp[base + 16 * k + j] = j < nw ? x[base + L::kPerWord * j + k] : 0.0f;
+                xp[base + 16 * k + j] = j < nw ? x[base + L::kPerWord * j + k] * unshift : 0.0f;
+        }
     }
+}
+
+// kRows consecutive rows at once (the lane-order x is loaded once per block for all of them, and
+// the rows give independent FMA chains).
+template <int kBits, int kRows>
+inline void matvec_quant_rows_n(const WeightView& w, const float* xp, const float* xsum, int64_t r,
+                                __m512i scale_lane, float* y) {
+    using L = QuantLayout<kBits>;
+    const int64_t cols = w.cols, gs = w.group_size, groups = cols / gs;
+    const int64_t words_per_row = cols / L::kPerWord;
+    const int64_t scales_per_block = gs < L::kBlock ? L::kBlock / gs : 1;
+    const uint32_t* words = static_cast<const uint32_t*>(w.data) + r * words_per_row;
+    __m512 acc[kRows];
+    for (int i = 0; i < kRows; ++i) acc[i] = _mm512_setzero_ps();
+    for (int64_t base = 0; base < cols; base += L::kBlock) {
+        const int64_t nw = min_i64(16, (cols - base) / L::kPerWord);
+        __m512i wv[kRows];
+        for (int i = 0; i < kRows; ++i) {
+            const uint32_t* src = words + i * words_per_row + base / L::kPerWord;
+            wv[i] = nw == 16 ? _mm512_loadu_si512(src) : _mm512_maskz_loadu_epi32(first_lanes(nw), src);
+        }
+        const float* xb = xp + base;
+        // Code k in place: (word & (mask << bits·k)) converted as unsigned is q·2^(bits·k), exact
+        // in f32 (at most 8 significant bits); xp carries the 2^-(bits·k) factor. One AND, one
+        // convert and one FMA per 16 weights.
+        __m512 t[kRows];
+        for (int i = 0; i < kRows; ++i) t[i] = _mm512_setzero_ps();
+        for (int k = 0; k < L::kPerWord; ++k) {
+            const __m512i m = _mm512_set1_epi32(static_cast<int>(L::kMask << (kBits * k)));
+            const __m512 xv = _mm512_loadu_ps(xb + 16 * k);
+            for (int i = 0; i < kRows; ++i)
+                t[i] = _mm512_fmadd_ps(_mm512_cvtepu32_ps(_mm512_and_si512(wv[i], m)), xv, t[i]);
+        }
+        const int64_t g0 = base / gs;
+        for (int i = 0; i < kRows; ++i) {
+            const __m512 sv =
+                _mm512_permutexvar_ps(scale_lane, load_scales(w.scales, w.scale_type, (r + i) * groups + g0,
+                                                              min_i64(scales_per_block, groups - g0)));
+            acc[i] = _mm512_fmadd_ps(t[i], sv, acc[i]);
+        }
+    }
+    for (int i = 0; i < kRows; ++i)
+        y[i] =
+            _mm512_reduce_add_ps(acc[i]) + bias_dot(w.biases, w.scale_type, (r + i) * groups, xsum, groups);
 }
 
 template <int kBits>
 void matvec_quant_impl(const WeightView& w, const float* xp, const float* xsum, int64_t r0, int64_t r1,
                        float* y) {
     using L = QuantLayout<kBits>;
-    const int64_t cols = w.cols;
-    const int64_t gs = w.group_size;
-    const int64_t groups = cols / gs;
-    const int64_t words_per_row = cols / L::kPerWord;
-    const int64_t scales_per_block = gs < L::kBlock ? L::kBlock / gs : 1;
     alignas(64) int32_t idx[16];
-    for (int j = 0; j < 16; ++j) idx[j] = static_cast<int32_t>((L::kPerWord * j) / gs);
+    for (int j = 0; j < 16; ++j) idx[j] = static_cast<int32_t>((L::kPerWord * j) / w.group_size);
     const __m512i scale_lane = _mm512_load_si512(idx);
-    const __m512i mask = _mm512_set1_epi32(static_cast<int>(L::kMask));
-    for (int64_t r = r0; r < r1; ++r) {
-        const uint32_t* words = static_cast<const uint32_t*>(w.data) + r * words_per_row;
-        __m512 acc = _mm512_setzero_ps();
-        for (int64_t base = 0; base < cols; base += L::kBlock) {
-            const int64_t nw = min_i64(16, (cols - base) / L::kPerWord);
-            const __m512i wv = nw == 16
-                                   ? _mm512_loadu_si512(words + base / L::kPerWord)
-                                   : _mm512_maskz_loadu_epi32(first_lanes(nw), words + base / L::kPerWord);
-            const float* xb = xp + base;
-            __m512 t0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(wv, mask)), _mm512_loadu_ps(xb));
-            __m512 t1 =
-                _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(wv, kBits), mask)),
-                              _mm512_loadu_ps(xb + 16));
-            for (int k = 2; k < L::kPerWord; k += 2) {
-                const __m512i c0 = _mm512_and_si512(_mm512_srli_epi32(wv, kBits * k), mask);
-                const __m512i c1 = _mm512_and_si512(_mm512_srli_epi32(wv, kBits * (k + 1)), mask);
-                t0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c0), _mm512_loadu_ps(xb + 16 * k), t0);
-                t1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c1), _mm512_loadu_ps(xb + 16 * (k + 1)), t1);
-            }
-            const int64_t g0 = base / gs;
-            const __m512 sv = _mm512_permutexvar_ps(
-                scale_lane,
-                load_scales(w.scales, w.scale_type, r * groups + g0, min_i64(scales_per_block, groups - g0)));
-            acc = _mm512_fmadd_ps(_mm512_add_ps(t0, t1), sv, acc);
-        }
-        y[r - r0] = _mm512_reduce_add_ps(acc) + bias_dot(w.biases, w.scale_type, r * groups, xsum, groups);
-    }
+    int64_t r = r0;
+    for (; r + 2 <= r1; r += 2) matvec_quant_rows_n<kBits, 2>(w, xp, xsum, r, scale_lane, y + (r - r0));
+    if (r < r1) matvec_quant_rows_n<kBits, 1>(w, xp, xsum, r, scale_lane, y + (r - r0));
 }
 
 // 16 codes of row `words` starting at input i (a multiple of 16), natural order, as int32 lanes.

@@ -1,0 +1,287 @@
+// `sluice chat MODEL`: an interactive terminal chat over the public API.
+//
+// Each turn renders the whole conversation with the model's own chat template and hands the
+// tokens to Session::generate, which reuses the state of everything already computed (DeltaNet
+// turn checkpoints included), so turn N only computes its new tokens. Line editing and history
+// come from libedit on a terminal; with stdin not a terminal, lines are read plainly (scripted
+// use). A line ending in a backslash continues on the next line. Ctrl-C stops the current reply,
+// not the program. Reasoning (<think>…</think>) is shown dimmed, or hidden with --hide-thinking.
+#include <editline/readline.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/args.h"
+#include "cli/command.h"
+#include "cli/sampling_flags.h"
+#include "cli/stats.h"
+#include "sluice/chat_template.h"
+#include "sluice/engine.h"
+#include "sluice/session.h"
+#include "sluice/tokenizer.h"
+
+namespace sluice::cli {
+namespace {
+
+std::atomic<Session*> g_generating{nullptr};
+std::atomic<bool> g_interrupted{false};
+
+void on_sigint(int) {
+    Session* s = g_generating.load();
+    if (s != nullptr) s->cancel();
+    g_interrupted.store(true);
+}
+
+struct ChatOptions {
+    std::string model_dir;
+    std::string system;
+    std::string memory;
+    int threads = 0;
+    int64_t ctx = 8192;
+    bool hide_thinking = false;
+    bool no_think = false;
+    SamplingFlags sampling;
+};
+
+// Prints streamed reply text, dimming (or hiding) what is inside <think>…</think>. Tags split
+// across chunks are held back until they are complete.
+class ReplyPrinter {
+ public:
+    ReplyPrinter(bool tty, bool hide) : tty_(tty), hide_(hide) {}
+    void feed(const std::string& text) {
+        pending_ += text;
+        for (;;) {
+            const std::string tag = thinking_ ? "</think>" : "<think>";
+            const size_t at = pending_.find(tag);
+            if (at == std::string::npos) {
+                // Keep a possible partial tag at the end.
+                size_t keep = 0;
+                for (size_t k = std::min(pending_.size(), tag.size() - 1); k > 0; --k) {
+                    if (pending_.compare(pending_.size() - k, k, tag, 0, k) == 0) {
+                        keep = k;
+                        break;
+                    }
+                }
+                emit(pending_.substr(0, pending_.size() - keep));
+                pending_.erase(0, pending_.size() - keep);
+                return;
+            }
+            emit(pending_.substr(0, at));
+            pending_.erase(0, at + tag.size());
+            thinking_ = !thinking_;
+            if (thinking_ && tty_ && !hide_) std::fputs("\033[2m", stdout);
+            if (!thinking_ && tty_ && !hide_) std::fputs("\033[0m", stdout);
+        }
+    }
+    void finish() {
+        emit(pending_);
+        pending_.clear();
+        if (tty_) std::fputs("\033[0m", stdout);
+        std::fputs("\n", stdout);
+        std::fflush(stdout);
+    }
+
+ private:
+    void emit(const std::string& s) {
+        if (s.empty() || (thinking_ && hide_)) return;
+        std::fwrite(s.data(), 1, s.size(), stdout);
+        std::fflush(stdout);
+    }
+    bool tty_, hide_;
+    bool thinking_ = false;
+    std::string pending_;
+};
+
+bool read_input(bool tty, std::string* out) {
+    out->clear();
+    const char* prompt = "> ";
+    for (;;) {
+        std::string line;
+        if (tty) {
+            char* raw = readline(prompt);
+            if (raw == nullptr) return !out->empty();
+            line = raw;
+            std::free(raw);
+        } else if (!std::getline(std::cin, line)) {
+            return !out->empty();
+        }
+        if (!line.empty() && line.back() == '\\') {
+            line.pop_back();
+            *out += line + "\n";
+            prompt = ". ";
+            continue;
+        }
+        *out += line;
+        if (tty && !out->empty()) add_history(out->c_str());
+        return true;
+    }
+}
+
+void print_help() {
+    std::printf(
+        "commands:\n"
+        "  /reset            start a new conversation (keeps the system message)\n"
+        "  /system TEXT      set the system message and start over\n"
+        "  /think on|off     let the model reason before answering (template enable_thinking)\n"
+        "  /stats            statistics of the last reply and the expert cache\n"
+        "  /save FILE        save the conversation and its model state\n"
+        "  /load FILE        restore a saved conversation\n"
+        "  /help             this help;  /exit or Ctrl-D quits;  Ctrl-C stops a reply\n"
+        "  a line ending in \\ continues on the next line\n");
+}
+
+void run_chat(const ChatOptions& o) {
+    EngineOptions eo;
+    eo.model_dir = o.model_dir;
+    eo.threads = o.threads;
+    eo.context_tokens = o.ctx;
+    if (!o.memory.empty()) eo.memory_bytes = check(parse_size(o.memory));
+    auto engine = check(Engine::load(eo));
+    auto tmpl = engine->chat_template();
+    auto tok = engine->tokenizer();
+    if (!tok || !tmpl)
+        throw CliError(o.model_dir + " has no tokenizer.json or chat template; use `sluice generate`");
+    const bool tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
+    auto session = engine->new_session();
+    std::string system = o.system;
+    bool thinking = !o.no_think;
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    GenerationStats last;
+    std::signal(SIGINT, on_sigint);
+    if (tty) {
+        std::printf("sluice chat — %s (%s). /help for commands.\n", o.model_dir.c_str(),
+                    engine->info().family.c_str());
+        if (engine->memory_plan().streaming) std::printf("%s\n", engine->memory_plan().describe().c_str());
+    }
+
+    std::string input;
+    while (read_input(tty, &input)) {
+        g_interrupted.store(false);
+        if (input.empty()) continue;
+        if (input[0] == '/') {
+            const size_t sp = input.find(' ');
+            const std::string cmd = input.substr(0, sp);
+            const std::string arg = sp == std::string::npos ? "" : input.substr(sp + 1);
+            if (cmd == "/exit" || cmd == "/quit") break;
+            if (cmd == "/help") {
+                print_help();
+            } else if (cmd == "/reset") {
+                messages = nlohmann::ordered_json::array();
+                std::printf("(new conversation)\n");
+            } else if (cmd == "/system") {
+                system = arg;
+                messages = nlohmann::ordered_json::array();
+                std::printf("(system message set; new conversation)\n");
+            } else if (cmd == "/think") {
+                if (arg != "on" && arg != "off") {
+                    std::printf("usage: /think on|off\n");
+                } else {
+                    thinking = arg == "on";
+                    std::printf("(thinking %s)\n", thinking ? "on" : "off");
+                }
+            } else if (cmd == "/stats") {
+                const ExpertCacheStats c = engine->expert_cache_stats();
+                std::printf(
+                    "last reply: prompt %lld tokens (%lld computed) at %.1f tok/s, TTFT %.0f ms, %lld tokens "
+                    "at %.2f tok/s\n",
+                    static_cast<long long>(last.prompt_tokens), static_cast<long long>(last.prefilled_tokens),
+                    last.prefill_tok_s(), last.ttft_ms, static_cast<long long>(last.generated_tokens),
+                    last.decode_tok_s());
+                if (engine->memory_plan().streaming)
+                    std::printf("expert cache: %.1f%% hits, %.1f MB read at %.2f GB/s; peak RSS %.2f GB\n",
+                                100 * c.hit_rate(), c.bytes_read / 1e6, c.read_gb_s(),
+                                peak_rss_bytes() / 1e9);
+            } else if (cmd == "/save" && !arg.empty()) {
+                Status st = session->save(arg);
+                if (st.is_ok()) {
+                    std::ofstream(arg + ".messages.json")
+                        << nlohmann::ordered_json{{"system", system}, {"messages", messages}}.dump(1);
+                    std::printf("(saved to %s)\n", arg.c_str());
+                } else {
+                    std::printf("error: %s\n", st.message().c_str());
+                }
+            } else if (cmd == "/load" && !arg.empty()) {
+                std::ifstream in(arg + ".messages.json");
+                auto saved = nlohmann::ordered_json::parse(in, nullptr, false);
+                Status st = saved.is_discarded()
+                                ? error(ErrorCode::kCorrupt, "cannot read " + arg + ".messages.json")
+                                : session->load(arg);
+                if (st.is_ok()) {
+                    system = saved.value("system", "");
+                    messages = saved["messages"];
+                    std::printf("(loaded %zu messages)\n", messages.size());
+                } else {
+                    std::printf("error: %s\n", st.message().c_str());
+                }
+            } else {
+                std::printf("unknown command %s (/help lists them)\n", cmd.c_str());
+            }
+            std::fflush(stdout);
+            continue;
+        }
+
+        messages.push_back({{"role", "user"}, {"content", input}});
+        nlohmann::ordered_json all = nlohmann::ordered_json::array();
+        if (!system.empty()) all.push_back({{"role", "system"}, {"content", system}});
+        for (const auto& m : messages) all.push_back(m);
+        auto rendered =
+            tmpl->render(all, nullptr, true, nlohmann::ordered_json{{"enable_thinking", thinking}});
+        if (!rendered.has_value()) {
+            std::printf("error: %s\n", rendered.status().message().c_str());
+            messages.erase(messages.end() - 1);
+            continue;
+        }
+        const std::vector<int32_t> prompt = tok->encode(*rendered);
+        GenerateOptions go = o.sampling.options(engine->default_sampling());
+        // A checkpoint where the conversation ends and the generation prompt begins (see
+        // GenerateOptions::checkpoint_positions).
+        if (auto base =
+                tmpl->render(all, nullptr, false, nlohmann::ordered_json{{"enable_thinking", thinking}});
+            base.has_value()) {
+            const std::vector<int32_t> head = tok->encode(*base);
+            if (head.size() < prompt.size() && std::equal(head.begin(), head.end(), prompt.begin()))
+                go.checkpoint_positions.push_back(static_cast<int64_t>(head.size()));
+        }
+        ReplyPrinter printer(tty, o.hide_thinking);
+        g_generating.store(session.get());
+        auto result = session->generate(prompt, go, [&](const TokenEvent& ev) {
+            printer.feed(ev.text);
+            return true;
+        });
+        g_generating.store(nullptr);
+        printer.finish();
+        if (!result.has_value()) {
+            std::printf("error: %s\n", result.status().message().c_str());
+            messages.erase(messages.end() - 1);
+            continue;
+        }
+        last = result->stats;
+        if (result->finish_reason == FinishReason::kCancelled) std::printf("(stopped)\n");
+        messages.push_back({{"role", "assistant"}, {"content", result->text}});
+        std::fflush(stdout);
+    }
+    if (tty) std::printf("\n");
+}
+
+}  // namespace
+}  // namespace sluice::cli
+
+SLUICE_COMMAND(chat, 11, [](CLI::App& app) {
+    auto o = std::make_shared<sluice::cli::ChatOptions>();
+    auto* cmd = app.add_subcommand("chat", "Interactive chat in the terminal (/help inside for commands)");
+    cmd->add_option("model_dir", o->model_dir, "Model folder")->required();
+    cmd->add_option("--system", o->system, "System message");
+    cmd->add_flag("--no-think", o->no_think, "Start with thinking off (enable_thinking=false)");
+    cmd->add_flag("--hide-thinking", o->hide_thinking, "Do not print the model's reasoning");
+    cmd->add_option("--memory", o->memory, "Memory budget, e.g. 3G (default: 80% of available)");
+    cmd->add_option("--threads", o->threads, "Compute threads (0 = all cores)")->capture_default_str();
+    cmd->add_option("--ctx-size", o->ctx, "Context tokens")->capture_default_str();
+    o->sampling.add_to(cmd);
+    cmd->callback([o] { sluice::cli::run_chat(*o); });
+});
