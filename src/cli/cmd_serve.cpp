@@ -1,0 +1,111 @@
+// `sluice serve MODEL_DIR`: the OpenAI-compatible HTTP server and web chat page
+// (src/server/server.h). Loads the engine, prints the memory plan, then serves until SIGINT or
+// SIGTERM. Binds loopback by default and warns when it listens beyond loopback with no key.
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "cli/args.h"
+#include "cli/command.h"
+#include "server/server.h"
+#include "sluice/engine.h"
+
+namespace sluice::cli {
+namespace {
+
+struct ServeOptions {
+    std::string model_dir;
+    std::string host = "127.0.0.1";
+    int port = 8080;
+    std::string api_key;
+    std::string cors;
+    int parallel = 1;
+    std::string memory;
+    int64_t ctx = 4096;
+    int threads = 0;
+    std::string alias;
+    int keep_alive_ms = 2000;
+};
+
+server::Server* g_server = nullptr;
+
+void run_serve(const ServeOptions& o) {
+    if (o.parallel < 1 || o.parallel > 64)
+        throw CliError("[serve] --parallel must be in [1, 64], got " + std::to_string(o.parallel));
+    // Signals end the server from a watcher thread (stop() is not async-signal-safe). They are
+    // blocked before any thread exists (the engine's compute threads included), so every thread
+    // inherits the mask and only the watcher receives them.
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
+    EngineOptions eo;
+    eo.model_dir = o.model_dir;
+    eo.context_tokens = o.ctx;
+    eo.threads = o.threads;
+    if (!o.memory.empty()) eo.memory_bytes = check(parse_size(o.memory));
+    auto engine = check(Engine::load(eo));
+    std::fprintf(stderr, "[serve] %s\n", engine->memory_plan().describe().c_str());
+
+    server::ServerOptions so;
+    so.host = o.host;
+    so.port = o.port;
+    so.api_key = o.api_key;
+    so.cors_origin = o.cors;
+    so.parallel = o.parallel;
+    so.model_id = o.alias;
+    so.keep_alive_ms = std::max(50, o.keep_alive_ms);
+    if (so.model_id.empty()) {
+        std::filesystem::path p(o.model_dir);
+        so.model_id = (p.has_filename() ? p.filename() : p.parent_path().filename()).string();
+    }
+    const bool loopback =
+        o.host == "127.0.0.1" || o.host == "localhost" || o.host == "::1" || o.host.starts_with("127.");
+    if (!loopback && o.api_key.empty())
+        std::fprintf(stderr,
+                     "[serve] WARNING: listening on %s without --api-key: anyone who can reach this address "
+                     "can use the model\n",
+                     o.host.c_str());
+
+    server::Server srv(engine, so);
+    g_server = &srv;
+    std::thread watcher([set] {
+        int sig = 0;
+        sigwait(&set, &sig);
+        std::fprintf(stderr, "[serve] signal %d: stopping\n", sig);
+        if (g_server) g_server->stop();
+    });
+    watcher.detach();
+    Status status = srv.listen();
+    g_server = nullptr;
+    check(status);
+}
+
+}  // namespace
+}  // namespace sluice::cli
+
+SLUICE_COMMAND(serve, 15, [](CLI::App& app) {
+    auto o = std::make_shared<sluice::cli::ServeOptions>();
+    auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with a web chat page");
+    cmd->add_option("model_dir", o->model_dir, "Model folder")->required();
+    cmd->add_option("--host", o->host, "Address to bind")->capture_default_str();
+    cmd->add_option("--port", o->port, "Port to listen on")->capture_default_str();
+    cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on the API");
+    cmd->add_option("--cors", o->cors,
+                    "Allow browser requests from this origin (e.g. http://localhost:3000 or *)");
+    cmd->add_option("--parallel", o->parallel, "Requests generating at once (sessions); others queue")
+        ->capture_default_str();
+    cmd->add_option("--memory", o->memory,
+                    "Memory budget, e.g. 12G (default: derived from what is available)");
+    cmd->add_option("--ctx-size", o->ctx, "Context tokens per session")->capture_default_str();
+    cmd->add_option("--threads", o->threads, "Compute threads (0 = all cores)")->capture_default_str();
+    cmd->add_option("--keep-alive-ms", o->keep_alive_ms,
+                    "SSE ': keep-alive' interval while a stream waits or prefills")
+        ->capture_default_str();
+    cmd->add_option("--alias", o->alias, "Model name clients use (default: the folder name)");
+    cmd->callback([o] { sluice::cli::run_serve(*o); });
+});

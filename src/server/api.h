@@ -1,0 +1,76 @@
+// OpenAI-compatible request types and their validation: the JSON a client sends becomes a plain
+// struct (ChatRequest, CompletionRequest) or an ApiError naming the field at fault, before any
+// model work starts. Nothing here touches HTTP or the engine's state, so it is unit-tested alone
+// (tests/unit/server_api_test.cpp).
+//
+// Data lifetime: requests are values owned by the handler of one HTTP request.
+// Threading: pure functions.
+// Rejected alternative: validating lazily while building the prompt — errors would then depend on
+// the order fields are read and some would surface mid-stream, after the 200 was sent.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "sluice/session.h"
+
+namespace sluice::server {
+
+// An OpenAI error object: {"error": {"message", "type", "param", "code"}} with an HTTP status.
+struct ApiError {
+    int http_status = 400;
+    std::string message;
+    std::string type = "invalid_request_error";
+    std::string param;  // empty → null
+    std::string code;   // empty → null
+    nlohmann::json to_json() const;
+};
+
+ApiError invalid_request(std::string message, std::string param = "", std::string code = "");
+
+// Parses a request body. Rejects malformed JSON, nesting deeper than kMaxJsonDepth (the parser is
+// recursive; a body of a million '[' must not overflow the stack) and non-object bodies.
+inline constexpr int kMaxJsonDepth = 128;
+std::variant<nlohmann::ordered_json, ApiError> parse_body(const std::string& body);
+
+// Fields shared by /v1/chat/completions and /v1/completions.
+struct CommonParams {
+    std::string model;
+    GenerateOptions generate;           // sampling, stop, top_logprobs
+    std::optional<int64_t> max_tokens;  // unset: the rest of the context
+    bool stream = false;
+    bool include_usage = false;  // stream_options.include_usage
+    bool logprobs = false;
+};
+
+enum class ToolChoiceMode { kAuto, kNone, kRequired, kNamed };
+
+struct ChatRequest {
+    CommonParams params;
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // content flattened to strings
+    nlohmann::ordered_json tools;                                       // null or the array given
+    ToolChoiceMode tool_choice = ToolChoiceMode::kAuto;
+    std::string tool_choice_name;            // kNamed
+    nlohmann::ordered_json template_kwargs;  // chat_template_kwargs (object or null)
+    bool json_object = false;                // response_format {"type": "json_object"}
+};
+
+struct CompletionRequest {
+    CommonParams params;
+    std::variant<std::string, std::vector<int32_t>> prompt;
+    bool echo = false;
+};
+
+// `defaults` are the model's sampling defaults (generation_config.json); fields the request sets
+// override them. `vocab_size` bounds logit_bias keys and token-id prompts.
+std::variant<ChatRequest, ApiError> parse_chat_request(const nlohmann::ordered_json& body,
+                                                       const SamplingParams& defaults, int32_t vocab_size);
+std::variant<CompletionRequest, ApiError> parse_completion_request(const nlohmann::ordered_json& body,
+                                                                   const SamplingParams& defaults,
+                                                                   int32_t vocab_size);
+
+}  // namespace sluice::server

@@ -1,0 +1,235 @@
+// POST /v1/chat/completions: messages → the model's chat template → tokens → a pooled session;
+// the reply is split into reasoning / content / tool calls (output_parser.h) and returned as one
+// chat.completion object or streamed as chat.completion.chunk SSE events.
+//
+// Streaming order (what the openai clients expect): a first chunk with the role, content /
+// reasoning_content / tool_calls deltas, a chunk with finish_reason, a usage chunk (choices: [])
+// when stream_options.include_usage, then [DONE]. The first chunk is sent before queueing so
+// the client sees the response start at once; keep-alive comments follow while queued/prefilling.
+//
+// tool_choice: "none" hides the tools from the template and disables parsing; "required" and a
+// named function force the reply to begin with <tool_call> (and the function name) by appending
+// it to the prompt — the model then only writes the call's JSON.
+#include <chrono>
+
+#include "server/endpoints.h"
+#include "server/generation.h"
+#include "server/json_grammar.h"
+#include "server/output_parser.h"
+#include "server/sse.h"
+#include "server/transport.h"
+
+namespace sluice::server {
+namespace {
+
+using json = nlohmann::json;
+
+struct ChatJob {
+    ChatRequest request;
+    std::vector<int32_t> prompt;
+    std::string forced_prefix;  // appended to the rendered prompt (tool_choice required/named)
+    bool opens_reasoning = false;
+    bool parse_tools = false;
+    std::string id;
+    int64_t created = 0;
+};
+
+std::variant<std::shared_ptr<ChatJob>, ApiError> prepare(ServerContext& ctx, const httplib::Request& req) {
+    if (!ctx.chat_template || !ctx.tokenizer)
+        return invalid_request(
+            "this model has no chat template or tokenizer; use /v1/completions with token ids", "",
+            "no_chat_template");
+    auto body = parse_body(req.body);
+    if (auto* e = std::get_if<ApiError>(&body)) return *e;
+    auto parsed = parse_chat_request(std::get<nlohmann::ordered_json>(body), ctx.engine->default_sampling(),
+                                     ctx.tokenizer->vocab_size());
+    if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+    auto job = std::make_shared<ChatJob>();
+    job->request = std::move(std::get<ChatRequest>(parsed));
+    ChatRequest& r = job->request;
+    if (auto e = check_model(ctx, r.params.model)) return *e;
+
+    const bool tools_on = !r.tools.is_null() && r.tool_choice != ToolChoiceMode::kNone;
+    Expected<std::string> text = ctx.chat_template->render(
+        r.messages, tools_on ? r.tools : nlohmann::ordered_json(), true, r.template_kwargs);
+    if (!text.has_value())
+        return invalid_request("the chat template failed on these messages: " + text.status().message(),
+                               "messages", "template_error");
+    std::string prompt_text = std::move(text).value();
+    job->parse_tools = tools_on;
+    if (r.tool_choice == ToolChoiceMode::kRequired) job->forced_prefix = "<tool_call>\n";
+    if (r.tool_choice == ToolChoiceMode::kNamed)
+        job->forced_prefix =
+            "<tool_call>\n{\"name\": " + json(r.tool_choice_name).dump() + ", \"arguments\": ";
+    job->opens_reasoning = job->forced_prefix.empty() && prompt_opens_reasoning(prompt_text);
+    if (r.json_object) {
+        if (!job->forced_prefix.empty())
+            return invalid_request("'response_format' json_object cannot be combined with a forced tool call",
+                                   "response_format", "invalid_value");
+        // The grammar admits no reasoning: close a <think> the template opened.
+        if (job->opens_reasoning) prompt_text += "\n</think>\n\n";
+        job->opens_reasoning = false;
+        job->parse_tools = false;
+        auto constraint = std::make_shared<JsonConstraint>(ctx.tokenizer, ctx.engine->eos_token_ids());
+        r.params.generate.logits_filter = [constraint](std::span<float> logits, std::span<const int32_t>) {
+            constraint->filter(logits);
+        };
+        r.params.generate.on_accept = [constraint](int32_t token) { constraint->accept(token); };
+    }
+    prompt_text += job->forced_prefix;
+    job->prompt = ctx.tokenizer->encode(prompt_text, /*parse_special=*/true);
+    if (auto e = fit_context(ctx, job->prompt.size(), &r.params)) return *e;
+    job->id = ctx.new_id("chatcmpl-");
+    job->created = static_cast<int64_t>(
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count());
+    return job;
+}
+
+json tool_call_json(const ChatJob& job, const ParsedToolCall& call, size_t index, bool with_index) {
+    json j = {{"id", "call_" + job.id.substr(job.id.find('-') + 1) + "_" + std::to_string(index)},
+              {"type", "function"},
+              {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+    if (with_index) j["index"] = index;
+    return j;
+}
+
+std::string finish_reason(const GenerateResult& result, bool had_tool_calls) {
+    if (had_tool_calls && result.finish_reason != FinishReason::kLength) return "tool_calls";
+    return result.finish_reason == FinishReason::kLength ? "length" : "stop";
+}
+
+json respond_whole(ServerContext& ctx, const std::shared_ptr<ChatJob>& job, SseWriter& writer,
+                   KeepAlive& beat) {
+    OutputParser parser(job->opens_reasoning, job->parse_tools);
+    ParsedDelta all;
+    auto absorb = [&](ParsedDelta d) {
+        all.reasoning += d.reasoning;
+        all.content += d.content;
+        for (auto& c : d.tool_calls) all.tool_calls.push_back(std::move(c));
+    };
+    absorb(parser.feed(job->forced_prefix));
+    json logprobs = json::array();
+    const bool want_logprobs = job->request.params.logprobs;
+    GenerationHooks hooks;
+    hooks.still_wanted = [&] { return writer.ok(); };
+    hooks.on_session = [&](Session* s) { beat.attach(s); };
+    hooks.on_token = [&](const TokenEvent& e) {
+        absorb(parser.feed(e.text));
+        if (want_logprobs) logprobs.push_back(logprob_json(ctx.tokenizer.get(), e));
+        return writer.ok();
+    };
+    auto outcome = run_generation(ctx, job->prompt, job->request.params.generate, hooks);
+    if (auto* e = std::get_if<ApiError>(&outcome)) return e->to_json();
+    const GenerateResult& result = std::get<GenerateResult>(outcome);
+    absorb(parser.finish());
+
+    json message = {{"role", "assistant"}, {"content", all.content}};
+    if (!all.reasoning.empty()) message["reasoning_content"] = all.reasoning;
+    if (!all.tool_calls.empty()) {
+        json calls = json::array();
+        for (size_t i = 0; i < all.tool_calls.size(); ++i)
+            calls.push_back(tool_call_json(*job, all.tool_calls[i], i, false));
+        message["tool_calls"] = std::move(calls);
+        if (all.content.empty()) message["content"] = nullptr;
+    }
+    json choice = {{"index", 0},
+                   {"message", std::move(message)},
+                   {"logprobs", want_logprobs ? json{{"content", std::move(logprobs)}} : json()},
+                   {"finish_reason", finish_reason(result, !all.tool_calls.empty())}};
+    return {{"id", job->id},
+            {"object", "chat.completion"},
+            {"created", job->created},
+            {"model", ctx.options.model_id},
+            {"choices", json::array({std::move(choice)})},
+            {"usage", usage_json(result.stats)}};
+}
+
+// Runs on the HTTP worker inside the chunked content provider, after the 200 headers.
+void stream(ServerContext& ctx, const std::shared_ptr<ChatJob>& job, httplib::DataSink& sink) {
+    SseWriter writer(sink);
+    const bool include_usage = job->request.params.include_usage;
+    auto chunk = [&](json delta, json finish, json logprobs) {
+        json c = {{"id", job->id},
+                  {"object", "chat.completion.chunk"},
+                  {"created", job->created},
+                  {"model", ctx.options.model_id},
+                  {"choices", json::array({{{"index", 0},
+                                            {"delta", std::move(delta)},
+                                            {"logprobs", std::move(logprobs)},
+                                            {"finish_reason", std::move(finish)}}})}};
+        if (include_usage) c["usage"] = nullptr;
+        return writer.event(c);
+    };
+    if (!chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr)) return;
+
+    OutputParser parser(job->opens_reasoning, job->parse_tools);
+    size_t n_tool_calls = 0;
+    auto delta_json = [&](const ParsedDelta& d) {
+        json delta = json::object();
+        if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+        if (!d.content.empty()) delta["content"] = d.content;
+        if (!d.tool_calls.empty()) {
+            json calls = json::array();
+            for (const auto& c : d.tool_calls) calls.push_back(tool_call_json(*job, c, n_tool_calls++, true));
+            delta["tool_calls"] = std::move(calls);
+        }
+        return delta;
+    };
+    ParsedDelta pending = parser.feed(job->forced_prefix);  // held until the call closes
+    (void)pending;
+
+    KeepAlive keep_alive(writer, ctx.options.keep_alive_ms);
+    const bool want_logprobs = job->request.params.logprobs;
+    GenerationHooks hooks;
+    hooks.still_wanted = [&] { return writer.ok(); };
+    hooks.on_session = [&](Session* s) { keep_alive.attach(s); };
+    hooks.on_token = [&](const TokenEvent& e) {
+        keep_alive.first_token();
+        ParsedDelta d = parser.feed(e.text);
+        json lp =
+            want_logprobs ? json{{"content", json::array({logprob_json(ctx.tokenizer.get(), e)})}} : json();
+        if (d.empty() && !want_logprobs) return writer.ok();
+        return chunk(delta_json(d), nullptr, std::move(lp));
+    };
+    auto outcome = run_generation(ctx, job->prompt, job->request.params.generate, hooks);
+    keep_alive.first_token();
+    if (auto* e = std::get_if<ApiError>(&outcome)) {
+        writer.event(e->to_json());
+        writer.write(kSseDone);
+        return;
+    }
+    const GenerateResult& result = std::get<GenerateResult>(outcome);
+    ParsedDelta tail = parser.finish();
+    if (!tail.empty()) chunk(delta_json(tail), nullptr, nullptr);
+    chunk(json::object(), finish_reason(result, n_tool_calls > 0), nullptr);
+    if (include_usage)
+        writer.event({{"id", job->id},
+                      {"object", "chat.completion.chunk"},
+                      {"created", job->created},
+                      {"model", ctx.options.model_id},
+                      {"choices", json::array()},
+                      {"usage", usage_json(result.stats)}});
+    writer.write(kSseDone);
+}
+
+}  // namespace
+
+void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+    auto prepared = prepare(ctx, req);
+    if (auto* e = std::get_if<ApiError>(&prepared)) return send_error(res, *e);
+    auto job = std::get<std::shared_ptr<ChatJob>>(prepared);
+    if (!job->request.params.stream)
+        return respond_json_long(res, ctx.options.keep_alive_ms, [&ctx, job](SseWriter& w, KeepAlive& beat) {
+            return respond_whole(ctx, job, w, beat);
+        });
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider("text/event-stream", [&ctx, job](size_t, httplib::DataSink& sink) {
+        stream(ctx, job, sink);
+        sink.done();
+        return true;
+    });
+}
+
+}  // namespace sluice::server

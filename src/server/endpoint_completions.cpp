@@ -1,0 +1,174 @@
+// POST /v1/completions: the legacy text-completion API over a raw prompt (a string, tokenized
+// with special tokens parsed, or token ids), with the same sampling fields and streaming as chat.
+// logprobs follow the legacy shape: {tokens, token_logprobs, top_logprobs, text_offset}.
+#include <chrono>
+
+#include "server/endpoints.h"
+#include "server/generation.h"
+#include "server/sse.h"
+#include "server/transport.h"
+
+namespace sluice::server {
+namespace {
+
+using json = nlohmann::json;
+
+struct CompletionJob {
+    CompletionRequest request;
+    std::vector<int32_t> prompt;
+    std::string prompt_text;  // for echo
+    std::string id;
+    int64_t created = 0;
+};
+
+struct LegacyLogprobs {
+    json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
+    size_t offset = 0;
+    void add(const Tokenizer* tok, const TokenEvent& e) {
+        const int32_t ids[1] = {e.token};
+        std::string text = tok ? tok->decode(ids) : std::string();
+        tokens.push_back(text);
+        token_logprobs.push_back(e.logprob);
+        json t = json::object();
+        for (const auto& [id, lp] : e.top_logprobs) {
+            const int32_t one[1] = {id};
+            t[tok ? tok->decode(one) : std::to_string(id)] = lp;
+        }
+        top.push_back(std::move(t));
+        offsets.push_back(offset);
+        offset += text.size();
+    }
+    json to_json() const {
+        return {{"tokens", tokens},
+                {"token_logprobs", token_logprobs},
+                {"top_logprobs", top},
+                {"text_offset", offsets}};
+    }
+};
+
+std::variant<std::shared_ptr<CompletionJob>, ApiError> prepare(ServerContext& ctx,
+                                                               const httplib::Request& req) {
+    auto body = parse_body(req.body);
+    if (auto* e = std::get_if<ApiError>(&body)) return *e;
+    const int32_t vocab =
+        ctx.tokenizer ? ctx.tokenizer->vocab_size() : static_cast<int32_t>(ctx.engine->info().vocab_size);
+    auto parsed = parse_completion_request(std::get<nlohmann::ordered_json>(body),
+                                           ctx.engine->default_sampling(), vocab);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+    auto job = std::make_shared<CompletionJob>();
+    job->request = std::move(std::get<CompletionRequest>(parsed));
+    if (auto e = check_model(ctx, job->request.params.model)) return *e;
+    if (auto* text = std::get_if<std::string>(&job->request.prompt)) {
+        if (!ctx.tokenizer)
+            return invalid_request("this model has no tokenizer; send the prompt as token ids", "prompt",
+                                   "no_tokenizer");
+        job->prompt = ctx.tokenizer->encode(*text, true);
+        job->prompt_text = *text;
+    } else {
+        job->prompt = std::get<std::vector<int32_t>>(job->request.prompt);
+        if (ctx.tokenizer) job->prompt_text = ctx.tokenizer->decode(job->prompt);
+    }
+    if (auto e = fit_context(ctx, job->prompt.size(), &job->request.params)) return *e;
+    job->id = ctx.new_id("cmpl-");
+    job->created = static_cast<int64_t>(
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count());
+    return job;
+}
+
+json completion_object(ServerContext& ctx, const CompletionJob& job, json choice) {
+    return {{"id", job.id},
+            {"object", "text_completion"},
+            {"created", job.created},
+            {"model", ctx.options.model_id},
+            {"choices", json::array({std::move(choice)})}};
+}
+
+const char* finish_name(FinishReason r) {
+    return r == FinishReason::kLength ? "length" : "stop";
+}
+
+}  // namespace
+
+void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+    auto prepared = prepare(ctx, req);
+    if (auto* e = std::get_if<ApiError>(&prepared)) return send_error(res, *e);
+    auto job = std::get<std::shared_ptr<CompletionJob>>(prepared);
+    const bool want_logprobs = job->request.params.logprobs;
+    if (!job->request.params.stream) {
+        return respond_json_long(
+            res, ctx.options.keep_alive_ms, [&ctx, job, want_logprobs](SseWriter& writer, KeepAlive& beat) {
+                LegacyLogprobs lp;
+                GenerationHooks hooks;
+                hooks.still_wanted = [&] { return writer.ok(); };
+                hooks.on_session = [&](Session* s) { beat.attach(s); };
+                hooks.on_token = [&](const TokenEvent& e) {
+                    if (want_logprobs) lp.add(ctx.tokenizer.get(), e);
+                    return writer.ok();
+                };
+                auto outcome = run_generation(ctx, job->prompt, job->request.params.generate, hooks);
+                if (auto* e = std::get_if<ApiError>(&outcome)) return e->to_json();
+                const GenerateResult& result = std::get<GenerateResult>(outcome);
+                json choice = {{"index", 0},
+                               {"text", (job->request.echo ? job->prompt_text : std::string()) + result.text},
+                               {"logprobs", want_logprobs ? lp.to_json() : json()},
+                               {"finish_reason", finish_name(result.finish_reason)}};
+                json out = completion_object(ctx, *job, std::move(choice));
+                out["usage"] = usage_json(result.stats);
+                return out;
+            });
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream", [&ctx, job, want_logprobs](size_t, httplib::DataSink& sink) {
+            SseWriter writer(sink);
+            const bool include_usage = job->request.params.include_usage;
+            auto chunk = [&](const std::string& text, json finish, json logprobs) {
+                json c = completion_object(ctx, *job,
+                                           {{"index", 0},
+                                            {"text", text},
+                                            {"logprobs", std::move(logprobs)},
+                                            {"finish_reason", std::move(finish)}});
+                if (include_usage) c["usage"] = nullptr;
+                return writer.event(c);
+            };
+            if (job->request.echo && !chunk(job->prompt_text, nullptr, nullptr)) {
+                sink.done();
+                return true;
+            }
+            KeepAlive keep_alive(writer, ctx.options.keep_alive_ms);
+            GenerationHooks hooks;
+            hooks.still_wanted = [&] { return writer.ok(); };
+            hooks.on_session = [&](Session* s) { keep_alive.attach(s); };
+            hooks.on_token = [&](const TokenEvent& e) {
+                keep_alive.first_token();
+                if (e.text.empty() && !want_logprobs) return writer.ok();
+                json lp;
+                if (want_logprobs) {
+                    LegacyLogprobs one;
+                    one.add(ctx.tokenizer.get(), e);
+                    lp = one.to_json();
+                }
+                return chunk(e.text, nullptr, std::move(lp));
+            };
+            auto outcome = run_generation(ctx, job->prompt, job->request.params.generate, hooks);
+            keep_alive.first_token();
+            if (auto* e = std::get_if<ApiError>(&outcome)) {
+                writer.event(e->to_json());
+            } else {
+                const GenerateResult& result = std::get<GenerateResult>(outcome);
+                chunk("", finish_name(result.finish_reason), nullptr);
+                if (include_usage) {
+                    json u = completion_object(ctx, *job, nullptr);
+                    u["choices"] = json::array();
+                    u["usage"] = usage_json(result.stats);
+                    writer.event(u);
+                }
+            }
+            writer.write(kSseDone);
+            sink.done();
+            return true;
+        });
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,128 @@
+// GET /v1/models, GET /health and GET /metrics: what is served and how it is doing.
+// /health is JSON for people and the web page (memory plan, expert-cache counters, slots);
+// /metrics is the Prometheus text format (version 0.0.4) for scrapers.
+#include "server/endpoints.h"
+#include "server/transport.h"
+
+namespace sluice::server {
+
+using json = nlohmann::json;
+
+std::optional<ApiError> check_model(const ServerContext& ctx, const std::string& model) {
+    if (model.empty() || model == ctx.options.model_id) return std::nullopt;
+    return ApiError{
+        404, "The model '" + model + "' does not exist; this server serves '" + ctx.options.model_id + "'",
+        "invalid_request_error", "model", "model_not_found"};
+}
+
+void handle_models(ServerContext& ctx, const httplib::Request&, httplib::Response& res) {
+    const ModelInfo& info = ctx.engine->info();
+    json model = {{"id", ctx.options.model_id},
+                  {"object", "model"},
+                  {"created", ctx.created_unix_s},
+                  {"owned_by", "sluice"},
+                  {"meta",
+                   {{"family", info.family},
+                    {"quantization", info.quantization},
+                    {"context_length", ctx.engine->options().context_tokens},
+                    {"vocab_size", info.vocab_size},
+                    {"n_experts", info.n_experts},
+                    {"experts_per_token", info.experts_per_token}}}};
+    send_json(res, {{"object", "list"}, {"data", json::array({model})}});
+}
+
+void handle_health(ServerContext& ctx, const httplib::Request&, httplib::Response& res) {
+    const MemoryPlan& plan = ctx.engine->memory_plan();
+    const ExpertCacheStats cache = ctx.engine->expert_cache_stats();
+    const ModelInfo& info = ctx.engine->info();
+    json stats;
+    {
+        std::lock_guard lock(ctx.metrics.mutex);
+        stats = {{"last_prefill_tok_s", ctx.metrics.last_prefill_tok_s},
+                 {"last_decode_tok_s", ctx.metrics.last_decode_tok_s}};
+    }
+    stats["requests_total"] = ctx.metrics.requests_total.load();
+    stats["generated_tokens_total"] = ctx.metrics.generated_tokens_total.load();
+    send_json(
+        res,
+        {{"status", "ok"},
+         {"model", ctx.options.model_id},
+         {"family", info.family},
+         {"quantization", info.quantization},
+         {"context_length", ctx.engine->options().context_tokens},
+         {"memory_plan",
+          {{"streaming", plan.streaming},
+           {"budget_bytes", plan.budget_bytes},
+           {"dense_bytes", plan.dense_bytes},
+           {"state_bytes", plan.state_bytes},
+           {"scratch_bytes", plan.scratch_bytes},
+           {"cache_bytes", plan.cache_bytes},
+           {"cache_slots", plan.cache_slots},
+           {"slot_bytes", plan.slot_bytes},
+           {"description", plan.describe()}}},
+         {"expert_cache",
+          {{"hits", cache.hits},
+           {"misses", cache.misses},
+           {"hit_rate", cache.hit_rate()},
+           {"bytes_read", cache.bytes_read},
+           {"reads", cache.reads},
+           {"read_gb_s", cache.read_gb_s()},
+           {"evictions", cache.evictions}}},
+         {"slots",
+          {{"total", ctx.pool->size()}, {"active", ctx.pool->active()}, {"queued", ctx.pool->queue_depth()}}},
+         {"stats", stats}});
+}
+
+void handle_metrics(ServerContext& ctx, const httplib::Request&, httplib::Response& res) {
+    std::string out;
+    auto metric = [&](const char* name, const char* type, const char* help, double value) {
+        out +=
+            std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " ";
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.17g", value);
+        out += buf;
+        out += "\n";
+    };
+    const Metrics& m = ctx.metrics;
+    const ExpertCacheStats cache = ctx.engine->expert_cache_stats();
+    metric("sluice_requests_total", "counter", "HTTP requests received",
+           static_cast<double>(m.requests_total.load()));
+    metric("sluice_request_errors_total", "counter", "HTTP requests answered with a 4xx/5xx status",
+           static_cast<double>(m.request_errors_total.load()));
+    metric("sluice_generations_total", "counter", "Completed generations",
+           static_cast<double>(m.generations_total.load()));
+    metric("sluice_prompt_tokens_total", "counter", "Prompt tokens of completed generations",
+           static_cast<double>(m.prompt_tokens_total.load()));
+    metric("sluice_prefilled_tokens_total", "counter", "Prompt tokens computed (not reused from a session)",
+           static_cast<double>(m.prefilled_tokens_total.load()));
+    metric("sluice_generated_tokens_total", "counter", "Generated tokens",
+           static_cast<double>(m.generated_tokens_total.load()));
+    {
+        std::lock_guard lock(ctx.metrics.mutex);
+        metric("sluice_prefill_seconds_total", "counter", "Time spent prefilling", m.prefill_seconds_total);
+        metric("sluice_decode_seconds_total", "counter", "Time spent decoding", m.decode_seconds_total);
+        metric("sluice_prefill_tokens_per_second", "gauge", "Prefill speed of the last generation",
+               m.last_prefill_tok_s);
+        metric("sluice_decode_tokens_per_second", "gauge", "Decode speed of the last generation",
+               m.last_decode_tok_s);
+    }
+    metric("sluice_queue_depth", "gauge", "Requests waiting for a session",
+           static_cast<double>(ctx.pool->queue_depth()));
+    metric("sluice_active_requests", "gauge", "Sessions generating now",
+           static_cast<double>(ctx.pool->active()));
+    metric("sluice_sessions", "gauge", "Sessions in the pool (--parallel)",
+           static_cast<double>(ctx.pool->size()));
+    metric("sluice_expert_cache_hits_total", "counter", "Expert-cache hits", static_cast<double>(cache.hits));
+    metric("sluice_expert_cache_misses_total", "counter", "Expert-cache misses",
+           static_cast<double>(cache.misses));
+    metric("sluice_expert_cache_hit_rate", "gauge", "Expert-cache hit rate since load", cache.hit_rate());
+    metric("sluice_expert_bytes_read_total", "counter", "Expert bytes read from disk",
+           static_cast<double>(cache.bytes_read));
+    metric("sluice_expert_reads_total", "counter", "Expert records read from disk",
+           static_cast<double>(cache.reads));
+    metric("sluice_expert_cache_evictions_total", "counter", "Expert-cache evictions",
+           static_cast<double>(cache.evictions));
+    res.set_content(out, "text/plain; version=0.0.4; charset=utf-8");
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,77 @@
+// Pooled generation with metrics (see generation.h).
+#include "server/generation.h"
+
+namespace sluice::server {
+
+std::optional<ApiError> fit_context(const ServerContext& ctx, size_t prompt_tokens, CommonParams* params) {
+    const int64_t context = ctx.engine->options().context_tokens;
+    const int64_t prompt = static_cast<int64_t>(prompt_tokens);
+    if (prompt == 0) return invalid_request("the prompt is empty (0 tokens)", "prompt", "invalid_value");
+    if (prompt >= context)
+        return invalid_request("This model's maximum context length is " + std::to_string(context) +
+                                   " tokens. However, your request has " + std::to_string(prompt) +
+                                   " prompt tokens (and at least one completion token is needed).",
+                               "messages", "context_length_exceeded");
+    const int64_t room = context - prompt;
+    params->generate.max_tokens = params->max_tokens ? std::min(*params->max_tokens, room) : room;
+    return std::nullopt;
+}
+
+std::variant<GenerateResult, ApiError> run_generation(ServerContext& ctx, const std::vector<int32_t>& prompt,
+                                                      const GenerateOptions& options,
+                                                      const GenerationHooks& hooks) {
+    SessionPool::Lease lease = ctx.pool->acquire(prompt, hooks.still_wanted);
+    if (!lease)
+        return ApiError{503, "the client disconnected while the request was queued", "server_error", "",
+                        "cancelled"};
+    if (hooks.on_session) hooks.on_session(&lease.session());
+    Expected<GenerateResult> result = lease.session().generate(prompt, options, hooks.on_token);
+    if (!result.has_value())
+        return ApiError{500, "generation failed: " + result.status().message(), "server_error", "",
+                        "generation_failed"};
+    const GenerationStats& s = result.value().stats;
+    Metrics& m = ctx.metrics;
+    m.generations_total += 1;
+    m.prompt_tokens_total += static_cast<uint64_t>(s.prompt_tokens);
+    m.prefilled_tokens_total += static_cast<uint64_t>(s.prefilled_tokens);
+    m.generated_tokens_total += static_cast<uint64_t>(s.generated_tokens);
+    {
+        std::lock_guard lock(m.mutex);
+        m.prefill_seconds_total += s.prefill_ms / 1000.0;
+        m.decode_seconds_total += s.decode_ms / 1000.0;
+        if (s.prefill_tok_s() > 0) m.last_prefill_tok_s = s.prefill_tok_s();
+        if (s.decode_tok_s() > 0) m.last_decode_tok_s = s.decode_tok_s();
+    }
+    return std::move(result).value();
+}
+
+nlohmann::json usage_json(const GenerationStats& stats) {
+    return {{"prompt_tokens", stats.prompt_tokens},
+            {"completion_tokens", stats.generated_tokens},
+            {"total_tokens", stats.prompt_tokens + stats.generated_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", stats.prompt_tokens - stats.prefilled_tokens}}}};
+}
+
+namespace {
+nlohmann::json token_entry(const Tokenizer* tokenizer, int32_t id, float logprob) {
+    nlohmann::json bytes = nlohmann::json::array();
+    std::string text;
+    if (tokenizer) {
+        std::string_view raw = tokenizer->token_bytes(id);
+        for (unsigned char c : raw) bytes.push_back(c);
+        const int32_t ids[1] = {id};
+        text = tokenizer->decode(ids);
+    }
+    return {{"token", text}, {"logprob", logprob}, {"bytes", bytes}};
+}
+}  // namespace
+
+nlohmann::json logprob_json(const Tokenizer* tokenizer, const TokenEvent& event) {
+    nlohmann::json e = token_entry(tokenizer, event.token, event.logprob);
+    nlohmann::json top = nlohmann::json::array();
+    for (const auto& [id, lp] : event.top_logprobs) top.push_back(token_entry(tokenizer, id, lp));
+    e["top_logprobs"] = std::move(top);
+    return e;
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,143 @@
+// The reply splitter (see output_parser.h): a four-state machine over a text buffer.
+#include "server/output_parser.h"
+
+#include <algorithm>
+
+namespace sluice::server {
+namespace {
+
+constexpr std::string_view kThinkOpen = "<think>";
+constexpr std::string_view kThinkClose = "</think>";
+constexpr std::string_view kToolOpen = "<tool_call>";
+constexpr std::string_view kToolClose = "</tool_call>";
+
+// Length of the longest suffix of `text` that is a proper prefix of `tag` (it may become the tag).
+size_t partial_tag_suffix(std::string_view text, std::string_view tag) {
+    const size_t max = std::min(text.size(), tag.size() - 1);
+    for (size_t n = max; n > 0; --n)
+        if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
+    return 0;
+}
+
+bool is_space(char c) {
+    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+// {"name": ..., "arguments": {...}} → a tool call; false when the body is not that shape.
+bool parse_tool_call(std::string_view body, ParsedToolCall* out) {
+    nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return false;
+    auto name = j.find("name");
+    if (name == j.end() || !name->is_string()) return false;
+    out->name = name->get<std::string>();
+    auto args = j.find("arguments");
+    if (args == j.end() || args->is_null())
+        out->arguments = "{}";
+    else if (args->is_string())
+        out->arguments = args->get<std::string>();
+    else
+        out->arguments = args->dump();
+    return true;
+}
+
+}  // namespace
+
+bool prompt_opens_reasoning(std::string_view prompt_text) {
+    while (!prompt_text.empty() && is_space(prompt_text.back())) prompt_text.remove_suffix(1);
+    return prompt_text.ends_with(kThinkOpen);
+}
+
+OutputParser::OutputParser(bool start_in_reasoning, bool parse_tool_calls)
+    : state_(start_in_reasoning ? State::kReasoning : State::kStart), parse_tool_calls_(parse_tool_calls) {}
+
+ParsedDelta OutputParser::feed(std::string_view text) {
+    buffer_ += text;
+    ParsedDelta out;
+    process(&out, false);
+    return out;
+}
+
+ParsedDelta OutputParser::finish() {
+    ParsedDelta out;
+    process(&out, true);
+    return out;
+}
+
+void OutputParser::process(ParsedDelta* out, bool final) {
+    for (;;) {
+        if (strip_leading_space_ && state_ != State::kReasoning) {
+            size_t n = 0;
+            while (n < buffer_.size() && is_space(buffer_[n])) ++n;
+            buffer_.erase(0, n);
+            if (buffer_.empty() && !final) return;
+            strip_leading_space_ = false;
+        }
+        switch (state_) {
+            case State::kStart: {
+                size_t n = 0;
+                while (n < buffer_.size() && is_space(buffer_[n])) ++n;
+                std::string_view rest = std::string_view(buffer_).substr(n);
+                if (rest.starts_with(kThinkOpen)) {
+                    buffer_.erase(0, n + kThinkOpen.size());
+                    state_ = State::kReasoning;
+                    continue;
+                }
+                if (!final && kThinkOpen.starts_with(rest)) return;  // may still become <think>
+                state_ = State::kContent;
+                continue;
+            }
+            case State::kReasoning: {
+                const size_t pos = buffer_.find(kThinkClose);
+                if (pos != std::string::npos) {
+                    out->reasoning += buffer_.substr(0, pos);
+                    buffer_.erase(0, pos + kThinkClose.size());
+                    state_ = State::kContent;
+                    strip_leading_space_ = true;
+                    continue;
+                }
+                const size_t hold = final ? 0 : partial_tag_suffix(buffer_, kThinkClose);
+                out->reasoning += buffer_.substr(0, buffer_.size() - hold);
+                buffer_.erase(0, buffer_.size() - hold);
+                return;
+            }
+            case State::kContent: {
+                if (parse_tool_calls_) {
+                    const size_t pos = buffer_.find(kToolOpen);
+                    if (pos != std::string::npos) {
+                        out->content += buffer_.substr(0, pos);
+                        buffer_.erase(0, pos);  // keep the tag: unparsable calls are given back as text
+                        state_ = State::kToolCall;
+                        continue;
+                    }
+                }
+                const size_t hold = final || !parse_tool_calls_ ? 0 : partial_tag_suffix(buffer_, kToolOpen);
+                out->content += buffer_.substr(0, buffer_.size() - hold);
+                buffer_.erase(0, buffer_.size() - hold);
+                return;
+            }
+            case State::kToolCall: {
+                const size_t pos = buffer_.find(kToolClose);
+                if (pos == std::string::npos) {
+                    if (final) {
+                        out->content += buffer_;
+                        buffer_.clear();
+                    }
+                    return;
+                }
+                const size_t end = pos + kToolClose.size();
+                ParsedToolCall call;
+                if (parse_tool_call(
+                        std::string_view(buffer_).substr(kToolOpen.size(), pos - kToolOpen.size()), &call))
+                    out->tool_calls.push_back(std::move(call));
+                else
+                    out->content += buffer_.substr(0, end);
+                buffer_.erase(0, end);
+                state_ = State::kContent;
+                strip_leading_space_ = true;
+                continue;
+            }
+        }
+    }
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,55 @@
+// Splits a model's streamed reply into what OpenAI clients expect: reasoning (Qwen3's
+// <think>…</think>) into `reasoning_content`, tool calls (<tool_call>{json}</tool_call>) into
+// `tool_calls`, the rest into `content`.
+//
+// Streaming: feed() takes text chunks as they are generated and returns only what is certain;
+// text that might be the start of a tag ("<thi", "</tool_") is held back until the next chunk
+// decides it. finish() releases what is held: an unterminated <think> stays reasoning, an
+// unterminated or unparsable <tool_call> becomes plain content (nothing the model wrote is lost).
+//
+// Data lifetime: one parser per generated choice. Threading: a plain value, one thread.
+// Rejected alternative: parsing the whole reply at the end — streaming clients would then see no
+// reasoning/content split until the reply is over.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace sluice::server {
+
+struct ParsedToolCall {
+    std::string name;
+    std::string arguments;  // a JSON text (OpenAI sends arguments as a string)
+};
+
+struct ParsedDelta {
+    std::string reasoning;
+    std::string content;
+    std::vector<ParsedToolCall> tool_calls;
+    bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty(); }
+};
+
+class OutputParser {
+ public:
+    // start_in_reasoning: the prompt already opened <think> (templates that end the generation
+    // prompt with "<think>\n"), so the reply begins inside the reasoning.
+    OutputParser(bool start_in_reasoning, bool parse_tool_calls);
+
+    ParsedDelta feed(std::string_view text);
+    ParsedDelta finish();
+
+ private:
+    enum class State { kStart, kReasoning, kContent, kToolCall };
+    void process(ParsedDelta* out, bool final);
+
+    State state_;
+    bool parse_tool_calls_;
+    bool strip_leading_space_ = false;  // after </think> or </tool_call>: drop the "\n\n" separator
+    std::string buffer_;                // text not yet emitted
+};
+
+// True when `prompt_text` (a rendered generation prompt) leaves the reply inside <think>.
+bool prompt_opens_reasoning(std::string_view prompt_text);
+
+}  // namespace sluice::server

@@ -1,0 +1,81 @@
+// `sluice serve`: an OpenAI-compatible HTTP server over one Engine (public API only).
+//
+// Layers: transport.h (JSON/SSE responses over cpp-httplib), api.h (request types and
+// validation), output_parser.h (reasoning / tool-call split), session_pool.h (concurrency and
+// prefix affinity), generation.h (one request's generation on a pooled session), endpoint_*.cpp
+// (one file per endpoint), routes.cpp (the route table, auth, CORS, limits).
+//
+// Lifetime: Server owns the ServerContext that every handler borrows; listen() blocks until
+// stop() (any thread, e.g. a signal watcher). Threading: cpp-httplib runs each connection on a
+// worker of its thread pool; handlers share the context, whose mutable parts are atomics or
+// guarded by their own mutexes.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "server/session_pool.h"
+#include "sluice/chat_template.h"
+#include "sluice/engine.h"
+#include "sluice/status.h"
+#include "sluice/tokenizer.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace sluice::server {
+
+struct ServerOptions {
+    std::string host = "127.0.0.1";
+    int port = 8080;
+    std::string api_key;      // empty: no auth
+    std::string cors_origin;  // empty: no CORS headers
+    int parallel = 1;         // sessions generating at once
+    std::string model_id;     // the name clients pass as "model"
+    size_t max_body_bytes = 8u << 20;
+    int keep_alive_ms = 2000;  // SSE comment interval while queued or prefilling
+};
+
+// Counters for /metrics (Prometheus) and /health.
+struct Metrics {
+    std::atomic<uint64_t> requests_total{0};
+    std::atomic<uint64_t> request_errors_total{0};  // 4xx/5xx responses
+    std::atomic<uint64_t> generations_total{0};
+    std::atomic<uint64_t> prompt_tokens_total{0};
+    std::atomic<uint64_t> prefilled_tokens_total{0};
+    std::atomic<uint64_t> generated_tokens_total{0};
+    std::mutex mutex;  // guards the doubles below
+    double prefill_seconds_total = 0, decode_seconds_total = 0;
+    double last_prefill_tok_s = 0, last_decode_tok_s = 0;
+};
+
+struct ServerContext {
+    std::shared_ptr<Engine> engine;
+    std::shared_ptr<const Tokenizer> tokenizer;         // may be null (token-id endpoints only)
+    std::shared_ptr<const ChatTemplate> chat_template;  // may be null (no chat endpoint)
+    ServerOptions options;
+    std::unique_ptr<SessionPool> pool;
+    Metrics metrics;
+    std::atomic<uint64_t> next_request_id{1};
+    int64_t created_unix_s = 0;
+    std::string new_id(const char* prefix);  // "chatcmpl-<hex>"
+};
+
+class Server {
+ public:
+    Server(std::shared_ptr<Engine> engine, ServerOptions options);
+    ~Server();
+    // Binds and serves until stop(). Returns an error when the address cannot be bound.
+    Status listen();
+    void stop();
+    ServerContext& context() { return *ctx_; }
+
+ private:
+    std::unique_ptr<ServerContext> ctx_;
+    std::unique_ptr<httplib::Server> http_;
+};
+
+}  // namespace sluice::server

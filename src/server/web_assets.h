@@ -1,0 +1,17 @@
+// The chat page's files (web/), embedded into the binary at build time by cmake/embed_web.cmake,
+// so `sluice serve` needs no files beside the binary and fetches nothing at runtime.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+namespace sluice::server {
+
+struct WebAsset {
+    std::string_view path;   // "/index.html"
+    std::string_view bytes;  // the file's contents (static storage)
+};
+
+const std::vector<WebAsset>& web_assets();
+
+}  // namespace sluice::server

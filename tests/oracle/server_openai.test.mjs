@@ -1,0 +1,444 @@
+// server_openai.test.mjs — `sluice serve` driven by the official `openai` npm client and by raw HTTP.
+//
+// Starts `sluice serve models/tiny-next` on a free port (with an API key and --parallel 2) and checks:
+// greedy completions against transformers' recorded greedy continuations (samples.json), streaming
+// equals non-streaming, usage (incl. cached tokens on a continued conversation), stop strings, seed
+// determinism, logprobs, cancellation when the client disconnects, concurrent requests, every error
+// case (OpenAI error objects with the right status), raw-HTTP abuse (bad JSON, wrong types, huge and
+// deeply nested bodies, a slow client), /health, /metrics, /tokenize, /detokenize and the web page.
+// The server is killed at the end, also on failure. Prints "N passed, M failed"; exits 1 on failure.
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import http from "node:http";
+import net from "node:net";
+import path from "node:path";
+import OpenAI from "openai";
+
+const bin = process.env.SLUICE_BIN;
+const src = process.env.SLUICE_SOURCE_DIR;
+if (!bin || !src) {
+    console.error("[server_openai] SLUICE_BIN and SLUICE_SOURCE_DIR must be set");
+    process.exit(2);
+}
+const modelDir = path.join(src, "models", "tiny-next");
+const KEY = "sk-test-" + Math.random().toString(36).slice(2);
+const EOS = [8187, 8189];
+const noEos = Object.fromEntries(EOS.map((id) => [String(id), -100]));
+
+let passed = 0;
+let failed = 0;
+function check(name, ok, detail = "") {
+    if (ok) ++passed;
+    else {
+        ++failed;
+        console.log(`FAIL ${name}${detail ? ": " + detail : ""}`);
+    }
+}
+async function test(name, fn) {
+    try {
+        await fn();
+    } catch (e) {
+        check(name, false, `threw ${e && e.stack ? e.stack.split("\n").slice(0, 3).join(" | ") : e}`);
+    }
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+function freePort() {
+    return new Promise((resolve, reject) => {
+        const s = net.createServer();
+        s.once("error", reject);
+        s.listen(0, "127.0.0.1", () => {
+            const { port } = s.address();
+            s.close(() => resolve(port));
+        });
+    });
+}
+
+// Raw HTTP request; resolves {status, headers, body}.
+function raw(port, method, pathname, { body, headers = {}, auth = true } = {}) {
+    return new Promise((resolve, reject) => {
+        const h = { ...headers };
+        if (auth) h.Authorization = `Bearer ${KEY}`;
+        if (body !== undefined) {
+            h["Content-Type"] ??= "application/json";
+            h["Content-Length"] = Buffer.byteLength(body);
+        }
+        const req = http.request({ host: "127.0.0.1", port, method, path: pathname, headers: h }, (res) => {
+            const chunks = [];
+            res.on("data", (c) => chunks.push(c));
+            res.on("end", () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString("utf8") }));
+        });
+        req.on("error", reject);
+        if (body !== undefined) req.write(body);
+        req.end();
+    });
+}
+function isErrorObject(text) {
+    try {
+        const j = JSON.parse(text);
+        return typeof j.error?.message === "string" && typeof j.error?.type === "string" && "param" in j.error && "code" in j.error;
+    } catch {
+        return false;
+    }
+}
+
+const port = await freePort();
+const server = spawn(bin, ["serve", modelDir, "--port", String(port), "--parallel", "2", "--api-key", KEY, "--ctx-size", "1024", "--keep-alive-ms", "150"], {
+    stdio: ["ignore", "ignore", "pipe"],
+});
+let serverLog = "";
+server.stderr.on("data", (d) => (serverLog += d.toString()));
+let exited = false;
+server.on("exit", () => (exited = true));
+const killServer = () => {
+    if (!exited) server.kill("SIGKILL");
+};
+process.on("exit", killServer);
+const watchdog = setTimeout(() => {
+    console.log("FAIL watchdog: the suite took longer than 120 s");
+    killServer();
+    process.exit(1);
+}, 120000);
+
+try {
+    for (let i = 0; i < 300 && !serverLog.includes("listening on"); ++i) {
+        if (exited) throw new Error(`server exited: ${serverLog}`);
+        await sleep(100);
+    }
+    if (!serverLog.includes("listening on")) throw new Error(`server did not start: ${serverLog}`);
+    const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: KEY, maxRetries: 0, timeout: 30000 });
+    const user = (content) => [{ role: "user", content }];
+
+    await test("models", async () => {
+        const list = await client.models.list();
+        check("models: one model named tiny-next", list.data.length === 1 && list.data[0].id === "tiny-next", JSON.stringify(list.data));
+    });
+
+    // Greedy text completions reproduce transformers' continuations of the shipped 4-bit weights.
+    const samples = JSON.parse(fs.readFileSync(path.join(modelDir, "samples.json"), "utf8")).mlx_q4_shipped;
+    await test("completions vs transformers", async () => {
+        for (const s of samples.slice(0, 3)) {
+            const n = 12;
+            const r = await client.completions.create({ model: "tiny-next", prompt: s.prompt, max_tokens: n, temperature: 0, logit_bias: noEos });
+            const want = JSON.parse((await raw(port, "POST", "/detokenize", { body: JSON.stringify({ tokens: s.ids.slice(0, n) }) })).body).content;
+            check(`completions greedy = transformers for ${JSON.stringify(s.prompt)}`, r.choices[0].text === want,
+                `got ${JSON.stringify(r.choices[0].text)}, want ${JSON.stringify(want)}`);
+            check("completions usage", r.usage.completion_tokens === n && r.choices[0].finish_reason === "length", JSON.stringify(r.usage));
+        }
+        // Token-id prompts and streaming give the same text.
+        const s = samples[0];
+        const ids = JSON.parse((await raw(port, "POST", "/tokenize", { body: JSON.stringify({ content: s.prompt }) })).body).tokens;
+        const a = await client.completions.create({ model: "tiny-next", prompt: ids, max_tokens: 6, temperature: 0 });
+        const b = await client.completions.create({ model: "tiny-next", prompt: s.prompt, max_tokens: 6, temperature: 0, stream: true });
+        let streamed = "";
+        for await (const c of b) streamed += c.choices[0]?.text ?? "";
+        check("completions: token ids = string prompt = streamed", a.choices[0].text === streamed && streamed.length > 0,
+            `${JSON.stringify(a.choices[0].text)} vs ${JSON.stringify(streamed)}`);
+    });
+
+    // Chat: streaming and non-streaming agree (greedy), usage chunk, [DONE] handled by the client.
+    let greedyText = "";
+    await test("chat stream vs whole", async () => {
+        const whole = await client.chat.completions.create({ model: "tiny-next", messages: user("Write a function."), max_tokens: 16, temperature: 0, logit_bias: noEos });
+        greedyText = whole.choices[0].message.content;
+        check("chat: content", typeof greedyText === "string" && greedyText.length > 0, JSON.stringify(whole));
+        check("chat: finish length", whole.choices[0].finish_reason === "length");
+        check("chat: usage", whole.usage.completion_tokens === 16 && whole.usage.prompt_tokens > 0 &&
+            whole.usage.total_tokens === whole.usage.prompt_tokens + 16 && typeof whole.usage.prompt_tokens_details?.cached_tokens === "number",
+            JSON.stringify(whole.usage));
+        const stream = await client.chat.completions.create({ model: "tiny-next", messages: user("Write a function."), max_tokens: 16, temperature: 0,
+            logit_bias: noEos, stream: true, stream_options: { include_usage: true } });
+        let text = "", ids = new Set(), roleFirst = false, finish = null, usage = null, n = 0;
+        for await (const c of stream) {
+            ids.add(c.id);
+            if (n++ === 0) roleFirst = c.choices[0]?.delta?.role === "assistant";
+            if (c.choices.length) {
+                text += c.choices[0].delta.content ?? "";
+                if (c.choices[0].finish_reason) finish = c.choices[0].finish_reason;
+            }
+            if (c.usage) usage = c.usage;
+        }
+        check("stream: equals non-streaming", text === greedyText, `${JSON.stringify(text)} vs ${JSON.stringify(greedyText)}`);
+        check("stream: one id, role first, finish length", ids.size === 1 && roleFirst && finish === "length");
+        check("stream: usage chunk", usage && usage.completion_tokens === 16, JSON.stringify(usage));
+    });
+
+    await test("stop strings", async () => {
+        // A stop string taken from the middle of the greedy reply cuts it exactly there.
+        const cut = Math.max(1, Math.floor(greedyText.length / 2));
+        const stop = greedyText.slice(cut, cut + 3);
+        const at = greedyText.indexOf(stop);
+        const r = await client.chat.completions.create({ model: "tiny-next", messages: user("Write a function."), max_tokens: 16, temperature: 0, logit_bias: noEos, stop: [stop, "never-appears"] });
+        check("stop: text ends before the stop string", r.choices[0].message.content === greedyText.slice(0, at),
+            `stop ${JSON.stringify(stop)}: ${JSON.stringify(r.choices[0].message.content)}`);
+        check("stop: finish_reason stop", r.choices[0].finish_reason === "stop");
+    });
+
+    await test("seed determinism", async () => {
+        const ask = (seed) => client.chat.completions.create({ model: "tiny-next", messages: user("Tell me a story."), max_tokens: 12, temperature: 1.0, seed, logit_bias: noEos })
+            .then((r) => r.choices[0].message.content);
+        const a = await ask(1234), b = await ask(1234);
+        const others = await Promise.all([ask(1), ask(2), ask(3)]);
+        check("seed: same seed, same text", a === b, `${JSON.stringify(a)} vs ${JSON.stringify(b)}`);
+        check("seed: different seeds differ", new Set([a, ...others]).size > 1, JSON.stringify([a, ...others]));
+    });
+
+    await test("logprobs", async () => {
+        const r = await client.chat.completions.create({ model: "tiny-next", messages: user("Hi"), max_tokens: 5, temperature: 0, logit_bias: noEos, logprobs: true, top_logprobs: 3 });
+        const lp = r.choices[0].logprobs?.content ?? [];
+        check("logprobs: one entry per token", lp.length === 5, JSON.stringify(r.choices[0].logprobs));
+        check("logprobs: top 3, greedy token is the most likely",
+            lp.every((e) => e.top_logprobs.length === 3 && e.logprob <= 0 && e.top_logprobs[0].token === e.token &&
+                Math.abs(e.top_logprobs[0].logprob - e.logprob) < 1e-4), JSON.stringify(lp[0]));
+        check("logprobs: tokens spell the content", lp.map((e) => e.token).join("") === r.choices[0].message.content);
+    });
+
+    await test("multi-turn prefix reuse", async () => {
+        const first = user("What is a prime number?");
+        const r1 = await client.chat.completions.create({ model: "tiny-next", messages: first, max_tokens: 10, temperature: 0, logit_bias: noEos });
+        const second = [...first, { role: "assistant", content: r1.choices[0].message.content }, { role: "user", content: "And 7?" }];
+        const r2 = await client.chat.completions.create({ model: "tiny-next", messages: second, max_tokens: 4, temperature: 0, logit_bias: noEos });
+        const cached = r2.usage.prompt_tokens_details.cached_tokens;
+        check("multi-turn: the continued conversation reuses its earlier turn", cached >= r1.usage.prompt_tokens,
+            `cached ${cached} of ${r2.usage.prompt_tokens}; first prompt ${r1.usage.prompt_tokens}`);
+    });
+
+    await test("cancel on disconnect", async () => {
+        const metric = async (name) => {
+            const m = (await raw(port, "GET", "/metrics")).body;
+            return Number(m.match(new RegExp(`^${name} (\\S+)$`, "m"))[1]);
+        };
+        const before = await metric("sluice_generated_tokens_total");
+        const stream = await client.chat.completions.create({ model: "tiny-next", messages: user("Count forever."), max_tokens: 900, temperature: 0, logit_bias: noEos, stream: true });
+        let n = 0;
+        for await (const c of stream) {
+            if (c.choices[0]?.delta?.content && ++n >= 3) break;  // breaking out aborts the request
+        }
+        let active = 1;
+        for (let i = 0; i < 50 && active > 0; ++i) {
+            await sleep(100);
+            active = JSON.parse((await raw(port, "GET", "/health")).body).slots.active;
+        }
+        const generated = (await metric("sluice_generated_tokens_total")) - before;
+        check("cancel: the session is released", active === 0);
+        check("cancel: generation stopped early", generated < 900, `generated ${generated}`);
+    });
+
+    await test("cancel on disconnect (non-streaming)", async () => {
+        const metric = async (name) => Number((await raw(port, "GET", "/metrics")).body.match(new RegExp(`^${name} (\\S+)$`, "m"))[1]);
+        const before = await metric("sluice_generated_tokens_total");
+        // The client hangs up 300 ms into a ~3 s generation.
+        const timedOut = await new Promise((resolve) => {
+            const body = JSON.stringify({ messages: user("Count forever."), max_tokens: 900, temperature: 0, logit_bias: noEos });
+            const req = http.request({ host: "127.0.0.1", port, method: "POST", path: "/v1/chat/completions",
+                headers: { Authorization: `Bearer ${KEY}`, "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body) } });
+            req.on("error", () => resolve(true));
+            req.on("response", (res) => res.on("data", () => {}));
+            req.end(body);
+            setTimeout(() => { req.destroy(); resolve(true); }, 300);
+        });
+        let active = 1;
+        for (let i = 0; i < 50 && active > 0; ++i) {
+            await sleep(100);
+            active = JSON.parse((await raw(port, "GET", "/health")).body).slots.active;
+        }
+        const generated = (await metric("sluice_generated_tokens_total")) - before;
+        check("cancel (whole): the client gave up", timedOut);
+        check("cancel (whole): the session is released", active === 0);
+        check("cancel (whole): generation stopped early", generated < 900, `generated ${generated}`);
+    });
+
+    await test("concurrency", async () => {
+        const prompts = ["One", "Two", "Three", "Four", "Five"];
+        const seq = [];
+        for (const p of prompts) seq.push((await client.chat.completions.create({ model: "tiny-next", messages: user(p), max_tokens: 8, temperature: 0, logit_bias: noEos })).choices[0].message.content);
+        const par = await Promise.all(prompts.map((p, i) => i % 2
+            ? client.chat.completions.create({ model: "tiny-next", messages: user(p), max_tokens: 8, temperature: 0, logit_bias: noEos }).then((r) => r.choices[0].message.content)
+            : client.chat.completions.create({ model: "tiny-next", messages: user(p), max_tokens: 8, temperature: 0, logit_bias: noEos, stream: true })
+                .then(async (s) => { let t = ""; for await (const c of s) t += c.choices[0]?.delta?.content ?? ""; return t; })));
+        check("concurrency: 5 requests on 2 sessions give the sequential results", JSON.stringify(par) === JSON.stringify(seq),
+            `${JSON.stringify(par)} vs ${JSON.stringify(seq)}`);
+    });
+
+    await test("tools", async () => {
+        const tools = [{ type: "function", function: { name: "get_weather", description: "Weather of a city",
+            parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }];
+        const ask = (extra) => client.chat.completions.create({ model: "tiny-next", messages: user("Weather in Paris?"), max_tokens: 12, temperature: 0, logit_bias: noEos, ...extra });
+        const plain = await ask({});
+        const none = await ask({ tools, tool_choice: "none" });
+        const auto = await ask({ tools });
+        check("tools: the template shows tools unless tool_choice is none",
+            none.usage.prompt_tokens === plain.usage.prompt_tokens && auto.usage.prompt_tokens > plain.usage.prompt_tokens + 20,
+            `${plain.usage.prompt_tokens} ${none.usage.prompt_tokens} ${auto.usage.prompt_tokens}`);
+        // A named tool_choice forces the call's opening; the tiny model then writes the arguments.
+        // Either they parse (a tool call) or the raw text is returned as content — never lost.
+        const named = await ask({ tools, tool_choice: { type: "function", function: { name: "get_weather" } } });
+        const m = named.choices[0].message;
+        const prefix = '<tool_call>\n{"name": "get_weather", "arguments": ';
+        check("tools: named tool_choice forces the call",
+            (m.tool_calls?.[0]?.function?.name === "get_weather" && named.choices[0].finish_reason === "tool_calls") ||
+            (typeof m.content === "string" && m.content.startsWith(prefix)), JSON.stringify(m));
+        check("tools: forced prefix is part of the prompt", named.usage.prompt_tokens > auto.usage.prompt_tokens);
+    });
+
+    await test("json_object", async () => {
+        // Grammar-constrained decoding: whatever the model wants, the reply is a JSON object or a
+        // prefix of one; biasing the token " {}" makes it a complete object at once, and then
+        // end-of-sequence is the only choice.
+        const close = JSON.parse((await raw(port, "POST", "/tokenize", { body: JSON.stringify({ content: " {}" }) })).body).tokens;
+        const closed = await client.chat.completions.create({ model: "tiny-next", messages: user("Give me JSON."), max_tokens: 20, temperature: 0,
+            response_format: { type: "json_object" }, logit_bias: { [String(close[0])]: 50 } });
+        check("json_object: closes and stops", close.length === 1 && closed.choices[0].message.content.trim() === "{}" &&
+            closed.choices[0].finish_reason === "stop", JSON.stringify(closed.choices[0]));
+        for (const seed of [1, 2, 3]) {
+            const r = await client.chat.completions.create({ model: "tiny-next", messages: user("Describe a cat as JSON."), max_tokens: 60,
+                temperature: 0.9, seed, response_format: { type: "json_object" } });
+            const text = r.choices[0].message.content;
+            let ok = text.trimStart().startsWith("{") && !/[\u0000-\u0008]/.test(text);
+            if (r.choices[0].finish_reason === "stop") {
+                try { ok &&= typeof JSON.parse(text) === "object"; } catch { ok = false; }
+            }
+            check(`json_object: seed ${seed} gives JSON`, ok, JSON.stringify(r.choices[0]));
+        }
+    });
+
+    await test("queue and keep-alive", async () => {
+        // Two long streams hold both sessions; a third request queues and receives SSE comments
+        // (every 150 ms here) until a session frees up, then completes normally.
+        const long = () => client.chat.completions.create({ model: "tiny-next", messages: user("Go on."), max_tokens: 400, temperature: 0, logit_bias: noEos, stream: true });
+        const holders = [await long(), await long()];
+        const drains = holders.map(async (s) => { let n = 0; for await (const c of s) n += c.choices[0]?.delta?.content ? 1 : 0; return n; });
+        await sleep(50);
+        const third = raw(port, "POST", "/v1/chat/completions", { body: JSON.stringify({ messages: user("Hi"), max_tokens: 3, stream: true }) });
+        let maxQueued = 0;
+        for (let i = 0; i < 10; ++i) {
+            await sleep(30);
+            maxQueued = Math.max(maxQueued, JSON.parse((await raw(port, "GET", "/health")).body).slots.queued);
+        }
+        const r = await third;
+        await Promise.all(drains);
+        check("queue: the third request waited", maxQueued >= 1, `max queued ${maxQueued}`);
+        check("keep-alive: comment lines while queued", r.body.includes("\n: keep-alive\n\n") || r.body.startsWith(": keep-alive"), r.body.slice(0, 300));
+        check("keep-alive: stream completes", r.status === 200 && r.body.endsWith("data: [DONE]\n\n") && r.headers["content-type"].startsWith("text/event-stream"));
+    });
+
+    // Error cases through the client: status, type and the field named.
+    const expectError = async (name, status, promise, { param, code, messageHas } = {}) => {
+        try {
+            await promise;
+            check(name, false, "no error");
+        } catch (e) {
+            const ok = e instanceof OpenAI.APIError && e.status === status && (param === undefined || e.param === param) &&
+                (code === undefined || e.code === code) && (messageHas === undefined || messageHas.every((s) => String(e.message).includes(s)));
+            check(name, ok, `status ${e.status} param ${e.param} code ${e.code}: ${e.message}`);
+        }
+    };
+    const base = { model: "tiny-next", messages: user("Hi"), max_tokens: 2 };
+    await expectError("error: n > 1", 400, client.chat.completions.create({ ...base, n: 2 }), { param: "n" });
+    await expectError("error: unknown model", 404, client.chat.completions.create({ ...base, model: "gpt-5" }), { code: "model_not_found" });
+    await expectError("error: bad key", 401, new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: "wrong", maxRetries: 0 }).models.list());
+    await expectError("error: image part", 400, client.chat.completions.create({ ...base, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "http://x" } }] }] }),
+        { messageHas: ["image_url"] });
+    await expectError("error: temperature type", 400, client.chat.completions.create({ ...base, temperature: "hot" }), { param: "temperature" });
+    await expectError("error: top_p range", 400, client.chat.completions.create({ ...base, top_p: 2 }), { param: "top_p" });
+    await expectError("error: bad role", 400, client.chat.completions.create({ ...base, messages: [{ role: "wizard", content: "x" }] }), { param: "messages[0].role" });
+    await expectError("error: missing messages", 400, client.chat.completions.create({ model: "tiny-next" }), { param: "messages" });
+    await expectError("error: logit_bias key", 400, client.chat.completions.create({ ...base, logit_bias: { "99999999": 1 } }), { param: "logit_bias" });
+    await expectError("error: stop type", 400, client.chat.completions.create({ ...base, stop: [1] }), { param: "stop[0]" });
+    await expectError("error: top_logprobs without logprobs", 400, client.chat.completions.create({ ...base, top_logprobs: 2 }), { param: "top_logprobs" });
+    await expectError("error: response_format", 400, client.chat.completions.create({ ...base, response_format: { type: "json_schema", json_schema: { name: "x", schema: {} } } }), { param: "response_format" });
+    await expectError("error: tool_choice without tools", 400, client.chat.completions.create({ ...base, tool_choice: "required" }), { param: "tool_choice" });
+    await expectError("error: context too long", 400, client.chat.completions.create({ ...base, messages: user("hello ".repeat(1500)) }),
+        { code: "context_length_exceeded", messageHas: ["1024"] });
+    await expectError("error: completions prompt type", 400, client.completions.create({ model: "tiny-next", prompt: { a: 1 } }), { param: "prompt" });
+
+    // Raw HTTP abuse: every answer is an OpenAI error object and the server keeps serving.
+    await test("raw http", async () => {
+        const cases = [
+            ["bad JSON", "POST", "/v1/chat/completions", "{\"messages\": [", 400],
+            ["non-object body", "POST", "/v1/chat/completions", "[1,2]", 400],
+            ["messages wrong type", "POST", "/v1/chat/completions", JSON.stringify({ messages: "hi" }), 400],
+            ["message wrong type", "POST", "/v1/chat/completions", JSON.stringify({ messages: [42] }), 400],
+            ["content wrong type", "POST", "/v1/chat/completions", JSON.stringify({ messages: [{ role: "user", content: 5 }] }), 400],
+            ["max_tokens negative", "POST", "/v1/chat/completions", JSON.stringify({ messages: user("x"), max_tokens: -1 }), 400],
+            ["max_tokens float", "POST", "/v1/chat/completions", JSON.stringify({ messages: user("x"), max_tokens: 1.5 }), 400],
+            ["deep nesting", "POST", "/v1/chat/completions", "[".repeat(200000), 400],
+            ["invalid UTF-8 JSON", "POST", "/v1/chat/completions", "{\"messages\": \"\xff\"}", 400],
+            ["detokenize bad ids", "POST", "/detokenize", JSON.stringify({ tokens: [-1] }), 400],
+            ["tokenize missing", "POST", "/tokenize", "{}", 400],
+            ["unknown route", "GET", "/v1/nothing", undefined, 404],
+            ["huge body", "POST", "/v1/chat/completions", "x".repeat(9 << 20), 413],
+        ];
+        for (const [name, method, p, body, status] of cases) {
+            const r = await raw(port, method, p, { body });
+            check(`raw: ${name} → ${status}`, r.status === status && isErrorObject(r.body), `${r.status} ${r.body.slice(0, 200)}`);
+        }
+        const noKey = await raw(port, "POST", "/v1/chat/completions", { body: JSON.stringify({ messages: user("x") }), auth: false });
+        check("raw: missing key → 401", noKey.status === 401 && isErrorObject(noKey.body), `${noKey.status}`);
+    });
+
+    await test("fuzz", async () => {
+        // Random values of every type in every field (and random messages): each answer is a 200
+        // or an OpenAI error object, and the server stays up. Deterministic (seeded LCG).
+        let state = 12345;
+        const rand = (n) => ((state = (state * 1103515245 + 12345) % 2147483648) % n);
+        const values = [null, true, false, 0, -1, 1, 2, 0.5, 1.5, -0.0, 1e308, -1e308, 4294967296, "", "x", "auto", "none", "required",
+            [], [1], ["a"], [null], {}, { a: 1 }, { type: "text", text: "t" }, { type: "function", function: { name: "f" } }, "\u0000", "é🌍"];
+        const fields = ["model", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
+            "logit_bias", "seed", "stop", "n", "logprobs", "top_logprobs", "stream", "stream_options", "tools", "tool_choice",
+            "response_format", "chat_template_kwargs", "max_completion_tokens", "messages"];
+        const bad = [];
+        for (let i = 0; i < 250; ++i) {
+            const body = { messages: user("Hi"), max_tokens: 1 };
+            for (let k = rand(3) + 1; k > 0; --k) {
+                const f = fields[rand(fields.length)];
+                body[f] = f === "messages" && rand(2)
+                    ? [{ role: ["user", "system", "assistant", "tool", "developer", 7][rand(6)], content: values[rand(values.length)],
+                        tool_calls: rand(3) ? undefined : values[rand(values.length)] }]
+                    : values[rand(values.length)];
+            }
+            if (body.max_completion_tokens !== undefined && body.max_completion_tokens !== null) body.max_completion_tokens = 1;
+            const r = await raw(port, "POST", rand(4) ? "/v1/chat/completions" : "/v1/completions", { body: JSON.stringify({ prompt: "a", ...body }) });
+            const ok = r.status === 200 ? (body.stream === true ? r.body.endsWith("data: [DONE]\n\n") : JSON.parse(r.body).choices?.length === 1)
+                : [400, 404].includes(r.status) && isErrorObject(r.body);
+            if (!ok) bad.push(`${r.status} ${JSON.stringify(body).slice(0, 200)} → ${r.body.slice(0, 200)}`);
+        }
+        check("fuzz: every answer is a result or an error object", bad.length === 0, bad.slice(0, 3).join("\n"));
+        check("fuzz: server alive", JSON.parse((await raw(port, "GET", "/health")).body).status === "ok");
+    });
+
+    await test("slow client", async () => {
+        // A client that sends half a request and stalls must not block others.
+        const sock = net.connect(port, "127.0.0.1");
+        await new Promise((r) => sock.once("connect", r));
+        sock.write("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"messa");
+        const t0 = Date.now();
+        const r = await client.chat.completions.create({ model: "tiny-next", messages: user("Hi"), max_tokens: 2 });
+        check("slow client: others are served", r.choices.length === 1 && Date.now() - t0 < 10000);
+        sock.destroy();
+    });
+
+    await test("health, metrics, tokenize, web", async () => {
+        const h = JSON.parse((await raw(port, "GET", "/health", { auth: false })).body);
+        check("health", h.status === "ok" && h.model === "tiny-next" && h.memory_plan.dense_bytes > 0 && typeof h.expert_cache.hit_rate === "number" && h.slots.total === 2,
+            JSON.stringify(h).slice(0, 300));
+        const m = (await raw(port, "GET", "/metrics")).body;
+        const val = (n) => Number((m.match(new RegExp(`^${n} (\\S+)$`, "m")) ?? [])[1]);
+        check("metrics", val("sluice_requests_total") > 10 && val("sluice_generated_tokens_total") > 50 && val("sluice_queue_depth") === 0 &&
+            Number.isFinite(val("sluice_expert_cache_hits_total")) && Number.isFinite(val("sluice_decode_tokens_per_second")), m.slice(0, 300));
+        const text = "def hello():\n    return 'héllo 🌍'";
+        const t = JSON.parse((await raw(port, "POST", "/tokenize", { body: JSON.stringify({ content: text }) })).body);
+        const d = JSON.parse((await raw(port, "POST", "/detokenize", { body: JSON.stringify({ tokens: t.tokens }) })).body);
+        check("tokenize round trip", t.tokens.length > 5 && d.content === text, JSON.stringify(d));
+        const page = await raw(port, "GET", "/", { auth: false });
+        check("web page", page.status === 200 && page.headers["content-type"].startsWith("text/html") && page.body.includes("<title>sluice</title>"));
+    });
+} catch (e) {
+    check("suite", false, String(e && e.stack));
+} finally {
+    clearTimeout(watchdog);
+    killServer();
+}
+if (failed) console.log(serverLog.split("\n").filter((l) => !l.includes("-> 200")).slice(-20).join("\n"));
+console.log(`[server_openai] ${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);

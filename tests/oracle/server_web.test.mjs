@@ -1,0 +1,126 @@
+// server_web.test.mjs — the built-in chat page of `sluice serve` in a real browser (Debian's chromium,
+// driven by playwright-core): the page loads with no network beyond the server, shows the model and
+// live stats from /health, streams a reply that equals the API's greedy reply for the same request,
+// renders markdown safely (code blocks, bold, HTML escaped), and keeps the conversation across a
+// reload (localStorage). Skipped (exit 0 with a note) when /usr/bin/chromium is missing.
+// Prints "N passed, M failed"; exits 1 on failure. The server and browser are always closed.
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import net from "node:net";
+import path from "node:path";
+
+const bin = process.env.SLUICE_BIN;
+const src = process.env.SLUICE_SOURCE_DIR;
+if (!bin || !src) {
+    console.error("[server_web] SLUICE_BIN and SLUICE_SOURCE_DIR must be set");
+    process.exit(2);
+}
+const chromiumPath = "/usr/bin/chromium";
+if (!fs.existsSync(chromiumPath)) {
+    console.log("[server_web] skipped: /usr/bin/chromium is not installed (scripts/install-deps.sh installs it)");
+    process.exit(0);
+}
+const { chromium } = await import("playwright-core");
+
+let passed = 0;
+let failed = 0;
+function check(name, ok, detail = "") {
+    if (ok) ++passed;
+    else {
+        ++failed;
+        console.log(`FAIL ${name}${detail ? ": " + detail : ""}`);
+    }
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const port = await new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+        const p = s.address().port;
+        s.close(() => resolve(p));
+    });
+});
+
+const server = spawn(bin, ["serve", path.join(src, "models", "tiny-next"), "--port", String(port), "--ctx-size", "1024"], {
+    stdio: ["ignore", "ignore", "pipe"],
+});
+let serverLog = "";
+server.stderr.on("data", (d) => (serverLog += d.toString()));
+let exited = false;
+server.on("exit", () => (exited = true));
+const killServer = () => {
+    if (!exited) server.kill("SIGKILL");
+};
+process.on("exit", killServer);
+let browser = null;
+const watchdog = setTimeout(() => {
+    console.log("FAIL watchdog: the suite took longer than 90 s");
+    killServer();
+    process.exit(1);
+}, 90000);
+
+try {
+    for (let i = 0; i < 300 && !serverLog.includes("listening on"); ++i) await sleep(100);
+    if (!serverLog.includes("listening on")) throw new Error(`server did not start: ${serverLog}`);
+    const base = `http://127.0.0.1:${port}`;
+    browser = await chromium.launch({
+        executablePath: chromiumPath,
+        args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"],
+    });
+    const page = await browser.newPage();
+    const offsite = [];
+    page.on("request", (r) => {
+        if (!r.url().startsWith(base)) offsite.push(r.url());
+    });
+    const pageErrors = [];
+    page.on("pageerror", (e) => pageErrors.push(String(e)));
+    await page.goto(base + "/");
+    await page.waitForFunction(() => document.getElementById("model").textContent.includes("tiny-next"), null, { timeout: 10000 });
+    check("page: model name from /health", true);
+    await page.waitForFunction(() => document.getElementById("stats").textContent.includes("tok/s"), null, { timeout: 10000 });
+    check("page: live stats", (await page.textContent("#stats")).includes("busy"));
+
+    // A greedy reply streamed into the page equals the API's reply to the same request.
+    await page.fill("#temp", "0");
+    await page.fill("#max", "24");
+    await page.fill("#input", "Write hello world in Python.");
+    await page.press("#input", "Enter");
+    await page.waitForSelector("#stop:not([hidden])", { timeout: 5000 }).catch(() => {});
+    await page.waitForSelector("#send:not([hidden])", { timeout: 30000 });
+    const saved = await page.evaluate(() => JSON.parse(localStorage.getItem("sluice.convs")));
+    const reply = saved[0].messages[1];
+    const api = await (await fetch(base + "/v1/chat/completions", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ messages: [{ role: "user", content: "Write hello world in Python." }], temperature: 0, max_tokens: 24,
+            chat_template_kwargs: { enable_thinking: true } }),
+    })).json();
+    check("page: streamed reply equals the API's", reply.role === "assistant" && reply.content === api.choices[0].message.content && !reply.error,
+        `${JSON.stringify(reply)} vs ${JSON.stringify(api.choices[0].message)}`);
+    const shown = await page.locator(".msg.assistant .body").last().textContent();
+    check("page: reply rendered", shown.trim().length > 0 && reply.content.replace(/\s/g, "").includes(shown.replace(/\s/g, "").slice(0, 5)),
+        JSON.stringify(shown));
+
+    // Markdown subset, HTML escaped.
+    const html = await page.evaluate(() => markdown("# T\n```py\nx = 1 < 2\n```\n**bold** and `code`\n- a\n- b\n<img src=x onerror=alert(1)>"));
+    check("markdown: code block", html.includes('<pre><code data-lang="py">x = 1 &lt; 2</code></pre>'), html);
+    check("markdown: inline", html.includes("<strong>bold</strong>") && html.includes("<code>code</code>") && html.includes("<ul><li>a</li><li>b</li></ul>") &&
+        html.includes("<h1>T</h1>"), html);
+    check("markdown: HTML escaped", !html.includes("<img") && html.includes("&lt;img"), html);
+
+    // The conversation survives a reload.
+    await page.reload();
+    await page.waitForSelector(".msg.assistant", { timeout: 10000 });
+    check("page: conversation restored", (await page.locator(".conv").count()) === 1 && (await page.locator(".msg").count()) === 2);
+    check("page: no off-site requests", offsite.length === 0, offsite.join(", "));
+    check("page: no script errors", pageErrors.length === 0, pageErrors.join(" | "));
+} catch (e) {
+    check("suite", false, String(e && e.stack));
+} finally {
+    clearTimeout(watchdog);
+    if (browser) await browser.close().catch(() => {});
+    killServer();
+}
+console.log(`[server_web] ${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,108 @@
+// SessionPool (src/server/session_pool.h) on the tiny trained model: requests are served in
+// arrival order, a request lands on the session that holds the longest prefix of its prompt, and
+// a waiter that gives up leaves the queue without blocking the ones behind it.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "server/session_pool.h"
+
+namespace sluice::server {
+namespace {
+
+std::shared_ptr<Engine> tiny_engine() {
+    static std::shared_ptr<Engine> engine = [] {
+        EngineOptions eo;
+        eo.model_dir = std::string(SLUICE_SOURCE_DIR) + "/models/tiny-next";
+        eo.context_tokens = 256;
+        eo.threads = 2;
+        eo.memory_bytes = 2ull << 30;
+        auto e = Engine::load(eo);
+        EXPECT_TRUE(e.has_value()) << e.status().message();
+        return e.has_value() ? e.value() : nullptr;
+    }();
+    return engine;
+}
+
+TEST(ServerSessionPool, FifoOrder) {
+    auto engine = tiny_engine();
+    ASSERT_TRUE(engine);
+    SessionPool pool(engine, 1);
+    const std::vector<int32_t> prompt = {1, 2, 3};
+    std::vector<int> order;
+    std::mutex mutex;
+    std::vector<std::thread> threads;
+    {
+        SessionPool::Lease held = pool.acquire(prompt, {}, 10);
+        ASSERT_TRUE(held);
+        for (int i = 0; i < 4; ++i) {
+            threads.emplace_back([&, i] {
+                SessionPool::Lease lease = pool.acquire(prompt, {}, 10);
+                std::lock_guard lock(mutex);
+                order.push_back(i);
+            });
+            // Wait until the thread is queued before starting the next one.
+            while (pool.queue_depth() < i + 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        EXPECT_EQ(pool.queue_depth(), 4);
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
+    EXPECT_EQ(pool.queue_depth(), 0);
+    EXPECT_EQ(pool.active(), 0);
+}
+
+TEST(ServerSessionPool, AbandonedWaiterLeavesTheQueue) {
+    auto engine = tiny_engine();
+    ASSERT_TRUE(engine);
+    SessionPool pool(engine, 1);
+    const std::vector<int32_t> prompt = {1, 2, 3};
+    std::atomic<bool> want{true};
+    std::thread quitter, next;
+    bool quitter_got = true, next_got = false;
+    {
+        SessionPool::Lease held = pool.acquire(prompt, {}, 10);
+        quitter = std::thread([&] {
+            quitter_got = static_cast<bool>(pool.acquire(
+                prompt, [&] { return want.load(); }, 10));
+        });
+        while (pool.queue_depth() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        next = std::thread([&] { next_got = static_cast<bool>(pool.acquire(prompt, {}, 10)); });
+        while (pool.queue_depth() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        want = false;
+        quitter.join();
+    }
+    next.join();
+    EXPECT_FALSE(quitter_got);
+    EXPECT_TRUE(next_got);
+}
+
+TEST(ServerSessionPool, PrefixAffinity) {
+    auto engine = tiny_engine();
+    ASSERT_TRUE(engine);
+    SessionPool pool(engine, 3);
+    const std::vector<int32_t> a = {10, 11, 12, 13}, b = {20, 21, 22};
+    int slot_a = -1, slot_b = -1;
+    {
+        SessionPool::Lease la = pool.acquire(a, {});
+        SessionPool::Lease lb = pool.acquire(b, {});
+        ASSERT_TRUE(la.session().evaluate(a, false).has_value());
+        ASSERT_TRUE(lb.session().evaluate(b, false).has_value());
+        slot_a = la.slot();
+        slot_b = lb.slot();
+    }
+    ASSERT_NE(slot_a, slot_b);
+    const std::vector<int32_t> a_next = {10, 11, 12, 13, 14, 15}, b_next = {20, 21, 99};
+    EXPECT_EQ(pool.acquire(a_next, {}).slot(), slot_a);
+    EXPECT_EQ(pool.acquire(b_next, {}).slot(), slot_b);
+    // No shared prefix: the least recently used session (the untouched third one).
+    const std::vector<int32_t> other = {30};
+    SessionPool::Lease lo = pool.acquire(other, {});
+    EXPECT_NE(lo.slot(), slot_a);
+    EXPECT_NE(lo.slot(), slot_b);
+}
+
+}  // namespace
+}  // namespace sluice::server
