@@ -130,7 +130,8 @@ void run_bench(const BenchOptions& o) {
     }
 
     const MeanSd p = mean_sd(prefill), d = mean_sd(decode), t = mean_sd(ttft), h = mean_sd(hit),
-                 b = mean_sd(bytes_per_tok), gbs = mean_sd(read_gb_s), pa = mean_sd(pf_acc), prefill_bytes = mean_sd(prefill_read);
+                 b = mean_sd(bytes_per_tok), gbs = mean_sd(read_gb_s), pa = mean_sd(pf_acc),
+                 prefill_bytes = mean_sd(prefill_read);
     // Speed of light for decode (benchmarking.md): resident bytes over memory bandwidth vs miss
     // bytes over disk bandwidth, per token.
     const double expert_bytes_per_token = static_cast<double>(info.n_layers) *
@@ -215,7 +216,8 @@ SLUICE_COMMAND(bench, 50, [](CLI::App& app) {
     cmd->add_option("--threads", o->threads, "Compute threads (0 = all cores)")->capture_default_str();
     cmd->add_option("--io-threads", o->io_threads, "Expert reads in flight")->capture_default_str();
     cmd->add_option("--cache-policy", o->policy, "Expert cache policy: lfu or lru")->capture_default_str();
-    cmd->add_option("--prefill-chunk", o->prefill_chunk, "Tokens per prefill forward (1 = token by token)")->capture_default_str();
+    cmd->add_option("--prefill-chunk", o->prefill_chunk, "Tokens per prefill forward (1 = token by token)")
+        ->capture_default_str();
     cmd->add_option("--json", o->json_path, "Write the results as JSON");
     cmd->add_option("--stats-json", o->stats_json, "Write the last run's stats record as JSON");
     cmd->callback([o] { sluice::cli::run_bench(*o); });
