@@ -442,6 +442,7 @@ void run_decode_allocation_check(ThreadPool* pool_ptr) {
         const DeltaInputs d = make_delta(rng, 1, 2, 4, 32, 16);
         std::vector<float> state = d.state, dout(4 * 16);
         std::vector<float> conv_state(3 * 256), conv_out(256);
+        const auto conv_w = random_vec(rng, 256 * 4);  // [channels, kernel]
         const auto logits = random_vec(rng, 64);
         int32_t ids[8];
         float weights[8];
@@ -453,7 +454,7 @@ void run_decode_allocation_check(ThreadPool* pool_ptr) {
             std::copy(q.begin(), q.end(), qr.begin());
             rope_neox(qr.data(), nh, hd, hd / 2, 39, 1e6f);
             attention(qr.data(), k.data(), v.data(), 1, ctx - 1, nh, nkv, hd, 0.125f, att.data(), pool_ptr);
-            conv1d_silu(x.data(), 1, 256, 4, x.data(), conv_state.data(), conv_out.data());
+            conv1d_silu(x.data(), 1, 256, 4, conv_w.data(), conv_state.data(), conv_out.data());
             gated_delta_recurrent(d.q.data(), d.k.data(), d.v.data(), d.beta.data(), d.g.data(), 1, 2, 4, 32,
                                   16, state.data(), dout.data(), pool_ptr);
             rms_norm_gated(dout.data(), dout.data(), nw.data(), 16, 1e-6f, dout.data());

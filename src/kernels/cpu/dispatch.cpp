@@ -140,7 +140,11 @@ void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool
     run(pool, (rows + kTileRows - 1) / kTileRows, 1, [&](int64_t b0, int64_t b1) {
         thread_local std::vector<float> tile_buf;
         const int64_t r_begin = b0 * kTileRows, r_end = std::min(rows, b1 * kTileRows);
-        float* tile = w.type == WeightType::kF32 ? nullptr : scratch(tile_buf, kTileRows * cols);
+        // f32 weights are used in place only when 4-byte aligned (safetensors offsets need not be);
+        // otherwise they are copied through the tile like every other type.
+        const bool direct =
+            w.type == WeightType::kF32 && reinterpret_cast<uintptr_t>(w.data) % alignof(float) == 0;
+        float* tile = direct ? nullptr : scratch(tile_buf, kTileRows * cols);
         for (int64_t t0 = 0; t0 < n; t0 += kTokenBlock) {
             const int64_t nt = std::min(kTokenBlock, n - t0);
             for (int64_t r = r_begin; r < r_end; r += kTileRows) {
