@@ -19,6 +19,8 @@ const rss = () => { try { return Number(readFileSync(`/proc/${server.pid}/status
 const base = `http://127.0.0.1:${port}`;
 for (let i = 0; i < 200; i++) { try { if ((await fetch(base + '/health')).ok) break; } catch {} await new Promise((r) => setTimeout(r, 100)); }
 
+const modelId = (await (await fetch(base + '/v1/models')).json()).data[0].id;
+let firstError = '';
 const prompts = ['def add(a, b):', 'Write a loop that prints 1 to 10.', 'import json', 'class Point:', 'What is a list comprehension?'];
 let requests = 0, errors = 0, tokens = 0;
 let deadline = Date.now() + 5000;  // warm-up: sessions and buffers reach their steady size
@@ -28,15 +30,15 @@ async function client(id) {
     try {
       const res = await fetch(base + '/v1/chat/completions', {
         method: 'POST', headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'x', stream: true, max_tokens: 32, temperature: 0.8, seed: k,
+        body: JSON.stringify({ model: modelId, stream: true, max_tokens: 32, temperature: 0.8, seed: k,
                                messages: [{ role: 'user', content: prompts[k++ % prompts.length] }] }),
       });
-      if (!res.ok) { errors++; await res.text(); continue; }
+      if (!res.ok) { errors++; const t = await res.text(); if (!firstError) firstError = `${res.status} ${t}`; continue; }
       const text = await res.text();
       if (!text.includes('data: [DONE]')) errors++;
       tokens += (text.match(/"delta":\{"content"/g) || []).length;
       requests++;
-    } catch { errors++; }
+    } catch (e) { errors++; if (!firstError) firstError = String(e); }
   }
 }
 await Promise.all(Array.from({ length: clients }, (_, i) => client(i)));
@@ -49,5 +51,5 @@ const elapsed = (Date.now() - t0) / 1000;
 const rssEnd = rss();
 server.kill('SIGTERM');
 console.log(JSON.stringify({ clients, seconds: elapsed, parallel, requests, errors, content_chunks: tokens,
-  chunks_per_s: tokens / elapsed, requests_per_s: requests / elapsed, server_rss_start_bytes: rssStart, server_rss_end_bytes: rssEnd }, null, 1));
+  first_error: firstError || null, chunks_per_s: tokens / elapsed, requests_per_s: requests / elapsed, server_rss_start_bytes: rssStart, server_rss_end_bytes: rssEnd }, null, 1));
 process.exit(errors ? 1 : 0);
