@@ -275,7 +275,7 @@ void put(std::string& out, const T& v) {
     out.append(reinterpret_cast<const char*>(&v), sizeof v);
 }
 void put_floats(std::string& out, const float* p, size_t n) {
-    out.append(reinterpret_cast<const char*>(p), n * sizeof(float));
+    if (n > 0) out.append(reinterpret_cast<const char*>(p), n * sizeof(float));  // p may be null when n == 0
 }
 
 struct Reader {
@@ -289,6 +289,7 @@ struct Reader {
         return true;
     }
     bool get_floats(float* p, size_t n) {
+        if (n == 0) return true;  // empty per-layer state (attention layers): p may be null
         if (pos + n * sizeof(float) > in.size()) return false;
         std::memcpy(p, in.data() + pos, n * sizeof(float));
         pos += n * sizeof(float);
@@ -303,7 +304,8 @@ Status Session::save(const std::string& path) const {
     std::string payload;
     put(payload, s.state.n_past);
     put(payload, static_cast<int64_t>(s.tokens.size()));
-    payload.append(reinterpret_cast<const char*>(s.tokens.data()), s.tokens.size() * sizeof(int32_t));
+    if (!s.tokens.empty())
+        payload.append(reinterpret_cast<const char*>(s.tokens.data()), s.tokens.size() * sizeof(int32_t));
     for (int64_t l = 0; l < c.n_layers; ++l) {
         const auto& st = s.state.layers[static_cast<size_t>(l)];
         if (c.is_full_attention(l)) {
@@ -369,7 +371,7 @@ Status Session::load(const std::string& path) {
                                                       std::to_string(state.max_positions));
     std::vector<int32_t> tokens(static_cast<size_t>(n_tokens));
     if (r.pos + tokens.size() * 4 > in.size()) return bad("truncated tokens");
-    std::memcpy(tokens.data(), in.data() + r.pos, tokens.size() * 4);
+    if (!tokens.empty()) std::memcpy(tokens.data(), in.data() + r.pos, tokens.size() * 4);
     r.pos += tokens.size() * 4;
     for (int64_t l = 0; l < c.n_layers; ++l) {
         auto& st = state.layers[static_cast<size_t>(l)];
