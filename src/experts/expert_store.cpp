@@ -323,6 +323,8 @@ ExpertStoreStats ExpertStore::stats() const {
 void ExpertStore::reset_stats() {
     std::lock_guard<std::mutex> lock(mutex_);
     stats_ = ExpertStoreStats{};
+    // Prefetches issued before the reset must not count as used after it.
+    for (Slot& slot : slots_) slot.prefetched_unused = false;
 }
 
 }  // namespace sluice::experts
