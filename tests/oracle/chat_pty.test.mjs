@@ -9,7 +9,9 @@ const model = path.join(process.env.SLUICE_SOURCE_DIR, 'models/tiny-next');
 let passed = 0, failed = 0;
 const check = (ok, what) => { if (ok) passed++; else { failed++; console.error('FAIL: ' + what); } };
 
-const cmd = `${bin} chat ${model} -n 4000 --temperature 0.8 --seed 1 --ctx-size 8192`;
+// `exec`: script(1) runs the command through $SHELL -c; dash (CI's /bin/sh) does not exec it,
+// stays in the terminal's foreground group and dies of the Ctrl-C, and script reports its 130.
+const cmd = `exec ${bin} chat ${model} -n 4000 --temperature 0.8 --seed 1 --ctx-size 8192`;
 const child = spawn('script', ['-qfec', cmd, '/dev/null'], { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, TERM: 'xterm' } });
 let screen = '';
 child.stdout.on('data', (d) => { screen += d.toString(); });
