@@ -312,7 +312,7 @@ SLUICE_COMMAND(bench, 50, [](CLI::App& app) {
     cmd->add_option("model_dir", o->model_dir, "Model folder")->required();
     cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prompt length (random ids)")->capture_default_str();
     cmd->add_option("--gen-tokens", o->gen_tokens, "Tokens to generate")->capture_default_str();
-    cmd->add_option("--reps", o->reps, "Repetitions")->capture_default_str();
+    cmd->add_option("--reps", o->reps, "Repetitions")->capture_default_str()->check(CLI::PositiveNumber);
     cmd->add_option("--memory", o->memory, "Memory budget, e.g. 3G (default: 80% of available)");
     cmd->add_flag("--no-prefetch", o->no_prefetch, "Disable next-layer expert prefetch");
     cmd->add_option("--threads", o->threads, "Compute threads (0 = all cores)")->capture_default_str();

@@ -57,6 +57,39 @@ struct Workspace {
     std::vector<int32_t> expert_tokens, expert_offsets, expert_fill, expert_ids, predicted_ids;
     std::vector<ExpertWeights> expert_views;
     std::vector<float> expert_token_weights;
+
+    // Heap bytes held by the buffers (the memory plan's scratch estimate must cover this).
+    uint64_t bytes() const {
+        uint64_t b = 0;
+        for (const auto* v : {&x,
+                              &norm,
+                              &mix,
+                              &tmp,
+                              &q,
+                              &k,
+                              &v,
+                              &z,
+                              &gate,
+                              &beta,
+                              &g,
+                              &conv_in,
+                              &conv_out,
+                              &attn,
+                              &y,
+                              &router,
+                              &expert_in,
+                              &expert_gate,
+                              &expert_up,
+                              &expert_act,
+                              &expert_out,
+                              &topk_weights,
+                              &expert_token_weights})
+            b += v->capacity() * sizeof(float);
+        for (const auto* v :
+             {&topk_ids, &expert_tokens, &expert_offsets, &expert_fill, &expert_ids, &predicted_ids})
+            b += v->capacity() * sizeof(int32_t);
+        return b + expert_views.capacity() * sizeof(ExpertWeights);
+    }
 };
 
 class Model {

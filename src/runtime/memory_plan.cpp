@@ -43,14 +43,22 @@ uint64_t available_memory_bytes() {
 }
 
 uint64_t scratch_bytes_estimate(const model::ModelConfig& c, int64_t chunk_tokens) {
-    // The largest per-token buffers of the forward (model.h Workspace), times the chunk, plus one
-    // vocabulary-sized logits row per chunk token for all-position logits.
+    // The largest per-token buffers of the forward (model.h Workspace) times the chunk, plus the
+    // last position's logits and the sampler's sort buffers (values and indices) over the
+    // vocabulary. All-position logits (perplexity, `sluice logits`) are the caller's own n × vocab
+    // buffer, outside the plan: budgeting them for every prefill chunk took 155 MB of a 3 GB budget
+    // on a 152k vocabulary for nothing during generation.
     const int64_t qkvz =
         std::max<int64_t>(2 * c.linear_key_dim() + 2 * c.linear_value_dim(), 2 * c.n_heads * c.head_dim);
-    const int64_t ffn = std::max({c.expert_ffn, c.shared_expert_ffn, c.dense_ffn});
-    const int64_t per_token = 8 * c.hidden + 2 * qkvz + 3 * c.conv_dim() + 4 * c.linear_value_dim() +
-                              2 * c.n_experts + 4 * c.n_heads * c.head_dim + 4 * ffn * c.top_k + c.vocab;
-    return static_cast<uint64_t>(per_token * chunk_tokens) * 4;
+    // MLP buffers (gate, up, activation) are reused expert by expert, so they hold one MLP's
+    // rows for at most every token of the chunk, not top_k of them; a dense MLP's width counts
+    // only when some layer has one.
+    int64_t ffn = std::max(c.expert_ffn, c.shared_expert_ffn);
+    for (int64_t l = 0; l < c.n_layers; ++l)
+        if (!c.is_moe_layer(l)) ffn = std::max(ffn, c.dense_ffn);
+    const int64_t per_token = 10 * c.hidden + 2 * qkvz + 3 * c.conv_dim() + 4 * c.linear_value_dim() +
+                              2 * c.n_experts + 4 * c.n_heads * c.head_dim + 3 * ffn + 2 * c.top_k;
+    return static_cast<uint64_t>(per_token * chunk_tokens + 3 * c.vocab) * 4;
 }
 
 }  // namespace runtime
