@@ -38,6 +38,9 @@ struct EngineOptions {
     bool verify_reads = false;  // xxh3-check every expert record read
     std::string cache_policy = "lfu";
     uint64_t expert_cache_bytes = 0;  // fixed expert-cache size; 0 = whatever the budget leaves
+    // Sessions alive and generating at once (the server's --parallel): the plan reserves state
+    // (KV, DeltaNet state and its turn checkpoints) and forward scratch for each.
+    int max_sessions = 1;
 };
 
 // How the memory budget is spent (printed at start, reported by `sluice info`).
@@ -45,8 +48,9 @@ struct MemoryPlan {
     bool streaming = false;  // routed experts streamed from disk (packed model)
     uint64_t budget_bytes = 0;
     uint64_t dense_bytes = 0;    // resident weights (mapped)
-    uint64_t state_bytes = 0;    // KV cache + DeltaNet state of one session
-    uint64_t scratch_bytes = 0;  // forward workspace (estimate)
+    uint64_t state_bytes = 0;    // KV cache + DeltaNet state and checkpoints, all sessions
+    uint64_t scratch_bytes = 0;  // forward workspace of each session (estimate)
+    int sessions = 1;            // sessions the state and scratch are reserved for
     uint64_t runtime_bytes = 0;  // code, tokenizer, thread stacks, IO buffers (estimate)
     uint64_t cache_bytes = 0;    // expert cache slots
     int64_t cache_slots = 0;

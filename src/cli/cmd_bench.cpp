@@ -141,6 +141,7 @@ void run_bench(const BenchOptions& o) {
     eo.prefetch = !o.no_prefetch;
     eo.io_threads = o.io_threads;
     eo.cache_policy = o.policy;
+    eo.max_sessions = o.history_tokens > 0 ? 2 : 1;  // the multi-turn mode holds two
     if (!o.memory.empty()) eo.memory_bytes = check(parse_size(o.memory));
     auto engine = check(Engine::load(eo));
     const ModelInfo& info = engine->info();

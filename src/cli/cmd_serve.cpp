@@ -46,6 +46,7 @@ void run_serve(const ServeOptions& o) {
     EngineOptions eo;
     eo.model_dir = o.model_dir;
     eo.context_tokens = o.ctx;
+    eo.max_sessions = o.parallel;
     eo.threads = o.threads;
     if (!o.memory.empty()) eo.memory_bytes = check(parse_size(o.memory));
     auto engine = check(Engine::load(eo));

@@ -56,21 +56,26 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     info.dense_bytes = model->weights().dense_bytes;
     info.expert_bytes = model->weights().expert_bytes;
     info.eos_token_ids = c.eos_token_ids;
-    // The memory plan: dense (mapped, fully touched during decode) + one session's state + scratch;
-    // a streaming model's expert cache gets the rest.
+    // The memory plan: dense (mapped, fully touched during decode) + each session's state (KV,
+    // DeltaNet state and its turn checkpoints) and scratch; a streaming model's expert cache gets
+    // the rest.
     MemoryPlan& plan = im.plan;
     plan.streaming = model->packed();
     plan.dense_bytes = model->weights().dense_bytes;
+    plan.sessions = std::max(1, options.max_sessions);
     for (int64_t l = 0; l < c.n_layers; ++l) {
-        // f32 KV per context token for attention layers; conv + recurrent state for DeltaNet ones.
+        // f32 KV per context token for attention layers; conv + recurrent state for DeltaNet
+        // ones, live plus the checkpoints a session keeps at turn boundaries.
         plan.state_bytes +=
             c.is_full_attention(l)
                 ? static_cast<uint64_t>(2 * c.n_kv_heads * c.head_dim * 4 * options.context_tokens)
                 : static_cast<uint64_t>(((c.conv_kernel - 1) * c.conv_dim() +
                                          c.linear_v_heads * c.linear_k_dim * c.linear_v_dim) *
-                                        4);
+                                        4) *
+                      (1 + runtime::kSessionCheckpoints);
     }
-    plan.scratch_bytes = runtime::scratch_bytes_estimate(c, 256);
+    plan.state_bytes *= static_cast<uint64_t>(plan.sessions);
+    plan.scratch_bytes = runtime::scratch_bytes_estimate(c, 256) * static_cast<uint64_t>(plan.sessions);
     plan.budget_bytes = options.memory_bytes;
     if (plan.budget_bytes == 0) {
         // Unset: 80% of what the OS says is available.

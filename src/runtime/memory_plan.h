@@ -16,6 +16,9 @@ namespace sluice::runtime {
 // MemAvailable from /proc/meminfo (0 when unknown).
 uint64_t available_memory_bytes();
 
+// Turn checkpoints of DeltaNet state a session keeps (session.h: the latest ones survive).
+constexpr size_t kSessionCheckpoints = 4;
+
 // Workspace bytes of a forward over `chunk_tokens` tokens (an upper estimate).
 uint64_t scratch_bytes_estimate(const model::ModelConfig& config, int64_t chunk_tokens);
 

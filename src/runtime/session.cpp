@@ -8,6 +8,7 @@
 
 #include "io/mapped_file.h"
 #include "runtime/engine_impl.h"
+#include "runtime/memory_plan.h"
 #include "runtime/sampler.h"
 #include "sluice/tokenizer.h"
 
@@ -19,7 +20,7 @@ double ms_since(Clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-constexpr size_t kMaxCheckpoints = 4;
+constexpr size_t kMaxCheckpoints = runtime::kSessionCheckpoints;
 
 // Length of the longest suffix of `text` that is a proper prefix of one of `stops`: text that
 // must be held back because the next token could complete a stop string.
