@@ -11,7 +11,8 @@
 //   write digits forever.
 // - strings: valid UTF-8; escapes except \u surrogates (a pair would count as 2 characters here
 //   but 1 for minLength/maxLength).
-// - whitespace: runs of at most kMaxWhitespaceRun between tokens, none before or after the value.
+// - whitespace: between tokens nothing, one space, or a newline and up to 16 spaces of indentation;
+//   none before or after the value.
 // - oneOf is compiled like anyOf: sound when the branches are disjoint (the usual discriminated
 //   unions); a text matching two overlapping branches would fail oneOf.
 // Anything else a schema says is either supported exactly or refused with an error naming the
@@ -36,7 +37,7 @@ using RuleId = GrammarBuilder::RuleId;
 using Symbol = GrammarBuilder::Symbol;
 using Sequence = GrammarBuilder::Sequence;
 
-constexpr int kMaxWhitespaceRun = 16;
+constexpr int kMaxIndent = 16;             // spaces after a newline between tokens
 constexpr int64_t kMaxRepetition = 10000;  // largest minItems/maxItems/minLength/maxLength expanded
 constexpr int kMaxIntegerDigits = 15;
 
@@ -74,17 +75,23 @@ class JsonSchemaCompiler {
 
     Expected<RuleId> compile(const ojson& s, const std::string& path);
 
+    // Between tokens: nothing, one space, or a newline and an indentation of up to
+    // kMaxIndent spaces (pretty-printing). Free runs of whitespace are not allowed: small models
+    // pad with them endlessly.
     RuleId ws() {
-        return shared("ws", [&](RuleId) {
-            RuleId prev = b_.add_rule();
-            b_.add_alternative(prev, {});
-            for (int k = 1; k <= kMaxWhitespaceRun; ++k) {
-                RuleId r = b_.add_rule();
+        return shared("ws", [&](RuleId self) {
+            RuleId indent = b_.add_rule();
+            b_.add_alternative(indent, {});
+            for (int k = 1; k <= kMaxIndent; ++k) {
+                const RuleId r = b_.add_rule();
                 b_.add_alternative(r, {});
-                b_.add_alternative(r, {Symbol::byte_set(" \t\n\r"), S(prev)});
-                prev = r;
+                b_.add_alternative(r, {B(' '), S(indent)});
+                indent = r;
             }
-            return prev;
+            b_.add_alternative(self, {});
+            b_.add_alternative(self, L(" "));
+            b_.add_alternative(self, {B('\n'), S(indent)});
+            return self;
         });
     }
     // One character of a JSON string body: an unescaped UTF-8 scalar or an escape.

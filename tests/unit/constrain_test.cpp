@@ -253,7 +253,10 @@ TEST(Constrain, MatcherAcceptsAndRejectsExactStrings) {
                             " {}",
                             "{}\n"})
         EXPECT_FALSE(matches(obj, doc)) << doc;
-    EXPECT_FALSE(GrammarMatcher(obj).feed("{" + std::string(17, ' ')));  // whitespace runs are bounded
+    EXPECT_FALSE(GrammarMatcher(obj).feed("{\n" + std::string(17, ' ')));  // indentation is bounded
+    EXPECT_TRUE(GrammarMatcher(obj).feed("{\n" + std::string(16, ' ')));
+    EXPECT_FALSE(GrammarMatcher(obj).feed("{  "));  // one space, not a run
+    EXPECT_FALSE(GrammarMatcher(obj).feed("{\n\n"));
 }
 
 // Random walk: at each step a random allowed token (uniform), EOS as soon as it is allowed with
