@@ -192,7 +192,7 @@ void collect(const constrain::Stepper& st, size_t begin, std::vector<std::vector
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {
     constrain::Stepper st(*grammar_);
     bool accept = false;
-    st.advance(static_cast<uint32_t>(grammar_->elems.size() - 2), -1, 0, &accept);
+    st.advance(static_cast<uint32_t>(grammar_->elems.size() - 2), -1, &accept);
     collect(st, 0, &stacks_);
     accepting_ = accept;
 }
@@ -200,7 +200,7 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar) : grammar
 bool GrammarMatcher::feed(std::string_view bytes) {
     if (bytes.empty()) return true;
     constrain::Stepper st(*grammar_);
-    for (const auto& s : stacks_) st.heads.push_back(st.push_stack(s));
+    for (const auto& s : stacks_) st.push_stack(s);
     size_t begin = 0;
     bool accept = false;
     for (char c : bytes) {

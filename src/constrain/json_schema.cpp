@@ -94,43 +94,43 @@ class JsonSchemaCompiler {
             return self;
         });
     }
-    // One character of a JSON string body: an unescaped UTF-8 scalar or an escape.
-    RuleId string_char() {
-        return shared("char", [&](RuleId self) {
-            const Symbol x = R(0x80, 0xBF);
-            b_.add_alternative(self, {R(0x20, 0x7F).remove('"').remove('\\')});
-            b_.add_alternative(self, {R(0xC2, 0xDF), x});
-            b_.add_alternative(self, {B('\xE0'), R(0xA0, 0xBF), x});
-            b_.add_alternative(self, {R(0xE1, 0xEC), x, x});
-            b_.add_alternative(self, {B('\xED'), R(0x80, 0x9F), x});
-            b_.add_alternative(self, {R(0xEE, 0xEF), x, x});
-            b_.add_alternative(self, {B('\xF0'), R(0x90, 0xBF), x, x});
-            b_.add_alternative(self, {R(0xF1, 0xF3), x, x, x});
-            b_.add_alternative(self, {B('\xF4'), R(0x80, 0x8F), x, x});
-            const RuleId esc = b_.add_rule();
+    // The ways to write one character of a JSON string body: an unescaped UTF-8 scalar or an
+    // escape. Inlined into each string rule (not a rule of its own), so that a character costs
+    // no extra stack frame in the trie walk.
+    std::vector<Sequence> string_char_alternatives() {
+        const Symbol x = R(0x80, 0xBF);
+        const RuleId esc = shared("escape", [&](RuleId self) {
             const Symbol hex = Symbol::byte_set("0123456789abcdefABCDEF");
-            b_.add_alternative(esc, {Symbol::byte_set("\"\\/bfnrt")});
-            b_.add_alternative(esc, {B('u'), Symbol::byte_set("0123456789abcABC"), hex, hex, hex});
-            b_.add_alternative(esc, {B('u'), Symbol::byte_set("dD"), R('0', '7'), hex, hex});
-            b_.add_alternative(esc, {B('u'), Symbol::byte_set("efEF"), hex, hex, hex});
-            b_.add_alternative(self, {B('\\'), S(esc)});
+            b_.add_alternative(self, {Symbol::byte_set("\"\\/bfnrt")});
+            b_.add_alternative(self, {B('u'), Symbol::byte_set("0123456789abcABC"), hex, hex, hex});
+            b_.add_alternative(self, {B('u'), Symbol::byte_set("dD"), R('0', '7'), hex, hex});
+            b_.add_alternative(self, {B('u'), Symbol::byte_set("efEF"), hex, hex, hex});
             return self;
         });
+        return {{R(0x20, 0x7F).remove('"').remove('\\')},
+                {R(0xC2, 0xDF), x},
+                {B('\xE0'), R(0xA0, 0xBF), x},
+                {R(0xE1, 0xEC), x, x},
+                {B('\xED'), R(0x80, 0x9F), x},
+                {R(0xEE, 0xEF), x, x},
+                {B('\xF0'), R(0x90, 0xBF), x, x},
+                {R(0xF1, 0xF3), x, x, x},
+                {B('\xF4'), R(0x80, 0x8F), x, x},
+                {B('\\'), S(esc)}};
     }
     // "..." with a length in [min, max] characters (max < 0: unbounded).
     RuleId string_rule(int64_t min, int64_t max) {
         return shared("str" + std::to_string(min) + "_" + std::to_string(max), [&](RuleId self) {
-            const RuleId ch = string_char();
+            const std::vector<Sequence> chars = string_char_alternatives();
             const int64_t last = max < 0 ? min : max;
             std::vector<RuleId> s(static_cast<size_t>(last + 1));
             for (auto& r : s) r = b_.add_rule();
             for (int64_t k = 0; k <= last; ++k) {
                 const RuleId r = s[static_cast<size_t>(k)];
                 if (k >= min) b_.add_alternative(r, L("\""));
-                if (max < 0 && k == last)
-                    b_.add_alternative(r, {S(ch), S(r)});
-                else if (k < last)
-                    b_.add_alternative(r, {S(ch), S(s[static_cast<size_t>(k + 1)])});
+                const RuleId next = max < 0 && k == last ? r : k < last ? s[static_cast<size_t>(k + 1)] : r;
+                if (max >= 0 && k == last) continue;
+                for (const Sequence& c : chars) b_.add_alternative(r, cat({c, {S(next)}}));
             }
             b_.add_alternative(self, {B('"'), S(s[0])});
             return self;

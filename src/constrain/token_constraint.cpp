@@ -97,7 +97,7 @@ void TokenConstraint::compute_mask(std::vector<uint64_t>* bits) {
 
     const Grammar& g = *matcher_.grammar_;
     constrain::Stepper st(g);
-    for (const auto& s : matcher_.stacks_) st.heads.push_back(st.push_stack(s));
+    for (const auto& s : matcher_.stacks_) st.push_stack(s);
     int64_t visited = 0;
     // Explicit-stack DFS: (node, head range, next edge, frames size to restore).
     struct Level {
@@ -109,7 +109,7 @@ void TokenConstraint::compute_mask(std::vector<uint64_t>* bits) {
     auto union_of = [&](size_t begin, size_t end) {
         std::array<uint64_t, 4> u{};
         for (size_t i = begin; i < end; ++i) {
-            const auto& set = g.byte_sets[g.elems[st.frames[static_cast<size_t>(st.heads[i])].pos].arg];
+            const auto& set = g.byte_sets[g.elems[st.heads[i].pos].arg];
             for (int w = 0; w < 4; ++w) u[w] |= set[w];
         }
         return u;
