@@ -158,10 +158,13 @@ class TokenConstraint {
         double mask_ms = 0;  // time spent computing masks (cache misses)
     };
     const Stats& stats() const { return stats_; }
-    // The mask of the current state computed afresh, bypassing the cache (benchmarks, tests).
+    // The mask of the current state computed afresh, bypassing the cache (benchmarks, tests);
+    // compute_mask_reference() is the same without memoized transitions (the test oracle).
     void compute_mask(std::vector<uint64_t>* bits);
+    void compute_mask_reference(std::vector<uint64_t>* bits);
 
  private:
+    bool compute_mask_memo(std::vector<uint64_t>* bits);
     std::shared_ptr<const TokenTrie> trie_;
     std::vector<int32_t> eos_ids_;
     GrammarMatcher matcher_;

@@ -6,6 +6,9 @@
 // level's heads are a range of the stepper's head vector and its frames an arena suffix, both
 // truncated on backtrack, so a walk allocates nothing once the vectors have grown.
 //
+// compute_mask_memo() is the fast twin of that walk (memoized transitions, described there);
+// compute_mask_reference() is the plain walk, its oracle in the tests and its fallback.
+//
 // Masks are cached by matcher state: inside a free string or between array items the state
 // repeats, and the walk (which visits most of the trie in a string, where almost every token is
 // allowed) is then skipped. The cache is per constraint (one generation), bounded by clearing.
@@ -86,7 +89,7 @@ TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar,
                                  std::shared_ptr<const TokenTrie> trie, std::vector<int32_t> eos_ids)
     : trie_(std::move(trie)), eos_ids_(std::move(eos_ids)), matcher_(std::move(grammar)) {}
 
-void TokenConstraint::compute_mask(std::vector<uint64_t>* bits) {
+void TokenConstraint::compute_mask_reference(std::vector<uint64_t>* bits) {
     const TokenTrie& t = *trie_;
     bits->assign((static_cast<size_t>(t.vocab_size()) + 63) / 64, 0);
     auto allow = [&](int32_t id) { (*bits)[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63); };
@@ -154,6 +157,110 @@ void TokenConstraint::compute_mask(std::vector<uint64_t>* bits) {
         stack.push_back({e.child, out_begin, out_end, child.edge_begin, first});
     }
     stats_.trie_nodes_visited += visited;
+}
+
+// The same walk with the grammar's transitions memoized: the walk's states (sets of heads) are
+// interned, and each (state, byte) step is computed once and kept in a 256-entry row. In a string
+// body the state after most bytes is a state seen before (the same one at the same trie depth in
+// a bounded string, the very same one in a free string), so most trie edges cost one table read.
+// Frames and heads are kept for the whole walk (states refer to them); past kMaxMemoStates the
+// walk gives up and the reference walk runs instead.
+bool TokenConstraint::compute_mask_memo(std::vector<uint64_t>* bits) {
+    constexpr int32_t kUnknown = -1, kDead = -2;
+    constexpr size_t kMaxMemoStates = 4096;
+    const TokenTrie& t = *trie_;
+    const Grammar& g = *matcher_.grammar_;
+    constrain::Stepper st(g);
+    for (const auto& s : matcher_.stacks_) st.push_stack(s);
+    struct State {
+        uint32_t begin, end;  // heads
+        std::array<uint64_t, 4> first;
+    };
+    std::vector<State> states;
+    std::vector<int32_t> next;  // [states, 256]
+    std::unordered_map<std::string, int32_t> index;
+    auto head_less = [](constrain::Head x, constrain::Head y) {
+        return x.pos != y.pos ? x.pos < y.pos : x.parent < y.parent;
+    };
+    auto head_eq = [](constrain::Head x, constrain::Head y) {
+        return x.pos == y.pos && x.parent == y.parent;
+    };
+    // Interns heads[begin, end) as a state; -1 when the cap is reached.
+    auto intern = [&](size_t begin, size_t frames_mark) -> int32_t {
+        auto first_it = st.heads.begin() + static_cast<std::ptrdiff_t>(begin);
+        std::sort(first_it, st.heads.end(), head_less);
+        st.heads.erase(std::unique(first_it, st.heads.end(), head_eq), st.heads.end());
+        std::string key(reinterpret_cast<const char*>(st.heads.data() + begin),
+                        (st.heads.size() - begin) * sizeof(constrain::Head));
+        if (auto it = index.find(key); it != index.end()) {
+            // Equal heads refer only to frames older than this step: drop what the step made.
+            st.heads.resize(begin);
+            st.frames.resize(frames_mark);
+            return it->second;
+        }
+        if (states.size() >= kMaxMemoStates) return -1;
+        State s{static_cast<uint32_t>(begin), static_cast<uint32_t>(st.heads.size()), {}};
+        for (size_t i = begin; i < st.heads.size(); ++i) {
+            const auto& set = g.byte_sets[g.elems[st.heads[i].pos].arg];
+            for (int w = 0; w < 4; ++w) s.first[w] |= set[w];
+        }
+        states.push_back(s);
+        next.resize(states.size() * 256, kUnknown);
+        const auto id = static_cast<int32_t>(states.size() - 1);
+        index.emplace(std::move(key), id);
+        return id;
+    };
+    if (intern(0, 0) < 0) return false;
+
+    bits->assign((static_cast<size_t>(t.vocab_size()) + 63) / 64, 0);
+    auto allow = [&](int32_t id) { (*bits)[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63); };
+    if (matcher_.complete())
+        for (int32_t id : eos_ids_)
+            if (id >= 0 && id < t.vocab_size()) allow(id);
+    struct Level {
+        uint32_t node;
+        int32_t state;
+        uint32_t edge;
+    };
+    std::vector<Level> stack = {{0, 0, t.nodes_[0].edge_begin}};
+    int64_t visited = 0;
+    while (!stack.empty()) {
+        Level& lv = stack.back();
+        if (lv.edge == t.nodes_[lv.node].edge_end) {
+            stack.pop_back();
+            continue;
+        }
+        const TokenTrie::Edge e = t.edges_[lv.edge++];
+        const auto sid = static_cast<size_t>(lv.state);
+        if (!((states[sid].first[e.byte >> 6] >> (e.byte & 63)) & 1)) continue;
+        ++visited;
+        int32_t nx = next[sid * 256 + e.byte];
+        if (nx == kUnknown) {
+            const size_t frames_mark = st.frames.size(), begin = st.heads.size();
+            bool accept = false;
+            st.step(states[sid].begin, states[sid].end, e.byte, &accept);
+            if (st.heads.size() == begin && !accept) {
+                st.frames.resize(frames_mark);
+                nx = kDead;
+            } else {
+                nx = intern(begin, frames_mark);
+                if (nx < 0) return false;
+            }
+            next[sid * 256 + e.byte] = nx;
+        }
+        if (nx == kDead) continue;
+        const TokenTrie::Node& child = t.nodes_[e.child];
+        for (uint32_t k = child.token_begin; k < child.token_end; ++k) allow(t.token_ids_[k]);
+        const State& ns = states[static_cast<size_t>(nx)];
+        if (ns.begin != ns.end && child.edge_begin != child.edge_end)
+            stack.push_back({e.child, nx, child.edge_begin});
+    }
+    stats_.trie_nodes_visited += visited;
+    return true;
+}
+
+void TokenConstraint::compute_mask(std::vector<uint64_t>* bits) {
+    if (!matcher_.can_continue() || !compute_mask_memo(bits)) compute_mask_reference(bits);
 }
 
 const std::vector<uint64_t>& TokenConstraint::allowed() {

@@ -276,6 +276,11 @@ void random_walks(const std::shared_ptr<const Grammar>& g, const std::shared_ptr
         bool ended = false;
         for (int step = 0; step < max_steps && !ended; ++step) {
             const auto& bits = c.allowed();
+            if (step % 3 == 0) {  // the memoized walk against the plain one
+                std::vector<uint64_t> reference;
+                c.compute_mask_reference(&reference);
+                ASSERT_EQ(bits, reference) << "seed " << seed << " after " << text;
+            }
             std::vector<int32_t> ids;
             for (int32_t id = 0; id < trie->vocab_size(); ++id)
                 if ((bits[static_cast<size_t>(id) >> 6] >> (id & 63)) & 1) ids.push_back(id);
@@ -315,6 +320,44 @@ TEST(Constrain, RandomWalksOverQwen3VocabularyAlwaysValidate) {
         "mask\n",
         trie->vocab_size(), trie->node_count(), static_cast<long long>(r.masks),
         static_cast<long long>(r.misses), r.mask_ms / static_cast<double>(std::max<int64_t>(r.misses, 1)));
+}
+
+// The memoized mask walk against the plain one along random paths through free-form JSON
+// (recursion, unbounded strings and numbers) and a tool-call-like grammar with a literal prefix.
+TEST(Constrain, MemoizedMaskEqualsReferenceWalk) {
+    auto tok = Tokenizer::load(kQwen3Dir);
+    ASSERT_TRUE(tok.has_value()) << tok.status().message();
+    auto trie = TokenTrie::from_tokenizer(**tok);
+    const int32_t eos = *(*tok)->token_id("<|im_end|>");
+    GrammarBuilder b;
+    auto free_object = *b.build(b.add_json_object());
+    GrammarBuilder b2;
+    const auto call = b2.add_rule();
+    auto seq = GrammarBuilder::literal(R"({"name": "f", "arguments": )");
+    seq.push_back(GrammarBuilder::Symbol::ref(*b2.add_json_schema(kPerson)));
+    b2.add_alternative(call, seq);
+    auto tool = *b2.build(call);
+    int compared = 0;
+    for (const auto& g : {free_object, tool}) {
+        for (uint64_t seed = 0; seed < 2; ++seed) {
+            std::mt19937_64 rng(seed);
+            TokenConstraint c(g, trie, {eos});
+            for (int step = 0; step < 50; ++step) {
+                std::vector<uint64_t> fast, reference;
+                c.compute_mask(&fast);
+                c.compute_mask_reference(&reference);
+                ASSERT_EQ(fast, reference) << "seed " << seed << " step " << step;
+                ++compared;
+                std::vector<int32_t> ids;
+                for (int32_t id = 0; id < trie->vocab_size(); ++id)
+                    if (id != eos && ((fast[static_cast<size_t>(id) >> 6] >> (id & 63)) & 1))
+                        ids.push_back(id);
+                if (ids.empty()) break;
+                ASSERT_TRUE(c.accept(ids[rng() % ids.size()]));
+            }
+        }
+    }
+    EXPECT_GT(compared, 150);
 }
 
 TEST(Constrain, TinyModelSamplingAlwaysValidates) {
