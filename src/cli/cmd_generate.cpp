@@ -1,5 +1,6 @@
 // `sluice generate MODEL`: one prompt in, streamed text out (stdout), statistics on stderr and
-// optionally as JSON (--stats-json).
+// optionally as JSON (--stats-json). --json-schema FILE constrains the output to JSON valid
+// against that schema (sluice/constrain.h; the subset is in docs/SERVER.md).
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -10,6 +11,7 @@
 #include "cli/sampling_flags.h"
 #include "cli/stats.h"
 #include "sluice/chat_template.h"
+#include "sluice/constrain.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
 #include "sluice/tokenizer.h"
@@ -31,6 +33,7 @@ struct GenerateCliOptions {
     bool no_prefetch = false;
     std::string stats_json;
     bool quiet_stats = false;
+    std::string json_schema;  // file
     SamplingFlags sampling;
 };
 
@@ -70,10 +73,30 @@ void run_generate(const GenerateCliOptions& o) {
             nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
             if (o.no_think) kwargs["enable_thinking"] = false;
             text = check(tmpl->render(messages, nullptr, true, kwargs));
+            // A constrained reply has no reasoning: close a <think> the template opened.
+            std::string_view t = text;
+            while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.remove_suffix(1);
+            if (!o.json_schema.empty() && t.ends_with("<think>")) text += "\n</think>\n\n";
         }
         prompt = tokenizer->encode(text);
     }
     GenerateOptions go = o.sampling.options(engine->default_sampling());
+    if (!o.json_schema.empty()) {
+        if (!tokenizer) throw CliError("--json-schema needs the model's tokenizer");
+        std::ifstream in(o.json_schema, std::ios::binary);
+        if (!in) throw CliError("cannot read " + o.json_schema);
+        auto schema = nlohmann::ordered_json::parse(in, nullptr, false);
+        if (schema.is_discarded()) throw CliError(o.json_schema + " is not valid JSON");
+        GrammarBuilder builder;
+        auto root = check(builder.add_json_schema(schema, o.json_schema));
+        auto grammar = check(builder.build(root));
+        auto constraint = std::make_shared<TokenConstraint>(grammar, TokenTrie::from_tokenizer(*tokenizer),
+                                                            engine->eos_token_ids());
+        go.logits_filter = [constraint](std::span<float> logits, std::span<const int32_t>) {
+            constraint->filter(logits);
+        };
+        go.on_accept = [constraint](int32_t token) { constraint->accept(token); };
+    }
     auto session = engine->new_session();
     auto result = check(session->generate(prompt, go, [&](const TokenEvent& ev) {
         if (tokenizer) {
@@ -131,6 +154,8 @@ SLUICE_COMMAND(generate, 10, [](CLI::App& app) {
     cmd->add_flag("--no-prefetch", o->no_prefetch, "Disable next-layer expert prefetch");
     cmd->add_option("--stats-json", o->stats_json, "Write run statistics as JSON");
     cmd->add_flag("--quiet-stats", o->quiet_stats, "Do not print statistics on stderr");
+    cmd->add_option("--json-schema", o->json_schema,
+                    "Constrain the output to JSON valid against this schema file");
     o->sampling.add_to(cmd);
     cmd->callback([o] { sluice::cli::run_generate(*o); });
 });

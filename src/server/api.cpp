@@ -282,6 +282,9 @@ std::optional<ApiError> parse_tools(const ojson& body, ChatRequest* r) {
             if (name == fn->end() || !name->is_string() || name->get<std::string>().empty())
                 return invalid_request("'" + param + ".function.name' must be a non-empty string",
                                        param + ".function.name", "invalid_value");
+            if (auto params = fn->find("parameters");
+                params != fn->end() && !params->is_null() && !params->is_object())
+                return wrong_type(param + ".function.parameters", "an object (a JSON Schema)", *params);
         }
         if (!it->empty()) r->tools = *it;
     }
@@ -403,15 +406,35 @@ std::variant<ChatRequest, ApiError> parse_chat_request(const nlohmann::ordered_j
             return invalid_request("'response_format.type' must be a string", "response_format.type",
                                    "invalid_type");
         if (*type == "json_object") {
-            r.json_object = true;
+            r.response_format = ResponseFormat::kJsonObject;
+        } else if (*type == "json_schema") {
+            auto js = it->find("json_schema");
+            if (js == it->end() || !js->is_object())
+                return invalid_request(
+                    "'response_format.json_schema' must be an object with 'name' and 'schema'",
+                    "response_format.json_schema", "invalid_type");
+            auto name = js->find("name");
+            if (name == js->end() || !name->is_string() || name->get<std::string>().empty())
+                return invalid_request("'response_format.json_schema.name' must be a non-empty string",
+                                       "response_format.json_schema.name", "invalid_value");
+            if (auto strict = js->find("strict");
+                strict != js->end() && !strict->is_null() && !strict->is_boolean())
+                return wrong_type("response_format.json_schema.strict", "a boolean", *strict);
+            if (auto schema = js->find("schema"); schema != js->end() && !schema->is_null()) {
+                if (!schema->is_object() && !schema->is_boolean())
+                    return wrong_type("response_format.json_schema.schema", "an object (a JSON Schema)",
+                                      *schema);
+                r.json_schema = *schema;
+            }
+            r.response_format = ResponseFormat::kJsonSchema;
         } else if (*type != "text") {
             return invalid_request(
-                "'response_format' type '" + type->get<std::string>() +
-                    "' is not supported (json_schema needs a schema-to-grammar compiler sluice does not "
-                    "have yet); use 'json_object' or 'text'",
-                "response_format", "unsupported_value");
+                "'response_format.type' must be 'text', 'json_object' or 'json_schema'; got '" +
+                    type->get<std::string>() + "'",
+                "response_format.type", "invalid_value");
         }
     }
+    SLUICE_API_CHECK(read_bool(body, "parallel_tool_calls", &r.parallel_tool_calls));
     return r;
 }
 

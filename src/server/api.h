@@ -48,6 +48,7 @@ struct CommonParams {
 };
 
 enum class ToolChoiceMode { kAuto, kNone, kRequired, kNamed };
+enum class ResponseFormat { kText, kJsonObject, kJsonSchema };
 
 struct ChatRequest {
     CommonParams params;
@@ -55,8 +56,10 @@ struct ChatRequest {
     nlohmann::ordered_json tools;                                       // null or the array given
     ToolChoiceMode tool_choice = ToolChoiceMode::kAuto;
     std::string tool_choice_name;            // kNamed
+    bool parallel_tool_calls = true;         // several calls in one reply (enforced when forced)
     nlohmann::ordered_json template_kwargs;  // chat_template_kwargs (object or null)
-    bool json_object = false;                // response_format {"type": "json_object"}
+    ResponseFormat response_format = ResponseFormat::kText;
+    nlohmann::ordered_json json_schema = true;  // kJsonSchema: response_format.json_schema.schema
 };
 
 struct CompletionRequest {

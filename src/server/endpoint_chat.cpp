@@ -8,13 +8,15 @@
 // the client sees the response start at once; keep-alive comments follow while queued/prefilling.
 //
 // tool_choice: "none" hides the tools from the template and disables parsing; "required" and a
-// named function force the reply to begin with <tool_call> (and the function name) by appending
-// it to the prompt — the model then only writes the call's JSON.
+// named function append "<tool_call>\n" to the prompt and constrain the rest of the reply with a
+// grammar (sluice/constrain.h) to {"name": <an allowed tool>, "arguments": <matching its
+// parameters schema>}</tool_call>, repeated when parallel_tool_calls — a guarantee, not a hint.
+// response_format json_object / json_schema constrain the whole reply the same way. Constrained
+// replies carry no reasoning: a <think> the template opened is closed in the prompt.
 #include <chrono>
 
 #include "server/endpoints.h"
 #include "server/generation.h"
-#include "server/json_grammar.h"
 #include "server/output_parser.h"
 #include "server/sse.h"
 #include "server/transport.h"
@@ -33,6 +35,70 @@ struct ChatJob {
     std::string id;
     int64_t created = 0;
 };
+
+// The Qwen tool-call block the forced grammar writes after the prompt's "<tool_call>\n".
+constexpr std::string_view kToolCallOpen = "<tool_call>\n";
+
+ApiError schema_error(const Status& status, const std::string& param) {
+    const bool unsupported = status.message().find("not supported") != std::string::npos;
+    return invalid_request(status.message(), param, unsupported ? "unsupported_schema" : "invalid_schema");
+}
+
+// response_format json_object / json_schema → the reply's grammar.
+std::variant<std::shared_ptr<const Grammar>, ApiError> response_grammar(const ChatRequest& r) {
+    GrammarBuilder b;
+    GrammarBuilder::RuleId root = 0;
+    if (r.response_format == ResponseFormat::kJsonObject) {
+        root = b.add_json_object();
+    } else {
+        auto rule = b.add_json_schema(r.json_schema, "response_format.json_schema.schema");
+        if (!rule) return schema_error(rule.status(), "response_format.json_schema.schema");
+        root = *rule;
+    }
+    auto g = b.build(root);
+    if (!g) return schema_error(g.status(), "response_format.json_schema.schema");
+    return *g;
+}
+
+// tool_choice required / named: the reply is one or more (parallel_tool_calls) Qwen tool calls,
+// {"name": <an allowed tool>, "arguments": <its parameters schema>}, each closed by
+// </tool_call>; the first "<tool_call>\n" is already in the prompt.
+std::variant<std::shared_ptr<const Grammar>, ApiError> tool_call_grammar(const ChatRequest& r) {
+    using Seq = GrammarBuilder::Sequence;
+    GrammarBuilder b;
+    const GrammarBuilder::RuleId body = b.add_rule();
+    for (size_t i = 0; i < r.tools.size(); ++i) {
+        const auto& fn = r.tools[i]["function"];
+        const std::string name = fn["name"].get<std::string>();
+        if (r.tool_choice == ToolChoiceMode::kNamed && name != r.tool_choice_name) continue;
+        const std::string param = "tools[" + std::to_string(i) + "].function.parameters";
+        static const nlohmann::ordered_json kNoParameters = {{"type", "object"},
+                                                             {"properties", nlohmann::ordered_json::object()},
+                                                             {"additionalProperties", false}};
+        auto p = fn.find("parameters");
+        auto args = b.add_json_schema(p == fn.end() || p->is_null() ? kNoParameters : *p, param);
+        if (!args) return schema_error(args.status(), param);
+        Seq seq = GrammarBuilder::literal("{\"name\": " + json(name).dump() + ", \"arguments\": ");
+        seq.push_back(GrammarBuilder::Symbol::ref(*args));
+        for (const auto& s : GrammarBuilder::literal("}\n</tool_call>")) seq.push_back(s);
+        b.add_alternative(body, std::move(seq));
+    }
+    GrammarBuilder::RuleId root = body;
+    if (r.parallel_tool_calls) {
+        // more = "" | "\n<tool_call>\n" body more
+        const GrammarBuilder::RuleId more = b.add_rule();
+        b.add_alternative(more, {});
+        Seq again = GrammarBuilder::literal("\n" + std::string(kToolCallOpen));
+        again.push_back(GrammarBuilder::Symbol::ref(body));
+        again.push_back(GrammarBuilder::Symbol::ref(more));
+        b.add_alternative(more, std::move(again));
+        root = b.add_rule();
+        b.add_alternative(root, {GrammarBuilder::Symbol::ref(body), GrammarBuilder::Symbol::ref(more)});
+    }
+    auto g = b.build(root);
+    if (!g) return schema_error(g.status(), "tools");
+    return *g;
+}
 
 std::variant<std::shared_ptr<ChatJob>, ApiError> prepare(ServerContext& ctx, const httplib::Request& req) {
     if (!ctx.chat_template || !ctx.tokenizer)
@@ -57,25 +123,34 @@ std::variant<std::shared_ptr<ChatJob>, ApiError> prepare(ServerContext& ctx, con
                                "messages", "template_error");
     std::string prompt_text = std::move(text).value();
     job->parse_tools = tools_on;
-    if (r.tool_choice == ToolChoiceMode::kRequired) job->forced_prefix = "<tool_call>\n";
-    if (r.tool_choice == ToolChoiceMode::kNamed)
-        job->forced_prefix =
-            "<tool_call>\n{\"name\": " + json(r.tool_choice_name).dump() + ", \"arguments\": ";
-    job->opens_reasoning = job->forced_prefix.empty() && prompt_opens_reasoning(prompt_text);
-    if (r.json_object) {
-        if (!job->forced_prefix.empty())
-            return invalid_request("'response_format' json_object cannot be combined with a forced tool call",
-                                   "response_format", "invalid_value");
+    const bool forced_call =
+        tools_on && (r.tool_choice == ToolChoiceMode::kRequired || r.tool_choice == ToolChoiceMode::kNamed);
+    if (forced_call && r.response_format != ResponseFormat::kText)
+        return invalid_request(
+            "'response_format' " +
+                std::string(r.response_format == ResponseFormat::kJsonObject ? "json_object"
+                                                                             : "json_schema") +
+                " cannot be combined with a forced tool call (tool_choice required or named)",
+            "response_format", "invalid_value");
+    std::shared_ptr<const Grammar> grammar;
+    if (forced_call || r.response_format != ResponseFormat::kText) {
+        auto g = forced_call ? tool_call_grammar(r) : response_grammar(r);
+        if (auto* e = std::get_if<ApiError>(&g)) return *e;
+        grammar = std::get<std::shared_ptr<const Grammar>>(g);
+    }
+    if (grammar) {
         // The grammar admits no reasoning: close a <think> the template opened.
-        if (job->opens_reasoning) prompt_text += "\n</think>\n\n";
-        job->opens_reasoning = false;
-        job->parse_tools = false;
-        auto constraint = std::make_shared<JsonConstraint>(ctx.tokenizer, ctx.engine->eos_token_ids());
+        if (prompt_opens_reasoning(prompt_text)) prompt_text += "\n</think>\n\n";
+        if (forced_call) job->forced_prefix = std::string(kToolCallOpen);
+        job->parse_tools = forced_call;
+        auto constraint =
+            std::make_shared<TokenConstraint>(grammar, ctx.token_trie, ctx.engine->eos_token_ids());
         r.params.generate.logits_filter = [constraint](std::span<float> logits, std::span<const int32_t>) {
             constraint->filter(logits);
         };
         r.params.generate.on_accept = [constraint](int32_t token) { constraint->accept(token); };
     }
+    job->opens_reasoning = !grammar && prompt_opens_reasoning(prompt_text);
     prompt_text += job->forced_prefix;
     job->prompt = ctx.tokenizer->encode(prompt_text, /*parse_special=*/true);
     if (auto e = fit_context(ctx, job->prompt.size(), &r.params)) return *e;

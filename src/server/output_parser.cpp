@@ -23,8 +23,50 @@ bool is_space(char c) {
     return c == ' ' || c == '\n' || c == '\r' || c == '\t';
 }
 
-// {"name": ..., "arguments": {...}} → a tool call; false when the body is not that shape.
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+    while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+    return s;
+}
+
+// The XML-style calls of Qwen3.5 / Qwen3-Coder templates:
+//   <function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n...</function>
+// A value is JSON when it parses as JSON (numbers, booleans, objects…), else a string — the way
+// those templates print arguments (strings raw, everything else with tojson).
+bool parse_xml_tool_call(std::string_view body, ParsedToolCall* out) {
+    body = trim(body);
+    constexpr std::string_view kOpen = "<function=", kClose = "</function>";
+    constexpr std::string_view kParam = "<parameter=", kParamClose = "</parameter>";
+    if (!body.starts_with(kOpen) || !body.ends_with(kClose)) return false;
+    const size_t name_end = body.find('>');
+    if (name_end == std::string_view::npos) return false;
+    out->name = std::string(trim(body.substr(kOpen.size(), name_end - kOpen.size())));
+    if (out->name.empty()) return false;
+    std::string_view rest = body.substr(name_end + 1, body.size() - kClose.size() - name_end - 1);
+    nlohmann::ordered_json args = nlohmann::ordered_json::object();
+    for (rest = trim(rest); !rest.empty(); rest = trim(rest)) {
+        if (!rest.starts_with(kParam)) return false;
+        const size_t key_end = rest.find('>');
+        const size_t value_end = rest.find(kParamClose);
+        if (key_end == std::string_view::npos || value_end == std::string_view::npos || value_end < key_end)
+            return false;
+        const std::string key(trim(rest.substr(kParam.size(), key_end - kParam.size())));
+        std::string_view value = rest.substr(key_end + 1, value_end - key_end - 1);
+        if (value.starts_with('\n')) value.remove_prefix(1);
+        if (value.ends_with('\n')) value.remove_suffix(1);
+        nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(value, nullptr, false);
+        args[key] =
+            parsed.is_discarded() || value.empty() ? nlohmann::ordered_json(std::string(value)) : parsed;
+        rest = rest.substr(value_end + kParamClose.size());
+    }
+    out->arguments = args.dump();
+    return true;
+}
+
+// {"name": ..., "arguments": {...}} (Qwen3) or the XML form above → a tool call; false when the
+// body is neither.
 bool parse_tool_call(std::string_view body, ParsedToolCall* out) {
+    if (trim(body).starts_with("<function=")) return parse_xml_tool_call(body, out);
     nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
     if (j.is_discarded() || !j.is_object()) return false;
     auto name = j.find("name");

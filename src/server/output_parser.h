@@ -1,6 +1,8 @@
 // Splits a model's streamed reply into what OpenAI clients expect: reasoning (Qwen3's
-// <think>…</think>) into `reasoning_content`, tool calls (<tool_call>{json}</tool_call>) into
-// `tool_calls`, the rest into `content`.
+// <think>…</think>) into `reasoning_content`, tool calls into `tool_calls` — Qwen3's
+// <tool_call>{json}</tool_call> and the XML form of Qwen3.5 / Qwen3-Coder templates,
+// <tool_call><function=NAME><parameter=P>VALUE</parameter></function></tool_call> — the rest
+// into `content`.
 //
 // Streaming: feed() takes text chunks as they are generated and returns only what is certain;
 // text that might be the start of a tag ("<thi", "</tool_") is held back until the next chunk

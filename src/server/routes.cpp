@@ -81,6 +81,7 @@ Server::Server(std::shared_ptr<Engine> engine, ServerOptions options)
     ctx.engine = std::move(engine);
     ctx.tokenizer = ctx.engine->tokenizer();
     ctx.chat_template = ctx.engine->chat_template();
+    if (ctx.tokenizer) ctx.token_trie = TokenTrie::from_tokenizer(*ctx.tokenizer);
     ctx.options = std::move(options);
     ctx.pool = std::make_unique<SessionPool>(ctx.engine, ctx.options.parallel);
     ctx.created_unix_s = static_cast<int64_t>(

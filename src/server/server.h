@@ -18,6 +18,7 @@
 
 #include "server/session_pool.h"
 #include "sluice/chat_template.h"
+#include "sluice/constrain.h"
 #include "sluice/engine.h"
 #include "sluice/status.h"
 #include "sluice/tokenizer.h"
@@ -56,6 +57,7 @@ struct ServerContext {
     std::shared_ptr<Engine> engine;
     std::shared_ptr<const Tokenizer> tokenizer;         // may be null (token-id endpoints only)
     std::shared_ptr<const ChatTemplate> chat_template;  // may be null (no chat endpoint)
+    std::shared_ptr<const TokenTrie> token_trie;        // the vocabulary for constrained decoding
     ServerOptions options;
     std::unique_ptr<SessionPool> pool;
     Metrics metrics;

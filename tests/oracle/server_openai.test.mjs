@@ -12,6 +12,7 @@ import fs from "node:fs";
 import http from "node:http";
 import net from "node:net";
 import path from "node:path";
+import Ajv from "ajv";
 import OpenAI from "openai";
 
 const bin = process.env.SLUICE_BIN;
@@ -95,10 +96,10 @@ const killServer = () => {
 };
 process.on("exit", killServer);
 const watchdog = setTimeout(() => {
-    console.log("FAIL watchdog: the suite took longer than 120 s");
+    console.log("FAIL watchdog: the suite took longer than 180 s");
     killServer();
     process.exit(1);
-}, 120000);
+}, 180000);
 
 try {
     for (let i = 0; i < 300 && !serverLog.includes("listening on"); ++i) {
@@ -270,11 +271,11 @@ try {
         check("tools: the template shows tools unless tool_choice is none",
             none.usage.prompt_tokens === plain.usage.prompt_tokens && auto.usage.prompt_tokens > plain.usage.prompt_tokens + 20,
             `${plain.usage.prompt_tokens} ${none.usage.prompt_tokens} ${auto.usage.prompt_tokens}`);
-        // A named tool_choice forces the call's opening; the tiny model then writes the arguments.
-        // Either they parse (a tool call) or the raw text is returned as content — never lost.
+        // A named tool_choice is enforced by a grammar (see "tool_choice enforced" below); cut by
+        // max_tokens here, the call's text so far is returned as content — never lost.
         const named = await ask({ tools, tool_choice: { type: "function", function: { name: "get_weather" } } });
         const m = named.choices[0].message;
-        const prefix = '<tool_call>\n{"name": "get_weather", "arguments": ';
+        const prefix = '<tool_call>\n{"name": "get_weather"';
         check("tools: named tool_choice forces the call",
             (m.tool_calls?.[0]?.function?.name === "get_weather" && named.choices[0].finish_reason === "tool_calls") ||
             (typeof m.content === "string" && m.content.startsWith(prefix)), JSON.stringify(m));
@@ -283,13 +284,13 @@ try {
 
     await test("json_object", async () => {
         // Grammar-constrained decoding: whatever the model wants, the reply is a JSON object or a
-        // prefix of one; biasing the token " {}" makes it a complete object at once, and then
+        // prefix of one; biasing the tokens of "{}" makes it a complete object at once, and then
         // end-of-sequence is the only choice.
-        const close = JSON.parse((await raw(port, "POST", "/tokenize", { body: JSON.stringify({ content: " {}" }) })).body).tokens;
+        const close = JSON.parse((await raw(port, "POST", "/tokenize", { body: JSON.stringify({ content: "{}" }) })).body).tokens;
         const closed = await client.chat.completions.create({ model: "tiny-next", messages: user("Give me JSON."), max_tokens: 20, temperature: 0,
-            response_format: { type: "json_object" }, logit_bias: { [String(close[0])]: 50 } });
-        check("json_object: closes and stops", close.length === 1 && closed.choices[0].message.content.trim() === "{}" &&
-            closed.choices[0].finish_reason === "stop", JSON.stringify(closed.choices[0]));
+            response_format: { type: "json_object" }, logit_bias: Object.fromEntries(close.map((id) => [String(id), 50])) });
+        check("json_object: closes and stops", closed.choices[0].message.content === "{}" && closed.choices[0].finish_reason === "stop",
+            JSON.stringify(closed.choices[0]));
         for (const seed of [1, 2, 3]) {
             const r = await client.chat.completions.create({ model: "tiny-next", messages: user("Describe a cat as JSON."), max_tokens: 60,
                 temperature: 0.9, seed, response_format: { type: "json_object" } });
@@ -300,6 +301,104 @@ try {
             }
             check(`json_object: seed ${seed} gives JSON`, ok, JSON.stringify(r.choices[0]));
         }
+    });
+
+    // json_schema: constrained decoding; every finished reply parses and validates (ajv).
+    const ajv = new Ajv({ strict: true, allErrors: true });
+    const movie = {
+        type: "object",
+        properties: {
+            title: { type: "string", minLength: 1, maxLength: 24 },
+            year: { type: "integer" },
+            genre: { enum: ["drama", "comedy", "horror"] },
+            cast: { type: "array", items: { $ref: "#/$defs/actor" }, minItems: 1, maxItems: 2 },
+            rating: { anyOf: [{ type: "number" }, { type: "null" }] },
+            sequel: { type: "boolean" },
+        },
+        required: ["title", "year", "genre", "cast", "rating"],
+        additionalProperties: false,
+        $defs: { actor: { type: "object", properties: { name: { type: "string", maxLength: 16 }, lead: { type: "boolean" } },
+            required: ["name", "lead"], additionalProperties: false } },
+    };
+    const validMovie = ajv.compile(movie);
+    await test("json_schema", async () => {
+        for (const seed of [1, 2, 3, 4]) {
+            const stream = seed % 2 === 0;
+            const req = { model: "tiny-next", messages: user("Describe a movie as JSON."), max_tokens: 500, temperature: 0.9, seed,
+                response_format: { type: "json_schema", json_schema: { name: "movie", schema: movie, strict: true } } };
+            let text = "", finish = null;
+            if (stream) {
+                for await (const c of await client.chat.completions.create({ ...req, stream: true })) {
+                    text += c.choices[0]?.delta?.content ?? "";
+                    finish = c.choices[0]?.finish_reason ?? finish;
+                }
+            } else {
+                const r = await client.chat.completions.create(req);
+                text = r.choices[0].message.content;
+                finish = r.choices[0].finish_reason;
+            }
+            let value = null;
+            try { value = JSON.parse(text); } catch {}
+            check(`json_schema: seed ${seed} (${stream ? "stream" : "whole"}) ends with stop`, finish === "stop", `${finish}: ${text}`);
+            check(`json_schema: seed ${seed} parses and validates`, value !== null && validMovie(value),
+                `${text} ${JSON.stringify(validMovie.errors)}`);
+        }
+        // Even with end-of-sequence banned the reply is one value and then stops: the grammar
+        // leaves no other token.
+        const r = await client.chat.completions.create({ model: "tiny-next", messages: user("A number."), max_tokens: 50, temperature: 0,
+            logit_bias: noEos, response_format: { type: "json_schema", json_schema: { name: "n", schema: { enum: ["yes", "no", 3] } } } });
+        check("json_schema: enum", ['"yes"', '"no"', "3"].includes(r.choices[0].message.content) && r.choices[0].finish_reason === "stop",
+            JSON.stringify(r.choices[0]));
+    });
+
+    await test("tool_choice enforced", async () => {
+        const tools = [
+            { type: "function", function: { name: "get_weather", description: "Weather of a city", strict: true,
+                parameters: { type: "object", properties: { city: { type: "string", maxLength: 20 }, unit: { enum: ["C", "F"] } },
+                    required: ["city", "unit"], additionalProperties: false } } },
+            { type: "function", function: { name: "add", description: "Add two integers",
+                parameters: { type: "object", properties: { a: { type: "integer" }, b: { type: "integer" } }, required: ["a", "b"] } } },
+        ];
+        const validArgs = Object.fromEntries(tools.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
+        const callsValid = (calls) => Array.isArray(calls) && calls.length > 0 && calls.every((c) => {
+            try { return c.type === "function" && typeof c.id === "string" && validArgs[c.function.name](JSON.parse(c.function.arguments)); } catch { return false; }
+        });
+        const ask = (extra) => client.chat.completions.create({ model: "tiny-next", messages: user("What is the weather in Paris?"),
+            max_tokens: 120, temperature: 0.8, tools, ...extra });
+        for (const seed of [1, 2, 3]) {
+            const r = await ask({ seed, tool_choice: "required", parallel_tool_calls: false });
+            const m = r.choices[0].message;
+            check(`tools required: seed ${seed} gives one valid call`, r.choices[0].finish_reason === "tool_calls" && m.tool_calls?.length === 1 &&
+                callsValid(m.tool_calls) && m.content === null, JSON.stringify(r.choices[0]));
+        }
+        const named = await ask({ seed: 7, tool_choice: { type: "function", function: { name: "add" } }, parallel_tool_calls: false });
+        check("tools named: calls exactly that function with valid arguments", named.choices[0].finish_reason === "tool_calls" &&
+            named.choices[0].message.tool_calls.every((c) => c.function.name === "add") && callsValid(named.choices[0].message.tool_calls),
+            JSON.stringify(named.choices[0]));
+        // Parallel calls: with end-of-sequence banned the grammar's only way on is another call.
+        const par = await ask({ seed: 3, temperature: 0, tool_choice: { type: "function", function: { name: "get_weather" } }, logit_bias: noEos, max_tokens: 200 });
+        const calls = par.choices[0].message.tool_calls ?? [];
+        check("tools parallel: several calls in one reply", calls.length >= 2 && callsValid(calls) &&
+            new Set(calls.map((c) => c.id)).size === calls.length, JSON.stringify(par.choices[0]));
+        const single = await ask({ seed: 3, temperature: 0, tool_choice: "required", parallel_tool_calls: false, logit_bias: noEos });
+        check("tools parallel_tool_calls false: one call, then end-of-sequence is the only token",
+            single.choices[0].message.tool_calls?.length === 1 && single.choices[0].finish_reason === "tool_calls", JSON.stringify(single.choices[0]));
+        // Streaming: tool_calls deltas with index/id/name/arguments, finish_reason tool_calls.
+        const stream = await ask({ seed: 5, tool_choice: "required", parallel_tool_calls: false, stream: true });
+        const acc = [];
+        let finish = null;
+        for await (const c of stream) {
+            for (const d of c.choices[0]?.delta?.tool_calls ?? []) {
+                acc[d.index] ??= { id: d.id, type: d.type, function: { name: "", arguments: "" } };
+                acc[d.index].function.name += d.function?.name ?? "";
+                acc[d.index].function.arguments += d.function?.arguments ?? "";
+            }
+            finish = c.choices[0]?.finish_reason ?? finish;
+        }
+        check("tools stream: tool_calls deltas and finish_reason", finish === "tool_calls" && callsValid(acc), JSON.stringify(acc));
+        // none: no tool calls; the tools are not shown to the model.
+        const none = await ask({ seed: 1, tool_choice: "none", max_tokens: 8 });
+        check("tools none: plain content", !none.choices[0].message.tool_calls && none.choices[0].finish_reason !== "tool_calls");
     });
 
     await test("queue and keep-alive", async () => {
@@ -346,7 +445,21 @@ try {
     await expectError("error: logit_bias key", 400, client.chat.completions.create({ ...base, logit_bias: { "99999999": 1 } }), { param: "logit_bias" });
     await expectError("error: stop type", 400, client.chat.completions.create({ ...base, stop: [1] }), { param: "stop[0]" });
     await expectError("error: top_logprobs without logprobs", 400, client.chat.completions.create({ ...base, top_logprobs: 2 }), { param: "top_logprobs" });
-    await expectError("error: response_format", 400, client.chat.completions.create({ ...base, response_format: { type: "json_schema", json_schema: { name: "x", schema: {} } } }), { param: "response_format" });
+    await expectError("error: response_format type", 400, client.chat.completions.create({ ...base, response_format: { type: "yaml" } }), { param: "response_format.type" });
+    await expectError("error: json_schema without name", 400, client.chat.completions.create({ ...base, response_format: { type: "json_schema", json_schema: { schema: {} } } }),
+        { param: "response_format.json_schema.name" });
+    await expectError("error: json_schema pattern", 400, client.chat.completions.create({ ...base, response_format: { type: "json_schema",
+        json_schema: { name: "x", schema: { type: "object", properties: { id: { type: "string", pattern: "^[a-z]+$" } } } } } }),
+        { param: "response_format.json_schema.schema", code: "unsupported_schema", messageHas: ["'pattern'", "#/properties/id"] });
+    await expectError("error: json_schema minimum", 400, client.chat.completions.create({ ...base, response_format: { type: "json_schema",
+        json_schema: { name: "x", schema: { type: "integer", minimum: 3 } } } }), { code: "unsupported_schema", messageHas: ["'minimum'"] });
+    await expectError("error: json_schema unsatisfiable", 400, client.chat.completions.create({ ...base, response_format: { type: "json_schema",
+        json_schema: { name: "x", schema: { type: "string", minLength: 4, maxLength: 2 } } } }), { code: "invalid_schema", messageHas: ["minLength"] });
+    await expectError("error: tool parameters unsupported", 400, client.chat.completions.create({ ...base, tool_choice: "required",
+        tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: { n: { type: "number", multipleOf: 2 } } } } }] }),
+        { param: "tools[0].function.parameters", messageHas: ["'multipleOf'"] });
+    await expectError("error: json_schema with forced tool call", 400, client.chat.completions.create({ ...base, tool_choice: "required",
+        tools: [{ type: "function", function: { name: "f" } }], response_format: { type: "json_object" } }), { param: "response_format" });
     await expectError("error: tool_choice without tools", 400, client.chat.completions.create({ ...base, tool_choice: "required" }), { param: "tool_choice" });
     await expectError("error: context too long", 400, client.chat.completions.create({ ...base, messages: user("hello ".repeat(1500)) }),
         { code: "context_length_exceeded", messageHas: ["1024"] });

@@ -2,7 +2,8 @@
 // driven by playwright-core): the page loads with no network beyond the server, shows the model and
 // live stats from /health, streams a reply that equals the API's greedy reply for the same request,
 // renders markdown safely (code blocks, bold, HTML escaped), and keeps the conversation across a
-// reload (localStorage). Skipped (exit 0 with a note) when /usr/bin/chromium is missing.
+// reload (localStorage), stops a long reply with the Stop button (the UI is ready again, the
+// server frees the session) and saves a screenshot to ./artifacts/server_web.png. Skipped (exit 0 with a note) when /usr/bin/chromium is missing.
 // Prints "N passed, M failed"; exits 1 on failure. The server and browser are always closed.
 import { spawn } from "node:child_process";
 import fs from "node:fs";
@@ -113,6 +114,44 @@ try {
     await page.reload();
     await page.waitForSelector(".msg.assistant", { timeout: 10000 });
     check("page: conversation restored", (await page.locator(".conv").count()) === 1 && (await page.locator(".msg").count()) === 2);
+
+    // Stop a long reply: the stream ends, the UI is ready again, the server frees the session,
+    // and the partial reply is kept. End-of-sequence is banned in the request (rewritten on the
+    // way out) so the reply cannot end by itself first.
+    await page.route("**/v1/chat/completions", (route) => {
+        const body = JSON.parse(route.request().postData());
+        route.continue({ postData: JSON.stringify({ ...body, max_tokens: 900, logit_bias: { 8187: -100, 8189: -100 } }) });
+    });
+    await page.fill("#input", "Count to one thousand.");
+    await page.press("#input", "Enter");
+    await page.waitForSelector("#stop:not([hidden])", { timeout: 5000 });
+    await page.waitForFunction(() => (document.querySelectorAll(".msg.assistant .body")[1]?.textContent ?? "").length > 20, null, { timeout: 20000 });
+    await page.click("#stop");
+    await page.waitForSelector("#send:not([hidden])", { timeout: 5000 });
+    check("stop: the UI is ready again", await page.isHidden("#stop"));
+    const frozen = await page.locator(".msg.assistant .body").last().textContent();
+    await sleep(500);
+    check("stop: the reply no longer grows", (await page.locator(".msg.assistant .body").last().textContent()) === frozen);
+    let health = null;
+    for (let i = 0; i < 30; ++i) {
+        health = await (await fetch(base + "/health")).json();
+        if (health.slots.active === 0) break;
+        await sleep(100);
+    }
+    check("stop: the server released the session", health.slots.active === 0, JSON.stringify(health.slots));
+    const afterStop = await page.evaluate(() => JSON.parse(localStorage.getItem("sluice.convs")));
+    const partial = afterStop[0].messages[3];
+    check("stop: the partial reply is kept without an error", afterStop[0].messages.length === 4 && partial.content.length > 0 && !partial.error,
+        JSON.stringify(partial).slice(0, 200));
+    await page.unroute("**/v1/chat/completions");
+    await page.reload();
+    await page.waitForSelector(".msg.assistant", { timeout: 10000 });
+    check("stop: the conversation survives a reload", (await page.locator(".msg").count()) === 4);
+    const artifacts = path.join(process.cwd(), "artifacts");
+    fs.mkdirSync(artifacts, { recursive: true });
+    await page.screenshot({ path: path.join(artifacts, "server_web.png"), fullPage: true });
+    check("screenshot saved", fs.statSync(path.join(artifacts, "server_web.png")).size > 1000);
+    console.log(`[server_web] screenshot: ${path.join(artifacts, "server_web.png")}`);
     check("page: no off-site requests", offsite.length === 0, offsite.join(", "));
     check("page: no script errors", pageErrors.length === 0, pageErrors.join(" | "));
 } catch (e) {

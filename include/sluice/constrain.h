@@ -1,0 +1,176 @@
+// sluice's public API, part 4: constrained decoding — grammars over bytes, JSON Schema compiled to
+// a grammar, and the per-step token mask that keeps a generation inside the grammar.
+//
+// Pieces:
+//   GrammarBuilder  builds a context-free grammar over bytes (rules of alternatives of byte sets and
+//                   rule references). add_json_schema() compiles a JSON Schema (the subset listed
+//                   in docs/SERVER.md) into a rule; unsupported keywords are errors naming the
+//                   keyword and its place, never ignored. build() checks the grammar and drops
+//                   alternatives that can never finish, so a built grammar has no dead ends: every
+//                   prefix it accepts can be completed.
+//   GrammarMatcher  an incremental recogniser: feed bytes, ask complete() / can_continue().
+//   TokenTrie       a tokenizer's vocabulary as a byte trie (built once per tokenizer, shared).
+//   TokenConstraint per generation: which token ids may come next (walking the trie from the
+//                   matcher state, pruning a subtree at the first byte the grammar refuses), and
+//                   accept() to advance. End-of-sequence ids are allowed exactly when the text is a
+//                   complete sentence of the grammar.
+//
+// Ownership: Grammar and TokenTrie are immutable and shared (shared_ptr<const>); a matcher or a
+// constraint holds a reference. Thread safety: Grammar/TokenTrie may be used by any number of
+// threads; GrammarMatcher and TokenConstraint are plain mutable objects for one thread.
+// Errors: Expected/Status with "[json_schema] at '#/path': ..." or "[grammar] ..." messages.
+// Rejected alternative: a regex/DFA per schema (outlines-style) — recursion ($ref, free-form
+// objects) needs a stack, and the DFA of a large schema grows exponentially.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "sluice/status.h"
+
+namespace sluice {
+
+class Tokenizer;
+struct Grammar;  // compiled form; defined in src/constrain/grammar_impl.h
+
+class GrammarBuilder {
+ public:
+    using RuleId = uint32_t;
+    // One element of a sequence: a set of bytes (matches one byte) or a rule reference.
+    struct Symbol {
+        bool is_rule = false;
+        RuleId rule = 0;
+        std::array<uint64_t, 4> bytes{};  // bit b set: byte b matches
+
+        static Symbol byte_set(std::string_view chars);
+        static Symbol byte_range(uint8_t lo, uint8_t hi);
+        static Symbol ref(RuleId id);
+        Symbol& add_range(uint8_t lo, uint8_t hi);
+        Symbol& remove(uint8_t b);
+    };
+    using Sequence = std::vector<Symbol>;
+
+    GrammarBuilder();
+    ~GrammarBuilder();
+    GrammarBuilder(GrammarBuilder&&) noexcept;
+    GrammarBuilder& operator=(GrammarBuilder&&) noexcept;
+
+    static Sequence literal(std::string_view text);  // one byte set per byte
+    RuleId add_rule();
+    void add_alternative(RuleId rule, Sequence sequence);
+
+    // Compiles `schema` into a rule deriving exactly the JSON texts this grammar emits for it (a
+    // subset of the texts the schema accepts: see docs/SERVER.md). `where` prefixes error
+    // messages (e.g. "response_format.json_schema.schema").
+    Expected<RuleId> add_json_schema(const nlohmann::ordered_json& schema, const std::string& where = "");
+    // Any JSON value whose top level is an object (response_format json_object).
+    RuleId add_json_object();
+
+    // Checks and freezes the grammar with `root` as its start rule: alternatives that can never
+    // derive a finite string are removed; an unproductive root or left recursion is an error.
+    Expected<std::shared_ptr<const Grammar>> build(RuleId root) const;
+
+ private:
+    friend class JsonSchemaCompiler;
+    std::vector<std::vector<Sequence>> rules_;
+    std::unordered_map<std::string, RuleId> shared_rules_;  // helpers (whitespace, string chars, ...)
+};
+
+// Incremental recogniser of a grammar's sentences (the set of parse stacks alive so far).
+class GrammarMatcher {
+ public:
+    explicit GrammarMatcher(std::shared_ptr<const Grammar> grammar);
+    // Feeds bytes; false (and the state unchanged) when they cannot continue a sentence.
+    bool feed(std::string_view bytes);
+    bool complete() const { return accepting_; }
+    bool can_continue() const { return !stacks_.empty(); }
+    // A canonical description of the state (equal states, equal keys).
+    std::string state_key() const;
+
+ private:
+    friend class TokenConstraint;
+    std::shared_ptr<const Grammar> grammar_;
+    std::vector<std::vector<uint32_t>> stacks_;  // sorted, unique; each bottom..top grammar positions
+    bool accepting_ = false;
+};
+
+// A vocabulary as a byte trie: node 0 is the root; a node's children are contiguous edges.
+class TokenTrie {
+ public:
+    // `bytes_by_id[id]`: the bytes token `id` contributes; empty excludes the id.
+    static std::shared_ptr<const TokenTrie> build(std::span<const std::string> bytes_by_id);
+    // Every token of `tokenizer` except special tokens (added tokens flagged special) and ids
+    // without bytes.
+    static std::shared_ptr<const TokenTrie> from_tokenizer(const Tokenizer& tokenizer);
+
+    int32_t vocab_size() const { return vocab_size_; }
+    size_t node_count() const { return nodes_.size(); }
+    // The bytes of `id` (empty: excluded or out of range).
+    std::string_view bytes(int32_t id) const {
+        if (id < 0 || id >= vocab_size_) return {};
+        const auto i = static_cast<size_t>(id);
+        return std::string_view(blob_).substr(offsets_[i], offsets_[i + 1] - offsets_[i]);
+    }
+
+    struct Node {
+        uint32_t edge_begin, edge_end;    // into edges_
+        uint32_t token_begin, token_end;  // into token_ids_: tokens whose bytes end here
+    };
+    struct Edge {
+        uint8_t byte;
+        uint32_t child;
+    };
+    std::vector<Node> nodes_;
+    std::vector<Edge> edges_;
+    std::vector<int32_t> token_ids_;
+    std::string blob_;               // every token's bytes, by id
+    std::vector<uint32_t> offsets_;  // [vocab_size + 1] into blob_
+    int32_t vocab_size_ = 0;
+};
+
+// Grammar-constrained decoding for one generation. Plug into GenerateOptions: logits_filter →
+// filter(), on_accept → accept().
+class TokenConstraint {
+ public:
+    TokenConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie,
+                    std::vector<int32_t> eos_ids);
+
+    // Bit id set: token id may come next. Cached per matcher state.
+    const std::vector<uint64_t>& allowed();
+    // Sets every disallowed entry of `logits` (one per token id) to -inf.
+    void filter(std::span<float> logits);
+    // Advances by a sampled token; false (state unchanged) if the grammar does not allow it.
+    bool accept(int32_t token);
+    bool complete() const { return matcher_.complete(); }
+    bool can_continue() const { return matcher_.can_continue(); }
+
+    struct Stats {
+        int64_t masks = 0;  // allowed() calls
+        int64_t mask_cache_hits = 0;
+        int64_t trie_nodes_visited = 0;
+        double mask_ms = 0;  // time spent computing masks (cache misses)
+    };
+    const Stats& stats() const { return stats_; }
+    // The mask of the current state computed afresh, bypassing the cache (benchmarks, tests);
+    // compute_mask_reference() is the same without memoized transitions (the test oracle).
+    void compute_mask(std::vector<uint64_t>* bits);
+    void compute_mask_reference(std::vector<uint64_t>* bits);
+
+ private:
+    bool compute_mask_memo(std::vector<uint64_t>* bits);
+    std::shared_ptr<const TokenTrie> trie_;
+    std::vector<int32_t> eos_ids_;
+    GrammarMatcher matcher_;
+    std::unordered_map<std::string, std::vector<uint64_t>> cache_;  // state_key → mask
+    const std::vector<uint64_t>* current_ = nullptr;                // mask of the current state
+    Stats stats_;
+};
+
+}  // namespace sluice
