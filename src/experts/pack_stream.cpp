@@ -401,16 +401,18 @@ Expected<PackResult> run_pack_plan(const PackPlan& plan, const ShardReader& read
     result.resumed = !fresh;
     SLUICE_RETURN_IF_ERROR(io::write_file_atomic(record_path, serialize_stream_record(record)));
 
-    const uint64_t total = plan.source_bytes();
+    // Progress counts this run's bytes only, so that the rate and ETA are right after a resume.
+    uint64_t resumed_bytes = 0;
+    for (const auto& c : record.shards) resumed_bytes += c.cursor;
+    const uint64_t total = plan.source_bytes() - resumed_bytes;
     uint64_t done_before = 0;
-    for (const auto& c : record.shards) done_before += c.cursor;
     auto last_flush = std::chrono::steady_clock::now();
     uint64_t since_flush = 0;
     for (size_t s = 0; s < plan.shards.size(); ++s) {
         ShardCursor& c = record.shards[s];
-        done_before -= c.cursor;  // counted again below, through the writer's position
         Sha256 hash;
         if (!c.sha256.empty() && c.cursor > 0 && !hash.restore(c.sha256_state)) c.cursor = 0;
+        const uint64_t start_cursor = c.cursor;
         (*writer)->seek(s, c.cursor, c.sha256.empty() ? nullptr : &hash);
         auto checkpoint = [&]() -> Status {
             SLUICE_RETURN_IF_ERROR((*writer)->flush());
@@ -427,7 +429,9 @@ Expected<PackResult> run_pack_plan(const PackPlan& plan, const ShardReader& read
                                                      std::to_string(c.size_bytes));
                 SLUICE_RETURN_IF_ERROR((*writer)->consume(s, bytes));
                 since_flush += bytes.size();
-                if (o.progress) o.progress("bytes", done_before + (*writer)->position(s), total);
+                if (o.progress)
+                    o.progress("bytes", std::min(total, done_before + (*writer)->position(s) - start_cursor),
+                               total);
                 const double age =
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - last_flush).count();
                 if (since_flush >= o.flush_every_bytes || age >= o.flush_every_s) return checkpoint();
@@ -454,7 +458,7 @@ Expected<PackResult> run_pack_plan(const PackPlan& plan, const ShardReader& read
             }
             SLUICE_RETURN_IF_ERROR(checkpoint());
         }
-        done_before += c.size_bytes;
+        done_before += c.size_bytes - start_cursor;
     }
     SLUICE_RETURN_IF_ERROR((*writer)->commit());
     SLUICE_ASSIGN_OR_RETURN(PackResult finished, finish_pack(plan, o));

@@ -38,11 +38,14 @@ std::string pinned_commit(const std::string& source_dir, const PullOptions& o) {
 // Downloads a small file into the staging folder, checked against the listing's size (and, for
 // JSON, parsed) so that an HTML error page never stands in for a config or tokenizer.
 Status fetch_small_file(io::HttpClient& http, const std::string& url, const format::HubFile& f,
-                        const std::string& source_dir) {
+                        const std::string& commit, const std::string& source_dir) {
     const fs::path dst = fs::path(source_dir) / f.path;
     std::error_code ec;
     if (fs::exists(dst, ec) && fs::file_size(dst, ec) == f.size_bytes) return Status::ok();
     SLUICE_ASSIGN_OR_RETURN(io::HttpResponse r, http.get(url, std::max<uint64_t>(f.size_bytes, 1) + 1));
+    if (auto c = r.headers.find("x-repo-commit"); c != r.headers.end() && c->second != commit)
+        return error(ErrorCode::kIo, "[pull] '" + f.path + "' came from commit " + c->second + ", expected " +
+                                         commit + " (the mirror does not serve the pinned revision)");
     const std::string type = r.headers.count("content-type") ? r.headers["content-type"] : "";
     if (type.find("text/html") != std::string::npos && !ends_with(f.path, ".html"))
         return error(ErrorCode::kIo, "[pull] '" + f.path + "': the server answered an HTML page (" + type +
@@ -112,21 +115,6 @@ Expected<PullResult> pull_model(const PullOptions& options) {
 
     const std::string source_dir = (fs::path(o.out_dir) / kSourceDir).string();
     std::error_code ec;
-    if (fs::exists(fs::path(o.out_dir) / "manifest.json", ec) && !fs::exists(source_dir, ec)) {
-        // A finished pull: the record says of what. Nothing to fetch when it is this one.
-        auto text = io::read_text_file((fs::path(o.out_dir) / kRecordName).string());
-        if (text.has_value()) {
-            auto rec = parse_stream_record(*text, kRecordName);
-            if (rec.has_value() && rec->source.rfind("hf:" + o.repo + "@", 0) == 0 &&
-                (o.revision == "main" || rec->source.find("@" + o.revision) != std::string::npos)) {
-                PullResult r;
-                r.pack.already_complete = true;
-                r.commit = rec->source.substr(rec->source.find('@') + 1);
-                return r;
-            }
-        }
-    }
-
     // 1. The revision, pinned to a commit (kept across resumes).
     PullResult result;
     result.commit = pinned_commit(source_dir, o);
@@ -137,6 +125,16 @@ Expected<PullResult> pull_model(const PullOptions& options) {
         notice("revision " + o.revision + " is commit " + result.commit);
     } else {
         notice("resuming the pull of commit " + result.commit);
+    }
+    if (fs::exists(fs::path(o.out_dir) / "manifest.json", ec)) {
+        // A finished pull of this commit needs nothing more (another one is refused later).
+        auto text = io::read_text_file((fs::path(o.out_dir) / kRecordName).string());
+        auto rec = text.has_value() ? parse_stream_record(*text, kRecordName)
+                                    : Expected<StreamRecord>(text.status());
+        if (rec.has_value() && rec->source == "hf:" + o.repo + "@" + result.commit) {
+            result.pack.already_complete = true;
+            return result;
+        }
     }
 
     // 2. The file listing (paged), at that commit.
@@ -157,15 +155,17 @@ Expected<PullResult> pull_model(const PullOptions& options) {
     std::string index_json;
     for (const auto& f : files) {
         if (f.path != "model.safetensors.index.json") continue;
-        SLUICE_RETURN_IF_ERROR(fetch_small_file(
-            http, format::hub_resolve_url(o.endpoint, o.repo, result.commit, f.path), f, source_dir));
+        SLUICE_RETURN_IF_ERROR(
+            fetch_small_file(http, format::hub_resolve_url(o.endpoint, o.repo, result.commit, f.path), f,
+                             result.commit, source_dir));
         SLUICE_ASSIGN_OR_RETURN(index_json, io::read_text_file((fs::path(source_dir) / f.path).string()));
     }
     SLUICE_ASSIGN_OR_RETURN(format::HubSelection sel,
                             format::select_hub_files(files, index_json, o.include, o.exclude));
     for (const auto& f : sel.small_files)
-        SLUICE_RETURN_IF_ERROR(fetch_small_file(
-            http, format::hub_resolve_url(o.endpoint, o.repo, result.commit, f.path), f, source_dir));
+        SLUICE_RETURN_IF_ERROR(
+            fetch_small_file(http, format::hub_resolve_url(o.endpoint, o.repo, result.commit, f.path), f,
+                             result.commit, source_dir));
 
     // 4. The shards' headers, and the plan `sluice pack` would make from the same files.
     std::vector<std::pair<std::string, format::SafetensorsHeader>> headers;

@@ -53,6 +53,7 @@ struct Transfer {
     std::string reject_reason;
     std::string body;  // get(): the body; rejected answers: the start of it
     std::vector<uint8_t> pending;
+    std::chrono::steady_clock::time_point last_deliver = std::chrono::steady_clock::now();
     uint64_t delivered = 0;  // bytes handed to the sink
     Status sink_status = Status::ok();
 
@@ -116,7 +117,13 @@ size_t on_body(char* data, size_t size, size_t n, void* user) {
         return bytes;
     }
     t->pending.insert(t->pending.end(), data, data + bytes);
-    if (t->pending.size() >= kDeliverBytes && !t->deliver_pending()) return 0;
+    // Hand over in big slices, but at least twice a second so that a slow link still advances the
+    // caller's progress record.
+    const auto now = std::chrono::steady_clock::now();
+    if (t->pending.size() >= kDeliverBytes || now - t->last_deliver >= std::chrono::milliseconds(500)) {
+        t->last_deliver = now;
+        if (!t->deliver_pending()) return 0;
+    }
     return bytes;
 }
 

@@ -12,7 +12,7 @@
 // Content-Range. A private repository answers 401 without `Authorization: Bearer <token>`; the
 // CDN records any Authorization header it receives (the token must not leak to it).
 //
-// Faults are injected on CDN requests for tensor data (ranges that start past the header), one
+// Faults are injected on CDN requests for tensor data (ranges that reach past the header), one
 // per request, from a queue: "drop" (close the socket mid-answer), "429", "503", "html200" (a 200
 // answer whose body is an HTML error page), "stall" (send some bytes, then nothing), "corrupt"
 // (flip a byte of a 206 answer). `throttle` slows every data answer (bytes/s) for the kill test.
@@ -174,7 +174,7 @@ export async function startMockHub(repos, { token = "hf_test_token" } = {}) {
         const last = rm[2] === "" ? size - 1 : Math.min(Number(rm[2]), size - 1);
         if (first >= size) return send(res, 416, { "Content-Range": `bytes */${size}` }, "");
         let body = obj.buf.subarray(first, last + 1);
-        const isData = first >= obj.dataStart;
+        const isData = last >= obj.dataStart;  // reaches tensor bytes (header reads end before them)
         const fault = isData ? state.faults.shift() : undefined;
         if (fault) state.log.push(`fault ${fault} at ${first}`);
         if (fault === "429") return send(res, 429, { "Retry-After": "0", "Content-Type": "text/plain" }, "Too Many Requests");

@@ -91,6 +91,7 @@ for (const [from, to] of [[moeDir, packMoe], [nextDir, packNext]]) {
     const t0 = Date.now();
     let r = await run(["pull", "sluice-test/tiny-moe-bf16", "--to", out, ...fastFlags], { HF_TOKEN: hub.token });
     const log = r.stderr;
+    if (process.env.PULL_TEST_VERBOSE) console.log(log);
     // The corrupted byte passes every HTTP check and is caught by the SHA-256 of its shard.
     if (r.code === 0) fail("a corrupted byte was not caught by the SHA-256 check");
     else if (!/SHA-256 mismatch/.test(r.stderr)) fail(`expected a SHA-256 mismatch, got: ${r.stderr}`);
@@ -132,27 +133,32 @@ for (const [from, to] of [[moeDir, packMoe], [nextDir, packNext]]) {
 // 3. kill -9 in the middle of the download, then resume.
 {
     const out = path.join(tmp, "pull-kill");
-    hub.state.throttle = 150_000;
+    hub.state.throttle = 50_000;  // ~4.5 s a shard: the 2 s checkpoint lands inside one
     const record = path.join(out, ".pull-progress.json");
     const child = spawn(bin, ["pull", "sluice-test/tiny-moe-bf16", "--to", out], {
         env: { ...baseEnv, HF_TOKEN: hub.token }, stdio: "ignore",
     });
+    const exited = new Promise((r) => child.on("exit", r));
+    // Kill once the record holds a cursor inside a shard (not only at a shard's end).
     const deadline = Date.now() + 20000;
-    let cursor = 0;
-    while (Date.now() < deadline && cursor === 0) {
-        await new Promise((r) => setTimeout(r, 50));
+    let cursor = 0, midShard = false;
+    while (Date.now() < deadline && !midShard) {
+        await new Promise((r) => setTimeout(r, 20));
         try {
-            cursor = JSON.parse(fs.readFileSync(record, "utf8")).shards.reduce((s, x) => s + x.cursor, 0);
-        } catch { /* not written yet */ }
+            const shards = JSON.parse(fs.readFileSync(record, "utf8")).shards;
+            cursor = shards.reduce((s, x) => s + x.cursor, 0);
+            midShard = shards.some((x) => x.cursor > 0 && x.cursor < x.size);
+        } catch { /* not written yet, or being replaced */ }
     }
     child.kill("SIGKILL");
-    await new Promise((r) => child.on("exit", r));
+    await exited;
     hub.state.throttle = 0;
     const total = JSON.parse(fs.readFileSync(record, "utf8")).shards.reduce((s, x) => s + x.size, 0);
-    if (cursor === 0) fail("the pull never recorded progress before the kill");
+    if (!midShard) fail("the pull never recorded a cursor inside a shard before the kill");
     if (fs.existsSync(path.join(out, "manifest.json"))) fail("a killed pull left a manifest");
     const served = hub.state.dataBytesServed;
-    const r = await run(["pull", "sluice-test/tiny-moe-bf16", "--to", out], { HF_TOKEN: hub.token });
+    const r = await run(["pull", "sluice-test/tiny-moe-bf16", "--to", out, ...fastFlags], { HF_TOKEN: hub.token });
+    if (process.env.PULL_TEST_VERBOSE) console.log(r.stderr);
     const refetched = hub.state.dataBytesServed - served;
     if (r.code !== 0) fail(`resume after kill -9 failed: ${r.stderr}`);
     else {

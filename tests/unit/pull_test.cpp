@@ -181,7 +181,7 @@ void expect_resumed_stream_equals_pack(const std::string& golden, int bits) {
     auto parsed = experts::parse_stream_record(*record, "record");
     ASSERT_TRUE(parsed.has_value()) << parsed.status().message();
     EXPECT_GT(parsed->shards[0].cursor, 0u);
-    EXPECT_LE(parsed->shards[0].cursor, stop_at);
+    EXPECT_LT(parsed->shards[0].cursor, stop_at + 5000);  // the slice that crossed stop_at
 
     interrupt = false;
     auto second = experts::run_pack_plan(*plan, reader, so);
