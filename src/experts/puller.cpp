@@ -119,6 +119,7 @@ Expected<PullResult> pull_model(const PullOptions& options) {
     PullResult result;
     result.commit = pinned_commit(source_dir, o);
     if (result.commit.empty()) {
+        fs::remove_all(source_dir, ec);  // staged files of another revision, if any
         SLUICE_ASSIGN_OR_RETURN(io::HttpResponse r,
                                 http.get(format::hub_revision_url(o.endpoint, o.repo, o.revision)));
         SLUICE_ASSIGN_OR_RETURN(result.commit, format::parse_hub_revision(r.body));
@@ -135,6 +136,9 @@ Expected<PullResult> pull_model(const PullOptions& options) {
             result.pack.already_complete = true;
             return result;
         }
+        return error(ErrorCode::kInvalidArgument, "[pull] '" + o.out_dir +
+                                                      "' already holds a complete pack of another source or "
+                                                      "revision; choose another folder (--to) or delete it");
     }
 
     // 2. The file listing (paged), at that commit.
