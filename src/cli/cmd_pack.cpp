@@ -14,7 +14,7 @@ namespace {
 
 void run_pack(const experts::PackOptions& base) {
     experts::PackOptions o = base;
-    Progress progress("pack", false);
+    Progress progress("pack", true);
     o.progress = [&](const std::string& phase, uint64_t done, uint64_t total) {
         progress.update(phase, done, total);
     };

@@ -11,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "format/hub_api.h"
 #include "io/mapped_file.h"
 
 namespace sluice::experts {
@@ -69,6 +70,22 @@ class PartialFile {
 
 }  // namespace
 
+std::string dense_file_header(const std::vector<format::PackSection>& sections) {
+    nlohmann::json header = nlohmann::json::object();
+    header["__metadata__"] = {{"format", "sluice-pack"}};
+    for (const auto& s : sections) {
+        header[s.name] = {{"dtype", format::dtype_name(s.dtype)},
+                          {"shape", s.shape},
+                          {"data_offsets", {s.offset, s.offset + s.size}}};
+    }
+    std::string text = header.dump();
+    while ((8 + text.size()) % 64 != 0) text.push_back(' ');
+    const uint64_t header_len = text.size();
+    std::string out(8, '\0');
+    std::memcpy(out.data(), &header_len, 8);
+    return out + text;
+}
+
 uint64_t DenseTensorSpec::size_bytes() const {
     uint64_t n = format::dtype_size(dtype);
     for (int64_t d : shape) n *= static_cast<uint64_t>(d);
@@ -79,15 +96,10 @@ Expected<std::vector<format::PackSection>> write_dense_file(
     const std::string& path, std::vector<DenseTensorSpec>& tensors,
     const std::function<void(uint64_t, uint64_t)>& progress) {
     // Header first (all sizes are known up front), then the tensors in order.
-    nlohmann::json header = nlohmann::json::object();
-    header["__metadata__"] = {{"format", "sluice-pack"}};
     std::vector<format::PackSection> sections;
     uint64_t offset = 0;
     for (const auto& t : tensors) {
         const uint64_t size = t.size_bytes();
-        header[t.name] = {{"dtype", format::dtype_name(t.dtype)},
-                          {"shape", t.shape},
-                          {"data_offsets", {offset, offset + size}}};
         format::PackSection s;
         s.name = t.name;
         s.dtype = t.dtype;
@@ -99,14 +111,11 @@ Expected<std::vector<format::PackSection>> write_dense_file(
         sections.push_back(std::move(s));
         offset += size;
     }
-    std::string text = header.dump();
-    while ((8 + text.size()) % 64 != 0) text.push_back(' ');
+    const std::string header_bytes = dense_file_header(sections);
     PartialFile file(path);
     SLUICE_RETURN_IF_ERROR(file.open());
-    const uint64_t header_len = text.size();
-    SLUICE_RETURN_IF_ERROR(file.write_at(&header_len, 8, 0));
-    SLUICE_RETURN_IF_ERROR(file.write_at(text.data(), text.size(), 8));
-    const uint64_t data_start = 8 + text.size();
+    SLUICE_RETURN_IF_ERROR(file.write_at(header_bytes.data(), header_bytes.size(), 0));
+    const uint64_t data_start = header_bytes.size();
     std::vector<uint8_t> buffer;
     for (size_t i = 0; i < tensors.size(); ++i) {
         buffer.assign(sections[i].size, 0);
@@ -194,18 +203,9 @@ Status write_expert_file(const std::string& path, int64_t n_experts, format::Pac
 
 Expected<std::vector<std::string>> copy_model_side_files(const std::string& src_dir,
                                                          const std::string& out_dir) {
-    static const char* kFiles[] = {"tokenizer.json",
-                                   "tokenizer_config.json",
-                                   "chat_template.jinja",
-                                   "chat_template.json",
-                                   "generation_config.json",
-                                   "special_tokens_map.json",
-                                   "added_tokens.json",
-                                   "vocab.json",
-                                   "merges.txt"};
     std::vector<std::string> copied;
     std::error_code ec;
-    for (const char* name : kFiles) {
+    for (const std::string& name : format::model_side_file_names()) {
         const fs::path src = fs::path(src_dir) / name;
         if (!fs::exists(src, ec)) continue;  // follows symlinks: a dangling one counts as absent
         const fs::path real = fs::canonical(src, ec);

@@ -28,6 +28,10 @@ struct DenseTensorSpec {
     uint64_t size_bytes() const;
 };
 
+// The first bytes of a dense file holding `sections` (offsets relative to the data section):
+// the 8-byte header length, the JSON header, spaces up to a 64-byte boundary.
+std::string dense_file_header(const std::vector<format::PackSection>& sections);
+
 // Streams `tensors` into a safetensors file at `path` (via path + ".partial" and a rename);
 // returns their sections (offsets relative to the data section, with xxh3 checksums).
 Expected<std::vector<format::PackSection>> write_dense_file(

@@ -3,8 +3,10 @@
 // pack: a Hugging Face checkpoint (bf16/f16/f32; quantized with the MLX affine algorithm unless
 // bits = 16, routers and shared-expert gates at 8-bit as mlx-lm does) or an MLX checkpoint (bytes
 // copied verbatim) → dense.safetensors + one expert file per MoE layer + layout.json +
-// manifest.json. Resumable: a progress record (.pack-progress.json) lists finished files, and a
-// re-run with the same source and options skips them. mtp.* and vision tensors are not packed.
+// manifest.json. The plan and the byte transform are shared with `sluice pull` (pack_plan.h,
+// pack_stream.h). Resumable: a progress record (.pack-progress.json) holds a cursor per shard,
+// and a re-run with the same source and options continues from it. mtp.* and vision tensors are
+// not packed.
 //
 // synth: random weights of any supported config written straight into the packed layout (used
 // for full-size benchmarks without downloads); streaming, bounded memory, seeded.

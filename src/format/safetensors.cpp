@@ -67,8 +67,16 @@ int64_t TensorInfo::numel() const {
 
 Expected<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> bytes,
                                                      const std::string& file_name) {
-    if (bytes.size() < 8) {
-        return corrupt(file_name, "file is " + std::to_string(bytes.size()) +
+    return parse_safetensors_header(bytes, bytes.size(), file_name);
+}
+
+Expected<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> bytes, uint64_t file_size,
+                                                     const std::string& file_name) {
+    // `bytes` is the whole file (data pointers are set) or just its first bytes (header only).
+    const bool whole_file = bytes.size() == file_size;
+    if (bytes.size() > file_size) return corrupt(file_name, "more bytes than the file size");
+    if (file_size < 8 || bytes.size() < 8) {
+        return corrupt(file_name, "file is " + std::to_string(file_size) +
                                       " bytes, shorter than the 8-byte header length");
     }
     uint64_t header_len = 0;
@@ -77,10 +85,14 @@ Expected<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> by
         return corrupt(file_name, "header length " + std::to_string(header_len) + " exceeds the " +
                                       std::to_string(kMaxSafetensorsHeaderBytes) + "-byte limit");
     }
-    if (header_len > bytes.size() - 8) {
+    if (header_len > file_size - 8) {
         return corrupt(file_name, "header length " + std::to_string(header_len) +
-                                      " runs past the end of the " + std::to_string(bytes.size()) +
+                                      " runs past the end of the " + std::to_string(file_size) +
                                       "-byte file");
+    }
+    if (header_len > bytes.size() - 8) {
+        return corrupt(file_name, "header length " + std::to_string(header_len) + " but only " +
+                                      std::to_string(bytes.size() - 8) + " header bytes given");
     }
     const char* json_begin = reinterpret_cast<const char*>(bytes.data() + 8);
     nlohmann::json header = nlohmann::json::parse(json_begin, json_begin + header_len, nullptr, false);
@@ -89,7 +101,7 @@ Expected<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> by
 
     SafetensorsHeader out;
     out.data_start = 8 + header_len;
-    const uint64_t data_size = bytes.size() - out.data_start;
+    const uint64_t data_size = file_size - out.data_start;
 
     for (auto it = header.begin(); it != header.end(); ++it) {
         const std::string& name = it.key();
@@ -148,7 +160,7 @@ Expected<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> by
         }
         t.offset = begin;
         t.size_bytes = end - begin;
-        t.data = bytes.data() + out.data_start + begin;
+        t.data = whole_file ? bytes.data() + out.data_start + begin : nullptr;
         out.tensors.push_back(std::move(t));
     }
 
@@ -169,6 +181,7 @@ Expected<std::shared_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
     SLUICE_ASSIGN_OR_RETURN(auto header, parse_safetensors_header(mapped->bytes(), path));
     auto file = std::make_shared<SafetensorsFile>();
     file->file_ = std::move(mapped);
+    file->name_ = std::filesystem::path(path).filename().string();
     file->header_ = std::move(header);
     for (size_t i = 0; i < file->header_.tensors.size(); ++i) file->index_[file->header_.tensors[i].name] = i;
     return file;
@@ -239,6 +252,25 @@ Expected<std::shared_ptr<Checkpoint>> Checkpoint::open(const std::string& dir) {
         if (!ckpt->tensors_.count(name))
             return corrupt(index_path.string(),
                            "tensor '" + name + "' is listed but missing from '" + shard + "'");
+    }
+    return ckpt;
+}
+
+Expected<std::shared_ptr<Checkpoint>> Checkpoint::from_headers(
+    const std::string& dir, std::vector<std::pair<std::string, SafetensorsHeader>> headers) {
+    auto ckpt = std::make_shared<Checkpoint>();
+    ckpt->dir_ = dir;
+    for (auto& [name, header] : headers) {
+        auto file = std::make_shared<SafetensorsFile>();
+        file->name_ = name;
+        file->header_ = std::move(header);
+        for (size_t i = 0; i < file->header_.tensors.size(); ++i)
+            file->index_[file->header_.tensors[i].name] = i;
+        for (const auto& t : file->tensors()) {
+            if (!ckpt->tensors_.emplace(t.name, &t).second)
+                return corrupt(name, "tensor '" + t.name + "' appears in more than one shard");
+        }
+        ckpt->files_.push_back(std::move(file));
     }
     return ckpt;
 }

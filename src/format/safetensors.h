@@ -74,19 +74,28 @@ inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100ull * 1000 * 1000;
 // the header and the file size are inspected). `file_name` is used in error messages.
 Expected<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> bytes,
                                                      const std::string& file_name);
+// The same check over the first bytes of a file of `file_size` bytes (at least 8 + the header
+// length; what `sluice pull` fetches with range requests). Data pointers stay null unless
+// `bytes` is the whole file.
+Expected<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> bytes, uint64_t file_size,
+                                                     const std::string& file_name);
 
 // One mapped .safetensors file.
 class SafetensorsFile {
  public:
     static Expected<std::shared_ptr<SafetensorsFile>> open(const std::string& path);
 
-    const std::string& path() const { return file_->path(); }
+    const std::string& path() const { return file_ ? file_->path() : name_; }
+    const std::string& name() const { return name_; }  // file name inside the checkpoint folder
+    uint64_t data_start() const { return header_.data_start; }
     const std::vector<TensorInfo>& tensors() const { return header_.tensors; }
     const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
     const TensorInfo* find(std::string_view name) const;
 
  private:
-    std::shared_ptr<io::MappedFile> file_;
+    friend class Checkpoint;
+    std::shared_ptr<io::MappedFile> file_;  // null for a header-only file (Checkpoint::from_headers)
+    std::string name_;
     SafetensorsHeader header_;
     std::map<std::string, size_t, std::less<>> index_;
 };
@@ -100,7 +109,13 @@ class Checkpoint {
     static Expected<std::shared_ptr<Checkpoint>> open_files(const std::string& dir,
                                                             const std::vector<std::string>& files);
 
+    // A checkpoint known only by its shard headers (names, shapes, offsets; data pointers null):
+    // what `sluice pull` plans from before any tensor byte is downloaded.
+    static Expected<std::shared_ptr<Checkpoint>> from_headers(
+        const std::string& dir, std::vector<std::pair<std::string, SafetensorsHeader>> headers);
+
     const std::string& dir() const { return dir_; }
+    const std::vector<std::shared_ptr<SafetensorsFile>>& files() const { return files_; }
     const TensorInfo* find(std::string_view name) const;
     // Every tensor name, sorted.
     std::vector<std::string> names() const;

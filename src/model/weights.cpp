@@ -232,31 +232,20 @@ Status bind_routed_experts(Binder& b, const ModelConfig& cfg, const std::string&
 
 }  // namespace
 
-Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<format::Checkpoint> checkpoint,
-                                    bool bind_experts) {
-    const format::Checkpoint& ck = *checkpoint;
-    Binder b(cfg, ck);
-    ModelWeights mw;
-
-    // Name prefix of the text model, and of lm_head, by which embedding table exists.
-    std::string prefix;
-    std::string lm_head_path;
+std::string text_model_prefix(const format::Checkpoint& ck, std::string* lm_head_path) {
     for (const auto& [p, head] : {std::pair<std::string, std::string>{"model.", "lm_head"},
                                   {"model.language_model.", "lm_head"},
                                   {"language_model.model.", "language_model.lm_head"}}) {
         if (ck.find(p + "embed_tokens.weight") != nullptr) {
-            prefix = p;
-            lm_head_path = head;
-            break;
+            if (lm_head_path) *lm_head_path = head;
+            return p;
         }
     }
-    if (prefix.empty()) {
-        return error(ErrorCode::kNotFound,
-                     "[weights] no embedding table in " + ck.dir() +
-                         " (looked for model.embed_tokens.weight, model.language_model.embed_tokens.weight, "
-                         "language_model.model.embed_tokens.weight)");
-    }
+    return "";
+}
 
+CheckpointLayout detect_checkpoint_layout(const ModelConfig& cfg, const format::Checkpoint& ck,
+                                          const std::string& prefix) {
     // MLX-converted checkpoints store conv1d as [C, K, 1] and have the zero-centred +1 folded into
     // the norm weights; raw Hugging Face ones store [C, 1, K] (models.md §1.2). Decide once.
     bool mlx_layout = false;
@@ -274,6 +263,26 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
             mlx_layout = conv->shape[2] == 1 && conv->shape[1] != 1;
         break;
     }
+    return mlx_layout ? CheckpointLayout::kMlx : CheckpointLayout::kHuggingFace;
+}
+
+Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<format::Checkpoint> checkpoint,
+                                    bool bind_experts) {
+    const format::Checkpoint& ck = *checkpoint;
+    Binder b(cfg, ck);
+    ModelWeights mw;
+
+    // Name prefix of the text model, and of lm_head, by which embedding table exists.
+    std::string lm_head_path;
+    const std::string prefix = text_model_prefix(ck, &lm_head_path);
+    if (prefix.empty()) {
+        return error(ErrorCode::kNotFound,
+                     "[weights] no embedding table in " + ck.dir() +
+                         " (looked for model.embed_tokens.weight, model.language_model.embed_tokens.weight, "
+                         "language_model.model.embed_tokens.weight)");
+    }
+
+    const bool mlx_layout = detect_checkpoint_layout(cfg, ck, prefix) == CheckpointLayout::kMlx;
     mw.layout = mlx_layout ? CheckpointLayout::kMlx : CheckpointLayout::kHuggingFace;
     const float norm_add = cfg.zero_centered_norms() && !mlx_layout ? 1.0f : 0.0f;
 

@@ -282,19 +282,23 @@ TEST_F(PackFaults, MissingOrWrongVersionManifest) {
 TEST_F(PackFaults, InterruptedPackResumes) {
     auto original = io::read_text_file(path("layout.json"));
     ASSERT_TRUE(original.has_value());
-    // What a kill during layer 2 leaves: no manifest or layout yet, layer 2 half-written, layer 3 absent.
-    fs::remove(path("manifest.json"));
-    fs::remove(path("layout.json"));
-    fs::rename(path("experts/layer_002.bin"), path("experts/layer_002.bin.partial"));
-    fs::resize_file(path("experts/layer_002.bin.partial"), 5000);
-    fs::remove(path("experts/layer_003.bin"));
-    {
+    // What a kill halfway through leaves: no manifest or layout yet, every output still under its
+    // ".partial" name, and a progress record whose cursor stops in the middle of the shard.
+    auto interrupt = [&](bool lose_an_expert_file) {
+        fs::remove(path("manifest.json"));
+        fs::remove(path("layout.json"));
+        for (const char* f : {"dense.safetensors", "experts/layer_000.bin", "experts/layer_001.bin",
+                              "experts/layer_002.bin", "experts/layer_003.bin"})
+            if (fs::exists(path(f))) fs::rename(path(f), path(std::string(f) + ".partial"));
+        if (lose_an_expert_file) fs::remove(path("experts/layer_002.bin.partial"));
         auto text = io::read_text_file(path(".pack-progress.json"));
         auto j = nlohmann::json::parse(*text);
-        auto& files = j["layout"]["expert_files"];
-        files.erase(files.begin() + 2, files.end());
+        ASSERT_EQ(j["version"], 2);
+        auto& shard = j["shards"][0];
+        shard["cursor"] = shard["size"].get<uint64_t>() / 2;
         ASSERT_TRUE(io::write_file_atomic(path(".pack-progress.json"), j.dump()).is_ok());
-    }
+    };
+    interrupt(false);
     EXPECT_FALSE(run_logits(o_.out_dir, ids_, 1).has_value());  // an interrupted pack never loads
 
     auto r = experts::pack_model(o_);
@@ -308,6 +312,13 @@ TEST_F(PackFaults, InterruptedPackResumes) {
     auto again = experts::pack_model(o_);
     ASSERT_TRUE(again.has_value());
     EXPECT_TRUE(again->already_complete);
+
+    // A partial file gone missing: the pack starts over and still ends identical.
+    interrupt(true);
+    auto over = experts::pack_model(o_);
+    ASSERT_TRUE(over.has_value()) << over.status().message();
+    EXPECT_FALSE(over->resumed);
+    EXPECT_EQ(*io::read_text_file(path("layout.json")), *original);
 }
 
 TEST_F(PackFaults, WrongArchitecture) {

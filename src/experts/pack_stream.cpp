@@ -1,0 +1,469 @@
+#include "experts/pack_stream.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/log.h"
+#include "experts/pack_writer.h"
+#include "io/mapped_file.h"
+#include "kernels/kernels.h"
+#include "kernels/quantize.h"
+
+namespace sluice::experts {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+Status os_error(const std::string& what, const std::string& path, int err) {
+    std::string msg = "[pack] " + what + " '" + path + "': " + std::strerror(err);
+    if (err == ENOSPC || err == EDQUOT) msg += " (the disk is full)";
+    return error(ErrorCode::kIo, msg);
+}
+
+kernels::WeightType weight_type(format::DType t) {
+    return t == format::DType::kF32   ? kernels::WeightType::kF32
+           : t == format::DType::kF16 ? kernels::WeightType::kF16
+                                      : kernels::WeightType::kBF16;
+}
+
+}  // namespace
+
+// ---- PlanWriter -----------------------------------------------------------------------------
+
+PlanWriter::PlanWriter(std::string out_dir, const PackPlan& plan)
+    : out_dir_(std::move(out_dir)),
+      plan_(plan),
+      fds_(plan.out_files.size(), -1),
+      shards_(plan.shards.size()) {}
+
+PlanWriter::~PlanWriter() {
+    for (int fd : fds_)
+        if (fd >= 0) ::close(fd);
+}
+
+Expected<std::unique_ptr<PlanWriter>> PlanWriter::open(const std::string& out_dir, const PackPlan& plan,
+                                                       bool fresh) {
+    std::unique_ptr<PlanWriter> w(new PlanWriter(out_dir, plan));
+    for (size_t i = 0; i < plan.out_files.size(); ++i) {
+        const PlanOutFile& f = plan.out_files[i];
+        const std::string final_path = (fs::path(out_dir) / f.path).string();
+        const std::string partial = final_path + ".partial";
+        std::error_code ec;
+        fs::create_directories(fs::path(partial).parent_path(), ec);
+        if (fresh) {
+            const int fd = ::open(partial.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+            if (fd < 0) return os_error("cannot create", partial, errno);
+            w->fds_[i] = fd;
+            // Reserve the whole file now: a full disk fails here, before anything is downloaded.
+            const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(f.size_bytes));
+            if (rc == ENOSPC || rc == EDQUOT)
+                return os_error("cannot reserve " + std::to_string(f.size_bytes) + " bytes for", partial, rc);
+            if (rc != 0 && ::ftruncate(fd, static_cast<off_t>(f.size_bytes)) != 0)
+                return os_error("cannot size", partial, errno);
+        } else {
+            if (!fs::exists(partial, ec) && fs::file_size(final_path, ec) == f.size_bytes && !ec)
+                fs::rename(final_path, partial, ec);  // committed by a run killed before the manifest
+            const int fd = ::open(partial.c_str(), O_RDWR | O_CLOEXEC);
+            if (fd < 0)
+                return error(ErrorCode::kNotFound, "[pack] cannot reopen '" + partial + "' to resume");
+            w->fds_[i] = fd;
+            if (fs::file_size(partial, ec) != f.size_bytes)
+                return error(ErrorCode::kNotFound, "[pack] '" + partial + "' has the wrong size to resume");
+        }
+    }
+    if (fresh) SLUICE_RETURN_IF_ERROR(w->write_at(0, plan.dense_header.data(), plan.dense_header.size(), 0));
+    return w;
+}
+
+void PlanWriter::seek(size_t shard, uint64_t cursor, Sha256* hash) {
+    ShardState& st = shards_[shard];
+    st.pos = cursor;
+    st.piece = 0;
+    st.carry.clear();
+    st.hash = hash;
+}
+
+uint64_t PlanWriter::position(size_t shard) const {
+    return shards_[shard].pos;
+}
+
+uint64_t PlanWriter::cursor(size_t shard) const {
+    return shards_[shard].pos - shards_[shard].carry.size();
+}
+
+Status PlanWriter::write_at(uint32_t file, const void* data, uint64_t size, uint64_t offset) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    uint64_t done = 0;
+    while (done < size) {
+        const ssize_t n = ::pwrite(fds_[file], p + done, size - done, static_cast<off_t>(offset + done));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return os_error("cannot write", plan_.out_files[file].path + ".partial", errno);
+        }
+        done += static_cast<uint64_t>(n);
+    }
+    return Status::ok();
+}
+
+Status PlanWriter::quantize_rows(const PlanPiece& pc, uint64_t first_row, const uint8_t* src, uint64_t rows) {
+    // The same arithmetic as the MLX affine quantizer over a mapped tensor: each row to f32, then
+    // quantize_row_affine (kernels/quantize.h).
+    kernels::WeightView v;
+    v.type = weight_type(pc.src_dtype);
+    v.rows = static_cast<int64_t>(rows);
+    v.cols = pc.cols;
+    v.data = src;
+    const uint64_t wpr = static_cast<uint64_t>(pc.cols * pc.bits / 32);
+    const uint64_t groups = static_cast<uint64_t>(pc.cols / pc.group_size);
+    row_.resize(static_cast<size_t>(pc.cols));
+    words_.resize(rows * wpr);
+    scales_.resize(rows * groups);
+    biases_.resize(rows * groups);
+    for (uint64_t r = 0; r < rows; ++r) {
+        kernels::reference::dequantize_row(v, static_cast<int64_t>(r), row_.data());
+        kernels::quantize_row_affine(row_.data(), pc.cols, pc.bits, pc.group_size, words_.data() + r * wpr,
+                                     scales_.data() + r * groups, biases_.data() + r * groups);
+    }
+    SLUICE_RETURN_IF_ERROR(
+        write_at(pc.out_file, words_.data(), rows * wpr * 4, pc.dst + first_row * wpr * 4));
+    SLUICE_RETURN_IF_ERROR(
+        write_at(pc.out_file, scales_.data(), rows * groups * 2, pc.dst_scales + first_row * groups * 2));
+    return write_at(pc.out_file, biases_.data(), rows * groups * 2, pc.dst_biases + first_row * groups * 2);
+}
+
+Status PlanWriter::consume(size_t shard, std::span<const uint8_t> bytes) {
+    ShardState& st = shards_[shard];
+    const std::vector<PlanPiece>& pieces = plan_.shards[shard].pieces;
+    const uint8_t* p = bytes.data();
+    uint64_t n = bytes.size();
+    auto advance = [&](uint64_t k, bool hashed) {
+        if (hashed && st.hash) st.hash->update(p, k);
+        p += k;
+        n -= k;
+        st.pos += k;
+    };
+    while (n > 0) {
+        while (st.piece < pieces.size() && pieces[st.piece].src_end() <= st.pos) ++st.piece;
+        if (st.piece == pieces.size()) {  // the tail of the shard: nothing of it is packed
+            advance(n, true);
+            break;
+        }
+        const PlanPiece& pc = pieces[st.piece];
+        if (st.pos < pc.src_begin) {  // a tensor that is not packed (mtp, vision), or padding
+            advance(std::min(n, pc.src_begin - st.pos), true);
+            continue;
+        }
+        const uint64_t take = std::min(n, pc.src_end() - st.pos);
+        if (pc.kind == PlanPiece::Kind::kCopy) {
+            SLUICE_RETURN_IF_ERROR(write_at(pc.out_file, p, take, pc.dst + (st.pos - pc.src_begin)));
+            advance(take, true);
+            continue;
+        }
+        const uint64_t rb = pc.row_bytes();
+        if (!st.carry.empty()) {  // complete the row started by the previous bytes
+            const uint64_t t = std::min(take, rb - st.carry.size());
+            st.carry.insert(st.carry.end(), p, p + t);
+            advance(t, false);
+            if (st.carry.size() == rb) {
+                const uint64_t row = (st.pos - rb - pc.src_begin) / rb;
+                SLUICE_RETURN_IF_ERROR(quantize_rows(pc, row, st.carry.data(), 1));
+                if (st.hash) st.hash->update(st.carry.data(), rb);
+                st.carry.clear();
+            }
+            continue;
+        }
+        const uint64_t rows = take / rb;
+        if (rows > 0) {
+            SLUICE_RETURN_IF_ERROR(quantize_rows(pc, (st.pos - pc.src_begin) / rb, p, rows));
+            advance(rows * rb, true);
+            continue;
+        }
+        st.carry.assign(p, p + take);  // the start of a row; the rest comes with the next bytes
+        advance(take, false);
+    }
+    return Status::ok();
+}
+
+Status PlanWriter::flush() {
+    for (size_t i = 0; i < fds_.size(); ++i)
+        if (fds_[i] >= 0 && ::fdatasync(fds_[i]) != 0)
+            return os_error("cannot flush", plan_.out_files[i].path + ".partial", errno);
+    return Status::ok();
+}
+
+Status PlanWriter::commit() {
+    for (size_t i = 0; i < fds_.size(); ++i) {
+        const std::string final_path = (fs::path(out_dir_) / plan_.out_files[i].path).string();
+        const std::string partial = final_path + ".partial";
+        if (::fsync(fds_[i]) != 0) return os_error("cannot flush", partial, errno);
+        ::close(fds_[i]);
+        fds_[i] = -1;
+        if (::rename(partial.c_str(), final_path.c_str()) != 0)
+            return os_error("cannot rename onto", final_path, errno);
+    }
+    return Status::ok();
+}
+
+// ---- progress record -------------------------------------------------------------------------
+
+std::string serialize_stream_record(const StreamRecord& r) {
+    json shards = json::array();
+    for (const auto& s : r.shards) {
+        json j = {{"file", s.file}, {"size", s.size_bytes}, {"cursor", s.cursor}};
+        if (!s.sha256.empty()) {
+            j["sha256"] = s.sha256;
+            j["sha256_state"] = s.sha256_state;
+        }
+        shards.push_back(j);
+    }
+    json j = {{"version", r.version},
+              {"source", r.source},
+              {"bits", r.bits},
+              {"group_size", r.group_size},
+              {"shards", shards}};
+    return j.dump(1);
+}
+
+Expected<StreamRecord> parse_stream_record(const std::string& text, const std::string& path) {
+    json j = json::parse(text, nullptr, false);
+    auto bad = [&](const std::string& what) {
+        return error(ErrorCode::kInvalidArgument, "[pack] progress record '" + path + "': " + what);
+    };
+    if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+    StreamRecord r;
+    if (j.value("version", 0) != r.version) return bad("version is not " + std::to_string(r.version));
+    if (!j.contains("shards") || !j["shards"].is_array()) return bad("no 'shards' array");
+    try {
+        r.source = j.at("source").get<std::string>();
+        r.bits = j.at("bits").get<int>();
+        r.group_size = j.at("group_size").get<int>();
+        for (const auto& s : j["shards"]) {
+            ShardCursor c;
+            c.file = s.at("file").get<std::string>();
+            c.size_bytes = s.at("size").get<uint64_t>();
+            c.cursor = s.at("cursor").get<uint64_t>();
+            c.sha256 = s.value("sha256", "");
+            c.sha256_state = s.value("sha256_state", "");
+            if (c.cursor > c.size_bytes) return bad("cursor of '" + c.file + "' is past its size");
+            r.shards.push_back(std::move(c));
+        }
+    } catch (const json::exception& e) {
+        return bad(e.what());
+    }
+    return r;
+}
+
+namespace {
+
+bool same_job(const StreamRecord& a, const StreamRecord& b) {
+    if (a.source != b.source || a.bits != b.bits || a.group_size != b.group_size ||
+        a.shards.size() != b.shards.size())
+        return false;
+    for (size_t i = 0; i < a.shards.size(); ++i) {
+        const auto &x = a.shards[i], &y = b.shards[i];
+        if (x.file != y.file || x.size_bytes != y.size_bytes || x.sha256 != y.sha256) return false;
+    }
+    return true;
+}
+
+// The config.json of the pack: the source's, with a `quantization` block describing what was
+// quantized here (MLX sources keep theirs).
+Status write_packed_config(const std::string& src_config, const std::string& out_dir, const PackPlan& plan) {
+    SLUICE_ASSIGN_OR_RETURN(std::string text, io::read_text_file(src_config));
+    json cfg = json::parse(text, nullptr, false);
+    if (cfg.is_discarded())
+        return error(ErrorCode::kInvalidArgument, "[pack] " + src_config + ": not valid JSON");
+    if (plan.quantized_here) {
+        json q = {{"group_size", plan.group_size}, {"bits", plan.bits}, {"mode", "affine"}};
+        for (const auto& [module, b] : plan.module_bits_used)
+            if (b != plan.bits) q[module] = {{"group_size", plan.group_size}, {"bits", b}};
+        cfg["quantization"] = q;
+        cfg["quantization_config"] = q;
+    }
+    return io::write_file_atomic((fs::path(out_dir) / "config.json").string(), cfg.dump(2));
+}
+
+// Checksums from the written files, then layout.json, config.json, side files, manifest last.
+Expected<PackResult> finish_pack(const PackPlan& plan, const StreamOptions& o) {
+    format::PackLayout layout = plan.layout;
+    {
+        SLUICE_ASSIGN_OR_RETURN(auto dense,
+                                io::MappedFile::open((fs::path(o.out_dir) / layout.dense_file).string()));
+        const uint8_t* data = dense->data() + plan.dense_header.size();
+        for (auto& s : layout.dense) s.xxh3 = XXH3_64bits(data + s.offset, s.size);
+    }
+    for (auto& f : layout.expert_files) {
+        SLUICE_ASSIGN_OR_RETURN(auto mapped, io::MappedFile::open((fs::path(o.out_dir) / f.file).string()));
+        f.record_xxh3.assign(static_cast<size_t>(layout.n_experts), 0);
+        for (int64_t e = 0; e < layout.n_experts; ++e)
+            f.record_xxh3[static_cast<size_t>(e)] =
+                XXH3_64bits(mapped->data() + static_cast<uint64_t>(e) * f.record_stride, f.record_bytes);
+    }
+    SLUICE_RETURN_IF_ERROR(io::write_file_atomic((fs::path(o.out_dir) / "layout.json").string(),
+                                                 format::serialize_pack_layout(layout)));
+    SLUICE_RETURN_IF_ERROR(
+        write_packed_config((fs::path(o.side_dir) / "config.json").string(), o.out_dir, plan));
+    SLUICE_ASSIGN_OR_RETURN(auto side, copy_model_side_files(o.side_dir, o.out_dir));
+    for (const auto& extra : o.extra_files) {
+        if (std::find(side.begin(), side.end(), extra) != side.end()) continue;
+        const fs::path dst = fs::path(o.out_dir) / extra;
+        std::error_code ec;
+        fs::create_directories(dst.parent_path(), ec);
+        fs::copy_file(fs::path(o.side_dir) / extra, dst, fs::copy_options::overwrite_existing, ec);
+        if (ec) return error(ErrorCode::kIo, "[pack] cannot copy '" + extra + "': " + ec.message());
+        side.push_back(extra);
+    }
+    std::vector<std::string> files = {"config.json", "layout.json", layout.dense_file};
+    for (const auto& f : layout.expert_files) files.push_back(f.file);
+    files.insert(files.end(), side.begin(), side.end());
+    SLUICE_RETURN_IF_ERROR(write_manifest(o.out_dir, files));
+
+    PackResult result;
+    for (const auto& s : layout.dense) result.dense_bytes += s.size;
+    for (const auto& f : layout.expert_files)
+        result.expert_bytes += f.record_stride * static_cast<uint64_t>(layout.n_experts);
+    result.expert_files = static_cast<int64_t>(layout.expert_files.size());
+    return result;
+}
+
+}  // namespace
+
+Expected<PackResult> run_pack_plan(const PackPlan& plan, const ShardReader& reader, const StreamOptions& o) {
+    const std::string record_path = (fs::path(o.out_dir) / o.record_name).string();
+    StreamRecord want;
+    want.source = o.source;
+    want.bits = plan.bits;
+    want.group_size = plan.group_size;
+    for (size_t s = 0; s < plan.shards.size(); ++s) {
+        ShardCursor c;
+        c.file = plan.shards[s].file;
+        c.size_bytes = plan.shards[s].size_bytes;
+        if (s < o.shard_sha256.size()) c.sha256 = o.shard_sha256[s];
+        want.shards.push_back(c);
+    }
+
+    // The folder: a complete pack of this job, one in progress, or empty.
+    std::error_code ec;
+    if (fs::exists(o.out_dir, ec) && !fs::is_directory(o.out_dir, ec))
+        return error(ErrorCode::kInvalidArgument,
+                     "[pack] output '" + o.out_dir + "' exists and is not a folder");
+    fs::create_directories(fs::path(o.out_dir) / "experts", ec);
+    if (ec) return error(ErrorCode::kIo, "[pack] cannot create '" + o.out_dir + "': " + ec.message());
+    StreamRecord record = want;
+    bool have_record = false;
+    if (auto text = io::read_text_file(record_path); text.has_value()) {
+        auto old = parse_stream_record(*text, record_path);
+        if (old.has_value() && same_job(*old, want)) {
+            record = std::move(*old);
+            have_record = true;
+        }
+    }
+    PackResult result;
+    if (fs::exists(fs::path(o.out_dir) / "manifest.json", ec)) {
+        if (have_record) {
+            result.already_complete = true;
+            return result;
+        }
+        return error(ErrorCode::kInvalidArgument,
+                     "[pack] '" + o.out_dir +
+                         "' already holds a complete pack of another source or "
+                         "with other options; choose another folder or delete it");
+    }
+    if (!have_record) {
+        for (const auto& entry : fs::directory_iterator(o.out_dir, ec)) {
+            const std::string name = entry.path().filename().string();
+            if (name != "experts" && name != o.record_name && name != ".source")
+                return error(ErrorCode::kInvalidArgument, "[pack] '" + o.out_dir +
+                                                              "' is not empty and holds no pack in progress "
+                                                              "for this source and options (found '" +
+                                                              name + "')");
+        }
+    }
+    bool fresh = true;
+    for (const auto& c : record.shards) fresh = fresh && c.cursor == 0;
+    auto writer = PlanWriter::open(o.out_dir, plan, fresh);
+    if (!writer.has_value() && !fresh) {
+        log::warn("{}; starting over", writer.status().message());
+        record = want;
+        fresh = true;
+        writer = PlanWriter::open(o.out_dir, plan, true);
+    }
+    if (!writer.has_value()) return writer.status();
+    result.resumed = !fresh;
+    SLUICE_RETURN_IF_ERROR(io::write_file_atomic(record_path, serialize_stream_record(record)));
+
+    // Progress counts this run's bytes only, so that the rate and ETA are right after a resume.
+    uint64_t resumed_bytes = 0;
+    for (const auto& c : record.shards) resumed_bytes += c.cursor;
+    const uint64_t total = plan.source_bytes() - resumed_bytes;
+    uint64_t done_before = 0;
+    auto last_flush = std::chrono::steady_clock::now();
+    uint64_t since_flush = 0;
+    for (size_t s = 0; s < plan.shards.size(); ++s) {
+        ShardCursor& c = record.shards[s];
+        Sha256 hash;
+        if (!c.sha256.empty() && c.cursor > 0 && !hash.restore(c.sha256_state)) c.cursor = 0;
+        const uint64_t start_cursor = c.cursor;
+        (*writer)->seek(s, c.cursor, c.sha256.empty() ? nullptr : &hash);
+        auto checkpoint = [&]() -> Status {
+            SLUICE_RETURN_IF_ERROR((*writer)->flush());
+            c.cursor = (*writer)->cursor(s);
+            if (!c.sha256.empty()) c.sha256_state = hash.save();
+            since_flush = 0;
+            last_flush = std::chrono::steady_clock::now();
+            return io::write_file_atomic(record_path, serialize_stream_record(record));
+        };
+        if (c.cursor < c.size_bytes) {
+            const ShardSink sink = [&](std::span<const uint8_t> bytes) -> Status {
+                if ((*writer)->position(s) + bytes.size() > c.size_bytes)
+                    return error(ErrorCode::kIo, "[pack] '" + c.file + "': more bytes than its " +
+                                                     std::to_string(c.size_bytes));
+                SLUICE_RETURN_IF_ERROR((*writer)->consume(s, bytes));
+                since_flush += bytes.size();
+                if (o.progress)
+                    o.progress("bytes", std::min(total, done_before + (*writer)->position(s) - start_cursor),
+                               total);
+                const double age =
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - last_flush).count();
+                if (since_flush >= o.flush_every_bytes || age >= o.flush_every_s) return checkpoint();
+                return Status::ok();
+            };
+            const uint64_t start = (*writer)->position(s);
+            const Status st = reader(s, start, c.size_bytes, sink);
+            if (!st.is_ok()) {
+                (void)checkpoint();  // keep what arrived intact for the next run
+                return st;
+            }
+            if ((*writer)->position(s) != c.size_bytes)
+                return error(ErrorCode::kIo, "[pack] '" + c.file + "': got " +
+                                                 std::to_string((*writer)->position(s)) + " of " +
+                                                 std::to_string(c.size_bytes) + " bytes");
+            if (!c.sha256.empty() && hash.hex_digest() != c.sha256) {
+                const std::string got = hash.hex_digest();
+                c.cursor = 0;  // the bytes are wrong: fetch the whole file again next time
+                c.sha256_state.clear();
+                (void)io::write_file_atomic(record_path, serialize_stream_record(record));
+                return error(ErrorCode::kIo, "[pull] '" + c.file + "': SHA-256 mismatch, expected " +
+                                                 c.sha256 + ", got " + got +
+                                                 " (it will be fetched again on the next run)");
+            }
+            SLUICE_RETURN_IF_ERROR(checkpoint());
+        }
+        done_before += c.size_bytes - start_cursor;
+    }
+    SLUICE_RETURN_IF_ERROR((*writer)->commit());
+    SLUICE_ASSIGN_OR_RETURN(PackResult finished, finish_pack(plan, o));
+    finished.resumed = result.resumed;
+    return finished;
+}
+
+}  // namespace sluice::experts

@@ -1,0 +1,112 @@
+// Running a PackPlan (pack_plan.h): source bytes arrive shard by shard, in order, from any
+// reader — an mmapped file for `sluice pack`, HTTP range requests for `sluice pull` — and go
+// straight to their final offsets in the packed files. The raw checkpoint is never stored: the
+// output files are preallocated (so a full disk fails at the start, and peak disk ≈ the packed
+// size) and written through ".partial" names that are renamed when every shard is done.
+//
+// Resumable: a progress record (JSON, docs/FORMATS.md) holds a cursor per shard — the offset
+// up to which every byte has reached the output files — and, where the source gives one, the
+// shard's expected SHA-256 with the running hash state at the cursor. It is rewritten (after an
+// fdatasync of the outputs) every `flush_every_bytes` or `flush_every_s`. A cursor never points
+// inside a row being quantized: the writer holds at most one partial row per shard, and the
+// cursor stays at that row's start. After the last shard: checksums (xxh3, read back from the
+// written files), layout.json, config.json, side files, and the manifest last.
+//
+// Threading: one thread drives a PlanWriter; readers call the sink on that thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/sha256.h"
+#include "experts/pack_plan.h"
+#include "experts/packer.h"
+#include "sluice/status.h"
+
+namespace sluice::experts {
+
+// Writes the bytes of a plan's shards into its output files (see the file comment).
+class PlanWriter {
+ public:
+    // Opens the ".partial" outputs under out_dir: created, preallocated and given the dense header
+    // when `fresh`; reopened (a finished file is taken back from its final name) otherwise.
+    static Expected<std::unique_ptr<PlanWriter>> open(const std::string& out_dir, const PackPlan& plan,
+                                                      bool fresh);
+    ~PlanWriter();
+    PlanWriter(const PlanWriter&) = delete;
+    PlanWriter& operator=(const PlanWriter&) = delete;
+
+    // Starts (or resumes) shard `shard` at byte `cursor`; with `hash`, the bytes are hashed as
+    // they are consumed (the caller restores its state to `cursor` first).
+    void seek(size_t shard, uint64_t cursor, Sha256* hash = nullptr);
+    // The next bytes of the shard, from position(shard) on.
+    Status consume(size_t shard, std::span<const uint8_t> bytes);
+    uint64_t position(size_t shard) const;
+    // Where a resumed run may restart: position minus the partial row held in memory. The hash
+    // given to seek() covers exactly the bytes before the cursor.
+    uint64_t cursor(size_t shard) const;
+    Status flush();   // fdatasync of every output
+    Status commit();  // fsync, close and rename every output to its final name
+
+ private:
+    struct ShardState {
+        uint64_t pos = 0;
+        size_t piece = 0;
+        std::vector<uint8_t> carry;  // the start of a row not yet complete (< one row)
+        Sha256* hash = nullptr;
+    };
+    PlanWriter(std::string out_dir, const PackPlan& plan);
+    Status write_at(uint32_t file, const void* data, uint64_t size, uint64_t offset);
+    Status quantize_rows(const PlanPiece& piece, uint64_t first_row, const uint8_t* src, uint64_t rows);
+
+    std::string out_dir_;
+    const PackPlan& plan_;
+    std::vector<int> fds_;
+    std::vector<ShardState> shards_;
+    std::vector<float> row_;
+    std::vector<uint32_t> words_;
+    std::vector<uint16_t> scales_, biases_;
+};
+
+// The per-shard part of a progress record.
+struct ShardCursor {
+    std::string file;
+    uint64_t size_bytes = 0;
+    uint64_t cursor = 0;       // bytes [0, cursor) are in the output files
+    std::string sha256;        // expected SHA-256 (hex) of the whole file; "" = none known
+    std::string sha256_state;  // Sha256::save() at `cursor` (when sha256 is set)
+};
+
+struct StreamRecord {
+    int version = 2;
+    std::string source;  // a canonical folder (pack) or "hf:ORG/REPO@COMMIT" (pull)
+    int bits = 0, group_size = 0;
+    std::vector<ShardCursor> shards;
+};
+std::string serialize_stream_record(const StreamRecord& record);
+Expected<StreamRecord> parse_stream_record(const std::string& json_text, const std::string& path);
+
+// Reads bytes [begin, end) of shard `shard` and hands them, in order, to `sink`.
+using ShardSink = std::function<Status(std::span<const uint8_t>)>;
+using ShardReader = std::function<Status(size_t shard, uint64_t begin, uint64_t end, const ShardSink& sink)>;
+
+struct StreamOptions {
+    std::string out_dir;
+    std::string record_name;                // ".pack-progress.json" or ".pull-progress.json"
+    std::string source;                     // the record's identity of what is packed
+    std::string side_dir;                   // holds config.json and the tokenizer/template files
+    std::vector<std::string> shard_sha256;  // per plan shard, "" = unknown
+    std::vector<std::string> extra_files;   // more files of side_dir to copy (pull --include)
+    uint64_t flush_every_bytes = 64ull << 20;
+    double flush_every_s = 2.0;
+    std::function<void(const std::string&, uint64_t, uint64_t)> progress;  // ("bytes", done, total)
+};
+
+// Runs `plan` into o.out_dir (or resumes it) with bytes from `reader`; see the file comment.
+Expected<PackResult> run_pack_plan(const PackPlan& plan, const ShardReader& reader, const StreamOptions& o);
+
+}  // namespace sluice::experts

@@ -1,0 +1,209 @@
+// The pure parts of `sluice pull` and of the shared pack path: SHA-256 (FIPS vectors, and a state
+// saved and restored mid-stream), Content-Range parsing, the Hub's JSON answers and paging, glob
+// include/exclude selection, and the plan writer fed in odd-sized slices with a resume from a
+// saved cursor — which must give the same files as one pass (the property a resumed pull needs).
+// The network path itself is tested against a mock Hub in tests/oracle/pull.test.mjs.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+
+#include "core/sha256.h"
+#include "experts/pack_plan.h"
+#include "experts/pack_stream.h"
+#include "experts/packer.h"
+#include "format/hub_api.h"
+#include "io/http.h"
+#include "io/mapped_file.h"
+#include "model/config.h"
+#include "test_util.h"
+
+namespace sluice {
+namespace {
+
+namespace fs = std::filesystem;
+using sluice::testing::TempDir;
+
+TEST(Sha256, FipsVectorsAndResume) {
+    Sha256 empty;
+    EXPECT_EQ(empty.hex_digest(), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    Sha256 abc;
+    abc.update("abc", 3);
+    EXPECT_EQ(abc.hex_digest(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    const std::string two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    Sha256 two;
+    two.update(two_blocks.data(), two_blocks.size());
+    EXPECT_EQ(two.hex_digest(), "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+
+    // A million 'a' in uneven pieces, saved and restored (into a fresh object) at every piece.
+    std::string a(1000000, 'a');
+    Sha256 h;
+    size_t at = 0, step = 1;
+    while (at < a.size()) {
+        const size_t n = std::min(step, a.size() - at);
+        h.update(a.data() + at, n);
+        at += n;
+        step = step * 3 + 7;
+        Sha256 restored;
+        ASSERT_TRUE(restored.restore(h.save()));
+        h = restored;
+    }
+    EXPECT_EQ(h.hex_digest(), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    Sha256 bad;
+    EXPECT_FALSE(bad.restore("not a state"));
+}
+
+TEST(Http, ContentRange) {
+    uint64_t f, l, t;
+    ASSERT_TRUE(io::parse_content_range("bytes 0-7/100", &f, &l, &t));
+    EXPECT_EQ(f, 0u);
+    EXPECT_EQ(l, 7u);
+    EXPECT_EQ(t, 100u);
+    ASSERT_TRUE(io::parse_content_range("bytes 5-9/*", &f, &l, &t));
+    EXPECT_EQ(t, 0u);
+    EXPECT_FALSE(io::parse_content_range("bytes 9-5/100", &f, &l, &t));
+    EXPECT_FALSE(io::parse_content_range("bytes 0-100/100", &f, &l, &t));  // past the end
+    EXPECT_FALSE(io::parse_content_range("items 0-7/100", &f, &l, &t));
+    EXPECT_FALSE(io::parse_content_range("bytes */100", &f, &l, &t));
+}
+
+TEST(HubApi, UrlsAndAnswers) {
+    EXPECT_EQ(format::hub_resolve_url("https://hf.co", "Qwen/Qwen3-Next", "refs/pr/1", "a b.json"),
+              "https://hf.co/Qwen/Qwen3-Next/resolve/refs%2Fpr%2F1/a%20b.json");
+    EXPECT_EQ(format::hub_tree_url("http://m", "o/r", "abc"),
+              "http://m/api/models/o/r/tree/abc?recursive=true");
+    auto sha = format::parse_hub_revision(R"({"id":"o/r","sha":"0123456789abcdef0123456789abcdef01234567"})");
+    ASSERT_TRUE(sha.has_value());
+    EXPECT_FALSE(format::parse_hub_revision(R"({"sha":"main"})").has_value());
+    EXPECT_FALSE(format::parse_hub_revision("<html>").has_value());
+
+    auto tree = format::parse_hub_tree(R"([
+        {"type":"directory","path":"sub","oid":"x","size":0},
+        {"type":"file","path":"config.json","oid":"y","size":12},
+        {"type":"file","path":"model.safetensors","oid":"z","size":99,
+         "lfs":{"oid":"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855","size":99,"pointerSize":134}}])");
+    ASSERT_TRUE(tree.has_value()) << tree.status().message();
+    ASSERT_EQ(tree->size(), 2u);
+    EXPECT_EQ((*tree)[0].sha256, "");
+    EXPECT_EQ((*tree)[1].sha256.size(), 64u);
+    EXPECT_FALSE(format::parse_hub_tree(R"([{"type":"file","path":"../x","size":1}])").has_value());
+    EXPECT_FALSE(format::parse_hub_tree(R"([{"type":"file","path":"m","size":1,"lfs":{"oid":"a","size":2}}])")
+                     .has_value());
+
+    EXPECT_EQ(format::hub_next_page(R"(<https://h/api/x?cursor=abc>; rel="next")"),
+              "https://h/api/x?cursor=abc");
+    EXPECT_EQ(format::hub_next_page(R"(<https://h/p>; rel="prev", <https://h/n>; rel="next")"),
+              "https://h/n");
+    EXPECT_EQ(format::hub_next_page(R"(<https://h/p>; rel="prev")"), "");
+}
+
+TEST(HubApi, GlobSelection) {
+    EXPECT_TRUE(format::glob_match("*.md", "README.md"));
+    EXPECT_TRUE(format::glob_match("*.md", "docs/a.md"));  // '*' crosses '/', as on the Hub
+    EXPECT_FALSE(format::glob_match("*.md", "README.txt"));
+    EXPECT_TRUE(format::glob_match("model-0000[1-2]-*", "model-00002-of-00003.safetensors"));
+
+    std::vector<format::HubFile> files = {{"config.json", 10, ""},
+                                          {"tokenizer.json", 20, ""},
+                                          {"merges.txt", 5, ""},
+                                          {"README.md", 3, ""},
+                                          {"model.safetensors.index.json", 30, ""},
+                                          {"model-00001-of-00002.safetensors", 100, "s1"},
+                                          {"model-00002-of-00002.safetensors", 100, "s2"},
+                                          {"consolidated.safetensors", 200, "s3"},
+                                          {"original/params.json", 4, ""}};
+    const std::string index =
+        R"({"weight_map":{"b":"model-00002-of-00002.safetensors","a":"model-00001-of-00002.safetensors"}})";
+    auto sel = format::select_hub_files(files, index, {"*.md"}, {"merges.txt"});
+    ASSERT_TRUE(sel.has_value()) << sel.status().message();
+    ASSERT_EQ(sel->shards.size(), 2u);  // the index names the shards; consolidated.safetensors is not one
+    EXPECT_EQ(sel->shards[0].path, "model-00001-of-00002.safetensors");
+    std::vector<std::string> small;
+    for (const auto& f : sel->small_files) small.push_back(f.path);
+    EXPECT_EQ(small, (std::vector<std::string>{"config.json", "model.safetensors.index.json",
+                                               "tokenizer.json", "README.md"}));
+    EXPECT_EQ(sel->extra_files, std::vector<std::string>{"README.md"});
+    EXPECT_FALSE(format::select_hub_files(files, index, {}, {"*.safetensors"}).has_value());
+    EXPECT_FALSE(format::select_hub_files(files, index, {}, {"config*"}).has_value());
+    // No index: every root-level .safetensors file, sorted.
+    auto plain = format::select_hub_files(files, "", {}, {});
+    ASSERT_TRUE(plain.has_value());
+    EXPECT_EQ(plain->shards.size(), 3u);
+}
+
+// Packs a golden through the streaming path with a reader that hands over odd-sized slices and
+// stops once in the middle (as a kill would); the resumed run must give the files of `sluice pack`.
+void expect_resumed_stream_equals_pack(const std::string& golden, int bits) {
+    const std::string src = sluice::testing::test_data_dir() + "/goldens/" + golden;
+    TempDir dir;
+    experts::PackOptions po;
+    po.src_dir = src;
+    po.out_dir = dir.file("pack");
+    po.bits = bits;
+    auto packed = experts::pack_model(po);
+    ASSERT_TRUE(packed.has_value()) << packed.status().message();
+
+    auto cfg = model::load_model_config(src);
+    ASSERT_TRUE(cfg.has_value());
+    auto ckpt = format::Checkpoint::open(src);
+    ASSERT_TRUE(ckpt.has_value());
+    auto eff_bits = experts::resolve_pack_bits(*cfg, bits, 64, src);
+    ASSERT_TRUE(eff_bits.has_value());
+    auto plan = experts::plan_pack(*cfg, **ckpt, *eff_bits, 64);
+    ASSERT_TRUE(plan.has_value()) << plan.status().message();
+    auto mapped = io::MappedFile::open(src + "/model.safetensors");
+    ASSERT_TRUE(mapped.has_value());
+    plan->shards[0].size_bytes = (*mapped)->size();
+
+    const uint64_t stop_at = (*mapped)->size() * 3 / 5;
+    bool interrupt = true;
+    std::mt19937 rng(7);
+    experts::ShardReader reader = [&](size_t, uint64_t begin, uint64_t end, const experts::ShardSink& sink) {
+        for (uint64_t at = begin; at < end;) {
+            if (interrupt && at >= stop_at) return error(ErrorCode::kIo, "connection dropped (test)");
+            const uint64_t n = std::min<uint64_t>(end - at, 1 + rng() % 5000);
+            SLUICE_RETURN_IF_ERROR(sink({(*mapped)->data() + at, n}));
+            at += n;
+        }
+        return Status::ok();
+    };
+    experts::StreamOptions so;
+    so.out_dir = dir.file("stream");
+    so.record_name = ".pack-progress.json";
+    so.source = "test";
+    so.side_dir = src;
+    so.flush_every_bytes = 20000;
+    so.shard_sha256 = {""};
+    auto first = experts::run_pack_plan(*plan, reader, so);
+    ASSERT_FALSE(first.has_value());
+    auto record = io::read_text_file(so.out_dir + "/.pack-progress.json");
+    ASSERT_TRUE(record.has_value());
+    auto parsed = experts::parse_stream_record(*record, "record");
+    ASSERT_TRUE(parsed.has_value()) << parsed.status().message();
+    EXPECT_GT(parsed->shards[0].cursor, 0u);
+    EXPECT_LT(parsed->shards[0].cursor, stop_at + 5000);  // the slice that crossed stop_at
+
+    interrupt = false;
+    auto second = experts::run_pack_plan(*plan, reader, so);
+    ASSERT_TRUE(second.has_value()) << second.status().message();
+    EXPECT_TRUE(second->resumed);
+    for (const auto& entry : fs::recursive_directory_iterator(po.out_dir)) {
+        if (!entry.is_regular_file() || entry.path().filename().string()[0] == '.') continue;
+        const std::string rel = fs::relative(entry.path(), po.out_dir).string();
+        auto a = io::read_text_file(entry.path().string());
+        auto b = io::read_text_file(so.out_dir + "/" + rel);
+        ASSERT_TRUE(b.has_value()) << rel;
+        EXPECT_TRUE(*a == *b) << rel << " differs between pack and the resumed stream";
+    }
+}
+
+TEST(PackStream, ResumedQuantizingStreamEqualsPack) {
+    expect_resumed_stream_equals_pack("qwen3_5_moe_hf_bf16", 4);
+}
+
+TEST(PackStream, ResumedVerbatimStreamEqualsPack) {
+    expect_resumed_stream_equals_pack("qwen3_next_mlx_q4", 0);
+}
+
+}  // namespace
+}  // namespace sluice
