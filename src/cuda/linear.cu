@@ -15,7 +15,7 @@ namespace {
 constexpr int kRowsPerBlock = 8;  // one warp per row, 256 threads
 
 // Σ_i W[r, i] · x[i] over one row, reduced across the warp (every lane returns the sum).
-template <int kBits>
+template <int kBits, bool kReduce = true>
 __device__ float row_dot_quant(const DevWeight& w, int64_t r, const float* __restrict__ x, int lane) {
     constexpr int kPerWord = 32 / kBits;
     constexpr uint32_t kMask = (1u << kBits) - 1u;
@@ -65,9 +65,66 @@ __device__ float row_dot_quant(const DevWeight& w, int64_t r, const float* __res
             acc += load_scale(w.scales, w.scale_type, g) * qx + load_scale(w.biases, w.scale_type, g) * sx;
         }
     }
-    return warp_sum(acc);
+    return kReduce ? warp_sum(acc) : acc;
 }
 
+// R consecutive rows r0.. of a quantized W against x, the x chunk of each 128-bit step loaded once
+// and reused for all R rows (a single row would read 4-8 bytes of x per byte of weights, which
+// makes L1 the bottleneck). Requires the vector layout (see row_dot_quant). out[i] holds the warp
+// sum for row r0 + i (rows ≥ w.rows contribute 0).
+template <int kBits, int R>
+__device__ void rows_dot_quant(const DevWeight& w, int64_t r0, const float* __restrict__ x, int lane,
+                               float* out) {
+    constexpr int kPerWord = 32 / kBits;
+    constexpr uint32_t kMask = (1u << kBits) - 1u;
+    const int64_t words = w.cols / kPerWord;
+    const int64_t groups = w.cols / w.group_size;
+    float acc[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc[i] = 0.0f;
+    for (int64_t v = lane; v < words / 4; v += 32) {
+        const int64_t col0 = v * 4 * kPerWord;
+        const float4* x4 = reinterpret_cast<const float4*>(x + col0);
+        float xs[4 * kPerWord];
+        float sx = 0.0f;
+#pragma unroll
+        for (int c4 = 0; c4 < kPerWord; ++c4) {
+            const float4 xv = x4[c4];
+            xs[4 * c4] = xv.x;
+            xs[4 * c4 + 1] = xv.y;
+            xs[4 * c4 + 2] = xv.z;
+            xs[4 * c4 + 3] = xv.w;
+            sx += (xv.x + xv.y) + (xv.z + xv.w);
+        }
+        const int64_t g = col0 / w.group_size;
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const int64_t r = r0 + i;
+            if (r >= w.rows) break;
+            const uint4 q =
+                reinterpret_cast<const uint4*>(static_cast<const uint32_t*>(w.data) + r * words)[v];
+            const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+            float qx = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int c = 0; c < kPerWord; ++c)
+                    qx += static_cast<float>((qw[j] >> (kBits * c)) & kMask) * xs[j * kPerWord + c];
+            acc[i] += load_scale(w.scales, w.scale_type, r * groups + g) * qx +
+                      load_scale(w.biases, w.scale_type, r * groups + g) * sx;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < R; ++i) out[i] = warp_sum(acc[i]);
+}
+
+__device__ bool quant_vector_layout(const DevWeight& w) {
+    if (w.type != WeightType::kQ4 && w.type != WeightType::kQ8) return false;
+    const int per_word = w.type == WeightType::kQ4 ? 8 : 4;
+    return (w.cols / per_word) % 4 == 0 && w.group_size % (4 * per_word) == 0;
+}
+
+template <bool kReduce = true>
 __device__ float row_dot_float(const DevWeight& w, int64_t r, const float* __restrict__ x, int lane) {
     float acc = 0.0f;
     const int64_t cols = w.cols;
@@ -105,7 +162,7 @@ __device__ float row_dot_float(const DevWeight& w, int64_t r, const float* __res
                 acc += (bf16 ? bf16_bits_to_f32(row[i]) : f16_bits_to_f32(row[i])) * x[i];
         }
     }
-    return warp_sum(acc);
+    return kReduce ? warp_sum(acc) : acc;
 }
 
 __device__ float row_dot(const DevWeight& w, int64_t r, const float* __restrict__ x, int lane) {
@@ -116,35 +173,63 @@ __device__ float row_dot(const DevWeight& w, int64_t r, const float* __restrict_
     }
 }
 
+// This lane's share of row_dot (the caller reduces over the warp).
+__device__ float row_dot_lane(const DevWeight& w, int64_t r, const float* __restrict__ x, int lane) {
+    switch (w.type) {
+        case WeightType::kQ4: return row_dot_quant<4, false>(w, r, x, lane);
+        case WeightType::kQ8: return row_dot_quant<8, false>(w, r, x, lane);
+        default: return row_dot_float<false>(w, r, x, lane);
+    }
+}
+
 __global__ void dequantize_rows_kernel(DevWeight w, const int32_t* ids, float* out) {
     const int64_t t = blockIdx.x;
     const int64_t r = ids[t];
     for (int64_t i = threadIdx.x; i < w.cols; i += blockDim.x) out[t * w.cols + i] = weight_at(w, r, i);
 }
 
+constexpr int kRowsPerWarp = 4;  // matvec / matvec_multi: rows sharing one warp's x loads
+
+// Rows [r0, r0 + kRowsPerWarp) of W · x into y, by one warp.
+__device__ void warp_rows(const DevWeight& w, int64_t r0, const float* x, float* y) {
+    const int lane = threadIdx.x % 32;
+    if (quant_vector_layout(w)) {
+        float out[kRowsPerWarp];
+        if (w.type == WeightType::kQ4) {
+            rows_dot_quant<4, kRowsPerWarp>(w, r0, x, lane, out);
+        } else {
+            rows_dot_quant<8, kRowsPerWarp>(w, r0, x, lane, out);
+        }
+        if (lane == 0)
+            for (int i = 0; i < kRowsPerWarp && r0 + i < w.rows; ++i) y[r0 + i] = out[i];
+        return;
+    }
+    for (int i = 0; i < kRowsPerWarp && r0 + i < w.rows; ++i) {
+        const float v = row_dot(w, r0 + i, x, lane);
+        if (lane == 0) y[r0 + i] = v;
+    }
+}
+
 __global__ void matvec_kernel(DevWeight w, const float* x, float* y) {
-    const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
-    if (r >= w.rows) return;
-    const float v = row_dot(w, r, x, threadIdx.x % 32);
-    if (threadIdx.x % 32 == 0) y[r] = v;
+    const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32) * kRowsPerWarp;
+    if (r0 >= w.rows) return;
+    warp_rows(w, r0, x, y);
 }
 
 __global__ void moe_matvec_kernel(const DevWeight* table, int which, const int32_t* ids, int64_t rows,
                                   const float* x, float* y, float* y2) {
-    const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
-    if (r >= rows) return;
+    const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32) * kRowsPerWarp;
+    if (r0 >= rows) return;
     const int64_t k = blockIdx.y;
     const DevWeight w = table[ids[k] * 3 + which + blockIdx.z];
-    const float v = row_dot(w, r, x, threadIdx.x % 32);
-    if (threadIdx.x % 32 == 0) (blockIdx.z == 0 ? y : y2)[k * rows + r] = v;
+    warp_rows(w, r0, x, (blockIdx.z == 0 ? y : y2) + k * rows);
 }
 
 __global__ void matvec_multi_kernel(MatvecMulti m, const float* x) {
-    const DevWeight& w = m.w[blockIdx.y];
-    const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
-    if (r >= w.rows) return;
-    const float v = row_dot(w, r, x, threadIdx.x % 32);
-    if (threadIdx.x % 32 == 0) m.y[blockIdx.y][r] = v;
+    const DevWeight w = m.w[blockIdx.y];
+    const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32) * kRowsPerWarp;
+    if (r0 >= w.rows) return;
+    warp_rows(w, r0, x, m.y[blockIdx.y]);
 }
 
 // act = silu(gate) ⊙ up is formed in shared memory by every block (it is small: k·I floats).
@@ -156,11 +241,13 @@ __global__ void moe_down_swiglu_kernel(const DevWeight* table, const int32_t* id
     __syncthreads();
     const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
     if (r >= rows) return;
+    // Every k's row read is independent: issue them all, reduce once.
     float acc = 0.0f;
     for (int64_t k = 0; k < n_ids; ++k) {
         const DevWeight w = table[ids[k] * 3 + 2];
-        acc += weights[k] * row_dot(w, r, act + k * cols, threadIdx.x % 32);
+        acc += weights[k] * row_dot_lane(w, r, act + k * cols, threadIdx.x % 32);
     }
+    acc = warp_sum(acc);
     if (threadIdx.x % 32 == 0) y[r] = acc;
 }
 
@@ -326,7 +413,7 @@ void dequantize_rows(const DevWeight& w, const int32_t* ids, int64_t n, float* o
 }
 
 void matvec(const DevWeight& w, const float* x, float* y, cudaStream_t s) {
-    matvec_kernel<<<grid_for(w.rows, kRowsPerBlock), 32 * kRowsPerBlock, 0, s>>>(w, x, y);
+    matvec_kernel<<<grid_for(w.rows, kRowsPerBlock * kRowsPerWarp), 32 * kRowsPerBlock, 0, s>>>(w, x, y);
 }
 
 void matmul(const DevWeight& w, const float* x, int64_t n, float* y, cudaStream_t s) {
@@ -337,13 +424,13 @@ void matmul(const DevWeight& w, const float* x, int64_t n, float* y, cudaStream_
 
 void moe_matvec(const DevWeight* table, int which, const int32_t* ids, int64_t n_ids, int64_t rows,
                 int64_t /*cols*/, const float* x, float* y, cudaStream_t s) {
-    const dim3 grid(grid_for(rows, kRowsPerBlock), static_cast<unsigned>(n_ids));
+    const dim3 grid(grid_for(rows, kRowsPerBlock * kRowsPerWarp), static_cast<unsigned>(n_ids));
     moe_matvec_kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(table, which, ids, rows, x, y, nullptr);
 }
 
 void moe_matvec_gate_up(const DevWeight* table, const int32_t* ids, int64_t n_ids, int64_t rows,
                         const float* x, float* gate, float* up, cudaStream_t s) {
-    const dim3 grid(grid_for(rows, kRowsPerBlock), static_cast<unsigned>(n_ids), 2);
+    const dim3 grid(grid_for(rows, kRowsPerBlock * kRowsPerWarp), static_cast<unsigned>(n_ids), 2);
     moe_matvec_kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(table, 0, ids, rows, x, gate, up);
 }
 
@@ -351,7 +438,7 @@ void matvec_multi(const MatvecMulti& m, const float* x, cudaStream_t s) {
     int64_t rows = 0;
     for (int i = 0; i < m.n; ++i) rows = rows > m.w[i].rows ? rows : m.w[i].rows;
     if (m.n == 0 || rows == 0) return;
-    const dim3 grid(grid_for(rows, kRowsPerBlock), static_cast<unsigned>(m.n));
+    const dim3 grid(grid_for(rows, kRowsPerBlock * kRowsPerWarp), static_cast<unsigned>(m.n));
     matvec_multi_kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(m, x);
 }
 

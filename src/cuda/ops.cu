@@ -53,7 +53,8 @@ __global__ void copy_heads_kernel(const float* x, HeadLayout L, float* y) {
     const int64_t t = blockIdx.x / L.n_heads, h = blockIdx.x % L.n_heads;
     const float* xr = x + t * L.in_token_stride + h * L.in_head_stride;
     float* yr = y + t * L.out_token_stride + h * L.out_head_stride;
-    for (int64_t i = threadIdx.x; i < L.dim; i += blockDim.x) yr[i] = xr[i];
+    const int64_t i = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+    if (i < L.dim) yr[i] = xr[i];
 }
 
 // Angles as the reference: inv_freq = 1/f32(theta^(2i/R)) in f32, angle = f32(pos)·inv_freq,
@@ -487,7 +488,8 @@ void rms_norm_gated(const float* x, const float* z, const float* weight, int64_t
 
 void copy_heads(const float* x, const HeadLayout& layout, float* y, cudaStream_t s) {
     if (layout.n_tokens == 0) return;
-    copy_heads_kernel<<<static_cast<unsigned>(layout.n_tokens * layout.n_heads), 128, 0, s>>>(x, layout, y);
+    const dim3 grid(static_cast<unsigned>(layout.n_tokens * layout.n_heads), grid_for(layout.dim, 128));
+    copy_heads_kernel<<<grid, 128, 0, s>>>(x, layout, y);
 }
 
 void rope_neox(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t rot_dim,
