@@ -642,7 +642,7 @@ void CudaBackend::moe_layer(const DevLayer& L, int64_t n) {
     cuda::router_topk(d_.router, n, E, K, c.norm_topk_prob, d_.topk_ids, d_.topk_w, stream_);
     if (n == 1) {
         cuda::moe_matvec_gate_up(L.experts, d_.topk_ids, K, I, d_.norm, d_.pair_gate, d_.pair_up, stream_);
-        if (cuda::swiglu_fits(K * I)) {
+        if (cuda::swiglu_fits(K * I) && K <= 32) {
             cuda::moe_down_swiglu_matvec(L.experts, d_.topk_ids, d_.topk_w, K, H, I, d_.pair_gate, d_.pair_up,
                                          d_.mix, stream_);
         } else {

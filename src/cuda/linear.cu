@@ -12,7 +12,8 @@
 namespace sluice::cuda {
 namespace {
 
-constexpr int kRowsPerBlock = 8;  // one warp per row, 256 threads
+constexpr int kRowsPerBlock = 8;     // one warp per row, 256 threads
+constexpr int kMaxDownExperts = 32;  // routed experts per token the fused down projection takes
 
 // Σ_i W[r, i] · x[i] over one row, reduced across the warp (every lane returns the sum).
 template <int kBits, bool kReduce = true>
@@ -97,21 +98,27 @@ __device__ void rows_dot_quant(const DevWeight& w, int64_t r0, const float* __re
             sx += (xv.x + xv.y) + (xv.z + xv.w);
         }
         const int64_t g = col0 / w.group_size;
+        // All R rows' words and scales are loaded before any arithmetic (rows past the end are
+        // clamped to the last one and dropped by the caller), so R loads are in flight at once.
+        uint4 q[R];
+        float sc[R], bi[R];
 #pragma unroll
         for (int i = 0; i < R; ++i) {
-            const int64_t r = r0 + i;
-            if (r >= w.rows) break;
-            const uint4 q =
-                reinterpret_cast<const uint4*>(static_cast<const uint32_t*>(w.data) + r * words)[v];
-            const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+            const int64_t r = r0 + i < w.rows ? r0 + i : w.rows - 1;
+            q[i] = reinterpret_cast<const uint4*>(static_cast<const uint32_t*>(w.data) + r * words)[v];
+            sc[i] = load_scale(w.scales, w.scale_type, r * groups + g);
+            bi[i] = load_scale(w.biases, w.scale_type, r * groups + g);
+        }
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const uint32_t qw[4] = {q[i].x, q[i].y, q[i].z, q[i].w};
             float qx = 0.0f;
 #pragma unroll
             for (int j = 0; j < 4; ++j)
 #pragma unroll
                 for (int c = 0; c < kPerWord; ++c)
                     qx += static_cast<float>((qw[j] >> (kBits * c)) & kMask) * xs[j * kPerWord + c];
-            acc[i] += load_scale(w.scales, w.scale_type, r * groups + g) * qx +
-                      load_scale(w.biases, w.scale_type, r * groups + g) * sx;
+            acc[i] += sc[i] * qx + bi[i] * sx;
         }
     }
 #pragma unroll
@@ -237,16 +244,21 @@ __global__ void moe_down_swiglu_kernel(const DevWeight* table, const int32_t* id
                                        int64_t n_ids, int64_t rows, int64_t cols, const float* gate,
                                        const float* up, float* y) {
     extern __shared__ float act[];  // [n_ids, cols]
+    __shared__ DevWeight down[kMaxDownExperts];
+    __shared__ float wk[kMaxDownExperts];
     for (int64_t i = threadIdx.x; i < n_ids * cols; i += blockDim.x) act[i] = silu_f(gate[i]) * up[i];
+    if (threadIdx.x < n_ids) {
+        down[threadIdx.x] = table[ids[threadIdx.x] * 3 + 2];
+        wk[threadIdx.x] = weights[threadIdx.x];
+    }
     __syncthreads();
     const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
     if (r >= rows) return;
     // Every k's row read is independent: issue them all, reduce once.
     float acc = 0.0f;
-    for (int64_t k = 0; k < n_ids; ++k) {
-        const DevWeight w = table[ids[k] * 3 + 2];
-        acc += weights[k] * row_dot_lane(w, r, act + k * cols, threadIdx.x % 32);
-    }
+#pragma unroll 4
+    for (int64_t k = 0; k < n_ids; ++k)
+        acc += wk[k] * row_dot_lane(down[k], r, act + k * cols, threadIdx.x % 32);
     acc = warp_sum(acc);
     if (threadIdx.x % 32 == 0) y[r] = acc;
 }
@@ -443,7 +455,7 @@ void matvec_multi(const MatvecMulti& m, const float* x, cudaStream_t s) {
 }
 
 bool swiglu_fits(int64_t act_floats) {
-    return act_floats * static_cast<int64_t>(sizeof(float)) <= 48 * 1024;
+    return act_floats * static_cast<int64_t>(sizeof(float)) <= 40 * 1024;
 }
 
 void moe_down_swiglu_matvec(const DevWeight* table, const int32_t* ids, const float* weights, int64_t n_ids,
