@@ -22,8 +22,9 @@ build: deps
 	@cmake --build $(BUILD) -j $(JOBS)
 
 asan: deps
+	@# The sanitizer build is CPU-only: the Release build already compiles the CUDA backend.
 	@cmake -S . -B $(BUILD_ASAN) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_SANITIZE=ON \
-	  -DSLUICE_BUILD_BENCH=OFF -DSLUICE_WERROR=$(WERROR) $(CMAKE_FLAGS) >/dev/null
+	  -DSLUICE_BUILD_BENCH=OFF -DSLUICE_CUDA=OFF -DSLUICE_WERROR=$(WERROR) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD_ASAN) -j $(JOBS) --target sluice_tests sluice
 
 # Every test: unit and oracle suites on the Release build, then the unit tests under ASan+UBSan.

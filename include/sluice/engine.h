@@ -41,6 +41,11 @@ struct EngineOptions {
     // Sessions alive and generating at once (the server's --parallel): the plan reserves state
     // (KV, DeltaNet state and its turn checkpoints) and forward scratch for each.
     int max_sessions = 1;
+    // Where the forward runs: "cpu", or "cuda" / "cuda:N" (GPU N; an error when this build has no
+    // CUDA support or no such GPU exists). On a GPU the dense core, every routed expert and each
+    // session's KV/state live in GPU memory, bounded by gpu_memory_bytes (0 = 90% of what is free).
+    std::string device = "cpu";
+    uint64_t gpu_memory_bytes = 0;
 };
 
 // How the memory budget is spent (printed at start, reported by `sluice info`).
@@ -117,6 +122,14 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
     // Which CPU kernels run ("avx512", "avx2", "portable").
     static const char* cpu_kernels();
+    // Where the forward runs: "cpu" or e.g. "cuda:0 (NVIDIA H200, 150.1 GB, sm_90)".
+    std::string backend_name() const;
+    // GPU backend only (0 on the CPU): weight bytes in GPU memory, and the weight bytes one decode
+    // token reads (dense core, one embedding row, k routed experts per MoE layer).
+    uint64_t device_weight_bytes() const;
+    uint64_t device_decode_bytes_per_token() const;
+    // GPU memory bandwidth in GB/s measured now (a device copy), or 0 on the CPU.
+    double measure_device_memory_gb_s() const;
 
     struct Impl;  // private; defined in src/runtime/
 

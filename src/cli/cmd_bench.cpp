@@ -9,6 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/device_flags.h"
 #include "cli/stats.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
@@ -17,6 +18,7 @@ namespace sluice::cli {
 namespace {
 
 struct BenchOptions {
+    DeviceFlags device;
     std::string model_dir;
     int64_t prompt_tokens = 128;
     int64_t gen_tokens = 32;
@@ -136,6 +138,7 @@ void run_multi_turn(Engine& engine, const BenchOptions& o) {
 void run_bench(const BenchOptions& o) {
     EngineOptions eo;
     eo.model_dir = o.model_dir;
+    o.device.apply(eo);
     eo.threads = o.threads;
     eo.context_tokens = o.history_tokens + o.prompt_tokens + o.gen_tokens + 8;
     eo.prefetch = !o.no_prefetch;
@@ -151,12 +154,15 @@ void run_bench(const BenchOptions& o) {
                  static_cast<long long>(info.experts_per_token), static_cast<long long>(info.n_experts),
                  info.quantization.c_str(), Engine::cpu_kernels());
     std::fprintf(stderr, "%s\n", plan.describe().c_str());
+    const bool on_gpu = o.device.device != "cpu";
+    std::fprintf(stderr, "device: %s\n", engine->backend_name().c_str());
 
     if (o.history_tokens > 0) {
         run_multi_turn(*engine, o);
         return;
     }
-    const double mem_gb_s = measure_memory_read_gb_s(2);
+    // On a GPU the ceiling is HBM: a device copy's bandwidth (read + write bytes).
+    const double mem_gb_s = on_gpu ? engine->measure_device_memory_gb_s() : measure_memory_read_gb_s(2);
     double disk_gb_s = 0;
     if (plan.streaming) disk_gb_s = measure_expert_read_gb_s(o.model_dir, plan.slot_bytes, o.io_threads, 3.0);
     std::fprintf(
@@ -231,9 +237,12 @@ void run_bench(const BenchOptions& o) {
     const double expert_bytes_per_token = static_cast<double>(info.n_layers) *
                                           static_cast<double>(info.experts_per_token) *
                                           static_cast<double>(plan.slot_bytes);
+    // On a GPU every expert is resident; a token reads its k routed ones per layer and the dense core.
+    const double gpu_bytes_per_token = static_cast<double>(engine->device_decode_bytes_per_token());
     const double t_mem =
-        (static_cast<double>(plan.dense_bytes) + (plan.streaming ? expert_bytes_per_token : 0)) /
-        (mem_gb_s * 1e9);
+        on_gpu ? gpu_bytes_per_token / (mem_gb_s * 1e9)
+               : (static_cast<double>(plan.dense_bytes) + (plan.streaming ? expert_bytes_per_token : 0)) /
+                     (mem_gb_s * 1e9);
     const double t_disk = plan.streaming && disk_gb_s > 0 ? b.mean / (disk_gb_s * 1e9) : 0;
     const double sol_tok_s = 1.0 / std::max(t_mem, t_disk);
     // The same disk bound at the read rate the run itself achieved while reads were in flight.
@@ -261,6 +270,11 @@ void run_bench(const BenchOptions& o) {
                     gbs.mean, disk_gb_s);
         std::printf("prefetch         %s, accuracy %.1f%%\n", o.no_prefetch ? "off" : "on", 100 * pa.mean);
     }
+    if (on_gpu)
+        std::printf(
+            "device           %s: %.0f MB read per decode token, %.0f GB/s achieved (%.0f%% of HBM)\n",
+            engine->backend_name().c_str(), gpu_bytes_per_token / 1e6, d.mean * gpu_bytes_per_token / 1e9,
+            100 * d.mean * gpu_bytes_per_token / (mem_gb_s * 1e9));
     std::printf("speed of light   %.2f tok/s (memory %.1f GB/s%s) → %.0f%% reached\n", sol_tok_s, mem_gb_s,
                 plan.streaming ? (", disk " + std::to_string(disk_gb_s).substr(0, 4) + " GB/s").c_str() : "",
                 100 * d.mean / sol_tok_s);
@@ -297,7 +311,13 @@ void run_bench(const BenchOptions& o) {
                           {"disk_bound_at_achieved_rate_tok_s", in_run_tok_s},
                           {"threads", o.threads},
                           {"io_threads", o.io_threads},
-                          {"cpu_kernels", Engine::cpu_kernels()}};
+                          {"cpu_kernels", Engine::cpu_kernels()},
+                          {"device", engine->backend_name()}};
+    if (on_gpu) {
+        out["gpu_bytes_per_decode_token"] = gpu_bytes_per_token;
+        out["gpu_memory_copy_gb_s"] = mem_gb_s;
+        out["hbm_share"] = d.mean * gpu_bytes_per_token / (mem_gb_s * 1e9);
+    }
     if (!o.json_path.empty()) std::ofstream(o.json_path) << out.dump(2) << "\n";
     if (!o.stats_json.empty())
         std::ofstream(o.stats_json) << stats_json(*engine, last_gen, last_cache).dump(2) << "\n";
@@ -310,6 +330,7 @@ SLUICE_COMMAND(bench, 50, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::BenchOptions>();
     auto* cmd = app.add_subcommand(
         "bench", "Measure prefill/decode speed, expert streaming and the speed-of-light bound");
+    o->device.add_to(cmd);
     cmd->add_option("model_dir", o->model_dir, "Model folder")->required();
     cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prompt length (random ids)")->capture_default_str();
     cmd->add_option("--gen-tokens", o->gen_tokens, "Tokens to generate")->capture_default_str();

@@ -19,6 +19,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/device_flags.h"
 #include "cli/sampling_flags.h"
 #include "cli/stats.h"
 #include "sluice/chat_template.h"
@@ -39,6 +40,7 @@ void on_sigint(int) {
 }
 
 struct ChatOptions {
+    DeviceFlags device;
     std::string model_dir;
     std::string system;
     std::string memory;
@@ -139,6 +141,7 @@ void print_help() {
 void run_chat(const ChatOptions& o) {
     EngineOptions eo;
     eo.model_dir = o.model_dir;
+    o.device.apply(eo);
     eo.threads = o.threads;
     eo.context_tokens = o.ctx;
     if (!o.memory.empty()) eo.memory_bytes = check(parse_size(o.memory));
@@ -275,6 +278,7 @@ void run_chat(const ChatOptions& o) {
 SLUICE_COMMAND(chat, 11, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::ChatOptions>();
     auto* cmd = app.add_subcommand("chat", "Interactive chat in the terminal (/help inside for commands)");
+    o->device.add_to(cmd);
     cmd->add_option("model_dir", o->model_dir, "Model folder")->required();
     cmd->add_option("--system", o->system, "System message");
     cmd->add_flag("--no-think", o->no_think, "Start with thinking off (enable_thinking=false)");

@@ -8,6 +8,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/device_flags.h"
 #include "cli/sampling_flags.h"
 #include "cli/stats.h"
 #include "sluice/chat_template.h"
@@ -20,6 +21,7 @@ namespace sluice::cli {
 namespace {
 
 struct GenerateCliOptions {
+    DeviceFlags device;
     std::string model_dir;
     std::string prompt;
     std::string prompt_file;
@@ -42,6 +44,7 @@ void run_generate(const GenerateCliOptions& o) {
     if (sources != 1) throw CliError("give exactly one of --prompt, --file or --ids");
     EngineOptions eo;
     eo.model_dir = o.model_dir;
+    o.device.apply(eo);
     eo.threads = o.threads;
     eo.context_tokens = o.ctx;
     eo.prefetch = !o.no_prefetch;
@@ -141,6 +144,7 @@ void run_generate(const GenerateCliOptions& o) {
 SLUICE_COMMAND(generate, 10, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::GenerateCliOptions>();
     auto* cmd = app.add_subcommand("generate", "Generate text from a prompt, streaming to stdout");
+    o->device.add_to(cmd);
     cmd->add_option("model_dir", o->model_dir, "Model folder (Hugging Face, MLX or packed)")->required();
     cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
     cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");

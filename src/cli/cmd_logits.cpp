@@ -5,6 +5,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/device_flags.h"
 #include "format/npy.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
@@ -13,6 +14,7 @@ namespace sluice::cli {
 namespace {
 
 struct LogitsOptions {
+    DeviceFlags device;
     std::string model_dir;
     std::string ids;
     std::string out;
@@ -25,6 +27,7 @@ void run_logits(const LogitsOptions& o) {
     std::vector<int32_t> ids = check(parse_ids(o.ids));
     EngineOptions eo;
     eo.model_dir = o.model_dir;
+    o.device.apply(eo);
     eo.threads = o.threads;
     eo.context_tokens = static_cast<int64_t>(ids.size());
     auto engine = check(Engine::load(eo));
@@ -52,6 +55,7 @@ SLUICE_COMMAND(logits, 60, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::LogitsOptions>();
     auto* cmd =
         app.add_subcommand("logits", "Write the logits of every position as a float32 .npy [n_ids, vocab]");
+    o->device.add_to(cmd);
     cmd->add_option("model_dir", o->model_dir, "Model folder (Hugging Face, MLX or packed)")->required();
     cmd->add_option("--ids", o->ids, "Token ids, e.g. 1,2,3")->required();
     cmd->add_option("--out", o->out, "Output .npy file")->required();

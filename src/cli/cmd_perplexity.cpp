@@ -6,6 +6,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/device_flags.h"
 #include "cli/progress.h"
 #include "sluice/engine.h"
 #include "sluice/perplexity.h"
@@ -15,6 +16,7 @@ namespace sluice::cli {
 namespace {
 
 struct PplOptions {
+    DeviceFlags device;
     std::string model_dir, file, memory;
     int64_t ctx = 256;
     int64_t max_windows = 0;
@@ -24,6 +26,7 @@ struct PplOptions {
 void run_perplexity(const PplOptions& o) {
     EngineOptions eo;
     eo.model_dir = o.model_dir;
+    o.device.apply(eo);
     eo.context_tokens = o.ctx;
     eo.threads = o.threads;
     if (!o.memory.empty()) eo.memory_bytes = check(parse_size(o.memory));
@@ -53,6 +56,7 @@ SLUICE_COMMAND(perplexity, 55, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::PplOptions>();
     auto* cmd =
         app.add_subcommand("perplexity", "Perplexity over a text file (sliding windows, second half scored)");
+    o->device.add_to(cmd);
     cmd->add_option("model_dir", o->model_dir, "Model folder")->required();
     cmd->add_option("file", o->file, "Text file")->required();
     cmd->add_option("--ctx", o->ctx, "Window size in tokens")->capture_default_str();

@@ -9,6 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/device_flags.h"
 #include "server/server.h"
 #include "sluice/engine.h"
 
@@ -16,6 +17,7 @@ namespace sluice::cli {
 namespace {
 
 struct ServeOptions {
+    DeviceFlags device;
     std::string model_dir;
     std::string host = "127.0.0.1";
     int port = 8080;
@@ -45,6 +47,7 @@ void run_serve(const ServeOptions& o) {
     std::signal(SIGPIPE, SIG_IGN);
     EngineOptions eo;
     eo.model_dir = o.model_dir;
+    o.device.apply(eo);
     eo.context_tokens = o.ctx;
     eo.max_sessions = o.parallel;
     eo.threads = o.threads;
@@ -92,6 +95,7 @@ void run_serve(const ServeOptions& o) {
 SLUICE_COMMAND(serve, 15, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::ServeOptions>();
     auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with a web chat page");
+    o->device.add_to(cmd);
     cmd->add_option("model_dir", o->model_dir, "Model folder")->required();
     cmd->add_option("--host", o->host, "Address to bind")->capture_default_str();
     cmd->add_option("--port", o->port, "Port to listen on")->capture_default_str();

@@ -12,6 +12,8 @@ namespace sluice::model {
 
 void ModelState::reset() {
     n_past = 0;
+    device_stale = true;
+    host_stale = false;
     for (auto& l : layers) {
         std::fill(l.conv.begin(), l.conv.end(), 0.0f);
         std::fill(l.recurrent.begin(), l.recurrent.end(), 0.0f);

@@ -43,6 +43,15 @@ struct ModelState {
     };
     std::vector<Layer> layers;
 
+    // A device backend's mirror of this state (src/cuda/), or null; see runtime/backend.h. The
+    // mirror is made from the host vectors (all of them) on first use; afterwards device_stale
+    // says the host conv/recurrent state changed (reset, rewind) and must be uploaded (KV rows
+    // below n_past never change on the host), host_stale that the mirror has advanced past the
+    // host vectors (Backend::sync_to_host brings them up to date).
+    std::shared_ptr<void> device;
+    bool device_stale = false;
+    bool host_stale = false;
+
     // Forgets everything (position 0, zero state) without freeing memory.
     void reset();
     uint64_t bytes() const;

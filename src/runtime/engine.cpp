@@ -38,6 +38,7 @@ std::string describe_quantization(const model::ModelWeights& w, const model::Mod
 Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     if (options.context_tokens <= 0)
         return error(ErrorCode::kInvalidArgument, "[engine] context_tokens must be > 0");
+    SLUICE_ASSIGN_OR_RETURN(const int device_index, runtime::parse_device(options.device));
     SLUICE_ASSIGN_OR_RETURN(auto model, model::Model::load(options.model_dir));
     auto engine = std::shared_ptr<Engine>(new Engine());
     Impl& im = *engine->impl_;
@@ -117,6 +118,15 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         plan.dense_bytes += model->weights().expert_bytes;  // resident (mapped) experts
     }
     im.model = std::move(model);
+    if (device_index < 0) {
+        im.backend = runtime::make_cpu_backend(im.model);
+    } else {
+        runtime::CudaBackendOptions co;
+        co.device_index = device_index;
+        co.gpu_memory_bytes = options.gpu_memory_bytes;
+        co.context_tokens = options.context_tokens;
+        SLUICE_ASSIGN_OR_RETURN(im.backend, runtime::make_cuda_backend(im.model, co));
+    }
     SLUICE_RETURN_IF_ERROR(engine->load_text_side());
     int threads =
         options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
@@ -216,6 +226,19 @@ std::shared_ptr<const ChatTemplate> Engine::chat_template() const {
 }
 const char* Engine::cpu_kernels() {
     return kernels::cpu_kernel_isa();
+}
+std::string Engine::backend_name() const {
+    return impl_->backend->name();
+}
+uint64_t Engine::device_weight_bytes() const {
+    return impl_->backend->device_weight_bytes();
+}
+uint64_t Engine::device_decode_bytes_per_token() const {
+    return impl_->backend->decode_bytes_per_token();
+}
+double Engine::measure_device_memory_gb_s() const {
+    std::lock_guard<std::mutex> lock(impl_->compute_mutex);
+    return impl_->backend->measure_memory_gb_s();
 }
 const MemoryPlan& Engine::memory_plan() const {
     return impl_->plan;

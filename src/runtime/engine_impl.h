@@ -8,6 +8,7 @@
 #include "core/thread_pool.h"
 #include "experts/expert_store.h"
 #include "model/model.h"
+#include "runtime/backend.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
 
@@ -22,6 +23,7 @@ struct Engine::Impl {
     std::unique_ptr<ThreadPool> pool;
     MemoryPlan plan;
     std::unique_ptr<experts::ExpertStore> store;  // packed models only
+    std::unique_ptr<runtime::Backend> backend;    // where the forward runs (cpu or cuda)
     std::mutex compute_mutex;                     // one forward at a time on the shared pool
     std::vector<int32_t> eos_ids;                 // config + generation_config + tokenizer eos
     std::vector<int32_t> suppressed_ids;  // special tokens that are not EOS, and vocabulary padding rows

@@ -87,9 +87,9 @@ Expected<std::vector<float>> Session::evaluate(std::span<const int32_t> tokens, 
         const int64_t count = std::min(chunk_tokens, n - begin);
         const bool last = begin + count == n;
         float* out = all_logits ? logits.data() + begin * V : (last ? logits.data() : nullptr);
-        SLUICE_RETURN_IF_ERROR(
-            e.model->forward(s.state, tokens.subspan(static_cast<size_t>(begin), static_cast<size_t>(count)),
-                             out, all_logits, s.ws, e.pool.get()));
+        SLUICE_RETURN_IF_ERROR(e.backend->forward(
+            s.state, tokens.subspan(static_cast<size_t>(begin), static_cast<size_t>(count)), out, all_logits,
+            s.ws, e.pool.get()));
         s.tokens.insert(s.tokens.end(), tokens.begin() + begin, tokens.begin() + begin + count);
     }
     return logits;
@@ -100,6 +100,9 @@ void Session::Impl::save_checkpoint() {
     if (!c.has_linear_attention()) return;  // attention-only models rewind their KV directly
     for (const auto& cp : checkpoints)
         if (cp.position == state.n_past) return;
+    // A device backend's state must be copied back first; without it there is no checkpoint (a
+    // later rewind then re-runs more of the prompt, which is slower but still correct).
+    if (!engine->impl_->backend->sync_to_host(state, false).is_ok()) return;
     Checkpoint cp;
     cp.position = state.n_past;
     for (const auto& l : state.layers) {
@@ -129,6 +132,7 @@ int64_t Session::Impl::rewind_to(int64_t keep) {
                 state.layers[l].conv = best->conv[l];
                 state.layers[l].recurrent = best->recurrent[l];
             }
+            state.device_stale = true;  // the mirror's conv/recurrent state is now behind
         }
     }
     state.n_past = target;  // attention KV past `target` is simply overwritten later
@@ -300,6 +304,7 @@ struct Reader {
 }  // namespace
 
 Status Session::save(const std::string& path) const {
+    SLUICE_RETURN_IF_ERROR(impl_->engine->impl_->backend->sync_to_host(impl_->state, true));
     const Impl& s = *impl_;
     const model::ModelConfig& c = s.engine->impl_->model->config();
     std::string payload;

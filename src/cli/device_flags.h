@@ -1,0 +1,21 @@
+// The `--device` and `--gpu-memory` flags shared by every command that loads a model
+// (generate, bench, serve, chat, logits, perplexity).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "sluice/engine.h"
+
+namespace sluice::cli {
+
+struct DeviceFlags {
+    std::string device = "cpu";
+    std::string gpu_memory;
+
+    void add_to(CLI::App* cmd);
+    // Sets EngineOptions::device and gpu_memory_bytes; exits with a message on a malformed size.
+    void apply(EngineOptions& options) const;
+};
+
+}  // namespace sluice::cli

@@ -1,0 +1,804 @@
+// The CUDA backend: the whole model resident in GPU memory (dense core, every routed expert, each
+// session's KV cache and DeltaNet state) and the forward of model.cpp / attention.cpp /
+// gated_deltanet.cpp / moe.cpp enqueued on one stream as the kernels of cuda/ops.h.
+//
+// Memory: weights are copied once at load into one device arena (a single cudaMalloc, 256-byte
+// aligned sub-allocations); packed models' experts are read through the model's ExpertSource in
+// rounds and copied up. The forward's scratch is one block sized for the largest batch seen
+// (grown, never shrunk). Each ModelState gets a device mirror (ModelState::device) on first use.
+// Decode (one token) is captured once per mirror as a CUDA graph: positions and token ids are
+// read from device memory that a captured copy fills from pinned host memory, so the same graph
+// replays every step; growing the scratch invalidates the graphs.
+//
+// MoE: routing stays on the GPU. Decode runs the k routed experts' products as one grouped
+// matrix-vector launch per projection (experts picked from a device table by routed id); prefill
+// sorts the (token, expert) pairs by expert on the GPU and runs grouped tiled products.
+//
+// Threading: one forward at a time (the engine's compute mutex). Rejected: cuBLAS for prefill
+// products — it needs dequantized weights (bf16 copies of 4-bit experts) or per-call dequant
+// buffers, and a large runtime dependency; the tiled kernel reads the codes directly.
+#include "runtime/backend.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/log.h"
+#include "cuda/ops.h"
+#include "model/workspace.h"
+#include "runtime/memory_plan.h"
+
+namespace sluice::runtime {
+namespace {
+
+using cuda::DevWeight;
+using cuda::HeadLayout;
+
+Status cuda_status(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return Status::ok();
+    return error(ErrorCode::kInternal, fmt::format("[cuda] {}: {}", what, cudaGetErrorString(e)));
+}
+
+#define SLUICE_CUDA_TRY(expr, what) SLUICE_RETURN_IF_ERROR(cuda_status((expr), (what)))
+
+size_t scale_bytes(kernels::ScaleType t) {
+    return t == kernels::ScaleType::kF32 ? 4 : 2;
+}
+
+// Sub-allocates one cudaMalloc; in counting mode (base null) only adds up the sizes.
+class Arena {
+ public:
+    explicit Arena(char* base = nullptr, uint64_t capacity = 0) : base_(base), capacity_(capacity) {}
+    void* take(uint64_t bytes) {
+        const uint64_t at = used_;
+        used_ += (bytes + 255) / 256 * 256;
+        if (base_ == nullptr) return nullptr;
+        return used_ <= capacity_ ? base_ + at : nullptr;
+    }
+    uint64_t used() const { return used_; }
+    bool counting() const { return base_ == nullptr; }
+
+ private:
+    char* base_;
+    uint64_t capacity_;
+    uint64_t used_ = 0;
+};
+
+struct DevLayer {
+    bool full_attention = true, moe = true, has_shared = false;
+    float *input_norm = nullptr, *post_norm = nullptr;
+    DevWeight q_proj, k_proj, v_proj, o_proj;
+    float *q_norm = nullptr, *k_norm = nullptr;
+    DevWeight in_qkvz, in_ba, in_qkv, in_z, in_b, in_a, out_proj;
+    float *conv = nullptr, *neg_a = nullptr, *dt_bias = nullptr, *dnorm = nullptr;
+    DevWeight router, shared_gate_proj, shared_up, shared_down, shared_gate;
+    DevWeight dense_gate, dense_up, dense_down;
+    DevWeight* experts = nullptr;  // device [E][3]: gate, up, down
+};
+
+// One session's state on the device.
+struct DeviceState {
+    char* block = nullptr;
+    int64_t max_positions = 0;
+    float* attn_split = nullptr;                // split decode attention partials (part of block)
+    std::vector<float*> k, v, conv, recurrent;  // per layer (null where the layer has none)
+    cudaGraphExec_t graph = nullptr;
+    uint64_t graph_generation = 0;
+    ~DeviceState() {
+        if (graph != nullptr) cudaGraphExecDestroy(graph);
+        if (block != nullptr) cudaFree(block);
+    }
+};
+
+class CudaBackend final : public Backend {
+ public:
+    CudaBackend(std::shared_ptr<const model::Model> model, int device)
+        : model_(std::move(model)), device_(device) {}
+    ~CudaBackend() override {
+        if (stream_ != nullptr) cudaStreamDestroy(stream_);
+        if (ws_block_ != nullptr) cudaFree(ws_block_);
+        if (weights_block_ != nullptr) cudaFree(weights_block_);
+        if (host_io_ != nullptr) cudaFreeHost(host_io_);
+        if (host_logits_ != nullptr) cudaFreeHost(host_logits_);
+    }
+
+    Status init(const CudaBackendOptions& options);
+    std::string name() const override { return name_; }
+    uint64_t device_weight_bytes() const override { return weight_bytes_; }
+    double measure_memory_gb_s() override;
+    uint64_t decode_bytes_per_token() const override { return decode_bytes_per_token_; }
+    Status forward(model::ModelState& state, std::span<const int32_t> tokens, float* logits, bool all_logits,
+                   model::Workspace& ws, ThreadPool* pool) override;
+    Status sync_to_host(model::ModelState& state, bool kv) override;
+
+ private:
+    // Weights.
+    Status upload_weights(Arena& arena);
+    DevWeight put(Arena& arena, const kernels::WeightView& w, Status& st);
+    float* put(Arena& arena, const std::vector<float>& v, Status& st);
+    Status put_bytes(void* dst, const void* src, uint64_t bytes);
+
+    // State and scratch.
+    Expected<DeviceState*> mirror(model::ModelState& state);
+    uint64_t state_bytes(int64_t max_positions) const;
+    Status reserve_scratch(int64_t n);
+    // Enqueues the forward of n tokens (ids and first position already in d_io_).
+    void enqueue(DeviceState& ds, int64_t n, bool all_logits);
+    void linear(const DevWeight& w, const float* x, int64_t n, float* y);
+    void swiglu_mlp(const DevWeight& gate, const DevWeight& up, const DevWeight& down, const float* x,
+                    int64_t n, float* out);
+    void attention_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n);
+    void deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n);
+    void moe_layer(const DevLayer& L, int64_t n);
+
+    std::shared_ptr<const model::Model> model_;
+    int device_;
+    std::string name_;
+    cudaStream_t stream_ = nullptr;
+    char* weights_block_ = nullptr;
+    uint64_t weight_bytes_ = 0;
+    uint64_t decode_bytes_per_token_ = 0;
+    uint64_t embed_bytes_ = 0, routed_bytes_ = 0;  // parts of weight_bytes_
+    std::unique_ptr<DevLayer[]> layers_;           // [n_layers]
+    DevWeight embed_, lm_head_;
+    float* final_norm_ = nullptr;
+
+    // Scratch for batches of up to ws_tokens_ tokens.
+    int64_t ws_tokens_ = 0;
+    uint64_t ws_generation_ = 0;
+    char* ws_block_ = nullptr;
+    struct {
+        float *x, *norm, *mix, *tmp, *q, *k, *v, *gate, *z, *beta, *g, *conv_in, *conv_out, *attn, *y;
+        float *router, *topk_w, *pair_gate, *pair_up, *pair_act, *pair_out, *sh_gate, *sh_up, *sh_act,
+            *sh_out, *sg, *logits;
+        int32_t *topk_ids, *offsets, *order, *io;  // io: [0] first position, [1..] token ids
+    } d_{};
+    int32_t* host_io_ = nullptr;    // pinned mirror of d_.io, [ws_tokens_ + 1]
+    float* host_logits_ = nullptr;  // pinned [V] for graph decode
+};
+
+DevWeight CudaBackend::put(Arena& arena, const kernels::WeightView& w, Status& st) {
+    DevWeight d;
+    d.type = w.type;
+    d.scale_type = w.scale_type;
+    d.group_size = w.group_size;
+    d.rows = w.rows;
+    d.cols = w.cols;
+    if (w.data == nullptr) return d;
+    const uint64_t data_bytes = static_cast<uint64_t>(w.rows) * w.row_bytes();
+    void* data = arena.take(data_bytes);
+    if (!arena.counting() && st.is_ok()) st = put_bytes(data, w.data, data_bytes);
+    d.data = data;
+    if (w.quantized()) {
+        const uint64_t sb = static_cast<uint64_t>(w.rows) * static_cast<uint64_t>(w.cols / w.group_size) *
+                            scale_bytes(w.scale_type);
+        void* scales = arena.take(sb);
+        void* biases = arena.take(sb);
+        if (!arena.counting() && st.is_ok()) st = put_bytes(scales, w.scales, sb);
+        if (!arena.counting() && st.is_ok()) st = put_bytes(biases, w.biases, sb);
+        d.scales = scales;
+        d.biases = biases;
+    }
+    return d;
+}
+
+float* CudaBackend::put(Arena& arena, const std::vector<float>& v, Status& st) {
+    if (v.empty()) return nullptr;
+    void* p = arena.take(v.size() * sizeof(float));
+    if (!arena.counting() && st.is_ok()) st = put_bytes(p, v.data(), v.size() * sizeof(float));
+    return static_cast<float*>(p);
+}
+
+Status CudaBackend::put_bytes(void* dst, const void* src, uint64_t bytes) {
+    if (dst == nullptr) return error(ErrorCode::kInternal, "[cuda] weight arena overflow");
+    return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "copying weights to the GPU");
+}
+
+// Walks every tensor the forward reads, in a fixed order, counting (arena without base) or copying.
+Status CudaBackend::upload_weights(Arena& arena) {
+    const model::ModelWeights& W = model_->weights();
+    const model::ModelConfig& c = model_->config();
+    Status st;
+    embed_bytes_ = arena.used();
+    embed_ = put(arena, W.embed, st);
+    embed_bytes_ = arena.used() - embed_bytes_;
+    routed_bytes_ = 0;
+    lm_head_ = W.lm_head.data == W.embed.data ? embed_ : put(arena, W.lm_head, st);
+    final_norm_ = put(arena, W.final_norm, st);
+    layers_ = std::make_unique<DevLayer[]>(W.layers.size());
+    model::ExpertSource* source = model_->expert_source();
+    std::vector<model::ExpertWeights> views;
+    const size_t table_size = static_cast<size_t>(c.n_experts * 3);
+    std::unique_ptr<DevWeight[]> table = std::make_unique<DevWeight[]>(table_size);
+    for (size_t l = 0; l < W.layers.size(); ++l) {
+        const model::LayerWeights& lw = W.layers[l];
+        DevLayer& L = layers_[l];
+        L.full_attention = lw.full_attention;
+        L.moe = lw.moe;
+        L.input_norm = put(arena, lw.input_norm, st);
+        L.post_norm = put(arena, lw.post_norm, st);
+        if (lw.full_attention) {
+            L.q_proj = put(arena, lw.attn.q_proj, st);
+            L.k_proj = put(arena, lw.attn.k_proj, st);
+            L.v_proj = put(arena, lw.attn.v_proj, st);
+            L.o_proj = put(arena, lw.attn.o_proj, st);
+            L.q_norm = put(arena, lw.attn.q_norm, st);
+            L.k_norm = put(arena, lw.attn.k_norm, st);
+        } else {
+            const model::DeltaNetWeights& d = lw.linear;
+            L.in_qkvz = put(arena, d.in_qkvz, st);
+            L.in_ba = put(arena, d.in_ba, st);
+            L.in_qkv = put(arena, d.in_qkv, st);
+            L.in_z = put(arena, d.in_z, st);
+            L.in_b = put(arena, d.in_b, st);
+            L.in_a = put(arena, d.in_a, st);
+            L.out_proj = put(arena, d.out_proj, st);
+            L.conv = put(arena, d.conv, st);
+            L.neg_a = put(arena, d.neg_a, st);
+            L.dt_bias = put(arena, d.dt_bias, st);
+            L.dnorm = put(arena, d.norm, st);
+        }
+        if (!lw.moe) {
+            L.dense_gate = put(arena, lw.dense_mlp.gate, st);
+            L.dense_up = put(arena, lw.dense_mlp.up, st);
+            L.dense_down = put(arena, lw.dense_mlp.down, st);
+            continue;
+        }
+        const model::MoeWeights& m = lw.moe_w;
+        L.router = put(arena, m.router, st);
+        L.has_shared = m.has_shared;
+        if (m.has_shared) {
+            L.shared_gate_proj = put(arena, m.shared.gate, st);
+            L.shared_up = put(arena, m.shared.up, st);
+            L.shared_down = put(arena, m.shared.down, st);
+            L.shared_gate = put(arena, m.shared_gate, st);
+        }
+        // Routed experts: through the expert source (resident views, or reads of a packed model).
+        const int64_t E = c.n_experts;
+        for (size_t i = 0; i < table_size; ++i) table[i] = DevWeight{};
+        const int64_t round = std::max<int64_t>(1, std::min<int64_t>(E, source->max_pinned()));
+        std::vector<int32_t> ids;
+        for (int64_t first = 0; first < E; first += round) {
+            const int64_t count = std::min(round, E - first);
+            ids.resize(static_cast<size_t>(count));
+            for (int64_t i = 0; i < count; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(first + i);
+            views.resize(static_cast<size_t>(count));
+            SLUICE_RETURN_IF_ERROR(source->acquire(static_cast<int64_t>(l), ids, views.data()));
+            const uint64_t before = arena.used();
+            for (int64_t i = 0; i < count; ++i) {
+                const model::ExpertWeights& e = views[static_cast<size_t>(i)];
+                table[static_cast<size_t>((first + i) * 3 + 0)] = put(arena, e.gate, st);
+                table[static_cast<size_t>((first + i) * 3 + 1)] = put(arena, e.up, st);
+                table[static_cast<size_t>((first + i) * 3 + 2)] = put(arena, e.down, st);
+            }
+            routed_bytes_ += arena.used() - before;
+            source->release(static_cast<int64_t>(l), ids);
+            SLUICE_RETURN_IF_ERROR(st);
+        }
+        void* t = arena.take(table_size * sizeof(DevWeight));
+        if (!arena.counting() && st.is_ok()) st = put_bytes(t, table.get(), table_size * sizeof(DevWeight));
+        L.experts = static_cast<DevWeight*>(t);
+    }
+    return st;
+}
+
+uint64_t CudaBackend::state_bytes(int64_t max_positions) const {
+    const model::ModelConfig& c = model_->config();
+    uint64_t floats = 0;
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+        if (c.is_full_attention(l)) {
+            floats += static_cast<uint64_t>(2 * max_positions * c.n_kv_heads * c.head_dim);
+        } else {
+            floats += static_cast<uint64_t>((c.conv_kernel - 1) * c.conv_dim() +
+                                            c.linear_v_heads * c.linear_k_dim * c.linear_v_dim);
+        }
+        floats += 64;  // alignment slack
+    }
+    return floats * sizeof(float);
+}
+
+Status CudaBackend::init(const CudaBackendOptions& options) {
+    const model::ModelConfig& c = model_->config();
+    SLUICE_CUDA_TRY(cudaSetDevice(device_), "selecting the device");
+    cudaDeviceProp prop{};
+    SLUICE_CUDA_TRY(cudaGetDeviceProperties(&prop, device_), "reading device properties");
+    size_t free_bytes = 0, total_bytes = 0;
+    SLUICE_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes), "reading free memory");
+    name_ = fmt::format("cuda:{} ({}, {}, sm_{}{})", device_, prop.name, human_bytes(total_bytes), prop.major,
+                        prop.minor);
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+        if (c.is_full_attention(l) && c.head_dim > 256)
+            return error(ErrorCode::kUnsupported,
+                         fmt::format("[cuda] head_dim {} (at most 256)", c.head_dim));
+        if (!c.is_full_attention(l) && (c.linear_k_dim > 256 || c.conv_kernel > 8))
+            return error(ErrorCode::kUnsupported,
+                         fmt::format("[cuda] DeltaNet key dim {} (at most 256) / conv kernel {} (at most 8)",
+                                     c.linear_k_dim, c.conv_kernel));
+    }
+    if (c.n_experts > 1024)
+        return error(ErrorCode::kUnsupported, fmt::format("[cuda] {} experts (at most 1024)", c.n_experts));
+
+    Arena counter;
+    SLUICE_RETURN_IF_ERROR(upload_weights(counter));
+    weight_bytes_ = counter.used();
+    {
+        // Everything but the embedding table (one row per token) and the routed experts (k of E
+        // per MoE layer) is read every decode token.
+        const model::ModelWeights& W = model_->weights();
+        const uint64_t embed = W.lm_head.data == W.embed.data ? 0 : embed_bytes_;
+        decode_bytes_per_token_ = weight_bytes_ - embed - routed_bytes_ + W.embed.row_bytes() +
+                                  (c.n_experts > 0 ? routed_bytes_ / static_cast<uint64_t>(c.n_experts) *
+                                                         static_cast<uint64_t>(c.top_k)
+                                                   : 0);
+    }
+    const uint64_t budget = options.gpu_memory_bytes > 0 ? options.gpu_memory_bytes : free_bytes / 10 * 9;
+    const uint64_t state = state_bytes(options.context_tokens);
+    const uint64_t scratch_estimate = 256ull << 20;
+    if (weight_bytes_ + state + scratch_estimate > budget) {
+        return error(ErrorCode::kOutOfMemory,
+                     fmt::format("[cuda] the model does not fit the GPU memory budget of {}: weights {} (all "
+                                 "experts resident), one session's state {}, scratch about {}; tiered "
+                                 "expert caching (VRAM → host → SSD) is not implemented yet",
+                                 human_bytes(budget), human_bytes(weight_bytes_), human_bytes(state),
+                                 human_bytes(scratch_estimate)));
+    }
+    SLUICE_CUDA_TRY(cudaMalloc(&weights_block_, weight_bytes_), "allocating the weight arena");
+    Arena arena(weights_block_, weight_bytes_);
+    SLUICE_RETURN_IF_ERROR(upload_weights(arena));
+    SLUICE_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream");
+    SLUICE_CUDA_TRY(cudaMallocHost(&host_logits_, static_cast<size_t>(c.vocab) * sizeof(float)),
+                    "allocating pinned logits");
+    SLUICE_RETURN_IF_ERROR(reserve_scratch(256));
+    log::info("[cuda] {}: weights {} in GPU memory", name_, human_bytes(weight_bytes_));
+    return Status::ok();
+}
+
+Status CudaBackend::reserve_scratch(int64_t n) {
+    if (n <= ws_tokens_) return Status::ok();
+    const model::ModelConfig& c = model_->config();
+    const int64_t H = c.hidden, E = std::max<int64_t>(c.n_experts, 1), K = std::max<int64_t>(c.top_k, 1);
+    const int64_t I = std::max({c.expert_ffn, c.dense_ffn, int64_t{1}});
+    const int64_t Is = std::max<int64_t>(c.shared_expert_ffn, 1);
+    const int64_t q_rows = c.n_heads * c.head_dim * (c.attn_output_gate ? 2 : 1);
+    const int64_t kd = c.linear_key_dim(), vd = c.linear_value_dim(), cd = c.conv_dim();
+    const int64_t nv = std::max<int64_t>(c.linear_v_heads, 1);
+    const int64_t qkvz = 2 * kd + 2 * vd;
+    const int64_t wide = std::max({q_rows, qkvz, c.n_heads * c.head_dim, H, kd, vd, cd});
+    uint64_t used = 0;
+    std::vector<std::pair<void**, uint64_t>> plan;
+    auto add = [&](auto*& p, int64_t elems) {
+        plan.emplace_back(reinterpret_cast<void**>(&p),
+                          static_cast<uint64_t>(std::max<int64_t>(elems, 1)) * 4);
+    };
+    add(d_.x, n * H);
+    add(d_.norm, n * H);
+    add(d_.mix, n * H);
+    add(d_.tmp, n * wide);
+    add(d_.q, n * wide);
+    add(d_.k, n * wide);
+    add(d_.v, n * wide);
+    add(d_.gate, n * std::max(wide, 2 * nv));
+    add(d_.z, n * std::max<int64_t>(vd, 1));
+    add(d_.beta, n * nv);
+    add(d_.g, n * nv);
+    add(d_.conv_in, n * std::max<int64_t>(cd, 1));
+    add(d_.conv_out, n * std::max<int64_t>(cd, 1));
+    add(d_.attn, n * wide);
+    add(d_.y, n * wide);
+    add(d_.router, n * E);
+    add(d_.topk_w, n * K);
+    add(d_.pair_gate, n * K * I);
+    add(d_.pair_up, n * K * I);
+    add(d_.pair_act, n * K * I);
+    add(d_.pair_out, n * K * H);
+    add(d_.sh_gate, n * Is);
+    add(d_.sh_up, n * Is);
+    add(d_.sh_act, n * Is);
+    add(d_.sh_out, n * H);
+    add(d_.sg, n);
+    add(d_.logits, n * c.vocab);
+    add(d_.topk_ids, n * K);
+    add(d_.offsets, E + 1);
+    add(d_.order, n * K);
+    add(d_.io, n + 1);
+    for (auto& [p, bytes] : plan) used += (bytes + 255) / 256 * 256;
+    if (ws_block_ != nullptr) {
+        SLUICE_CUDA_TRY(cudaStreamSynchronize(stream_), "finishing work before growing scratch");
+        cudaFree(ws_block_);
+        ws_block_ = nullptr;
+    }
+    if (host_io_ != nullptr) cudaFreeHost(host_io_);
+    host_io_ = nullptr;
+    SLUICE_CUDA_TRY(cudaMalloc(&ws_block_, used),
+                    fmt::format("allocating {} of scratch for {} tokens", human_bytes(used), n).c_str());
+    SLUICE_CUDA_TRY(cudaMallocHost(&host_io_, static_cast<size_t>(n + 1) * sizeof(int32_t)),
+                    "allocating pinned token ids");
+    uint64_t at = 0;
+    for (auto& [p, bytes] : plan) {
+        *p = ws_block_ + at;
+        at += (bytes + 255) / 256 * 256;
+    }
+    ws_tokens_ = n;
+    ++ws_generation_;  // captured graphs point at the old buffers
+    return Status::ok();
+}
+
+Expected<DeviceState*> CudaBackend::mirror(model::ModelState& state) {
+    if (state.device != nullptr) {
+        auto* ds = static_cast<DeviceState*>(state.device.get());
+        if (state.device_stale) {
+            for (size_t l = 0; l < state.layers.size(); ++l) {
+                const auto& h = state.layers[l];
+                if (ds->conv[l] != nullptr)
+                    SLUICE_CUDA_TRY(cudaMemcpyAsync(ds->conv[l], h.conv.data(), h.conv.size() * 4,
+                                                    cudaMemcpyHostToDevice, stream_),
+                                    "uploading conv state");
+                if (ds->recurrent[l] != nullptr)
+                    SLUICE_CUDA_TRY(cudaMemcpyAsync(ds->recurrent[l], h.recurrent.data(),
+                                                    h.recurrent.size() * 4, cudaMemcpyHostToDevice, stream_),
+                                    "uploading recurrent state");
+            }
+            state.device_stale = false;
+        }
+        return ds;
+    }
+    auto ds = std::make_shared<DeviceState>();
+    uint64_t bytes = 0;
+    for (const auto& h : state.layers)
+        for (size_t sz : {h.k_cache.size(), h.v_cache.size(), h.conv.size(), h.recurrent.size()})
+            bytes += (sz * 4 + 255) / 256 * 256;
+    const model::ModelConfig& c = model_->config();
+    const uint64_t split_floats = static_cast<uint64_t>(
+        cuda::attention_split_scratch_floats(c.n_heads, c.head_dim, state.max_positions));
+    bytes += (split_floats * 4 + 255) / 256 * 256;
+    SLUICE_CUDA_TRY(cudaMalloc(&ds->block, std::max<uint64_t>(bytes, 256)),
+                    fmt::format("allocating {} of session state", human_bytes(bytes)).c_str());
+    uint64_t at = 0;
+    auto place = [&](const std::vector<float>& h, uint64_t upload_floats) -> Expected<float*> {
+        if (h.empty()) return static_cast<float*>(nullptr);
+        float* p = reinterpret_cast<float*>(ds->block + at);
+        at += (h.size() * 4 + 255) / 256 * 256;
+        if (upload_floats > 0)
+            SLUICE_CUDA_TRY(cudaMemcpyAsync(p, h.data(), upload_floats * 4, cudaMemcpyHostToDevice, stream_),
+                            "uploading session state");
+        return p;
+    };
+    ds->max_positions = state.max_positions;
+    ds->attn_split = reinterpret_cast<float*>(ds->block + at);
+    at += (split_floats * 4 + 255) / 256 * 256;
+    const uint64_t kv_row = static_cast<uint64_t>(c.n_kv_heads * c.head_dim);
+    for (const auto& h : state.layers) {
+        SLUICE_ASSIGN_OR_RETURN(float* k, place(h.k_cache, kv_row * static_cast<uint64_t>(state.n_past)));
+        SLUICE_ASSIGN_OR_RETURN(float* v, place(h.v_cache, kv_row * static_cast<uint64_t>(state.n_past)));
+        SLUICE_ASSIGN_OR_RETURN(float* cv, place(h.conv, h.conv.size()));
+        SLUICE_ASSIGN_OR_RETURN(float* rc, place(h.recurrent, h.recurrent.size()));
+        ds->k.push_back(k);
+        ds->v.push_back(v);
+        ds->conv.push_back(cv);
+        ds->recurrent.push_back(rc);
+    }
+    state.device = ds;
+    state.device_stale = false;
+    state.host_stale = false;
+    return ds.get();
+}
+
+// Host vectors that changed since the last upload (device_stale) are newer than the mirror and
+// are kept; KV rows below n_past only ever change on the device.
+Status CudaBackend::sync_to_host(model::ModelState& state, bool kv) {
+    if (state.device == nullptr || !state.host_stale) return Status::ok();
+    auto* ds = static_cast<DeviceState*>(state.device.get());
+    const model::ModelConfig& c = model_->config();
+    const size_t kv_floats = static_cast<size_t>(c.n_kv_heads * c.head_dim * state.n_past);
+    for (size_t l = 0; l < state.layers.size(); ++l) {
+        auto& h = state.layers[l];
+        if (ds->conv[l] != nullptr && !state.device_stale)
+            SLUICE_CUDA_TRY(cudaMemcpy(h.conv.data(), ds->conv[l], h.conv.size() * 4, cudaMemcpyDeviceToHost),
+                            "downloading conv state");
+        if (ds->recurrent[l] != nullptr && !state.device_stale)
+            SLUICE_CUDA_TRY(cudaMemcpy(h.recurrent.data(), ds->recurrent[l], h.recurrent.size() * 4,
+                                       cudaMemcpyDeviceToHost),
+                            "downloading recurrent state");
+        if (kv && ds->k[l] != nullptr && kv_floats > 0) {
+            SLUICE_CUDA_TRY(cudaMemcpy(h.k_cache.data(), ds->k[l], kv_floats * 4, cudaMemcpyDeviceToHost),
+                            "downloading keys");
+            SLUICE_CUDA_TRY(cudaMemcpy(h.v_cache.data(), ds->v[l], kv_floats * 4, cudaMemcpyDeviceToHost),
+                            "downloading values");
+        }
+    }
+    if (kv) state.host_stale = false;  // without the KV rows a later save still has to fetch them
+    return Status::ok();
+}
+
+void CudaBackend::linear(const DevWeight& w, const float* x, int64_t n, float* y) {
+    if (n == 1) {
+        cuda::matvec(w, x, y, stream_);
+    } else {
+        cuda::matmul(w, x, n, y, stream_);
+    }
+}
+
+void CudaBackend::swiglu_mlp(const DevWeight& gate, const DevWeight& up, const DevWeight& down,
+                             const float* x, int64_t n, float* out) {
+    const int64_t I = gate.rows;
+    linear(gate, x, n, d_.sh_gate);
+    linear(up, x, n, d_.sh_up);
+    cuda::swiglu(d_.sh_gate, d_.sh_up, n * I, d_.sh_act, stream_);
+    linear(down, d_.sh_act, n, out);
+}
+
+void CudaBackend::attention_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n) {
+    const model::ModelConfig& c = model_->config();
+    const int64_t nh = c.n_heads, nkv = c.n_kv_heads, hd = c.head_dim;
+    const bool gated = c.attn_output_gate;
+    const int64_t q_rows = nh * hd * (gated ? 2 : 1);
+    const int32_t* pos = d_.io;
+    if (n == 1) {
+        cuda::MatvecMulti m;
+        m.add(L.q_proj, d_.tmp);
+        m.add(L.k_proj, d_.k);
+        m.add(L.v_proj, d_.v);
+        cuda::matvec_multi(m, d_.norm, stream_);
+    } else {
+        linear(L.q_proj, d_.norm, n, d_.tmp);  // [n, nh, (q | gate)]
+        linear(L.k_proj, d_.norm, n, d_.k);    // [n, nkv, hd]
+        linear(L.v_proj, d_.norm, n, d_.v);
+    }
+    HeadLayout qh{n, nh, hd, q_rows, hd * (gated ? 2 : 1), nh * hd, hd};
+    cuda::row_norm(d_.tmp, L.q_norm, qh, c.rms_eps, false, 1.0f, d_.q, stream_);
+    if (gated) cuda::copy_heads(d_.tmp + hd, qh, d_.gate, stream_);
+    HeadLayout kh{n, nkv, hd, nkv * hd, hd, nkv * hd, hd};
+    cuda::row_norm(d_.k, L.k_norm, kh, c.rms_eps, false, 1.0f, d_.k, stream_);
+    cuda::rope_neox(d_.q, n, nh, hd, c.rotary_dim, pos, c.rope_theta, stream_);
+    cuda::rope_neox(d_.k, n, nkv, hd, c.rotary_dim, pos, c.rope_theta, stream_);
+    cuda::write_rows_at(d_.k, n, nkv * hd, pos, ds.k[static_cast<size_t>(l)], stream_);
+    cuda::write_rows_at(d_.v, n, nkv * hd, pos, ds.v[static_cast<size_t>(l)], stream_);
+    cuda::attention(d_.q, ds.k[static_cast<size_t>(l)], ds.v[static_cast<size_t>(l)], n, pos, nh, nkv, hd,
+                    1.0f / std::sqrt(static_cast<float>(hd)), d_.attn, ds.attn_split, ds.max_positions,
+                    stream_);
+    if (gated) cuda::mul_sigmoid(d_.attn, d_.gate, n * nh * hd, stream_);
+    linear(L.o_proj, d_.attn, n, d_.mix);
+}
+
+void CudaBackend::deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n) {
+    const model::ModelConfig& c = model_->config();
+    const int64_t nk = c.linear_k_heads, nv = c.linear_v_heads, dk = c.linear_k_dim, dv = c.linear_v_dim;
+    const int64_t r = nv / nk, kd = nk * dk, vd = nv * dv, cd = c.conv_dim();
+    if (c.split_linear_projections) {
+        if (n == 1) {
+            cuda::MatvecMulti m;
+            m.add(L.in_qkv, d_.conv_in);
+            m.add(L.in_z, d_.z);
+            m.add(L.in_b, d_.beta);
+            m.add(L.in_a, d_.g);
+            cuda::matvec_multi(m, d_.norm, stream_);
+        } else {
+            linear(L.in_qkv, d_.norm, n, d_.conv_in);
+            linear(L.in_z, d_.norm, n, d_.z);
+            linear(L.in_b, d_.norm, n, d_.beta);
+            linear(L.in_a, d_.norm, n, d_.g);
+        }
+    } else {
+        if (n == 1) {
+            cuda::MatvecMulti m;
+            m.add(L.in_qkvz, d_.tmp);
+            m.add(L.in_ba, d_.gate);
+            cuda::matvec_multi(m, d_.norm, stream_);
+        } else {
+            linear(L.in_qkvz, d_.norm, n, d_.tmp);
+            linear(L.in_ba, d_.norm, n, d_.gate);
+        }
+        cuda::split_qkvz(d_.tmp, d_.gate, n, nk, dk, r, dv, d_.conv_in, d_.z, d_.beta, d_.g, stream_);
+    }
+    cuda::conv1d_silu(d_.conv_in, n, cd, c.conv_kernel, L.conv, ds.conv[static_cast<size_t>(l)], d_.conv_out,
+                      stream_);
+    const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
+    const float eps =
+        model_->weights().layout == model::CheckpointLayout::kMlx ? 1e-6f * static_cast<float>(dk) : 1e-6f;
+    HeadLayout qk{n, nk, dk, cd, dk, kd, dk};
+    cuda::row_norm(d_.conv_out, nullptr, qk, eps, true, q_scale, d_.q, stream_);
+    cuda::row_norm(d_.conv_out + kd, nullptr, qk, eps, true, 1.0f, d_.k, stream_);
+    cuda::copy_heads(d_.conv_out + 2 * kd, HeadLayout{n, 1, vd, cd, 0, vd, 0}, d_.v, stream_);
+    cuda::deltanet_gates(d_.beta, d_.g, L.neg_a, L.dt_bias, n, nv, stream_);
+    cuda::gated_delta(d_.q, d_.k, d_.v, d_.beta, d_.g, n, nk, nv, dk, dv,
+                      ds.recurrent[static_cast<size_t>(l)], d_.attn, stream_);
+    cuda::rms_norm_gated(d_.attn, d_.z, L.dnorm, n * nv, dv, c.rms_eps, d_.y, stream_);
+    linear(L.out_proj, d_.y, n, d_.mix);
+}
+
+// Decode (n = 1) fuses: router and shared-expert input projections in one launch, the routed
+// gate/up in one grouped launch, SwiGLU inside the down projections, the shared expert's sigmoid
+// gate inside its down projection.
+void CudaBackend::moe_layer(const DevLayer& L, int64_t n) {
+    const model::ModelConfig& c = model_->config();
+    const int64_t H = c.hidden;
+    if (!L.moe) {
+        if (n == 1 && cuda::swiglu_fits(L.dense_gate.rows)) {
+            cuda::MatvecMulti m;
+            m.add(L.dense_gate, d_.sh_gate);
+            m.add(L.dense_up, d_.sh_up);
+            cuda::matvec_multi(m, d_.norm, stream_);
+            cuda::swiglu_down_matvec(L.dense_down, d_.sh_gate, d_.sh_up, nullptr, d_.mix, stream_);
+        } else {
+            swiglu_mlp(L.dense_gate, L.dense_up, L.dense_down, d_.norm, n, d_.mix);
+        }
+        return;
+    }
+    const int64_t E = c.n_experts, K = c.top_k, I = c.expert_ffn;
+    const bool fused_shared = n == 1 && L.has_shared && cuda::swiglu_fits(L.shared_gate_proj.rows);
+    if (fused_shared) {
+        cuda::MatvecMulti m;
+        m.add(L.router, d_.router);
+        m.add(L.shared_gate_proj, d_.sh_gate);
+        m.add(L.shared_up, d_.sh_up);
+        m.add(L.shared_gate, d_.sg);
+        cuda::matvec_multi(m, d_.norm, stream_);
+    } else {
+        linear(L.router, d_.norm, n, d_.router);
+    }
+    cuda::router_topk(d_.router, n, E, K, c.norm_topk_prob, d_.topk_ids, d_.topk_w, stream_);
+    if (n == 1) {
+        cuda::moe_matvec_gate_up(L.experts, d_.topk_ids, K, I, d_.norm, d_.pair_gate, d_.pair_up, stream_);
+        if (cuda::swiglu_fits(K * I) && K <= 32) {
+            cuda::moe_down_swiglu_matvec(L.experts, d_.topk_ids, d_.topk_w, K, H, I, d_.pair_gate, d_.pair_up,
+                                         d_.mix, stream_);
+        } else {
+            cuda::swiglu(d_.pair_gate, d_.pair_up, K * I, d_.pair_act, stream_);
+            cuda::moe_down_matvec(L.experts, d_.topk_ids, d_.topk_w, K, H, I, d_.pair_act, d_.mix, stream_);
+        }
+    } else {
+        const int64_t pairs = n * K;
+        cuda::moe_group(d_.topk_ids, pairs, E, d_.offsets, d_.order, stream_);
+        cuda::moe_matmul(L.experts, 0, E, d_.offsets, d_.order, pairs, true, K, false, I, H, d_.norm,
+                         d_.pair_gate, stream_);
+        cuda::moe_matmul(L.experts, 1, E, d_.offsets, d_.order, pairs, true, K, false, I, H, d_.norm,
+                         d_.pair_up, stream_);
+        cuda::swiglu(d_.pair_gate, d_.pair_up, pairs * I, d_.pair_act, stream_);
+        cuda::moe_matmul(L.experts, 2, E, d_.offsets, d_.order, pairs, false, 1, true, H, I, d_.pair_act,
+                         d_.pair_out, stream_);
+        cuda::moe_combine(d_.pair_out, d_.topk_w, n, K, H, d_.mix, stream_);
+    }
+    if (fused_shared) {
+        cuda::swiglu_down_matvec(L.shared_down, d_.sh_gate, d_.sh_up, d_.sg, d_.mix, stream_);
+    } else if (L.has_shared) {
+        swiglu_mlp(L.shared_gate_proj, L.shared_up, L.shared_down, d_.norm, n, d_.sh_out);
+        linear(L.shared_gate, d_.norm, n, d_.sg);
+        cuda::add_gated_rows(d_.sh_out, d_.sg, n, H, d_.mix, stream_);
+    }
+}
+
+void CudaBackend::enqueue(DeviceState& ds, int64_t n, bool all_logits) {
+    const model::ModelConfig& c = model_->config();
+    const int64_t H = c.hidden;
+    cudaMemcpyAsync(d_.io, host_io_, static_cast<size_t>(n + 1) * sizeof(int32_t), cudaMemcpyHostToDevice,
+                    stream_);
+    cuda::dequantize_rows(embed_, d_.io + 1, n, d_.x, stream_);
+    // The residual add of each block is fused with the norm that follows it.
+    const HeadLayout rows{n, 1, H, H, 0, H, 0};
+    cuda::row_norm(d_.x, layers_[0].input_norm, rows, c.rms_eps, false, 1.0f, d_.norm, stream_);
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+        const DevLayer& L = layers_[static_cast<size_t>(l)];
+        if (L.full_attention) {
+            attention_layer(L, ds, l, n);
+        } else {
+            deltanet_layer(L, ds, l, n);
+        }
+        cuda::add_rms_norm(d_.x, d_.mix, L.post_norm, n, H, c.rms_eps, d_.norm, stream_);
+        moe_layer(L, n);
+        if (l + 1 < c.n_layers) {
+            cuda::add_rms_norm(d_.x, d_.mix, layers_[static_cast<size_t>(l + 1)].input_norm, n, H, c.rms_eps,
+                               d_.norm, stream_);
+        } else {
+            cuda::axpy(1.0f, d_.mix, n * H, d_.x, stream_);
+        }
+    }
+    const int64_t first = all_logits ? 0 : n - 1;
+    const int64_t out_rows = n - first;
+    cuda::row_norm(d_.x + first * H, final_norm_, HeadLayout{out_rows, 1, H, H, 0, H, 0}, c.rms_eps, false,
+                   1.0f, d_.norm, stream_);
+    linear(lm_head_, d_.norm, out_rows, d_.logits);
+}
+
+Status CudaBackend::forward(model::ModelState& state, std::span<const int32_t> tokens, float* logits,
+                            bool all_logits, model::Workspace& /*ws*/, ThreadPool* /*pool*/) {
+    const model::ModelConfig& c = model_->config();
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    if (n == 0) return Status::ok();
+    if (state.layers.size() != static_cast<size_t>(c.n_layers))
+        return error(ErrorCode::kInvalidArgument, "[cuda] state was made for another model");
+    if (state.n_past + n > state.max_positions) {
+        return error(ErrorCode::kInvalidArgument,
+                     fmt::format("[model] context full: {} + {} tokens exceed the {}-token context",
+                                 state.n_past, n, state.max_positions));
+    }
+    for (int32_t id : tokens)
+        if (id < 0 || id >= c.vocab)
+            return error(ErrorCode::kInvalidArgument,
+                         fmt::format("[model] token id {} is outside the vocabulary [0, {})", id, c.vocab));
+    SLUICE_CUDA_TRY(cudaSetDevice(device_), "selecting the device");
+    SLUICE_RETURN_IF_ERROR(reserve_scratch(n));
+    SLUICE_ASSIGN_OR_RETURN(DeviceState * ds, mirror(state));
+    host_io_[0] = static_cast<int32_t>(state.n_past);
+    std::memcpy(host_io_ + 1, tokens.data(), tokens.size() * sizeof(int32_t));
+    const int64_t V = c.vocab;
+    if (n == 1) {
+        // Decode: replay this state's graph (captured on first use or after scratch moved).
+        if (ds->graph == nullptr || ds->graph_generation != ws_generation_) {
+            if (ds->graph != nullptr) cudaGraphExecDestroy(ds->graph);
+            ds->graph = nullptr;
+            cudaGraph_t graph = nullptr;
+            SLUICE_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+                            "capturing decode");
+            enqueue(*ds, 1, false);
+            cudaMemcpyAsync(host_logits_, d_.logits, static_cast<size_t>(V) * sizeof(float),
+                            cudaMemcpyDeviceToHost, stream_);
+            SLUICE_CUDA_TRY(cudaStreamEndCapture(stream_, &graph), "capturing decode");
+            const cudaError_t e = cudaGraphInstantiate(&ds->graph, graph, 0);
+            cudaGraphDestroy(graph);
+            SLUICE_CUDA_TRY(e, "instantiating the decode graph");
+            ds->graph_generation = ws_generation_;
+        }
+        SLUICE_CUDA_TRY(cudaGraphLaunch(ds->graph, stream_), "launching the decode graph");
+        SLUICE_CUDA_TRY(cudaStreamSynchronize(stream_), "decode step");
+        if (logits != nullptr) std::memcpy(logits, host_logits_, static_cast<size_t>(V) * sizeof(float));
+    } else {
+        enqueue(*ds, n, all_logits);
+        SLUICE_CUDA_TRY(cudaGetLastError(), "launching the prefill");
+        SLUICE_CUDA_TRY(cudaStreamSynchronize(stream_), "prefill");
+        if (logits != nullptr) {
+            const int64_t rows = all_logits ? n : 1;
+            SLUICE_CUDA_TRY(cudaMemcpy(logits, d_.logits, static_cast<size_t>(rows * V) * sizeof(float),
+                                       cudaMemcpyDeviceToHost),
+                            "copying logits");
+        }
+    }
+    state.n_past += n;
+    state.host_stale = true;
+    return Status::ok();
+}
+
+double CudaBackend::measure_memory_gb_s() {
+    constexpr size_t kBytes = 1ull << 30;
+    char* buf = nullptr;
+    if (cudaSetDevice(device_) != cudaSuccess || cudaMalloc(&buf, 2 * kBytes) != cudaSuccess) return 0.0;
+    cudaEvent_t start, stop;
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+    cudaMemcpyAsync(buf + kBytes, buf, kBytes, cudaMemcpyDeviceToDevice, stream_);  // warm-up
+    constexpr int kReps = 10;
+    cudaEventRecord(start, stream_);
+    for (int i = 0; i < kReps; ++i)
+        cudaMemcpyAsync(buf + kBytes, buf, kBytes, cudaMemcpyDeviceToDevice, stream_);
+    cudaEventRecord(stop, stream_);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cudaFree(buf);
+    return ms > 0 ? 2.0 * kBytes * kReps / (ms * 1e-3) / 1e9 : 0.0;
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const model::Model> model,
+                                                     const CudaBackendOptions& options) {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0)
+        return error(ErrorCode::kUnsupported,
+                     fmt::format("[cuda] no CUDA device found ({})",
+                                 e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none"));
+    if (options.device_index >= count)
+        return error(
+            ErrorCode::kInvalidArgument,
+            fmt::format("[cuda] no device cuda:{} (this machine has {})", options.device_index, count));
+    auto backend = std::make_unique<CudaBackend>(std::move(model), options.device_index);
+    SLUICE_RETURN_IF_ERROR(backend->init(options));
+    return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace sluice::runtime

@@ -1,0 +1,588 @@
+// Non-linear kernels of the GPU forward: norms, RoPE, KV writes, attention, the DeltaNet conv and
+// recurrence, the router and the elementwise glue. Each mirrors an op of kernels/reference/ and
+// is compared with it in tests/cuda/ops_test.cpp.
+//
+// Attention: one block per (query, head), 4 warps splitting the keys, each keeping an online
+// softmax with a lane holding head_dim/32 output dims; warps merge through shared memory. The
+// DeltaNet recurrence: one warp per (value head, value column), the column's dk state entries in
+// registers (dk/32 per lane) for the whole token batch. Both keep per-thread state in registers
+// and need no global scratch.
+#include <cmath>
+
+#include "cuda/common.cuh"
+
+namespace sluice::cuda {
+namespace {
+
+constexpr int kMaxHeadDimPerLane = 8;   // head_dim ≤ 256
+constexpr int kMaxDkPerLane = 8;        // DeltaNet dk ≤ 256
+constexpr int kMaxExpertsPerLane = 32;  // router: E ≤ 1024
+constexpr int kSplitKeys = 64;          // keys per block of the split decode attention
+
+__global__ void row_norm_kernel(const float* x, const float* weight, HeadLayout L, float eps, bool l2,
+                                float scale, float* y) {
+    const int64_t t = blockIdx.x / L.n_heads, h = blockIdx.x % L.n_heads;
+    const float* xr = x + t * L.in_token_stride + h * L.in_head_stride;
+    float* yr = y + t * L.out_token_stride + h * L.out_head_stride;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < L.dim; i += blockDim.x) ss += xr[i] * xr[i];
+    ss = block_sum(ss);
+    if (l2) {
+        const float inv = scale / sqrtf(ss + eps);
+        for (int64_t i = threadIdx.x; i < L.dim; i += blockDim.x) yr[i] = xr[i] * inv;
+    } else {
+        const float inv = rsqrtf(ss / static_cast<float>(L.dim) + eps);
+        for (int64_t i = threadIdx.x; i < L.dim; i += blockDim.x) yr[i] = xr[i] * inv * weight[i];
+    }
+}
+
+__global__ void rms_norm_gated_kernel(const float* x, const float* z, const float* weight, int64_t dim,
+                                      float eps, float* y) {
+    const int64_t row = blockIdx.x;
+    const float* xr = x + row * dim;
+    const float* zr = z + row * dim;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+    ss = block_sum(ss);
+    const float inv = rsqrtf(ss / static_cast<float>(dim) + eps);
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+        y[row * dim + i] = xr[i] * inv * weight[i] * silu_f(zr[i]);
+}
+
+__global__ void copy_heads_kernel(const float* x, HeadLayout L, float* y) {
+    const int64_t t = blockIdx.x / L.n_heads, h = blockIdx.x % L.n_heads;
+    const float* xr = x + t * L.in_token_stride + h * L.in_head_stride;
+    float* yr = y + t * L.out_token_stride + h * L.out_head_stride;
+    const int64_t i = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+    if (i < L.dim) yr[i] = xr[i];
+}
+
+// Angles as the reference: inv_freq = 1/f32(theta^(2i/R)) in f32, angle = f32(pos)·inv_freq,
+// cos/sin of that f32 angle in double.
+__global__ void rope_kernel(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, const int32_t* pos0,
+                            float theta) {
+    const int64_t t = blockIdx.x;
+    const int64_t half = rot_dim / 2;
+    const int64_t position = *pos0 + t;
+    for (int64_t e = threadIdx.x; e < n_heads * half; e += blockDim.x) {
+        const int64_t h = e / half, i = e % half;
+        const float exponent = static_cast<float>(2 * i) / static_cast<float>(rot_dim);
+        const float inv_freq =
+            1.0f / static_cast<float>(pow(static_cast<double>(theta), static_cast<double>(exponent)));
+        const float angle = static_cast<float>(position) * inv_freq;
+        double sn, cs;
+        sincos(static_cast<double>(angle), &sn, &cs);
+        float* v = x + (t * n_heads + h) * head_dim;
+        const double a = v[i], b = v[i + half];
+        v[i] = static_cast<float>(a * cs - b * sn);
+        v[i + half] = static_cast<float>(b * cs + a * sn);
+    }
+}
+
+__global__ void write_rows_kernel(const float* x, int64_t row_elems, const int32_t* pos0, float* cache) {
+    const int64_t t = blockIdx.x;
+    float* dst = cache + (*pos0 + t) * row_elems;
+    for (int64_t i = threadIdx.x; i < row_elems; i += blockDim.x) dst[i] = x[t * row_elems + i];
+}
+
+constexpr int kAttnWarps = 4;
+
+__global__ void __launch_bounds__(32 * kAttnWarps)
+    attention_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+                     const int32_t* pos0, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
+                     float* out) {
+    const int64_t t = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
+    const int64_t kvh = h / (n_heads / n_kv_heads);
+    const int64_t n_keys = *pos0 + t + 1;
+    const int64_t stride = n_kv_heads * head_dim;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const float* qh = q + (t * n_heads + h) * head_dim;
+    float qv[kMaxHeadDimPerLane], acc[kMaxHeadDimPerLane];
+#pragma unroll
+    for (int j = 0; j < kMaxHeadDimPerLane; ++j) {
+        qv[j] = j * 32 + lane < head_dim ? qh[j * 32 + lane] : 0.0f;
+        acc[j] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t s = warp; s < n_keys; s += kAttnWarps) {
+        const float* ks = k + s * stride + kvh * head_dim;
+        float dot = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kMaxHeadDimPerLane; ++j)
+            if (j * 32 + lane < head_dim) dot += qv[j] * ks[j * 32 + lane];
+        const float score = warp_sum(dot) * scale;
+        const float m_new = fmaxf(m, score);
+        const float corr = expf(m - m_new);  // 0 on the first key (m = -inf)
+        const float p = expf(score - m_new);
+        l = l * corr + p;
+        const float* vs = v + s * stride + kvh * head_dim;
+#pragma unroll
+        for (int j = 0; j < kMaxHeadDimPerLane; ++j)
+            if (j * 32 + lane < head_dim) acc[j] = acc[j] * corr + p * vs[j * 32 + lane];
+        m = m_new;
+    }
+    // Merge the warps' partial softmaxes.
+    __shared__ float sm[kAttnWarps], sl[kAttnWarps];
+    __shared__ float sacc[kAttnWarps][32 * kMaxHeadDimPerLane];
+    if (lane == 0) {
+        sm[warp] = m;
+        sl[warp] = l;
+    }
+#pragma unroll
+    for (int j = 0; j < kMaxHeadDimPerLane; ++j)
+        if (j * 32 + lane < head_dim) sacc[warp][j * 32 + lane] = acc[j];
+    __syncthreads();
+    float m_all = -INFINITY;
+    for (int w = 0; w < kAttnWarps; ++w) m_all = fmaxf(m_all, sm[w]);
+    float l_all = 0.0f;
+    for (int w = 0; w < kAttnWarps; ++w) l_all += sm[w] == -INFINITY ? 0.0f : sl[w] * expf(sm[w] - m_all);
+    float* oh = out + (t * n_heads + h) * head_dim;
+    for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float o = 0.0f;
+        for (int w = 0; w < kAttnWarps; ++w)
+            if (sm[w] != -INFINITY) o += sacc[w][d] * expf(sm[w] - m_all);
+        oh[d] = o / l_all;
+    }
+}
+
+// Decode attention split over the keys (flash-decoding): block (head h, split) runs an online
+// softmax over keys [split·kSplitKeys, …) and writes its unnormalised partial (acc, max, sum);
+// attention_combine_kernel merges the splits. The grid covers the whole context capacity and
+// blocks past the current length exit at once, so a captured graph stays valid as it grows.
+__global__ void __launch_bounds__(32 * kAttnWarps)
+    attention_split_kernel(const float* __restrict__ q, const float* __restrict__ k,
+                           const float* __restrict__ v, const int32_t* pos0, int64_t n_heads,
+                           int64_t n_kv_heads, int64_t head_dim, float scale, float* part,
+                           int64_t max_splits) {
+    const int64_t h = blockIdx.x, split = blockIdx.y;
+    const int64_t n_keys = *pos0 + 1;
+    const int64_t s0 = split * kSplitKeys;
+    if (s0 >= n_keys) return;
+    const int64_t s1 = min(n_keys, s0 + kSplitKeys);
+    const int64_t kvh = h / (n_heads / n_kv_heads);
+    const int64_t stride = n_kv_heads * head_dim;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const float* qh = q + h * head_dim;
+    float qv[kMaxHeadDimPerLane], acc[kMaxHeadDimPerLane];
+#pragma unroll
+    for (int j = 0; j < kMaxHeadDimPerLane; ++j) {
+        qv[j] = j * 32 + lane < head_dim ? qh[j * 32 + lane] : 0.0f;
+        acc[j] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t s = s0 + warp; s < s1; s += kAttnWarps) {
+        const float* ks = k + s * stride + kvh * head_dim;
+        float dot = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kMaxHeadDimPerLane; ++j)
+            if (j * 32 + lane < head_dim) dot += qv[j] * ks[j * 32 + lane];
+        const float score = warp_sum(dot) * scale;
+        const float m_new = fmaxf(m, score);
+        const float corr = expf(m - m_new);
+        const float p = expf(score - m_new);
+        l = l * corr + p;
+        const float* vs = v + s * stride + kvh * head_dim;
+#pragma unroll
+        for (int j = 0; j < kMaxHeadDimPerLane; ++j)
+            if (j * 32 + lane < head_dim) acc[j] = acc[j] * corr + p * vs[j * 32 + lane];
+        m = m_new;
+    }
+    __shared__ float sm[kAttnWarps], sl[kAttnWarps];
+    __shared__ float sacc[kAttnWarps][32 * kMaxHeadDimPerLane];
+    if (lane == 0) {
+        sm[warp] = m;
+        sl[warp] = l;
+    }
+#pragma unroll
+    for (int j = 0; j < kMaxHeadDimPerLane; ++j)
+        if (j * 32 + lane < head_dim) sacc[warp][j * 32 + lane] = acc[j];
+    __syncthreads();
+    float m_all = -INFINITY;
+    for (int w = 0; w < kAttnWarps; ++w) m_all = fmaxf(m_all, sm[w]);
+    float* ph = part + (h * max_splits + split) * (head_dim + 2);
+    if (threadIdx.x == 0) {
+        float l_all = 0.0f;
+        for (int w = 0; w < kAttnWarps; ++w) l_all += sm[w] == -INFINITY ? 0.0f : sl[w] * expf(sm[w] - m_all);
+        ph[head_dim] = m_all;
+        ph[head_dim + 1] = l_all;
+    }
+    for (int64_t dd = threadIdx.x; dd < head_dim; dd += blockDim.x) {
+        float o = 0.0f;
+        for (int w = 0; w < kAttnWarps; ++w)
+            if (sm[w] != -INFINITY) o += sacc[w][dd] * expf(sm[w] - m_all);
+        ph[dd] = o;
+    }
+}
+
+__global__ void attention_combine_kernel(const float* part, const int32_t* pos0, int64_t head_dim,
+                                         int64_t max_splits, float* out) {
+    const int64_t h = blockIdx.x;
+    const int64_t n_splits = (*pos0 + 1 + kSplitKeys - 1) / kSplitKeys;
+    const float* ph = part + h * max_splits * (head_dim + 2);
+    float m_all = -INFINITY;
+    for (int64_t sp = 0; sp < n_splits; ++sp) m_all = fmaxf(m_all, ph[sp * (head_dim + 2) + head_dim]);
+    float l_all = 0.0f;
+    for (int64_t sp = 0; sp < n_splits; ++sp)
+        l_all += ph[sp * (head_dim + 2) + head_dim + 1] * expf(ph[sp * (head_dim + 2) + head_dim] - m_all);
+    for (int64_t dd = threadIdx.x; dd < head_dim; dd += blockDim.x) {
+        float o = 0.0f;
+        for (int64_t sp = 0; sp < n_splits; ++sp)
+            o += ph[sp * (head_dim + 2) + dd] * expf(ph[sp * (head_dim + 2) + head_dim] - m_all);
+        out[h * head_dim + dd] = o / l_all;
+    }
+}
+
+// x += add; y = x / sqrt(mean(x²) + eps) · weight (the residual add fused with the next norm).
+__global__ void add_rms_norm_kernel(float* x, const float* add, const float* weight, int64_t dim, float eps,
+                                    float* y) {
+    const int64_t row = blockIdx.x;
+    float* xr = x + row * dim;
+    const float* ar = add + row * dim;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float val = xr[i] + ar[i];
+        xr[i] = val;
+        ss += val * val;
+    }
+    ss = block_sum(ss);
+    const float inv = rsqrtf(ss / static_cast<float>(dim) + eps);
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) y[row * dim + i] = xr[i] * inv * weight[i];
+}
+
+__global__ void conv1d_silu_kernel(const float* x, int64_t n, int64_t channels, int64_t kernel,
+                                   const float* weight, float* state, float* y) {
+    const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (c >= channels) return;
+    constexpr int kMaxKernel = 8;
+    const int64_t hist = kernel - 1;
+    float win[kMaxKernel];  // the last `kernel` inputs, oldest first; win[hist] = current token
+    float wt[kMaxKernel];
+#pragma unroll
+    for (int i = 0; i < kMaxKernel; ++i) {
+        win[i] = i < hist ? state[i * channels + c] : 0.0f;
+        wt[i] = i < kernel ? weight[c * kernel + i] : 0.0f;
+    }
+    for (int64_t t = 0; t < n; ++t) {
+        win[hist] = x[t * channels + c];
+        float acc = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kMaxKernel; ++i)
+            if (i < kernel) acc += wt[i] * win[i];
+        y[t * channels + c] = silu_f(acc);
+#pragma unroll
+        for (int i = 0; i + 1 < kMaxKernel; ++i)
+            if (i < hist) win[i] = win[i + 1];
+    }
+#pragma unroll
+    for (int i = 0; i < kMaxKernel; ++i)
+        if (i < hist) state[i * channels + c] = win[i];
+}
+
+constexpr int kDeltaWarps = 4;
+constexpr int kMaxDkRowsPerThread = kMaxDkPerLane * 32 / kDeltaWarps;  // dk ≤ 256
+
+// One block per (value head j, 32 value columns); lane = column, warp w holds state rows
+// i = w + 4·r in registers, so state loads and stores are coalesced along the columns. Per
+// token the four warps' partial dot products over rows meet in shared memory.
+__global__ void __launch_bounds__(32 * kDeltaWarps)
+    gated_delta_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+                       const float* __restrict__ beta, const float* __restrict__ g, int64_t n, int64_t n_k,
+                       int64_t n_v, int64_t dk, int64_t dv, float* state, float* out) {
+    const int64_t j = blockIdx.x;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int64_t d = static_cast<int64_t>(blockIdx.y) * 32 + lane;
+    const bool col = d < dv;
+    const int64_t kh = j / (n_v / n_k);
+    float* S = state + j * dk * dv;
+    __shared__ float ks[kMaxDkPerLane * 32], qs[kMaxDkPerLane * 32];
+    __shared__ float red[kDeltaWarps][32];
+    float s[kMaxDkRowsPerThread];
+#pragma unroll
+    for (int r = 0; r < kMaxDkRowsPerThread; ++r) {
+        const int64_t i = warp + kDeltaWarps * r;
+        s[r] = (col && i < dk) ? S[i * dv + d] : 0.0f;
+    }
+    for (int64_t t = 0; t < n; ++t) {
+        __syncthreads();  // ks/qs/red of the previous token are consumed
+        for (int64_t i = threadIdx.x; i < dk; i += blockDim.x) {
+            ks[i] = k[(t * n_k + kh) * dk + i];
+            qs[i] = q[(t * n_k + kh) * dk + i];
+        }
+        __syncthreads();
+        const float alpha = expf(g[t * n_v + j]);
+        const float b = beta[t * n_v + j];
+        float dot = 0.0f;
+#pragma unroll
+        for (int r = 0; r < kMaxDkRowsPerThread; ++r) {
+            const int64_t i = warp + kDeltaWarps * r;
+            if (i < dk) {
+                s[r] *= alpha;
+                dot += s[r] * ks[i];
+            }
+        }
+        red[warp][lane] = dot;
+        __syncthreads();
+        float kv = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kDeltaWarps; ++w) kv += red[w][lane];
+        const float delta = col ? b * (v[(t * n_v + j) * dv + d] - kv) : 0.0f;
+        float o = 0.0f;
+#pragma unroll
+        for (int r = 0; r < kMaxDkRowsPerThread; ++r) {
+            const int64_t i = warp + kDeltaWarps * r;
+            if (i < dk) {
+                s[r] += ks[i] * delta;
+                o += s[r] * qs[i];
+            }
+        }
+        __syncthreads();  // every warp has read red
+        red[warp][lane] = o;
+        __syncthreads();
+        if (warp == 0 && col) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int w = 0; w < kDeltaWarps; ++w) sum += red[w][lane];
+            out[(t * n_v + j) * dv + d] = sum;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < kMaxDkRowsPerThread; ++r) {
+        const int64_t i = warp + kDeltaWarps * r;
+        if (col && i < dk) S[i * dv + d] = s[r];
+    }
+}
+
+// One warp per token: softmax in f32, then k rounds of arg-max (ties: lower index).
+__global__ void router_topk_kernel(const float* logits, int64_t n, int64_t n_experts, int64_t k, bool renorm,
+                                   int32_t* ids, float* weights) {
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    if (t >= n) return;
+    const int lane = threadIdx.x % 32;
+    const float* lt = logits + t * n_experts;
+    float p[kMaxExpertsPerLane];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+        const int64_t e = i * 32 + lane;
+        p[i] = e < n_experts ? lt[e] : -INFINITY;
+        mx = fmaxf(mx, p[i]);
+    }
+    mx = warp_max(mx);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+        const int64_t e = i * 32 + lane;
+        p[i] = e < n_experts ? expf(p[i] - mx) : -1.0f;
+        if (e < n_experts) sum += p[i];
+    }
+    sum = warp_sum(sum);
+    float selected = 0.0f;
+    for (int64_t r = 0; r < k; ++r) {
+        float best = -1.0f;
+        int best_e = 0x7fffffff;
+#pragma unroll
+        for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+            const int e = i * 32 + lane;
+            if (p[i] > best) {  // strictly greater: the lower index of a tie within the lane wins
+                best = p[i];
+                best_e = e;
+            }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+            if (ob > best || (ob == best && oe < best_e)) {
+                best = ob;
+                best_e = oe;
+            }
+        }
+        if (lane == 0) {
+            ids[t * k + r] = best_e;
+            weights[t * k + r] = best / sum;
+        }
+        selected += best / sum;
+#pragma unroll
+        for (int i = 0; i < kMaxExpertsPerLane; ++i)
+            if (i * 32 + lane == best_e) p[i] = -1.0f;
+    }
+    if (renorm && lane == 0)
+        for (int64_t r = 0; r < k; ++r) weights[t * k + r] /= selected;
+}
+
+__global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, float* out) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = silu_f(gate[i]) * up[i];
+}
+
+__global__ void axpy_kernel(float a, const float* x, int64_t n, float* y) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += a * x[i];
+}
+
+__global__ void mul_sigmoid_kernel(float* x, const float* gate, int64_t n) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= sigmoid_f(gate[i]);
+}
+
+__global__ void add_gated_rows_kernel(const float* out, const float* gate_logit, int64_t n, int64_t dim,
+                                      float* mix) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n * dim) mix[i] += sigmoid_f(gate_logit[i / dim]) * out[i];
+}
+
+__global__ void deltanet_gates_kernel(float* b, float* a, const float* neg_a, const float* dt_bias, int64_t n,
+                                      int64_t nv) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n * nv) return;
+    const int64_t j = i % nv;
+    b[i] = sigmoid_f(b[i]);
+    const float x = a[i] + dt_bias[j];
+    a[i] = neg_a[j] * (x > 20.0f ? x : log1pf(expf(x)));
+}
+
+__global__ void split_qkvz_kernel(const float* p, const float* ba, int64_t n, int64_t nk, int64_t dk,
+                                  int64_t r, int64_t dv, float* u, float* z, float* b, float* a) {
+    const int64_t block = 2 * dk + 2 * r * dv, qkvz = nk * block;
+    const int64_t kd = nk * dk, vd = nk * r * dv, cd = 2 * kd + vd, nv = nk * r;
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n * qkvz) {
+        const int64_t t = i / qkvz, rem = i % qkvz, g = rem / block, e = rem % block;
+        const float val = p[i];
+        float* ut = u + t * cd;
+        if (e < dk) {
+            ut[g * dk + e] = val;
+        } else if (e < 2 * dk) {
+            ut[kd + g * dk + (e - dk)] = val;
+        } else if (e < 2 * dk + r * dv) {
+            ut[2 * kd + g * r * dv + (e - 2 * dk)] = val;
+        } else {
+            z[t * vd + g * r * dv + (e - 2 * dk - r * dv)] = val;
+        }
+    }
+    if (i < n * 2 * nv) {
+        const int64_t t = i / (2 * nv), rem = i % (2 * nv), g = rem / (2 * r), e = rem % (2 * r);
+        if (e < r) {
+            b[t * nv + g * r + e] = ba[i];
+        } else {
+            a[t * nv + g * r + (e - r)] = ba[i];
+        }
+    }
+}
+
+constexpr int kThreads = 256;
+
+}  // namespace
+
+void row_norm(const float* x, const float* weight, const HeadLayout& layout, float eps, bool l2, float scale,
+              float* y, cudaStream_t s) {
+    if (layout.n_tokens == 0) return;
+    row_norm_kernel<<<static_cast<unsigned>(layout.n_tokens * layout.n_heads),
+                      layout.dim >= 1024 ? 1024 : 256, 0, s>>>(x, weight, layout, eps, l2, scale, y);
+}
+
+void rms_norm_gated(const float* x, const float* z, const float* weight, int64_t rows, int64_t dim, float eps,
+                    float* y, cudaStream_t s) {
+    if (rows == 0) return;
+    rms_norm_gated_kernel<<<static_cast<unsigned>(rows), 128, 0, s>>>(x, z, weight, dim, eps, y);
+}
+
+void copy_heads(const float* x, const HeadLayout& layout, float* y, cudaStream_t s) {
+    if (layout.n_tokens == 0) return;
+    const dim3 grid(static_cast<unsigned>(layout.n_tokens * layout.n_heads), grid_for(layout.dim, 128));
+    copy_heads_kernel<<<grid, 128, 0, s>>>(x, layout, y);
+}
+
+void rope_neox(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t rot_dim,
+               const int32_t* pos0_dev, float theta, cudaStream_t s) {
+    if (n_tokens == 0) return;
+    rope_kernel<<<static_cast<unsigned>(n_tokens), 256, 0, s>>>(x, n_heads, head_dim, rot_dim, pos0_dev,
+                                                                theta);
+}
+
+void write_rows_at(const float* x, int64_t n, int64_t row_elems, const int32_t* pos0_dev, float* cache,
+                   cudaStream_t s) {
+    if (n == 0) return;
+    write_rows_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(x, row_elems, pos0_dev, cache);
+}
+
+void attention(const float* q, const float* k, const float* v, int64_t n_q, const int32_t* pos0_dev,
+               int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, float* out,
+               float* split_scratch, int64_t max_keys, cudaStream_t s) {
+    if (n_q == 0) return;
+    if (n_q == 1 && split_scratch != nullptr) {
+        const int64_t max_splits = (max_keys + kSplitKeys - 1) / kSplitKeys;
+        attention_split_kernel<<<dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(max_splits)),
+                                 32 * kAttnWarps, 0, s>>>(q, k, v, pos0_dev, n_heads, n_kv_heads, head_dim,
+                                                          scale, split_scratch, max_splits);
+        attention_combine_kernel<<<static_cast<unsigned>(n_heads), 128, 0, s>>>(split_scratch, pos0_dev,
+                                                                                head_dim, max_splits, out);
+        return;
+    }
+    attention_kernel<<<static_cast<unsigned>(n_q * n_heads), 32 * kAttnWarps, 0, s>>>(
+        q, k, v, pos0_dev, n_heads, n_kv_heads, head_dim, scale, out);
+}
+
+int64_t attention_split_scratch_floats(int64_t n_heads, int64_t head_dim, int64_t max_keys) {
+    return n_heads * ((max_keys + kSplitKeys - 1) / kSplitKeys) * (head_dim + 2);
+}
+
+void add_rms_norm(float* x, const float* add, const float* weight, int64_t rows, int64_t dim, float eps,
+                  float* y, cudaStream_t s) {
+    if (rows == 0) return;
+    add_rms_norm_kernel<<<static_cast<unsigned>(rows), dim >= 1024 ? 1024 : 256, 0, s>>>(x, add, weight, dim,
+                                                                                         eps, y);
+}
+
+void conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,
+                 float* state, float* y, cudaStream_t s) {
+    conv1d_silu_kernel<<<grid_for(channels, kThreads), kThreads, 0, s>>>(x, n, channels, kernel, weight,
+                                                                         state, y);
+}
+
+void gated_delta(const float* q, const float* k, const float* v, const float* beta, const float* g, int64_t n,
+                 int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, float* state, float* out, cudaStream_t s) {
+    const dim3 grid(static_cast<unsigned>(n_v), grid_for(dv, 32));
+    gated_delta_kernel<<<grid, 32 * kDeltaWarps, 0, s>>>(q, k, v, beta, g, n, n_k, n_v, dk, dv, state, out);
+}
+
+void router_topk(const float* logits, int64_t n, int64_t n_experts, int64_t k, bool renormalize, int32_t* ids,
+                 float* weights, cudaStream_t s) {
+    if (n == 0) return;
+    router_topk_kernel<<<grid_for(n, 4), 128, 0, s>>>(logits, n, n_experts, k, renormalize, ids, weights);
+}
+
+void swiglu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t s) {
+    if (n == 0) return;
+    swiglu_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(gate, up, n, out);
+}
+
+void axpy(float a, const float* x, int64_t n, float* y, cudaStream_t s) {
+    if (n == 0) return;
+    axpy_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(a, x, n, y);
+}
+
+void mul_sigmoid(float* x, const float* gate, int64_t n, cudaStream_t s) {
+    if (n == 0) return;
+    mul_sigmoid_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(x, gate, n);
+}
+
+void add_gated_rows(const float* out, const float* gate_logit, int64_t n, int64_t dim, float* mix,
+                    cudaStream_t s) {
+    if (n == 0) return;
+    add_gated_rows_kernel<<<grid_for(n * dim, kThreads), kThreads, 0, s>>>(out, gate_logit, n, dim, mix);
+}
+
+void deltanet_gates(float* b, float* a, const float* neg_a, const float* dt_bias, int64_t n, int64_t nv,
+                    cudaStream_t s) {
+    if (n == 0) return;
+    deltanet_gates_kernel<<<grid_for(n * nv, kThreads), kThreads, 0, s>>>(b, a, neg_a, dt_bias, n, nv);
+}
+
+void split_qkvz(const float* p, const float* ba, int64_t n, int64_t nk, int64_t dk, int64_t r, int64_t dv,
+                float* u, float* z, float* b, float* a, cudaStream_t s) {
+    if (n == 0) return;
+    const int64_t total = n * nk * (2 * dk + 2 * r * dv);
+    split_qkvz_kernel<<<grid_for(total, kThreads), kThreads, 0, s>>>(p, ba, n, nk, dk, r, dv, u, z, b, a);
+}
+
+}  // namespace sluice::cuda

@@ -1,0 +1,149 @@
+// The CUDA op set: launchers for every kernel the GPU forward uses, over device pointers, each
+// enqueued on the given stream (nothing here synchronises). The CPU twins are the ops of
+// kernels/kernels.h; tests/cuda/ compares each launcher against kernels::reference over shape
+// sweeps. Host-callable (included by .cu and .cpp files); device code lives in the .cu files.
+//
+// Layouts and semantics follow kernels.h exactly (row-major f32 activations, PyTorch Linear
+// weights, MLX affine 4/8-bit). Differences that are the GPU's: sums are in f32 (the reference
+// sums in double), and position-dependent ops read the first position from device memory
+// (`pos0_dev`) so a captured decode graph stays valid from step to step.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/kernels.h"
+
+namespace sluice::cuda {
+
+// A weight matrix in device memory: WeightView with device pointers.
+struct DevWeight {
+    kernels::WeightType type = kernels::WeightType::kF32;
+    kernels::ScaleType scale_type = kernels::ScaleType::kBF16;
+    int32_t group_size = 0;
+    int64_t rows = 0, cols = 0;
+    const void* data = nullptr;
+    const void* scales = nullptr;
+    const void* biases = nullptr;
+};
+
+// ---- linear ------------------------------------------------------------------------------------
+// out[i, :] = row ids[i] of W dequantized, for i < n (embedding lookup; ids on the device).
+void dequantize_rows(const DevWeight& w, const int32_t* ids, int64_t n, float* out, cudaStream_t s);
+// y[rows] = W · x[cols] (one warp per row, 4/8-bit codes read as 128-bit words).
+void matvec(const DevWeight& w, const float* x, float* y, cudaStream_t s);
+// Y[n, rows] = X[n, cols] · Wᵀ: tiled f32 product, W dequantized into shared memory per tile.
+void matmul(const DevWeight& w, const float* x, int64_t n, float* y, cudaStream_t s);
+
+// MoE decode, one token: for k < n_ids, with e = ids[k] and W = table[e·3 + which] (gate 0, up 1,
+// down 2): y[k, :] = W · x (x shared by all k). rows/cols: every expert's shape.
+void moe_matvec(const DevWeight* table, int which, const int32_t* ids, int64_t n_ids, int64_t rows,
+                int64_t cols, const float* x, float* y, cudaStream_t s);
+// moe_matvec for gate (which 0) and up (which 1) in one launch.
+void moe_matvec_gate_up(const DevWeight* table, const int32_t* ids, int64_t n_ids, int64_t rows,
+                        const float* x, float* gate, float* up, cudaStream_t s);
+// y[i] = w[i] · x for the n (≤ 4) weights of one input, in one launch (decode projections that
+// read the same activations: q/k/v, the DeltaNet inputs, router + shared expert).
+struct MatvecMulti {
+    DevWeight w[4];
+    float* y[4] = {};
+    int n = 0;
+    void add(const DevWeight& weight, float* out) {
+        w[n] = weight;
+        y[n] = out;
+        ++n;
+    }
+};
+void matvec_multi(const MatvecMulti& m, const float* x, cudaStream_t s);
+// Whether a fused SwiGLU down projection's activations (act_floats) fit in shared memory.
+bool swiglu_fits(int64_t act_floats);
+// moe_down_matvec with act = silu(gate) ⊙ up formed on the fly (gate, up: [n_ids, cols]).
+void moe_down_swiglu_matvec(const DevWeight* table, const int32_t* ids, const float* weights, int64_t n_ids,
+                            int64_t rows, int64_t cols, const float* gate, const float* up, float* y,
+                            cudaStream_t s);
+// y = down · (silu(gate) ⊙ up); mix = y, or mix += sigmoid(*gate_logit) · y when gate_logit is set
+// (the shared expert's gated add).
+void swiglu_down_matvec(const DevWeight& down, const float* gate, const float* up, const float* gate_logit,
+                        float* mix, cudaStream_t s);
+// MoE decode down projection and weighted sum: y[r] = Σ_k weights[k] · (down_{ids[k]} · act[k, :])[r].
+void moe_down_matvec(const DevWeight* table, const int32_t* ids, const float* weights, int64_t n_ids,
+                     int64_t rows, int64_t cols, const float* act, float* y, cudaStream_t s);
+
+// MoE prefill: pairs (token, slot) grouped by expert. order[offsets[e] .. offsets[e+1]) are the
+// pair indices routed to expert e (pair p = token p / k_per_token, slot p % k_per_token).
+// The input row of permuted pair i is x[gather ? order[i] / x_div : i]; its result row goes to
+// y[scatter ? order[i] : i]. W = table[e·3 + which].
+void moe_matmul(const DevWeight* table, int which, int64_t n_experts, const int32_t* offsets,
+                const int32_t* order, int64_t n_pairs, bool gather, int64_t x_div, bool scatter, int64_t rows,
+                int64_t cols, const float* x, float* y, cudaStream_t s);
+// Counting sort of ids[n_pairs] (expert ids < n_experts) into offsets[n_experts + 1] and
+// order[n_pairs]. One block; scratch-free.
+void moe_group(const int32_t* ids, int64_t n_pairs, int64_t n_experts, int32_t* offsets, int32_t* order,
+               cudaStream_t s);
+// mix[t, :] = Σ_j weights[t·k + j] · pair_out[t·k + j, :].
+void moe_combine(const float* pair_out, const float* weights, int64_t n, int64_t k, int64_t dim, float* mix,
+                 cudaStream_t s);
+
+// ---- norms and elementwise ------------------------------------------------------------------------
+// Per (token t, head h): y = x / sqrt(mean(x²) + eps) · weight (l2 = false), or
+// y = x · scale / sqrt(Σx² + eps) (l2 = true, weight unused). Strides in elements.
+struct HeadLayout {
+    int64_t n_tokens = 0, n_heads = 1, dim = 0;
+    int64_t in_token_stride = 0, in_head_stride = 0;
+    int64_t out_token_stride = 0, out_head_stride = 0;
+};
+void row_norm(const float* x, const float* weight, const HeadLayout& layout, float eps, bool l2, float scale,
+              float* y, cudaStream_t s);
+// Per (token, head): y = rms_norm(x, weight) ⊙ silu(z), contiguous rows of dim.
+void rms_norm_gated(const float* x, const float* z, const float* weight, int64_t rows, int64_t dim, float eps,
+                    float* y, cudaStream_t s);
+// Copies dim elements per (token, head) between strided layouts.
+void copy_heads(const float* x, const HeadLayout& layout, float* y, cudaStream_t s);
+// NeoX RoPE in place on x [n_tokens, n_heads, head_dim]; token t is at position *pos0_dev + t.
+void rope_neox(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t rot_dim,
+               const int32_t* pos0_dev, float theta, cudaStream_t s);
+// cache[(*pos0_dev + t), :] = x[t, :] for t < n (row = row_elems floats).
+void write_rows_at(const float* x, int64_t n, int64_t row_elems, const int32_t* pos0_dev, float* cache,
+                   cudaStream_t s);
+// kernels::attention with start_pos = *pos0_dev (k, v: the caches). For one query with a
+// split_scratch of attention_split_scratch_floats(n_heads, head_dim, max_keys) floats, the keys are
+// split over many blocks (flash-decoding); max_keys bounds *pos0_dev + 1 (the context capacity).
+void attention(const float* q, const float* k, const float* v, int64_t n_q, const int32_t* pos0_dev,
+               int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, float* out,
+               float* split_scratch, int64_t max_keys, cudaStream_t s);
+int64_t attention_split_scratch_floats(int64_t n_heads, int64_t head_dim, int64_t max_keys);
+// x += add; y = rms_norm(x) · weight, per row of dim (the residual add fused with the next norm).
+void add_rms_norm(float* x, const float* add, const float* weight, int64_t rows, int64_t dim, float eps,
+                  float* y, cudaStream_t s);
+// kernels::conv1d_silu.
+void conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,
+                 float* state, float* y, cudaStream_t s);
+// kernels::gated_delta_recurrent (also used for prefill: the state stays in registers over the
+// whole batch, which on a GPU beats the chunked form at the batch sizes sluice runs).
+void gated_delta(const float* q, const float* k, const float* v, const float* beta, const float* g, int64_t n,
+                 int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, float* state, float* out, cudaStream_t s);
+// kernels::router_topk for n tokens: logits [n, E] → ids, weights [n, k].
+void router_topk(const float* logits, int64_t n, int64_t n_experts, int64_t k, bool renormalize, int32_t* ids,
+                 float* weights, cudaStream_t s);
+// out = silu(gate) ⊙ up.
+void swiglu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t s);
+// y += a · x.
+void axpy(float a, const float* x, int64_t n, float* y, cudaStream_t s);
+// x ⊙= sigmoid(gate).
+void mul_sigmoid(float* x, const float* gate, int64_t n, cudaStream_t s);
+// mix[t, :] += sigmoid(gate_logit[t]) · out[t, :].
+void add_gated_rows(const float* out, const float* gate_logit, int64_t n, int64_t dim, float* mix,
+                    cudaStream_t s);
+// DeltaNet gates over [n, nv]: b ← sigmoid(b); a ← neg_a[j] · softplus(a + dt_bias[j]).
+void deltanet_gates(float* b, float* a, const float* neg_a, const float* dt_bias, int64_t n, int64_t nv,
+                    cudaStream_t s);
+// Qwen3-Next's interleaved in_proj_qkvz [n, nk·(2dk + 2r·dv)] and in_proj_ba [n, nk·2r] into
+// u [n, q | k | v] (conv input), z [n, nv·dv], b and a [n, nv] (models.md §3.5.2).
+void split_qkvz(const float* p, const float* ba, int64_t n, int64_t nk, int64_t dk, int64_t r, int64_t dv,
+                float* u, float* z, float* b, float* a, cudaStream_t s);
+
+// The last launch error as text, or nullptr.
+const char* last_error();
+
+}  // namespace sluice::cuda

@@ -1,0 +1,498 @@
+// Every CUDA op against its CPU reference (kernels::reference) over shape sweeps, in the spirit of
+// ggml's test-backend-ops: random inputs, the same call on both sides, max |difference| relative
+// to the output's scale. Run by tools/gpu_check.sh on a machine with a GPU (also under
+// compute-sanitizer); skipped when no device is present.
+#include "cuda/ops.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kernels/quantize.h"
+
+namespace sluice::cuda {
+namespace {
+
+bool has_gpu() {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+#define REQUIRE_GPU() \
+    if (!has_gpu()) GTEST_SKIP() << "no CUDA device"
+
+// A device copy of a host vector, copied back with get().
+template <typename T>
+class Dev {
+ public:
+    explicit Dev(const std::vector<T>& host) : n_(host.size()) {
+        EXPECT_EQ(cudaMalloc(&p_, std::max<size_t>(n_, 1) * sizeof(T)), cudaSuccess);
+        if (n_ > 0) {
+            EXPECT_EQ(cudaMemcpy(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+        }
+    }
+    explicit Dev(size_t n) : Dev(std::vector<T>(n)) {}
+    ~Dev() { cudaFree(p_); }
+    Dev(const Dev&) = delete;
+    Dev& operator=(const Dev&) = delete;
+    T* get() { return p_; }
+    std::vector<T> host() const {
+        std::vector<T> out(n_);
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        if (n_ > 0) {
+            EXPECT_EQ(cudaMemcpy(out.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+        }
+        return out;
+    }
+
+ private:
+    T* p_ = nullptr;
+    size_t n_;
+};
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> d(0.0f, scale);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+
+// max |a - b| / max(1, max |b|).
+double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    double diff = 0, mag = 1;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+        diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+        mag = std::max(mag, static_cast<double>(std::fabs(b[i])));
+        if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
+    }
+    return diff / mag;
+}
+
+// A weight of any type with host storage and a device copy.
+struct TestWeight {
+    kernels::WeightView view;  // host
+    std::vector<uint8_t> data, scales, biases;
+    std::unique_ptr<Dev<uint8_t>> d_data, d_scales, d_biases;
+    DevWeight dev;
+};
+
+std::unique_ptr<TestWeight> make_weight(kernels::WeightType type, int64_t rows, int64_t cols, int group,
+                                        uint32_t seed) {
+    auto w = std::make_unique<TestWeight>();
+    std::vector<float> f = randn(static_cast<size_t>(rows * cols), seed, 0.05f);
+    kernels::WeightView& v = w->view;
+    v.type = type;
+    v.rows = rows;
+    v.cols = cols;
+    if (type == kernels::WeightType::kF32) {
+        w->data.resize(f.size() * 4);
+        std::memcpy(w->data.data(), f.data(), w->data.size());
+    } else if (type == kernels::WeightType::kBF16 || type == kernels::WeightType::kF16) {
+        w->data.resize(f.size() * 2);
+        auto* p = reinterpret_cast<uint16_t*>(w->data.data());
+        for (size_t i = 0; i < f.size(); ++i)
+            p[i] =
+                type == kernels::WeightType::kBF16 ? kernels::f32_to_bf16(f[i]) : kernels::f32_to_f16(f[i]);
+    } else {
+        const int bits = type == kernels::WeightType::kQ4 ? 4 : 8;
+        v.group_size = group;
+        v.scale_type = kernels::ScaleType::kBF16;
+        const int64_t words = cols * bits / 32, groups = cols / group;
+        w->data.resize(static_cast<size_t>(rows * words * 4));
+        w->scales.resize(static_cast<size_t>(rows * groups * 2));
+        w->biases.resize(static_cast<size_t>(rows * groups * 2));
+        for (int64_t r = 0; r < rows; ++r)
+            kernels::quantize_row_affine(f.data() + r * cols, cols, bits, group,
+                                         reinterpret_cast<uint32_t*>(w->data.data()) + r * words,
+                                         reinterpret_cast<uint16_t*>(w->scales.data()) + r * groups,
+                                         reinterpret_cast<uint16_t*>(w->biases.data()) + r * groups);
+    }
+    w->d_data = std::make_unique<Dev<uint8_t>>(w->data);
+    v.data = w->data.data();
+    DevWeight& d = w->dev;
+    d.type = type;
+    d.rows = rows;
+    d.cols = cols;
+    d.data = w->d_data->get();
+    if (v.quantized()) {
+        w->d_scales = std::make_unique<Dev<uint8_t>>(w->scales);
+        w->d_biases = std::make_unique<Dev<uint8_t>>(w->biases);
+        v.scales = w->scales.data();
+        v.biases = w->biases.data();
+        d.scales = w->d_scales->get();
+        d.biases = w->d_biases->get();
+        d.group_size = group;
+        d.scale_type = kernels::ScaleType::kBF16;
+    }
+    return w;
+}
+
+struct LinearCase {
+    kernels::WeightType type;
+    int64_t rows, cols;
+    int group;
+};
+
+const std::vector<LinearCase>& linear_cases() {
+    using T = kernels::WeightType;
+    static const std::vector<LinearCase> cases = {
+        {T::kF32, 37, 40, 0},   {T::kF32, 256, 2048, 0}, {T::kBF16, 67, 2048, 0},  {T::kBF16, 5, 36, 0},
+        {T::kF16, 130, 512, 0}, {T::kQ4, 100, 2048, 64}, {T::kQ4, 33, 64, 32},     {T::kQ4, 9, 48, 16},
+        {T::kQ8, 70, 512, 64},  {T::kQ8, 17, 96, 32},    {T::kQ4, 512, 4096, 128}, {T::kQ8, 3, 16, 8},
+    };
+    return cases;
+}
+
+TEST(CudaOps, MatvecMatchesReference) {
+    REQUIRE_GPU();
+    uint32_t seed = 1;
+    for (const auto& c : linear_cases()) {
+        auto w = make_weight(c.type, c.rows, c.cols, c.group, seed++);
+        std::vector<float> x = randn(static_cast<size_t>(c.cols), seed++);
+        std::vector<float> ref(static_cast<size_t>(c.rows));
+        kernels::reference::matvec(w->view, x.data(), ref.data(), nullptr);
+        Dev<float> dx(x), dy(static_cast<size_t>(c.rows));
+        matvec(w->dev, dx.get(), dy.get(), nullptr);
+        EXPECT_LT(rel_err(dy.host(), ref), 1e-5)
+            << kernels::weight_type_name(c.type) << " " << c.rows << "x" << c.cols << " g" << c.group;
+    }
+}
+
+TEST(CudaOps, MatmulMatchesReference) {
+    REQUIRE_GPU();
+    uint32_t seed = 100;
+    for (const auto& c : linear_cases()) {
+        for (int64_t n : {2, 5, 64, 130}) {
+            auto w = make_weight(c.type, c.rows, c.cols, c.group, seed++);
+            std::vector<float> x = randn(static_cast<size_t>(n * c.cols), seed++);
+            std::vector<float> ref(static_cast<size_t>(n * c.rows));
+            kernels::reference::matmul(w->view, x.data(), n, ref.data(), nullptr);
+            Dev<float> dx(x), dy(static_cast<size_t>(n * c.rows));
+            matmul(w->dev, dx.get(), n, dy.get(), nullptr);
+            EXPECT_LT(rel_err(dy.host(), ref), 1e-5)
+                << kernels::weight_type_name(c.type) << " " << c.rows << "x" << c.cols << " n=" << n;
+        }
+    }
+}
+
+TEST(CudaOps, DequantizeRowsMatchesReference) {
+    REQUIRE_GPU();
+    for (const auto& c : linear_cases()) {
+        auto w = make_weight(c.type, c.rows, c.cols, c.group, 7);
+        std::vector<int32_t> ids = {0, static_cast<int32_t>(c.rows - 1), static_cast<int32_t>(c.rows / 2)};
+        std::vector<float> ref(ids.size() * static_cast<size_t>(c.cols));
+        for (size_t i = 0; i < ids.size(); ++i)
+            kernels::reference::dequantize_row(w->view, ids[i], ref.data() + i * static_cast<size_t>(c.cols));
+        Dev<int32_t> did(ids);
+        Dev<float> dy(ref.size());
+        dequantize_rows(w->dev, did.get(), static_cast<int64_t>(ids.size()), dy.get(), nullptr);
+        EXPECT_LT(rel_err(dy.host(), ref), 1e-6) << kernels::weight_type_name(c.type);
+    }
+}
+
+// The grouped MoE products against the composed reference: per (token, slot) the expert's
+// SwiGLU MLP, weighted and summed — both the decode (matvec) and prefill (grouped matmul) forms.
+TEST(CudaOps, GroupedMoeMatchesComposedReference) {
+    REQUIRE_GPU();
+    for (auto type : {kernels::WeightType::kQ4, kernels::WeightType::kQ8, kernels::WeightType::kBF16}) {
+        const int64_t E = 16, K = 4, H = 256, I = 128;
+        std::vector<std::unique_ptr<TestWeight>> ws;
+        std::vector<DevWeight> table;
+        for (int64_t e = 0; e < E; ++e) {
+            ws.push_back(make_weight(type, I, H, 64, static_cast<uint32_t>(1000 + 3 * e)));
+            ws.push_back(make_weight(type, I, H, 64, static_cast<uint32_t>(1001 + 3 * e)));
+            ws.push_back(make_weight(type, H, I, 64, static_cast<uint32_t>(1002 + 3 * e)));
+            for (int j = 0; j < 3; ++j) table.push_back(ws[static_cast<size_t>(3 * e + j)]->dev);
+        }
+        std::vector<uint8_t> table_bytes(table.size() * sizeof(DevWeight));
+        std::memcpy(table_bytes.data(), table.data(), table_bytes.size());
+        Dev<uint8_t> dtable(table_bytes);
+        const auto* dt = reinterpret_cast<const DevWeight*>(dtable.get());
+        for (int64_t n : {1, 3, 50}) {
+            std::vector<float> x = randn(static_cast<size_t>(n * H), 5);
+            std::vector<int32_t> ids(static_cast<size_t>(n * K));
+            std::vector<float> wts(static_cast<size_t>(n * K));
+            std::mt19937 rng(9);
+            for (int64_t t = 0; t < n; ++t) {
+                std::vector<int32_t> perm(E);
+                std::iota(perm.begin(), perm.end(), 0);
+                std::shuffle(perm.begin(), perm.end(), rng);
+                for (int64_t j = 0; j < K; ++j) {
+                    ids[t * K + j] = perm[j];
+                    wts[t * K + j] = 0.1f + 0.2f * static_cast<float>(j);
+                }
+            }
+            std::vector<float> ref(static_cast<size_t>(n * H), 0.0f), g(I), u(I), act(I), out(H);
+            for (int64_t t = 0; t < n; ++t)
+                for (int64_t j = 0; j < K; ++j) {
+                    const int64_t e = ids[t * K + j];
+                    kernels::reference::matvec(ws[e * 3]->view, x.data() + t * H, g.data(), nullptr);
+                    kernels::reference::matvec(ws[e * 3 + 1]->view, x.data() + t * H, u.data(), nullptr);
+                    kernels::reference::swiglu(g.data(), u.data(), I, act.data());
+                    kernels::reference::matvec(ws[e * 3 + 2]->view, act.data(), out.data(), nullptr);
+                    kernels::reference::axpy(wts[t * K + j], out.data(), H, ref.data() + t * H);
+                }
+            Dev<float> dx(x), dw(wts), dg(static_cast<size_t>(n * K * I)), du(static_cast<size_t>(n * K * I)),
+                da(static_cast<size_t>(n * K * I)), dpo(static_cast<size_t>(n * K * H)),
+                dmix(static_cast<size_t>(n * H));
+            Dev<int32_t> dids(ids), doff(static_cast<size_t>(E + 1)), dord(static_cast<size_t>(n * K));
+            if (n == 1) {
+                moe_matvec(dt, 0, dids.get(), K, I, H, dx.get(), dg.get(), nullptr);
+                moe_matvec(dt, 1, dids.get(), K, I, H, dx.get(), du.get(), nullptr);
+                swiglu(dg.get(), du.get(), K * I, da.get(), nullptr);
+                moe_down_matvec(dt, dids.get(), dw.get(), K, H, I, da.get(), dmix.get(), nullptr);
+                // The fused decode form: gate and up in one launch, SwiGLU inside the down projection.
+                Dev<float> dg2(static_cast<size_t>(K * I)), du2(static_cast<size_t>(K * I)),
+                    dmix2(static_cast<size_t>(H));
+                moe_matvec_gate_up(dt, dids.get(), K, I, dx.get(), dg2.get(), du2.get(), nullptr);
+                moe_down_swiglu_matvec(dt, dids.get(), dw.get(), K, H, I, dg2.get(), du2.get(), dmix2.get(),
+                                       nullptr);
+                EXPECT_LT(rel_err(dmix2.host(), ref), 1e-5) << kernels::weight_type_name(type) << " fused";
+            } else {
+                moe_group(dids.get(), n * K, E, doff.get(), dord.get(), nullptr);
+                moe_matmul(dt, 0, E, doff.get(), dord.get(), n * K, true, K, false, I, H, dx.get(), dg.get(),
+                           nullptr);
+                moe_matmul(dt, 1, E, doff.get(), dord.get(), n * K, true, K, false, I, H, dx.get(), du.get(),
+                           nullptr);
+                swiglu(dg.get(), du.get(), n * K * I, da.get(), nullptr);
+                moe_matmul(dt, 2, E, doff.get(), dord.get(), n * K, false, 1, true, H, I, da.get(), dpo.get(),
+                           nullptr);
+                moe_combine(dpo.get(), dw.get(), n, K, H, dmix.get(), nullptr);
+            }
+            EXPECT_LT(rel_err(dmix.host(), ref), 1e-5) << kernels::weight_type_name(type) << " n=" << n;
+        }
+    }
+}
+
+TEST(CudaOps, NormsMatchReference) {
+    REQUIRE_GPU();
+    for (int64_t dim : {16, 128, 2048, 4096}) {
+        const int64_t n = 5;
+        std::vector<float> x = randn(static_cast<size_t>(n * dim), 3), w = randn(static_cast<size_t>(dim), 4),
+                           z = randn(static_cast<size_t>(n * dim), 6);
+        std::vector<float> ref(x.size()), ref_g(x.size()), ref_l2(x.size());
+        for (int64_t t = 0; t < n; ++t) {
+            kernels::reference::rms_norm(x.data() + t * dim, w.data(), dim, 1e-6f, ref.data() + t * dim);
+            kernels::reference::rms_norm_gated(x.data() + t * dim, z.data() + t * dim, w.data(), dim, 1e-6f,
+                                               ref_g.data() + t * dim);
+            double ss = 0;
+            for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(x[t * dim + i]) * x[t * dim + i];
+            const float inv = 0.5f / std::sqrt(static_cast<float>(ss) + 1e-6f);
+            for (int64_t i = 0; i < dim; ++i) ref_l2[t * dim + i] = x[t * dim + i] * inv;
+        }
+        Dev<float> dx(x), dw(w), dz(z), dy(x.size()), dg(x.size()), dl(x.size());
+        const HeadLayout L{n, 1, dim, dim, 0, dim, 0};
+        row_norm(dx.get(), dw.get(), L, 1e-6f, false, 1.0f, dy.get(), nullptr);
+        rms_norm_gated(dx.get(), dz.get(), dw.get(), n, dim, 1e-6f, dg.get(), nullptr);
+        row_norm(dx.get(), nullptr, L, 1e-6f, true, 0.5f, dl.get(), nullptr);
+        EXPECT_LT(rel_err(dy.host(), ref), 1e-5) << dim;
+        EXPECT_LT(rel_err(dg.host(), ref_g), 1e-5) << dim;
+        EXPECT_LT(rel_err(dl.host(), ref_l2), 1e-5) << dim;
+    }
+}
+
+TEST(CudaOps, RopeMatchesReference) {
+    REQUIRE_GPU();
+    for (int64_t pos0 : {0, 7, 40000}) {
+        for (auto [hd, rot] : {std::pair<int64_t, int64_t>{128, 128}, {256, 64}, {64, 32}}) {
+            const int64_t n = 3, heads = 4;
+            std::vector<float> x = randn(static_cast<size_t>(n * heads * hd), 11), ref = x;
+            for (int64_t t = 0; t < n; ++t)
+                kernels::reference::rope_neox(ref.data() + t * heads * hd, heads, hd, rot, pos0 + t, 1e7f);
+            Dev<float> dx(x);
+            Dev<int32_t> dpos(std::vector<int32_t>{static_cast<int32_t>(pos0)});
+            rope_neox(dx.get(), n, heads, hd, rot, dpos.get(), 1e7f, nullptr);
+            EXPECT_LT(rel_err(dx.host(), ref), 1e-5) << "pos " << pos0 << " hd " << hd;
+        }
+    }
+}
+
+TEST(CudaOps, AttentionMatchesReference) {
+    REQUIRE_GPU();
+    struct Case {
+        int64_t n_q, start, nh, nkv, hd;
+    };
+    for (const Case& c :
+         {Case{1, 0, 4, 2, 64}, Case{1, 300, 16, 2, 256}, Case{7, 5, 8, 8, 128}, Case{70, 0, 4, 1, 128},
+          Case{3, 1000, 2, 2, 32}, Case{1, 4000, 16, 2, 256}, Case{1, 63, 4, 4, 24}, Case{5, 9, 4, 2, 40}}) {
+        const int64_t rows = c.start + c.n_q;
+        std::vector<float> q = randn(static_cast<size_t>(c.n_q * c.nh * c.hd), 1),
+                           k = randn(static_cast<size_t>(rows * c.nkv * c.hd), 2),
+                           v = randn(static_cast<size_t>(rows * c.nkv * c.hd), 3);
+        std::vector<float> ref(q.size());
+        const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+        kernels::reference::attention(q.data(), k.data(), v.data(), c.n_q, c.start, c.nh, c.nkv, c.hd, scale,
+                                      ref.data(), nullptr);
+        Dev<float> dq(q), dk(k), dv(v), dout(q.size());
+        Dev<int32_t> dpos(std::vector<int32_t>{static_cast<int32_t>(c.start)});
+        attention(dq.get(), dk.get(), dv.get(), c.n_q, dpos.get(), c.nh, c.nkv, c.hd, scale, dout.get(),
+                  nullptr, 0, nullptr);
+        EXPECT_LT(rel_err(dout.host(), ref), 1e-5) << c.n_q << " " << c.start << " " << c.hd;
+        if (c.n_q == 1) {  // the split (flash-decoding) form, with a capacity beyond the keys
+            const int64_t cap = rows + 500;
+            Dev<float> split(static_cast<size_t>(attention_split_scratch_floats(c.nh, c.hd, cap))),
+                dout2(q.size());
+            attention(dq.get(), dk.get(), dv.get(), 1, dpos.get(), c.nh, c.nkv, c.hd, scale, dout2.get(),
+                      split.get(), cap, nullptr);
+            EXPECT_LT(rel_err(dout2.host(), ref), 1e-5) << "split, start " << c.start << " hd " << c.hd;
+        }
+    }
+}
+
+TEST(CudaOps, Conv1dSiluMatchesReference) {
+    REQUIRE_GPU();
+    for (int64_t n : {1, 6, 100}) {
+        for (int64_t kernel : {2, 4}) {
+            const int64_t ch = 300;
+            std::vector<float> x = randn(static_cast<size_t>(n * ch), 1),
+                               w = randn(static_cast<size_t>(ch * kernel), 2),
+                               state = randn(static_cast<size_t>((kernel - 1) * ch), 3);
+            std::vector<float> ref_y(x.size()), ref_state = state;
+            kernels::reference::conv1d_silu(x.data(), n, ch, kernel, w.data(), ref_state.data(),
+                                            ref_y.data());
+            Dev<float> dx(x), dw(w), ds(state), dy(x.size());
+            conv1d_silu(dx.get(), n, ch, kernel, dw.get(), ds.get(), dy.get(), nullptr);
+            EXPECT_LT(rel_err(dy.host(), ref_y), 1e-5) << n;
+            EXPECT_LT(rel_err(ds.host(), ref_state), 1e-6) << n;
+        }
+    }
+}
+
+// q, k L2-normalised per head (as the model feeds them), gates in their trained ranges.
+TEST(CudaOps, GatedDeltaMatchesRecurrentAndChunkedReference) {
+    REQUIRE_GPU();
+    struct Case {
+        int64_t n, nk, nv, dk, dv;
+    };
+    for (const Case& c : {Case{1, 2, 4, 128, 128}, Case{5, 1, 2, 64, 32}, Case{70, 2, 4, 128, 128},
+                          Case{130, 4, 4, 32, 64}, Case{9, 2, 4, 16, 24}, Case{3, 1, 1, 256, 40}}) {
+        auto normed = [&](uint32_t seed, float scale) {
+            std::vector<float> v = randn(static_cast<size_t>(c.n * c.nk * c.dk), seed);
+            for (int64_t r = 0; r < c.n * c.nk; ++r) {
+                double ss = 0;
+                for (int64_t i = 0; i < c.dk; ++i)
+                    ss += static_cast<double>(v[r * c.dk + i]) * v[r * c.dk + i];
+                for (int64_t i = 0; i < c.dk; ++i)
+                    v[r * c.dk + i] *= static_cast<float>(scale / std::sqrt(ss));
+            }
+            return v;
+        };
+        std::vector<float> q = normed(1, 1.0f / std::sqrt(static_cast<float>(c.dk))), k = normed(2, 1.0f);
+        std::vector<float> v = randn(static_cast<size_t>(c.n * c.nv * c.dv), 3);
+        std::vector<float> beta(static_cast<size_t>(c.n * c.nv)), g(beta.size());
+        std::mt19937 rng(4);
+        std::uniform_real_distribution<float> ub(0.05f, 0.95f), ug(-2.0f, -0.01f);
+        for (auto& b : beta) b = ub(rng);
+        for (auto& x : g) x = ug(rng);
+        std::vector<float> state0 = randn(static_cast<size_t>(c.nv * c.dk * c.dv), 5, 0.1f);
+        std::vector<float> ref_out(v.size()), ref_state = state0;
+        std::vector<float> chk_out(v.size()), chk_state = state0;
+        kernels::reference::gated_delta_recurrent(q.data(), k.data(), v.data(), beta.data(), g.data(), c.n,
+                                                  c.nk, c.nv, c.dk, c.dv, ref_state.data(), ref_out.data(),
+                                                  nullptr);
+        kernels::reference::gated_delta_chunked(q.data(), k.data(), v.data(), beta.data(), g.data(), c.n,
+                                                c.nk, c.nv, c.dk, c.dv, chk_state.data(), chk_out.data(),
+                                                nullptr);
+        Dev<float> dq(q), dk(k), dv(v), db(beta), dg(g), ds(state0), dout(v.size());
+        gated_delta(dq.get(), dk.get(), dv.get(), db.get(), dg.get(), c.n, c.nk, c.nv, c.dk, c.dv, ds.get(),
+                    dout.get(), nullptr);
+        const auto out = dout.host(), st = ds.host();
+        EXPECT_LT(rel_err(out, ref_out), 1e-4) << "n " << c.n;
+        EXPECT_LT(rel_err(st, ref_state), 1e-4) << "n " << c.n;
+        EXPECT_LT(rel_err(out, chk_out), 1e-4) << "chunked, n " << c.n;
+        EXPECT_LT(rel_err(st, chk_state), 1e-4) << "chunked, n " << c.n;
+    }
+}
+
+TEST(CudaOps, RouterTopkMatchesReference) {
+    REQUIRE_GPU();
+    for (int64_t E : {8, 64, 256, 512}) {
+        for (bool renorm : {false, true}) {
+            const int64_t n = 37, K = std::min<int64_t>(8, E);
+            std::vector<float> logits = randn(static_cast<size_t>(n * E), static_cast<uint32_t>(E), 2.0f);
+            std::vector<int32_t> ref_ids(static_cast<size_t>(n * K));
+            std::vector<float> ref_w(static_cast<size_t>(n * K));
+            for (int64_t t = 0; t < n; ++t)
+                kernels::reference::router_topk(logits.data() + t * E, E, K, renorm, ref_ids.data() + t * K,
+                                                ref_w.data() + t * K);
+            Dev<float> dl(logits), dw(ref_w.size());
+            Dev<int32_t> di(ref_ids.size());
+            router_topk(dl.get(), n, E, K, renorm, di.get(), dw.get(), nullptr);
+            EXPECT_EQ(di.host(), ref_ids) << "E " << E;
+            EXPECT_LT(rel_err(dw.host(), ref_w), 1e-6) << "E " << E;
+        }
+    }
+}
+
+TEST(CudaOps, ElementwiseMatchReference) {
+    REQUIRE_GPU();
+    const int64_t n = 1000;
+    std::vector<float> a = randn(n, 1), b = randn(n, 2), y = randn(n, 3);
+    std::vector<float> ref_sw(n), ref_axpy = y;
+    kernels::reference::swiglu(a.data(), b.data(), n, ref_sw.data());
+    kernels::reference::axpy(0.7f, a.data(), n, ref_axpy.data());
+    Dev<float> da(a), db(b), dy(y), dsw(n);
+    swiglu(da.get(), db.get(), n, dsw.get(), nullptr);
+    axpy(0.7f, da.get(), n, dy.get(), nullptr);
+    EXPECT_LT(rel_err(dsw.host(), ref_sw), 1e-6);
+    EXPECT_LT(rel_err(dy.host(), ref_axpy), 1e-6);
+}
+
+// The fused decode forms: several projections of one input in one launch, SwiGLU inside the down
+// projection with the shared expert's sigmoid-gated add, the residual add inside the norm.
+TEST(CudaOps, FusedDecodeFormsMatchReference) {
+    REQUIRE_GPU();
+    const int64_t H = 320, I = 96;
+    auto wg = make_weight(kernels::WeightType::kQ4, I, H, 64, 1);
+    auto wu = make_weight(kernels::WeightType::kQ8, I, H, 32, 2);
+    auto wr = make_weight(kernels::WeightType::kBF16, 7, H, 0, 3);
+    auto ws = make_weight(kernels::WeightType::kF32, 1, H, 0, 4);
+    auto wd = make_weight(kernels::WeightType::kQ4, H, I, 32, 5);
+    std::vector<float> x = randn(H, 6), g(I), u(I), r(7), sg(1), act(I), down(H);
+    kernels::reference::matvec(wg->view, x.data(), g.data(), nullptr);
+    kernels::reference::matvec(wu->view, x.data(), u.data(), nullptr);
+    kernels::reference::matvec(wr->view, x.data(), r.data(), nullptr);
+    kernels::reference::matvec(ws->view, x.data(), sg.data(), nullptr);
+    kernels::reference::swiglu(g.data(), u.data(), I, act.data());
+    kernels::reference::matvec(wd->view, act.data(), down.data(), nullptr);
+    std::vector<float> mix0 = randn(H, 7), mix_ref = mix0;
+    kernels::reference::axpy(1.0f / (1.0f + std::exp(-sg[0])), down.data(), H, mix_ref.data());
+    Dev<float> dx(x), dg(I), du(I), dr(7), dsg(1), dmix(mix0), dout(H);
+    MatvecMulti m;
+    m.add(wg->dev, dg.get());
+    m.add(wu->dev, du.get());
+    m.add(wr->dev, dr.get());
+    m.add(ws->dev, dsg.get());
+    matvec_multi(m, dx.get(), nullptr);
+    EXPECT_LT(rel_err(dg.host(), g), 1e-5);
+    EXPECT_LT(rel_err(du.host(), u), 1e-5);
+    EXPECT_LT(rel_err(dr.host(), r), 1e-5);
+    EXPECT_LT(rel_err(dsg.host(), sg), 1e-5);
+    swiglu_down_matvec(wd->dev, dg.get(), du.get(), dsg.get(), dmix.get(), nullptr);
+    EXPECT_LT(rel_err(dmix.host(), mix_ref), 1e-5);
+    swiglu_down_matvec(wd->dev, dg.get(), du.get(), nullptr, dout.get(), nullptr);
+    EXPECT_LT(rel_err(dout.host(), down), 1e-5);
+
+    const int64_t n = 3, dim = 2048;
+    std::vector<float> xs = randn(n * dim, 8), add = randn(n * dim, 9), w = randn(dim, 10), ref(n * dim),
+                       xsum = xs;
+    for (int64_t i = 0; i < n * dim; ++i) xsum[i] += add[i];
+    for (int64_t t = 0; t < n; ++t)
+        kernels::reference::rms_norm(xsum.data() + t * dim, w.data(), dim, 1e-6f, ref.data() + t * dim);
+    Dev<float> dxs(xs), dadd(add), dw(w), dy(n * dim);
+    add_rms_norm(dxs.get(), dadd.get(), dw.get(), n, dim, 1e-6f, dy.get(), nullptr);
+    EXPECT_LT(rel_err(dxs.host(), xsum), 1e-6);
+    EXPECT_LT(rel_err(dy.host(), ref), 1e-5);
+}
+
+}  // namespace
+}  // namespace sluice::cuda
