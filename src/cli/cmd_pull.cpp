@@ -14,7 +14,9 @@ namespace {
 
 void run_pull(const experts::PullOptions& base) {
     experts::PullOptions o = base;
+    // The Hub's own environment variables, as huggingface_hub reads them.
     if (const char* token = std::getenv("HF_TOKEN"); token && *token) o.token = token;
+    if (const char* endpoint = std::getenv("HF_ENDPOINT"); endpoint && *endpoint) o.endpoint = endpoint;
     if (o.out_dir.empty()) o.out_dir = experts::default_pull_dir(o.repo);
     Progress progress("pull", true);
     o.progress = [&](const std::string& phase, uint64_t done, uint64_t total) {

@@ -1,6 +1,5 @@
 #include "experts/puller.h"
 
-#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -95,10 +94,7 @@ Expected<PullResult> pull_model(const PullOptions& options) {
         o.repo.back() == '/')
         return error(ErrorCode::kInvalidArgument,
                      "[pull] repository must look like ORG/NAME, got '" + o.repo + "'");
-    if (o.endpoint.empty()) {
-        const char* env = std::getenv("HF_ENDPOINT");
-        o.endpoint = env && *env ? env : "https://huggingface.co";
-    }
+    if (o.endpoint.empty()) o.endpoint = "https://huggingface.co";
     while (!o.endpoint.empty() && o.endpoint.back() == '/') o.endpoint.pop_back();
     if (o.out_dir.empty()) o.out_dir = default_pull_dir(o.repo);
     auto notice = [&](const std::string& s) {
@@ -113,6 +109,8 @@ Expected<PullResult> pull_model(const PullOptions& options) {
     ho.on_retry = [&](const std::string& s) { notice(s); };
     io::HttpClient http(ho);
 
+    notice("pulling " + o.repo + "@" + o.revision + " from " + o.endpoint + " into " + o.out_dir +
+           (o.token.empty() ? "" : " (with a token)"));
     const std::string source_dir = (fs::path(o.out_dir) / kSourceDir).string();
     std::error_code ec;
     // 1. The revision, pinned to a commit (kept across resumes).
@@ -128,7 +126,7 @@ Expected<PullResult> pull_model(const PullOptions& options) {
         notice("resuming the pull of commit " + result.commit);
     }
     if (fs::exists(fs::path(o.out_dir) / "manifest.json", ec)) {
-        // A finished pull of this commit needs nothing more (another one is refused later).
+        // A finished pull of this commit needs nothing more; any other complete pack is left alone.
         auto text = io::read_text_file((fs::path(o.out_dir) / kRecordName).string());
         auto rec = text.has_value() ? parse_stream_record(*text, kRecordName)
                                     : Expected<StreamRecord>(text.status());

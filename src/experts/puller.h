@@ -24,7 +24,7 @@ struct PullOptions {
     std::string repo;               // "ORG/NAME"
     std::string revision = "main";  // branch, tag or commit
     std::string out_dir;
-    std::string endpoint;  // "" = $HF_ENDPOINT or https://huggingface.co
+    std::string endpoint;  // "" = https://huggingface.co (the CLI passes $HF_ENDPOINT)
     std::string token;     // "" = none (the CLI passes $HF_TOKEN)
     int bits = 0;          // as PackOptions::bits
     int group_size = 64;
