@@ -97,7 +97,14 @@ for (const [from, to] of [[moeDir, packMoe], [nextDir, packNext]]) {
     else if (!/SHA-256 mismatch/.test(r.stderr)) fail(`expected a SHA-256 mismatch, got: ${r.stderr}`);
     r = await run(["pull", "sluice-test/tiny-moe-bf16", "--to", out, ...fastFlags], { HF_TOKEN: hub.token });
     if (r.code !== 0) fail(`pull after faults failed: ${r.stderr}`);
-    else sameTree(out, packMoe, "bf16 → 4-bit pull with faults");
+    else {
+        sameTree(out, packMoe, "bf16 → 4-bit pull with faults");
+        const v = spawnSync(bin, ["verify", out], { encoding: "utf8" });
+        if (v.status !== 0 || !/OK/.test(v.stdout)) fail(`sluice verify on the pull: ${v.stdout}${v.stderr}`);
+        if (fs.existsSync(path.join(out, ".source"))) fail("the staging folder .source was left behind");
+        const again = await run(["pull", "sluice-test/tiny-moe-bf16", "--to", out], { HF_TOKEN: hub.token });
+        if (again.code !== 0 || !/already a complete pull/.test(again.stderr)) fail(`re-run of a finished pull: ${again.stderr}`);
+    }
     for (const want of [/HTTP 429/, /HTTP 503/, /HTTP 200 to a range request/, /stalled/, /Recv failure|Transferred a partial file|end of file|ended early/i])
         if (!want.test(log)) fail(`no retry line matching ${want} in:\n${log}`);
     if (hub.state.faults.length) fail(`faults not consumed: ${hub.state.faults}`);
