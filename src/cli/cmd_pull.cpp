@@ -56,6 +56,9 @@ SLUICE_COMMAND(pull, 39, [](CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--include", o->include, "Also fetch files matching this glob (repeatable)");
     cmd->add_option("--exclude", o->exclude, "Skip optional files matching this glob (repeatable)");
+    cmd->add_option("--connections", o->connections, "Shards downloaded at once (one connection each)")
+        ->check(CLI::Range(1, 32))
+        ->capture_default_str();
     cmd->add_option("--stall-timeout", o->stall_timeout_s,
                     "Seconds without a byte before a connection is retried")
         ->capture_default_str();

@@ -1,5 +1,6 @@
 #include "experts/puller.h"
 
+#include <atomic>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -190,17 +191,20 @@ Expected<PullResult> pull_model(const PullOptions& options) {
            std::to_string(plan.packed_bytes()) + " packed bytes");
 
     // 5. Stream the shards through the plan.
+    // One connection per shard being streamed (a client per call: curl handles are single-threaded).
+    std::atomic<uint64_t> downloaded{0};
     const ShardReader reader = [&](size_t s, uint64_t begin, uint64_t end, const ShardSink& sink) -> Status {
         const format::HubFile& f = sel.shards[s];
-        const uint64_t start = begin;
         auto counted = [&](std::span<const uint8_t> b) {
-            result.downloaded_bytes += b.size();
+            downloaded += b.size();
             return sink(b);
         };
-        if (begin > 0) notice("resuming " + f.path + " at byte " + std::to_string(start));
-        return http.get_range(format::hub_resolve_url(o.endpoint, o.repo, result.commit, f.path), begin, end,
-                              f.size_bytes, counted);
+        if (begin > 0) notice("resuming " + f.path + " at byte " + std::to_string(begin));
+        io::HttpClient shard_http(ho);
+        return shard_http.get_range(format::hub_resolve_url(o.endpoint, o.repo, result.commit, f.path), begin,
+                                    end, f.size_bytes, counted);
     };
+    so.parallel_shards = o.connections;
     so.out_dir = o.out_dir;
     so.record_name = kRecordName;
     so.source = "hf:" + o.repo + "@" + result.commit;
@@ -209,7 +213,10 @@ Expected<PullResult> pull_model(const PullOptions& options) {
     so.progress = [&](const std::string&, uint64_t done, uint64_t total) {
         if (o.progress) o.progress("download", done, total);
     };
-    SLUICE_ASSIGN_OR_RETURN(result.pack, run_pack_plan(plan, reader, so));
+    auto packed = run_pack_plan(plan, reader, so);
+    result.downloaded_bytes = downloaded;
+    if (!packed.has_value()) return packed.status();
+    result.pack = *packed;
     fs::remove_all(source_dir, ec);
     return result;
 }

@@ -7,7 +7,8 @@
 // kill or a dropped connection; every answer is checked before a byte is used (io/http.h); sizes
 // and the Hub's SHA-256 of LFS files are verified; the manifest is written last.
 //
-// Threading: runs on the calling thread (one connection).
+// Threading: up to `connections` shards stream at once, one thread and one connection each
+// (pack_stream.h); `progress` and `notice` may be called from any of them (progress serialised).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,7 @@ struct PullOptions {
     int bits = 0;          // as PackOptions::bits
     int group_size = 64;
     std::vector<std::string> include, exclude;  // globs (format/hub_api.h: select_hub_files)
+    int connections = 4;                        // shards downloaded at once, one connection each
     double stall_timeout_s = 60;
     int max_attempts = 10;
     double retry_wait_s = 1.0;

@@ -85,11 +85,14 @@ for (const [from, to] of [[moeDir, packMoe], [nextDir, packNext]]) {
 }
 
 // 1. Faults on the data of the private bf16 repository; the token must reach the Hub, not the CDN.
+// One connection, so that the faults meet the requests in a known order (the other cases run the
+// default four shards at once).
 {
     hub.state.faults = ["drop", "429", "503", "html200", "stall", "corrupt"];
     const out = path.join(tmp, "pull-moe");
     const t0 = Date.now();
-    let r = await run(["pull", "sluice-test/tiny-moe-bf16", "--to", out, ...fastFlags], { HF_TOKEN: hub.token });
+    let r = await run(["pull", "sluice-test/tiny-moe-bf16", "--to", out, "--connections", "1", ...fastFlags],
+        { HF_TOKEN: hub.token });
     const log = r.stderr;
     if (process.env.PULL_TEST_VERBOSE) console.log(log);
     // The corrupted byte passes every HTTP check and is caught by the SHA-256 of its shard.
@@ -112,6 +115,16 @@ for (const [from, to] of [[moeDir, packMoe], [nextDir, packNext]]) {
     if (![...hub.state.cdnHostsSeen].every((h) => h.startsWith("cdn-lfs.localhost:")))
         fail(`CDN requests went to ${[...hub.state.cdnHostsSeen]}`);
     console.log(`[pull] fault run: ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+}
+
+// 1b. Faults while three shards stream at once: whatever request meets them, the result is the same.
+{
+    hub.state.faults = ["drop", "503", "drop", "stall", "429"];
+    const out = path.join(tmp, "pull-moe-parallel");
+    const r = await run(["pull", "sluice-test/tiny-moe-bf16", "--to", out, ...fastFlags], { HF_TOKEN: hub.token });
+    if (r.code !== 0) fail(`parallel pull with faults failed: ${r.stderr}`);
+    else sameTree(out, packMoe, "bf16 → 4-bit pull, 3 connections, with faults");
+    if (hub.state.faults.length) fail(`faults not consumed: ${hub.state.faults}`);
 }
 
 // 2. MLX source (verbatim copy) through the redirect; then generate from it.
