@@ -14,7 +14,9 @@ namespace {
 
 void run_pull(const experts::PullOptions& base) {
     experts::PullOptions o = base;
+    // The Hub's own environment variables, as huggingface_hub reads them.
     if (const char* token = std::getenv("HF_TOKEN"); token && *token) o.token = token;
+    if (const char* endpoint = std::getenv("HF_ENDPOINT"); endpoint && *endpoint) o.endpoint = endpoint;
     if (o.out_dir.empty()) o.out_dir = experts::default_pull_dir(o.repo);
     Progress progress("pull", true);
     o.progress = [&](const std::string& phase, uint64_t done, uint64_t total) {
@@ -54,6 +56,9 @@ SLUICE_COMMAND(pull, 39, [](CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--include", o->include, "Also fetch files matching this glob (repeatable)");
     cmd->add_option("--exclude", o->exclude, "Skip optional files matching this glob (repeatable)");
+    cmd->add_option("--connections", o->connections, "Shards downloaded at once (one connection each)")
+        ->check(CLI::Range(1, 32))
+        ->capture_default_str();
     cmd->add_option("--stall-timeout", o->stall_timeout_s,
                     "Seconds without a byte before a connection is retried")
         ->capture_default_str();

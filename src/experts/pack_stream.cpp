@@ -4,11 +4,15 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "core/log.h"
 #include "experts/pack_writer.h"
@@ -114,7 +118,8 @@ Status PlanWriter::write_at(uint32_t file, const void* data, uint64_t size, uint
     return Status::ok();
 }
 
-Status PlanWriter::quantize_rows(const PlanPiece& pc, uint64_t first_row, const uint8_t* src, uint64_t rows) {
+Status PlanWriter::quantize_rows(ShardState& st, const PlanPiece& pc, uint64_t first_row, const uint8_t* src,
+                                 uint64_t rows) {
     // The same arithmetic as the MLX affine quantizer over a mapped tensor: each row to f32, then
     // quantize_row_affine (kernels/quantize.h).
     kernels::WeightView v;
@@ -124,20 +129,21 @@ Status PlanWriter::quantize_rows(const PlanPiece& pc, uint64_t first_row, const 
     v.data = src;
     const uint64_t wpr = static_cast<uint64_t>(pc.cols * pc.bits / 32);
     const uint64_t groups = static_cast<uint64_t>(pc.cols / pc.group_size);
-    row_.resize(static_cast<size_t>(pc.cols));
-    words_.resize(rows * wpr);
-    scales_.resize(rows * groups);
-    biases_.resize(rows * groups);
+    st.row.resize(static_cast<size_t>(pc.cols));
+    st.words.resize(rows * wpr);
+    st.scales.resize(rows * groups);
+    st.biases.resize(rows * groups);
     for (uint64_t r = 0; r < rows; ++r) {
-        kernels::reference::dequantize_row(v, static_cast<int64_t>(r), row_.data());
-        kernels::quantize_row_affine(row_.data(), pc.cols, pc.bits, pc.group_size, words_.data() + r * wpr,
-                                     scales_.data() + r * groups, biases_.data() + r * groups);
+        kernels::reference::dequantize_row(v, static_cast<int64_t>(r), st.row.data());
+        kernels::quantize_row_affine(st.row.data(), pc.cols, pc.bits, pc.group_size,
+                                     st.words.data() + r * wpr, st.scales.data() + r * groups,
+                                     st.biases.data() + r * groups);
     }
     SLUICE_RETURN_IF_ERROR(
-        write_at(pc.out_file, words_.data(), rows * wpr * 4, pc.dst + first_row * wpr * 4));
+        write_at(pc.out_file, st.words.data(), rows * wpr * 4, pc.dst + first_row * wpr * 4));
     SLUICE_RETURN_IF_ERROR(
-        write_at(pc.out_file, scales_.data(), rows * groups * 2, pc.dst_scales + first_row * groups * 2));
-    return write_at(pc.out_file, biases_.data(), rows * groups * 2, pc.dst_biases + first_row * groups * 2);
+        write_at(pc.out_file, st.scales.data(), rows * groups * 2, pc.dst_scales + first_row * groups * 2));
+    return write_at(pc.out_file, st.biases.data(), rows * groups * 2, pc.dst_biases + first_row * groups * 2);
 }
 
 Status PlanWriter::consume(size_t shard, std::span<const uint8_t> bytes) {
@@ -175,7 +181,7 @@ Status PlanWriter::consume(size_t shard, std::span<const uint8_t> bytes) {
             advance(t, false);
             if (st.carry.size() == rb) {
                 const uint64_t row = (st.pos - rb - pc.src_begin) / rb;
-                SLUICE_RETURN_IF_ERROR(quantize_rows(pc, row, st.carry.data(), 1));
+                SLUICE_RETURN_IF_ERROR(quantize_rows(st, pc, row, st.carry.data(), 1));
                 if (st.hash) st.hash->update(st.carry.data(), rb);
                 st.carry.clear();
             }
@@ -183,7 +189,7 @@ Status PlanWriter::consume(size_t shard, std::span<const uint8_t> bytes) {
         }
         const uint64_t rows = take / rb;
         if (rows > 0) {
-            SLUICE_RETURN_IF_ERROR(quantize_rows(pc, (st.pos - pc.src_begin) / rb, p, rows));
+            SLUICE_RETURN_IF_ERROR(quantize_rows(st, pc, (st.pos - pc.src_begin) / rb, p, rows));
             advance(rows * rb, true);
             continue;
         }
@@ -405,61 +411,90 @@ Expected<PackResult> run_pack_plan(const PackPlan& plan, const ShardReader& read
     uint64_t resumed_bytes = 0;
     for (const auto& c : record.shards) resumed_bytes += c.cursor;
     const uint64_t total = plan.source_bytes() - resumed_bytes;
-    uint64_t done_before = 0;
-    auto last_flush = std::chrono::steady_clock::now();
-    uint64_t since_flush = 0;
-    for (size_t s = 0; s < plan.shards.size(); ++s) {
+
+    // Shards run on up to o.parallel_shards threads. Each thread owns its shard's writer state and
+    // hash; `mu` guards the record (every cursor, the file) and progress reports.
+    std::mutex mu;
+    std::atomic<uint64_t> done_bytes{0};
+    std::atomic<bool> stop{false};
+    PlanWriter& w = **writer;
+    auto run_shard = [&](size_t s) -> Status {
         ShardCursor& c = record.shards[s];
         Sha256 hash;
-        if (!c.sha256.empty() && c.cursor > 0 && !hash.restore(c.sha256_state)) c.cursor = 0;
-        const uint64_t start_cursor = c.cursor;
-        (*writer)->seek(s, c.cursor, c.sha256.empty() ? nullptr : &hash);
+        uint64_t start;
+        {
+            std::lock_guard<std::mutex> lock(mu);
+            if (!c.sha256.empty() && c.cursor > 0 && !hash.restore(c.sha256_state)) c.cursor = 0;
+            start = c.cursor;
+        }
+        const bool hashed = !c.sha256.empty();
+        w.seek(s, start, hashed ? &hash : nullptr);
+        auto last_flush = std::chrono::steady_clock::now();
+        uint64_t since_flush = 0;
         auto checkpoint = [&]() -> Status {
-            SLUICE_RETURN_IF_ERROR((*writer)->flush());
-            c.cursor = (*writer)->cursor(s);
-            if (!c.sha256.empty()) c.sha256_state = hash.save();
+            SLUICE_RETURN_IF_ERROR(w.flush());
             since_flush = 0;
             last_flush = std::chrono::steady_clock::now();
+            std::lock_guard<std::mutex> lock(mu);
+            c.cursor = w.cursor(s);
+            if (hashed) c.sha256_state = hash.save();
             return io::write_file_atomic(record_path, serialize_stream_record(record));
         };
-        if (c.cursor < c.size_bytes) {
-            const ShardSink sink = [&](std::span<const uint8_t> bytes) -> Status {
-                if ((*writer)->position(s) + bytes.size() > c.size_bytes)
-                    return error(ErrorCode::kIo, "[pack] '" + c.file + "': more bytes than its " +
-                                                     std::to_string(c.size_bytes));
-                SLUICE_RETURN_IF_ERROR((*writer)->consume(s, bytes));
-                since_flush += bytes.size();
-                if (o.progress)
-                    o.progress("bytes", std::min(total, done_before + (*writer)->position(s) - start_cursor),
-                               total);
-                const double age =
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - last_flush).count();
-                if (since_flush >= o.flush_every_bytes || age >= o.flush_every_s) return checkpoint();
-                return Status::ok();
-            };
-            const uint64_t start = (*writer)->position(s);
-            const Status st = reader(s, start, c.size_bytes, sink);
-            if (!st.is_ok()) {
-                (void)checkpoint();  // keep what arrived intact for the next run
-                return st;
+        if (start >= c.size_bytes) return Status::ok();
+        const ShardSink sink = [&](std::span<const uint8_t> bytes) -> Status {
+            if (stop) return error(ErrorCode::kCancelled, "[pack] stopped: another shard failed");
+            if (w.position(s) + bytes.size() > c.size_bytes)
+                return error(ErrorCode::kIo,
+                             "[pack] '" + c.file + "': more bytes than its " + std::to_string(c.size_bytes));
+            SLUICE_RETURN_IF_ERROR(w.consume(s, bytes));
+            since_flush += bytes.size();
+            const uint64_t done = done_bytes += bytes.size();
+            if (o.progress) {
+                std::lock_guard<std::mutex> lock(mu);
+                o.progress("bytes", std::min(total, done), total);
             }
-            if ((*writer)->position(s) != c.size_bytes)
-                return error(ErrorCode::kIo, "[pack] '" + c.file + "': got " +
-                                                 std::to_string((*writer)->position(s)) + " of " +
-                                                 std::to_string(c.size_bytes) + " bytes");
-            if (!c.sha256.empty() && hash.hex_digest() != c.sha256) {
-                const std::string got = hash.hex_digest();
-                c.cursor = 0;  // the bytes are wrong: fetch the whole file again next time
-                c.sha256_state.clear();
-                (void)io::write_file_atomic(record_path, serialize_stream_record(record));
-                return error(ErrorCode::kIo, "[pull] '" + c.file + "': SHA-256 mismatch, expected " +
-                                                 c.sha256 + ", got " + got +
-                                                 " (it will be fetched again on the next run)");
-            }
-            SLUICE_RETURN_IF_ERROR(checkpoint());
+            const double age =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - last_flush).count();
+            if (since_flush >= o.flush_every_bytes || age >= o.flush_every_s) return checkpoint();
+            return Status::ok();
+        };
+        const Status st = reader(s, start, c.size_bytes, sink);
+        if (!st.is_ok()) {
+            (void)checkpoint();  // keep what arrived intact for the next run
+            return st;
         }
-        done_before += c.size_bytes - start_cursor;
-    }
+        if (w.position(s) != c.size_bytes)
+            return error(ErrorCode::kIo, "[pack] '" + c.file + "': got " + std::to_string(w.position(s)) +
+                                             " of " + std::to_string(c.size_bytes) + " bytes");
+        if (hashed && hash.hex_digest() != c.sha256) {
+            const std::string got = hash.hex_digest();
+            std::lock_guard<std::mutex> lock(mu);
+            c.cursor = 0;  // the bytes are wrong: fetch the whole file again next time
+            c.sha256_state.clear();
+            (void)io::write_file_atomic(record_path, serialize_stream_record(record));
+            return error(ErrorCode::kIo, "[pull] '" + c.file + "': SHA-256 mismatch, expected " + c.sha256 +
+                                             ", got " + got + " (it will be fetched again on the next run)");
+        }
+        return checkpoint();
+    };
+    std::atomic<size_t> next{0};
+    Status first_error = Status::ok();
+    auto worker = [&] {
+        for (size_t s; !stop && (s = next++) < plan.shards.size();) {
+            const Status st = run_shard(s);
+            if (st.is_ok()) continue;
+            std::lock_guard<std::mutex> lock(mu);
+            if (first_error.is_ok() || first_error.code() == ErrorCode::kCancelled) first_error = st;
+            stop = true;
+        }
+    };
+    const size_t n_threads =
+        std::clamp<size_t>(static_cast<size_t>(o.parallel_shards), 1, plan.shards.size());
+    std::vector<std::thread> threads;
+    for (size_t t = 1; t < n_threads; ++t) threads.emplace_back(worker);
+    worker();
+    for (auto& t : threads) t.join();
+    SLUICE_RETURN_IF_ERROR(first_error);
     SLUICE_RETURN_IF_ERROR((*writer)->commit());
     SLUICE_ASSIGN_OR_RETURN(PackResult finished, finish_pack(plan, o));
     finished.resumed = result.resumed;

@@ -12,7 +12,10 @@
 // cursor stays at that row's start. After the last shard: checksums (xxh3, read back from the
 // written files), layout.json, config.json, side files, and the manifest last.
 //
-// Threading: one thread drives a PlanWriter; readers call the sink on that thread.
+// Threading: shards may be streamed on several threads at once (StreamOptions::parallel_shards):
+// a PlanWriter's per-shard calls (seek/consume/position/cursor) touch only that shard's state and
+// pwrite to disjoint ranges, so different shards may be fed concurrently; one shard is fed by one
+// thread. run_pack_plan serialises the progress record and progress reports.
 #pragma once
 
 #include <cstdint>
@@ -58,18 +61,19 @@ class PlanWriter {
         size_t piece = 0;
         std::vector<uint8_t> carry;  // the start of a row not yet complete (< one row)
         Sha256* hash = nullptr;
+        std::vector<float> row;  // quantization scratch
+        std::vector<uint32_t> words;
+        std::vector<uint16_t> scales, biases;
     };
     PlanWriter(std::string out_dir, const PackPlan& plan);
     Status write_at(uint32_t file, const void* data, uint64_t size, uint64_t offset);
-    Status quantize_rows(const PlanPiece& piece, uint64_t first_row, const uint8_t* src, uint64_t rows);
+    Status quantize_rows(ShardState& st, const PlanPiece& piece, uint64_t first_row, const uint8_t* src,
+                         uint64_t rows);
 
     std::string out_dir_;
     const PackPlan& plan_;
     std::vector<int> fds_;
     std::vector<ShardState> shards_;
-    std::vector<float> row_;
-    std::vector<uint32_t> words_;
-    std::vector<uint16_t> scales_, biases_;
 };
 
 // The per-shard part of a progress record.
@@ -101,6 +105,7 @@ struct StreamOptions {
     std::string side_dir;                   // holds config.json and the tokenizer/template files
     std::vector<std::string> shard_sha256;  // per plan shard, "" = unknown
     std::vector<std::string> extra_files;   // more files of side_dir to copy (pull --include)
+    int parallel_shards = 1;                // shards streamed at once (pull: one connection each)
     uint64_t flush_every_bytes = 64ull << 20;
     double flush_every_s = 2.0;
     std::function<void(const std::string&, uint64_t, uint64_t)> progress;  // ("bytes", done, total)

@@ -2,26 +2,19 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <filesystem>
-#include <nlohmann/json.hpp>
-#include <random>
 
-#include "core/log.h"
 #include "experts/pack_plan.h"
 #include "experts/pack_stream.h"
-#include "experts/pack_writer.h"
 #include "format/pack.h"
 #include "io/mapped_file.h"
-#include "kernels/kernels.h"
-#include "kernels/quantize.h"
 #include "model/config.h"
 #include "model/weights.h"
 
 namespace sluice::experts {
 
 namespace fs = std::filesystem;
-using format::DType;
-using nlohmann::json;
 
 Expected<PackResult> pack_model(const PackOptions& o) {
     if (format::is_packed_dir(o.src_dir))

@@ -1,6 +1,6 @@
 #include "experts/puller.h"
 
-#include <cstdlib>
+#include <atomic>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -95,10 +95,7 @@ Expected<PullResult> pull_model(const PullOptions& options) {
         o.repo.back() == '/')
         return error(ErrorCode::kInvalidArgument,
                      "[pull] repository must look like ORG/NAME, got '" + o.repo + "'");
-    if (o.endpoint.empty()) {
-        const char* env = std::getenv("HF_ENDPOINT");
-        o.endpoint = env && *env ? env : "https://huggingface.co";
-    }
+    if (o.endpoint.empty()) o.endpoint = "https://huggingface.co";
     while (!o.endpoint.empty() && o.endpoint.back() == '/') o.endpoint.pop_back();
     if (o.out_dir.empty()) o.out_dir = default_pull_dir(o.repo);
     auto notice = [&](const std::string& s) {
@@ -113,6 +110,8 @@ Expected<PullResult> pull_model(const PullOptions& options) {
     ho.on_retry = [&](const std::string& s) { notice(s); };
     io::HttpClient http(ho);
 
+    notice("pulling " + o.repo + "@" + o.revision + " from " + o.endpoint + " into " + o.out_dir +
+           (o.token.empty() ? "" : " (with a token)"));
     const std::string source_dir = (fs::path(o.out_dir) / kSourceDir).string();
     std::error_code ec;
     // 1. The revision, pinned to a commit (kept across resumes).
@@ -128,7 +127,7 @@ Expected<PullResult> pull_model(const PullOptions& options) {
         notice("resuming the pull of commit " + result.commit);
     }
     if (fs::exists(fs::path(o.out_dir) / "manifest.json", ec)) {
-        // A finished pull of this commit needs nothing more (another one is refused later).
+        // A finished pull of this commit needs nothing more; any other complete pack is left alone.
         auto text = io::read_text_file((fs::path(o.out_dir) / kRecordName).string());
         auto rec = text.has_value() ? parse_stream_record(*text, kRecordName)
                                     : Expected<StreamRecord>(text.status());
@@ -192,17 +191,20 @@ Expected<PullResult> pull_model(const PullOptions& options) {
            std::to_string(plan.packed_bytes()) + " packed bytes");
 
     // 5. Stream the shards through the plan.
+    // One connection per shard being streamed (a client per call: curl handles are single-threaded).
+    std::atomic<uint64_t> downloaded{0};
     const ShardReader reader = [&](size_t s, uint64_t begin, uint64_t end, const ShardSink& sink) -> Status {
         const format::HubFile& f = sel.shards[s];
-        const uint64_t start = begin;
         auto counted = [&](std::span<const uint8_t> b) {
-            result.downloaded_bytes += b.size();
+            downloaded += b.size();
             return sink(b);
         };
-        if (begin > 0) notice("resuming " + f.path + " at byte " + std::to_string(start));
-        return http.get_range(format::hub_resolve_url(o.endpoint, o.repo, result.commit, f.path), begin, end,
-                              f.size_bytes, counted);
+        if (begin > 0) notice("resuming " + f.path + " at byte " + std::to_string(begin));
+        io::HttpClient shard_http(ho);
+        return shard_http.get_range(format::hub_resolve_url(o.endpoint, o.repo, result.commit, f.path), begin,
+                                    end, f.size_bytes, counted);
     };
+    so.parallel_shards = o.connections;
     so.out_dir = o.out_dir;
     so.record_name = kRecordName;
     so.source = "hf:" + o.repo + "@" + result.commit;
@@ -211,7 +213,10 @@ Expected<PullResult> pull_model(const PullOptions& options) {
     so.progress = [&](const std::string&, uint64_t done, uint64_t total) {
         if (o.progress) o.progress("download", done, total);
     };
-    SLUICE_ASSIGN_OR_RETURN(result.pack, run_pack_plan(plan, reader, so));
+    auto packed = run_pack_plan(plan, reader, so);
+    result.downloaded_bytes = downloaded;
+    if (!packed.has_value()) return packed.status();
+    result.pack = *packed;
     fs::remove_all(source_dir, ec);
     return result;
 }

@@ -7,7 +7,8 @@
 // kill or a dropped connection; every answer is checked before a byte is used (io/http.h); sizes
 // and the Hub's SHA-256 of LFS files are verified; the manifest is written last.
 //
-// Threading: runs on the calling thread (one connection).
+// Threading: up to `connections` shards stream at once, one thread and one connection each
+// (pack_stream.h); `progress` and `notice` may be called from any of them (progress serialised).
 #pragma once
 
 #include <cstdint>
@@ -24,11 +25,12 @@ struct PullOptions {
     std::string repo;               // "ORG/NAME"
     std::string revision = "main";  // branch, tag or commit
     std::string out_dir;
-    std::string endpoint;  // "" = $HF_ENDPOINT or https://huggingface.co
+    std::string endpoint;  // "" = https://huggingface.co (the CLI passes $HF_ENDPOINT)
     std::string token;     // "" = none (the CLI passes $HF_TOKEN)
     int bits = 0;          // as PackOptions::bits
     int group_size = 64;
     std::vector<std::string> include, exclude;  // globs (format/hub_api.h: select_hub_files)
+    int connections = 4;                        // shards downloaded at once, one connection each
     double stall_timeout_s = 60;
     int max_attempts = 10;
     double retry_wait_s = 1.0;

@@ -85,11 +85,14 @@ for (const [from, to] of [[moeDir, packMoe], [nextDir, packNext]]) {
 }
 
 // 1. Faults on the data of the private bf16 repository; the token must reach the Hub, not the CDN.
+// One connection, so that the faults meet the requests in a known order (the other cases run the
+// default four shards at once).
 {
     hub.state.faults = ["drop", "429", "503", "html200", "stall", "corrupt"];
     const out = path.join(tmp, "pull-moe");
     const t0 = Date.now();
-    let r = await run(["pull", "sluice-test/tiny-moe-bf16", "--to", out, ...fastFlags], { HF_TOKEN: hub.token });
+    let r = await run(["pull", "sluice-test/tiny-moe-bf16", "--to", out, "--connections", "1", ...fastFlags],
+        { HF_TOKEN: hub.token });
     const log = r.stderr;
     if (process.env.PULL_TEST_VERBOSE) console.log(log);
     // The corrupted byte passes every HTTP check and is caught by the SHA-256 of its shard.
@@ -97,7 +100,14 @@ for (const [from, to] of [[moeDir, packMoe], [nextDir, packNext]]) {
     else if (!/SHA-256 mismatch/.test(r.stderr)) fail(`expected a SHA-256 mismatch, got: ${r.stderr}`);
     r = await run(["pull", "sluice-test/tiny-moe-bf16", "--to", out, ...fastFlags], { HF_TOKEN: hub.token });
     if (r.code !== 0) fail(`pull after faults failed: ${r.stderr}`);
-    else sameTree(out, packMoe, "bf16 → 4-bit pull with faults");
+    else {
+        sameTree(out, packMoe, "bf16 → 4-bit pull with faults");
+        const v = spawnSync(bin, ["verify", out], { encoding: "utf8" });
+        if (v.status !== 0 || !/OK/.test(v.stdout)) fail(`sluice verify on the pull: ${v.stdout}${v.stderr}`);
+        if (fs.existsSync(path.join(out, ".source"))) fail("the staging folder .source was left behind");
+        const again = await run(["pull", "sluice-test/tiny-moe-bf16", "--to", out], { HF_TOKEN: hub.token });
+        if (again.code !== 0 || !/already a complete pull/.test(again.stderr)) fail(`re-run of a finished pull: ${again.stderr}`);
+    }
     for (const want of [/HTTP 429/, /HTTP 503/, /HTTP 200 to a range request/, /stalled/, /Recv failure|Transferred a partial file|end of file|ended early/i])
         if (!want.test(log)) fail(`no retry line matching ${want} in:\n${log}`);
     if (hub.state.faults.length) fail(`faults not consumed: ${hub.state.faults}`);
@@ -105,6 +115,16 @@ for (const [from, to] of [[moeDir, packMoe], [nextDir, packNext]]) {
     if (![...hub.state.cdnHostsSeen].every((h) => h.startsWith("cdn-lfs.localhost:")))
         fail(`CDN requests went to ${[...hub.state.cdnHostsSeen]}`);
     console.log(`[pull] fault run: ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+}
+
+// 1b. Faults while three shards stream at once: whatever request meets them, the result is the same.
+{
+    hub.state.faults = ["drop", "503", "drop", "stall", "429"];
+    const out = path.join(tmp, "pull-moe-parallel");
+    const r = await run(["pull", "sluice-test/tiny-moe-bf16", "--to", out, ...fastFlags], { HF_TOKEN: hub.token });
+    if (r.code !== 0) fail(`parallel pull with faults failed: ${r.stderr}`);
+    else sameTree(out, packMoe, "bf16 → 4-bit pull, 3 connections, with faults");
+    if (hub.state.faults.length) fail(`faults not consumed: ${hub.state.faults}`);
 }
 
 // 2. MLX source (verbatim copy) through the redirect; then generate from it.
