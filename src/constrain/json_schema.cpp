@@ -40,6 +40,7 @@ using Sequence = GrammarBuilder::Sequence;
 constexpr int kMaxIndent = 16;             // spaces after a newline between tokens
 constexpr int64_t kMaxRepetition = 10000;  // largest minItems/maxItems/minLength/maxLength expanded
 constexpr int kMaxIntegerDigits = 15;
+constexpr int64_t kMaxAlternationProduct = 1024;
 
 Symbol S(RuleId r) {
     return Symbol::ref(r);
@@ -278,6 +279,7 @@ class JsonSchemaCompiler {
     const ojson& root_;
     std::string where_;
     std::map<std::string, RuleId> refs_;  // JSON pointer → rule (also while being compiled: recursion)
+    int64_t alternation_product_ = 1;     // product of anyOf/oneOf branch counts on the current path
 };
 
 namespace {
@@ -331,12 +333,22 @@ Expected<RuleId> JsonSchemaCompiler::compile(const ojson& s, const std::string& 
         const ojson& branches = s.at(key);
         if (!branches.is_array() || branches.empty())
             return fail(path, std::string("'") + key + "' must be a non-empty array");
+        // Nested alternations multiply the parse stacks alive at once (2 branches nested 20 deep:
+        // a million); bound the product so a schema cannot stall the mask walk.
+        const int64_t product = alternation_product_ * static_cast<int64_t>(branches.size());
+        if (product > kMaxAlternationProduct)
+            return unsupported(path, key,
+                               "nested anyOf/oneOf whose branch counts multiply past " +
+                                   std::to_string(kMaxAlternationProduct));
+        const int64_t saved = alternation_product_;
+        alternation_product_ = product;
         const RuleId self = b_.add_rule();
         for (size_t i = 0; i < branches.size(); ++i) {
             SLUICE_ASSIGN_OR_RETURN(RuleId r,
                                     compile(branches[i], path + "/" + key + "/" + std::to_string(i)));
             b_.add_alternative(self, {S(r)});
         }
+        alternation_product_ = saved;
         return self;
     }
     if (s.contains("allOf")) {

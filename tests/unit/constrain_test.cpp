@@ -149,6 +149,11 @@ TEST(Constrain, CompileErrorsNameTheKeyword) {
         {R"({"type": "object", "required": ["x"], "additionalProperties": false})", "'x'"},
         {R"({"anyOf": [{"type": "string"}], "maxLength": 3})", "'maxLength'"},
         {"false", "admits no value"},
+        {R"({"anyOf": [{"anyOf": [{"anyOf": [{"anyOf": [{"anyOf": [{"anyOf": [{"anyOf": [{"anyOf": [{"anyOf": [{"anyOf":
+            [{"anyOf": [{"type": "null"}, {"type": "null"}]}, {"type": "null"}]}, {"type": "null"}]}, {"type": "null"}]},
+            {"type": "null"}]}, {"type": "null"}]}, {"type": "null"}]}, {"type": "null"}]}, {"type": "null"}]},
+            {"type": "null"}]}, {"type": "null"}]})",
+         "multiply past 1024"},
         {R"({"$ref": "#"})", "derives no string"},
         {R"({"anyOf": [{"$ref": "#"}, {"type": "string"}]})", "left-recursive"},
         {R"({"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]})", "derives no string"},
