@@ -1,9 +1,9 @@
 // GrammarBuilder::build (checks, pruning, flattening) and GrammarMatcher (see sluice/constrain.h
 // and grammar_impl.h).
 //
-// build() runs two fixpoints over the rules: productive (some alternative consists only of bytes
-// and productive rules — it can derive a finite string) and nullable (can derive the empty
-// string). Unproductive alternatives are dropped, which is what makes every accepted prefix
+// build() computes two fixpoints over the rules (worklists, linear time): productive (some alternative
+// consists only of bytes and productive rules — it can derive a finite string) and nullable (can derive the
+// empty string). Unproductive alternatives are dropped, which is what makes every accepted prefix
 // completable; left recursion (a rule reachable from itself through nullable prefixes) is refused
 // because expansion would not terminate.
 #include <algorithm>
@@ -77,23 +77,50 @@ Expected<std::shared_ptr<const Grammar>> GrammarBuilder::build(RuleId root) cons
                                  "[grammar] reference to missing rule " + std::to_string(s.rule));
     auto empty_set = [](const Symbol& s) { return !s.is_rule && s.bytes == std::array<uint64_t, 4>{}; };
 
-    // Productive: derives at least one finite string.
-    std::vector<char> productive(n, 0);
-    for (bool changed = true; changed;) {
-        changed = false;
+    // Both fixpoints are worklists (a rule is marked once, when the count of unmarked references
+    // of one of its alternatives drops to zero): linear in the grammar's size. Repeated passes
+    // would be quadratic on the long chains a maxLength of 10000 builds.
+    // `eligible(seq)`: the alternative may count at all; `counts(sym)`: the symbol must be marked.
+    auto fixpoint = [&](auto eligible, auto counts, const std::vector<char>* within) {
+        std::vector<char> marked(n, 0);
+        std::vector<std::pair<uint32_t, uint32_t>> alts;  // (rule, missing references)
+        std::vector<std::vector<uint32_t>> users(n);      // rule → alternatives referencing it
+        std::vector<uint32_t> queue;
         for (size_t r = 0; r < n; ++r) {
-            if (productive[r]) continue;
+            if (within && !(*within)[r]) continue;
             for (const auto& seq : rules_[r]) {
-                bool ok = true;
-                for (const Symbol& s : seq) ok &= s.is_rule ? productive[s.rule] != 0 : !empty_set(s);
-                if (ok) {
-                    productive[r] = 1;
-                    changed = true;
-                    break;
+                if (!eligible(seq)) continue;
+                const auto id = static_cast<uint32_t>(alts.size());
+                uint32_t missing = 0;
+                for (const Symbol& sym : seq)
+                    if (counts(sym)) {
+                        ++missing;
+                        users[sym.rule].push_back(id);
+                    }
+                alts.emplace_back(static_cast<uint32_t>(r), missing);
+                if (missing == 0 && !marked[r]) {
+                    marked[r] = 1;
+                    queue.push_back(static_cast<uint32_t>(r));
                 }
             }
         }
-    }
+        while (!queue.empty()) {
+            const uint32_t r = queue.back();
+            queue.pop_back();
+            for (uint32_t id : users[r]) {
+                auto& [rule, missing] = alts[id];
+                if (--missing == 0 && !marked[rule]) {
+                    marked[rule] = 1;
+                    queue.push_back(rule);
+                }
+            }
+        }
+        return marked;
+    };
+    // Productive: derives at least one finite string.
+    const std::vector<char> productive =
+        fixpoint([&](const Sequence& seq) { return std::none_of(seq.begin(), seq.end(), empty_set); },
+                 [](const Symbol& sym) { return sym.is_rule; }, nullptr);
     if (!productive[root])
         return error(ErrorCode::kInvalidArgument,
                      "[grammar] the grammar derives no string (nothing satisfies it)");
@@ -102,25 +129,13 @@ Expected<std::shared_ptr<const Grammar>> GrammarBuilder::build(RuleId root) cons
             if (s.is_rule ? !productive[s.rule] : empty_set(s)) return false;
         return true;
     };
-
-    // Nullable, over the kept alternatives.
-    std::vector<char> nullable(n, 0);
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (size_t r = 0; r < n; ++r) {
-            if (nullable[r] || !productive[r]) continue;
-            for (const auto& seq : rules_[r]) {
-                if (!keep(seq)) continue;
-                bool all = true;
-                for (const Symbol& s : seq) all &= s.is_rule && nullable[s.rule];
-                if (all) {
-                    nullable[r] = 1;
-                    changed = true;
-                    break;
-                }
-            }
-        }
-    }
+    // Nullable (derives the empty string), over the kept alternatives.
+    const std::vector<char> nullable = fixpoint(
+        [&](const Sequence& seq) {
+            return keep(seq) &&
+                   std::all_of(seq.begin(), seq.end(), [](const Symbol& sym) { return sym.is_rule; });
+        },
+        [](const Symbol& sym) { return sym.is_rule; }, &productive);
     // Left recursion: edges r → rules at a leftmost position of r's alternatives.
     std::vector<std::vector<uint32_t>> left(n);
     for (size_t r = 0; r < n; ++r) {

@@ -8,7 +8,9 @@
 //   follow `additionalProperties` (any JSON when absent or true; `{}` only when false).
 // - numbers: integers have at most 15 digits, numbers at most 15+15 digits and a 2-digit
 //   exponent, so every value is finite in a double (ajv/JS refuse Infinity) and a model cannot
-//   write digits forever.
+//   write digits forever. minimum/maximum/exclusive* bound integers exactly (digit-range rules);
+//   a bounded number is an in-range integer or a non-negative integer part ip with ip + 1 within
+//   range followed by a fraction (no exponent; negative non-integers are not generated).
 // - strings: valid UTF-8; escapes except \u surrogates (a pair would count as 2 characters here
 //   but 1 for minLength/maxLength).
 // - whitespace: between tokens nothing, one space, or a newline and up to 16 spaces of indentation;
@@ -40,6 +42,7 @@ using Sequence = GrammarBuilder::Sequence;
 constexpr int kMaxIndent = 16;             // spaces after a newline between tokens
 constexpr int64_t kMaxRepetition = 10000;  // largest minItems/maxItems/minLength/maxLength expanded
 constexpr int kMaxIntegerDigits = 15;
+constexpr int64_t kMaxAlternationProduct = 1024;
 
 Symbol S(RuleId r) {
     return Symbol::ref(r);
@@ -272,12 +275,16 @@ class JsonSchemaCompiler {
     Expected<RuleId> compile_object(const ojson& s, const std::string& path);
     Expected<RuleId> compile_array(const ojson& s, const std::string& path);
     Expected<RuleId> compile_string(const ojson& s, const std::string& path);
+    Expected<RuleId> compile_number(const ojson& s, bool integer_only, const std::string& path);
+    RuleId digit_range(const std::string& a, const std::string& b);
+    RuleId natural_range(int64_t lo, int64_t hi);
     RuleId format_rule(const std::string& format);
 
     GrammarBuilder& b_;
     const ojson& root_;
     std::string where_;
     std::map<std::string, RuleId> refs_;  // JSON pointer → rule (also while being compiled: recursion)
+    int64_t alternation_product_ = 1;     // product of anyOf/oneOf branch counts on the current path
 };
 
 namespace {
@@ -331,12 +338,22 @@ Expected<RuleId> JsonSchemaCompiler::compile(const ojson& s, const std::string& 
         const ojson& branches = s.at(key);
         if (!branches.is_array() || branches.empty())
             return fail(path, std::string("'") + key + "' must be a non-empty array");
+        // Nested alternations multiply the parse stacks alive at once (2 branches nested 20 deep:
+        // a million); bound the product so a schema cannot stall the mask walk.
+        const int64_t product = alternation_product_ * static_cast<int64_t>(branches.size());
+        if (product > kMaxAlternationProduct)
+            return unsupported(path, key,
+                               "nested anyOf/oneOf whose branch counts multiply past " +
+                                   std::to_string(kMaxAlternationProduct));
+        const int64_t saved = alternation_product_;
+        alternation_product_ = product;
         const RuleId self = b_.add_rule();
         for (size_t i = 0; i < branches.size(); ++i) {
             SLUICE_ASSIGN_OR_RETURN(RuleId r,
                                     compile(branches[i], path + "/" + key + "/" + std::to_string(i)));
             b_.add_alternative(self, {S(r)});
         }
+        alternation_product_ = saved;
         return self;
     }
     if (s.contains("allOf")) {
@@ -353,8 +370,10 @@ Expected<RuleId> JsonSchemaCompiler::compile(const ojson& s, const std::string& 
 
     // Typed schema: check every keyword first (an unknown one is refused, never ignored).
     static const std::set<std::string> typed = {
-        "type",      "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
-        "minLength", "maxLength",  "format",   "uniqueItems"};
+        "type",      "properties",       "required",        "additionalProperties",
+        "items",     "minItems",         "maxItems",        "minLength",
+        "maxLength", "format",           "uniqueItems",     "minimum",
+        "maximum",   "exclusiveMinimum", "exclusiveMaximum"};
     for (const auto& [k, v] : s.items()) {
         if (annotations.count(k)) continue;
         if (!typed.count(k)) return unsupported(path, k);
@@ -459,8 +478,7 @@ Expected<RuleId> JsonSchemaCompiler::compile_type(const ojson& s, const std::str
             b_.add_alternative(self, L("false"));
             return self;
         });
-    if (type == "integer") return integer();
-    if (type == "number") return number();
+    if (type == "integer" || type == "number") return compile_number(s, type == "integer", path);
     if (type == "string") return compile_string(s, path);
     if (type == "array") return compile_array(s, path);
     return compile_object(s, path);
@@ -481,6 +499,86 @@ Expected<RuleId> JsonSchemaCompiler::compile_string(const ojson& s, const std::s
     if (max >= 0 && min > max)
         return fail(path, "minLength " + std::to_string(min) + " > maxLength " + std::to_string(max));
     return string_rule(min, max);
+}
+
+// Digit strings of one length between a and b inclusive (a <= b, same length): the usual split on
+// the first digit where they differ.
+RuleId JsonSchemaCompiler::digit_range(const std::string& a, const std::string& b) {
+    return shared("digits:" + a + "-" + b, [&](RuleId self) {
+        const size_t n = a.size();
+        if (n == 0) {
+            b_.add_alternative(self, {});
+            return self;
+        }
+        const std::string a1 = a.substr(1), b1 = b.substr(1);
+        if (a[0] == b[0]) {
+            b_.add_alternative(self, {B(a[0]), S(digit_range(a1, b1))});
+        } else if (a1 == std::string(n - 1, '0') && b1 == std::string(n - 1, '9')) {
+            b_.add_alternative(
+                self, {R(static_cast<uint8_t>(a[0]), static_cast<uint8_t>(b[0])), S(digit_range(a1, b1))});
+        } else {
+            const std::string zeros(n - 1, '0'), nines(n - 1, '9');
+            b_.add_alternative(self, {B(a[0]), S(digit_range(a1, nines))});
+            if (a[0] + 1 <= b[0] - 1)
+                b_.add_alternative(self, {R(static_cast<uint8_t>(a[0] + 1), static_cast<uint8_t>(b[0] - 1)),
+                                          S(digit_range(zeros, nines))});
+            b_.add_alternative(self, {B(b[0]), S(digit_range(zeros, b1))});
+        }
+        return self;
+    });
+}
+
+// Decimal integers in [lo, hi] (0 <= lo <= hi), without leading zeros.
+RuleId JsonSchemaCompiler::natural_range(int64_t lo, int64_t hi) {
+    return shared("nat:" + std::to_string(lo) + "-" + std::to_string(hi), [&](RuleId self) {
+        const size_t lo_len = std::to_string(lo).size(), hi_len = std::to_string(hi).size();
+        int64_t pow10 = 1;
+        for (size_t n = 1; n < lo_len; ++n) pow10 *= 10;
+        for (size_t n = lo_len; n <= hi_len; ++n, pow10 *= 10) {
+            const int64_t lower = n == lo_len ? lo : pow10;           // pow10 = 10^(n-1)
+            const int64_t upper = n == hi_len ? hi : pow10 * 10 - 1;  // 10^n - 1
+            b_.add_alternative(self, {S(digit_range(std::to_string(lower), std::to_string(upper)))});
+        }
+        return self;
+    });
+}
+
+// integer / number, with optional bounds. Bounded values are written without exponent: integers
+// in range, and (numbers) a non-negative integer part ip with ip + 1 <= the integer upper bound
+// followed by a fraction, so the value stays in [ip, ip + 1) inside the range.
+Expected<RuleId> JsonSchemaCompiler::compile_number(const ojson& s, bool integer_only,
+                                                    const std::string& path) {
+    constexpr int64_t kMax = 999999999999999;  // kMaxIntegerDigits nines
+    bool bounded = false;
+    int64_t lo = -kMax, hi = kMax;
+    for (const char* key : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+        auto it = s.find(key);
+        if (it == s.end()) continue;
+        if (!it->is_number())
+            return unsupported(path, key, "only a number is supported (not the draft-4 boolean form)");
+        const double v = it->get<double>();
+        if (!std::isfinite(v)) return fail(path, std::string("'") + key + "' must be finite");
+        const std::string k = key;
+        const double clamped = std::clamp(v, -1e16, 1e16);
+        if (k == "minimum") lo = std::max(lo, static_cast<int64_t>(std::ceil(clamped)));
+        if (k == "exclusiveMinimum") lo = std::max(lo, static_cast<int64_t>(std::floor(clamped)) + 1);
+        if (k == "maximum") hi = std::min(hi, static_cast<int64_t>(std::floor(clamped)));
+        if (k == "exclusiveMaximum") hi = std::min(hi, static_cast<int64_t>(std::ceil(clamped)) - 1);
+        bounded = true;
+    }
+    if (!bounded) return integer_only ? integer() : number();
+    if (lo > hi)
+        return fail(path, "no integer lies in the range [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                              "] (values with at most 15 digits)");
+    const RuleId self = b_.add_rule();
+    if (hi >= 0) b_.add_alternative(self, {S(natural_range(std::max<int64_t>(lo, 0), hi))});
+    if (lo < 0) b_.add_alternative(self, {B('-'), S(natural_range(hi < 0 ? -hi : 1, -lo))});
+    if (!integer_only && hi - 1 >= std::max<int64_t>(lo, 0)) {
+        const RuleId frac = b_.add_rule();
+        b_.add_alternative(frac, {B('.'), R('0', '9'), S(digits_upto(kMaxIntegerDigits - 1))});
+        b_.add_alternative(self, {S(natural_range(std::max<int64_t>(lo, 0), hi - 1)), S(frac)});
+    }
+    return self;
 }
 
 Expected<RuleId> JsonSchemaCompiler::compile_array(const ojson& s, const std::string& path) {

@@ -14,6 +14,9 @@
 // allowed) is then skipped. The cache is per constraint (one generation), bounded by clearing.
 //
 // Threading: TokenTrie is immutable; TokenConstraint is used by the generating thread only.
+// Rejected alternative: XGrammar-style precomputation, per grammar position, of the tokens whose
+// acceptance does not depend on the stack below — faster still inside strings, but a compile-time
+// pass over the vocabulary for every position of every request's grammar.
 #include <algorithm>
 #include <chrono>
 #include <limits>

@@ -309,10 +309,10 @@ try {
         type: "object",
         properties: {
             title: { type: "string", minLength: 1, maxLength: 24 },
-            year: { type: "integer" },
+            year: { type: "integer", minimum: 1900, maximum: 2030 },
             genre: { enum: ["drama", "comedy", "horror"] },
             cast: { type: "array", items: { $ref: "#/$defs/actor" }, minItems: 1, maxItems: 2 },
-            rating: { anyOf: [{ type: "number" }, { type: "null" }] },
+            rating: { anyOf: [{ type: "number", minimum: 0, exclusiveMaximum: 10 }, { type: "null" }] },
             sequel: { type: "boolean" },
         },
         required: ["title", "year", "genre", "cast", "rating"],
@@ -357,7 +357,7 @@ try {
                 parameters: { type: "object", properties: { city: { type: "string", maxLength: 20 }, unit: { enum: ["C", "F"] } },
                     required: ["city", "unit"], additionalProperties: false } } },
             { type: "function", function: { name: "add", description: "Add two integers",
-                parameters: { type: "object", properties: { a: { type: "integer" }, b: { type: "integer" } }, required: ["a", "b"] } } },
+                parameters: { type: "object", properties: { a: { type: "integer", minimum: 0 }, b: { type: "integer", minimum: -5, maximum: 5 } }, required: ["a", "b"] } } },
         ];
         const validArgs = Object.fromEntries(tools.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
         const callsValid = (calls) => Array.isArray(calls) && calls.length > 0 && calls.every((c) => {
@@ -451,8 +451,8 @@ try {
     await expectError("error: json_schema pattern", 400, client.chat.completions.create({ ...base, response_format: { type: "json_schema",
         json_schema: { name: "x", schema: { type: "object", properties: { id: { type: "string", pattern: "^[a-z]+$" } } } } } }),
         { param: "response_format.json_schema.schema", code: "unsupported_schema", messageHas: ["'pattern'", "#/properties/id"] });
-    await expectError("error: json_schema minimum", 400, client.chat.completions.create({ ...base, response_format: { type: "json_schema",
-        json_schema: { name: "x", schema: { type: "integer", minimum: 3 } } } }), { code: "unsupported_schema", messageHas: ["'minimum'"] });
+    await expectError("error: json_schema multipleOf", 400, client.chat.completions.create({ ...base, response_format: { type: "json_schema",
+        json_schema: { name: "x", schema: { type: "integer", multipleOf: 3 } } } }), { code: "unsupported_schema", messageHas: ["'multipleOf'"] });
     await expectError("error: json_schema unsatisfiable", 400, client.chat.completions.create({ ...base, response_format: { type: "json_schema",
         json_schema: { name: "x", schema: { type: "string", minLength: 4, maxLength: 2 } } } }), { code: "invalid_schema", messageHas: ["minLength"] });
     await expectError("error: tool parameters unsupported", 400, client.chat.completions.create({ ...base, tool_choice: "required",

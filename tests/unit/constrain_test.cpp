@@ -87,6 +87,13 @@ bool validate(const ojson& v, const ojson& s, const ojson& root) {
         if (!ok) return false;
     }
     if (v.is_number() && !std::isfinite(v.get<double>())) return false;
+    if (v.is_number()) {
+        const double x = v.get<double>();
+        if (s.contains("minimum") && x < s["minimum"].get<double>()) return false;
+        if (s.contains("maximum") && x > s["maximum"].get<double>()) return false;
+        if (s.contains("exclusiveMinimum") && x <= s["exclusiveMinimum"].get<double>()) return false;
+        if (s.contains("exclusiveMaximum") && x >= s["exclusiveMaximum"].get<double>()) return false;
+    }
     if (v.is_string()) {
         const size_t n = code_points(v.get<std::string>());
         if (s.contains("minLength") && n < s["minLength"].get<size_t>()) return false;
@@ -133,7 +140,9 @@ const ojson kPerson = ojson::parse(R"({
 TEST(Constrain, CompileErrorsNameTheKeyword) {
     const std::vector<std::pair<const char*, const char*>> cases = {
         {R"({"type": "string", "pattern": "^a$"})", "'pattern'"},
-        {R"({"type": "integer", "minimum": 0})", "'minimum'"},
+        {R"({"type": "integer", "multipleOf": 2})", "'multipleOf'"},
+        {R"({"type": "integer", "minimum": 5, "maximum": 4})", "no integer lies"},
+        {R"({"type": "number", "exclusiveMinimum": true})", "'exclusiveMinimum'"},
         {R"({"type": "object", "properties": {"a": {"type": "string", "fancy": 1}}})", "'fancy'"},
         {R"({"type": "object", "properties": {"a": {"type": "strin"}}})", "unknown type 'strin'"},
         {R"({"type": "string", "format": "email"})", "'format'"},
@@ -149,6 +158,11 @@ TEST(Constrain, CompileErrorsNameTheKeyword) {
         {R"({"type": "object", "required": ["x"], "additionalProperties": false})", "'x'"},
         {R"({"anyOf": [{"type": "string"}], "maxLength": 3})", "'maxLength'"},
         {"false", "admits no value"},
+        {R"({"anyOf": [{"anyOf": [{"anyOf": [{"anyOf": [{"anyOf": [{"anyOf": [{"anyOf": [{"anyOf": [{"anyOf": [{"anyOf":
+            [{"anyOf": [{"type": "null"}, {"type": "null"}]}, {"type": "null"}]}, {"type": "null"}]}, {"type": "null"}]},
+            {"type": "null"}]}, {"type": "null"}]}, {"type": "null"}]}, {"type": "null"}]}, {"type": "null"}]},
+            {"type": "null"}]}, {"type": "null"}]})",
+         "multiply past 1024"},
         {R"({"$ref": "#"})", "derives no string"},
         {R"({"anyOf": [{"$ref": "#"}, {"type": "string"}]})", "left-recursive"},
         {R"({"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]})", "derives no string"},
@@ -207,6 +221,27 @@ TEST(Constrain, MatcherAcceptsAndRejectsExactStrings) {
         EXPECT_TRUE(matches(num, ok)) << ok;
     for (const char* bad : {"-", "1.", ".5", "1e", "+1", "1234567890123456", "1e123", "NaN"})
         EXPECT_FALSE(matches(num, bad)) << bad;
+    // Bounded integers and numbers: every integer in a window around the bounds, checked exactly.
+    for (const char* schema :
+         {R"({"type": "integer", "minimum": 0})", R"({"type": "integer", "minimum": -17, "maximum": 1203})",
+          R"({"type": "integer", "exclusiveMinimum": -300, "exclusiveMaximum": -7})",
+          R"({"type": "integer", "maximum": 99})", R"({"type": "number", "minimum": 1.5, "maximum": 100})",
+          R"({"type": "number", "exclusiveMinimum": 0, "maximum": 10})"}) {
+        const ojson sch = ojson::parse(schema);
+        auto bounded = compile(sch);
+        ASSERT_NE(bounded, nullptr) << schema;
+        for (int v = -1500; v <= 1500; ++v) {
+            EXPECT_EQ(matches(bounded, std::to_string(v)), validate(ojson(v), sch, sch))
+                << schema << " " << v;
+        }
+        for (const char* text : {"007", "-0", "1e2", "5.25", "99.5", "100.5", "-3.5", "0.5", "10.0"}) {
+            if (matches(bounded, text)) {
+                EXPECT_TRUE(validate(ojson::parse(text), sch, sch)) << schema << " " << text;
+            }
+        }
+    }
+    EXPECT_TRUE(
+        matches(compile(ojson::parse(R"({"type": "number", "minimum": 1.5, "maximum": 100})")), "99.75"));
     auto dt = compile(ojson::parse(R"({"type": "string", "format": "date-time"})"));
     EXPECT_TRUE(matches(dt, R"("2024-12-31T23:59:60Z")") == false);
     EXPECT_TRUE(matches(dt, R"("2024-12-31T23:59:59.123+05:30")"));
