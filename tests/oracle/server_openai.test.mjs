@@ -7,13 +7,13 @@
 // case (OpenAI error objects with the right status), raw-HTTP abuse (bad JSON, wrong types, huge and
 // deeply nested bodies, a slow client), /health, /metrics, /tokenize, /detokenize and the web page.
 // The server is killed at the end, also on failure. Prints "N passed, M failed"; exits 1 on failure.
-import { spawn } from "node:child_process";
 import fs from "node:fs";
 import http from "node:http";
 import net from "node:net";
 import path from "node:path";
 import Ajv from "ajv";
 import OpenAI from "openai";
+import { startServe } from "./serve_util.mjs";
 
 const bin = process.env.SLUICE_BIN;
 const src = process.env.SLUICE_SOURCE_DIR;
@@ -44,17 +44,6 @@ async function test(name, fn) {
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-function freePort() {
-    return new Promise((resolve, reject) => {
-        const s = net.createServer();
-        s.once("error", reject);
-        s.listen(0, "127.0.0.1", () => {
-            const { port } = s.address();
-            s.close(() => resolve(port));
-        });
-    });
-}
-
 // Raw HTTP request; resolves {status, headers, body}.
 function raw(port, method, pathname, { body, headers = {}, auth = true } = {}) {
     return new Promise((resolve, reject) => {
@@ -83,30 +72,16 @@ function isErrorObject(text) {
     }
 }
 
-const port = await freePort();
-const server = spawn(bin, ["serve", modelDir, "--port", String(port), "--parallel", "2", "--api-key", KEY, "--ctx-size", "1024", "--keep-alive-ms", "150"], {
-    stdio: ["ignore", "ignore", "pipe"],
-});
-let serverLog = "";
-server.stderr.on("data", (d) => (serverLog += d.toString()));
-let exited = false;
-server.on("exit", () => (exited = true));
-const killServer = () => {
-    if (!exited) server.kill("SIGKILL");
-};
-process.on("exit", killServer);
+const server = await startServe(bin, [modelDir, "--parallel", "2", "--api-key", KEY, "--ctx-size", "1024", "--keep-alive-ms", "150"]);
+const port = server.port;
 const watchdog = setTimeout(() => {
     console.log("FAIL watchdog: the suite took longer than 180 s");
-    killServer();
+    server.kill();
     process.exit(1);
 }, 180000);
 
 try {
-    for (let i = 0; i < 300 && !serverLog.includes("listening on"); ++i) {
-        if (exited) throw new Error(`server exited: ${serverLog}`);
-        await sleep(100);
-    }
-    if (!serverLog.includes("listening on")) throw new Error(`server did not start: ${serverLog}`);
+    await server.ready();
     const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: KEY, maxRetries: 0, timeout: 30000 });
     const user = (content) => [{ role: "user", content }];
 
@@ -550,8 +525,8 @@ try {
     check("suite", false, String(e && e.stack));
 } finally {
     clearTimeout(watchdog);
-    killServer();
+    server.kill();
 }
-if (failed) console.log(serverLog.split("\n").filter((l) => !l.includes("-> 200")).slice(-20).join("\n"));
+if (failed) console.log(server.log.split("\n").filter((l) => !l.includes("-> 200")).slice(-20).join("\n"));
 console.log(`[server_openai] ${passed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);

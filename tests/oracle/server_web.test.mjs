@@ -5,10 +5,9 @@
 // reload (localStorage), stops a long reply with the Stop button (the UI is ready again, the
 // server frees the session) and saves a screenshot to ./artifacts/server_web.png. Skipped (exit 0 with a note) when /usr/bin/chromium is missing.
 // Prints "N passed, M failed"; exits 1 on failure. The server and browser are always closed.
-import { spawn } from "node:child_process";
 import fs from "node:fs";
-import net from "node:net";
 import path from "node:path";
+import { startServe } from "./serve_util.mjs";
 
 const bin = process.env.SLUICE_BIN;
 const src = process.env.SLUICE_SOURCE_DIR;
@@ -33,36 +32,17 @@ function check(name, ok, detail = "") {
     }
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const port = await new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-        const p = s.address().port;
-        s.close(() => resolve(p));
-    });
-});
-
-const server = spawn(bin, ["serve", path.join(src, "models", "tiny-next"), "--port", String(port), "--ctx-size", "1024"], {
-    stdio: ["ignore", "ignore", "pipe"],
-});
-let serverLog = "";
-server.stderr.on("data", (d) => (serverLog += d.toString()));
-let exited = false;
-server.on("exit", () => (exited = true));
-const killServer = () => {
-    if (!exited) server.kill("SIGKILL");
-};
-process.on("exit", killServer);
+const server = await startServe(bin, [path.join(src, "models", "tiny-next"), "--ctx-size", "1024"]);
+const port = server.port;
 let browser = null;
 const watchdog = setTimeout(() => {
     console.log("FAIL watchdog: the suite took longer than 90 s");
-    killServer();
+    server.kill();
     process.exit(1);
 }, 90000);
 
 try {
-    for (let i = 0; i < 300 && !serverLog.includes("listening on"); ++i) await sleep(100);
-    if (!serverLog.includes("listening on")) throw new Error(`server did not start: ${serverLog}`);
+    await server.ready();
     const base = `http://127.0.0.1:${port}`;
     browser = await chromium.launch({
         executablePath: chromiumPath,
@@ -159,7 +139,7 @@ try {
 } finally {
     clearTimeout(watchdog);
     if (browser) await browser.close().catch(() => {});
-    killServer();
+    server.kill();
 }
 console.log(`[server_web] ${passed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);
