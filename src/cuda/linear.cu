@@ -1,6 +1,7 @@
-// Linear kernels: embedding rows, matrix-vector products for decode (one warp per output row,
-// 4/8-bit codes and 16-bit floats read 16 bytes per lane, the affine bias folded per group as
-// s·Σq·x + b·Σx), tiled matrix products for prefill (f32 SIMT, W dequantized into shared memory
+// Linear kernels: embedding rows, matrix-vector products for decode (one warp per 4 output rows
+// for 4/8-bit codes, which lanes read as interleaved 32-bit words so both the weight and the x loads
+// of a warp are contiguous; 16-bit floats read 16 bytes per lane; the affine bias folded per group
+// as s·Σq·x + b·Σx), tiled matrix products for prefill (f32 SIMT, W dequantized into shared memory
 // per 64×32 tile), and their grouped MoE forms that pick each expert's weights from a device
 // table by routed id, so a decode step needs no host round trip and can be captured in a graph.
 //
@@ -69,10 +70,13 @@ __device__ float row_dot_quant(const DevWeight& w, int64_t r, const float* __res
     return kReduce ? warp_sum(acc) : acc;
 }
 
-// R consecutive rows r0.. of a quantized W against x, the x chunk of each 128-bit step loaded once
-// and reused for all R rows (a single row would read 4-8 bytes of x per byte of weights, which
-// makes L1 the bottleneck). Requires the vector layout (see row_dot_quant). out[i] holds the warp
-// sum for row r0 + i (rows ≥ w.rows contribute 0).
+// R consecutive rows r0.. of a quantized W against x, each x load reused for all R rows. Lane l
+// takes the 32-bit words l, l + 32, … of every row, so a warp's weight load is 128 contiguous
+// bytes per row and its x load 32 × 16 (8-bit) or 32 × 32 (4-bit) contiguous bytes. (The earlier
+// form gave each lane 4 consecutive words, i.e. 128 contiguous bytes of x per lane: every 16-byte x
+// load of the warp then touched 32 different cache lines, and L1 wavefronts, not HBM, bounded the
+// 248k-row lm_head at 0.5 TB/s.) Requires cols and group_size to be multiples of the codes per
+// word. out[i] holds the warp sum for row r0 + i (rows ≥ w.rows contribute 0).
 template <int kBits, int R>
 __device__ void rows_dot_quant(const DevWeight& w, int64_t r0, const float* __restrict__ x, int lane,
                                float* out) {
@@ -80,16 +84,18 @@ __device__ void rows_dot_quant(const DevWeight& w, int64_t r0, const float* __re
     constexpr uint32_t kMask = (1u << kBits) - 1u;
     const int64_t words = w.cols / kPerWord;
     const int64_t groups = w.cols / w.group_size;
+    const int64_t words_per_group = w.group_size / kPerWord;
+    const uint32_t* data = static_cast<const uint32_t*>(w.data);
     float acc[R];
 #pragma unroll
     for (int i = 0; i < R; ++i) acc[i] = 0.0f;
-    for (int64_t v = lane; v < words / 4; v += 32) {
-        const int64_t col0 = v * 4 * kPerWord;
-        const float4* x4 = reinterpret_cast<const float4*>(x + col0);
-        float xs[4 * kPerWord];
+#pragma unroll 4
+    for (int64_t v = lane; v < words; v += 32) {
+        const float4* x4 = reinterpret_cast<const float4*>(x + v * kPerWord);
+        float xs[kPerWord];
         float sx = 0.0f;
 #pragma unroll
-        for (int c4 = 0; c4 < kPerWord; ++c4) {
+        for (int c4 = 0; c4 < kPerWord / 4; ++c4) {
             const float4 xv = x4[c4];
             xs[4 * c4] = xv.x;
             xs[4 * c4 + 1] = xv.y;
@@ -97,27 +103,24 @@ __device__ void rows_dot_quant(const DevWeight& w, int64_t r0, const float* __re
             xs[4 * c4 + 3] = xv.w;
             sx += (xv.x + xv.y) + (xv.z + xv.w);
         }
-        const int64_t g = col0 / w.group_size;
+        const int64_t g = v / words_per_group;
         // All R rows' words and scales are loaded before any arithmetic (rows past the end are
         // clamped to the last one and dropped by the caller), so R loads are in flight at once.
-        uint4 q[R];
+        uint32_t q[R];
         float sc[R], bi[R];
 #pragma unroll
         for (int i = 0; i < R; ++i) {
             const int64_t r = r0 + i < w.rows ? r0 + i : w.rows - 1;
-            q[i] = reinterpret_cast<const uint4*>(static_cast<const uint32_t*>(w.data) + r * words)[v];
+            q[i] = data[r * words + v];
             sc[i] = load_scale(w.scales, w.scale_type, r * groups + g);
             bi[i] = load_scale(w.biases, w.scale_type, r * groups + g);
         }
 #pragma unroll
         for (int i = 0; i < R; ++i) {
-            const uint32_t qw[4] = {q[i].x, q[i].y, q[i].z, q[i].w};
             float qx = 0.0f;
 #pragma unroll
-            for (int j = 0; j < 4; ++j)
-#pragma unroll
-                for (int c = 0; c < kPerWord; ++c)
-                    qx += static_cast<float>((qw[j] >> (kBits * c)) & kMask) * xs[j * kPerWord + c];
+            for (int c = 0; c < kPerWord; ++c)
+                qx += static_cast<float>((q[i] >> (kBits * c)) & kMask) * xs[c];
             acc[i] += sc[i] * qx + bi[i] * sx;
         }
     }
@@ -128,7 +131,7 @@ __device__ void rows_dot_quant(const DevWeight& w, int64_t r0, const float* __re
 __device__ bool quant_vector_layout(const DevWeight& w) {
     if (w.type != WeightType::kQ4 && w.type != WeightType::kQ8) return false;
     const int per_word = w.type == WeightType::kQ4 ? 8 : 4;
-    return (w.cols / per_word) % 4 == 0 && w.group_size % (4 * per_word) == 0;
+    return w.cols % per_word == 0 && w.group_size % per_word == 0;
 }
 
 template <bool kReduce = true>

@@ -31,7 +31,7 @@ struct DevWeight {
 // ---- linear ------------------------------------------------------------------------------------
 // out[i, :] = row ids[i] of W dequantized, for i < n (embedding lookup; ids on the device).
 void dequantize_rows(const DevWeight& w, const int32_t* ids, int64_t n, float* out, cudaStream_t s);
-// y[rows] = W · x[cols] (one warp per row, 4/8-bit codes read as 128-bit words).
+// y[rows] = W · x[cols] (one warp per 4 rows for 4/8-bit codes, lanes on interleaved 32-bit words).
 void matvec(const DevWeight& w, const float* x, float* y, cudaStream_t s);
 // Y[n, rows] = X[n, cols] · Wᵀ: tiled f32 product, W dequantized into shared memory per tile.
 void matmul(const DevWeight& w, const float* x, int64_t n, float* y, cudaStream_t s);
