@@ -14,6 +14,13 @@
 // matrix-vector launch per projection (experts picked from a device table by routed id); prefill
 // sorts the (token, expert) pairs by expert on the GPU and runs grouped tiled products.
 //
+// Fused glue (decode is bound by its chain of small dependent kernels, not by bytes): attention
+// norms + RoPE + KV write in one kernel (attention_prep, every batch size) with the output gate in
+// the attention epilogue; the DeltaNet l2 norms + gates + recurrence + gated norm in one kernel per
+// value head (deltanet_fused, decode only). SLUICE_CUDA_UNFUSED=1 in the environment, read once
+// when the backend is made, switches back to the unfused kernel sequences (the fused kernels'
+// reference twins) so a mismatch on a device can be bisected; it is a diagnostic switch only.
+//
 // Threading: one forward at a time (the engine's compute mutex). Rejected: cuBLAS for prefill
 // products — it needs dequantized weights (bf16 copies of 4-bit experts) or per-call dequant
 // buffers, and a large runtime dependency; the tiled kernel reads the codes directly.
@@ -23,6 +30,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -43,6 +51,14 @@ Status cuda_status(cudaError_t e, const char* what) {
 }
 
 #define SLUICE_CUDA_TRY(expr, what) SLUICE_RETURN_IF_ERROR(cuda_status((expr), (what)))
+
+// The diagnostic switch SLUICE_CUDA_UNFUSED=1 (see the top comment), logged when set.
+bool unfused_from_env() {
+    const char* v = std::getenv("SLUICE_CUDA_UNFUSED");
+    const bool on = v != nullptr && std::strcmp(v, "1") == 0;
+    if (on) log::info("[cuda] SLUICE_CUDA_UNFUSED=1: running the unfused kernel sequences");
+    return on;
+}
 
 size_t scale_bytes(kernels::ScaleType t) {
     return t == kernels::ScaleType::kF32 ? 4 : 2;
@@ -136,6 +152,7 @@ class CudaBackend final : public Backend {
 
     std::shared_ptr<const model::Model> model_;
     int device_;
+    const bool unfused_ = unfused_from_env();  // SLUICE_CUDA_UNFUSED=1
     std::string name_;
     cudaStream_t stream_ = nullptr;
     char* weights_block_ = nullptr;
@@ -547,19 +564,26 @@ void CudaBackend::attention_layer(const DevLayer& L, DeviceState& ds, int64_t l,
         linear(L.k_proj, d_.norm, n, d_.k);    // [n, nkv, hd]
         linear(L.v_proj, d_.norm, n, d_.v);
     }
-    HeadLayout qh{n, nh, hd, q_rows, hd * (gated ? 2 : 1), nh * hd, hd};
-    cuda::row_norm(d_.tmp, L.q_norm, qh, c.rms_eps, false, 1.0f, d_.q, stream_);
-    if (gated) cuda::copy_heads(d_.tmp + hd, qh, d_.gate, stream_);
-    HeadLayout kh{n, nkv, hd, nkv * hd, hd, nkv * hd, hd};
-    cuda::row_norm(d_.k, L.k_norm, kh, c.rms_eps, false, 1.0f, d_.k, stream_);
-    cuda::rope_neox(d_.q, n, nh, hd, c.rotary_dim, pos, c.rope_theta, stream_);
-    cuda::rope_neox(d_.k, n, nkv, hd, c.rotary_dim, pos, c.rope_theta, stream_);
-    cuda::write_rows_at(d_.k, n, nkv * hd, pos, ds.k[static_cast<size_t>(l)], stream_);
-    cuda::write_rows_at(d_.v, n, nkv * hd, pos, ds.v[static_cast<size_t>(l)], stream_);
-    cuda::attention(d_.q, ds.k[static_cast<size_t>(l)], ds.v[static_cast<size_t>(l)], n, pos, nh, nkv, hd,
-                    1.0f / std::sqrt(static_cast<float>(hd)), d_.attn, ds.attn_split, ds.max_positions,
-                    stream_);
-    if (gated) cuda::mul_sigmoid(d_.attn, d_.gate, n * nh * hd, stream_);
+    float* k_cache = ds.k[static_cast<size_t>(l)];
+    float* v_cache = ds.v[static_cast<size_t>(l)];
+    if (!unfused_) {
+        cuda::attention_prep(d_.tmp, d_.k, d_.v, L.q_norm, L.k_norm, n, nh, nkv, hd, c.rotary_dim, gated,
+                             c.rms_eps, pos, c.rope_theta, d_.q, d_.gate, k_cache, v_cache, stream_);
+    } else {
+        HeadLayout qh{n, nh, hd, q_rows, hd * (gated ? 2 : 1), nh * hd, hd};
+        cuda::row_norm(d_.tmp, L.q_norm, qh, c.rms_eps, false, 1.0f, d_.q, stream_);
+        if (gated) cuda::copy_heads(d_.tmp + hd, qh, d_.gate, stream_);
+        HeadLayout kh{n, nkv, hd, nkv * hd, hd, nkv * hd, hd};
+        cuda::row_norm(d_.k, L.k_norm, kh, c.rms_eps, false, 1.0f, d_.k, stream_);
+        cuda::rope_neox(d_.q, n, nh, hd, c.rotary_dim, pos, c.rope_theta, stream_);
+        cuda::rope_neox(d_.k, n, nkv, hd, c.rotary_dim, pos, c.rope_theta, stream_);
+        cuda::write_rows_at(d_.k, n, nkv * hd, pos, k_cache, stream_);
+        cuda::write_rows_at(d_.v, n, nkv * hd, pos, v_cache, stream_);
+    }
+    const bool gate_in_epilogue = gated && !unfused_;
+    cuda::attention(d_.q, k_cache, v_cache, n, pos, nh, nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd)),
+                    gate_in_epilogue ? d_.gate : nullptr, d_.attn, ds.attn_split, ds.max_positions, stream_);
+    if (gated && !gate_in_epilogue) cuda::mul_sigmoid(d_.attn, d_.gate, n * nh * hd, stream_);
     linear(L.o_proj, d_.attn, n, d_.mix);
 }
 

@@ -85,12 +85,70 @@ __global__ void write_rows_kernel(const float* x, int64_t row_elems, const int32
     for (int64_t i = threadIdx.x; i < row_elems; i += blockDim.x) dst[i] = x[t * row_elems + i];
 }
 
+// Attention prep, fused: block (token t, slot) with slot < n_heads a query head, else key/value
+// head slot - n_heads. The head is RMS-normed into shared memory (the sum as row_norm_kernel's
+// with the same 256 threads), rotated (rope_kernel's angle arithmetic) and written out: queries
+// to q_out (and the gate half to gate_out), keys and values into the caches at row *pos0 + t.
+constexpr int kPrepThreads = 256;
+
+__global__ void __launch_bounds__(kPrepThreads)
+    attention_prep_kernel(const float* __restrict__ qg, const float* __restrict__ k,
+                          const float* __restrict__ v, const float* q_norm, const float* k_norm,
+                          int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t rot_dim, bool gated,
+                          float eps, const int32_t* pos0, float theta, float* q_out, float* gate_out,
+                          float* k_cache, float* v_cache) {
+    const int64_t slots = n_heads + n_kv_heads;
+    const int64_t t = blockIdx.x / slots, slot = blockIdx.x % slots;
+    const bool is_q = slot < n_heads;
+    const int64_t h = is_q ? slot : slot - n_heads;
+    const int64_t q_head_stride = head_dim * (gated ? 2 : 1);
+    const float* xr = is_q ? qg + (t * n_heads + h) * q_head_stride : k + (t * n_kv_heads + h) * head_dim;
+    const float* weight = is_q ? q_norm : k_norm;
+    __shared__ float normed[32 * kMaxHeadDimPerLane];
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) ss += xr[i] * xr[i];
+    ss = block_sum(ss);
+    const float inv = rsqrtf(ss / static_cast<float>(head_dim) + eps);
+    for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) normed[i] = xr[i] * inv * weight[i];
+    __syncthreads();
+    const int64_t position = *pos0 + t;
+    const int64_t half = rot_dim / 2;
+    float* dst = is_q ? q_out + (t * n_heads + h) * head_dim
+                      : k_cache + position * n_kv_heads * head_dim + h * head_dim;
+    for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
+        if (i < rot_dim) {
+            const int64_t pair = i < half ? i : i - half;
+            const float exponent = static_cast<float>(2 * pair) / static_cast<float>(rot_dim);
+            const float inv_freq =
+                1.0f / static_cast<float>(pow(static_cast<double>(theta), static_cast<double>(exponent)));
+            const float angle = static_cast<float>(position) * inv_freq;
+            double sn, cs;
+            sincos(static_cast<double>(angle), &sn, &cs);
+            const double a = normed[pair], b = normed[pair + half];
+            dst[i] = i < half ? static_cast<float>(a * cs - b * sn) : static_cast<float>(b * cs + a * sn);
+        } else {
+            dst[i] = normed[i];
+        }
+    }
+    if (is_q) {
+        if (gated) {
+            const float* gr = xr + head_dim;
+            float* gd = gate_out + (t * n_heads + h) * head_dim;
+            for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) gd[i] = gr[i];
+        }
+    } else {
+        const float* vr = v + (t * n_kv_heads + h) * head_dim;
+        float* vd = v_cache + position * n_kv_heads * head_dim + h * head_dim;
+        for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) vd[i] = vr[i];
+    }
+}
+
 constexpr int kAttnWarps = 4;
 
 __global__ void __launch_bounds__(32 * kAttnWarps)
     attention_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
                      const int32_t* pos0, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
-                     float* out) {
+                     const float* gate, float* out) {
     const int64_t t = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
     const int64_t kvh = h / (n_heads / n_kv_heads);
     const int64_t n_keys = *pos0 + t + 1;
@@ -137,11 +195,12 @@ __global__ void __launch_bounds__(32 * kAttnWarps)
     float l_all = 0.0f;
     for (int w = 0; w < kAttnWarps; ++w) l_all += sm[w] == -INFINITY ? 0.0f : sl[w] * expf(sm[w] - m_all);
     float* oh = out + (t * n_heads + h) * head_dim;
+    const float* gh = gate != nullptr ? gate + (t * n_heads + h) * head_dim : nullptr;
     for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float o = 0.0f;
         for (int w = 0; w < kAttnWarps; ++w)
             if (sm[w] != -INFINITY) o += sacc[w][d] * expf(sm[w] - m_all);
-        oh[d] = o / l_all;
+        oh[d] = gh != nullptr ? o / l_all * sigmoid_f(gh[d]) : o / l_all;  // mul_sigmoid's product
     }
 }
 
@@ -215,7 +274,7 @@ __global__ void __launch_bounds__(32 * kAttnWarps)
 }
 
 __global__ void attention_combine_kernel(const float* part, const int32_t* pos0, int64_t head_dim,
-                                         int64_t max_splits, float* out) {
+                                         int64_t max_splits, const float* gate, float* out) {
     const int64_t h = blockIdx.x;
     const int64_t n_splits = (*pos0 + 1 + kSplitKeys - 1) / kSplitKeys;
     const float* ph = part + h * max_splits * (head_dim + 2);
@@ -228,7 +287,8 @@ __global__ void attention_combine_kernel(const float* part, const int32_t* pos0,
         float o = 0.0f;
         for (int64_t sp = 0; sp < n_splits; ++sp)
             o += ph[sp * (head_dim + 2) + dd] * expf(ph[sp * (head_dim + 2) + head_dim] - m_all);
-        out[h * head_dim + dd] = o / l_all;
+        const float val = o / l_all;
+        out[h * head_dim + dd] = gate != nullptr ? val * sigmoid_f(gate[h * head_dim + dd]) : val;
     }
 }
 
@@ -506,20 +566,30 @@ void write_rows_at(const float* x, int64_t n, int64_t row_elems, const int32_t* 
 }
 
 void attention(const float* q, const float* k, const float* v, int64_t n_q, const int32_t* pos0_dev,
-               int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, float* out,
-               float* split_scratch, int64_t max_keys, cudaStream_t s) {
+               int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, const float* gate,
+               float* out, float* split_scratch, int64_t max_keys, cudaStream_t s) {
     if (n_q == 0) return;
     if (n_q == 1 && split_scratch != nullptr) {
         const int64_t max_splits = (max_keys + kSplitKeys - 1) / kSplitKeys;
         attention_split_kernel<<<dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(max_splits)),
                                  32 * kAttnWarps, 0, s>>>(q, k, v, pos0_dev, n_heads, n_kv_heads, head_dim,
                                                           scale, split_scratch, max_splits);
-        attention_combine_kernel<<<static_cast<unsigned>(n_heads), 128, 0, s>>>(split_scratch, pos0_dev,
-                                                                                head_dim, max_splits, out);
+        attention_combine_kernel<<<static_cast<unsigned>(n_heads), 128, 0, s>>>(
+            split_scratch, pos0_dev, head_dim, max_splits, gate, out);
         return;
     }
     attention_kernel<<<static_cast<unsigned>(n_q * n_heads), 32 * kAttnWarps, 0, s>>>(
-        q, k, v, pos0_dev, n_heads, n_kv_heads, head_dim, scale, out);
+        q, k, v, pos0_dev, n_heads, n_kv_heads, head_dim, scale, gate, out);
+}
+
+void attention_prep(const float* qg, const float* k, const float* v, const float* q_norm, const float* k_norm,
+                    int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t rot_dim,
+                    bool gated, float eps, const int32_t* pos0_dev, float theta, float* q_out,
+                    float* gate_out, float* k_cache, float* v_cache, cudaStream_t s) {
+    if (n == 0) return;
+    attention_prep_kernel<<<static_cast<unsigned>(n * (n_heads + n_kv_heads)), kPrepThreads, 0, s>>>(
+        qg, k, v, q_norm, k_norm, n_heads, n_kv_heads, head_dim, rot_dim, gated, eps, pos0_dev, theta, q_out,
+        gate_out, k_cache, v_cache);
 }
 
 int64_t attention_split_scratch_floats(int64_t n_heads, int64_t head_dim, int64_t max_keys) {

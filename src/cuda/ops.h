@@ -106,12 +106,23 @@ void rope_neox(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, in
 // cache[(*pos0_dev + t), :] = x[t, :] for t < n (row = row_elems floats).
 void write_rows_at(const float* x, int64_t n, int64_t row_elems, const int32_t* pos0_dev, float* cache,
                    cudaStream_t s);
+// Attention prep for n tokens in one launch (the fused form of row_norm(q) + copy_heads(gate) +
+// row_norm(k) + rope_neox(q, k) + write_rows_at(k, v), numerically the same ops):
+// qg [n, n_heads, head_dim · (gated ? 2 : 1)] (per head: q, then the output gate when gated),
+// k, v [n, n_kv_heads, head_dim]. Writes q_out [n, n_heads, head_dim] = rope(rms_norm(q) · q_norm),
+// gate_out [n, n_heads, head_dim] (gated only), and rows *pos0_dev + t of k_cache = rope(rms_norm(k)
+// · k_norm) and v_cache = v. head_dim ≤ 256.
+void attention_prep(const float* qg, const float* k, const float* v, const float* q_norm, const float* k_norm,
+                    int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t rot_dim,
+                    bool gated, float eps, const int32_t* pos0_dev, float theta, float* q_out,
+                    float* gate_out, float* k_cache, float* v_cache, cudaStream_t s);
 // kernels::attention with start_pos = *pos0_dev (k, v: the caches). For one query with a
 // split_scratch of attention_split_scratch_floats(n_heads, head_dim, max_keys) floats, the keys are
 // split over many blocks (flash-decoding); max_keys bounds *pos0_dev + 1 (the context capacity).
+// gate (nullable, [n_q, n_heads, head_dim]): out ⊙= sigmoid(gate) in the epilogue (mul_sigmoid fused).
 void attention(const float* q, const float* k, const float* v, int64_t n_q, const int32_t* pos0_dev,
-               int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, float* out,
-               float* split_scratch, int64_t max_keys, cudaStream_t s);
+               int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, const float* gate,
+               float* out, float* split_scratch, int64_t max_keys, cudaStream_t s);
 int64_t attention_split_scratch_floats(int64_t n_heads, int64_t head_dim, int64_t max_keys);
 // x += add; y = rms_norm(x) · weight, per row of dim (the residual add fused with the next norm).
 void add_rms_norm(float* x, const float* add, const float* weight, int64_t rows, int64_t dim, float eps,

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -340,15 +341,15 @@ TEST(CudaOps, AttentionMatchesReference) {
                                       ref.data(), nullptr);
         Dev<float> dq(q), dk(k), dv(v), dout(q.size());
         Dev<int32_t> dpos(std::vector<int32_t>{static_cast<int32_t>(c.start)});
-        attention(dq.get(), dk.get(), dv.get(), c.n_q, dpos.get(), c.nh, c.nkv, c.hd, scale, dout.get(),
-                  nullptr, 0, nullptr);
+        attention(dq.get(), dk.get(), dv.get(), c.n_q, dpos.get(), c.nh, c.nkv, c.hd, scale, nullptr,
+                  dout.get(), nullptr, 0, nullptr);
         EXPECT_LT(rel_err(dout.host(), ref), 1e-5) << c.n_q << " " << c.start << " " << c.hd;
         if (c.n_q == 1) {  // the split (flash-decoding) form, with a capacity beyond the keys
             const int64_t cap = rows + 500;
             Dev<float> split(static_cast<size_t>(attention_split_scratch_floats(c.nh, c.hd, cap))),
                 dout2(q.size());
-            attention(dq.get(), dk.get(), dv.get(), 1, dpos.get(), c.nh, c.nkv, c.hd, scale, dout2.get(),
-                      split.get(), cap, nullptr);
+            attention(dq.get(), dk.get(), dv.get(), 1, dpos.get(), c.nh, c.nkv, c.hd, scale, nullptr,
+                      dout2.get(), split.get(), cap, nullptr);
             EXPECT_LT(rel_err(dout2.host(), ref), 1e-5) << "split, start " << c.start << " hd " << c.hd;
         }
     }
@@ -498,6 +499,115 @@ TEST(CudaOps, FusedDecodeFormsMatchReference) {
     add_rms_norm(dxs.get(), dadd.get(), dw.get(), n, dim, 1e-6f, dy.get(), nullptr);
     EXPECT_LT(rel_err(dxs.host(), xsum), 1e-6);
     EXPECT_LT(rel_err(dy.host(), ref), 1e-5);
+}
+
+// ---- fused forms against the unfused kernel sequences they replace --------------------------------
+
+// attention_prep against row_norm(q) + copy_heads(gate) + row_norm(k) + rope_neox ×2 +
+// write_rows_at ×2 (and, for q and the written k rows, the CPU rms_norm + rope_neox).
+TEST(CudaOps, AttentionPrepMatchesUnfusedSequence) {
+    REQUIRE_GPU();
+    struct Case {
+        int64_t nh, nkv, hd, rot;
+        bool gated;
+    };
+    const float eps = 1e-6f, theta = 1e7f;
+    // Qwen3.6-35B and Qwen3-Next-80B (16 × 256, 2 kv heads, rotary 64, gated), then other shapes.
+    for (const Case& c : {Case{16, 2, 256, 64, true}, Case{8, 8, 128, 128, false}, Case{4, 1, 64, 32, true},
+                          Case{2, 2, 40, 20, false}}) {
+        for (int64_t n : {1, 3}) {
+            for (int64_t pos0 : {0, 1, 40000}) {
+                const int64_t qw = c.hd * (c.gated ? 2 : 1), kvw = c.nkv * c.hd, rows = pos0 + n;
+                std::vector<float> qg = randn(static_cast<size_t>(n * c.nh * qw), 1),
+                                   k = randn(static_cast<size_t>(n * kvw), 2),
+                                   v = randn(static_cast<size_t>(n * kvw), 3),
+                                   qn = randn(static_cast<size_t>(c.hd), 4),
+                                   kn = randn(static_cast<size_t>(c.hd), 5),
+                                   cache0 = randn(static_cast<size_t>(rows * kvw), 6);
+                Dev<float> dqg(qg), dk(k), dv(v), dqn(qn), dkn(kn);
+                Dev<int32_t> dpos(std::vector<int32_t>{static_cast<int32_t>(pos0)});
+                // Unfused, as backend.cpp ran it.
+                Dev<float> uq(static_cast<size_t>(n * c.nh * c.hd)),
+                    ugate(static_cast<size_t>(n * c.nh * c.hd)), ukc(cache0), uvc(cache0), uk(k);
+                const HeadLayout qh{n, c.nh, c.hd, c.nh * qw, qw, c.nh * c.hd, c.hd};
+                row_norm(dqg.get(), dqn.get(), qh, eps, false, 1.0f, uq.get(), nullptr);
+                if (c.gated) copy_heads(dqg.get() + c.hd, qh, ugate.get(), nullptr);
+                const HeadLayout kh{n, c.nkv, c.hd, kvw, c.hd, kvw, c.hd};
+                row_norm(uk.get(), dkn.get(), kh, eps, false, 1.0f, uk.get(), nullptr);
+                rope_neox(uq.get(), n, c.nh, c.hd, c.rot, dpos.get(), theta, nullptr);
+                rope_neox(uk.get(), n, c.nkv, c.hd, c.rot, dpos.get(), theta, nullptr);
+                write_rows_at(uk.get(), n, kvw, dpos.get(), ukc.get(), nullptr);
+                write_rows_at(dv.get(), n, kvw, dpos.get(), uvc.get(), nullptr);
+                // Fused.
+                Dev<float> fq(static_cast<size_t>(n * c.nh * c.hd)),
+                    fgate(static_cast<size_t>(n * c.nh * c.hd)), fkc(cache0), fvc(cache0);
+                attention_prep(dqg.get(), dk.get(), dv.get(), dqn.get(), dkn.get(), n, c.nh, c.nkv, c.hd,
+                               c.rot, c.gated, eps, dpos.get(), theta, fq.get(), fgate.get(), fkc.get(),
+                               fvc.get(), nullptr);
+                const std::string what = "heads " + std::to_string(c.nh) + "/" + std::to_string(c.nkv) +
+                                         " hd " + std::to_string(c.hd) + " n " + std::to_string(n) + " pos " +
+                                         std::to_string(pos0);
+                const auto q_out = fq.host(), k_cache = fkc.host();
+                EXPECT_LT(rel_err(q_out, uq.host()), 1e-6) << what;
+                if (c.gated) {
+                    EXPECT_LT(rel_err(fgate.host(), ugate.host()), 1e-6) << what;
+                }
+                EXPECT_LT(rel_err(k_cache, ukc.host()), 1e-6) << what;
+                EXPECT_EQ(fvc.host(), uvc.host()) << what;
+                // CPU reference for q and the new key rows.
+                std::vector<float> ref_q(q_out.size()), ref_k(static_cast<size_t>(n * kvw)),
+                    got_k(k_cache.begin() + pos0 * kvw, k_cache.end());
+                for (int64_t t = 0; t < n; ++t) {
+                    for (int64_t h = 0; h < c.nh; ++h)
+                        kernels::reference::rms_norm(qg.data() + (t * c.nh + h) * qw, qn.data(), c.hd, eps,
+                                                     ref_q.data() + (t * c.nh + h) * c.hd);
+                    for (int64_t h = 0; h < c.nkv; ++h)
+                        kernels::reference::rms_norm(k.data() + (t * c.nkv + h) * c.hd, kn.data(), c.hd, eps,
+                                                     ref_k.data() + (t * c.nkv + h) * c.hd);
+                    kernels::reference::rope_neox(ref_q.data() + t * c.nh * c.hd, c.nh, c.hd, c.rot, pos0 + t,
+                                                  theta);
+                    kernels::reference::rope_neox(ref_k.data() + t * kvw, c.nkv, c.hd, c.rot, pos0 + t,
+                                                  theta);
+                }
+                EXPECT_LT(rel_err(q_out, ref_q), 1e-5) << what;
+                EXPECT_LT(rel_err(got_k, ref_k), 1e-5) << what;
+            }
+        }
+    }
+}
+
+// attention with the output gate in its epilogue against attention + mul_sigmoid, for the
+// per-query kernel and the split (flash-decoding) decode form.
+TEST(CudaOps, AttentionGateEpilogueMatchesMulSigmoid) {
+    REQUIRE_GPU();
+    struct Case {
+        int64_t n_q, start, nh, nkv, hd;
+    };
+    for (const Case& c : {Case{1, 0, 16, 2, 256}, Case{1, 1, 16, 2, 256}, Case{1, 5000, 16, 2, 256},
+                          Case{4, 30, 16, 2, 256}, Case{1, 70, 4, 4, 24}, Case{3, 2, 8, 2, 128}}) {
+        const int64_t rows = c.start + c.n_q, width = c.n_q * c.nh * c.hd;
+        std::vector<float> q = randn(static_cast<size_t>(width), 1),
+                           k = randn(static_cast<size_t>(rows * c.nkv * c.hd), 2),
+                           v = randn(static_cast<size_t>(rows * c.nkv * c.hd), 3),
+                           gate = randn(static_cast<size_t>(width), 4);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+        Dev<float> dq(q), dk(k), dv(v), dgate(gate);
+        Dev<int32_t> dpos(std::vector<int32_t>{static_cast<int32_t>(c.start)});
+        for (bool split : {false, true}) {
+            if (split && c.n_q != 1) continue;
+            const int64_t cap = rows + 300;
+            Dev<float> scratch(static_cast<size_t>(attention_split_scratch_floats(c.nh, c.hd, cap)));
+            float* sp = split ? scratch.get() : nullptr;
+            Dev<float> unfused(static_cast<size_t>(width)), fused(static_cast<size_t>(width));
+            attention(dq.get(), dk.get(), dv.get(), c.n_q, dpos.get(), c.nh, c.nkv, c.hd, scale, nullptr,
+                      unfused.get(), sp, cap, nullptr);
+            mul_sigmoid(unfused.get(), dgate.get(), width, nullptr);
+            attention(dq.get(), dk.get(), dv.get(), c.n_q, dpos.get(), c.nh, c.nkv, c.hd, scale, dgate.get(),
+                      fused.get(), sp, cap, nullptr);
+            EXPECT_LT(rel_err(fused.host(), unfused.host()), 1e-6)
+                << (split ? "split " : "") << c.n_q << " " << c.start << " " << c.hd;
+        }
+    }
 }
 
 }  // namespace
