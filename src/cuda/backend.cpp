@@ -622,14 +622,20 @@ void CudaBackend::deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, 
     const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
     const float eps =
         model_->weights().layout == model::CheckpointLayout::kMlx ? 1e-6f * static_cast<float>(dk) : 1e-6f;
-    HeadLayout qk{n, nk, dk, cd, dk, kd, dk};
-    cuda::row_norm(d_.conv_out, nullptr, qk, eps, true, q_scale, d_.q, stream_);
-    cuda::row_norm(d_.conv_out + kd, nullptr, qk, eps, true, 1.0f, d_.k, stream_);
-    cuda::copy_heads(d_.conv_out + 2 * kd, HeadLayout{n, 1, vd, cd, 0, vd, 0}, d_.v, stream_);
-    cuda::deltanet_gates(d_.beta, d_.g, L.neg_a, L.dt_bias, n, nv, stream_);
-    cuda::gated_delta(d_.q, d_.k, d_.v, d_.beta, d_.g, n, nk, nv, dk, dv,
-                      ds.recurrent[static_cast<size_t>(l)], d_.attn, stream_);
-    cuda::rms_norm_gated(d_.attn, d_.z, L.dnorm, n * nv, dv, c.rms_eps, d_.y, stream_);
+    float* state = ds.recurrent[static_cast<size_t>(l)];
+    if (n == 1 && !unfused_ && cuda::deltanet_fused_fits(dk, dv)) {
+        // Decode: one block per value head (prefill keeps the wider unfused recurrence grid).
+        cuda::deltanet_fused(d_.conv_out, d_.beta, d_.g, d_.z, L.neg_a, L.dt_bias, L.dnorm, n, nk, nv, dk, dv,
+                             eps, q_scale, c.rms_eps, state, d_.y, stream_);
+    } else {
+        HeadLayout qk{n, nk, dk, cd, dk, kd, dk};
+        cuda::row_norm(d_.conv_out, nullptr, qk, eps, true, q_scale, d_.q, stream_);
+        cuda::row_norm(d_.conv_out + kd, nullptr, qk, eps, true, 1.0f, d_.k, stream_);
+        cuda::copy_heads(d_.conv_out + 2 * kd, HeadLayout{n, 1, vd, cd, 0, vd, 0}, d_.v, stream_);
+        cuda::deltanet_gates(d_.beta, d_.g, L.neg_a, L.dt_bias, n, nv, stream_);
+        cuda::gated_delta(d_.q, d_.k, d_.v, d_.beta, d_.g, n, nk, nv, dk, dv, state, d_.attn, stream_);
+        cuda::rms_norm_gated(d_.attn, d_.z, L.dnorm, n * nv, dv, c.rms_eps, d_.y, stream_);
+    }
     linear(L.out_proj, d_.y, n, d_.mix);
 }
 

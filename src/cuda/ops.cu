@@ -412,6 +412,112 @@ __global__ void __launch_bounds__(32 * kDeltaWarps)
     }
 }
 
+// The DeltaNet step after the conv, fused for one value head j per block: the l2 norms of its q
+// and k heads (k head = j / (n_v / n_k)), the gates as deltanet_gates_kernel, the recurrence as
+// gated_delta_kernel and the gated RMS norm as rms_norm_gated_kernel. Column group c (threads
+// 128c .. 128c + 127) owns value columns 32c + lane with gated_delta_kernel's layout inside it
+// (warp w holds state rows w + 4r), so every column's sums run in the same order; one block owns
+// all dv columns because the output norm is over them.
+constexpr int kMaxFusedDv = 128;
+constexpr int kFusedDeltaThreads = 32 * kDeltaWarps * (kMaxFusedDv / 32);
+
+__global__ void __launch_bounds__(kFusedDeltaThreads)
+    deltanet_fused_kernel(const float* __restrict__ conv_out, const float* __restrict__ b_in,
+                          const float* __restrict__ a_in, const float* __restrict__ z, const float* neg_a,
+                          const float* dt_bias, const float* norm_weight, int64_t n, int64_t n_k, int64_t n_v,
+                          int64_t dk, int64_t dv, float l2_eps, float q_scale, float norm_eps, float* state,
+                          float* y) {
+    const int64_t j = blockIdx.x;
+    const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % kDeltaWarps;
+    const int block_warp = threadIdx.x / 32;
+    const int group = threadIdx.x / (32 * kDeltaWarps);
+    const int64_t d = static_cast<int64_t>(group) * 32 + lane;
+    const bool col = d < dv;
+    const int64_t kh = j / (n_v / n_k);
+    const int64_t kd = n_k * dk, cd = 2 * kd + n_v * dv;
+    float* S = state + j * dk * dv;
+    __shared__ float ks[kMaxDkPerLane * 32], qs[kMaxDkPerLane * 32];
+    __shared__ float red[kMaxFusedDv / 32][kDeltaWarps][32];
+    __shared__ float out_s[kMaxFusedDv];
+    __shared__ float inv_s[3];  // q and k l2 factors, the output's inverse rms
+    float s[kMaxDkRowsPerThread];
+#pragma unroll
+    for (int r = 0; r < kMaxDkRowsPerThread; ++r) {
+        const int64_t i = warp + kDeltaWarps * r;
+        s[r] = (col && i < dk) ? S[i * dv + d] : 0.0f;
+    }
+    for (int64_t t = 0; t < n; ++t) {
+        const float* row = conv_out + t * cd;  // [q | k | v] of token t
+        __syncthreads();                       // the previous token's shared values are consumed
+        if (block_warp < 2) {                  // warp 0: q, warp 1: k
+            const float* src = row + block_warp * kd + kh * dk;
+            float ss = 0.0f;
+            for (int64_t i = lane; i < dk; i += 32) ss += src[i] * src[i];
+            ss = warp_sum(ss);
+            if (lane == 0) inv_s[block_warp] = (block_warp == 0 ? q_scale : 1.0f) / sqrtf(ss + l2_eps);
+        }
+        __syncthreads();
+        for (int64_t i = threadIdx.x; i < dk; i += blockDim.x) {
+            qs[i] = row[kh * dk + i] * inv_s[0];
+            ks[i] = row[kd + kh * dk + i] * inv_s[1];
+        }
+        __syncthreads();
+        const float b = sigmoid_f(b_in[t * n_v + j]);
+        const float xg = a_in[t * n_v + j] + dt_bias[j];
+        const float alpha = expf(neg_a[j] * (xg > 20.0f ? xg : log1pf(expf(xg))));
+        float dot = 0.0f;
+#pragma unroll
+        for (int r = 0; r < kMaxDkRowsPerThread; ++r) {
+            const int64_t i = warp + kDeltaWarps * r;
+            if (i < dk) {
+                s[r] *= alpha;
+                dot += s[r] * ks[i];
+            }
+        }
+        red[group][warp][lane] = dot;
+        __syncthreads();
+        float kv = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kDeltaWarps; ++w) kv += red[group][w][lane];
+        const float delta = col ? b * (row[2 * kd + j * dv + d] - kv) : 0.0f;
+        float o = 0.0f;
+#pragma unroll
+        for (int r = 0; r < kMaxDkRowsPerThread; ++r) {
+            const int64_t i = warp + kDeltaWarps * r;
+            if (i < dk) {
+                s[r] += ks[i] * delta;
+                o += s[r] * qs[i];
+            }
+        }
+        __syncthreads();  // every warp has read red
+        red[group][warp][lane] = o;
+        __syncthreads();
+        if (warp == 0 && col) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int w = 0; w < kDeltaWarps; ++w) sum += red[group][w][lane];
+            out_s[d] = sum;
+        }
+        __syncthreads();
+        if (block_warp == 0) {
+            float ss = 0.0f;
+            for (int64_t i = lane; i < dv; i += 32) ss += out_s[i] * out_s[i];
+            ss = warp_sum(ss);
+            if (lane == 0) inv_s[2] = rsqrtf(ss / static_cast<float>(dv) + norm_eps);
+        }
+        __syncthreads();
+        if (warp == 0 && col) {
+            const int64_t at = (t * n_v + j) * dv + d;
+            y[at] = out_s[d] * inv_s[2] * norm_weight[d] * silu_f(z[at]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < kMaxDkRowsPerThread; ++r) {
+        const int64_t i = warp + kDeltaWarps * r;
+        if (col && i < dk) S[i * dv + d] = s[r];
+    }
+}
+
 // One warp per token: softmax in f32, then k rounds of arg-max (ties: lower index).
 __global__ void router_topk_kernel(const float* logits, int64_t n, int64_t n_experts, int64_t k, bool renorm,
                                    int32_t* ids, float* weights) {
@@ -613,6 +719,21 @@ void gated_delta(const float* q, const float* k, const float* v, const float* be
                  int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, float* state, float* out, cudaStream_t s) {
     const dim3 grid(static_cast<unsigned>(n_v), grid_for(dv, 32));
     gated_delta_kernel<<<grid, 32 * kDeltaWarps, 0, s>>>(q, k, v, beta, g, n, n_k, n_v, dk, dv, state, out);
+}
+
+bool deltanet_fused_fits(int64_t dk, int64_t dv) {
+    return dk <= 32 * kMaxDkPerLane && dv <= kMaxFusedDv;
+}
+
+void deltanet_fused(const float* conv_out, const float* b, const float* a, const float* z, const float* neg_a,
+                    const float* dt_bias, const float* norm_weight, int64_t n, int64_t n_k, int64_t n_v,
+                    int64_t dk, int64_t dv, float l2_eps, float q_scale, float norm_eps, float* state,
+                    float* y, cudaStream_t s) {
+    if (n == 0) return;
+    const unsigned threads = 32 * kDeltaWarps * grid_for(dv, 32);
+    deltanet_fused_kernel<<<static_cast<unsigned>(n_v), threads, 0, s>>>(conv_out, b, a, z, neg_a, dt_bias,
+                                                                         norm_weight, n, n_k, n_v, dk, dv,
+                                                                         l2_eps, q_scale, norm_eps, state, y);
 }
 
 void router_topk(const float* logits, int64_t n, int64_t n_experts, int64_t k, bool renormalize, int32_t* ids,

@@ -610,5 +610,62 @@ TEST(CudaOps, AttentionGateEpilogueMatchesMulSigmoid) {
     }
 }
 
+// deltanet_fused against row_norm (l2) ×2 + copy_heads + deltanet_gates + gated_delta +
+// rms_norm_gated, the sequence it replaces in backend.cpp, for both l2 eps conventions.
+TEST(CudaOps, DeltaNetFusedMatchesUnfusedSequence) {
+    REQUIRE_GPU();
+    struct Case {
+        int64_t n, nk, nv, dk, dv;
+    };
+    // Qwen3.6-35B / Qwen3-Next-80B (16 k-heads, 32 v-heads, 128 × 128), then other shapes.
+    for (const Case& c : {Case{1, 16, 32, 128, 128}, Case{1, 2, 4, 64, 32}, Case{1, 1, 2, 256, 128},
+                          Case{1, 2, 2, 16, 24}, Case{4, 2, 4, 128, 128}, Case{3, 1, 3, 32, 100}}) {
+        ASSERT_TRUE(deltanet_fused_fits(c.dk, c.dv));
+        for (bool mlx_eps : {false, true}) {
+            const int64_t kd = c.nk * c.dk, vd = c.nv * c.dv, cd = 2 * kd + vd;
+            const float l2_eps = mlx_eps ? 1e-6f * static_cast<float>(c.dk) : 1e-6f, norm_eps = 1e-6f;
+            const float q_scale = 1.0f / std::sqrt(static_cast<float>(c.dk));
+            std::vector<float> conv = randn(static_cast<size_t>(c.n * cd), 1),
+                               b = randn(static_cast<size_t>(c.n * c.nv), 2),
+                               a = randn(static_cast<size_t>(c.n * c.nv), 3),
+                               z = randn(static_cast<size_t>(c.n * vd), 4),
+                               dt_bias = randn(static_cast<size_t>(c.nv), 5),
+                               norm_w = randn(static_cast<size_t>(c.dv), 6),
+                               state0 = randn(static_cast<size_t>(c.nv * c.dk * c.dv), 7, 0.1f),
+                               neg_a(static_cast<size_t>(c.nv));
+            std::mt19937 rng(8);
+            std::uniform_real_distribution<float> ua(0.5f, 8.0f);
+            for (auto& x : neg_a) x = -ua(rng);
+            // A large a + dt_bias takes softplus's x > 20 branch.
+            a[0] = 30.0f;
+            Dev<float> dconv(conv), db(b), da(a), dz(z), ddt(dt_bias), dnw(norm_w), dneg(neg_a);
+            // Unfused.
+            Dev<float> uq(static_cast<size_t>(c.n * kd)), uk(static_cast<size_t>(c.n * kd)),
+                uv(static_cast<size_t>(c.n * vd)), ub(b), ua0(a), ustate(state0),
+                uout(static_cast<size_t>(c.n * vd)), uy(static_cast<size_t>(c.n * vd));
+            const HeadLayout qk{c.n, c.nk, c.dk, cd, c.dk, kd, c.dk};
+            row_norm(dconv.get(), nullptr, qk, l2_eps, true, q_scale, uq.get(), nullptr);
+            row_norm(dconv.get() + kd, nullptr, qk, l2_eps, true, 1.0f, uk.get(), nullptr);
+            copy_heads(dconv.get() + 2 * kd, HeadLayout{c.n, 1, vd, cd, 0, vd, 0}, uv.get(), nullptr);
+            deltanet_gates(ub.get(), ua0.get(), dneg.get(), ddt.get(), c.n, c.nv, nullptr);
+            gated_delta(uq.get(), uk.get(), uv.get(), ub.get(), ua0.get(), c.n, c.nk, c.nv, c.dk, c.dv,
+                        ustate.get(), uout.get(), nullptr);
+            rms_norm_gated(uout.get(), dz.get(), dnw.get(), c.n * c.nv, c.dv, norm_eps, uy.get(), nullptr);
+            // Fused.
+            Dev<float> fstate(state0), fy(static_cast<size_t>(c.n * vd));
+            deltanet_fused(dconv.get(), db.get(), da.get(), dz.get(), dneg.get(), ddt.get(), dnw.get(), c.n,
+                           c.nk, c.nv, c.dk, c.dv, l2_eps, q_scale, norm_eps, fstate.get(), fy.get(),
+                           nullptr);
+            const std::string what = "n " + std::to_string(c.n) + " heads " + std::to_string(c.nk) + "/" +
+                                     std::to_string(c.nv) + " " + std::to_string(c.dk) + "x" +
+                                     std::to_string(c.dv) + (mlx_eps ? " mlx eps" : "");
+            EXPECT_LT(rel_err(fy.host(), uy.host()), 1e-5) << what;
+            EXPECT_LT(rel_err(fstate.host(), ustate.host()), 1e-5) << what;
+            EXPECT_EQ(db.host(), b) << "the fused kernel must leave b unchanged";
+            EXPECT_EQ(da.host(), a) << "the fused kernel must leave a unchanged";
+        }
+    }
+}
+
 }  // namespace
 }  // namespace sluice::cuda
