@@ -14,16 +14,16 @@
 // matrix-vector launch per projection (experts picked from a device table by routed id); prefill
 // sorts the (token, expert) pairs by expert on the GPU and runs grouped tiled products.
 //
+// Threading: one forward at a time (the engine's compute mutex). Rejected: cuBLAS for prefill
+// products — it needs dequantized weights (bf16 copies of 4-bit experts) or per-call dequant
+// buffers, and a large runtime dependency; the tiled kernel reads the codes directly.
+//
 // Fused glue (decode is bound by its chain of small dependent kernels, not by bytes): attention
 // norms + RoPE + KV write in one kernel (attention_prep, every batch size) with the output gate in
 // the attention epilogue; the DeltaNet l2 norms + gates + recurrence + gated norm in one kernel per
 // value head (deltanet_fused, decode only). SLUICE_CUDA_UNFUSED=1 in the environment, read once
 // when the backend is made, switches back to the unfused kernel sequences (the fused kernels'
 // reference twins) so a mismatch on a device can be bisected; it is a diagnostic switch only.
-//
-// Threading: one forward at a time (the engine's compute mutex). Rejected: cuBLAS for prefill
-// products — it needs dequantized weights (bf16 copies of 4-bit experts) or per-call dequant
-// buffers, and a large runtime dependency; the tiled kernel reads the codes directly.
 #include "runtime/backend.h"
 
 #include <fmt/format.h>
