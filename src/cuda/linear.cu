@@ -131,7 +131,7 @@ __device__ void rows_dot_quant(const DevWeight& w, int64_t r0, const float* __re
 __device__ bool quant_vector_layout(const DevWeight& w) {
     if (w.type != WeightType::kQ4 && w.type != WeightType::kQ8) return false;
     const int per_word = w.type == WeightType::kQ4 ? 8 : 4;
-    return w.cols % per_word == 0 && w.group_size % per_word == 0;
+    return w.cols % per_word == 0 && w.group_size >= per_word && w.group_size % per_word == 0;
 }
 
 template <bool kReduce = true>
