@@ -42,10 +42,14 @@ struct EngineOptions {
     // (KV, DeltaNet state and its turn checkpoints) and forward scratch for each.
     int max_sessions = 1;
     // Where the forward runs: "cpu", or "cuda" / "cuda:N" (GPU N; an error when this build has no
-    // CUDA support or no such GPU exists). On a GPU the dense core, every routed expert and each
-    // session's KV/state live in GPU memory, bounded by gpu_memory_bytes (0 = 90% of what is free).
+    // CUDA support or no such GPU exists). On a GPU the dense core and each session's KV/state live
+    // in GPU memory, bounded by gpu_memory_bytes (0 = 90% of what is free); the routed experts too
+    // when they fit, else they are tiered: a VRAM expert cache fed from the host expert cache
+    // (memory_bytes), fed from disk.
     std::string device = "cpu";
     uint64_t gpu_memory_bytes = 0;
+    uint64_t gpu_expert_cache_bytes =
+        0;  // caps the VRAM expert cache (forces tiering); 0 = the budget's rest
 };
 
 // How the memory budget is spent (printed at start, reported by `sluice info`).
@@ -75,6 +79,24 @@ struct ExpertCacheStats {
         return hits + misses ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0;
     }
     double read_gb_s() const { return io_busy_s > 0 ? static_cast<double>(bytes_read) / io_busy_s / 1e9 : 0; }
+};
+
+// The GPU's expert tier (VRAM slots fed from the host cache) since load or the last reset; all
+// zero when the experts are resident in GPU memory or the forward runs on the CPU.
+struct GpuExpertCacheStats {
+    bool tiered = false;
+    int64_t slots = 0;
+    uint64_t slot_bytes = 0;  // one expert in GPU memory (also reported when resident)
+    uint64_t hits = 0, misses = 0;
+    uint64_t bytes_copied = 0;  // host → GPU
+    double copy_s = 0;          // GPU time of the copies
+    double wait_s = 0;          // time the forward waited for the host tier (its reads from disk)
+    uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_wasted = 0;
+    uint64_t evictions = 0;
+    double hit_rate() const {
+        return hits + misses ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0;
+    }
+    double copy_gb_s() const { return copy_s > 0 ? static_cast<double>(bytes_copied) / copy_s / 1e9 : 0; }
 };
 
 // What a model is, for `sluice info`, the server's /v1/models and logs.
@@ -128,6 +150,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
     // token reads (dense core, one embedding row, k routed experts per MoE layer).
     uint64_t device_weight_bytes() const;
     uint64_t device_decode_bytes_per_token() const;
+    GpuExpertCacheStats gpu_expert_cache_stats() const;
     // GPU memory bandwidth in GB/s measured now (a device copy), or 0 on the CPU.
     double measure_device_memory_gb_s() const;
 

@@ -23,6 +23,7 @@ struct BenchOptions {
     int64_t prompt_tokens = 128;
     int64_t gen_tokens = 32;
     int reps = 3;
+    int warmup = 0;  // untimed reps before the measured ones
     std::string memory;
     bool no_prefetch = false;
     int threads = 0;
@@ -170,10 +171,11 @@ void run_bench(const BenchOptions& o) {
         mem_gb_s, disk_gb_s, o.io_threads);
 
     std::vector<double> prefill, decode, ttft, hit, bytes_per_tok, read_gb_s, pf_acc, prefill_read;
+    std::vector<double> gpu_hit, gpu_copy_per_tok, gpu_copy_gb_s, gpu_pf_acc, gpu_wait_per_tok;
     nlohmann::json reps = nlohmann::json::array();
     GenerationStats last_gen;
     ExpertCacheStats last_cache;
-    for (int r = 0; r < o.reps; ++r) {
+    for (int r = -o.warmup; r < o.reps; ++r) {  // r < 0: untimed warm-up reps
         std::mt19937 rng(static_cast<uint32_t>(1234 + r));
         std::vector<int32_t> prompt(static_cast<size_t>(o.prompt_tokens));
         for (auto& id : prompt)
@@ -182,6 +184,7 @@ void run_bench(const BenchOptions& o) {
         auto session = engine->new_session();
         engine->reset_expert_cache_stats();
         ExpertCacheStats after_prefill;
+        GpuExpertCacheStats gpu_after_prefill;
         bool first = true;
         GenerateOptions go;
         go.max_tokens = o.gen_tokens;
@@ -189,12 +192,29 @@ void run_bench(const BenchOptions& o) {
         go.prefill_chunk_tokens = o.prefill_chunk;
         go.sampling.temperature = 0.0f;
         check(session->generate(prompt, go, [&](const TokenEvent&) {
-            if (first) after_prefill = engine->expert_cache_stats();
+            if (first) {
+                after_prefill = engine->expert_cache_stats();
+                gpu_after_prefill = engine->gpu_expert_cache_stats();
+            }
             first = false;
             return true;
         }));
         const GenerationStats& g = session->stats();
+        if (r < 0) {
+            std::fprintf(stderr, "warm-up rep: prefill %.2f tok/s, decode %.2f tok/s (not counted)\n",
+                         g.prefill_tok_s(), g.decode_tok_s());
+            continue;
+        }
         const ExpertCacheStats end = engine->expert_cache_stats();
+        const GpuExpertCacheStats gpu_end = engine->gpu_expert_cache_stats();
+        GpuExpertCacheStats gdec;  // decode-phase GPU tier counters
+        gdec.hits = gpu_end.hits - gpu_after_prefill.hits;
+        gdec.misses = gpu_end.misses - gpu_after_prefill.misses;
+        gdec.bytes_copied = gpu_end.bytes_copied - gpu_after_prefill.bytes_copied;
+        gdec.copy_s = gpu_end.copy_s - gpu_after_prefill.copy_s;
+        gdec.wait_s = gpu_end.wait_s - gpu_after_prefill.wait_s;
+        gdec.prefetch_issued = gpu_end.prefetch_issued - gpu_after_prefill.prefetch_issued;
+        gdec.prefetch_used = gpu_end.prefetch_used - gpu_after_prefill.prefetch_used;
         ExpertCacheStats dec;  // decode-phase counters
         dec.hits = end.hits - after_prefill.hits;
         dec.misses = end.misses - after_prefill.misses;
@@ -213,6 +233,20 @@ void run_bench(const BenchOptions& o) {
         pf_acc.push_back(dec.prefetch_issued ? static_cast<double>(dec.prefetch_used) /
                                                    static_cast<double>(dec.prefetch_issued)
                                              : 0);
+        if (gpu_end.tiered) {
+            gpu_hit.push_back(gdec.hit_rate());
+            gpu_copy_per_tok.push_back(static_cast<double>(gdec.bytes_copied) / dec_tokens);
+            gpu_copy_gb_s.push_back(gdec.copy_gb_s());
+            gpu_pf_acc.push_back(gdec.prefetch_issued ? static_cast<double>(gdec.prefetch_used) /
+                                                            static_cast<double>(gdec.prefetch_issued)
+                                                      : 0);
+            gpu_wait_per_tok.push_back(gdec.wait_s / dec_tokens);
+            std::fprintf(stderr,
+                         "  GPU expert tier: decode hit rate %.1f%%, %.1f MB copied/token at %.1f GB/s, "
+                         "prefetch accuracy %.1f%%, host-tier wait %.2f ms/token\n",
+                         100 * gpu_hit.back(), gpu_copy_per_tok.back() / 1e6, gpu_copy_gb_s.back(),
+                         100 * gpu_pf_acc.back(), 1e3 * gpu_wait_per_tok.back());
+        }
         reps.push_back({{"prefill_tok_s", prefill.back()},
                         {"decode_tok_s", decode.back()},
                         {"ttft_ms", ttft.back()},
@@ -296,6 +330,7 @@ void run_bench(const BenchOptions& o) {
                           {"prefill_chunk_tokens", o.prefill_chunk},
                           {"prefill_bytes_read", prefill_bytes.mean},
                           {"gen_tokens", o.gen_tokens},
+                          {"warmup_reps", o.warmup},
                           {"reps", reps},
                           {"prefill_tok_s", {{"mean", p.mean}, {"sd", p.sd}}},
                           {"decode_tok_s", {{"mean", d.mean}, {"sd", d.sd}}},
@@ -313,6 +348,28 @@ void run_bench(const BenchOptions& o) {
                           {"io_threads", o.io_threads},
                           {"cpu_kernels", Engine::cpu_kernels()},
                           {"device", engine->backend_name()}};
+    const GpuExpertCacheStats tier = engine->gpu_expert_cache_stats();
+    if (tier.tiered) {
+        const MeanSd gh = mean_sd(gpu_hit), gc = mean_sd(gpu_copy_per_tok), gg = mean_sd(gpu_copy_gb_s),
+                     gp = mean_sd(gpu_pf_acc), gw = mean_sd(gpu_wait_per_tok);
+        // The copy bound: bytes copied per decode token at the copy rate achieved.
+        const double copy_bound = gc.mean > 0 && gg.mean > 0 ? gg.mean * 1e9 / gc.mean : 0;
+        std::printf(
+            "GPU expert tier  %lld slots of %.2f MB; decode hit rate %.1f%%, %.1f MB copied/token "
+            "(host → GPU %.1f GB/s), prefetch accuracy %.1f%%, host-tier wait %.2f ms/token\n",
+            static_cast<long long>(tier.slots), tier.slot_bytes / 1e6, 100 * gh.mean, gc.mean / 1e6, gg.mean,
+            100 * gp.mean, 1e3 * gw.mean);
+        std::printf("  copy bound     %.2f tok/s (copies alone at %.1f GB/s) → %.0f%% reached\n", copy_bound,
+                    gg.mean, copy_bound > 0 ? 100 * d.mean / copy_bound : 0);
+        out["gpu_expert_tier"] = {{"slots", tier.slots},
+                                  {"slot_bytes", tier.slot_bytes},
+                                  {"decode_hit_rate", gh.mean},
+                                  {"decode_bytes_copied_per_token", gc.mean},
+                                  {"copy_gb_s", gg.mean},
+                                  {"prefetch_accuracy", gp.mean},
+                                  {"host_wait_s_per_token", gw.mean},
+                                  {"copy_bound_tok_s", copy_bound}};
+    }
     if (on_gpu) {
         out["gpu_bytes_per_decode_token"] = gpu_bytes_per_token;
         out["gpu_memory_copy_gb_s"] = mem_gb_s;
@@ -335,6 +392,10 @@ SLUICE_COMMAND(bench, 50, [](CLI::App& app) {
     cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prompt length (random ids)")->capture_default_str();
     cmd->add_option("--gen-tokens", o->gen_tokens, "Tokens to generate")->capture_default_str();
     cmd->add_option("--reps", o->reps, "Repetitions")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--warmup", o->warmup,
+                    "Untimed repetitions first (fill the expert caches: a warm-cache measurement)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
     cmd->add_option("--memory", o->memory, "Memory budget, e.g. 3G (default: 80% of available)");
     cmd->add_flag("--no-prefetch", o->no_prefetch, "Disable next-layer expert prefetch");
     cmd->add_option("--threads", o->threads, "Compute threads (0 = all cores)")->capture_default_str();

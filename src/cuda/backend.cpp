@@ -4,15 +4,26 @@
 //
 // Memory: weights are copied once at load into one device arena (a single cudaMalloc, 256-byte
 // aligned sub-allocations); packed models' experts are read through the model's ExpertSource in
-// rounds and copied up. The forward's scratch is one block sized for the largest batch seen
-// (grown, never shrunk). Each ModelState gets a device mirror (ModelState::device) on first use.
-// Decode (one token) is captured once per mirror as a CUDA graph: positions and token ids are
-// read from device memory that a captured copy fills from pinned host memory, so the same graph
-// replays every step; growing the scratch invalidates the graphs.
+// rounds and copied up. When the routed experts do not fit the GPU budget (or
+// CudaBackendOptions::expert_cache_bytes caps them), only the dense core goes into the arena and the
+// experts are tiered (cuda/expert_tier.h): a VRAM slot cache fed from the host's expert source, whose
+// streaming cache memory is page-locked here so its O_DIRECT reads land in pinned memory. The forward's
+// scratch is one block sized for the largest batch seen (grown, never shrunk). Each ModelState gets a device
+// mirror (ModelState::device) on first use. Decode (one token) is captured once per mirror as a CUDA graph:
+// positions and token ids are read from device memory that a captured copy fills from pinned host memory, so
+// the same graph replays every step; growing the scratch invalidates the graphs.
 //
 // MoE: routing stays on the GPU. Decode runs the k routed experts' products as one grouped
 // matrix-vector launch per projection (experts picked from a device table by routed id); prefill
 // sorts the (token, expert) pairs by expert on the GPU and runs grouped tiled products.
+//
+// Tiered forward: the forward runs as segments (enqueue_segment) that stop after each MoE
+// layer's routing; the routed ids are copied to the host, ExpertTier::use() makes those experts
+// resident, and the next segment starts with their products. Decode also computes the next
+// layer's router on the current residual stream and hands its top-k to ExpertTier::prefetch(), so
+// those copies overlap this layer's compute, and captures each segment as a graph (one per MoE
+// layer, replayed every token). A prefill chunk whose experts outnumber the slots runs its MoE in
+// token sub-ranges whose unions fit.
 //
 // Threading: one forward at a time (the engine's compute mutex). Rejected: cuBLAS for prefill
 // products — it needs dequantized weights (bf16 copies of 4-bit experts) or per-call dequant
@@ -35,6 +46,7 @@
 #include <vector>
 
 #include "core/log.h"
+#include "cuda/expert_tier.h"
 #include "cuda/ops.h"
 #include "model/workspace.h"
 #include "runtime/memory_plan.h"
@@ -103,7 +115,19 @@ struct DeviceState {
     std::vector<float*> k, v, conv, recurrent;  // per layer (null where the layer has none)
     cudaGraphExec_t graph = nullptr;
     uint64_t graph_generation = 0;
+    // Tiered decode: one graph per segment between expert-tier stops, and the layer it stops at.
+    struct Segment {
+        cudaGraphExec_t exec;
+        int64_t next;
+    };
+    std::vector<Segment> segments;
+    uint64_t segments_generation = 0;
+    void clear_segments() {
+        for (Segment& s : segments) cudaGraphExecDestroy(s.exec);
+        segments.clear();
+    }
     ~DeviceState() {
+        clear_segments();
         if (graph != nullptr) cudaGraphExecDestroy(graph);
         if (block != nullptr) cudaFree(block);
     }
@@ -114,6 +138,10 @@ class CudaBackend final : public Backend {
     CudaBackend(std::shared_ptr<const model::Model> model, int device)
         : model_(std::move(model)), device_(device) {}
     ~CudaBackend() override {
+        if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+        tier_.reset();  // releases its host views before the host memory is unregistered
+        if (registered_ != nullptr) cudaHostUnregister(registered_);
+        if (host_ids_ != nullptr) cudaFreeHost(host_ids_);
         if (stream_ != nullptr) cudaStreamDestroy(stream_);
         if (ws_block_ != nullptr) cudaFree(ws_block_);
         if (weights_block_ != nullptr) cudaFree(weights_block_);
@@ -126,6 +154,10 @@ class CudaBackend final : public Backend {
     uint64_t device_weight_bytes() const override { return weight_bytes_; }
     double measure_memory_gb_s() override;
     uint64_t decode_bytes_per_token() const override { return decode_bytes_per_token_; }
+    GpuExpertCacheStats expert_tier_stats() const override;
+    void reset_expert_tier_stats() override {
+        if (tier_) tier_->reset_stats();
+    }
     Status forward(model::ModelState& state, std::span<const int32_t> tokens, float* logits, bool all_logits,
                    model::Workspace& ws, ThreadPool* pool) override;
     Status sync_to_host(model::ModelState& state, bool kv) override;
@@ -140,15 +172,34 @@ class CudaBackend final : public Backend {
     // State and scratch.
     Expected<DeviceState*> mirror(model::ModelState& state);
     uint64_t state_bytes(int64_t max_positions) const;
-    Status reserve_scratch(int64_t n);
-    // Enqueues the forward of n tokens (ids and first position already in d_io_).
-    void enqueue(DeviceState& ds, int64_t n, bool all_logits);
+    // The scratch buffers for n tokens with logit_rows rows of logits: placed into d_ (plan only
+    // lists them), and their total size.
+    using ScratchPlan = std::vector<std::pair<void**, uint64_t>>;
+    ScratchPlan scratch_plan(int64_t n, int64_t logit_rows);
+    uint64_t scratch_bytes(int64_t n, int64_t logit_rows);
+    Status reserve_scratch(int64_t n, int64_t logit_rows);
+    // The forward of n tokens (ids and first position already in host_io_) as segments between
+    // the points where the tiered experts need the host (see enqueue_segment).
+    int64_t enqueue_segment(DeviceState& ds, int64_t n, bool all_logits, int64_t after);
+    // Whether layer l's decode predicts layer l + 1's experts for the prefetcher.
+    bool predicts(int64_t l, int64_t n) const;
+    Status tiered_experts(int64_t l, int64_t n);
+    Status run_tiered(DeviceState& ds, int64_t n, bool all_logits);
     void linear(const DevWeight& w, const float* x, int64_t n, float* y);
     void swiglu_mlp(const DevWeight& gate, const DevWeight& up, const DevWeight& down, const float* x,
                     int64_t n, float* out);
     void attention_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n);
     void deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n);
     void moe_layer(const DevLayer& L, int64_t n);
+    bool fused_shared(const DevLayer& L, int64_t n) const;
+    // Router logits (and the decode shared-expert projections) and top-k for n tokens.
+    void moe_route(const DevLayer& L, int64_t n);
+    // mix[t] = Σ routed experts for n tokens of inputs x, routed ids/weights (pointers may be offset
+    // into the batch: sub-ranges of a tiered prefill).
+    void moe_routed(const DevLayer& L, const float* x, const int32_t* ids, const float* weights, int64_t n,
+                    float* mix);
+    // mix += the shared expert's gated output.
+    void moe_shared(const DevLayer& L, int64_t n);
 
     std::shared_ptr<const model::Model> model_;
     int device_;
@@ -159,20 +210,26 @@ class CudaBackend final : public Backend {
     uint64_t weight_bytes_ = 0;
     uint64_t decode_bytes_per_token_ = 0;
     uint64_t embed_bytes_ = 0, routed_bytes_ = 0;  // parts of weight_bytes_
-    std::unique_ptr<DevLayer[]> layers_;           // [n_layers]
+    uint64_t expert_slot_bytes_ = 0;               // one expert in a VRAM slot (tiered)
+    bool tiered_ = false;
+    std::unique_ptr<cuda::ExpertTier> tier_;
+    void* registered_ = nullptr;  // page-locked host expert cache (cudaHostRegister)
+    bool prefetch_ = true;
+    std::unique_ptr<DevLayer[]> layers_;  // [n_layers]
     DevWeight embed_, lm_head_;
     float* final_norm_ = nullptr;
 
     // Scratch for batches of up to ws_tokens_ tokens.
-    int64_t ws_tokens_ = 0;
+    int64_t ws_tokens_ = 0, ws_logit_rows_ = 0;
     uint64_t ws_generation_ = 0;
     char* ws_block_ = nullptr;
     struct {
         float *x, *norm, *mix, *tmp, *q, *k, *v, *gate, *z, *beta, *g, *conv_in, *conv_out, *attn, *y;
-        float *router, *topk_w, *pair_gate, *pair_up, *pair_act, *pair_out, *sh_gate, *sh_up, *sh_act,
-            *sh_out, *sg, *logits;
-        int32_t *topk_ids, *offsets, *order, *io;  // io: [0] first position, [1..] token ids
+        float *router, *topk_w, *pred_logits, *pred_w, *pair_gate, *pair_up, *pair_act, *pair_out, *sh_gate,
+            *sh_up, *sh_act, *sh_out, *sg, *logits;
+        int32_t *topk_ids, *pred_ids, *offsets, *order, *io;  // io: [0] first position, [1..] token ids
     } d_{};
+    int32_t* host_ids_ = nullptr;   // pinned [ws_tokens_ · K + K]: routed and predicted ids (tiered)
     int32_t* host_io_ = nullptr;    // pinned mirror of d_.io, [ws_tokens_ + 1]
     float* host_logits_ = nullptr;  // pinned [V] for graph decode
 };
@@ -222,7 +279,10 @@ Status CudaBackend::upload_weights(Arena& arena) {
     embed_bytes_ = arena.used();
     embed_ = put(arena, W.embed, st);
     embed_bytes_ = arena.used() - embed_bytes_;
-    routed_bytes_ = 0;
+    if (arena.counting()) {
+        routed_bytes_ = 0;
+        expert_slot_bytes_ = 0;
+    }
     lm_head_ = W.lm_head.data == W.embed.data ? embed_ : put(arena, W.lm_head, st);
     final_norm_ = put(arena, W.final_norm, st);
     layers_ = std::make_unique<DevLayer[]>(W.layers.size());
@@ -275,28 +335,45 @@ Status CudaBackend::upload_weights(Arena& arena) {
         }
         // Routed experts: through the expert source (resident views, or reads of a packed model).
         const int64_t E = c.n_experts;
-        for (size_t i = 0; i < table_size; ++i) table[i] = DevWeight{};
-        const int64_t round = std::max<int64_t>(1, std::min<int64_t>(E, source->max_pinned()));
-        std::vector<int32_t> ids;
-        for (int64_t first = 0; first < E; first += round) {
-            const int64_t count = std::min(round, E - first);
-            ids.resize(static_cast<size_t>(count));
-            for (int64_t i = 0; i < count; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(first + i);
-            views.resize(static_cast<size_t>(count));
-            SLUICE_RETURN_IF_ERROR(source->acquire(static_cast<int64_t>(l), ids, views.data()));
-            const uint64_t before = arena.used();
-            for (int64_t i = 0; i < count; ++i) {
-                const model::ExpertWeights& e = views[static_cast<size_t>(i)];
-                table[static_cast<size_t>((first + i) * 3 + 0)] = put(arena, e.gate, st);
-                table[static_cast<size_t>((first + i) * 3 + 1)] = put(arena, e.up, st);
-                table[static_cast<size_t>((first + i) * 3 + 2)] = put(arena, e.down, st);
+        if (arena.counting()) {
+            // Every expert of a layer has expert 0's shape: size them without reading the others.
+            const int32_t first = 0;
+            model::ExpertWeights e;
+            SLUICE_RETURN_IF_ERROR(
+                source->acquire(static_cast<int64_t>(l), std::span<const int32_t>(&first, 1), &e));
+            Arena one;
+            put(one, e.gate, st);
+            put(one, e.up, st);
+            put(one, e.down, st);
+            expert_slot_bytes_ = std::max(expert_slot_bytes_, cuda::ExpertTier::slot_bytes_for(e));
+            source->release(static_cast<int64_t>(l), std::span<const int32_t>(&first, 1));
+            arena.take(one.used() * static_cast<uint64_t>(E));
+            routed_bytes_ += one.used() * static_cast<uint64_t>(E);
+        } else if (!tiered_) {
+            for (size_t i = 0; i < table_size; ++i) table[i] = DevWeight{};
+            const int64_t round = std::max<int64_t>(1, std::min<int64_t>(E, source->max_pinned()));
+            std::vector<int32_t> ids;
+            for (int64_t first = 0; first < E; first += round) {
+                const int64_t count = std::min(round, E - first);
+                ids.resize(static_cast<size_t>(count));
+                for (int64_t i = 0; i < count; ++i)
+                    ids[static_cast<size_t>(i)] = static_cast<int32_t>(first + i);
+                views.resize(static_cast<size_t>(count));
+                SLUICE_RETURN_IF_ERROR(source->acquire(static_cast<int64_t>(l), ids, views.data()));
+                for (int64_t i = 0; i < count; ++i) {
+                    const model::ExpertWeights& e = views[static_cast<size_t>(i)];
+                    table[static_cast<size_t>((first + i) * 3 + 0)] = put(arena, e.gate, st);
+                    table[static_cast<size_t>((first + i) * 3 + 1)] = put(arena, e.up, st);
+                    table[static_cast<size_t>((first + i) * 3 + 2)] = put(arena, e.down, st);
+                }
+                source->release(static_cast<int64_t>(l), ids);
+                SLUICE_RETURN_IF_ERROR(st);
             }
-            routed_bytes_ += arena.used() - before;
-            source->release(static_cast<int64_t>(l), ids);
-            SLUICE_RETURN_IF_ERROR(st);
         }
+        // The device table [E][3]: filled here when resident, by the expert tier when tiered.
         void* t = arena.take(table_size * sizeof(DevWeight));
-        if (!arena.counting() && st.is_ok()) st = put_bytes(t, table.get(), table_size * sizeof(DevWeight));
+        if (!arena.counting() && !tiered_ && st.is_ok())
+            st = put_bytes(t, table.get(), table_size * sizeof(DevWeight));
         L.experts = static_cast<DevWeight*>(t);
     }
     return st;
@@ -353,28 +430,83 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
     }
     const uint64_t budget = options.gpu_memory_bytes > 0 ? options.gpu_memory_bytes : free_bytes / 10 * 9;
     const uint64_t state = state_bytes(options.context_tokens);
-    const uint64_t scratch_estimate = 256ull << 20;
-    if (weight_bytes_ + state + scratch_estimate > budget) {
+    // Scratch for a 512-token prefill chunk, one row of logits; it grows on demand beyond that.
+    const uint64_t scratch_estimate = scratch_bytes(512, 1);
+    const uint64_t dense = weight_bytes_ - routed_bytes_;
+    const uint64_t fixed = dense + state + scratch_estimate;
+    const bool capped = options.expert_cache_bytes > 0 && options.expert_cache_bytes < routed_bytes_;
+    tiered_ = routed_bytes_ > 0 && (capped || weight_bytes_ + state + scratch_estimate > budget);
+    prefetch_ = options.prefetch;
+    int64_t n_slots = 0;
+    if (tiered_) {
+        const uint64_t room = capped ? options.expert_cache_bytes : (budget > fixed ? budget - fixed : 0);
+        n_slots = static_cast<int64_t>(room / expert_slot_bytes_);
+        // One layer's routed experts plus the next layer's prefetch must fit at once.
+        const int64_t need = 2 * std::max<int64_t>(c.top_k, 1);
+        if (n_slots < need) {
+            return error(
+                ErrorCode::kOutOfMemory,
+                fmt::format("[cuda] the GPU memory budget of {} leaves {} for routed experts (dense core "
+                            "{}, one session's state {}, scratch about {}): {} expert slots of {}, at "
+                            "least {} needed; raise --gpu-memory",
+                            human_bytes(budget), human_bytes(room), human_bytes(dense), human_bytes(state),
+                            human_bytes(scratch_estimate), n_slots, human_bytes(expert_slot_bytes_), need));
+        }
+    }
+    if (!tiered_ && weight_bytes_ + state + scratch_estimate > budget) {
         return error(ErrorCode::kOutOfMemory,
-                     fmt::format("[cuda] the model does not fit the GPU memory budget of {}: weights {} (all "
-                                 "experts resident), one session's state {}, scratch about {}; tiered "
-                                 "expert caching (VRAM → host → SSD) is not implemented yet",
+                     fmt::format("[cuda] the model does not fit the GPU memory budget of {}: weights {}, one "
+                                 "session's state {}, scratch about {}",
                                  human_bytes(budget), human_bytes(weight_bytes_), human_bytes(state),
                                  human_bytes(scratch_estimate)));
     }
-    SLUICE_CUDA_TRY(cudaMalloc(&weights_block_, weight_bytes_), "allocating the weight arena");
-    Arena arena(weights_block_, weight_bytes_);
+    const uint64_t arena_bytes = tiered_ ? dense : weight_bytes_;
+    SLUICE_CUDA_TRY(cudaMalloc(&weights_block_, arena_bytes), "allocating the weight arena");
+    Arena arena(weights_block_, arena_bytes);
     SLUICE_RETURN_IF_ERROR(upload_weights(arena));
+    if (tiered_) {
+        std::vector<DevWeight*> tables(static_cast<size_t>(c.n_layers), nullptr);
+        for (int64_t l = 0; l < c.n_layers; ++l)
+            if (layers_[static_cast<size_t>(l)].moe)
+                tables[static_cast<size_t>(l)] = layers_[static_cast<size_t>(l)].experts;
+        cuda::ExpertTier::Options to;
+        to.n_slots = n_slots;
+        to.slot_bytes = expert_slot_bytes_;
+        to.n_experts = c.n_experts;
+        to.prefetch = options.prefetch;
+        to.policy = options.cache_policy;
+        SLUICE_ASSIGN_OR_RETURN(tier_,
+                                cuda::ExpertTier::create(model_->expert_source(), std::move(tables), to));
+        // Page-lock the host expert cache so copies from it are DMA (and its O_DIRECT reads land in
+        // pinned memory); a mapped checkpoint is copied from pageable memory.
+        const std::span<uint8_t> host = model_->expert_source()->host_memory();
+        if (!host.empty()) {
+            const cudaError_t e = cudaHostRegister(host.data(), host.size(), cudaHostRegisterDefault);
+            if (e == cudaSuccess) {
+                registered_ = host.data();
+            } else {
+                cudaGetLastError();
+                log::warn(
+                    "[cuda] cannot page-lock the {} host expert cache ({}); copies to the GPU are staged",
+                    human_bytes(host.size()), cudaGetErrorString(e));
+            }
+        }
+        log::info(
+            "[cuda] routed experts ({}) exceed the GPU budget: {} VRAM slots of {} ({}), fed from the host "
+            "expert cache{}",
+            human_bytes(routed_bytes_), n_slots, human_bytes(expert_slot_bytes_),
+            human_bytes(static_cast<uint64_t>(n_slots) * expert_slot_bytes_),
+            registered_ != nullptr ? " (page-locked)" : "");
+    }
     SLUICE_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream");
     SLUICE_CUDA_TRY(cudaMallocHost(&host_logits_, static_cast<size_t>(c.vocab) * sizeof(float)),
                     "allocating pinned logits");
-    SLUICE_RETURN_IF_ERROR(reserve_scratch(256));
-    log::info("[cuda] {}: weights {} in GPU memory", name_, human_bytes(weight_bytes_));
+    SLUICE_RETURN_IF_ERROR(reserve_scratch(256, 1));
+    log::info("[cuda] {}: weights {} in GPU memory", name_, human_bytes(arena_bytes));
     return Status::ok();
 }
 
-Status CudaBackend::reserve_scratch(int64_t n) {
-    if (n <= ws_tokens_) return Status::ok();
+CudaBackend::ScratchPlan CudaBackend::scratch_plan(int64_t n, int64_t logit_rows) {
     const model::ModelConfig& c = model_->config();
     const int64_t H = c.hidden, E = std::max<int64_t>(c.n_experts, 1), K = std::max<int64_t>(c.top_k, 1);
     const int64_t I = std::max({c.expert_ffn, c.dense_ffn, int64_t{1}});
@@ -384,8 +516,7 @@ Status CudaBackend::reserve_scratch(int64_t n) {
     const int64_t nv = std::max<int64_t>(c.linear_v_heads, 1);
     const int64_t qkvz = 2 * kd + 2 * vd;
     const int64_t wide = std::max({q_rows, qkvz, c.n_heads * c.head_dim, H, kd, vd, cd});
-    uint64_t used = 0;
-    std::vector<std::pair<void**, uint64_t>> plan;
+    ScratchPlan plan;
     auto add = [&](auto*& p, int64_t elems) {
         plan.emplace_back(reinterpret_cast<void**>(&p),
                           static_cast<uint64_t>(std::max<int64_t>(elems, 1)) * 4);
@@ -407,6 +538,8 @@ Status CudaBackend::reserve_scratch(int64_t n) {
     add(d_.y, n * wide);
     add(d_.router, n * E);
     add(d_.topk_w, n * K);
+    add(d_.pred_logits, E);
+    add(d_.pred_w, K);
     add(d_.pair_gate, n * K * I);
     add(d_.pair_up, n * K * I);
     add(d_.pair_act, n * K * I);
@@ -416,12 +549,28 @@ Status CudaBackend::reserve_scratch(int64_t n) {
     add(d_.sh_act, n * Is);
     add(d_.sh_out, n * H);
     add(d_.sg, n);
-    add(d_.logits, n * c.vocab);
+    add(d_.logits, logit_rows * c.vocab);
     add(d_.topk_ids, n * K);
+    add(d_.pred_ids, K);
     add(d_.offsets, E + 1);
     add(d_.order, n * K);
     add(d_.io, n + 1);
-    for (auto& [p, bytes] : plan) used += (bytes + 255) / 256 * 256;
+    return plan;
+}
+
+uint64_t CudaBackend::scratch_bytes(int64_t n, int64_t logit_rows) {
+    uint64_t used = 0;
+    for (const auto& [p, bytes] : scratch_plan(n, logit_rows)) used += (bytes + 255) / 256 * 256;
+    return used;
+}
+
+Status CudaBackend::reserve_scratch(int64_t n, int64_t logit_rows) {
+    if (n <= ws_tokens_ && logit_rows <= ws_logit_rows_) return Status::ok();
+    n = std::max(n, ws_tokens_);
+    logit_rows = std::max(logit_rows, ws_logit_rows_);
+    const ScratchPlan plan = scratch_plan(n, logit_rows);
+    uint64_t used = 0;
+    for (const auto& [p, bytes] : plan) used += (bytes + 255) / 256 * 256;
     if (ws_block_ != nullptr) {
         SLUICE_CUDA_TRY(cudaStreamSynchronize(stream_), "finishing work before growing scratch");
         cudaFree(ws_block_);
@@ -429,16 +578,22 @@ Status CudaBackend::reserve_scratch(int64_t n) {
     }
     if (host_io_ != nullptr) cudaFreeHost(host_io_);
     host_io_ = nullptr;
+    if (host_ids_ != nullptr) cudaFreeHost(host_ids_);
+    host_ids_ = nullptr;
     SLUICE_CUDA_TRY(cudaMalloc(&ws_block_, used),
                     fmt::format("allocating {} of scratch for {} tokens", human_bytes(used), n).c_str());
     SLUICE_CUDA_TRY(cudaMallocHost(&host_io_, static_cast<size_t>(n + 1) * sizeof(int32_t)),
                     "allocating pinned token ids");
+    const int64_t K = std::max<int64_t>(model_->config().top_k, 1);
+    SLUICE_CUDA_TRY(cudaMallocHost(&host_ids_, static_cast<size_t>((n + 1) * K) * sizeof(int32_t)),
+                    "allocating pinned expert ids");
     uint64_t at = 0;
-    for (auto& [p, bytes] : plan) {
+    for (const auto& [p, bytes] : plan) {
         *p = ws_block_ + at;
         at += (bytes + 255) / 256 * 256;
     }
     ws_tokens_ = n;
+    ws_logit_rows_ = logit_rows;
     ++ws_generation_;  // captured graphs point at the old buffers
     return Status::ok();
 }
@@ -643,8 +798,6 @@ void CudaBackend::deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, 
 // gate/up in one grouped launch, SwiGLU inside the down projections, the shared expert's sigmoid
 // gate inside its down projection.
 void CudaBackend::moe_layer(const DevLayer& L, int64_t n) {
-    const model::ModelConfig& c = model_->config();
-    const int64_t H = c.hidden;
     if (!L.moe) {
         if (n == 1 && cuda::swiglu_fits(L.dense_gate.rows)) {
             cuda::MatvecMulti m;
@@ -657,9 +810,18 @@ void CudaBackend::moe_layer(const DevLayer& L, int64_t n) {
         }
         return;
     }
-    const int64_t E = c.n_experts, K = c.top_k, I = c.expert_ffn;
-    const bool fused_shared = n == 1 && L.has_shared && cuda::swiglu_fits(L.shared_gate_proj.rows);
-    if (fused_shared) {
+    moe_route(L, n);
+    moe_routed(L, d_.norm, d_.topk_ids, d_.topk_w, n, d_.mix);
+    moe_shared(L, n);
+}
+
+bool CudaBackend::fused_shared(const DevLayer& L, int64_t n) const {
+    return n == 1 && L.has_shared && cuda::swiglu_fits(L.shared_gate_proj.rows);
+}
+
+void CudaBackend::moe_route(const DevLayer& L, int64_t n) {
+    const model::ModelConfig& c = model_->config();
+    if (fused_shared(L, n)) {
         cuda::MatvecMulti m;
         m.add(L.router, d_.router);
         m.add(L.shared_gate_proj, d_.sh_gate);
@@ -669,47 +831,77 @@ void CudaBackend::moe_layer(const DevLayer& L, int64_t n) {
     } else {
         linear(L.router, d_.norm, n, d_.router);
     }
-    cuda::router_topk(d_.router, n, E, K, c.norm_topk_prob, d_.topk_ids, d_.topk_w, stream_);
-    if (n == 1) {
-        cuda::moe_matvec_gate_up(L.experts, d_.topk_ids, K, I, d_.norm, d_.pair_gate, d_.pair_up, stream_);
-        if (cuda::swiglu_fits(K * I) && K <= 32) {
-            cuda::moe_down_swiglu_matvec(L.experts, d_.topk_ids, d_.topk_w, K, H, I, d_.pair_gate, d_.pair_up,
-                                         d_.mix, stream_);
-        } else {
-            cuda::swiglu(d_.pair_gate, d_.pair_up, K * I, d_.pair_act, stream_);
-            cuda::moe_down_matvec(L.experts, d_.topk_ids, d_.topk_w, K, H, I, d_.pair_act, d_.mix, stream_);
-        }
-    } else {
-        const int64_t pairs = n * K;
-        cuda::moe_group(d_.topk_ids, pairs, E, d_.offsets, d_.order, stream_);
-        cuda::moe_matmul(L.experts, 0, E, d_.offsets, d_.order, pairs, true, K, false, I, H, d_.norm,
-                         d_.pair_gate, stream_);
-        cuda::moe_matmul(L.experts, 1, E, d_.offsets, d_.order, pairs, true, K, false, I, H, d_.norm,
-                         d_.pair_up, stream_);
-        cuda::swiglu(d_.pair_gate, d_.pair_up, pairs * I, d_.pair_act, stream_);
-        cuda::moe_matmul(L.experts, 2, E, d_.offsets, d_.order, pairs, false, 1, true, H, I, d_.pair_act,
-                         d_.pair_out, stream_);
-        cuda::moe_combine(d_.pair_out, d_.topk_w, n, K, H, d_.mix, stream_);
-    }
-    if (fused_shared) {
-        cuda::swiglu_down_matvec(L.shared_down, d_.sh_gate, d_.sh_up, d_.sg, d_.mix, stream_);
-    } else if (L.has_shared) {
-        swiglu_mlp(L.shared_gate_proj, L.shared_up, L.shared_down, d_.norm, n, d_.sh_out);
-        linear(L.shared_gate, d_.norm, n, d_.sg);
-        cuda::add_gated_rows(d_.sh_out, d_.sg, n, H, d_.mix, stream_);
-    }
+    cuda::router_topk(d_.router, n, c.n_experts, c.top_k, c.norm_topk_prob, d_.topk_ids, d_.topk_w, stream_);
 }
 
-void CudaBackend::enqueue(DeviceState& ds, int64_t n, bool all_logits) {
+void CudaBackend::moe_routed(const DevLayer& L, const float* x, const int32_t* ids, const float* weights,
+                             int64_t n, float* mix) {
     const model::ModelConfig& c = model_->config();
-    const int64_t H = c.hidden;
-    cudaMemcpyAsync(d_.io, host_io_, static_cast<size_t>(n + 1) * sizeof(int32_t), cudaMemcpyHostToDevice,
-                    stream_);
-    cuda::dequantize_rows(embed_, d_.io + 1, n, d_.x, stream_);
-    // The residual add of each block is fused with the norm that follows it.
-    const HeadLayout rows{n, 1, H, H, 0, H, 0};
-    cuda::row_norm(d_.x, layers_[0].input_norm, rows, c.rms_eps, false, 1.0f, d_.norm, stream_);
-    for (int64_t l = 0; l < c.n_layers; ++l) {
+    const int64_t H = c.hidden, E = c.n_experts, K = c.top_k, I = c.expert_ffn;
+    if (n == 1) {
+        cuda::moe_matvec_gate_up(L.experts, ids, K, I, x, d_.pair_gate, d_.pair_up, stream_);
+        if (cuda::swiglu_fits(K * I) && K <= 32) {
+            cuda::moe_down_swiglu_matvec(L.experts, ids, weights, K, H, I, d_.pair_gate, d_.pair_up, mix,
+                                         stream_);
+        } else {
+            cuda::swiglu(d_.pair_gate, d_.pair_up, K * I, d_.pair_act, stream_);
+            cuda::moe_down_matvec(L.experts, ids, weights, K, H, I, d_.pair_act, mix, stream_);
+        }
+        return;
+    }
+    const int64_t pairs = n * K;
+    cuda::moe_group(ids, pairs, E, d_.offsets, d_.order, stream_);
+    cuda::moe_matmul(L.experts, 0, E, d_.offsets, d_.order, pairs, true, K, false, I, H, x, d_.pair_gate,
+                     stream_);
+    cuda::moe_matmul(L.experts, 1, E, d_.offsets, d_.order, pairs, true, K, false, I, H, x, d_.pair_up,
+                     stream_);
+    cuda::swiglu(d_.pair_gate, d_.pair_up, pairs * I, d_.pair_act, stream_);
+    cuda::moe_matmul(L.experts, 2, E, d_.offsets, d_.order, pairs, false, 1, true, H, I, d_.pair_act,
+                     d_.pair_out, stream_);
+    cuda::moe_combine(d_.pair_out, weights, n, K, H, mix, stream_);
+}
+
+void CudaBackend::moe_shared(const DevLayer& L, int64_t n) {
+    if (!L.has_shared) return;
+    if (fused_shared(L, n)) {
+        cuda::swiglu_down_matvec(L.shared_down, d_.sh_gate, d_.sh_up, d_.sg, d_.mix, stream_);
+        return;
+    }
+    swiglu_mlp(L.shared_gate_proj, L.shared_up, L.shared_down, d_.norm, n, d_.sh_out);
+    linear(L.shared_gate, d_.norm, n, d_.sg);
+    cuda::add_gated_rows(d_.sh_out, d_.sg, n, model_->config().hidden, d_.mix, stream_);
+}
+
+// The forward as segments that end where the host must act: after the routing of a MoE layer
+// whose experts are tiered, or at the logits. Segment `after` (-1: the first) enqueues the rest of
+// layer `after` (its routed experts for one token, the shared expert, the residual add), then whole
+// layers up to and including the next tiered MoE layer's routing (ids copied to host_ids_, and for
+// decode the next layer's predicted ids after them); it returns that layer, or n_layers once the
+// logits are enqueued. With every expert resident the first segment is the whole forward.
+int64_t CudaBackend::enqueue_segment(DeviceState& ds, int64_t n, bool all_logits, int64_t after) {
+    const model::ModelConfig& c = model_->config();
+    const int64_t H = c.hidden, E = c.n_experts, K = c.top_k;
+    auto residual = [&](int64_t l) {  // the block's residual add, fused with the next norm
+        if (l + 1 < c.n_layers) {
+            cuda::add_rms_norm(d_.x, d_.mix, layers_[static_cast<size_t>(l + 1)].input_norm, n, H, c.rms_eps,
+                               d_.norm, stream_);
+        } else {
+            cuda::axpy(1.0f, d_.mix, n * H, d_.x, stream_);
+        }
+    };
+    if (after < 0) {
+        cudaMemcpyAsync(d_.io, host_io_, static_cast<size_t>(n + 1) * sizeof(int32_t), cudaMemcpyHostToDevice,
+                        stream_);
+        cuda::dequantize_rows(embed_, d_.io + 1, n, d_.x, stream_);
+        const HeadLayout rows{n, 1, H, H, 0, H, 0};
+        cuda::row_norm(d_.x, layers_[0].input_norm, rows, c.rms_eps, false, 1.0f, d_.norm, stream_);
+    } else {
+        const DevLayer& L = layers_[static_cast<size_t>(after)];
+        if (n == 1) moe_routed(L, d_.norm, d_.topk_ids, d_.topk_w, 1, d_.mix);  // prefill: tiered_experts()
+        moe_shared(L, n);
+        residual(after);
+    }
+    for (int64_t l = after + 1; l < c.n_layers; ++l) {
         const DevLayer& L = layers_[static_cast<size_t>(l)];
         if (L.full_attention) {
             attention_layer(L, ds, l, n);
@@ -717,19 +909,127 @@ void CudaBackend::enqueue(DeviceState& ds, int64_t n, bool all_logits) {
             deltanet_layer(L, ds, l, n);
         }
         cuda::add_rms_norm(d_.x, d_.mix, L.post_norm, n, H, c.rms_eps, d_.norm, stream_);
-        moe_layer(L, n);
-        if (l + 1 < c.n_layers) {
-            cuda::add_rms_norm(d_.x, d_.mix, layers_[static_cast<size_t>(l + 1)].input_norm, n, H, c.rms_eps,
-                               d_.norm, stream_);
-        } else {
-            cuda::axpy(1.0f, d_.mix, n * H, d_.x, stream_);
+        if (tiered_ && L.moe) {
+            moe_route(L, n);
+            if (predicts(l, n)) {
+                // The next layer's post-attention norm and router on the residual stream after this
+                // layer's mixer (d_.x): the CPU backend's predictor (model/moe.cpp), on the GPU.
+                const DevLayer& next = layers_[static_cast<size_t>(l + 1)];
+                cuda::row_norm(d_.x, next.post_norm, HeadLayout{1, 1, H, H, 0, H, 0}, c.rms_eps, false, 1.0f,
+                               d_.tmp, stream_);
+                cuda::matvec(next.router, d_.tmp, d_.pred_logits, stream_);
+                cuda::router_topk(d_.pred_logits, 1, E, K, c.norm_topk_prob, d_.pred_ids, d_.pred_w, stream_);
+                cudaMemcpyAsync(host_ids_ + n * K, d_.pred_ids, static_cast<size_t>(K) * sizeof(int32_t),
+                                cudaMemcpyDeviceToHost, stream_);
+            }
+            cudaMemcpyAsync(host_ids_, d_.topk_ids, static_cast<size_t>(n * K) * sizeof(int32_t),
+                            cudaMemcpyDeviceToHost, stream_);
+            return l;
         }
+        moe_layer(L, n);
+        residual(l);
     }
     const int64_t first = all_logits ? 0 : n - 1;
     const int64_t out_rows = n - first;
     cuda::row_norm(d_.x + first * H, final_norm_, HeadLayout{out_rows, 1, H, H, 0, H, 0}, c.rms_eps, false,
                    1.0f, d_.norm, stream_);
     linear(lm_head_, d_.norm, out_rows, d_.logits);
+    return c.n_layers;
+}
+
+bool CudaBackend::predicts(int64_t l, int64_t n) const {
+    const model::ModelConfig& c = model_->config();
+    return n == 1 && prefetch_ && l + 1 < c.n_layers && layers_[static_cast<size_t>(l + 1)].moe;
+}
+
+// Between segments, layer l's routed ids in host_ids_: makes the experts resident through the
+// tier. Decode hands the predicted next-layer experts to the prefetcher (the next segment runs
+// the products); prefill enqueues the products here, in token sub-ranges whose expert unions fit
+// the slots (all tokens at once when they fit).
+Status CudaBackend::tiered_experts(int64_t l, int64_t n) {
+    const model::ModelConfig& c = model_->config();
+    const int64_t H = c.hidden, E = c.n_experts, K = c.top_k;
+    const int64_t checked = predicts(l, n) ? n * K + K : n * K;
+    for (int64_t i = 0; i < checked; ++i)
+        if (host_ids_[i] < 0 || host_ids_[i] >= E)
+            return error(ErrorCode::kInternal,
+                         fmt::format("[cuda] layer {} routed to expert {} of {} (non-finite router logits?)",
+                                     l, host_ids_[i], E));
+    if (n == 1) {
+        SLUICE_RETURN_IF_ERROR(
+            tier_->use(l, std::span<const int32_t>(host_ids_, static_cast<size_t>(K)), stream_));
+        if (predicts(l, n))
+            tier_->prefetch(l + 1, std::span<const int32_t>(host_ids_ + K, static_cast<size_t>(K)));
+        return Status::ok();
+    }
+    const DevLayer& L = layers_[static_cast<size_t>(l)];
+    const int64_t cap = std::max<int64_t>(K, tier_->n_slots() - 2 * K);
+    std::vector<uint8_t> seen(static_cast<size_t>(E), 0);
+    std::vector<int32_t> uni;
+    int64_t begin = 0;
+    auto flush = [&](int64_t end) -> Status {
+        SLUICE_RETURN_IF_ERROR(tier_->use(l, uni, stream_));
+        moe_routed(L, d_.norm + begin * H, d_.topk_ids + begin * K, d_.topk_w + begin * K, end - begin,
+                   d_.mix + begin * H);
+        if (end < n) SLUICE_CUDA_TRY(cudaStreamSynchronize(stream_), "expert sub-range");  // before eviction
+        for (int32_t e : uni) seen[static_cast<size_t>(e)] = 0;
+        uni.clear();
+        begin = end;
+        return Status::ok();
+    };
+    for (int64_t t = 0; t < n; ++t) {
+        int64_t fresh = 0;
+        for (int64_t j = 0; j < K; ++j) fresh += seen[static_cast<size_t>(host_ids_[t * K + j])] ? 0 : 1;
+        if (static_cast<int64_t>(uni.size()) + fresh > cap) SLUICE_RETURN_IF_ERROR(flush(t));
+        for (int64_t j = 0; j < K; ++j) {
+            const int32_t e = host_ids_[t * K + j];
+            if (!seen[static_cast<size_t>(e)]) {
+                seen[static_cast<size_t>(e)] = 1;
+                uni.push_back(e);
+            }
+        }
+    }
+    return flush(n);
+}
+
+// The tiered forward: segments with the expert tier between them. Decode captures each segment as
+// a graph once per state (and scratch generation) and replays them.
+Status CudaBackend::run_tiered(DeviceState& ds, int64_t n, bool all_logits) {
+    const model::ModelConfig& c = model_->config();
+    const bool graphs = n == 1;
+    if (graphs && ds.segments_generation != ws_generation_) {
+        ds.clear_segments();
+        ds.segments_generation = ws_generation_;
+    }
+    int64_t at = -1;
+    for (size_t seg = 0;; ++seg) {
+        int64_t next = 0;
+        if (!graphs) {
+            next = enqueue_segment(ds, n, all_logits, at);
+        } else if (seg < ds.segments.size()) {
+            SLUICE_CUDA_TRY(cudaGraphLaunch(ds.segments[seg].exec, stream_), "launching a decode segment");
+            next = ds.segments[seg].next;
+        } else {
+            cudaGraph_t graph = nullptr;
+            SLUICE_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+                            "capturing decode");
+            next = enqueue_segment(ds, 1, false, at);
+            if (next == c.n_layers)
+                cudaMemcpyAsync(host_logits_, d_.logits, static_cast<size_t>(c.vocab) * sizeof(float),
+                                cudaMemcpyDeviceToHost, stream_);
+            SLUICE_CUDA_TRY(cudaStreamEndCapture(stream_, &graph), "capturing decode");
+            cudaGraphExec_t exec = nullptr;
+            const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+            cudaGraphDestroy(graph);
+            SLUICE_CUDA_TRY(e, "instantiating a decode segment");
+            ds.segments.push_back({exec, next});
+            SLUICE_CUDA_TRY(cudaGraphLaunch(exec, stream_), "launching a decode segment");
+        }
+        SLUICE_CUDA_TRY(cudaStreamSynchronize(stream_), "forward");
+        if (next == c.n_layers) return Status::ok();
+        SLUICE_RETURN_IF_ERROR(tiered_experts(next, n));
+        at = next;
+    }
 }
 
 Status CudaBackend::forward(model::ModelState& state, std::span<const int32_t> tokens, float* logits,
@@ -749,12 +1049,13 @@ Status CudaBackend::forward(model::ModelState& state, std::span<const int32_t> t
             return error(ErrorCode::kInvalidArgument,
                          fmt::format("[model] token id {} is outside the vocabulary [0, {})", id, c.vocab));
     SLUICE_CUDA_TRY(cudaSetDevice(device_), "selecting the device");
-    SLUICE_RETURN_IF_ERROR(reserve_scratch(n));
+    const int64_t logit_rows = all_logits ? n : 1;
+    SLUICE_RETURN_IF_ERROR(reserve_scratch(n, logit_rows));
     SLUICE_ASSIGN_OR_RETURN(DeviceState * ds, mirror(state));
     host_io_[0] = static_cast<int32_t>(state.n_past);
     std::memcpy(host_io_ + 1, tokens.data(), tokens.size() * sizeof(int32_t));
     const int64_t V = c.vocab;
-    if (n == 1) {
+    if (n == 1 && !tiered_) {
         // Decode: replay this state's graph (captured on first use or after scratch moved).
         if (ds->graph == nullptr || ds->graph_generation != ws_generation_) {
             if (ds->graph != nullptr) cudaGraphExecDestroy(ds->graph);
@@ -762,7 +1063,7 @@ Status CudaBackend::forward(model::ModelState& state, std::span<const int32_t> t
             cudaGraph_t graph = nullptr;
             SLUICE_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
                             "capturing decode");
-            enqueue(*ds, 1, false);
+            enqueue_segment(*ds, 1, false, -1);  // resident: the whole forward
             cudaMemcpyAsync(host_logits_, d_.logits, static_cast<size_t>(V) * sizeof(float),
                             cudaMemcpyDeviceToHost, stream_);
             SLUICE_CUDA_TRY(cudaStreamEndCapture(stream_, &graph), "capturing decode");
@@ -775,12 +1076,29 @@ Status CudaBackend::forward(model::ModelState& state, std::span<const int32_t> t
         SLUICE_CUDA_TRY(cudaStreamSynchronize(stream_), "decode step");
         if (logits != nullptr) std::memcpy(logits, host_logits_, static_cast<size_t>(V) * sizeof(float));
     } else {
-        enqueue(*ds, n, all_logits);
-        SLUICE_CUDA_TRY(cudaGetLastError(), "launching the prefill");
-        SLUICE_CUDA_TRY(cudaStreamSynchronize(stream_), "prefill");
-        if (logits != nullptr) {
-            const int64_t rows = all_logits ? n : 1;
-            SLUICE_CUDA_TRY(cudaMemcpy(logits, d_.logits, static_cast<size_t>(rows * V) * sizeof(float),
+        Status st;
+        if (tiered_) {
+            st = run_tiered(*ds, n, all_logits);
+        } else {
+            enqueue_segment(*ds, n, all_logits, -1);
+        }
+        if (st.is_ok()) st = cuda_status(cudaGetLastError(), "launching the forward");
+        if (st.is_ok()) st = cuda_status(cudaStreamSynchronize(stream_), "forward");
+        if (tier_) {
+            const Status finished = tier_->finish();
+            if (st.is_ok()) st = finished;
+        }
+        if (!st.is_ok()) {
+            // As on the CPU, a forward that fails part-way (an expert read error) leaves the session's
+            // recurrent state advanced for the layers it ran; n_past does not move.
+            cudaStreamSynchronize(stream_);
+            return st;
+        }
+        if (logits != nullptr && tiered_ && n == 1) {
+            std::memcpy(logits, host_logits_,
+                        static_cast<size_t>(V) * sizeof(float));  // the last segment's copy
+        } else if (logits != nullptr) {
+            SLUICE_CUDA_TRY(cudaMemcpy(logits, d_.logits, static_cast<size_t>(logit_rows * V) * sizeof(float),
                                        cudaMemcpyDeviceToHost),
                             "copying logits");
         }
@@ -788,6 +1106,26 @@ Status CudaBackend::forward(model::ModelState& state, std::span<const int32_t> t
     state.n_past += n;
     state.host_stale = true;
     return Status::ok();
+}
+
+GpuExpertCacheStats CudaBackend::expert_tier_stats() const {
+    GpuExpertCacheStats out;
+    out.slot_bytes = expert_slot_bytes_;
+    if (!tier_) return out;
+    const cuda::ExpertTierStats s = tier_->stats();
+    out.tiered = true;
+    out.slots = tier_->n_slots();
+    out.slot_bytes = tier_->slot_bytes();
+    out.hits = s.hits;
+    out.misses = s.misses;
+    out.bytes_copied = s.bytes_copied;
+    out.copy_s = s.copy_s;
+    out.wait_s = s.wait_s;
+    out.prefetch_issued = s.prefetch_issued;
+    out.prefetch_used = s.prefetch_used;
+    out.prefetch_wasted = s.prefetch_wasted;
+    out.evictions = s.evictions;
+    return out;
 }
 
 double CudaBackend::measure_memory_gb_s() {

@@ -203,6 +203,28 @@ Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> ids, model::
     return Status::ok();
 }
 
+bool ExpertStore::try_acquire(int64_t layer, int32_t id, model::ExpertWeights* out) {
+    if (layer < 0 || layer >= static_cast<int64_t>(files_.size()) ||
+        files_[static_cast<size_t>(layer)].fd < 0)
+        return false;
+    std::lock_guard<std::mutex> lock(mutex_);
+    const ExpertKey key{static_cast<int32_t>(layer), id};
+    const int64_t slot = table_->find(key);
+    if (slot < 0) return false;
+    Slot& s = slots_[static_cast<size_t>(slot)];
+    if (s.state != SlotState::kReady) return false;
+    stats_.hits++;
+    table_->touch(key);
+    if (s.prefetched_unused) {
+        s.prefetched_unused = false;
+        stats_.prefetch_used++;
+        recent_used_++;
+    }
+    table_->pin(slot);
+    *out = views_for(slot, *files_[static_cast<size_t>(layer)].desc);
+    return true;
+}
+
 void ExpertStore::release(int64_t layer, std::span<const int32_t> ids) {
     std::lock_guard<std::mutex> lock(mutex_);
     for (int32_t id : ids) {

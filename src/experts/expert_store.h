@@ -28,6 +28,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -78,6 +79,10 @@ class ExpertStore final : public model::ExpertSource {
     void prefetch(int64_t layer, std::span<const int32_t> ids) override;
     bool wants_prefetch() const override { return options_.prefetch; }
     int64_t max_pinned() const override { return n_slots_; }
+    bool try_acquire(int64_t layer, int32_t id, model::ExpertWeights* out) override;
+    std::span<uint8_t> host_memory() override {
+        return {memory_, static_cast<size_t>(n_slots_) * slot_bytes_};
+    }
 
     ExpertStoreStats stats() const;
     void reset_stats();

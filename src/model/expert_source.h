@@ -27,6 +27,14 @@ class ExpertSource {
     virtual void prefetch(int64_t /*layer*/, std::span<const int32_t> /*ids*/) {}
     virtual bool wants_prefetch() const { return false; }
     virtual int64_t max_pinned() const = 0;
+    // Acquires expert `id` of `layer` only if it is already in memory (never waits for a read);
+    // false otherwise. A true answer is ended by release() like acquire().
+    virtual bool try_acquire(int64_t layer, int32_t id, ExpertWeights* out) {
+        return acquire(layer, std::span<const int32_t>(&id, 1), out).is_ok();
+    }
+    // The memory acquired views point into when the source owns it (a streaming cache), so a
+    // device backend can page-lock it once for direct copies; empty for mapped checkpoints.
+    virtual std::span<uint8_t> host_memory() { return {}; }
 };
 
 // Experts that are all in memory (mapped checkpoint): acquire is a lookup.

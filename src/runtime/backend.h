@@ -18,6 +18,7 @@
 
 #include "core/thread_pool.h"
 #include "model/model.h"
+#include "sluice/engine.h"
 #include "sluice/status.h"
 
 namespace sluice::runtime {
@@ -40,14 +41,20 @@ class Backend {
     // Device memory bandwidth measured with a large device-to-device copy (bytes read + written
     // per second / 1e9); 0 for the CPU (the bench measures host memory itself).
     virtual double measure_memory_gb_s() { return 0.0; }
+    // The device expert tier's counters (zero when there is none).
+    virtual GpuExpertCacheStats expert_tier_stats() const { return {}; }
+    virtual void reset_expert_tier_stats() {}
 };
 
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const model::Model> model);
 
 struct CudaBackendOptions {
     int device_index = 0;
-    uint64_t gpu_memory_bytes = 0;  // VRAM budget; 0 = 90% of what is free
-    int64_t context_tokens = 0;     // per session, for the budget check
+    uint64_t gpu_memory_bytes = 0;    // VRAM budget; 0 = 90% of what is free
+    int64_t context_tokens = 0;       // per session, for the budget check
+    uint64_t expert_cache_bytes = 0;  // caps the VRAM expert cache (tiers the experts); 0 = the budget's rest
+    bool prefetch = true;             // next-layer expert prefetch into VRAM (tiered)
+    std::string cache_policy = "lfu";
 };
 
 // Defined in src/cuda/backend.cu when the CUDA backend is built, else in src/cuda/cuda_stub.cpp

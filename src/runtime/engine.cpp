@@ -125,6 +125,9 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         co.device_index = device_index;
         co.gpu_memory_bytes = options.gpu_memory_bytes;
         co.context_tokens = options.context_tokens;
+        co.expert_cache_bytes = options.gpu_expert_cache_bytes;
+        co.prefetch = options.prefetch;
+        co.cache_policy = options.cache_policy;
         SLUICE_ASSIGN_OR_RETURN(im.backend, runtime::make_cuda_backend(im.model, co));
     }
     SLUICE_RETURN_IF_ERROR(engine->load_text_side());
@@ -236,6 +239,10 @@ uint64_t Engine::device_weight_bytes() const {
 uint64_t Engine::device_decode_bytes_per_token() const {
     return impl_->backend->decode_bytes_per_token();
 }
+GpuExpertCacheStats Engine::gpu_expert_cache_stats() const {
+    std::lock_guard<std::mutex> lock(impl_->compute_mutex);
+    return impl_->backend->expert_tier_stats();
+}
 double Engine::measure_device_memory_gb_s() const {
     std::lock_guard<std::mutex> lock(impl_->compute_mutex);
     return impl_->backend->measure_memory_gb_s();
@@ -263,6 +270,8 @@ ExpertCacheStats Engine::expert_cache_stats() const {
 
 void Engine::reset_expert_cache_stats() {
     if (impl_->store) impl_->store->reset_stats();
+    std::lock_guard<std::mutex> lock(impl_->compute_mutex);
+    impl_->backend->reset_expert_tier_stats();
 }
 
 std::unique_ptr<Session> Engine::new_session() {

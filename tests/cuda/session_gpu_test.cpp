@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "experts/packer.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
 #include "test_util.h"
@@ -89,6 +90,61 @@ TEST_P(CudaSession, MultiTurnRewindSaveLoadMatchCpu) {
     auto ca2 = ca->evaluate(std::span<const int32_t>(&next, 1), false);
     ASSERT_TRUE(ra2.has_value() && ca2.has_value());
     EXPECT_LT(max_diff(*ra2, *ca2), 2e-3f);
+}
+
+// A packed model through all three tiers: a VRAM expert cache of 2·k + 1 slots fed from a host
+// cache (page-locked by the backend) of a few slots fed from disk, against the CPU on the same
+// packed model. Prefill, step-by-step decode (with next-layer prefetch) and greedy generation.
+TEST_P(CudaSession, PackedModelThroughGpuHostAndDiskTiers) {
+    int n_devices = 0;
+    if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0) GTEST_SKIP() << "no CUDA device";
+    testing::TempDir tmp;
+    experts::PackOptions po;
+    po.src_dir = sluice::testing::test_data_dir() + "/goldens/" + GetParam();
+    po.out_dir = tmp.file("packed");
+    auto packed = experts::pack_model(po);
+    ASSERT_TRUE(packed.has_value()) << packed.status().message();
+    EngineOptions eo;
+    eo.model_dir = po.out_dir;
+    eo.threads = 2;
+    eo.context_tokens = 256;
+    auto cpu = Engine::load(eo);
+    ASSERT_TRUE(cpu.has_value()) << cpu.status().message();
+    const int64_t K = (*cpu)->info().experts_per_token;
+    const uint64_t slot = (*cpu)->memory_plan().slot_bytes;
+    eo.device = "cuda";
+    eo.expert_cache_bytes = static_cast<uint64_t>(3 * K) * slot;  // host tier: a few slots, so disk reads
+    auto probe = Engine::load(eo);  // resident: learn one expert's size in GPU memory
+    ASSERT_TRUE(probe.has_value()) << probe.status().message();
+    ASSERT_FALSE((*probe)->gpu_expert_cache_stats().tiered);
+    eo.gpu_expert_cache_bytes =
+        static_cast<uint64_t>(2 * K + 1) * (*probe)->gpu_expert_cache_stats().slot_bytes;
+    probe->reset();
+    auto gpu = Engine::load(eo);
+    ASSERT_TRUE(gpu.has_value()) << gpu.status().message();
+    ASSERT_TRUE((*gpu)->gpu_expert_cache_stats().tiered);
+    EXPECT_EQ((*gpu)->gpu_expert_cache_stats().slots, 2 * K + 1);
+
+    const auto p = prompt(60, 5);
+    auto sc = (*cpu)->new_session(), sg = (*gpu)->new_session();
+    auto lc = sc->evaluate(p, true, 64);
+    auto lg = sg->evaluate(p, true, 64);
+    ASSERT_TRUE(lc.has_value() && lg.has_value()) << lg.status().message();
+    EXPECT_LT(max_diff(*lg, *lc), 2e-3f);
+    for (int32_t t : {11, 42, 7, 99, 3}) {
+        auto dc = sc->evaluate(std::span<const int32_t>(&t, 1), false);
+        auto dg = sg->evaluate(std::span<const int32_t>(&t, 1), false);
+        ASSERT_TRUE(dc.has_value() && dg.has_value()) << dg.status().message();
+        EXPECT_LT(max_diff(*dg, *dc), 2e-3f) << "decode token " << t;
+    }
+    auto gc = (*cpu)->new_session(), gg = (*gpu)->new_session();
+    EXPECT_EQ(greedy(*gg, p, 12), greedy(*gc, p, 12));
+    const GpuExpertCacheStats s = (*gpu)->gpu_expert_cache_stats();
+    const ExpertCacheStats h = (*gpu)->expert_cache_stats();
+    EXPECT_GT(s.misses, 0u);
+    EXPECT_GT(s.evictions, 0u);
+    EXPECT_GT(h.misses, 0u);  // the host tier read from disk
+    EXPECT_GT(h.bytes_read, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, CudaSession,

@@ -99,7 +99,9 @@ TEST(GoldenIndex, ExistsAndCoversEveryFamily) {
 
 // The whole check on one backend. The same tolerances hold on every device: a GPU backend sums
 // in f32 like the CPU fast path.
-void check_golden(const std::string& name, const std::string& device) {
+// With `tiered` (CUDA), the GPU expert cache is capped at 2·k + 1 slots: every layer evicts, and
+// prefill runs each MoE layer in token sub-ranges whose expert unions fit.
+void check_golden(const std::string& name, const std::string& device, bool tiered = false) {
     const std::string dir = goldens_dir() + "/" + name;
     Reference ref = load_reference(dir);
     ASSERT_FALSE(ref.ids.empty());
@@ -112,6 +114,14 @@ void check_golden(const std::string& name, const std::string& device) {
     if (device != "cpu" && !engine.has_value() && engine.status().code() == ErrorCode::kUnsupported)
         GTEST_SKIP() << engine.status().message();  // built without CUDA, or no GPU here
     ASSERT_TRUE(engine.has_value()) << engine.status().message();
+    if (tiered) {
+        const uint64_t slot = (*engine)->gpu_expert_cache_stats().slot_bytes;  // resident: one expert's size
+        ASSERT_GT(slot, 0u);
+        eo.gpu_expert_cache_bytes = static_cast<uint64_t>(2 * (*engine)->info().experts_per_token + 1) * slot;
+        engine = Engine::load(eo);
+        ASSERT_TRUE(engine.has_value()) << engine.status().message();
+        ASSERT_EQ((*engine)->gpu_expert_cache_stats().slots, 2 * (*engine)->info().experts_per_token + 1);
+    }
     const int64_t V = (*engine)->info().vocab_size;
     const int64_t T = static_cast<int64_t>(ref.ids.size());
     ASSERT_EQ(static_cast<int64_t>(ref.logits.size()), T * V);
@@ -150,6 +160,12 @@ void check_golden(const std::string& name, const std::string& device) {
     });
     ASSERT_TRUE(finish.has_value()) << finish.status().message();
     EXPECT_EQ(generated, ref.greedy_ids);
+    if (tiered) {
+        const GpuExpertCacheStats s = (*engine)->gpu_expert_cache_stats();
+        EXPECT_GT(s.misses, 0u);
+        EXPECT_GT(s.evictions, 0u);
+        EXPECT_GT(s.bytes_copied, 0u);
+    }
     if (!ref.greedy_logits.empty()) {
         auto replay = (*engine)->new_session();
         std::vector<int32_t> seq = ref.ids;
@@ -168,6 +184,10 @@ TEST_P(Golden, PrefillDecodeAndGreedyMatchTransformers) {
 
 TEST_P(Golden, OnCudaPrefillDecodeAndGreedyMatchTransformers) {
     check_golden(GetParam(), "cuda");
+}
+
+TEST_P(Golden, OnCudaTieredExpertsMatchTransformers) {
+    check_golden(GetParam(), "cuda", /*tiered=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, Golden, ::testing::ValuesIn(golden_names()),

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# One batched call on the GPU machine (the `device` tool): unpacks binaries built here (Release,
+# CUDA on; carried as .devcarry/c/carry.tar.xz with their non-system shared libraries, see
+# tools/gpu_carry.sh), then runs the steps named on the command line, each bounded by a timeout,
+# logging to $OUT. Steps:
+#   tests       GPU op tests, CUDA goldens (resident and tiered), the packed three-tier test
+#   sanitize    compute-sanitizer memcheck/racecheck of the op tests; sanitize_tier: memcheck of the
+#               packed three-tier test
+#   synth35 / synth80      synthetic Qwen3.6-35B-A3B / Qwen3-Next-80B-A3B, 4-bit, into /tmp/m35 /tmp/m80
+#   resident35 / resident80  fully resident decode and prefill (512 and 4096-token prompts)
+#   host35 / host80        --gpu-memory 4G, experts in host RAM (warm host cache); host35np / host80np
+#                          the same without prefetch
+#   disk35 / disk80        --gpu-memory 4G --memory 8G: experts streamed from disk
+#   rm35 / rm80            delete a synthetic model (the disk holds one of them at a time)
+set -uo pipefail
+OUT=${OUT:-/tmp/gpu_out}
+mkdir -p "$OUT" /tmp/sl
+tar xJf .devcarry/c/carry.tar.xz -C /tmp/sl
+export LD_LIBRARY_PATH=/tmp/sl/lib
+B=/tmp/sl/bin
+# The test binaries read tests/data through the absolute path they were built with.
+if [ ! -e /work/main/tests/data ]; then mkdir -p /work && ln -sfn "$PWD" /work/main; fi
+SHARED=${SHARED:-$PWD/.devcarry/model-configs}
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/machine.txt"
+nproc >>"$OUT/machine.txt"
+
+step() {  # name, seconds, command...
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name ($(date +%T)): $*"
+    timeout "$limit" "$@" >"$OUT/$name.txt" 2>&1
+    local rc=$?
+    echo "   rc $rc"
+    tail -n 12 "$OUT/$name.txt"
+}
+bench() {  # name, seconds, model, flags...
+    local name=$1 limit=$2 model=$3
+    shift 3
+    sync
+    echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
+    step "$name" "$limit" "$B/sluice" bench "$model" --device cuda --json "$OUT/$name.json" "$@"
+}
+
+for s in "$@"; do
+    case $s in
+    tests)
+        step gpu_tests 240 "$B/sluice_gpu_tests"
+        step goldens_cuda 240 "$B/sluice_tests" --gtest_filter='Goldens/Golden.OnCuda*'
+        SLUICE_CUDA_UNFUSED=1 step goldens_cuda_unfused 240 "$B/sluice_tests" --gtest_filter='Goldens/Golden.OnCuda*'
+        ;;
+    sanitize_tier)
+        step memcheck_tier 200 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/sluice_gpu_tests" \
+            --gtest_filter='*PackedModelThroughGpuHostAndDiskTiers/qwen3_next_mlx_q4'
+        ;;
+    sanitize)
+        step memcheck_ops 200 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/sluice_gpu_tests" \
+            --gtest_filter='CudaOps.*'
+        step racecheck_ops 200 compute-sanitizer --tool racecheck --error-exitcode 3 "$B/sluice_gpu_tests" \
+            --gtest_filter='CudaOps.*'
+        ;;
+    synth35) step synth35 300 "$B/sluice" synth "$SHARED/qwen3.6-35b-a3b.json" /tmp/m35 --bits 4 ;;
+    synth80) step synth80 400 "$B/sluice" synth "$SHARED/qwen3-next-80b-a3b.hf.json" /tmp/m80 --bits 4 ;;
+    rm35) rm -rf /tmp/m35 ;;
+    rm80) rm -rf /tmp/m80 ;;
+    resident35 | resident80)
+        m=/tmp/m${s#resident}
+        bench "$s"_p512 120 "$m" --prompt-tokens 512 --prefill-chunk 512 --gen-tokens 128 --reps 2
+        bench "$s"_p4096 120 "$m" --prompt-tokens 4096 --prefill-chunk 4096 --gen-tokens 32 --reps 1
+        ;;
+    host35 | host80)
+        m=/tmp/m${s#host}
+        bench "$s" 240 "$m" --gpu-memory 4G --memory 60G --prompt-tokens 512 --prefill-chunk 512 \
+            --gen-tokens 64 --reps 2 --warmup 1
+        ;;
+    host35np | host80np)
+        m=/tmp/m${s:4:2}
+        bench "$s" 180 "$m" --gpu-memory 4G --memory 60G --prompt-tokens 512 --prefill-chunk 512 \
+            --gen-tokens 64 --reps 2 --warmup 1 --no-prefetch
+        ;;
+    disk35 | disk80)
+        m=/tmp/m${s#disk}
+        bench "$s" 240 "$m" --gpu-memory 4G --memory 8G --prompt-tokens 64 --gen-tokens 32 --reps 2 --warmup 1
+        ;;
+    *) echo "unknown step $s" ;;
+    esac
+done
