@@ -13,32 +13,35 @@
 #   disk35 / disk80        --gpu-memory 4G --memory 8G: experts streamed from disk
 #   rm35 / rm80            delete a synthetic model (the disk holds one of them at a time)
 set -uo pipefail
+# Logs and JSON go to $RES; at the end they are packed into $OUT/results.tgz (the device tool
+# returns at most 8 files).
 OUT=${OUT:-/tmp/gpu_out}
-mkdir -p "$OUT" /tmp/sl
+RES=/tmp/gpu_res
+mkdir -p "$OUT" "$RES" /tmp/sl
 tar xJf .devcarry/c/carry.tar.xz -C /tmp/sl
 export LD_LIBRARY_PATH=/tmp/sl/lib
 B=/tmp/sl/bin
 # The test binaries read tests/data through the absolute path they were built with.
 if [ ! -e /work/main/tests/data ]; then mkdir -p /work && ln -sfn "$PWD" /work/main; fi
 SHARED=${SHARED:-$PWD/.devcarry/model-configs}
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/machine.txt"
-nproc >>"$OUT/machine.txt"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader | tee "$RES/machine.txt"
+nproc >>"$RES/machine.txt"
 
 step() {  # name, seconds, command...
     local name=$1 limit=$2
     shift 2
     echo "== $name ($(date +%T)): $*"
-    timeout "$limit" "$@" >"$OUT/$name.txt" 2>&1
+    timeout "$limit" "$@" >"$RES/$name.txt" 2>&1
     local rc=$?
     echo "   rc $rc"
-    tail -n 12 "$OUT/$name.txt"
+    tail -n 12 "$RES/$name.txt"
 }
 bench() {  # name, seconds, model, flags...
     local name=$1 limit=$2 model=$3
     shift 3
     sync
     echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
-    step "$name" "$limit" "$B/sluice" bench "$model" --device cuda --json "$OUT/$name.json" "$@"
+    step "$name" "$limit" "$B/sluice" bench "$model" --device cuda --json "$RES/$name.json" "$@"
 }
 
 for s in "$@"; do
@@ -57,6 +60,16 @@ for s in "$@"; do
             --gtest_filter='CudaOps.*'
         step racecheck_ops 200 compute-sanitizer --tool racecheck --error-exitcode 3 "$B/sluice_gpu_tests" \
             --gtest_filter='CudaOps.*'
+        ;;
+    unfused35)
+        SLUICE_CUDA_UNFUSED=1 bench unfused35_p512 120 /tmp/m35 --prompt-tokens 512 --prefill-chunk 512 \
+            --gen-tokens 128 --reps 2
+        ;;
+    ncu35)
+        # Per-kernel GPU time (summed per kernel) over the decode steps of a short run.
+        step ncu35 300 ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip 1100 \
+            --launch-count 1400 --print-summary per-kernel "$B/sluice" bench /tmp/m35 --device cuda \
+            --prompt-tokens 16 --prefill-chunk 16 --gen-tokens 6 --reps 1
         ;;
     synth35) step synth35 300 "$B/sluice" synth "$SHARED/qwen3.6-35b-a3b.json" /tmp/m35 --bits 4 ;;
     synth80) step synth80 400 "$B/sluice" synth "$SHARED/qwen3-next-80b-a3b.hf.json" /tmp/m80 --bits 4 ;;
@@ -84,3 +97,4 @@ for s in "$@"; do
     *) echo "unknown step $s" ;;
     esac
 done
+tar czf "$OUT/results.tgz" -C "$RES" .
