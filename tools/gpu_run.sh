@@ -7,7 +7,8 @@
 #   sanitize    compute-sanitizer memcheck/racecheck of the op tests; sanitize_tier: memcheck of the
 #               packed three-tier test
 #   synth35 / synth80      synthetic Qwen3.6-35B-A3B / Qwen3-Next-80B-A3B, 4-bit, into /tmp/m35 /tmp/m80
-#   resident35 / resident80  fully resident decode and prefill (512 and 4096-token prompts)
+#   resident35 / resident80  fully resident decode and prefill (512 and 4096-token prompts);
+#                          decode35 / decode80 the 512-token one only
 #   host35 / host80        --gpu-memory 4G, experts in host RAM (warm host cache); host35np / host80np
 #                          the same without prefetch
 #   disk35 / disk80        --gpu-memory 4G --memory 8G: experts streamed from disk
@@ -55,6 +56,12 @@ for s in "$@"; do
         step memcheck_tier 200 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/sluice_gpu_tests" \
             --gtest_filter='*PackedModelThroughGpuHostAndDiskTiers/qwen3_next_mlx_q4'
         ;;
+    sanitize_split)
+        step memcheck_split 200 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/sluice_gpu_tests" \
+            --gtest_filter='CudaOps.*'
+        step racecheck_split 200 compute-sanitizer --tool racecheck --error-exitcode 3 "$B/sluice_gpu_tests" \
+            --gtest_filter='CudaOps.Matvec*:CudaOps.GroupedMoe*'
+        ;;
     sanitize)
         step memcheck_ops 200 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/sluice_gpu_tests" \
             --gtest_filter='CudaOps.*'
@@ -75,6 +82,9 @@ for s in "$@"; do
     synth80) step synth80 400 "$B/sluice" synth "$SHARED/qwen3-next-80b-a3b.hf.json" /tmp/m80 --bits 4 ;;
     rm35) rm -rf /tmp/m35 ;;
     rm80) rm -rf /tmp/m80 ;;
+    decode35 | decode80)
+        bench "$s"_p512 120 /tmp/m${s#decode} --prompt-tokens 512 --prefill-chunk 512 --gen-tokens 128 --reps 2
+        ;;
     resident35 | resident80)
         m=/tmp/m${s#resident}
         bench "$s"_p512 120 "$m" --prompt-tokens 512 --prefill-chunk 512 --gen-tokens 128 --reps 2

@@ -211,6 +211,7 @@ class CudaBackend final : public Backend {
     uint64_t decode_bytes_per_token_ = 0;
     uint64_t embed_bytes_ = 0, routed_bytes_ = 0;  // parts of weight_bytes_
     uint64_t expert_slot_bytes_ = 0;               // one expert in a VRAM slot (tiered)
+    bool down_vector_ = false;                     // every routed down projection has cuda::vector_layout
     bool tiered_ = false;
     std::unique_ptr<cuda::ExpertTier> tier_;
     void* registered_ = nullptr;  // page-locked host expert cache (cudaHostRegister)
@@ -282,6 +283,7 @@ Status CudaBackend::upload_weights(Arena& arena) {
     if (arena.counting()) {
         routed_bytes_ = 0;
         expert_slot_bytes_ = 0;
+        down_vector_ = true;
     }
     lm_head_ = W.lm_head.data == W.embed.data ? embed_ : put(arena, W.lm_head, st);
     final_norm_ = put(arena, W.final_norm, st);
@@ -346,6 +348,11 @@ Status CudaBackend::upload_weights(Arena& arena) {
             put(one, e.up, st);
             put(one, e.down, st);
             expert_slot_bytes_ = std::max(expert_slot_bytes_, cuda::ExpertTier::slot_bytes_for(e));
+            DevWeight down;
+            down.type = e.down.type;
+            down.cols = e.down.cols;
+            down.group_size = e.down.group_size;
+            down_vector_ = down_vector_ && cuda::vector_layout(down);
             source->release(static_cast<int64_t>(l), std::span<const int32_t>(&first, 1));
             arena.take(one.used() * static_cast<uint64_t>(E));
             routed_bytes_ += one.used() * static_cast<uint64_t>(E);
@@ -840,12 +847,17 @@ void CudaBackend::moe_routed(const DevLayer& L, const float* x, const int32_t* i
     const int64_t H = c.hidden, E = c.n_experts, K = c.top_k, I = c.expert_ffn;
     if (n == 1) {
         cuda::moe_matvec_gate_up(L.experts, ids, K, I, x, d_.pair_gate, d_.pair_up, stream_);
-        if (cuda::swiglu_fits(K * I) && K <= 32) {
+        if (down_vector_ && !unfused_) {
+            // SwiGLU once, then a down projection whose blocks take 4 rows and whose warps take the
+            // experts (faster than forming the activations in every block of the fused form).
+            cuda::swiglu(d_.pair_gate, d_.pair_up, K * I, d_.pair_act, stream_);
+            cuda::moe_down_matvec(L.experts, ids, weights, K, H, I, d_.pair_act, mix, true, stream_);
+        } else if (cuda::swiglu_fits(K * I) && K <= 32) {
             cuda::moe_down_swiglu_matvec(L.experts, ids, weights, K, H, I, d_.pair_gate, d_.pair_up, mix,
                                          stream_);
         } else {
             cuda::swiglu(d_.pair_gate, d_.pair_up, K * I, d_.pair_act, stream_);
-            cuda::moe_down_matvec(L.experts, ids, weights, K, H, I, d_.pair_act, mix, stream_);
+            cuda::moe_down_matvec(L.experts, ids, weights, K, H, I, d_.pair_act, mix, false, stream_);
         }
         return;
     }

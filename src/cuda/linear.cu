@@ -70,16 +70,17 @@ __device__ float row_dot_quant(const DevWeight& w, int64_t r, const float* __res
     return kReduce ? warp_sum(acc) : acc;
 }
 
-// R consecutive rows r0.. of a quantized W against x, each x load reused for all R rows. Lane l
-// takes the 32-bit words l, l + 32, … of every row, so a warp's weight load is 128 contiguous
-// bytes per row and its x load 32 × 16 (8-bit) or 32 × 32 (4-bit) contiguous bytes. (The earlier
+// R consecutive rows r0.. of a quantized W against x, each x load reused for all R rows. The lane
+// takes the 32-bit words v0, v0 + step, … of every row (a warp alone: v0 = lane, step 32; a block
+// splitting the columns among its warps: v0 = 32·warp + lane, step 32·warps), so a warp's weight load is 128
+// contiguous bytes per row and its x load 32 × 16 (8-bit) or 32 × 32 (4-bit) contiguous bytes. (The earlier
 // form gave each lane 4 consecutive words, i.e. 128 contiguous bytes of x per lane: every 16-byte x
 // load of the warp then touched 32 different cache lines, and L1 wavefronts, not HBM, bounded the
 // 248k-row lm_head at 0.5 TB/s.) Requires cols and group_size to be multiples of the codes per
 // word. out[i] holds the warp sum for row r0 + i (rows ≥ w.rows contribute 0).
 template <int kBits, int R>
-__device__ void rows_dot_quant(const DevWeight& w, int64_t r0, const float* __restrict__ x, int lane,
-                               float* out) {
+__device__ void rows_dot_quant(const DevWeight& w, int64_t r0, const float* __restrict__ x, int64_t v0,
+                               int64_t step, float* out) {
     constexpr int kPerWord = 32 / kBits;
     constexpr uint32_t kMask = (1u << kBits) - 1u;
     const int64_t words = w.cols / kPerWord;
@@ -90,7 +91,7 @@ __device__ void rows_dot_quant(const DevWeight& w, int64_t r0, const float* __re
 #pragma unroll
     for (int i = 0; i < R; ++i) acc[i] = 0.0f;
 #pragma unroll 4
-    for (int64_t v = lane; v < words; v += 32) {
+    for (int64_t v = v0; v < words; v += step) {
         const float4* x4 = reinterpret_cast<const float4*>(x + v * kPerWord);
         float xs[kPerWord];
         float sx = 0.0f;
@@ -128,7 +129,7 @@ __device__ void rows_dot_quant(const DevWeight& w, int64_t r0, const float* __re
     for (int i = 0; i < R; ++i) out[i] = warp_sum(acc[i]);
 }
 
-__device__ bool quant_vector_layout(const DevWeight& w) {
+__host__ __device__ bool quant_vector_layout(const DevWeight& w) {
     if (w.type != WeightType::kQ4 && w.type != WeightType::kQ8) return false;
     const int per_word = w.type == WeightType::kQ4 ? 8 : 4;
     return w.cols % per_word == 0 && w.group_size >= per_word && w.group_size % per_word == 0;
@@ -206,9 +207,9 @@ __device__ void warp_rows(const DevWeight& w, int64_t r0, const float* x, float*
     if (quant_vector_layout(w)) {
         float out[kRowsPerWarp];
         if (w.type == WeightType::kQ4) {
-            rows_dot_quant<4, kRowsPerWarp>(w, r0, x, lane, out);
+            rows_dot_quant<4, kRowsPerWarp>(w, r0, x, lane, 32, out);
         } else {
-            rows_dot_quant<8, kRowsPerWarp>(w, r0, x, lane, out);
+            rows_dot_quant<8, kRowsPerWarp>(w, r0, x, lane, 32, out);
         }
         if (lane == 0)
             for (int i = 0; i < kRowsPerWarp && r0 + i < w.rows; ++i) y[r0 + i] = out[i];
@@ -220,26 +221,82 @@ __device__ void warp_rows(const DevWeight& w, int64_t r0, const float* x, float*
     }
 }
 
-__global__ void matvec_kernel(DevWeight w, const float* x, float* y) {
-    const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32) * kRowsPerWarp;
-    if (r0 >= w.rows) return;
-    warp_rows(w, r0, x, y);
+// Matrices with few rows give warp_rows too few warps to keep enough loads in flight (a 2048-row
+// projection is 512 warps, ~4 per SM, ~0.2 TB/s measured). The split form gives each block
+// kSplitRows rows and lets its kRowsPerBlock warps split the columns; the partial sums meet in
+// shared memory (8× the warps for the same rows).
+constexpr int kSplitRows = 4;
+constexpr int64_t kSplitMaxRows = 32768;  // above this, warp_rows has warps enough
+
+bool use_split(int64_t rows) {
+    return rows <= kSplitMaxRows;
+}
+
+// Rows [r0, r0 + kSplitRows) of W · x into y, by the whole block (r0 uniform over the block).
+__device__ void block_rows(const DevWeight& w, int64_t r0, const float* x, float* y) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (!quant_vector_layout(w)) {  // float weights: one row per warp
+        if (warp < kSplitRows && r0 + warp < w.rows) {
+            const float v = row_dot(w, r0 + warp, x, lane);
+            if (lane == 0) y[r0 + warp] = v;
+        }
+        return;
+    }
+    __shared__ float part[kRowsPerBlock][kSplitRows];
+    float out[kSplitRows];
+    if (w.type == WeightType::kQ4) {
+        rows_dot_quant<4, kSplitRows>(w, r0, x, 32 * warp + lane, 32 * kRowsPerBlock, out);
+    } else {
+        rows_dot_quant<8, kSplitRows>(w, r0, x, 32 * warp + lane, 32 * kRowsPerBlock, out);
+    }
+    if (lane == 0)
+        for (int i = 0; i < kSplitRows; ++i) part[warp][i] = out[i];
+    __syncthreads();
+    if (threadIdx.x < kSplitRows && r0 + threadIdx.x < w.rows) {
+        float sum = 0.0f;
+        for (int i = 0; i < kRowsPerBlock; ++i) sum += part[i][threadIdx.x];
+        y[r0 + threadIdx.x] = sum;
+    }
+}
+
+// The first row of this block (split) or of this warp (warp_rows).
+__device__ int64_t first_row(bool split) {
+    return split ? static_cast<int64_t>(blockIdx.x) * kSplitRows
+                 : (static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32) * kRowsPerWarp;
+}
+
+__device__ void rows_of(bool split, const DevWeight& w, int64_t r0, const float* x, float* y) {
+    if (split) {
+        block_rows(w, r0, x, y);
+    } else {
+        warp_rows(w, r0, x, y);
+    }
+}
+
+unsigned matvec_grid(int64_t rows) {
+    return use_split(rows) ? grid_for(rows, kSplitRows) : grid_for(rows, kRowsPerBlock * kRowsPerWarp);
+}
+
+__global__ void matvec_kernel(DevWeight w, const float* x, float* y, bool split) {
+    const int64_t r0 = first_row(split);
+    if (r0 >= w.rows) return;  // uniform over the block when split
+    rows_of(split, w, r0, x, y);
 }
 
 __global__ void moe_matvec_kernel(const DevWeight* table, int which, const int32_t* ids, int64_t rows,
-                                  const float* x, float* y, float* y2) {
-    const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32) * kRowsPerWarp;
+                                  const float* x, float* y, float* y2, bool split) {
+    const int64_t r0 = first_row(split);
     if (r0 >= rows) return;
     const int64_t k = blockIdx.y;
     const DevWeight w = table[ids[k] * 3 + which + blockIdx.z];
-    warp_rows(w, r0, x, (blockIdx.z == 0 ? y : y2) + k * rows);
+    rows_of(split, w, r0, x, (blockIdx.z == 0 ? y : y2) + k * rows);
 }
 
-__global__ void matvec_multi_kernel(MatvecMulti m, const float* x) {
+__global__ void matvec_multi_kernel(MatvecMulti m, const float* x, bool split) {
     const DevWeight w = m.w[blockIdx.y];
-    const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32) * kRowsPerWarp;
+    const int64_t r0 = first_row(split);
     if (r0 >= w.rows) return;
-    warp_rows(w, r0, x, m.y[blockIdx.y]);
+    rows_of(split, w, r0, x, m.y[blockIdx.y]);
 }
 
 // act = silu(gate) ⊙ up is formed in shared memory by every block (it is small: k·I floats).
@@ -276,6 +333,37 @@ __global__ void swiglu_down_kernel(DevWeight w, const float* gate, const float* 
     if (r >= w.rows) return;
     const float v = row_dot(w, r, act, threadIdx.x % 32);
     if (threadIdx.x % 32 == 0) mix[r] = gate_logit != nullptr ? mix[r] + sigmoid_f(*gate_logit) * v : v;
+}
+
+// The routed down projection with quantized experts: each block takes kSplitRows rows, its warps
+// take the experts (warp w: experts w, w + warps, …), and the weighted partial sums meet in shared
+// memory. act is formed beforehand (swiglu), so no block recomputes it.
+__global__ void moe_down_split_kernel(const DevWeight* table, const int32_t* ids, const float* weights,
+                                      int64_t n_ids, int64_t rows, int64_t cols, const float* act, float* y) {
+    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kSplitRows;
+    if (r0 >= rows) return;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    float acc[kSplitRows] = {};
+    for (int64_t k = warp; k < n_ids; k += kRowsPerBlock) {
+        const DevWeight w = table[ids[k] * 3 + 2];
+        float out[kSplitRows];
+        if (w.type == WeightType::kQ4) {
+            rows_dot_quant<4, kSplitRows>(w, r0, act + k * cols, lane, 32, out);
+        } else {
+            rows_dot_quant<8, kSplitRows>(w, r0, act + k * cols, lane, 32, out);
+        }
+        const float wk = weights[k];
+        for (int i = 0; i < kSplitRows; ++i) acc[i] += wk * out[i];
+    }
+    __shared__ float part[kRowsPerBlock][kSplitRows];
+    if (lane == 0)
+        for (int i = 0; i < kSplitRows; ++i) part[warp][i] = acc[i];
+    __syncthreads();
+    if (threadIdx.x < kSplitRows && r0 + threadIdx.x < rows) {
+        float sum = 0.0f;
+        for (int i = 0; i < kRowsPerBlock; ++i) sum += part[i][threadIdx.x];
+        y[r0 + threadIdx.x] = sum;
+    }
 }
 
 __global__ void moe_down_matvec_kernel(const DevWeight* table, const int32_t* ids, const float* weights,
@@ -428,7 +516,7 @@ void dequantize_rows(const DevWeight& w, const int32_t* ids, int64_t n, float* o
 }
 
 void matvec(const DevWeight& w, const float* x, float* y, cudaStream_t s) {
-    matvec_kernel<<<grid_for(w.rows, kRowsPerBlock * kRowsPerWarp), 32 * kRowsPerBlock, 0, s>>>(w, x, y);
+    matvec_kernel<<<matvec_grid(w.rows), 32 * kRowsPerBlock, 0, s>>>(w, x, y, use_split(w.rows));
 }
 
 void matmul(const DevWeight& w, const float* x, int64_t n, float* y, cudaStream_t s) {
@@ -439,22 +527,27 @@ void matmul(const DevWeight& w, const float* x, int64_t n, float* y, cudaStream_
 
 void moe_matvec(const DevWeight* table, int which, const int32_t* ids, int64_t n_ids, int64_t rows,
                 int64_t /*cols*/, const float* x, float* y, cudaStream_t s) {
-    const dim3 grid(grid_for(rows, kRowsPerBlock * kRowsPerWarp), static_cast<unsigned>(n_ids));
-    moe_matvec_kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(table, which, ids, rows, x, y, nullptr);
+    const dim3 grid(matvec_grid(rows), static_cast<unsigned>(n_ids));
+    moe_matvec_kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(table, which, ids, rows, x, y, nullptr,
+                                                          use_split(rows));
 }
 
 void moe_matvec_gate_up(const DevWeight* table, const int32_t* ids, int64_t n_ids, int64_t rows,
                         const float* x, float* gate, float* up, cudaStream_t s) {
-    const dim3 grid(grid_for(rows, kRowsPerBlock * kRowsPerWarp), static_cast<unsigned>(n_ids), 2);
-    moe_matvec_kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(table, 0, ids, rows, x, gate, up);
+    const dim3 grid(matvec_grid(rows), static_cast<unsigned>(n_ids), 2);
+    moe_matvec_kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(table, 0, ids, rows, x, gate, up, use_split(rows));
 }
 
 void matvec_multi(const MatvecMulti& m, const float* x, cudaStream_t s) {
     int64_t rows = 0;
     for (int i = 0; i < m.n; ++i) rows = rows > m.w[i].rows ? rows : m.w[i].rows;
     if (m.n == 0 || rows == 0) return;
-    const dim3 grid(grid_for(rows, kRowsPerBlock * kRowsPerWarp), static_cast<unsigned>(m.n));
-    matvec_multi_kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(m, x);
+    const dim3 grid(matvec_grid(rows), static_cast<unsigned>(m.n));
+    matvec_multi_kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(m, x, use_split(rows));
+}
+
+bool vector_layout(const DevWeight& w) {
+    return quant_vector_layout(w);
 }
 
 bool swiglu_fits(int64_t act_floats) {
@@ -477,7 +570,13 @@ void swiglu_down_matvec(const DevWeight& down, const float* gate, const float* u
 }
 
 void moe_down_matvec(const DevWeight* table, const int32_t* ids, const float* weights, int64_t n_ids,
-                     int64_t rows, int64_t cols, const float* act, float* y, cudaStream_t s) {
+                     int64_t rows, int64_t cols, const float* act, float* y, bool quant_vector,
+                     cudaStream_t s) {
+    if (quant_vector) {
+        moe_down_split_kernel<<<grid_for(rows, kSplitRows), 32 * kRowsPerBlock, 0, s>>>(
+            table, ids, weights, n_ids, rows, cols, act, y);
+        return;
+    }
     moe_down_matvec_kernel<<<grid_for(rows, kRowsPerBlock), 32 * kRowsPerBlock, 0, s>>>(
         table, ids, weights, n_ids, rows, cols, act, y);
 }

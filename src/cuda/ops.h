@@ -67,8 +67,14 @@ void moe_down_swiglu_matvec(const DevWeight* table, const int32_t* ids, const fl
 void swiglu_down_matvec(const DevWeight& down, const float* gate, const float* up, const float* gate_logit,
                         float* mix, cudaStream_t s);
 // MoE decode down projection and weighted sum: y[r] = Σ_k weights[k] · (down_{ids[k]} · act[k, :])[r].
+// quant_vector (every expert's down projection has vector_layout()): blocks of 4 rows whose warps
+// take the experts; otherwise one warp per row over every expert.
 void moe_down_matvec(const DevWeight* table, const int32_t* ids, const float* weights, int64_t n_ids,
-                     int64_t rows, int64_t cols, const float* act, float* y, cudaStream_t s);
+                     int64_t rows, int64_t cols, const float* act, float* y, bool quant_vector,
+                     cudaStream_t s);
+// Whether the decode kernels read W as interleaved 32-bit code words (4/8-bit codes, cols and
+// group size multiples of the codes per word).
+bool vector_layout(const DevWeight& w);
 
 // MoE prefill: pairs (token, slot) grouped by expert. order[offsets[e] .. offsets[e+1]) are the
 // pair indices routed to expert e (pair p = token p / k_per_token, slot p % k_per_token).

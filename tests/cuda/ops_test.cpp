@@ -210,74 +210,83 @@ TEST(CudaOps, DequantizeRowsMatchesReference) {
 // SwiGLU MLP, weighted and summed — both the decode (matvec) and prefill (grouped matmul) forms.
 TEST(CudaOps, GroupedMoeMatchesComposedReference) {
     REQUIRE_GPU();
-    for (auto type : {kernels::WeightType::kQ4, kernels::WeightType::kQ8, kernels::WeightType::kBF16}) {
-        const int64_t E = 16, K = 4, H = 256, I = 128;
-        std::vector<std::unique_ptr<TestWeight>> ws;
-        std::vector<DevWeight> table;
-        for (int64_t e = 0; e < E; ++e) {
-            ws.push_back(make_weight(type, I, H, 64, static_cast<uint32_t>(1000 + 3 * e)));
-            ws.push_back(make_weight(type, I, H, 64, static_cast<uint32_t>(1001 + 3 * e)));
-            ws.push_back(make_weight(type, H, I, 64, static_cast<uint32_t>(1002 + 3 * e)));
-            for (int j = 0; j < 3; ++j) table.push_back(ws[static_cast<size_t>(3 * e + j)]->dev);
-        }
-        std::vector<uint8_t> table_bytes(table.size() * sizeof(DevWeight));
-        std::memcpy(table_bytes.data(), table.data(), table_bytes.size());
-        Dev<uint8_t> dtable(table_bytes);
-        const auto* dt = reinterpret_cast<const DevWeight*>(dtable.get());
-        for (int64_t n : {1, 3, 50}) {
-            std::vector<float> x = randn(static_cast<size_t>(n * H), 5);
-            std::vector<int32_t> ids(static_cast<size_t>(n * K));
-            std::vector<float> wts(static_cast<size_t>(n * K));
-            std::mt19937 rng(9);
-            for (int64_t t = 0; t < n; ++t) {
-                std::vector<int32_t> perm(E);
-                std::iota(perm.begin(), perm.end(), 0);
-                std::shuffle(perm.begin(), perm.end(), rng);
-                for (int64_t j = 0; j < K; ++j) {
-                    ids[t * K + j] = perm[j];
-                    wts[t * K + j] = 0.1f + 0.2f * static_cast<float>(j);
-                }
+    for (auto type : {kernels::WeightType::kQ4, kernels::WeightType::kQ8, kernels::WeightType::kBF16})
+        for (int64_t K : {4, 10}) {  // 10: more experts than a block has warps (the split down projection)
+            const int64_t E = 16, H = 256, I = 128;
+            std::vector<std::unique_ptr<TestWeight>> ws;
+            std::vector<DevWeight> table;
+            for (int64_t e = 0; e < E; ++e) {
+                ws.push_back(make_weight(type, I, H, 64, static_cast<uint32_t>(1000 + 3 * e)));
+                ws.push_back(make_weight(type, I, H, 64, static_cast<uint32_t>(1001 + 3 * e)));
+                ws.push_back(make_weight(type, H, I, 64, static_cast<uint32_t>(1002 + 3 * e)));
+                for (int j = 0; j < 3; ++j) table.push_back(ws[static_cast<size_t>(3 * e + j)]->dev);
             }
-            std::vector<float> ref(static_cast<size_t>(n * H), 0.0f), g(I), u(I), act(I), out(H);
-            for (int64_t t = 0; t < n; ++t)
-                for (int64_t j = 0; j < K; ++j) {
-                    const int64_t e = ids[t * K + j];
-                    kernels::reference::matvec(ws[e * 3]->view, x.data() + t * H, g.data(), nullptr);
-                    kernels::reference::matvec(ws[e * 3 + 1]->view, x.data() + t * H, u.data(), nullptr);
-                    kernels::reference::swiglu(g.data(), u.data(), I, act.data());
-                    kernels::reference::matvec(ws[e * 3 + 2]->view, act.data(), out.data(), nullptr);
-                    kernels::reference::axpy(wts[t * K + j], out.data(), H, ref.data() + t * H);
+            std::vector<uint8_t> table_bytes(table.size() * sizeof(DevWeight));
+            std::memcpy(table_bytes.data(), table.data(), table_bytes.size());
+            Dev<uint8_t> dtable(table_bytes);
+            const auto* dt = reinterpret_cast<const DevWeight*>(dtable.get());
+            for (int64_t n : {1, 3, 50}) {
+                std::vector<float> x = randn(static_cast<size_t>(n * H), 5);
+                std::vector<int32_t> ids(static_cast<size_t>(n * K));
+                std::vector<float> wts(static_cast<size_t>(n * K));
+                std::mt19937 rng(9);
+                for (int64_t t = 0; t < n; ++t) {
+                    std::vector<int32_t> perm(E);
+                    std::iota(perm.begin(), perm.end(), 0);
+                    std::shuffle(perm.begin(), perm.end(), rng);
+                    for (int64_t j = 0; j < K; ++j) {
+                        ids[t * K + j] = perm[j];
+                        wts[t * K + j] = 0.1f + 0.2f * static_cast<float>(j);
+                    }
                 }
-            Dev<float> dx(x), dw(wts), dg(static_cast<size_t>(n * K * I)), du(static_cast<size_t>(n * K * I)),
-                da(static_cast<size_t>(n * K * I)), dpo(static_cast<size_t>(n * K * H)),
-                dmix(static_cast<size_t>(n * H));
-            Dev<int32_t> dids(ids), doff(static_cast<size_t>(E + 1)), dord(static_cast<size_t>(n * K));
-            if (n == 1) {
-                moe_matvec(dt, 0, dids.get(), K, I, H, dx.get(), dg.get(), nullptr);
-                moe_matvec(dt, 1, dids.get(), K, I, H, dx.get(), du.get(), nullptr);
-                swiglu(dg.get(), du.get(), K * I, da.get(), nullptr);
-                moe_down_matvec(dt, dids.get(), dw.get(), K, H, I, da.get(), dmix.get(), nullptr);
-                // The fused decode form: gate and up in one launch, SwiGLU inside the down projection.
-                Dev<float> dg2(static_cast<size_t>(K * I)), du2(static_cast<size_t>(K * I)),
-                    dmix2(static_cast<size_t>(H));
-                moe_matvec_gate_up(dt, dids.get(), K, I, dx.get(), dg2.get(), du2.get(), nullptr);
-                moe_down_swiglu_matvec(dt, dids.get(), dw.get(), K, H, I, dg2.get(), du2.get(), dmix2.get(),
-                                       nullptr);
-                EXPECT_LT(rel_err(dmix2.host(), ref), 1e-5) << kernels::weight_type_name(type) << " fused";
-            } else {
-                moe_group(dids.get(), n * K, E, doff.get(), dord.get(), nullptr);
-                moe_matmul(dt, 0, E, doff.get(), dord.get(), n * K, true, K, false, I, H, dx.get(), dg.get(),
-                           nullptr);
-                moe_matmul(dt, 1, E, doff.get(), dord.get(), n * K, true, K, false, I, H, dx.get(), du.get(),
-                           nullptr);
-                swiglu(dg.get(), du.get(), n * K * I, da.get(), nullptr);
-                moe_matmul(dt, 2, E, doff.get(), dord.get(), n * K, false, 1, true, H, I, da.get(), dpo.get(),
-                           nullptr);
-                moe_combine(dpo.get(), dw.get(), n, K, H, dmix.get(), nullptr);
+                std::vector<float> ref(static_cast<size_t>(n * H), 0.0f), g(I), u(I), act(I), out(H);
+                for (int64_t t = 0; t < n; ++t)
+                    for (int64_t j = 0; j < K; ++j) {
+                        const int64_t e = ids[t * K + j];
+                        kernels::reference::matvec(ws[e * 3]->view, x.data() + t * H, g.data(), nullptr);
+                        kernels::reference::matvec(ws[e * 3 + 1]->view, x.data() + t * H, u.data(), nullptr);
+                        kernels::reference::swiglu(g.data(), u.data(), I, act.data());
+                        kernels::reference::matvec(ws[e * 3 + 2]->view, act.data(), out.data(), nullptr);
+                        kernels::reference::axpy(wts[t * K + j], out.data(), H, ref.data() + t * H);
+                    }
+                Dev<float> dx(x), dw(wts), dg(static_cast<size_t>(n * K * I)),
+                    du(static_cast<size_t>(n * K * I)), da(static_cast<size_t>(n * K * I)),
+                    dpo(static_cast<size_t>(n * K * H)), dmix(static_cast<size_t>(n * H));
+                Dev<int32_t> dids(ids), doff(static_cast<size_t>(E + 1)), dord(static_cast<size_t>(n * K));
+                if (n == 1) {
+                    moe_matvec(dt, 0, dids.get(), K, I, H, dx.get(), dg.get(), nullptr);
+                    moe_matvec(dt, 1, dids.get(), K, I, H, dx.get(), du.get(), nullptr);
+                    swiglu(dg.get(), du.get(), K * I, da.get(), nullptr);
+                    moe_down_matvec(dt, dids.get(), dw.get(), K, H, I, da.get(), dmix.get(), false, nullptr);
+                    if (vector_layout(ws[2]->dev)) {  // the split form against the same reference
+                        Dev<float> dsplit(static_cast<size_t>(H));
+                        moe_down_matvec(dt, dids.get(), dw.get(), K, H, I, da.get(), dsplit.get(), true,
+                                        nullptr);
+                        EXPECT_LT(rel_err(dsplit.host(), ref), 1e-5)
+                            << kernels::weight_type_name(type) << " split K=" << K;
+                    }
+                    // The fused decode form: gate and up in one launch, SwiGLU inside the down projection.
+                    Dev<float> dg2(static_cast<size_t>(K * I)), du2(static_cast<size_t>(K * I)),
+                        dmix2(static_cast<size_t>(H));
+                    moe_matvec_gate_up(dt, dids.get(), K, I, dx.get(), dg2.get(), du2.get(), nullptr);
+                    moe_down_swiglu_matvec(dt, dids.get(), dw.get(), K, H, I, dg2.get(), du2.get(),
+                                           dmix2.get(), nullptr);
+                    EXPECT_LT(rel_err(dmix2.host(), ref), 1e-5)
+                        << kernels::weight_type_name(type) << " fused";
+                } else {
+                    moe_group(dids.get(), n * K, E, doff.get(), dord.get(), nullptr);
+                    moe_matmul(dt, 0, E, doff.get(), dord.get(), n * K, true, K, false, I, H, dx.get(),
+                               dg.get(), nullptr);
+                    moe_matmul(dt, 1, E, doff.get(), dord.get(), n * K, true, K, false, I, H, dx.get(),
+                               du.get(), nullptr);
+                    swiglu(dg.get(), du.get(), n * K * I, da.get(), nullptr);
+                    moe_matmul(dt, 2, E, doff.get(), dord.get(), n * K, false, 1, true, H, I, da.get(),
+                               dpo.get(), nullptr);
+                    moe_combine(dpo.get(), dw.get(), n, K, H, dmix.get(), nullptr);
+                }
+                EXPECT_LT(rel_err(dmix.host(), ref), 1e-5) << kernels::weight_type_name(type) << " n=" << n;
             }
-            EXPECT_LT(rel_err(dmix.host(), ref), 1e-5) << kernels::weight_type_name(type) << " n=" << n;
         }
-    }
 }
 
 TEST(CudaOps, NormsMatchReference) {
