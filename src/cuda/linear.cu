@@ -221,15 +221,18 @@ __device__ void warp_rows(const DevWeight& w, int64_t r0, const float* x, float*
     }
 }
 
-// Matrices with few rows give warp_rows too few warps to keep enough loads in flight (a 2048-row
-// projection is 512 warps, ~4 per SM, ~0.2 TB/s measured). The split form gives each block
-// kSplitRows rows and lets its kRowsPerBlock warps split the columns; the partial sums meet in
-// shared memory (8× the warps for the same rows).
+// Launches with few rows in all give warp_rows too few warps to keep enough loads in flight (a
+// 2048-row projection is 512 warps, ~4 per SM: 20.5 µs on the H200). The split form gives each
+// block kSplitRows rows and lets its kRowsPerBlock warps split the columns; the partial sums meet
+// in shared memory (8× the warps for the same rows: 9.9 µs). With many rows the split blocks get
+// too little work each and lose (the 35B's DeltaNet inputs, 3 matrices of up to 8192 rows: 30 µs
+// warp_rows, 62 µs split), hence the bound on the launch's rows over all its matrices (ncu,
+// session 3).
 constexpr int kSplitRows = 4;
-constexpr int64_t kSplitMaxRows = 32768;  // above this, warp_rows has warps enough
+constexpr int64_t kSplitMaxRows = 4096;
 
-bool use_split(int64_t rows) {
-    return rows <= kSplitMaxRows;
+bool use_split(int64_t total_rows) {
+    return total_rows <= kSplitMaxRows;
 }
 
 // Rows [r0, r0 + kSplitRows) of W · x into y, by the whole block (r0 uniform over the block).
@@ -273,8 +276,8 @@ __device__ void rows_of(bool split, const DevWeight& w, int64_t r0, const float*
     }
 }
 
-unsigned matvec_grid(int64_t rows) {
-    return use_split(rows) ? grid_for(rows, kSplitRows) : grid_for(rows, kRowsPerBlock * kRowsPerWarp);
+unsigned matvec_grid(int64_t rows, bool split) {
+    return split ? grid_for(rows, kSplitRows) : grid_for(rows, kRowsPerBlock * kRowsPerWarp);
 }
 
 __global__ void matvec_kernel(DevWeight w, const float* x, float* y, bool split) {
@@ -516,7 +519,8 @@ void dequantize_rows(const DevWeight& w, const int32_t* ids, int64_t n, float* o
 }
 
 void matvec(const DevWeight& w, const float* x, float* y, cudaStream_t s) {
-    matvec_kernel<<<matvec_grid(w.rows), 32 * kRowsPerBlock, 0, s>>>(w, x, y, use_split(w.rows));
+    const bool split = use_split(w.rows);
+    matvec_kernel<<<matvec_grid(w.rows, split), 32 * kRowsPerBlock, 0, s>>>(w, x, y, split);
 }
 
 void matmul(const DevWeight& w, const float* x, int64_t n, float* y, cudaStream_t s) {
@@ -527,23 +531,25 @@ void matmul(const DevWeight& w, const float* x, int64_t n, float* y, cudaStream_
 
 void moe_matvec(const DevWeight* table, int which, const int32_t* ids, int64_t n_ids, int64_t rows,
                 int64_t /*cols*/, const float* x, float* y, cudaStream_t s) {
-    const dim3 grid(matvec_grid(rows), static_cast<unsigned>(n_ids));
-    moe_matvec_kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(table, which, ids, rows, x, y, nullptr,
-                                                          use_split(rows));
+    const bool split = use_split(rows * n_ids);
+    const dim3 grid(matvec_grid(rows, split), static_cast<unsigned>(n_ids));
+    moe_matvec_kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(table, which, ids, rows, x, y, nullptr, split);
 }
 
 void moe_matvec_gate_up(const DevWeight* table, const int32_t* ids, int64_t n_ids, int64_t rows,
                         const float* x, float* gate, float* up, cudaStream_t s) {
-    const dim3 grid(matvec_grid(rows), static_cast<unsigned>(n_ids), 2);
-    moe_matvec_kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(table, 0, ids, rows, x, gate, up, use_split(rows));
+    const bool split = use_split(2 * rows * n_ids);
+    const dim3 grid(matvec_grid(rows, split), static_cast<unsigned>(n_ids), 2);
+    moe_matvec_kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(table, 0, ids, rows, x, gate, up, split);
 }
 
 void matvec_multi(const MatvecMulti& m, const float* x, cudaStream_t s) {
     int64_t rows = 0;
     for (int i = 0; i < m.n; ++i) rows = rows > m.w[i].rows ? rows : m.w[i].rows;
     if (m.n == 0 || rows == 0) return;
-    const dim3 grid(matvec_grid(rows), static_cast<unsigned>(m.n));
-    matvec_multi_kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(m, x, use_split(rows));
+    const bool split = use_split(rows * m.n);
+    const dim3 grid(matvec_grid(rows, split), static_cast<unsigned>(m.n));
+    matvec_multi_kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(m, x, split);
 }
 
 bool vector_layout(const DevWeight& w) {
