@@ -18,6 +18,7 @@ set -uo pipefail
 # returns at most 8 files).
 OUT=${OUT:-/tmp/gpu_out}
 RES=/tmp/gpu_res
+rm -rf "$RES"  # a warm machine keeps the last call's files
 mkdir -p "$OUT" "$RES" /tmp/sl
 tar xJf .devcarry/c/carry.tar.xz -C /tmp/sl
 export LD_LIBRARY_PATH=/tmp/sl/lib
