@@ -48,6 +48,9 @@ struct Session::Impl {
 
     void save_checkpoint();
     int64_t rewind_to(int64_t keep);
+    // Session::evaluate into `logits` (resized; its capacity is reused).
+    Status evaluate_into(std::span<const int32_t> tokens, bool all_logits, int64_t chunk_tokens,
+                         std::vector<float>& logits);
 };
 
 }  // namespace sluice

@@ -75,13 +75,22 @@ void Session::reset() {
 
 Expected<std::vector<float>> Session::evaluate(std::span<const int32_t> tokens, bool all_logits,
                                                int64_t chunk_tokens) {
-    Impl& s = *impl_;
+    std::vector<float> logits;
+    SLUICE_RETURN_IF_ERROR(impl_->evaluate_into(tokens, all_logits, chunk_tokens, logits));
+    return logits;
+}
+
+// Session::evaluate into a caller's buffer: decode reuses one logits vector for every token (a
+// fresh 1 MB vector per token is an allocation, page faults and zeroing each step).
+Status Session::Impl::evaluate_into(std::span<const int32_t> tokens, bool all_logits, int64_t chunk_tokens,
+                                    std::vector<float>& logits) {
+    Impl& s = *this;
     Engine::Impl& e = *s.engine->impl_;
     const int64_t V = e.info.vocab_size;
     const int64_t n = static_cast<int64_t>(tokens.size());
     if (n == 0) return error(ErrorCode::kInvalidArgument, "[session] evaluate needs at least one token");
     if (chunk_tokens <= 0) chunk_tokens = n;
-    std::vector<float> logits(static_cast<size_t>(all_logits ? n * V : V));
+    logits.resize(static_cast<size_t>(all_logits ? n * V : V));
     std::lock_guard<std::mutex> lock(e.compute_mutex);
     for (int64_t begin = 0; begin < n; begin += chunk_tokens) {
         const int64_t count = std::min(chunk_tokens, n - begin);
@@ -92,7 +101,7 @@ Expected<std::vector<float>> Session::evaluate(std::span<const int32_t> tokens, 
             s.ws, e.pool.get()));
         s.tokens.insert(s.tokens.end(), tokens.begin() + begin, tokens.begin() + begin + count);
     }
-    return logits;
+    return Status::ok();
 }
 
 void Session::Impl::save_checkpoint() {
@@ -181,9 +190,9 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
     int64_t at = start;
     for (int64_t stop : stops) {
         if (stop <= at) continue;
-        SLUICE_ASSIGN_OR_RETURN(
-            logits, evaluate(prompt.subspan(static_cast<size_t>(at), static_cast<size_t>(stop - at)), false,
-                             options.prefill_chunk_tokens));
+        SLUICE_RETURN_IF_ERROR(
+            s.evaluate_into(prompt.subspan(static_cast<size_t>(at), static_cast<size_t>(stop - at)), false,
+                            options.prefill_chunk_tokens, logits));
         at = stop;
         if (stop < static_cast<int64_t>(prompt.size())) s.save_checkpoint();
     }
@@ -248,7 +257,7 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
         }
         if (i + 1 == options.max_tokens) break;
         if (s.state.n_past + 1 > s.state.max_positions) break;  // context full: finish as length
-        SLUICE_ASSIGN_OR_RETURN(logits, evaluate(std::span<const int32_t>(&next, 1), false));
+        SLUICE_RETURN_IF_ERROR(s.evaluate_into(std::span<const int32_t>(&next, 1), false, 0, logits));
     }
     if (detok && result.finish_reason == FinishReason::kLength) {
         // Flush what was held back (an incomplete stop-string prefix or a partial character).
