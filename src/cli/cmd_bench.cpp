@@ -9,7 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
-#include "cli/device_flags.h"
+#include "cli/engine_flags.h"
 #include "cli/stats.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
@@ -18,19 +18,14 @@ namespace sluice::cli {
 namespace {
 
 struct BenchOptions {
-    DeviceFlags device;
+    EngineFlags engine;
     std::string model_dir;
     int64_t prompt_tokens = 128;
     int64_t gen_tokens = 32;
     int reps = 3;
     int warmup = 0;  // untimed reps before the measured ones
-    std::string memory;
-    bool no_prefetch = false;
-    int threads = 0;
-    int io_threads = 16;
     std::string json_path;
     std::string stats_json;
-    std::string policy = "lfu";
     int64_t prefill_chunk = 256;
     int64_t history_tokens = 0;  // > 0: the multi-turn TTFT measurement instead
 };
@@ -139,14 +134,9 @@ void run_multi_turn(Engine& engine, const BenchOptions& o) {
 void run_bench(const BenchOptions& o) {
     EngineOptions eo;
     eo.model_dir = o.model_dir;
-    o.device.apply(eo);
-    eo.threads = o.threads;
+    o.engine.apply(eo);
     eo.context_tokens = o.history_tokens + o.prompt_tokens + o.gen_tokens + 8;
-    eo.prefetch = !o.no_prefetch;
-    eo.io_threads = o.io_threads;
-    eo.cache_policy = o.policy;
     eo.max_sessions = o.history_tokens > 0 ? 2 : 1;  // the multi-turn mode holds two
-    if (!o.memory.empty()) eo.memory_bytes = check(parse_size(o.memory));
     auto engine = check(Engine::load(eo));
     const ModelInfo& info = engine->info();
     const MemoryPlan& plan = engine->memory_plan();
@@ -155,7 +145,7 @@ void run_bench(const BenchOptions& o) {
                  static_cast<long long>(info.experts_per_token), static_cast<long long>(info.n_experts),
                  info.quantization.c_str(), Engine::cpu_kernels());
     std::fprintf(stderr, "%s\n", plan.describe().c_str());
-    const bool on_gpu = o.device.device != "cpu";
+    const bool on_gpu = o.engine.device != "cpu";
     std::fprintf(stderr, "device: %s\n", engine->backend_name().c_str());
 
     if (o.history_tokens > 0) {
@@ -165,10 +155,11 @@ void run_bench(const BenchOptions& o) {
     // On a GPU the ceiling is HBM: a device copy's bandwidth (read + write bytes).
     const double mem_gb_s = on_gpu ? engine->measure_device_memory_gb_s() : measure_memory_read_gb_s(2);
     double disk_gb_s = 0;
-    if (plan.streaming) disk_gb_s = measure_expert_read_gb_s(o.model_dir, plan.slot_bytes, o.io_threads, 3.0);
+    if (plan.streaming)
+        disk_gb_s = measure_expert_read_gb_s(o.model_dir, plan.slot_bytes, o.engine.io_threads, 3.0);
     std::fprintf(
         stderr, "measured: memory read %.1f GB/s; expert-record O_DIRECT reads %.2f GB/s at queue depth %d\n",
-        mem_gb_s, disk_gb_s, o.io_threads);
+        mem_gb_s, disk_gb_s, o.engine.io_threads);
 
     std::vector<double> prefill, decode, ttft, hit, bytes_per_tok, read_gb_s, pf_acc, prefill_read;
     std::vector<double> gpu_hit, gpu_copy_per_tok, gpu_copy_gb_s, gpu_pf_acc, gpu_wait_per_tok;
@@ -302,7 +293,8 @@ void run_bench(const BenchOptions& o) {
                     info.synthetic ? " (random weights: near-uniform routing, a pessimistic bound)" : "");
         std::printf("read per token   %.1f MB, achieved %.2f GB/s (disk measured %.2f GB/s)\n", b.mean / 1e6,
                     gbs.mean, disk_gb_s);
-        std::printf("prefetch         %s, accuracy %.1f%%\n", o.no_prefetch ? "off" : "on", 100 * pa.mean);
+        std::printf("prefetch         %s, accuracy %.1f%%\n", o.engine.no_prefetch ? "off" : "on",
+                    100 * pa.mean);
     }
     if (on_gpu)
         std::printf(
@@ -338,14 +330,14 @@ void run_bench(const BenchOptions& o) {
                           {"decode_hit_rate", h.mean},
                           {"decode_bytes_read_per_token", b.mean},
                           {"achieved_read_gb_s", gbs.mean},
-                          {"prefetch", !o.no_prefetch},
+                          {"prefetch", !o.engine.no_prefetch},
                           {"prefetch_accuracy", pa.mean},
                           {"measured_disk_gb_s", disk_gb_s},
                           {"measured_memory_gb_s", mem_gb_s},
                           {"speed_of_light_tok_s", sol_tok_s},
                           {"disk_bound_at_achieved_rate_tok_s", in_run_tok_s},
-                          {"threads", o.threads},
-                          {"io_threads", o.io_threads},
+                          {"threads", o.engine.threads},
+                          {"io_threads", o.engine.io_threads},
                           {"cpu_kernels", Engine::cpu_kernels()},
                           {"device", engine->backend_name()}};
     const GpuExpertCacheStats tier = engine->gpu_expert_cache_stats();
@@ -387,7 +379,7 @@ SLUICE_COMMAND(bench, 50, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::BenchOptions>();
     auto* cmd = app.add_subcommand(
         "bench", "Measure prefill/decode speed, expert streaming and the speed-of-light bound");
-    o->device.add_to(cmd);
+    o->engine.add_to(cmd);
     cmd->add_option("model_dir", o->model_dir, "Model folder")->required();
     cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prompt length (random ids)")->capture_default_str();
     cmd->add_option("--gen-tokens", o->gen_tokens, "Tokens to generate")->capture_default_str();
@@ -396,11 +388,6 @@ SLUICE_COMMAND(bench, 50, [](CLI::App& app) {
                     "Untimed repetitions first (fill the expert caches: a warm-cache measurement)")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
-    cmd->add_option("--memory", o->memory, "Memory budget, e.g. 3G (default: 80% of available)");
-    cmd->add_flag("--no-prefetch", o->no_prefetch, "Disable next-layer expert prefetch");
-    cmd->add_option("--threads", o->threads, "Compute threads (0 = all cores)")->capture_default_str();
-    cmd->add_option("--io-threads", o->io_threads, "Expert reads in flight")->capture_default_str();
-    cmd->add_option("--cache-policy", o->policy, "Expert cache policy: lfu or lru")->capture_default_str();
     cmd->add_option("--prefill-chunk", o->prefill_chunk, "Tokens per prefill forward (1 = token by token)")
         ->capture_default_str();
     cmd->add_option("--history", o->history_tokens,

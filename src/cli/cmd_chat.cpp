@@ -19,7 +19,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
-#include "cli/device_flags.h"
+#include "cli/engine_flags.h"
 #include "cli/sampling_flags.h"
 #include "cli/stats.h"
 #include "sluice/chat_template.h"
@@ -40,11 +40,9 @@ void on_sigint(int) {
 }
 
 struct ChatOptions {
-    DeviceFlags device;
+    EngineFlags engine;
     std::string model_dir;
     std::string system;
-    std::string memory;
-    int threads = 0;
     int64_t ctx = 8192;
     bool hide_thinking = false;
     bool no_think = false;
@@ -141,10 +139,8 @@ void print_help() {
 void run_chat(const ChatOptions& o) {
     EngineOptions eo;
     eo.model_dir = o.model_dir;
-    o.device.apply(eo);
-    eo.threads = o.threads;
+    o.engine.apply(eo);
     eo.context_tokens = o.ctx;
-    if (!o.memory.empty()) eo.memory_bytes = check(parse_size(o.memory));
     auto engine = check(Engine::load(eo));
     auto tmpl = engine->chat_template();
     auto tok = engine->tokenizer();
@@ -278,13 +274,11 @@ void run_chat(const ChatOptions& o) {
 SLUICE_COMMAND(chat, 11, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::ChatOptions>();
     auto* cmd = app.add_subcommand("chat", "Interactive chat in the terminal (/help inside for commands)");
-    o->device.add_to(cmd);
+    o->engine.add_to(cmd);
     cmd->add_option("model_dir", o->model_dir, "Model folder")->required();
     cmd->add_option("--system", o->system, "System message");
     cmd->add_flag("--no-think", o->no_think, "Start with thinking off (enable_thinking=false)");
     cmd->add_flag("--hide-thinking", o->hide_thinking, "Do not print the model's reasoning");
-    cmd->add_option("--memory", o->memory, "Memory budget, e.g. 3G (default: 80% of available)");
-    cmd->add_option("--threads", o->threads, "Compute threads (0 = all cores)")->capture_default_str();
     cmd->add_option("--ctx-size", o->ctx, "Context tokens")->capture_default_str();
     o->sampling.add_to(cmd);
     cmd->callback([o] { sluice::cli::run_chat(*o); });

@@ -8,7 +8,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
-#include "cli/device_flags.h"
+#include "cli/engine_flags.h"
 #include "cli/sampling_flags.h"
 #include "cli/stats.h"
 #include "sluice/chat_template.h"
@@ -21,7 +21,7 @@ namespace sluice::cli {
 namespace {
 
 struct GenerateCliOptions {
-    DeviceFlags device;
+    EngineFlags engine;
     std::string model_dir;
     std::string prompt;
     std::string prompt_file;
@@ -29,10 +29,7 @@ struct GenerateCliOptions {
     bool chat = false;
     std::string system;
     bool no_think = false;
-    std::string memory;
-    int threads = 0;
     int64_t ctx = 4096;
-    bool no_prefetch = false;
     std::string stats_json;
     bool quiet_stats = false;
     std::string json_schema;  // file
@@ -44,11 +41,8 @@ void run_generate(const GenerateCliOptions& o) {
     if (sources != 1) throw CliError("give exactly one of --prompt, --file or --ids");
     EngineOptions eo;
     eo.model_dir = o.model_dir;
-    o.device.apply(eo);
-    eo.threads = o.threads;
+    o.engine.apply(eo);
     eo.context_tokens = o.ctx;
-    eo.prefetch = !o.no_prefetch;
-    if (!o.memory.empty()) eo.memory_bytes = check(parse_size(o.memory));
     auto engine = check(Engine::load(eo));
     if (engine->memory_plan().streaming)
         std::fprintf(stderr, "%s\n", engine->memory_plan().describe().c_str());
@@ -144,7 +138,7 @@ void run_generate(const GenerateCliOptions& o) {
 SLUICE_COMMAND(generate, 10, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::GenerateCliOptions>();
     auto* cmd = app.add_subcommand("generate", "Generate text from a prompt, streaming to stdout");
-    o->device.add_to(cmd);
+    o->engine.add_to(cmd);
     cmd->add_option("model_dir", o->model_dir, "Model folder (Hugging Face, MLX or packed)")->required();
     cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
     cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
@@ -152,10 +146,7 @@ SLUICE_COMMAND(generate, 10, [](CLI::App& app) {
     cmd->add_flag("--chat", o->chat, "Wrap the prompt as a user message in the model's chat template");
     cmd->add_option("--system", o->system, "System message (with --chat)");
     cmd->add_flag("--no-think", o->no_think, "Render the template with enable_thinking=false (with --chat)");
-    cmd->add_option("--memory", o->memory, "Memory budget, e.g. 3G (default: 80% of available)");
-    cmd->add_option("--threads", o->threads, "Compute threads (0 = all cores)")->capture_default_str();
     cmd->add_option("--ctx-size", o->ctx, "Context tokens")->capture_default_str();
-    cmd->add_flag("--no-prefetch", o->no_prefetch, "Disable next-layer expert prefetch");
     cmd->add_option("--stats-json", o->stats_json, "Write run statistics as JSON");
     cmd->add_flag("--quiet-stats", o->quiet_stats, "Do not print statistics on stderr");
     cmd->add_option("--json-schema", o->json_schema,

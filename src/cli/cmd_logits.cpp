@@ -5,7 +5,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
-#include "cli/device_flags.h"
+#include "cli/engine_flags.h"
 #include "format/npy.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
@@ -14,12 +14,11 @@ namespace sluice::cli {
 namespace {
 
 struct LogitsOptions {
-    DeviceFlags device;
+    EngineFlags engine;
     std::string model_dir;
     std::string ids;
     std::string out;
     bool stepwise = false;
-    int threads = 0;
     int64_t chunk = 256;
 };
 
@@ -27,8 +26,7 @@ void run_logits(const LogitsOptions& o) {
     std::vector<int32_t> ids = check(parse_ids(o.ids));
     EngineOptions eo;
     eo.model_dir = o.model_dir;
-    o.device.apply(eo);
-    eo.threads = o.threads;
+    o.engine.apply(eo);
     eo.context_tokens = static_cast<int64_t>(ids.size());
     auto engine = check(Engine::load(eo));
     auto session = engine->new_session();
@@ -55,12 +53,11 @@ SLUICE_COMMAND(logits, 60, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::LogitsOptions>();
     auto* cmd =
         app.add_subcommand("logits", "Write the logits of every position as a float32 .npy [n_ids, vocab]");
-    o->device.add_to(cmd);
+    o->engine.add_to(cmd);
     cmd->add_option("model_dir", o->model_dir, "Model folder (Hugging Face, MLX or packed)")->required();
     cmd->add_option("--ids", o->ids, "Token ids, e.g. 1,2,3")->required();
     cmd->add_option("--out", o->out, "Output .npy file")->required();
     cmd->add_flag("--stepwise", o->stepwise, "Feed the ids one at a time through the decode path");
-    cmd->add_option("--threads", o->threads, "Compute threads (0 = all cores)")->capture_default_str();
     cmd->add_option("--chunk", o->chunk, "Prefill chunk size in tokens")->capture_default_str();
     cmd->callback([o] { sluice::cli::run_logits(*o); });
 });

@@ -6,7 +6,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
-#include "cli/device_flags.h"
+#include "cli/engine_flags.h"
 #include "cli/progress.h"
 #include "sluice/engine.h"
 #include "sluice/perplexity.h"
@@ -16,20 +16,17 @@ namespace sluice::cli {
 namespace {
 
 struct PplOptions {
-    DeviceFlags device;
-    std::string model_dir, file, memory;
+    EngineFlags engine;
+    std::string model_dir, file;
     int64_t ctx = 256;
     int64_t max_windows = 0;
-    int threads = 0;
 };
 
 void run_perplexity(const PplOptions& o) {
     EngineOptions eo;
     eo.model_dir = o.model_dir;
-    o.device.apply(eo);
+    o.engine.apply(eo);
     eo.context_tokens = o.ctx;
-    eo.threads = o.threads;
-    if (!o.memory.empty()) eo.memory_bytes = check(parse_size(o.memory));
     auto engine = check(Engine::load(eo));
     if (!engine->tokenizer()) throw CliError(o.model_dir + " has no tokenizer.json");
     std::ifstream in(o.file, std::ios::binary);
@@ -56,13 +53,11 @@ SLUICE_COMMAND(perplexity, 55, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::PplOptions>();
     auto* cmd =
         app.add_subcommand("perplexity", "Perplexity over a text file (sliding windows, second half scored)");
-    o->device.add_to(cmd);
+    o->engine.add_to(cmd);
     cmd->add_option("model_dir", o->model_dir, "Model folder")->required();
     cmd->add_option("file", o->file, "Text file")->required();
     cmd->add_option("--ctx", o->ctx, "Window size in tokens")->capture_default_str();
     cmd->add_option("--max-windows", o->max_windows, "Evaluate only the first N windows (0 = all)")
         ->capture_default_str();
-    cmd->add_option("--memory", o->memory, "Memory budget, e.g. 3G");
-    cmd->add_option("--threads", o->threads, "Compute threads (0 = all cores)")->capture_default_str();
     cmd->callback([o] { sluice::cli::run_perplexity(*o); });
 });

@@ -9,7 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
-#include "cli/device_flags.h"
+#include "cli/engine_flags.h"
 #include "server/server.h"
 #include "sluice/engine.h"
 
@@ -17,16 +17,14 @@ namespace sluice::cli {
 namespace {
 
 struct ServeOptions {
-    DeviceFlags device;
+    EngineFlags engine;
     std::string model_dir;
     std::string host = "127.0.0.1";
     int port = 8080;
     std::string api_key;
     std::string cors;
     int parallel = 1;
-    std::string memory;
     int64_t ctx = 4096;
-    int threads = 0;
     std::string alias;
     int keep_alive_ms = 2000;
 };
@@ -47,11 +45,9 @@ void run_serve(const ServeOptions& o) {
     std::signal(SIGPIPE, SIG_IGN);
     EngineOptions eo;
     eo.model_dir = o.model_dir;
-    o.device.apply(eo);
+    o.engine.apply(eo);
     eo.context_tokens = o.ctx;
     eo.max_sessions = o.parallel;
-    eo.threads = o.threads;
-    if (!o.memory.empty()) eo.memory_bytes = check(parse_size(o.memory));
     auto engine = check(Engine::load(eo));
     std::fprintf(stderr, "[serve] %s\n", engine->memory_plan().describe().c_str());
 
@@ -95,7 +91,7 @@ void run_serve(const ServeOptions& o) {
 SLUICE_COMMAND(serve, 15, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::ServeOptions>();
     auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with a web chat page");
-    o->device.add_to(cmd);
+    o->engine.add_to(cmd);
     cmd->add_option("model_dir", o->model_dir, "Model folder")->required();
     cmd->add_option("--host", o->host, "Address to bind")->capture_default_str();
     cmd->add_option("--port", o->port, "Port to listen on")->capture_default_str();
@@ -104,10 +100,7 @@ SLUICE_COMMAND(serve, 15, [](CLI::App& app) {
                     "Allow browser requests from this origin (e.g. http://localhost:3000 or *)");
     cmd->add_option("--parallel", o->parallel, "Requests generating at once (sessions); others queue")
         ->capture_default_str();
-    cmd->add_option("--memory", o->memory,
-                    "Memory budget, e.g. 12G (default: derived from what is available)");
     cmd->add_option("--ctx-size", o->ctx, "Context tokens per session")->capture_default_str();
-    cmd->add_option("--threads", o->threads, "Compute threads (0 = all cores)")->capture_default_str();
     cmd->add_option("--keep-alive-ms", o->keep_alive_ms,
                     "SSE ': keep-alive' interval while a stream waits or prefills")
         ->capture_default_str();

@@ -1,0 +1,38 @@
+#include "cli/engine_flags.h"
+
+#include "cli/args.h"
+#include "cli/command.h"
+
+namespace sluice::cli {
+
+void EngineFlags::add_to(CLI::App* cmd) {
+    cmd->add_option("--memory", memory,
+                    "Memory budget of the whole process, e.g. 3G (default: derived from what is available)");
+    cmd->add_option("--threads", threads, "Compute threads (0 = all cores)")->capture_default_str();
+    cmd->add_option("--io-threads", io_threads, "Expert reads in flight (queue depth)")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    cmd->add_flag("--no-prefetch", no_prefetch, "Disable next-layer expert prefetch");
+    cmd->add_option("--cache-policy", cache_policy, "Expert cache policy: lfu or lru")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"lfu", "lru"}));
+    cmd->add_option("--device", device, "Where the model runs: cpu, cuda or cuda:N")->capture_default_str();
+    cmd->add_option("--gpu-memory", gpu_memory,
+                    "GPU memory budget with --device cuda, e.g. 20G (default: 90% of what is free); routed "
+                    "experts that do not fit are cached in GPU memory and streamed from the host");
+    cmd->add_option("--gpu-expert-cache", gpu_expert_cache,
+                    "Cap the GPU expert cache, e.g. 2G (tiers the experts even when they would fit)");
+}
+
+void EngineFlags::apply(EngineOptions& options) const {
+    if (!memory.empty()) options.memory_bytes = check(parse_size(memory));
+    options.threads = threads;
+    options.io_threads = io_threads;
+    options.prefetch = !no_prefetch;
+    options.cache_policy = cache_policy;
+    options.device = device;
+    if (!gpu_memory.empty()) options.gpu_memory_bytes = check(parse_size(gpu_memory));
+    if (!gpu_expert_cache.empty()) options.gpu_expert_cache_bytes = check(parse_size(gpu_expert_cache));
+}
+
+}  // namespace sluice::cli
