@@ -236,28 +236,20 @@ class CudaBackend final : public Backend {
 };
 
 DevWeight CudaBackend::put(Arena& arena, const kernels::WeightView& w, Status& st) {
-    DevWeight d;
-    d.type = w.type;
-    d.scale_type = w.scale_type;
-    d.group_size = w.group_size;
-    d.rows = w.rows;
-    d.cols = w.cols;
-    if (w.data == nullptr) return d;
+    if (w.data == nullptr) return cuda::dev_weight(w, nullptr, nullptr, nullptr);
     const uint64_t data_bytes = static_cast<uint64_t>(w.rows) * w.row_bytes();
     void* data = arena.take(data_bytes);
     if (!arena.counting() && st.is_ok()) st = put_bytes(data, w.data, data_bytes);
-    d.data = data;
+    void *scales = nullptr, *biases = nullptr;
     if (w.quantized()) {
         const uint64_t sb = static_cast<uint64_t>(w.rows) * static_cast<uint64_t>(w.cols / w.group_size) *
                             scale_bytes(w.scale_type);
-        void* scales = arena.take(sb);
-        void* biases = arena.take(sb);
+        scales = arena.take(sb);
+        biases = arena.take(sb);
         if (!arena.counting() && st.is_ok()) st = put_bytes(scales, w.scales, sb);
         if (!arena.counting() && st.is_ok()) st = put_bytes(biases, w.biases, sb);
-        d.scales = scales;
-        d.biases = biases;
     }
-    return d;
+    return cuda::dev_weight(w, data, scales, biases);
 }
 
 float* CudaBackend::put(Arena& arena, const std::vector<float>& v, Status& st) {
@@ -348,11 +340,8 @@ Status CudaBackend::upload_weights(Arena& arena) {
             put(one, e.up, st);
             put(one, e.down, st);
             expert_slot_bytes_ = std::max(expert_slot_bytes_, cuda::ExpertTier::slot_bytes_for(e));
-            DevWeight down;
-            down.type = e.down.type;
-            down.cols = e.down.cols;
-            down.group_size = e.down.group_size;
-            down_vector_ = down_vector_ && cuda::vector_layout(down);
+            down_vector_ =
+                down_vector_ && cuda::vector_layout(cuda::dev_weight(e.down, nullptr, nullptr, nullptr));
             source->release(static_cast<int64_t>(l), std::span<const int32_t>(&first, 1));
             arena.take(one.used() * static_cast<uint64_t>(E));
             routed_bytes_ += one.used() * static_cast<uint64_t>(E);
@@ -1121,22 +1110,9 @@ Status CudaBackend::forward(model::ModelState& state, std::span<const int32_t> t
 }
 
 GpuExpertCacheStats CudaBackend::expert_tier_stats() const {
+    if (tier_) return tier_->stats();
     GpuExpertCacheStats out;
     out.slot_bytes = expert_slot_bytes_;
-    if (!tier_) return out;
-    const cuda::ExpertTierStats s = tier_->stats();
-    out.tiered = true;
-    out.slots = tier_->n_slots();
-    out.slot_bytes = tier_->slot_bytes();
-    out.hits = s.hits;
-    out.misses = s.misses;
-    out.bytes_copied = s.bytes_copied;
-    out.copy_s = s.copy_s;
-    out.wait_s = s.wait_s;
-    out.prefetch_issued = s.prefetch_issued;
-    out.prefetch_used = s.prefetch_used;
-    out.prefetch_wasted = s.prefetch_wasted;
-    out.evictions = s.evictions;
     return out;
 }
 

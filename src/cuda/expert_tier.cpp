@@ -56,19 +56,6 @@ std::pair<uintptr_t, uintptr_t> span_of(const Part parts[9]) {
     return {lo / kAlign * kAlign, hi};
 }
 
-DevWeight dev_weight(const kernels::WeightView& v, const void* data, const void* scales, const void* biases) {
-    DevWeight d;
-    d.type = v.type;
-    d.scale_type = v.scale_type;
-    d.group_size = v.group_size;
-    d.rows = v.rows;
-    d.cols = v.cols;
-    d.data = data;
-    d.scales = v.quantized() ? scales : nullptr;
-    d.biases = v.quantized() ? biases : nullptr;
-    return d;
-}
-
 }  // namespace
 
 uint64_t ExpertTier::slot_bytes_for(const model::ExpertWeights& e) {
@@ -173,7 +160,6 @@ void ExpertTier::copy_expert(const model::ExpertWeights& e, char* slot, DevWeigh
     out[1] = dev_weight(e.up, dev[3], dev[4], dev[5]);
     out[2] = dev_weight(e.down, dev[6], dev[7], dev[8]);
     stats_.bytes_copied += copied;
-    stats_.copies++;
 }
 
 Status ExpertTier::copy_batch(int64_t layer, std::span<const int32_t> ids, const model::ExpertWeights* views,
@@ -336,12 +322,16 @@ Status ExpertTier::finish() {
     return retire(true);
 }
 
-ExpertTierStats ExpertTier::stats() const {
-    return stats_;
+GpuExpertCacheStats ExpertTier::stats() const {
+    GpuExpertCacheStats out = stats_;
+    out.tiered = true;
+    out.slots = options_.n_slots;
+    out.slot_bytes = options_.slot_bytes;
+    return out;
 }
 
 void ExpertTier::reset_stats() {
-    stats_ = ExpertTierStats{};
+    stats_ = GpuExpertCacheStats{};
     for (SlotInfo& s : info_) s.prefetched_unused = false;
 }
 

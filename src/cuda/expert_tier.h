@@ -35,19 +35,10 @@
 #include "cuda/ops.h"
 #include "experts/expert_cache.h"
 #include "model/expert_source.h"
+#include "sluice/engine.h"
 #include "sluice/status.h"
 
 namespace sluice::cuda {
-
-struct ExpertTierStats {
-    uint64_t hits = 0, misses = 0;  // VRAM tier, per routed (layer, expert) use
-    uint64_t bytes_copied = 0;      // host → VRAM
-    uint64_t copies = 0;            // experts copied (demand and prefetch)
-    double copy_s = 0;              // GPU time of the copy batches
-    double wait_s = 0;              // host time use() spent getting misses from the host tier
-    uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_wasted = 0;
-    uint64_t evictions = 0;
-};
 
 class ExpertTier {
  public:
@@ -80,7 +71,7 @@ class ExpertTier {
     Status finish();
 
     // Counters since creation or reset_stats(); copy_s counts batches known complete.
-    ExpertTierStats stats() const;
+    GpuExpertCacheStats stats() const;
     void reset_stats();
     int64_t n_slots() const { return options_.n_slots; }
     uint64_t slot_bytes() const { return options_.slot_bytes; }
@@ -122,7 +113,7 @@ class ExpertTier {
     size_t host_held_ = 0;                          // host views held by copies in flight
     std::vector<int64_t> current_;                  // slots pinned by the last use()
     std::vector<std::vector<int64_t>> prefetched_;  // per layer: slots pinned by prefetch()
-    ExpertTierStats stats_;
+    GpuExpertCacheStats stats_;  // the counters (tiered, slots and slot_bytes are set by stats())
 };
 
 }  // namespace sluice::cuda

@@ -28,6 +28,22 @@ struct DevWeight {
     const void* biases = nullptr;
 };
 
+// The DevWeight of a host view with its bytes at the given device pointers (scales and biases only
+// for quantized types).
+inline DevWeight dev_weight(const kernels::WeightView& v, const void* data, const void* scales,
+                            const void* biases) {
+    DevWeight d;
+    d.type = v.type;
+    d.scale_type = v.scale_type;
+    d.group_size = v.group_size;
+    d.rows = v.rows;
+    d.cols = v.cols;
+    d.data = data;
+    d.scales = v.quantized() ? scales : nullptr;
+    d.biases = v.quantized() ? biases : nullptr;
+    return d;
+}
+
 // ---- linear ------------------------------------------------------------------------------------
 // out[i, :] = row ids[i] of W dequantized, for i < n (embedding lookup; ids on the device).
 void dequantize_rows(const DevWeight& w, const int32_t* ids, int64_t n, float* out, cudaStream_t s);
