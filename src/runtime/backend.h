@@ -13,11 +13,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
 #include "core/thread_pool.h"
 #include "model/model.h"
+#include "runtime/sampler.h"
 #include "sluice/engine.h"
 #include "sluice/status.h"
 
@@ -44,6 +46,9 @@ class Backend {
     // The device expert tier's counters (zero when there is none).
     virtual GpuExpertCacheStats expert_tier_stats() const { return {}; }
     virtual void reset_expert_tier_stats() {}
+    // The summary of the last forward's logits when it was a one-token decode that computed one
+    // (the CUDA backend), else nothing.
+    virtual std::optional<LogitsSummary> logits_summary() const { return std::nullopt; }
 };
 
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const model::Model> model);

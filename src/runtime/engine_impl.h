@@ -48,9 +48,11 @@ struct Session::Impl {
 
     void save_checkpoint();
     int64_t rewind_to(int64_t keep);
-    // Session::evaluate into `logits` (resized; its capacity is reused).
+    // Session::evaluate into `logits` (resized; its capacity is reused). `summary` (optional) gets
+    // the backend's summary of the last row when it computed one (read under the compute lock).
     Status evaluate_into(std::span<const int32_t> tokens, bool all_logits, int64_t chunk_tokens,
-                         std::vector<float>& logits);
+                         std::vector<float>& logits,
+                         std::optional<runtime::LogitsSummary>* summary = nullptr);
 };
 
 }  // namespace sluice

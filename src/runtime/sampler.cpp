@@ -33,9 +33,43 @@ Sampler::Sampler(const SamplingParams& params, int64_t vocab, std::vector<int32_
     candidates_.reserve(static_cast<size_t>(vocab));
 }
 
+int32_t Sampler::greedy_from_summary(std::span<float> logits, const GenerateOptions& options,
+                                     TokenEvent* event, const LogitsSummary& summary) {
+    const bool plain = params_.temperature <= 0.0f && params_.logit_bias.empty() &&
+                       params_.repetition_penalty == 1.0f && params_.presence_penalty == 0.0f &&
+                       params_.frequency_penalty == 0.0f && !options.logits_filter &&
+                       options.top_logprobs == 0;
+    if (!plain || summary.argmax < 0 || summary.argmax >= vocab_ || !std::isfinite(summary.max) ||
+        !(summary.sum_exp > 0.0f))
+        return -1;
+    // Suppression masks ids below the maximum (else the full path picks among the rest): their
+    // terms leave the normaliser, exactly as log_softmax_at over the masked row would see it.
+    double masked = 0;
+    for (int32_t id : suppressed_) {
+        if (id == summary.argmax) return -1;
+        float& v = logits[static_cast<size_t>(id)];
+        if (v != kNegInf) masked += std::exp(static_cast<double>(v - summary.max));
+        v = kNegInf;
+    }
+    const double sum = static_cast<double>(summary.sum_exp) - masked;
+    if (!(sum > 0)) return -1;
+    const int32_t chosen = summary.argmax;
+    if (event != nullptr) {
+        event->token = chosen;
+        event->logprob =
+            static_cast<float>(logits[static_cast<size_t>(chosen)] - summary.max - std::log(sum));
+        event->top_logprobs.clear();
+    }
+    return chosen;
+}
+
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> context,
-                        std::span<const int32_t> generated, const GenerateOptions& options,
-                        TokenEvent* event) {
+                        std::span<const int32_t> generated, const GenerateOptions& options, TokenEvent* event,
+                        const LogitsSummary* summary) {
+    if (summary != nullptr) {
+        const int32_t chosen = greedy_from_summary(logits, options, event, *summary);
+        if (chosen >= 0) return chosen;
+    }
     for (const auto& [id, bias] : params_.logit_bias)
         if (id >= 0 && id < vocab_) logits[static_cast<size_t>(id)] += bias;
     for (int32_t id : suppressed_) logits[static_cast<size_t>(id)] = kNegInf;

@@ -83,7 +83,8 @@ Expected<std::vector<float>> Session::evaluate(std::span<const int32_t> tokens, 
 // Session::evaluate into a caller's buffer: decode reuses one logits vector for every token (a
 // fresh 1 MB vector per token is an allocation, page faults and zeroing each step).
 Status Session::Impl::evaluate_into(std::span<const int32_t> tokens, bool all_logits, int64_t chunk_tokens,
-                                    std::vector<float>& logits) {
+                                    std::vector<float>& logits,
+                                    std::optional<runtime::LogitsSummary>* summary) {
     Impl& s = *this;
     Engine::Impl& e = *s.engine->impl_;
     const int64_t V = e.info.vocab_size;
@@ -101,6 +102,7 @@ Status Session::Impl::evaluate_into(std::span<const int32_t> tokens, bool all_lo
             s.ws, e.pool.get()));
         s.tokens.insert(s.tokens.end(), tokens.begin() + begin, tokens.begin() + begin + count);
     }
+    if (summary != nullptr) *summary = e.backend->logits_summary();
     return Status::ok();
 }
 
@@ -209,8 +211,10 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
     const auto decode_start = Clock::now();
     auto decode_t0 = decode_start;
     TokenEvent event;
+    std::optional<runtime::LogitsSummary> summary;  // the backend's, for decode steps
     for (int64_t i = 0; i < options.max_tokens; ++i) {
-        const int32_t next = sampler.sample(logits, s.tokens, result.tokens, options, &event);
+        const int32_t next =
+            sampler.sample(logits, s.tokens, result.tokens, options, &event, summary ? &*summary : nullptr);
         if (options.on_accept) options.on_accept(next);
         if (i == 0) {
             s.stats.ttft_ms = ms_since(t0);
@@ -257,7 +261,8 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
         }
         if (i + 1 == options.max_tokens) break;
         if (s.state.n_past + 1 > s.state.max_positions) break;  // context full: finish as length
-        SLUICE_RETURN_IF_ERROR(s.evaluate_into(std::span<const int32_t>(&next, 1), false, 0, logits));
+        SLUICE_RETURN_IF_ERROR(
+            s.evaluate_into(std::span<const int32_t>(&next, 1), false, 0, logits, &summary));
     }
     if (detok && result.finish_reason == FinishReason::kLength) {
         // Flush what was held back (an incomplete stop-string prefix or a partial character).

@@ -43,6 +43,63 @@ TEST(Sampler, GreedyAndLowTemperature) {
     EXPECT_NEAR(draw(cold, 1000)[0] / 1000.0, 0.946, 0.025);  // p ∝ p^10
 }
 
+// A backend's logits summary (greedy token, f32 normaliser) gives the same token and log-probability
+// as the pass over the row, with suppressed ids taken out of the normaliser; requests that are not
+// plain greedy, and a suppressed maximum, ignore it.
+LogitsSummary summarize(const std::vector<float>& l) {
+    LogitsSummary s;
+    s.max = -INFINITY;
+    for (size_t i = 0; i < l.size(); ++i)
+        if (l[i] > s.max) {
+            s.max = l[i];
+            s.argmax = static_cast<int32_t>(i);
+        }
+    for (float v : l) s.sum_exp += std::exp(v - s.max);
+    return s;
+}
+
+TEST(Sampler, GreedyFromBackendSummaryMatchesThePassOverTheRow) {
+    std::vector<float> l(1000);
+    for (size_t i = 0; i < l.size(); ++i) l[i] = std::sin(0.37f * static_cast<float>(i)) * 4.0f;
+    l[613] = 9.0f;
+    l[100] = 8.5f;
+    SamplingParams g;
+    g.temperature = 0.0f;
+    GenerateOptions o;
+    for (std::vector<int32_t> suppressed :
+         {std::vector<int32_t>{}, std::vector<int32_t>{5, 100, 999}, std::vector<int32_t>{613, 7}}) {
+        Sampler full(g, 1000, suppressed), fast(g, 1000, suppressed);
+        TokenEvent ef, es;
+        auto a = l, b = l;
+        const LogitsSummary sum = summarize(l);
+        const int32_t tf = full.sample(a, {}, {}, o, &ef);
+        const int32_t ts = fast.sample(b, {}, {}, o, &es, &sum);
+        EXPECT_EQ(tf, ts);
+        EXPECT_EQ(ts, suppressed.size() == 2 ? 100 : 613);
+        EXPECT_NEAR(ef.logprob, es.logprob, 1e-5) << suppressed.size();
+        EXPECT_EQ(a, b);  // the same ids masked
+    }
+    // A summary that disagrees with the row is not used for sampling with temperature.
+    SamplingParams warm;
+    warm.temperature = 1.0f;
+    warm.seed = 3;
+    Sampler s1(warm, 1000, {}), s2(warm, 1000, {});
+    LogitsSummary wrong;
+    wrong.argmax = 1;
+    wrong.max = 100.0f;
+    wrong.sum_exp = 1.0f;
+    auto a = l, b = l;
+    EXPECT_EQ(s1.sample(a, {}, {}, o, nullptr), s2.sample(b, {}, {}, o, nullptr, &wrong));
+    // Nor with top logprobs requested.
+    GenerateOptions top;
+    top.top_logprobs = 2;
+    Sampler s3(g, 1000, {});
+    TokenEvent e3;
+    auto c = l;
+    EXPECT_EQ(s3.sample(c, {}, {}, top, &e3, &wrong), 613);
+    EXPECT_EQ(e3.top_logprobs.size(), 2u);
+}
+
 TEST(Sampler, TopKTopPMinP) {
     SamplingParams k;
     k.top_k = 2;
