@@ -13,9 +13,13 @@
 // positions and token ids are read from device memory that a captured copy fills from pinned host memory, so
 // the same graph replays every step; growing the scratch invalidates the graphs.
 //
-// MoE: routing stays on the GPU. Decode runs the k routed experts' products as one grouped
-// matrix-vector launch per projection (experts picked from a device table by routed id); prefill
-// sorts the (token, expert) pairs by expert on the GPU and runs grouped tiled products.
+// MoE: routing stays on the GPU. Decode runs a MoE layer in three launches: the router's product
+// (with the shared expert's gate logit) whose last block runs the top-k; the routed experts' and the
+// shared expert's gate and up products with SwiGLU in their epilogue (experts picked from a device
+// table by routed id); and one down projection over all of them with the weighted sum. Prefill sorts
+// the (token, expert) pairs by expert on the GPU and runs grouped tiled products on tensor cores
+// (3xTF32, f32 accuracy). The decode graph ends with the logits summary (greedy token and softmax
+// normaliser, Backend::logits_summary), so greedy sampling needs no pass over the row on the host.
 //
 // Tiered forward: the forward runs as segments (enqueue_segment) that stop after each MoE
 // layer's routing; the routed ids are copied to the host, ExpertTier::use() makes those experts
@@ -32,9 +36,12 @@
 // Fused glue (decode is bound by its chain of small dependent kernels, not by bytes): attention
 // norms + RoPE + KV write in one kernel (attention_prep, every batch size) with the output gate in
 // the attention epilogue; the DeltaNet l2 norms + gates + recurrence + gated norm in one kernel per
-// value head (deltanet_fused, decode only). SLUICE_CUDA_UNFUSED=1 in the environment, read once
-// when the backend is made, switches back to the unfused kernel sequences (the fused kernels'
-// reference twins) so a mismatch on a device can be bisected; it is a diagnostic switch only.
+// value head (deltanet_fused, decode only), and the MoE forms above. SLUICE_CUDA_UNFUSED=1 in the
+// environment, read once when the backend is made, switches back to the unfused kernel sequences
+// (the fused kernels' reference twins: separate router top-k, gate and up, SwiGLU, shared expert)
+// so a mismatch on a device can be bisected. The other diagnostic switches: SLUICE_CUDA_MATMUL=simt
+// (prefill products without tensor cores), SLUICE_CUDA_MATVEC_SPLIT=N (one column split for every
+// decode product), SLUICE_CUDA_TIMING=1 (GPU time per decode step, logged at close).
 #include "runtime/backend.h"
 
 #include <fmt/format.h>
@@ -57,6 +64,10 @@ namespace {
 using cuda::DevWeight;
 using cuda::HeadLayout;
 
+// Device counters of the kernels that finish in their last block (fused router top-k, logits summary).
+constexpr int kCounters = 4;
+constexpr int kRouteCounter = 0, kPredictCounter = 1, kSummaryCounter = 2;
+
 Status cuda_status(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return Status::ok();
     return error(ErrorCode::kInternal, fmt::format("[cuda] {}: {}", what, cudaGetErrorString(e)));
@@ -70,6 +81,42 @@ bool unfused_from_env() {
     const bool on = v != nullptr && std::strcmp(v, "1") == 0;
     if (on) log::info("[cuda] SLUICE_CUDA_UNFUSED=1: running the unfused kernel sequences");
     return on;
+}
+
+// SLUICE_CUDA_TIMING=1: decode steps are timed with CUDA events (GPU time from the first kernel
+// to the last copy) and the mean is logged when the backend closes, to split a token's wall time
+// into GPU and host work. SLUICE_CUDA_MATVEC_SPLIT=1|2|4|8 forces the decode products' column
+// split (cuda::set_matvec_split). Both are diagnostic switches.
+bool timing_from_env() {
+    const char* v = std::getenv("SLUICE_CUDA_TIMING");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+// SLUICE_CUDA_MATMUL=simt: prefill products on the f32 SIMT kernel instead of tensor cores.
+void matmul_from_env() {
+    const char* v = std::getenv("SLUICE_CUDA_MATMUL");
+    if (v == nullptr || std::strcmp(v, "simt") != 0) return;
+    cuda::set_matmul_tensor_cores(false);
+    log::info("[cuda] SLUICE_CUDA_MATMUL=simt: prefill products on the SIMT kernel");
+}
+
+void split_from_env() {
+    const char* v = std::getenv("SLUICE_CUDA_MATVEC_SPLIT");
+    if (v == nullptr) return;
+    const int s = std::atoi(v);
+    cuda::set_matvec_split(s);
+    log::info("[cuda] SLUICE_CUDA_MATVEC_SPLIT={}: decode products split columns over {} warps", v, s);
+}
+
+// Whether an MLP's three projections have the decode kernels' code-word layout, gate and up in one
+// code width and shape.
+bool vector_mlp(const kernels::WeightView& gate, const kernels::WeightView& up,
+                const kernels::WeightView& down) {
+    auto vec = [](const kernels::WeightView& w) {
+        return cuda::vector_layout(cuda::dev_weight(w, nullptr, nullptr, nullptr));
+    };
+    return vec(gate) && vec(up) && vec(down) && gate.type == up.type && gate.group_size == up.group_size &&
+           gate.scale_type == up.scale_type && gate.cols == up.cols;
 }
 
 size_t scale_bytes(kernels::ScaleType t) {
@@ -139,6 +186,11 @@ class CudaBackend final : public Backend {
         : model_(std::move(model)), device_(device) {}
     ~CudaBackend() override {
         if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+        if (timed_steps_ > 0)
+            log::info("[cuda] {} decode steps: {:.3f} ms of GPU time per step", timed_steps_,
+                      timed_ms_ / static_cast<double>(timed_steps_));
+        if (timing_[0] != nullptr) cudaEventDestroy(timing_[0]);
+        if (timing_[1] != nullptr) cudaEventDestroy(timing_[1]);
         tier_.reset();  // releases its host views before the host memory is unregistered
         if (registered_ != nullptr) cudaHostUnregister(registered_);
         if (host_ids_ != nullptr) cudaFreeHost(host_ids_);
@@ -147,6 +199,7 @@ class CudaBackend final : public Backend {
         if (weights_block_ != nullptr) cudaFree(weights_block_);
         if (host_io_ != nullptr) cudaFreeHost(host_io_);
         if (host_logits_ != nullptr) cudaFreeHost(host_logits_);
+        if (host_summary_ != nullptr) cudaFreeHost(host_summary_);
     }
 
     Status init(const CudaBackendOptions& options);
@@ -161,6 +214,7 @@ class CudaBackend final : public Backend {
     Status forward(model::ModelState& state, std::span<const int32_t> tokens, float* logits, bool all_logits,
                    model::Workspace& ws, ThreadPool* pool) override;
     Status sync_to_host(model::ModelState& state, bool kv) override;
+    std::optional<LogitsSummary> logits_summary() const override;
 
  private:
     // Weights.
@@ -192,12 +246,17 @@ class CudaBackend final : public Backend {
     void deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n);
     void moe_layer(const DevLayer& L, int64_t n);
     bool fused_shared(const DevLayer& L, int64_t n) const;
+    // Whether decode folds the shared expert into the routed down projection (moe_shared then skips).
+    bool shared_folded(const DevLayer& L, int64_t n) const;
+    // The fused router top-k of a matvec_multi launch (slice `which`) into ids / weights.
+    cuda::MatvecTopk route_topk(int which, int32_t* ids, float* weights, int counter) const;
     // Router logits (and the decode shared-expert projections) and top-k for n tokens.
     void moe_route(const DevLayer& L, int64_t n);
     // mix[t] = Σ routed experts for n tokens of inputs x, routed ids/weights (pointers may be offset
-    // into the batch: sub-ranges of a tiered prefill).
+    // into the batch: sub-ranges of a tiered prefill, which may be one token long). `decode`: the
+    // forward is one token, so the shared expert may be folded in (shared_folded).
     void moe_routed(const DevLayer& L, const float* x, const int32_t* ids, const float* weights, int64_t n,
-                    float* mix);
+                    float* mix, bool decode);
     // mix += the shared expert's gated output.
     void moe_shared(const DevLayer& L, int64_t n);
 
@@ -211,7 +270,9 @@ class CudaBackend final : public Backend {
     uint64_t decode_bytes_per_token_ = 0;
     uint64_t embed_bytes_ = 0, routed_bytes_ = 0;  // parts of weight_bytes_
     uint64_t expert_slot_bytes_ = 0;               // one expert in a VRAM slot (tiered)
-    bool down_vector_ = false;                     // every routed down projection has cuda::vector_layout
+    // Every routed and shared expert projection has cuda::vector_layout, gate and up alike: the decode
+    // MoE launches take their code-word instances.
+    bool experts_vector_ = false;
     bool tiered_ = false;
     std::unique_ptr<cuda::ExpertTier> tier_;
     void* registered_ = nullptr;  // page-locked host expert cache (cudaHostRegister)
@@ -229,10 +290,18 @@ class CudaBackend final : public Backend {
         float *router, *topk_w, *pred_logits, *pred_w, *pair_gate, *pair_up, *pair_act, *pair_out, *sh_gate,
             *sh_up, *sh_act, *sh_out, *sg, *logits;
         int32_t *topk_ids, *pred_ids, *offsets, *order, *io;  // io: [0] first position, [1..] token ids
+        float* summary_partial;
+        cuda::DevLogitsSummary* summary;
+        unsigned* counters;  // zeroed at allocation; the kernels that use them leave them 0
     } d_{};
     int32_t* host_ids_ = nullptr;   // pinned [ws_tokens_ · K + K]: routed and predicted ids (tiered)
     int32_t* host_io_ = nullptr;    // pinned mirror of d_.io, [ws_tokens_ + 1]
     float* host_logits_ = nullptr;  // pinned [V] for graph decode
+    cuda::DevLogitsSummary* host_summary_ = nullptr;  // pinned: the last decode's logits summary
+    bool summary_valid_ = false;                      // host_summary_ belongs to the last forward
+    cudaEvent_t timing_[2] = {};                      // SLUICE_CUDA_TIMING: around each decode step
+    int64_t timed_steps_ = 0;
+    double timed_ms_ = 0.0;
 };
 
 DevWeight CudaBackend::put(Arena& arena, const kernels::WeightView& w, Status& st) {
@@ -275,7 +344,7 @@ Status CudaBackend::upload_weights(Arena& arena) {
     if (arena.counting()) {
         routed_bytes_ = 0;
         expert_slot_bytes_ = 0;
-        down_vector_ = true;
+        experts_vector_ = true;
     }
     lm_head_ = W.lm_head.data == W.embed.data ? embed_ : put(arena, W.lm_head, st);
     final_norm_ = put(arena, W.final_norm, st);
@@ -321,6 +390,8 @@ Status CudaBackend::upload_weights(Arena& arena) {
         const model::MoeWeights& m = lw.moe_w;
         L.router = put(arena, m.router, st);
         L.has_shared = m.has_shared;
+        if (arena.counting() && m.has_shared)
+            experts_vector_ = experts_vector_ && vector_mlp(m.shared.gate, m.shared.up, m.shared.down);
         if (m.has_shared) {
             L.shared_gate_proj = put(arena, m.shared.gate, st);
             L.shared_up = put(arena, m.shared.up, st);
@@ -340,8 +411,7 @@ Status CudaBackend::upload_weights(Arena& arena) {
             put(one, e.up, st);
             put(one, e.down, st);
             expert_slot_bytes_ = std::max(expert_slot_bytes_, cuda::ExpertTier::slot_bytes_for(e));
-            down_vector_ =
-                down_vector_ && cuda::vector_layout(cuda::dev_weight(e.down, nullptr, nullptr, nullptr));
+            experts_vector_ = experts_vector_ && vector_mlp(e.gate, e.up, e.down);
             source->release(static_cast<int64_t>(l), std::span<const int32_t>(&first, 1));
             arena.take(one.used() * static_cast<uint64_t>(E));
             routed_bytes_ += one.used() * static_cast<uint64_t>(E);
@@ -497,7 +567,15 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
     SLUICE_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream");
     SLUICE_CUDA_TRY(cudaMallocHost(&host_logits_, static_cast<size_t>(c.vocab) * sizeof(float)),
                     "allocating pinned logits");
+    SLUICE_CUDA_TRY(cudaMallocHost(&host_summary_, sizeof(cuda::DevLogitsSummary)),
+                    "allocating pinned summary");
     SLUICE_RETURN_IF_ERROR(reserve_scratch(256, 1));
+    split_from_env();
+    matmul_from_env();
+    if (timing_from_env()) {
+        SLUICE_CUDA_TRY(cudaEventCreate(&timing_[0]), "creating timing events");
+        SLUICE_CUDA_TRY(cudaEventCreate(&timing_[1]), "creating timing events");
+    }
     log::info("[cuda] {}: weights {} in GPU memory", name_, human_bytes(arena_bytes));
     return Status::ok();
 }
@@ -538,7 +616,7 @@ CudaBackend::ScratchPlan CudaBackend::scratch_plan(int64_t n, int64_t logit_rows
     add(d_.pred_w, K);
     add(d_.pair_gate, n * K * I);
     add(d_.pair_up, n * K * I);
-    add(d_.pair_act, n * K * I);
+    add(d_.pair_act, std::max(n * K * I, K * I + Is));  // decode: the shared expert's act after the routed
     add(d_.pair_out, n * K * H);
     add(d_.sh_gate, n * Is);
     add(d_.sh_up, n * Is);
@@ -551,6 +629,9 @@ CudaBackend::ScratchPlan CudaBackend::scratch_plan(int64_t n, int64_t logit_rows
     add(d_.offsets, E + 1);
     add(d_.order, n * K);
     add(d_.io, n + 1);
+    add(d_.summary_partial, cuda::logits_summary_scratch_floats());
+    add(d_.summary, 4);
+    add(d_.counters, kCounters);
     return plan;
 }
 
@@ -588,6 +669,8 @@ Status CudaBackend::reserve_scratch(int64_t n, int64_t logit_rows) {
         *p = ws_block_ + at;
         at += (bytes + 255) / 256 * 256;
     }
+    SLUICE_CUDA_TRY(cudaMemsetAsync(d_.counters, 0, kCounters * sizeof(unsigned), stream_),
+                    "zeroing counters");
     ws_tokens_ = n;
     ws_logit_rows_ = logit_rows;
     ++ws_generation_;  // captured graphs point at the old buffers
@@ -807,7 +890,7 @@ void CudaBackend::moe_layer(const DevLayer& L, int64_t n) {
         return;
     }
     moe_route(L, n);
-    moe_routed(L, d_.norm, d_.topk_ids, d_.topk_w, n, d_.mix);
+    moe_routed(L, d_.norm, d_.topk_ids, d_.topk_w, n, d_.mix, n == 1);
     moe_shared(L, n);
 }
 
@@ -815,39 +898,72 @@ bool CudaBackend::fused_shared(const DevLayer& L, int64_t n) const {
     return n == 1 && L.has_shared && cuda::swiglu_fits(L.shared_gate_proj.rows);
 }
 
+// Decode runs the router with the shared expert's input projections in one launch whose last block
+// runs the top-k (unless SLUICE_CUDA_UNFUSED).
 void CudaBackend::moe_route(const DevLayer& L, int64_t n) {
     const model::ModelConfig& c = model_->config();
-    if (fused_shared(L, n)) {
+    if (n == 1) {
         cuda::MatvecMulti m;
         m.add(L.router, d_.router);
-        m.add(L.shared_gate_proj, d_.sh_gate);
-        m.add(L.shared_up, d_.sh_up);
-        m.add(L.shared_gate, d_.sg);
+        if (shared_folded(L, n)) {
+            m.add(L.shared_gate, d_.sg);  // its gate and up run with the routed experts'
+        } else if (fused_shared(L, n)) {
+            m.add(L.shared_gate_proj, d_.sh_gate);
+            m.add(L.shared_up, d_.sh_up);
+            m.add(L.shared_gate, d_.sg);
+        }
+        if (!unfused_) m.topk = route_topk(0, d_.topk_ids, d_.topk_w, kRouteCounter);
         cuda::matvec_multi(m, d_.norm, stream_);
+        if (!unfused_) return;
     } else {
         linear(L.router, d_.norm, n, d_.router);
     }
     cuda::router_topk(d_.router, n, c.n_experts, c.top_k, c.norm_topk_prob, d_.topk_ids, d_.topk_w, stream_);
 }
 
+cuda::MatvecTopk CudaBackend::route_topk(int which, int32_t* ids, float* weights, int counter) const {
+    const model::ModelConfig& c = model_->config();
+    cuda::MatvecTopk t;
+    t.which = which;
+    t.n_experts = c.n_experts;
+    t.k = c.top_k;
+    t.renormalize = c.norm_topk_prob;
+    t.ids = ids;
+    t.weights = weights;
+    t.counter = d_.counters + counter;
+    return t;
+}
+
+bool CudaBackend::shared_folded(const DevLayer& L, int64_t n) const {
+    return !unfused_ && n == 1 && L.has_shared;
+}
+
 void CudaBackend::moe_routed(const DevLayer& L, const float* x, const int32_t* ids, const float* weights,
-                             int64_t n, float* mix) {
+                             int64_t n, float* mix, bool decode) {
     const model::ModelConfig& c = model_->config();
     const int64_t H = c.hidden, E = c.n_experts, K = c.top_k, I = c.expert_ffn;
     if (n == 1) {
-        cuda::moe_matvec_gate_up(L.experts, ids, K, I, x, d_.pair_gate, d_.pair_up, stream_);
-        if (down_vector_ && !unfused_) {
-            // SwiGLU once, then a down projection whose blocks take 4 rows and whose warps take the
-            // experts (faster than forming the activations in every block of the fused form).
-            cuda::swiglu(d_.pair_gate, d_.pair_up, K * I, d_.pair_act, stream_);
-            cuda::moe_down_matvec(L.experts, ids, weights, K, H, I, d_.pair_act, mix, true, stream_);
-        } else if (cuda::swiglu_fits(K * I) && K <= 32) {
-            cuda::moe_down_swiglu_matvec(L.experts, ids, weights, K, H, I, d_.pair_gate, d_.pair_up, mix,
-                                         stream_);
-        } else {
-            cuda::swiglu(d_.pair_gate, d_.pair_up, K * I, d_.pair_act, stream_);
-            cuda::moe_down_matvec(L.experts, ids, weights, K, H, I, d_.pair_act, mix, false, stream_);
+        // Fused: gate, up and SwiGLU of the routed experts and the shared expert in one launch, then
+        // one down launch over all of them. Unfused (SLUICE_CUDA_UNFUSED): gate and up, SwiGLU, the
+        // routed down; the shared expert in moe_shared().
+        const bool fold = decode && shared_folded(L, 1);
+        cuda::SharedExpert shared;
+        if (fold) {
+            shared.gate = L.shared_gate_proj;
+            shared.up = L.shared_up;
+            shared.down = L.shared_down;
+            shared.gate_logit = L.shared_gate.data != nullptr ? d_.sg : nullptr;
         }
+        if (!unfused_) {
+            cuda::moe_matvec_gate_up(L.experts, ids, K, I, H, x, nullptr, nullptr, d_.pair_act,
+                                     fold ? &shared : nullptr, experts_vector_, stream_);
+        } else {
+            cuda::moe_matvec_gate_up(L.experts, ids, K, I, H, x, d_.pair_gate, d_.pair_up, nullptr, nullptr,
+                                     experts_vector_, stream_);
+            cuda::swiglu(d_.pair_gate, d_.pair_up, K * I, d_.pair_act, stream_);
+        }
+        cuda::moe_down_matvec(L.experts, ids, weights, K, H, I, d_.pair_act, fold ? &shared : nullptr,
+                              experts_vector_, mix, stream_);
         return;
     }
     const int64_t pairs = n * K;
@@ -863,7 +979,7 @@ void CudaBackend::moe_routed(const DevLayer& L, const float* x, const int32_t* i
 }
 
 void CudaBackend::moe_shared(const DevLayer& L, int64_t n) {
-    if (!L.has_shared) return;
+    if (!L.has_shared || shared_folded(L, n)) return;
     if (fused_shared(L, n)) {
         cuda::swiglu_down_matvec(L.shared_down, d_.sh_gate, d_.sh_up, d_.sg, d_.mix, stream_);
         return;
@@ -898,7 +1014,8 @@ int64_t CudaBackend::enqueue_segment(DeviceState& ds, int64_t n, bool all_logits
         cuda::row_norm(d_.x, layers_[0].input_norm, rows, c.rms_eps, false, 1.0f, d_.norm, stream_);
     } else {
         const DevLayer& L = layers_[static_cast<size_t>(after)];
-        if (n == 1) moe_routed(L, d_.norm, d_.topk_ids, d_.topk_w, 1, d_.mix);  // prefill: tiered_experts()
+        if (n == 1)
+            moe_routed(L, d_.norm, d_.topk_ids, d_.topk_w, 1, d_.mix, true);  // prefill: tiered_experts()
         moe_shared(L, n);
         residual(after);
     }
@@ -918,8 +1035,13 @@ int64_t CudaBackend::enqueue_segment(DeviceState& ds, int64_t n, bool all_logits
                 const DevLayer& next = layers_[static_cast<size_t>(l + 1)];
                 cuda::row_norm(d_.x, next.post_norm, HeadLayout{1, 1, H, H, 0, H, 0}, c.rms_eps, false, 1.0f,
                                d_.tmp, stream_);
-                cuda::matvec(next.router, d_.tmp, d_.pred_logits, stream_);
-                cuda::router_topk(d_.pred_logits, 1, E, K, c.norm_topk_prob, d_.pred_ids, d_.pred_w, stream_);
+                cuda::MatvecMulti m;
+                m.add(next.router, d_.pred_logits);
+                if (!unfused_) m.topk = route_topk(0, d_.pred_ids, d_.pred_w, kPredictCounter);
+                cuda::matvec_multi(m, d_.tmp, stream_);
+                if (unfused_)
+                    cuda::router_topk(d_.pred_logits, 1, E, K, c.norm_topk_prob, d_.pred_ids, d_.pred_w,
+                                      stream_);
                 cudaMemcpyAsync(host_ids_ + n * K, d_.pred_ids, static_cast<size_t>(K) * sizeof(int32_t),
                                 cudaMemcpyDeviceToHost, stream_);
             }
@@ -935,6 +1057,12 @@ int64_t CudaBackend::enqueue_segment(DeviceState& ds, int64_t n, bool all_logits
     cuda::row_norm(d_.x + first * H, final_norm_, HeadLayout{out_rows, 1, H, H, 0, H, 0}, c.rms_eps, false,
                    1.0f, d_.norm, stream_);
     linear(lm_head_, d_.norm, out_rows, d_.logits);
+    if (n == 1) {  // decode: the greedy token and the softmax normaliser for the sampler
+        cuda::logits_summary(d_.logits, c.vocab, d_.summary_partial, d_.counters + kSummaryCounter,
+                             d_.summary, stream_);
+        cudaMemcpyAsync(host_summary_, d_.summary, sizeof(cuda::DevLogitsSummary), cudaMemcpyDeviceToHost,
+                        stream_);
+    }
     return c.n_layers;
 }
 
@@ -971,7 +1099,7 @@ Status CudaBackend::tiered_experts(int64_t l, int64_t n) {
     auto flush = [&](int64_t end) -> Status {
         SLUICE_RETURN_IF_ERROR(tier_->use(l, uni, stream_));
         moe_routed(L, d_.norm + begin * H, d_.topk_ids + begin * K, d_.topk_w + begin * K, end - begin,
-                   d_.mix + begin * H);
+                   d_.mix + begin * H, false);
         if (end < n) SLUICE_CUDA_TRY(cudaStreamSynchronize(stream_), "expert sub-range");  // before eviction
         for (int32_t e : uni) seen[static_cast<size_t>(e)] = 0;
         uni.clear();
@@ -1050,6 +1178,7 @@ Status CudaBackend::forward(model::ModelState& state, std::span<const int32_t> t
             return error(ErrorCode::kInvalidArgument,
                          fmt::format("[model] token id {} is outside the vocabulary [0, {})", id, c.vocab));
     SLUICE_CUDA_TRY(cudaSetDevice(device_), "selecting the device");
+    summary_valid_ = false;
     const int64_t logit_rows = all_logits ? n : 1;
     SLUICE_RETURN_IF_ERROR(reserve_scratch(n, logit_rows));
     SLUICE_ASSIGN_OR_RETURN(DeviceState * ds, mirror(state));
@@ -1073,8 +1202,16 @@ Status CudaBackend::forward(model::ModelState& state, std::span<const int32_t> t
             SLUICE_CUDA_TRY(e, "instantiating the decode graph");
             ds->graph_generation = ws_generation_;
         }
+        if (timing_[0] != nullptr) cudaEventRecord(timing_[0], stream_);
         SLUICE_CUDA_TRY(cudaGraphLaunch(ds->graph, stream_), "launching the decode graph");
+        if (timing_[0] != nullptr) cudaEventRecord(timing_[1], stream_);
         SLUICE_CUDA_TRY(cudaStreamSynchronize(stream_), "decode step");
+        if (timing_[0] != nullptr) {
+            float ms = 0.0f;
+            cudaEventElapsedTime(&ms, timing_[0], timing_[1]);
+            timed_ms_ += ms;
+            ++timed_steps_;
+        }
         if (logits != nullptr) std::memcpy(logits, host_logits_, static_cast<size_t>(V) * sizeof(float));
     } else {
         Status st;
@@ -1106,7 +1243,13 @@ Status CudaBackend::forward(model::ModelState& state, std::span<const int32_t> t
     }
     state.n_past += n;
     state.host_stale = true;
+    summary_valid_ = n == 1;  // the decode forms (graphs) computed the summary
     return Status::ok();
+}
+
+std::optional<LogitsSummary> CudaBackend::logits_summary() const {
+    if (!summary_valid_) return std::nullopt;
+    return LogitsSummary{host_summary_->argmax, host_summary_->max, host_summary_->sum_exp};
 }
 
 GpuExpertCacheStats CudaBackend::expert_tier_stats() const {

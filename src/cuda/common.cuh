@@ -82,6 +82,83 @@ __device__ __forceinline__ float sigmoid_f(float x) {
     return 1.0f / (1.0f + expf(-x));
 }
 
+constexpr int kMaxExpertsPerLane = 32;  // router top-k: E ≤ 1024
+
+// kernels::router_topk for one token's logits lt[n_experts ≤ 32·kPerLane], by one warp (lane 0
+// writes ids[k] and weights[k]). `uncached` reads the logits past L1 (__ldcg): the caller is the
+// last block of the launch that wrote them (matvec_multi's fused top-k), and other blocks' writes
+// are only ordered by their __threadfence().
+template <int kPerLane>
+__device__ __forceinline__ void router_topk_warp_n(const float* lt, int64_t n_experts, int64_t k, bool renorm,
+                                                   int32_t* ids, float* weights, bool uncached) {
+    const int lane = threadIdx.x % 32;
+    float p[kPerLane];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+        const int64_t e = i * 32 + lane;
+        p[i] = e < n_experts ? (uncached ? __ldcg(lt + e) : lt[e]) : -INFINITY;
+        mx = fmaxf(mx, p[i]);
+    }
+    mx = warp_max(mx);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+        const int64_t e = i * 32 + lane;
+        p[i] = e < n_experts ? expf(p[i] - mx) : -1.0f;
+        if (e < n_experts) sum += p[i];
+    }
+    sum = warp_sum(sum);
+    float selected = 0.0f;
+    for (int64_t r = 0; r < k; ++r) {
+        float best = -1.0f;
+        int best_e = 0x7fffffff;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+            const int e = i * 32 + lane;
+            if (p[i] > best) {  // strictly greater: the lower index of a tie within the lane wins
+                best = p[i];
+                best_e = e;
+            }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+            if (ob > best || (ob == best && oe < best_e)) {
+                best = ob;
+                best_e = oe;
+            }
+        }
+        if (lane == 0) {
+            ids[r] = best_e;
+            weights[r] = best / sum;
+        }
+        selected += best / sum;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i)
+            if (i * 32 + lane == best_e) p[i] = -1.0f;
+    }
+    if (renorm && lane == 0)
+        for (int64_t r = 0; r < k; ++r) weights[r] /= selected;
+}
+
+// router_topk_warp_n with the fewest logits per lane that hold n_experts (E ≤ 1024): each of the k
+// rounds scans every lane's share, and the fused top-k runs on the decode's critical path.
+__device__ __forceinline__ void router_topk_warp(const float* lt, int64_t n_experts, int64_t k, bool renorm,
+                                                 int32_t* ids, float* weights, bool uncached) {
+    if (n_experts <= 64) {
+        router_topk_warp_n<2>(lt, n_experts, k, renorm, ids, weights, uncached);
+    } else if (n_experts <= 128) {
+        router_topk_warp_n<4>(lt, n_experts, k, renorm, ids, weights, uncached);
+    } else if (n_experts <= 256) {
+        router_topk_warp_n<8>(lt, n_experts, k, renorm, ids, weights, uncached);
+    } else if (n_experts <= 512) {
+        router_topk_warp_n<16>(lt, n_experts, k, renorm, ids, weights, uncached);
+    } else {
+        router_topk_warp_n<kMaxExpertsPerLane>(lt, n_experts, k, renorm, ids, weights, uncached);
+    }
+}
+
 inline unsigned grid_for(int64_t n, int threads) {
     return static_cast<unsigned>((n + threads - 1) / threads);
 }

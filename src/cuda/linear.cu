@@ -1,20 +1,25 @@
-// Linear kernels: embedding rows, matrix-vector products for decode (one warp per 4 output rows
-// for 4/8-bit codes, which lanes read as interleaved 32-bit words so both the weight and the x loads
-// of a warp are contiguous; 16-bit floats read 16 bytes per lane; the affine bias folded per group
-// as s·Σq·x + b·Σx), tiled matrix products for prefill (f32 SIMT, W dequantized into shared memory
-// per 64×32 tile), and their grouped MoE forms that pick each expert's weights from a device
-// table by routed id, so a decode step needs no host round trip and can be captured in a graph.
+// Linear kernels: embedding rows, matrix-vector products for decode (groups of 4 output rows whose
+// 4/8-bit codes the lanes of 1–8 warps read as interleaved 32-bit words, so both the weight and the
+// x loads of a warp are contiguous; 16-bit floats read 16 bytes per lane; the affine bias folded
+// per group as s·Σq·x + b·Σx), tiled matrix products for prefill (tensor cores at f32 accuracy by
+// the 3xTF32 split; the f32 SIMT kernel remains as its twin and for bisecting), and their grouped
+// MoE forms that pick each expert's weights from a device table by routed id, so a decode step
+// needs no host round trip and can be captured in a graph. The decode MoE launches fuse SwiGLU into
+// the gate/up products, run the shared expert beside the routed ones, and the router top-k runs in
+// the last block of the router's product.
 //
-// Rejected: bf16/tf32 tensor-core products for prefill. They are several times faster, but
-// rounding activations to 8–10 mantissa bits breaks the goldens' 2e-3 logit tolerance that the
-// CPU meets in f32; a tensor-core path belongs behind an explicit precision choice.
+// Rejected: plain bf16 or tf32 tensor-core products for prefill. Rounding activations to 8–10
+// mantissa bits breaks the goldens' 2e-3 logit tolerance that the CPU meets in f32; the split
+// keeps 21 bits of each operand for 3 MMAs instead of 1, and the tensor cores have the headroom.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <type_traits>
+
 #include "cuda/common.cuh"
 
 namespace sluice::cuda {
 namespace {
-
-constexpr int kRowsPerBlock = 8;     // one warp per row, 256 threads
-constexpr int kMaxDownExperts = 32;  // routed experts per token the fused down projection takes
 
 // Σ_i W[r, i] · x[i] over one row, reduced across the warp (every lane returns the sum).
 template <int kBits, bool kReduce = true>
@@ -68,65 +73,6 @@ __device__ float row_dot_quant(const DevWeight& w, int64_t r, const float* __res
         }
     }
     return kReduce ? warp_sum(acc) : acc;
-}
-
-// R consecutive rows r0.. of a quantized W against x, each x load reused for all R rows. The lane
-// takes the 32-bit words v0, v0 + step, … of every row (a warp alone: v0 = lane, step 32; a block
-// splitting the columns among its warps: v0 = 32·warp + lane, step 32·warps), so a warp's weight load is 128
-// contiguous bytes per row and its x load 32 × 16 (8-bit) or 32 × 32 (4-bit) contiguous bytes. (The earlier
-// form gave each lane 4 consecutive words, i.e. 128 contiguous bytes of x per lane: every 16-byte x
-// load of the warp then touched 32 different cache lines, and L1 wavefronts, not HBM, bounded the
-// 248k-row lm_head at 0.5 TB/s.) Requires cols and group_size to be multiples of the codes per
-// word. out[i] holds the warp sum for row r0 + i (rows ≥ w.rows contribute 0).
-template <int kBits, int R>
-__device__ void rows_dot_quant(const DevWeight& w, int64_t r0, const float* __restrict__ x, int64_t v0,
-                               int64_t step, float* out) {
-    constexpr int kPerWord = 32 / kBits;
-    constexpr uint32_t kMask = (1u << kBits) - 1u;
-    const int64_t words = w.cols / kPerWord;
-    const int64_t groups = w.cols / w.group_size;
-    const int64_t words_per_group = w.group_size / kPerWord;
-    const uint32_t* data = static_cast<const uint32_t*>(w.data);
-    float acc[R];
-#pragma unroll
-    for (int i = 0; i < R; ++i) acc[i] = 0.0f;
-#pragma unroll 4
-    for (int64_t v = v0; v < words; v += step) {
-        const float4* x4 = reinterpret_cast<const float4*>(x + v * kPerWord);
-        float xs[kPerWord];
-        float sx = 0.0f;
-#pragma unroll
-        for (int c4 = 0; c4 < kPerWord / 4; ++c4) {
-            const float4 xv = x4[c4];
-            xs[4 * c4] = xv.x;
-            xs[4 * c4 + 1] = xv.y;
-            xs[4 * c4 + 2] = xv.z;
-            xs[4 * c4 + 3] = xv.w;
-            sx += (xv.x + xv.y) + (xv.z + xv.w);
-        }
-        const int64_t g = v / words_per_group;
-        // All R rows' words and scales are loaded before any arithmetic (rows past the end are
-        // clamped to the last one and dropped by the caller), so R loads are in flight at once.
-        uint32_t q[R];
-        float sc[R], bi[R];
-#pragma unroll
-        for (int i = 0; i < R; ++i) {
-            const int64_t r = r0 + i < w.rows ? r0 + i : w.rows - 1;
-            q[i] = data[r * words + v];
-            sc[i] = load_scale(w.scales, w.scale_type, r * groups + g);
-            bi[i] = load_scale(w.biases, w.scale_type, r * groups + g);
-        }
-#pragma unroll
-        for (int i = 0; i < R; ++i) {
-            float qx = 0.0f;
-#pragma unroll
-            for (int c = 0; c < kPerWord; ++c)
-                qx += static_cast<float>((q[i] >> (kBits * c)) & kMask) * xs[c];
-            acc[i] += sc[i] * qx + bi[i] * sx;
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < R; ++i) out[i] = warp_sum(acc[i]);
 }
 
 __host__ __device__ bool quant_vector_layout(const DevWeight& w) {
@@ -184,202 +130,417 @@ __device__ float row_dot(const DevWeight& w, int64_t r, const float* __restrict_
     }
 }
 
-// This lane's share of row_dot (the caller reduces over the warp).
-__device__ float row_dot_lane(const DevWeight& w, int64_t r, const float* __restrict__ x, int lane) {
-    switch (w.type) {
-        case WeightType::kQ4: return row_dot_quant<4, false>(w, r, x, lane);
-        case WeightType::kQ8: return row_dot_quant<8, false>(w, r, x, lane);
-        default: return row_dot_float<false>(w, r, x, lane);
-    }
-}
-
-__global__ void dequantize_rows_kernel(DevWeight w, const int32_t* ids, float* out) {
+__global__ void dequantize_rows_kernel(DevWeight param, const int32_t* ids, float* out) {
+    const DevWeight w = param;  // a register copy (see matvec_multi_kernel)
     const int64_t t = blockIdx.x;
     const int64_t r = ids[t];
     for (int64_t i = threadIdx.x; i < w.cols; i += blockDim.x) out[t * w.cols + i] = weight_at(w, r, i);
 }
 
-constexpr int kRowsPerWarp = 4;  // matvec / matvec_multi: rows sharing one warp's x loads
+// ---- decode matrix-vector products ----------------------------------------------------------------
+// Blocks of kWarps warps form row groups of kGroupRows rows. A group is served by S warps that split
+// its columns (lane j of warp i takes the 32-bit code words (i·32 + j) + t·32·S), so each weight load
+// of a warp is 128 contiguous bytes per row and each x load 32 × 16 (8-bit) or 32 × 32 (4-bit)
+// contiguous bytes, shared by the group's rows. S is chosen per launch (split_for): the fewest warps
+// per group that still give the launch about 32 warps per SM. A 2048-row projection needs S = 8 to
+// have loads in flight everywhere; the 248k-row lm_head runs best with S = 1 (every lane takes 8 words
+// per row, no cross-warp reduction); the 8192-row DeltaNet inputs lost 2× with S = 8 (session 3, ncu).
+constexpr int kWarps = 8;      // 256 threads per block
+constexpr int kGroupRows = 4;  // rows per group: each x load serves 4 rows
+// Loop iterations a lane keeps in flight: 2 when a group has one warp (many words per lane), else 1.
+// Unrolling 4 raised the registers to ~92 (2 blocks per SM instead of 3) and cost more than the
+// extra loads in flight won: 35B decode 213 → 167 tok/s (session 4, with split_for's cost model
+// below, which was also measured and rejected).
+template <int S>
+constexpr int kUnroll = S == 1 ? 2 : 1;
 
-// Rows [r0, r0 + kRowsPerWarp) of W · x into y, by one warp.
-__device__ void warp_rows(const DevWeight& w, int64_t r0, const float* x, float* y) {
-    const int lane = threadIdx.x % 32;
-    if (quant_vector_layout(w)) {
-        float out[kRowsPerWarp];
-        if (w.type == WeightType::kQ4) {
-            rows_dot_quant<4, kRowsPerWarp>(w, r0, x, lane, 32, out);
-        } else {
-            rows_dot_quant<8, kRowsPerWarp>(w, r0, x, lane, 32, out);
+// R rows of at most two quantized matrices of one shape (cols, group size, code width, scale type):
+// rows i < kFirst from matrix a (rows of one weight), the rest from b (gate and up rows of one
+// expert). Per-row pointers cost registers, and registers bound these kernels' occupancy.
+template <int R, int kFirst = R>
+struct RowSet {
+    const uint32_t* data[R];  // the row's first code word
+    int64_t group0[R];        // the row's first group in its matrix's scales / biases
+    const void* scales[2];    // a, b
+    const void* biases[2];
+};
+
+// A quantized matrix's code words and groups per row (a 64-bit division each, so computed once per
+// matrix, not per row).
+struct RowShape {
+    int64_t words, groups;
+};
+
+__device__ __forceinline__ RowShape row_shape(const DevWeight& w) {
+    return {w.cols >> (w.type == WeightType::kQ4 ? 3 : 2), w.cols / w.group_size};
+}
+
+// Row r of w into slot i of rs (r clamped to the last row: its result is dropped by the caller).
+template <int R, int kFirst>
+__device__ __forceinline__ void set_row(RowSet<R, kFirst>& rs, int i, const DevWeight& w, RowShape shape,
+                                        int64_t r) {
+    r = r < w.rows ? r : w.rows - 1;
+    rs.data[i] = static_cast<const uint32_t*>(w.data) + r * shape.words;
+    rs.group0[i] = r * shape.groups;
+    rs.scales[i < kFirst ? 0 : 1] = w.scales;
+    rs.biases[i < kFirst ? 0 : 1] = w.biases;
+}
+
+// This lane's partial sums of the R rows of rs against x over the code words v0, v0 + step, …
+// (the affine bias folded per word as s·Σq·x + b·Σx). Requires cols and group_size to be multiples of the
+// codes per word (quant_vector_layout).
+// kUnroll: loop iterations in flight.
+template <int kBits, int R, int kFirst, int kUnroll>
+__device__ void rowset_dot(const RowSet<R, kFirst>& rs, int64_t cols, int64_t group_size, ScaleType st,
+                           const float* __restrict__ x, int64_t v0, int64_t step, float (&acc)[R]) {
+    constexpr int kPerWord = 32 / kBits;
+    constexpr uint32_t kMask = (1u << kBits) - 1u;
+    const int64_t words = cols / kPerWord;
+    const int64_t words_per_group = group_size / kPerWord;
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc[i] = 0.0f;
+#pragma unroll kUnroll
+    for (int64_t v = v0; v < words; v += step) {
+        const float4* x4 = reinterpret_cast<const float4*>(x + v * kPerWord);
+        float xs[kPerWord];
+        float sx = 0.0f;
+#pragma unroll
+        for (int c4 = 0; c4 < kPerWord / 4; ++c4) {
+            const float4 xv = x4[c4];
+            xs[4 * c4] = xv.x;
+            xs[4 * c4 + 1] = xv.y;
+            xs[4 * c4 + 2] = xv.z;
+            xs[4 * c4 + 3] = xv.w;
+            sx += (xv.x + xv.y) + (xv.z + xv.w);
         }
-        if (lane == 0)
-            for (int i = 0; i < kRowsPerWarp && r0 + i < w.rows; ++i) y[r0 + i] = out[i];
-        return;
-    }
-    for (int i = 0; i < kRowsPerWarp && r0 + i < w.rows; ++i) {
-        const float v = row_dot(w, r0 + i, x, lane);
-        if (lane == 0) y[r0 + i] = v;
+        const int64_t g = v / words_per_group;
+        // Every row's word and scales are loaded before any arithmetic, so R loads are in flight.
+        uint32_t q[R];
+        float sc[R], bi[R];
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            q[i] = rs.data[i][v];
+            sc[i] = load_scale(rs.scales[i < kFirst ? 0 : 1], st, rs.group0[i] + g);
+            bi[i] = load_scale(rs.biases[i < kFirst ? 0 : 1], st, rs.group0[i] + g);
+        }
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            float qx = 0.0f;
+#pragma unroll
+            for (int c = 0; c < kPerWord; ++c)
+                qx += static_cast<float>((q[i] >> (kBits * c)) & kMask) * xs[c];
+            acc[i] += sc[i] * qx + bi[i] * sx;
+        }
     }
 }
 
-// Launches with few rows in all give warp_rows too few warps to keep enough loads in flight (a
-// 2048-row projection is 512 warps, ~4 per SM: 20.5 µs on the H200). The split form gives each
-// block kSplitRows rows and lets its kRowsPerBlock warps split the columns; the partial sums meet
-// in shared memory (8× the warps for the same rows: 9.9 µs). With many rows the split blocks get
-// too little work each and lose (the 35B's DeltaNet inputs, 3 matrices of up to 8192 rows: 30 µs
-// warp_rows, 62 µs split), hence the bound on the launch's rows over all its matrices (ncu,
-// session 3).
-constexpr int kSplitRows = 4;
-constexpr int64_t kSplitMaxRows = 4096;
-
-bool use_split(int64_t total_rows) {
-    return total_rows <= kSplitMaxRows;
-}
-
-// Rows [r0, r0 + kSplitRows) of W · x into y, by the whole block (r0 uniform over the block).
-__device__ void block_rows(const DevWeight& w, int64_t r0, const float* x, float* y) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    if (!quant_vector_layout(w)) {  // float weights: one row per warp
-        if (warp < kSplitRows && r0 + warp < w.rows) {
-            const float v = row_dot(w, r0 + warp, x, lane);
-            if (lane == 0) y[r0 + warp] = v;
-        }
-        return;
-    }
-    __shared__ float part[kRowsPerBlock][kSplitRows];
-    float out[kSplitRows];
-    if (w.type == WeightType::kQ4) {
-        rows_dot_quant<4, kSplitRows>(w, r0, x, 32 * warp + lane, 32 * kRowsPerBlock, out);
+template <int kUnroll, int R, int kFirst>
+__device__ __forceinline__ void rowset_dot_any(const RowSet<R, kFirst>& rs, const DevWeight& shape,
+                                               const float* x, int64_t v0, int64_t step, float (&acc)[R]) {
+    if (shape.type == WeightType::kQ4) {
+        rowset_dot<4, R, kFirst, kUnroll>(rs, shape.cols, shape.group_size, shape.scale_type, x, v0, step,
+                                          acc);
     } else {
-        rows_dot_quant<8, kSplitRows>(w, r0, x, 32 * warp + lane, 32 * kRowsPerBlock, out);
+        rowset_dot<8, R, kFirst, kUnroll>(rs, shape.cols, shape.group_size, shape.scale_type, x, v0, step,
+                                          acc);
     }
-    if (lane == 0)
-        for (int i = 0; i < kSplitRows; ++i) part[warp][i] = out[i];
+}
+
+// Sums acc over each warp's lanes and over the S warps of each group (warps g·S … g·S + S − 1);
+// the totals are valid on lane 0 of the group's first warp. Every thread of the block calls it
+// (S > 1 synchronises the block).
+template <int S, int R>
+__device__ __forceinline__ void group_sum(float (&acc)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc[i] = warp_sum(acc[i]);
+    if constexpr (S > 1) {
+        __shared__ float part[kWarps][R];
+        const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+        __syncthreads();  // a previous call's readers are done with part
+        if (lane == 0)
+#pragma unroll
+            for (int i = 0; i < R; ++i) part[warp][i] = acc[i];
+        __syncthreads();
+        if (lane == 0 && warp % S == 0)
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                float sum = 0.0f;
+                for (int j = 0; j < S; ++j) sum += part[warp + j][i];
+                acc[i] = sum;
+            }
+    }
+}
+
+// The rows a block covers for a column split S.
+__host__ __device__ constexpr int64_t rows_per_block(int s, int64_t rows_per_group = kGroupRows) {
+    return kWarps / s * rows_per_group;
+}
+
+// Rows [r0, r0 + kGroupRows) of w · x into y, by the S warps of this thread's group. kVector: w has
+// the code-word layout (quant_vector_layout); the other instance serves every weight type through
+// row_dot, whose registers would otherwise lower the word path's occupancy.
+template <int S, bool kVector>
+__device__ void group_rows(const DevWeight& w, int64_t r0, const float* x, float* y) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if constexpr (kVector) {
+        RowSet<kGroupRows> rs;
+        const RowShape shape = row_shape(w);
+#pragma unroll
+        for (int i = 0; i < kGroupRows; ++i) set_row(rs, i, w, shape, r0 + i);
+        float acc[kGroupRows];
+        rowset_dot_any<kUnroll<S>>(rs, w, x, (warp % S) * 32 + lane, 32 * S, acc);
+        group_sum<S>(acc);
+        if (lane == 0 && warp % S == 0)
+#pragma unroll
+            for (int i = 0; i < kGroupRows; ++i)
+                if (r0 + i < w.rows) y[r0 + i] = acc[i];  // constant indices: acc stays in registers
+    } else {
+        // 16-bit and f32 weights, or codes off the word layout: the group's warps share its rows.
+        for (int i = warp % S; i < kGroupRows; i += S) {
+            if (r0 + i >= w.rows) break;
+            const float v = row_dot(w, r0 + i, x, lane);
+            if (lane == 0) y[r0 + i] = v;
+        }
+    }
+}
+
+// The last block of a launch slice to finish (counted on *counter, which it resets for the next
+// launch or graph replay) runs the router top-k over the logits the slice wrote.
+__device__ void topk_if_last(const MatvecTopk& t, const float* logits) {
+    __shared__ bool last;
+    __threadfence();  // this block's logits are visible before it is counted
     __syncthreads();
-    if (threadIdx.x < kSplitRows && r0 + threadIdx.x < w.rows) {
+    if (threadIdx.x == 0) last = atomicAdd(t.counter, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (threadIdx.x < 32) router_topk_warp(logits, t.n_experts, t.k, t.renormalize, t.ids, t.weights, true);
+    if (threadIdx.x == 0) *t.counter = 0;
+}
+
+// Kernel parameters are copied into registers before use: taking a parameter's address (a
+// reference passed on) makes every thread copy the whole parameter block to local memory first,
+// which doubled these kernels' time (ncu, session 4).
+// kTopk: the launch carries a fused router top-k (a separate instance, so the top-k's registers do
+// not lower every other product's occupancy).
+template <int S, bool kTopk, bool kVector>
+__global__ void __launch_bounds__(32 * kWarps, 3) matvec_multi_kernel(MatvecMulti m, const float* x) {
+    const DevWeight w = m.w[blockIdx.y];
+    const int64_t block_r0 = static_cast<int64_t>(blockIdx.x) * rows_per_block(S);
+    if (block_r0 < w.rows)
+        group_rows<S, kVector>(w, block_r0 + (threadIdx.x / 32) / S * kGroupRows, x, m.y[blockIdx.y]);
+    if (kTopk && static_cast<int>(blockIdx.y) == m.topk.which) {
+        const MatvecTopk topk = m.topk;
+        topk_if_last(topk, m.y[blockIdx.y]);
+    }
+}
+
+// The routed gate and up projections of one token, expert slot k = blockIdx.y. kSwiglu: a group
+// takes 2 rows of gate and the same 2 rows of up and writes act = silu(gate) ⊙ up, and slot n_ids
+// (when the grid has it) is the shared expert; otherwise blockIdx.z picks gate (0) or up (1) and a
+// group takes 4 rows.
+template <int S, bool kSwiglu, bool kVector>
+__global__ void __launch_bounds__(32 * kWarps, 3)
+    moe_gate_up_kernel(const DevWeight* table, const int32_t* ids, int64_t n_ids, int64_t rows,
+                       SharedExpert sh, const float* x, float* gate, float* up, float* act) {
+    const int64_t k = blockIdx.y;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if constexpr (!kSwiglu) {
+        const DevWeight* ew = table + static_cast<int64_t>(ids[k]) * 3;
+        const int64_t block_r0 = static_cast<int64_t>(blockIdx.x) * rows_per_block(S);
+        if (block_r0 < rows)
+            group_rows<S, kVector>(ew[blockIdx.z], block_r0 + warp / S * kGroupRows, x,
+                                   (blockIdx.z == 0 ? gate : up) + k * rows);
+        return;
+    }
+    const bool is_shared = k == n_ids;
+    DevWeight wg, wu;  // copies (see matvec_multi_kernel)
+    if (is_shared) {
+        wg = sh.gate;
+        wu = sh.up;
+    } else {
+        wg = table[static_cast<int64_t>(ids[k]) * 3];
+        wu = table[static_cast<int64_t>(ids[k]) * 3 + 1];
+    }
+    constexpr int kPairRows = kGroupRows / 2;
+    const int64_t block_r0 = static_cast<int64_t>(blockIdx.x) * rows_per_block(S, kPairRows);
+    if (block_r0 >= wg.rows) return;  // uniform over the block
+    const int64_t r0 = block_r0 + warp / S * kPairRows;
+    float* out = act + k * rows;
+    if constexpr (kVector) {  // gate and up share the code-word shape
+        RowSet<kGroupRows, kPairRows> rs;
+        const RowShape shape = row_shape(wg);  // wu has the same
+#pragma unroll
+        for (int i = 0; i < kPairRows; ++i) {
+            set_row(rs, i, wg, shape, r0 + i);
+            set_row(rs, kPairRows + i, wu, shape, r0 + i);
+        }
+        float acc[kGroupRows];
+        rowset_dot_any<kUnroll<S>>(rs, wg, x, (warp % S) * 32 + lane, 32 * S, acc);
+        group_sum<S>(acc);
+        if (lane == 0 && warp % S == 0)
+#pragma unroll
+            for (int i = 0; i < kPairRows; ++i)
+                if (r0 + i < wg.rows) out[r0 + i] = silu_f(acc[i]) * acc[kPairRows + i];
+    } else {
+        for (int i = warp % S; i < kPairRows; i += S) {
+            if (r0 + i >= wg.rows) break;
+            const float g = row_dot(wg, r0 + i, x, lane);
+            const float u = row_dot(wu, r0 + i, x, lane);
+            if (lane == 0) out[r0 + i] = silu_f(g) * u;
+        }
+    }
+}
+
+// The routed down projections and their weighted sum, plus (optionally) the shared expert:
+// y[r] = Σ_k weights[k] · (down_{ids[k]} · act[k, :])[r] + σ(gate_logit) · (down_s · act[n_ids, :])[r].
+// Each block takes kGroupRows rows; its warps take the tasks (warp t: routed expert t, the last
+// warp the shared expert) and their partial sums meet in shared memory in task order.
+constexpr int kMaxDownWarps = 16;
+template <bool kVector>
+__global__ void __launch_bounds__(32 * kMaxDownWarps)
+    moe_down_kernel(const DevWeight* table, const int32_t* ids, const float* weights, int64_t n_ids,
+                    SharedExpert shared, int64_t rows, int64_t cols, const float* act, float* y) {
+    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kGroupRows;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+    const int64_t n_tasks = n_ids + (shared.down.data != nullptr ? 1 : 0);
+    float total[kGroupRows] = {};
+    for (int64_t t = warp; t < n_tasks; t += n_warps) {
+        const bool is_shared = t == n_ids;
+        DevWeight w;
+        if (is_shared) {
+            w = shared.down;
+        } else {
+            w = table[static_cast<int64_t>(ids[t]) * 3 + 2];
+        }
+        const float* x = act + t * cols;  // the shared expert's act follows the routed ones
+        float out[kGroupRows];
+        if constexpr (kVector) {
+            RowSet<kGroupRows> rs;
+            const RowShape shape = row_shape(w);
+#pragma unroll
+            for (int i = 0; i < kGroupRows; ++i) set_row(rs, i, w, shape, r0 + i);
+            rowset_dot_any<1>(rs, w, x, lane, 32, out);
+#pragma unroll
+            for (int i = 0; i < kGroupRows; ++i) out[i] = warp_sum(out[i]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < kGroupRows; ++i) out[i] = r0 + i < rows ? row_dot(w, r0 + i, x, lane) : 0.0f;
+        }
+        const float wk =
+            is_shared ? (shared.gate_logit != nullptr ? sigmoid_f(*shared.gate_logit) : 1.0f) : weights[t];
+#pragma unroll
+        for (int i = 0; i < kGroupRows; ++i) total[i] += wk * out[i];
+    }
+    __shared__ float part[kMaxDownWarps][kGroupRows];
+    if (lane == 0)
+#pragma unroll
+        for (int i = 0; i < kGroupRows; ++i) part[warp][i] = total[i];
+    __syncthreads();
+    if (threadIdx.x < kGroupRows && r0 + threadIdx.x < rows) {
         float sum = 0.0f;
-        for (int i = 0; i < kRowsPerBlock; ++i) sum += part[i][threadIdx.x];
+        for (int j = 0; j < n_warps; ++j) sum += part[j][threadIdx.x];
         y[r0 + threadIdx.x] = sum;
     }
 }
 
-// The first row of this block (split) or of this warp (warp_rows).
-__device__ int64_t first_row(bool split) {
-    return split ? static_cast<int64_t>(blockIdx.x) * kSplitRows
-                 : (static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32) * kRowsPerWarp;
+// ---- logits summary --------------------------------------------------------------------------------
+constexpr int kSummaryBlocks = 128;
+
+// (max, Σ exp(l − max), index of the first max) merged; an empty side has max −∞.
+struct Lse {
+    float max;
+    float sum;
+    int32_t arg;
+};
+
+__device__ __forceinline__ Lse lse_merge(Lse a, Lse b) {
+    if (b.max == -INFINITY) return a;
+    if (a.max == -INFINITY) return b;
+    const float m = fmaxf(a.max, b.max);
+    Lse out;
+    out.max = m;
+    out.sum = a.sum * expf(a.max - m) + b.sum * expf(b.max - m);
+    out.arg = a.max > b.max ? a.arg : (b.max > a.max ? b.arg : min(a.arg, b.arg));
+    return out;
 }
 
-__device__ void rows_of(bool split, const DevWeight& w, int64_t r0, const float* x, float* y) {
-    if (split) {
-        block_rows(w, r0, x, y);
-    } else {
-        warp_rows(w, r0, x, y);
+__device__ Lse block_lse(Lse v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        Lse other;
+        other.max = __shfl_xor_sync(0xffffffffu, v.max, o);
+        other.sum = __shfl_xor_sync(0xffffffffu, v.sum, o);
+        other.arg = __shfl_xor_sync(0xffffffffu, v.arg, o);
+        v = lse_merge(v, other);
     }
+    __shared__ Lse part[32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    __syncthreads();
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < static_cast<int>(blockDim.x / 32) ? part[lane] : Lse{-INFINITY, 0.0f, 0};
+        for (int o = 16; o > 0; o >>= 1) {
+            Lse other;
+            other.max = __shfl_xor_sync(0xffffffffu, v.max, o);
+            other.sum = __shfl_xor_sync(0xffffffffu, v.sum, o);
+            other.arg = __shfl_xor_sync(0xffffffffu, v.arg, o);
+            v = lse_merge(v, other);
+        }
+    }
+    return v;  // valid on thread 0
 }
 
-unsigned matvec_grid(int64_t rows, bool split) {
-    return split ? grid_for(rows, kSplitRows) : grid_for(rows, kRowsPerBlock * kRowsPerWarp);
-}
-
-__global__ void matvec_kernel(DevWeight w, const float* x, float* y, bool split) {
-    const int64_t r0 = first_row(split);
-    if (r0 >= w.rows) return;  // uniform over the block when split
-    rows_of(split, w, r0, x, y);
-}
-
-__global__ void moe_matvec_kernel(const DevWeight* table, int which, const int32_t* ids, int64_t rows,
-                                  const float* x, float* y, float* y2, bool split) {
-    const int64_t r0 = first_row(split);
-    if (r0 >= rows) return;
-    const int64_t k = blockIdx.y;
-    const DevWeight w = table[ids[k] * 3 + which + blockIdx.z];
-    rows_of(split, w, r0, x, (blockIdx.z == 0 ? y : y2) + k * rows);
-}
-
-__global__ void matvec_multi_kernel(MatvecMulti m, const float* x, bool split) {
-    const DevWeight w = m.w[blockIdx.y];
-    const int64_t r0 = first_row(split);
-    if (r0 >= w.rows) return;
-    rows_of(split, w, r0, x, m.y[blockIdx.y]);
-}
-
-// act = silu(gate) ⊙ up is formed in shared memory by every block (it is small: k·I floats).
-__global__ void moe_down_swiglu_kernel(const DevWeight* table, const int32_t* ids, const float* weights,
-                                       int64_t n_ids, int64_t rows, int64_t cols, const float* gate,
-                                       const float* up, float* y) {
-    extern __shared__ float act[];  // [n_ids, cols]
-    __shared__ DevWeight down[kMaxDownExperts];
-    __shared__ float wk[kMaxDownExperts];
-    for (int64_t i = threadIdx.x; i < n_ids * cols; i += blockDim.x) act[i] = silu_f(gate[i]) * up[i];
-    if (threadIdx.x < n_ids) {
-        down[threadIdx.x] = table[ids[threadIdx.x] * 3 + 2];
-        wk[threadIdx.x] = weights[threadIdx.x];
+__global__ void logits_summary_kernel(const float* logits, int64_t n, float* partial, unsigned* counter,
+                                      DevLogitsSummary* out) {
+    Lse v{-INFINITY, 0.0f, 0};
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const float l = logits[i];
+        if (l > v.max) {  // strictly: the first index of a tie stays
+            v.sum = v.max == -INFINITY ? 1.0f : v.sum * expf(v.max - l) + 1.0f;
+            v.max = l;
+            v.arg = static_cast<int32_t>(i);
+        } else if (l != -INFINITY) {
+            v.sum += expf(l - v.max);
+        }
+    }
+    v = block_lse(v);
+    __shared__ bool last;
+    if (threadIdx.x == 0) {
+        partial[3 * blockIdx.x] = v.max;
+        partial[3 * blockIdx.x + 1] = v.sum;
+        partial[3 * blockIdx.x + 2] = __int_as_float(v.arg);
+        __threadfence();
+        last = atomicAdd(counter, 1u) == gridDim.x - 1;
     }
     __syncthreads();
-    const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
-    if (r >= rows) return;
-    // Every k's row read is independent: issue them all, reduce once.
-    float acc = 0.0f;
-#pragma unroll 4
-    for (int64_t k = 0; k < n_ids; ++k)
-        acc += wk[k] * row_dot_lane(down[k], r, act + k * cols, threadIdx.x % 32);
-    acc = warp_sum(acc);
-    if (threadIdx.x % 32 == 0) y[r] = acc;
+    if (!last) return;
+    __threadfence();
+    Lse m{-INFINITY, 0.0f, 0};
+    for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x)
+        m = lse_merge(m, Lse{__ldcg(partial + 3 * b), __ldcg(partial + 3 * b + 1),
+                             __float_as_int(__ldcg(partial + 3 * b + 2))});
+    m = block_lse(m);
+    if (threadIdx.x == 0) {
+        out->max = m.max;
+        out->sum_exp = m.sum;
+        out->argmax = m.arg;
+        *counter = 0;
+    }
 }
 
 // y = down · (silu(gate) ⊙ up); mix = y, or mix += sigmoid(*gate_logit) · y.
-__global__ void swiglu_down_kernel(DevWeight w, const float* gate, const float* up, const float* gate_logit,
-                                   float* mix) {
+__global__ void swiglu_down_kernel(DevWeight param, const float* gate, const float* up,
+                                   const float* gate_logit, float* mix) {
+    const DevWeight w = param;      // a register copy (see matvec_multi_kernel)
     extern __shared__ float act[];  // [cols]
     for (int64_t i = threadIdx.x; i < w.cols; i += blockDim.x) act[i] = silu_f(gate[i]) * up[i];
     __syncthreads();
-    const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+    const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
     if (r >= w.rows) return;
     const float v = row_dot(w, r, act, threadIdx.x % 32);
     if (threadIdx.x % 32 == 0) mix[r] = gate_logit != nullptr ? mix[r] + sigmoid_f(*gate_logit) * v : v;
-}
-
-// The routed down projection with quantized experts: each block takes kSplitRows rows, its warps
-// take the experts (warp w: experts w, w + warps, …), and the weighted partial sums meet in shared
-// memory. act is formed beforehand (swiglu), so no block recomputes it.
-__global__ void moe_down_split_kernel(const DevWeight* table, const int32_t* ids, const float* weights,
-                                      int64_t n_ids, int64_t rows, int64_t cols, const float* act, float* y) {
-    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kSplitRows;
-    if (r0 >= rows) return;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    float acc[kSplitRows] = {};
-    for (int64_t k = warp; k < n_ids; k += kRowsPerBlock) {
-        const DevWeight w = table[ids[k] * 3 + 2];
-        float out[kSplitRows];
-        if (w.type == WeightType::kQ4) {
-            rows_dot_quant<4, kSplitRows>(w, r0, act + k * cols, lane, 32, out);
-        } else {
-            rows_dot_quant<8, kSplitRows>(w, r0, act + k * cols, lane, 32, out);
-        }
-        const float wk = weights[k];
-        for (int i = 0; i < kSplitRows; ++i) acc[i] += wk * out[i];
-    }
-    __shared__ float part[kRowsPerBlock][kSplitRows];
-    if (lane == 0)
-        for (int i = 0; i < kSplitRows; ++i) part[warp][i] = acc[i];
-    __syncthreads();
-    if (threadIdx.x < kSplitRows && r0 + threadIdx.x < rows) {
-        float sum = 0.0f;
-        for (int i = 0; i < kRowsPerBlock; ++i) sum += part[i][threadIdx.x];
-        y[r0 + threadIdx.x] = sum;
-    }
-}
-
-__global__ void moe_down_matvec_kernel(const DevWeight* table, const int32_t* ids, const float* weights,
-                                       int64_t n_ids, int64_t rows, int64_t cols, const float* act,
-                                       float* y) {
-    const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
-    if (r >= rows) return;
-    float acc = 0.0f;
-    for (int64_t k = 0; k < n_ids; ++k) {
-        const DevWeight w = table[ids[k] * 3 + 2];
-        acc += weights[k] * row_dot(w, r, act + k * cols, threadIdx.x % 32);
-    }
-    if (threadIdx.x % 32 == 0) y[r] = acc;
 }
 
 // ---- tiled matmul ---------------------------------------------------------------------------
@@ -394,7 +555,12 @@ __global__ void __launch_bounds__(kMatmulThreads)
     matmul_kernel(DevWeight dense, const DevWeight* table, int which, const int32_t* offsets,
                   const int32_t* order, int64_t n, bool gather, int64_t x_div, bool scatter,
                   const float* __restrict__ x, float* __restrict__ y) {
-    const DevWeight w = table != nullptr ? table[blockIdx.z * 3 + which] : dense;
+    DevWeight w;  // a register copy (see matvec_multi_kernel)
+    if (table != nullptr) {
+        w = table[blockIdx.z * 3 + which];
+    } else {
+        w = dense;
+    }
     const bool quantized_full_tiles = (w.type == WeightType::kQ4 || w.type == WeightType::kQ8) &&
                                       w.cols % kBK == 0 && w.group_size % 8 == 0;
     const int64_t begin = offsets != nullptr ? offsets[blockIdx.z] : 0;
@@ -477,6 +643,180 @@ __global__ void __launch_bounds__(kMatmulThreads)
     }
 }
 
+// ---- tensor-core matmul (3xTF32) --------------------------------------------------------------------
+// The prefill products on tensor cores at f32 accuracy: every operand a is split into a_hi =
+// tf32(a) and a_lo = tf32(a − a_hi) (10 + 10 mantissa bits; the rest, ≤ 2⁻²²·|a|, is dropped), and
+// x·w is taken as x_hi·w_hi + x_hi·w_lo + x_lo·w_hi with f32 accumulation (the dropped x_lo·w_lo is
+// ≤ 2⁻²²·|x·w|). Weights are dequantized exactly as the SIMT kernel does (s·q + b in f32) before
+// the split. Tiles: 64 tokens × 64 weight rows × 32 inputs per step; 8 warps of 32 × 16 outputs,
+// each 2 × 2 mma.m16n8k8 tiles.
+constexpr int kTcBM = 64, kTcBN = 64, kTcBK = 32, kTcThreads = 256;
+constexpr int kTcStride = kTcBK + 4;  // 36 words per row: the fragment loads hit 32 distinct banks
+
+__device__ __forceinline__ uint32_t to_tf32(float f) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+    return r;
+}
+
+// c += a · b for one m16n8k8 tile (PTX fragment layout: g = lane / 4, t = lane % 4; a: rows g and
+// g + 8, columns t and t + 4; b: rows t and t + 4, column g; c: rows g and g + 8, columns 2t, 2t + 1).
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// v[8] split into the hi and lo rows of a tile.
+__device__ __forceinline__ void store_split(const float (&v)[8], uint32_t* hi, uint32_t* lo) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const uint32_t h = to_tf32(v[j]);
+        hi[j] = h;
+        lo[j] = to_tf32(v[j] - __uint_as_float(h));
+    }
+}
+
+// Same contract as matmul_kernel.
+__global__ void __launch_bounds__(kTcThreads, 2)
+    matmul_tc_kernel(DevWeight dense, const DevWeight* table, int which, const int32_t* offsets,
+                     const int32_t* order, int64_t n, bool gather, int64_t x_div, bool scatter,
+                     const float* __restrict__ x, float* __restrict__ y) {
+    DevWeight w;  // a register copy (see matvec_multi_kernel)
+    if (table != nullptr) {
+        w = table[blockIdx.z * 3 + which];
+    } else {
+        w = dense;
+    }
+    const int64_t begin = offsets != nullptr ? offsets[blockIdx.z] : 0;
+    const int64_t end = offsets != nullptr ? offsets[blockIdx.z + 1] : n;
+    const int64_t rows = w.rows, cols = w.cols;
+    const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTcBN;
+    const bool quant_words = (w.type == WeightType::kQ4 || w.type == WeightType::kQ8) && cols % kTcBK == 0 &&
+                             w.group_size % 8 == 0;
+    const bool bf16_rows = w.type == WeightType::kBF16 && cols % 8 == 0;
+    const bool x_vec = cols % 8 == 0;
+    __shared__ __align__(16) uint32_t xh[kTcBM][kTcStride], xl[kTcBM][kTcStride];
+    __shared__ __align__(16) uint32_t wh[kTcBN][kTcStride], wl[kTcBN][kTcStride];
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int g = lane / 4, t = lane % 4;
+    const int wm = (warp / 4) * 32, wn = (warp % 4) * 16;  // this warp's outputs in the tile
+    const int fr = tid / 4, fc = (tid % 4) * 8;            // this thread's 8 elements of each fill
+    for (int64_t m0 = begin + static_cast<int64_t>(blockIdx.y) * kTcBM; m0 < end;
+         m0 += static_cast<int64_t>(gridDim.y) * kTcBM) {
+        // Each 32-input step accumulates on the tensor cores from zero and is added to acc in f32:
+        // the MMA's internal accumulation is not IEEE-rounded, so long sums stay out of it.
+        float acc[2][2][4] = {};
+        const int64_t m = m0 + fr;
+        const float* xrow = nullptr;
+        if (m < end) xrow = x + (gather ? order[m] / x_div : m) * cols;
+        const int64_t r = row0 + fr;
+        for (int64_t k0 = 0; k0 < cols; k0 += kTcBK) {
+            const int64_t k = k0 + fc;
+            float v[8];
+            if (xrow != nullptr && x_vec && k + 8 <= cols) {
+                const float4 a = *reinterpret_cast<const float4*>(xrow + k);
+                const float4 b = *reinterpret_cast<const float4*>(xrow + k + 4);
+                v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z,
+                v[7] = b.w;
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; ++j) v[j] = xrow != nullptr && k + j < cols ? xrow[k + j] : 0.0f;
+            }
+            store_split(v, &xh[fr][fc], &xl[fr][fc]);
+            if (r >= rows) {
+#pragma unroll
+                for (int j = 0; j < 8; ++j) v[j] = 0.0f;
+            } else if (quant_words) {
+                const float sc =
+                    load_scale(w.scales, w.scale_type, r * (cols / w.group_size) + k / w.group_size);
+                const float bi =
+                    load_scale(w.biases, w.scale_type, r * (cols / w.group_size) + k / w.group_size);
+                const uint32_t* words = static_cast<const uint32_t*>(w.data);
+                if (w.type == WeightType::kQ4) {
+                    const uint32_t q = words[(r * cols + k) / 8];
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) v[j] = sc * static_cast<float>((q >> (4 * j)) & 0xFu) + bi;
+                } else {
+                    const uint2 q = *reinterpret_cast<const uint2*>(words + (r * cols + k) / 4);
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        v[j] = sc * static_cast<float>((q.x >> (8 * j)) & 0xFFu) + bi;
+                        v[4 + j] = sc * static_cast<float>((q.y >> (8 * j)) & 0xFFu) + bi;
+                    }
+                }
+            } else if (bf16_rows && k + 8 <= cols) {
+                const uint4 q =
+                    *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(w.data) + r * cols + k);
+                const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    v[2 * j] = bf16_bits_to_f32(qw[j] & 0xFFFFu);
+                    v[2 * j + 1] = bf16_bits_to_f32(qw[j] >> 16);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; ++j) v[j] = k + j < cols ? weight_at(w, r, k + j) : 0.0f;
+            }
+            store_split(v, &wh[fr][fc], &wl[fr][fc]);
+            __syncthreads();
+            float part[2][2][4] = {};
+#pragma unroll
+            for (int kk = 0; kk < kTcBK; kk += 8) {
+                uint32_t ah[2][4], al[2][4], bh[2][2], bl[2][2];
+#pragma unroll
+                for (int mi = 0; mi < 2; ++mi) {
+                    const int row = wm + mi * 16 + g;
+                    ah[mi][0] = xh[row][kk + t];
+                    ah[mi][1] = xh[row + 8][kk + t];
+                    ah[mi][2] = xh[row][kk + t + 4];
+                    ah[mi][3] = xh[row + 8][kk + t + 4];
+                    al[mi][0] = xl[row][kk + t];
+                    al[mi][1] = xl[row + 8][kk + t];
+                    al[mi][2] = xl[row][kk + t + 4];
+                    al[mi][3] = xl[row + 8][kk + t + 4];
+                }
+#pragma unroll
+                for (int ni = 0; ni < 2; ++ni) {
+                    const int col = wn + ni * 8 + g;
+                    bh[ni][0] = wh[col][kk + t];
+                    bh[ni][1] = wh[col][kk + t + 4];
+                    bl[ni][0] = wl[col][kk + t];
+                    bl[ni][1] = wl[col][kk + t + 4];
+                }
+#pragma unroll
+                for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+                    for (int ni = 0; ni < 2; ++ni) {
+                        mma_tf32(part[mi][ni], al[mi], bh[ni]);  // the small terms first
+                        mma_tf32(part[mi][ni], ah[mi], bl[ni]);
+                        mma_tf32(part[mi][ni], ah[mi], bh[ni]);
+                    }
+            }
+#pragma unroll
+            for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+                for (int ni = 0; ni < 2; ++ni)
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) acc[mi][ni][q] += part[mi][ni][q];
+            __syncthreads();
+        }
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < 2; ++ni)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int64_t mrow = m0 + wm + mi * 16 + g + (q >= 2 ? 8 : 0);
+                    const int64_t ncol = row0 + wn + ni * 8 + 2 * t + (q & 1);
+                    if (mrow < end && ncol < rows)
+                        y[(scatter ? order[mrow] : mrow) * rows + ncol] = acc[mi][ni][q];
+                }
+    }
+}
+
 __global__ void moe_group_kernel(const int32_t* ids, int64_t n_pairs, int64_t n_experts, int32_t* offsets,
                                  int32_t* order) {
     extern __shared__ int32_t counts[];  // [n_experts]
@@ -511,6 +851,65 @@ __global__ void moe_combine_kernel(const float* pair_out, const float* weights, 
     }
 }
 
+// ---- decode launchers ------------------------------------------------------------------------------
+std::atomic<int> g_forced_split{0};
+std::atomic<bool> g_tensor_cores{true};
+
+int sm_count() {
+    int device = 0, sms = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    return sms > 0 ? sms : 1;
+}
+
+// Blocks of one kernel instance resident per SM (of the current device).
+template <typename Kernel>
+int resident_blocks(Kernel* kernel) {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * kWarps, 0) != cudaSuccess) {
+        cudaGetLastError();
+        n = 1;
+    }
+    return std::max(n, 1);
+}
+
+// Resident blocks per SM of a kernel family's instances for S = 1, 2, 4, 8.
+using SplitOccupancy = std::array<int, 4>;
+
+// The column split for a launch of `groups` row groups whose rows have `words` code words (0: not
+// the word layout): the largest S whose groups · S warps still fit one wave of resident blocks,
+// while every lane keeps a word per row; 1 when even that takes several waves (the lm_head).
+// Measured against the alternatives on the 35B (session 4): forcing one S for every launch gave
+// 139 (S = 1) to 110 (S = 8) tok/s, an earlier rule 148, this one 213; a cost model of waves ×
+// round trips per lane (preferring S = 2 for the 8192-row inputs) 167.
+int split_for(int64_t groups, int64_t words, const SplitOccupancy& occupancy) {
+    const int forced = g_forced_split.load(std::memory_order_relaxed);
+    if (forced > 0) return forced;
+    const int64_t sms = sm_count();
+    int best = 1;
+    for (int s = 2, i = 1; s <= kWarps; s *= 2, ++i) {
+        if (words < 32 * s || groups * s > sms * occupancy[static_cast<size_t>(i)] * kWarps) break;
+        best = s;
+    }
+    return best;
+}
+
+// The code words per row of a quantized matrix with the word layout, else 0.
+int64_t words_of(const DevWeight& w) {
+    if (!quant_vector_layout(w)) return 0;
+    return w.cols / (w.type == WeightType::kQ4 ? 8 : 4);
+}
+
+template <typename Launch>
+void with_split(int s, Launch&& launch) {
+    switch (s) {
+        case 1: launch(std::integral_constant<int, 1>{}); break;
+        case 2: launch(std::integral_constant<int, 2>{}); break;
+        case 4: launch(std::integral_constant<int, 4>{}); break;
+        default: launch(std::integral_constant<int, 8>{}); break;
+    }
+}
+
 }  // namespace
 
 void dequantize_rows(const DevWeight& w, const int32_t* ids, int64_t n, float* out, cudaStream_t s) {
@@ -518,38 +917,93 @@ void dequantize_rows(const DevWeight& w, const int32_t* ids, int64_t n, float* o
     dequantize_rows_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(w, ids, out);
 }
 
+void set_matvec_split(int s) {
+    g_forced_split.store(s == 1 || s == 2 || s == 4 || s == 8 ? s : 0, std::memory_order_relaxed);
+}
+
 void matvec(const DevWeight& w, const float* x, float* y, cudaStream_t s) {
-    const bool split = use_split(w.rows);
-    matvec_kernel<<<matvec_grid(w.rows, split), 32 * kRowsPerBlock, 0, s>>>(w, x, y, split);
+    MatvecMulti m;
+    m.add(w, y);
+    matvec_multi(m, x, s);
+}
+
+void matvec_multi(const MatvecMulti& m, const float* x, cudaStream_t s) {
+    int64_t rows = 0, groups = 0, words = 0;
+    bool vector = true;
+    for (int i = 0; i < m.n; ++i) {
+        rows = std::max(rows, m.w[i].rows);
+        groups += (m.w[i].rows + kGroupRows - 1) / kGroupRows;
+        words = std::max(words, words_of(m.w[i]));
+        vector = vector && quant_vector_layout(m.w[i]);
+    }
+    if (m.n == 0 || rows == 0) return;
+    static const SplitOccupancy occupancy = {resident_blocks(matvec_multi_kernel<1, false, true>),
+                                             resident_blocks(matvec_multi_kernel<2, false, true>),
+                                             resident_blocks(matvec_multi_kernel<4, false, true>),
+                                             resident_blocks(matvec_multi_kernel<8, false, true>)};
+    with_split(split_for(groups, vector ? words : 0, occupancy), [&](auto S) {
+        const dim3 grid(grid_for(rows, static_cast<int>(rows_per_block(S))), static_cast<unsigned>(m.n));
+        const bool topk = m.topk.counter != nullptr;
+        if (topk && vector) {
+            matvec_multi_kernel<S, true, true><<<grid, 32 * kWarps, 0, s>>>(m, x);
+        } else if (topk) {
+            matvec_multi_kernel<S, true, false><<<grid, 32 * kWarps, 0, s>>>(m, x);
+        } else if (vector) {
+            matvec_multi_kernel<S, false, true><<<grid, 32 * kWarps, 0, s>>>(m, x);
+        } else {
+            matvec_multi_kernel<S, false, false><<<grid, 32 * kWarps, 0, s>>>(m, x);
+        }
+    });
+}
+
+void set_matmul_tensor_cores(bool on) {
+    g_tensor_cores.store(on, std::memory_order_relaxed);
 }
 
 void matmul(const DevWeight& w, const float* x, int64_t n, float* y, cudaStream_t s) {
     if (n == 0) return;
+    static_assert(kTcBM == kBM && kTcBN == kBN, "the two matmul kernels share a grid");
     const dim3 grid(grid_for(w.rows, kBN), grid_for(n, kBM), 1);
-    matmul_kernel<<<grid, kMatmulThreads, 0, s>>>(w, nullptr, 0, nullptr, nullptr, n, false, 1, false, x, y);
+    if (g_tensor_cores.load(std::memory_order_relaxed)) {
+        matmul_tc_kernel<<<grid, kTcThreads, 0, s>>>(w, nullptr, 0, nullptr, nullptr, n, false, 1, false, x,
+                                                     y);
+    } else {
+        matmul_kernel<<<grid, kMatmulThreads, 0, s>>>(w, nullptr, 0, nullptr, nullptr, n, false, 1, false, x,
+                                                      y);
+    }
 }
 
-void moe_matvec(const DevWeight* table, int which, const int32_t* ids, int64_t n_ids, int64_t rows,
-                int64_t /*cols*/, const float* x, float* y, cudaStream_t s) {
-    const bool split = use_split(rows * n_ids);
-    const dim3 grid(matvec_grid(rows, split), static_cast<unsigned>(n_ids));
-    moe_matvec_kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(table, which, ids, rows, x, y, nullptr, split);
-}
-
-void moe_matvec_gate_up(const DevWeight* table, const int32_t* ids, int64_t n_ids, int64_t rows,
-                        const float* x, float* gate, float* up, cudaStream_t s) {
-    const bool split = use_split(2 * rows * n_ids);
-    const dim3 grid(matvec_grid(rows, split), static_cast<unsigned>(n_ids), 2);
-    moe_matvec_kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(table, 0, ids, rows, x, gate, up, split);
-}
-
-void matvec_multi(const MatvecMulti& m, const float* x, cudaStream_t s) {
-    int64_t rows = 0;
-    for (int i = 0; i < m.n; ++i) rows = rows > m.w[i].rows ? rows : m.w[i].rows;
-    if (m.n == 0 || rows == 0) return;
-    const bool split = use_split(rows * m.n);
-    const dim3 grid(matvec_grid(rows, split), static_cast<unsigned>(m.n));
-    matvec_multi_kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(m, x, split);
+void moe_matvec_gate_up(const DevWeight* table, const int32_t* ids, int64_t n_ids, int64_t rows, int64_t cols,
+                        const float* x, float* gate, float* up, float* act, const SharedExpert* shared,
+                        bool quant_vector, cudaStream_t s) {
+    const bool fused = act != nullptr;
+    const SharedExpert sh = fused && shared != nullptr ? *shared : SharedExpert{};
+    const int64_t slices = n_ids + (sh.gate.data != nullptr ? 1 : 0);
+    const int64_t max_rows = std::max(rows, sh.gate.rows);
+    if (slices == 0 || max_rows == 0) return;
+    const int64_t group_rows = fused ? kGroupRows / 2 : kGroupRows;
+    const int64_t groups = (max_rows + group_rows - 1) / group_rows * slices * (fused ? 1 : 2);
+    static const SplitOccupancy occupancy = {resident_blocks(moe_gate_up_kernel<1, true, true>),
+                                             resident_blocks(moe_gate_up_kernel<2, true, true>),
+                                             resident_blocks(moe_gate_up_kernel<4, true, true>),
+                                             resident_blocks(moe_gate_up_kernel<8, true, true>)};
+    // The split is chosen for 4-bit codes (cols / 8 words): the experts' type is on the device.
+    with_split(split_for(groups, quant_vector ? cols / 8 : 0, occupancy), [&](auto S) {
+        const dim3 grid(grid_for(max_rows, static_cast<int>(rows_per_block(S, group_rows))),
+                        static_cast<unsigned>(slices), fused ? 1 : 2);
+        auto launch = [&](auto kernel) {
+            kernel<<<grid, 32 * kWarps, 0, s>>>(table, ids, n_ids, rows, sh, x, gate, up, act);
+        };
+        if (fused && quant_vector) {
+            launch(moe_gate_up_kernel<S, true, true>);
+        } else if (fused) {
+            launch(moe_gate_up_kernel<S, true, false>);
+        } else if (quant_vector) {
+            launch(moe_gate_up_kernel<S, false, true>);
+        } else {
+            launch(moe_gate_up_kernel<S, false, false>);
+        }
+    });
 }
 
 bool vector_layout(const DevWeight& w) {
@@ -560,31 +1014,39 @@ bool swiglu_fits(int64_t act_floats) {
     return act_floats * static_cast<int64_t>(sizeof(float)) <= 40 * 1024;
 }
 
-void moe_down_swiglu_matvec(const DevWeight* table, const int32_t* ids, const float* weights, int64_t n_ids,
-                            int64_t rows, int64_t cols, const float* gate, const float* up, float* y,
-                            cudaStream_t s) {
-    const size_t smem = static_cast<size_t>(n_ids * cols) * sizeof(float);
-    moe_down_swiglu_kernel<<<grid_for(rows, kRowsPerBlock), 32 * kRowsPerBlock, smem, s>>>(
-        table, ids, weights, n_ids, rows, cols, gate, up, y);
-}
-
 void swiglu_down_matvec(const DevWeight& down, const float* gate, const float* up, const float* gate_logit,
                         float* mix, cudaStream_t s) {
     const size_t smem = static_cast<size_t>(down.cols) * sizeof(float);
-    swiglu_down_kernel<<<grid_for(down.rows, kRowsPerBlock), 32 * kRowsPerBlock, smem, s>>>(down, gate, up,
-                                                                                            gate_logit, mix);
+    swiglu_down_kernel<<<grid_for(down.rows, kWarps), 32 * kWarps, smem, s>>>(down, gate, up, gate_logit,
+                                                                              mix);
 }
 
 void moe_down_matvec(const DevWeight* table, const int32_t* ids, const float* weights, int64_t n_ids,
-                     int64_t rows, int64_t cols, const float* act, float* y, bool quant_vector,
-                     cudaStream_t s) {
+                     int64_t rows, int64_t cols, const float* act, const SharedExpert* shared,
+                     bool quant_vector, float* y, cudaStream_t s) {
+    if (rows == 0) return;
+    SharedExpert folded;
+    if (shared != nullptr) folded = *shared;
+    const int64_t tasks = n_ids + (shared != nullptr ? 1 : 0);
+    const int warps = static_cast<int>(std::clamp<int64_t>(tasks, 1, kMaxDownWarps));
     if (quant_vector) {
-        moe_down_split_kernel<<<grid_for(rows, kSplitRows), 32 * kRowsPerBlock, 0, s>>>(
-            table, ids, weights, n_ids, rows, cols, act, y);
-        return;
+        moe_down_kernel<true><<<grid_for(rows, kGroupRows), 32 * warps, 0, s>>>(table, ids, weights, n_ids,
+                                                                                folded, rows, cols, act, y);
+    } else {
+        moe_down_kernel<false><<<grid_for(rows, kGroupRows), 32 * warps, 0, s>>>(table, ids, weights, n_ids,
+                                                                                 folded, rows, cols, act, y);
     }
-    moe_down_matvec_kernel<<<grid_for(rows, kRowsPerBlock), 32 * kRowsPerBlock, 0, s>>>(
-        table, ids, weights, n_ids, rows, cols, act, y);
+}
+
+void logits_summary(const float* logits, int64_t n, float* partial, unsigned* counter, DevLogitsSummary* out,
+                    cudaStream_t s) {
+    if (n == 0) return;
+    const unsigned blocks = std::min<unsigned>(kSummaryBlocks, grid_for(n, 4 * 256));
+    logits_summary_kernel<<<blocks, 256, 0, s>>>(logits, n, partial, counter, out);
+}
+
+int64_t logits_summary_scratch_floats() {
+    return 3 * kSummaryBlocks;
 }
 
 void moe_matmul(const DevWeight* table, int which, int64_t n_experts, const int32_t* offsets,
@@ -598,8 +1060,13 @@ void moe_matmul(const DevWeight* table, int which, int64_t n_experts, const int3
     DevWeight unused;
     unused.rows = rows;
     unused.cols = cols;
-    matmul_kernel<<<grid, kMatmulThreads, 0, s>>>(unused, table, which, offsets, order, n_pairs, gather,
-                                                  x_div, scatter, x, y);
+    if (g_tensor_cores.load(std::memory_order_relaxed)) {
+        matmul_tc_kernel<<<grid, kTcThreads, 0, s>>>(unused, table, which, offsets, order, n_pairs, gather,
+                                                     x_div, scatter, x, y);
+    } else {
+        matmul_kernel<<<grid, kMatmulThreads, 0, s>>>(unused, table, which, offsets, order, n_pairs, gather,
+                                                      x_div, scatter, x, y);
+    }
 }
 
 void moe_group(const int32_t* ids, int64_t n_pairs, int64_t n_experts, int32_t* offsets, int32_t* order,

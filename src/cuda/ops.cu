@@ -14,10 +14,9 @@
 namespace sluice::cuda {
 namespace {
 
-constexpr int kMaxHeadDimPerLane = 8;   // head_dim ≤ 256
-constexpr int kMaxDkPerLane = 8;        // DeltaNet dk ≤ 256
-constexpr int kMaxExpertsPerLane = 32;  // router: E ≤ 1024
-constexpr int kSplitKeys = 64;          // keys per block of the split decode attention
+constexpr int kMaxHeadDimPerLane = 8;  // head_dim ≤ 256
+constexpr int kMaxDkPerLane = 8;       // DeltaNet dk ≤ 256
+constexpr int kSplitKeys = 64;         // keys per block of the split decode attention
 
 __global__ void row_norm_kernel(const float* x, const float* weight, HeadLayout L, float eps, bool l2,
                                 float scale, float* y) {
@@ -523,56 +522,7 @@ __global__ void router_topk_kernel(const float* logits, int64_t n, int64_t n_exp
                                    int32_t* ids, float* weights) {
     const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
     if (t >= n) return;
-    const int lane = threadIdx.x % 32;
-    const float* lt = logits + t * n_experts;
-    float p[kMaxExpertsPerLane];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < kMaxExpertsPerLane; ++i) {
-        const int64_t e = i * 32 + lane;
-        p[i] = e < n_experts ? lt[e] : -INFINITY;
-        mx = fmaxf(mx, p[i]);
-    }
-    mx = warp_max(mx);
-    float sum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kMaxExpertsPerLane; ++i) {
-        const int64_t e = i * 32 + lane;
-        p[i] = e < n_experts ? expf(p[i] - mx) : -1.0f;
-        if (e < n_experts) sum += p[i];
-    }
-    sum = warp_sum(sum);
-    float selected = 0.0f;
-    for (int64_t r = 0; r < k; ++r) {
-        float best = -1.0f;
-        int best_e = 0x7fffffff;
-#pragma unroll
-        for (int i = 0; i < kMaxExpertsPerLane; ++i) {
-            const int e = i * 32 + lane;
-            if (p[i] > best) {  // strictly greater: the lower index of a tie within the lane wins
-                best = p[i];
-                best_e = e;
-            }
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-            const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-            if (ob > best || (ob == best && oe < best_e)) {
-                best = ob;
-                best_e = oe;
-            }
-        }
-        if (lane == 0) {
-            ids[t * k + r] = best_e;
-            weights[t * k + r] = best / sum;
-        }
-        selected += best / sum;
-#pragma unroll
-        for (int i = 0; i < kMaxExpertsPerLane; ++i)
-            if (i * 32 + lane == best_e) p[i] = -1.0f;
-    }
-    if (renorm && lane == 0)
-        for (int64_t r = 0; r < k; ++r) weights[t * k + r] /= selected;
+    router_topk_warp(logits + t * n_experts, n_experts, k, renorm, ids + t * k, weights + t * k, false);
 }
 
 __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, float* out) {

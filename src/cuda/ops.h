@@ -47,24 +47,38 @@ inline DevWeight dev_weight(const kernels::WeightView& v, const void* data, cons
 // ---- linear ------------------------------------------------------------------------------------
 // out[i, :] = row ids[i] of W dequantized, for i < n (embedding lookup; ids on the device).
 void dequantize_rows(const DevWeight& w, const int32_t* ids, int64_t n, float* out, cudaStream_t s);
-// y[rows] = W · x[cols] (one warp per 4 rows for 4/8-bit codes, lanes on interleaved 32-bit words).
+// Decode matrix-vector products (for 4/8-bit codes: groups of 4 rows whose code words the lanes of
+// S warps read interleaved, S chosen per launch from the rows and the SM count).
+// y[rows] = W · x[cols].
 void matvec(const DevWeight& w, const float* x, float* y, cudaStream_t s);
-// Y[n, rows] = X[n, cols] · Wᵀ: tiled f32 product, W dequantized into shared memory per tile.
+// Forces the decode products' column split S (1, 2, 4 or 8 warps per row group; 0: chosen per
+// launch). Process-wide, for tests and kernel benchmarks that cover every form.
+void set_matvec_split(int s);
+// Y[n, rows] = X[n, cols] · Wᵀ: tiled product, W dequantized into shared memory per tile; on
+// tensor cores at f32 accuracy (3xTF32), or by the f32 SIMT kernel.
 void matmul(const DevWeight& w, const float* x, int64_t n, float* y, cudaStream_t s);
+// Whether matmul and moe_matmul use tensor cores (default) or the SIMT kernel. Process-wide, for
+// tests, benchmarks and bisecting.
+void set_matmul_tensor_cores(bool on);
 
-// MoE decode, one token: for k < n_ids, with e = ids[k] and W = table[e·3 + which] (gate 0, up 1,
-// down 2): y[k, :] = W · x (x shared by all k). rows/cols: every expert's shape.
-void moe_matvec(const DevWeight* table, int which, const int32_t* ids, int64_t n_ids, int64_t rows,
-                int64_t cols, const float* x, float* y, cudaStream_t s);
-// moe_matvec for gate (which 0) and up (which 1) in one launch.
-void moe_matvec_gate_up(const DevWeight* table, const int32_t* ids, int64_t n_ids, int64_t rows,
-                        const float* x, float* gate, float* up, cudaStream_t s);
+// Router top-k fused into a matvec_multi launch: the last block of slice `which` to finish runs
+// router_topk over that slice's output (n_experts logits) into ids / weights [k]. counter: a
+// device word that is 0 before the launch; the kernel leaves it 0 again (graph replays reuse it).
+struct MatvecTopk {
+    int which = -1;
+    int64_t n_experts = 0, k = 0;
+    bool renormalize = false;
+    int32_t* ids = nullptr;
+    float* weights = nullptr;
+    unsigned* counter = nullptr;
+};
 // y[i] = w[i] · x for the n (≤ 4) weights of one input, in one launch (decode projections that
 // read the same activations: q/k/v, the DeltaNet inputs, router + shared expert).
 struct MatvecMulti {
     DevWeight w[4];
     float* y[4] = {};
     int n = 0;
+    MatvecTopk topk;
     void add(const DevWeight& weight, float* out) {
         w[n] = weight;
         y[n] = out;
@@ -72,25 +86,50 @@ struct MatvecMulti {
     }
 };
 void matvec_multi(const MatvecMulti& m, const float* x, cudaStream_t s);
+
+// A shared expert beside the routed ones in the decode MoE launches: its act = silu(gate · x) ⊙
+// (up · x) is slot n_ids of the routed act, its down output is scaled by sigmoid(*gate_logit) (1
+// without a gate) and added to the routed sum.
+struct SharedExpert {
+    DevWeight gate, up, down;
+    const float* gate_logit = nullptr;
+};
+// MoE decode, one token: for k < n_ids, with e = ids[k], gate[k, :] = W_gate(e) · x and up[k, :] =
+// W_up(e) · x (table[e·3 + 0 / 1]; rows, cols: every expert's shape), or with act set only
+// act[k, :] = silu(gate) ⊙ up (a group of warps computes 2 rows of both; gate and up unused), and
+// with `shared` also act[n_ids, :shared.gate.rows] for the shared expert. quant_vector: every
+// expert's (and the shared expert's) gate and up have vector_layout(), in one code width and shape.
+void moe_matvec_gate_up(const DevWeight* table, const int32_t* ids, int64_t n_ids, int64_t rows, int64_t cols,
+                        const float* x, float* gate, float* up, float* act, const SharedExpert* shared,
+                        bool quant_vector, cudaStream_t s);
 // Whether a fused SwiGLU down projection's activations (act_floats) fit in shared memory.
 bool swiglu_fits(int64_t act_floats);
-// moe_down_matvec with act = silu(gate) ⊙ up formed on the fly (gate, up: [n_ids, cols]).
-void moe_down_swiglu_matvec(const DevWeight* table, const int32_t* ids, const float* weights, int64_t n_ids,
-                            int64_t rows, int64_t cols, const float* gate, const float* up, float* y,
-                            cudaStream_t s);
 // y = down · (silu(gate) ⊙ up); mix = y, or mix += sigmoid(*gate_logit) · y when gate_logit is set
 // (the shared expert's gated add).
 void swiglu_down_matvec(const DevWeight& down, const float* gate, const float* up, const float* gate_logit,
                         float* mix, cudaStream_t s);
-// MoE decode down projection and weighted sum: y[r] = Σ_k weights[k] · (down_{ids[k]} · act[k, :])[r].
-// quant_vector (every expert's down projection has vector_layout()): blocks of 4 rows whose warps
-// take the experts; otherwise one warp per row over every expert.
+// MoE decode down projection and weighted sum: y[r] = Σ_k weights[k] · (down_{ids[k]} · act[k, :])[r]
+// (+ the shared expert's, from act[n_ids, :shared.down.cols], when `shared` is set). Blocks of 4 rows
+// whose warps take the experts. quant_vector: every down projection has vector_layout().
 void moe_down_matvec(const DevWeight* table, const int32_t* ids, const float* weights, int64_t n_ids,
-                     int64_t rows, int64_t cols, const float* act, float* y, bool quant_vector,
-                     cudaStream_t s);
+                     int64_t rows, int64_t cols, const float* act, const SharedExpert* shared,
+                     bool quant_vector, float* y, cudaStream_t s);
 // Whether the decode kernels read W as interleaved 32-bit code words (4/8-bit codes, cols and
 // group size multiples of the codes per word).
 bool vector_layout(const DevWeight& w);
+
+// The greedy token and the softmax normaliser of one row of logits, on the device: max, Σ exp(l −
+// max) (f32) and the first index of the max. partial: logits_summary_scratch_floats() floats;
+// counter: a device word that is 0 before the launch and is left 0.
+struct DevLogitsSummary {
+    float max;
+    float sum_exp;
+    int32_t argmax;
+    int32_t pad;
+};
+void logits_summary(const float* logits, int64_t n, float* partial, unsigned* counter, DevLogitsSummary* out,
+                    cudaStream_t s);
+int64_t logits_summary_scratch_floats();
 
 // MoE prefill: pairs (token, slot) grouped by expert. order[offsets[e] .. offsets[e+1]) are the
 // pair indices routed to expert e (pair p = token p / k_per_token, slot p % k_per_token).

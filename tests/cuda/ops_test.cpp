@@ -168,9 +168,14 @@ TEST(CudaOps, MatvecMatchesReference) {
         std::vector<float> ref(static_cast<size_t>(c.rows));
         kernels::reference::matvec(w->view, x.data(), ref.data(), nullptr);
         Dev<float> dx(x), dy(static_cast<size_t>(c.rows));
-        matvec(w->dev, dx.get(), dy.get(), nullptr);
-        EXPECT_LT(rel_err(dy.host(), ref), 1e-5)
-            << kernels::weight_type_name(c.type) << " " << c.rows << "x" << c.cols << " g" << c.group;
+        for (int split : {0, 1, 2, 4, 8}) {
+            set_matvec_split(split);
+            matvec(w->dev, dx.get(), dy.get(), nullptr);
+            EXPECT_LT(rel_err(dy.host(), ref), 1e-5)
+                << kernels::weight_type_name(c.type) << " " << c.rows << "x" << c.cols << " g" << c.group
+                << " split " << split;
+        }
+        set_matvec_split(0);
     }
 }
 
@@ -184,9 +189,14 @@ TEST(CudaOps, MatmulMatchesReference) {
             std::vector<float> ref(static_cast<size_t>(n * c.rows));
             kernels::reference::matmul(w->view, x.data(), n, ref.data(), nullptr);
             Dev<float> dx(x), dy(static_cast<size_t>(n * c.rows));
-            matmul(w->dev, dx.get(), n, dy.get(), nullptr);
-            EXPECT_LT(rel_err(dy.host(), ref), 1e-5)
-                << kernels::weight_type_name(c.type) << " " << c.rows << "x" << c.cols << " n=" << n;
+            for (bool tensor_cores : {true, false}) {  // 3xTF32 and its SIMT twin
+                set_matmul_tensor_cores(tensor_cores);
+                matmul(w->dev, dx.get(), n, dy.get(), nullptr);
+                EXPECT_LT(rel_err(dy.host(), ref), 1e-5)
+                    << kernels::weight_type_name(c.type) << " " << c.rows << "x" << c.cols << " n=" << n
+                    << " tensor cores " << tensor_cores;
+            }
+            set_matmul_tensor_cores(true);
         }
     }
 }
@@ -225,7 +235,7 @@ TEST(CudaOps, GroupedMoeMatchesComposedReference) {
             std::memcpy(table_bytes.data(), table.data(), table_bytes.size());
             Dev<uint8_t> dtable(table_bytes);
             const auto* dt = reinterpret_cast<const DevWeight*>(dtable.get());
-            for (int64_t n : {1, 3, 50}) {
+            for (int64_t n : {1, 3, 50, 130}) {
                 std::vector<float> x = randn(static_cast<size_t>(n * H), 5);
                 std::vector<int32_t> ids(static_cast<size_t>(n * K));
                 std::vector<float> wts(static_cast<size_t>(n * K));
@@ -254,26 +264,33 @@ TEST(CudaOps, GroupedMoeMatchesComposedReference) {
                     dpo(static_cast<size_t>(n * K * H)), dmix(static_cast<size_t>(n * H));
                 Dev<int32_t> dids(ids), doff(static_cast<size_t>(E + 1)), dord(static_cast<size_t>(n * K));
                 if (n == 1) {
-                    moe_matvec(dt, 0, dids.get(), K, I, H, dx.get(), dg.get(), nullptr);
-                    moe_matvec(dt, 1, dids.get(), K, I, H, dx.get(), du.get(), nullptr);
-                    swiglu(dg.get(), du.get(), K * I, da.get(), nullptr);
-                    moe_down_matvec(dt, dids.get(), dw.get(), K, H, I, da.get(), dmix.get(), false, nullptr);
-                    if (vector_layout(ws[2]->dev)) {  // the split form against the same reference
-                        Dev<float> dsplit(static_cast<size_t>(H));
-                        moe_down_matvec(dt, dids.get(), dw.get(), K, H, I, da.get(), dsplit.get(), true,
-                                        nullptr);
-                        EXPECT_LT(rel_err(dsplit.host(), ref), 1e-5)
-                            << kernels::weight_type_name(type) << " split K=" << K;
-                    }
-                    // The fused decode form: gate and up in one launch, SwiGLU inside the down projection.
-                    Dev<float> dg2(static_cast<size_t>(K * I)), du2(static_cast<size_t>(K * I)),
-                        dmix2(static_cast<size_t>(H));
-                    moe_matvec_gate_up(dt, dids.get(), K, I, dx.get(), dg2.get(), du2.get(), nullptr);
-                    moe_down_swiglu_matvec(dt, dids.get(), dw.get(), K, H, I, dg2.get(), du2.get(),
-                                           dmix2.get(), nullptr);
-                    EXPECT_LT(rel_err(dmix2.host(), ref), 1e-5)
-                        << kernels::weight_type_name(type) << " fused";
+                    // Unfused: gate and up, SwiGLU, the down projection; every column split, the
+                    // code-word instances (4/8-bit) and the generic ones (every type).
+                    const bool vec = vector_layout(ws[0]->dev);
+                    for (int split : {0, 1, 2, 4, 8})
+                        for (bool qv : {false, vec}) {
+                            set_matvec_split(split);
+                            const std::string what = std::string(kernels::weight_type_name(type)) +
+                                                     " K=" + std::to_string(K) + " split " +
+                                                     std::to_string(split) + (qv ? " words" : " generic");
+                            moe_matvec_gate_up(dt, dids.get(), K, I, H, dx.get(), dg.get(), du.get(), nullptr,
+                                               nullptr, qv, nullptr);
+                            swiglu(dg.get(), du.get(), K * I, da.get(), nullptr);
+                            moe_down_matvec(dt, dids.get(), dw.get(), K, H, I, da.get(), nullptr, qv,
+                                            dmix.get(), nullptr);
+                            EXPECT_LT(rel_err(dmix.host(), ref), 1e-5) << what;
+                            // Fused: SwiGLU in the gate/up launch.
+                            Dev<float> da2(static_cast<size_t>(K * I)), dmix2(static_cast<size_t>(H));
+                            moe_matvec_gate_up(dt, dids.get(), K, I, H, dx.get(), nullptr, nullptr, da2.get(),
+                                               nullptr, qv, nullptr);
+                            EXPECT_LT(rel_err(da2.host(), da.host()), 1e-5) << what << " fused act";
+                            moe_down_matvec(dt, dids.get(), dw.get(), K, H, I, da2.get(), nullptr, qv,
+                                            dmix2.get(), nullptr);
+                            EXPECT_LT(rel_err(dmix2.host(), ref), 1e-5) << what << " fused";
+                        }
+                    set_matvec_split(0);
                 } else {
+                    set_matmul_tensor_cores(n != 50);  // 50: the SIMT kernel, else tensor cores
                     moe_group(dids.get(), n * K, E, doff.get(), dord.get(), nullptr);
                     moe_matmul(dt, 0, E, doff.get(), dord.get(), n * K, true, K, false, I, H, dx.get(),
                                dg.get(), nullptr);
@@ -283,6 +300,7 @@ TEST(CudaOps, GroupedMoeMatchesComposedReference) {
                     moe_matmul(dt, 2, E, doff.get(), dord.get(), n * K, false, 1, true, H, I, da.get(),
                                dpo.get(), nullptr);
                     moe_combine(dpo.get(), dw.get(), n, K, H, dmix.get(), nullptr);
+                    set_matmul_tensor_cores(true);
                 }
                 EXPECT_LT(rel_err(dmix.host(), ref), 1e-5) << kernels::weight_type_name(type) << " n=" << n;
             }
@@ -445,6 +463,145 @@ TEST(CudaOps, RouterTopkMatchesReference) {
             router_topk(dl.get(), n, E, K, renorm, di.get(), dw.get(), nullptr);
             EXPECT_EQ(di.host(), ref_ids) << "E " << E;
             EXPECT_LT(rel_err(dw.host(), ref_w), 1e-6) << "E " << E;
+        }
+    }
+}
+
+// The router top-k run by the last block of a matvec_multi launch against router_topk over the
+// same launch's logits, replayed (the counter must come back to 0), beside other slices.
+TEST(CudaOps, MatvecMultiFusedTopkMatchesRouterTopk) {
+    REQUIRE_GPU();
+    for (int64_t E : {64, 256, 512}) {
+        for (int split : {0, 1, 8}) {
+            set_matvec_split(split);
+            const int64_t H = 512, K = 8;
+            auto wr = make_weight(kernels::WeightType::kQ8, E, H, 64, static_cast<uint32_t>(E));
+            auto wg = make_weight(kernels::WeightType::kQ4, 300, H, 64, 2);
+            Dev<float> dl(static_cast<size_t>(E)), dg(300), dw(static_cast<size_t>(K)),
+                dw2(static_cast<size_t>(K));
+            Dev<int32_t> di(static_cast<size_t>(K)), di2(static_cast<size_t>(K));
+            Dev<uint32_t> counter(1);
+            for (int rep = 0; rep < 3; ++rep) {
+                std::vector<float> x = randn(static_cast<size_t>(H), static_cast<uint32_t>(10 + rep));
+                Dev<float> dx(x);
+                MatvecMulti m;
+                m.add(wg->dev, dg.get());
+                m.add(wr->dev, dl.get());
+                m.topk.which = 1;
+                m.topk.n_experts = E;
+                m.topk.k = K;
+                m.topk.renormalize = rep % 2 == 0;
+                m.topk.ids = di.get();
+                m.topk.weights = dw.get();
+                m.topk.counter = counter.get();
+                matvec_multi(m, dx.get(), nullptr);
+                router_topk(dl.get(), 1, E, K, rep % 2 == 0, di2.get(), dw2.get(), nullptr);
+                EXPECT_EQ(di.host(), di2.host()) << "E " << E << " split " << split;
+                EXPECT_EQ(dw.host(), dw2.host()) << "E " << E << " split " << split;
+                EXPECT_EQ(counter.host()[0], 0u);
+            }
+        }
+    }
+    set_matvec_split(0);
+}
+
+// The shared expert in the routed decode launches (its act as slot n_ids of the gate/up launch,
+// its sigmoid-gated output in the down launch) against the separate SwiGLU down projection, for
+// code-word and 16-bit shared experts and every column split.
+TEST(CudaOps, MoeWithSharedExpertMatchesSeparateForms) {
+    REQUIRE_GPU();
+    const int64_t E = 8, H = 256, I = 128, Is = 192, K = 4;
+    std::vector<std::unique_ptr<TestWeight>> ws;
+    std::vector<DevWeight> table;
+    for (int64_t e = 0; e < E; ++e)
+        for (int j = 0; j < 3; ++j) {
+            const uint32_t seed = static_cast<uint32_t>(50 + 3 * e + j);
+            ws.push_back(j < 2 ? make_weight(kernels::WeightType::kQ4, I, H, 64, seed)
+                               : make_weight(kernels::WeightType::kQ4, H, I, 64, seed));
+            table.push_back(ws.back()->dev);
+        }
+    std::vector<uint8_t> table_bytes(table.size() * sizeof(DevWeight));
+    std::memcpy(table_bytes.data(), table.data(), table_bytes.size());
+    Dev<uint8_t> dtable(table_bytes);
+    const auto* dt = reinterpret_cast<const DevWeight*>(dtable.get());
+    const std::vector<int32_t> ids = {3, 0, 7, 5};
+    const std::vector<float> wts = {0.4f, 0.3f, 0.2f, 0.1f}, logit = {0.7f};
+    const std::vector<float> x = randn(static_cast<size_t>(H), 1);
+    for (auto type : {kernels::WeightType::kQ4, kernels::WeightType::kQ8, kernels::WeightType::kBF16}) {
+        auto sg = make_weight(type, Is, H, 64, 7), su = make_weight(type, Is, H, 64, 8),
+             sd = make_weight(type, H, Is, 64, 9);
+        const bool vec = type != kernels::WeightType::kBF16;  // the routed experts are 4-bit
+        for (int split : {0, 1, 8})
+            for (bool gated : {true, false}) {
+                const bool qv = vec && split != 1;  // split 1: also the generic instances
+                set_matvec_split(split);
+                Dev<int32_t> dids(ids);
+                Dev<float> dx(x), dw(wts), dlogit(logit), dact(static_cast<size_t>(K * I)),
+                    dact2(static_cast<size_t>(K * I + Is)), dg(static_cast<size_t>(Is)),
+                    du(static_cast<size_t>(Is)), dsep(static_cast<size_t>(H)), dfold(static_cast<size_t>(H));
+                // Separate: routed experts, then the shared expert's gated add.
+                moe_matvec_gate_up(dt, dids.get(), K, I, H, dx.get(), nullptr, nullptr, dact.get(), nullptr,
+                                   qv, nullptr);
+                moe_down_matvec(dt, dids.get(), dw.get(), K, H, I, dact.get(), nullptr, qv, dsep.get(),
+                                nullptr);
+                MatvecMulti m;
+                m.add(sg->dev, dg.get());
+                m.add(su->dev, du.get());
+                matvec_multi(m, dx.get(), nullptr);
+                if (gated) {
+                    swiglu_down_matvec(sd->dev, dg.get(), du.get(), dlogit.get(), dsep.get(), nullptr);
+                } else {
+                    Dev<float> dsh(static_cast<size_t>(H));
+                    swiglu_down_matvec(sd->dev, dg.get(), du.get(), nullptr, dsh.get(), nullptr);
+                    axpy(1.0f, dsh.get(), H, dsep.get(), nullptr);
+                }
+                SharedExpert shared;
+                shared.gate = sg->dev;
+                shared.up = su->dev;
+                shared.down = sd->dev;
+                shared.gate_logit = gated ? dlogit.get() : nullptr;
+                moe_matvec_gate_up(dt, dids.get(), K, I, H, dx.get(), nullptr, nullptr, dact2.get(), &shared,
+                                   qv, nullptr);
+                moe_down_matvec(dt, dids.get(), dw.get(), K, H, I, dact2.get(), &shared, qv, dfold.get(),
+                                nullptr);
+                EXPECT_LT(rel_err(dfold.host(), dsep.host()), 1e-5)
+                    << kernels::weight_type_name(type) << " gated " << gated << " split " << split;
+            }
+    }
+    set_matvec_split(0);
+}
+
+// The device logits summary against a pass over the row: the first index of the maximum (ties
+// included), max and Σ exp(l − max).
+TEST(CudaOps, LogitsSummaryMatchesHostPass) {
+    REQUIRE_GPU();
+    for (int64_t V : {7, 1000, 151936, 248320}) {
+        std::vector<float> l = randn(static_cast<size_t>(V), static_cast<uint32_t>(V), 3.0f);
+        l[static_cast<size_t>(V / 3)] = 20.0f;
+        l[static_cast<size_t>(V - 1)] = 20.0f;  // a tie: the first index wins
+        if (V > 10) l[5] = -INFINITY;
+        float mx = -INFINITY;
+        int32_t arg = -1;
+        for (int64_t i = 0; i < V; ++i)
+            if (l[i] > mx) {
+                mx = l[i];
+                arg = static_cast<int32_t>(i);
+            }
+        double sum = 0;
+        for (float v : l) sum += std::exp(static_cast<double>(v - mx));
+        Dev<float> dl(l), partial(static_cast<size_t>(logits_summary_scratch_floats()));
+        Dev<uint32_t> counter(1);
+        Dev<uint8_t> dout(sizeof(DevLogitsSummary));
+        for (int rep = 0; rep < 2; ++rep) {
+            logits_summary(dl.get(), V, partial.get(), counter.get(),
+                           reinterpret_cast<DevLogitsSummary*>(dout.get()), nullptr);
+            const std::vector<uint8_t> bytes = dout.host();
+            DevLogitsSummary got;
+            std::memcpy(&got, bytes.data(), sizeof got);
+            EXPECT_EQ(got.argmax, arg) << V;
+            EXPECT_EQ(got.max, mx) << V;
+            EXPECT_NEAR(got.sum_exp, sum, 1e-5 * sum) << V;
+            EXPECT_EQ(counter.host()[0], 0u);
         }
     }
 }
