@@ -8,7 +8,8 @@
 #               packed three-tier test
 #   synth35 / synth80      synthetic Qwen3.6-35B-A3B / Qwen3-Next-80B-A3B, 4-bit, into /tmp/m35 /tmp/m80
 #   resident35 / resident80  fully resident decode and prefill (512 and 4096-token prompts);
-#                          decode35 / decode80 the 512-token one only
+#                          decode35 / decode80 the 512-token one only (GPU time per step logged);
+#                          splits35: decode with each forced matvec column split
 #   host35 / host80        --gpu-memory 4G, experts in host RAM (warm host cache); host35np / host80np
 #                          the same without prefetch
 #   disk35 / disk80        --gpu-memory 4G --memory 8G: experts streamed from disk
@@ -76,15 +77,25 @@ for s in "$@"; do
     ncu35)
         # Per-kernel GPU time (summed per kernel) over the decode steps of a short run.
         step ncu35 300 ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip 1100 \
-            --launch-count 1400 --print-summary per-kernel "$B/sluice" bench /tmp/m35 --device cuda \
+            --launch-count 1400 --csv --print-summary none "$B/sluice" bench /tmp/m35 --device cuda \
             --prompt-tokens 16 --prefill-chunk 16 --gen-tokens 6 --reps 1
+        python3 tools/ncu_per_kernel.py "$RES/ncu35.txt" >"$RES/ncu35_per_kernel.txt" 2>&1
+        head -n 30 "$RES/ncu35_per_kernel.txt"
         ;;
     synth35) step synth35 300 "$B/sluice" synth "$SHARED/qwen3.6-35b-a3b.json" /tmp/m35 --bits 4 ;;
     synth80) step synth80 400 "$B/sluice" synth "$SHARED/qwen3-next-80b-a3b.hf.json" /tmp/m80 --bits 4 ;;
     rm35) rm -rf /tmp/m35 ;;
     rm80) rm -rf /tmp/m80 ;;
     decode35 | decode80)
-        bench "$s"_p512 120 /tmp/m${s#decode} --prompt-tokens 512 --prefill-chunk 512 --gen-tokens 128 --reps 2
+        SLUICE_CUDA_TIMING=1 bench "$s"_p512 120 /tmp/m${s#decode} --prompt-tokens 512 --prefill-chunk 512 \
+            --gen-tokens 128 --reps 2
+        ;;
+    splits35)
+        # Decode with each forced column split of the matvec kernels (and the automatic choice).
+        for sp in 1 2 4 8; do
+            SLUICE_CUDA_TIMING=1 SLUICE_CUDA_MATVEC_SPLIT=$sp bench split${sp}_35 120 /tmp/m35 --prompt-tokens 64 \
+                --gen-tokens 128 --reps 1
+        done
         ;;
     resident35 | resident80)
         m=/tmp/m${s#resident}
