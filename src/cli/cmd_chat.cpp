@@ -199,7 +199,7 @@ void print_help() {
         "  /stats            statistics of the last reply and the expert cache\n"
         "  /save FILE        save the conversation and its model state\n"
         "  /load FILE        restore a saved conversation\n"
-        "  /help             this help;  /exit or Ctrl-D quits;  Ctrl-C stops a reply\n"
+        "  /help             this help;  /exit or Ctrl-D quits;  Ctrl-C stops a reply or drops the line\n"
         "  a line ending in \\ continues on the next line\n");
 }
 
