@@ -4,13 +4,39 @@
 // tokens to Session::generate, which reuses the state of everything already computed (DeltaNet
 // turn checkpoints included), so turn N only computes its new tokens. Line editing and history
 // come from libedit on a terminal; with stdin not a terminal, lines are read plainly (scripted
-// use). A line ending in a backslash continues on the next line. Ctrl-C stops the current reply,
-// not the program. Reasoning (<think>…</think>) is shown dimmed, or hidden with --hide-thinking.
+// use). A line ending in a backslash continues on the next line. Reasoning (<think>…</think>) is
+// shown dimmed, or hidden with --hide-thinking.
+//
+// Keys, as in python or bash: Ctrl-C while a reply streams stops the reply; Ctrl-C at the prompt
+// discards the line being typed (with its continuation lines) and shows a fresh prompt; Ctrl-D at
+// an empty prompt quits. How Ctrl-C reaches us:
+//  - While a reply streams the terminal is in cooked mode; the driver sends SIGINT and on_sigint
+//    cancels the session (an atomic store, so safe in a handler). The handler is installed with
+//    SA_RESTART: during generation no system call should fail with EINTR.
+//  - At the prompt, libedit's readline() has its own handler in place (rl_catch_signals, on by
+//    default): it puts the terminal back into cooked mode, reinstalls our handler, re-raises the
+//    signal, and the interrupted read() makes readline() return NULL with errno EINTR — the same
+//    NULL as end of input. Treating every NULL as end of input made Ctrl-C at an idle prompt quit
+//    the chat (the bug this fixes); read_input tells them apart by EINTR and by on_sigint having
+//    run (the re-raised signal is delivered before read() returns).
+//  - Both need the signal handled on the main thread, the one in read(): a handler on an engine
+//    thread would leave read() waiting, and the re-raised signal could reach on_sigint only after
+//    readline() returned. The engine's threads (thread pool, expert IO, the CUDA runtime's) all
+//    start inside Engine::load, which runs with SIGINT blocked; they inherit and keep that mask,
+//    so the kernel can only deliver SIGINT to the main thread.
+// Rejected: turning ISIG off while editing and binding ^C as a key with the native el_* API. It
+// needs no signal at the prompt, but ^Z and ^\ then become keys too (suspend reimplemented), and
+// ending the line cleanly from a bound function needs libedit internals (re_goto_bottom). Also
+// rejected: our own handler without SA_RESTART at the prompt (rl_catch_signals = 0): libedit then
+// installs no handler at all, and loses its SIGTSTP/SIGCONT/SIGWINCH handling (terminal back to
+// cooked mode on Ctrl-Z, edit mode and a redrawn line on fg, a resize).
 #include <editline/readline.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -31,13 +57,39 @@ namespace sluice::cli {
 namespace {
 
 std::atomic<Session*> g_generating{nullptr};
-std::atomic<bool> g_interrupted{false};
+std::atomic<bool> g_sigint_seen{false};  // set by every SIGINT; read_input clears it before reading
 
 void on_sigint(int) {
     Session* s = g_generating.load();
     if (s != nullptr) s->cancel();
-    g_interrupted.store(true);
+    g_sigint_seen.store(true);
 }
+
+void install_sigint_handler() {
+    struct sigaction sa = {};
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+}
+
+// Blocks SIGINT in the calling thread for its lifetime; threads started meanwhile inherit the mask
+// and keep it (see the file comment).
+class SigintBlockedScope {
+ public:
+    SigintBlockedScope() {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGINT);
+        pthread_sigmask(SIG_BLOCK, &set, &old_);
+    }
+    ~SigintBlockedScope() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+    SigintBlockedScope(const SigintBlockedScope&) = delete;
+    SigintBlockedScope& operator=(const SigintBlockedScope&) = delete;
+
+ private:
+    sigset_t old_;
+};
 
 struct ChatOptions {
     EngineFlags engine;
@@ -98,18 +150,33 @@ class ReplyPrinter {
     std::string pending_;
 };
 
-bool read_input(bool tty, std::string* out) {
+enum class Input { kLine, kInterrupted, kEnd };
+
+// Reads one input (a line, or lines joined by trailing backslashes). kInterrupted: Ctrl-C at the
+// prompt; what was typed is discarded. kEnd: end of input with nothing typed.
+Input read_input(bool tty, std::string* out) {
     out->clear();
     const char* prompt = "> ";
     for (;;) {
         std::string line;
         if (tty) {
+            g_sigint_seen.store(false);
+            errno = 0;
             char* raw = readline(prompt);
-            if (raw == nullptr) return !out->empty();
+            if (raw == nullptr) {
+                if (errno == EINTR || g_sigint_seen.load()) {
+                    // The terminal did not echo the ^C (libedit edits with ECHO off).
+                    std::fputs("^C\n", stdout);
+                    std::fflush(stdout);
+                    out->clear();
+                    return Input::kInterrupted;
+                }
+                return out->empty() ? Input::kEnd : Input::kLine;
+            }
             line = raw;
             std::free(raw);
         } else if (!std::getline(std::cin, line)) {
-            return !out->empty();
+            return out->empty() ? Input::kEnd : Input::kLine;
         }
         if (!line.empty() && line.back() == '\\') {
             line.pop_back();
@@ -119,7 +186,7 @@ bool read_input(bool tty, std::string* out) {
         }
         *out += line;
         if (tty && !out->empty()) add_history(out->c_str());
-        return true;
+        return Input::kLine;
     }
 }
 
@@ -132,7 +199,7 @@ void print_help() {
         "  /stats            statistics of the last reply and the expert cache\n"
         "  /save FILE        save the conversation and its model state\n"
         "  /load FILE        restore a saved conversation\n"
-        "  /help             this help;  /exit or Ctrl-D quits;  Ctrl-C stops a reply\n"
+        "  /help             this help;  /exit or Ctrl-D quits;  Ctrl-C stops a reply or drops the line\n"
         "  a line ending in \\ continues on the next line\n");
 }
 
@@ -141,18 +208,23 @@ void run_chat(const ChatOptions& o) {
     eo.model_dir = o.model_dir;
     o.engine.apply(eo);
     eo.context_tokens = o.ctx;
-    auto engine = check(Engine::load(eo));
+    std::shared_ptr<Engine> engine;
+    std::unique_ptr<Session> session;
+    {
+        const SigintBlockedScope engine_threads_without_sigint;
+        engine = check(Engine::load(eo));
+        session = engine->new_session();
+    }
     auto tmpl = engine->chat_template();
     auto tok = engine->tokenizer();
     if (!tok || !tmpl)
         throw CliError(o.model_dir + " has no tokenizer.json or chat template; use `sluice generate`");
     const bool tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
-    auto session = engine->new_session();
     std::string system = o.system;
     bool thinking = !o.no_think;
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     GenerationStats last;
-    std::signal(SIGINT, on_sigint);
+    install_sigint_handler();
     if (tty) {
         std::printf("sluice chat — %s (%s). /help for commands.\n", o.model_dir.c_str(),
                     engine->info().family.c_str());
@@ -160,9 +232,10 @@ void run_chat(const ChatOptions& o) {
     }
 
     std::string input;
-    while (read_input(tty, &input)) {
-        g_interrupted.store(false);
-        if (input.empty()) continue;
+    for (;;) {
+        const Input got = read_input(tty, &input);
+        if (got == Input::kEnd) break;
+        if (got == Input::kInterrupted || input.empty()) continue;
         if (input[0] == '/') {
             const size_t sp = input.find(' ');
             const std::string cmd = input.substr(0, sp);
