@@ -549,22 +549,34 @@ constexpr int kBN = 64;  // weight rows per tile
 constexpr int kBK = 32;  // inputs per step
 constexpr int kMatmulThreads = 256;
 
-// One grid z-slice per expert (or one for a dense weight). Rows of the slice are [begin, end) of
-// the (permuted) token list; block y strides over its 64-token tiles.
+// A matmul grid's z-slice: one per expert (or one for a dense weight), whose rows are [begin, end)
+// of the (permuted) token list.
+struct MatmulSlice {
+    DevWeight w;  // a register copy (see matvec_multi_kernel)
+    int64_t begin, end;
+};
+
+__device__ __forceinline__ MatmulSlice matmul_slice(const DevWeight& dense, const DevWeight* table, int which,
+                                                    const int32_t* offsets, int64_t n) {
+    MatmulSlice s;
+    if (table != nullptr) {
+        s.w = table[blockIdx.z * 3 + which];
+    } else {
+        s.w = dense;
+    }
+    s.begin = offsets != nullptr ? offsets[blockIdx.z] : 0;
+    s.end = offsets != nullptr ? offsets[blockIdx.z + 1] : n;
+    return s;
+}
+
+// Block y strides over the slice's 64-token tiles.
 __global__ void __launch_bounds__(kMatmulThreads)
     matmul_kernel(DevWeight dense, const DevWeight* table, int which, const int32_t* offsets,
                   const int32_t* order, int64_t n, bool gather, int64_t x_div, bool scatter,
                   const float* __restrict__ x, float* __restrict__ y) {
-    DevWeight w;  // a register copy (see matvec_multi_kernel)
-    if (table != nullptr) {
-        w = table[blockIdx.z * 3 + which];
-    } else {
-        w = dense;
-    }
+    const auto [w, begin, end] = matmul_slice(dense, table, which, offsets, n);
     const bool quantized_full_tiles = (w.type == WeightType::kQ4 || w.type == WeightType::kQ8) &&
                                       w.cols % kBK == 0 && w.group_size % 8 == 0;
-    const int64_t begin = offsets != nullptr ? offsets[blockIdx.z] : 0;
-    const int64_t end = offsets != nullptr ? offsets[blockIdx.z + 1] : n;
     const int64_t rows = w.rows, cols = w.cols;
     const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kBN;
     __shared__ __align__(16) float xs[kBK][kBM + 4];
@@ -684,14 +696,7 @@ __global__ void __launch_bounds__(kTcThreads, 2)
     matmul_tc_kernel(DevWeight dense, const DevWeight* table, int which, const int32_t* offsets,
                      const int32_t* order, int64_t n, bool gather, int64_t x_div, bool scatter,
                      const float* __restrict__ x, float* __restrict__ y) {
-    DevWeight w;  // a register copy (see matvec_multi_kernel)
-    if (table != nullptr) {
-        w = table[blockIdx.z * 3 + which];
-    } else {
-        w = dense;
-    }
-    const int64_t begin = offsets != nullptr ? offsets[blockIdx.z] : 0;
-    const int64_t end = offsets != nullptr ? offsets[blockIdx.z + 1] : n;
+    const auto [w, begin, end] = matmul_slice(dense, table, which, offsets, n);
     const int64_t rows = w.rows, cols = w.cols;
     const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTcBN;
     const bool quant_words = (w.type == WeightType::kQ4 || w.type == WeightType::kQ8) && cols % kTcBK == 0 &&

@@ -48,7 +48,7 @@ inline DevWeight dev_weight(const kernels::WeightView& v, const void* data, cons
 // out[i, :] = row ids[i] of W dequantized, for i < n (embedding lookup; ids on the device).
 void dequantize_rows(const DevWeight& w, const int32_t* ids, int64_t n, float* out, cudaStream_t s);
 // Decode matrix-vector products (for 4/8-bit codes: groups of 4 rows whose code words the lanes of
-// S warps read interleaved, S chosen per launch from the rows and the SM count).
+// S warps read interleaved, S chosen per launch from the rows and the kernel's occupancy).
 // y[rows] = W · x[cols].
 void matvec(const DevWeight& w, const float* x, float* y, cudaStream_t s);
 // Forces the decode products' column split S (1, 2, 4 or 8 warps per row group; 0: chosen per
