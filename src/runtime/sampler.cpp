@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 namespace sluice::runtime {
@@ -9,14 +10,27 @@ namespace sluice::runtime {
 namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// log-softmax value of `logits[id]`.
-float log_softmax_at(std::span<const float> logits, int32_t id) {
+// log Σ exp(logits), max-shifted, summed in double.
+double log_sum_exp(std::span<const float> logits) {
     float mx = kNegInf;
     for (float v : logits) mx = std::max(mx, v);
     double sum = 0;
     for (float v : logits) sum += std::exp(static_cast<double>(v - mx));
-    return static_cast<float>(logits[static_cast<size_t>(id)] - mx - std::log(sum));
+    return mx + std::log(sum);
 }
+
+// Candidate order: scaled logit descending, then id ascending. A function object, so the sorts
+// inline it (a function pointer made the full sort 40% slower).
+struct Better {
+    bool operator()(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) const {
+        return a.first > b.first || (a.first == b.first && a.second < b.second);
+    }
+};
+constexpr Better better;
+
+// With top-p or min-p and no top-k, only a head of this many best candidates is sorted first: the
+// cuts rarely reach past it, and the rest is sorted only when they do.
+constexpr size_t kSortedHead = 1024;
 }  // namespace
 
 Sampler::Sampler(const SamplingParams& params, int64_t vocab, std::vector<int32_t> suppressed)
@@ -33,47 +47,54 @@ Sampler::Sampler(const SamplingParams& params, int64_t vocab, std::vector<int32_
     candidates_.reserve(static_cast<size_t>(vocab));
 }
 
-int32_t Sampler::greedy_from_summary(std::span<float> logits, const GenerateOptions& options,
-                                     TokenEvent* event, const LogitsSummary& summary) {
-    const bool plain = params_.temperature <= 0.0f && params_.logit_bias.empty() &&
-                       params_.repetition_penalty == 1.0f && params_.presence_penalty == 0.0f &&
-                       params_.frequency_penalty == 0.0f && !options.logits_filter &&
-                       options.top_logprobs == 0;
-    if (!plain || summary.argmax < 0 || summary.argmax >= vocab_ || !std::isfinite(summary.max) ||
-        !(summary.sum_exp > 0.0f))
-        return -1;
-    // Suppression masks ids below the maximum (else the full path picks among the rest): their
-    // terms leave the normaliser, exactly as log_softmax_at over the masked row would see it.
-    double masked = 0;
-    for (int32_t id : suppressed_) {
-        if (id == summary.argmax) return -1;
-        float& v = logits[static_cast<size_t>(id)];
-        if (v != kNegInf) masked += std::exp(static_cast<double>(v - summary.max));
-        v = kNegInf;
+// The k best (scaled logit descending, id ascending) of the finite logits, best first, in one pass
+// with a heap of k whose front is the worst kept: most entries cost one comparison, and no
+// vocabulary-sized candidate list is built (a 248k-entry list plus its partial sort took about
+// 1 ms per token).
+void Sampler::select_top_k(std::span<const float> logits, float inv_t, size_t k) {
+    candidates_.clear();
+    for (int64_t i = 0; i < vocab_; ++i) {
+        const float v = logits[static_cast<size_t>(i)];
+        if (v == kNegInf) continue;
+        const std::pair<float, int32_t> c(v * inv_t, static_cast<int32_t>(i));
+        if (candidates_.size() < k) {
+            candidates_.push_back(c);
+            std::push_heap(candidates_.begin(), candidates_.end(), better);
+        } else if (better(c, candidates_.front())) {  // ids ascend, so a tie never displaces
+            std::pop_heap(candidates_.begin(), candidates_.end(), better);
+            candidates_.back() = c;
+            std::push_heap(candidates_.begin(), candidates_.end(), better);
+        }
     }
-    const double sum = static_cast<double>(summary.sum_exp) - masked;
-    if (!(sum > 0)) return -1;
-    const int32_t chosen = summary.argmax;
-    if (event != nullptr) {
-        event->token = chosen;
-        event->logprob =
-            static_cast<float>(logits[static_cast<size_t>(chosen)] - summary.max - std::log(sum));
-        event->top_logprobs.clear();
-    }
-    return chosen;
+    std::sort_heap(candidates_.begin(), candidates_.end(), better);  // best first
 }
 
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> context,
                         std::span<const int32_t> generated, const GenerateOptions& options, TokenEvent* event,
                         const LogitsSummary* summary) {
-    if (summary != nullptr) {
-        const int32_t chosen = greedy_from_summary(logits, options, event, *summary);
-        if (chosen >= 0) return chosen;
-    }
     for (const auto& [id, bias] : params_.logit_bias)
         if (id >= 0 && id < vocab_) logits[static_cast<size_t>(id)] += bias;
-    for (int32_t id : suppressed_) logits[static_cast<size_t>(id)] = kNegInf;
-
+    // With a backend summary and nothing but suppression changing the row, the summary's maximum
+    // and normaliser still describe it once the suppressed terms are taken out (unless the maximum
+    // itself is suppressed): greedy decoding then needs no pass over the row, and the log-probability
+    // none for any sampling.
+    const bool summary_usable = summary != nullptr && params_.logit_bias.empty() &&
+                                params_.repetition_penalty == 1.0f && params_.presence_penalty == 0.0f &&
+                                params_.frequency_penalty == 0.0f && !options.logits_filter &&
+                                summary->argmax >= 0 && summary->argmax < vocab_ &&
+                                std::isfinite(summary->max) && summary->sum_exp > 0.0f;
+    double masked = 0;  // Σ exp(l − max) over the suppressed ids (summary_usable only)
+    bool max_masked = false;
+    for (int32_t id : suppressed_) {
+        float& v = logits[static_cast<size_t>(id)];
+        if (summary_usable) {
+            max_masked = max_masked || id == summary->argmax;
+            if (v != kNegInf) masked += std::exp(static_cast<double>(v - summary->max));
+        }
+        v = kNegInf;
+    }
+    const double summary_sum = summary_usable ? static_cast<double>(summary->sum_exp) - masked : 0.0;
+    const bool use_summary = summary_usable && !max_masked && summary_sum > 0;
     if (params_.repetition_penalty != 1.0f) {
         const size_t window =
             params_.repetition_window > 0 ? static_cast<size_t>(params_.repetition_window) : context.size();
@@ -101,31 +122,43 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> contex
 
     int32_t chosen = 0;
     if (params_.temperature <= 0.0f) {
-        chosen = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        chosen = use_summary
+                     ? summary->argmax
+                     : static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     } else {
         const float inv_t = 1.0f / params_.temperature;
-        candidates_.clear();
-        for (int64_t i = 0; i < vocab_; ++i) {
-            const float v = logits[static_cast<size_t>(i)];
-            if (v != kNegInf) candidates_.emplace_back(v * inv_t, static_cast<int32_t>(i));
+        const bool ordered = params_.top_p < 1.0f || params_.min_p > 0.0f;  // the cuts walk by probability
+        size_t sorted = SIZE_MAX;  // candidates_[0, sorted) are in order and better than the rest
+        // The walks below reach entry n: the tail gets sorted first if they pass the sorted head.
+        auto sort_through = [&](size_t n) {
+            if (n < sorted || sorted >= candidates_.size()) return;
+            std::sort(candidates_.begin() + static_cast<long>(sorted), candidates_.end(), better);
+            sorted = SIZE_MAX;
+        };
+        if (params_.top_k > 0 && params_.top_k < vocab_) {
+            select_top_k(logits, inv_t, static_cast<size_t>(params_.top_k));
+        } else {
+            candidates_.clear();
+            for (int64_t i = 0; i < vocab_; ++i) {
+                const float v = logits[static_cast<size_t>(i)];
+                if (v != kNegInf) candidates_.emplace_back(v * inv_t, static_cast<int32_t>(i));
+            }
+            // Without top-p or min-p the draw needs no order: the candidates stay in id order.
+            if (ordered && candidates_.size() > kSortedHead) {
+                std::nth_element(candidates_.begin(), candidates_.begin() + kSortedHead, candidates_.end(),
+                                 better);
+                std::sort(candidates_.begin(), candidates_.begin() + kSortedHead, better);
+                sorted = kSortedHead;
+            } else if (ordered) {
+                std::sort(candidates_.begin(), candidates_.end(), better);
+            }
         }
         if (candidates_.empty()) {
             chosen = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
         } else {
-            auto by_logit = [](const auto& a, const auto& b) {
-                return a.first > b.first || (a.first == b.first && a.second < b.second);
-            };
-            size_t keep = candidates_.size();
-            if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
-                keep = static_cast<size_t>(params_.top_k);
-                std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<long>(keep),
-                                  candidates_.end(), by_logit);
-                candidates_.resize(keep);
-            } else {
-                std::sort(candidates_.begin(), candidates_.end(), by_logit);
-            }
-            // Softmax over the survivors (sorted by probability, descending).
-            const float mx = candidates_[0].first;
+            float mx = kNegInf;
+            for (const auto& c : candidates_) mx = std::max(mx, c.first);
+            // Softmax over the survivors (sorted by probability, descending, when ordered).
             double sum = 0;
             for (auto& c : candidates_) {
                 c.first = std::exp(c.first - mx);
@@ -136,6 +169,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> contex
                 double acc = 0;
                 size_t n = 0;
                 while (n < candidates_.size()) {
+                    sort_through(n);
                     acc += candidates_[n].first;
                     ++n;
                     if (acc >= params_.top_p) break;
@@ -145,7 +179,11 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> contex
             if (params_.min_p > 0.0f) {
                 const float floor = params_.min_p * candidates_[0].first;
                 size_t n = 1;
-                while (n < candidates_.size() && candidates_[n].first >= floor) ++n;
+                while (n < candidates_.size()) {
+                    sort_through(n);
+                    if (candidates_[n].first < floor) break;
+                    ++n;
+                }
                 candidates_.resize(n);
             }
             double total = 0;
@@ -164,8 +202,11 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> contex
     }
 
     if (event != nullptr) {
+        // log Σ exp over the row as modified above: from the summary, or one pass over the row.
+        const double lse = use_summary ? summary->max + std::log(summary_sum) : log_sum_exp(logits);
+        auto logprob = [&](int32_t id) { return static_cast<float>(logits[static_cast<size_t>(id)] - lse); };
         event->token = chosen;
-        event->logprob = log_softmax_at(logits, chosen);
+        event->logprob = logprob(chosen);
         event->top_logprobs.clear();
         if (options.top_logprobs > 0) {
             std::vector<int32_t> ids(static_cast<size_t>(vocab_));
@@ -175,8 +216,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> contex
                               [&](int32_t a, int32_t b) {
                                   return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)];
                               });
-            for (size_t i = 0; i < k; ++i)
-                event->top_logprobs.emplace_back(ids[i], log_softmax_at(logits, ids[i]));
+            for (size_t i = 0; i < k; ++i) event->top_logprobs.emplace_back(ids[i], logprob(ids[i]));
         }
     }
     return chosen;

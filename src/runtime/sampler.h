@@ -4,6 +4,11 @@
 //   min-p → draw
 // — with a per-request RNG (a seed makes a request deterministic whatever else runs).
 //
+// Cost per token over a V-entry row: top-k is one pass with a heap of k (no V-entry candidate list);
+// without top-p or min-p nothing is sorted; with a backend LogitsSummary and no bias, penalties or
+// filter, greedy decoding and the reported log-probabilities need no pass at all
+// (bench/sampler_bench.cpp).
+//
 // Threading: one Sampler per generation; not shared. Allocates its buffers once per vocabulary.
 #pragma once
 
@@ -32,8 +37,9 @@ class Sampler {
 
     // Picks the next token from `logits` (modified in place). `context` = prompt + generated so far
     // (for the repetition window), `generated` = this request's output (presence/frequency).
-    // `summary` (optional) describes `logits` as the backend produced them: greedy sampling without
-    // bias, penalties, filter or top logprobs then takes its token and log-probability from it.
+    // `summary` (optional) describes `logits` as the backend produced them: without bias, penalties
+    // or a filter, greedy sampling takes its token from it and every request its log-probabilities
+    // (no pass over the row).
     int32_t sample(std::span<float> logits, std::span<const int32_t> context,
                    std::span<const int32_t> generated, const GenerateOptions& options, TokenEvent* event,
                    const LogitsSummary* summary = nullptr);
@@ -46,10 +52,8 @@ class Sampler {
     std::vector<int32_t> counts_;
     std::vector<std::pair<float, int32_t>> candidates_;
 
-    // The greedy token from `summary` when the request is plain greedy decoding (else -1); suppressed
-    // ids are masked in `logits` and their share taken out of the normaliser.
-    int32_t greedy_from_summary(std::span<float> logits, const GenerateOptions& options, TokenEvent* event,
-                                const LogitsSummary& summary);
+    // candidates_ = the k best finite logits · inv_t with their ids, best first.
+    void select_top_k(std::span<const float> logits, float inv_t, size_t k);
 };
 
 }  // namespace sluice::runtime

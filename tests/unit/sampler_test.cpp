@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <map>
+#include <random>
+#include <string>
 
 namespace sluice::runtime {
 namespace {
@@ -43,9 +45,10 @@ TEST(Sampler, GreedyAndLowTemperature) {
     EXPECT_NEAR(draw(cold, 1000)[0] / 1000.0, 0.946, 0.025);  // p ∝ p^10
 }
 
-// A backend's logits summary (greedy token, f32 normaliser) gives the same token and log-probability
-// as the pass over the row, with suppressed ids taken out of the normaliser; requests that are not
-// plain greedy, and a suppressed maximum, ignore it.
+// A backend's logits summary (greedy token, f32 normaliser) gives the same token and
+// log-probabilities as the pass over the row, with suppressed ids taken out of the normaliser, for
+// greedy and sampled requests and top logprobs; a suppressed maximum, a bias or a penalty fall back
+// to the pass.
 LogitsSummary summarize(const std::vector<float>& l) {
     LogitsSummary s;
     s.max = -INFINITY;
@@ -58,46 +61,76 @@ LogitsSummary summarize(const std::vector<float>& l) {
     return s;
 }
 
-TEST(Sampler, GreedyFromBackendSummaryMatchesThePassOverTheRow) {
+TEST(Sampler, BackendSummaryMatchesThePassOverTheRow) {
     std::vector<float> l(1000);
     for (size_t i = 0; i < l.size(); ++i) l[i] = std::sin(0.37f * static_cast<float>(i)) * 4.0f;
     l[613] = 9.0f;
     l[100] = 8.5f;
-    SamplingParams g;
-    g.temperature = 0.0f;
+    const LogitsSummary sum = summarize(l);
+    SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    SamplingParams warm;  // the chat default's shape
+    warm.temperature = 0.7f;
+    warm.top_k = 20;
+    warm.top_p = 0.9f;
+    SamplingParams biased = greedy;
+    biased.logit_bias = {{613, -5.0f}};
+    SamplingParams penalised = warm;
+    penalised.repetition_penalty = 1.3f;
+    const std::vector<int32_t> context = {613, 100, 4};
+    GenerateOptions plain, top;
+    top.top_logprobs = 3;
+    for (const SamplingParams& base : {greedy, warm, biased, penalised})
+        for (const GenerateOptions& o : {plain, top})
+            for (std::vector<int32_t> suppressed :
+                 {std::vector<int32_t>{}, std::vector<int32_t>{5, 100, 999}, std::vector<int32_t>{613, 7}}) {
+                SamplingParams p = base;
+                p.seed = 11;
+                Sampler full(p, 1000, suppressed), fast(p, 1000, suppressed);
+                TokenEvent ef, es;
+                auto a = l, b = l;
+                const int32_t tf = full.sample(a, context, {}, o, &ef);
+                const int32_t ts = fast.sample(b, context, {}, o, &es, &sum);
+                const std::string what = "T " + std::to_string(p.temperature) + " suppressed " +
+                                         std::to_string(suppressed.size()) + " top " +
+                                         std::to_string(o.top_logprobs);
+                EXPECT_EQ(tf, ts) << what;
+                if (p.temperature == 0.0f && p.logit_bias.empty()) {
+                    EXPECT_EQ(ts, suppressed.size() == 2 ? 100 : 613) << what;
+                }
+                EXPECT_NEAR(ef.logprob, es.logprob, 1e-5) << what;
+                ASSERT_EQ(ef.top_logprobs.size(), es.top_logprobs.size()) << what;
+                for (size_t i = 0; i < ef.top_logprobs.size(); ++i) {
+                    EXPECT_EQ(ef.top_logprobs[i].first, es.top_logprobs[i].first) << what;
+                    EXPECT_NEAR(ef.top_logprobs[i].second, es.top_logprobs[i].second, 1e-5) << what;
+                }
+                EXPECT_EQ(a, b) << what;  // the same ids masked, the same penalties
+            }
+}
+
+// Top-k as one pass with a heap: exactly the k best (ties at the boundary to the lower id), each
+// drawn, nothing else.
+TEST(Sampler, TopKKeepsExactlyTheKBest) {
+    std::vector<float> l(5000);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    for (auto& v : l) v = d(rng);
+    for (int32_t id : {4000, 17, 2500, 4999, 300}) l[static_cast<size_t>(id)] = 6.0f;  // a 5-way tie
+    l[123] = 6.5f;
+    l[3000] = -INFINITY;
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.top_k = 4;
+    p.seed = 2;
+    Sampler s(p, 5000, {});
+    std::map<int32_t, int> seen;
     GenerateOptions o;
-    for (std::vector<int32_t> suppressed :
-         {std::vector<int32_t>{}, std::vector<int32_t>{5, 100, 999}, std::vector<int32_t>{613, 7}}) {
-        Sampler full(g, 1000, suppressed), fast(g, 1000, suppressed);
-        TokenEvent ef, es;
-        auto a = l, b = l;
-        const LogitsSummary sum = summarize(l);
-        const int32_t tf = full.sample(a, {}, {}, o, &ef);
-        const int32_t ts = fast.sample(b, {}, {}, o, &es, &sum);
-        EXPECT_EQ(tf, ts);
-        EXPECT_EQ(ts, suppressed.size() == 2 ? 100 : 613);
-        EXPECT_NEAR(ef.logprob, es.logprob, 1e-5) << suppressed.size();
-        EXPECT_EQ(a, b);  // the same ids masked
+    for (int i = 0; i < 4000; ++i) {
+        auto row = l;
+        seen[s.sample(row, {}, {}, o, nullptr)]++;
     }
-    // A summary that disagrees with the row is not used for sampling with temperature.
-    SamplingParams warm;
-    warm.temperature = 1.0f;
-    warm.seed = 3;
-    Sampler s1(warm, 1000, {}), s2(warm, 1000, {});
-    LogitsSummary wrong;
-    wrong.argmax = 1;
-    wrong.max = 100.0f;
-    wrong.sum_exp = 1.0f;
-    auto a = l, b = l;
-    EXPECT_EQ(s1.sample(a, {}, {}, o, nullptr), s2.sample(b, {}, {}, o, nullptr, &wrong));
-    // Nor with top logprobs requested.
-    GenerateOptions top;
-    top.top_logprobs = 2;
-    Sampler s3(g, 1000, {});
-    TokenEvent e3;
-    auto c = l;
-    EXPECT_EQ(s3.sample(c, {}, {}, top, &e3, &wrong), 613);
-    EXPECT_EQ(e3.top_logprobs.size(), 2u);
+    ASSERT_EQ(seen.size(), 4u);
+    for (int32_t id : {123, 17, 300, 2500}) EXPECT_GT(seen[id], 300) << id;
 }
 
 TEST(Sampler, TopKTopPMinP) {
