@@ -5,7 +5,6 @@
 // place); the refill is timed apart (BM_RefillOnly) so it can be subtracted.
 #include <benchmark/benchmark.h>
 
-#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -35,18 +34,6 @@ const std::vector<float>& row() {
     return r;
 }
 
-LogitsSummary summary_of(const std::vector<float>& l) {
-    LogitsSummary s;
-    s.max = -INFINITY;
-    for (size_t i = 0; i < l.size(); ++i)
-        if (l[i] > s.max) {
-            s.max = l[i];
-            s.argmax = static_cast<int32_t>(i);
-        }
-    for (float v : l) s.sum_exp += std::exp(v - s.max);
-    return s;
-}
-
 // Vocabulary padding and special tokens, as an engine suppresses them.
 std::vector<int32_t> suppressed() {
     std::vector<int32_t> ids;
@@ -58,7 +45,7 @@ void run(benchmark::State& state, SamplingParams p) {
     const bool with_summary = state.range(0) != 0;
     p.seed = 1;
     Sampler sampler(p, kVocab, suppressed());
-    const LogitsSummary sum = summary_of(row());
+    const LogitsSummary sum = summarize_logits(row());
     std::vector<float> logits;
     GenerateOptions o;
     TokenEvent ev;
@@ -69,36 +56,6 @@ void run(benchmark::State& state, SamplingParams p) {
     state.SetLabel(with_summary ? "with summary" : "pass over the row");
 }
 
-void BM_Greedy(benchmark::State& state) {
-    SamplingParams p;
-    p.temperature = 0.0f;
-    run(state, p);
-}
-
-void BM_TopK20(benchmark::State& state) {
-    SamplingParams p;
-    p.temperature = 0.7f;
-    p.top_k = 20;
-    p.top_p = 0.8f;
-    run(state, p);
-}
-
-void BM_TemperatureOnly(benchmark::State& state) {
-    SamplingParams p;
-    p.temperature = 1.0f;
-    p.top_k = 0;
-    p.top_p = 1.0f;
-    run(state, p);
-}
-
-void BM_TopPOnly(benchmark::State& state) {
-    SamplingParams p;
-    p.temperature = 1.0f;
-    p.top_k = 0;
-    p.top_p = 0.9f;
-    run(state, p);
-}
-
 void BM_RefillOnly(benchmark::State& state) {
     std::vector<float> logits;
     for (auto _ : state) {
@@ -107,11 +64,35 @@ void BM_RefillOnly(benchmark::State& state) {
     }
 }
 
-BENCHMARK(BM_Greedy)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_TopK20)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_TemperatureOnly)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_TopPOnly)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_RefillOnly)->Unit(benchmark::kMicrosecond);
+
+// The request shapes: name, temperature, top-k, top-p.
+struct Shape {
+    const char* name;
+    float temperature;
+    int32_t top_k;
+    float top_p;
+};
+constexpr Shape kShapes[] = {
+    {"BM_Greedy", 0.0f, 0, 1.0f},
+    {"BM_TopK20", 0.7f, 20, 0.8f},  // the chat defaults' shape
+    {"BM_TemperatureOnly", 1.0f, 0, 1.0f},
+    {"BM_TopPOnly", 1.0f, 0, 0.9f},
+};
+
+const bool registered = [] {
+    for (const Shape& sh : kShapes) {
+        SamplingParams p;
+        p.temperature = sh.temperature;
+        p.top_k = sh.top_k;
+        p.top_p = sh.top_p;
+        benchmark::RegisterBenchmark(sh.name, [p](benchmark::State& state) { run(state, p); })
+            ->Arg(0)
+            ->Arg(1)
+            ->Unit(benchmark::kMicrosecond);
+    }
+    return true;
+}();
 
 }  // namespace
 

@@ -33,6 +33,18 @@ constexpr Better better;
 constexpr size_t kSortedHead = 1024;
 }  // namespace
 
+LogitsSummary summarize_logits(std::span<const float> logits) {
+    LogitsSummary s;
+    s.max = kNegInf;
+    for (size_t i = 0; i < logits.size(); ++i)
+        if (logits[i] > s.max) {  // strictly: the first index of the maximum
+            s.max = logits[i];
+            s.argmax = static_cast<int32_t>(i);
+        }
+    for (float v : logits) s.sum_exp += std::exp(v - s.max);
+    return s;
+}
+
 Sampler::Sampler(const SamplingParams& params, int64_t vocab, std::vector<int32_t> suppressed)
     : params_(params),
       vocab_(vocab),

@@ -30,6 +30,10 @@ struct LogitsSummary {
     float sum_exp = 0.0f;  // Σ exp(l − max) over the row
 };
 
+// A row's summary computed on the host in f32, as a backend computes it: the definition the device
+// summaries and the sampler's use of them are tested against.
+LogitsSummary summarize_logits(std::span<const float> logits);
+
 class Sampler {
  public:
     // `suppressed`: ids never sampled (special tokens that are not EOS), may be empty.

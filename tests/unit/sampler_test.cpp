@@ -49,24 +49,12 @@ TEST(Sampler, GreedyAndLowTemperature) {
 // log-probabilities as the pass over the row, with suppressed ids taken out of the normaliser, for
 // greedy and sampled requests and top logprobs; a suppressed maximum, a bias or a penalty fall back
 // to the pass.
-LogitsSummary summarize(const std::vector<float>& l) {
-    LogitsSummary s;
-    s.max = -INFINITY;
-    for (size_t i = 0; i < l.size(); ++i)
-        if (l[i] > s.max) {
-            s.max = l[i];
-            s.argmax = static_cast<int32_t>(i);
-        }
-    for (float v : l) s.sum_exp += std::exp(v - s.max);
-    return s;
-}
-
 TEST(Sampler, BackendSummaryMatchesThePassOverTheRow) {
     std::vector<float> l(1000);
     for (size_t i = 0; i < l.size(); ++i) l[i] = std::sin(0.37f * static_cast<float>(i)) * 4.0f;
     l[613] = 9.0f;
     l[100] = 8.5f;
-    const LogitsSummary sum = summarize(l);
+    const LogitsSummary sum = summarize_logits(l);
     SamplingParams greedy;
     greedy.temperature = 0.0f;
     SamplingParams warm;  // the chat default's shape
