@@ -82,6 +82,25 @@ for s in "$@"; do
         python3 tools/ncu_per_kernel.py "$RES/ncu35.txt" >"$RES/ncu35_per_kernel.txt" 2>&1
         head -n 30 "$RES/ncu35_per_kernel.txt"
         ;;
+    prof35)
+        # Where decode time goes: the in-graph kernel timeline (nsys, when installed: durations and the gaps
+        # between kernels) and ncu's full sections for one decode layer's launches.
+        NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -n 1)
+        if [ -n "$NSYS" ]; then
+            step nsys35 200 "$NSYS" profile --cuda-graph-trace=node --trace=cuda -o "$RES/nsys35" --force-overwrite true \
+                "$B/sluice" bench /tmp/m35 --device cuda --prompt-tokens 16 --prefill-chunk 16 --gen-tokens 48 --reps 1
+            step nsys35_stats 200 "$NSYS" stats --report cuda_gpu_trace --format csv -o "$RES/nsys35" "$RES/nsys35.nsys-rep"
+            python3 tools/nsys_gaps.py "$RES"/nsys35_cuda_gpu_trace*.csv >"$RES/nsys35_gaps.txt" 2>&1
+            head -n 30 "$RES/nsys35_gaps.txt"
+            rm -f "$RES"/nsys35.nsys-rep "$RES"/nsys35.sqlite
+            xz -f "$RES"/nsys35_cuda_gpu_trace*.csv
+        else
+            echo "no nsys"
+        fi
+        step ncufull35 300 ncu --set full -k 'regex:moe_gate_up|deltanet_fused|matvec_multi|moe_down|add_rms|conv1d' \
+            --launch-skip 300 --launch-count 10 "$B/sluice" bench /tmp/m35 --device cuda --prompt-tokens 16 \
+            --prefill-chunk 16 --gen-tokens 6 --reps 1
+        ;;
     synth35) step synth35 300 "$B/sluice" synth "$SHARED/qwen3.6-35b-a3b.json" /tmp/m35 --bits 4 ;;
     synth80) step synth80 400 "$B/sluice" synth "$SHARED/qwen3-next-80b-a3b.hf.json" /tmp/m80 --bits 4 ;;
     rm35) rm -rf /tmp/m35 ;;

@@ -64,9 +64,11 @@ namespace {
 using cuda::DevWeight;
 using cuda::HeadLayout;
 
-// Device counters of the kernels that finish in their last block (fused router top-k, logits summary).
-constexpr int kCounters = 4;
-constexpr int kRouteCounter = 0, kPredictCounter = 1, kSummaryCounter = 2;
+// Device counters of the kernels that finish in their last block (fused router top-k, logits summary,
+// and one per value head for the fused DeltaNet step's output norm).
+constexpr int kRouteCounter = 0, kPredictCounter = 1, kSummaryCounter = 2, kDeltaCounters = 3;
+constexpr int kMaxDeltaHeads = 256;
+constexpr int kCounters = kDeltaCounters + kMaxDeltaHeads;
 
 Status cuda_status(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return Status::ok();
@@ -857,10 +859,11 @@ void CudaBackend::deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, 
     const float eps =
         model_->weights().layout == model::CheckpointLayout::kMlx ? 1e-6f * static_cast<float>(dk) : 1e-6f;
     float* state = ds.recurrent[static_cast<size_t>(l)];
-    if (n == 1 && !unfused_ && cuda::deltanet_fused_fits(dk, dv)) {
-        // Decode: one block per value head (prefill keeps the wider unfused recurrence grid).
+    if (n == 1 && !unfused_ && nv <= kMaxDeltaHeads && cuda::deltanet_fused_fits(dk, dv)) {
+        // Decode (prefill keeps the unfused sequence).
         cuda::deltanet_fused(d_.conv_out, d_.beta, d_.g, d_.z, L.neg_a, L.dt_bias, L.dnorm, n, nk, nv, dk, dv,
-                             eps, q_scale, c.rms_eps, state, d_.y, stream_);
+                             eps, q_scale, c.rms_eps, state, d_.attn, d_.counters + kDeltaCounters, d_.y,
+                             stream_);
     } else {
         HeadLayout qk{n, nk, dk, cd, dk, kd, dk};
         cuda::row_norm(d_.conv_out, nullptr, qk, eps, true, q_scale, d_.q, stream_);

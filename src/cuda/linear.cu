@@ -1,12 +1,12 @@
 // Linear kernels: embedding rows, matrix-vector products for decode (groups of 4 output rows whose
-// 4/8-bit codes the lanes of 1–8 warps read as interleaved 32-bit words, so both the weight and the
-// x loads of a warp are contiguous; 16-bit floats read 16 bytes per lane; the affine bias folded
-// per group as s·Σq·x + b·Σx), tiled matrix products for prefill (tensor cores at f32 accuracy by
-// the 3xTF32 split; the f32 SIMT kernel remains as its twin and for bisecting), and their grouped
-// MoE forms that pick each expert's weights from a device table by routed id, so a decode step
-// needs no host round trip and can be captured in a graph. The decode MoE launches fuse SwiGLU into
-// the gate/up products, run the shared expert beside the routed ones, and the router top-k runs in
-// the last block of the router's product.
+// 4/8-bit codes the lanes of 1–8 warps read as 16-byte chunks against x staged in shared memory,
+// or as interleaved 32-bit words in the MoE down projection; 16-bit floats read 16 bytes per lane;
+// the affine bias folded per group as s·Σq·x + b·Σx), tiled matrix products for prefill (tensor
+// cores at f32 accuracy by the 3xTF32 split; the f32 SIMT kernel remains as its twin and for
+// bisecting), and their grouped MoE forms that pick each expert's weights from a device table by
+// routed id, so a decode step needs no host round trip and can be captured in a graph. The decode
+// MoE launches fuse SwiGLU into the gate/up products, run the shared expert beside the routed ones,
+// and the router top-k runs in the last block of the router's product.
 //
 // Rejected: plain bf16 or tf32 tensor-core products for prefill. Rounding activations to 8–10
 // mantissa bits breaks the goldens' 2e-3 logit tolerance that the CPU meets in f32; the split
@@ -75,10 +75,12 @@ __device__ float row_dot_quant(const DevWeight& w, int64_t r, const float* __res
     return kReduce ? warp_sum(acc) : acc;
 }
 
+// The code-word layout of the decode kernels: 4/8-bit codes whose rows and groups are whole chunks
+// of 4 code words (32 or 16 columns), so a chunk is one 16-byte load inside one group.
 __host__ __device__ bool quant_vector_layout(const DevWeight& w) {
     if (w.type != WeightType::kQ4 && w.type != WeightType::kQ8) return false;
-    const int per_word = w.type == WeightType::kQ4 ? 8 : 4;
-    return w.cols % per_word == 0 && w.group_size >= per_word && w.group_size % per_word == 0;
+    const int chunk_cols = w.type == WeightType::kQ4 ? 32 : 16;
+    return w.cols % chunk_cols == 0 && w.group_size >= chunk_cols && w.group_size % chunk_cols == 0;
 }
 
 template <bool kReduce = true>
@@ -139,20 +141,13 @@ __global__ void dequantize_rows_kernel(DevWeight param, const int32_t* ids, floa
 
 // ---- decode matrix-vector products ----------------------------------------------------------------
 // Blocks of kWarps warps form row groups of kGroupRows rows. A group is served by S warps that split
-// its columns (lane j of warp i takes the 32-bit code words (i·32 + j) + t·32·S), so each weight load
-// of a warp is 128 contiguous bytes per row and each x load 32 × 16 (8-bit) or 32 × 32 (4-bit)
-// contiguous bytes, shared by the group's rows. S is chosen per launch (split_for): the fewest warps
-// per group that still give the launch about 32 warps per SM. A 2048-row projection needs S = 8 to
-// have loads in flight everywhere; the 248k-row lm_head runs best with S = 1 (every lane takes 8 words
-// per row, no cross-warp reduction); the 8192-row DeltaNet inputs lost 2× with S = 8 (session 3, ncu).
+// its columns: on the chunk path lane j of warp i takes the 16-byte chunks (i·32 + j) + t·32·S of
+// each row (rowset_dot_chunks), on the word path (the MoE down projection) the 32-bit words at the
+// same indices (rowset_dot). S is chosen per launch (split_for): the most warps per group that keep
+// the launch in one wave of resident blocks. The 248k-row lm_head runs with S = 1 (many chunks per
+// lane, no cross-warp reduction); the 8192-row DeltaNet inputs lost 2× with S = 8 (session 3, ncu).
 constexpr int kWarps = 8;      // 256 threads per block
 constexpr int kGroupRows = 4;  // rows per group: each x load serves 4 rows
-// Loop iterations a lane keeps in flight: 2 when a group has one warp (many words per lane), else 1.
-// Unrolling 4 raised the registers to ~92 (2 blocks per SM instead of 3) and cost more than the
-// extra loads in flight won: 35B decode 213 → 167 tok/s (session 4, with split_for's cost model
-// below, which was also measured and rejected).
-template <int S>
-constexpr int kUnroll = S == 1 ? 2 : 1;
 
 // R rows of at most two quantized matrices of one shape (cols, group size, code width, scale type):
 // rows i < kFirst from matrix a (rows of one weight), the rest from b (gate and up rows of one
@@ -187,9 +182,9 @@ __device__ __forceinline__ void set_row(RowSet<R, kFirst>& rs, int i, const DevW
 }
 
 // This lane's partial sums of the R rows of rs against x over the code words v0, v0 + step, …
-// (the affine bias folded per word as s·Σq·x + b·Σx). Requires cols and group_size to be multiples of the
-// codes per word (quant_vector_layout).
-// kUnroll: loop iterations in flight.
+// (the affine bias folded per word as s·Σq·x + b·Σx), x in global memory: the word path of the down
+// projections, whose 512-column rows have too few 16-byte chunks for a warp. Requires
+// quant_vector_layout. kUnroll: loop iterations in flight.
 template <int kBits, int R, int kFirst, int kUnroll>
 __device__ void rowset_dot(const RowSet<R, kFirst>& rs, int64_t cols, int64_t group_size, ScaleType st,
                            const float* __restrict__ x, int64_t v0, int64_t step, float (&acc)[R]) {
@@ -246,6 +241,127 @@ __device__ __forceinline__ void rowset_dot_any(const RowSet<R, kFirst>& rs, cons
     }
 }
 
+// ---- the chunk path: 16-byte code loads against x staged in shared memory ----
+// A lane takes chunks of 4 code words (32 4-bit or 16 8-bit columns, inside one group): one 16-byte
+// load per row, so a warp has a row's 512 bytes in flight at once, where 4-byte words needed a
+// round trip per 128 bytes (session 5, ncu: the 4096-column out projection spent 67% of its 15
+// cycles per instruction waiting on loads). x is staged in shared memory with 4 floats of padding
+// per 32 (float i at staged_at(i)), so the float4 reads of lanes on consecutive chunks hit distinct
+// banks; the copy is asynchronous (cp.async) and overlaps the first chunk's weight loads.
+__host__ __device__ constexpr int64_t staged_floats(int64_t cols) {
+    return cols + cols / 32 * 4;
+}
+
+__device__ __forceinline__ int64_t staged_at(int64_t i) {
+    return i + (i >> 5) * 4;
+}
+
+// Starts copying x[cols] (cols a multiple of 4, x 16-byte aligned) into xs; staged_wait() completes it.
+__device__ __forceinline__ void stage_async(float* xs, const float* x, int64_t cols) {
+    for (int64_t i = threadIdx.x * 4; i < cols; i += blockDim.x * 4) {
+        const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(xs + staged_at(i)));
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(x + i) : "memory");
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Every thread of the block calls it once after stage_async.
+__device__ __forceinline__ void staged_wait() {
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    __syncthreads();
+}
+
+// One chunk of the R rows of a RowSet: codes, scales and biases.
+template <int R>
+struct Chunk {
+    uint4 q[R];
+    float sc[R], bi[R];
+};
+
+__device__ __forceinline__ uint32_t chunk_word(const uint4& q, int j) {
+    return j == 0 ? q.x : j == 1 ? q.y : j == 2 ? q.z : q.w;
+}
+
+template <int R, int kFirst>
+__device__ __forceinline__ void chunk_load(Chunk<R>& ch, const RowSet<R, kFirst>& rs, ScaleType st, int c,
+                                           int chunks_per_group) {
+    const int g = c / chunks_per_group;
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        ch.q[i] = __ldcs(reinterpret_cast<const uint4*>(rs.data[i]) + c);  // streamed: read once per token
+        ch.sc[i] = load_scale(rs.scales[i < kFirst ? 0 : 1], st, rs.group0[i] + g);
+        ch.bi[i] = load_scale(rs.biases[i < kFirst ? 0 : 1], st, rs.group0[i] + g);
+    }
+}
+
+// acc[i] += s·Σ q·x + b·Σ x over the chunk's columns; xc: the chunk's staged x.
+template <int kBits, int R>
+__device__ __forceinline__ void chunk_fma(const Chunk<R>& ch, const float* xc, float (&acc)[R]) {
+    constexpr int kPerWord = 32 / kBits;
+    constexpr uint32_t kMask = (1u << kBits) - 1u;
+    const float4* x4 = reinterpret_cast<const float4*>(xc);
+    float qx[R] = {};
+    float sx = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int c4 = 0; c4 < kPerWord / 4; ++c4) {
+            const float4 xv = x4[j * (kPerWord / 4) + c4];
+            sx += (xv.x + xv.y) + (xv.z + xv.w);
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                const uint32_t word = chunk_word(ch.q[i], j) >> (kBits * 4 * c4);
+                qx[i] += static_cast<float>(word & kMask) * xv.x;
+                qx[i] += static_cast<float>((word >> kBits) & kMask) * xv.y;
+                qx[i] += static_cast<float>((word >> (2 * kBits)) & kMask) * xv.z;
+                qx[i] += static_cast<float>((word >> (3 * kBits)) & kMask) * xv.w;
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc[i] += ch.sc[i] * qx[i] + ch.bi[i] * sx;
+}
+
+// This lane's partial sums of the R rows of rs over chunks c0, c0 + step, … against the staged x,
+// the next chunk's loads in flight while one is summed. Calls staged_wait() once (every thread of
+// the block must call this function). Requires quant_vector_layout.
+template <int kBits, int R, int kFirst>
+__device__ void rowset_dot_chunks(const RowSet<R, kFirst>& rs, int64_t cols, int64_t group_size, ScaleType st,
+                                  const float* xs, int c0, int step, float (&acc)[R]) {
+    constexpr int kCols = 128 / kBits;  // columns per chunk
+    const int chunks = static_cast<int>(cols / kCols);
+    const int per_group = static_cast<int>(group_size / kCols);
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc[i] = 0.0f;
+    Chunk<R> cur;
+    const bool any = c0 < chunks;
+    if (any) chunk_load(cur, rs, st, c0, per_group);
+    staged_wait();
+    if (!any) return;
+    for (int c = c0;;) {
+        const int next = c + step;
+        if (next >= chunks) {
+            chunk_fma<kBits>(cur, xs + staged_at(static_cast<int64_t>(c) * kCols), acc);
+            break;
+        }
+        Chunk<R> ahead;
+        chunk_load(ahead, rs, st, next, per_group);
+        chunk_fma<kBits>(cur, xs + staged_at(static_cast<int64_t>(c) * kCols), acc);
+        cur = ahead;
+        c = next;
+    }
+}
+
+template <int R, int kFirst>
+__device__ __forceinline__ void rowset_dot_chunks_any(const RowSet<R, kFirst>& rs, const DevWeight& shape,
+                                                      const float* xs, int c0, int step, float (&acc)[R]) {
+    if (shape.type == WeightType::kQ4) {
+        rowset_dot_chunks<4>(rs, shape.cols, shape.group_size, shape.scale_type, xs, c0, step, acc);
+    } else {
+        rowset_dot_chunks<8>(rs, shape.cols, shape.group_size, shape.scale_type, xs, c0, step, acc);
+    }
+}
+
 // Sums acc over each warp's lanes and over the S warps of each group (warps g·S … g·S + S − 1);
 // the totals are valid on lane 0 of the group's first warp. Every thread of the block calls it
 // (S > 1 synchronises the block).
@@ -277,8 +393,9 @@ __host__ __device__ constexpr int64_t rows_per_block(int s, int64_t rows_per_gro
 }
 
 // Rows [r0, r0 + kGroupRows) of w · x into y, by the S warps of this thread's group. kVector: w has
-// the code-word layout (quant_vector_layout); the other instance serves every weight type through
-// row_dot, whose registers would otherwise lower the word path's occupancy.
+// the code-word layout (quant_vector_layout) and x is staged (stage_async; every thread of the
+// block calls this); the other instance serves every weight type through row_dot from x in global
+// memory, and its registers would otherwise lower the chunk path's occupancy.
 template <int S, bool kVector>
 __device__ void group_rows(const DevWeight& w, int64_t r0, const float* x, float* y) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -288,7 +405,7 @@ __device__ void group_rows(const DevWeight& w, int64_t r0, const float* x, float
 #pragma unroll
         for (int i = 0; i < kGroupRows; ++i) set_row(rs, i, w, shape, r0 + i);
         float acc[kGroupRows];
-        rowset_dot_any<kUnroll<S>>(rs, w, x, (warp % S) * 32 + lane, 32 * S, acc);
+        rowset_dot_chunks_any(rs, w, x, (warp % S) * 32 + lane, 32 * S, acc);
         group_sum<S>(acc);
         if (lane == 0 && warp % S == 0)
 #pragma unroll
@@ -323,12 +440,20 @@ __device__ void topk_if_last(const MatvecTopk& t, const float* logits) {
 // which doubled these kernels' time (ncu, session 4).
 // kTopk: the launch carries a fused router top-k (a separate instance, so the top-k's registers do
 // not lower every other product's occupancy).
+// kVector: x is staged in dynamic shared memory (staged_floats(cols) floats).
 template <int S, bool kTopk, bool kVector>
 __global__ void __launch_bounds__(32 * kWarps, 3) matvec_multi_kernel(MatvecMulti m, const float* x) {
+    extern __shared__ float4 staged[];
     const DevWeight w = m.w[blockIdx.y];
     const int64_t block_r0 = static_cast<int64_t>(blockIdx.x) * rows_per_block(S);
-    if (block_r0 < w.rows)
-        group_rows<S, kVector>(w, block_r0 + (threadIdx.x / 32) / S * kGroupRows, x, m.y[blockIdx.y]);
+    if (block_r0 < w.rows) {  // uniform over the block
+        const float* xv = x;
+        if constexpr (kVector) {
+            stage_async(reinterpret_cast<float*>(staged), x, w.cols);
+            xv = reinterpret_cast<const float*>(staged);
+        }
+        group_rows<S, kVector>(w, block_r0 + (threadIdx.x / 32) / S * kGroupRows, xv, m.y[blockIdx.y]);
+    }
     if (kTopk && static_cast<int>(blockIdx.y) == m.topk.which) {
         const MatvecTopk topk = m.topk;
         topk_if_last(topk, m.y[blockIdx.y]);
@@ -343,18 +468,25 @@ template <int S, bool kSwiglu, bool kVector>
 __global__ void __launch_bounds__(32 * kWarps, 3)
     moe_gate_up_kernel(const DevWeight* table, const int32_t* ids, int64_t n_ids, int64_t rows,
                        SharedExpert sh, const float* x, float* gate, float* up, float* act) {
+    extern __shared__ float4 staged[];  // kVector: x, staged
     const int64_t k = blockIdx.y;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const float* xv = kVector ? reinterpret_cast<const float*>(staged) : x;
     if constexpr (!kSwiglu) {
         const DevWeight* ew = table + static_cast<int64_t>(ids[k]) * 3;
         const int64_t block_r0 = static_cast<int64_t>(blockIdx.x) * rows_per_block(S);
-        if (block_r0 < rows)
-            group_rows<S, kVector>(ew[blockIdx.z], block_r0 + warp / S * kGroupRows, x,
-                                   (blockIdx.z == 0 ? gate : up) + k * rows);
+        if (block_r0 >= rows) return;  // uniform over the block
+        const DevWeight w = ew[blockIdx.z];
+        if constexpr (kVector) stage_async(reinterpret_cast<float*>(staged), x, w.cols);
+        group_rows<S, kVector>(w, block_r0 + warp / S * kGroupRows, xv,
+                               (blockIdx.z == 0 ? gate : up) + k * rows);
         return;
     }
     const bool is_shared = k == n_ids;
-    DevWeight wg, wu;  // copies (see matvec_multi_kernel)
+    constexpr int kPairRows = kGroupRows / 2;
+    const int64_t block_r0 = static_cast<int64_t>(blockIdx.x) * rows_per_block(S, kPairRows);
+    if (block_r0 >= (is_shared ? sh.gate.rows : rows)) return;  // uniform over the block
+    DevWeight wg, wu;                                           // copies (see matvec_multi_kernel)
     if (is_shared) {
         wg = sh.gate;
         wu = sh.up;
@@ -362,9 +494,7 @@ __global__ void __launch_bounds__(32 * kWarps, 3)
         wg = table[static_cast<int64_t>(ids[k]) * 3];
         wu = table[static_cast<int64_t>(ids[k]) * 3 + 1];
     }
-    constexpr int kPairRows = kGroupRows / 2;
-    const int64_t block_r0 = static_cast<int64_t>(blockIdx.x) * rows_per_block(S, kPairRows);
-    if (block_r0 >= wg.rows) return;  // uniform over the block
+    if constexpr (kVector) stage_async(reinterpret_cast<float*>(staged), x, wg.cols);
     const int64_t r0 = block_r0 + warp / S * kPairRows;
     float* out = act + k * rows;
     if constexpr (kVector) {  // gate and up share the code-word shape
@@ -376,7 +506,7 @@ __global__ void __launch_bounds__(32 * kWarps, 3)
             set_row(rs, kPairRows + i, wu, shape, r0 + i);
         }
         float acc[kGroupRows];
-        rowset_dot_any<kUnroll<S>>(rs, wg, x, (warp % S) * 32 + lane, 32 * S, acc);
+        rowset_dot_chunks_any(rs, wg, xv, (warp % S) * 32 + lane, 32 * S, acc);
         group_sum<S>(acc);
         if (lane == 0 && warp % S == 0)
 #pragma unroll
@@ -869,9 +999,9 @@ int sm_count() {
 
 // Blocks of one kernel instance resident per SM (of the current device).
 template <typename Kernel>
-int resident_blocks(Kernel* kernel) {
+int resident_blocks(Kernel* kernel, size_t smem = 0) {
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * kWarps, 0) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * kWarps, smem) != cudaSuccess) {
         cudaGetLastError();
         n = 1;
     }
@@ -881,28 +1011,38 @@ int resident_blocks(Kernel* kernel) {
 // Resident blocks per SM of a kernel family's instances for S = 1, 2, 4, 8.
 using SplitOccupancy = std::array<int, 4>;
 
-// The column split for a launch of `groups` row groups whose rows have `words` code words (0: not
-// the word layout): the largest S whose groups · S warps still fit one wave of resident blocks,
-// while every lane keeps a word per row; 1 when even that takes several waves (the lm_head).
-// Measured against the alternatives on the 35B (session 4): forcing one S for every launch gave
-// 139 (S = 1) to 110 (S = 8) tok/s, an earlier rule 148, this one 213; a cost model of waves ×
-// round trips per lane (preferring S = 2 for the 8192-row inputs) 167.
-int split_for(int64_t groups, int64_t words, const SplitOccupancy& occupancy) {
+// The column split for a launch of `groups` row groups whose rows have `chunks` 16-byte code chunks
+// (0: not the chunk path): the largest S whose groups · S warps still fit one wave of resident
+// blocks, while every lane keeps a chunk per row; 1 when even that takes several waves (the
+// lm_head). Measured against the alternatives on the 35B (session 4, with 4-byte words): forcing one
+// S for every launch gave 139 (S = 1) to 110 (S = 8) tok/s, an earlier rule 148, this one 213; a
+// cost model of waves × round trips per lane (preferring S = 2 for the 8192-row inputs) 167.
+int split_for(int64_t groups, int64_t chunks, const SplitOccupancy& occupancy) {
     const int forced = g_forced_split.load(std::memory_order_relaxed);
     if (forced > 0) return forced;
     const int64_t sms = sm_count();
     int best = 1;
     for (int s = 2, i = 1; s <= kWarps; s *= 2, ++i) {
-        if (words < 32 * s || groups * s > sms * occupancy[static_cast<size_t>(i)] * kWarps) break;
+        if (chunks < 32 * s || groups * s > sms * occupancy[static_cast<size_t>(i)] * kWarps) break;
         best = s;
     }
     return best;
 }
 
-// The code words per row of a quantized matrix with the word layout, else 0.
-int64_t words_of(const DevWeight& w) {
-    if (!quant_vector_layout(w)) return 0;
-    return w.cols / (w.type == WeightType::kQ4 ? 8 : 4);
+// Dynamic shared memory of the chunk path's staged x, and the most a launch may use without opting in.
+size_t staged_bytes(int64_t cols) {
+    return static_cast<size_t>(staged_floats(cols)) * sizeof(float);
+}
+constexpr size_t kMaxStagedBytes = 48 * 1024;
+// The occupancy the split rule assumes: x of 4096 columns staged.
+const size_t kTypicalStagedBytes = staged_bytes(4096);
+
+// Whether a matrix takes the chunk path, and its chunks per row.
+bool chunk_path(const DevWeight& w) {
+    return quant_vector_layout(w) && staged_bytes(w.cols) <= kMaxStagedBytes;
+}
+int64_t chunks_of(const DevWeight& w) {
+    return chunk_path(w) ? w.cols / (w.type == WeightType::kQ4 ? 32 : 16) : 0;
 }
 
 template <typename Launch>
@@ -933,28 +1073,31 @@ void matvec(const DevWeight& w, const float* x, float* y, cudaStream_t s) {
 }
 
 void matvec_multi(const MatvecMulti& m, const float* x, cudaStream_t s) {
-    int64_t rows = 0, groups = 0, words = 0;
+    int64_t rows = 0, groups = 0, chunks = 0;
     bool vector = true;
     for (int i = 0; i < m.n; ++i) {
         rows = std::max(rows, m.w[i].rows);
         groups += (m.w[i].rows + kGroupRows - 1) / kGroupRows;
-        words = std::max(words, words_of(m.w[i]));
-        vector = vector && quant_vector_layout(m.w[i]);
+        chunks = std::max(chunks, chunks_of(m.w[i]));
+        vector = vector && chunk_path(m.w[i]);
     }
     if (m.n == 0 || rows == 0) return;
-    static const SplitOccupancy occupancy = {resident_blocks(matvec_multi_kernel<1, false, true>),
-                                             resident_blocks(matvec_multi_kernel<2, false, true>),
-                                             resident_blocks(matvec_multi_kernel<4, false, true>),
-                                             resident_blocks(matvec_multi_kernel<8, false, true>)};
-    with_split(split_for(groups, vector ? words : 0, occupancy), [&](auto S) {
+    static const SplitOccupancy occupancy = {
+        resident_blocks(matvec_multi_kernel<1, false, true>, kTypicalStagedBytes),
+        resident_blocks(matvec_multi_kernel<2, false, true>, kTypicalStagedBytes),
+        resident_blocks(matvec_multi_kernel<4, false, true>, kTypicalStagedBytes),
+        resident_blocks(matvec_multi_kernel<8, false, true>, kTypicalStagedBytes)};
+    // Every weight of a launch multiplies the same x (cols); the chunk path stages it.
+    const size_t smem = vector ? staged_bytes(m.w[0].cols) : 0;
+    with_split(split_for(groups, vector ? chunks : 0, occupancy), [&](auto S) {
         const dim3 grid(grid_for(rows, static_cast<int>(rows_per_block(S))), static_cast<unsigned>(m.n));
         const bool topk = m.topk.counter != nullptr;
         if (topk && vector) {
-            matvec_multi_kernel<S, true, true><<<grid, 32 * kWarps, 0, s>>>(m, x);
+            matvec_multi_kernel<S, true, true><<<grid, 32 * kWarps, smem, s>>>(m, x);
         } else if (topk) {
             matvec_multi_kernel<S, true, false><<<grid, 32 * kWarps, 0, s>>>(m, x);
         } else if (vector) {
-            matvec_multi_kernel<S, false, true><<<grid, 32 * kWarps, 0, s>>>(m, x);
+            matvec_multi_kernel<S, false, true><<<grid, 32 * kWarps, smem, s>>>(m, x);
         } else {
             matvec_multi_kernel<S, false, false><<<grid, 32 * kWarps, 0, s>>>(m, x);
         }
@@ -988,16 +1131,19 @@ void moe_matvec_gate_up(const DevWeight* table, const int32_t* ids, int64_t n_id
     if (slices == 0 || max_rows == 0) return;
     const int64_t group_rows = fused ? kGroupRows / 2 : kGroupRows;
     const int64_t groups = (max_rows + group_rows - 1) / group_rows * slices * (fused ? 1 : 2);
-    static const SplitOccupancy occupancy = {resident_blocks(moe_gate_up_kernel<1, true, true>),
-                                             resident_blocks(moe_gate_up_kernel<2, true, true>),
-                                             resident_blocks(moe_gate_up_kernel<4, true, true>),
-                                             resident_blocks(moe_gate_up_kernel<8, true, true>)};
-    // The split is chosen for 4-bit codes (cols / 8 words): the experts' type is on the device.
-    with_split(split_for(groups, quant_vector ? cols / 8 : 0, occupancy), [&](auto S) {
+    static const SplitOccupancy occupancy = {
+        resident_blocks(moe_gate_up_kernel<1, true, true>, kTypicalStagedBytes),
+        resident_blocks(moe_gate_up_kernel<2, true, true>, kTypicalStagedBytes),
+        resident_blocks(moe_gate_up_kernel<4, true, true>, kTypicalStagedBytes),
+        resident_blocks(moe_gate_up_kernel<8, true, true>, kTypicalStagedBytes)};
+    quant_vector = quant_vector && staged_bytes(cols) <= kMaxStagedBytes;
+    const size_t smem = quant_vector ? staged_bytes(cols) : 0;
+    // The split is chosen for 4-bit codes (cols / 32 chunks): the experts' type is on the device.
+    with_split(split_for(groups, quant_vector ? cols / 32 : 0, occupancy), [&](auto S) {
         const dim3 grid(grid_for(max_rows, static_cast<int>(rows_per_block(S, group_rows))),
                         static_cast<unsigned>(slices), fused ? 1 : 2);
         auto launch = [&](auto kernel) {
-            kernel<<<grid, 32 * kWarps, 0, s>>>(table, ids, n_ids, rows, sh, x, gate, up, act);
+            kernel<<<grid, 32 * kWarps, smem, s>>>(table, ids, n_ids, rows, sh, x, gate, up, act);
         };
         if (fused && quant_vector) {
             launch(moe_gate_up_kernel<S, true, true>);

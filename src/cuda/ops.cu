@@ -411,49 +411,49 @@ __global__ void __launch_bounds__(32 * kDeltaWarps)
     }
 }
 
-// The DeltaNet step after the conv, fused for one value head j per block: the l2 norms of its q
-// and k heads (k head = j / (n_v / n_k)), the gates as deltanet_gates_kernel, the recurrence as
-// gated_delta_kernel and the gated RMS norm as rms_norm_gated_kernel. Column group c (threads
-// 128c .. 128c + 127) owns value columns 32c + lane with gated_delta_kernel's layout inside it
-// (warp w holds state rows w + 4r), so every column's sums run in the same order; one block owns
-// all dv columns because the output norm is over them.
-constexpr int kMaxFusedDv = 128;
-constexpr int kFusedDeltaThreads = 32 * kDeltaWarps * (kMaxFusedDv / 32);
+// The DeltaNet step after the conv, fused: the l2 norms of the q and k heads (k head = j / (n_v /
+// n_k)), the gates as deltanet_gates_kernel, the recurrence as gated_delta_kernel and the gated RMS
+// norm as rms_norm_gated_kernel. One block per (value head j, 32 value columns): lane = column,
+// warp w holds state rows w + kFusedDeltaWarps·r. A head's state is spread over dv / 32 SMs (one
+// block per head left 100 of 132 SMs idle and each loading 64 KB of state alone: 15 µs per 35B layer,
+// ncu session 4). The output norm runs over all dv columns, so the blocks write the raw outputs to
+// `raw`, and the last of a head's blocks to finish (counted on counters[j], which it resets)
+// normalises them into y.
+constexpr int kFusedDeltaWarps = 8;
+constexpr int kFusedDkRowsPerThread = kMaxDkPerLane * 32 / kFusedDeltaWarps;  // dk ≤ 256
 
-__global__ void __launch_bounds__(kFusedDeltaThreads)
+__global__ void __launch_bounds__(32 * kFusedDeltaWarps)
     deltanet_fused_kernel(const float* __restrict__ conv_out, const float* __restrict__ b_in,
                           const float* __restrict__ a_in, const float* __restrict__ z, const float* neg_a,
                           const float* dt_bias, const float* norm_weight, int64_t n, int64_t n_k, int64_t n_v,
                           int64_t dk, int64_t dv, float l2_eps, float q_scale, float norm_eps, float* state,
-                          float* y) {
+                          float* raw, unsigned* counters, float* y) {
     const int64_t j = blockIdx.x;
-    const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % kDeltaWarps;
-    const int block_warp = threadIdx.x / 32;
-    const int group = threadIdx.x / (32 * kDeltaWarps);
-    const int64_t d = static_cast<int64_t>(group) * 32 + lane;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int64_t d = static_cast<int64_t>(blockIdx.y) * 32 + lane;
     const bool col = d < dv;
     const int64_t kh = j / (n_v / n_k);
     const int64_t kd = n_k * dk, cd = 2 * kd + n_v * dv;
     float* S = state + j * dk * dv;
     __shared__ float ks[kMaxDkPerLane * 32], qs[kMaxDkPerLane * 32];
-    __shared__ float red[kMaxFusedDv / 32][kDeltaWarps][32];
-    __shared__ float out_s[kMaxFusedDv];
-    __shared__ float inv_s[3];  // q and k l2 factors, the output's inverse rms
-    float s[kMaxDkRowsPerThread];
+    __shared__ float red[kFusedDeltaWarps][32];
+    __shared__ float inv_s[2];  // q and k l2 factors
+    __shared__ bool last;
+    float s[kFusedDkRowsPerThread];
 #pragma unroll
-    for (int r = 0; r < kMaxDkRowsPerThread; ++r) {
-        const int64_t i = warp + kDeltaWarps * r;
+    for (int r = 0; r < kFusedDkRowsPerThread; ++r) {
+        const int64_t i = warp + kFusedDeltaWarps * r;
         s[r] = (col && i < dk) ? S[i * dv + d] : 0.0f;
     }
     for (int64_t t = 0; t < n; ++t) {
         const float* row = conv_out + t * cd;  // [q | k | v] of token t
         __syncthreads();                       // the previous token's shared values are consumed
-        if (block_warp < 2) {                  // warp 0: q, warp 1: k
-            const float* src = row + block_warp * kd + kh * dk;
+        if (warp < 2) {                        // warp 0: q, warp 1: k
+            const float* src = row + warp * kd + kh * dk;
             float ss = 0.0f;
             for (int64_t i = lane; i < dk; i += 32) ss += src[i] * src[i];
             ss = warp_sum(ss);
-            if (lane == 0) inv_s[block_warp] = (block_warp == 0 ? q_scale : 1.0f) / sqrtf(ss + l2_eps);
+            if (lane == 0) inv_s[warp] = (warp == 0 ? q_scale : 1.0f) / sqrtf(ss + l2_eps);
         }
         __syncthreads();
         for (int64_t i = threadIdx.x; i < dk; i += blockDim.x) {
@@ -466,55 +466,62 @@ __global__ void __launch_bounds__(kFusedDeltaThreads)
         const float alpha = expf(neg_a[j] * (xg > 20.0f ? xg : log1pf(expf(xg))));
         float dot = 0.0f;
 #pragma unroll
-        for (int r = 0; r < kMaxDkRowsPerThread; ++r) {
-            const int64_t i = warp + kDeltaWarps * r;
+        for (int r = 0; r < kFusedDkRowsPerThread; ++r) {
+            const int64_t i = warp + kFusedDeltaWarps * r;
             if (i < dk) {
                 s[r] *= alpha;
                 dot += s[r] * ks[i];
             }
         }
-        red[group][warp][lane] = dot;
+        red[warp][lane] = dot;
         __syncthreads();
         float kv = 0.0f;
 #pragma unroll
-        for (int w = 0; w < kDeltaWarps; ++w) kv += red[group][w][lane];
+        for (int w = 0; w < kFusedDeltaWarps; ++w) kv += red[w][lane];
         const float delta = col ? b * (row[2 * kd + j * dv + d] - kv) : 0.0f;
         float o = 0.0f;
 #pragma unroll
-        for (int r = 0; r < kMaxDkRowsPerThread; ++r) {
-            const int64_t i = warp + kDeltaWarps * r;
+        for (int r = 0; r < kFusedDkRowsPerThread; ++r) {
+            const int64_t i = warp + kFusedDeltaWarps * r;
             if (i < dk) {
                 s[r] += ks[i] * delta;
                 o += s[r] * qs[i];
             }
         }
         __syncthreads();  // every warp has read red
-        red[group][warp][lane] = o;
+        red[warp][lane] = o;
         __syncthreads();
         if (warp == 0 && col) {
             float sum = 0.0f;
 #pragma unroll
-            for (int w = 0; w < kDeltaWarps; ++w) sum += red[group][w][lane];
-            out_s[d] = sum;
-        }
-        __syncthreads();
-        if (block_warp == 0) {
-            float ss = 0.0f;
-            for (int64_t i = lane; i < dv; i += 32) ss += out_s[i] * out_s[i];
-            ss = warp_sum(ss);
-            if (lane == 0) inv_s[2] = rsqrtf(ss / static_cast<float>(dv) + norm_eps);
-        }
-        __syncthreads();
-        if (warp == 0 && col) {
-            const int64_t at = (t * n_v + j) * dv + d;
-            y[at] = out_s[d] * inv_s[2] * norm_weight[d] * silu_f(z[at]);
+            for (int w = 0; w < kFusedDeltaWarps; ++w) sum += red[w][lane];
+            raw[(t * n_v + j) * dv + d] = sum;
         }
     }
 #pragma unroll
-    for (int r = 0; r < kMaxDkRowsPerThread; ++r) {
-        const int64_t i = warp + kDeltaWarps * r;
+    for (int r = 0; r < kFusedDkRowsPerThread; ++r) {
+        const int64_t i = warp + kFusedDeltaWarps * r;
         if (col && i < dk) S[i * dv + d] = s[r];
     }
+    // The head's last block: y = rms_norm(raw) · norm_weight ⊙ silu(z), per token.
+    __threadfence();  // this block's raw outputs are visible before it is counted
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(counters + j, 1u) == gridDim.y - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int64_t t = 0; t < n; ++t) {
+        const int64_t at = (t * n_v + j) * dv;
+        float ss = 0.0f;
+        for (int64_t i = threadIdx.x; i < dv; i += blockDim.x) {
+            const float v = __ldcg(raw + at + i);
+            ss += v * v;
+        }
+        const float inv = rsqrtf(block_sum(ss) / static_cast<float>(dv) + norm_eps);
+        for (int64_t i = threadIdx.x; i < dv; i += blockDim.x)
+            y[at + i] = __ldcg(raw + at + i) * inv * norm_weight[i] * silu_f(z[at + i]);
+    }
+    if (threadIdx.x == 0) counters[j] = 0;
 }
 
 // One warp per token: softmax in f32, then k rounds of arg-max (ties: lower index).
@@ -672,18 +679,19 @@ void gated_delta(const float* q, const float* k, const float* v, const float* be
 }
 
 bool deltanet_fused_fits(int64_t dk, int64_t dv) {
-    return dk <= 32 * kMaxDkPerLane && dv <= kMaxFusedDv;
+    (void)dv;
+    return dk <= 32 * kMaxDkPerLane;
 }
 
 void deltanet_fused(const float* conv_out, const float* b, const float* a, const float* z, const float* neg_a,
                     const float* dt_bias, const float* norm_weight, int64_t n, int64_t n_k, int64_t n_v,
                     int64_t dk, int64_t dv, float l2_eps, float q_scale, float norm_eps, float* state,
-                    float* y, cudaStream_t s) {
+                    float* raw, unsigned* counters, float* y, cudaStream_t s) {
     if (n == 0) return;
-    const unsigned threads = 32 * kDeltaWarps * grid_for(dv, 32);
-    deltanet_fused_kernel<<<static_cast<unsigned>(n_v), threads, 0, s>>>(conv_out, b, a, z, neg_a, dt_bias,
-                                                                         norm_weight, n, n_k, n_v, dk, dv,
-                                                                         l2_eps, q_scale, norm_eps, state, y);
+    const dim3 grid(static_cast<unsigned>(n_v), grid_for(dv, 32));
+    deltanet_fused_kernel<<<grid, 32 * kFusedDeltaWarps, 0, s>>>(conv_out, b, a, z, neg_a, dt_bias,
+                                                                 norm_weight, n, n_k, n_v, dk, dv, l2_eps,
+                                                                 q_scale, norm_eps, state, raw, counters, y);
 }
 
 void router_topk(const float* logits, int64_t n, int64_t n_experts, int64_t k, bool renormalize, int32_t* ids,

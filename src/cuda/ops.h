@@ -47,8 +47,9 @@ inline DevWeight dev_weight(const kernels::WeightView& v, const void* data, cons
 // ---- linear ------------------------------------------------------------------------------------
 // out[i, :] = row ids[i] of W dequantized, for i < n (embedding lookup; ids on the device).
 void dequantize_rows(const DevWeight& w, const int32_t* ids, int64_t n, float* out, cudaStream_t s);
-// Decode matrix-vector products (for 4/8-bit codes: groups of 4 rows whose code words the lanes of
-// S warps read interleaved, S chosen per launch from the rows and the kernel's occupancy).
+// Decode matrix-vector products (for 4/8-bit codes: groups of 4 rows whose 16-byte code chunks the
+// lanes of S warps read against x staged in shared memory, S chosen per launch from the rows and the
+// kernel's occupancy).
 // y[rows] = W · x[cols].
 void matvec(const DevWeight& w, const float* x, float* y, cudaStream_t s);
 // Forces the decode products' column split S (1, 2, 4 or 8 warps per row group; 0: chosen per
@@ -198,13 +199,15 @@ void gated_delta(const float* q, const float* k, const float* v, const float* be
 // The DeltaNet step after conv1d_silu, fused (numerically the same ops as row_norm(q, l2, q_scale) +
 // row_norm(k, l2) + copy_heads(v) + deltanet_gates + gated_delta + rms_norm_gated): conv_out
 // [n, q (n_k·dk) | k (n_k·dk) | v (n_v·dv)], b and a [n, n_v] raw (not overwritten), z [n, n_v·dv],
-// state [n_v, dk, dv] updated in place; y [n, n_v·dv] = rms_norm(out, norm_weight) ⊙ silu(z). One
-// block per value head; only when deltanet_fused_fits(dk, dv) (dk ≤ 256, dv ≤ 128).
+// state [n_v, dk, dv] updated in place; y [n, n_v·dv] = rms_norm(out, norm_weight) ⊙ silu(z). A
+// head's columns are spread over blocks of 32, so the unnormalised outputs go through raw [n,
+// n_v·dv] and the norm runs in each head's last block; counters: n_v device words that are 0 before
+// the launch and are left 0. Only when deltanet_fused_fits(dk, dv) (dk ≤ 256).
 bool deltanet_fused_fits(int64_t dk, int64_t dv);
 void deltanet_fused(const float* conv_out, const float* b, const float* a, const float* z, const float* neg_a,
                     const float* dt_bias, const float* norm_weight, int64_t n, int64_t n_k, int64_t n_v,
                     int64_t dk, int64_t dv, float l2_eps, float q_scale, float norm_eps, float* state,
-                    float* y, cudaStream_t s);
+                    float* raw, unsigned* counters, float* y, cudaStream_t s);
 // kernels::router_topk for n tokens: logits [n, E] → ids, weights [n, k].
 void router_topk(const float* logits, int64_t n, int64_t n_experts, int64_t k, bool renormalize, int32_t* ids,
                  float* weights, cudaStream_t s);

@@ -784,8 +784,9 @@ TEST(CudaOps, DeltaNetFusedMatchesUnfusedSequence) {
         int64_t n, nk, nv, dk, dv;
     };
     // Qwen3.6-35B / Qwen3-Next-80B (16 k-heads, 32 v-heads, 128 × 128), then other shapes.
-    for (const Case& c : {Case{1, 16, 32, 128, 128}, Case{1, 2, 4, 64, 32}, Case{1, 1, 2, 256, 128},
-                          Case{1, 2, 2, 16, 24}, Case{4, 2, 4, 128, 128}, Case{3, 1, 3, 32, 100}}) {
+    for (const Case& c :
+         {Case{1, 16, 32, 128, 128}, Case{1, 2, 4, 64, 32}, Case{1, 1, 2, 256, 128}, Case{1, 2, 2, 16, 24},
+          Case{4, 2, 4, 128, 128}, Case{3, 1, 3, 32, 100}, Case{2, 1, 2, 64, 160}}) {
         ASSERT_TRUE(deltanet_fused_fits(c.dk, c.dv));
         for (bool mlx_eps : {false, true}) {
             const int64_t kd = c.nk * c.dk, vd = c.nv * c.dv, cd = 2 * kd + vd;
@@ -818,10 +819,11 @@ TEST(CudaOps, DeltaNetFusedMatchesUnfusedSequence) {
                         ustate.get(), uout.get(), nullptr);
             rms_norm_gated(uout.get(), dz.get(), dnw.get(), c.n * c.nv, c.dv, norm_eps, uy.get(), nullptr);
             // Fused.
-            Dev<float> fstate(state0), fy(static_cast<size_t>(c.n * vd));
+            Dev<float> fstate(state0), fy(static_cast<size_t>(c.n * vd)), fraw(static_cast<size_t>(c.n * vd));
+            Dev<unsigned> counters(std::vector<unsigned>(static_cast<size_t>(c.nv), 0u));
             deltanet_fused(dconv.get(), db.get(), da.get(), dz.get(), dneg.get(), ddt.get(), dnw.get(), c.n,
-                           c.nk, c.nv, c.dk, c.dv, l2_eps, q_scale, norm_eps, fstate.get(), fy.get(),
-                           nullptr);
+                           c.nk, c.nv, c.dk, c.dv, l2_eps, q_scale, norm_eps, fstate.get(), fraw.get(),
+                           counters.get(), fy.get(), nullptr);
             const std::string what = "n " + std::to_string(c.n) + " heads " + std::to_string(c.nk) + "/" +
                                      std::to_string(c.nv) + " " + std::to_string(c.dk) + "x" +
                                      std::to_string(c.dv) + (mlx_eps ? " mlx eps" : "");
@@ -829,6 +831,8 @@ TEST(CudaOps, DeltaNetFusedMatchesUnfusedSequence) {
             EXPECT_LT(rel_err(fstate.host(), ustate.host()), 1e-5) << what;
             EXPECT_EQ(db.host(), b) << "the fused kernel must leave b unchanged";
             EXPECT_EQ(da.host(), a) << "the fused kernel must leave a unchanged";
+            EXPECT_EQ(counters.host(), std::vector<unsigned>(static_cast<size_t>(c.nv), 0u))
+                << "the fused kernel must leave its counters 0";
         }
     }
 }
