@@ -41,7 +41,8 @@
 // (the fused kernels' reference twins: separate router top-k, gate and up, SwiGLU, shared expert)
 // so a mismatch on a device can be bisected. The other diagnostic switches: SLUICE_CUDA_MATMUL=simt
 // (prefill products without tensor cores), SLUICE_CUDA_MATVEC_SPLIT=N (one column split for every
-// decode product), SLUICE_CUDA_TIMING=1 (GPU time per decode step, logged at close).
+// decode product), SLUICE_CUDA_TIMING=1 (GPU time per decode step, logged at close),
+// SLUICE_CUDA_PDL=0 (no programmatic dependent launch of the decode products).
 #include "runtime/backend.h"
 
 #include <fmt/format.h>
@@ -50,6 +51,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "core/log.h"
@@ -100,6 +102,14 @@ void matmul_from_env() {
     if (v == nullptr || std::strcmp(v, "simt") != 0) return;
     cuda::set_matmul_tensor_cores(false);
     log::info("[cuda] SLUICE_CUDA_MATMUL=simt: prefill products on the SIMT kernel");
+}
+
+// Programmatic dependent launch of the decode products on sm_90 and newer, unless SLUICE_CUDA_PDL=0.
+void dependent_launch_from_env(int major) {
+    const char* v = std::getenv("SLUICE_CUDA_PDL");
+    const bool off = v != nullptr && std::strcmp(v, "0") == 0;
+    cuda::set_dependent_launch(major >= 9 && !off);
+    if (off) log::info("[cuda] SLUICE_CUDA_PDL=0: decode products wait for the kernel before them to finish");
 }
 
 void split_from_env() {
@@ -244,16 +254,23 @@ class CudaBackend final : public Backend {
     void linear(const DevWeight& w, const float* x, int64_t n, float* y);
     void swiglu_mlp(const DevWeight& gate, const DevWeight& up, const DevWeight& down, const float* x,
                     int64_t n, float* out);
-    void attention_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n);
-    void deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n);
-    void moe_layer(const DevLayer& L, int64_t n);
+    // in_norm (decode, nullable): the residual add and norm that produce the layer's input, run by
+    // its first product (see cuda::NormIn); otherwise the input is d_.norm.
+    void attention_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n,
+                         const cuda::NormIn* in_norm);
+    void deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n,
+                        const cuda::NormIn* in_norm);
+    void moe_layer(const DevLayer& L, int64_t n, const cuda::NormIn* in_norm);
+    // The decode NormIn that adds d_.mix to the residual stream (resid_) and norms it with `weight`
+    // into d_.norm; the residual moves to the other of d_.x / d_.x2.
+    cuda::NormIn residual_norm(const float* weight);
     bool fused_shared(const DevLayer& L, int64_t n) const;
     // Whether decode folds the shared expert into the routed down projection (moe_shared then skips).
     bool shared_folded(const DevLayer& L, int64_t n) const;
     // The fused router top-k of a matvec_multi launch (slice `which`) into ids / weights.
     cuda::MatvecTopk route_topk(int which, int32_t* ids, float* weights, int counter) const;
     // Router logits (and the decode shared-expert projections) and top-k for n tokens.
-    void moe_route(const DevLayer& L, int64_t n);
+    void moe_route(const DevLayer& L, int64_t n, const cuda::NormIn* in_norm);
     // mix[t] = Σ routed experts for n tokens of inputs x, routed ids/weights (pointers may be offset
     // into the batch: sub-ranges of a tiered prefill, which may be one token long). `decode`: the
     // forward is one token, so the shared expert may be folded in (shared_folded).
@@ -288,7 +305,7 @@ class CudaBackend final : public Backend {
     uint64_t ws_generation_ = 0;
     char* ws_block_ = nullptr;
     struct {
-        float *x, *norm, *mix, *tmp, *q, *k, *v, *gate, *z, *beta, *g, *conv_in, *conv_out, *attn, *y;
+        float *x, *x2, *norm, *mix, *tmp, *q, *k, *v, *gate, *z, *beta, *g, *conv_in, *conv_out, *attn, *y;
         float *router, *topk_w, *pred_logits, *pred_w, *pair_gate, *pair_up, *pair_act, *pair_out, *sh_gate,
             *sh_up, *sh_act, *sh_out, *sg, *logits;
         int32_t *topk_ids, *pred_ids, *offsets, *order, *io;  // io: [0] first position, [1..] token ids
@@ -301,7 +318,11 @@ class CudaBackend final : public Backend {
     float* host_logits_ = nullptr;  // pinned [V] for graph decode
     cuda::DevLogitsSummary* host_summary_ = nullptr;  // pinned: the last decode's logits summary
     bool summary_valid_ = false;                      // host_summary_ belongs to the last forward
-    cudaEvent_t timing_[2] = {};                      // SLUICE_CUDA_TIMING: around each decode step
+    // Where the residual stream is while a forward is enqueued: d_.x, or d_.x2 after a fused
+    // residual norm (which cannot update it in place; see cuda::NormIn).
+    float* resid_ = nullptr;
+    int major_ = 0;               // the device's compute capability
+    cudaEvent_t timing_[2] = {};  // SLUICE_CUDA_TIMING: around each decode step
     int64_t timed_steps_ = 0;
     double timed_ms_ = 0.0;
 };
@@ -467,6 +488,7 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
     SLUICE_CUDA_TRY(cudaSetDevice(device_), "selecting the device");
     cudaDeviceProp prop{};
     SLUICE_CUDA_TRY(cudaGetDeviceProperties(&prop, device_), "reading device properties");
+    major_ = prop.major;
     size_t free_bytes = 0, total_bytes = 0;
     SLUICE_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes), "reading free memory");
     name_ = fmt::format("cuda:{} ({}, {}, sm_{}{})", device_, prop.name, human_bytes(total_bytes), prop.major,
@@ -574,6 +596,7 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
     SLUICE_RETURN_IF_ERROR(reserve_scratch(256, 1));
     split_from_env();
     matmul_from_env();
+    dependent_launch_from_env(major_);
     if (timing_from_env()) {
         SLUICE_CUDA_TRY(cudaEventCreate(&timing_[0]), "creating timing events");
         SLUICE_CUDA_TRY(cudaEventCreate(&timing_[1]), "creating timing events");
@@ -598,6 +621,7 @@ CudaBackend::ScratchPlan CudaBackend::scratch_plan(int64_t n, int64_t logit_rows
                           static_cast<uint64_t>(std::max<int64_t>(elems, 1)) * 4);
     };
     add(d_.x, n * H);
+    add(d_.x2, n * H);
     add(d_.norm, n * H);
     add(d_.mix, n * H);
     add(d_.tmp, n * wide);
@@ -783,7 +807,8 @@ void CudaBackend::swiglu_mlp(const DevWeight& gate, const DevWeight& up, const D
     linear(down, d_.sh_act, n, out);
 }
 
-void CudaBackend::attention_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n) {
+void CudaBackend::attention_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n,
+                                  const cuda::NormIn* in_norm) {
     const model::ModelConfig& c = model_->config();
     const int64_t nh = c.n_heads, nkv = c.n_kv_heads, hd = c.head_dim;
     const bool gated = c.attn_output_gate;
@@ -794,6 +819,7 @@ void CudaBackend::attention_layer(const DevLayer& L, DeviceState& ds, int64_t l,
         m.add(L.q_proj, d_.tmp);
         m.add(L.k_proj, d_.k);
         m.add(L.v_proj, d_.v);
+        if (in_norm != nullptr) m.norm = *in_norm;
         cuda::matvec_multi(m, d_.norm, stream_);
     } else {
         linear(L.q_proj, d_.norm, n, d_.tmp);  // [n, nh, (q | gate)]
@@ -823,7 +849,8 @@ void CudaBackend::attention_layer(const DevLayer& L, DeviceState& ds, int64_t l,
     linear(L.o_proj, d_.attn, n, d_.mix);
 }
 
-void CudaBackend::deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n) {
+void CudaBackend::deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n,
+                                 const cuda::NormIn* in_norm) {
     const model::ModelConfig& c = model_->config();
     const int64_t nk = c.linear_k_heads, nv = c.linear_v_heads, dk = c.linear_k_dim, dv = c.linear_v_dim;
     const int64_t r = nv / nk, kd = nk * dk, vd = nv * dv, cd = c.conv_dim();
@@ -834,6 +861,7 @@ void CudaBackend::deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, 
             m.add(L.in_z, d_.z);
             m.add(L.in_b, d_.beta);
             m.add(L.in_a, d_.g);
+            if (in_norm != nullptr) m.norm = *in_norm;
             cuda::matvec_multi(m, d_.norm, stream_);
         } else {
             linear(L.in_qkv, d_.norm, n, d_.conv_in);
@@ -846,6 +874,7 @@ void CudaBackend::deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, 
             cuda::MatvecMulti m;
             m.add(L.in_qkvz, d_.tmp);
             m.add(L.in_ba, d_.gate);
+            if (in_norm != nullptr) m.norm = *in_norm;
             cuda::matvec_multi(m, d_.norm, stream_);
         } else {
             linear(L.in_qkvz, d_.norm, n, d_.tmp);
@@ -879,20 +908,25 @@ void CudaBackend::deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, 
 // Decode (n = 1) fuses: router and shared-expert input projections in one launch, the routed
 // gate/up in one grouped launch, SwiGLU inside the down projections, the shared expert's sigmoid
 // gate inside its down projection.
-void CudaBackend::moe_layer(const DevLayer& L, int64_t n) {
+void CudaBackend::moe_layer(const DevLayer& L, int64_t n, const cuda::NormIn* in_norm) {
     if (!L.moe) {
         if (n == 1 && cuda::swiglu_fits(L.dense_gate.rows)) {
             cuda::MatvecMulti m;
             m.add(L.dense_gate, d_.sh_gate);
             m.add(L.dense_up, d_.sh_up);
+            if (in_norm != nullptr) m.norm = *in_norm;
             cuda::matvec_multi(m, d_.norm, stream_);
             cuda::swiglu_down_matvec(L.dense_down, d_.sh_gate, d_.sh_up, nullptr, d_.mix, stream_);
         } else {
+            if (in_norm != nullptr)
+                cuda::add_rms_norm_to(in_norm->resid_in, in_norm->add, in_norm->weight, 1,
+                                      model_->config().hidden, in_norm->eps, in_norm->resid_out, d_.norm,
+                                      stream_);
             swiglu_mlp(L.dense_gate, L.dense_up, L.dense_down, d_.norm, n, d_.mix);
         }
         return;
     }
-    moe_route(L, n);
+    moe_route(L, n, in_norm);
     moe_routed(L, d_.norm, d_.topk_ids, d_.topk_w, n, d_.mix, n == 1);
     moe_shared(L, n);
 }
@@ -903,7 +937,7 @@ bool CudaBackend::fused_shared(const DevLayer& L, int64_t n) const {
 
 // Decode runs the router with the shared expert's input projections in one launch whose last block
 // runs the top-k (unless SLUICE_CUDA_UNFUSED).
-void CudaBackend::moe_route(const DevLayer& L, int64_t n) {
+void CudaBackend::moe_route(const DevLayer& L, int64_t n, const cuda::NormIn* in_norm) {
     const model::ModelConfig& c = model_->config();
     if (n == 1) {
         cuda::MatvecMulti m;
@@ -916,6 +950,7 @@ void CudaBackend::moe_route(const DevLayer& L, int64_t n) {
             m.add(L.shared_gate, d_.sg);
         }
         if (!unfused_) m.topk = route_topk(0, d_.topk_ids, d_.topk_w, kRouteCounter);
+        if (in_norm != nullptr) m.norm = *in_norm;
         cuda::matvec_multi(m, d_.norm, stream_);
         if (!unfused_) return;
     } else {
@@ -992,6 +1027,18 @@ void CudaBackend::moe_shared(const DevLayer& L, int64_t n) {
     cuda::add_gated_rows(d_.sh_out, d_.sg, n, model_->config().hidden, d_.mix, stream_);
 }
 
+cuda::NormIn CudaBackend::residual_norm(const float* weight) {
+    cuda::NormIn nm;
+    nm.resid_in = resid_;
+    nm.add = d_.mix;
+    nm.weight = weight;
+    nm.eps = model_->config().rms_eps;
+    nm.resid_out = resid_ == d_.x ? d_.x2 : d_.x;
+    nm.norm_out = d_.norm;
+    resid_ = nm.resid_out;
+    return nm;
+}
+
 // The forward as segments that end where the host must act: after the routing of a MoE layer
 // whose experts are tiered, or at the logits. Segment `after` (-1: the first) enqueues the rest of
 // layer `after` (its routed experts for one token, the shared expert, the residual add), then whole
@@ -1001,15 +1048,23 @@ void CudaBackend::moe_shared(const DevLayer& L, int64_t n) {
 int64_t CudaBackend::enqueue_segment(DeviceState& ds, int64_t n, bool all_logits, int64_t after) {
     const model::ModelConfig& c = model_->config();
     const int64_t H = c.hidden, E = c.n_experts, K = c.top_k;
+    // Decode runs each residual add and norm in the prologue of the product that reads it (in_norm).
+    const bool fuse_norms = n == 1 && !unfused_;
+    std::optional<cuda::NormIn> in_norm;
     auto residual = [&](int64_t l) {  // the block's residual add, fused with the next norm
         if (l + 1 < c.n_layers) {
-            cuda::add_rms_norm(d_.x, d_.mix, layers_[static_cast<size_t>(l + 1)].input_norm, n, H, c.rms_eps,
-                               d_.norm, stream_);
+            const float* weight = layers_[static_cast<size_t>(l + 1)].input_norm;
+            if (fuse_norms) {
+                in_norm = residual_norm(weight);
+            } else {
+                cuda::add_rms_norm(resid_, d_.mix, weight, n, H, c.rms_eps, d_.norm, stream_);
+            }
         } else {
-            cuda::axpy(1.0f, d_.mix, n * H, d_.x, stream_);
+            cuda::axpy(1.0f, d_.mix, n * H, resid_, stream_);
         }
     };
     if (after < 0) {
+        resid_ = d_.x;
         cudaMemcpyAsync(d_.io, host_io_, static_cast<size_t>(n + 1) * sizeof(int32_t), cudaMemcpyHostToDevice,
                         stream_);
         cuda::dequantize_rows(embed_, d_.io + 1, n, d_.x, stream_);
@@ -1024,20 +1079,28 @@ int64_t CudaBackend::enqueue_segment(DeviceState& ds, int64_t n, bool all_logits
     }
     for (int64_t l = after + 1; l < c.n_layers; ++l) {
         const DevLayer& L = layers_[static_cast<size_t>(l)];
+        const cuda::NormIn* mixer_in = in_norm ? &*in_norm : nullptr;
         if (L.full_attention) {
-            attention_layer(L, ds, l, n);
+            attention_layer(L, ds, l, n, mixer_in);
         } else {
-            deltanet_layer(L, ds, l, n);
+            deltanet_layer(L, ds, l, n, mixer_in);
         }
-        cuda::add_rms_norm(d_.x, d_.mix, L.post_norm, n, H, c.rms_eps, d_.norm, stream_);
+        in_norm.reset();
+        std::optional<cuda::NormIn> post;
+        if (fuse_norms) {
+            post = residual_norm(L.post_norm);
+        } else {
+            cuda::add_rms_norm(resid_, d_.mix, L.post_norm, n, H, c.rms_eps, d_.norm, stream_);
+        }
+        const cuda::NormIn* moe_in = post ? &*post : nullptr;
         if (tiered_ && L.moe) {
-            moe_route(L, n);
+            moe_route(L, n, moe_in);
             if (predicts(l, n)) {
                 // The next layer's post-attention norm and router on the residual stream after this
-                // layer's mixer (d_.x): the CPU backend's predictor (model/moe.cpp), on the GPU.
+                // layer's mixer (resid_): the CPU backend's predictor (model/moe.cpp), on the GPU.
                 const DevLayer& next = layers_[static_cast<size_t>(l + 1)];
-                cuda::row_norm(d_.x, next.post_norm, HeadLayout{1, 1, H, H, 0, H, 0}, c.rms_eps, false, 1.0f,
-                               d_.tmp, stream_);
+                cuda::row_norm(resid_, next.post_norm, HeadLayout{1, 1, H, H, 0, H, 0}, c.rms_eps, false,
+                               1.0f, d_.tmp, stream_);
                 cuda::MatvecMulti m;
                 m.add(next.router, d_.pred_logits);
                 if (!unfused_) m.topk = route_topk(0, d_.pred_ids, d_.pred_w, kPredictCounter);
@@ -1052,12 +1115,12 @@ int64_t CudaBackend::enqueue_segment(DeviceState& ds, int64_t n, bool all_logits
                             cudaMemcpyDeviceToHost, stream_);
             return l;
         }
-        moe_layer(L, n);
+        moe_layer(L, n, moe_in);
         residual(l);
     }
     const int64_t first = all_logits ? 0 : n - 1;
     const int64_t out_rows = n - first;
-    cuda::row_norm(d_.x + first * H, final_norm_, HeadLayout{out_rows, 1, H, H, 0, H, 0}, c.rms_eps, false,
+    cuda::row_norm(resid_ + first * H, final_norm_, HeadLayout{out_rows, 1, H, H, 0, H, 0}, c.rms_eps, false,
                    1.0f, d_.norm, stream_);
     linear(lm_head_, d_.norm, out_rows, d_.logits);
     if (n == 1) {  // decode: the greedy token and the softmax normaliser for the sampler

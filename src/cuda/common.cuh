@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "cuda/ops.h"
 
@@ -84,8 +85,8 @@ __device__ __forceinline__ float sigmoid_f(float x) {
 
 constexpr int kMaxExpertsPerLane = 32;  // router top-k: E ≤ 1024
 
-// kernels::router_topk for one token's logits lt[n_experts ≤ 32·kPerLane], by one warp (lane 0
-// writes ids[k] and weights[k]). `uncached` reads the logits past L1 (__ldcg): the caller is the
+// kernels::router_topk for one token's logits lt[n_experts ≤ 32·kPerLane], by one warp (lane r
+// writes ids[r] and weights[r]). `uncached` reads the logits past L1 (__ldcg): the caller is the
 // last block of the launch that wrote them (matvec_multi's fused top-k), and other blocks' writes
 // are only ordered by their __threadfence().
 template <int kPerLane>
@@ -110,6 +111,11 @@ __device__ __forceinline__ void router_topk_warp_n(const float* lt, int64_t n_ex
     }
     sum = warp_sum(sum);
     float selected = 0.0f;
+    // Lane r keeps the r-th pick, so the k results are stored at once at the end: storing each pick
+    // and dividing them back in place (renormalisation) chained 2k round trips to memory on the
+    // decode's critical path (ncu, session 5: the router's last block took 13 of its 18 µs).
+    int32_t my_id = 0;
+    float my_weight = 0.0f;
     for (int64_t r = 0; r < k; ++r) {
         float best = -1.0f;
         int best_e = 0x7fffffff;
@@ -129,7 +135,10 @@ __device__ __forceinline__ void router_topk_warp_n(const float* lt, int64_t n_ex
                 best_e = oe;
             }
         }
-        if (lane == 0) {
+        if (r < 32 && lane == r) {
+            my_id = best_e;
+            my_weight = best / sum;
+        } else if (r >= 32 && lane == 0) {
             ids[r] = best_e;
             weights[r] = best / sum;
         }
@@ -138,8 +147,12 @@ __device__ __forceinline__ void router_topk_warp_n(const float* lt, int64_t n_ex
         for (int i = 0; i < kPerLane; ++i)
             if (i * 32 + lane == best_e) p[i] = -1.0f;
     }
+    if (lane < k) {
+        ids[lane] = my_id;
+        weights[lane] = renorm ? my_weight / selected : my_weight;
+    }
     if (renorm && lane == 0)
-        for (int64_t r = 0; r < k; ++r) weights[r] /= selected;
+        for (int64_t r = 32; r < k; ++r) weights[r] /= selected;
 }
 
 // router_topk_warp_n with the fewest logits per lane that hold n_experts (E ≤ 1024): each of the k
@@ -157,6 +170,44 @@ __device__ __forceinline__ void router_topk_warp(const float* lt, int64_t n_expe
     } else {
         router_topk_warp_n<kMaxExpertsPerLane>(lt, n_experts, k, renorm, ids, weights, uncached);
     }
+}
+
+// Programmatic dependent launch (sm_90+; no-ops below). A kernel launched with
+// launch_dependent() may start while the kernel before it on the stream still runs: it calls
+// grid_dependency_wait() before it reads anything an earlier kernel wrote or writes anything one
+// reads, and may only load constant data (weights) before that. allow_dependents() lets the next
+// such kernel start as soon as every block of this one has called it.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Whether launch_dependent() asks for programmatic dependent launch (set_dependent_launch()).
+bool dependent_launch_enabled();
+
+// Launches kernel<<<grid, block, smem, s>>>(args...), with programmatic stream serialization when
+// dependent_launch_enabled() (the kernel must follow grid_dependency_wait()'s rule).
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                      Args&&... args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = dependent_launch_enabled() ? 1 : 0;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
 inline unsigned grid_for(int64_t n, int threads) {

@@ -271,6 +271,60 @@ __device__ __forceinline__ void staged_wait() {
     __syncthreads();
 }
 
+// How the chunk path's x becomes ready, called by every thread once the first chunk's loads are in
+// flight: the stage_async copy completes, or nothing is left to do (StagedNorm ran first).
+struct StagedCopy {
+    __device__ void operator()() const { staged_wait(); }
+};
+
+// StagedCopy for a launch_dependent() kernel: the copy of x starts after the grid dependency, the
+// first chunk's weight loads before it.
+struct StagedCopyAfterWait {
+    const float* x;
+    float* xs;
+    int64_t cols;
+    __device__ void operator()() const {
+        grid_dependency_wait();
+        allow_dependents();
+        stage_async(xs, x, cols);
+        staged_wait();
+    }
+};
+
+struct StagedAlready {
+    __device__ void operator()() const {}
+};
+
+// The residual add and RMS norm of a NormIn computed into the staged x by every block of a launch (the
+// first block also writes resid_out and norm_out), before the block's products start: run inside
+// ready() it kept the first chunk's registers live beside its own and spilled.
+struct StagedNorm {
+    NormIn nm;  // a register copy
+    int64_t cols;
+    float* xs;
+    bool write;
+    __device__ void run() const {
+        float ss = 0.0f;
+        for (int64_t i = threadIdx.x * 4; i < cols; i += blockDim.x * 4) {
+            const float4 a = *reinterpret_cast<const float4*>(nm.resid_in + i);
+            const float4 b = *reinterpret_cast<const float4*>(nm.add + i);
+            const float4 v = {a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w};
+            *reinterpret_cast<float4*>(xs + staged_at(i)) = v;
+            if (write) *reinterpret_cast<float4*>(nm.resid_out + i) = v;
+            ss += (v.x * v.x + v.y * v.y) + (v.z * v.z + v.w * v.w);
+        }
+        const float inv = rsqrtf(block_sum(ss) / static_cast<float>(cols) + nm.eps);
+        for (int64_t i = threadIdx.x * 4; i < cols; i += blockDim.x * 4) {  // this thread's own elements
+            float4 v = *reinterpret_cast<const float4*>(xs + staged_at(i));
+            const float4 w = *reinterpret_cast<const float4*>(nm.weight + i);
+            v = {v.x * inv * w.x, v.y * inv * w.y, v.z * inv * w.z, v.w * inv * w.w};
+            *reinterpret_cast<float4*>(xs + staged_at(i)) = v;
+            if (write && nm.norm_out != nullptr) *reinterpret_cast<float4*>(nm.norm_out + i) = v;
+        }
+        __syncthreads();
+    }
+};
+
 // One chunk of the R rows of a RowSet: codes, scales and biases.
 template <int R>
 struct Chunk {
@@ -295,8 +349,48 @@ __device__ __forceinline__ void chunk_load(Chunk<R>& ch, const RowSet<R, kFirst>
 }
 
 // acc[i] += s·Σ q·x + b·Σ x over the chunk's columns; xc: the chunk's staged x.
+//
+// 4-bit codes become floats without a conversion: one byte permute puts a code (pre-shifted to
+// bits 3..6 of its byte) at mantissa bits 19..22 under the exponent of 0.5, giving exactly
+// v = 0.5 + q/32, and Σ q·x = 32·Σ v·x − 16·Σ x. Per code: a permute and an FMA (plus two shifts
+// and masks per 8 codes) instead of shift, mask, I2F and FMA (SASS, session 5).
+template <int R>
+__device__ __forceinline__ void chunk_fma_q4(const Chunk<R>& ch, const float* xc, float (&acc)[R]) {
+    const float4* x4 = reinterpret_cast<const float4*>(xc);
+    float vx[R] = {};
+    float sx = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const float4 xa = x4[2 * j], xb = x4[2 * j + 1];  // the word's columns 0..3 and 4..7
+        sx += ((xa.x + xa.y) + (xa.z + xa.w)) + ((xb.x + xb.y) + (xb.z + xb.w));
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const uint32_t w = chunk_word(ch.q[i], j);
+            const uint32_t even = (w << 3) & 0x78787878u;  // codes 0, 2, 4, 6 at bits 3..6 of bytes 0..3
+            const uint32_t odd = (w >> 1) & 0x78787878u;   // codes 1, 3, 5, 7
+            constexpr uint32_t kHalf = 0x3F000000u;        // byte 3: sign and exponent of 0.5
+            float v = vx[i];
+            v = fmaf(__uint_as_float(__byte_perm(even, kHalf, 0x7044)), xa.x, v);
+            v = fmaf(__uint_as_float(__byte_perm(odd, kHalf, 0x7044)), xa.y, v);
+            v = fmaf(__uint_as_float(__byte_perm(even, kHalf, 0x7144)), xa.z, v);
+            v = fmaf(__uint_as_float(__byte_perm(odd, kHalf, 0x7144)), xa.w, v);
+            v = fmaf(__uint_as_float(__byte_perm(even, kHalf, 0x7244)), xb.x, v);
+            v = fmaf(__uint_as_float(__byte_perm(odd, kHalf, 0x7244)), xb.y, v);
+            v = fmaf(__uint_as_float(__byte_perm(even, kHalf, 0x7344)), xb.z, v);
+            v = fmaf(__uint_as_float(__byte_perm(odd, kHalf, 0x7344)), xb.w, v);
+            vx[i] = v;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc[i] += ch.sc[i] * fmaf(32.0f, vx[i], -16.0f * sx) + ch.bi[i] * sx;
+}
+
 template <int kBits, int R>
 __device__ __forceinline__ void chunk_fma(const Chunk<R>& ch, const float* xc, float (&acc)[R]) {
+    if constexpr (kBits == 4) {
+        chunk_fma_q4(ch, xc, acc);
+        return;
+    }
     constexpr int kPerWord = 32 / kBits;
     constexpr uint32_t kMask = (1u << kBits) - 1u;
     const float4* x4 = reinterpret_cast<const float4*>(xc);
@@ -322,22 +416,12 @@ __device__ __forceinline__ void chunk_fma(const Chunk<R>& ch, const float* xc, f
     for (int i = 0; i < R; ++i) acc[i] += ch.sc[i] * qx[i] + ch.bi[i] * sx;
 }
 
-// This lane's partial sums of the R rows of rs over chunks c0, c0 + step, … against the staged x,
-// the next chunk's loads in flight while one is summed. Calls staged_wait() once (every thread of
-// the block must call this function). Requires quant_vector_layout.
+// The lookahead loop of rowset_dot_chunks: chunk c summed while chunk c + step loads.
 template <int kBits, int R, int kFirst>
-__device__ void rowset_dot_chunks(const RowSet<R, kFirst>& rs, int64_t cols, int64_t group_size, ScaleType st,
-                                  const float* xs, int c0, int step, float (&acc)[R]) {
-    constexpr int kCols = 128 / kBits;  // columns per chunk
-    const int chunks = static_cast<int>(cols / kCols);
-    const int per_group = static_cast<int>(group_size / kCols);
-#pragma unroll
-    for (int i = 0; i < R; ++i) acc[i] = 0.0f;
-    Chunk<R> cur;
-    const bool any = c0 < chunks;
-    if (any) chunk_load(cur, rs, st, c0, per_group);
-    staged_wait();
-    if (!any) return;
+__device__ __forceinline__ void rowset_chunks_ahead(const RowSet<R, kFirst>& rs, ScaleType st,
+                                                    const float* xs, int c0, int step, int chunks,
+                                                    int per_group, Chunk<R> cur, float (&acc)[R]) {
+    constexpr int kCols = 128 / kBits;
     for (int c = c0;;) {
         const int next = c + step;
         if (next >= chunks) {
@@ -352,13 +436,45 @@ __device__ void rowset_dot_chunks(const RowSet<R, kFirst>& rs, int64_t cols, int
     }
 }
 
-template <int R, int kFirst>
-__device__ __forceinline__ void rowset_dot_chunks_any(const RowSet<R, kFirst>& rs, const DevWeight& shape,
-                                                      const float* xs, int c0, int step, float (&acc)[R]) {
-    if (shape.type == WeightType::kQ4) {
-        rowset_dot_chunks<4>(rs, shape.cols, shape.group_size, shape.scale_type, xs, c0, step, acc);
+// This lane's partial sums of the R rows of rs over chunks c0, c0 + step, … against the staged x,
+// the next chunk's loads in flight while one is summed. Calls ready() once, after the first chunk's
+// loads are issued (every thread of the block must call this function). Requires
+// quant_vector_layout.
+// kAhead = false: one chunk in flight at a time (fewer registers, for rows of one or two steps).
+template <int kBits, bool kAhead, int R, int kFirst, typename Ready>
+__device__ void rowset_dot_chunks(const RowSet<R, kFirst>& rs, int64_t cols, int64_t group_size, ScaleType st,
+                                  const float* xs, int c0, int step, const Ready& ready, float (&acc)[R]) {
+    constexpr int kCols = 128 / kBits;  // columns per chunk
+    const int chunks = static_cast<int>(cols / kCols);
+    const int per_group = static_cast<int>(group_size / kCols);
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc[i] = 0.0f;
+    Chunk<R> cur;
+    const bool any = c0 < chunks;
+    if (any) chunk_load(cur, rs, st, c0, per_group);
+    ready();
+    if (!any) return;
+    if constexpr (!kAhead) {
+        chunk_fma<kBits>(cur, xs + staged_at(static_cast<int64_t>(c0) * kCols), acc);
+        for (int c = c0 + step; c < chunks; c += step) {
+            chunk_load(cur, rs, st, c, per_group);
+            chunk_fma<kBits>(cur, xs + staged_at(static_cast<int64_t>(c) * kCols), acc);
+        }
     } else {
-        rowset_dot_chunks<8>(rs, shape.cols, shape.group_size, shape.scale_type, xs, c0, step, acc);
+        rowset_chunks_ahead<kBits>(rs, st, xs, c0, step, chunks, per_group, cur, acc);
+    }
+}
+
+template <bool kAhead = true, int R, int kFirst, typename Ready>
+__device__ __forceinline__ void rowset_dot_chunks_any(const RowSet<R, kFirst>& rs, const DevWeight& shape,
+                                                      const float* xs, int c0, int step, const Ready& ready,
+                                                      float (&acc)[R]) {
+    if (shape.type == WeightType::kQ4) {
+        rowset_dot_chunks<4, kAhead>(rs, shape.cols, shape.group_size, shape.scale_type, xs, c0, step, ready,
+                                     acc);
+    } else {
+        rowset_dot_chunks<8, kAhead>(rs, shape.cols, shape.group_size, shape.scale_type, xs, c0, step, ready,
+                                     acc);
     }
 }
 
@@ -396,8 +512,9 @@ __host__ __device__ constexpr int64_t rows_per_block(int s, int64_t rows_per_gro
 // the code-word layout (quant_vector_layout) and x is staged (stage_async; every thread of the
 // block calls this); the other instance serves every weight type through row_dot from x in global
 // memory, and its registers would otherwise lower the chunk path's occupancy.
-template <int S, bool kVector>
-__device__ void group_rows(const DevWeight& w, int64_t r0, const float* x, float* y) {
+template <int S, bool kVector, typename Ready = StagedCopy>
+__device__ void group_rows(const DevWeight& w, int64_t r0, const float* x, float* y,
+                           const Ready& ready = {}) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     if constexpr (kVector) {
         RowSet<kGroupRows> rs;
@@ -405,7 +522,7 @@ __device__ void group_rows(const DevWeight& w, int64_t r0, const float* x, float
 #pragma unroll
         for (int i = 0; i < kGroupRows; ++i) set_row(rs, i, w, shape, r0 + i);
         float acc[kGroupRows];
-        rowset_dot_chunks_any(rs, w, x, (warp % S) * 32 + lane, 32 * S, acc);
+        rowset_dot_chunks_any(rs, w, x, (warp % S) * 32 + lane, 32 * S, ready, acc);
         group_sum<S>(acc);
         if (lane == 0 && warp % S == 0)
 #pragma unroll
@@ -440,19 +557,40 @@ __device__ void topk_if_last(const MatvecTopk& t, const float* logits) {
 // which doubled these kernels' time (ncu, session 4).
 // kTopk: the launch carries a fused router top-k (a separate instance, so the top-k's registers do
 // not lower every other product's occupancy).
-// kVector: x is staged in dynamic shared memory (staged_floats(cols) floats).
-template <int S, bool kTopk, bool kVector>
+// kVector: x is staged in dynamic shared memory (staged_floats(cols) floats), copied from x, or with
+// kNorm computed from m.norm (an instance of its own: both forms in one kernel spilled registers).
+template <int S, bool kTopk, bool kVector, bool kNorm = false>
 __global__ void __launch_bounds__(32 * kWarps, 3) matvec_multi_kernel(MatvecMulti m, const float* x) {
     extern __shared__ float4 staged[];
     const DevWeight w = m.w[blockIdx.y];
     const int64_t block_r0 = static_cast<int64_t>(blockIdx.x) * rows_per_block(S);
-    if (block_r0 < w.rows) {  // uniform over the block
-        const float* xv = x;
-        if constexpr (kVector) {
-            stage_async(reinterpret_cast<float*>(staged), x, w.cols);
-            xv = reinterpret_cast<const float*>(staged);
-        }
-        group_rows<S, kVector>(w, block_r0 + (threadIdx.x / 32) / S * kGroupRows, xv, m.y[blockIdx.y]);
+    const int64_t r0 = block_r0 + (threadIdx.x / 32) / S * kGroupRows;
+    if (block_r0 >= w.rows) {  // uniform over the block
+        grid_dependency_wait();
+        allow_dependents();
+    } else if constexpr (kNorm) {
+        // The first chunk of this thread's rows into L2 while the kernel before finishes and the
+        // norm is computed.
+        const RowShape shape = row_shape(w);
+        const int64_t c0 = (threadIdx.x / 32) % S * 32 + threadIdx.x % 32;
+        if (c0 * 4 < shape.words)
+            for (int i = 0; i < kGroupRows; ++i) {
+                const int64_t r = r0 + i < w.rows ? r0 + i : w.rows - 1;
+                const uint32_t* chunk = static_cast<const uint32_t*>(w.data) + r * shape.words + c0 * 4;
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(chunk));
+            }
+        grid_dependency_wait();
+        allow_dependents();
+        float* xs = reinterpret_cast<float*>(staged);
+        StagedNorm{m.norm, w.cols, xs, blockIdx.x == 0 && blockIdx.y == 0}.run();
+        group_rows<S, true>(w, r0, xs, m.y[blockIdx.y], StagedAlready{});
+    } else if constexpr (kVector) {
+        float* xs = reinterpret_cast<float*>(staged);
+        group_rows<S, true>(w, r0, xs, m.y[blockIdx.y], StagedCopyAfterWait{x, xs, w.cols});
+    } else {
+        grid_dependency_wait();
+        allow_dependents();
+        group_rows<S, false>(w, r0, x, m.y[blockIdx.y]);
     }
     if (kTopk && static_cast<int>(blockIdx.y) == m.topk.which) {
         const MatvecTopk topk = m.topk;
@@ -469,6 +607,8 @@ __global__ void __launch_bounds__(32 * kWarps, 3)
     moe_gate_up_kernel(const DevWeight* table, const int32_t* ids, int64_t n_ids, int64_t rows,
                        SharedExpert sh, const float* x, float* gate, float* up, float* act) {
     extern __shared__ float4 staged[];  // kVector: x, staged
+    grid_dependency_wait();             // ids and x come from the kernels before
+    allow_dependents();
     const int64_t k = blockIdx.y;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const float* xv = kVector ? reinterpret_cast<const float*>(staged) : x;
@@ -506,7 +646,7 @@ __global__ void __launch_bounds__(32 * kWarps, 3)
             set_row(rs, kPairRows + i, wu, shape, r0 + i);
         }
         float acc[kGroupRows];
-        rowset_dot_chunks_any(rs, wg, xv, (warp % S) * 32 + lane, 32 * S, acc);
+        rowset_dot_chunks_any(rs, wg, xv, (warp % S) * 32 + lane, 32 * S, StagedCopy{}, acc);
         group_sum<S>(acc);
         if (lane == 0 && warp % S == 0)
 #pragma unroll
@@ -531,6 +671,8 @@ template <bool kVector>
 __global__ void __launch_bounds__(32 * kMaxDownWarps)
     moe_down_kernel(const DevWeight* table, const int32_t* ids, const float* weights, int64_t n_ids,
                     SharedExpert shared, int64_t rows, int64_t cols, const float* act, float* y) {
+    grid_dependency_wait();  // ids and act come from the kernels before
+    allow_dependents();
     const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kGroupRows;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
     const int64_t n_tasks = n_ids + (shared.down.data != nullptr ? 1 : 0);
@@ -570,6 +712,54 @@ __global__ void __launch_bounds__(32 * kMaxDownWarps)
     if (threadIdx.x < kGroupRows && r0 + threadIdx.x < rows) {
         float sum = 0.0f;
         for (int j = 0; j < n_warps; ++j) sum += part[j][threadIdx.x];
+        y[r0 + threadIdx.x] = sum;
+    }
+}
+
+__device__ __forceinline__ float half_warp_sum(float v) {
+    for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// moe_down_kernel on the chunk path: every task's act staged in shared memory, one warp per task
+// whose two half-warps take 4 rows each, a lane one chunk of each row per step (the experts' 512-column
+// rows are 16 chunks of 4-bit codes: one load per row and lane). Requires one task per warp.
+constexpr int kDownChunkRows = 2 * kGroupRows;
+__global__ void __launch_bounds__(32 * kMaxDownWarps)
+    moe_down_chunks_kernel(const DevWeight* table, const int32_t* ids, const float* weights, int64_t n_ids,
+                           SharedExpert shared, int64_t rows, int64_t cols, const float* act, float* y) {
+    extern __shared__ float4 staged[];
+    grid_dependency_wait();  // ids and act come from the kernels before
+    allow_dependents();
+    float* xs = reinterpret_cast<float*>(staged);
+    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kDownChunkRows;
+    const int lane = threadIdx.x % 32, t = threadIdx.x / 32, half = lane / 16;
+    const int n_tasks = static_cast<int>(blockDim.x / 32);
+    // The shared expert's act (slot n_ids) has its own width.
+    const int64_t shared_cols = shared.down.data != nullptr ? shared.down.cols : 0;
+    const int64_t stride = staged_floats(cols > shared_cols ? cols : shared_cols);
+    for (int task = 0; task < n_tasks; ++task)
+        stage_async(xs + task * stride, act + task * cols, task == n_ids ? shared_cols : cols);
+    const bool is_shared = t == n_ids;
+    const DevWeight w = is_shared ? shared.down : table[static_cast<int64_t>(ids[t]) * 3 + 2];
+    RowSet<kGroupRows> rs;
+    const RowShape shape = row_shape(w);
+#pragma unroll
+    for (int i = 0; i < kGroupRows; ++i) set_row(rs, i, w, shape, r0 + half * kGroupRows + i);
+    float out[kGroupRows];
+    rowset_dot_chunks_any<false>(rs, w, xs + t * stride, lane % 16, 16, StagedCopy{}, out);
+    const float wk =
+        is_shared ? (shared.gate_logit != nullptr ? sigmoid_f(*shared.gate_logit) : 1.0f) : weights[t];
+    __shared__ float part[kMaxDownWarps][kDownChunkRows];
+#pragma unroll
+    for (int i = 0; i < kGroupRows; ++i) {
+        const float v = half_warp_sum(out[i]);
+        if (lane % 16 == 0) part[t][half * kGroupRows + i] = wk * v;
+    }
+    __syncthreads();
+    if (threadIdx.x < kDownChunkRows && r0 + threadIdx.x < rows) {
+        float sum = 0.0f;
+        for (int j = 0; j < n_tasks; ++j) sum += part[j][threadIdx.x];
         y[r0 + threadIdx.x] = sum;
     }
 }
@@ -1062,6 +1252,16 @@ void dequantize_rows(const DevWeight& w, const int32_t* ids, int64_t n, float* o
     dequantize_rows_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(w, ids, out);
 }
 
+std::atomic<bool> g_dependent_launch{false};
+
+bool dependent_launch_enabled() {
+    return g_dependent_launch.load(std::memory_order_relaxed);
+}
+
+void set_dependent_launch(bool on) {
+    g_dependent_launch.store(on, std::memory_order_relaxed);
+}
+
 void set_matvec_split(int s) {
     g_forced_split.store(s == 1 || s == 2 || s == 4 || s == 8 ? s : 0, std::memory_order_relaxed);
 }
@@ -1087,19 +1287,33 @@ void matvec_multi(const MatvecMulti& m, const float* x, cudaStream_t s) {
         resident_blocks(matvec_multi_kernel<2, false, true>, kTypicalStagedBytes),
         resident_blocks(matvec_multi_kernel<4, false, true>, kTypicalStagedBytes),
         resident_blocks(matvec_multi_kernel<8, false, true>, kTypicalStagedBytes)};
+    if (m.norm.weight != nullptr && !vector) {  // the residual add and norm as their own launch
+        add_rms_norm_to(m.norm.resid_in, m.norm.add, m.norm.weight, 1, m.w[0].cols, m.norm.eps,
+                        m.norm.resid_out, m.norm.norm_out, s);
+        MatvecMulti plain = m;
+        plain.norm = NormIn{};
+        matvec_multi(plain, m.norm.norm_out, s);
+        return;
+    }
     // Every weight of a launch multiplies the same x (cols); the chunk path stages it.
     const size_t smem = vector ? staged_bytes(m.w[0].cols) : 0;
     with_split(split_for(groups, vector ? chunks : 0, occupancy), [&](auto S) {
         const dim3 grid(grid_for(rows, static_cast<int>(rows_per_block(S))), static_cast<unsigned>(m.n));
         const bool topk = m.topk.counter != nullptr;
-        if (topk && vector) {
-            matvec_multi_kernel<S, true, true><<<grid, 32 * kWarps, smem, s>>>(m, x);
+        const bool norm = m.norm.weight != nullptr;
+        const dim3 block(32 * kWarps);
+        if (topk && norm) {
+            launch_dependent(matvec_multi_kernel<S, true, true, true>, grid, block, smem, s, m, x);
+        } else if (norm) {
+            launch_dependent(matvec_multi_kernel<S, false, true, true>, grid, block, smem, s, m, x);
+        } else if (topk && vector) {
+            launch_dependent(matvec_multi_kernel<S, true, true>, grid, block, smem, s, m, x);
         } else if (topk) {
-            matvec_multi_kernel<S, true, false><<<grid, 32 * kWarps, 0, s>>>(m, x);
+            launch_dependent(matvec_multi_kernel<S, true, false>, grid, block, 0, s, m, x);
         } else if (vector) {
-            matvec_multi_kernel<S, false, true><<<grid, 32 * kWarps, smem, s>>>(m, x);
+            launch_dependent(matvec_multi_kernel<S, false, true>, grid, block, smem, s, m, x);
         } else {
-            matvec_multi_kernel<S, false, false><<<grid, 32 * kWarps, 0, s>>>(m, x);
+            launch_dependent(matvec_multi_kernel<S, false, false>, grid, block, 0, s, m, x);
         }
     });
 }
@@ -1143,7 +1357,8 @@ void moe_matvec_gate_up(const DevWeight* table, const int32_t* ids, int64_t n_id
         const dim3 grid(grid_for(max_rows, static_cast<int>(rows_per_block(S, group_rows))),
                         static_cast<unsigned>(slices), fused ? 1 : 2);
         auto launch = [&](auto kernel) {
-            kernel<<<grid, 32 * kWarps, smem, s>>>(table, ids, n_ids, rows, sh, x, gate, up, act);
+            launch_dependent(kernel, grid, dim3(32 * kWarps), smem, s, table, ids, n_ids, rows, sh, x, gate,
+                             up, act);
         };
         if (fused && quant_vector) {
             launch(moe_gate_up_kernel<S, true, true>);
@@ -1180,12 +1395,17 @@ void moe_down_matvec(const DevWeight* table, const int32_t* ids, const float* we
     if (shared != nullptr) folded = *shared;
     const int64_t tasks = n_ids + (shared != nullptr ? 1 : 0);
     const int warps = static_cast<int>(std::clamp<int64_t>(tasks, 1, kMaxDownWarps));
-    if (quant_vector) {
-        moe_down_kernel<true><<<grid_for(rows, kGroupRows), 32 * warps, 0, s>>>(table, ids, weights, n_ids,
-                                                                                folded, rows, cols, act, y);
+    const size_t smem =
+        static_cast<size_t>(tasks) * staged_bytes(std::max(cols, shared != nullptr ? shared->down.cols : 0));
+    if (quant_vector && tasks <= kMaxDownWarps && smem <= kMaxStagedBytes) {
+        launch_dependent(moe_down_chunks_kernel, dim3(grid_for(rows, kDownChunkRows)), dim3(32 * warps), smem,
+                         s, table, ids, weights, n_ids, folded, rows, cols, act, y);
+    } else if (quant_vector) {
+        launch_dependent(moe_down_kernel<true>, dim3(grid_for(rows, kGroupRows)), dim3(32 * warps), 0, s,
+                         table, ids, weights, n_ids, folded, rows, cols, act, y);
     } else {
-        moe_down_kernel<false><<<grid_for(rows, kGroupRows), 32 * warps, 0, s>>>(table, ids, weights, n_ids,
-                                                                                 folded, rows, cols, act, y);
+        launch_dependent(moe_down_kernel<false>, dim3(grid_for(rows, kGroupRows)), dim3(32 * warps), 0, s,
+                         table, ids, weights, n_ids, folded, rows, cols, act, y);
     }
 }
 

@@ -20,6 +20,7 @@ constexpr int kSplitKeys = 64;         // keys per block of the split decode att
 
 __global__ void row_norm_kernel(const float* x, const float* weight, HeadLayout L, float eps, bool l2,
                                 float scale, float* y) {
+    allow_dependents();  // the next decode product may start loading its weights
     const int64_t t = blockIdx.x / L.n_heads, h = blockIdx.x % L.n_heads;
     const float* xr = x + t * L.in_token_stride + h * L.in_head_stride;
     float* yr = y + t * L.out_token_stride + h * L.out_head_stride;
@@ -274,6 +275,7 @@ __global__ void __launch_bounds__(32 * kAttnWarps)
 
 __global__ void attention_combine_kernel(const float* part, const int32_t* pos0, int64_t head_dim,
                                          int64_t max_splits, const float* gate, float* out) {
+    allow_dependents();  // the next decode product may start loading its weights
     const int64_t h = blockIdx.x;
     const int64_t n_splits = (*pos0 + 1 + kSplitKeys - 1) / kSplitKeys;
     const float* ph = part + h * max_splits * (head_dim + 2);
@@ -292,14 +294,15 @@ __global__ void attention_combine_kernel(const float* part, const int32_t* pos0,
 }
 
 // x += add; y = x / sqrt(mean(x²) + eps) · weight (the residual add fused with the next norm).
-__global__ void add_rms_norm_kernel(float* x, const float* add, const float* weight, int64_t dim, float eps,
-                                    float* y) {
+__global__ void add_rms_norm_kernel(const float* x, const float* add, const float* weight, int64_t dim,
+                                    float eps, float* x_out, float* y) {
+    allow_dependents();  // the next decode product may start loading its weights
     const int64_t row = blockIdx.x;
-    float* xr = x + row * dim;
+    float* xr = x_out + row * dim;  // each thread reads x before writing x_out at the same indices
     const float* ar = add + row * dim;
     float ss = 0.0f;
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-        const float val = xr[i] + ar[i];
+        const float val = x[row * dim + i] + ar[i];
         xr[i] = val;
         ss += val * val;
     }
@@ -428,6 +431,7 @@ __global__ void __launch_bounds__(32 * kFusedDeltaWarps)
                           const float* dt_bias, const float* norm_weight, int64_t n, int64_t n_k, int64_t n_v,
                           int64_t dk, int64_t dv, float l2_eps, float q_scale, float norm_eps, float* state,
                           float* raw, unsigned* counters, float* y) {
+    allow_dependents();  // the next decode product may start loading its weights
     const int64_t j = blockIdx.x;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int64_t d = static_cast<int64_t>(blockIdx.y) * 32 + lane;
@@ -661,9 +665,14 @@ int64_t attention_split_scratch_floats(int64_t n_heads, int64_t head_dim, int64_
 
 void add_rms_norm(float* x, const float* add, const float* weight, int64_t rows, int64_t dim, float eps,
                   float* y, cudaStream_t s) {
+    add_rms_norm_to(x, add, weight, rows, dim, eps, x, y, s);
+}
+
+void add_rms_norm_to(const float* x, const float* add, const float* weight, int64_t rows, int64_t dim,
+                     float eps, float* x_out, float* y, cudaStream_t s) {
     if (rows == 0) return;
     add_rms_norm_kernel<<<static_cast<unsigned>(rows), dim >= 1024 ? 1024 : 256, 0, s>>>(x, add, weight, dim,
-                                                                                         eps, y);
+                                                                                         eps, x_out, y);
 }
 
 void conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,

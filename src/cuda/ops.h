@@ -55,6 +55,10 @@ void matvec(const DevWeight& w, const float* x, float* y, cudaStream_t s);
 // Forces the decode products' column split S (1, 2, 4 or 8 warps per row group; 0: chosen per
 // launch). Process-wide, for tests and kernel benchmarks that cover every form.
 void set_matvec_split(int s);
+// Whether the decode products (matvec, matvec_multi, the MoE decode launches) start while the kernel
+// before them finishes, loading their first weights (programmatic dependent launch; needs sm_90,
+// which the caller checks). Process-wide; off until set.
+void set_dependent_launch(bool on);
 // Y[n, rows] = X[n, cols] · Wᵀ: tiled product, W dequantized into shared memory per tile; on
 // tensor cores at f32 accuracy (3xTF32), or by the f32 SIMT kernel.
 void matmul(const DevWeight& w, const float* x, int64_t n, float* y, cudaStream_t s);
@@ -73,13 +77,28 @@ struct MatvecTopk {
     float* weights = nullptr;
     unsigned* counter = nullptr;
 };
+// A residual add and RMS norm run by a decode product before it (its input): resid_out = resid_in +
+// add, x = rms_norm(resid_out) · weight; the launch writes resid_out and norm_out = x (nullable).
+// resid_out must not alias resid_in (every block of the launch reads resid_in). On the chunk path
+// each block computes x into its staged copy, saving the add_rms_norm launch between the two
+// (otherwise add_rms_norm_to runs first).
+struct NormIn {
+    const float* resid_in = nullptr;
+    const float* add = nullptr;
+    const float* weight = nullptr;
+    float eps = 0.0f;
+    float* resid_out = nullptr;
+    float* norm_out = nullptr;
+};
 // y[i] = w[i] · x for the n (≤ 4) weights of one input, in one launch (decode projections that
-// read the same activations: q/k/v, the DeltaNet inputs, router + shared expert).
+// read the same activations: q/k/v, the DeltaNet inputs, router + shared expert). With norm.weight
+// set the input is the NormIn's x (the x argument is unused; norm_out is required).
 struct MatvecMulti {
     DevWeight w[4];
     float* y[4] = {};
     int n = 0;
     MatvecTopk topk;
+    NormIn norm;
     void add(const DevWeight& weight, float* out) {
         w[n] = weight;
         y[n] = out;
@@ -189,6 +208,9 @@ int64_t attention_split_scratch_floats(int64_t n_heads, int64_t head_dim, int64_
 // x += add; y = rms_norm(x) · weight, per row of dim (the residual add fused with the next norm).
 void add_rms_norm(float* x, const float* add, const float* weight, int64_t rows, int64_t dim, float eps,
                   float* y, cudaStream_t s);
+// x_out = x + add (x_out may be x); y = rms_norm(x_out) · weight.
+void add_rms_norm_to(const float* x, const float* add, const float* weight, int64_t rows, int64_t dim,
+                     float eps, float* x_out, float* y, cudaStream_t s);
 // kernels::conv1d_silu.
 void conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,
                  float* state, float* y, cudaStream_t s);

@@ -505,6 +505,78 @@ TEST(CudaOps, MatvecMultiFusedTopkMatchesRouterTopk) {
     set_matvec_split(0);
 }
 
+// A residual add and RMS norm in a product's prologue (MatvecMulti::norm) against add_rms_norm +
+// the plain product: the outputs, the moved residual and the normalised input, for chunk-path
+// weights (every split, with and without the fused top-k), a 16-bit weight (add_rms_norm_to runs
+// first) and a weight whose columns are off the chunk layout.
+TEST(CudaOps, MatvecMultiNormPrologueMatchesAddRmsNorm) {
+    REQUIRE_GPU();
+    using T = kernels::WeightType;
+    struct Case {
+        T type;
+        int64_t rows, cols;
+        int group;
+    };
+    uint32_t seed = 300;
+    for (const Case& c : {Case{T::kQ4, 1000, 2048, 64}, Case{T::kQ8, 256, 2048, 64},
+                          Case{T::kQ4, 64, 4096, 64}, Case{T::kBF16, 70, 512, 0}, Case{T::kQ4, 40, 48, 16}}) {
+        for (int split : {0, 1, 2, 4, 8}) {
+            for (bool topk : {false, true}) {
+                set_matvec_split(split);
+                const int64_t H = c.cols, K = 4;
+                auto w1 = make_weight(c.type, c.rows, H, c.group, seed++);
+                auto w2 = make_weight(c.type, 37, H, c.group, seed++);
+                const std::vector<float> resid = randn(static_cast<size_t>(H), seed++),
+                                         add = randn(static_cast<size_t>(H), seed++),
+                                         weight = randn(static_cast<size_t>(H), seed++);
+                // Reference: add_rms_norm in place, then the product of its output.
+                Dev<float> rx(resid), radd(add), rw(weight), rnorm(static_cast<size_t>(H)),
+                    ry1(static_cast<size_t>(c.rows)), ry2(37);
+                add_rms_norm(rx.get(), radd.get(), rw.get(), 1, H, 1e-6f, rnorm.get(), nullptr);
+                MatvecMulti ref;
+                ref.add(w1->dev, ry1.get());
+                ref.add(w2->dev, ry2.get());
+                matvec_multi(ref, rnorm.get(), nullptr);
+                // Fused.
+                Dev<float> fx(resid), fadd(add), fw(weight), fout(static_cast<size_t>(H)),
+                    fnorm(static_cast<size_t>(H)), fy1(static_cast<size_t>(c.rows)), fy2(37),
+                    tw(static_cast<size_t>(K));
+                Dev<int32_t> ti(static_cast<size_t>(K));
+                Dev<uint32_t> counter(1);
+                MatvecMulti m;
+                m.add(w1->dev, fy1.get());
+                m.add(w2->dev, fy2.get());
+                m.norm = NormIn{fx.get(), fadd.get(), fw.get(), 1e-6f, fout.get(), fnorm.get()};
+                if (topk) {
+                    m.topk.which = 1;
+                    m.topk.n_experts = 37;
+                    m.topk.k = K;
+                    m.topk.ids = ti.get();
+                    m.topk.weights = tw.get();
+                    m.topk.counter = counter.get();
+                }
+                matvec_multi(m, nullptr, nullptr);
+                const std::string what = std::string(kernels::weight_type_name(c.type)) + " " +
+                                         std::to_string(c.rows) + "x" + std::to_string(H) + " split " +
+                                         std::to_string(split) + (topk ? " top-k" : "");
+                EXPECT_LT(rel_err(fy1.host(), ry1.host()), 1e-5) << what;
+                EXPECT_LT(rel_err(fy2.host(), ry2.host()), 1e-5) << what;
+                EXPECT_LT(rel_err(fout.host(), rx.host()), 1e-6) << what << ": the moved residual";
+                EXPECT_LT(rel_err(fnorm.host(), rnorm.host()), 1e-5) << what << ": the normalised input";
+                EXPECT_EQ(fx.host(), resid) << what << ": resid_in must stay unchanged";
+                if (topk) {
+                    Dev<float> w_ref(static_cast<size_t>(K));
+                    Dev<int32_t> i_ref(static_cast<size_t>(K));
+                    router_topk(fy2.get(), 1, 37, K, false, i_ref.get(), w_ref.get(), nullptr);
+                    EXPECT_EQ(ti.host(), i_ref.host()) << what;
+                    EXPECT_EQ(counter.host()[0], 0u) << what;
+                }
+            }
+        }
+    }
+    set_matvec_split(0);
+}
+
 // The shared expert in the routed decode launches (its act as slot n_ids of the gate/up launch,
 // its sigmoid-gated output in the down launch) against the separate SwiGLU down projection, for
 // code-word and 16-bit shared experts and every column split.
