@@ -9,11 +9,14 @@
 #   synth35 / synth80      synthetic Qwen3.6-35B-A3B / Qwen3-Next-80B-A3B, 4-bit, into /tmp/m35 /tmp/m80
 #   resident35 / resident80  fully resident decode and prefill (512 and 4096-token prompts);
 #                          decode35 / decode80 the 512-token one only (GPU time per step logged);
-#                          splits35: decode with each forced matvec column split
+#                          splits35: decode with each forced matvec column split; nopdl35 / nopdl80:
+#                          decode without programmatic dependent launch (SLUICE_CUDA_PDL=0)
 #   host35 / host80        --gpu-memory 4G, experts in host RAM (warm host cache); host35np / host80np
 #                          the same without prefetch
 #   disk35 / disk80        --gpu-memory 4G --memory 8G: experts streamed from disk
 #   rm35 / rm80            delete a synthetic model (the disk holds one of them at a time)
+#   useb                   the steps after it run the binaries of .devcarry/b (carried beside .devcarry/c for
+#                          an A/B comparison); host35pdl0: host35 without programmatic dependent launch
 set -uo pipefail
 # Logs and JSON go to $RES; at the end they are packed into $OUT/results.tgz (the device tool
 # returns at most 8 files).
@@ -38,6 +41,7 @@ step() {  # name, seconds, command...
     local rc=$?
     echo "   rc $rc"
     tail -n 12 "$RES/$name.txt"
+    tar czf "$OUT/results.tgz" -C "$RES" .  # after every step: a call cut short keeps what it finished
 }
 bench() {  # name, seconds, model, flags...
     local name=$1 limit=$2 model=$3
@@ -100,6 +104,14 @@ for s in "$@"; do
         step ncufull35 300 ncu --set full -k 'regex:moe_gate_up|deltanet_fused|matvec_multi|moe_down|add_rms|conv1d' \
             --launch-skip 300 --launch-count 10 "$B/sluice" bench /tmp/m35 --device cuda --prompt-tokens 16 \
             --prefill-chunk 16 --gen-tokens 6 --reps 1
+        xz -f "$RES/ncufull35.txt"
+        ;;
+    prof35mv)
+        # ncu's full sections, with source-level stall sampling, for one decode layer's products.
+        step ncumv35 300 ncu --set full -k 'regex:matvec_multi|moe_gate_up|moe_down' \
+            --launch-skip 40 --launch-count 8 "$B/sluice" bench /tmp/m35 --device cuda --prompt-tokens 16 \
+            --prefill-chunk 16 --gen-tokens 6 --reps 1
+        xz -f "$RES/ncumv35.txt"
         ;;
     synth35) step synth35 300 "$B/sluice" synth "$SHARED/qwen3.6-35b-a3b.json" /tmp/m35 --bits 4 ;;
     synth80) step synth80 400 "$B/sluice" synth "$SHARED/qwen3-next-80b-a3b.hf.json" /tmp/m80 --bits 4 ;;
@@ -108,6 +120,28 @@ for s in "$@"; do
     decode35 | decode80)
         SLUICE_CUDA_TIMING=1 bench "$s"_p512 120 /tmp/m${s#decode} --prompt-tokens 512 --prefill-chunk 512 \
             --gen-tokens 128 --reps 2
+        ;;
+    useb)
+        # The following steps use the binaries carried in .devcarry/b (an A/B variant build).
+        mkdir -p /tmp/slb && tar xJf .devcarry/b/carry.tar.xz -C /tmp/slb
+        export LD_LIBRARY_PATH=/tmp/slb/lib
+        B=/tmp/slb/bin
+        ;;
+    host35pdl0)
+        SLUICE_CUDA_PDL=0 bench host35pdl0 240 /tmp/m35 --gpu-memory 4G --memory 60G --prompt-tokens 512 \
+            --prefill-chunk 512 --gen-tokens 64 --reps 2 --warmup 1
+        ;;
+    sass)
+        # The SASS of the decode product kernels (sm_90), to count the inner loop's instructions.
+        CUOBJDUMP=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+        "$CUOBJDUMP" -sass "$B/sluice" 2>/dev/null | awk '/Function : /{keep = /matvec_multi_kernelILi1ELb0ELb1ELb1E|moe_gate_up_kernelILi1ELb1ELb1E|moe_down_chunks/} keep' |
+            xz >"$RES/sass.txt.xz"
+        ls -la "$RES/sass.txt.xz"
+        ;;
+    nopdl35 | nopdl80)
+        # Decode without programmatic dependent launch, against decode35 / decode80.
+        SLUICE_CUDA_PDL=0 SLUICE_CUDA_TIMING=1 bench "$s"_p512 120 /tmp/m${s#nopdl} --prompt-tokens 512 \
+            --prefill-chunk 512 --gen-tokens 128 --reps 2
         ;;
     splits35)
         # Decode with each forced column split of the matvec kernels (and the automatic choice).
