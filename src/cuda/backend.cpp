@@ -35,14 +35,15 @@
 //
 // Fused glue (decode is bound by its chain of small dependent kernels, not by bytes): attention
 // norms + RoPE + KV write in one kernel (attention_prep, every batch size) with the output gate in
-// the attention epilogue; the DeltaNet l2 norms + gates + recurrence + gated norm in one kernel per
-// value head (deltanet_fused, decode only), and the MoE forms above. SLUICE_CUDA_UNFUSED=1 in the
-// environment, read once when the backend is made, switches back to the unfused kernel sequences
-// (the fused kernels' reference twins: separate router top-k, gate and up, SwiGLU, shared expert)
-// so a mismatch on a device can be bisected. The other diagnostic switches: SLUICE_CUDA_MATMUL=simt
-// (prefill products without tensor cores), SLUICE_CUDA_MATVEC_SPLIT=N (one column split for every
-// decode product), SLUICE_CUDA_TIMING=1 (GPU time per decode step, logged at close),
-// SLUICE_CUDA_PDL=0 (no programmatic dependent launch of the decode products).
+// the attention epilogue; the DeltaNet l2 norms + gates + recurrence + gated norm in one kernel
+// (deltanet_fused, decode only); in decode each residual add + norm in the prologue of the product
+// that reads it (cuda::NormIn; the residual alternates between d_.x and d_.x2), and the MoE forms
+// above. SLUICE_CUDA_UNFUSED=1 in the environment, read once when the backend is made, switches back
+// to the unfused kernel sequences (the fused kernels' reference twins: separate residual norms,
+// router top-k, gate and up, SwiGLU, shared expert) so a mismatch on a device can be bisected. The other
+// diagnostic switches: SLUICE_CUDA_MATMUL=simt (prefill products without tensor cores),
+// SLUICE_CUDA_MATVEC_SPLIT=N (one column split for every decode product), SLUICE_CUDA_TIMING=1 (GPU time per
+// decode step, logged at close), SLUICE_CUDA_PDL=0 (no programmatic dependent launch of the decode products).
 #include "runtime/backend.h"
 
 #include <fmt/format.h>
