@@ -121,6 +121,37 @@ TEST(Sampler, TopKKeepsExactlyTheKBest) {
     for (int32_t id : {123, 17, 300, 2500}) EXPECT_GT(seen[id], 300) << id;
 }
 
+// The top-k pass skips blocks of logits whose largest cannot enter the heap: the k best must still be
+// exactly the kept set wherever they sit (block edges, the row's ragged tail, after ties, beside NaN
+// and -inf), for a temperature other than 1.
+TEST(Sampler, TopKFindsTheBestAcrossSkippedBlocks) {
+    const int64_t vocab = 70001;
+    std::vector<float> l(static_cast<size_t>(vocab));
+    std::mt19937 rng(11);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    for (auto& v : l) v = std::round(d(rng) * 4.0f) / 4.0f;  // coarse values: many ties below the top
+    // The heap fills with ids 0..7; blocks of 32 start at 8 (edges 39|40, 71|72, the last full block
+    // ends at 69991) and ids 69992.. are the scalar tail.
+    const std::vector<int32_t> best = {0, 39, 40, 71, 72, 40000, 69991, 69999};
+    for (int32_t id : best) l[static_cast<size_t>(id)] = 9.0f;
+    l[70000] = 9.0f;  // tied with the best, but the highest id: a tie never displaces a kept entry
+    l[70] = std::nanf("");
+    l[96] = -INFINITY;
+    SamplingParams p;
+    p.temperature = 0.7f;
+    p.top_k = static_cast<int32_t>(best.size());
+    p.seed = 3;
+    Sampler s(p, vocab, {});
+    std::map<int32_t, int> seen;
+    GenerateOptions o;
+    for (int i = 0; i < 3000; ++i) {
+        auto row = l;
+        seen[s.sample(row, {}, {}, o, nullptr)]++;
+    }
+    for (int32_t id : best) EXPECT_GT(seen[id], 200) << id;  // equal logits: 375 each on average
+    EXPECT_EQ(seen.size(), best.size());
+}
+
 TEST(Sampler, TopKTopPMinP) {
     SamplingParams k;
     k.top_k = 2;
