@@ -17,9 +17,12 @@
 #   rm35 / rm80            delete a synthetic model (the disk holds one of them at a time)
 #   useb                   the steps after it run the binaries of .devcarry/b (carried beside .devcarry/c for
 #                          an A/B comparison); host35pdl0: host35 without programmatic dependent launch
+#   ncu35                  per-kernel GPU time of a short decode (ncu); prof35: the in-graph timeline (nsys,
+#                          when installed) and ncu's full sections for one layer; prof35mv: ncu's full sections
+#                          for one layer's products; sass: the products' SASS (sm_90)
 set -uo pipefail
-# Logs and JSON go to $RES; at the end they are packed into $OUT/results.tgz (the device tool
-# returns at most 8 files).
+# Logs and JSON go to $RES, packed into $OUT/results.tgz after every step (the device tool returns at
+# most 8 files, and a call cut short keeps what it finished).
 OUT=${OUT:-/tmp/gpu_out}
 RES=/tmp/gpu_res
 rm -rf "$RES"  # a warm machine keeps the last call's files
