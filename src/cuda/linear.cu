@@ -785,7 +785,8 @@ __device__ __forceinline__ Lse lse_merge(Lse a, Lse b) {
     return out;
 }
 
-__device__ Lse block_lse(Lse v) {
+// lse_merge over a warp's lanes (every lane gets the result).
+__device__ __forceinline__ Lse warp_lse(Lse v) {
     for (int o = 16; o > 0; o >>= 1) {
         Lse other;
         other.max = __shfl_xor_sync(0xffffffffu, v.max, o);
@@ -793,20 +794,18 @@ __device__ Lse block_lse(Lse v) {
         other.arg = __shfl_xor_sync(0xffffffffu, v.arg, o);
         v = lse_merge(v, other);
     }
+    return v;
+}
+
+__device__ Lse block_lse(Lse v) {
+    v = warp_lse(v);
     __shared__ Lse part[32];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     __syncthreads();
     if (lane == 0) part[warp] = v;
     __syncthreads();
     if (warp == 0) {
-        v = lane < static_cast<int>(blockDim.x / 32) ? part[lane] : Lse{-INFINITY, 0.0f, 0};
-        for (int o = 16; o > 0; o >>= 1) {
-            Lse other;
-            other.max = __shfl_xor_sync(0xffffffffu, v.max, o);
-            other.sum = __shfl_xor_sync(0xffffffffu, v.sum, o);
-            other.arg = __shfl_xor_sync(0xffffffffu, v.arg, o);
-            v = lse_merge(v, other);
-        }
+        v = warp_lse(lane < static_cast<int>(blockDim.x / 32) ? part[lane] : Lse{-INFINITY, 0.0f, 0});
     }
     return v;  // valid on thread 0
 }
