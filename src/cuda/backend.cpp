@@ -8,8 +8,9 @@
 // CudaBackendOptions::expert_cache_bytes caps them), only the dense core goes into the arena and the
 // experts are tiered (cuda/expert_tier.h): a VRAM slot cache fed from the host's expert source, whose
 // streaming cache memory is page-locked here so its O_DIRECT reads land in pinned memory. The forward's
-// scratch is one block sized for the largest batch seen (grown, never shrunk). Each ModelState gets a device
-// mirror (ModelState::device) on first use. Decode (one token) is captured once per mirror as a CUDA graph:
+// scratch is one block sized for the largest batch seen (grown, never shrunk). Each sequence's state
+// (DeviceState: KV, the DeltaNet state twice for failure atomicity, snapshot slots) lives only on the
+// device. Decode (one token) is captured once per sequence and state parity as a CUDA graph:
 // positions and token ids are read from device memory that a captured copy fills from pinned host memory, so
 // the same graph replays every step; growing the scratch invalidates the graphs.
 //
@@ -55,6 +56,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/assert.h"
 #include "core/log.h"
 #include "cuda/expert_tier.h"
 #include "cuda/ops.h"
@@ -167,30 +169,100 @@ struct DevLayer {
     DevWeight* experts = nullptr;  // device [E][3]: gate, up, down
 };
 
-// One session's state on the device.
-struct DeviceState {
+// One sequence's state on the device, authoritative there (nothing mirrors it on the host): the
+// KV rows, the DeltaNet conv and recurrent state twice — `parity` says which copy is committed; a
+// forward reads it and writes the other, and the backend flips parity when the whole forward has
+// succeeded — and the snapshot slots, all in one cudaMalloc. Decode graphs read and write fixed
+// state pointers, so each parity has its own.
+class DeviceState final : public SequenceState {
+ public:
+    DeviceState(const model::StateLayout& layout, int64_t capacity, int max_snapshots, cudaStream_t stream)
+        : SequenceState(layout, capacity, max_snapshots), stream_(stream) {}
+    ~DeviceState() override {
+        for (int p = 0; p < 2; ++p) {
+            clear_segments(p);
+            if (graph[p] != nullptr) cudaGraphExecDestroy(graph[p]);
+        }
+        if (block != nullptr) cudaFree(block);
+    }
+
     char* block = nullptr;
-    int64_t max_positions = 0;
-    float* attn_split = nullptr;                // split decode attention partials (part of block)
-    std::vector<float*> k, v, conv, recurrent;  // per layer (null where the layer has none)
-    cudaGraphExec_t graph = nullptr;
-    uint64_t graph_generation = 0;
+    float* attn_split = nullptr;  // split decode attention partials (part of block)
+    // Per layer (null where the layer has none): KV, and the recurrent buffers of each parity.
+    std::vector<float*> k, v;
+    std::vector<float*> conv[2], recurrent[2];
+    std::vector<std::vector<float*>> snap_conv, snap_recurrent;  // [slot][layer]
+    int parity = 0;  // conv[parity] / recurrent[parity] hold the committed state
+
+    cudaGraphExec_t graph[2] = {nullptr, nullptr};
+    uint64_t graph_generation[2] = {0, 0};
     // Tiered decode: one graph per segment between expert-tier stops, and the layer it stops at.
     struct Segment {
         cudaGraphExec_t exec;
         int64_t next;
     };
-    std::vector<Segment> segments;
-    uint64_t segments_generation = 0;
-    void clear_segments() {
-        for (Segment& s : segments) cudaGraphExecDestroy(s.exec);
-        segments.clear();
+    std::vector<Segment> segments[2];
+    uint64_t segments_generation[2] = {0, 0};
+    void clear_segments(int p) {
+        for (Segment& s : segments[p]) cudaGraphExecDestroy(s.exec);
+        segments[p].clear();
     }
-    ~DeviceState() {
-        clear_segments();
-        if (graph != nullptr) cudaGraphExecDestroy(graph);
-        if (block != nullptr) cudaFree(block);
+    // The forward succeeded: its written buffers become the committed ones.
+    void commit(int64_t n) {
+        if (layout().has_recurrent()) parity ^= 1;
+        advance(n);
     }
+
+ protected:
+    float* buffer(int slot, int64_t layer, int b) const {
+        const auto l = static_cast<size_t>(layer);
+        if (k[l] != nullptr) return b == model::kKeysBuffer ? k[l] : v[l];
+        if (slot == kLive) return b == model::kConvBuffer ? conv[parity][l] : recurrent[parity][l];
+        const auto s = static_cast<size_t>(slot);
+        return b == model::kConvBuffer ? snap_conv[s][l] : snap_recurrent[s][l];
+    }
+    uint64_t row_bytes(int64_t layer, int b) const {
+        return layout().layers[static_cast<size_t>(layer)].buffers[static_cast<size_t>(b)].bytes(1);
+    }
+    Status read_rows(int slot, int64_t layer, int b, int64_t row0, int64_t rows, void* dst) const override {
+        const uint64_t row = row_bytes(layer, b);
+        return cuda_status(cudaMemcpy(dst, reinterpret_cast<const char*>(buffer(slot, layer, b)) + row0 * row,
+                                      rows * row, cudaMemcpyDeviceToHost),
+                           "downloading session state");
+    }
+    Status write_rows(int slot, int64_t layer, int b, int64_t row0, int64_t rows, const void* src) override {
+        const uint64_t row = row_bytes(layer, b);
+        return cuda_status(cudaMemcpy(reinterpret_cast<char*>(buffer(slot, layer, b)) + row0 * row, src,
+                                      rows * row, cudaMemcpyHostToDevice),
+                           "uploading session state");
+    }
+    Status copy_recurrent(int from, int to) override {
+        for (size_t l = 0; l < k.size(); ++l) {
+            if (k[l] != nullptr) continue;
+            for (int b : {model::kConvBuffer, model::kRecurrentBuffer}) {
+                const auto li = static_cast<int64_t>(l);
+                SLUICE_RETURN_IF_ERROR(
+                    cuda_status(cudaMemcpyAsync(buffer(to, li, b), buffer(from, li, b), row_bytes(li, b),
+                                                cudaMemcpyDeviceToDevice, stream_),
+                                "copying a state snapshot"));
+            }
+        }
+        return cuda_status(cudaStreamSynchronize(stream_), "copying a state snapshot");
+    }
+    Status zero_recurrent() override {
+        for (size_t l = 0; l < k.size(); ++l) {
+            if (k[l] != nullptr) continue;
+            for (int b : {model::kConvBuffer, model::kRecurrentBuffer}) {
+                const auto li = static_cast<int64_t>(l);
+                SLUICE_RETURN_IF_ERROR(cuda_status(
+                    cudaMemsetAsync(buffer(kLive, li, b), 0, row_bytes(li, b), stream_), "zeroing state"));
+            }
+        }
+        return cuda_status(cudaStreamSynchronize(stream_), "zeroing state");
+    }
+
+ private:
+    cudaStream_t stream_;
 };
 
 class CudaBackend final : public Backend {
@@ -224,9 +296,9 @@ class CudaBackend final : public Backend {
     void reset_expert_tier_stats() override {
         if (tier_) tier_->reset_stats();
     }
-    Status forward(model::ModelState& state, std::span<const int32_t> tokens, float* logits, bool all_logits,
-                   model::Workspace& ws, ThreadPool* pool) override;
-    Status sync_to_host(model::ModelState& state, bool kv) override;
+    Expected<std::unique_ptr<SequenceState>> new_sequence(int64_t max_positions, int max_snapshots) override;
+    Status forward(SequenceState& seq, std::span<const int32_t> tokens, float* logits,
+                   bool all_logits) override;
     std::optional<LogitsSummary> logits_summary() const override;
 
  private:
@@ -237,8 +309,8 @@ class CudaBackend final : public Backend {
     Status put_bytes(void* dst, const void* src, uint64_t bytes);
 
     // State and scratch.
-    Expected<DeviceState*> mirror(model::ModelState& state);
-    uint64_t state_bytes(int64_t max_positions) const;
+    // Device bytes of one sequence (state_layout sizes, alignment, the split-attention partials).
+    uint64_t state_bytes(int64_t max_positions, int max_snapshots) const;
     // The scratch buffers for n tokens with logit_rows rows of logits: placed into d_ (plan only
     // lists them), and their total size.
     using ScratchPlan = std::vector<std::pair<void**, uint64_t>>;
@@ -469,19 +541,13 @@ Status CudaBackend::upload_weights(Arena& arena) {
     return st;
 }
 
-uint64_t CudaBackend::state_bytes(int64_t max_positions) const {
+uint64_t CudaBackend::state_bytes(int64_t max_positions, int max_snapshots) const {
     const model::ModelConfig& c = model_->config();
-    uint64_t floats = 0;
-    for (int64_t l = 0; l < c.n_layers; ++l) {
-        if (c.is_full_attention(l)) {
-            floats += static_cast<uint64_t>(2 * max_positions * c.n_kv_heads * c.head_dim);
-        } else {
-            floats += static_cast<uint64_t>((c.conv_kernel - 1) * c.conv_dim() +
-                                            c.linear_v_heads * c.linear_k_dim * c.linear_v_dim);
-        }
-        floats += 64;  // alignment slack
-    }
-    return floats * sizeof(float);
+    const model::StateLayout& layout = model_->state_layout();
+    const uint64_t buffers = static_cast<uint64_t>(layout.layers.size()) * 2 * (3 + max_snapshots);
+    const uint64_t split_floats =
+        static_cast<uint64_t>(cuda::attention_split_scratch_floats(c.n_heads, c.head_dim, max_positions));
+    return layout.sequence_bytes(max_positions, max_snapshots) + split_floats * 4 + (buffers + 1) * 256;
 }
 
 Status CudaBackend::init(const CudaBackendOptions& options) {
@@ -520,7 +586,7 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
                                                    : 0);
     }
     const uint64_t budget = options.gpu_memory_bytes > 0 ? options.gpu_memory_bytes : free_bytes / 10 * 9;
-    const uint64_t state = state_bytes(options.context_tokens);
+    const uint64_t state = state_bytes(options.context_tokens, static_cast<int>(kSessionCheckpoints));
     // Scratch for a 512-token prefill chunk, one row of logits; it grows on demand beyond that.
     const uint64_t scratch_estimate = scratch_bytes(512, 1);
     const uint64_t dense = weight_bytes_ - routed_bytes_;
@@ -704,91 +770,46 @@ Status CudaBackend::reserve_scratch(int64_t n, int64_t logit_rows) {
     return Status::ok();
 }
 
-Expected<DeviceState*> CudaBackend::mirror(model::ModelState& state) {
-    if (state.device != nullptr) {
-        auto* ds = static_cast<DeviceState*>(state.device.get());
-        if (state.device_stale) {
-            for (size_t l = 0; l < state.layers.size(); ++l) {
-                const auto& h = state.layers[l];
-                if (ds->conv[l] != nullptr)
-                    SLUICE_CUDA_TRY(cudaMemcpyAsync(ds->conv[l], h.conv.data(), h.conv.size() * 4,
-                                                    cudaMemcpyHostToDevice, stream_),
-                                    "uploading conv state");
-                if (ds->recurrent[l] != nullptr)
-                    SLUICE_CUDA_TRY(cudaMemcpyAsync(ds->recurrent[l], h.recurrent.data(),
-                                                    h.recurrent.size() * 4, cudaMemcpyHostToDevice, stream_),
-                                    "uploading recurrent state");
-            }
-            state.device_stale = false;
-        }
-        return ds;
-    }
-    auto ds = std::make_shared<DeviceState>();
-    uint64_t bytes = 0;
-    for (const auto& h : state.layers)
-        for (size_t sz : {h.k_cache.size(), h.v_cache.size(), h.conv.size(), h.recurrent.size()})
-            bytes += (sz * 4 + 255) / 256 * 256;
+Expected<std::unique_ptr<SequenceState>> CudaBackend::new_sequence(int64_t max_positions, int max_snapshots) {
+    SLUICE_CUDA_TRY(cudaSetDevice(device_), "selecting the device");
     const model::ModelConfig& c = model_->config();
-    const uint64_t split_floats = static_cast<uint64_t>(
-        cuda::attention_split_scratch_floats(c.n_heads, c.head_dim, state.max_positions));
-    bytes += (split_floats * 4 + 255) / 256 * 256;
+    const model::StateLayout& layout = model_->state_layout();
+    auto ds = std::make_unique<DeviceState>(layout, max_positions, max_snapshots, stream_);
+    const int slots = ds->max_snapshots();
+    const uint64_t bytes = state_bytes(max_positions, slots);
     SLUICE_CUDA_TRY(cudaMalloc(&ds->block, std::max<uint64_t>(bytes, 256)),
                     fmt::format("allocating {} of session state", human_bytes(bytes)).c_str());
+    SLUICE_CUDA_TRY(cudaMemsetAsync(ds->block, 0, bytes, stream_), "zeroing session state");
     uint64_t at = 0;
-    auto place = [&](const std::vector<float>& h, uint64_t upload_floats) -> Expected<float*> {
-        if (h.empty()) return static_cast<float*>(nullptr);
+    auto take = [&](uint64_t n) {
         float* p = reinterpret_cast<float*>(ds->block + at);
-        at += (h.size() * 4 + 255) / 256 * 256;
-        if (upload_floats > 0)
-            SLUICE_CUDA_TRY(cudaMemcpyAsync(p, h.data(), upload_floats * 4, cudaMemcpyHostToDevice, stream_),
-                            "uploading session state");
+        at += (n + 255) / 256 * 256;
         return p;
     };
-    ds->max_positions = state.max_positions;
-    ds->attn_split = reinterpret_cast<float*>(ds->block + at);
-    at += (split_floats * 4 + 255) / 256 * 256;
-    const uint64_t kv_row = static_cast<uint64_t>(c.n_kv_heads * c.head_dim);
-    for (const auto& h : state.layers) {
-        SLUICE_ASSIGN_OR_RETURN(float* k, place(h.k_cache, kv_row * static_cast<uint64_t>(state.n_past)));
-        SLUICE_ASSIGN_OR_RETURN(float* v, place(h.v_cache, kv_row * static_cast<uint64_t>(state.n_past)));
-        SLUICE_ASSIGN_OR_RETURN(float* cv, place(h.conv, h.conv.size()));
-        SLUICE_ASSIGN_OR_RETURN(float* rc, place(h.recurrent, h.recurrent.size()));
-        ds->k.push_back(k);
-        ds->v.push_back(v);
-        ds->conv.push_back(cv);
-        ds->recurrent.push_back(rc);
-    }
-    state.device = ds;
-    state.device_stale = false;
-    state.host_stale = false;
-    return ds.get();
-}
-
-// Host vectors that changed since the last upload (device_stale) are newer than the mirror and
-// are kept; KV rows below n_past only ever change on the device.
-Status CudaBackend::sync_to_host(model::ModelState& state, bool kv) {
-    if (state.device == nullptr || !state.host_stale) return Status::ok();
-    auto* ds = static_cast<DeviceState*>(state.device.get());
-    const model::ModelConfig& c = model_->config();
-    const size_t kv_floats = static_cast<size_t>(c.n_kv_heads * c.head_dim * state.n_past);
-    for (size_t l = 0; l < state.layers.size(); ++l) {
-        auto& h = state.layers[l];
-        if (ds->conv[l] != nullptr && !state.device_stale)
-            SLUICE_CUDA_TRY(cudaMemcpy(h.conv.data(), ds->conv[l], h.conv.size() * 4, cudaMemcpyDeviceToHost),
-                            "downloading conv state");
-        if (ds->recurrent[l] != nullptr && !state.device_stale)
-            SLUICE_CUDA_TRY(cudaMemcpy(h.recurrent.data(), ds->recurrent[l], h.recurrent.size() * 4,
-                                       cudaMemcpyDeviceToHost),
-                            "downloading recurrent state");
-        if (kv && ds->k[l] != nullptr && kv_floats > 0) {
-            SLUICE_CUDA_TRY(cudaMemcpy(h.k_cache.data(), ds->k[l], kv_floats * 4, cudaMemcpyDeviceToHost),
-                            "downloading keys");
-            SLUICE_CUDA_TRY(cudaMemcpy(h.v_cache.data(), ds->v[l], kv_floats * 4, cudaMemcpyDeviceToHost),
-                            "downloading values");
+    ds->attn_split = take(
+        static_cast<uint64_t>(cuda::attention_split_scratch_floats(c.n_heads, c.head_dim, max_positions)) *
+        4);
+    ds->snap_conv.resize(static_cast<size_t>(slots));
+    ds->snap_recurrent.resize(static_cast<size_t>(slots));
+    for (const model::LayerStateLayout& l : layout.layers) {
+        const auto& b = l.buffers;
+        const bool kv = b[0].per_position;
+        ds->k.push_back(kv ? take(b[model::kKeysBuffer].bytes(max_positions)) : nullptr);
+        ds->v.push_back(kv ? take(b[model::kValuesBuffer].bytes(max_positions)) : nullptr);
+        for (int p = 0; p < 2; ++p) {
+            ds->conv[p].push_back(kv ? nullptr : take(b[model::kConvBuffer].bytes(0)));
+            ds->recurrent[p].push_back(kv ? nullptr : take(b[model::kRecurrentBuffer].bytes(0)));
+        }
+        for (int s = 0; s < slots; ++s) {
+            ds->snap_conv[static_cast<size_t>(s)].push_back(kv ? nullptr
+                                                               : take(b[model::kConvBuffer].bytes(0)));
+            ds->snap_recurrent[static_cast<size_t>(s)].push_back(
+                kv ? nullptr : take(b[model::kRecurrentBuffer].bytes(0)));
         }
     }
-    if (kv) state.host_stale = false;  // without the KV rows a later save still has to fetch them
-    return Status::ok();
+    SLUICE_ASSERT(at <= bytes);
+    SLUICE_CUDA_TRY(cudaStreamSynchronize(stream_), "zeroing session state");
+    return std::unique_ptr<SequenceState>(std::move(ds));
 }
 
 void CudaBackend::linear(const DevWeight& w, const float* x, int64_t n, float* y) {
@@ -845,7 +866,7 @@ void CudaBackend::attention_layer(const DevLayer& L, DeviceState& ds, int64_t l,
     }
     const bool gate_in_epilogue = gated && !unfused_;
     cuda::attention(d_.q, k_cache, v_cache, n, pos, nh, nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd)),
-                    gate_in_epilogue ? d_.gate : nullptr, d_.attn, ds.attn_split, ds.max_positions, stream_);
+                    gate_in_epilogue ? d_.gate : nullptr, d_.attn, ds.attn_split, ds.capacity(), stream_);
     if (gated && !gate_in_epilogue) cuda::mul_sigmoid(d_.attn, d_.gate, n * nh * hd, stream_);
     linear(L.o_proj, d_.attn, n, d_.mix);
 }
@@ -883,24 +904,30 @@ void CudaBackend::deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, 
         }
         cuda::split_qkvz(d_.tmp, d_.gate, n, nk, dk, r, dv, d_.conv_in, d_.z, d_.beta, d_.g, stream_);
     }
-    cuda::conv1d_silu(d_.conv_in, n, cd, c.conv_kernel, L.conv, ds.conv[static_cast<size_t>(l)], d_.conv_out,
-                      stream_);
+    // The committed state (parity) is read and the new one written to the other copy; the backend
+    // flips parity once the whole forward has succeeded.
+    const auto li = static_cast<size_t>(l);
+    const int in = ds.parity, out = ds.parity ^ 1;
+    cuda::conv1d_silu(d_.conv_in, n, cd, c.conv_kernel, L.conv, ds.conv[in][li], ds.conv[out][li],
+                      d_.conv_out, stream_);
     const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
     const float eps =
         model_->weights().layout == model::CheckpointLayout::kMlx ? 1e-6f * static_cast<float>(dk) : 1e-6f;
-    float* state = ds.recurrent[static_cast<size_t>(l)];
+    const float* state = ds.recurrent[in][li];
+    float* state_out = ds.recurrent[out][li];
     if (n == 1 && !unfused_ && nv <= kMaxDeltaHeads && cuda::deltanet_fused_fits(dk, dv)) {
         // Decode (prefill keeps the unfused sequence).
         cuda::deltanet_fused(d_.conv_out, d_.beta, d_.g, d_.z, L.neg_a, L.dt_bias, L.dnorm, n, nk, nv, dk, dv,
-                             eps, q_scale, c.rms_eps, state, d_.attn, d_.counters + kDeltaCounters, d_.y,
-                             stream_);
+                             eps, q_scale, c.rms_eps, state, state_out, d_.attn, d_.counters + kDeltaCounters,
+                             d_.y, stream_);
     } else {
         HeadLayout qk{n, nk, dk, cd, dk, kd, dk};
         cuda::row_norm(d_.conv_out, nullptr, qk, eps, true, q_scale, d_.q, stream_);
         cuda::row_norm(d_.conv_out + kd, nullptr, qk, eps, true, 1.0f, d_.k, stream_);
         cuda::copy_heads(d_.conv_out + 2 * kd, HeadLayout{n, 1, vd, cd, 0, vd, 0}, d_.v, stream_);
         cuda::deltanet_gates(d_.beta, d_.g, L.neg_a, L.dt_bias, n, nv, stream_);
-        cuda::gated_delta(d_.q, d_.k, d_.v, d_.beta, d_.g, n, nk, nv, dk, dv, state, d_.attn, stream_);
+        cuda::gated_delta(d_.q, d_.k, d_.v, d_.beta, d_.g, n, nk, nv, dk, dv, state, state_out, d_.attn,
+                          stream_);
         cuda::rms_norm_gated(d_.attn, d_.z, L.dnorm, n * nv, dv, c.rms_eps, d_.y, stream_);
     }
     linear(L.out_proj, d_.y, n, d_.mix);
@@ -1193,18 +1220,20 @@ Status CudaBackend::tiered_experts(int64_t l, int64_t n) {
 Status CudaBackend::run_tiered(DeviceState& ds, int64_t n, bool all_logits) {
     const model::ModelConfig& c = model_->config();
     const bool graphs = n == 1;
-    if (graphs && ds.segments_generation != ws_generation_) {
-        ds.clear_segments();
-        ds.segments_generation = ws_generation_;
+    const int p = ds.parity;  // the graphs read this parity's state and write the other's
+    if (graphs && ds.segments_generation[p] != ws_generation_) {
+        ds.clear_segments(p);
+        ds.segments_generation[p] = ws_generation_;
     }
+    auto& segments = ds.segments[p];
     int64_t at = -1;
     for (size_t seg = 0;; ++seg) {
         int64_t next = 0;
         if (!graphs) {
             next = enqueue_segment(ds, n, all_logits, at);
-        } else if (seg < ds.segments.size()) {
-            SLUICE_CUDA_TRY(cudaGraphLaunch(ds.segments[seg].exec, stream_), "launching a decode segment");
-            next = ds.segments[seg].next;
+        } else if (seg < segments.size()) {
+            SLUICE_CUDA_TRY(cudaGraphLaunch(segments[seg].exec, stream_), "launching a decode segment");
+            next = segments[seg].next;
         } else {
             cudaGraph_t graph = nullptr;
             SLUICE_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
@@ -1218,7 +1247,7 @@ Status CudaBackend::run_tiered(DeviceState& ds, int64_t n, bool all_logits) {
             const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
             cudaGraphDestroy(graph);
             SLUICE_CUDA_TRY(e, "instantiating a decode segment");
-            ds.segments.push_back({exec, next});
+            segments.push_back({exec, next});
             SLUICE_CUDA_TRY(cudaGraphLaunch(exec, stream_), "launching a decode segment");
         }
         SLUICE_CUDA_TRY(cudaStreamSynchronize(stream_), "forward");
@@ -1228,17 +1257,18 @@ Status CudaBackend::run_tiered(DeviceState& ds, int64_t n, bool all_logits) {
     }
 }
 
-Status CudaBackend::forward(model::ModelState& state, std::span<const int32_t> tokens, float* logits,
-                            bool all_logits, model::Workspace& /*ws*/, ThreadPool* /*pool*/) {
+Status CudaBackend::forward(SequenceState& seq, std::span<const int32_t> tokens, float* logits,
+                            bool all_logits) {
     const model::ModelConfig& c = model_->config();
     const int64_t n = static_cast<int64_t>(tokens.size());
     if (n == 0) return Status::ok();
-    if (state.layers.size() != static_cast<size_t>(c.n_layers))
-        return error(ErrorCode::kInvalidArgument, "[cuda] state was made for another model");
-    if (state.n_past + n > state.max_positions) {
+    auto* ds = dynamic_cast<DeviceState*>(&seq);
+    if (ds == nullptr)
+        return error(ErrorCode::kInvalidArgument, "[cuda] the sequence was made by another backend");
+    if (seq.position() + n > seq.capacity()) {
         return error(ErrorCode::kInvalidArgument,
                      fmt::format("[model] context full: {} + {} tokens exceed the {}-token context",
-                                 state.n_past, n, state.max_positions));
+                                 seq.position(), n, seq.capacity()));
     }
     for (int32_t id : tokens)
         if (id < 0 || id >= c.vocab)
@@ -1248,15 +1278,15 @@ Status CudaBackend::forward(model::ModelState& state, std::span<const int32_t> t
     summary_valid_ = false;
     const int64_t logit_rows = all_logits ? n : 1;
     SLUICE_RETURN_IF_ERROR(reserve_scratch(n, logit_rows));
-    SLUICE_ASSIGN_OR_RETURN(DeviceState * ds, mirror(state));
-    host_io_[0] = static_cast<int32_t>(state.n_past);
+    host_io_[0] = static_cast<int32_t>(seq.position());
     std::memcpy(host_io_ + 1, tokens.data(), tokens.size() * sizeof(int32_t));
     const int64_t V = c.vocab;
     if (n == 1 && !tiered_) {
-        // Decode: replay this state's graph (captured on first use or after scratch moved).
-        if (ds->graph == nullptr || ds->graph_generation != ws_generation_) {
-            if (ds->graph != nullptr) cudaGraphExecDestroy(ds->graph);
-            ds->graph = nullptr;
+        // Decode: replay this state's graph for its parity (captured on first use or after scratch moved).
+        const int p = ds->parity;
+        if (ds->graph[p] == nullptr || ds->graph_generation[p] != ws_generation_) {
+            if (ds->graph[p] != nullptr) cudaGraphExecDestroy(ds->graph[p]);
+            ds->graph[p] = nullptr;
             cudaGraph_t graph = nullptr;
             SLUICE_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
                             "capturing decode");
@@ -1264,13 +1294,13 @@ Status CudaBackend::forward(model::ModelState& state, std::span<const int32_t> t
             cudaMemcpyAsync(host_logits_, d_.logits, static_cast<size_t>(V) * sizeof(float),
                             cudaMemcpyDeviceToHost, stream_);
             SLUICE_CUDA_TRY(cudaStreamEndCapture(stream_, &graph), "capturing decode");
-            const cudaError_t e = cudaGraphInstantiate(&ds->graph, graph, 0);
+            const cudaError_t e = cudaGraphInstantiate(&ds->graph[p], graph, 0);
             cudaGraphDestroy(graph);
             SLUICE_CUDA_TRY(e, "instantiating the decode graph");
-            ds->graph_generation = ws_generation_;
+            ds->graph_generation[p] = ws_generation_;
         }
         if (timing_[0] != nullptr) cudaEventRecord(timing_[0], stream_);
-        SLUICE_CUDA_TRY(cudaGraphLaunch(ds->graph, stream_), "launching the decode graph");
+        SLUICE_CUDA_TRY(cudaGraphLaunch(ds->graph[p], stream_), "launching the decode graph");
         if (timing_[0] != nullptr) cudaEventRecord(timing_[1], stream_);
         SLUICE_CUDA_TRY(cudaStreamSynchronize(stream_), "decode step");
         if (timing_[0] != nullptr) {
@@ -1294,8 +1324,8 @@ Status CudaBackend::forward(model::ModelState& state, std::span<const int32_t> t
             if (st.is_ok()) st = finished;
         }
         if (!st.is_ok()) {
-            // As on the CPU, a forward that fails part-way (an expert read error) leaves the session's
-            // recurrent state advanced for the layers it ran; n_past does not move.
+            // A forward that fails part-way (an expert read error) wrote only the uncommitted copy
+            // of the recurrent state and KV rows past the position: the sequence is as it was.
             cudaStreamSynchronize(stream_);
             return st;
         }
@@ -1308,8 +1338,7 @@ Status CudaBackend::forward(model::ModelState& state, std::span<const int32_t> t
                             "copying logits");
         }
     }
-    state.n_past += n;
-    state.host_stale = true;
+    ds->commit(n);
     summary_valid_ = n == 1;  // the decode forms (graphs) computed the summary
     return Status::ok();
 }

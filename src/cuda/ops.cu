@@ -312,7 +312,7 @@ __global__ void add_rms_norm_kernel(const float* x, const float* add, const floa
 }
 
 __global__ void conv1d_silu_kernel(const float* x, int64_t n, int64_t channels, int64_t kernel,
-                                   const float* weight, float* state, float* y) {
+                                   const float* weight, const float* state, float* state_out, float* y) {
     const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (c >= channels) return;
     constexpr int kMaxKernel = 8;
@@ -337,7 +337,7 @@ __global__ void conv1d_silu_kernel(const float* x, int64_t n, int64_t channels, 
     }
 #pragma unroll
     for (int i = 0; i < kMaxKernel; ++i)
-        if (i < hist) state[i * channels + c] = win[i];
+        if (i < hist) state_out[i * channels + c] = win[i];
 }
 
 constexpr int kDeltaWarps = 4;
@@ -349,13 +349,15 @@ constexpr int kMaxDkRowsPerThread = kMaxDkPerLane * 32 / kDeltaWarps;  // dk ≤
 __global__ void __launch_bounds__(32 * kDeltaWarps)
     gated_delta_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
                        const float* __restrict__ beta, const float* __restrict__ g, int64_t n, int64_t n_k,
-                       int64_t n_v, int64_t dk, int64_t dv, float* state, float* out) {
+                       int64_t n_v, int64_t dk, int64_t dv, const float* state, float* state_out,
+                       float* out) {
     const int64_t j = blockIdx.x;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int64_t d = static_cast<int64_t>(blockIdx.y) * 32 + lane;
     const bool col = d < dv;
     const int64_t kh = j / (n_v / n_k);
-    float* S = state + j * dk * dv;
+    const float* S = state + j * dk * dv;
+    float* S_out = state_out + j * dk * dv;
     __shared__ float ks[kMaxDkPerLane * 32], qs[kMaxDkPerLane * 32];
     __shared__ float red[kDeltaWarps][32];
     float s[kMaxDkRowsPerThread];
@@ -410,7 +412,7 @@ __global__ void __launch_bounds__(32 * kDeltaWarps)
 #pragma unroll
     for (int r = 0; r < kMaxDkRowsPerThread; ++r) {
         const int64_t i = warp + kDeltaWarps * r;
-        if (col && i < dk) S[i * dv + d] = s[r];
+        if (col && i < dk) S_out[i * dv + d] = s[r];
     }
 }
 
@@ -429,8 +431,8 @@ __global__ void __launch_bounds__(32 * kFusedDeltaWarps)
     deltanet_fused_kernel(const float* __restrict__ conv_out, const float* __restrict__ b_in,
                           const float* __restrict__ a_in, const float* __restrict__ z, const float* neg_a,
                           const float* dt_bias, const float* norm_weight, int64_t n, int64_t n_k, int64_t n_v,
-                          int64_t dk, int64_t dv, float l2_eps, float q_scale, float norm_eps, float* state,
-                          float* raw, unsigned* counters, float* y) {
+                          int64_t dk, int64_t dv, float l2_eps, float q_scale, float norm_eps,
+                          const float* state, float* state_out, float* raw, unsigned* counters, float* y) {
     allow_dependents();  // the next decode product may start loading its weights
     const int64_t j = blockIdx.x;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -438,7 +440,8 @@ __global__ void __launch_bounds__(32 * kFusedDeltaWarps)
     const bool col = d < dv;
     const int64_t kh = j / (n_v / n_k);
     const int64_t kd = n_k * dk, cd = 2 * kd + n_v * dv;
-    float* S = state + j * dk * dv;
+    const float* S = state + j * dk * dv;
+    float* S_out = state_out + j * dk * dv;
     __shared__ float ks[kMaxDkPerLane * 32], qs[kMaxDkPerLane * 32];
     __shared__ float red[kFusedDeltaWarps][32];
     __shared__ float inv_s[2];  // q and k l2 factors
@@ -505,7 +508,7 @@ __global__ void __launch_bounds__(32 * kFusedDeltaWarps)
 #pragma unroll
     for (int r = 0; r < kFusedDkRowsPerThread; ++r) {
         const int64_t i = warp + kFusedDeltaWarps * r;
-        if (col && i < dk) S[i * dv + d] = s[r];
+        if (col && i < dk) S_out[i * dv + d] = s[r];
     }
     // The head's last block: y = rms_norm(raw) · norm_weight ⊙ silu(z), per token.
     __threadfence();  // this block's raw outputs are visible before it is counted
@@ -676,15 +679,17 @@ void add_rms_norm_to(const float* x, const float* add, const float* weight, int6
 }
 
 void conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,
-                 float* state, float* y, cudaStream_t s) {
+                 const float* state, float* state_out, float* y, cudaStream_t s) {
     conv1d_silu_kernel<<<grid_for(channels, kThreads), kThreads, 0, s>>>(x, n, channels, kernel, weight,
-                                                                         state, y);
+                                                                         state, state_out, y);
 }
 
 void gated_delta(const float* q, const float* k, const float* v, const float* beta, const float* g, int64_t n,
-                 int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, float* state, float* out, cudaStream_t s) {
+                 int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, const float* state, float* state_out,
+                 float* out, cudaStream_t s) {
     const dim3 grid(static_cast<unsigned>(n_v), grid_for(dv, 32));
-    gated_delta_kernel<<<grid, 32 * kDeltaWarps, 0, s>>>(q, k, v, beta, g, n, n_k, n_v, dk, dv, state, out);
+    gated_delta_kernel<<<grid, 32 * kDeltaWarps, 0, s>>>(q, k, v, beta, g, n, n_k, n_v, dk, dv, state,
+                                                         state_out, out);
 }
 
 bool deltanet_fused_fits(int64_t dk, int64_t dv) {
@@ -694,13 +699,13 @@ bool deltanet_fused_fits(int64_t dk, int64_t dv) {
 
 void deltanet_fused(const float* conv_out, const float* b, const float* a, const float* z, const float* neg_a,
                     const float* dt_bias, const float* norm_weight, int64_t n, int64_t n_k, int64_t n_v,
-                    int64_t dk, int64_t dv, float l2_eps, float q_scale, float norm_eps, float* state,
-                    float* raw, unsigned* counters, float* y, cudaStream_t s) {
+                    int64_t dk, int64_t dv, float l2_eps, float q_scale, float norm_eps, const float* state,
+                    float* state_out, float* raw, unsigned* counters, float* y, cudaStream_t s) {
     if (n == 0) return;
     const dim3 grid(static_cast<unsigned>(n_v), grid_for(dv, 32));
-    deltanet_fused_kernel<<<grid, 32 * kFusedDeltaWarps, 0, s>>>(conv_out, b, a, z, neg_a, dt_bias,
-                                                                 norm_weight, n, n_k, n_v, dk, dv, l2_eps,
-                                                                 q_scale, norm_eps, state, raw, counters, y);
+    deltanet_fused_kernel<<<grid, 32 * kFusedDeltaWarps, 0, s>>>(
+        conv_out, b, a, z, neg_a, dt_bias, norm_weight, n, n_k, n_v, dk, dv, l2_eps, q_scale, norm_eps, state,
+        state_out, raw, counters, y);
 }
 
 void router_topk(const float* logits, int64_t n, int64_t n_experts, int64_t k, bool renormalize, int32_t* ids,

@@ -211,25 +211,27 @@ void add_rms_norm(float* x, const float* add, const float* weight, int64_t rows,
 // x_out = x + add (x_out may be x); y = rms_norm(x_out) · weight.
 void add_rms_norm_to(const float* x, const float* add, const float* weight, int64_t rows, int64_t dim,
                      float eps, float* x_out, float* y, cudaStream_t s);
-// kernels::conv1d_silu.
+// kernels::conv1d_silu (state_out may be state: in place).
 void conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,
-                 float* state, float* y, cudaStream_t s);
+                 const float* state, float* state_out, float* y, cudaStream_t s);
 // kernels::gated_delta_recurrent (also used for prefill: the state stays in registers over the
-// whole batch, which on a GPU beats the chunked form at the batch sizes sluice runs).
+// whole batch, which on a GPU beats the chunked form at the batch sizes sluice runs). state_out may
+// be state (in place).
 void gated_delta(const float* q, const float* k, const float* v, const float* beta, const float* g, int64_t n,
-                 int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, float* state, float* out, cudaStream_t s);
+                 int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, const float* state, float* state_out,
+                 float* out, cudaStream_t s);
 // The DeltaNet step after conv1d_silu, fused (numerically the same ops as row_norm(q, l2, q_scale) +
 // row_norm(k, l2) + copy_heads(v) + deltanet_gates + gated_delta + rms_norm_gated): conv_out
 // [n, q (n_k·dk) | k (n_k·dk) | v (n_v·dv)], b and a [n, n_v] raw (not overwritten), z [n, n_v·dv],
-// state [n_v, dk, dv] updated in place; y [n, n_v·dv] = rms_norm(out, norm_weight) ⊙ silu(z). A
-// head's columns are spread over blocks of 32, so the unnormalised outputs go through raw [n,
-// n_v·dv] and the norm runs in each head's last block; counters: n_v device words that are 0 before
-// the launch and are left 0. Only when deltanet_fused_fits(dk, dv) (dk ≤ 256).
+// state [n_v, dk, dv] read, the new state written to state_out (may be state); y [n, n_v·dv] = rms_norm(out,
+// norm_weight) ⊙ silu(z). A head's columns are spread over blocks of 32, so the unnormalised outputs go
+// through raw [n, n_v·dv] and the norm runs in each head's last block; counters: n_v device words that are 0
+// before the launch and are left 0. Only when deltanet_fused_fits(dk, dv) (dk ≤ 256).
 bool deltanet_fused_fits(int64_t dk, int64_t dv);
 void deltanet_fused(const float* conv_out, const float* b, const float* a, const float* z, const float* neg_a,
                     const float* dt_bias, const float* norm_weight, int64_t n, int64_t n_k, int64_t n_v,
-                    int64_t dk, int64_t dv, float l2_eps, float q_scale, float norm_eps, float* state,
-                    float* raw, unsigned* counters, float* y, cudaStream_t s);
+                    int64_t dk, int64_t dv, float l2_eps, float q_scale, float norm_eps, const float* state,
+                    float* state_out, float* raw, unsigned* counters, float* y, cudaStream_t s);
 // kernels::router_topk for n tokens: logits [n, E] → ids, weights [n, k].
 void router_topk(const float* logits, int64_t n, int64_t n_experts, int64_t k, bool renormalize, int32_t* ids,
                  float* weights, cudaStream_t s);

@@ -90,21 +90,23 @@ uint16_t f32_to_f16(float v);
                    ThreadPool* pool);                                                                       \
     /* Causal depthwise conv1d + SiLU over channels, kernel K, with a state of the K-1 previous             \
        raw inputs (oldest first), for n tokens. x: [n, channels] raw inputs; weight: [channels, K]          \
-       (weight[c*K + K-1] multiplies the current token); state: [K-1, channels], updated to the             \
-       last K-1 raw inputs; y: [n, channels] = silu(conv). */                                               \
+       (weight[c*K + K-1] multiplies the current token); state_in: [K-1, channels]; state_out (may be       \
+       state_in: in place) gets the last K-1 raw inputs; y: [n, channels] = silu(conv). */                  \
     void conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,      \
-                     float* state, float* y);                                                               \
+                     const float* state_in, float* state_out, float* y);                                    \
     /* Gated DeltaNet over n tokens for n_v value heads, token by token (models.md §3.5.6).                \
        q, k: [n, n_k, dk] already L2-normalised (q also scaled by dk^-1/2); v: [n, n_v, dv];                \
        beta, g: [n, n_v] (beta = sigmoid(b), g = log decay <= 0); value head j uses key head                \
-       j / (n_v / n_k). state: [n_v, dk, dv] f32, updated in place. out: [n, n_v, dv]. */                   \
+       j / (n_v / n_k). state_in: [n_v, dk, dv] f32; state_out (may be state_in: in place) gets the         \
+       state after the n tokens, so a caller can keep the old state until the whole forward succeeds.       \
+       out: [n, n_v, dv]. */                                                                                \
     void gated_delta_recurrent(const float* q, const float* k, const float* v, const float* beta,           \
                                const float* g, int64_t n, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, \
-                               float* state, float* out, ThreadPool* pool);                                 \
+                               const float* state_in, float* state_out, float* out, ThreadPool* pool);      \
     /* The same result computed in chunks of 64 (models.md §3.5.7); for prefill. */                        \
     void gated_delta_chunked(const float* q, const float* k, const float* v, const float* beta,             \
                              const float* g, int64_t n, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv,   \
-                             float* state, float* out, ThreadPool* pool);                                   \
+                             const float* state_in, float* state_out, float* out, ThreadPool* pool);        \
     /* Router: p = softmax(logits[n_experts]) in f32; the k largest (ties: lower index first),              \
        weights p_j, divided by their sum when renormalize. ids/weights: [k], sorted by weight desc. */      \
     void router_topk(const float* logits, int64_t n_experts, int64_t k, bool renormalize, int32_t* ids,     \

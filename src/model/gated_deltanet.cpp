@@ -70,7 +70,8 @@ void Model::deltanet_layer(const LayerWeights& lw, ModelState::Layer& st, int64_
     }
 
     float* uc = grow(ws.conv_out, n * cd);  // [n, cd] after conv + SiLU
-    kernels::conv1d_silu(u, n, cd, c.conv_kernel, d.conv.data(), st.conv.data(), uc);
+    // The new state goes to the *_next buffers: the committed one stays until the forward succeeds.
+    kernels::conv1d_silu(u, n, cd, c.conv_kernel, d.conv.data(), st.conv.data(), st.conv_next.data(), uc);
 
     float* q = grow(ws.q, n * kd);  // [n, nk, dk] normalised and scaled
     float* k = grow(ws.k, n * kd);  // [n, nk, dk] normalised
@@ -92,9 +93,11 @@ void Model::deltanet_layer(const LayerWeights& lw, ModelState::Layer& st, int64_
 
     float* o = grow(ws.attn, n * vd);  // [n, nv, dv]
     if (n == 1) {
-        kernels::gated_delta_recurrent(q, k, v, b, a, n, nk, nv, dk, dv, st.recurrent.data(), o, pool);
+        kernels::gated_delta_recurrent(q, k, v, b, a, n, nk, nv, dk, dv, st.recurrent.data(),
+                                       st.recurrent_next.data(), o, pool);
     } else {
-        kernels::gated_delta_chunked(q, k, v, b, a, n, nk, nv, dk, dv, st.recurrent.data(), o, pool);
+        kernels::gated_delta_chunked(q, k, v, b, a, n, nk, nv, dk, dv, st.recurrent.data(),
+                                     st.recurrent_next.data(), o, pool);
     }
 
     float* y = grow(ws.y, n * vd);  // [n, nv, dv]

@@ -12,8 +12,6 @@ namespace sluice::model {
 
 void ModelState::reset() {
     n_past = 0;
-    device_stale = true;
-    host_stale = false;
     for (auto& l : layers) {
         std::fill(l.conv.begin(), l.conv.end(), 0.0f);
         std::fill(l.recurrent.begin(), l.recurrent.end(), 0.0f);
@@ -21,10 +19,19 @@ void ModelState::reset() {
     }
 }
 
+void ModelState::commit(int64_t n) {
+    for (auto& l : layers) {
+        l.conv.swap(l.conv_next);
+        l.recurrent.swap(l.recurrent_next);
+    }
+    n_past += n;
+}
+
 uint64_t ModelState::bytes() const {
     uint64_t total = 0;
     for (const auto& l : layers)
-        total += 4 * (l.k_cache.size() + l.v_cache.size() + l.conv.size() + l.recurrent.size());
+        for (const auto* v : {&l.k_cache, &l.v_cache, &l.conv, &l.recurrent, &l.conv_next, &l.recurrent_next})
+            total += 4 * v->size();
     return total;
 }
 
@@ -56,25 +63,28 @@ Expected<std::shared_ptr<Model>> Model::load(const std::string& dir) {
     SLUICE_ASSIGN_OR_RETURN(ModelWeights weights,
                             load_weights(config, std::move(checkpoint), !model->packed_));
     model->dir_ = dir;
+    model->state_layout_ = model::state_layout(config);
     model->config_ = std::move(config);
     model->weights_ = std::move(weights);
     return model;
 }
 
 ModelState Model::new_state(int64_t max_positions) const {
-    const ModelConfig& c = config_;
     ModelState s;
     s.max_positions = max_positions;
-    s.layers.resize(static_cast<size_t>(c.n_layers));
-    for (int64_t l = 0; l < c.n_layers; ++l) {
-        auto& st = s.layers[static_cast<size_t>(l)];
-        if (c.is_full_attention(l)) {
-            st.k_cache.assign(static_cast<size_t>(max_positions * c.n_kv_heads * c.head_dim), 0.0f);
-            st.v_cache.assign(static_cast<size_t>(max_positions * c.n_kv_heads * c.head_dim), 0.0f);
+    s.layers.resize(state_layout_.layers.size());
+    for (size_t l = 0; l < state_layout_.layers.size(); ++l) {
+        const auto& buffers = state_layout_.layers[l].buffers;
+        auto& st = s.layers[l];
+        auto size = [&](int b) { return static_cast<size_t>(buffers[static_cast<size_t>(b)].row_elems()); };
+        if (buffers[0].per_position) {
+            st.k_cache.assign(size(kKeysBuffer) * static_cast<size_t>(max_positions), 0.0f);
+            st.v_cache.assign(size(kValuesBuffer) * static_cast<size_t>(max_positions), 0.0f);
         } else {
-            st.conv.assign(static_cast<size_t>((c.conv_kernel - 1) * c.conv_dim()), 0.0f);
-            st.recurrent.assign(static_cast<size_t>(c.linear_v_heads * c.linear_k_dim * c.linear_v_dim),
-                                0.0f);
+            st.conv.assign(size(kConvBuffer), 0.0f);
+            st.recurrent.assign(size(kRecurrentBuffer), 0.0f);
+            st.conv_next.assign(size(kConvBuffer), 0.0f);
+            st.recurrent_next.assign(size(kRecurrentBuffer), 0.0f);
         }
     }
     return s;
@@ -125,16 +135,17 @@ Status Model::forward(ModelState& state, std::span<const int32_t> tokens, float*
         for (int64_t t = 0; t < n; ++t)
             kernels::rms_norm(x + t * H, lw.post_norm.data(), H, c.rms_eps, norm + t * H);
         moe_layer(lw, l, n, ws, pool);
-        if (!moe_status_.is_ok()) {
-            Status failed = moe_status_;
-            moe_status_ = Status::ok();
+        if (!ws.moe_status.is_ok()) {
+            // The committed state is untouched: nothing is swapped in and n_past stays.
+            Status failed = ws.moe_status;
+            ws.moe_status = Status::ok();
             return failed.with_context("[model] layer " + std::to_string(l));
         }
         for (int64_t i = 0; i < n * H; ++i) x[i] += mix[i];
 
         if (capture_layers != nullptr) capture_layers->emplace_back(x, x + n * H);
     }
-    state.n_past += n;
+    state.commit(n);
 
     // Final norm and lm_head: every position (logits tool, perplexity) or only the last (generation).
     const int64_t first = all_logits ? 0 : n - 1;

@@ -26,34 +26,36 @@
 #include "format/pack.h"
 #include "model/config.h"
 #include "model/expert_source.h"
+#include "model/state_layout.h"
 #include "model/weights.h"
 #include "sluice/status.h"
 
 namespace sluice::model {
 
-// Per-sequence state. Positions 0..n_past-1 have been processed.
+// One sequence's state on the host (the CPU backend's; model/state_layout.h sizes it). Positions
+// 0..n_past-1 have been processed.
+//
+// Failure atomicity: a forward reads the committed DeltaNet state (conv, recurrent) and writes the
+// new one into conv_next / recurrent_next; only when every layer has run does it swap them in and
+// advance n_past. Attention KV rows are written at positions >= n_past, which nothing reads until
+// n_past moves past them. So a forward that fails part-way (an expert read error) leaves the state
+// exactly as it was.
 struct ModelState {
     int64_t n_past = 0;
     int64_t max_positions = 0;  // KV capacity in tokens
     struct Layer {
-        std::vector<float> k_cache;    // attention: [max_positions, nkv, hd]
-        std::vector<float> v_cache;    // attention: [max_positions, nkv, hd]
-        std::vector<float> conv;       // deltanet: [K-1, conv_dim] raw inputs, oldest first
-        std::vector<float> recurrent;  // deltanet: [nv, dk, dv]
+        std::vector<float> k_cache;                    // attention: [max_positions, nkv, hd]
+        std::vector<float> v_cache;                    // attention: [max_positions, nkv, hd]
+        std::vector<float> conv;                       // deltanet: [K-1, conv_dim] raw inputs, oldest first
+        std::vector<float> recurrent;                  // deltanet: [nv, dk, dv]
+        std::vector<float> conv_next, recurrent_next;  // what the running forward writes
     };
     std::vector<Layer> layers;
 
-    // A device backend's mirror of this state (src/cuda/), or null; see runtime/backend.h. The
-    // mirror is made from the host vectors (all of them) on first use; afterwards device_stale
-    // says the host conv/recurrent state changed (reset, rewind) and must be uploaded (KV rows
-    // below n_past never change on the host), host_stale that the mirror has advanced past the
-    // host vectors (Backend::sync_to_host brings them up to date).
-    std::shared_ptr<void> device;
-    bool device_stale = false;
-    bool host_stale = false;
-
     // Forgets everything (position 0, zero state) without freeing memory.
     void reset();
+    // The forward's end: the written DeltaNet state becomes the committed one, n_past += n.
+    void commit(int64_t n);
     uint64_t bytes() const;
 };
 
@@ -66,6 +68,7 @@ struct Workspace {
     std::vector<int32_t> expert_tokens, expert_offsets, expert_fill, expert_ids, predicted_ids;
     std::vector<ExpertWeights> expert_views;
     std::vector<float> expert_token_weights;
+    Status moe_status;  // first error of a streaming expert read in the running forward
 
     // Heap bytes held by the buffers (the memory plan's scratch estimate must cover this).
     uint64_t bytes() const {
@@ -115,12 +118,14 @@ class Model {
     const ModelWeights& weights() const { return weights_; }
     const std::string& dir() const { return dir_; }
 
+    // The buffers of one sequence's state (f32 KV).
+    const StateLayout& state_layout() const { return state_layout_; }
     // A fresh state able to hold `max_positions` tokens of context.
     ModelState new_state(int64_t max_positions) const;
 
     // Runs `tokens` (consecutive, starting at state.n_past) through the model. Writes logits
     // [tokens.size(), V] when all_logits, else only the last token's [V], into `logits` (may be
-    // null when no logits are wanted). Advances state.n_past.
+    // null when no logits are wanted). Advances state.n_past; on failure leaves `state` as it was.
     Status forward(ModelState& state, std::span<const int32_t> tokens, float* logits, bool all_logits,
                    Workspace& ws, ThreadPool* pool) const;
 
@@ -142,12 +147,12 @@ class Model {
     void moe_layer(const LayerWeights& lw, int64_t layer, int64_t n, Workspace& ws, ThreadPool* pool) const;
     void predict_next_experts(int64_t layer, const float* x, int64_t n, Workspace& ws,
                               ThreadPool* pool) const;
-    mutable Status moe_status_;  // first error of a streaming expert read in the current forward
 
     std::string dir_;
     bool packed_ = false;
     format::PackLayout packed_layout_;
     ModelConfig config_;
+    StateLayout state_layout_;
     ModelWeights weights_;
     ResidentExperts resident_{weights_};
     ExpertSource* experts_ = &resident_;

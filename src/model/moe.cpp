@@ -85,7 +85,7 @@ void Model::moe_layer(const LayerWeights& lw, int64_t layer, int64_t n, Workspac
         std::span<const int32_t> batch_ids(used + first, static_cast<size_t>(count_ids));
         Status st = experts_->acquire(layer, batch_ids, views);
         if (!st.is_ok()) {
-            if (moe_status_.is_ok()) moe_status_ = st;
+            if (ws.moe_status.is_ok()) ws.moe_status = st;
             return;
         }
         for (int64_t i = 0; i < count_ids; ++i) {

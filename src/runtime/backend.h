@@ -4,11 +4,10 @@
 // nothing above this line knows which one runs (a stub stands in when CUDA is not built, so no
 // caller has an #ifdef).
 //
-// State: a ModelState's host vectors are the authority the session reads and writes (turn
-// checkpoints, rewind, save/load). A device backend mirrors them in ModelState::device and keeps
-// the two in step through the flags there: it uploads when the host copy changed and downloads in
-// sync_to_host() before the session reads the host copy.
-// Threading: one forward at a time per backend (the engine's compute mutex).
+// State: the backend owns each sequence's state (new_sequence(); runtime/sequence_state.h) where
+// its forward runs — host vectors for the CPU, device memory for CUDA — with snapshots, truncation
+// and serialisation there; nothing keeps a second copy in step by hand.
+// Threading: one call at a time per backend (the engine's compute mutex).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +19,7 @@
 #include "core/thread_pool.h"
 #include "model/model.h"
 #include "runtime/sampler.h"
+#include "runtime/sequence_state.h"
 #include "sluice/engine.h"
 #include "sluice/status.h"
 
@@ -30,12 +30,16 @@ class Backend {
     virtual ~Backend() = default;
     // "cpu" or e.g. "cuda:0 (NVIDIA H200, 139.8 GiB)".
     virtual std::string name() const = 0;
-    // Model::forward's contract (model.h).
-    virtual Status forward(model::ModelState& state, std::span<const int32_t> tokens, float* logits,
-                           bool all_logits, model::Workspace& ws, ThreadPool* pool) = 0;
-    // Makes the host vectors of `state` current (a device backend copies its mirror back): the
-    // DeltaNet conv and recurrent state, and with `kv` also the attention KV rows [0, n_past).
-    virtual Status sync_to_host(model::ModelState& /*state*/, bool /*kv*/) { return Status::ok(); }
+    // A new, empty sequence of `max_positions` tokens of context keeping up to `max_snapshots`
+    // snapshots (sequence_state.h), allocated where this backend computes.
+    virtual Expected<std::unique_ptr<SequenceState>> new_sequence(int64_t max_positions,
+                                                                  int max_snapshots) = 0;
+    // Runs `tokens` (consecutive, from seq.position()) of a sequence made by this backend. Writes
+    // logits [tokens.size(), V] when all_logits, else only the last token's [V], into `logits` (may
+    // be null). Advances the position; a forward that fails part-way leaves the sequence exactly as
+    // it was.
+    virtual Status forward(SequenceState& seq, std::span<const int32_t> tokens, float* logits,
+                           bool all_logits) = 0;
     // Device memory the backend holds for weights (0 for the CPU).
     virtual uint64_t device_weight_bytes() const { return 0; }
     // Weight bytes one decode token reads on the device (0 for the CPU).
@@ -51,7 +55,8 @@ class Backend {
     virtual std::optional<LogitsSummary> logits_summary() const { return std::nullopt; }
 };
 
-std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const model::Model> model);
+// The CPU backend: Model::forward on `pool` (may be null: the calling thread), which must outlive it.
+std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const model::Model> model, ThreadPool* pool);
 
 struct CudaBackendOptions {
     int device_index = 0;

@@ -1,28 +1,120 @@
-// The CPU backend: Model::forward on the engine's thread pool, and the device-string parser.
+// The CPU backend: Model::forward on the engine's thread pool over host state (a ModelState and
+// the forward's scratch per sequence), and the device-string parser.
 #include <cstdlib>
+#include <cstring>
 
 #include "runtime/backend.h"
 
 namespace sluice::runtime {
 namespace {
 
+// A sequence's state in host memory: the ModelState the forward reads and writes, its scratch,
+// and the snapshot slots (one vector per DeltaNet layer and buffer).
+class CpuSequence final : public SequenceState {
+ public:
+    CpuSequence(const model::Model& model, int64_t capacity, int max_snapshots)
+        : SequenceState(model.state_layout(), capacity, max_snapshots), state_(model.new_state(capacity)) {
+        slots_.resize(static_cast<size_t>(this->max_snapshots()));
+        for (auto& slot : slots_) {
+            slot.resize(state_.layers.size());
+            for (size_t l = 0; l < state_.layers.size(); ++l) {
+                slot[l].conv.assign(state_.layers[l].conv.size(), 0.0f);
+                slot[l].recurrent.assign(state_.layers[l].recurrent.size(), 0.0f);
+            }
+        }
+    }
+
+    Status forward(const model::Model& model, std::span<const int32_t> tokens, float* logits, bool all_logits,
+                   ThreadPool* pool) {
+        state_.n_past = position();
+        SLUICE_RETURN_IF_ERROR(model.forward(state_, tokens, logits, all_logits, ws_, pool));
+        advance(static_cast<int64_t>(tokens.size()));
+        return Status::ok();
+    }
+
+ protected:
+    Status read_rows(int slot, int64_t layer, int buffer, int64_t row0, int64_t rows,
+                     void* dst) const override {
+        const std::vector<float>& v = buffer_of(slot, layer, buffer);
+        const size_t row = row_floats(layer, buffer);
+        std::memcpy(dst, v.data() + static_cast<size_t>(row0) * row, static_cast<size_t>(rows) * row * 4);
+        return Status::ok();
+    }
+    Status write_rows(int slot, int64_t layer, int buffer, int64_t row0, int64_t rows,
+                      const void* src) override {
+        std::vector<float>& v = buffer_of(slot, layer, buffer);
+        const size_t row = row_floats(layer, buffer);
+        std::memcpy(v.data() + static_cast<size_t>(row0) * row, src, static_cast<size_t>(rows) * row * 4);
+        return Status::ok();
+    }
+    Status copy_recurrent(int from, int to) override {
+        for (size_t l = 0; l < state_.layers.size(); ++l) {
+            for (int b : {model::kConvBuffer, model::kRecurrentBuffer}) {
+                if (state_.layers[l].conv.empty()) continue;  // attention layer
+                const auto& src = buffer_of(from, static_cast<int64_t>(l), b);
+                std::vector<float>& dst = buffer_of(to, static_cast<int64_t>(l), b);
+                std::copy(src.begin(), src.end(), dst.begin());
+            }
+        }
+        return Status::ok();
+    }
+    Status zero_recurrent() override {
+        state_.reset();
+        return Status::ok();
+    }
+
+ private:
+    struct Recurrent {
+        std::vector<float> conv, recurrent;
+    };
+    size_t row_floats(int64_t layer, int buffer) const {
+        return static_cast<size_t>(
+            layout().layers[static_cast<size_t>(layer)].buffers[static_cast<size_t>(buffer)].row_elems());
+    }
+    std::vector<float>& buffer_of(int slot, int64_t layer, int buffer) {
+        const auto l = static_cast<size_t>(layer);
+        if (slot == kLive) {
+            model::ModelState::Layer& st = state_.layers[l];
+            if (!st.k_cache.empty()) return buffer == model::kKeysBuffer ? st.k_cache : st.v_cache;
+            return buffer == model::kConvBuffer ? st.conv : st.recurrent;
+        }
+        Recurrent& r = slots_[static_cast<size_t>(slot)][l];
+        return buffer == model::kConvBuffer ? r.conv : r.recurrent;
+    }
+    const std::vector<float>& buffer_of(int slot, int64_t layer, int buffer) const {
+        return const_cast<CpuSequence*>(this)->buffer_of(slot, layer, buffer);
+    }
+
+    model::ModelState state_;
+    model::Workspace ws_;
+    std::vector<std::vector<Recurrent>> slots_;  // [snapshot slot][layer]
+};
+
 class CpuBackend final : public Backend {
  public:
-    explicit CpuBackend(std::shared_ptr<const model::Model> model) : model_(std::move(model)) {}
+    CpuBackend(std::shared_ptr<const model::Model> model, ThreadPool* pool)
+        : model_(std::move(model)), pool_(pool) {}
     std::string name() const override { return "cpu"; }
-    Status forward(model::ModelState& state, std::span<const int32_t> tokens, float* logits, bool all_logits,
-                   model::Workspace& ws, ThreadPool* pool) override {
-        return model_->forward(state, tokens, logits, all_logits, ws, pool);
+    Expected<std::unique_ptr<SequenceState>> new_sequence(int64_t max_positions, int max_snapshots) override {
+        return std::unique_ptr<SequenceState>(new CpuSequence(*model_, max_positions, max_snapshots));
+    }
+    Status forward(SequenceState& seq, std::span<const int32_t> tokens, float* logits,
+                   bool all_logits) override {
+        auto* cpu = dynamic_cast<CpuSequence*>(&seq);
+        if (cpu == nullptr)
+            return error(ErrorCode::kInvalidArgument, "[cpu] the sequence was made by another backend");
+        return cpu->forward(*model_, tokens, logits, all_logits, pool_);
     }
 
  private:
     std::shared_ptr<const model::Model> model_;
+    ThreadPool* pool_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const model::Model> model) {
-    return std::make_unique<CpuBackend>(std::move(model));
+std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const model::Model> model, ThreadPool* pool) {
+    return std::make_unique<CpuBackend>(std::move(model), pool);
 }
 
 Expected<int> parse_device(const std::string& device) {

@@ -64,17 +64,11 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     plan.streaming = model->packed();
     plan.dense_bytes = model->weights().dense_bytes;
     plan.sessions = std::max(1, options.max_sessions);
-    for (int64_t l = 0; l < c.n_layers; ++l) {
-        // f32 KV per context token for attention layers; conv + recurrent state for DeltaNet
-        // ones, live plus the checkpoints a session keeps at turn boundaries.
-        plan.state_bytes +=
-            c.is_full_attention(l)
-                ? static_cast<uint64_t>(2 * c.n_kv_heads * c.head_dim * 4 * options.context_tokens)
-                : static_cast<uint64_t>(((c.conv_kernel - 1) * c.conv_dim() +
-                                         c.linear_v_heads * c.linear_k_dim * c.linear_v_dim) *
-                                        4) *
-                      (1 + runtime::kSessionCheckpoints);
-    }
+    // Per session: f32 KV per context token for attention layers; the DeltaNet conv + recurrent
+    // state twice (committed and being written) plus the snapshots a session keeps at turn
+    // boundaries.
+    plan.state_bytes = model->state_layout().sequence_bytes(
+        options.context_tokens, static_cast<int64_t>(runtime::kSessionCheckpoints));
     plan.state_bytes *= static_cast<uint64_t>(plan.sessions);
     plan.scratch_bytes = runtime::scratch_bytes_estimate(c, 256) * static_cast<uint64_t>(plan.sessions);
     plan.budget_bytes = options.memory_bytes;
@@ -118,8 +112,11 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         plan.dense_bytes += model->weights().expert_bytes;  // resident (mapped) experts
     }
     im.model = std::move(model);
+    int threads =
+        options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+    im.pool = std::make_unique<ThreadPool>(threads > 0 ? threads : 1);
     if (device_index < 0) {
-        im.backend = runtime::make_cpu_backend(im.model);
+        im.backend = runtime::make_cpu_backend(im.model, im.pool.get());
     } else {
         runtime::CudaBackendOptions co;
         co.device_index = device_index;
@@ -131,9 +128,6 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         SLUICE_ASSIGN_OR_RETURN(im.backend, runtime::make_cuda_backend(im.model, co));
     }
     SLUICE_RETURN_IF_ERROR(engine->load_text_side());
-    int threads =
-        options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
-    im.pool = std::make_unique<ThreadPool>(threads > 0 ? threads : 1);
     log::debug("[engine] {} ({}, {}), {} threads, {} kernels", info.family, info.layout, info.quantization,
                im.pool->size(), kernels::cpu_kernel_isa());
     return engine;
@@ -277,7 +271,7 @@ void Engine::reset_expert_cache_stats() {
 std::unique_ptr<Session> Engine::new_session() {
     auto impl = std::make_unique<Session::Impl>();
     impl->engine = shared_from_this();
-    impl->state = impl_->model->new_state(impl_->options.context_tokens);
+    impl->context_tokens = impl_->options.context_tokens;
     return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 

@@ -32,22 +32,21 @@ struct Engine::Impl {
 };
 
 struct Session::Impl {
-    // DeltaNet state at a turn boundary (attention KV needs no copy: it is rewound in place).
-    struct Checkpoint {
-        int64_t position = 0;
-        std::vector<std::vector<float>> conv, recurrent;  // per layer (empty for attention layers)
-    };
-
     std::shared_ptr<Engine> engine;
-    model::ModelState state;
-    model::Workspace ws;
-    std::vector<int32_t> tokens;  // the tokens whose state is in `state`
-    std::vector<Checkpoint> checkpoints;
+    // The sequence's state, owned by the backend (runtime/sequence_state.h); made on first use so a
+    // device allocation failure is an error of the call that needs it.
+    std::unique_ptr<runtime::SequenceState> seq;
+    int64_t context_tokens = 0;
+    std::vector<int32_t> tokens;  // the tokens whose state is in `seq`
     GenerationStats stats;
     std::atomic<bool> cancel_requested{false};
 
+    Expected<runtime::SequenceState*> sequence();
+    int64_t position() const { return seq ? seq->position() : 0; }
+    // Keeps a DeltaNet-state snapshot at the current position (turn boundaries).
     void save_checkpoint();
-    int64_t rewind_to(int64_t keep);
+    // Rewinds to at most `keep` tokens of the timeline; returns the new position.
+    Expected<int64_t> rewind_to(int64_t keep);
     // Session::evaluate into `logits` (resized; its capacity is reused). `summary` (optional) gets
     // the backend's summary of the last row when it computed one (read under the compute lock).
     Status evaluate_into(std::span<const int32_t> tokens, bool all_logits, int64_t chunk_tokens,

@@ -52,13 +52,13 @@ Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() = default;
 
 int64_t Session::position() const {
-    return impl_->state.n_past;
+    return impl_->position();
 }
 const std::vector<int32_t>& Session::tokens() const {
     return impl_->tokens;
 }
 int64_t Session::context_size() const {
-    return impl_->state.max_positions;
+    return impl_->context_tokens;
 }
 const GenerationStats& Session::stats() const {
     return impl_->stats;
@@ -68,9 +68,20 @@ void Session::cancel() {
 }
 
 void Session::reset() {
-    impl_->state.reset();
     impl_->tokens.clear();
-    impl_->checkpoints.clear();
+    if (impl_->seq == nullptr) return;
+    std::lock_guard<std::mutex> lock(impl_->engine->impl_->compute_mutex);
+    if (!impl_->seq->reset().is_ok()) impl_->seq.reset();  // a device error: a fresh one on next use
+}
+
+Expected<runtime::SequenceState*> Session::Impl::sequence() {
+    if (seq == nullptr) {
+        Engine::Impl& e = *engine->impl_;
+        SLUICE_ASSIGN_OR_RETURN(seq,
+                                e.backend->new_sequence(context_tokens, static_cast<int>(kMaxCheckpoints)));
+        tokens.clear();
+    }
+    return seq.get();
 }
 
 Expected<std::vector<float>> Session::evaluate(std::span<const int32_t> tokens, bool all_logits,
@@ -93,13 +104,15 @@ Status Session::Impl::evaluate_into(std::span<const int32_t> tokens, bool all_lo
     if (chunk_tokens <= 0) chunk_tokens = n;
     logits.resize(static_cast<size_t>(all_logits ? n * V : V));
     std::lock_guard<std::mutex> lock(e.compute_mutex);
+    SLUICE_ASSIGN_OR_RETURN(runtime::SequenceState * seq, s.sequence());
     for (int64_t begin = 0; begin < n; begin += chunk_tokens) {
         const int64_t count = std::min(chunk_tokens, n - begin);
         const bool last = begin + count == n;
         float* out = all_logits ? logits.data() + begin * V : (last ? logits.data() : nullptr);
+        // A chunk that fails leaves the sequence at the end of the chunks before it, and `tokens`
+        // says the same: the session stays consistent.
         SLUICE_RETURN_IF_ERROR(e.backend->forward(
-            s.state, tokens.subspan(static_cast<size_t>(begin), static_cast<size_t>(count)), out, all_logits,
-            s.ws, e.pool.get()));
+            *seq, tokens.subspan(static_cast<size_t>(begin), static_cast<size_t>(count)), out, all_logits));
         s.tokens.insert(s.tokens.end(), tokens.begin() + begin, tokens.begin() + begin + count);
     }
     if (summary != nullptr) *summary = e.backend->logits_summary();
@@ -107,48 +120,18 @@ Status Session::Impl::evaluate_into(std::span<const int32_t> tokens, bool all_lo
 }
 
 void Session::Impl::save_checkpoint() {
-    const model::ModelConfig& c = engine->impl_->model->config();
-    if (!c.has_linear_attention()) return;  // attention-only models rewind their KV directly
-    for (const auto& cp : checkpoints)
-        if (cp.position == state.n_past) return;
-    // A device backend's state must be copied back first; without it there is no checkpoint (a
-    // later rewind then re-runs more of the prompt, which is slower but still correct).
-    if (!engine->impl_->backend->sync_to_host(state, false).is_ok()) return;
-    Checkpoint cp;
-    cp.position = state.n_past;
-    for (const auto& l : state.layers) {
-        cp.conv.push_back(l.conv);
-        cp.recurrent.push_back(l.recurrent);
-    }
-    checkpoints.push_back(std::move(cp));
-    if (checkpoints.size() > kMaxCheckpoints) checkpoints.erase(checkpoints.begin());
+    if (seq == nullptr) return;
+    // Without a snapshot (a device error) a later rewind re-runs more of the prompt: slower, still
+    // correct.
+    std::lock_guard<std::mutex> lock(engine->impl_->compute_mutex);
+    (void)seq->snapshot();
 }
 
-// Rewinds the state to at most `keep` tokens of the current timeline; returns the new position.
-int64_t Session::Impl::rewind_to(int64_t keep) {
-    if (keep >= state.n_past) return state.n_past;
-    const model::ModelConfig& c = engine->impl_->model->config();
-    int64_t target = keep;
-    if (c.has_linear_attention()) {
-        // DeltaNet state only exists at checkpoints: the latest one at or before `keep`.
-        const Checkpoint* best = nullptr;
-        for (const auto& cp : checkpoints)
-            if (cp.position <= keep && (best == nullptr || cp.position > best->position)) best = &cp;
-        if (best == nullptr) {
-            state.reset();
-            target = 0;
-        } else {
-            target = best->position;
-            for (size_t l = 0; l < state.layers.size(); ++l) {
-                state.layers[l].conv = best->conv[l];
-                state.layers[l].recurrent = best->recurrent[l];
-            }
-            state.device_stale = true;  // the mirror's conv/recurrent state is now behind
-        }
-    }
-    state.n_past = target;  // attention KV past `target` is simply overwritten later
+Expected<int64_t> Session::Impl::rewind_to(int64_t keep) {
+    if (seq == nullptr || keep >= seq->position()) return position();
+    std::lock_guard<std::mutex> lock(engine->impl_->compute_mutex);
+    SLUICE_ASSIGN_OR_RETURN(const int64_t target, seq->truncate(keep));
     tokens.resize(static_cast<size_t>(target));
-    std::erase_if(checkpoints, [&](const Checkpoint& cp) { return cp.position > target; });
     return target;
 }
 
@@ -160,11 +143,11 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
     if (prompt.empty()) return error(ErrorCode::kInvalidArgument, "[session] the prompt is empty");
     if (options.max_tokens < 0)
         return error(ErrorCode::kInvalidArgument, "[session] max_tokens must be >= 0");
-    if (static_cast<int64_t>(prompt.size()) + options.max_tokens > s.state.max_positions &&
-        static_cast<int64_t>(prompt.size()) >= s.state.max_positions) {
+    if (static_cast<int64_t>(prompt.size()) + options.max_tokens > s.context_tokens &&
+        static_cast<int64_t>(prompt.size()) >= s.context_tokens) {
         return error(ErrorCode::kInvalidArgument,
                      "[session] the prompt has " + std::to_string(prompt.size()) +
-                         " tokens; the context holds " + std::to_string(s.state.max_positions));
+                         " tokens; the context holds " + std::to_string(s.context_tokens));
     }
     for (int32_t id : prompt) {
         if (id < 0 || id >= V)
@@ -180,7 +163,7 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
     size_t lcp = 0;
     while (lcp < s.tokens.size() && lcp < prompt.size() && s.tokens[lcp] == prompt[lcp]) ++lcp;
     if (lcp == prompt.size()) --lcp;
-    const int64_t start = s.rewind_to(static_cast<int64_t>(lcp));
+    SLUICE_ASSIGN_OR_RETURN(const int64_t start, s.rewind_to(static_cast<int64_t>(lcp)));
     const auto fresh = prompt.subspan(static_cast<size_t>(start));
     // Prefill, pausing at requested checkpoint positions to keep the DeltaNet state there.
     std::vector<int64_t> stops;
@@ -260,7 +243,7 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
             break;
         }
         if (i + 1 == options.max_tokens) break;
-        if (s.state.n_past + 1 > s.state.max_positions) break;  // context full: finish as length
+        if (s.position() + 1 > s.context_tokens) break;  // context full: finish as length
         SLUICE_RETURN_IF_ERROR(
             s.evaluate_into(std::span<const int32_t>(&next, 1), false, 0, logits, &summary));
     }
@@ -282,8 +265,10 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
 
 // ---- save / load ---------------------------------------------------------------------------------
 // File: "SLUSESS1" | u32 version | u64 model fingerprint | u64 payload size | u64 payload xxh3 |
-// payload = i64 n_past, i64 n_tokens, tokens, per layer (KV rows [0, n_past) | conv + recurrent),
-// u32 n_checkpoints, per checkpoint: i64 position, per DeltaNet layer conv + recurrent.
+// payload = i64 n_past, i64 n_tokens, tokens, then the sequence state as SequenceState::write()
+// lays it out: per layer (KV rows [0, n_past) | conv + recurrent), u32 n_snapshots, per snapshot
+// i64 position + each DeltaNet layer's conv + recurrent (docs/FORMATS.md). The same bytes from
+// every backend, so a session saved on the GPU loads on the CPU and back.
 
 namespace {
 constexpr char kSessionMagic[8] = {'S', 'L', 'U', 'S', 'E', 'S', 'S', '1'};
@@ -292,9 +277,6 @@ constexpr uint32_t kSessionVersion = 1;
 template <typename T>
 void put(std::string& out, const T& v) {
     out.append(reinterpret_cast<const char*>(&v), sizeof v);
-}
-void put_floats(std::string& out, const float* p, size_t n) {
-    if (n > 0) out.append(reinterpret_cast<const char*>(p), n * sizeof(float));  // p may be null when n == 0
 }
 
 struct Reader {
@@ -307,43 +289,22 @@ struct Reader {
         pos += sizeof(T);
         return true;
     }
-    bool get_floats(float* p, size_t n) {
-        if (n == 0) return true;  // empty per-layer state (attention layers): p may be null
-        if (pos + n * sizeof(float) > in.size()) return false;
-        std::memcpy(p, in.data() + pos, n * sizeof(float));
-        pos += n * sizeof(float);
-        return true;
-    }
 };
 }  // namespace
 
 Status Session::save(const std::string& path) const {
-    SLUICE_RETURN_IF_ERROR(impl_->engine->impl_->backend->sync_to_host(impl_->state, true));
     const Impl& s = *impl_;
-    const model::ModelConfig& c = s.engine->impl_->model->config();
     std::string payload;
-    put(payload, s.state.n_past);
+    put(payload, s.position());
     put(payload, static_cast<int64_t>(s.tokens.size()));
     if (!s.tokens.empty())
         payload.append(reinterpret_cast<const char*>(s.tokens.data()), s.tokens.size() * sizeof(int32_t));
-    for (int64_t l = 0; l < c.n_layers; ++l) {
-        const auto& st = s.state.layers[static_cast<size_t>(l)];
-        if (c.is_full_attention(l)) {
-            const size_t row = static_cast<size_t>(c.n_kv_heads * c.head_dim);
-            put_floats(payload, st.k_cache.data(), row * static_cast<size_t>(s.state.n_past));
-            put_floats(payload, st.v_cache.data(), row * static_cast<size_t>(s.state.n_past));
-        } else {
-            put_floats(payload, st.conv.data(), st.conv.size());
-            put_floats(payload, st.recurrent.data(), st.recurrent.size());
-        }
-    }
-    put(payload, static_cast<uint32_t>(s.checkpoints.size()));
-    for (const auto& cp : s.checkpoints) {
-        put(payload, cp.position);
-        for (size_t l = 0; l < cp.conv.size(); ++l) {
-            put_floats(payload, cp.conv[l].data(), cp.conv[l].size());
-            put_floats(payload, cp.recurrent[l].data(), cp.recurrent[l].size());
-        }
+    if (s.seq != nullptr) {
+        std::lock_guard<std::mutex> lock(s.engine->impl_->compute_mutex);
+        SLUICE_RETURN_IF_ERROR(s.seq->write(payload));
+    } else {
+        SLUICE_ASSIGN_OR_RETURN(auto empty, s.engine->impl_->backend->new_sequence(1, 0));
+        SLUICE_RETURN_IF_ERROR(empty->write(payload));
     }
     std::string out(kSessionMagic, 8);
     put(out, kSessionVersion);
@@ -356,7 +317,6 @@ Status Session::save(const std::string& path) const {
 
 Status Session::load(const std::string& path) {
     Impl& s = *impl_;
-    const model::ModelConfig& c = s.engine->impl_->model->config();
     SLUICE_ASSIGN_OR_RETURN(std::string in, io::read_text_file(path));
     auto bad = [&](const std::string& what) {
         return error(ErrorCode::kCorrupt, "[session] " + path + ": " + what);
@@ -381,48 +341,31 @@ Status Session::load(const std::string& path) {
                    std::to_string(size) + ")");
     if (XXH3_64bits(in.data() + r.pos, size) != hash) return bad("checksum mismatch (damaged file)");
 
-    model::ModelState state = s.engine->impl_->model->new_state(s.state.max_positions);
     int64_t n_past = 0, n_tokens = 0;
     if (!r.get(&n_past) || !r.get(&n_tokens) || n_past < 0 || n_tokens != n_past)
         return bad("bad header fields");
-    if (n_past > state.max_positions)
+    if (n_past > s.context_tokens)
         return error(ErrorCode::kInvalidArgument, "[session] " + path + " holds " + std::to_string(n_past) +
                                                       " tokens; this session's context is " +
-                                                      std::to_string(state.max_positions));
+                                                      std::to_string(s.context_tokens));
     std::vector<int32_t> tokens(static_cast<size_t>(n_tokens));
     if (r.pos + tokens.size() * 4 > in.size()) return bad("truncated tokens");
     if (!tokens.empty()) std::memcpy(tokens.data(), in.data() + r.pos, tokens.size() * 4);
     r.pos += tokens.size() * 4;
-    for (int64_t l = 0; l < c.n_layers; ++l) {
-        auto& st = state.layers[static_cast<size_t>(l)];
-        bool ok;
-        if (c.is_full_attention(l)) {
-            const size_t row = static_cast<size_t>(c.n_kv_heads * c.head_dim);
-            ok = r.get_floats(st.k_cache.data(), row * static_cast<size_t>(n_past)) &&
-                 r.get_floats(st.v_cache.data(), row * static_cast<size_t>(n_past));
-        } else {
-            ok = r.get_floats(st.conv.data(), st.conv.size()) &&
-                 r.get_floats(st.recurrent.data(), st.recurrent.size());
-        }
-        if (!ok) return bad("truncated state of layer " + std::to_string(l));
+    // Into a fresh sequence, swapped in only when the whole file has been read: a bad file leaves
+    // the session as it was.
+    Engine::Impl& e = *s.engine->impl_;
+    std::lock_guard<std::mutex> lock(e.compute_mutex);
+    SLUICE_ASSIGN_OR_RETURN(auto seq,
+                            e.backend->new_sequence(s.context_tokens, static_cast<int>(kMaxCheckpoints)));
+    const Status read = seq->read(in, &r.pos, n_past);
+    if (!read.is_ok()) {
+        if (read.code() == ErrorCode::kCorrupt) return bad(read.message());
+        return read;
     }
-    uint32_t n_cp = 0;
-    if (!r.get(&n_cp) || n_cp > 64) return bad("bad checkpoint count");
-    std::vector<Impl::Checkpoint> cps(n_cp);
-    for (auto& cp : cps) {
-        if (!r.get(&cp.position)) return bad("truncated checkpoint");
-        for (const auto& l : state.layers) {
-            cp.conv.emplace_back(l.conv.size());
-            cp.recurrent.emplace_back(l.recurrent.size());
-            if (!r.get_floats(cp.conv.back().data(), l.conv.size()) ||
-                !r.get_floats(cp.recurrent.back().data(), l.recurrent.size()))
-                return bad("truncated checkpoint");
-        }
-    }
-    state.n_past = n_past;
-    s.state = std::move(state);
+    if (r.pos != in.size()) return bad("trailing bytes after the state");
+    s.seq = std::move(seq);
     s.tokens = std::move(tokens);
-    s.checkpoints = std::move(cps);
     return Status::ok();
 }
 

@@ -392,11 +392,17 @@ TEST(CudaOps, Conv1dSiluMatchesReference) {
                                state = randn(static_cast<size_t>((kernel - 1) * ch), 3);
             std::vector<float> ref_y(x.size()), ref_state = state;
             kernels::reference::conv1d_silu(x.data(), n, ch, kernel, w.data(), ref_state.data(),
-                                            ref_y.data());
+                                            ref_state.data(), ref_y.data());
             Dev<float> dx(x), dw(w), ds(state), dy(x.size());
-            conv1d_silu(dx.get(), n, ch, kernel, dw.get(), ds.get(), dy.get(), nullptr);
+            conv1d_silu(dx.get(), n, ch, kernel, dw.get(), ds.get(), ds.get(), dy.get(), nullptr);
             EXPECT_LT(rel_err(dy.host(), ref_y), 1e-5) << n;
             EXPECT_LT(rel_err(ds.host(), ref_state), 1e-6) << n;
+            // Out of place: the new state elsewhere, the old one untouched.
+            Dev<float> ds_in(state), ds_out(state.size()), dy2(x.size());
+            conv1d_silu(dx.get(), n, ch, kernel, dw.get(), ds_in.get(), ds_out.get(), dy2.get(), nullptr);
+            EXPECT_EQ(dy2.host(), dy.host()) << n;
+            EXPECT_EQ(ds_out.host(), ds.host()) << n;
+            EXPECT_EQ(ds_in.host(), state) << n;
         }
     }
 }
@@ -431,15 +437,21 @@ TEST(CudaOps, GatedDeltaMatchesRecurrentAndChunkedReference) {
         std::vector<float> ref_out(v.size()), ref_state = state0;
         std::vector<float> chk_out(v.size()), chk_state = state0;
         kernels::reference::gated_delta_recurrent(q.data(), k.data(), v.data(), beta.data(), g.data(), c.n,
-                                                  c.nk, c.nv, c.dk, c.dv, ref_state.data(), ref_out.data(),
-                                                  nullptr);
+                                                  c.nk, c.nv, c.dk, c.dv, ref_state.data(), ref_state.data(),
+                                                  ref_out.data(), nullptr);
         kernels::reference::gated_delta_chunked(q.data(), k.data(), v.data(), beta.data(), g.data(), c.n,
-                                                c.nk, c.nv, c.dk, c.dv, chk_state.data(), chk_out.data(),
-                                                nullptr);
+                                                c.nk, c.nv, c.dk, c.dv, chk_state.data(), chk_state.data(),
+                                                chk_out.data(), nullptr);
         Dev<float> dq(q), dk(k), dv(v), db(beta), dg(g), ds(state0), dout(v.size());
         gated_delta(dq.get(), dk.get(), dv.get(), db.get(), dg.get(), c.n, c.nk, c.nv, c.dk, c.dv, ds.get(),
-                    dout.get(), nullptr);
+                    ds.get(), dout.get(), nullptr);
         const auto out = dout.host(), st = ds.host();
+        Dev<float> ds_in(state0), ds_out(state0.size()), dout2(v.size());
+        gated_delta(dq.get(), dk.get(), dv.get(), db.get(), dg.get(), c.n, c.nk, c.nv, c.dk, c.dv,
+                    ds_in.get(), ds_out.get(), dout2.get(), nullptr);
+        EXPECT_EQ(dout2.host(), out) << "out of place, n " << c.n;
+        EXPECT_EQ(ds_out.host(), st) << "out of place, n " << c.n;
+        EXPECT_EQ(ds_in.host(), state0) << "out of place leaves the old state, n " << c.n;
         EXPECT_LT(rel_err(out, ref_out), 1e-4) << "n " << c.n;
         EXPECT_LT(rel_err(st, ref_state), 1e-4) << "n " << c.n;
         EXPECT_LT(rel_err(out, chk_out), 1e-4) << "chunked, n " << c.n;
@@ -888,14 +900,17 @@ TEST(CudaOps, DeltaNetFusedMatchesUnfusedSequence) {
             copy_heads(dconv.get() + 2 * kd, HeadLayout{c.n, 1, vd, cd, 0, vd, 0}, uv.get(), nullptr);
             deltanet_gates(ub.get(), ua0.get(), dneg.get(), ddt.get(), c.n, c.nv, nullptr);
             gated_delta(uq.get(), uk.get(), uv.get(), ub.get(), ua0.get(), c.n, c.nk, c.nv, c.dk, c.dv,
-                        ustate.get(), uout.get(), nullptr);
+                        ustate.get(), ustate.get(), uout.get(), nullptr);
             rms_norm_gated(uout.get(), dz.get(), dnw.get(), c.n * c.nv, c.dv, norm_eps, uy.get(), nullptr);
             // Fused.
-            Dev<float> fstate(state0), fy(static_cast<size_t>(c.n * vd)), fraw(static_cast<size_t>(c.n * vd));
+            // Out of place, as the backend runs it (the old state is kept until the forward commits).
+            Dev<float> fstate_in(state0), fstate(state0.size()), fy(static_cast<size_t>(c.n * vd)),
+                fraw(static_cast<size_t>(c.n * vd));
             Dev<unsigned> counters(std::vector<unsigned>(static_cast<size_t>(c.nv), 0u));
             deltanet_fused(dconv.get(), db.get(), da.get(), dz.get(), dneg.get(), ddt.get(), dnw.get(), c.n,
-                           c.nk, c.nv, c.dk, c.dv, l2_eps, q_scale, norm_eps, fstate.get(), fraw.get(),
-                           counters.get(), fy.get(), nullptr);
+                           c.nk, c.nv, c.dk, c.dv, l2_eps, q_scale, norm_eps, fstate_in.get(), fstate.get(),
+                           fraw.get(), counters.get(), fy.get(), nullptr);
+            EXPECT_EQ(fstate_in.host(), state0) << "the fused kernel must leave the old state";
             const std::string what = "n " + std::to_string(c.n) + " heads " + std::to_string(c.nk) + "/" +
                                      std::to_string(c.nv) + " " + std::to_string(c.dk) + "x" +
                                      std::to_string(c.dv) + (mlx_eps ? " mlx eps" : "");

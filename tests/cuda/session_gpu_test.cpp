@@ -1,12 +1,15 @@
 // The CUDA backend under the session's state handling: turn checkpoints and rewinds (DeltaNet
-// state copied between the device mirror and the host), save/load, and several sessions sharing
-// one engine — each compared with the CPU backend on the golden models (tests/data/goldens).
+// state snapshots kept on the device), save/load, several sessions sharing one engine — each
+// compared with the CPU backend on the golden models (tests/data/goldens) — and failure atomicity
+// of a tiered forward.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 
 #include "experts/packer.h"
+#include "format/pack.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
 #include "test_util.h"
@@ -79,6 +82,12 @@ TEST_P(CudaSession, MultiTurnRewindSaveLoadMatchCpu) {
     auto lc = sc->evaluate(std::span<const int32_t>(&next, 1), false);
     ASSERT_TRUE(lg.has_value() && lc.has_value());
     EXPECT_LT(max_diff(*lg, *lc), 2e-3f);
+    // The file is the same on every backend: the GPU's save loads on the CPU.
+    auto sc2 = cpu->new_session();
+    ASSERT_TRUE(sc2->load(tmp.file("s.bin")).is_ok());
+    auto lc2 = sc2->evaluate(std::span<const int32_t>(&next, 1), false);
+    ASSERT_TRUE(lc2.has_value());
+    EXPECT_LT(max_diff(*lc2, *lc), 2e-3f);
 
     // Two sessions interleaved on one GPU engine keep separate state.
     auto a = gpu->new_session(), b = gpu->new_session();
@@ -145,6 +154,77 @@ TEST_P(CudaSession, PackedModelThroughGpuHostAndDiskTiers) {
     EXPECT_GT(s.evictions, 0u);
     EXPECT_GT(h.misses, 0u);  // the host tier read from disk
     EXPECT_GT(h.bytes_read, 0u);
+}
+
+// Failure atomicity on the device: the default model packed, tiered through a VRAM cache of 2·k + 1
+// slots and an LRU host cache of 3·k slots without prefetch (every layer reads from disk), with the
+// expert records of layer 5 corrupted on disk (verify_reads) for a prefill chunk and a decode step.
+// The session stays at its position, and after the repair it continues exactly as a fresh session
+// fed the same chunks.
+TEST(CudaFailure, AFailedTieredForwardLeavesTheSessionAtItsLastPosition) {
+    int n_devices = 0;
+    if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0) GTEST_SKIP() << "no CUDA device";
+    testing::TempDir tmp;
+    experts::PackOptions po;
+    po.src_dir = std::string(SLUICE_SOURCE_DIR) + "/models/tiny-next";
+    po.out_dir = tmp.file("packed");
+    ASSERT_TRUE(experts::pack_model(po).has_value());
+    auto layout = format::open_packed_dir(po.out_dir);
+    ASSERT_TRUE(layout.has_value());
+    const format::PackExpertFile* f = layout->for_layer(5);
+    ASSERT_NE(f, nullptr);
+    const std::string file = po.out_dir + "/" + f->file;
+    auto flip = [&] {
+        std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
+        for (size_t r = 0; r < f->record_xxh3.size(); ++r) {
+            const auto at = static_cast<std::streamoff>(r * f->record_stride + 100);
+            char c = 0;
+            io.seekg(at);
+            io.read(&c, 1);
+            c = static_cast<char>(c ^ 0x5a);
+            io.seekp(at);
+            io.write(&c, 1);
+        }
+        ASSERT_TRUE(io.good());
+    };
+    EngineOptions eo;
+    eo.model_dir = po.out_dir;
+    eo.threads = 2;
+    eo.context_tokens = 256;
+    eo.device = "cuda";
+    eo.cache_policy = "lru";
+    eo.prefetch = false;
+    eo.verify_reads = true;
+    auto probe = Engine::load(eo);
+    ASSERT_TRUE(probe.has_value()) << probe.status().message();
+    const int64_t K = (*probe)->info().experts_per_token;
+    eo.expert_cache_bytes = static_cast<uint64_t>(3 * K) * (*probe)->memory_plan().slot_bytes;
+    eo.gpu_expert_cache_bytes =
+        static_cast<uint64_t>(2 * K + 1) * (*probe)->gpu_expert_cache_stats().slot_bytes;
+    probe->reset();
+    auto gpu = Engine::load(eo);
+    ASSERT_TRUE(gpu.has_value()) << gpu.status().message();
+    ASSERT_TRUE((*gpu)->gpu_expert_cache_stats().tiered);
+
+    const auto p = prompt(21, 11), chunk = prompt(5, 500), more = prompt(3, 900);
+    auto s = (*gpu)->new_session();
+    ASSERT_TRUE(s->evaluate(p, false).has_value());
+    flip();
+    EXPECT_FALSE(s->evaluate(chunk, true).has_value());
+    EXPECT_FALSE(s->evaluate(std::span<const int32_t>(chunk.data(), 1), false).has_value());
+    EXPECT_EQ(s->position(), 21);
+    flip();
+    auto fresh = (*gpu)->new_session();
+    ASSERT_TRUE(fresh->evaluate(p, false).has_value());
+    auto got = s->evaluate(chunk, true), want = fresh->evaluate(chunk, true);
+    ASSERT_TRUE(got.has_value() && want.has_value()) << got.status().message();
+    EXPECT_LT(max_diff(*got, *want), 1e-5f);
+    for (int32_t t : more) {
+        auto g = s->evaluate(std::span<const int32_t>(&t, 1), false);
+        auto w = fresh->evaluate(std::span<const int32_t>(&t, 1), false);
+        ASSERT_TRUE(g.has_value() && w.has_value()) << g.status().message();
+        EXPECT_LT(max_diff(*g, *w), 1e-5f) << "decode token " << t;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, CudaSession,

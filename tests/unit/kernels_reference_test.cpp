@@ -157,14 +157,14 @@ TEST(KernelsReference, ConvOfKnownSequence) {
     float state[2] = {1, 2};
     const float x[2] = {3, 4};
     float y[2];
-    reference::conv1d_silu(x, 2, 1, 3, wt, state, y);
+    reference::conv1d_silu(x, 2, 1, 3, wt, state, state, y);
     auto silu = [](double v) { return v / (1 + std::exp(-v)); };
     EXPECT_NEAR(y[0], silu(1 + 20 + 300), 1e-3);
     EXPECT_NEAR(y[1], silu(2 + 30 + 400), 1e-3);
     EXPECT_EQ(state[0], 3.0f);
     EXPECT_EQ(state[1], 4.0f);
     const float x2[1] = {-0.01f};
-    reference::conv1d_silu(x2, 1, 1, 3, wt, state, y);
+    reference::conv1d_silu(x2, 1, 1, 3, wt, state, state, y);
     EXPECT_NEAR(y[0], silu(3 + 40 - 1), 1e-4);
     EXPECT_EQ(state[0], 4.0f);
     EXPECT_EQ(state[1], -0.01f);
@@ -191,7 +191,7 @@ TEST(KernelsReference, GatedDeltaOneStepByHand) {
     // dk = dv = 1: S = a·S0; kv = S·k; S += k·b·(v − kv); o = S·q.
     const float q = 2, k = 0.5f, v = 3, beta = 0.5f, g = std::log(0.5f);
     float S = 4, o = 0;
-    reference::gated_delta_recurrent(&q, &k, &v, &beta, &g, 1, 1, 1, 1, 1, &S, &o, nullptr);
+    reference::gated_delta_recurrent(&q, &k, &v, &beta, &g, 1, 1, 1, 1, 1, &S, &S, &o, nullptr);
     const float s1 = 2.0f, expect_s = s1 + 0.5f * 0.5f * (3 - s1 * 0.5f);
     EXPECT_NEAR(S, expect_s, 1e-6);
     EXPECT_NEAR(o, expect_s * 2, 1e-6);
@@ -222,9 +222,9 @@ TEST(KernelsReference, GatedDeltaRecurrentMatchesChunked) {
     for (auto& x : s0) x = 0.5f * nd(rng);
     std::vector<float> s_rec = s0, s_chunk = s0, o_rec(n * n_v * dv), o_chunk(n * n_v * dv);
     reference::gated_delta_recurrent(q.data(), k.data(), v.data(), beta.data(), g.data(), n, n_k, n_v, dk, dv,
-                                     s_rec.data(), o_rec.data(), nullptr);
+                                     s_rec.data(), s_rec.data(), o_rec.data(), nullptr);
     reference::gated_delta_chunked(q.data(), k.data(), v.data(), beta.data(), g.data(), n, n_k, n_v, dk, dv,
-                                   s_chunk.data(), o_chunk.data(), nullptr);
+                                   s_chunk.data(), s_chunk.data(), o_chunk.data(), nullptr);
     for (size_t i = 0; i < o_rec.size(); ++i) ASSERT_NEAR(o_rec[i], o_chunk[i], 1e-5) << i;
     for (size_t i = 0; i < s_rec.size(); ++i) ASSERT_NEAR(s_rec[i], s_chunk[i], 1e-5) << i;
     // The state actually moved away from the initial one.

@@ -304,13 +304,21 @@ TEST(Kernels, ConvMatchesReference) {
                     auto state_ref = random_vec(rng, (kernel - 1) * channels);
                     auto state_got = state_ref;
                     std::vector<float> ref(n * channels), got(n * channels, NAN);
+                    const auto state_in = state_ref;
                     reference::conv1d_silu(x.data(), n, channels, kernel, w.data(), state_ref.data(),
-                                           ref.data());
-                    conv1d_silu(x.data(), n, channels, kernel, w.data(), state_got.data(), got.data());
+                                           state_ref.data(), ref.data());
+                    conv1d_silu(x.data(), n, channels, kernel, w.data(), state_got.data(), state_got.data(),
+                                got.data());
                     const std::string tag = "conv K=" + std::to_string(kernel) +
                                             " C=" + std::to_string(channels) + " n=" + std::to_string(n);
                     expect_close(got, ref, 1e-5, tag);
                     expect_close(state_got, state_ref, 0.0, tag + " state");
+                    // Out of place: the same outputs and new state, the old state untouched.
+                    std::vector<float> got2(n * channels, NAN), state_out(state_in.size(), NAN);
+                    conv1d_silu(x.data(), n, channels, kernel, w.data(), state_in.data(), state_out.data(),
+                                got2.data());
+                    expect_close(got2, got, 0.0, tag + " out of place");
+                    expect_close(state_out, state_got, 0.0, tag + " out-of-place state");
                 }
     });
 }
@@ -361,25 +369,41 @@ TEST(Kernels, GatedDeltaMatchesReference) {
                     std::vector<float> ref_out(n * n_v * dv), ref_state = d.state;
                     reference::gated_delta_recurrent(d.q.data(), d.k.data(), d.v.data(), d.beta.data(),
                                                      d.g.data(), n, n_k, n_v, dk, dv, ref_state.data(),
-                                                     ref_out.data(), nullptr);
+                                                     ref_state.data(), ref_out.data(), nullptr);
                     std::vector<float> cref_out(n * n_v * dv), cref_state = d.state;
                     reference::gated_delta_chunked(d.q.data(), d.k.data(), d.v.data(), d.beta.data(),
                                                    d.g.data(), n, n_k, n_v, dk, dv, cref_state.data(),
-                                                   cref_out.data(), nullptr);
+                                                   cref_state.data(), cref_out.data(), nullptr);
                     for (ThreadPool* pool : pools.all()) {
                         std::vector<float> out(ref_out.size(), NAN), state = d.state;
                         gated_delta_recurrent(d.q.data(), d.k.data(), d.v.data(), d.beta.data(), d.g.data(),
-                                              n, n_k, n_v, dk, dv, state.data(), out.data(), pool);
+                                              n, n_k, n_v, dk, dv, state.data(), state.data(), out.data(),
+                                              pool);
                         expect_close(out, ref_out, 1e-5, "recurrent out " + tag);
                         expect_close(state, ref_state, 1e-5, "recurrent state " + tag);
                         std::vector<float> cout(ref_out.size(), NAN), cstate = d.state;
                         gated_delta_chunked(d.q.data(), d.k.data(), d.v.data(), d.beta.data(), d.g.data(), n,
-                                            n_k, n_v, dk, dv, cstate.data(), cout.data(), pool);
+                                            n_k, n_v, dk, dv, cstate.data(), cstate.data(), cout.data(),
+                                            pool);
                         expect_close(cout, cref_out, 1e-5, "chunked out " + tag);
                         expect_close(cstate, cref_state, 1e-5, "chunked state " + tag);
                         // The two fast forms agree with each other too.
                         expect_close(cout, out, 1e-5, "chunked vs recurrent out " + tag);
                         expect_close(cstate, state, 1e-5, "chunked vs recurrent state " + tag);
+                        // Out of place (the forward keeps the old state until it commits): bitwise
+                        // the in-place results, and the input state is left as it was.
+                        std::vector<float> oout(ref_out.size(), NAN), ostate(d.state.size(), NAN);
+                        gated_delta_recurrent(d.q.data(), d.k.data(), d.v.data(), d.beta.data(), d.g.data(),
+                                              n, n_k, n_v, dk, dv, d.state.data(), ostate.data(), oout.data(),
+                                              pool);
+                        expect_close(oout, out, 0.0, "recurrent out of place " + tag);
+                        expect_close(ostate, state, 0.0, "recurrent out-of-place state " + tag);
+                        std::fill(ostate.begin(), ostate.end(), NAN);
+                        gated_delta_chunked(d.q.data(), d.k.data(), d.v.data(), d.beta.data(), d.g.data(), n,
+                                            n_k, n_v, dk, dv, d.state.data(), ostate.data(), oout.data(),
+                                            pool);
+                        expect_close(oout, cout, 0.0, "chunked out of place " + tag);
+                        expect_close(ostate, cstate, 0.0, "chunked out-of-place state " + tag);
                     }
                     if (::testing::Test::HasFailure()) return;
                 }
@@ -454,9 +478,10 @@ void run_decode_allocation_check(ThreadPool* pool_ptr) {
             std::copy(q.begin(), q.end(), qr.begin());
             rope_neox(qr.data(), nh, hd, hd / 2, 39, 1e6f);
             attention(qr.data(), k.data(), v.data(), 1, ctx - 1, nh, nkv, hd, 0.125f, att.data(), pool_ptr);
-            conv1d_silu(x.data(), 1, 256, 4, conv_w.data(), conv_state.data(), conv_out.data());
+            conv1d_silu(x.data(), 1, 256, 4, conv_w.data(), conv_state.data(), conv_state.data(),
+                        conv_out.data());
             gated_delta_recurrent(d.q.data(), d.k.data(), d.v.data(), d.beta.data(), d.g.data(), 1, 2, 4, 32,
-                                  16, state.data(), dout.data(), pool_ptr);
+                                  16, state.data(), state.data(), dout.data(), pool_ptr);
             rms_norm_gated(dout.data(), dout.data(), nw.data(), 16, 1e-6f, dout.data());
             router_topk(logits.data(), 64, 8, true, ids, weights);
             swiglu(normed.data(), normed.data(), 256, conv_out.data());

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -54,6 +55,13 @@ const IsaTable& isa() {
     static const IsaTable* const best = detect_best();
     const IsaTable* forced = g_forced.load(std::memory_order_relaxed);
     return forced ? *forced : *best;
+}
+
+// An out-of-place DeltaNet step copies value head j's state [dk, dv] next to its own processing
+// (the head's 64 KB is then in cache when the in-place kernel reads it, so going out of place costs
+// no extra memory traffic) and runs the in-place kernel on the copy.
+void copy_head_state(const float* in, float* out, int64_t j, int64_t floats) {
+    if (in != out) std::memcpy(out + j * floats, in + j * floats, sizeof(float) * floats);
 }
 
 // Grows a thread_local buffer; returns its data. Never shrinks, so decode reuses it.
@@ -195,14 +203,15 @@ void attention(const float* q, const float* k, const float* v, int64_t n_q, int6
 }
 
 void conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,
-                 float* state, float* y) {
+                 const float* state_in, float* state_out, float* y) {
     SLUICE_ASSERT(kernel >= 1);
-    isa().conv1d_silu_channels(x, n, channels, kernel, weight, state, y, 0, channels);
+    if (state_out != state_in) std::memcpy(state_out, state_in, sizeof(float) * (kernel - 1) * channels);
+    isa().conv1d_silu_channels(x, n, channels, kernel, weight, state_out, y, 0, channels);
 }
 
 void gated_delta_recurrent(const float* q, const float* k, const float* v, const float* beta, const float* g,
-                           int64_t n, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, float* state,
-                           float* out, ThreadPool* pool) {
+                           int64_t n, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, const float* state_in,
+                           float* state, float* out, ThreadPool* pool) {
     SLUICE_ASSERT(n_k > 0 && n_v % n_k == 0);
     const IsaTable& t = isa();
     const int64_t rep = n_v / n_k;
@@ -211,6 +220,7 @@ void gated_delta_recurrent(const float* q, const float* k, const float* v, const
         float* s = scratch(buf, 2 * dv);
         for (int64_t j = j0; j < j1; ++j) {
             const int64_t m = j / rep;
+            copy_head_state(state_in, state, j, dk * dv);
             t.delta_recurrent_head(q + m * dk, k + m * dk, n_k * dk, v + j * dv, n_v * dv, beta + j, g + j,
                                    n_v, n, dk, dv, state + j * dk * dv, out + j * dv, s);
         }
@@ -218,8 +228,8 @@ void gated_delta_recurrent(const float* q, const float* k, const float* v, const
 }
 
 void gated_delta_chunked(const float* q, const float* k, const float* v, const float* beta, const float* g,
-                         int64_t n, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, float* state,
-                         float* out, ThreadPool* pool) {
+                         int64_t n, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, const float* state_in,
+                         float* state, float* out, ThreadPool* pool) {
     SLUICE_ASSERT(n_k > 0 && n_v % n_k == 0);
     const IsaTable& t = isa();
     const int64_t rep = n_v / n_k;
@@ -228,6 +238,7 @@ void gated_delta_chunked(const float* q, const float* k, const float* v, const f
         float* s = scratch(buf, cpu::delta_chunk_scratch_floats(dk, dv));
         for (int64_t j = j0; j < j1; ++j) {
             const int64_t m = j / rep;
+            copy_head_state(state_in, state, j, dk * dv);
             t.delta_chunked_head(q + m * dk, k + m * dk, n_k * dk, v + j * dv, n_v * dv, beta + j, g + j, n_v,
                                  n, dk, dv, state + j * dk * dv, out + j * dv, s);
         }

@@ -2,6 +2,7 @@
 // chunked form (§3.5.7, C = 64) written as the literal matrix formulas of the spec, so a test
 // comparing the two checks the chunk algebra itself. f32 state as in the model; intermediate sums in
 // double. Single-threaded; the chunked form allocates its per-chunk matrices per call.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -11,10 +12,11 @@
 namespace sluice::kernels::reference {
 
 void gated_delta_recurrent(const float* q, const float* k, const float* v, const float* beta, const float* g,
-                           int64_t n, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, float* state,
-                           float* out, ThreadPool* /*pool*/) {
+                           int64_t n, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, const float* state_in,
+                           float* state, float* out, ThreadPool* /*pool*/) {
     SLUICE_ASSERT(n_k > 0 && n_v % n_k == 0);
     const int64_t rep = n_v / n_k;
+    if (state != state_in) std::copy(state_in, state_in + n_v * dk * dv, state);  // then in place
     std::vector<double> kv(static_cast<size_t>(dv));
     for (int64_t t = 0; t < n; ++t) {
         for (int64_t j = 0; j < n_v; ++j) {
@@ -45,8 +47,8 @@ void gated_delta_recurrent(const float* q, const float* k, const float* v, const
 }
 
 void gated_delta_chunked(const float* q, const float* k, const float* v, const float* beta, const float* g,
-                         int64_t n, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, float* state,
-                         float* out, ThreadPool* /*pool*/) {
+                         int64_t n, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, const float* state_in,
+                         float* state, float* out, ThreadPool* /*pool*/) {
     SLUICE_ASSERT(n_k > 0 && n_v % n_k == 0);
     constexpr int64_t C = 64;
     const int64_t rep = n_v / n_k;
@@ -54,7 +56,7 @@ void gated_delta_chunked(const float* q, const float* k, const float* v, const f
     for (int64_t j = 0; j < n_v; ++j) {
         const int64_t m = j / rep;
         float* Sj = state + j * dk * dv;
-        for (int64_t i = 0; i < dk * dv; ++i) S[i] = Sj[i];
+        for (int64_t i = 0; i < dk * dv; ++i) S[i] = state_in[j * dk * dv + i];
         for (int64_t c0 = 0; c0 < n; c0 += C) {
             // Rows past the end are the spec's zero padding: q = k = v = 0, beta = g = 0.
             auto valid = [&](int64_t t) { return c0 + t < n; };

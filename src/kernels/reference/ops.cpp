@@ -93,7 +93,7 @@ void attention(const float* q, const float* k, const float* v, int64_t n_q, int6
 }
 
 void conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,
-                 float* state, float* y) {
+                 const float* state, float* state_out, float* y) {
     SLUICE_ASSERT(kernel >= 1);
     const int64_t hist = kernel - 1;
     // The input sequence seen by the conv: hist state rows followed by the n new rows.
@@ -112,7 +112,7 @@ void conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t kernel, co
     std::vector<float> next(static_cast<size_t>(hist * channels));
     for (int64_t p = 0; p < hist; ++p)
         for (int64_t c = 0; c < channels; ++c) next[p * channels + c] = input(n + p, c);
-    std::copy(next.begin(), next.end(), state);
+    std::copy(next.begin(), next.end(), state_out);
 }
 
 void router_topk(const float* logits, int64_t n_experts, int64_t k, bool renormalize, int32_t* ids,

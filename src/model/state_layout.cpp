@@ -1,0 +1,77 @@
+// StateLayout (state_layout.h): the buffers of one sequence, from the config.
+#include "model/state_layout.h"
+
+namespace sluice::model {
+
+const char* state_elem_name(StateElem elem) {
+    switch (elem) {
+        case StateElem::kF32: return "f32";
+    }
+    return "?";
+}
+
+uint64_t state_elem_bytes(StateElem elem) {
+    switch (elem) {
+        case StateElem::kF32: return 4;
+    }
+    return 0;
+}
+
+int64_t StateBuffer::row_elems() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+}
+
+uint64_t StateBuffer::bytes(int64_t positions) const {
+    const uint64_t row = static_cast<uint64_t>(row_elems()) * state_elem_bytes(elem);
+    return per_position ? row * static_cast<uint64_t>(positions) : row;
+}
+
+bool StateLayout::has_recurrent() const {
+    for (const auto& l : layers)
+        for (const auto& b : l.buffers)
+            if (!b.per_position) return true;
+    return false;
+}
+
+uint64_t StateLayout::per_position_bytes(int64_t positions) const {
+    uint64_t total = 0;
+    for (const auto& l : layers)
+        for (const auto& b : l.buffers)
+            if (b.per_position) total += b.bytes(positions);
+    return total;
+}
+
+uint64_t StateLayout::recurrent_bytes() const {
+    uint64_t total = 0;
+    for (const auto& l : layers)
+        for (const auto& b : l.buffers)
+            if (!b.per_position) total += b.bytes(0);
+    return total;
+}
+
+uint64_t StateLayout::sequence_bytes(int64_t positions, int64_t snapshots) const {
+    return per_position_bytes(positions) + recurrent_bytes() * static_cast<uint64_t>(2 + snapshots);
+}
+
+StateLayout state_layout(const ModelConfig& c, StateElem kv_elem) {
+    StateLayout layout;
+    layout.layers.resize(static_cast<size_t>(c.n_layers));
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+        auto& buffers = layout.layers[static_cast<size_t>(l)].buffers;
+        if (c.is_full_attention(l)) {
+            // After k-norm and RoPE; row = position.
+            buffers.push_back({"keys", kv_elem, {c.n_kv_heads, c.head_dim}, true});
+            buffers.push_back({"values", kv_elem, {c.n_kv_heads, c.head_dim}, true});
+        } else {
+            // The K-1 previous raw conv inputs (oldest first) and the delta-rule state per value head.
+            buffers.push_back({"conv", StateElem::kF32, {c.conv_kernel - 1, c.conv_dim()}, false});
+            buffers.push_back(
+                {"recurrent", StateElem::kF32, {c.linear_v_heads, c.linear_k_dim, c.linear_v_dim}, false});
+        }
+    }
+    return layout;
+}
+
+}  // namespace sluice::model

@@ -1,0 +1,64 @@
+// StateLayout: what one sequence's model state is made of, derived once from the config — per
+// layer, the named buffers with their element type and shape. Every place that sizes, allocates,
+// copies or serialises session state reads it: the memory plan, the CPU state (ModelState), the
+// CUDA backend's device state, snapshots and session files. A new mixer kind adds its buffers here.
+//
+// Two kinds of buffer:
+//   - per-position (attention keys and values): one row per token position, so the state can be
+//     cut back to any position by moving the position (rows past it are simply overwritten);
+//   - recurrent (DeltaNet conv window and recurrent state): a fixed size that every token rewrites,
+//     so it cannot be cut back. A sequence keeps it twice (the committed copy and the one a forward
+//     writes, swapped when the whole forward succeeded) and keeps snapshots at positions its caller
+//     asks for, to return to.
+//
+// Lifetime: a value, immutable after state_layout(); cheap to copy.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace sluice::model {
+
+// Element type of a state buffer. Attention KV is a parameter of the layout (compressed KV types
+// come with their own kernels); recurrent state is always f32.
+enum class StateElem { kF32 };
+const char* state_elem_name(StateElem elem);
+uint64_t state_elem_bytes(StateElem elem);
+
+struct StateBuffer {
+    std::string name;  // "keys", "values", "conv", "recurrent"
+    StateElem elem = StateElem::kF32;
+    std::vector<int64_t> shape;  // per-position: one row's shape; recurrent: the whole buffer's
+    bool per_position = false;
+
+    int64_t row_elems() const;                // elements of one row (per-position) or of the whole buffer
+    uint64_t bytes(int64_t positions) const;  // whole buffer for a context of `positions`
+};
+
+struct LayerStateLayout {
+    std::vector<StateBuffer> buffers;  // attention: keys, values; DeltaNet: conv, recurrent
+};
+
+// Buffer indices within a layer.
+constexpr int kKeysBuffer = 0, kValuesBuffer = 1;
+constexpr int kConvBuffer = 0, kRecurrentBuffer = 1;
+
+struct StateLayout {
+    std::vector<LayerStateLayout> layers;  // [n_layers]
+
+    bool has_recurrent() const;
+    // Bytes of the per-position buffers for `positions` tokens (all layers).
+    uint64_t per_position_bytes(int64_t positions) const;
+    // Bytes of one copy of every recurrent buffer (what one snapshot holds).
+    uint64_t recurrent_bytes() const;
+    // One sequence with a context of `positions` tokens and `snapshots` snapshot slots: the
+    // per-position buffers, the recurrent buffers twice (committed + being written) and the slots.
+    uint64_t sequence_bytes(int64_t positions, int64_t snapshots) const;
+};
+
+StateLayout state_layout(const ModelConfig& config, StateElem kv_elem = StateElem::kF32);
+
+}  // namespace sluice::model

@@ -1,0 +1,92 @@
+// SequenceState: one sequence's model state, owned by the backend that runs its forwards and
+// authoritative there — host vectors for the CPU, device buffers for CUDA; nothing mirrors it
+// elsewhere. The buffers follow the model's StateLayout (model/state_layout.h).
+//
+// Besides the live state a sequence keeps up to max_snapshots() snapshots of its recurrent buffers
+// (DeltaNet conv and recurrent state) at positions its owner asks for, where the forward runs (on
+// the device for CUDA). That is what makes it possible to go back: per-position buffers (attention
+// KV) are cut back by moving the position, recurrent ones by restoring the latest snapshot at or
+// before the wanted position. The session takes snapshots at turn boundaries; a speculative
+// decoder would take one before the tokens it may reject.
+//
+// This class holds the bookkeeping (position, snapshot positions) and the serialisation, written
+// once over a few buffer primitives each backend implements. A forward advances the position only
+// when it has succeeded as a whole (backends keep the recurrent buffers twice and swap on success),
+// so a failed forward leaves the sequence at its last consistent position.
+//
+// Threading: one caller at a time (the engine's compute lock); not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/state_layout.h"
+#include "sluice/status.h"
+
+namespace sluice::runtime {
+
+class SequenceState {
+ public:
+    SequenceState(const model::StateLayout& layout, int64_t capacity, int max_snapshots);
+    virtual ~SequenceState() = default;
+    SequenceState(const SequenceState&) = delete;
+    SequenceState& operator=(const SequenceState&) = delete;
+
+    const model::StateLayout& layout() const { return layout_; }
+    int64_t position() const { return position_; }  // tokens whose state is held
+    int64_t capacity() const { return capacity_; }  // most positions the per-position buffers hold
+    int max_snapshots() const { return max_snapshots_; }
+    // Positions that have a snapshot, oldest snapshot first.
+    std::vector<int64_t> snapshot_positions() const;
+
+    // Keeps a snapshot of the recurrent buffers at the current position (nothing to do when the
+    // layout has none, or one is there already); past max_snapshots() the oldest is dropped.
+    Status snapshot();
+    // Goes back to at most `keep` tokens: to `keep` itself when the layout has no recurrent
+    // buffers, else to the latest snapshot at or before it (or to the empty state). Snapshots past
+    // the new position are dropped. Returns the new position (<= keep; the position when keep is
+    // not behind it).
+    Expected<int64_t> truncate(int64_t keep);
+    // Back to position 0 with zero recurrent state; drops the snapshots.
+    Status reset();
+
+    // Appends the state to `out`: per layer, each buffer (per-position ones for rows [0,
+    // position)), then u32 n_snapshots and per snapshot i64 position + each layer's recurrent
+    // buffers. The session file's payload (docs/FORMATS.md); the same bytes on every backend.
+    Status write(std::string& out) const;
+    // Reads what write() wrote for a state at `position` from in[*at...], advancing *at. On any error
+    // the sequence is left reset (callers load into a fresh sequence and swap it in on success).
+    Status read(std::string_view in, size_t* at, int64_t position);
+
+ protected:
+    static constexpr int kLive = -1;  // the slot argument naming the live (committed) buffers
+    // The backend's primitives. read_rows/write_rows: rows [row0, row0 + rows) of a per-position
+    // buffer, or the whole recurrent buffer (row0 0, rows 1) of the live state or of a snapshot slot.
+    virtual Status read_rows(int slot, int64_t layer, int buffer, int64_t row0, int64_t rows,
+                             void* dst) const = 0;
+    virtual Status write_rows(int slot, int64_t layer, int buffer, int64_t row0, int64_t rows,
+                              const void* src) = 0;
+    // Copies every recurrent buffer from slot `from` to slot `to` (either may be kLive).
+    virtual Status copy_recurrent(int from, int to) = 0;
+    // Zeroes the live recurrent buffers.
+    virtual Status zero_recurrent() = 0;
+    // The backend's forward, once it has succeeded: n more positions are held.
+    void advance(int64_t n) { position_ += n; }
+
+ private:
+    struct Snapshot {
+        int64_t position;
+        int slot;
+    };
+    int free_slot() const;
+
+    model::StateLayout layout_;
+    int64_t capacity_;
+    int max_snapshots_;
+    int64_t position_ = 0;
+    std::vector<Snapshot> snapshots_;  // oldest first
+};
+
+}  // namespace sluice::runtime
