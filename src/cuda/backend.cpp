@@ -158,7 +158,10 @@ class Arena {
 };
 
 struct DevLayer {
-    bool full_attention = true, moe = true, has_shared = false;
+    const model::LayerPlan* plan = nullptr;  // what this layer computes (model/plan.h)
+    bool attention() const { return plan->mixer == model::MixerKind::kAttention; }
+    bool moe() const { return plan->ffn == model::FfnKind::kMoe; }
+    bool has_shared() const { return moe() && plan->moe.shared_expert; }
     float *input_norm = nullptr, *post_norm = nullptr;
     DevWeight q_proj, k_proj, v_proj, o_proj;
     float *q_norm = nullptr, *k_norm = nullptr;
@@ -336,12 +339,13 @@ class CudaBackend final : public Backend {
     void moe_layer(const DevLayer& L, int64_t n, const cuda::NormIn* in_norm);
     // The decode NormIn that adds d_.mix to the residual stream (resid_) and norms it with `weight`
     // into d_.norm; the residual moves to the other of d_.x / d_.x2.
-    cuda::NormIn residual_norm(const float* weight);
+    cuda::NormIn residual_norm(const float* weight, float eps);
     bool fused_shared(const DevLayer& L, int64_t n) const;
     // Whether decode folds the shared expert into the routed down projection (moe_shared then skips).
     bool shared_folded(const DevLayer& L, int64_t n) const;
     // The fused router top-k of a matvec_multi launch (slice `which`) into ids / weights.
-    cuda::MatvecTopk route_topk(int which, int32_t* ids, float* weights, int counter) const;
+    cuda::MatvecTopk route_topk(const model::MoePlan& plan, int which, int32_t* ids, float* weights,
+                                int counter) const;
     // Router logits (and the decode shared-expert projections) and top-k for n tokens.
     void moe_route(const DevLayer& L, int64_t n, const cuda::NormIn* in_norm);
     // mix[t] = Σ routed experts for n tokens of inputs x, routed ids/weights (pointers may be offset
@@ -452,11 +456,10 @@ Status CudaBackend::upload_weights(Arena& arena) {
     for (size_t l = 0; l < W.layers.size(); ++l) {
         const model::LayerWeights& lw = W.layers[l];
         DevLayer& L = layers_[l];
-        L.full_attention = lw.full_attention;
-        L.moe = lw.moe;
+        L.plan = &model_->plan().layers[l];
         L.input_norm = put(arena, lw.input_norm, st);
         L.post_norm = put(arena, lw.post_norm, st);
-        if (lw.full_attention) {
+        if (L.attention()) {
             L.q_proj = put(arena, lw.attn.q_proj, st);
             L.k_proj = put(arena, lw.attn.k_proj, st);
             L.v_proj = put(arena, lw.attn.v_proj, st);
@@ -477,7 +480,7 @@ Status CudaBackend::upload_weights(Arena& arena) {
             L.dt_bias = put(arena, d.dt_bias, st);
             L.dnorm = put(arena, d.norm, st);
         }
-        if (!lw.moe) {
+        if (!L.moe()) {
             L.dense_gate = put(arena, lw.dense_mlp.gate, st);
             L.dense_up = put(arena, lw.dense_mlp.up, st);
             L.dense_down = put(arena, lw.dense_mlp.down, st);
@@ -485,7 +488,6 @@ Status CudaBackend::upload_weights(Arena& arena) {
         }
         const model::MoeWeights& m = lw.moe_w;
         L.router = put(arena, m.router, st);
-        L.has_shared = m.has_shared;
         if (arena.counting() && m.has_shared)
             experts_vector_ = experts_vector_ && vector_mlp(m.shared.gate, m.shared.up, m.shared.down);
         if (m.has_shared) {
@@ -571,6 +573,9 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
     }
     if (c.n_experts > 1024)
         return error(ErrorCode::kUnsupported, fmt::format("[cuda] {} experts (at most 1024)", c.n_experts));
+    for (const model::LayerPlan& p : model_->plan().layers)
+        if (p.ffn == model::FfnKind::kMoe && p.moe.shared_expert && !p.moe.shared_gate)
+            return error(ErrorCode::kUnsupported, "[cuda] a shared expert without its sigmoid gate");
 
     Arena counter;
     SLUICE_RETURN_IF_ERROR(upload_weights(counter));
@@ -624,7 +629,7 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
     if (tiered_) {
         std::vector<DevWeight*> tables(static_cast<size_t>(c.n_layers), nullptr);
         for (int64_t l = 0; l < c.n_layers; ++l)
-            if (layers_[static_cast<size_t>(l)].moe)
+            if (layers_[static_cast<size_t>(l)].moe())
                 tables[static_cast<size_t>(l)] = layers_[static_cast<size_t>(l)].experts;
         cuda::ExpertTier::Options to;
         to.n_slots = n_slots;
@@ -831,9 +836,9 @@ void CudaBackend::swiglu_mlp(const DevWeight& gate, const DevWeight& up, const D
 
 void CudaBackend::attention_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n,
                                   const cuda::NormIn* in_norm) {
-    const model::ModelConfig& c = model_->config();
-    const int64_t nh = c.n_heads, nkv = c.n_kv_heads, hd = c.head_dim;
-    const bool gated = c.attn_output_gate;
+    const model::AttentionPlan& P = L.plan->attention;
+    const int64_t nh = P.heads, nkv = P.kv_heads, hd = P.head_dim;
+    const bool gated = P.output_gate;
     const int64_t q_rows = nh * hd * (gated ? 2 : 1);
     const int32_t* pos = d_.io;
     if (n == 1) {
@@ -851,16 +856,16 @@ void CudaBackend::attention_layer(const DevLayer& L, DeviceState& ds, int64_t l,
     float* k_cache = ds.k[static_cast<size_t>(l)];
     float* v_cache = ds.v[static_cast<size_t>(l)];
     if (!unfused_) {
-        cuda::attention_prep(d_.tmp, d_.k, d_.v, L.q_norm, L.k_norm, n, nh, nkv, hd, c.rotary_dim, gated,
-                             c.rms_eps, pos, c.rope_theta, d_.q, d_.gate, k_cache, v_cache, stream_);
+        cuda::attention_prep(d_.tmp, d_.k, d_.v, L.q_norm, L.k_norm, n, nh, nkv, hd, P.rotary_dim, gated,
+                             P.qk_norm_eps, pos, P.rope_theta, d_.q, d_.gate, k_cache, v_cache, stream_);
     } else {
         HeadLayout qh{n, nh, hd, q_rows, hd * (gated ? 2 : 1), nh * hd, hd};
-        cuda::row_norm(d_.tmp, L.q_norm, qh, c.rms_eps, false, 1.0f, d_.q, stream_);
+        cuda::row_norm(d_.tmp, L.q_norm, qh, P.qk_norm_eps, false, 1.0f, d_.q, stream_);
         if (gated) cuda::copy_heads(d_.tmp + hd, qh, d_.gate, stream_);
         HeadLayout kh{n, nkv, hd, nkv * hd, hd, nkv * hd, hd};
-        cuda::row_norm(d_.k, L.k_norm, kh, c.rms_eps, false, 1.0f, d_.k, stream_);
-        cuda::rope_neox(d_.q, n, nh, hd, c.rotary_dim, pos, c.rope_theta, stream_);
-        cuda::rope_neox(d_.k, n, nkv, hd, c.rotary_dim, pos, c.rope_theta, stream_);
+        cuda::row_norm(d_.k, L.k_norm, kh, P.qk_norm_eps, false, 1.0f, d_.k, stream_);
+        cuda::rope_neox(d_.q, n, nh, hd, P.rotary_dim, pos, P.rope_theta, stream_);
+        cuda::rope_neox(d_.k, n, nkv, hd, P.rotary_dim, pos, P.rope_theta, stream_);
         cuda::write_rows_at(d_.k, n, nkv * hd, pos, k_cache, stream_);
         cuda::write_rows_at(d_.v, n, nkv * hd, pos, v_cache, stream_);
     }
@@ -873,10 +878,10 @@ void CudaBackend::attention_layer(const DevLayer& L, DeviceState& ds, int64_t l,
 
 void CudaBackend::deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n,
                                  const cuda::NormIn* in_norm) {
-    const model::ModelConfig& c = model_->config();
-    const int64_t nk = c.linear_k_heads, nv = c.linear_v_heads, dk = c.linear_k_dim, dv = c.linear_v_dim;
-    const int64_t r = nv / nk, kd = nk * dk, vd = nv * dv, cd = c.conv_dim();
-    if (c.split_linear_projections) {
+    const model::DeltaNetPlan& P = L.plan->deltanet;
+    const int64_t nk = P.k_heads, nv = P.v_heads, dk = P.k_dim, dv = P.v_dim;
+    const int64_t r = nv / nk, kd = nk * dk, vd = nv * dv, cd = P.conv_dim();
+    if (P.projection == model::DeltaProjection::kSplit) {
         if (n == 1) {
             cuda::MatvecMulti m;
             m.add(L.in_qkv, d_.conv_in);
@@ -908,18 +913,17 @@ void CudaBackend::deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, 
     // flips parity once the whole forward has succeeded.
     const auto li = static_cast<size_t>(l);
     const int in = ds.parity, out = ds.parity ^ 1;
-    cuda::conv1d_silu(d_.conv_in, n, cd, c.conv_kernel, L.conv, ds.conv[in][li], ds.conv[out][li],
+    cuda::conv1d_silu(d_.conv_in, n, cd, P.conv_kernel, L.conv, ds.conv[in][li], ds.conv[out][li],
                       d_.conv_out, stream_);
     const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
-    const float eps =
-        model_->weights().layout == model::CheckpointLayout::kMlx ? 1e-6f * static_cast<float>(dk) : 1e-6f;
+    const float eps = P.l2_eps;
     const float* state = ds.recurrent[in][li];
     float* state_out = ds.recurrent[out][li];
     if (n == 1 && !unfused_ && nv <= kMaxDeltaHeads && cuda::deltanet_fused_fits(dk, dv)) {
         // Decode (prefill keeps the unfused sequence).
         cuda::deltanet_fused(d_.conv_out, d_.beta, d_.g, d_.z, L.neg_a, L.dt_bias, L.dnorm, n, nk, nv, dk, dv,
-                             eps, q_scale, c.rms_eps, state, state_out, d_.attn, d_.counters + kDeltaCounters,
-                             d_.y, stream_);
+                             eps, q_scale, P.norm_eps, state, state_out, d_.attn,
+                             d_.counters + kDeltaCounters, d_.y, stream_);
     } else {
         HeadLayout qk{n, nk, dk, cd, dk, kd, dk};
         cuda::row_norm(d_.conv_out, nullptr, qk, eps, true, q_scale, d_.q, stream_);
@@ -928,7 +932,7 @@ void CudaBackend::deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, 
         cuda::deltanet_gates(d_.beta, d_.g, L.neg_a, L.dt_bias, n, nv, stream_);
         cuda::gated_delta(d_.q, d_.k, d_.v, d_.beta, d_.g, n, nk, nv, dk, dv, state, state_out, d_.attn,
                           stream_);
-        cuda::rms_norm_gated(d_.attn, d_.z, L.dnorm, n * nv, dv, c.rms_eps, d_.y, stream_);
+        cuda::rms_norm_gated(d_.attn, d_.z, L.dnorm, n * nv, dv, P.norm_eps, d_.y, stream_);
     }
     linear(L.out_proj, d_.y, n, d_.mix);
 }
@@ -937,7 +941,7 @@ void CudaBackend::deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, 
 // gate/up in one grouped launch, SwiGLU inside the down projections, the shared expert's sigmoid
 // gate inside its down projection.
 void CudaBackend::moe_layer(const DevLayer& L, int64_t n, const cuda::NormIn* in_norm) {
-    if (!L.moe) {
+    if (!L.moe()) {
         if (n == 1 && cuda::swiglu_fits(L.dense_gate.rows)) {
             cuda::MatvecMulti m;
             m.add(L.dense_gate, d_.sh_gate);
@@ -960,7 +964,7 @@ void CudaBackend::moe_layer(const DevLayer& L, int64_t n, const cuda::NormIn* in
 }
 
 bool CudaBackend::fused_shared(const DevLayer& L, int64_t n) const {
-    return n == 1 && L.has_shared && cuda::swiglu_fits(L.shared_gate_proj.rows);
+    return n == 1 && L.has_shared() && cuda::swiglu_fits(L.shared_gate_proj.rows);
 }
 
 // Decode runs the router with the shared expert's input projections in one launch whose last block
@@ -977,23 +981,24 @@ void CudaBackend::moe_route(const DevLayer& L, int64_t n, const cuda::NormIn* in
             m.add(L.shared_up, d_.sh_up);
             m.add(L.shared_gate, d_.sg);
         }
-        if (!unfused_) m.topk = route_topk(0, d_.topk_ids, d_.topk_w, kRouteCounter);
+        if (!unfused_) m.topk = route_topk(L.plan->moe, 0, d_.topk_ids, d_.topk_w, kRouteCounter);
         if (in_norm != nullptr) m.norm = *in_norm;
         cuda::matvec_multi(m, d_.norm, stream_);
         if (!unfused_) return;
     } else {
         linear(L.router, d_.norm, n, d_.router);
     }
-    cuda::router_topk(d_.router, n, c.n_experts, c.top_k, c.norm_topk_prob, d_.topk_ids, d_.topk_w, stream_);
+    const model::MoePlan& P = L.plan->moe;
+    cuda::router_topk(d_.router, n, P.experts, P.top_k, P.renormalize, d_.topk_ids, d_.topk_w, stream_);
 }
 
-cuda::MatvecTopk CudaBackend::route_topk(int which, int32_t* ids, float* weights, int counter) const {
-    const model::ModelConfig& c = model_->config();
+cuda::MatvecTopk CudaBackend::route_topk(const model::MoePlan& plan, int which, int32_t* ids, float* weights,
+                                         int counter) const {
     cuda::MatvecTopk t;
     t.which = which;
-    t.n_experts = c.n_experts;
-    t.k = c.top_k;
-    t.renormalize = c.norm_topk_prob;
+    t.n_experts = plan.experts;
+    t.k = plan.top_k;
+    t.renormalize = plan.renormalize;
     t.ids = ids;
     t.weights = weights;
     t.counter = d_.counters + counter;
@@ -1001,7 +1006,7 @@ cuda::MatvecTopk CudaBackend::route_topk(int which, int32_t* ids, float* weights
 }
 
 bool CudaBackend::shared_folded(const DevLayer& L, int64_t n) const {
-    return !unfused_ && n == 1 && L.has_shared;
+    return !unfused_ && n == 1 && L.has_shared();
 }
 
 void CudaBackend::moe_routed(const DevLayer& L, const float* x, const int32_t* ids, const float* weights,
@@ -1045,7 +1050,7 @@ void CudaBackend::moe_routed(const DevLayer& L, const float* x, const int32_t* i
 }
 
 void CudaBackend::moe_shared(const DevLayer& L, int64_t n) {
-    if (!L.has_shared || shared_folded(L, n)) return;
+    if (!L.has_shared() || shared_folded(L, n)) return;
     if (fused_shared(L, n)) {
         cuda::swiglu_down_matvec(L.shared_down, d_.sh_gate, d_.sh_up, d_.sg, d_.mix, stream_);
         return;
@@ -1055,12 +1060,12 @@ void CudaBackend::moe_shared(const DevLayer& L, int64_t n) {
     cuda::add_gated_rows(d_.sh_out, d_.sg, n, model_->config().hidden, d_.mix, stream_);
 }
 
-cuda::NormIn CudaBackend::residual_norm(const float* weight) {
+cuda::NormIn CudaBackend::residual_norm(const float* weight, float eps) {
     cuda::NormIn nm;
     nm.resid_in = resid_;
     nm.add = d_.mix;
     nm.weight = weight;
-    nm.eps = model_->config().rms_eps;
+    nm.eps = eps;
     nm.resid_out = resid_ == d_.x ? d_.x2 : d_.x;
     nm.norm_out = d_.norm;
     resid_ = nm.resid_out;
@@ -1082,10 +1087,11 @@ int64_t CudaBackend::enqueue_segment(DeviceState& ds, int64_t n, bool all_logits
     auto residual = [&](int64_t l) {  // the block's residual add, fused with the next norm
         if (l + 1 < c.n_layers) {
             const float* weight = layers_[static_cast<size_t>(l + 1)].input_norm;
+            const float eps = layers_[static_cast<size_t>(l + 1)].plan->norm_eps;
             if (fuse_norms) {
-                in_norm = residual_norm(weight);
+                in_norm = residual_norm(weight, eps);
             } else {
-                cuda::add_rms_norm(resid_, d_.mix, weight, n, H, c.rms_eps, d_.norm, stream_);
+                cuda::add_rms_norm(resid_, d_.mix, weight, n, H, eps, d_.norm, stream_);
             }
         } else {
             cuda::axpy(1.0f, d_.mix, n * H, resid_, stream_);
@@ -1097,7 +1103,8 @@ int64_t CudaBackend::enqueue_segment(DeviceState& ds, int64_t n, bool all_logits
                         stream_);
         cuda::dequantize_rows(embed_, d_.io + 1, n, d_.x, stream_);
         const HeadLayout rows{n, 1, H, H, 0, H, 0};
-        cuda::row_norm(d_.x, layers_[0].input_norm, rows, c.rms_eps, false, 1.0f, d_.norm, stream_);
+        cuda::row_norm(d_.x, layers_[0].input_norm, rows, layers_[0].plan->norm_eps, false, 1.0f, d_.norm,
+                       stream_);
     } else {
         const DevLayer& L = layers_[static_cast<size_t>(after)];
         if (n == 1)
@@ -1108,7 +1115,7 @@ int64_t CudaBackend::enqueue_segment(DeviceState& ds, int64_t n, bool all_logits
     for (int64_t l = after + 1; l < c.n_layers; ++l) {
         const DevLayer& L = layers_[static_cast<size_t>(l)];
         const cuda::NormIn* mixer_in = in_norm ? &*in_norm : nullptr;
-        if (L.full_attention) {
+        if (L.attention()) {
             attention_layer(L, ds, l, n, mixer_in);
         } else {
             deltanet_layer(L, ds, l, n, mixer_in);
@@ -1116,26 +1123,27 @@ int64_t CudaBackend::enqueue_segment(DeviceState& ds, int64_t n, bool all_logits
         in_norm.reset();
         std::optional<cuda::NormIn> post;
         if (fuse_norms) {
-            post = residual_norm(L.post_norm);
+            post = residual_norm(L.post_norm, L.plan->norm_eps);
         } else {
-            cuda::add_rms_norm(resid_, d_.mix, L.post_norm, n, H, c.rms_eps, d_.norm, stream_);
+            cuda::add_rms_norm(resid_, d_.mix, L.post_norm, n, H, L.plan->norm_eps, d_.norm, stream_);
         }
         const cuda::NormIn* moe_in = post ? &*post : nullptr;
-        if (tiered_ && L.moe) {
+        if (tiered_ && L.moe()) {
             moe_route(L, n, moe_in);
             if (predicts(l, n)) {
                 // The next layer's post-attention norm and router on the residual stream after this
                 // layer's mixer (resid_): the CPU backend's predictor (model/moe.cpp), on the GPU.
                 const DevLayer& next = layers_[static_cast<size_t>(l + 1)];
-                cuda::row_norm(resid_, next.post_norm, HeadLayout{1, 1, H, H, 0, H, 0}, c.rms_eps, false,
-                               1.0f, d_.tmp, stream_);
+                cuda::row_norm(resid_, next.post_norm, HeadLayout{1, 1, H, H, 0, H, 0}, next.plan->norm_eps,
+                               false, 1.0f, d_.tmp, stream_);
                 cuda::MatvecMulti m;
                 m.add(next.router, d_.pred_logits);
-                if (!unfused_) m.topk = route_topk(0, d_.pred_ids, d_.pred_w, kPredictCounter);
+                if (!unfused_)
+                    m.topk = route_topk(next.plan->moe, 0, d_.pred_ids, d_.pred_w, kPredictCounter);
                 cuda::matvec_multi(m, d_.tmp, stream_);
                 if (unfused_)
-                    cuda::router_topk(d_.pred_logits, 1, E, K, c.norm_topk_prob, d_.pred_ids, d_.pred_w,
-                                      stream_);
+                    cuda::router_topk(d_.pred_logits, 1, E, K, next.plan->moe.renormalize, d_.pred_ids,
+                                      d_.pred_w, stream_);
                 cudaMemcpyAsync(host_ids_ + n * K, d_.pred_ids, static_cast<size_t>(K) * sizeof(int32_t),
                                 cudaMemcpyDeviceToHost, stream_);
             }
@@ -1148,8 +1156,8 @@ int64_t CudaBackend::enqueue_segment(DeviceState& ds, int64_t n, bool all_logits
     }
     const int64_t first = all_logits ? 0 : n - 1;
     const int64_t out_rows = n - first;
-    cuda::row_norm(resid_ + first * H, final_norm_, HeadLayout{out_rows, 1, H, H, 0, H, 0}, c.rms_eps, false,
-                   1.0f, d_.norm, stream_);
+    cuda::row_norm(resid_ + first * H, final_norm_, HeadLayout{out_rows, 1, H, H, 0, H, 0},
+                   model_->plan().final_norm_eps, false, 1.0f, d_.norm, stream_);
     linear(lm_head_, d_.norm, out_rows, d_.logits);
     if (n == 1) {  // decode: the greedy token and the softmax normaliser for the sampler
         cuda::logits_summary(d_.logits, c.vocab, d_.summary_partial, d_.counters + kSummaryCounter,
@@ -1162,7 +1170,7 @@ int64_t CudaBackend::enqueue_segment(DeviceState& ds, int64_t n, bool all_logits
 
 bool CudaBackend::predicts(int64_t l, int64_t n) const {
     const model::ModelConfig& c = model_->config();
-    return n == 1 && prefetch_ && l + 1 < c.n_layers && layers_[static_cast<size_t>(l + 1)].moe;
+    return n == 1 && prefetch_ && l + 1 < c.n_layers && layers_[static_cast<size_t>(l + 1)].moe();
 }
 
 // Between segments, layer l's routed ids in host_ids_: makes the experts resident through the

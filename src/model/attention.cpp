@@ -9,12 +9,11 @@
 
 namespace sluice::model {
 
-void Model::attention_layer(const LayerWeights& lw, ModelState::Layer& st, int64_t /*layer*/, int64_t pos0,
-                            int64_t n, Workspace& ws, ThreadPool* pool) const {
-    const ModelConfig& c = config_;
+void Model::attention_layer(const AttentionPlan& P, const LayerWeights& lw, ModelState::Layer& st,
+                            int64_t pos0, int64_t n, Workspace& ws, ThreadPool* pool) const {
     const AttentionWeights& a = lw.attn;
-    const int64_t nh = c.n_heads, nkv = c.n_kv_heads, hd = c.head_dim;
-    const bool gated = c.attn_output_gate;
+    const int64_t nh = P.heads, nkv = P.kv_heads, hd = P.head_dim;
+    const bool gated = P.output_gate;
     const int64_t q_rows = nh * hd * (gated ? 2 : 1);
     const float* norm = ws.norm.data();  // [n, H]
 
@@ -31,16 +30,16 @@ void Model::attention_layer(const LayerWeights& lw, ModelState::Layer& st, int64
     for (int64_t t = 0; t < n; ++t) {
         for (int64_t h = 0; h < nh; ++h) {
             const float* src = qg + t * q_rows + h * hd * (gated ? 2 : 1);
-            kernels::rms_norm(src, a.q_norm.data(), hd, c.rms_eps, q + (t * nh + h) * hd);
+            kernels::rms_norm(src, a.q_norm.data(), hd, P.qk_norm_eps, q + (t * nh + h) * hd);
             if (gated) std::memcpy(gate + (t * nh + h) * hd, src + hd, sizeof(float) * hd);
         }
         for (int64_t h = 0; h < nkv; ++h) {
             float* kh = k + (t * nkv + h) * hd;
-            kernels::rms_norm(kh, a.k_norm.data(), hd, c.rms_eps, head);
+            kernels::rms_norm(kh, a.k_norm.data(), hd, P.qk_norm_eps, head);
             std::memcpy(kh, head, sizeof(float) * hd);
         }
-        kernels::rope_neox(q + t * nh * hd, nh, hd, c.rotary_dim, pos0 + t, c.rope_theta);
-        kernels::rope_neox(k + t * nkv * hd, nkv, hd, c.rotary_dim, pos0 + t, c.rope_theta);
+        kernels::rope_neox(q + t * nh * hd, nh, hd, P.rotary_dim, pos0 + t, P.rope_theta);
+        kernels::rope_neox(k + t * nkv * hd, nkv, hd, P.rotary_dim, pos0 + t, P.rope_theta);
     }
     std::memcpy(st.k_cache.data() + pos0 * nkv * hd, k, sizeof(float) * n * nkv * hd);
     std::memcpy(st.v_cache.data() + pos0 * nkv * hd, v, sizeof(float) * n * nkv * hd);

@@ -26,12 +26,11 @@ void l2_normalize(const float* x, int64_t n, float scale, float eps, float* y) {
 
 }  // namespace
 
-void Model::deltanet_layer(const LayerWeights& lw, ModelState::Layer& st, int64_t n, Workspace& ws,
-                           ThreadPool* pool) const {
-    const ModelConfig& c = config_;
+void Model::deltanet_layer(const DeltaNetPlan& P, const LayerWeights& lw, ModelState::Layer& st, int64_t n,
+                           Workspace& ws, ThreadPool* pool) const {
     const DeltaNetWeights& d = lw.linear;
-    const int64_t nk = c.linear_k_heads, nv = c.linear_v_heads, dk = c.linear_k_dim, dv = c.linear_v_dim;
-    const int64_t r = nv / nk, kd = nk * dk, vd = nv * dv, cd = c.conv_dim();
+    const int64_t nk = P.k_heads, nv = P.v_heads, dk = P.k_dim, dv = P.v_dim;
+    const int64_t r = nv / nk, kd = nk * dk, vd = nv * dv, cd = P.conv_dim();
     const float* norm = ws.norm.data();  // [n, H]
 
     float* u = grow(ws.conv_in, n * cd);  // [n, q | k | v] conv input, head-major
@@ -39,7 +38,7 @@ void Model::deltanet_layer(const LayerWeights& lw, ModelState::Layer& st, int64_
     float* b = grow(ws.beta, n * nv);     // [n, nv] raw b, then β
     float* a = grow(ws.g, n * nv);        // [n, nv] raw a, then g
 
-    if (c.split_linear_projections) {
+    if (P.projection == DeltaProjection::kSplit) {
         linear(d.in_qkv, norm, n, u, pool);
         linear(d.in_z, norm, n, z, pool);
         linear(d.in_b, norm, n, b, pool);
@@ -71,13 +70,13 @@ void Model::deltanet_layer(const LayerWeights& lw, ModelState::Layer& st, int64_
 
     float* uc = grow(ws.conv_out, n * cd);  // [n, cd] after conv + SiLU
     // The new state goes to the *_next buffers: the committed one stays until the forward succeeds.
-    kernels::conv1d_silu(u, n, cd, c.conv_kernel, d.conv.data(), st.conv.data(), st.conv_next.data(), uc);
+    kernels::conv1d_silu(u, n, cd, P.conv_kernel, d.conv.data(), st.conv.data(), st.conv_next.data(), uc);
 
     float* q = grow(ws.q, n * kd);  // [n, nk, dk] normalised and scaled
     float* k = grow(ws.k, n * kd);  // [n, nk, dk] normalised
     float* v = grow(ws.v, n * vd);  // [n, nv, dv]
     const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
-    const float eps = weights_.layout == CheckpointLayout::kMlx ? 1e-6f * static_cast<float>(dk) : 1e-6f;
+    const float eps = P.l2_eps;
     for (int64_t t = 0; t < n; ++t) {
         const float* ut = uc + t * cd;
         for (int64_t h = 0; h < nk; ++h) {
@@ -104,7 +103,7 @@ void Model::deltanet_layer(const LayerWeights& lw, ModelState::Layer& st, int64_
     for (int64_t t = 0; t < n; ++t) {
         for (int64_t j = 0; j < nv; ++j) {
             const int64_t off = t * vd + j * dv;
-            kernels::rms_norm_gated(o + off, z + off, d.norm.data(), dv, c.rms_eps, y + off);
+            kernels::rms_norm_gated(o + off, z + off, d.norm.data(), dv, P.norm_eps, y + off);
         }
     }
     linear(d.out_proj, y, n, ws.mix.data(), pool);

@@ -64,6 +64,7 @@ Expected<std::shared_ptr<Model>> Model::load(const std::string& dir) {
                             load_weights(config, std::move(checkpoint), !model->packed_));
     model->dir_ = dir;
     model->state_layout_ = model::state_layout(config);
+    model->plan_ = make_plan(config, weights.layout);
     model->config_ = std::move(config);
     model->weights_ = std::move(weights);
     return model;
@@ -117,24 +118,24 @@ Status Model::forward(ModelState& state, std::span<const int32_t> tokens, float*
 
     const int64_t pos0 = state.n_past;
     for (int64_t l = 0; l < c.n_layers; ++l) {
+        const LayerPlan& P = plan_.layers[static_cast<size_t>(l)];
         const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
         ModelState::Layer& st = state.layers[static_cast<size_t>(l)];
         float* norm = grow(ws.norm, n * H);
         float* mix = grow(ws.mix, n * H);
 
         for (int64_t t = 0; t < n; ++t)
-            kernels::rms_norm(x + t * H, lw.input_norm.data(), H, c.rms_eps, norm + t * H);
-        if (lw.full_attention) {
-            attention_layer(lw, st, l, pos0, n, ws, pool);
-        } else {
-            deltanet_layer(lw, st, n, ws, pool);
+            kernels::rms_norm(x + t * H, lw.input_norm.data(), H, P.norm_eps, norm + t * H);
+        switch (P.mixer) {
+            case MixerKind::kAttention: attention_layer(P.attention, lw, st, pos0, n, ws, pool); break;
+            case MixerKind::kGatedDeltaNet: deltanet_layer(P.deltanet, lw, st, n, ws, pool); break;
         }
         for (int64_t i = 0; i < n * H; ++i) x[i] += mix[i];
         predict_next_experts(l, x, n, ws, pool);
 
         for (int64_t t = 0; t < n; ++t)
-            kernels::rms_norm(x + t * H, lw.post_norm.data(), H, c.rms_eps, norm + t * H);
-        moe_layer(lw, l, n, ws, pool);
+            kernels::rms_norm(x + t * H, lw.post_norm.data(), H, P.norm_eps, norm + t * H);
+        moe_layer(P, lw, l, n, ws, pool);
         if (!ws.moe_status.is_ok()) {
             // The committed state is untouched: nothing is swapped in and n_past stays.
             Status failed = ws.moe_status;
@@ -152,7 +153,8 @@ Status Model::forward(ModelState& state, std::span<const int32_t> tokens, float*
     const int64_t rows = n - first;
     float* norm = grow(ws.norm, rows * H);
     for (int64_t t = 0; t < rows; ++t)
-        kernels::rms_norm(x + (first + t) * H, weights_.final_norm.data(), H, c.rms_eps, norm + t * H);
+        kernels::rms_norm(x + (first + t) * H, weights_.final_norm.data(), H, plan_.final_norm_eps,
+                          norm + t * H);
     if (capture_final_norm != nullptr) capture_final_norm->assign(norm, norm + rows * H);
     if (logits != nullptr) {
         if (rows == 1) {

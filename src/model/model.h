@@ -26,6 +26,7 @@
 #include "format/pack.h"
 #include "model/config.h"
 #include "model/expert_source.h"
+#include "model/plan.h"
 #include "model/state_layout.h"
 #include "model/weights.h"
 #include "sluice/status.h"
@@ -115,6 +116,8 @@ class Model {
     const format::PackLayout& packed_layout() const { return packed_layout_; }
 
     const ModelConfig& config() const { return config_; }
+    // The per-layer decisions both backends run the layer program from (plan.h).
+    const ModelPlan& plan() const { return plan_; }
     const ModelWeights& weights() const { return weights_; }
     const std::string& dir() const { return dir_; }
 
@@ -140,11 +143,12 @@ class Model {
     mutable std::vector<float>* capture_final_norm = nullptr;
 
  private:
-    void attention_layer(const LayerWeights& lw, ModelState::Layer& st, int64_t layer, int64_t pos0,
-                         int64_t n, Workspace& ws, ThreadPool* pool) const;
-    void deltanet_layer(const LayerWeights& lw, ModelState::Layer& st, int64_t n, Workspace& ws,
-                        ThreadPool* pool) const;
-    void moe_layer(const LayerWeights& lw, int64_t layer, int64_t n, Workspace& ws, ThreadPool* pool) const;
+    void attention_layer(const AttentionPlan& plan, const LayerWeights& lw, ModelState::Layer& st,
+                         int64_t pos0, int64_t n, Workspace& ws, ThreadPool* pool) const;
+    void deltanet_layer(const DeltaNetPlan& plan, const LayerWeights& lw, ModelState::Layer& st, int64_t n,
+                        Workspace& ws, ThreadPool* pool) const;
+    void moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t layer, int64_t n, Workspace& ws,
+                   ThreadPool* pool) const;
     void predict_next_experts(int64_t layer, const float* x, int64_t n, Workspace& ws,
                               ThreadPool* pool) const;
 
@@ -152,6 +156,7 @@ class Model {
     bool packed_ = false;
     format::PackLayout packed_layout_;
     ModelConfig config_;
+    ModelPlan plan_;
     StateLayout state_layout_;
     ModelWeights weights_;
     ResidentExperts resident_{weights_};

@@ -30,26 +30,26 @@ void swiglu_mlp(const ExpertWeights& w, const float* x, int64_t n, float* y, Wor
 
 }  // namespace
 
-void Model::moe_layer(const LayerWeights& lw, int64_t layer, int64_t n, Workspace& ws,
+void Model::moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t layer, int64_t n, Workspace& ws,
                       ThreadPool* pool) const {
-    const ModelConfig& c = config_;
-    const int64_t H = c.hidden;
+    const int64_t H = plan_.hidden;
     const float* x = ws.norm.data();  // [n, H]
     float* mix = ws.mix.data();       // [n, H] output
 
-    if (!lw.moe) {
+    if (plan.ffn == FfnKind::kDense) {
         swiglu_mlp(lw.dense_mlp, x, n, mix, ws, pool);
         return;
     }
+    const MoePlan& P = plan.moe;
     const MoeWeights& m = lw.moe_w;
-    const int64_t E = c.n_experts, K = c.top_k;
+    const int64_t E = P.experts, K = P.top_k;
 
     float* logits = grow(ws.router, n * E);  // [n, E]
     linear(m.router, x, n, logits, pool);
     int32_t* ids = grow(ws.topk_ids, n * K);        // [n, K]
     float* weights = grow(ws.topk_weights, n * K);  // [n, K]
     for (int64_t t = 0; t < n; ++t)
-        kernels::router_topk(logits + t * E, E, K, c.norm_topk_prob, ids + t * K, weights + t * K);
+        kernels::router_topk(logits + t * E, E, K, P.renormalize, ids + t * K, weights + t * K);
 
     // Group (token, weight) pairs by expert: counts → offsets → fill.
     int32_t* offsets = grow(ws.expert_offsets, E + 1);
@@ -102,9 +102,13 @@ void Model::moe_layer(const LayerWeights& lw, int64_t layer, int64_t n, Workspac
         experts_->release(layer, batch_ids);
     }
 
-    if (m.has_shared) {
+    if (P.shared_expert) {
         float* out = grow(ws.expert_out, n * H);
         swiglu_mlp(m.shared, x, n, out, ws, pool);
+        if (!P.shared_gate) {
+            for (int64_t i = 0; i < n * H; ++i) mix[i] += out[i];
+            return;
+        }
         float* sg = grow(ws.expert_in, n);  // [n, 1] shared-expert gate logits
         linear(m.shared_gate, x, n, sg, pool);
         for (int64_t t = 0; t < n; ++t) kernels::axpy(sigmoid(sg[t]), out + t * H, H, mix + t * H);
@@ -116,14 +120,14 @@ void Model::moe_layer(const LayerWeights& lw, int64_t layer, int64_t n, Workspac
 // the expert source which experts that predicts, while layer's own experts compute.
 void Model::predict_next_experts(int64_t layer, const float* x, int64_t n, Workspace& ws,
                                  ThreadPool* pool) const {
-    const ModelConfig& c = config_;
-    if (layer + 1 >= c.n_layers || !experts_->wants_prefetch()) return;
+    if (layer + 1 >= static_cast<int64_t>(plan_.layers.size()) || !experts_->wants_prefetch()) return;
+    const LayerPlan& plan = plan_.layers[static_cast<size_t>(layer + 1)];
     const LayerWeights& next = weights_.layers[static_cast<size_t>(layer + 1)];
-    if (!next.moe) return;
-    const int64_t H = c.hidden, E = c.n_experts, K = c.top_k;
+    if (plan.ffn != FfnKind::kMoe) return;
+    const int64_t H = plan_.hidden, E = plan.moe.experts, K = plan.moe.top_k;
     float* normed = grow(ws.tmp, n * H);
     for (int64_t t = 0; t < n; ++t)
-        kernels::rms_norm(x + t * H, next.post_norm.data(), H, c.rms_eps, normed + t * H);
+        kernels::rms_norm(x + t * H, next.post_norm.data(), H, plan.norm_eps, normed + t * H);
     float* logits = grow(ws.router, n * E);
     linear(next.moe_w.router, normed, n, logits, pool);
     int32_t* ids = grow(ws.topk_ids, n * K);
@@ -133,7 +137,7 @@ void Model::predict_next_experts(int64_t layer, const float* x, int64_t n, Works
     std::fill(seen, seen + E, 0);
     int64_t count = 0;
     for (int64_t t = 0; t < n; ++t) {
-        kernels::router_topk(logits + t * E, E, K, c.norm_topk_prob, ids + t * K, weights + t * K);
+        kernels::router_topk(logits + t * E, E, K, plan.moe.renormalize, ids + t * K, weights + t * K);
         for (int64_t j = 0; j < K; ++j) {
             if (!seen[ids[t * K + j]]) {
                 seen[ids[t * K + j]] = 1;

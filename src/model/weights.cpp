@@ -305,9 +305,8 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
         const std::string p = prefix + "layers." + std::to_string(l) + ".";
         SLUICE_ASSIGN_OR_RETURN(lw.input_norm, b.floats(p + "input_layernorm.weight", H, norm_add));
         SLUICE_ASSIGN_OR_RETURN(lw.post_norm, b.floats(p + "post_attention_layernorm.weight", H, norm_add));
-        lw.full_attention = cfg.is_full_attention(l);
 
-        if (lw.full_attention) {
+        if (cfg.is_full_attention(l)) {
             AttentionWeights& a = lw.attn;
             const int64_t q_rows = cfg.n_heads * cfg.head_dim * (cfg.attn_output_gate ? 2 : 1);
             SLUICE_ASSIGN_OR_RETURN(a.q_proj, b.linear(p + "self_attn.q_proj", q_rows, H));
@@ -349,8 +348,7 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
             mw.dense_bytes += view_bytes(d.out_proj);
         }
 
-        lw.moe = cfg.is_moe_layer(l);
-        if (!lw.moe) {
+        if (!cfg.is_moe_layer(l)) {
             const int64_t I = cfg.dense_ffn;
             SLUICE_ASSIGN_OR_RETURN(lw.dense_mlp.gate, b.linear(p + "mlp.gate_proj", I, H));
             SLUICE_ASSIGN_OR_RETURN(lw.dense_mlp.up, b.linear(p + "mlp.up_proj", I, H));

@@ -1,0 +1,57 @@
+// make_plan (plan.h): the config and the checkpoint layout, turned into per-layer decisions.
+#include "model/plan.h"
+
+#include "model/weights.h"
+
+namespace sluice::model {
+
+ModelPlan make_plan(const ModelConfig& c, CheckpointLayout layout) {
+    ModelPlan plan;
+    plan.hidden = c.hidden;
+    plan.vocab = c.vocab;
+    plan.final_norm_eps = c.rms_eps;
+    plan.layers.resize(static_cast<size_t>(c.n_layers));
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+        LayerPlan& p = plan.layers[static_cast<size_t>(l)];
+        p.norm_eps = c.rms_eps;
+        if (c.is_full_attention(l)) {
+            p.mixer = MixerKind::kAttention;
+            AttentionPlan& a = p.attention;
+            a.heads = c.n_heads;
+            a.kv_heads = c.n_kv_heads;
+            a.head_dim = c.head_dim;
+            a.rotary_dim = c.rotary_dim;
+            a.rope_theta = c.rope_theta;
+            a.qk_norm_eps = c.rms_eps;
+            a.output_gate = c.attn_output_gate;
+        } else {
+            p.mixer = MixerKind::kGatedDeltaNet;
+            DeltaNetPlan& d = p.deltanet;
+            d.k_heads = c.linear_k_heads;
+            d.v_heads = c.linear_v_heads;
+            d.k_dim = c.linear_k_dim;
+            d.v_dim = c.linear_v_dim;
+            d.conv_kernel = c.conv_kernel;
+            d.projection =
+                c.split_linear_projections ? DeltaProjection::kSplit : DeltaProjection::kInterleavedQkvzBa;
+            d.l2_eps = layout == CheckpointLayout::kMlx ? 1e-6f * static_cast<float>(c.linear_k_dim) : 1e-6f;
+            d.norm_eps = c.rms_eps;
+        }
+        if (c.is_moe_layer(l)) {
+            p.ffn = FfnKind::kMoe;
+            MoePlan& m = p.moe;
+            m.router = RouterKind::kSoftmaxTopK;
+            m.experts = c.n_experts;
+            m.top_k = c.top_k;
+            m.expert_ffn = c.expert_ffn;
+            m.renormalize = c.norm_topk_prob;
+            m.shared_expert = c.shared_expert_ffn > 0;
+            m.shared_gate = m.shared_expert;  // the three families gate their shared expert
+        } else {
+            p.ffn = FfnKind::kDense;
+        }
+    }
+    return plan;
+}
+
+}  // namespace sluice::model

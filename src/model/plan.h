@@ -1,0 +1,78 @@
+// ModelPlan: every family and checkpoint-layout decision the forward depends on, made once when a
+// model loads, per layer. Both backends run the layer program from the plan alone: no forward code
+// asks which family or which checkpoint layout it runs (config.h and weights.cpp reconcile names
+// and tensor layouts; this file decides the math).
+//
+// A new family maps its config onto these fields (make_plan), adding a field — and the op that
+// reads it on each backend — only for math the plan cannot yet express. docs/ARCHITECTURE.md has
+// the recipe.
+//
+// Lifetime: a value owned by the Model, immutable after load.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+
+namespace sluice::model {
+
+enum class CheckpointLayout;
+
+enum class MixerKind { kAttention, kGatedDeltaNet };
+enum class FfnKind { kDense, kMoe };
+// How routing probabilities are made: softmax over the router's logits, then the top k
+// (Qwen3-MoE / Next / 3.5). DeepSeek-V3's sigmoid with a bias and group-limited top-k is the next
+// entry.
+enum class RouterKind { kSoftmaxTopK };
+// The DeltaNet input projections: Qwen3-Next's in_proj_qkvz / in_proj_ba interleaved per key-head
+// group, or Qwen3.5's separate head-major in_proj_qkv / z / b / a.
+enum class DeltaProjection { kInterleavedQkvzBa, kSplit };
+
+struct AttentionPlan {
+    int64_t heads = 0, kv_heads = 0, head_dim = 0;
+    int64_t rotary_dim = 0;  // NeoX RoPE on the first rotary_dim dims of each head
+    float rope_theta = 10000.0f;
+    float qk_norm_eps = 1e-6f;  // per-head RMS norm of q and k (weights hold any +1)
+    bool output_gate = false;   // q_proj also yields a per-head sigmoid gate, interleaved with q per head
+};
+
+struct DeltaNetPlan {
+    int64_t k_heads = 0, v_heads = 0, k_dim = 0, v_dim = 0, conv_kernel = 0;
+    DeltaProjection projection = DeltaProjection::kSplit;
+    // Epsilon of the q/k L2 norm: transformers adds 1e-6 to Σx²; mlx-lm computes the same norm as a
+    // scaled RMS norm whose epsilon on Σx² is dk·1e-6. They differ only when Σx² is tiny — exactly
+    // the case of tiny test models — so each checkpoint layout follows its own reference.
+    float l2_eps = 1e-6f;
+    float norm_eps = 1e-6f;  // the gated output RMS norm
+    int64_t key_dim() const { return k_heads * k_dim; }
+    int64_t value_dim() const { return v_heads * v_dim; }
+    int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
+};
+
+struct MoePlan {
+    RouterKind router = RouterKind::kSoftmaxTopK;
+    int64_t experts = 0, top_k = 0, expert_ffn = 0;
+    bool renormalize = false;  // divide the k picked probabilities by their sum
+    bool shared_expert = false;
+    bool shared_gate = false;  // the shared expert's output scaled by σ(shared_expert_gate · x)
+};
+
+struct LayerPlan {
+    MixerKind mixer = MixerKind::kAttention;
+    AttentionPlan attention;  // when mixer == kAttention
+    DeltaNetPlan deltanet;    // when mixer == kGatedDeltaNet
+    FfnKind ffn = FfnKind::kMoe;
+    MoePlan moe;             // when ffn == kMoe
+    float norm_eps = 1e-6f;  // the layer's two residual RMS norms
+};
+
+struct ModelPlan {
+    int64_t hidden = 0, vocab = 0;
+    float final_norm_eps = 1e-6f;
+    std::vector<LayerPlan> layers;
+};
+
+ModelPlan make_plan(const ModelConfig& config, CheckpointLayout layout);
+
+}  // namespace sluice::model
