@@ -16,7 +16,9 @@
 #   disk35 / disk80        --gpu-memory 4G --memory 8G: experts streamed from disk
 #   rm35 / rm80            delete a synthetic model (the disk holds one of them at a time)
 #   useb                   the steps after it run the binaries of .devcarry/b (carried beside .devcarry/c for
-#                          an A/B comparison); host35pdl0: host35 without programmatic dependent launch
+#                          an A/B comparison; only bin/sluice is needed there), their results named b_*;
+#                          usea goes back to .devcarry/c (results a2_*); host35pdl0: host35 without
+#                          programmatic dependent launch
 #   ncu35                  per-kernel GPU time of a short decode (ncu); prof35: the in-graph timeline (nsys,
 #                          when installed) and ncu's full sections for one layer; prof35mv: ncu's full sections
 #                          for one layer's products; sass: the products' SASS (sm_90)
@@ -36,8 +38,8 @@ SHARED=${SHARED:-$PWD/.devcarry/model-configs}
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader | tee "$RES/machine.txt"
 nproc >>"$RES/machine.txt"
 
-step() {  # name, seconds, command...
-    local name=$1 limit=$2
+step() {  # name, seconds, command... (after `useb`, names get the prefix b_)
+    local name=${TAG:-}$1 limit=$2
     shift 2
     echo "== $name ($(date +%T)): $*"
     timeout "$limit" "$@" >"$RES/$name.txt" 2>&1
@@ -51,7 +53,7 @@ bench() {  # name, seconds, model, flags...
     shift 3
     sync
     echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
-    step "$name" "$limit" "$B/sluice" bench "$model" --device cuda --json "$RES/$name.json" "$@"
+    step "$name" "$limit" "$B/sluice" bench "$model" --device cuda --json "$RES/${TAG:-}$name.json" "$@"
 }
 
 for s in "$@"; do
@@ -129,6 +131,13 @@ for s in "$@"; do
         mkdir -p /tmp/slb && tar xJf .devcarry/b/carry.tar.xz -C /tmp/slb
         export LD_LIBRARY_PATH=/tmp/slb/lib
         B=/tmp/slb/bin
+        TAG=b_
+        ;;
+    usea)
+        # Back to the binaries of .devcarry/c (for an A/B/A order).
+        export LD_LIBRARY_PATH=/tmp/sl/lib
+        B=/tmp/sl/bin
+        TAG=a2_
         ;;
     host35pdl0)
         SLUICE_CUDA_PDL=0 bench host35pdl0 240 /tmp/m35 --gpu-memory 4G --memory 60G --prompt-tokens 512 \

@@ -129,6 +129,16 @@ class Session {
     Expected<std::vector<float>> evaluate(std::span<const int32_t> tokens, bool all_logits,
                                           int64_t chunk_tokens = 256);
 
+    // Marks the current position as one the session can return to: keeps a snapshot of the
+    // recurrent (DeltaNet) state here, on the device where the forward runs there. Attention-only
+    // models can return to any position without one. A driver that evaluates proposed tokens
+    // (speculative decoding) calls this before them and truncate() after rejecting some.
+    Status checkpoint();
+    // Goes back to at most `position` tokens: exactly there when the model is attention-only or a
+    // checkpoint is there, else to the latest checkpoint before it (0 when there is none). Returns
+    // the new position; tokens() is cut to it.
+    Expected<int64_t> truncate(int64_t position);
+
     // Makes the session's context equal `prompt` (reusing the longest shared prefix, see above),
     // then samples up to max_tokens, stopping at an EOS id (unless ignore_eos), a stop string, the
     // callback returning false, or cancel(). The generated tokens stay in the session (a following

@@ -84,6 +84,17 @@ Expected<runtime::SequenceState*> Session::Impl::sequence() {
     return seq.get();
 }
 
+Status Session::checkpoint() {
+    std::lock_guard<std::mutex> lock(impl_->engine->impl_->compute_mutex);
+    SLUICE_ASSIGN_OR_RETURN(runtime::SequenceState * seq, impl_->sequence());
+    return seq->snapshot();
+}
+
+Expected<int64_t> Session::truncate(int64_t position) {
+    if (position < 0) return error(ErrorCode::kInvalidArgument, "[session] truncate to a negative position");
+    return impl_->rewind_to(position);
+}
+
 Expected<std::vector<float>> Session::evaluate(std::span<const int32_t> tokens, bool all_logits,
                                                int64_t chunk_tokens) {
     std::vector<float> logits;

@@ -242,5 +242,52 @@ TEST(Session, StreamedTextIsValidUtf8AndEqualsTheDecodedOutput) {
     EXPECT_EQ(streamed, tok->decode(r->tokens));
 }
 
+// The driver interface of speculative decoding: checkpoint, evaluate proposed tokens with all their
+// logits, accept some, truncate, continue — equal to a session that only ever saw the accepted
+// tokens. On a DeltaNet model truncate lands on the checkpoint (the recurrent state exists only
+// there) and the accepted tokens are fed again; on an attention-only model it lands exactly.
+TEST(Session, CheckpointEvaluateTruncateMatchesASessionWithoutTheRejectedTokens) {
+    for (const std::string& dir : {tiny_next(), testing::test_data_dir() + "/goldens/qwen3_moe_hf_bf16"}) {
+        auto engine = load(dir, 256);
+        ASSERT_TRUE(engine);
+        const bool recurrent = dir == tiny_next();
+        std::vector<int32_t> prompt, draft = {41, 42, 43, 44}, next = {7, 8};
+        for (int32_t i = 0; i < 10; ++i) prompt.push_back(100 + 13 * i);
+        auto s = engine->new_session();
+        ASSERT_TRUE(s->evaluate(prompt, false).has_value());
+        ASSERT_TRUE(s->checkpoint().is_ok());
+        auto rows = s->evaluate(draft, true);
+        ASSERT_TRUE(rows.has_value());
+        EXPECT_EQ(rows->size(), draft.size() * static_cast<size_t>(engine->info().vocab_size));
+        // Accept the first two draft tokens.
+        auto back = s->truncate(12);
+        ASSERT_TRUE(back.has_value()) << back.status().message();
+        EXPECT_EQ(*back, recurrent ? 10 : 12) << dir;
+        EXPECT_EQ(s->position(), *back);
+        EXPECT_EQ(static_cast<int64_t>(s->tokens().size()), *back);
+        std::vector<int32_t> refeed(draft.begin() + (*back - 10), draft.begin() + 2);
+        refeed.insert(refeed.end(), next.begin(), next.end());
+        auto got = s->evaluate(refeed, true);
+        ASSERT_TRUE(got.has_value());
+
+        auto fresh = engine->new_session();
+        ASSERT_TRUE(fresh->evaluate(prompt, false).has_value());
+        if (!recurrent)
+            ASSERT_TRUE(fresh->evaluate(std::span<const int32_t>(draft.data(), 2), false).has_value());
+        auto want = fresh->evaluate(refeed, true);
+        ASSERT_TRUE(want.has_value());
+        ASSERT_EQ(got->size(), want->size());
+        if (recurrent) {
+            EXPECT_EQ(*got, *want) << dir;  // the same chunks: bit for bit
+        } else {
+            // The accepted tokens' KV came from a 4-token chunk here and a 2-token one there.
+            float diff = 0;
+            for (size_t i = 0; i < got->size(); ++i) diff = std::max(diff, std::fabs((*got)[i] - (*want)[i]));
+            EXPECT_LT(diff, 1e-4f) << dir;
+        }
+        EXPECT_FALSE(s->truncate(-1).has_value());
+    }
+}
+
 }  // namespace
 }  // namespace sluice
