@@ -970,7 +970,6 @@ bool CudaBackend::fused_shared(const DevLayer& L, int64_t n) const {
 // Decode runs the router with the shared expert's input projections in one launch whose last block
 // runs the top-k (unless SLUICE_CUDA_UNFUSED).
 void CudaBackend::moe_route(const DevLayer& L, int64_t n, const cuda::NormIn* in_norm) {
-    const model::ModelConfig& c = model_->config();
     if (n == 1) {
         cuda::MatvecMulti m;
         m.add(L.router, d_.router);

@@ -272,8 +272,9 @@ TEST(Session, CheckpointEvaluateTruncateMatchesASessionWithoutTheRejectedTokens)
 
         auto fresh = engine->new_session();
         ASSERT_TRUE(fresh->evaluate(prompt, false).has_value());
-        if (!recurrent)
+        if (!recurrent) {
             ASSERT_TRUE(fresh->evaluate(std::span<const int32_t>(draft.data(), 2), false).has_value());
+        }
         auto want = fresh->evaluate(refeed, true);
         ASSERT_TRUE(want.has_value());
         ASSERT_EQ(got->size(), want->size());
