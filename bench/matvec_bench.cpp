@@ -187,8 +187,8 @@ void BM_DeltaRecurrentDecode(benchmark::State& state) {
         for (int64_t l = 0; l < kLayers; ++l) {
             float* in = (parity ? b : a)[static_cast<size_t>(l)].data();
             float* to = out_of_place ? (parity ? a : b)[static_cast<size_t>(l)].data() : in;
-            gated_delta_recurrent(q.data(), k.data(), v.data(), beta.data(), g.data(), 1, nk, nv, dk, dv, in, to,
-                                  out.data(), &pool());
+            gated_delta_recurrent(q.data(), k.data(), v.data(), beta.data(), g.data(), 1, nk, nv, dk, dv, in,
+                                  to, out.data(), &pool());
         }
         if (out_of_place) parity ^= 1;
         benchmark::DoNotOptimize(out.data());
@@ -196,6 +196,11 @@ void BM_DeltaRecurrentDecode(benchmark::State& state) {
     state.counters["state_MB"] = static_cast<double>(kLayers * nv * dk * dv * 4) / 1e6;
     state.SetLabel(out_of_place ? "out of place" : "in place");
 }
-BENCHMARK(BM_DeltaRecurrentDecode)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+BENCHMARK(BM_DeltaRecurrentDecode)
+    ->Arg(0)
+    ->Arg(1)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(1.0);
 
 BENCHMARK_MAIN();
