@@ -82,7 +82,7 @@ struct MoeWeights {
 struct LayerWeights {
     std::vector<float> input_norm;  // [H], +1 folded where the family needs it
     std::vector<float> post_norm;   // [H]
-    AttentionWeights attn;  // which of attn / linear, moe_w / dense_mlp is bound: model/plan.h
+    AttentionWeights attn;          // which of attn / linear, moe_w / dense_mlp is bound: model/plan.h
     DeltaNetWeights linear;
     MoeWeights moe_w;
     ExpertWeights dense_mlp;  // non-MoE layers (Qwen3-MoE mlp_only_layers)
