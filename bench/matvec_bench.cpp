@@ -173,9 +173,9 @@ BENCHMARK(BM_MemoryReadBandwidth)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark
 }  // namespace
 
 // One decode token's DeltaNet recurrence over 36 layers of Qwen3-Next-80B state (32 value heads of
-// 128 × 128 f32: 72 MB, far beyond the LLC): in place (arg 0), as before the state was kept twice,
-// against out of place (arg 1), as the forward runs now (read the committed copy, write the other,
-// swap), to price failure atomicity in state traffic.
+// 128 × 128 f32: 72 MB, far beyond the LLC): in place (arg 0), as the CPU forward runs over resident
+// experts, against out of place (arg 1: read the committed copy, write the other, swap), as it runs
+// when the expert source can fail part-way (streamed models), to price failure atomicity.
 void BM_DeltaRecurrentDecode(benchmark::State& state) {
     constexpr int64_t kLayers = 36, nk = 16, nv = 32, dk = 128, dv = 128;
     const bool out_of_place = state.range(0) != 0;

@@ -26,6 +26,10 @@ class ExpertSource {
     // A hint: these experts of `layer` will be acquired soon.
     virtual void prefetch(int64_t /*layer*/, std::span<const int32_t> /*ids*/) {}
     virtual bool wants_prefetch() const { return false; }
+    // Whether acquire() can fail (a read from disk can; a lookup in a mapped checkpoint cannot). A
+    // forward over a source that cannot fail needs no protection against failing part-way, so the
+    // CPU runs its DeltaNet state in place there (model.h, ModelState).
+    virtual bool can_fail() const { return true; }
     virtual int64_t max_pinned() const = 0;
     // Acquires expert `id` of `layer` only if it is already in memory (never waits for a read);
     // false otherwise. A true answer is ended by release() like acquire().
@@ -47,6 +51,7 @@ class ResidentExperts final : public ExpertSource {
         return Status::ok();
     }
     void release(int64_t, std::span<const int32_t>) override {}
+    bool can_fail() const override { return false; }
     int64_t max_pinned() const override { return INT64_MAX; }
 
  private:

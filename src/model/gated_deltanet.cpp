@@ -27,7 +27,7 @@ void l2_normalize(const float* x, int64_t n, float scale, float eps, float* y) {
 }  // namespace
 
 void Model::deltanet_layer(const DeltaNetPlan& P, const LayerWeights& lw, ModelState::Layer& st, int64_t n,
-                           Workspace& ws, ThreadPool* pool) const {
+                           bool out_of_place, Workspace& ws, ThreadPool* pool) const {
     const DeltaNetWeights& d = lw.linear;
     const int64_t nk = P.k_heads, nv = P.v_heads, dk = P.k_dim, dv = P.v_dim;
     const int64_t r = nv / nk, kd = nk * dk, vd = nv * dv, cd = P.conv_dim();
@@ -69,8 +69,11 @@ void Model::deltanet_layer(const DeltaNetPlan& P, const LayerWeights& lw, ModelS
     }
 
     float* uc = grow(ws.conv_out, n * cd);  // [n, cd] after conv + SiLU
-    // The new state goes to the *_next buffers: the committed one stays until the forward succeeds.
-    kernels::conv1d_silu(u, n, cd, P.conv_kernel, d.conv.data(), st.conv.data(), st.conv_next.data(), uc);
+    // Out of place, the new state goes to the *_next buffers and the committed one stays until the
+    // forward succeeds (model.h, ModelState).
+    float* conv_state_out = out_of_place ? st.conv_next.data() : st.conv.data();
+    float* state_out = out_of_place ? st.recurrent_next.data() : st.recurrent.data();
+    kernels::conv1d_silu(u, n, cd, P.conv_kernel, d.conv.data(), st.conv.data(), conv_state_out, uc);
 
     float* q = grow(ws.q, n * kd);  // [n, nk, dk] normalised and scaled
     float* k = grow(ws.k, n * kd);  // [n, nk, dk] normalised
@@ -92,11 +95,11 @@ void Model::deltanet_layer(const DeltaNetPlan& P, const LayerWeights& lw, ModelS
 
     float* o = grow(ws.attn, n * vd);  // [n, nv, dv]
     if (n == 1) {
-        kernels::gated_delta_recurrent(q, k, v, b, a, n, nk, nv, dk, dv, st.recurrent.data(),
-                                       st.recurrent_next.data(), o, pool);
+        kernels::gated_delta_recurrent(q, k, v, b, a, n, nk, nv, dk, dv, st.recurrent.data(), state_out, o,
+                                       pool);
     } else {
-        kernels::gated_delta_chunked(q, k, v, b, a, n, nk, nv, dk, dv, st.recurrent.data(),
-                                     st.recurrent_next.data(), o, pool);
+        kernels::gated_delta_chunked(q, k, v, b, a, n, nk, nv, dk, dv, st.recurrent.data(), state_out, o,
+                                     pool);
     }
 
     float* y = grow(ws.y, n * vd);  // [n, nv, dv]

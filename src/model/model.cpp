@@ -19,10 +19,12 @@ void ModelState::reset() {
     }
 }
 
-void ModelState::commit(int64_t n) {
-    for (auto& l : layers) {
-        l.conv.swap(l.conv_next);
-        l.recurrent.swap(l.recurrent_next);
+void ModelState::commit(int64_t n, bool out_of_place) {
+    if (out_of_place) {
+        for (auto& l : layers) {
+            l.conv.swap(l.conv_next);
+            l.recurrent.swap(l.recurrent_next);
+        }
     }
     n_past += n;
 }
@@ -117,6 +119,8 @@ Status Model::forward(ModelState& state, std::span<const int32_t> tokens, float*
     if (capture_layers != nullptr) capture_layers->clear();
 
     const int64_t pos0 = state.n_past;
+    // Out of place only when the forward can fail part-way (model.h, ModelState).
+    const bool out_of_place = experts_->can_fail();
     for (int64_t l = 0; l < c.n_layers; ++l) {
         const LayerPlan& P = plan_.layers[static_cast<size_t>(l)];
         const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
@@ -128,7 +132,9 @@ Status Model::forward(ModelState& state, std::span<const int32_t> tokens, float*
             kernels::rms_norm(x + t * H, lw.input_norm.data(), H, P.norm_eps, norm + t * H);
         switch (P.mixer) {
             case MixerKind::kAttention: attention_layer(P.attention, lw, st, pos0, n, ws, pool); break;
-            case MixerKind::kGatedDeltaNet: deltanet_layer(P.deltanet, lw, st, n, ws, pool); break;
+            case MixerKind::kGatedDeltaNet:
+                deltanet_layer(P.deltanet, lw, st, n, out_of_place, ws, pool);
+                break;
         }
         for (int64_t i = 0; i < n * H; ++i) x[i] += mix[i];
         predict_next_experts(l, x, n, ws, pool);
@@ -146,7 +152,7 @@ Status Model::forward(ModelState& state, std::span<const int32_t> tokens, float*
 
         if (capture_layers != nullptr) capture_layers->emplace_back(x, x + n * H);
     }
-    state.commit(n);
+    state.commit(n, out_of_place);
 
     // Final norm and lm_head: every position (logits tool, perplexity) or only the last (generation).
     const int64_t first = all_logits ? 0 : n - 1;

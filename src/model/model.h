@@ -36,11 +36,14 @@ namespace sluice::model {
 // One sequence's state on the host (the CPU backend's; model/state_layout.h sizes it). Positions
 // 0..n_past-1 have been processed.
 //
-// Failure atomicity: a forward reads the committed DeltaNet state (conv, recurrent) and writes the
-// new one into conv_next / recurrent_next; only when every layer has run does it swap them in and
-// advance n_past. Attention KV rows are written at positions >= n_past, which nothing reads until
-// n_past moves past them. So a forward that fails part-way (an expert read error) leaves the state
-// exactly as it was.
+// Failure atomicity: when the expert source can fail (a streamed model's disk reads), a forward
+// reads the committed DeltaNet state (conv, recurrent) and writes the new one into conv_next /
+// recurrent_next; only when every layer has run does it swap them in and advance n_past. Attention
+// KV rows are written at positions >= n_past, which nothing reads until n_past moves past them. So a
+// forward that fails part-way (an expert read error) leaves the state exactly as it was. With
+// resident experts nothing can fail once the first layer has started, and the state is updated in
+// place: out of place costs the CPU one more pass over the state per token (each line of the other
+// buffer is read before it is written), 6.0 → 10.6 ms per 80B token (BM_DeltaRecurrentDecode).
 struct ModelState {
     int64_t n_past = 0;
     int64_t max_positions = 0;  // KV capacity in tokens
@@ -55,8 +58,9 @@ struct ModelState {
 
     // Forgets everything (position 0, zero state) without freeing memory.
     void reset();
-    // The forward's end: the written DeltaNet state becomes the committed one, n_past += n.
-    void commit(int64_t n);
+    // The forward's end: n_past += n, and after an out-of-place forward the written DeltaNet state
+    // becomes the committed one.
+    void commit(int64_t n, bool out_of_place);
     uint64_t bytes() const;
 };
 
@@ -146,7 +150,7 @@ class Model {
     void attention_layer(const AttentionPlan& plan, const LayerWeights& lw, ModelState::Layer& st,
                          int64_t pos0, int64_t n, Workspace& ws, ThreadPool* pool) const;
     void deltanet_layer(const DeltaNetPlan& plan, const LayerWeights& lw, ModelState::Layer& st, int64_t n,
-                        Workspace& ws, ThreadPool* pool) const;
+                        bool out_of_place, Workspace& ws, ThreadPool* pool) const;
     void moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t layer, int64_t n, Workspace& ws,
                    ThreadPool* pool) const;
     void predict_next_experts(int64_t layer, const float* x, int64_t n, Workspace& ws,
