@@ -187,9 +187,13 @@ class DeviceState final : public SequenceState {
             if (graph[p] != nullptr) cudaGraphExecDestroy(graph[p]);
         }
         if (block != nullptr) cudaFree(block);
+        if (host_block != nullptr) cudaFreeHost(host_block);
     }
 
     char* block = nullptr;
+    // The snapshot slots when they live in page-locked host memory (tiered experts: VRAM is the
+    // expert cache's; see CudaBackend::host_snapshots_), else null and the slots are in `block`.
+    char* host_block = nullptr;
     float* attn_split = nullptr;  // split decode attention partials (part of block)
     // Per layer (null where the layer has none): KV, and the recurrent buffers of each parity.
     std::vector<float*> k, v;
@@ -230,13 +234,13 @@ class DeviceState final : public SequenceState {
     Status read_rows(int slot, int64_t layer, int b, int64_t row0, int64_t rows, void* dst) const override {
         const uint64_t row = row_bytes(layer, b);
         return cuda_status(cudaMemcpy(dst, reinterpret_cast<const char*>(buffer(slot, layer, b)) + row0 * row,
-                                      rows * row, cudaMemcpyDeviceToHost),
+                                      rows * row, cudaMemcpyDefault),
                            "downloading session state");
     }
     Status write_rows(int slot, int64_t layer, int b, int64_t row0, int64_t rows, const void* src) override {
         const uint64_t row = row_bytes(layer, b);
         return cuda_status(cudaMemcpy(reinterpret_cast<char*>(buffer(slot, layer, b)) + row0 * row, src,
-                                      rows * row, cudaMemcpyHostToDevice),
+                                      rows * row, cudaMemcpyDefault),
                            "uploading session state");
     }
     Status copy_recurrent(int from, int to) override {
@@ -244,9 +248,10 @@ class DeviceState final : public SequenceState {
             if (k[l] != nullptr) continue;
             for (int b : {model::kConvBuffer, model::kRecurrentBuffer}) {
                 const auto li = static_cast<int64_t>(l);
+                // Device to device, or to / from page-locked host slots.
                 SLUICE_RETURN_IF_ERROR(
                     cuda_status(cudaMemcpyAsync(buffer(to, li, b), buffer(from, li, b), row_bytes(li, b),
-                                                cudaMemcpyDeviceToDevice, stream_),
+                                                cudaMemcpyDefault, stream_),
                                 "copying a state snapshot"));
             }
         }
@@ -312,7 +317,8 @@ class CudaBackend final : public Backend {
     Status put_bytes(void* dst, const void* src, uint64_t bytes);
 
     // State and scratch.
-    // Device bytes of one sequence (state_layout sizes, alignment, the split-attention partials).
+    // Device bytes of one sequence (state_layout sizes, alignment, the split-attention partials);
+    // without the snapshot slots when they live on the host (host_snapshots_).
     uint64_t state_bytes(int64_t max_positions, int max_snapshots) const;
     // The scratch buffers for n tokens with logit_rows rows of logits: placed into d_ (plan only
     // lists them), and their total size.
@@ -370,6 +376,11 @@ class CudaBackend final : public Backend {
     // MoE launches take their code-word instances.
     bool experts_vector_ = false;
     bool tiered_ = false;
+    // Tiered experts: VRAM is the expert cache's, so each sequence's snapshot slots live in
+    // page-locked host memory (a snapshot of the 80B's DeltaNet state is 76 MB: 1.6 ms at 48 GB/s,
+    // once per turn boundary); on the device they took 224 of 1256 expert slots of the 80B under a
+    // 4 GB budget and 3.6% of its decode speed (bench/results/cuda/README.md, session 6).
+    bool host_snapshots_ = false;
     std::unique_ptr<cuda::ExpertTier> tier_;
     void* registered_ = nullptr;  // page-locked host expert cache (cudaHostRegister)
     bool prefetch_ = true;
@@ -546,10 +557,11 @@ Status CudaBackend::upload_weights(Arena& arena) {
 uint64_t CudaBackend::state_bytes(int64_t max_positions, int max_snapshots) const {
     const model::ModelConfig& c = model_->config();
     const model::StateLayout& layout = model_->state_layout();
-    const uint64_t buffers = static_cast<uint64_t>(layout.layers.size()) * 2 * (3 + max_snapshots);
+    const int on_device = host_snapshots_ ? 0 : max_snapshots;
+    const uint64_t buffers = static_cast<uint64_t>(layout.layers.size()) * 2 * (3 + on_device);
     const uint64_t split_floats =
         static_cast<uint64_t>(cuda::attention_split_scratch_floats(c.n_heads, c.head_dim, max_positions));
-    return layout.sequence_bytes(max_positions, max_snapshots) + split_floats * 4 + (buffers + 1) * 256;
+    return layout.sequence_bytes(max_positions, on_device) + split_floats * 4 + (buffers + 1) * 256;
 }
 
 Status CudaBackend::init(const CudaBackendOptions& options) {
@@ -595,13 +607,17 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
     // Scratch for a 512-token prefill chunk, one row of logits; it grows on demand beyond that.
     const uint64_t scratch_estimate = scratch_bytes(512, 1);
     const uint64_t dense = weight_bytes_ - routed_bytes_;
-    const uint64_t fixed = dense + state + scratch_estimate;
     const bool capped = options.expert_cache_bytes > 0 && options.expert_cache_bytes < routed_bytes_;
     tiered_ = routed_bytes_ > 0 && (capped || weight_bytes_ + state + scratch_estimate > budget);
     prefetch_ = options.prefetch;
     int64_t n_slots = 0;
     if (tiered_) {
-        const uint64_t room = capped ? options.expert_cache_bytes : (budget > fixed ? budget - fixed : 0);
+        host_snapshots_ = true;
+        const uint64_t device_state =
+            state_bytes(options.context_tokens, static_cast<int>(kSessionCheckpoints));
+        const uint64_t tiered_fixed = dense + device_state + scratch_estimate;
+        const uint64_t room =
+            capped ? options.expert_cache_bytes : (budget > tiered_fixed ? budget - tiered_fixed : 0);
         n_slots = static_cast<int64_t>(room / expert_slot_bytes_);
         // One layer's routed experts plus the next layer's prefetch must fit at once.
         const int64_t need = 2 * std::max<int64_t>(c.top_k, 1);
@@ -611,8 +627,9 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
                 fmt::format("[cuda] the GPU memory budget of {} leaves {} for routed experts (dense core "
                             "{}, one session's state {}, scratch about {}): {} expert slots of {}, at "
                             "least {} needed; raise --gpu-memory",
-                            human_bytes(budget), human_bytes(room), human_bytes(dense), human_bytes(state),
-                            human_bytes(scratch_estimate), n_slots, human_bytes(expert_slot_bytes_), need));
+                            human_bytes(budget), human_bytes(room), human_bytes(dense),
+                            human_bytes(device_state), human_bytes(scratch_estimate), n_slots,
+                            human_bytes(expert_slot_bytes_), need));
         }
     }
     if (!tiered_ && weight_bytes_ + state + scratch_estimate > budget) {
@@ -796,6 +813,20 @@ Expected<std::unique_ptr<SequenceState>> CudaBackend::new_sequence(int64_t max_p
         4);
     ds->snap_conv.resize(static_cast<size_t>(slots));
     ds->snap_recurrent.resize(static_cast<size_t>(slots));
+    uint64_t host_at = 0, host_bytes = 0;
+    if (host_snapshots_ && slots > 0) {
+        host_bytes =
+            (layout.recurrent_bytes() + layout.layers.size() * 2 * 256) * static_cast<uint64_t>(slots);
+        SLUICE_CUDA_TRY(
+            cudaMallocHost(&ds->host_block, host_bytes),
+            fmt::format("allocating {} of page-locked state snapshots", human_bytes(host_bytes)).c_str());
+    }
+    auto take_snapshot = [&](uint64_t n) {
+        if (ds->host_block == nullptr) return take(n);
+        float* p = reinterpret_cast<float*>(ds->host_block + host_at);
+        host_at += (n + 255) / 256 * 256;
+        return p;
+    };
     for (const model::LayerStateLayout& l : layout.layers) {
         const auto& b = l.buffers;
         const bool kv = b[0].per_position;
@@ -806,13 +837,13 @@ Expected<std::unique_ptr<SequenceState>> CudaBackend::new_sequence(int64_t max_p
             ds->recurrent[p].push_back(kv ? nullptr : take(b[model::kRecurrentBuffer].bytes(0)));
         }
         for (int s = 0; s < slots; ++s) {
-            ds->snap_conv[static_cast<size_t>(s)].push_back(kv ? nullptr
-                                                               : take(b[model::kConvBuffer].bytes(0)));
+            ds->snap_conv[static_cast<size_t>(s)].push_back(
+                kv ? nullptr : take_snapshot(b[model::kConvBuffer].bytes(0)));
             ds->snap_recurrent[static_cast<size_t>(s)].push_back(
-                kv ? nullptr : take(b[model::kRecurrentBuffer].bytes(0)));
+                kv ? nullptr : take_snapshot(b[model::kRecurrentBuffer].bytes(0)));
         }
     }
-    SLUICE_ASSERT(at <= bytes);
+    SLUICE_ASSERT(at <= bytes && host_at <= host_bytes);
     SLUICE_CUDA_TRY(cudaStreamSynchronize(stream_), "zeroing session state");
     return std::unique_ptr<SequenceState>(std::move(ds));
 }
