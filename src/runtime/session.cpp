@@ -10,6 +10,7 @@
 #include "runtime/engine_impl.h"
 #include "runtime/memory_plan.h"
 #include "runtime/sampler.h"
+#include "sluice/text_stream.h"
 #include "sluice/tokenizer.h"
 
 namespace sluice {
@@ -22,20 +23,6 @@ double ms_since(Clock::time_point t0) {
 
 constexpr size_t kMaxCheckpoints = runtime::kSessionCheckpoints;
 
-// Length of the longest suffix of `text` that is a proper prefix of one of `stops`: text that
-// must be held back because the next token could complete a stop string.
-size_t held_back_bytes(const std::string& text, const std::vector<std::string>& stops) {
-    size_t hold = 0;
-    for (const auto& s : stops) {
-        for (size_t k = std::min(text.size(), s.size() - 1); k > hold; --k) {
-            if (text.compare(text.size() - k, k, s, 0, k) == 0) {
-                hold = k;
-                break;
-            }
-        }
-    }
-    return hold;
-}
 }  // namespace
 
 const char* finish_reason_name(FinishReason reason) {
@@ -199,9 +186,8 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
     GenerateResult result;
     runtime::Sampler sampler(options.sampling, V,
                              options.allow_special_tokens ? std::vector<int32_t>{} : e.suppressed_ids);
-    std::unique_ptr<IncrementalDetokenizer> detok;
-    if (e.tokenizer) detok = std::make_unique<IncrementalDetokenizer>(e.tokenizer, false);
-    std::string pending;  // decoded text not yet emitted (possible stop-string prefix)
+    std::optional<TextStream> text;  // without a tokenizer the stream is token ids only
+    if (e.tokenizer) text.emplace(e.tokenizer, options.stop);
     const auto decode_start = Clock::now();
     auto decode_t0 = decode_start;
     TokenEvent event;
@@ -223,21 +209,12 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
         result.tokens.push_back(next);
         event.text.clear();
         bool stopped = false;
-        if (detok) {
-            pending += detok->feed(next);
-            for (const auto& stop : options.stop) {
-                const size_t found = stop.empty() ? std::string::npos : pending.find(stop);
-                if (found != std::string::npos) {
-                    event.text = pending.substr(0, found);
-                    result.stop_matched = stop;
-                    stopped = true;
-                    break;
-                }
-            }
-            if (!stopped) {
-                const size_t emit = pending.size() - held_back_bytes(pending, options.stop);
-                event.text = pending.substr(0, emit);
-                pending.erase(0, emit);
+        if (text) {
+            TextStream::Piece piece = text->feed(next);
+            event.text = std::move(piece.text);
+            if (piece.stopped) {
+                stopped = true;
+                result.stop_matched = std::move(piece.stop);
             }
             result.text += event.text;
         }
@@ -258,9 +235,9 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
         SLUICE_RETURN_IF_ERROR(
             s.evaluate_into(std::span<const int32_t>(&next, 1), false, 0, logits, &summary));
     }
-    if (detok && result.finish_reason == FinishReason::kLength) {
+    if (text && result.finish_reason == FinishReason::kLength) {
         // Flush what was held back (an incomplete stop-string prefix or a partial character).
-        std::string tail = pending + detok->flush();
+        std::string tail = text->flush();
         if (!tail.empty()) {
             result.text += tail;
             TokenEvent flush_event;
