@@ -17,6 +17,7 @@
 #include "io/mapped_file.h"
 #include "kernels/kernels.h"
 #include "model/config.h"
+#include "model/tensor_map.h"
 
 namespace sluice::experts {
 
@@ -166,29 +167,30 @@ Expected<PackResult> synth_model(const SynthOptions& o) {
     fs::create_directories(fs::path(o.out_dir) / "experts", ec);
     if (ec) return error(ErrorCode::kIo, "[synth] cannot create '" + o.out_dir + "': " + ec.message());
 
-    const std::string prefix = cfg.family == model::Family::kQwen35Moe ? "model.language_model." : "model.";
+    using Names = model::TensorNames;
+    const Names names = model::tensor_names_for(cfg);
     const int64_t H = cfg.hidden, V = cfg.vocab;
     Builder b{cfg, o.bits, o.group_size, o.seed, {}, {}};
-    b.linear(prefix + "embed_tokens", V, H, o.bits);
-    b.vector(prefix + "norm.weight", {H}, 1.0f, 0.05f, false);
-    b.linear("lm_head", V, H, o.bits);
+    b.linear(names.embed(), V, H, o.bits);
+    b.vector(names.final_norm(), {H}, 1.0f, 0.05f, false);
+    b.linear(names.lm_head, V, H, o.bits);
     for (int64_t l = 0; l < cfg.n_layers; ++l) {
-        const std::string p = prefix + "layers." + std::to_string(l) + ".";
+        const std::string p = names.layer(l), att = p + Names::kAttention;
         // Norm weights are stored with any zero-centred +1 already folded (MLX convention), so
         // the loader detects the MLX layout from conv1d's [C, K, 1] shape.
-        b.vector(p + "input_layernorm.weight", {H}, 1.0f, 0.05f, false);
-        b.vector(p + "post_attention_layernorm.weight", {H}, 1.0f, 0.05f, false);
+        b.vector(p + Names::kInputNorm, {H}, 1.0f, 0.05f, false);
+        b.vector(p + Names::kPostNorm, {H}, 1.0f, 0.05f, false);
         if (cfg.is_full_attention(l)) {
             const int64_t hd = cfg.head_dim;
-            b.linear(p + "self_attn.q_proj", cfg.n_heads * hd * (cfg.attn_output_gate ? 2 : 1), H, o.bits);
-            b.linear(p + "self_attn.k_proj", cfg.n_kv_heads * hd, H, o.bits);
-            b.linear(p + "self_attn.v_proj", cfg.n_kv_heads * hd, H, o.bits);
-            b.linear(p + "self_attn.o_proj", H, cfg.n_heads * hd, o.bits);
-            b.vector(p + "self_attn.q_norm.weight", {hd}, 1.0f, 0.05f, false);
-            b.vector(p + "self_attn.k_norm.weight", {hd}, 1.0f, 0.05f, false);
+            b.linear(att + "q_proj", cfg.n_heads * hd * (cfg.attn_output_gate ? 2 : 1), H, o.bits);
+            b.linear(att + "k_proj", cfg.n_kv_heads * hd, H, o.bits);
+            b.linear(att + "v_proj", cfg.n_kv_heads * hd, H, o.bits);
+            b.linear(att + "o_proj", H, cfg.n_heads * hd, o.bits);
+            b.vector(att + "q_norm.weight", {hd}, 1.0f, 0.05f, false);
+            b.vector(att + "k_norm.weight", {hd}, 1.0f, 0.05f, false);
         } else {
             const int64_t kd = cfg.linear_key_dim(), vd = cfg.linear_value_dim(), nv = cfg.linear_v_heads;
-            const std::string q = p + "linear_attn.";
+            const std::string q = p + Names::kDeltaNet;
             if (cfg.split_linear_projections) {
                 b.linear(q + "in_proj_qkv", 2 * kd + vd, H, o.bits);
                 b.linear(q + "in_proj_z", vd, H, o.bits);
@@ -205,17 +207,18 @@ Expected<PackResult> synth_model(const SynthOptions& o) {
             b.linear(q + "out_proj", H, vd, o.bits);
         }
         if (!cfg.is_moe_layer(l)) {
-            b.linear(p + "mlp.gate_proj", cfg.dense_ffn, H, o.bits);
-            b.linear(p + "mlp.up_proj", cfg.dense_ffn, H, o.bits);
-            b.linear(p + "mlp.down_proj", H, cfg.dense_ffn, o.bits);
+            b.linear(p + Names::kDenseMlp + "gate_proj", cfg.dense_ffn, H, o.bits);
+            b.linear(p + Names::kDenseMlp + "up_proj", cfg.dense_ffn, H, o.bits);
+            b.linear(p + Names::kDenseMlp + "down_proj", H, cfg.dense_ffn, o.bits);
             continue;
         }
-        b.linear(p + "mlp.gate", cfg.n_experts, H, 8);
+        b.linear(p + Names::kRouter, cfg.n_experts, H, Names::module_bits(p + Names::kRouter, o.bits));
         if (cfg.shared_expert_ffn > 0) {
-            b.linear(p + "mlp.shared_expert.gate_proj", cfg.shared_expert_ffn, H, o.bits);
-            b.linear(p + "mlp.shared_expert.up_proj", cfg.shared_expert_ffn, H, o.bits);
-            b.linear(p + "mlp.shared_expert.down_proj", H, cfg.shared_expert_ffn, o.bits);
-            b.linear(p + "mlp.shared_expert_gate", 1, H, 8);
+            b.linear(p + Names::kSharedExpert + "gate_proj", cfg.shared_expert_ffn, H, o.bits);
+            b.linear(p + Names::kSharedExpert + "up_proj", cfg.shared_expert_ffn, H, o.bits);
+            b.linear(p + Names::kSharedExpert + "down_proj", H, cfg.shared_expert_ffn, o.bits);
+            b.linear(p + Names::kSharedExpertGate, 1, H,
+                     Names::module_bits(p + Names::kSharedExpertGate, o.bits));
         }
     }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "model/tensor_map.h"
 
 namespace sluice::model {
 
@@ -17,12 +18,6 @@ const char* layout_name(CheckpointLayout layout) {
 }
 
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& shape) {
-    std::string s = "[";
-    for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-    return s + "]";
-}
 
 Status mismatch(const std::string& name, const std::string& expected, const TensorInfo& t) {
     return error(ErrorCode::kInvalidArgument, "[weights] tensor '" + name + "': expected " + expected +
@@ -44,99 +39,37 @@ class Binder {
     }
 
     // A (possibly stacked) linear at module path `path`: `count` matrices of [rows, cols]
-    // (count 0 = a plain 2-D tensor). Returns one view per matrix.
+    // (count 0 = a plain 2-D tensor), found and checked by the tensor map. One view per matrix.
     Expected<std::vector<WeightView>> linear_stack(const std::string& path, int64_t count, int64_t rows,
                                                    int64_t cols,
                                                    const std::string& weight_suffix = ".weight") {
-        const std::string wname = path + weight_suffix;
-        SLUICE_ASSIGN_OR_RETURN(const TensorInfo* w, require(wname));
-        std::vector<int64_t> lead;
-        if (count > 0) lead.push_back(count);
-        const int64_t n = count > 0 ? count : 1;
-        std::vector<WeightView> views(static_cast<size_t>(n));
-
-        const TensorInfo* scales = find(path + ".scales");
-        if (scales == nullptr) {
-            WeightType type;
-            switch (w->dtype) {
-                case DType::kF32: type = WeightType::kF32; break;
-                case DType::kF16: type = WeightType::kF16; break;
-                case DType::kBF16: type = WeightType::kBF16; break;
-                default:
-                    return mismatch(wname, "F32, F16 or BF16 " + shape_str(with(lead, {rows, cols})), *w);
-            }
-            if (w->shape != with(lead, {rows, cols}))
-                return mismatch(
-                    wname,
-                    std::string(format::dtype_name(w->dtype)) + " " + shape_str(with(lead, {rows, cols})),
-                    *w);
-            const size_t stride = static_cast<size_t>(rows * cols) * format::dtype_size(w->dtype);
-            for (int64_t e = 0; e < n; ++e) {
-                WeightView& v = views[static_cast<size_t>(e)];
-                v.type = type;
-                v.rows = rows;
-                v.cols = cols;
-                v.data = w->data + e * stride;
-            }
-            return views;
-        }
-
-        // MLX affine: bits and group size from the config, cross-checked against the shapes.
-        if (!cfg_.quantization.present) {
-            return error(
-                ErrorCode::kInvalidArgument,
-                "[weights] tensor '" + path + ".scales' exists but config.json has no 'quantization' block");
-        }
-        QuantSpec spec = cfg_.quantization.for_module(path);
-        if (spec.bits == 0) {
-            return error(ErrorCode::kInvalidArgument,
-                         "[weights] module '" + path +
-                             "' is quantized in the checkpoint but unquantized in config.json");
-        }
-        if (cols % spec.group_size != 0 || (cols * spec.bits) % 32 != 0) {
-            return error(ErrorCode::kInvalidArgument,
-                         "[weights] module '" + path + "': input size " + std::to_string(cols) +
-                             " is not a multiple of group size " + std::to_string(spec.group_size));
-        }
-        const int64_t words = cols * spec.bits / 32;
-        const int64_t groups = cols / spec.group_size;
-        const std::string quant_desc =
-            std::to_string(spec.bits) + "-bit group " + std::to_string(spec.group_size);
-        if (w->dtype != DType::kU32 || w->shape != with(lead, {rows, words})) {
-            return mismatch(wname,
-                            "U32 " + shape_str(with(lead, {rows, words})) + " (" + quant_desc + " of " +
-                                shape_str(with(lead, {rows, cols})) + ")",
-                            *w);
-        }
-        SLUICE_ASSIGN_OR_RETURN(const TensorInfo* biases, require(path + ".biases"));
-        for (const TensorInfo* sb : {scales, biases}) {
-            const std::string sname = sb == scales ? path + ".scales" : path + ".biases";
-            if (sb->shape != with(lead, {rows, groups}) ||
-                (sb->dtype != DType::kF32 && sb->dtype != DType::kF16 && sb->dtype != DType::kBF16)) {
-                return mismatch(
-                    sname, "F32/F16/BF16 " + shape_str(with(lead, {rows, groups})) + " (" + quant_desc + ")",
-                    *sb);
-            }
-        }
-        if (scales->dtype != biases->dtype)
-            return mismatch(path + ".biases", format::dtype_name(scales->dtype), *biases);
-        const ScaleType stype = scales->dtype == DType::kF32   ? ScaleType::kF32
-                                : scales->dtype == DType::kF16 ? ScaleType::kF16
-                                                               : ScaleType::kBF16;
-        const size_t wstride = static_cast<size_t>(rows * words) * 4;
-        const size_t sstride = static_cast<size_t>(rows * groups) * format::dtype_size(scales->dtype);
-        for (int64_t e = 0; e < n; ++e) {
-            WeightView& v = views[static_cast<size_t>(e)];
-            v.type = spec.bits == 4 ? WeightType::kQ4 : WeightType::kQ8;
-            v.rows = rows;
-            v.cols = cols;
-            v.data = w->data + e * wstride;
-            v.scales = scales->data + e * sstride;
-            v.biases = biases->data + e * sstride;
-            v.scale_type = stype;
-            v.group_size = spec.group_size;
-        }
+        SLUICE_ASSIGN_OR_RETURN(auto sources,
+                                source_linear(cfg_, ckpt_, path, count, rows, cols, weight_suffix));
+        std::vector<WeightView> views;
+        views.reserve(sources.size());
+        for (const SourceMatrix& m : sources) views.push_back(view_of(m));
         return views;
+    }
+
+    static WeightView view_of(const SourceMatrix& m) {
+        WeightView v;
+        v.rows = m.rows;
+        v.cols = m.cols;
+        v.data = m.w->data + m.offset;
+        if (m.bits == 0) {
+            v.type = m.w->dtype == DType::kF32   ? WeightType::kF32
+                     : m.w->dtype == DType::kF16 ? WeightType::kF16
+                                                 : WeightType::kBF16;
+            return v;
+        }
+        v.type = m.bits == 4 ? WeightType::kQ4 : WeightType::kQ8;
+        v.scales = m.scales->data + m.sb_offset;
+        v.biases = m.biases->data + m.sb_offset;
+        v.scale_type = m.scales->dtype == DType::kF32   ? ScaleType::kF32
+                       : m.scales->dtype == DType::kF16 ? ScaleType::kF16
+                                                        : ScaleType::kBF16;
+        v.group_size = m.group_size;
+        return v;
     }
 
     Expected<WeightView> linear(const std::string& path, int64_t rows, int64_t cols) {
@@ -166,11 +99,6 @@ class Binder {
     }
 
  private:
-    static std::vector<int64_t> with(std::vector<int64_t> lead, std::initializer_list<int64_t> tail) {
-        lead.insert(lead.end(), tail);
-        return lead;
-    }
-
     const ModelConfig& cfg_;
     const format::Checkpoint& ckpt_;
 };
@@ -188,61 +116,18 @@ uint64_t expert_bytes(const ExpertWeights& e) {
     return view_bytes(e.gate) + view_bytes(e.up) + view_bytes(e.down);
 }
 
-// Routed experts in any of the three checkpoint layouts: MLX stacked switch_mlp, the fused
-// Qwen3.5/3.6 gate_up_proj, or one tensor per expert and projection.
-Status bind_routed_experts(Binder& b, const ModelConfig& cfg, const std::string& p, MoeWeights* moe) {
-    MoeWeights& m = *moe;
-    const int64_t E = cfg.n_experts, I = cfg.expert_ffn, H = cfg.hidden;
-    m.experts.resize(static_cast<size_t>(E));
-    if (b.find(p + "mlp.switch_mlp.gate_proj.weight") != nullptr) {
-        // MLX stacked experts: one [E, out, in] tensor per projection.
-        SLUICE_ASSIGN_OR_RETURN(auto g, b.linear_stack(p + "mlp.switch_mlp.gate_proj", E, I, H));
-        SLUICE_ASSIGN_OR_RETURN(auto u, b.linear_stack(p + "mlp.switch_mlp.up_proj", E, I, H));
-        SLUICE_ASSIGN_OR_RETURN(auto dn, b.linear_stack(p + "mlp.switch_mlp.down_proj", E, H, I));
-        for (int64_t e = 0; e < E; ++e) m.experts[e] = {g[e], u[e], dn[e]};
-    } else if (b.find(p + "mlp.experts.gate_up_proj") != nullptr) {
-        // Qwen3.5/3.6 fused: gate_up_proj [E, 2I, H] (gate rows first), down_proj [E, H, I].
-        SLUICE_ASSIGN_OR_RETURN(auto gu, b.linear_stack(p + "mlp.experts.gate_up_proj", E, 2 * I, H, ""));
-        SLUICE_ASSIGN_OR_RETURN(auto dn, b.linear_stack(p + "mlp.experts.down_proj", E, H, I, ""));
-        if (gu[0].quantized()) {
-            return error(ErrorCode::kUnsupported,
-                         "[weights] quantized fused gate_up_proj in '" + p +
-                             "mlp.experts' is not supported (MLX checkpoints use switch_mlp)");
-        }
-        for (int64_t e = 0; e < E; ++e) {
-            ExpertWeights& ex = m.experts[e];
-            ex.gate = gu[e];
-            ex.gate.rows = I;
-            ex.up = gu[e];
-            ex.up.rows = I;
-            ex.up.data = static_cast<const uint8_t*>(gu[e].data) + static_cast<size_t>(I) * gu[e].row_bytes();
-            ex.down = dn[e];
-        }
-    } else {
-        for (int64_t e = 0; e < E; ++e) {
-            const std::string ep = p + "mlp.experts." + std::to_string(e) + ".";
-            ExpertWeights& ex = m.experts[e];
-            SLUICE_ASSIGN_OR_RETURN(ex.gate, b.linear(ep + "gate_proj", I, H));
-            SLUICE_ASSIGN_OR_RETURN(ex.up, b.linear(ep + "up_proj", I, H));
-            SLUICE_ASSIGN_OR_RETURN(ex.down, b.linear(ep + "down_proj", H, I));
-        }
-    }
+// Routed experts in any of the three checkpoint layouts (the tensor map's source_experts).
+Status bind_routed_experts(const ModelConfig& cfg, const format::Checkpoint& ck, const TensorNames& names,
+                           int64_t l, MoeWeights* moe) {
+    SLUICE_ASSIGN_OR_RETURN(auto experts, source_experts(cfg, ck, names, l));
+    moe->experts.resize(experts.size());
+    for (size_t e = 0; e < experts.size(); ++e)
+        moe->experts[e] = {Binder::view_of(experts[e][0]), Binder::view_of(experts[e][1]),
+                           Binder::view_of(experts[e][2])};
     return Status::ok();
 }
 
 }  // namespace
-
-std::string text_model_prefix(const format::Checkpoint& ck, std::string* lm_head_path) {
-    for (const auto& [p, head] : {std::pair<std::string, std::string>{"model.", "lm_head"},
-                                  {"model.language_model.", "lm_head"},
-                                  {"language_model.model.", "language_model.lm_head"}}) {
-        if (ck.find(p + "embed_tokens.weight") != nullptr) {
-            if (lm_head_path) *lm_head_path = head;
-            return p;
-        }
-    }
-    return "";
-}
 
 CheckpointLayout detect_checkpoint_layout(const ModelConfig& cfg, const format::Checkpoint& ck,
                                           const std::string& prefix) {
@@ -250,7 +135,7 @@ CheckpointLayout detect_checkpoint_layout(const ModelConfig& cfg, const format::
     // the norm weights; raw Hugging Face ones store [C, 1, K] (models.md §1.2). Decide once.
     bool mlx_layout = false;
     for (const auto& name : ck.names()) {
-        if (name.find(".switch_mlp.") != std::string::npos) {
+        if (name.find(std::string(".") + TensorNames::kStackedExperts) != std::string::npos) {
             mlx_layout = true;
             break;
         }
@@ -258,7 +143,7 @@ CheckpointLayout detect_checkpoint_layout(const ModelConfig& cfg, const format::
     for (int64_t l = 0; l < cfg.n_layers; ++l) {
         if (cfg.is_full_attention(l)) continue;
         const TensorInfo* conv =
-            ck.find(prefix + "layers." + std::to_string(l) + ".linear_attn.conv1d.weight");
+            ck.find(TensorNames{prefix}.layer(l) + TensorNames::kDeltaNet + "conv1d.weight");
         if (conv != nullptr && conv->shape.size() == 3)
             mlx_layout = conv->shape[2] == 1 && conv->shape[1] != 1;
         break;
@@ -273,22 +158,17 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
     ModelWeights mw;
 
     // Name prefix of the text model, and of lm_head, by which embedding table exists.
-    std::string lm_head_path;
-    const std::string prefix = text_model_prefix(ck, &lm_head_path);
-    if (prefix.empty()) {
-        return error(ErrorCode::kNotFound,
-                     "[weights] no embedding table in " + ck.dir() +
-                         " (looked for model.embed_tokens.weight, model.language_model.embed_tokens.weight, "
-                         "language_model.model.embed_tokens.weight)");
-    }
+    SLUICE_ASSIGN_OR_RETURN(const TensorNames names, find_tensor_names(ck));
+    const std::string& prefix = names.prefix;
+    const std::string& lm_head_path = names.lm_head;
 
     const bool mlx_layout = detect_checkpoint_layout(cfg, ck, prefix) == CheckpointLayout::kMlx;
     mw.layout = mlx_layout ? CheckpointLayout::kMlx : CheckpointLayout::kHuggingFace;
     const float norm_add = cfg.zero_centered_norms() && !mlx_layout ? 1.0f : 0.0f;
 
     const int64_t H = cfg.hidden;
-    SLUICE_ASSIGN_OR_RETURN(mw.embed, b.linear(prefix + "embed_tokens", cfg.vocab, H));
-    SLUICE_ASSIGN_OR_RETURN(mw.final_norm, b.floats(prefix + "norm.weight", H, norm_add));
+    SLUICE_ASSIGN_OR_RETURN(mw.embed, b.linear(names.embed(), cfg.vocab, H));
+    SLUICE_ASSIGN_OR_RETURN(mw.final_norm, b.floats(names.final_norm(), H, norm_add));
     if (b.find(lm_head_path + ".weight") != nullptr) {
         SLUICE_ASSIGN_OR_RETURN(mw.lm_head, b.linear(lm_head_path, cfg.vocab, H));
     } else if (cfg.tie_word_embeddings) {
@@ -302,30 +182,26 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
     mw.layers.resize(static_cast<size_t>(cfg.n_layers));
     for (int64_t l = 0; l < cfg.n_layers; ++l) {
         LayerWeights& lw = mw.layers[static_cast<size_t>(l)];
-        const std::string p = prefix + "layers." + std::to_string(l) + ".";
-        SLUICE_ASSIGN_OR_RETURN(lw.input_norm, b.floats(p + "input_layernorm.weight", H, norm_add));
-        SLUICE_ASSIGN_OR_RETURN(lw.post_norm, b.floats(p + "post_attention_layernorm.weight", H, norm_add));
+        const std::string p = names.layer(l);
+        const std::string att = p + TensorNames::kAttention;
+        SLUICE_ASSIGN_OR_RETURN(lw.input_norm, b.floats(p + TensorNames::kInputNorm, H, norm_add));
+        SLUICE_ASSIGN_OR_RETURN(lw.post_norm, b.floats(p + TensorNames::kPostNorm, H, norm_add));
 
         if (cfg.is_full_attention(l)) {
             AttentionWeights& a = lw.attn;
             const int64_t q_rows = cfg.n_heads * cfg.head_dim * (cfg.attn_output_gate ? 2 : 1);
-            SLUICE_ASSIGN_OR_RETURN(a.q_proj, b.linear(p + "self_attn.q_proj", q_rows, H));
-            SLUICE_ASSIGN_OR_RETURN(a.k_proj,
-                                    b.linear(p + "self_attn.k_proj", cfg.n_kv_heads * cfg.head_dim, H));
-            SLUICE_ASSIGN_OR_RETURN(a.v_proj,
-                                    b.linear(p + "self_attn.v_proj", cfg.n_kv_heads * cfg.head_dim, H));
-            SLUICE_ASSIGN_OR_RETURN(a.o_proj,
-                                    b.linear(p + "self_attn.o_proj", H, cfg.n_heads * cfg.head_dim));
-            SLUICE_ASSIGN_OR_RETURN(a.q_norm,
-                                    b.floats(p + "self_attn.q_norm.weight", cfg.head_dim, norm_add));
-            SLUICE_ASSIGN_OR_RETURN(a.k_norm,
-                                    b.floats(p + "self_attn.k_norm.weight", cfg.head_dim, norm_add));
+            SLUICE_ASSIGN_OR_RETURN(a.q_proj, b.linear(att + "q_proj", q_rows, H));
+            SLUICE_ASSIGN_OR_RETURN(a.k_proj, b.linear(att + "k_proj", cfg.n_kv_heads * cfg.head_dim, H));
+            SLUICE_ASSIGN_OR_RETURN(a.v_proj, b.linear(att + "v_proj", cfg.n_kv_heads * cfg.head_dim, H));
+            SLUICE_ASSIGN_OR_RETURN(a.o_proj, b.linear(att + "o_proj", H, cfg.n_heads * cfg.head_dim));
+            SLUICE_ASSIGN_OR_RETURN(a.q_norm, b.floats(att + "q_norm.weight", cfg.head_dim, norm_add));
+            SLUICE_ASSIGN_OR_RETURN(a.k_norm, b.floats(att + "k_norm.weight", cfg.head_dim, norm_add));
             for (const WeightView* v : {&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj})
                 mw.dense_bytes += view_bytes(*v);
         } else {
             DeltaNetWeights& d = lw.linear;
             const int64_t kd = cfg.linear_key_dim(), vd = cfg.linear_value_dim(), nv = cfg.linear_v_heads;
-            const std::string q = p + "linear_attn.";
+            const std::string q = p + TensorNames::kDeltaNet;
             if (cfg.split_linear_projections) {
                 SLUICE_ASSIGN_OR_RETURN(d.in_qkv, b.linear(q + "in_proj_qkv", 2 * kd + vd, H));
                 SLUICE_ASSIGN_OR_RETURN(d.in_z, b.linear(q + "in_proj_z", vd, H));
@@ -350,26 +226,30 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
 
         if (!cfg.is_moe_layer(l)) {
             const int64_t I = cfg.dense_ffn;
-            SLUICE_ASSIGN_OR_RETURN(lw.dense_mlp.gate, b.linear(p + "mlp.gate_proj", I, H));
-            SLUICE_ASSIGN_OR_RETURN(lw.dense_mlp.up, b.linear(p + "mlp.up_proj", I, H));
-            SLUICE_ASSIGN_OR_RETURN(lw.dense_mlp.down, b.linear(p + "mlp.down_proj", H, I));
+            SLUICE_ASSIGN_OR_RETURN(lw.dense_mlp.gate,
+                                    b.linear(p + TensorNames::kDenseMlp + "gate_proj", I, H));
+            SLUICE_ASSIGN_OR_RETURN(lw.dense_mlp.up, b.linear(p + TensorNames::kDenseMlp + "up_proj", I, H));
+            SLUICE_ASSIGN_OR_RETURN(lw.dense_mlp.down,
+                                    b.linear(p + TensorNames::kDenseMlp + "down_proj", H, I));
             mw.dense_bytes += expert_bytes(lw.dense_mlp);
             continue;
         }
         MoeWeights& m = lw.moe_w;
         const int64_t E = cfg.n_experts;
-        SLUICE_ASSIGN_OR_RETURN(m.router, b.linear(p + "mlp.gate", E, H));
+        SLUICE_ASSIGN_OR_RETURN(m.router, b.linear(p + TensorNames::kRouter, E, H));
         mw.dense_bytes += view_bytes(m.router);
-        if (bind_experts) SLUICE_RETURN_IF_ERROR(bind_routed_experts(b, cfg, p, &m));
+        if (bind_experts) SLUICE_RETURN_IF_ERROR(bind_routed_experts(cfg, ck, names, l, &m));
         for (const auto& ex : m.experts) mw.expert_bytes += expert_bytes(ex);
 
         if (cfg.shared_expert_ffn > 0) {
             m.has_shared = true;
             const int64_t Is = cfg.shared_expert_ffn;
-            SLUICE_ASSIGN_OR_RETURN(m.shared.gate, b.linear(p + "mlp.shared_expert.gate_proj", Is, H));
-            SLUICE_ASSIGN_OR_RETURN(m.shared.up, b.linear(p + "mlp.shared_expert.up_proj", Is, H));
-            SLUICE_ASSIGN_OR_RETURN(m.shared.down, b.linear(p + "mlp.shared_expert.down_proj", H, Is));
-            SLUICE_ASSIGN_OR_RETURN(m.shared_gate, b.linear(p + "mlp.shared_expert_gate", 1, H));
+            SLUICE_ASSIGN_OR_RETURN(m.shared.gate,
+                                    b.linear(p + TensorNames::kSharedExpert + "gate_proj", Is, H));
+            SLUICE_ASSIGN_OR_RETURN(m.shared.up, b.linear(p + TensorNames::kSharedExpert + "up_proj", Is, H));
+            SLUICE_ASSIGN_OR_RETURN(m.shared.down,
+                                    b.linear(p + TensorNames::kSharedExpert + "down_proj", H, Is));
+            SLUICE_ASSIGN_OR_RETURN(m.shared_gate, b.linear(p + TensorNames::kSharedExpertGate, 1, H));
             mw.dense_bytes += expert_bytes(m.shared) + view_bytes(m.shared_gate);
         }
     }

@@ -31,10 +31,6 @@ using kernels::WeightView;
 enum class CheckpointLayout { kHuggingFace, kMlx };
 const char* layout_name(CheckpointLayout layout);
 
-// The name prefix of the text model ("model.", "model.language_model." or
-// "language_model.model."), found by its embedding table; "" when there is none. Sets
-// *lm_head_path to the matching lm_head module when given.
-std::string text_model_prefix(const format::Checkpoint& checkpoint, std::string* lm_head_path = nullptr);
 // Which reference the checkpoint's math follows, from tensor names and shapes only (no data is
 // read, so it works on a header-only checkpoint).
 CheckpointLayout detect_checkpoint_layout(const ModelConfig& config, const format::Checkpoint& checkpoint,

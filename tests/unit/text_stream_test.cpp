@@ -88,7 +88,9 @@ TEST(TextStream, NothingAfterAStop) {
     bool stopped = false;
     for (int32_t id : ids) {
         auto p = ts.feed(id);
-        if (stopped) EXPECT_TRUE(p.text.empty());
+        if (stopped) {
+            EXPECT_TRUE(p.text.empty());
+        }
         stopped = stopped || p.stopped;
     }
     EXPECT_TRUE(stopped);

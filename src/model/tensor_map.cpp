@@ -1,0 +1,165 @@
+// The tensor map (tensor_map.h): module paths, expert layouts, validated matrix slices.
+#include "model/tensor_map.h"
+
+namespace sluice::model {
+
+using format::DType;
+using format::TensorInfo;
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_float(DType t) {
+    return t == DType::kBF16 || t == DType::kF16 || t == DType::kF32;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+    return s + "]";
+}
+
+Status mismatch(const std::string& name, const std::string& expected, const TensorInfo& t) {
+    return error(ErrorCode::kInvalidArgument, "[tensors] tensor '" + name + "': expected " + expected +
+                                                  ", got " + format::describe(t.dtype, t.shape));
+}
+
+Expected<const TensorInfo*> require(const format::Checkpoint& ck, const std::string& name) {
+    const TensorInfo* t = ck.find(name);
+    if (t == nullptr)
+        return error(ErrorCode::kNotFound, "[tensors] missing tensor '" + name + "' in " + ck.dir());
+    return t;
+}
+
+}  // namespace
+
+bool TensorNames::is_routed_expert(const std::string& name) {
+    return name.find(std::string(".") + kExperts) != std::string::npos ||
+           name.find(std::string(".") + kStackedExperts) != std::string::npos;
+}
+
+bool TensorNames::is_auxiliary(const std::string& name) {
+    return name.rfind("mtp.", 0) == 0 || name.rfind("model.visual.", 0) == 0 ||
+           name.rfind("vision_tower.", 0) == 0 || name.rfind("model.mtp.", 0) == 0;
+}
+
+int TensorNames::module_bits(const std::string& module, int bits) {
+    return ends_with(module, kRouter) || ends_with(module, kSharedExpertGate) ? 8 : bits;
+}
+
+Expected<TensorNames> find_tensor_names(const format::Checkpoint& ck) {
+    for (const auto& [p, head] : {std::pair<std::string, std::string>{"model.", "lm_head"},
+                                  {"model.language_model.", "lm_head"},
+                                  {"language_model.model.", "language_model.lm_head"}}) {
+        if (ck.find(p + "embed_tokens.weight") != nullptr) return TensorNames{p, head};
+    }
+    return error(ErrorCode::kNotFound,
+                 "[tensors] no embedding table in " + ck.dir() +
+                     " (looked for model.embed_tokens.weight, model.language_model.embed_tokens.weight, "
+                     "language_model.model.embed_tokens.weight)");
+}
+
+TensorNames tensor_names_for(const ModelConfig& config) {
+    return TensorNames{config.family == Family::kQwen35Moe ? "model.language_model." : "model.", "lm_head"};
+}
+
+Expected<std::vector<SourceMatrix>> source_linear(const ModelConfig& cfg, const format::Checkpoint& ck,
+                                                  const std::string& path, int64_t count, int64_t rows,
+                                                  int64_t cols, const std::string& weight_suffix) {
+    const std::string wname = path + weight_suffix;
+    SLUICE_ASSIGN_OR_RETURN(const TensorInfo* w, require(ck, wname));
+    std::vector<int64_t> lead;
+    if (count > 0) lead.push_back(count);
+    auto with = [&](int64_t a, int64_t b) {
+        auto s = lead;
+        s.push_back(a);
+        s.push_back(b);
+        return s;
+    };
+    const int64_t n = count > 0 ? count : 1;
+    std::vector<SourceMatrix> out(static_cast<size_t>(n));
+    const TensorInfo* scales = ck.find(path + ".scales");
+    if (scales == nullptr) {
+        if (!is_float(w->dtype) || w->shape != with(rows, cols))
+            return mismatch(wname, "F32, F16 or BF16 " + shape_str(with(rows, cols)), *w);
+        const uint64_t stride = static_cast<uint64_t>(rows * cols) * format::dtype_size(w->dtype);
+        for (int64_t e = 0; e < n; ++e) out[static_cast<size_t>(e)] = {w, e * stride, rows, cols};
+        return out;
+    }
+    // MLX affine: bits and group size from the config, cross-checked against the shapes.
+    if (!cfg.quantization.present)
+        return error(
+            ErrorCode::kInvalidArgument,
+            "[tensors] tensor '" + path + ".scales' exists but config.json has no 'quantization' block");
+    const QuantSpec spec = cfg.quantization.for_module(path);
+    if (spec.bits == 0)
+        return error(
+            ErrorCode::kInvalidArgument,
+            "[tensors] module '" + path + "' is quantized in the checkpoint but unquantized in config.json");
+    if (cols % spec.group_size != 0 || (cols * spec.bits) % 32 != 0)
+        return error(ErrorCode::kInvalidArgument,
+                     "[tensors] module '" + path + "': input size " + std::to_string(cols) +
+                         " is not a multiple of group size " + std::to_string(spec.group_size));
+    const int64_t words = cols * spec.bits / 32, groups = cols / spec.group_size;
+    const std::string quant_desc =
+        std::to_string(spec.bits) + "-bit group " + std::to_string(spec.group_size);
+    if (w->dtype != DType::kU32 || w->shape != with(rows, words))
+        return mismatch(wname,
+                        "U32 " + shape_str(with(rows, words)) + " (" + quant_desc + " of " +
+                            shape_str(with(rows, cols)) + ")",
+                        *w);
+    SLUICE_ASSIGN_OR_RETURN(const TensorInfo* biases, require(ck, path + ".biases"));
+    for (const TensorInfo* sb : {scales, biases})
+        if (!is_float(sb->dtype) || sb->shape != with(rows, groups))
+            return mismatch(sb->name,
+                            "F32/F16/BF16 " + shape_str(with(rows, groups)) + " (" + quant_desc + ")", *sb);
+    if (scales->dtype != biases->dtype)
+        return mismatch(biases->name, format::dtype_name(scales->dtype), *biases);
+    const uint64_t wstride = static_cast<uint64_t>(rows * words) * 4;
+    const uint64_t sstride = static_cast<uint64_t>(rows * groups) * format::dtype_size(scales->dtype);
+    for (int64_t e = 0; e < n; ++e)
+        out[static_cast<size_t>(e)] = {w,      e * wstride, rows,       cols, spec.bits, spec.group_size,
+                                       scales, biases,      e * sstride};
+    return out;
+}
+
+Expected<std::vector<std::array<SourceMatrix, 3>>> source_experts(const ModelConfig& cfg,
+                                                                  const format::Checkpoint& ck,
+                                                                  const TensorNames& names, int64_t l) {
+    const int64_t E = cfg.n_experts, I = cfg.expert_ffn, H = cfg.hidden;
+    const std::string p = names.layer(l);
+    std::vector<std::array<SourceMatrix, 3>> out(static_cast<size_t>(E));
+    const std::string stacked = p + TensorNames::kStackedExperts, experts = p + TensorNames::kExperts;
+    if (ck.find(stacked + "gate_proj.weight") != nullptr) {
+        SLUICE_ASSIGN_OR_RETURN(auto g, source_linear(cfg, ck, stacked + "gate_proj", E, I, H));
+        SLUICE_ASSIGN_OR_RETURN(auto u, source_linear(cfg, ck, stacked + "up_proj", E, I, H));
+        SLUICE_ASSIGN_OR_RETURN(auto d, source_linear(cfg, ck, stacked + "down_proj", E, H, I));
+        for (size_t e = 0; e < out.size(); ++e) out[e] = {g[e], u[e], d[e]};
+    } else if (ck.find(experts + "gate_up_proj") != nullptr) {
+        SLUICE_ASSIGN_OR_RETURN(auto gu, source_linear(cfg, ck, experts + "gate_up_proj", E, 2 * I, H, ""));
+        SLUICE_ASSIGN_OR_RETURN(auto d, source_linear(cfg, ck, experts + "down_proj", E, H, I, ""));
+        if (gu[0].bits != 0)
+            return error(ErrorCode::kUnsupported, "[tensors] quantized fused gate_up_proj in '" + experts +
+                                                      "' is not supported (MLX checkpoints use switch_mlp)");
+        for (size_t e = 0; e < out.size(); ++e) {
+            SourceMatrix gate = gu[e], up = gu[e];
+            gate.rows = up.rows = I;
+            up.offset += static_cast<uint64_t>(I * H) * format::dtype_size(gu[e].w->dtype);
+            out[e] = {gate, up, d[e]};
+        }
+    } else {
+        for (int64_t e = 0; e < E; ++e) {
+            const std::string ep = experts + std::to_string(e) + ".";
+            SLUICE_ASSIGN_OR_RETURN(auto g, source_linear(cfg, ck, ep + "gate_proj", 0, I, H));
+            SLUICE_ASSIGN_OR_RETURN(auto u, source_linear(cfg, ck, ep + "up_proj", 0, I, H));
+            SLUICE_ASSIGN_OR_RETURN(auto d, source_linear(cfg, ck, ep + "down_proj", 0, H, I));
+            out[static_cast<size_t>(e)] = {g[0], u[0], d[0]};
+        }
+    }
+    return out;
+}
+
+}  // namespace sluice::model

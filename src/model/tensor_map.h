@@ -1,0 +1,88 @@
+// The tensor map: where every tensor a model reads sits in a checkpoint — the module paths of one
+// family, the three layouts routed experts come in, and the validated slices of (possibly stacked,
+// possibly MLX-quantized) matrices. Weight binding (weights.cpp), packing and pulling
+// (experts/pack_plan.cpp) and synthesis (experts/synth.cpp) all read it, so a checkpoint's names are
+// spelled in one place and a new family adds its names here.
+//
+// Module paths are the checkpoint's own (e.g. "model.layers.3.self_attn.q_proj"); a linear's
+// tensors are MODULE.weight and, when MLX-quantized, MODULE.scales and MODULE.biases (bits and group
+// size from the config's quantization block, cross-checked against the shapes).
+//
+// Lifetime: TensorNames is a value; SourceMatrix points into the Checkpoint it was found in.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "format/safetensors.h"
+#include "model/config.h"
+#include "sluice/status.h"
+
+namespace sluice::model {
+
+// The module paths of one model's tensors (the three Qwen MoE families share their module names;
+// they differ in the text model's prefix, the DeltaNet projections and the expert layout).
+struct TensorNames {
+    std::string prefix;               // "model.", "model.language_model." or "language_model.model."
+    std::string lm_head = "lm_head";  // module path of the output projection
+
+    std::string embed() const { return prefix + "embed_tokens"; }
+    std::string final_norm() const { return prefix + "norm.weight"; }
+    std::string layer(int64_t l) const { return prefix + "layers." + std::to_string(l) + "."; }
+    // Per layer, relative to layer(l).
+    static constexpr const char* kInputNorm = "input_layernorm.weight";
+    static constexpr const char* kPostNorm = "post_attention_layernorm.weight";
+    static constexpr const char* kAttention = "self_attn.";  // q_proj k_proj v_proj o_proj, q_norm k_norm
+    static constexpr const char* kDeltaNet =
+        "linear_attn.";                               // in_proj_*, conv1d, A_log, dt_bias, norm, out_proj
+    static constexpr const char* kDenseMlp = "mlp.";  // gate_proj up_proj down_proj (non-MoE layers)
+    static constexpr const char* kRouter = "mlp.gate";
+    static constexpr const char* kSharedExpert = "mlp.shared_expert.";  // gate_proj up_proj down_proj
+    static constexpr const char* kSharedExpertGate = "mlp.shared_expert_gate";
+    // Routed experts in the three layouts (source_experts()).
+    static constexpr const char* kStackedExperts = "mlp.switch_mlp.";  // MLX: [E, out, in] per projection
+    static constexpr const char* kExperts =
+        "mlp.experts.";  // HF: fused gate_up_proj / down_proj, or E.gate_proj...
+
+    // Whether a tensor holds routed-expert weights (they go to the packed layout's expert files).
+    static bool is_routed_expert(const std::string& tensor_name);
+    // Tensors no text forward reads (multi-token-prediction heads, vision towers): not packed.
+    static bool is_auxiliary(const std::string& tensor_name);
+    // mlx-lm keeps routers and the shared-expert gate at 8 bits: the bits a module is quantized to.
+    static int module_bits(const std::string& module, int bits);
+};
+
+// The names in a checkpoint: the prefix and lm_head path found by the embedding table (an error
+// naming the candidates when there is none).
+Expected<TensorNames> find_tensor_names(const format::Checkpoint& checkpoint);
+// The names a new checkpoint of `config` gets (synthesis).
+TensorNames tensor_names_for(const ModelConfig& config);
+
+// One matrix of the source: rows × cols at byte `offset` inside tensor `w` (a slice of a stacked
+// tensor, or all of it), with its scales/biases slices when it is MLX-quantized.
+struct SourceMatrix {
+    const format::TensorInfo* w = nullptr;
+    uint64_t offset = 0;
+    int64_t rows = 0, cols = 0;
+    int bits = 0, group_size = 0;  // 0: float, w->dtype
+    const format::TensorInfo* scales = nullptr;
+    const format::TensorInfo* biases = nullptr;
+    uint64_t sb_offset = 0;
+};
+
+// `count` stacked matrices [rows, cols] under module `path` (count 0: one plain matrix), float or
+// MLX affine; every dtype and shape checked, errors naming the tensor with expected vs actual.
+Expected<std::vector<SourceMatrix>> source_linear(const ModelConfig& config,
+                                                  const format::Checkpoint& checkpoint,
+                                                  const std::string& path, int64_t count, int64_t rows,
+                                                  int64_t cols, const std::string& weight_suffix = ".weight");
+// The routed experts of layer `l`, [E] × {gate, up, down}, in whichever layout the checkpoint has:
+// MLX stacked switch_mlp, Qwen3.5/3.6 fused gate_up_proj [E, 2I, H] (gate rows first), or one tensor
+// per expert and projection.
+Expected<std::vector<std::array<SourceMatrix, 3>>> source_experts(const ModelConfig& config,
+                                                                  const format::Checkpoint& checkpoint,
+                                                                  const TensorNames& names, int64_t l);
+
+}  // namespace sluice::model
