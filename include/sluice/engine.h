@@ -18,6 +18,7 @@
 
 #include "sluice/session.h"
 #include "sluice/status.h"
+#include "sluice/types.h"
 
 namespace sluice {
 
@@ -36,7 +37,7 @@ struct EngineOptions {
     int io_threads = 16;        // expert reads in flight (queue depth)
     bool prefetch = true;       // next-layer expert prefetch
     bool verify_reads = false;  // xxh3-check every expert record read
-    std::string cache_policy = "lfu";
+    CachePolicy cache_policy = CachePolicy::kLfu;
     uint64_t expert_cache_bytes = 0;  // fixed expert-cache size; 0 = whatever the budget leaves
     // Sessions alive and generating at once (the server's --parallel): the plan reserves state
     // (KV, DeltaNet state and its turn checkpoints) and forward scratch for each.
@@ -50,6 +51,7 @@ struct EngineOptions {
     uint64_t gpu_memory_bytes = 0;
     uint64_t gpu_expert_cache_bytes =
         0;  // caps the VRAM expert cache (forces tiering); 0 = the budget's rest
+    CudaDiagnostics cuda_diagnostics;
 };
 
 // How the memory budget is spent (printed at start, reported by `sluice info`).

@@ -29,7 +29,8 @@ void EngineFlags::apply(EngineOptions& options) const {
     options.threads = threads;
     options.io_threads = io_threads;
     options.prefetch = !no_prefetch;
-    options.cache_policy = cache_policy;
+    options.cache_policy = check(parse_cache_policy(cache_policy));  // IsMember above: always one of them
+    options.cuda_diagnostics = cuda_diagnostics_from_env();
     options.device = device;
     if (!gpu_memory.empty()) options.gpu_memory_bytes = check(parse_size(gpu_memory));
     if (!gpu_expert_cache.empty()) options.gpu_expert_cache_bytes = check(parse_size(gpu_expert_cache));

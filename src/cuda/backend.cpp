@@ -39,7 +39,8 @@
 // the attention epilogue; the DeltaNet l2 norms + gates + recurrence + gated norm in one kernel
 // (deltanet_fused, decode only); in decode each residual add + norm in the prologue of the product
 // that reads it (cuda::NormIn; the residual alternates between d_.x and d_.x2), and the MoE forms
-// above. SLUICE_CUDA_UNFUSED=1 in the environment, read once when the backend is made, switches back
+// above. The diagnostic switches (CudaDiagnostics in include/sluice/types.h; the CLI reads them from
+// SLUICE_CUDA_* in the environment) are options of this backend: `unfused` switches back
 // to the unfused kernel sequences (the fused kernels' reference twins: separate residual norms,
 // router top-k, gate and up, SwiGLU, shared expert) so a mismatch on a device can be bisected. The other
 // diagnostic switches: SLUICE_CUDA_MATMUL=simt (prefill products without tensor cores),
@@ -81,47 +82,6 @@ Status cuda_status(cudaError_t e, const char* what) {
 }
 
 #define SLUICE_CUDA_TRY(expr, what) SLUICE_RETURN_IF_ERROR(cuda_status((expr), (what)))
-
-// The diagnostic switch SLUICE_CUDA_UNFUSED=1 (see the top comment), logged when set.
-bool unfused_from_env() {
-    const char* v = std::getenv("SLUICE_CUDA_UNFUSED");
-    const bool on = v != nullptr && std::strcmp(v, "1") == 0;
-    if (on) log::info("[cuda] SLUICE_CUDA_UNFUSED=1: running the unfused kernel sequences");
-    return on;
-}
-
-// SLUICE_CUDA_TIMING=1: decode steps are timed with CUDA events (GPU time from the first kernel
-// to the last copy) and the mean is logged when the backend closes, to split a token's wall time
-// into GPU and host work. SLUICE_CUDA_MATVEC_SPLIT=1|2|4|8 forces the decode products' column
-// split (cuda::set_matvec_split). Both are diagnostic switches.
-bool timing_from_env() {
-    const char* v = std::getenv("SLUICE_CUDA_TIMING");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-}
-
-// SLUICE_CUDA_MATMUL=simt: prefill products on the f32 SIMT kernel instead of tensor cores.
-void matmul_from_env() {
-    const char* v = std::getenv("SLUICE_CUDA_MATMUL");
-    if (v == nullptr || std::strcmp(v, "simt") != 0) return;
-    cuda::set_matmul_tensor_cores(false);
-    log::info("[cuda] SLUICE_CUDA_MATMUL=simt: prefill products on the SIMT kernel");
-}
-
-// Programmatic dependent launch of the decode products on sm_90 and newer, unless SLUICE_CUDA_PDL=0.
-void dependent_launch_from_env(int major) {
-    const char* v = std::getenv("SLUICE_CUDA_PDL");
-    const bool off = v != nullptr && std::strcmp(v, "0") == 0;
-    cuda::set_dependent_launch(major >= 9 && !off);
-    if (off) log::info("[cuda] SLUICE_CUDA_PDL=0: decode products wait for the kernel before them to finish");
-}
-
-void split_from_env() {
-    const char* v = std::getenv("SLUICE_CUDA_MATVEC_SPLIT");
-    if (v == nullptr) return;
-    const int s = std::atoi(v);
-    cuda::set_matvec_split(s);
-    log::info("[cuda] SLUICE_CUDA_MATVEC_SPLIT={}: decode products split columns over {} warps", v, s);
-}
 
 // Whether an MLP's three projections have the decode kernels' code-word layout, gate and up in one
 // code width and shape.
@@ -364,7 +324,8 @@ class CudaBackend final : public Backend {
 
     std::shared_ptr<const model::Model> model_;
     int device_;
-    const bool unfused_ = unfused_from_env();  // SLUICE_CUDA_UNFUSED=1
+    bool unfused_ = false;        // diagnostics: the fused kernels' reference sequences (CudaDiagnostics)
+    cuda::LaunchContext launch_;  // this device's SMs and occupancy, and the launch switches
     std::string name_;
     cudaStream_t stream_ = nullptr;
     char* weights_block_ = nullptr;
@@ -683,10 +644,19 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
     SLUICE_CUDA_TRY(cudaMallocHost(&host_summary_, sizeof(cuda::DevLogitsSummary)),
                     "allocating pinned summary");
     SLUICE_RETURN_IF_ERROR(reserve_scratch(256, 1));
-    split_from_env();
-    matmul_from_env();
-    dependent_launch_from_env(major_);
-    if (timing_from_env()) {
+    const CudaDiagnostics& diag = options.diagnostics;
+    unfused_ = diag.unfused;
+    launch_ =
+        cuda::make_launch_context(device_, diag.matvec_split, !diag.simt_matmul, !diag.no_dependent_launch);
+    // Diagnostic switches are logged when set (include/sluice/types.h).
+    if (diag.unfused) log::info("[cuda] SLUICE_CUDA_UNFUSED=1: running the unfused kernel sequences");
+    if (diag.simt_matmul) log::info("[cuda] SLUICE_CUDA_MATMUL=simt: prefill products on the SIMT kernel");
+    if (launch_.forced_split > 0)
+        log::info("[cuda] SLUICE_CUDA_MATVEC_SPLIT={}: decode products split columns over {} warps",
+                  launch_.forced_split, launch_.forced_split);
+    if (diag.no_dependent_launch)
+        log::info("[cuda] SLUICE_CUDA_PDL=0: decode products wait for the kernel before them to finish");
+    if (diag.timing) {
         SLUICE_CUDA_TRY(cudaEventCreate(&timing_[0]), "creating timing events");
         SLUICE_CUDA_TRY(cudaEventCreate(&timing_[1]), "creating timing events");
     }
@@ -850,9 +820,9 @@ Expected<std::unique_ptr<SequenceState>> CudaBackend::new_sequence(int64_t max_p
 
 void CudaBackend::linear(const DevWeight& w, const float* x, int64_t n, float* y) {
     if (n == 1) {
-        cuda::matvec(w, x, y, stream_);
+        cuda::matvec(launch_, w, x, y, stream_);
     } else {
-        cuda::matmul(w, x, n, y, stream_);
+        cuda::matmul(launch_, w, x, n, y, stream_);
     }
 }
 
@@ -878,7 +848,7 @@ void CudaBackend::attention_layer(const DevLayer& L, DeviceState& ds, int64_t l,
         m.add(L.k_proj, d_.k);
         m.add(L.v_proj, d_.v);
         if (in_norm != nullptr) m.norm = *in_norm;
-        cuda::matvec_multi(m, d_.norm, stream_);
+        cuda::matvec_multi(launch_, m, d_.norm, stream_);
     } else {
         linear(L.q_proj, d_.norm, n, d_.tmp);  // [n, nh, (q | gate)]
         linear(L.k_proj, d_.norm, n, d_.k);    // [n, nkv, hd]
@@ -920,7 +890,7 @@ void CudaBackend::deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, 
             m.add(L.in_b, d_.beta);
             m.add(L.in_a, d_.g);
             if (in_norm != nullptr) m.norm = *in_norm;
-            cuda::matvec_multi(m, d_.norm, stream_);
+            cuda::matvec_multi(launch_, m, d_.norm, stream_);
         } else {
             linear(L.in_qkv, d_.norm, n, d_.conv_in);
             linear(L.in_z, d_.norm, n, d_.z);
@@ -933,7 +903,7 @@ void CudaBackend::deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, 
             m.add(L.in_qkvz, d_.tmp);
             m.add(L.in_ba, d_.gate);
             if (in_norm != nullptr) m.norm = *in_norm;
-            cuda::matvec_multi(m, d_.norm, stream_);
+            cuda::matvec_multi(launch_, m, d_.norm, stream_);
         } else {
             linear(L.in_qkvz, d_.norm, n, d_.tmp);
             linear(L.in_ba, d_.norm, n, d_.gate);
@@ -978,7 +948,7 @@ void CudaBackend::moe_layer(const DevLayer& L, int64_t n, const cuda::NormIn* in
             m.add(L.dense_gate, d_.sh_gate);
             m.add(L.dense_up, d_.sh_up);
             if (in_norm != nullptr) m.norm = *in_norm;
-            cuda::matvec_multi(m, d_.norm, stream_);
+            cuda::matvec_multi(launch_, m, d_.norm, stream_);
             cuda::swiglu_down_matvec(L.dense_down, d_.sh_gate, d_.sh_up, nullptr, d_.mix, stream_);
         } else {
             if (in_norm != nullptr)
@@ -1013,7 +983,7 @@ void CudaBackend::moe_route(const DevLayer& L, int64_t n, const cuda::NormIn* in
         }
         if (!unfused_) m.topk = route_topk(L.plan->moe, 0, d_.topk_ids, d_.topk_w, kRouteCounter);
         if (in_norm != nullptr) m.norm = *in_norm;
-        cuda::matvec_multi(m, d_.norm, stream_);
+        cuda::matvec_multi(launch_, m, d_.norm, stream_);
         if (!unfused_) return;
     } else {
         linear(L.router, d_.norm, n, d_.router);
@@ -1056,25 +1026,25 @@ void CudaBackend::moe_routed(const DevLayer& L, const float* x, const int32_t* i
             shared.gate_logit = L.shared_gate.data != nullptr ? d_.sg : nullptr;
         }
         if (!unfused_) {
-            cuda::moe_matvec_gate_up(L.experts, ids, K, I, H, x, nullptr, nullptr, d_.pair_act,
+            cuda::moe_matvec_gate_up(launch_, L.experts, ids, K, I, H, x, nullptr, nullptr, d_.pair_act,
                                      fold ? &shared : nullptr, experts_vector_, stream_);
         } else {
-            cuda::moe_matvec_gate_up(L.experts, ids, K, I, H, x, d_.pair_gate, d_.pair_up, nullptr, nullptr,
-                                     experts_vector_, stream_);
+            cuda::moe_matvec_gate_up(launch_, L.experts, ids, K, I, H, x, d_.pair_gate, d_.pair_up, nullptr,
+                                     nullptr, experts_vector_, stream_);
             cuda::swiglu(d_.pair_gate, d_.pair_up, K * I, d_.pair_act, stream_);
         }
-        cuda::moe_down_matvec(L.experts, ids, weights, K, H, I, d_.pair_act, fold ? &shared : nullptr,
-                              experts_vector_, mix, stream_);
+        cuda::moe_down_matvec(launch_, L.experts, ids, weights, K, H, I, d_.pair_act,
+                              fold ? &shared : nullptr, experts_vector_, mix, stream_);
         return;
     }
     const int64_t pairs = n * K;
     cuda::moe_group(ids, pairs, E, d_.offsets, d_.order, stream_);
-    cuda::moe_matmul(L.experts, 0, E, d_.offsets, d_.order, pairs, true, K, false, I, H, x, d_.pair_gate,
-                     stream_);
-    cuda::moe_matmul(L.experts, 1, E, d_.offsets, d_.order, pairs, true, K, false, I, H, x, d_.pair_up,
-                     stream_);
+    cuda::moe_matmul(launch_, L.experts, 0, E, d_.offsets, d_.order, pairs, true, K, false, I, H, x,
+                     d_.pair_gate, stream_);
+    cuda::moe_matmul(launch_, L.experts, 1, E, d_.offsets, d_.order, pairs, true, K, false, I, H, x,
+                     d_.pair_up, stream_);
     cuda::swiglu(d_.pair_gate, d_.pair_up, pairs * I, d_.pair_act, stream_);
-    cuda::moe_matmul(L.experts, 2, E, d_.offsets, d_.order, pairs, false, 1, true, H, I, d_.pair_act,
+    cuda::moe_matmul(launch_, L.experts, 2, E, d_.offsets, d_.order, pairs, false, 1, true, H, I, d_.pair_act,
                      d_.pair_out, stream_);
     cuda::moe_combine(d_.pair_out, weights, n, K, H, mix, stream_);
 }
@@ -1170,7 +1140,7 @@ int64_t CudaBackend::enqueue_segment(DeviceState& ds, int64_t n, bool all_logits
                 m.add(next.router, d_.pred_logits);
                 if (!unfused_)
                     m.topk = route_topk(next.plan->moe, 0, d_.pred_ids, d_.pred_w, kPredictCounter);
-                cuda::matvec_multi(m, d_.tmp, stream_);
+                cuda::matvec_multi(launch_, m, d_.tmp, stream_);
                 if (unfused_)
                     cuda::router_topk(d_.pred_logits, 1, E, K, next.plan->moe.renormalize, d_.pred_ids,
                                       d_.pred_w, stream_);

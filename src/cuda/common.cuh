@@ -189,17 +189,14 @@ __device__ __forceinline__ void allow_dependents() {
 #endif
 }
 
-// Whether launch_dependent() asks for programmatic dependent launch (set_dependent_launch()).
-bool dependent_launch_enabled();
-
 // Launches kernel<<<grid, block, smem, s>>>(args...), with programmatic stream serialization when
-// dependent_launch_enabled() (the kernel must follow grid_dependency_wait()'s rule).
+// `dependent` (LaunchContext::dependent_launch; the kernel must follow grid_dependency_wait()'s rule).
 template <typename... Params, typename... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
-                      Args&&... args) {
+void launch_dependent(bool dependent, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                      cudaStream_t s, Args&&... args) {
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = dependent_launch_enabled() ? 1 : 0;
+    attr[0].val.programmaticStreamSerializationAllowed = dependent ? 1 : 0;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;

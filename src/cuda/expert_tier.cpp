@@ -76,8 +76,6 @@ Expected<std::unique_ptr<ExpertTier>> ExpertTier::create(model::ExpertSource* so
     if (options.n_slots <= 0 || options.slot_bytes == 0 || options.n_experts <= 0)
         return error(ErrorCode::kInvalidArgument, "[cuda] expert tier needs slots and experts");
     auto policy = experts::make_policy(options.policy);
-    if (policy == nullptr)
-        return error(ErrorCode::kInvalidArgument, "[cuda] unknown cache policy '" + options.policy + "'");
     auto t = std::unique_ptr<ExpertTier>(new ExpertTier());
     t->source_ = source;
     t->options_ = options;

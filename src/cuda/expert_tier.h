@@ -47,7 +47,7 @@ class ExpertTier {
         uint64_t slot_bytes = 0;  // one expert: see slot_bytes_for()
         int64_t n_experts = 0;    // per layer
         bool prefetch = true;
-        std::string policy = "lfu";
+        CachePolicy policy = CachePolicy::kLfu;
     };
     // tables[l]: the device table [E][3] of layer l (null for layers without routed experts).
     static Expected<std::unique_ptr<ExpertTier>> create(model::ExpertSource* source,

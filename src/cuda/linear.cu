@@ -1176,16 +1176,6 @@ __global__ void moe_combine_kernel(const float* pair_out, const float* weights, 
 }
 
 // ---- decode launchers ------------------------------------------------------------------------------
-std::atomic<int> g_forced_split{0};
-std::atomic<bool> g_tensor_cores{true};
-
-int sm_count() {
-    int device = 0, sms = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    return sms > 0 ? sms : 1;
-}
-
 // Blocks of one kernel instance resident per SM (of the current device).
 template <typename Kernel>
 int resident_blocks(Kernel* kernel, size_t smem = 0) {
@@ -1197,19 +1187,15 @@ int resident_blocks(Kernel* kernel, size_t smem = 0) {
     return std::max(n, 1);
 }
 
-// Resident blocks per SM of a kernel family's instances for S = 1, 2, 4, 8.
-using SplitOccupancy = std::array<int, 4>;
-
 // The column split for a launch of `groups` row groups whose rows have `chunks` 16-byte code chunks
 // (0: not the chunk path): the largest S whose groups · S warps still fit one wave of resident
 // blocks, while every lane keeps a chunk per row; 1 when even that takes several waves (the
 // lm_head). Measured against the alternatives on the 35B (session 4, with 4-byte words): forcing one
 // S for every launch gave 139 (S = 1) to 110 (S = 8) tok/s, an earlier rule 148, this one 213; a
 // cost model of waves × round trips per lane (preferring S = 2 for the 8192-row inputs) 167.
-int split_for(int64_t groups, int64_t chunks, const SplitOccupancy& occupancy) {
-    const int forced = g_forced_split.load(std::memory_order_relaxed);
-    if (forced > 0) return forced;
-    const int64_t sms = sm_count();
+int split_for(const LaunchContext& ctx, int64_t groups, int64_t chunks, const SplitOccupancy& occupancy) {
+    if (ctx.forced_split > 0) return ctx.forced_split;
+    const int64_t sms = ctx.sm_count;
     int best = 1;
     for (int s = 2, i = 1; s <= kWarps; s *= 2, ++i) {
         if (chunks < 32 * s || groups * s > sms * occupancy[static_cast<size_t>(i)] * kWarps) break;
@@ -1251,27 +1237,37 @@ void dequantize_rows(const DevWeight& w, const int32_t* ids, int64_t n, float* o
     dequantize_rows_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(w, ids, out);
 }
 
-std::atomic<bool> g_dependent_launch{false};
-
-bool dependent_launch_enabled() {
-    return g_dependent_launch.load(std::memory_order_relaxed);
+LaunchContext make_launch_context(int device, int forced_split, bool tensor_cores, bool dependent_launch) {
+    LaunchContext ctx;
+    cudaSetDevice(device);
+    int sms = 0, major = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    ctx.sm_count = sms > 0 ? sms : 1;
+    // Occupancy bounds the decode products, so the chunk-path instances are the ones the split rule
+    // reads (x of 4096 columns staged); queried for this device, once per backend.
+    ctx.matvec_occupancy = {resident_blocks(matvec_multi_kernel<1, false, true>, kTypicalStagedBytes),
+                            resident_blocks(matvec_multi_kernel<2, false, true>, kTypicalStagedBytes),
+                            resident_blocks(matvec_multi_kernel<4, false, true>, kTypicalStagedBytes),
+                            resident_blocks(matvec_multi_kernel<8, false, true>, kTypicalStagedBytes)};
+    ctx.gate_up_occupancy = {resident_blocks(moe_gate_up_kernel<1, true, true>, kTypicalStagedBytes),
+                             resident_blocks(moe_gate_up_kernel<2, true, true>, kTypicalStagedBytes),
+                             resident_blocks(moe_gate_up_kernel<4, true, true>, kTypicalStagedBytes),
+                             resident_blocks(moe_gate_up_kernel<8, true, true>, kTypicalStagedBytes)};
+    ctx.forced_split =
+        forced_split == 1 || forced_split == 2 || forced_split == 4 || forced_split == 8 ? forced_split : 0;
+    ctx.tensor_cores = tensor_cores;
+    ctx.dependent_launch = dependent_launch && major >= 9;
+    return ctx;
 }
 
-void set_dependent_launch(bool on) {
-    g_dependent_launch.store(on, std::memory_order_relaxed);
-}
-
-void set_matvec_split(int s) {
-    g_forced_split.store(s == 1 || s == 2 || s == 4 || s == 8 ? s : 0, std::memory_order_relaxed);
-}
-
-void matvec(const DevWeight& w, const float* x, float* y, cudaStream_t s) {
+void matvec(const LaunchContext& ctx, const DevWeight& w, const float* x, float* y, cudaStream_t s) {
     MatvecMulti m;
     m.add(w, y);
-    matvec_multi(m, x, s);
+    matvec_multi(ctx, m, x, s);
 }
 
-void matvec_multi(const MatvecMulti& m, const float* x, cudaStream_t s) {
+void matvec_multi(const LaunchContext& ctx, const MatvecMulti& m, const float* x, cudaStream_t s) {
     int64_t rows = 0, groups = 0, chunks = 0;
     bool vector = true;
     for (int i = 0; i < m.n; ++i) {
@@ -1281,51 +1277,49 @@ void matvec_multi(const MatvecMulti& m, const float* x, cudaStream_t s) {
         vector = vector && chunk_path(m.w[i]);
     }
     if (m.n == 0 || rows == 0) return;
-    static const SplitOccupancy occupancy = {
-        resident_blocks(matvec_multi_kernel<1, false, true>, kTypicalStagedBytes),
-        resident_blocks(matvec_multi_kernel<2, false, true>, kTypicalStagedBytes),
-        resident_blocks(matvec_multi_kernel<4, false, true>, kTypicalStagedBytes),
-        resident_blocks(matvec_multi_kernel<8, false, true>, kTypicalStagedBytes)};
     if (m.norm.weight != nullptr && !vector) {  // the residual add and norm as their own launch
         add_rms_norm_to(m.norm.resid_in, m.norm.add, m.norm.weight, 1, m.w[0].cols, m.norm.eps,
                         m.norm.resid_out, m.norm.norm_out, s);
         MatvecMulti plain = m;
         plain.norm = NormIn{};
-        matvec_multi(plain, m.norm.norm_out, s);
+        matvec_multi(ctx, plain, m.norm.norm_out, s);
         return;
     }
     // Every weight of a launch multiplies the same x (cols); the chunk path stages it.
     const size_t smem = vector ? staged_bytes(m.w[0].cols) : 0;
-    with_split(split_for(groups, vector ? chunks : 0, occupancy), [&](auto S) {
+    with_split(split_for(ctx, groups, vector ? chunks : 0, ctx.matvec_occupancy), [&](auto S) {
         const dim3 grid(grid_for(rows, static_cast<int>(rows_per_block(S))), static_cast<unsigned>(m.n));
         const bool topk = m.topk.counter != nullptr;
         const bool norm = m.norm.weight != nullptr;
         const dim3 block(32 * kWarps);
         if (topk && norm) {
-            launch_dependent(matvec_multi_kernel<S, true, true, true>, grid, block, smem, s, m, x);
+            launch_dependent(ctx.dependent_launch, matvec_multi_kernel<S, true, true, true>, grid, block,
+                             smem, s, m, x);
         } else if (norm) {
-            launch_dependent(matvec_multi_kernel<S, false, true, true>, grid, block, smem, s, m, x);
+            launch_dependent(ctx.dependent_launch, matvec_multi_kernel<S, false, true, true>, grid, block,
+                             smem, s, m, x);
         } else if (topk && vector) {
-            launch_dependent(matvec_multi_kernel<S, true, true>, grid, block, smem, s, m, x);
+            launch_dependent(ctx.dependent_launch, matvec_multi_kernel<S, true, true>, grid, block, smem, s,
+                             m, x);
         } else if (topk) {
-            launch_dependent(matvec_multi_kernel<S, true, false>, grid, block, 0, s, m, x);
+            launch_dependent(ctx.dependent_launch, matvec_multi_kernel<S, true, false>, grid, block, 0, s, m,
+                             x);
         } else if (vector) {
-            launch_dependent(matvec_multi_kernel<S, false, true>, grid, block, smem, s, m, x);
+            launch_dependent(ctx.dependent_launch, matvec_multi_kernel<S, false, true>, grid, block, smem, s,
+                             m, x);
         } else {
-            launch_dependent(matvec_multi_kernel<S, false, false>, grid, block, 0, s, m, x);
+            launch_dependent(ctx.dependent_launch, matvec_multi_kernel<S, false, false>, grid, block, 0, s, m,
+                             x);
         }
     });
 }
 
-void set_matmul_tensor_cores(bool on) {
-    g_tensor_cores.store(on, std::memory_order_relaxed);
-}
-
-void matmul(const DevWeight& w, const float* x, int64_t n, float* y, cudaStream_t s) {
+void matmul(const LaunchContext& ctx, const DevWeight& w, const float* x, int64_t n, float* y,
+            cudaStream_t s) {
     if (n == 0) return;
     static_assert(kTcBM == kBM && kTcBN == kBN, "the two matmul kernels share a grid");
     const dim3 grid(grid_for(w.rows, kBN), grid_for(n, kBM), 1);
-    if (g_tensor_cores.load(std::memory_order_relaxed)) {
+    if (ctx.tensor_cores) {
         matmul_tc_kernel<<<grid, kTcThreads, 0, s>>>(w, nullptr, 0, nullptr, nullptr, n, false, 1, false, x,
                                                      y);
     } else {
@@ -1334,9 +1328,9 @@ void matmul(const DevWeight& w, const float* x, int64_t n, float* y, cudaStream_
     }
 }
 
-void moe_matvec_gate_up(const DevWeight* table, const int32_t* ids, int64_t n_ids, int64_t rows, int64_t cols,
-                        const float* x, float* gate, float* up, float* act, const SharedExpert* shared,
-                        bool quant_vector, cudaStream_t s) {
+void moe_matvec_gate_up(const LaunchContext& ctx, const DevWeight* table, const int32_t* ids, int64_t n_ids,
+                        int64_t rows, int64_t cols, const float* x, float* gate, float* up, float* act,
+                        const SharedExpert* shared, bool quant_vector, cudaStream_t s) {
     const bool fused = act != nullptr;
     const SharedExpert sh = fused && shared != nullptr ? *shared : SharedExpert{};
     const int64_t slices = n_ids + (sh.gate.data != nullptr ? 1 : 0);
@@ -1344,20 +1338,15 @@ void moe_matvec_gate_up(const DevWeight* table, const int32_t* ids, int64_t n_id
     if (slices == 0 || max_rows == 0) return;
     const int64_t group_rows = fused ? kGroupRows / 2 : kGroupRows;
     const int64_t groups = (max_rows + group_rows - 1) / group_rows * slices * (fused ? 1 : 2);
-    static const SplitOccupancy occupancy = {
-        resident_blocks(moe_gate_up_kernel<1, true, true>, kTypicalStagedBytes),
-        resident_blocks(moe_gate_up_kernel<2, true, true>, kTypicalStagedBytes),
-        resident_blocks(moe_gate_up_kernel<4, true, true>, kTypicalStagedBytes),
-        resident_blocks(moe_gate_up_kernel<8, true, true>, kTypicalStagedBytes)};
     quant_vector = quant_vector && staged_bytes(cols) <= kMaxStagedBytes;
     const size_t smem = quant_vector ? staged_bytes(cols) : 0;
     // The split is chosen for 4-bit codes (cols / 32 chunks): the experts' type is on the device.
-    with_split(split_for(groups, quant_vector ? cols / 32 : 0, occupancy), [&](auto S) {
+    with_split(split_for(ctx, groups, quant_vector ? cols / 32 : 0, ctx.gate_up_occupancy), [&](auto S) {
         const dim3 grid(grid_for(max_rows, static_cast<int>(rows_per_block(S, group_rows))),
                         static_cast<unsigned>(slices), fused ? 1 : 2);
         auto launch = [&](auto kernel) {
-            launch_dependent(kernel, grid, dim3(32 * kWarps), smem, s, table, ids, n_ids, rows, sh, x, gate,
-                             up, act);
+            launch_dependent(ctx.dependent_launch, kernel, grid, dim3(32 * kWarps), smem, s, table, ids,
+                             n_ids, rows, sh, x, gate, up, act);
         };
         if (fused && quant_vector) {
             launch(moe_gate_up_kernel<S, true, true>);
@@ -1386,9 +1375,9 @@ void swiglu_down_matvec(const DevWeight& down, const float* gate, const float* u
                                                                               mix);
 }
 
-void moe_down_matvec(const DevWeight* table, const int32_t* ids, const float* weights, int64_t n_ids,
-                     int64_t rows, int64_t cols, const float* act, const SharedExpert* shared,
-                     bool quant_vector, float* y, cudaStream_t s) {
+void moe_down_matvec(const LaunchContext& ctx, const DevWeight* table, const int32_t* ids,
+                     const float* weights, int64_t n_ids, int64_t rows, int64_t cols, const float* act,
+                     const SharedExpert* shared, bool quant_vector, float* y, cudaStream_t s) {
     if (rows == 0) return;
     SharedExpert folded;
     if (shared != nullptr) folded = *shared;
@@ -1397,14 +1386,14 @@ void moe_down_matvec(const DevWeight* table, const int32_t* ids, const float* we
     const size_t smem =
         static_cast<size_t>(tasks) * staged_bytes(std::max(cols, shared != nullptr ? shared->down.cols : 0));
     if (quant_vector && tasks <= kMaxDownWarps && smem <= kMaxStagedBytes) {
-        launch_dependent(moe_down_chunks_kernel, dim3(grid_for(rows, kDownChunkRows)), dim3(32 * warps), smem,
-                         s, table, ids, weights, n_ids, folded, rows, cols, act, y);
+        launch_dependent(ctx.dependent_launch, moe_down_chunks_kernel, dim3(grid_for(rows, kDownChunkRows)),
+                         dim3(32 * warps), smem, s, table, ids, weights, n_ids, folded, rows, cols, act, y);
     } else if (quant_vector) {
-        launch_dependent(moe_down_kernel<true>, dim3(grid_for(rows, kGroupRows)), dim3(32 * warps), 0, s,
-                         table, ids, weights, n_ids, folded, rows, cols, act, y);
+        launch_dependent(ctx.dependent_launch, moe_down_kernel<true>, dim3(grid_for(rows, kGroupRows)),
+                         dim3(32 * warps), 0, s, table, ids, weights, n_ids, folded, rows, cols, act, y);
     } else {
-        launch_dependent(moe_down_kernel<false>, dim3(grid_for(rows, kGroupRows)), dim3(32 * warps), 0, s,
-                         table, ids, weights, n_ids, folded, rows, cols, act, y);
+        launch_dependent(ctx.dependent_launch, moe_down_kernel<false>, dim3(grid_for(rows, kGroupRows)),
+                         dim3(32 * warps), 0, s, table, ids, weights, n_ids, folded, rows, cols, act, y);
     }
 }
 
@@ -1419,9 +1408,9 @@ int64_t logits_summary_scratch_floats() {
     return 3 * kSummaryBlocks;
 }
 
-void moe_matmul(const DevWeight* table, int which, int64_t n_experts, const int32_t* offsets,
-                const int32_t* order, int64_t n_pairs, bool gather, int64_t x_div, bool scatter, int64_t rows,
-                int64_t cols, const float* x, float* y, cudaStream_t s) {
+void moe_matmul(const LaunchContext& ctx, const DevWeight* table, int which, int64_t n_experts,
+                const int32_t* offsets, const int32_t* order, int64_t n_pairs, bool gather, int64_t x_div,
+                bool scatter, int64_t rows, int64_t cols, const float* x, float* y, cudaStream_t s) {
     if (n_pairs == 0) return;
     // Tiles per expert at uniform routing, doubled for skew; blocks stride over the rest.
     int64_t tiles = (2 * n_pairs + n_experts * kBM - 1) / (n_experts * kBM);
@@ -1430,7 +1419,7 @@ void moe_matmul(const DevWeight* table, int which, int64_t n_experts, const int3
     DevWeight unused;
     unused.rows = rows;
     unused.cols = cols;
-    if (g_tensor_cores.load(std::memory_order_relaxed)) {
+    if (ctx.tensor_cores) {
         matmul_tc_kernel<<<grid, kTcThreads, 0, s>>>(unused, table, which, offsets, order, n_pairs, gather,
                                                      x_div, scatter, x, y);
     } else {

@@ -11,6 +11,7 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
 
 #include "kernels/kernels.h"
@@ -44,6 +45,31 @@ inline DevWeight dev_weight(const kernels::WeightView& v, const void* data, cons
     return d;
 }
 
+// ---- launch context ----------------------------------------------------------------------------
+// Resident blocks per SM of a decode kernel family's instances for column splits S = 1, 2, 4, 8.
+using SplitOccupancy = std::array<int, 4>;
+
+// How one backend's launches run on its device: the device's SM count and the decode kernels'
+// occupancy there (queried once for that device, not for whichever device is current), and the
+// backend's diagnostic switches. The launchers that choose a kernel form by them take it; it is a
+// value the backend holds, so two backends on two devices never share a setting.
+struct LaunchContext {
+    int sm_count = 1;
+    SplitOccupancy matvec_occupancy{1, 1, 1, 1};
+    SplitOccupancy gate_up_occupancy{1, 1, 1, 1};
+    // Diagnostics: the decode products' column split forced (1, 2, 4 or 8 warps per row group; 0:
+    // chosen per launch from the rows and the occupancy).
+    int forced_split = 0;
+    // matmul and moe_matmul on tensor cores at f32 accuracy (3xTF32), or on the f32 SIMT kernel.
+    bool tensor_cores = true;
+    // The decode products (matvec, matvec_multi, the MoE decode launches) start while the kernel
+    // before them finishes, loading their first weights (programmatic dependent launch; sm_90+).
+    bool dependent_launch = false;
+};
+// For `device` (made current): its SMs, the kernels' occupancy, and the switches (dependent launch
+// only where the device has it).
+LaunchContext make_launch_context(int device, int forced_split, bool tensor_cores, bool dependent_launch);
+
 // ---- linear ------------------------------------------------------------------------------------
 // out[i, :] = row ids[i] of W dequantized, for i < n (embedding lookup; ids on the device).
 void dequantize_rows(const DevWeight& w, const int32_t* ids, int64_t n, float* out, cudaStream_t s);
@@ -51,20 +77,11 @@ void dequantize_rows(const DevWeight& w, const int32_t* ids, int64_t n, float* o
 // lanes of S warps read against x staged in shared memory, S chosen per launch from the rows and the
 // kernel's occupancy).
 // y[rows] = W · x[cols].
-void matvec(const DevWeight& w, const float* x, float* y, cudaStream_t s);
-// Forces the decode products' column split S (1, 2, 4 or 8 warps per row group; 0: chosen per
-// launch). Process-wide, for tests and kernel benchmarks that cover every form.
-void set_matvec_split(int s);
-// Whether the decode products (matvec, matvec_multi, the MoE decode launches) start while the kernel
-// before them finishes, loading their first weights (programmatic dependent launch; needs sm_90,
-// which the caller checks). Process-wide; off until set.
-void set_dependent_launch(bool on);
+void matvec(const LaunchContext& ctx, const DevWeight& w, const float* x, float* y, cudaStream_t s);
 // Y[n, rows] = X[n, cols] · Wᵀ: tiled product, W dequantized into shared memory per tile; on
-// tensor cores at f32 accuracy (3xTF32), or by the f32 SIMT kernel.
-void matmul(const DevWeight& w, const float* x, int64_t n, float* y, cudaStream_t s);
-// Whether matmul and moe_matmul use tensor cores (default) or the SIMT kernel. Process-wide, for
-// tests, benchmarks and bisecting.
-void set_matmul_tensor_cores(bool on);
+// tensor cores at f32 accuracy (3xTF32), or by the f32 SIMT kernel (ctx.tensor_cores).
+void matmul(const LaunchContext& ctx, const DevWeight& w, const float* x, int64_t n, float* y,
+            cudaStream_t s);
 
 // Router top-k fused into a matvec_multi launch: the last block of slice `which` to finish runs
 // router_topk over that slice's output (n_experts logits) into ids / weights [k]. counter: a
@@ -105,7 +122,7 @@ struct MatvecMulti {
         ++n;
     }
 };
-void matvec_multi(const MatvecMulti& m, const float* x, cudaStream_t s);
+void matvec_multi(const LaunchContext& ctx, const MatvecMulti& m, const float* x, cudaStream_t s);
 
 // A shared expert beside the routed ones in the decode MoE launches: its act = silu(gate · x) ⊙
 // (up · x) is slot n_ids of the routed act, its down output is scaled by sigmoid(*gate_logit) (1
@@ -119,9 +136,9 @@ struct SharedExpert {
 // act[k, :] = silu(gate) ⊙ up (a group of warps computes 2 rows of both; gate and up unused), and
 // with `shared` also act[n_ids, :shared.gate.rows] for the shared expert. quant_vector: every
 // expert's (and the shared expert's) gate and up have vector_layout(), in one code width and shape.
-void moe_matvec_gate_up(const DevWeight* table, const int32_t* ids, int64_t n_ids, int64_t rows, int64_t cols,
-                        const float* x, float* gate, float* up, float* act, const SharedExpert* shared,
-                        bool quant_vector, cudaStream_t s);
+void moe_matvec_gate_up(const LaunchContext& ctx, const DevWeight* table, const int32_t* ids, int64_t n_ids,
+                        int64_t rows, int64_t cols, const float* x, float* gate, float* up, float* act,
+                        const SharedExpert* shared, bool quant_vector, cudaStream_t s);
 // Whether a fused SwiGLU down projection's activations (act_floats) fit in shared memory.
 bool swiglu_fits(int64_t act_floats);
 // y = down · (silu(gate) ⊙ up); mix = y, or mix += sigmoid(*gate_logit) · y when gate_logit is set
@@ -131,9 +148,9 @@ void swiglu_down_matvec(const DevWeight& down, const float* gate, const float* u
 // MoE decode down projection and weighted sum: y[r] = Σ_k weights[k] · (down_{ids[k]} · act[k, :])[r]
 // (+ the shared expert's, from act[n_ids, :shared.down.cols], when `shared` is set). Blocks of 4 rows
 // whose warps take the experts. quant_vector: every down projection has vector_layout().
-void moe_down_matvec(const DevWeight* table, const int32_t* ids, const float* weights, int64_t n_ids,
-                     int64_t rows, int64_t cols, const float* act, const SharedExpert* shared,
-                     bool quant_vector, float* y, cudaStream_t s);
+void moe_down_matvec(const LaunchContext& ctx, const DevWeight* table, const int32_t* ids,
+                     const float* weights, int64_t n_ids, int64_t rows, int64_t cols, const float* act,
+                     const SharedExpert* shared, bool quant_vector, float* y, cudaStream_t s);
 // Whether the decode kernels read W as interleaved 32-bit code words (4/8-bit codes, cols and
 // group size multiples of the codes per word).
 bool vector_layout(const DevWeight& w);
@@ -155,9 +172,9 @@ int64_t logits_summary_scratch_floats();
 // pair indices routed to expert e (pair p = token p / k_per_token, slot p % k_per_token).
 // The input row of permuted pair i is x[gather ? order[i] / x_div : i]; its result row goes to
 // y[scatter ? order[i] : i]. W = table[e·3 + which].
-void moe_matmul(const DevWeight* table, int which, int64_t n_experts, const int32_t* offsets,
-                const int32_t* order, int64_t n_pairs, bool gather, int64_t x_div, bool scatter, int64_t rows,
-                int64_t cols, const float* x, float* y, cudaStream_t s);
+void moe_matmul(const LaunchContext& ctx, const DevWeight* table, int which, int64_t n_experts,
+                const int32_t* offsets, const int32_t* order, int64_t n_pairs, bool gather, int64_t x_div,
+                bool scatter, int64_t rows, int64_t cols, const float* x, float* y, cudaStream_t s);
 // Counting sort of ids[n_pairs] (expert ids < n_experts) into offsets[n_experts + 1] and
 // order[n_pairs]. One block; scratch-free.
 void moe_group(const int32_t* ids, int64_t n_pairs, int64_t n_experts, int32_t* offsets, int32_t* order,

@@ -50,10 +50,9 @@ class LruPolicy final : public EvictionPolicy {
 
 }  // namespace
 
-std::unique_ptr<EvictionPolicy> make_policy(const std::string& name) {
-    if (name == "lru") return std::make_unique<LruPolicy>();
-    if (name.empty() || name == "lfu") return std::make_unique<LfuPolicy>();
-    return nullptr;
+std::unique_ptr<EvictionPolicy> make_policy(CachePolicy policy) {
+    if (policy == CachePolicy::kLru) return std::make_unique<LruPolicy>();
+    return std::make_unique<LfuPolicy>();
 }
 
 SlotTable::SlotTable(int64_t n_slots, std::unique_ptr<EvictionPolicy> policy)
@@ -112,9 +111,9 @@ void SlotTable::drop(int64_t slot) {
     free_.push_back(slot);
 }
 
-double simulate_policy(const std::string& policy, int64_t n_slots, std::span<const ExpertKey> trace) {
+double simulate_policy(CachePolicy policy, int64_t n_slots, std::span<const ExpertKey> trace) {
     auto p = make_policy(policy);
-    if (p == nullptr || n_slots <= 0 || trace.empty()) return 0;
+    if (n_slots <= 0 || trace.empty()) return 0;
     SlotTable table(n_slots, std::move(p));
     int64_t hits = 0;
     for (const ExpertKey& k : trace) {

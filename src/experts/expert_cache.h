@@ -17,6 +17,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sluice/types.h"
+
 namespace sluice::experts {
 
 struct ExpertKey {
@@ -40,7 +42,7 @@ class EvictionPolicy {
     virtual double keep_score(ExpertKey key) const = 0;
 };
 
-std::unique_ptr<EvictionPolicy> make_policy(const std::string& name);  // "lfu" (default) or "lru"
+std::unique_ptr<EvictionPolicy> make_policy(CachePolicy policy);
 
 // Slot table: maps keys to slot indices; finds a victim among unpinned slots.
 class SlotTable {
@@ -74,6 +76,6 @@ class SlotTable {
 
 // Replays a trace of per-layer expert requests through a policy with `n_slots` slots; returns
 // the hit rate. Used to compare policies on the same routing.
-double simulate_policy(const std::string& policy, int64_t n_slots, std::span<const ExpertKey> trace);
+double simulate_policy(CachePolicy policy, int64_t n_slots, std::span<const ExpertKey> trace);
 
 }  // namespace sluice::experts

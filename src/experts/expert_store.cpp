@@ -56,9 +56,6 @@ Expected<std::unique_ptr<ExpertStore>> ExpertStore::open(const std::string& dir,
     store->layout_ = layout;
     store->options_ = options;
     auto policy = make_policy(options.policy);
-    if (policy == nullptr)
-        return error(ErrorCode::kInvalidArgument,
-                     "[experts] unknown cache policy '" + options.policy + "' (lfu, lru)");
 
     int64_t max_layer = -1;
     for (const auto& f : store->layout_.expert_files) max_layer = std::max(max_layer, f.layer);
@@ -99,7 +96,7 @@ Expected<std::unique_ptr<ExpertStore>> ExpertStore::open(const std::string& dir,
     for (int i = 0; i < threads; ++i) store->io_threads_.emplace_back([s = store.get()] { s->io_loop(); });
     log::debug("[experts] {} slots of {:.2f} MB, {} IO threads, {} reads, policy {}", store->n_slots_,
                store->slot_bytes_ / 1e6, threads, store->direct_io_ ? "O_DIRECT" : "buffered",
-               options.policy);
+               cache_policy_name(options.policy));
     return store;
 }
 

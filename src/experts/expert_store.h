@@ -46,7 +46,7 @@ struct ExpertStoreOptions {
     bool direct_io = true;      // O_DIRECT, falling back to buffered reads where unsupported
     bool verify_reads = false;  // xxh3 of every record read
     bool prefetch = true;       // accept next-layer prefetch hints
-    std::string policy = "lfu";
+    CachePolicy policy = CachePolicy::kLfu;
 };
 
 struct ExpertStoreStats {

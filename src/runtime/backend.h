@@ -64,7 +64,8 @@ struct CudaBackendOptions {
     int64_t context_tokens = 0;       // per session, for the budget check
     uint64_t expert_cache_bytes = 0;  // caps the VRAM expert cache (tiers the experts); 0 = the budget's rest
     bool prefetch = true;             // next-layer expert prefetch into VRAM (tiered)
-    std::string cache_policy = "lfu";
+    CachePolicy cache_policy = CachePolicy::kLfu;
+    CudaDiagnostics diagnostics;
 };
 
 // Defined in src/cuda/backend.cu when the CUDA backend is built, else in src/cuda/cuda_stub.cpp

@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -15,6 +17,30 @@
 #include "sluice/tokenizer.h"
 
 namespace sluice {
+
+const char* cache_policy_name(CachePolicy policy) {
+    return policy == CachePolicy::kLru ? "lru" : "lfu";
+}
+
+Expected<CachePolicy> parse_cache_policy(const std::string& name) {
+    if (name == "lfu") return CachePolicy::kLfu;
+    if (name == "lru") return CachePolicy::kLru;
+    return error(ErrorCode::kInvalidArgument, "[engine] cache policy '" + name + "' is not one of lfu, lru");
+}
+
+CudaDiagnostics cuda_diagnostics_from_env() {
+    auto is = [](const char* name, const char* value) {
+        const char* v = std::getenv(name);
+        return v != nullptr && std::strcmp(v, value) == 0;
+    };
+    CudaDiagnostics d;
+    d.unfused = is("SLUICE_CUDA_UNFUSED", "1");
+    d.simt_matmul = is("SLUICE_CUDA_MATMUL", "simt");
+    d.timing = is("SLUICE_CUDA_TIMING", "1");
+    d.no_dependent_launch = is("SLUICE_CUDA_PDL", "0");
+    if (const char* v = std::getenv("SLUICE_CUDA_MATVEC_SPLIT")) d.matvec_split = std::atoi(v);
+    return d;
+}
 
 Engine::Engine() : impl_(std::make_unique<Impl>()) {}
 Engine::~Engine() = default;
@@ -125,6 +151,7 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         co.expert_cache_bytes = options.gpu_expert_cache_bytes;
         co.prefetch = options.prefetch;
         co.cache_policy = options.cache_policy;
+        co.diagnostics = options.cuda_diagnostics;
         SLUICE_ASSIGN_OR_RETURN(im.backend, runtime::make_cuda_backend(im.model, co));
     }
     SLUICE_RETURN_IF_ERROR(engine->load_text_side());

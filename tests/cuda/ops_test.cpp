@@ -29,6 +29,11 @@ bool has_gpu() {
 #define REQUIRE_GPU() \
     if (!has_gpu()) GTEST_SKIP() << "no CUDA device"
 
+// Device 0's launch context with the default switches (a test sets the ones it sweeps on its copy).
+LaunchContext launch_context() {
+    return make_launch_context(0, 0, true, true);
+}
+
 // A device copy of a host vector, copied back with get().
 template <typename T>
 class Dev {
@@ -155,6 +160,7 @@ const std::vector<LinearCase>& linear_cases() {
 
 TEST(CudaOps, MatvecMatchesReference) {
     REQUIRE_GPU();
+    LaunchContext lc = launch_context();
     using T = kernels::WeightType;
     uint32_t seed = 1;
     std::vector<LinearCase> cases = linear_cases();
@@ -169,18 +175,19 @@ TEST(CudaOps, MatvecMatchesReference) {
         kernels::reference::matvec(w->view, x.data(), ref.data(), nullptr);
         Dev<float> dx(x), dy(static_cast<size_t>(c.rows));
         for (int split : {0, 1, 2, 4, 8}) {
-            set_matvec_split(split);
-            matvec(w->dev, dx.get(), dy.get(), nullptr);
+            lc.forced_split = split;
+            matvec(lc, w->dev, dx.get(), dy.get(), nullptr);
             EXPECT_LT(rel_err(dy.host(), ref), 1e-5)
                 << kernels::weight_type_name(c.type) << " " << c.rows << "x" << c.cols << " g" << c.group
                 << " split " << split;
         }
-        set_matvec_split(0);
+        lc.forced_split = 0;
     }
 }
 
 TEST(CudaOps, MatmulMatchesReference) {
     REQUIRE_GPU();
+    LaunchContext lc = launch_context();
     uint32_t seed = 100;
     for (const auto& c : linear_cases()) {
         for (int64_t n : {2, 5, 64, 130}) {
@@ -190,13 +197,13 @@ TEST(CudaOps, MatmulMatchesReference) {
             kernels::reference::matmul(w->view, x.data(), n, ref.data(), nullptr);
             Dev<float> dx(x), dy(static_cast<size_t>(n * c.rows));
             for (bool tensor_cores : {true, false}) {  // 3xTF32 and its SIMT twin
-                set_matmul_tensor_cores(tensor_cores);
-                matmul(w->dev, dx.get(), n, dy.get(), nullptr);
+                lc.tensor_cores = tensor_cores;
+                matmul(lc, w->dev, dx.get(), n, dy.get(), nullptr);
                 EXPECT_LT(rel_err(dy.host(), ref), 1e-5)
                     << kernels::weight_type_name(c.type) << " " << c.rows << "x" << c.cols << " n=" << n
                     << " tensor cores " << tensor_cores;
             }
-            set_matmul_tensor_cores(true);
+            lc.tensor_cores = true;
         }
     }
 }
@@ -220,6 +227,7 @@ TEST(CudaOps, DequantizeRowsMatchesReference) {
 // SwiGLU MLP, weighted and summed — both the decode (matvec) and prefill (grouped matmul) forms.
 TEST(CudaOps, GroupedMoeMatchesComposedReference) {
     REQUIRE_GPU();
+    LaunchContext lc = launch_context();
     for (auto type : {kernels::WeightType::kQ4, kernels::WeightType::kQ8, kernels::WeightType::kBF16})
         for (int64_t K : {4, 10}) {  // 10: more experts than a block has warps (the split down projection)
             const int64_t E = 16, H = 256, I = 128;
@@ -269,38 +277,38 @@ TEST(CudaOps, GroupedMoeMatchesComposedReference) {
                     const bool vec = vector_layout(ws[0]->dev);
                     for (int split : {0, 1, 2, 4, 8})
                         for (bool qv : {false, vec}) {
-                            set_matvec_split(split);
+                            lc.forced_split = split;
                             const std::string what = std::string(kernels::weight_type_name(type)) +
                                                      " K=" + std::to_string(K) + " split " +
                                                      std::to_string(split) + (qv ? " words" : " generic");
-                            moe_matvec_gate_up(dt, dids.get(), K, I, H, dx.get(), dg.get(), du.get(), nullptr,
-                                               nullptr, qv, nullptr);
+                            moe_matvec_gate_up(lc, dt, dids.get(), K, I, H, dx.get(), dg.get(), du.get(),
+                                               nullptr, nullptr, qv, nullptr);
                             swiglu(dg.get(), du.get(), K * I, da.get(), nullptr);
-                            moe_down_matvec(dt, dids.get(), dw.get(), K, H, I, da.get(), nullptr, qv,
+                            moe_down_matvec(lc, dt, dids.get(), dw.get(), K, H, I, da.get(), nullptr, qv,
                                             dmix.get(), nullptr);
                             EXPECT_LT(rel_err(dmix.host(), ref), 1e-5) << what;
                             // Fused: SwiGLU in the gate/up launch.
                             Dev<float> da2(static_cast<size_t>(K * I)), dmix2(static_cast<size_t>(H));
-                            moe_matvec_gate_up(dt, dids.get(), K, I, H, dx.get(), nullptr, nullptr, da2.get(),
-                                               nullptr, qv, nullptr);
+                            moe_matvec_gate_up(lc, dt, dids.get(), K, I, H, dx.get(), nullptr, nullptr,
+                                               da2.get(), nullptr, qv, nullptr);
                             EXPECT_LT(rel_err(da2.host(), da.host()), 1e-5) << what << " fused act";
-                            moe_down_matvec(dt, dids.get(), dw.get(), K, H, I, da2.get(), nullptr, qv,
+                            moe_down_matvec(lc, dt, dids.get(), dw.get(), K, H, I, da2.get(), nullptr, qv,
                                             dmix2.get(), nullptr);
                             EXPECT_LT(rel_err(dmix2.host(), ref), 1e-5) << what << " fused";
                         }
-                    set_matvec_split(0);
+                    lc.forced_split = 0;
                 } else {
-                    set_matmul_tensor_cores(n != 50);  // 50: the SIMT kernel, else tensor cores
+                    lc.tensor_cores = n != 50;  // 50: the SIMT kernel, else tensor cores
                     moe_group(dids.get(), n * K, E, doff.get(), dord.get(), nullptr);
-                    moe_matmul(dt, 0, E, doff.get(), dord.get(), n * K, true, K, false, I, H, dx.get(),
+                    moe_matmul(lc, dt, 0, E, doff.get(), dord.get(), n * K, true, K, false, I, H, dx.get(),
                                dg.get(), nullptr);
-                    moe_matmul(dt, 1, E, doff.get(), dord.get(), n * K, true, K, false, I, H, dx.get(),
+                    moe_matmul(lc, dt, 1, E, doff.get(), dord.get(), n * K, true, K, false, I, H, dx.get(),
                                du.get(), nullptr);
                     swiglu(dg.get(), du.get(), n * K * I, da.get(), nullptr);
-                    moe_matmul(dt, 2, E, doff.get(), dord.get(), n * K, false, 1, true, H, I, da.get(),
+                    moe_matmul(lc, dt, 2, E, doff.get(), dord.get(), n * K, false, 1, true, H, I, da.get(),
                                dpo.get(), nullptr);
                     moe_combine(dpo.get(), dw.get(), n, K, H, dmix.get(), nullptr);
-                    set_matmul_tensor_cores(true);
+                    lc.tensor_cores = true;
                 }
                 EXPECT_LT(rel_err(dmix.host(), ref), 1e-5) << kernels::weight_type_name(type) << " n=" << n;
             }
@@ -483,9 +491,10 @@ TEST(CudaOps, RouterTopkMatchesReference) {
 // same launch's logits, replayed (the counter must come back to 0), beside other slices.
 TEST(CudaOps, MatvecMultiFusedTopkMatchesRouterTopk) {
     REQUIRE_GPU();
+    LaunchContext lc = launch_context();
     for (int64_t E : {64, 256, 512}) {
         for (int split : {0, 1, 8}) {
-            set_matvec_split(split);
+            lc.forced_split = split;
             const int64_t H = 512, K = 8;
             auto wr = make_weight(kernels::WeightType::kQ8, E, H, 64, static_cast<uint32_t>(E));
             auto wg = make_weight(kernels::WeightType::kQ4, 300, H, 64, 2);
@@ -506,7 +515,7 @@ TEST(CudaOps, MatvecMultiFusedTopkMatchesRouterTopk) {
                 m.topk.ids = di.get();
                 m.topk.weights = dw.get();
                 m.topk.counter = counter.get();
-                matvec_multi(m, dx.get(), nullptr);
+                matvec_multi(lc, m, dx.get(), nullptr);
                 router_topk(dl.get(), 1, E, K, rep % 2 == 0, di2.get(), dw2.get(), nullptr);
                 EXPECT_EQ(di.host(), di2.host()) << "E " << E << " split " << split;
                 EXPECT_EQ(dw.host(), dw2.host()) << "E " << E << " split " << split;
@@ -514,7 +523,7 @@ TEST(CudaOps, MatvecMultiFusedTopkMatchesRouterTopk) {
             }
         }
     }
-    set_matvec_split(0);
+    lc.forced_split = 0;
 }
 
 // A residual add and RMS norm in a product's prologue (MatvecMulti::norm) against add_rms_norm +
@@ -523,6 +532,7 @@ TEST(CudaOps, MatvecMultiFusedTopkMatchesRouterTopk) {
 // first) and a weight whose columns are off the chunk layout.
 TEST(CudaOps, MatvecMultiNormPrologueMatchesAddRmsNorm) {
     REQUIRE_GPU();
+    LaunchContext lc = launch_context();
     using T = kernels::WeightType;
     struct Case {
         T type;
@@ -534,7 +544,7 @@ TEST(CudaOps, MatvecMultiNormPrologueMatchesAddRmsNorm) {
                           Case{T::kQ4, 64, 4096, 64}, Case{T::kBF16, 70, 512, 0}, Case{T::kQ4, 40, 48, 16}}) {
         for (int split : {0, 1, 2, 4, 8}) {
             for (bool topk : {false, true}) {
-                set_matvec_split(split);
+                lc.forced_split = split;
                 const int64_t H = c.cols, K = 4;
                 auto w1 = make_weight(c.type, c.rows, H, c.group, seed++);
                 auto w2 = make_weight(c.type, 37, H, c.group, seed++);
@@ -548,7 +558,7 @@ TEST(CudaOps, MatvecMultiNormPrologueMatchesAddRmsNorm) {
                 MatvecMulti ref;
                 ref.add(w1->dev, ry1.get());
                 ref.add(w2->dev, ry2.get());
-                matvec_multi(ref, rnorm.get(), nullptr);
+                matvec_multi(lc, ref, rnorm.get(), nullptr);
                 // Fused.
                 Dev<float> fx(resid), fadd(add), fw(weight), fout(static_cast<size_t>(H)),
                     fnorm(static_cast<size_t>(H)), fy1(static_cast<size_t>(c.rows)), fy2(37),
@@ -567,7 +577,7 @@ TEST(CudaOps, MatvecMultiNormPrologueMatchesAddRmsNorm) {
                     m.topk.weights = tw.get();
                     m.topk.counter = counter.get();
                 }
-                matvec_multi(m, nullptr, nullptr);
+                matvec_multi(lc, m, nullptr, nullptr);
                 const std::string what = std::string(kernels::weight_type_name(c.type)) + " " +
                                          std::to_string(c.rows) + "x" + std::to_string(H) + " split " +
                                          std::to_string(split) + (topk ? " top-k" : "");
@@ -586,7 +596,7 @@ TEST(CudaOps, MatvecMultiNormPrologueMatchesAddRmsNorm) {
             }
         }
     }
-    set_matvec_split(0);
+    lc.forced_split = 0;
 }
 
 // The shared expert in the routed decode launches (its act as slot n_ids of the gate/up launch,
@@ -594,6 +604,7 @@ TEST(CudaOps, MatvecMultiNormPrologueMatchesAddRmsNorm) {
 // code-word and 16-bit shared experts and every column split.
 TEST(CudaOps, MoeWithSharedExpertMatchesSeparateForms) {
     REQUIRE_GPU();
+    LaunchContext lc = launch_context();
     const int64_t E = 8, H = 256, I = 128, Is = 192, K = 4;
     std::vector<std::unique_ptr<TestWeight>> ws;
     std::vector<DevWeight> table;
@@ -618,20 +629,20 @@ TEST(CudaOps, MoeWithSharedExpertMatchesSeparateForms) {
         for (int split : {0, 1, 8})
             for (bool gated : {true, false}) {
                 const bool qv = vec && split != 1;  // split 1: also the generic instances
-                set_matvec_split(split);
+                lc.forced_split = split;
                 Dev<int32_t> dids(ids);
                 Dev<float> dx(x), dw(wts), dlogit(logit), dact(static_cast<size_t>(K * I)),
                     dact2(static_cast<size_t>(K * I + Is)), dg(static_cast<size_t>(Is)),
                     du(static_cast<size_t>(Is)), dsep(static_cast<size_t>(H)), dfold(static_cast<size_t>(H));
                 // Separate: routed experts, then the shared expert's gated add.
-                moe_matvec_gate_up(dt, dids.get(), K, I, H, dx.get(), nullptr, nullptr, dact.get(), nullptr,
-                                   qv, nullptr);
-                moe_down_matvec(dt, dids.get(), dw.get(), K, H, I, dact.get(), nullptr, qv, dsep.get(),
+                moe_matvec_gate_up(lc, dt, dids.get(), K, I, H, dx.get(), nullptr, nullptr, dact.get(),
+                                   nullptr, qv, nullptr);
+                moe_down_matvec(lc, dt, dids.get(), dw.get(), K, H, I, dact.get(), nullptr, qv, dsep.get(),
                                 nullptr);
                 MatvecMulti m;
                 m.add(sg->dev, dg.get());
                 m.add(su->dev, du.get());
-                matvec_multi(m, dx.get(), nullptr);
+                matvec_multi(lc, m, dx.get(), nullptr);
                 if (gated) {
                     swiglu_down_matvec(sd->dev, dg.get(), du.get(), dlogit.get(), dsep.get(), nullptr);
                 } else {
@@ -644,15 +655,15 @@ TEST(CudaOps, MoeWithSharedExpertMatchesSeparateForms) {
                 shared.up = su->dev;
                 shared.down = sd->dev;
                 shared.gate_logit = gated ? dlogit.get() : nullptr;
-                moe_matvec_gate_up(dt, dids.get(), K, I, H, dx.get(), nullptr, nullptr, dact2.get(), &shared,
-                                   qv, nullptr);
-                moe_down_matvec(dt, dids.get(), dw.get(), K, H, I, dact2.get(), &shared, qv, dfold.get(),
+                moe_matvec_gate_up(lc, dt, dids.get(), K, I, H, dx.get(), nullptr, nullptr, dact2.get(),
+                                   &shared, qv, nullptr);
+                moe_down_matvec(lc, dt, dids.get(), dw.get(), K, H, I, dact2.get(), &shared, qv, dfold.get(),
                                 nullptr);
                 EXPECT_LT(rel_err(dfold.host(), dsep.host()), 1e-5)
                     << kernels::weight_type_name(type) << " gated " << gated << " split " << split;
             }
     }
-    set_matvec_split(0);
+    lc.forced_split = 0;
 }
 
 // The device logits summary against a pass over the row: the first index of the maximum (ties
@@ -708,6 +719,7 @@ TEST(CudaOps, ElementwiseMatchReference) {
 // projection with the shared expert's sigmoid-gated add, the residual add inside the norm.
 TEST(CudaOps, FusedDecodeFormsMatchReference) {
     REQUIRE_GPU();
+    LaunchContext lc = launch_context();
     const int64_t H = 320, I = 96;
     auto wg = make_weight(kernels::WeightType::kQ4, I, H, 64, 1);
     auto wu = make_weight(kernels::WeightType::kQ8, I, H, 32, 2);
@@ -729,7 +741,7 @@ TEST(CudaOps, FusedDecodeFormsMatchReference) {
     m.add(wu->dev, du.get());
     m.add(wr->dev, dr.get());
     m.add(ws->dev, dsg.get());
-    matvec_multi(m, dx.get(), nullptr);
+    matvec_multi(lc, m, dx.get(), nullptr);
     EXPECT_LT(rel_err(dg.host(), g), 1e-5);
     EXPECT_LT(rel_err(du.host(), u), 1e-5);
     EXPECT_LT(rel_err(dr.host(), r), 1e-5);

@@ -192,7 +192,7 @@ TEST(CudaFailure, AFailedTieredForwardLeavesTheSessionAtItsLastPosition) {
     eo.threads = 2;
     eo.context_tokens = 256;
     eo.device = "cuda";
-    eo.cache_policy = "lru";
+    eo.cache_policy = CachePolicy::kLru;
     eo.prefetch = false;
     eo.verify_reads = true;
     auto probe = Engine::load(eo);

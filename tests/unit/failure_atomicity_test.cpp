@@ -48,7 +48,7 @@ class FailureAtomicity : public ::testing::Test {
         eo.context_tokens = 256;
         eo.memory_bytes = 2ull << 30;
         eo.expert_cache_bytes = 1;  // one slot
-        eo.cache_policy = "lru";
+        eo.cache_policy = CachePolicy::kLru;
         eo.prefetch = false;
         eo.verify_reads = true;
         auto e = Engine::load(eo);

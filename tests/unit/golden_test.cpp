@@ -109,6 +109,8 @@ void check_golden(const std::string& name, const std::string& device, bool tiere
     eo.model_dir = dir;
     eo.threads = 2;
     eo.device = device;
+    // tools/gpu_check.sh runs the CUDA goldens again with SLUICE_CUDA_UNFUSED=1.
+    eo.cuda_diagnostics = cuda_diagnostics_from_env();
     eo.context_tokens = static_cast<int64_t>(ref.ids.size() + ref.greedy_ids.size() + 1);
     auto engine = Engine::load(eo);
     if (device != "cpu" && !engine.has_value() && engine.status().code() == ErrorCode::kUnsupported)

@@ -347,11 +347,11 @@ TEST(ExpertCache, LfuKeepsFrequentExpertsAndPoliciesCompareOnOneTrace) {
         trace.push_back({0, 0});
         for (int j = 0; j < 4; ++j) trace.push_back({0, 1 + (step * 4 + j) % 12});
     }
-    const double lfu = experts::simulate_policy("lfu", 4, trace);
-    const double lru = experts::simulate_policy("lru", 4, trace);
+    const double lfu = experts::simulate_policy(CachePolicy::kLfu, 4, trace);
+    const double lru = experts::simulate_policy(CachePolicy::kLru, 4, trace);
     EXPECT_GT(lfu, 0.19);  // the hot expert hits every step: ≥ 1/5 of accesses
     EXPECT_LT(lru, 0.05);
-    EXPECT_EQ(experts::simulate_policy("nope", 4, trace), 0.0);
+    EXPECT_EQ(experts::simulate_policy(CachePolicy::kLfu, 0, trace), 0.0);
 }
 
 }  // namespace
