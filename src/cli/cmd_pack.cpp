@@ -7,18 +7,18 @@
 
 #include "cli/command.h"
 #include "cli/progress.h"
-#include "experts/packer.h"
+#include "convert/packer.h"
 
 namespace sluice::cli {
 namespace {
 
-void run_pack(const experts::PackOptions& base) {
-    experts::PackOptions o = base;
+void run_pack(const convert::PackOptions& base) {
+    convert::PackOptions o = base;
     Progress progress("pack", true);
     o.progress = [&](const std::string& phase, uint64_t done, uint64_t total) {
         progress.update(phase, done, total);
     };
-    auto result = check(experts::pack_model(o));
+    auto result = check(convert::pack_model(o));
     progress.finish();
     if (result.already_complete) {
         std::fprintf(stderr, "%s is already a complete pack of %s\n", o.out_dir.c_str(), o.src_dir.c_str());
@@ -33,7 +33,7 @@ void run_pack(const experts::PackOptions& base) {
 void run_verify(const std::string& dir) {
     Progress progress("verify", false);
     auto problems =
-        check(experts::verify_packed(dir, [&](const std::string& phase, uint64_t done, uint64_t total) {
+        check(convert::verify_packed(dir, [&](const std::string& phase, uint64_t done, uint64_t total) {
             progress.update(phase, done, total);
         }));
     progress.finish();
@@ -49,7 +49,7 @@ void run_verify(const std::string& dir) {
 }  // namespace sluice::cli
 
 SLUICE_COMMAND(pack, 40, [](CLI::App& app) {
-    auto o = std::make_shared<sluice::experts::PackOptions>();
+    auto o = std::make_shared<sluice::convert::PackOptions>();
     auto* cmd =
         app.add_subcommand("pack", "Convert a Hugging Face or MLX checkpoint into sluice's streaming layout");
     cmd->add_option("src_dir", o->src_dir, "Source checkpoint folder")->required();
@@ -74,13 +74,13 @@ SLUICE_COMMAND(verify, 41, [](CLI::App& app) {
 
 namespace sluice::cli {
 namespace {
-void run_synth(const experts::SynthOptions& base) {
-    experts::SynthOptions o = base;
+void run_synth(const convert::SynthOptions& base) {
+    convert::SynthOptions o = base;
     Progress progress("synth", false);
     o.progress = [&](const std::string& phase, uint64_t done, uint64_t total) {
         progress.update(phase, done, total);
     };
-    auto result = check(experts::synth_model(o));
+    auto result = check(convert::synth_model(o));
     progress.finish();
     std::fprintf(
         stderr,
@@ -92,7 +92,7 @@ void run_synth(const experts::SynthOptions& base) {
 }  // namespace sluice::cli
 
 SLUICE_COMMAND(synth, 42, [](CLI::App& app) {
-    auto o = std::make_shared<sluice::experts::SynthOptions>();
+    auto o = std::make_shared<sluice::convert::SynthOptions>();
     auto* cmd =
         app.add_subcommand("synth", "Write a packed model of a real config with random weights (benchmarks)");
     cmd->add_option("config", o->config_path, "A config.json of any supported model")->required();

@@ -7,23 +7,23 @@
 
 #include "cli/command.h"
 #include "cli/progress.h"
-#include "experts/puller.h"
+#include "convert/puller.h"
 
 namespace sluice::cli {
 namespace {
 
-void run_pull(const experts::PullOptions& base) {
-    experts::PullOptions o = base;
+void run_pull(const convert::PullOptions& base) {
+    convert::PullOptions o = base;
     // The Hub's own environment variables, as huggingface_hub reads them.
     if (const char* token = std::getenv("HF_TOKEN"); token && *token) o.token = token;
     if (const char* endpoint = std::getenv("HF_ENDPOINT"); endpoint && *endpoint) o.endpoint = endpoint;
-    if (o.out_dir.empty()) o.out_dir = experts::default_pull_dir(o.repo);
+    if (o.out_dir.empty()) o.out_dir = convert::default_pull_dir(o.repo);
     Progress progress("pull", true);
     o.progress = [&](const std::string& phase, uint64_t done, uint64_t total) {
         progress.update(phase, done, total);
     };
     o.notice = [&](const std::string& line) { std::fprintf(stderr, "\npull: %s\n", line.c_str()); };
-    auto result = check(experts::pull_model(o));
+    auto result = check(convert::pull_model(o));
     progress.finish();
     if (result.pack.already_complete) {
         std::fprintf(stderr, "%s is already a complete pull of %s@%s\n", o.out_dir.c_str(), o.repo.c_str(),
@@ -42,7 +42,7 @@ void run_pull(const experts::PullOptions& base) {
 }  // namespace sluice::cli
 
 SLUICE_COMMAND(pull, 39, [](CLI::App& app) {
-    auto o = std::make_shared<sluice::experts::PullOptions>();
+    auto o = std::make_shared<sluice::convert::PullOptions>();
     auto* cmd = app.add_subcommand(
         "pull", "Download a Hugging Face model straight into sluice's streaming layout (resumable)");
     cmd->add_option("repo", o->repo, "Repository, ORG/NAME")->required();

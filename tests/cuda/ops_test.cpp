@@ -2,7 +2,7 @@
 // ggml's test-backend-ops: random inputs, the same call on both sides, max |difference| relative
 // to the output's scale. Run by tools/gpu_check.sh on a machine with a GPU (also under
 // compute-sanitizer); skipped when no device is present.
-#include "cuda/ops.h"
+#include "kernels/cuda/ops.h"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "experts/packer.h"
+#include "convert/packer.h"
 #include "format/pack.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
@@ -108,10 +108,10 @@ TEST_P(CudaSession, PackedModelThroughGpuHostAndDiskTiers) {
     int n_devices = 0;
     if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0) GTEST_SKIP() << "no CUDA device";
     testing::TempDir tmp;
-    experts::PackOptions po;
+    convert::PackOptions po;
     po.src_dir = sluice::testing::test_data_dir() + "/goldens/" + GetParam();
     po.out_dir = tmp.file("packed");
-    auto packed = experts::pack_model(po);
+    auto packed = convert::pack_model(po);
     ASSERT_TRUE(packed.has_value()) << packed.status().message();
     EngineOptions eo;
     eo.model_dir = po.out_dir;
@@ -165,10 +165,10 @@ TEST(CudaFailure, AFailedTieredForwardLeavesTheSessionAtItsLastPosition) {
     int n_devices = 0;
     if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0) GTEST_SKIP() << "no CUDA device";
     testing::TempDir tmp;
-    experts::PackOptions po;
+    convert::PackOptions po;
     po.src_dir = std::string(SLUICE_SOURCE_DIR) + "/models/tiny-next";
     po.out_dir = tmp.file("packed");
-    ASSERT_TRUE(experts::pack_model(po).has_value());
+    ASSERT_TRUE(convert::pack_model(po).has_value());
     auto layout = format::open_packed_dir(po.out_dir);
     ASSERT_TRUE(layout.has_value());
     const format::PackExpertFile* f = layout->for_layer(5);

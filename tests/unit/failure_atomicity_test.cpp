@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "experts/packer.h"
+#include "convert/packer.h"
 #include "format/pack.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
@@ -29,10 +29,10 @@ constexpr int64_t kFaultLayer = 5;  // a DeltaNet layer after three DeltaNet lay
 class FailureAtomicity : public ::testing::Test {
  protected:
     void SetUp() override {
-        experts::PackOptions o;
+        convert::PackOptions o;
         o.src_dir = std::string(SLUICE_SOURCE_DIR) + "/models/tiny-next";
         o.out_dir = dir_.file("packed");
-        auto packed = experts::pack_model(o);
+        auto packed = convert::pack_model(o);
         ASSERT_TRUE(packed.has_value()) << packed.status().message();
         auto layout = format::open_packed_dir(o.out_dir);
         ASSERT_TRUE(layout.has_value()) << layout.status().message();

@@ -11,8 +11,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "convert/packer.h"
 #include "experts/expert_cache.h"
-#include "experts/packer.h"
 #include "format/safetensors.h"
 #include "io/mapped_file.h"
 #include "kernels/kernels.h"
@@ -73,13 +73,13 @@ class PackGolden : public ::testing::TestWithParam<PackCase> {};
 TEST_P(PackGolden, PackedLogitsEqualUnpacked) {
     const PackCase pc = GetParam();
     TempDir out;
-    experts::PackOptions o;
+    convert::PackOptions o;
     o.src_dir = golden(pc.golden);
     o.out_dir = out.file("packed");
     o.bits = pc.bits;
-    auto packed = experts::pack_model(o);
+    auto packed = convert::pack_model(o);
     ASSERT_TRUE(packed.has_value()) << packed.status().message();
-    auto problems = experts::verify_packed(o.out_dir);
+    auto problems = convert::verify_packed(o.out_dir);
     ASSERT_TRUE(problems.has_value()) << problems.status().message();
     EXPECT_TRUE(problems->empty());
 
@@ -167,11 +167,11 @@ TEST(Pack, QuantizesHuggingFaceSourcesWithTheMlxAlgorithm) {
         TempDir out;
         double end_to_end[2] = {0, 0};
         for (int bits : {8, 4}) {
-            experts::PackOptions o;
+            convert::PackOptions o;
             o.src_dir = golden(name);
             o.out_dir = out.file("q" + std::to_string(bits));
             o.bits = bits;
-            auto r = experts::pack_model(o);
+            auto r = convert::pack_model(o);
             ASSERT_TRUE(r.has_value()) << r.status().message();
             int n_quantized = 0;
             const double weight_err = max_weight_error(o.src_dir, o.out_dir, &n_quantized);
@@ -225,13 +225,13 @@ class PackFaults : public ::testing::Test {
     void SetUp() override {
         o_.src_dir = golden("qwen3_next_mlx_q4");
         o_.out_dir = dir_.file("packed");
-        auto r = experts::pack_model(o_);
+        auto r = convert::pack_model(o_);
         ASSERT_TRUE(r.has_value()) << r.status().message();
         ids_ = golden_ids("qwen3_next_mlx_q4");
     }
     std::string path(const std::string& rel) const { return o_.out_dir + "/" + rel; }
     TempDir dir_;
-    experts::PackOptions o_;
+    convert::PackOptions o_;
     std::vector<int32_t> ids_;
 };
 
@@ -240,7 +240,7 @@ TEST_F(PackFaults, TruncatedExpertFile) {
     auto r = run_logits(o_.out_dir, ids_, 1);
     ASSERT_FALSE(r.has_value());
     EXPECT_NE(r.status().message().find("experts/layer_001.bin"), std::string::npos) << r.status().message();
-    auto problems = experts::verify_packed(o_.out_dir);
+    auto problems = convert::verify_packed(o_.out_dir);
     EXPECT_FALSE(problems.has_value());  // the manifest's size check catches it before any read
 }
 
@@ -258,7 +258,7 @@ TEST_F(PackFaults, FlippedByteIsCaughtByChecksums) {
     ASSERT_FALSE(r.has_value());
     EXPECT_NE(r.status().message().find("checksum mismatch"), std::string::npos) << r.status().message();
     EXPECT_NE(r.status().message().find("layer 2 expert 0"), std::string::npos) << r.status().message();
-    auto problems = experts::verify_packed(o_.out_dir);
+    auto problems = convert::verify_packed(o_.out_dir);
     ASSERT_TRUE(problems.has_value());
     ASSERT_EQ(problems->size(), 1u);
     EXPECT_NE((*problems)[0].find("expert 0 (layer 2): checksum mismatch"), std::string::npos)
@@ -301,21 +301,21 @@ TEST_F(PackFaults, InterruptedPackResumes) {
     interrupt(false);
     EXPECT_FALSE(run_logits(o_.out_dir, ids_, 1).has_value());  // an interrupted pack never loads
 
-    auto r = experts::pack_model(o_);
+    auto r = convert::pack_model(o_);
     ASSERT_TRUE(r.has_value()) << r.status().message();
     EXPECT_TRUE(r->resumed);
     EXPECT_EQ(*io::read_text_file(path("layout.json")), *original);
-    auto problems = experts::verify_packed(o_.out_dir);
+    auto problems = convert::verify_packed(o_.out_dir);
     ASSERT_TRUE(problems.has_value());
     EXPECT_TRUE(problems->empty());
 
-    auto again = experts::pack_model(o_);
+    auto again = convert::pack_model(o_);
     ASSERT_TRUE(again.has_value());
     EXPECT_TRUE(again->already_complete);
 
     // A partial file gone missing: the pack starts over and still ends identical.
     interrupt(true);
-    auto over = experts::pack_model(o_);
+    auto over = convert::pack_model(o_);
     ASSERT_TRUE(over.has_value()) << over.status().message();
     EXPECT_FALSE(over->resumed);
     EXPECT_EQ(*io::read_text_file(path("layout.json")), *original);
@@ -331,9 +331,9 @@ TEST_F(PackFaults, WrongArchitecture) {
 }
 
 TEST_F(PackFaults, RefusesToPackIntoAnUnrelatedFolder) {
-    experts::PackOptions other = o_;
+    convert::PackOptions other = o_;
     other.src_dir = golden("qwen3_moe_mlx_q4");
-    auto r = experts::pack_model(other);
+    auto r = convert::pack_model(other);
     ASSERT_FALSE(r.has_value());
     EXPECT_NE(r.status().message().find("already holds a complete pack"), std::string::npos)
         << r.status().message();

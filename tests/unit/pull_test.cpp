@@ -8,10 +8,10 @@
 #include <filesystem>
 #include <random>
 
+#include "convert/pack_plan.h"
+#include "convert/pack_stream.h"
+#include "convert/packer.h"
 #include "core/sha256.h"
-#include "experts/pack_plan.h"
-#include "experts/pack_stream.h"
-#include "experts/packer.h"
 #include "format/hub_api.h"
 #include "io/http.h"
 #include "io/mapped_file.h"
@@ -136,20 +136,20 @@ TEST(HubApi, GlobSelection) {
 void expect_resumed_stream_equals_pack(const std::string& golden, int bits) {
     const std::string src = sluice::testing::test_data_dir() + "/goldens/" + golden;
     TempDir dir;
-    experts::PackOptions po;
+    convert::PackOptions po;
     po.src_dir = src;
     po.out_dir = dir.file("pack");
     po.bits = bits;
-    auto packed = experts::pack_model(po);
+    auto packed = convert::pack_model(po);
     ASSERT_TRUE(packed.has_value()) << packed.status().message();
 
     auto cfg = model::load_model_config(src);
     ASSERT_TRUE(cfg.has_value());
     auto ckpt = format::Checkpoint::open(src);
     ASSERT_TRUE(ckpt.has_value());
-    auto eff_bits = experts::resolve_pack_bits(*cfg, bits, 64, src);
+    auto eff_bits = convert::resolve_pack_bits(*cfg, bits, 64, src);
     ASSERT_TRUE(eff_bits.has_value());
-    auto plan = experts::plan_pack(*cfg, **ckpt, *eff_bits, 64);
+    auto plan = convert::plan_pack(*cfg, **ckpt, *eff_bits, 64);
     ASSERT_TRUE(plan.has_value()) << plan.status().message();
     auto mapped = io::MappedFile::open(src + "/model.safetensors");
     ASSERT_TRUE(mapped.has_value());
@@ -158,7 +158,7 @@ void expect_resumed_stream_equals_pack(const std::string& golden, int bits) {
     const uint64_t stop_at = (*mapped)->size() * 3 / 5;
     bool interrupt = true;
     std::mt19937 rng(7);
-    experts::ShardReader reader = [&](size_t, uint64_t begin, uint64_t end, const experts::ShardSink& sink) {
+    convert::ShardReader reader = [&](size_t, uint64_t begin, uint64_t end, const convert::ShardSink& sink) {
         for (uint64_t at = begin; at < end;) {
             if (interrupt && at >= stop_at) return error(ErrorCode::kIo, "connection dropped (test)");
             const uint64_t n = std::min<uint64_t>(end - at, 1 + rng() % 5000);
@@ -167,24 +167,24 @@ void expect_resumed_stream_equals_pack(const std::string& golden, int bits) {
         }
         return Status::ok();
     };
-    experts::StreamOptions so;
+    convert::StreamOptions so;
     so.out_dir = dir.file("stream");
     so.record_name = ".pack-progress.json";
     so.source = "test";
     so.side_dir = src;
     so.flush_every_bytes = 20000;
     so.shard_sha256 = {""};
-    auto first = experts::run_pack_plan(*plan, reader, so);
+    auto first = convert::run_pack_plan(*plan, reader, so);
     ASSERT_FALSE(first.has_value());
     auto record = io::read_text_file(so.out_dir + "/.pack-progress.json");
     ASSERT_TRUE(record.has_value());
-    auto parsed = experts::parse_stream_record(*record, "record");
+    auto parsed = convert::parse_stream_record(*record, "record");
     ASSERT_TRUE(parsed.has_value()) << parsed.status().message();
     EXPECT_GT(parsed->shards[0].cursor, 0u);
     EXPECT_LT(parsed->shards[0].cursor, stop_at + 5000);  // the slice that crossed stop_at
 
     interrupt = false;
-    auto second = experts::run_pack_plan(*plan, reader, so);
+    auto second = convert::run_pack_plan(*plan, reader, so);
     ASSERT_TRUE(second.has_value()) << second.status().message();
     EXPECT_TRUE(second->resumed);
     for (const auto& entry : fs::recursive_directory_iterator(po.out_dir)) {

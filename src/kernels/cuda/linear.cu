@@ -16,7 +16,7 @@
 #include <atomic>
 #include <type_traits>
 
-#include "cuda/common.cuh"
+#include "kernels/cuda/device/common.cuh"
 
 namespace sluice::cuda {
 namespace {

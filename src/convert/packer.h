@@ -18,7 +18,7 @@
 
 #include "sluice/status.h"
 
-namespace sluice::experts {
+namespace sluice::convert {
 
 struct PackOptions {
     std::string src_dir;
@@ -56,4 +56,4 @@ Expected<PackResult> synth_model(const SynthOptions& options);
 Expected<std::vector<std::string>> verify_packed(
     const std::string& dir, const std::function<void(const std::string&, uint64_t, uint64_t)>& progress = {});
 
-}  // namespace sluice::experts
+}  // namespace sluice::convert

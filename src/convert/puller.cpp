@@ -1,18 +1,18 @@
-#include "experts/puller.h"
+#include "convert/puller.h"
 
 #include <atomic>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "experts/pack_plan.h"
-#include "experts/pack_stream.h"
+#include "convert/pack_plan.h"
+#include "convert/pack_stream.h"
 #include "format/hub_api.h"
 #include "format/safetensors.h"
 #include "io/http.h"
 #include "io/mapped_file.h"
 #include "model/config.h"
 
-namespace sluice::experts {
+namespace sluice::convert {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -221,4 +221,4 @@ Expected<PullResult> pull_model(const PullOptions& options) {
     return result;
 }
 
-}  // namespace sluice::experts
+}  // namespace sluice::convert

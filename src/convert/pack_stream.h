@@ -25,12 +25,12 @@
 #include <string>
 #include <vector>
 
+#include "convert/pack_plan.h"
+#include "convert/packer.h"
 #include "core/sha256.h"
-#include "experts/pack_plan.h"
-#include "experts/packer.h"
 #include "sluice/status.h"
 
-namespace sluice::experts {
+namespace sluice::convert {
 
 // Writes the bytes of a plan's shards into its output files (see the file comment).
 class PlanWriter {
@@ -114,4 +114,4 @@ struct StreamOptions {
 // Runs `plan` into o.out_dir (or resumes it) with bytes from `reader`; see the file comment.
 Expected<PackResult> run_pack_plan(const PackPlan& plan, const ShardReader& reader, const StreamOptions& o);
 
-}  // namespace sluice::experts
+}  // namespace sluice::convert

@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "experts/packer.h"
+#include "convert/packer.h"
 #include "sluice/status.h"
 
-namespace sluice::experts {
+namespace sluice::convert {
 
 struct PullOptions {
     std::string repo;               // "ORG/NAME"
@@ -49,4 +49,4 @@ Expected<PullResult> pull_model(const PullOptions& options);
 // "./models/NAME" for "ORG/NAME".
 std::string default_pull_dir(const std::string& repo);
 
-}  // namespace sluice::experts
+}  // namespace sluice::convert

@@ -9,7 +9,7 @@
 // and need no global scratch.
 #include <cmath>
 
-#include "cuda/common.cuh"
+#include "kernels/cuda/device/common.cuh"
 
 namespace sluice::cuda {
 namespace {

@@ -1,4 +1,4 @@
-#include "experts/pack_writer.h"
+#include "convert/pack_writer.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@
 #include "format/hub_api.h"
 #include "io/mapped_file.h"
 
-namespace sluice::experts {
+namespace sluice::convert {
 
 namespace fs = std::filesystem;
 
@@ -232,4 +232,4 @@ Status write_manifest(const std::string& out_dir, const std::vector<std::string>
                                  format::serialize_pack_manifest(m));
 }
 
-}  // namespace sluice::experts
+}  // namespace sluice::convert

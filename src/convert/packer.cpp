@@ -1,18 +1,18 @@
-#include "experts/packer.h"
+#include "convert/packer.h"
 
 #include <xxhash.h>
 
 #include <algorithm>
 #include <filesystem>
 
-#include "experts/pack_plan.h"
-#include "experts/pack_stream.h"
+#include "convert/pack_plan.h"
+#include "convert/pack_stream.h"
 #include "format/pack.h"
 #include "io/mapped_file.h"
 #include "model/config.h"
 #include "model/weights.h"
 
-namespace sluice::experts {
+namespace sluice::convert {
 
 namespace fs = std::filesystem;
 
@@ -98,4 +98,4 @@ Expected<std::vector<std::string>> verify_packed(
     return problems;
 }
 
-}  // namespace sluice::experts
+}  // namespace sluice::convert

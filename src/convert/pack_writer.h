@@ -15,7 +15,7 @@
 #include "format/pack.h"
 #include "sluice/status.h"
 
-namespace sluice::experts {
+namespace sluice::convert {
 
 // One tensor of the dense file; `fill` writes exactly size_bytes() bytes into dst.
 struct DenseTensorSpec {
@@ -61,4 +61,4 @@ Expected<std::vector<std::string>> copy_model_side_files(const std::string& src_
 // Writes manifest.json last, listing every file of the pack with its size.
 Status write_manifest(const std::string& out_dir, const std::vector<std::string>& files);
 
-}  // namespace sluice::experts
+}  // namespace sluice::convert

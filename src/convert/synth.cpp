@@ -12,14 +12,14 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "experts/pack_writer.h"
-#include "experts/packer.h"
+#include "convert/pack_writer.h"
+#include "convert/packer.h"
 #include "io/mapped_file.h"
 #include "kernels/kernels.h"
 #include "model/config.h"
 #include "model/tensor_map.h"
 
-namespace sluice::experts {
+namespace sluice::convert {
 
 namespace fs = std::filesystem;
 using format::DType;
@@ -282,4 +282,4 @@ Expected<PackResult> synth_model(const SynthOptions& o) {
     return result;
 }
 
-}  // namespace sluice::experts
+}  // namespace sluice::convert

@@ -1,12 +1,12 @@
-#include "experts/pack_plan.h"
+#include "convert/pack_plan.h"
 
 #include <algorithm>
 
-#include "experts/pack_writer.h"
+#include "convert/pack_writer.h"
 #include "model/tensor_map.h"
 #include "model/weights.h"
 
-namespace sluice::experts {
+namespace sluice::convert {
 
 using format::DType;
 using format::TensorInfo;
@@ -239,4 +239,4 @@ Expected<PackPlan> plan_pack(const model::ModelConfig& cfg, const format::Checkp
     return plan;
 }
 
-}  // namespace sluice::experts
+}  // namespace sluice::convert

@@ -1,4 +1,4 @@
-#include "cuda/expert_tier.h"
+#include "runtime/cuda/expert_tier.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "experts/pack_stream.h"
+#include "convert/pack_stream.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -14,13 +14,13 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "convert/pack_writer.h"
 #include "core/log.h"
-#include "experts/pack_writer.h"
 #include "io/mapped_file.h"
 #include "kernels/kernels.h"
 #include "kernels/quantize.h"
 
-namespace sluice::experts {
+namespace sluice::convert {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -501,4 +501,4 @@ Expected<PackResult> run_pack_plan(const PackPlan& plan, const ShardReader& read
     return finished;
 }
 
-}  // namespace sluice::experts
+}  // namespace sluice::convert

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "cuda/ops.h"
+#include "kernels/cuda/ops.h"
 
 namespace sluice::cuda {
 

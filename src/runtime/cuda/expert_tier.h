@@ -32,8 +32,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda/ops.h"
 #include "experts/expert_cache.h"
+#include "kernels/cuda/ops.h"
 #include "model/expert_source.h"
 #include "sluice/engine.h"
 #include "sluice/status.h"

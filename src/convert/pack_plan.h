@@ -25,7 +25,7 @@
 #include "model/config.h"
 #include "sluice/status.h"
 
-namespace sluice::experts {
+namespace sluice::convert {
 
 struct PlanPiece {
     enum class Kind : uint8_t { kCopy, kQuantizeRows };
@@ -82,4 +82,4 @@ Expected<int> resolve_pack_bits(const model::ModelConfig& cfg, int requested, in
 Expected<PackPlan> plan_pack(const model::ModelConfig& cfg, const format::Checkpoint& ckpt, int bits,
                              int group_size);
 
-}  // namespace sluice::experts
+}  // namespace sluice::convert

@@ -1,0 +1,297 @@
+// The CUDA backend: init (budget, tiering, launch context), the forward's entry with the resident
+// decode graphs, statistics; make_cuda_backend. The design is described in backend_impl.h.
+#include "runtime/cuda/backend_impl.h"
+
+namespace sluice::runtime::cuda_impl {
+
+uint64_t CudaBackend::state_bytes(int64_t max_positions, int max_snapshots) const {
+    const model::ModelConfig& c = model_->config();
+    const model::StateLayout& layout = model_->state_layout();
+    const int on_device = host_snapshots_ ? 0 : max_snapshots;
+    const uint64_t buffers = static_cast<uint64_t>(layout.layers.size()) * 2 * (3 + on_device);
+    const uint64_t split_floats =
+        static_cast<uint64_t>(cuda::attention_split_scratch_floats(c.n_heads, c.head_dim, max_positions));
+    return layout.sequence_bytes(max_positions, on_device) + split_floats * 4 + (buffers + 1) * 256;
+}
+
+Status CudaBackend::init(const CudaBackendOptions& options) {
+    const model::ModelConfig& c = model_->config();
+    SLUICE_CUDA_TRY(cudaSetDevice(device_), "selecting the device");
+    cudaDeviceProp prop{};
+    SLUICE_CUDA_TRY(cudaGetDeviceProperties(&prop, device_), "reading device properties");
+    major_ = prop.major;
+    size_t free_bytes = 0, total_bytes = 0;
+    SLUICE_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes), "reading free memory");
+    name_ = fmt::format("cuda:{} ({}, {}, sm_{}{})", device_, prop.name, human_bytes(total_bytes), prop.major,
+                        prop.minor);
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+        if (c.is_full_attention(l) && c.head_dim > 256)
+            return error(ErrorCode::kUnsupported,
+                         fmt::format("[cuda] head_dim {} (at most 256)", c.head_dim));
+        if (!c.is_full_attention(l) && (c.linear_k_dim > 256 || c.conv_kernel > 8))
+            return error(ErrorCode::kUnsupported,
+                         fmt::format("[cuda] DeltaNet key dim {} (at most 256) / conv kernel {} (at most 8)",
+                                     c.linear_k_dim, c.conv_kernel));
+    }
+    if (c.n_experts > 1024)
+        return error(ErrorCode::kUnsupported, fmt::format("[cuda] {} experts (at most 1024)", c.n_experts));
+    for (const model::LayerPlan& p : model_->plan().layers)
+        if (p.ffn == model::FfnKind::kMoe && p.moe.shared_expert && !p.moe.shared_gate)
+            return error(ErrorCode::kUnsupported, "[cuda] a shared expert without its sigmoid gate");
+
+    Arena counter;
+    SLUICE_RETURN_IF_ERROR(upload_weights(counter));
+    weight_bytes_ = counter.used();
+    {
+        // Everything but the embedding table (one row per token) and the routed experts (k of E
+        // per MoE layer) is read every decode token.
+        const model::ModelWeights& W = model_->weights();
+        const uint64_t embed = W.lm_head.data == W.embed.data ? 0 : embed_bytes_;
+        decode_bytes_per_token_ = weight_bytes_ - embed - routed_bytes_ + W.embed.row_bytes() +
+                                  (c.n_experts > 0 ? routed_bytes_ / static_cast<uint64_t>(c.n_experts) *
+                                                         static_cast<uint64_t>(c.top_k)
+                                                   : 0);
+    }
+    const uint64_t budget = options.gpu_memory_bytes > 0 ? options.gpu_memory_bytes : free_bytes / 10 * 9;
+    const uint64_t state = state_bytes(options.context_tokens, static_cast<int>(kSessionCheckpoints));
+    // Scratch for a 512-token prefill chunk, one row of logits; it grows on demand beyond that.
+    const uint64_t scratch_estimate = scratch_bytes(512, 1);
+    const uint64_t dense = weight_bytes_ - routed_bytes_;
+    const bool capped = options.expert_cache_bytes > 0 && options.expert_cache_bytes < routed_bytes_;
+    tiered_ = routed_bytes_ > 0 && (capped || weight_bytes_ + state + scratch_estimate > budget);
+    prefetch_ = options.prefetch;
+    int64_t n_slots = 0;
+    if (tiered_) {
+        host_snapshots_ = true;
+        const uint64_t device_state =
+            state_bytes(options.context_tokens, static_cast<int>(kSessionCheckpoints));
+        const uint64_t tiered_fixed = dense + device_state + scratch_estimate;
+        const uint64_t room =
+            capped ? options.expert_cache_bytes : (budget > tiered_fixed ? budget - tiered_fixed : 0);
+        n_slots = static_cast<int64_t>(room / expert_slot_bytes_);
+        // One layer's routed experts plus the next layer's prefetch must fit at once.
+        const int64_t need = 2 * std::max<int64_t>(c.top_k, 1);
+        if (n_slots < need) {
+            return error(
+                ErrorCode::kOutOfMemory,
+                fmt::format("[cuda] the GPU memory budget of {} leaves {} for routed experts (dense core "
+                            "{}, one session's state {}, scratch about {}): {} expert slots of {}, at "
+                            "least {} needed; raise --gpu-memory",
+                            human_bytes(budget), human_bytes(room), human_bytes(dense),
+                            human_bytes(device_state), human_bytes(scratch_estimate), n_slots,
+                            human_bytes(expert_slot_bytes_), need));
+        }
+    }
+    if (!tiered_ && weight_bytes_ + state + scratch_estimate > budget) {
+        return error(ErrorCode::kOutOfMemory,
+                     fmt::format("[cuda] the model does not fit the GPU memory budget of {}: weights {}, one "
+                                 "session's state {}, scratch about {}",
+                                 human_bytes(budget), human_bytes(weight_bytes_), human_bytes(state),
+                                 human_bytes(scratch_estimate)));
+    }
+    const uint64_t arena_bytes = tiered_ ? dense : weight_bytes_;
+    SLUICE_CUDA_TRY(cudaMalloc(&weights_block_, arena_bytes), "allocating the weight arena");
+    Arena arena(weights_block_, arena_bytes);
+    SLUICE_RETURN_IF_ERROR(upload_weights(arena));
+    if (tiered_) {
+        std::vector<DevWeight*> tables(static_cast<size_t>(c.n_layers), nullptr);
+        for (int64_t l = 0; l < c.n_layers; ++l)
+            if (layers_[static_cast<size_t>(l)].moe())
+                tables[static_cast<size_t>(l)] = layers_[static_cast<size_t>(l)].experts;
+        cuda::ExpertTier::Options to;
+        to.n_slots = n_slots;
+        to.slot_bytes = expert_slot_bytes_;
+        to.n_experts = c.n_experts;
+        to.prefetch = options.prefetch;
+        to.policy = options.cache_policy;
+        SLUICE_ASSIGN_OR_RETURN(tier_,
+                                cuda::ExpertTier::create(model_->expert_source(), std::move(tables), to));
+        // Page-lock the host expert cache so copies from it are DMA (and its O_DIRECT reads land in
+        // pinned memory); a mapped checkpoint is copied from pageable memory.
+        const std::span<uint8_t> host = model_->expert_source()->host_memory();
+        if (!host.empty()) {
+            const cudaError_t e = cudaHostRegister(host.data(), host.size(), cudaHostRegisterDefault);
+            if (e == cudaSuccess) {
+                registered_ = host.data();
+            } else {
+                cudaGetLastError();
+                log::warn(
+                    "[cuda] cannot page-lock the {} host expert cache ({}); copies to the GPU are staged",
+                    human_bytes(host.size()), cudaGetErrorString(e));
+            }
+        }
+        log::info(
+            "[cuda] routed experts ({}) exceed the GPU budget: {} VRAM slots of {} ({}), fed from the host "
+            "expert cache{}",
+            human_bytes(routed_bytes_), n_slots, human_bytes(expert_slot_bytes_),
+            human_bytes(static_cast<uint64_t>(n_slots) * expert_slot_bytes_),
+            registered_ != nullptr ? " (page-locked)" : "");
+    }
+    SLUICE_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream");
+    SLUICE_CUDA_TRY(cudaMallocHost(&host_logits_, static_cast<size_t>(c.vocab) * sizeof(float)),
+                    "allocating pinned logits");
+    SLUICE_CUDA_TRY(cudaMallocHost(&host_summary_, sizeof(cuda::DevLogitsSummary)),
+                    "allocating pinned summary");
+    SLUICE_RETURN_IF_ERROR(reserve_scratch(256, 1));
+    const CudaDiagnostics& diag = options.diagnostics;
+    unfused_ = diag.unfused;
+    launch_ =
+        cuda::make_launch_context(device_, diag.matvec_split, !diag.simt_matmul, !diag.no_dependent_launch);
+    // Diagnostic switches are logged when set (include/sluice/types.h).
+    if (diag.unfused) log::info("[cuda] SLUICE_CUDA_UNFUSED=1: running the unfused kernel sequences");
+    if (diag.simt_matmul) log::info("[cuda] SLUICE_CUDA_MATMUL=simt: prefill products on the SIMT kernel");
+    if (launch_.forced_split > 0)
+        log::info("[cuda] SLUICE_CUDA_MATVEC_SPLIT={}: decode products split columns over {} warps",
+                  launch_.forced_split, launch_.forced_split);
+    if (diag.no_dependent_launch)
+        log::info("[cuda] SLUICE_CUDA_PDL=0: decode products wait for the kernel before them to finish");
+    if (diag.timing) {
+        SLUICE_CUDA_TRY(cudaEventCreate(&timing_[0]), "creating timing events");
+        SLUICE_CUDA_TRY(cudaEventCreate(&timing_[1]), "creating timing events");
+    }
+    log::info("[cuda] {}: weights {} in GPU memory", name_, human_bytes(arena_bytes));
+    return Status::ok();
+}
+
+Status CudaBackend::forward(SequenceState& seq, std::span<const int32_t> tokens, float* logits,
+                            bool all_logits) {
+    const model::ModelConfig& c = model_->config();
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    if (n == 0) return Status::ok();
+    auto* ds = dynamic_cast<DeviceState*>(&seq);
+    if (ds == nullptr)
+        return error(ErrorCode::kInvalidArgument, "[cuda] the sequence was made by another backend");
+    if (seq.position() + n > seq.capacity()) {
+        return error(ErrorCode::kInvalidArgument,
+                     fmt::format("[model] context full: {} + {} tokens exceed the {}-token context",
+                                 seq.position(), n, seq.capacity()));
+    }
+    for (int32_t id : tokens)
+        if (id < 0 || id >= c.vocab)
+            return error(ErrorCode::kInvalidArgument,
+                         fmt::format("[model] token id {} is outside the vocabulary [0, {})", id, c.vocab));
+    SLUICE_CUDA_TRY(cudaSetDevice(device_), "selecting the device");
+    summary_valid_ = false;
+    const int64_t logit_rows = all_logits ? n : 1;
+    SLUICE_RETURN_IF_ERROR(reserve_scratch(n, logit_rows));
+    host_io_[0] = static_cast<int32_t>(seq.position());
+    std::memcpy(host_io_ + 1, tokens.data(), tokens.size() * sizeof(int32_t));
+    const int64_t V = c.vocab;
+    if (n == 1 && !tiered_) {
+        // Decode: replay this state's graph for its parity (captured on first use or after scratch moved).
+        const int p = ds->parity;
+        if (ds->graph[p] == nullptr || ds->graph_generation[p] != ws_generation_) {
+            if (ds->graph[p] != nullptr) cudaGraphExecDestroy(ds->graph[p]);
+            ds->graph[p] = nullptr;
+            cudaGraph_t graph = nullptr;
+            SLUICE_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+                            "capturing decode");
+            enqueue_segment(*ds, 1, false, -1);  // resident: the whole forward
+            cudaMemcpyAsync(host_logits_, d_.logits, static_cast<size_t>(V) * sizeof(float),
+                            cudaMemcpyDeviceToHost, stream_);
+            SLUICE_CUDA_TRY(cudaStreamEndCapture(stream_, &graph), "capturing decode");
+            const cudaError_t e = cudaGraphInstantiate(&ds->graph[p], graph, 0);
+            cudaGraphDestroy(graph);
+            SLUICE_CUDA_TRY(e, "instantiating the decode graph");
+            ds->graph_generation[p] = ws_generation_;
+        }
+        if (timing_[0] != nullptr) cudaEventRecord(timing_[0], stream_);
+        SLUICE_CUDA_TRY(cudaGraphLaunch(ds->graph[p], stream_), "launching the decode graph");
+        if (timing_[0] != nullptr) cudaEventRecord(timing_[1], stream_);
+        SLUICE_CUDA_TRY(cudaStreamSynchronize(stream_), "decode step");
+        if (timing_[0] != nullptr) {
+            float ms = 0.0f;
+            cudaEventElapsedTime(&ms, timing_[0], timing_[1]);
+            timed_ms_ += ms;
+            ++timed_steps_;
+        }
+        if (logits != nullptr) std::memcpy(logits, host_logits_, static_cast<size_t>(V) * sizeof(float));
+    } else {
+        Status st;
+        if (tiered_) {
+            st = run_tiered(*ds, n, all_logits);
+        } else {
+            enqueue_segment(*ds, n, all_logits, -1);
+        }
+        if (st.is_ok()) st = cuda_status(cudaGetLastError(), "launching the forward");
+        if (st.is_ok()) st = cuda_status(cudaStreamSynchronize(stream_), "forward");
+        if (tier_) {
+            const Status finished = tier_->finish();
+            if (st.is_ok()) st = finished;
+        }
+        if (!st.is_ok()) {
+            // A forward that fails part-way (an expert read error) wrote only the uncommitted copy
+            // of the recurrent state and KV rows past the position: the sequence is as it was.
+            cudaStreamSynchronize(stream_);
+            return st;
+        }
+        if (logits != nullptr && tiered_ && n == 1) {
+            std::memcpy(logits, host_logits_,
+                        static_cast<size_t>(V) * sizeof(float));  // the last segment's copy
+        } else if (logits != nullptr) {
+            SLUICE_CUDA_TRY(cudaMemcpy(logits, d_.logits, static_cast<size_t>(logit_rows * V) * sizeof(float),
+                                       cudaMemcpyDeviceToHost),
+                            "copying logits");
+        }
+    }
+    ds->commit(n);
+    summary_valid_ = n == 1;  // the decode forms (graphs) computed the summary
+    return Status::ok();
+}
+
+std::optional<LogitsSummary> CudaBackend::logits_summary() const {
+    if (!summary_valid_) return std::nullopt;
+    return LogitsSummary{host_summary_->argmax, host_summary_->max, host_summary_->sum_exp};
+}
+
+GpuExpertCacheStats CudaBackend::expert_tier_stats() const {
+    if (tier_) return tier_->stats();
+    GpuExpertCacheStats out;
+    out.slot_bytes = expert_slot_bytes_;
+    return out;
+}
+
+double CudaBackend::measure_memory_gb_s() {
+    constexpr size_t kBytes = 1ull << 30;
+    char* buf = nullptr;
+    if (cudaSetDevice(device_) != cudaSuccess || cudaMalloc(&buf, 2 * kBytes) != cudaSuccess) return 0.0;
+    cudaEvent_t start, stop;
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+    cudaMemcpyAsync(buf + kBytes, buf, kBytes, cudaMemcpyDeviceToDevice, stream_);  // warm-up
+    constexpr int kReps = 10;
+    cudaEventRecord(start, stream_);
+    for (int i = 0; i < kReps; ++i)
+        cudaMemcpyAsync(buf + kBytes, buf, kBytes, cudaMemcpyDeviceToDevice, stream_);
+    cudaEventRecord(stop, stream_);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cudaFree(buf);
+    return ms > 0 ? 2.0 * kBytes * kReps / (ms * 1e-3) / 1e9 : 0.0;
+}
+
+}  // namespace sluice::runtime::cuda_impl
+
+namespace sluice::runtime {
+
+Expected<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const model::Model> model,
+                                                     const CudaBackendOptions& options) {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0)
+        return error(ErrorCode::kUnsupported,
+                     fmt::format("[cuda] no CUDA device found ({})",
+                                 e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none"));
+    if (options.device_index >= count)
+        return error(
+            ErrorCode::kInvalidArgument,
+            fmt::format("[cuda] no device cuda:{} (this machine has {})", options.device_index, count));
+    auto backend = std::make_unique<cuda_impl::CudaBackend>(std::move(model), options.device_index);
+    SLUICE_RETURN_IF_ERROR(backend->init(options));
+    return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace sluice::runtime

@@ -1,0 +1,385 @@
+// The CUDA backend (its class and device types, shared by the files of src/runtime/cuda/): the whole model
+// resident in GPU memory (dense core, every routed expert, each session's KV cache and DeltaNet state) and
+// the forward of model.cpp / attention.cpp / gated_deltanet.cpp / moe.cpp enqueued on one stream as the
+// kernels of cuda/ops.h.
+//
+// Memory: weights are copied once at load into one device arena (a single cudaMalloc, 256-byte
+// aligned sub-allocations); packed models' experts are read through the model's ExpertSource in
+// rounds and copied up. When the routed experts do not fit the GPU budget (or
+// CudaBackendOptions::expert_cache_bytes caps them), only the dense core goes into the arena and the
+// experts are tiered (cuda/expert_tier.h): a VRAM slot cache fed from the host's expert source, whose
+// streaming cache memory is page-locked here so its O_DIRECT reads land in pinned memory. The forward's
+// scratch is one block sized for the largest batch seen (grown, never shrunk). Each sequence's state
+// (DeviceState: KV, the DeltaNet state twice for failure atomicity, snapshot slots) lives only on the
+// device. Decode (one token) is captured once per sequence and state parity as a CUDA graph:
+// positions and token ids are read from device memory that a captured copy fills from pinned host memory, so
+// the same graph replays every step; growing the scratch invalidates the graphs.
+//
+// MoE: routing stays on the GPU. Decode runs a MoE layer in three launches: the router's product
+// (with the shared expert's gate logit) whose last block runs the top-k; the routed experts' and the
+// shared expert's gate and up products with SwiGLU in their epilogue (experts picked from a device
+// table by routed id); and one down projection over all of them with the weighted sum. Prefill sorts
+// the (token, expert) pairs by expert on the GPU and runs grouped tiled products on tensor cores
+// (3xTF32, f32 accuracy). The decode graph ends with the logits summary (greedy token and softmax
+// normaliser, Backend::logits_summary), so greedy sampling needs no pass over the row on the host.
+//
+// Tiered forward: the forward runs as segments (enqueue_segment) that stop after each MoE
+// layer's routing; the routed ids are copied to the host, ExpertTier::use() makes those experts
+// resident, and the next segment starts with their products. Decode also computes the next
+// layer's router on the current residual stream and hands its top-k to ExpertTier::prefetch(), so
+// those copies overlap this layer's compute, and captures each segment as a graph (one per MoE
+// layer, replayed every token). A prefill chunk whose experts outnumber the slots runs its MoE in
+// token sub-ranges whose unions fit.
+//
+// Threading: one forward at a time (the engine's compute mutex). Rejected: cuBLAS for prefill
+// products — it needs dequantized weights (bf16 copies of 4-bit experts) or per-call dequant
+// buffers, and a large runtime dependency; the tiled kernel reads the codes directly.
+//
+// Fused glue (decode is bound by its chain of small dependent kernels, not by bytes): attention
+// norms + RoPE + KV write in one kernel (attention_prep, every batch size) with the output gate in
+// the attention epilogue; the DeltaNet l2 norms + gates + recurrence + gated norm in one kernel
+// (deltanet_fused, decode only); in decode each residual add + norm in the prologue of the product
+// that reads it (cuda::NormIn; the residual alternates between d_.x and d_.x2), and the MoE forms
+// above. The diagnostic switches (CudaDiagnostics in include/sluice/types.h; the CLI reads them from
+// SLUICE_CUDA_* in the environment) are options of this backend: `unfused` switches back
+// to the unfused kernel sequences (the fused kernels' reference twins: separate residual norms,
+// router top-k, gate and up, SwiGLU, shared expert) so a mismatch on a device can be bisected. The other
+// diagnostic switches: SLUICE_CUDA_MATMUL=simt (prefill products without tensor cores),
+// SLUICE_CUDA_MATVEC_SPLIT=N (one column split for every decode product), SLUICE_CUDA_TIMING=1 (GPU time per
+// decode step, logged at close), SLUICE_CUDA_PDL=0 (no programmatic dependent launch of the decode products).
+//
+// The backend's code is split along its seams: backend.cpp (init, the budget, the forward's entry and
+// the decode graphs, statistics), upload.cpp (weights into the arena), device_state.cpp (sequence
+// state and scratch), layers.cpp (the layer program: attention, DeltaNet, MoE, the fused residual
+// norms, enqueue_segment), tiered.cpp (segments between expert-tier stops and the tier's use).
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "core/assert.h"
+#include "core/log.h"
+#include "kernels/cuda/ops.h"
+#include "model/workspace.h"
+#include "runtime/backend.h"
+#include "runtime/cuda/expert_tier.h"
+#include "runtime/memory_plan.h"
+
+namespace sluice::runtime::cuda_impl {
+
+using cuda::DevWeight;
+using cuda::HeadLayout;
+
+// Device counters of the kernels that finish in their last block (fused router top-k, logits summary,
+// and one per value head for the fused DeltaNet step's output norm).
+constexpr int kRouteCounter = 0, kPredictCounter = 1, kSummaryCounter = 2, kDeltaCounters = 3;
+constexpr int kMaxDeltaHeads = 256;
+constexpr int kCounters = kDeltaCounters + kMaxDeltaHeads;
+
+inline Status cuda_status(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return Status::ok();
+    return error(ErrorCode::kInternal, fmt::format("[cuda] {}: {}", what, cudaGetErrorString(e)));
+}
+
+#define SLUICE_CUDA_TRY(expr, what) SLUICE_RETURN_IF_ERROR(cuda_status((expr), (what)))
+
+// Whether an MLP's three projections have the decode kernels' code-word layout, gate and up in one
+// code width and shape.
+inline bool vector_mlp(const kernels::WeightView& gate, const kernels::WeightView& up,
+                       const kernels::WeightView& down) {
+    auto vec = [](const kernels::WeightView& w) {
+        return cuda::vector_layout(cuda::dev_weight(w, nullptr, nullptr, nullptr));
+    };
+    return vec(gate) && vec(up) && vec(down) && gate.type == up.type && gate.group_size == up.group_size &&
+           gate.scale_type == up.scale_type && gate.cols == up.cols;
+}
+
+inline size_t scale_bytes(kernels::ScaleType t) {
+    return t == kernels::ScaleType::kF32 ? 4 : 2;
+}
+
+// Sub-allocates one cudaMalloc; in counting mode (base null) only adds up the sizes.
+class Arena {
+ public:
+    explicit Arena(char* base = nullptr, uint64_t capacity = 0) : base_(base), capacity_(capacity) {}
+    void* take(uint64_t bytes) {
+        const uint64_t at = used_;
+        used_ += (bytes + 255) / 256 * 256;
+        if (base_ == nullptr) return nullptr;
+        return used_ <= capacity_ ? base_ + at : nullptr;
+    }
+    uint64_t used() const { return used_; }
+    bool counting() const { return base_ == nullptr; }
+
+ private:
+    char* base_;
+    uint64_t capacity_;
+    uint64_t used_ = 0;
+};
+
+struct DevLayer {
+    const model::LayerPlan* plan = nullptr;  // what this layer computes (model/plan.h)
+    bool attention() const { return plan->mixer == model::MixerKind::kAttention; }
+    bool moe() const { return plan->ffn == model::FfnKind::kMoe; }
+    bool has_shared() const { return moe() && plan->moe.shared_expert; }
+    float *input_norm = nullptr, *post_norm = nullptr;
+    DevWeight q_proj, k_proj, v_proj, o_proj;
+    float *q_norm = nullptr, *k_norm = nullptr;
+    DevWeight in_qkvz, in_ba, in_qkv, in_z, in_b, in_a, out_proj;
+    float *conv = nullptr, *neg_a = nullptr, *dt_bias = nullptr, *dnorm = nullptr;
+    DevWeight router, shared_gate_proj, shared_up, shared_down, shared_gate;
+    DevWeight dense_gate, dense_up, dense_down;
+    DevWeight* experts = nullptr;  // device [E][3]: gate, up, down
+};
+
+// One sequence's state on the device, authoritative there (nothing mirrors it on the host): the
+// KV rows, the DeltaNet conv and recurrent state twice — `parity` says which copy is committed; a
+// forward reads it and writes the other, and the backend flips parity when the whole forward has
+// succeeded — and the snapshot slots, all in one cudaMalloc. Decode graphs read and write fixed
+// state pointers, so each parity has its own.
+class DeviceState final : public SequenceState {
+ public:
+    DeviceState(const model::StateLayout& layout, int64_t capacity, int max_snapshots, cudaStream_t stream)
+        : SequenceState(layout, capacity, max_snapshots), stream_(stream) {}
+    ~DeviceState() override {
+        for (int p = 0; p < 2; ++p) {
+            clear_segments(p);
+            if (graph[p] != nullptr) cudaGraphExecDestroy(graph[p]);
+        }
+        if (block != nullptr) cudaFree(block);
+        if (host_block != nullptr) cudaFreeHost(host_block);
+    }
+
+    char* block = nullptr;
+    // The snapshot slots when they live in page-locked host memory (tiered experts: VRAM is the
+    // expert cache's; see CudaBackend::host_snapshots_), else null and the slots are in `block`.
+    char* host_block = nullptr;
+    float* attn_split = nullptr;  // split decode attention partials (part of block)
+    // Per layer (null where the layer has none): KV, and the recurrent buffers of each parity.
+    std::vector<float*> k, v;
+    std::vector<float*> conv[2], recurrent[2];
+    std::vector<std::vector<float*>> snap_conv, snap_recurrent;  // [slot][layer]
+    int parity = 0;  // conv[parity] / recurrent[parity] hold the committed state
+
+    cudaGraphExec_t graph[2] = {nullptr, nullptr};
+    uint64_t graph_generation[2] = {0, 0};
+    // Tiered decode: one graph per segment between expert-tier stops, and the layer it stops at.
+    struct Segment {
+        cudaGraphExec_t exec;
+        int64_t next;
+    };
+    std::vector<Segment> segments[2];
+    uint64_t segments_generation[2] = {0, 0};
+    void clear_segments(int p) {
+        for (Segment& s : segments[p]) cudaGraphExecDestroy(s.exec);
+        segments[p].clear();
+    }
+    // The forward succeeded: its written buffers become the committed ones.
+    void commit(int64_t n) {
+        if (layout().has_recurrent()) parity ^= 1;
+        advance(n);
+    }
+
+ protected:
+    float* buffer(int slot, int64_t layer, int b) const {
+        const auto l = static_cast<size_t>(layer);
+        if (k[l] != nullptr) return b == model::kKeysBuffer ? k[l] : v[l];
+        if (slot == kLive) return b == model::kConvBuffer ? conv[parity][l] : recurrent[parity][l];
+        const auto s = static_cast<size_t>(slot);
+        return b == model::kConvBuffer ? snap_conv[s][l] : snap_recurrent[s][l];
+    }
+    uint64_t row_bytes(int64_t layer, int b) const {
+        return layout().layers[static_cast<size_t>(layer)].buffers[static_cast<size_t>(b)].bytes(1);
+    }
+    Status read_rows(int slot, int64_t layer, int b, int64_t row0, int64_t rows, void* dst) const override {
+        const uint64_t row = row_bytes(layer, b);
+        return cuda_status(cudaMemcpy(dst, reinterpret_cast<const char*>(buffer(slot, layer, b)) + row0 * row,
+                                      rows * row, cudaMemcpyDefault),
+                           "downloading session state");
+    }
+    Status write_rows(int slot, int64_t layer, int b, int64_t row0, int64_t rows, const void* src) override {
+        const uint64_t row = row_bytes(layer, b);
+        return cuda_status(cudaMemcpy(reinterpret_cast<char*>(buffer(slot, layer, b)) + row0 * row, src,
+                                      rows * row, cudaMemcpyDefault),
+                           "uploading session state");
+    }
+    Status copy_recurrent(int from, int to) override {
+        for (size_t l = 0; l < k.size(); ++l) {
+            if (k[l] != nullptr) continue;
+            for (int b : {model::kConvBuffer, model::kRecurrentBuffer}) {
+                const auto li = static_cast<int64_t>(l);
+                // Device to device, or to / from page-locked host slots.
+                SLUICE_RETURN_IF_ERROR(
+                    cuda_status(cudaMemcpyAsync(buffer(to, li, b), buffer(from, li, b), row_bytes(li, b),
+                                                cudaMemcpyDefault, stream_),
+                                "copying a state snapshot"));
+            }
+        }
+        return cuda_status(cudaStreamSynchronize(stream_), "copying a state snapshot");
+    }
+    Status zero_recurrent() override {
+        for (size_t l = 0; l < k.size(); ++l) {
+            if (k[l] != nullptr) continue;
+            for (int b : {model::kConvBuffer, model::kRecurrentBuffer}) {
+                const auto li = static_cast<int64_t>(l);
+                SLUICE_RETURN_IF_ERROR(cuda_status(
+                    cudaMemsetAsync(buffer(kLive, li, b), 0, row_bytes(li, b), stream_), "zeroing state"));
+            }
+        }
+        return cuda_status(cudaStreamSynchronize(stream_), "zeroing state");
+    }
+
+ private:
+    cudaStream_t stream_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+    CudaBackend(std::shared_ptr<const model::Model> model, int device)
+        : model_(std::move(model)), device_(device) {}
+    ~CudaBackend() override {
+        if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+        if (timed_steps_ > 0)
+            log::info("[cuda] {} decode steps: {:.3f} ms of GPU time per step", timed_steps_,
+                      timed_ms_ / static_cast<double>(timed_steps_));
+        if (timing_[0] != nullptr) cudaEventDestroy(timing_[0]);
+        if (timing_[1] != nullptr) cudaEventDestroy(timing_[1]);
+        tier_.reset();  // releases its host views before the host memory is unregistered
+        if (registered_ != nullptr) cudaHostUnregister(registered_);
+        if (host_ids_ != nullptr) cudaFreeHost(host_ids_);
+        if (stream_ != nullptr) cudaStreamDestroy(stream_);
+        if (ws_block_ != nullptr) cudaFree(ws_block_);
+        if (weights_block_ != nullptr) cudaFree(weights_block_);
+        if (host_io_ != nullptr) cudaFreeHost(host_io_);
+        if (host_logits_ != nullptr) cudaFreeHost(host_logits_);
+        if (host_summary_ != nullptr) cudaFreeHost(host_summary_);
+    }
+
+    Status init(const CudaBackendOptions& options);
+    std::string name() const override { return name_; }
+    uint64_t device_weight_bytes() const override { return weight_bytes_; }
+    double measure_memory_gb_s() override;
+    uint64_t decode_bytes_per_token() const override { return decode_bytes_per_token_; }
+    GpuExpertCacheStats expert_tier_stats() const override;
+    void reset_expert_tier_stats() override {
+        if (tier_) tier_->reset_stats();
+    }
+    Expected<std::unique_ptr<SequenceState>> new_sequence(int64_t max_positions, int max_snapshots) override;
+    Status forward(SequenceState& seq, std::span<const int32_t> tokens, float* logits,
+                   bool all_logits) override;
+    std::optional<LogitsSummary> logits_summary() const override;
+
+ private:
+    // Weights.
+    Status upload_weights(Arena& arena);
+    DevWeight put(Arena& arena, const kernels::WeightView& w, Status& st);
+    float* put(Arena& arena, const std::vector<float>& v, Status& st);
+    Status put_bytes(void* dst, const void* src, uint64_t bytes);
+
+    // State and scratch.
+    // Device bytes of one sequence (state_layout sizes, alignment, the split-attention partials);
+    // without the snapshot slots when they live on the host (host_snapshots_).
+    uint64_t state_bytes(int64_t max_positions, int max_snapshots) const;
+    // The scratch buffers for n tokens with logit_rows rows of logits: placed into d_ (plan only
+    // lists them), and their total size.
+    using ScratchPlan = std::vector<std::pair<void**, uint64_t>>;
+    ScratchPlan scratch_plan(int64_t n, int64_t logit_rows);
+    uint64_t scratch_bytes(int64_t n, int64_t logit_rows);
+    Status reserve_scratch(int64_t n, int64_t logit_rows);
+    // The forward of n tokens (ids and first position already in host_io_) as segments between
+    // the points where the tiered experts need the host (see enqueue_segment).
+    int64_t enqueue_segment(DeviceState& ds, int64_t n, bool all_logits, int64_t after);
+    // Whether layer l's decode predicts layer l + 1's experts for the prefetcher.
+    bool predicts(int64_t l, int64_t n) const;
+    Status tiered_experts(int64_t l, int64_t n);
+    Status run_tiered(DeviceState& ds, int64_t n, bool all_logits);
+    void linear(const DevWeight& w, const float* x, int64_t n, float* y);
+    void swiglu_mlp(const DevWeight& gate, const DevWeight& up, const DevWeight& down, const float* x,
+                    int64_t n, float* out);
+    // in_norm (decode, nullable): the residual add and norm that produce the layer's input, run by
+    // its first product (see cuda::NormIn); otherwise the input is d_.norm.
+    void attention_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n,
+                         const cuda::NormIn* in_norm);
+    void deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n,
+                        const cuda::NormIn* in_norm);
+    void moe_layer(const DevLayer& L, int64_t n, const cuda::NormIn* in_norm);
+    // The decode NormIn that adds d_.mix to the residual stream (resid_) and norms it with `weight`
+    // into d_.norm; the residual moves to the other of d_.x / d_.x2.
+    cuda::NormIn residual_norm(const float* weight, float eps);
+    bool fused_shared(const DevLayer& L, int64_t n) const;
+    // Whether decode folds the shared expert into the routed down projection (moe_shared then skips).
+    bool shared_folded(const DevLayer& L, int64_t n) const;
+    // The fused router top-k of a matvec_multi launch (slice `which`) into ids / weights.
+    cuda::MatvecTopk route_topk(const model::MoePlan& plan, int which, int32_t* ids, float* weights,
+                                int counter) const;
+    // Router logits (and the decode shared-expert projections) and top-k for n tokens.
+    void moe_route(const DevLayer& L, int64_t n, const cuda::NormIn* in_norm);
+    // mix[t] = Σ routed experts for n tokens of inputs x, routed ids/weights (pointers may be offset
+    // into the batch: sub-ranges of a tiered prefill, which may be one token long). `decode`: the
+    // forward is one token, so the shared expert may be folded in (shared_folded).
+    void moe_routed(const DevLayer& L, const float* x, const int32_t* ids, const float* weights, int64_t n,
+                    float* mix, bool decode);
+    // mix += the shared expert's gated output.
+    void moe_shared(const DevLayer& L, int64_t n);
+
+    std::shared_ptr<const model::Model> model_;
+    int device_;
+    bool unfused_ = false;        // diagnostics: the fused kernels' reference sequences (CudaDiagnostics)
+    cuda::LaunchContext launch_;  // this device's SMs and occupancy, and the launch switches
+    std::string name_;
+    cudaStream_t stream_ = nullptr;
+    char* weights_block_ = nullptr;
+    uint64_t weight_bytes_ = 0;
+    uint64_t decode_bytes_per_token_ = 0;
+    uint64_t embed_bytes_ = 0, routed_bytes_ = 0;  // parts of weight_bytes_
+    uint64_t expert_slot_bytes_ = 0;               // one expert in a VRAM slot (tiered)
+    // Every routed and shared expert projection has cuda::vector_layout, gate and up alike: the decode
+    // MoE launches take their code-word instances.
+    bool experts_vector_ = false;
+    bool tiered_ = false;
+    // Tiered experts: VRAM is the expert cache's, so each sequence's snapshot slots live in
+    // page-locked host memory (a snapshot of the 80B's DeltaNet state is 76 MB: 1.6 ms at 48 GB/s,
+    // once per turn boundary); on the device they took 224 of 1256 expert slots of the 80B under a
+    // 4 GB budget and 3.6% of its decode speed (bench/results/cuda/README.md, session 6).
+    bool host_snapshots_ = false;
+    std::unique_ptr<cuda::ExpertTier> tier_;
+    void* registered_ = nullptr;  // page-locked host expert cache (cudaHostRegister)
+    bool prefetch_ = true;
+    std::unique_ptr<DevLayer[]> layers_;  // [n_layers]
+    DevWeight embed_, lm_head_;
+    float* final_norm_ = nullptr;
+
+    // Scratch for batches of up to ws_tokens_ tokens.
+    int64_t ws_tokens_ = 0, ws_logit_rows_ = 0;
+    uint64_t ws_generation_ = 0;
+    char* ws_block_ = nullptr;
+    struct {
+        float *x, *x2, *norm, *mix, *tmp, *q, *k, *v, *gate, *z, *beta, *g, *conv_in, *conv_out, *attn, *y;
+        float *router, *topk_w, *pred_logits, *pred_w, *pair_gate, *pair_up, *pair_act, *pair_out, *sh_gate,
+            *sh_up, *sh_act, *sh_out, *sg, *logits;
+        int32_t *topk_ids, *pred_ids, *offsets, *order, *io;  // io: [0] first position, [1..] token ids
+        float* summary_partial;
+        cuda::DevLogitsSummary* summary;
+        unsigned* counters;  // zeroed at allocation; the kernels that use them leave them 0
+    } d_{};
+    int32_t* host_ids_ = nullptr;   // pinned [ws_tokens_ · K + K]: routed and predicted ids (tiered)
+    int32_t* host_io_ = nullptr;    // pinned mirror of d_.io, [ws_tokens_ + 1]
+    float* host_logits_ = nullptr;  // pinned [V] for graph decode
+    cuda::DevLogitsSummary* host_summary_ = nullptr;  // pinned: the last decode's logits summary
+    bool summary_valid_ = false;                      // host_summary_ belongs to the last forward
+    // Where the residual stream is while a forward is enqueued: d_.x, or d_.x2 after a fused
+    // residual norm (which cannot update it in place; see cuda::NormIn).
+    float* resid_ = nullptr;
+    int major_ = 0;               // the device's compute capability
+    cudaEvent_t timing_[2] = {};  // SLUICE_CUDA_TIMING: around each decode step
+    int64_t timed_steps_ = 0;
+    double timed_ms_ = 0.0;
+};
+
+}  // namespace sluice::runtime::cuda_impl

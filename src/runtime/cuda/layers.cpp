@@ -1,0 +1,357 @@
+// The CUDA backend's layer program: attention, Gated DeltaNet and MoE layers as kernel launches, the
+// fused residual norms, and enqueue_segment (the forward between expert-tier stops).
+#include "runtime/cuda/backend_impl.h"
+
+namespace sluice::runtime::cuda_impl {
+
+void CudaBackend::linear(const DevWeight& w, const float* x, int64_t n, float* y) {
+    if (n == 1) {
+        cuda::matvec(launch_, w, x, y, stream_);
+    } else {
+        cuda::matmul(launch_, w, x, n, y, stream_);
+    }
+}
+
+void CudaBackend::swiglu_mlp(const DevWeight& gate, const DevWeight& up, const DevWeight& down,
+                             const float* x, int64_t n, float* out) {
+    const int64_t I = gate.rows;
+    linear(gate, x, n, d_.sh_gate);
+    linear(up, x, n, d_.sh_up);
+    cuda::swiglu(d_.sh_gate, d_.sh_up, n * I, d_.sh_act, stream_);
+    linear(down, d_.sh_act, n, out);
+}
+
+void CudaBackend::attention_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n,
+                                  const cuda::NormIn* in_norm) {
+    const model::AttentionPlan& P = L.plan->attention;
+    const int64_t nh = P.heads, nkv = P.kv_heads, hd = P.head_dim;
+    const bool gated = P.output_gate;
+    const int64_t q_rows = nh * hd * (gated ? 2 : 1);
+    const int32_t* pos = d_.io;
+    if (n == 1) {
+        cuda::MatvecMulti m;
+        m.add(L.q_proj, d_.tmp);
+        m.add(L.k_proj, d_.k);
+        m.add(L.v_proj, d_.v);
+        if (in_norm != nullptr) m.norm = *in_norm;
+        cuda::matvec_multi(launch_, m, d_.norm, stream_);
+    } else {
+        linear(L.q_proj, d_.norm, n, d_.tmp);  // [n, nh, (q | gate)]
+        linear(L.k_proj, d_.norm, n, d_.k);    // [n, nkv, hd]
+        linear(L.v_proj, d_.norm, n, d_.v);
+    }
+    float* k_cache = ds.k[static_cast<size_t>(l)];
+    float* v_cache = ds.v[static_cast<size_t>(l)];
+    if (!unfused_) {
+        cuda::attention_prep(d_.tmp, d_.k, d_.v, L.q_norm, L.k_norm, n, nh, nkv, hd, P.rotary_dim, gated,
+                             P.qk_norm_eps, pos, P.rope_theta, d_.q, d_.gate, k_cache, v_cache, stream_);
+    } else {
+        HeadLayout qh{n, nh, hd, q_rows, hd * (gated ? 2 : 1), nh * hd, hd};
+        cuda::row_norm(d_.tmp, L.q_norm, qh, P.qk_norm_eps, false, 1.0f, d_.q, stream_);
+        if (gated) cuda::copy_heads(d_.tmp + hd, qh, d_.gate, stream_);
+        HeadLayout kh{n, nkv, hd, nkv * hd, hd, nkv * hd, hd};
+        cuda::row_norm(d_.k, L.k_norm, kh, P.qk_norm_eps, false, 1.0f, d_.k, stream_);
+        cuda::rope_neox(d_.q, n, nh, hd, P.rotary_dim, pos, P.rope_theta, stream_);
+        cuda::rope_neox(d_.k, n, nkv, hd, P.rotary_dim, pos, P.rope_theta, stream_);
+        cuda::write_rows_at(d_.k, n, nkv * hd, pos, k_cache, stream_);
+        cuda::write_rows_at(d_.v, n, nkv * hd, pos, v_cache, stream_);
+    }
+    const bool gate_in_epilogue = gated && !unfused_;
+    cuda::attention(d_.q, k_cache, v_cache, n, pos, nh, nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd)),
+                    gate_in_epilogue ? d_.gate : nullptr, d_.attn, ds.attn_split, ds.capacity(), stream_);
+    if (gated && !gate_in_epilogue) cuda::mul_sigmoid(d_.attn, d_.gate, n * nh * hd, stream_);
+    linear(L.o_proj, d_.attn, n, d_.mix);
+}
+
+void CudaBackend::deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n,
+                                 const cuda::NormIn* in_norm) {
+    const model::DeltaNetPlan& P = L.plan->deltanet;
+    const int64_t nk = P.k_heads, nv = P.v_heads, dk = P.k_dim, dv = P.v_dim;
+    const int64_t r = nv / nk, kd = nk * dk, vd = nv * dv, cd = P.conv_dim();
+    if (P.projection == model::DeltaProjection::kSplit) {
+        if (n == 1) {
+            cuda::MatvecMulti m;
+            m.add(L.in_qkv, d_.conv_in);
+            m.add(L.in_z, d_.z);
+            m.add(L.in_b, d_.beta);
+            m.add(L.in_a, d_.g);
+            if (in_norm != nullptr) m.norm = *in_norm;
+            cuda::matvec_multi(launch_, m, d_.norm, stream_);
+        } else {
+            linear(L.in_qkv, d_.norm, n, d_.conv_in);
+            linear(L.in_z, d_.norm, n, d_.z);
+            linear(L.in_b, d_.norm, n, d_.beta);
+            linear(L.in_a, d_.norm, n, d_.g);
+        }
+    } else {
+        if (n == 1) {
+            cuda::MatvecMulti m;
+            m.add(L.in_qkvz, d_.tmp);
+            m.add(L.in_ba, d_.gate);
+            if (in_norm != nullptr) m.norm = *in_norm;
+            cuda::matvec_multi(launch_, m, d_.norm, stream_);
+        } else {
+            linear(L.in_qkvz, d_.norm, n, d_.tmp);
+            linear(L.in_ba, d_.norm, n, d_.gate);
+        }
+        cuda::split_qkvz(d_.tmp, d_.gate, n, nk, dk, r, dv, d_.conv_in, d_.z, d_.beta, d_.g, stream_);
+    }
+    // The committed state (parity) is read and the new one written to the other copy; the backend
+    // flips parity once the whole forward has succeeded.
+    const auto li = static_cast<size_t>(l);
+    const int in = ds.parity, out = ds.parity ^ 1;
+    cuda::conv1d_silu(d_.conv_in, n, cd, P.conv_kernel, L.conv, ds.conv[in][li], ds.conv[out][li],
+                      d_.conv_out, stream_);
+    const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
+    const float eps = P.l2_eps;
+    const float* state = ds.recurrent[in][li];
+    float* state_out = ds.recurrent[out][li];
+    if (n == 1 && !unfused_ && nv <= kMaxDeltaHeads && cuda::deltanet_fused_fits(dk, dv)) {
+        // Decode (prefill keeps the unfused sequence).
+        cuda::deltanet_fused(d_.conv_out, d_.beta, d_.g, d_.z, L.neg_a, L.dt_bias, L.dnorm, n, nk, nv, dk, dv,
+                             eps, q_scale, P.norm_eps, state, state_out, d_.attn,
+                             d_.counters + kDeltaCounters, d_.y, stream_);
+    } else {
+        HeadLayout qk{n, nk, dk, cd, dk, kd, dk};
+        cuda::row_norm(d_.conv_out, nullptr, qk, eps, true, q_scale, d_.q, stream_);
+        cuda::row_norm(d_.conv_out + kd, nullptr, qk, eps, true, 1.0f, d_.k, stream_);
+        cuda::copy_heads(d_.conv_out + 2 * kd, HeadLayout{n, 1, vd, cd, 0, vd, 0}, d_.v, stream_);
+        cuda::deltanet_gates(d_.beta, d_.g, L.neg_a, L.dt_bias, n, nv, stream_);
+        cuda::gated_delta(d_.q, d_.k, d_.v, d_.beta, d_.g, n, nk, nv, dk, dv, state, state_out, d_.attn,
+                          stream_);
+        cuda::rms_norm_gated(d_.attn, d_.z, L.dnorm, n * nv, dv, P.norm_eps, d_.y, stream_);
+    }
+    linear(L.out_proj, d_.y, n, d_.mix);
+}
+
+// Decode (n = 1) fuses: router and shared-expert input projections in one launch, the routed
+// gate/up in one grouped launch, SwiGLU inside the down projections, the shared expert's sigmoid
+// gate inside its down projection.
+void CudaBackend::moe_layer(const DevLayer& L, int64_t n, const cuda::NormIn* in_norm) {
+    if (!L.moe()) {
+        if (n == 1 && cuda::swiglu_fits(L.dense_gate.rows)) {
+            cuda::MatvecMulti m;
+            m.add(L.dense_gate, d_.sh_gate);
+            m.add(L.dense_up, d_.sh_up);
+            if (in_norm != nullptr) m.norm = *in_norm;
+            cuda::matvec_multi(launch_, m, d_.norm, stream_);
+            cuda::swiglu_down_matvec(L.dense_down, d_.sh_gate, d_.sh_up, nullptr, d_.mix, stream_);
+        } else {
+            if (in_norm != nullptr)
+                cuda::add_rms_norm_to(in_norm->resid_in, in_norm->add, in_norm->weight, 1,
+                                      model_->config().hidden, in_norm->eps, in_norm->resid_out, d_.norm,
+                                      stream_);
+            swiglu_mlp(L.dense_gate, L.dense_up, L.dense_down, d_.norm, n, d_.mix);
+        }
+        return;
+    }
+    moe_route(L, n, in_norm);
+    moe_routed(L, d_.norm, d_.topk_ids, d_.topk_w, n, d_.mix, n == 1);
+    moe_shared(L, n);
+}
+
+bool CudaBackend::fused_shared(const DevLayer& L, int64_t n) const {
+    return n == 1 && L.has_shared() && cuda::swiglu_fits(L.shared_gate_proj.rows);
+}
+
+// Decode runs the router with the shared expert's input projections in one launch whose last block
+// runs the top-k (unless SLUICE_CUDA_UNFUSED).
+void CudaBackend::moe_route(const DevLayer& L, int64_t n, const cuda::NormIn* in_norm) {
+    if (n == 1) {
+        cuda::MatvecMulti m;
+        m.add(L.router, d_.router);
+        if (shared_folded(L, n)) {
+            m.add(L.shared_gate, d_.sg);  // its gate and up run with the routed experts'
+        } else if (fused_shared(L, n)) {
+            m.add(L.shared_gate_proj, d_.sh_gate);
+            m.add(L.shared_up, d_.sh_up);
+            m.add(L.shared_gate, d_.sg);
+        }
+        if (!unfused_) m.topk = route_topk(L.plan->moe, 0, d_.topk_ids, d_.topk_w, kRouteCounter);
+        if (in_norm != nullptr) m.norm = *in_norm;
+        cuda::matvec_multi(launch_, m, d_.norm, stream_);
+        if (!unfused_) return;
+    } else {
+        linear(L.router, d_.norm, n, d_.router);
+    }
+    const model::MoePlan& P = L.plan->moe;
+    cuda::router_topk(d_.router, n, P.experts, P.top_k, P.renormalize, d_.topk_ids, d_.topk_w, stream_);
+}
+
+cuda::MatvecTopk CudaBackend::route_topk(const model::MoePlan& plan, int which, int32_t* ids, float* weights,
+                                         int counter) const {
+    cuda::MatvecTopk t;
+    t.which = which;
+    t.n_experts = plan.experts;
+    t.k = plan.top_k;
+    t.renormalize = plan.renormalize;
+    t.ids = ids;
+    t.weights = weights;
+    t.counter = d_.counters + counter;
+    return t;
+}
+
+bool CudaBackend::shared_folded(const DevLayer& L, int64_t n) const {
+    return !unfused_ && n == 1 && L.has_shared();
+}
+
+void CudaBackend::moe_routed(const DevLayer& L, const float* x, const int32_t* ids, const float* weights,
+                             int64_t n, float* mix, bool decode) {
+    const model::ModelConfig& c = model_->config();
+    const int64_t H = c.hidden, E = c.n_experts, K = c.top_k, I = c.expert_ffn;
+    if (n == 1) {
+        // Fused: gate, up and SwiGLU of the routed experts and the shared expert in one launch, then
+        // one down launch over all of them. Unfused (SLUICE_CUDA_UNFUSED): gate and up, SwiGLU, the
+        // routed down; the shared expert in moe_shared().
+        const bool fold = decode && shared_folded(L, 1);
+        cuda::SharedExpert shared;
+        if (fold) {
+            shared.gate = L.shared_gate_proj;
+            shared.up = L.shared_up;
+            shared.down = L.shared_down;
+            shared.gate_logit = L.shared_gate.data != nullptr ? d_.sg : nullptr;
+        }
+        if (!unfused_) {
+            cuda::moe_matvec_gate_up(launch_, L.experts, ids, K, I, H, x, nullptr, nullptr, d_.pair_act,
+                                     fold ? &shared : nullptr, experts_vector_, stream_);
+        } else {
+            cuda::moe_matvec_gate_up(launch_, L.experts, ids, K, I, H, x, d_.pair_gate, d_.pair_up, nullptr,
+                                     nullptr, experts_vector_, stream_);
+            cuda::swiglu(d_.pair_gate, d_.pair_up, K * I, d_.pair_act, stream_);
+        }
+        cuda::moe_down_matvec(launch_, L.experts, ids, weights, K, H, I, d_.pair_act,
+                              fold ? &shared : nullptr, experts_vector_, mix, stream_);
+        return;
+    }
+    const int64_t pairs = n * K;
+    cuda::moe_group(ids, pairs, E, d_.offsets, d_.order, stream_);
+    cuda::moe_matmul(launch_, L.experts, 0, E, d_.offsets, d_.order, pairs, true, K, false, I, H, x,
+                     d_.pair_gate, stream_);
+    cuda::moe_matmul(launch_, L.experts, 1, E, d_.offsets, d_.order, pairs, true, K, false, I, H, x,
+                     d_.pair_up, stream_);
+    cuda::swiglu(d_.pair_gate, d_.pair_up, pairs * I, d_.pair_act, stream_);
+    cuda::moe_matmul(launch_, L.experts, 2, E, d_.offsets, d_.order, pairs, false, 1, true, H, I, d_.pair_act,
+                     d_.pair_out, stream_);
+    cuda::moe_combine(d_.pair_out, weights, n, K, H, mix, stream_);
+}
+
+void CudaBackend::moe_shared(const DevLayer& L, int64_t n) {
+    if (!L.has_shared() || shared_folded(L, n)) return;
+    if (fused_shared(L, n)) {
+        cuda::swiglu_down_matvec(L.shared_down, d_.sh_gate, d_.sh_up, d_.sg, d_.mix, stream_);
+        return;
+    }
+    swiglu_mlp(L.shared_gate_proj, L.shared_up, L.shared_down, d_.norm, n, d_.sh_out);
+    linear(L.shared_gate, d_.norm, n, d_.sg);
+    cuda::add_gated_rows(d_.sh_out, d_.sg, n, model_->config().hidden, d_.mix, stream_);
+}
+
+cuda::NormIn CudaBackend::residual_norm(const float* weight, float eps) {
+    cuda::NormIn nm;
+    nm.resid_in = resid_;
+    nm.add = d_.mix;
+    nm.weight = weight;
+    nm.eps = eps;
+    nm.resid_out = resid_ == d_.x ? d_.x2 : d_.x;
+    nm.norm_out = d_.norm;
+    resid_ = nm.resid_out;
+    return nm;
+}
+
+// The forward as segments that end where the host must act: after the routing of a MoE layer
+// whose experts are tiered, or at the logits. Segment `after` (-1: the first) enqueues the rest of
+// layer `after` (its routed experts for one token, the shared expert, the residual add), then whole
+// layers up to and including the next tiered MoE layer's routing (ids copied to host_ids_, and for
+// decode the next layer's predicted ids after them); it returns that layer, or n_layers once the
+// logits are enqueued. With every expert resident the first segment is the whole forward.
+int64_t CudaBackend::enqueue_segment(DeviceState& ds, int64_t n, bool all_logits, int64_t after) {
+    const model::ModelConfig& c = model_->config();
+    const int64_t H = c.hidden, E = c.n_experts, K = c.top_k;
+    // Decode runs each residual add and norm in the prologue of the product that reads it (in_norm).
+    const bool fuse_norms = n == 1 && !unfused_;
+    std::optional<cuda::NormIn> in_norm;
+    auto residual = [&](int64_t l) {  // the block's residual add, fused with the next norm
+        if (l + 1 < c.n_layers) {
+            const float* weight = layers_[static_cast<size_t>(l + 1)].input_norm;
+            const float eps = layers_[static_cast<size_t>(l + 1)].plan->norm_eps;
+            if (fuse_norms) {
+                in_norm = residual_norm(weight, eps);
+            } else {
+                cuda::add_rms_norm(resid_, d_.mix, weight, n, H, eps, d_.norm, stream_);
+            }
+        } else {
+            cuda::axpy(1.0f, d_.mix, n * H, resid_, stream_);
+        }
+    };
+    if (after < 0) {
+        resid_ = d_.x;
+        cudaMemcpyAsync(d_.io, host_io_, static_cast<size_t>(n + 1) * sizeof(int32_t), cudaMemcpyHostToDevice,
+                        stream_);
+        cuda::dequantize_rows(embed_, d_.io + 1, n, d_.x, stream_);
+        const HeadLayout rows{n, 1, H, H, 0, H, 0};
+        cuda::row_norm(d_.x, layers_[0].input_norm, rows, layers_[0].plan->norm_eps, false, 1.0f, d_.norm,
+                       stream_);
+    } else {
+        const DevLayer& L = layers_[static_cast<size_t>(after)];
+        if (n == 1)
+            moe_routed(L, d_.norm, d_.topk_ids, d_.topk_w, 1, d_.mix, true);  // prefill: tiered_experts()
+        moe_shared(L, n);
+        residual(after);
+    }
+    for (int64_t l = after + 1; l < c.n_layers; ++l) {
+        const DevLayer& L = layers_[static_cast<size_t>(l)];
+        const cuda::NormIn* mixer_in = in_norm ? &*in_norm : nullptr;
+        if (L.attention()) {
+            attention_layer(L, ds, l, n, mixer_in);
+        } else {
+            deltanet_layer(L, ds, l, n, mixer_in);
+        }
+        in_norm.reset();
+        std::optional<cuda::NormIn> post;
+        if (fuse_norms) {
+            post = residual_norm(L.post_norm, L.plan->norm_eps);
+        } else {
+            cuda::add_rms_norm(resid_, d_.mix, L.post_norm, n, H, L.plan->norm_eps, d_.norm, stream_);
+        }
+        const cuda::NormIn* moe_in = post ? &*post : nullptr;
+        if (tiered_ && L.moe()) {
+            moe_route(L, n, moe_in);
+            if (predicts(l, n)) {
+                // The next layer's post-attention norm and router on the residual stream after this
+                // layer's mixer (resid_): the CPU backend's predictor (model/moe.cpp), on the GPU.
+                const DevLayer& next = layers_[static_cast<size_t>(l + 1)];
+                cuda::row_norm(resid_, next.post_norm, HeadLayout{1, 1, H, H, 0, H, 0}, next.plan->norm_eps,
+                               false, 1.0f, d_.tmp, stream_);
+                cuda::MatvecMulti m;
+                m.add(next.router, d_.pred_logits);
+                if (!unfused_)
+                    m.topk = route_topk(next.plan->moe, 0, d_.pred_ids, d_.pred_w, kPredictCounter);
+                cuda::matvec_multi(launch_, m, d_.tmp, stream_);
+                if (unfused_)
+                    cuda::router_topk(d_.pred_logits, 1, E, K, next.plan->moe.renormalize, d_.pred_ids,
+                                      d_.pred_w, stream_);
+                cudaMemcpyAsync(host_ids_ + n * K, d_.pred_ids, static_cast<size_t>(K) * sizeof(int32_t),
+                                cudaMemcpyDeviceToHost, stream_);
+            }
+            cudaMemcpyAsync(host_ids_, d_.topk_ids, static_cast<size_t>(n * K) * sizeof(int32_t),
+                            cudaMemcpyDeviceToHost, stream_);
+            return l;
+        }
+        moe_layer(L, n, moe_in);
+        residual(l);
+    }
+    const int64_t first = all_logits ? 0 : n - 1;
+    const int64_t out_rows = n - first;
+    cuda::row_norm(resid_ + first * H, final_norm_, HeadLayout{out_rows, 1, H, H, 0, H, 0},
+                   model_->plan().final_norm_eps, false, 1.0f, d_.norm, stream_);
+    linear(lm_head_, d_.norm, out_rows, d_.logits);
+    if (n == 1) {  // decode: the greedy token and the softmax normaliser for the sampler
+        cuda::logits_summary(d_.logits, c.vocab, d_.summary_partial, d_.counters + kSummaryCounter,
+                             d_.summary, stream_);
+        cudaMemcpyAsync(host_summary_, d_.summary, sizeof(cuda::DevLogitsSummary), cudaMemcpyDeviceToHost,
+                        stream_);
+    }
+    return c.n_layers;
+}
+
+}  // namespace sluice::runtime::cuda_impl

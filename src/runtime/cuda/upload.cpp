@@ -1,0 +1,145 @@
+// The CUDA backend's weights: the dense core and the routed experts into one device arena (backend_impl.h).
+#include "runtime/cuda/backend_impl.h"
+
+namespace sluice::runtime::cuda_impl {
+
+DevWeight CudaBackend::put(Arena& arena, const kernels::WeightView& w, Status& st) {
+    if (w.data == nullptr) return cuda::dev_weight(w, nullptr, nullptr, nullptr);
+    const uint64_t data_bytes = static_cast<uint64_t>(w.rows) * w.row_bytes();
+    void* data = arena.take(data_bytes);
+    if (!arena.counting() && st.is_ok()) st = put_bytes(data, w.data, data_bytes);
+    void *scales = nullptr, *biases = nullptr;
+    if (w.quantized()) {
+        const uint64_t sb = static_cast<uint64_t>(w.rows) * static_cast<uint64_t>(w.cols / w.group_size) *
+                            scale_bytes(w.scale_type);
+        scales = arena.take(sb);
+        biases = arena.take(sb);
+        if (!arena.counting() && st.is_ok()) st = put_bytes(scales, w.scales, sb);
+        if (!arena.counting() && st.is_ok()) st = put_bytes(biases, w.biases, sb);
+    }
+    return cuda::dev_weight(w, data, scales, biases);
+}
+
+float* CudaBackend::put(Arena& arena, const std::vector<float>& v, Status& st) {
+    if (v.empty()) return nullptr;
+    void* p = arena.take(v.size() * sizeof(float));
+    if (!arena.counting() && st.is_ok()) st = put_bytes(p, v.data(), v.size() * sizeof(float));
+    return static_cast<float*>(p);
+}
+
+Status CudaBackend::put_bytes(void* dst, const void* src, uint64_t bytes) {
+    if (dst == nullptr) return error(ErrorCode::kInternal, "[cuda] weight arena overflow");
+    return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "copying weights to the GPU");
+}
+
+// Walks every tensor the forward reads, in a fixed order, counting (arena without base) or copying.
+Status CudaBackend::upload_weights(Arena& arena) {
+    const model::ModelWeights& W = model_->weights();
+    const model::ModelConfig& c = model_->config();
+    Status st;
+    embed_bytes_ = arena.used();
+    embed_ = put(arena, W.embed, st);
+    embed_bytes_ = arena.used() - embed_bytes_;
+    if (arena.counting()) {
+        routed_bytes_ = 0;
+        expert_slot_bytes_ = 0;
+        experts_vector_ = true;
+    }
+    lm_head_ = W.lm_head.data == W.embed.data ? embed_ : put(arena, W.lm_head, st);
+    final_norm_ = put(arena, W.final_norm, st);
+    layers_ = std::make_unique<DevLayer[]>(W.layers.size());
+    model::ExpertSource* source = model_->expert_source();
+    std::vector<model::ExpertWeights> views;
+    const size_t table_size = static_cast<size_t>(c.n_experts * 3);
+    std::unique_ptr<DevWeight[]> table = std::make_unique<DevWeight[]>(table_size);
+    for (size_t l = 0; l < W.layers.size(); ++l) {
+        const model::LayerWeights& lw = W.layers[l];
+        DevLayer& L = layers_[l];
+        L.plan = &model_->plan().layers[l];
+        L.input_norm = put(arena, lw.input_norm, st);
+        L.post_norm = put(arena, lw.post_norm, st);
+        if (L.attention()) {
+            L.q_proj = put(arena, lw.attn.q_proj, st);
+            L.k_proj = put(arena, lw.attn.k_proj, st);
+            L.v_proj = put(arena, lw.attn.v_proj, st);
+            L.o_proj = put(arena, lw.attn.o_proj, st);
+            L.q_norm = put(arena, lw.attn.q_norm, st);
+            L.k_norm = put(arena, lw.attn.k_norm, st);
+        } else {
+            const model::DeltaNetWeights& d = lw.linear;
+            L.in_qkvz = put(arena, d.in_qkvz, st);
+            L.in_ba = put(arena, d.in_ba, st);
+            L.in_qkv = put(arena, d.in_qkv, st);
+            L.in_z = put(arena, d.in_z, st);
+            L.in_b = put(arena, d.in_b, st);
+            L.in_a = put(arena, d.in_a, st);
+            L.out_proj = put(arena, d.out_proj, st);
+            L.conv = put(arena, d.conv, st);
+            L.neg_a = put(arena, d.neg_a, st);
+            L.dt_bias = put(arena, d.dt_bias, st);
+            L.dnorm = put(arena, d.norm, st);
+        }
+        if (!L.moe()) {
+            L.dense_gate = put(arena, lw.dense_mlp.gate, st);
+            L.dense_up = put(arena, lw.dense_mlp.up, st);
+            L.dense_down = put(arena, lw.dense_mlp.down, st);
+            continue;
+        }
+        const model::MoeWeights& m = lw.moe_w;
+        L.router = put(arena, m.router, st);
+        if (arena.counting() && m.has_shared)
+            experts_vector_ = experts_vector_ && vector_mlp(m.shared.gate, m.shared.up, m.shared.down);
+        if (m.has_shared) {
+            L.shared_gate_proj = put(arena, m.shared.gate, st);
+            L.shared_up = put(arena, m.shared.up, st);
+            L.shared_down = put(arena, m.shared.down, st);
+            L.shared_gate = put(arena, m.shared_gate, st);
+        }
+        // Routed experts: through the expert source (resident views, or reads of a packed model).
+        const int64_t E = c.n_experts;
+        if (arena.counting()) {
+            // Every expert of a layer has expert 0's shape: size them without reading the others.
+            const int32_t first = 0;
+            model::ExpertWeights e;
+            SLUICE_RETURN_IF_ERROR(
+                source->acquire(static_cast<int64_t>(l), std::span<const int32_t>(&first, 1), &e));
+            Arena one;
+            put(one, e.gate, st);
+            put(one, e.up, st);
+            put(one, e.down, st);
+            expert_slot_bytes_ = std::max(expert_slot_bytes_, cuda::ExpertTier::slot_bytes_for(e));
+            experts_vector_ = experts_vector_ && vector_mlp(e.gate, e.up, e.down);
+            source->release(static_cast<int64_t>(l), std::span<const int32_t>(&first, 1));
+            arena.take(one.used() * static_cast<uint64_t>(E));
+            routed_bytes_ += one.used() * static_cast<uint64_t>(E);
+        } else if (!tiered_) {
+            for (size_t i = 0; i < table_size; ++i) table[i] = DevWeight{};
+            const int64_t round = std::max<int64_t>(1, std::min<int64_t>(E, source->max_pinned()));
+            std::vector<int32_t> ids;
+            for (int64_t first = 0; first < E; first += round) {
+                const int64_t count = std::min(round, E - first);
+                ids.resize(static_cast<size_t>(count));
+                for (int64_t i = 0; i < count; ++i)
+                    ids[static_cast<size_t>(i)] = static_cast<int32_t>(first + i);
+                views.resize(static_cast<size_t>(count));
+                SLUICE_RETURN_IF_ERROR(source->acquire(static_cast<int64_t>(l), ids, views.data()));
+                for (int64_t i = 0; i < count; ++i) {
+                    const model::ExpertWeights& e = views[static_cast<size_t>(i)];
+                    table[static_cast<size_t>((first + i) * 3 + 0)] = put(arena, e.gate, st);
+                    table[static_cast<size_t>((first + i) * 3 + 1)] = put(arena, e.up, st);
+                    table[static_cast<size_t>((first + i) * 3 + 2)] = put(arena, e.down, st);
+                }
+                source->release(static_cast<int64_t>(l), ids);
+                SLUICE_RETURN_IF_ERROR(st);
+            }
+        }
+        // The device table [E][3]: filled here when resident, by the expert tier when tiered.
+        void* t = arena.take(table_size * sizeof(DevWeight));
+        if (!arena.counting() && !tiered_ && st.is_ok())
+            st = put_bytes(t, table.get(), table_size * sizeof(DevWeight));
+        L.experts = static_cast<DevWeight*>(t);
+    }
+    return st;
+}
+
+}  // namespace sluice::runtime::cuda_impl
