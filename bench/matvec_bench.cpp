@@ -119,6 +119,32 @@ void matvec_shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_Matvec)->Apply(matvec_shapes)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
+// A decode step of n sequences through one cold 4-bit matrix [12288, 2048] (the 80B's DeltaNet input
+// shape): arg 0 = n matvec calls, arg 1 = one matvec_batch (each weight row read once for all n).
+// Counter: vectors per second, the batch's decode throughput on this matrix.
+void BM_MatvecBatch(benchmark::State& state) {
+    const int64_t n = state.range(0), cols = 2048, rows = 12288;
+    const bool batched = state.range(1) != 0;
+    QuantSet set(4, rows, cols, 64, true);
+    std::vector<float> x(static_cast<size_t>(n * cols)), y(static_cast<size_t>(n * rows));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
+    size_t next = 0;
+    for (auto _ : state) {
+        if (batched) {
+            matvec_batch(set.views[next], x.data(), n, y.data(), &pool());
+        } else {
+            for (int64_t v = 0; v < n; ++v)
+                matvec(set.views[next], x.data() + v * cols, y.data() + v * rows, &pool());
+        }
+        benchmark::DoNotOptimize(y.data());
+        next = next + 1 == set.views.size() ? 0 : next + 1;
+    }
+    state.counters["vectors/s"] = benchmark::Counter(
+        static_cast<double>(n) * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+    state.SetLabel(batched ? "matvec_batch" : "n × matvec");
+}
+BENCHMARK(BM_MatvecBatch)->ArgsProduct({{1, 2, 4, 8}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+
 // Args: tokens, in, out, bits.
 void BM_Matmul(benchmark::State& state) {
     const int64_t n = state.range(0), cols = state.range(1), rows = state.range(2);

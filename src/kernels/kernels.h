@@ -69,6 +69,10 @@ uint16_t f32_to_f16(float v);
     void dequantize_row(const WeightView& w, int64_t row, float* out);                                      \
     /* y[rows] = W · x[cols]. */                                                                           \
     void matvec(const WeightView& w, const float* x, float* y, ThreadPool* pool);                           \
+    /* Y[n, rows]: row t is exactly matvec(W, X[t]) — bit for bit, whatever n — while each weight row   \
+       is read from memory once for all n vectors (a decode step of n sequences: one pass over the          \
+       weights serves every sequence, and each gets the logits it would get alone). */                      \
+    void matvec_batch(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);          \
     /* Y[n, rows] = X[n, cols] · Wᵀ (prefill: every token through the same weight). */                   \
     void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);                \
     /* y = x / sqrt(mean(x²) + eps) · weight, over n elements (weight already holds any +1). */           \

@@ -173,6 +173,17 @@ void check_linear(std::mt19937& rng, const TestWeight& tw, Pools& pools, const s
             }
             matmul(w, x.data(), n, y.data(), pool);
             expect_close(y, ref, 1e-4, "matmul " + tag);
+            // matvec_batch: the reference's values, and each vector's result bit for bit what
+            // matvec gives it alone (a batched decode step must not change any sequence's logits).
+            std::fill(y.begin(), y.end(), NAN);
+            matvec_batch(w, x.data(), n, y.data(), pool);
+            expect_close(y, ref, 1e-4, "matvec_batch " + tag);
+            std::vector<float> alone(static_cast<size_t>(w.rows));
+            for (int64_t v = 0; v < n; ++v) {
+                matvec(w, x.data() + v * w.cols, alone.data(), pool);
+                ASSERT_TRUE(std::equal(alone.begin(), alone.end(), y.begin() + v * w.rows))
+                    << "matvec_batch differs from matvec for vector " << v << " " << tag;
+            }
         }
     }
     for (int64_t r : {int64_t{0}, w.rows / 2, w.rows - 1}) {

@@ -137,6 +137,35 @@ void matvec(const WeightView& w, const float* x, float* y, ThreadPool* pool) {
         [&](int64_t r0, int64_t r1) { t.matvec_quant_rows(w, xp, xsum, r0, r1, y + r0); });
 }
 
+// Every vector through the matvec row kernels, vector by vector inside each range of rows: a
+// range's weights (16 rows, 16 KB at 2048 4-bit columns) come from memory once and stay in cache
+// for the other vectors, and each vector's arithmetic is matvec's own (the row kernels compute a
+// row the same way whatever range it falls in), so the results are matvec's bit for bit.
+void matvec_batch(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
+    check_view(w);
+    if (n == 1) {
+        matvec(w, x, y, pool);
+        return;
+    }
+    const IsaTable& t = linear_isa(w);
+    const int64_t rows = w.rows, cols = w.cols;
+    if (!w.quantized()) {
+        run(pool, rows, kMatvecGrainRows, [&](int64_t r0, int64_t r1) {
+            for (int64_t v = 0; v < n; ++v) t.matvec_float_rows(w, x + v * cols, r0, r1, y + v * rows + r0);
+        });
+        return;
+    }
+    thread_local std::vector<float> xp_buf, xsum_buf;
+    const int64_t xp_floats = t.prepared_x_floats(w), groups = cols / w.group_size;
+    float* xp = scratch(xp_buf, n * xp_floats);
+    float* xsum = scratch(xsum_buf, n * groups);
+    for (int64_t v = 0; v < n; ++v) t.prepare_x(w, x + v * cols, xp + v * xp_floats, xsum + v * groups);
+    run(pool, rows, kMatvecGrainRows, [&](int64_t r0, int64_t r1) {
+        for (int64_t v = 0; v < n; ++v)
+            t.matvec_quant_rows(w, xp + v * xp_floats, xsum + v * groups, r0, r1, y + v * rows + r0);
+    });
+}
+
 void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
     check_view(w);
     if (n == 1) {

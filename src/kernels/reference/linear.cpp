@@ -77,6 +77,10 @@ void matvec(const WeightView& w, const float* x, float* y, ThreadPool* /*pool*/)
     reference::matmul(w, x, 1, y, nullptr);
 }
 
+void matvec_batch(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* /*pool*/) {
+    for (int64_t t = 0; t < n; ++t) reference::matvec(w, x + t * w.cols, y + t * w.rows, nullptr);
+}
+
 void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* /*pool*/) {
     check_view(w);
     std::vector<float> row(static_cast<size_t>(w.cols));
