@@ -13,14 +13,6 @@ using format::TensorInfo;
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-bool is_float(DType t) {
-    return t == DType::kBF16 || t == DType::kF16 || t == DType::kF32;
-}
-
 using SrcMatrix = model::SourceMatrix;
 
 class Planner {
@@ -154,9 +146,9 @@ Expected<PackPlan> plan_pack(const model::ModelConfig& cfg, const format::Checkp
     for (const std::string& name : ckpt.names()) {
         if (model::TensorNames::is_routed_expert(name) || model::TensorNames::is_auxiliary(name)) continue;
         const TensorInfo* t = ckpt.find(name);
-        const std::string module = ends_with(name, ".weight") ? name.substr(0, name.size() - 7) : "";
+        const std::string module = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : "";
         const int b = model::TensorNames::module_bits(module, bits);
-        const bool quantize = plan.quantized_here && is_float(t->dtype) && !module.empty() &&
+        const bool quantize = plan.quantized_here && format::is_float_dtype(t->dtype) && !module.empty() &&
                               t->shape.size() == 2 && t->shape[1] % group_size == 0;
         dense_sources.push_back({t, quantize, b});
         if (quantize) {

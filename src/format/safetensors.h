@@ -45,6 +45,10 @@ enum class DType : uint8_t {
 
 const char* dtype_name(DType dtype);
 size_t dtype_size(DType dtype);
+// F32, F16 or BF16: the float types a linear's weights may be stored in unquantized.
+inline bool is_float_dtype(DType dtype) {
+    return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+}
 bool parse_dtype(std::string_view name, DType* out);
 
 // "BF16 [512,2048]" — the form error messages use.

@@ -8,14 +8,6 @@ using format::TensorInfo;
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-bool is_float(DType t) {
-    return t == DType::kBF16 || t == DType::kF16 || t == DType::kF32;
-}
-
 std::string shape_str(const std::vector<int64_t>& shape) {
     std::string s = "[";
     for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
@@ -47,7 +39,7 @@ bool TensorNames::is_auxiliary(const std::string& name) {
 }
 
 int TensorNames::module_bits(const std::string& module, int bits) {
-    return ends_with(module, kRouter) || ends_with(module, kSharedExpertGate) ? 8 : bits;
+    return module.ends_with(kRouter) || module.ends_with(kSharedExpertGate) ? 8 : bits;
 }
 
 Expected<TensorNames> find_tensor_names(const format::Checkpoint& ck) {
@@ -83,7 +75,7 @@ Expected<std::vector<SourceMatrix>> source_linear(const ModelConfig& cfg, const 
     std::vector<SourceMatrix> out(static_cast<size_t>(n));
     const TensorInfo* scales = ck.find(path + ".scales");
     if (scales == nullptr) {
-        if (!is_float(w->dtype) || w->shape != with(rows, cols))
+        if (!format::is_float_dtype(w->dtype) || w->shape != with(rows, cols))
             return mismatch(wname, "F32, F16 or BF16 " + shape_str(with(rows, cols)), *w);
         const uint64_t stride = static_cast<uint64_t>(rows * cols) * format::dtype_size(w->dtype);
         for (int64_t e = 0; e < n; ++e) out[static_cast<size_t>(e)] = {w, e * stride, rows, cols};
@@ -113,7 +105,7 @@ Expected<std::vector<SourceMatrix>> source_linear(const ModelConfig& cfg, const 
                         *w);
     SLUICE_ASSIGN_OR_RETURN(const TensorInfo* biases, require(ck, path + ".biases"));
     for (const TensorInfo* sb : {scales, biases})
-        if (!is_float(sb->dtype) || sb->shape != with(rows, groups))
+        if (!format::is_float_dtype(sb->dtype) || sb->shape != with(rows, groups))
             return mismatch(sb->name,
                             "F32/F16/BF16 " + shape_str(with(rows, groups)) + " (" + quant_desc + ")", *sb);
     if (scales->dtype != biases->dtype)

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
 
 #include "convert/packer.h"
 #include "format/pack.h"
@@ -175,17 +174,8 @@ TEST(CudaFailure, AFailedTieredForwardLeavesTheSessionAtItsLastPosition) {
     ASSERT_NE(f, nullptr);
     const std::string file = po.out_dir + "/" + f->file;
     auto flip = [&] {
-        std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
-        for (size_t r = 0; r < f->record_xxh3.size(); ++r) {
-            const auto at = static_cast<std::streamoff>(r * f->record_stride + 100);
-            char c = 0;
-            io.seekg(at);
-            io.read(&c, 1);
-            c = static_cast<char>(c ^ 0x5a);
-            io.seekp(at);
-            io.write(&c, 1);
-        }
-        ASSERT_TRUE(io.good());
+        ASSERT_TRUE(
+            testing::flip_record_bytes(file, f->record_stride, static_cast<int64_t>(f->record_xxh3.size())));
     };
     EngineOptions eo;
     eo.model_dir = po.out_dir;

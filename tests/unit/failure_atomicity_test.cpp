@@ -10,9 +10,6 @@
 // with no prefetch makes every expert of every layer a read.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
-
 #include "convert/packer.h"
 #include "format/pack.h"
 #include "sluice/engine.h"
@@ -58,19 +55,7 @@ class FailureAtomicity : public ::testing::Test {
 
     // Flips one byte in every expert record of the fault layer (again to restore it).
     void flip_records() const {
-        std::fstream f(expert_file_, std::ios::in | std::ios::out | std::ios::binary);
-        ASSERT_TRUE(f.good()) << expert_file_;
-        for (int64_t r = 0; r < records_; ++r) {
-            const auto at = static_cast<std::streamoff>(static_cast<uint64_t>(r) * stride_ + 100);
-            char c = 0;
-            f.seekg(at);
-            f.read(&c, 1);
-            c = static_cast<char>(c ^ 0x5a);
-            f.seekp(at);
-            f.write(&c, 1);
-        }
-        f.flush();
-        ASSERT_TRUE(f.good());
+        ASSERT_TRUE(testing::flip_record_bytes(expert_file_, stride_, records_)) << expert_file_;
     }
 
     static std::vector<int32_t> ids(int64_t n, int32_t seed) {

@@ -44,4 +44,23 @@ inline bool exists(const std::string& path) {
     return std::filesystem::exists(path);
 }
 
+// Flips one byte (at offset 100) in each of `records` fixed-stride records of `file` in place — a
+// disk fault that an expert store with verify_reads reports; flipping again repairs it. False when
+// the file cannot be read and written.
+inline bool flip_record_bytes(const std::string& file, uint64_t stride, int64_t records) {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    if (!f.good()) return false;
+    for (int64_t r = 0; r < records; ++r) {
+        const auto at = static_cast<std::streamoff>(static_cast<uint64_t>(r) * stride + 100);
+        char c = 0;
+        f.seekg(at);
+        f.read(&c, 1);
+        c = static_cast<char>(c ^ 0x5a);
+        f.seekp(at);
+        f.write(&c, 1);
+    }
+    f.flush();
+    return f.good();
+}
+
 }  // namespace sluice::testing

@@ -122,31 +122,16 @@ void dequantize_row(const WeightView& w, int64_t row, float* out) {
 }
 
 void matvec(const WeightView& w, const float* x, float* y, ThreadPool* pool) {
-    check_view(w);
-    const IsaTable& t = linear_isa(w);
-    if (!w.quantized()) {
-        run(pool, w.rows, kMatvecGrainRows,
-            [&](int64_t r0, int64_t r1) { t.matvec_float_rows(w, x, r0, r1, y + r0); });
-        return;
-    }
-    thread_local std::vector<float> xp_buf, xsum_buf;
-    float* xp = scratch(xp_buf, t.prepared_x_floats(w));
-    float* xsum = scratch(xsum_buf, w.cols / w.group_size);
-    t.prepare_x(w, x, xp, xsum);
-    run(pool, w.rows, kMatvecGrainRows,
-        [&](int64_t r0, int64_t r1) { t.matvec_quant_rows(w, xp, xsum, r0, r1, y + r0); });
+    matvec_batch(w, x, 1, y, pool);
 }
 
-// Every vector through the matvec row kernels, vector by vector inside each range of rows: a
-// range's weights (16 rows, 16 KB at 2048 4-bit columns) come from memory once and stay in cache
-// for the other vectors, and each vector's arithmetic is matvec's own (the row kernels compute a
-// row the same way whatever range it falls in), so the results are matvec's bit for bit.
+// Every vector through the row kernels, vector by vector inside each range of rows (matvec is the
+// case of one vector): a range's weights (16 rows, 16 KB at 2048 4-bit columns) come from memory once
+// and stay in cache for the other vectors, and each vector's arithmetic is the one it gets alone (the
+// row kernels compute a row the same way whatever range it falls in), so the results are matvec's bit
+// for bit.
 void matvec_batch(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
     check_view(w);
-    if (n == 1) {
-        matvec(w, x, y, pool);
-        return;
-    }
     const IsaTable& t = linear_isa(w);
     const int64_t rows = w.rows, cols = w.cols;
     if (!w.quantized()) {
