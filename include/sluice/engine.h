@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -143,6 +144,13 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
     // A new, empty conversation timeline.
     std::unique_ptr<Session> new_session();
+
+    // Feeds several sessions of this engine in one forward — prefill chunks and single decode
+    // tokens mixed, each session at most once: each weight is read once for all of them and each
+    // routed expert once for every session that routes to it (on a streamed model, one disk read).
+    // Each session gets exactly the logits Session::evaluate gives it alone (bit for bit on the CPU;
+    // within the golden tolerance on CUDA). On error no session has moved.
+    Status evaluate_batch(std::span<BatchEvaluation> items);
 
     // Which CPU kernels run ("avx512", "avx2", "portable").
     static const char* cpu_kernels();

@@ -112,6 +112,17 @@ struct GenerateResult {
     GenerationStats stats;
 };
 
+class Session;
+
+// One session's part of Engine::evaluate_batch: `tokens` to feed after its position, and the
+// logits that come back ([n, vocab] with all_logits, else the last token's [vocab]).
+struct BatchEvaluation {
+    Session* session = nullptr;
+    std::span<const int32_t> tokens;
+    bool all_logits = false;
+    std::vector<float> logits;  // out
+};
+
 class Session {
  public:
     ~Session();

@@ -2,6 +2,8 @@
 // ../shared/docs/benchmarking.md — mean ± sd over repetitions, TTFT, peak RSS, expert-cache hit
 // rate, bytes read per token, achieved read GB/s, prefetch accuracy, and the speed-of-light bound
 // from the disk and memory bandwidth measured in the same run.
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -28,6 +30,7 @@ struct BenchOptions {
     std::string stats_json;
     int64_t prefill_chunk = 256;
     int64_t history_tokens = 0;  // > 0: the multi-turn TTFT measurement instead
+    int sequences = 0;           // > 0: the batched-decode measurement instead
 };
 
 struct MeanSd {
@@ -131,12 +134,106 @@ void run_multi_turn(Engine& engine, const BenchOptions& o) {
     }
 }
 
+// Batched decode (`--sequences N`): N conversations, each prefilled with its own --prompt-tokens
+// prompt, then --gen-tokens greedy decode steps for all of them — once as one Engine::evaluate_batch
+// of N tokens per step (one forward: each weight and each routed expert read once for every
+// sequence) and once as N Session::evaluate calls per step (one forward per sequence, as
+// `serve --parallel` did). The two alternate by rep. Each gives every sequence the same tokens.
+void run_batched(Engine& engine, const BenchOptions& o) {
+    const int64_t V = engine.info().vocab_size;
+    const int n = o.sequences;
+    auto argmax = [&](const std::vector<float>& l) {
+        return static_cast<int32_t>(std::max_element(l.begin(), l.begin() + V) - l.begin());
+    };
+    std::vector<double> batched_tok_s, serial_tok_s, batched_read, serial_read;
+    nlohmann::json reps = nlohmann::json::array();
+    for (int r = 0; r < o.warmup + o.reps; ++r) {
+        double tok_s[2] = {0, 0}, read[2] = {0, 0};
+        for (int k = 0; k < 2; ++k) {
+            const bool batched = (k == 0) == (r % 2 == 0);
+            std::vector<std::unique_ptr<Session>> sessions;
+            std::vector<int32_t> next(static_cast<size_t>(n));
+            for (int i = 0; i < n; ++i) {
+                sessions.push_back(engine.new_session());
+                const auto prompt = random_tokens(o.prompt_tokens, 1000u + static_cast<uint32_t>(i), V);
+                next[static_cast<size_t>(i)] =
+                    argmax(check(sessions.back()->evaluate(prompt, false, o.prefill_chunk)));
+            }
+            engine.reset_expert_cache_stats();
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int64_t step = 0; step < o.gen_tokens; ++step) {
+                if (batched) {
+                    std::vector<BatchEvaluation> items(static_cast<size_t>(n));
+                    for (int i = 0; i < n; ++i)
+                        items[static_cast<size_t>(i)] = {
+                            sessions[static_cast<size_t>(i)].get(),
+                            std::span<const int32_t>(&next[static_cast<size_t>(i)], 1),
+                            false,
+                            {}};
+                    check(engine.evaluate_batch(items));
+                    for (int i = 0; i < n; ++i)
+                        next[static_cast<size_t>(i)] = argmax(items[static_cast<size_t>(i)].logits);
+                } else {
+                    for (int i = 0; i < n; ++i) {
+                        auto& id = next[static_cast<size_t>(i)];
+                        id = argmax(check(sessions[static_cast<size_t>(i)]->evaluate(
+                            std::span<const int32_t>(&id, 1), false)));
+                    }
+                }
+            }
+            const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            tok_s[batched ? 0 : 1] = static_cast<double>(n * o.gen_tokens) / s;
+            read[batched ? 0 : 1] = static_cast<double>(engine.expert_cache_stats().bytes_read) /
+                                    static_cast<double>(n * o.gen_tokens);
+        }
+        std::fprintf(stderr,
+                     "%srep %d: batched %.2f tok/s (%.1f MB read/token), one by one %.2f tok/s (%.1f MB)\n",
+                     r < o.warmup ? "warm-up " : "", r + 1, tok_s[0], read[0] / 1e6, tok_s[1], read[1] / 1e6);
+        if (r < o.warmup) continue;
+        batched_tok_s.push_back(tok_s[0]);
+        serial_tok_s.push_back(tok_s[1]);
+        batched_read.push_back(read[0]);
+        serial_read.push_back(read[1]);
+        reps.push_back({{"batched_tok_s", tok_s[0]},
+                        {"one_by_one_tok_s", tok_s[1]},
+                        {"batched_bytes_read_per_token", read[0]},
+                        {"one_by_one_bytes_read_per_token", read[1]}});
+    }
+    const MeanSd b = mean_sd(batched_tok_s), s = mean_sd(serial_tok_s);
+    std::printf("model            %s (%s, %s) on %s\n", o.model_dir.c_str(), engine.info().family.c_str(),
+                engine.info().quantization.c_str(), engine.backend_name().c_str());
+    std::printf("sequences        %d, each %lld prompt + %lld decode tokens\n", n,
+                static_cast<long long>(o.prompt_tokens), static_cast<long long>(o.gen_tokens));
+    std::printf("batched decode   %.2f ± %.2f tok/s in all (%.1f MB of experts read per token)\n", b.mean,
+                b.sd, mean_sd(batched_read).mean / 1e6);
+    std::printf("one by one       %.2f ± %.2f tok/s in all (%.1f MB per token)\n", s.mean, s.sd,
+                mean_sd(serial_read).mean / 1e6);
+    std::printf("ratio            %.2f\n", b.mean / s.mean);
+    if (!o.json_path.empty()) {
+        nlohmann::json out = {{"model", o.model_dir},
+                              {"family", engine.info().family},
+                              {"synthetic_weights", engine.info().synthetic},
+                              {"device", engine.backend_name()},
+                              {"threads", o.engine.threads},
+                              {"sequences", n},
+                              {"prompt_tokens", o.prompt_tokens},
+                              {"gen_tokens", o.gen_tokens},
+                              {"batched_tok_s", {{"mean", b.mean}, {"sd", b.sd}}},
+                              {"one_by_one_tok_s", {{"mean", s.mean}, {"sd", s.sd}}},
+                              {"ratio", b.mean / s.mean},
+                              {"peak_rss_bytes", peak_rss_bytes()},
+                              {"reps", reps}};
+        std::ofstream(o.json_path) << out.dump(2) << "\n";
+    }
+}
+
 void run_bench(const BenchOptions& o) {
     EngineOptions eo;
     eo.model_dir = o.model_dir;
     o.engine.apply(eo);
     eo.context_tokens = o.history_tokens + o.prompt_tokens + o.gen_tokens + 8;
-    eo.max_sessions = o.history_tokens > 0 ? 2 : 1;  // the multi-turn mode holds two
+    eo.max_sessions =
+        o.sequences > 0 ? o.sequences : (o.history_tokens > 0 ? 2 : 1);  // the multi-turn mode holds two
     auto engine = check(Engine::load(eo));
     const ModelInfo& info = engine->info();
     const MemoryPlan& plan = engine->memory_plan();
@@ -150,6 +247,10 @@ void run_bench(const BenchOptions& o) {
 
     if (o.history_tokens > 0) {
         run_multi_turn(*engine, o);
+        return;
+    }
+    if (o.sequences > 0) {
+        run_batched(*engine, o);
         return;
     }
     // On a GPU the ceiling is HBM: a device copy's bandwidth (read + write bytes).
@@ -393,6 +494,11 @@ SLUICE_COMMAND(bench, 50, [](CLI::App& app) {
     cmd->add_option("--history", o->history_tokens,
                     "Measure multi-turn reuse instead: TTFT of a --prompt-tokens message as a first turn vs "
                     "after a history of this many tokens");
+    cmd->add_option(
+           "--sequences", o->sequences,
+           "Measure batched decode instead: this many sequences decoded in one forward per step vs one "
+           "by one")
+        ->check(CLI::Range(1, 256));
     cmd->add_option("--json", o->json_path, "Write the results as JSON");
     cmd->add_option("--stats-json", o->stats_json, "Write the last run's stats record as JSON");
     cmd->callback([o] { sluice::cli::run_bench(*o); });

@@ -9,9 +9,13 @@
 
 namespace sluice::model {
 
-void Model::attention_layer(const AttentionPlan& P, const LayerWeights& lw, ModelState::Layer& st,
-                            int64_t pos0, int64_t n, Workspace& ws, ThreadPool* pool) const {
+// Over a batch (model.h BatchLayout): the projections over every row at once; norms, RoPE, the KV
+// write and the attention per sequence, each at its own positions in its own cache.
+void Model::attention_layer(const AttentionPlan& P, const LayerWeights& lw, int64_t layer, Workspace& ws,
+                            ThreadPool* pool) const {
     const AttentionWeights& a = lw.attn;
+    const BatchLayout& b = ws.batch;
+    const int64_t n = b.rows, singles = b.singles;
     const int64_t nh = P.heads, nkv = P.kv_heads, hd = P.head_dim;
     const bool gated = P.output_gate;
     const int64_t q_rows = nh * hd * (gated ? 2 : 1);
@@ -23,34 +27,39 @@ void Model::attention_layer(const AttentionPlan& P, const LayerWeights& lw, Mode
     float* k = grow(ws.k, n * nkv * hd);       // [n, nkv, hd]
     float* v = grow(ws.v, n * nkv * hd);       // [n, nkv, hd]
     float* head = grow(ws.y, hd);
-    linear(a.q_proj, norm, n, qg, pool);
-    linear(a.k_proj, norm, n, k, pool);
-    linear(a.v_proj, norm, n, v, pool);
-
-    for (int64_t t = 0; t < n; ++t) {
-        for (int64_t h = 0; h < nh; ++h) {
-            const float* src = qg + t * q_rows + h * hd * (gated ? 2 : 1);
-            kernels::rms_norm(src, a.q_norm.data(), hd, P.qk_norm_eps, q + (t * nh + h) * hd);
-            if (gated) std::memcpy(gate + (t * nh + h) * hd, src + hd, sizeof(float) * hd);
-        }
-        for (int64_t h = 0; h < nkv; ++h) {
-            float* kh = k + (t * nkv + h) * hd;
-            kernels::rms_norm(kh, a.k_norm.data(), hd, P.qk_norm_eps, head);
-            std::memcpy(kh, head, sizeof(float) * hd);
-        }
-        kernels::rope_neox(q + t * nh * hd, nh, hd, P.rotary_dim, pos0 + t, P.rope_theta);
-        kernels::rope_neox(k + t * nkv * hd, nkv, hd, P.rotary_dim, pos0 + t, P.rope_theta);
-    }
-    std::memcpy(st.k_cache.data() + pos0 * nkv * hd, k, sizeof(float) * n * nkv * hd);
-    std::memcpy(st.v_cache.data() + pos0 * nkv * hd, v, sizeof(float) * n * nkv * hd);
-
     float* out = grow(ws.attn, n * nh * hd);  // [n, nh, hd]
-    kernels::attention(q, st.k_cache.data(), st.v_cache.data(), n, pos0, nh, nkv, hd,
-                       1.0f / std::sqrt(static_cast<float>(hd)), out, pool);
+    linear_rows(a.q_proj, norm, n, singles, qg, pool);
+    linear_rows(a.k_proj, norm, n, singles, k, pool);
+    linear_rows(a.v_proj, norm, n, singles, v, pool);
+
+    for (const BatchLayout::Part& p : b.parts) {
+        ModelState::Layer& st = p.state->layers[static_cast<size_t>(layer)];
+        const int64_t pos0 = p.state->n_past;
+        for (int64_t t = p.row0; t < p.row0 + p.n; ++t) {
+            for (int64_t h = 0; h < nh; ++h) {
+                const float* src = qg + t * q_rows + h * hd * (gated ? 2 : 1);
+                kernels::rms_norm(src, a.q_norm.data(), hd, P.qk_norm_eps, q + (t * nh + h) * hd);
+                if (gated) std::memcpy(gate + (t * nh + h) * hd, src + hd, sizeof(float) * hd);
+            }
+            for (int64_t h = 0; h < nkv; ++h) {
+                float* kh = k + (t * nkv + h) * hd;
+                kernels::rms_norm(kh, a.k_norm.data(), hd, P.qk_norm_eps, head);
+                std::memcpy(kh, head, sizeof(float) * hd);
+            }
+            const int64_t pos = pos0 + t - p.row0;
+            kernels::rope_neox(q + t * nh * hd, nh, hd, P.rotary_dim, pos, P.rope_theta);
+            kernels::rope_neox(k + t * nkv * hd, nkv, hd, P.rotary_dim, pos, P.rope_theta);
+        }
+        const int64_t kv = nkv * hd;
+        std::memcpy(st.k_cache.data() + pos0 * kv, k + p.row0 * kv, sizeof(float) * p.n * kv);
+        std::memcpy(st.v_cache.data() + pos0 * kv, v + p.row0 * kv, sizeof(float) * p.n * kv);
+        kernels::attention(q + p.row0 * nh * hd, st.k_cache.data(), st.v_cache.data(), p.n, pos0, nh, nkv, hd,
+                           1.0f / std::sqrt(static_cast<float>(hd)), out + p.row0 * nh * hd, pool);
+    }
     if (gated) {
         for (int64_t i = 0; i < n * nh * hd; ++i) out[i] *= sigmoid(gate[i]);
     }
-    linear(a.o_proj, out, n, ws.mix.data(), pool);
+    linear_rows(a.o_proj, out, n, singles, ws.mix.data(), pool);
 }
 
 }  // namespace sluice::model

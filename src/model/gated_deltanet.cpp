@@ -26,9 +26,14 @@ void l2_normalize(const float* x, int64_t n, float scale, float eps, float* y) {
 
 }  // namespace
 
-void Model::deltanet_layer(const DeltaNetPlan& P, const LayerWeights& lw, ModelState::Layer& st, int64_t n,
-                           bool out_of_place, Workspace& ws, ThreadPool* pool) const {
+// Over a batch (model.h BatchLayout): the projections and the per-token norms and gates over every
+// row at once; the conv and the delta rule per sequence, on its own state (the recurrent form for a
+// step of one token, the chunked one for longer steps, as alone).
+void Model::deltanet_layer(const DeltaNetPlan& P, const LayerWeights& lw, int64_t layer, bool out_of_place,
+                           Workspace& ws, ThreadPool* pool) const {
     const DeltaNetWeights& d = lw.linear;
+    const BatchLayout& batch = ws.batch;
+    const int64_t n = batch.rows, singles = batch.singles;
     const int64_t nk = P.k_heads, nv = P.v_heads, dk = P.k_dim, dv = P.v_dim;
     const int64_t r = nv / nk, kd = nk * dk, vd = nv * dv, cd = P.conv_dim();
     const float* norm = ws.norm.data();  // [n, H]
@@ -39,18 +44,18 @@ void Model::deltanet_layer(const DeltaNetPlan& P, const LayerWeights& lw, ModelS
     float* a = grow(ws.g, n * nv);        // [n, nv] raw a, then g
 
     if (P.projection == DeltaProjection::kSplit) {
-        linear(d.in_qkv, norm, n, u, pool);
-        linear(d.in_z, norm, n, z, pool);
-        linear(d.in_b, norm, n, b, pool);
-        linear(d.in_a, norm, n, a, pool);
+        linear_rows(d.in_qkv, norm, n, singles, u, pool);
+        linear_rows(d.in_z, norm, n, singles, z, pool);
+        linear_rows(d.in_b, norm, n, singles, b, pool);
+        linear_rows(d.in_a, norm, n, singles, a, pool);
     } else {
         // in_proj_qkvz output: nk blocks of [q (dk) | k (dk) | v (r·dv) | z (r·dv)];
         // in_proj_ba output: nk blocks of [b (r) | a (r)] (models.md §3.5.2).
         const int64_t qkvz = 2 * kd + 2 * vd, block = 2 * dk + 2 * r * dv;
         float* p = grow(ws.tmp, n * qkvz);
         float* ba = grow(ws.gate, n * 2 * nv);
-        linear(d.in_qkvz, norm, n, p, pool);
-        linear(d.in_ba, norm, n, ba, pool);
+        linear_rows(d.in_qkvz, norm, n, singles, p, pool);
+        linear_rows(d.in_ba, norm, n, singles, ba, pool);
         for (int64_t t = 0; t < n; ++t) {
             for (int64_t g = 0; g < nk; ++g) {
                 const float* src = p + t * qkvz + g * block;
@@ -71,9 +76,12 @@ void Model::deltanet_layer(const DeltaNetPlan& P, const LayerWeights& lw, ModelS
     float* uc = grow(ws.conv_out, n * cd);  // [n, cd] after conv + SiLU
     // Out of place, the new state goes to the *_next buffers and the committed one stays until the
     // forward succeeds (model.h, ModelState).
-    float* conv_state_out = out_of_place ? st.conv_next.data() : st.conv.data();
-    float* state_out = out_of_place ? st.recurrent_next.data() : st.recurrent.data();
-    kernels::conv1d_silu(u, n, cd, P.conv_kernel, d.conv.data(), st.conv.data(), conv_state_out, uc);
+    for (const BatchLayout::Part& part : batch.parts) {
+        ModelState::Layer& st = part.state->layers[static_cast<size_t>(layer)];
+        float* conv_state_out = out_of_place ? st.conv_next.data() : st.conv.data();
+        kernels::conv1d_silu(u + part.row0 * cd, part.n, cd, P.conv_kernel, d.conv.data(), st.conv.data(),
+                             conv_state_out, uc + part.row0 * cd);
+    }
 
     float* q = grow(ws.q, n * kd);  // [n, nk, dk] normalised and scaled
     float* k = grow(ws.k, n * kd);  // [n, nk, dk] normalised
@@ -94,12 +102,18 @@ void Model::deltanet_layer(const DeltaNetPlan& P, const LayerWeights& lw, ModelS
     }
 
     float* o = grow(ws.attn, n * vd);  // [n, nv, dv]
-    if (n == 1) {
-        kernels::gated_delta_recurrent(q, k, v, b, a, n, nk, nv, dk, dv, st.recurrent.data(), state_out, o,
-                                       pool);
-    } else {
-        kernels::gated_delta_chunked(q, k, v, b, a, n, nk, nv, dk, dv, st.recurrent.data(), state_out, o,
-                                     pool);
+    for (const BatchLayout::Part& part : batch.parts) {
+        ModelState::Layer& st = part.state->layers[static_cast<size_t>(layer)];
+        float* state_out = out_of_place ? st.recurrent_next.data() : st.recurrent.data();
+        const int64_t r0 = part.row0;
+        if (part.n == 1) {
+            kernels::gated_delta_recurrent(q + r0 * kd, k + r0 * kd, v + r0 * vd, b + r0 * nv, a + r0 * nv, 1,
+                                           nk, nv, dk, dv, st.recurrent.data(), state_out, o + r0 * vd, pool);
+        } else {
+            kernels::gated_delta_chunked(q + r0 * kd, k + r0 * kd, v + r0 * vd, b + r0 * nv, a + r0 * nv,
+                                         part.n, nk, nv, dk, dv, st.recurrent.data(), state_out, o + r0 * vd,
+                                         pool);
+        }
     }
 
     float* y = grow(ws.y, n * vd);  // [n, nv, dv]
@@ -109,7 +123,7 @@ void Model::deltanet_layer(const DeltaNetPlan& P, const LayerWeights& lw, ModelS
             kernels::rms_norm_gated(o + off, z + off, d.norm.data(), dv, P.norm_eps, y + off);
         }
     }
-    linear(d.out_proj, y, n, ws.mix.data(), pool);
+    linear_rows(d.out_proj, y, n, singles, ws.mix.data(), pool);
 }
 
 }  // namespace sluice::model

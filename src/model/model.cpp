@@ -95,55 +95,97 @@ ModelState Model::new_state(int64_t max_positions) const {
 
 Status Model::forward(ModelState& state, std::span<const int32_t> tokens, float* logits, bool all_logits,
                       Workspace& ws, ThreadPool* pool) const {
-    const ModelConfig& c = config_;
-    const int64_t n = static_cast<int64_t>(tokens.size());
-    const int64_t H = c.hidden;
-    if (n == 0) return Status::ok();
-    if (state.layers.size() != static_cast<size_t>(c.n_layers))
-        return error(ErrorCode::kInvalidArgument, "[model] state was made for another model");
-    if (state.n_past + n > state.max_positions) {
-        return error(ErrorCode::kInvalidArgument, "[model] context full: " + std::to_string(state.n_past) +
-                                                      " + " + std::to_string(n) + " tokens exceed the " +
-                                                      std::to_string(state.max_positions) + "-token context");
+    const SequenceStep step{&state, tokens, logits, all_logits};
+    return forward_batch(std::span<const SequenceStep>(&step, 1), ws, pool);
+}
+
+namespace {
+
+// Lays the steps out as rows (model.h BatchLayout): single-token steps first, then the longer ones,
+// each group in the caller's order; steps without tokens get no rows.
+void lay_out(std::span<const SequenceStep> steps, BatchLayout& b) {
+    b.parts.clear();
+    b.rows = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+        for (size_t i = 0; i < steps.size(); ++i) {
+            const auto n = static_cast<int64_t>(steps[i].tokens.size());
+            if (n == 0 || (n == 1) != (pass == 0)) continue;
+            b.parts.push_back({steps[i].state, static_cast<int64_t>(i), b.rows, n});
+            b.rows += n;
+        }
+        if (pass == 0) b.singles = b.rows;
     }
-    for (int64_t t = 0; t < n; ++t) {
-        if (tokens[t] < 0 || tokens[t] >= c.vocab) {
-            return error(ErrorCode::kInvalidArgument, "[model] token id " + std::to_string(tokens[t]) +
-                                                          " is outside the vocabulary [0, " +
-                                                          std::to_string(c.vocab) + ")");
+    b.part_of_row.resize(static_cast<size_t>(b.rows));
+    for (size_t p = 0; p < b.parts.size(); ++p)
+        std::fill_n(b.part_of_row.begin() + b.parts[p].row0, b.parts[p].n, static_cast<int32_t>(p));
+}
+
+}  // namespace
+
+Status Model::forward_batch(std::span<const SequenceStep> steps, Workspace& ws, ThreadPool* pool) const {
+    const ModelConfig& c = config_;
+    const int64_t H = c.hidden;
+    for (size_t i = 0; i < steps.size(); ++i) {
+        const SequenceStep& s = steps[i];
+        const auto n = static_cast<int64_t>(s.tokens.size());
+        if (n == 0) continue;
+        if (s.state == nullptr || s.state->layers.size() != static_cast<size_t>(c.n_layers))
+            return error(ErrorCode::kInvalidArgument, "[model] state was made for another model");
+        for (size_t j = 0; j < i; ++j) {
+            if (steps[j].state == s.state && !steps[j].tokens.empty())
+                return error(ErrorCode::kInvalidArgument,
+                             "[model] a batch has two steps of one sequence (steps " + std::to_string(j) +
+                                 " and " + std::to_string(i) + ")");
+        }
+        if (s.state->n_past + n > s.state->max_positions) {
+            return error(ErrorCode::kInvalidArgument,
+                         "[model] context full: " + std::to_string(s.state->n_past) + " + " +
+                             std::to_string(n) + " tokens exceed the " +
+                             std::to_string(s.state->max_positions) + "-token context");
+        }
+        for (int64_t t = 0; t < n; ++t) {
+            if (s.tokens[t] < 0 || s.tokens[t] >= c.vocab) {
+                return error(ErrorCode::kInvalidArgument, "[model] token id " + std::to_string(s.tokens[t]) +
+                                                              " is outside the vocabulary [0, " +
+                                                              std::to_string(c.vocab) + ")");
+            }
         }
     }
+    BatchLayout& b = ws.batch;
+    lay_out(steps, b);
+    const int64_t n = b.rows;
+    if (n == 0) return Status::ok();
 
-    float* x = grow(ws.x, n * H);  // [n, H] residual stream
-    for (int64_t t = 0; t < n; ++t) kernels::dequantize_row(weights_.embed, tokens[t], x + t * H);
+    float* x = grow(ws.x, n * H);  // [rows, H] residual stream
+    for (const BatchLayout::Part& p : b.parts) {
+        const std::span<const int32_t> tokens = steps[static_cast<size_t>(p.step)].tokens;
+        for (int64_t t = 0; t < p.n; ++t)
+            kernels::dequantize_row(weights_.embed, tokens[t], x + (p.row0 + t) * H);
+    }
     if (capture_layers != nullptr) capture_layers->clear();
 
-    const int64_t pos0 = state.n_past;
     // Out of place only when the forward can fail part-way (model.h, ModelState).
     const bool out_of_place = experts_->can_fail();
     for (int64_t l = 0; l < c.n_layers; ++l) {
         const LayerPlan& P = plan_.layers[static_cast<size_t>(l)];
         const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
-        ModelState::Layer& st = state.layers[static_cast<size_t>(l)];
         float* norm = grow(ws.norm, n * H);
         float* mix = grow(ws.mix, n * H);
 
         for (int64_t t = 0; t < n; ++t)
             kernels::rms_norm(x + t * H, lw.input_norm.data(), H, P.norm_eps, norm + t * H);
         switch (P.mixer) {
-            case MixerKind::kAttention: attention_layer(P.attention, lw, st, pos0, n, ws, pool); break;
-            case MixerKind::kGatedDeltaNet:
-                deltanet_layer(P.deltanet, lw, st, n, out_of_place, ws, pool);
-                break;
+            case MixerKind::kAttention: attention_layer(P.attention, lw, l, ws, pool); break;
+            case MixerKind::kGatedDeltaNet: deltanet_layer(P.deltanet, lw, l, out_of_place, ws, pool); break;
         }
         for (int64_t i = 0; i < n * H; ++i) x[i] += mix[i];
-        predict_next_experts(l, x, n, ws, pool);
+        predict_next_experts(l, x, ws, pool);
 
         for (int64_t t = 0; t < n; ++t)
             kernels::rms_norm(x + t * H, lw.post_norm.data(), H, P.norm_eps, norm + t * H);
-        moe_layer(P, lw, l, n, ws, pool);
+        moe_layer(P, lw, l, ws, pool);
         if (!ws.moe_status.is_ok()) {
-            // The committed state is untouched: nothing is swapped in and n_past stays.
+            // The committed states are untouched: nothing is swapped in and no n_past moves.
             Status failed = ws.moe_status;
             ws.moe_status = Status::ok();
             return failed.with_context("[model] layer " + std::to_string(l));
@@ -152,24 +194,66 @@ Status Model::forward(ModelState& state, std::span<const int32_t> tokens, float*
 
         if (capture_layers != nullptr) capture_layers->emplace_back(x, x + n * H);
     }
-    state.commit(n, out_of_place);
+    for (const BatchLayout::Part& p : b.parts) p.state->commit(p.n, out_of_place);
+    lm_head(steps, x, ws, pool);
+    return Status::ok();
+}
 
-    // Final norm and lm_head: every position (logits tool, perplexity) or only the last (generation).
-    const int64_t first = all_logits ? 0 : n - 1;
-    const int64_t rows = n - first;
-    float* norm = grow(ws.norm, rows * H);
-    for (int64_t t = 0; t < rows; ++t)
-        kernels::rms_norm(x + (first + t) * H, weights_.final_norm.data(), H, plan_.final_norm_eps,
-                          norm + t * H);
-    if (capture_final_norm != nullptr) capture_final_norm->assign(norm, norm + rows * H);
-    if (logits != nullptr) {
-        if (rows == 1) {
-            kernels::matvec(weights_.lm_head, norm, logits, pool);
-        } else {
-            kernels::matmul(weights_.lm_head, norm, rows, logits, pool);
+// Final norm and lm_head for the rows each step wants: every position (logits tool, perplexity,
+// verifying proposals) or only the last (generation). A step wanting one row gets matvec, one
+// wanting more a matmul over its rows, as alone; the one-row steps share one matvec_batch.
+void Model::lm_head(std::span<const SequenceStep> steps, const float* x, Workspace& ws,
+                    ThreadPool* pool) const {
+    const BatchLayout& b = ws.batch;
+    const int64_t H = plan_.hidden, V = config_.vocab;
+    const bool alone = b.parts.size() == 1;
+    auto wanted = [&](const BatchLayout::Part& p) -> int64_t {
+        const SequenceStep& s = steps[static_cast<size_t>(p.step)];
+        if (s.logits == nullptr && !alone) return 0;
+        return s.all_logits ? p.n : 1;
+    };
+    int64_t total = 0, ones = 0;
+    for (const BatchLayout::Part& p : b.parts) {
+        total += wanted(p);
+        if (wanted(p) == 1) ones++;
+    }
+    // The normed rows: the one-row steps' first, in part order, then each longer step's.
+    float* norm = grow(ws.norm, total * H);
+    int64_t at = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+        for (const BatchLayout::Part& p : b.parts) {
+            const int64_t rows = wanted(p);
+            if (rows == 0 || (rows == 1) != (pass == 0)) continue;
+            for (int64_t t = 0; t < rows; ++t)
+                kernels::rms_norm(x + (p.row0 + p.n - rows + t) * H, weights_.final_norm.data(), H,
+                                  plan_.final_norm_eps, norm + (at + t) * H);
+            at += rows;
         }
     }
-    return Status::ok();
+    if (capture_final_norm != nullptr) capture_final_norm->assign(norm, norm + total * H);
+
+    if (alone) {
+        float* logits = steps[static_cast<size_t>(b.parts[0].step)].logits;
+        if (logits != nullptr) linear(weights_.lm_head, norm, total, logits, pool);
+        return;
+    }
+    // One matvec_batch for the one-row steps into scratch (copied out), a matmul per longer step
+    // straight into its logits.
+    float* one_rows = grow(ws.router, ones * V);
+    if (ones > 0) kernels::matvec_batch(weights_.lm_head, norm, ones, one_rows, pool);
+    int64_t one = 0;
+    at = ones;
+    for (const BatchLayout::Part& p : b.parts) {
+        float* logits = steps[static_cast<size_t>(p.step)].logits;
+        if (wanted(p) == 1) std::memcpy(logits, one_rows + one++ * V, sizeof(float) * V);
+    }
+    for (const BatchLayout::Part& p : b.parts) {
+        float* logits = steps[static_cast<size_t>(p.step)].logits;
+        const int64_t rows = wanted(p);
+        if (rows < 2) continue;
+        kernels::matmul(weights_.lm_head, norm + at * H, rows, logits, pool);
+        at += rows;
+    }
 }
 
 }  // namespace sluice::model

@@ -33,6 +33,34 @@
 
 namespace sluice::model {
 
+struct ModelState;
+
+// One sequence's part of a batched forward (Model::forward_batch): `tokens` (consecutive, from
+// state->n_past), and where its logits go — [tokens.size(), V] when all_logits, else the last
+// token's [V]; null when none are wanted.
+struct SequenceStep {
+    ModelState* state = nullptr;
+    std::span<const int32_t> tokens;
+    float* logits = nullptr;
+    bool all_logits = false;
+};
+
+// How a batched forward lays its steps out as rows of one [rows, H] stream: the steps of a single
+// token first (rows [0, singles), one each), then the longer ones, each a run of consecutive rows.
+// Every linear over the stream runs the single rows through the matvec path and the rest through one
+// matmul (workspace.h, linear_rows): exactly the kernels each row gets in a forward of its own.
+struct BatchLayout {
+    struct Part {
+        ModelState* state;
+        int64_t step;  // index into the caller's steps
+        int64_t row0, n;
+    };
+    std::vector<Part> parts;
+    std::vector<int32_t> part_of_row;  // [rows]
+    int64_t singles = 0;
+    int64_t rows = 0;
+};
+
 // One sequence's state on the host (the CPU backend's; model/state_layout.h sizes it). Positions
 // 0..n_past-1 have been processed.
 //
@@ -73,6 +101,8 @@ struct Workspace {
     std::vector<int32_t> expert_tokens, expert_offsets, expert_fill, expert_ids, predicted_ids;
     std::vector<ExpertWeights> expert_views;
     std::vector<float> expert_token_weights;
+    std::vector<int32_t> expert_rows;  // one expert's rows, single-step rows first
+    BatchLayout batch;
     Status moe_status;  // first error of a streaming expert read in the running forward
 
     // Heap bytes held by the buffers (the memory plan's scratch estimate must cover this).
@@ -102,8 +132,8 @@ struct Workspace {
                               &topk_weights,
                               &expert_token_weights})
             b += v->capacity() * sizeof(float);
-        for (const auto* v :
-             {&topk_ids, &expert_tokens, &expert_offsets, &expert_fill, &expert_ids, &predicted_ids})
+        for (const auto* v : {&topk_ids, &expert_tokens, &expert_offsets, &expert_fill, &expert_ids,
+                              &predicted_ids, &expert_rows})
             b += v->capacity() * sizeof(int32_t);
         return b + expert_views.capacity() * sizeof(ExpertWeights);
     }
@@ -136,6 +166,14 @@ class Model {
     Status forward(ModelState& state, std::span<const int32_t> tokens, float* logits, bool all_logits,
                    Workspace& ws, ThreadPool* pool) const;
 
+    // Runs several sequences' steps (prefill chunks and single decode tokens, mixed; distinct states)
+    // as one forward: every linear reads its weights once for all of them, and the MoE groups all
+    // the steps' tokens by expert, so each routed expert is acquired (read from disk when streamed)
+    // once for every sequence; attention and DeltaNet run per sequence. Every step gets the logits,
+    // bit for bit, of a forward of its own (each row takes the kernel it would take alone). On
+    // failure no state has moved.
+    Status forward_batch(std::span<const SequenceStep> steps, Workspace& ws, ThreadPool* pool) const;
+
     // Where routed experts come from: resident (the checkpoint holds them) unless a streaming
     // source is set (packed models). The source must outlive the model's use of it.
     void set_expert_source(ExpertSource* source) { experts_ = source != nullptr ? source : &resident_; }
@@ -147,14 +185,15 @@ class Model {
     mutable std::vector<float>* capture_final_norm = nullptr;
 
  private:
-    void attention_layer(const AttentionPlan& plan, const LayerWeights& lw, ModelState::Layer& st,
-                         int64_t pos0, int64_t n, Workspace& ws, ThreadPool* pool) const;
-    void deltanet_layer(const DeltaNetPlan& plan, const LayerWeights& lw, ModelState::Layer& st, int64_t n,
-                        bool out_of_place, Workspace& ws, ThreadPool* pool) const;
-    void moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t layer, int64_t n, Workspace& ws,
+    // The layer program over ws.batch's rows: ws.norm [rows, H] in, ws.mix [rows, H] out.
+    void attention_layer(const AttentionPlan& plan, const LayerWeights& lw, int64_t layer, Workspace& ws,
+                         ThreadPool* pool) const;
+    void deltanet_layer(const DeltaNetPlan& plan, const LayerWeights& lw, int64_t layer, bool out_of_place,
+                        Workspace& ws, ThreadPool* pool) const;
+    void moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t layer, Workspace& ws,
                    ThreadPool* pool) const;
-    void predict_next_experts(int64_t layer, const float* x, int64_t n, Workspace& ws,
-                              ThreadPool* pool) const;
+    void predict_next_experts(int64_t layer, const float* x, Workspace& ws, ThreadPool* pool) const;
+    void lm_head(std::span<const SequenceStep> steps, const float* x, Workspace& ws, ThreadPool* pool) const;
 
     std::string dir_;
     bool packed_ = false;

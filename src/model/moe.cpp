@@ -2,9 +2,15 @@
 // (renormalised when norm_topk_prob), routed SwiGLU experts, and for Qwen3-Next / Qwen3.5 a shared
 // expert scaled by σ(shared_expert_gate · x). Non-MoE layers run a dense SwiGLU MLP.
 //
-// A batch's tokens are grouped by expert (counting sort over expert ids), so each routed expert's
-// weights are read once per batch and applied to all its tokens as one matmul — the per-chunk
-// expert union that makes prefill fast when experts stream from disk.
+// A batch's tokens — of every sequence in a batched forward — are grouped by expert (counting sort
+// over expert ids), so each routed expert's weights are acquired and read once per batch and applied
+// to all its tokens — the per-chunk expert union that makes prefill fast when experts stream from
+// disk, and lets one expert read serve every sequence of a batched step.
+//
+// Exactness in a batch: alone, an expert that gets one token of a step runs it through matvec, one
+// that gets several a matmul. So each expert's rows are split by step: a step's lone token joins the
+// expert's matvec_batch, a step's several tokens its matmul (linear_rows), and every token gets
+// what it gets alone. Each token's experts add into it in ascending expert order, as alone.
 #include <algorithm>
 #include <cstring>
 
@@ -15,29 +21,50 @@ namespace sluice::model {
 
 namespace {
 
-// y[n, H] = down(silu(gate·x) ⊙ up·x) for a SwiGLU MLP with weights `w`.
-void swiglu_mlp(const ExpertWeights& w, const float* x, int64_t n, float* y, Workspace& ws,
+// y[n, H] = down(silu(gate·x) ⊙ up·x) for a SwiGLU MLP with weights `w`; the first `singles` rows
+// take the matvec path (workspace.h, linear_rows).
+void swiglu_mlp(const ExpertWeights& w, const float* x, int64_t n, int64_t singles, float* y, Workspace& ws,
                 ThreadPool* pool) {
     const int64_t I = w.gate.rows;
     float* g = grow(ws.expert_gate, n * I);
     float* u = grow(ws.expert_up, n * I);
     float* act = grow(ws.expert_act, n * I);
-    linear(w.gate, x, n, g, pool);
-    linear(w.up, x, n, u, pool);
+    linear_rows(w.gate, x, n, singles, g, pool);
+    linear_rows(w.up, x, n, singles, u, pool);
     kernels::swiglu(g, u, n * I, act);
-    linear(w.down, act, n, y, pool);
+    linear_rows(w.down, act, n, singles, y, pool);
+}
+
+// Orders expert e's `count` rows (ascending, so each step's are consecutive) as indices into them,
+// in `order`: the rows that are their step's only token for this expert first, then the runs of two
+// or more, each in row order. Returns how many come first.
+int64_t order_expert_rows(const int32_t* rows, int64_t count, const BatchLayout& b, int32_t* order) {
+    int64_t lone = 0, at = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+        for (int64_t j = 0; j < count;) {
+            int64_t end = j + 1;
+            const int32_t part = b.part_of_row[static_cast<size_t>(rows[j])];
+            while (end < count && b.part_of_row[static_cast<size_t>(rows[end])] == part) ++end;
+            if ((end - j == 1) == (pass == 0))
+                for (int64_t i = j; i < end; ++i) order[at++] = static_cast<int32_t>(i);
+            j = end;
+        }
+        if (pass == 0) lone = at;
+    }
+    return lone;
 }
 
 }  // namespace
 
-void Model::moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t layer, int64_t n, Workspace& ws,
+void Model::moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t layer, Workspace& ws,
                       ThreadPool* pool) const {
     const int64_t H = plan_.hidden;
+    const int64_t n = ws.batch.rows, singles = ws.batch.singles;
     const float* x = ws.norm.data();  // [n, H]
     float* mix = ws.mix.data();       // [n, H] output
 
     if (plan.ffn == FfnKind::kDense) {
-        swiglu_mlp(lw.dense_mlp, x, n, mix, ws, pool);
+        swiglu_mlp(lw.dense_mlp, x, n, singles, mix, ws, pool);
         return;
     }
     const MoePlan& P = plan.moe;
@@ -45,7 +72,7 @@ void Model::moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t lay
     const int64_t E = P.experts, K = P.top_k;
 
     float* logits = grow(ws.router, n * E);  // [n, E]
-    linear(m.router, x, n, logits, pool);
+    linear_rows(m.router, x, n, singles, logits, pool);
     int32_t* ids = grow(ws.topk_ids, n * K);        // [n, K]
     float* weights = grow(ws.topk_weights, n * K);  // [n, K]
     for (int64_t t = 0; t < n; ++t)
@@ -91,26 +118,34 @@ void Model::moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t lay
         for (int64_t i = 0; i < count_ids; ++i) {
             const int32_t e = batch_ids[i];
             const int64_t begin = offsets[e], count = offsets[e + 1] - offsets[e];
+            // One step: its rows in order, as alone. Several: each step's lone rows first.
+            int32_t* order = grow(ws.expert_rows, count);
+            int64_t lone = count == 1 ? 1 : 0;
+            if (ws.batch.parts.size() > 1 && count > 1) {
+                lone = order_expert_rows(tok + begin, count, ws.batch, order);
+            } else {
+                for (int64_t j = 0; j < count; ++j) order[j] = static_cast<int32_t>(j);
+            }
+            auto row = [&](int64_t j) { return tok[begin + order[j]]; };
             float* in = grow(ws.expert_in, count * H);
-            for (int64_t j = 0; j < count; ++j)
-                std::memcpy(in + j * H, x + tok[begin + j] * H, sizeof(float) * H);
+            for (int64_t j = 0; j < count; ++j) std::memcpy(in + j * H, x + row(j) * H, sizeof(float) * H);
             float* out = grow(ws.expert_out, count * H);
-            swiglu_mlp(views[i], in, count, out, ws, pool);
+            swiglu_mlp(views[i], in, count, lone, out, ws, pool);
             for (int64_t j = 0; j < count; ++j)
-                kernels::axpy(tok_w[begin + j], out + j * H, H, mix + tok[begin + j] * H);
+                kernels::axpy(tok_w[begin + order[j]], out + j * H, H, mix + row(j) * H);
         }
         experts_->release(layer, batch_ids);
     }
 
     if (P.shared_expert) {
         float* out = grow(ws.expert_out, n * H);
-        swiglu_mlp(m.shared, x, n, out, ws, pool);
+        swiglu_mlp(m.shared, x, n, singles, out, ws, pool);
         if (!P.shared_gate) {
             for (int64_t i = 0; i < n * H; ++i) mix[i] += out[i];
             return;
         }
         float* sg = grow(ws.expert_in, n);  // [n, 1] shared-expert gate logits
-        linear(m.shared_gate, x, n, sg, pool);
+        linear_rows(m.shared_gate, x, n, singles, sg, pool);
         for (int64_t t = 0; t < n; ++t) kernels::axpy(sigmoid(sg[t]), out + t * H, H, mix + t * H);
     }
 }
@@ -118,8 +153,8 @@ void Model::moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t lay
 // Prefetch (lessons.md: next-layer experts are predictable from the current hidden state): apply
 // layer+1's post-attention norm and router to the residual stream after layer's mixer, and tell
 // the expert source which experts that predicts, while layer's own experts compute.
-void Model::predict_next_experts(int64_t layer, const float* x, int64_t n, Workspace& ws,
-                                 ThreadPool* pool) const {
+void Model::predict_next_experts(int64_t layer, const float* x, Workspace& ws, ThreadPool* pool) const {
+    const int64_t n = ws.batch.rows;
     if (layer + 1 >= static_cast<int64_t>(plan_.layers.size()) || !experts_->wants_prefetch()) return;
     const LayerPlan& plan = plan_.layers[static_cast<size_t>(layer + 1)];
     const LayerWeights& next = weights_.layers[static_cast<size_t>(layer + 1)];
@@ -129,7 +164,7 @@ void Model::predict_next_experts(int64_t layer, const float* x, int64_t n, Works
     for (int64_t t = 0; t < n; ++t)
         kernels::rms_norm(x + t * H, next.post_norm.data(), H, plan.norm_eps, normed + t * H);
     float* logits = grow(ws.router, n * E);
-    linear(next.moe_w.router, normed, n, logits, pool);
+    linear_rows(next.moe_w.router, normed, n, ws.batch.singles, logits, pool);
     int32_t* ids = grow(ws.topk_ids, n * K);
     float* weights = grow(ws.topk_weights, n * K);
     int32_t* predicted = grow(ws.predicted_ids, E);

@@ -35,4 +35,15 @@ inline void linear(const kernels::WeightView& w, const float* x, int64_t n, floa
     }
 }
 
+// Y[rows, out] = X[rows, in] · Wᵀ over a batch laid out as BatchLayout says: the first `singles` rows
+// (each a step of one token) through matvec_batch — bit for bit matvec, vector by vector — and the
+// rest through one matmul, whose every row is computed alone whatever rows it is with (the CPU
+// GEMM gives each row × output its own accumulator over the columns in one order). So each row gets
+// the result a forward of its own step gives it: matvec for a single token, matmul for a longer step.
+inline void linear_rows(const kernels::WeightView& w, const float* x, int64_t rows, int64_t singles, float* y,
+                        ThreadPool* pool) {
+    if (singles > 0) kernels::matvec_batch(w, x, singles, y, pool);
+    if (rows > singles) kernels::matmul(w, x + singles * w.cols, rows - singles, y + singles * w.rows, pool);
+}
+
 }  // namespace sluice::model

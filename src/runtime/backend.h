@@ -25,6 +25,15 @@
 
 namespace sluice::runtime {
 
+// One sequence's part of a batched forward (Backend::forward_batch): `tokens` (consecutive, from
+// seq->position()), and where its logits go ([tokens, V] when all_logits, else [V]; may be null).
+struct BatchStep {
+    SequenceState* seq = nullptr;
+    std::span<const int32_t> tokens;
+    float* logits = nullptr;
+    bool all_logits = false;
+};
+
 class Backend {
  public:
     virtual ~Backend() = default;
@@ -40,6 +49,13 @@ class Backend {
     // it was.
     virtual Status forward(SequenceState& seq, std::span<const int32_t> tokens, float* logits,
                            bool all_logits) = 0;
+    // Runs several sequences' steps — prefill chunks and decode tokens mixed, one step per sequence
+    // at most — as one forward: each weight is read once for all of them, and the MoE groups every
+    // step's tokens by expert so one expert read serves every sequence; attention and DeltaNet run
+    // per sequence. Each step's logits are those of forward() on it alone (bit for bit on the CPU;
+    // within the golden tolerance on CUDA, whose batched kernels round differently from its
+    // decode ones). A forward that fails part-way leaves every sequence as it was.
+    virtual Status forward_batch(std::span<const BatchStep> steps) = 0;
     // Device memory the backend holds for weights (0 for the CPU).
     virtual uint64_t device_weight_bytes() const { return 0; }
     // Weight bytes one decode token reads on the device (0 for the CPU).

@@ -24,6 +24,13 @@ class CpuSequence final : public SequenceState {
         }
     }
 
+    // Brings the model state's position to the sequence's (truncate moves only the latter).
+    model::ModelState& model_state() {
+        state_.n_past = position();
+        return state_;
+    }
+    void advanced(int64_t n) { advance(n); }
+
     Status forward(const model::Model& model, std::span<const int32_t> tokens, float* logits, bool all_logits,
                    ThreadPool* pool) {
         state_.n_past = position();
@@ -105,10 +112,34 @@ class CpuBackend final : public Backend {
             return error(ErrorCode::kInvalidArgument, "[cpu] the sequence was made by another backend");
         return cpu->forward(*model_, tokens, logits, all_logits, pool_);
     }
+    Status forward_batch(std::span<const BatchStep> steps) override {
+        if (steps.size() == 1) {
+            if (steps[0].seq == nullptr)
+                return error(ErrorCode::kInvalidArgument, "[cpu] a batch step has no sequence");
+            return forward(*steps[0].seq, steps[0].tokens, steps[0].logits, steps[0].all_logits);
+        }
+        std::vector<CpuSequence*> seqs(steps.size());
+        model_steps_.resize(steps.size());
+        for (size_t i = 0; i < steps.size(); ++i) {
+            seqs[i] = dynamic_cast<CpuSequence*>(steps[i].seq);
+            if (seqs[i] == nullptr)
+                return error(ErrorCode::kInvalidArgument, "[cpu] batch step " + std::to_string(i) +
+                                                              "'s sequence was made by another backend");
+            model_steps_[i] = {&seqs[i]->model_state(), steps[i].tokens, steps[i].logits,
+                               steps[i].all_logits};
+        }
+        SLUICE_RETURN_IF_ERROR(model_->forward_batch(model_steps_, batch_ws_, pool_));
+        for (size_t i = 0; i < steps.size(); ++i)
+            seqs[i]->advanced(static_cast<int64_t>(steps[i].tokens.size()));
+        return Status::ok();
+    }
 
  private:
     std::shared_ptr<const model::Model> model_;
     ThreadPool* pool_;
+    // A batched forward's scratch (one call at a time per backend); a sequence's own is used alone.
+    model::Workspace batch_ws_;
+    std::vector<model::SequenceStep> model_steps_;
 };
 
 }  // namespace

@@ -117,6 +117,37 @@ Status Session::Impl::evaluate_into(std::span<const int32_t> tokens, bool all_lo
     return Status::ok();
 }
 
+Status Engine::evaluate_batch(std::span<BatchEvaluation> items) {
+    Engine::Impl& e = *impl_;
+    const int64_t V = e.info.vocab_size;
+    std::lock_guard<std::mutex> lock(e.compute_mutex);
+    std::vector<runtime::BatchStep> steps(items.size());
+    for (size_t i = 0; i < items.size(); ++i) {
+        BatchEvaluation& item = items[i];
+        if (item.session == nullptr || item.session->impl_->engine.get() != this)
+            return error(ErrorCode::kInvalidArgument,
+                         "[session] batch item " + std::to_string(i) + " is not a session of this engine");
+        for (size_t j = 0; j < i; ++j)
+            if (items[j].session == item.session)
+                return error(ErrorCode::kInvalidArgument, "[session] batch items " + std::to_string(j) +
+                                                              " and " + std::to_string(i) +
+                                                              " are the same session");
+        if (item.tokens.empty())
+            return error(ErrorCode::kInvalidArgument,
+                         "[session] batch item " + std::to_string(i) + " has no tokens");
+        SLUICE_ASSIGN_OR_RETURN(runtime::SequenceState * seq, item.session->impl_->sequence());
+        const auto n = static_cast<int64_t>(item.tokens.size());
+        item.logits.resize(static_cast<size_t>(item.all_logits ? n * V : V));
+        steps[i] = runtime::BatchStep{seq, item.tokens, item.logits.data(), item.all_logits};
+    }
+    SLUICE_RETURN_IF_ERROR(e.backend->forward_batch(steps));
+    for (BatchEvaluation& item : items) {
+        std::vector<int32_t>& tokens = item.session->impl_->tokens;
+        tokens.insert(tokens.end(), item.tokens.begin(), item.tokens.end());
+    }
+    return Status::ok();
+}
+
 void Session::Impl::save_checkpoint() {
     if (seq == nullptr) return;
     // Without a snapshot (a device error) a later rewind re-runs more of the prompt: slower, still

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "batch_schedule.h"
 #include "convert/packer.h"
 #include "format/pack.h"
 #include "sluice/engine.h"
@@ -100,6 +101,38 @@ TEST_P(CudaSession, MultiTurnRewindSaveLoadMatchCpu) {
     EXPECT_LT(max_diff(*ra2, *ca2), 2e-3f);
 }
 
+// Largest difference between two schedules' logits (every sequence, every chunk).
+float max_diff(const std::vector<std::vector<std::vector<float>>>& a,
+               const std::vector<std::vector<std::vector<float>>>& b) {
+    if (a.size() != b.size()) return INFINITY;
+    float d = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        if (a[i].size() != b[i].size()) return INFINITY;
+        for (size_t c = 0; c < a[i].size(); ++c) d = std::max(d, max_diff(a[i][c], b[i][c]));
+    }
+    return d;
+}
+
+// The batched forward on the device: N sequences mixing prefill chunks, all-rows chunks and decode
+// tokens (tests/unit/batch_schedule.h) in one forward per round give every sequence what it gets
+// alone on the device and on the CPU, within the golden tolerance (batches run the prefill forms of
+// the kernels, which round differently from the decode ones).
+TEST_P(CudaSession, BatchedForwardMatchesAloneAndTheCpu) {
+    int n_devices = 0;
+    if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0) GTEST_SKIP() << "no CUDA device";
+    auto cpu = load(GetParam(), "cpu");
+    auto gpu = load(GetParam(), "cuda");
+    ASSERT_TRUE(cpu && gpu);
+    for (int n : {1, 2, 3, 5, 8}) {
+        const testing::ScheduleLogits g = testing::run_schedule(*gpu, n);
+        const testing::ScheduleLogits c = testing::run_schedule(*cpu, n);
+        EXPECT_LT(max_diff(g.batched, g.alone), 2e-3f)
+            << "N=" << n << ": batched against alone on the device";
+        EXPECT_LT(max_diff(g.batched, c.alone), 2e-3f)
+            << "N=" << n << ": batched on the device against the CPU";
+    }
+}
+
 // A packed model through all three tiers: a VRAM expert cache of 2·k + 1 slots fed from a host
 // cache (page-locked by the backend) of a few slots fed from disk, against the CPU on the same
 // packed model. Prefill, step-by-step decode (with next-layer prefetch) and greedy generation.
@@ -147,6 +180,10 @@ TEST_P(CudaSession, PackedModelThroughGpuHostAndDiskTiers) {
     }
     auto gc = (*cpu)->new_session(), gg = (*gpu)->new_session();
     EXPECT_EQ(greedy(*gg, p, 12), greedy(*gc, p, 12));
+    // Batches through the tiers: each round's expert union goes through the VRAM slots in rounds.
+    const testing::ScheduleLogits bg = testing::run_schedule(**gpu, 6);
+    const testing::ScheduleLogits bc = testing::run_schedule(**cpu, 6);
+    EXPECT_LT(max_diff(bg.batched, bc.alone), 2e-3f) << "tiered batched forward against the CPU";
     const GpuExpertCacheStats s = (*gpu)->gpu_expert_cache_stats();
     const ExpertCacheStats h = (*gpu)->expert_cache_stats();
     EXPECT_GT(s.misses, 0u);

@@ -153,27 +153,35 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
     return Status::ok();
 }
 
-Status CudaBackend::forward(SequenceState& seq, std::span<const int32_t> tokens, float* logits,
-                            bool all_logits) {
+Expected<DeviceState*> CudaBackend::check_step(SequenceState* seq, std::span<const int32_t> tokens) const {
     const model::ModelConfig& c = model_->config();
-    const int64_t n = static_cast<int64_t>(tokens.size());
-    if (n == 0) return Status::ok();
-    auto* ds = dynamic_cast<DeviceState*>(&seq);
+    const auto n = static_cast<int64_t>(tokens.size());
+    auto* ds = dynamic_cast<DeviceState*>(seq);
     if (ds == nullptr)
         return error(ErrorCode::kInvalidArgument, "[cuda] the sequence was made by another backend");
-    if (seq.position() + n > seq.capacity()) {
+    if (seq->position() + n > seq->capacity()) {
         return error(ErrorCode::kInvalidArgument,
                      fmt::format("[model] context full: {} + {} tokens exceed the {}-token context",
-                                 seq.position(), n, seq.capacity()));
+                                 seq->position(), n, seq->capacity()));
     }
     for (int32_t id : tokens)
         if (id < 0 || id >= c.vocab)
             return error(ErrorCode::kInvalidArgument,
                          fmt::format("[model] token id {} is outside the vocabulary [0, {})", id, c.vocab));
+    return ds;
+}
+
+Status CudaBackend::forward(SequenceState& seq, std::span<const int32_t> tokens, float* logits,
+                            bool all_logits) {
+    const model::ModelConfig& c = model_->config();
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    if (n == 0) return Status::ok();
+    SLUICE_ASSIGN_OR_RETURN(DeviceState * ds, check_step(&seq, tokens));
     SLUICE_CUDA_TRY(cudaSetDevice(device_), "selecting the device");
     summary_valid_ = false;
     const int64_t logit_rows = all_logits ? n : 1;
     SLUICE_RETURN_IF_ERROR(reserve_scratch(n, logit_rows));
+    parts_.assign(1, Part{ds, 0, n, logit_rows});
     host_io_[0] = static_cast<int32_t>(seq.position());
     std::memcpy(host_io_ + 1, tokens.data(), tokens.size() * sizeof(int32_t));
     const int64_t V = c.vocab;
@@ -186,7 +194,7 @@ Status CudaBackend::forward(SequenceState& seq, std::span<const int32_t> tokens,
             cudaGraph_t graph = nullptr;
             SLUICE_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
                             "capturing decode");
-            enqueue_segment(*ds, 1, false, -1);  // resident: the whole forward
+            enqueue_segment(1, -1);  // resident: the whole forward
             cudaMemcpyAsync(host_logits_, d_.logits, static_cast<size_t>(V) * sizeof(float),
                             cudaMemcpyDeviceToHost, stream_);
             SLUICE_CUDA_TRY(cudaStreamEndCapture(stream_, &graph), "capturing decode");
@@ -207,24 +215,7 @@ Status CudaBackend::forward(SequenceState& seq, std::span<const int32_t> tokens,
         }
         if (logits != nullptr) std::memcpy(logits, host_logits_, static_cast<size_t>(V) * sizeof(float));
     } else {
-        Status st;
-        if (tiered_) {
-            st = run_tiered(*ds, n, all_logits);
-        } else {
-            enqueue_segment(*ds, n, all_logits, -1);
-        }
-        if (st.is_ok()) st = cuda_status(cudaGetLastError(), "launching the forward");
-        if (st.is_ok()) st = cuda_status(cudaStreamSynchronize(stream_), "forward");
-        if (tier_) {
-            const Status finished = tier_->finish();
-            if (st.is_ok()) st = finished;
-        }
-        if (!st.is_ok()) {
-            // A forward that fails part-way (an expert read error) wrote only the uncommitted copy
-            // of the recurrent state and KV rows past the position: the sequence is as it was.
-            cudaStreamSynchronize(stream_);
-            return st;
-        }
+        SLUICE_RETURN_IF_ERROR(run_enqueued(*ds, n));
         if (logits != nullptr && tiered_ && n == 1) {
             std::memcpy(logits, host_logits_,
                         static_cast<size_t>(V) * sizeof(float));  // the last segment's copy
@@ -236,6 +227,84 @@ Status CudaBackend::forward(SequenceState& seq, std::span<const int32_t> tokens,
     }
     ds->commit(n);
     summary_valid_ = n == 1;  // the decode forms (graphs) computed the summary
+    return Status::ok();
+}
+
+// The forward of parts_ without a decode graph: enqueued whole (resident) or segment by segment
+// around the expert tier, then waited for.
+Status CudaBackend::run_enqueued(DeviceState& first, int64_t n) {
+    Status st;
+    if (tiered_) {
+        st = run_tiered(first, n);
+    } else {
+        enqueue_segment(n, -1);
+    }
+    if (st.is_ok()) st = cuda_status(cudaGetLastError(), "launching the forward");
+    if (st.is_ok()) st = cuda_status(cudaStreamSynchronize(stream_), "forward");
+    if (tier_) {
+        const Status finished = tier_->finish();
+        if (st.is_ok()) st = finished;
+    }
+    if (!st.is_ok()) {
+        // A forward that fails part-way (an expert read error) wrote only the uncommitted copies of
+        // the recurrent state and KV rows past the positions: every sequence is as it was.
+        cudaStreamSynchronize(stream_);
+    }
+    return st;
+}
+
+// A batch: every step's rows in one scratch, in the caller's order, through the prefill forms of
+// the kernels (matmuls, the grouped MoE), which read each weight once for the whole batch; the
+// attention and DeltaNet cores per sequence. No graph: batches change shape from step to step.
+Status CudaBackend::forward_batch(std::span<const BatchStep> steps) {
+    const model::ModelConfig& c = model_->config();
+    std::vector<const BatchStep*> live;
+    for (const BatchStep& s : steps)
+        if (!s.tokens.empty()) live.push_back(&s);
+    if (live.empty()) return Status::ok();
+    if (live.size() == 1) {
+        if (live[0]->seq == nullptr)
+            return error(ErrorCode::kInvalidArgument, "[cuda] a batch step has no sequence");
+        return forward(*live[0]->seq, live[0]->tokens, live[0]->logits, live[0]->all_logits);
+    }
+    std::vector<Part> parts;
+    int64_t n = 0, logit_rows = 0;
+    for (size_t i = 0; i < live.size(); ++i) {
+        const BatchStep& s = *live[i];
+        SLUICE_ASSIGN_OR_RETURN(DeviceState * ds, check_step(s.seq, s.tokens));
+        for (const Part& p : parts)
+            if (p.ds == ds)
+                return error(ErrorCode::kInvalidArgument, "[cuda] a batch has two steps of one sequence");
+        const auto count = static_cast<int64_t>(s.tokens.size());
+        const int64_t wanted = s.logits == nullptr ? 0 : (s.all_logits ? count : 1);
+        parts.push_back(Part{ds, n, count, wanted});
+        n += count;
+        logit_rows += wanted;
+    }
+    SLUICE_CUDA_TRY(cudaSetDevice(device_), "selecting the device");
+    summary_valid_ = false;
+    SLUICE_RETURN_IF_ERROR(reserve_scratch(n, std::max<int64_t>(logit_rows, 1)));
+    parts_ = std::move(parts);
+    const auto P = static_cast<int64_t>(parts_.size());
+    for (int64_t i = 0; i < P; ++i) {
+        host_io_[i] = static_cast<int32_t>(parts_[static_cast<size_t>(i)].ds->position());
+        std::memcpy(host_io_ + P + parts_[static_cast<size_t>(i)].row0,
+                    live[static_cast<size_t>(i)]->tokens.data(),
+                    live[static_cast<size_t>(i)]->tokens.size() * sizeof(int32_t));
+    }
+    SLUICE_RETURN_IF_ERROR(run_enqueued(*parts_[0].ds, n));
+    const int64_t V = c.vocab;
+    int64_t row = 0;
+    for (size_t i = 0; i < parts_.size(); ++i) {
+        const Part& p = parts_[i];
+        if (p.logit_rows == 0) continue;
+        SLUICE_CUDA_TRY(
+            cudaMemcpy(live[i]->logits, d_.logits + row * V,
+                       static_cast<size_t>(p.logit_rows * V) * sizeof(float), cudaMemcpyDeviceToHost),
+            "copying logits");
+        row += p.logit_rows;
+    }
+    for (const Part& p : parts_) p.ds->commit(p.n);
     return Status::ok();
 }
 

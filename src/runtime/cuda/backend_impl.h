@@ -273,6 +273,7 @@ class CudaBackend final : public Backend {
     Expected<std::unique_ptr<SequenceState>> new_sequence(int64_t max_positions, int max_snapshots) override;
     Status forward(SequenceState& seq, std::span<const int32_t> tokens, float* logits,
                    bool all_logits) override;
+    Status forward_batch(std::span<const BatchStep> steps) override;
     std::optional<LogitsSummary> logits_summary() const override;
 
  private:
@@ -292,22 +293,24 @@ class CudaBackend final : public Backend {
     ScratchPlan scratch_plan(int64_t n, int64_t logit_rows);
     uint64_t scratch_bytes(int64_t n, int64_t logit_rows);
     Status reserve_scratch(int64_t n, int64_t logit_rows);
-    // The forward of n tokens (ids and first position already in host_io_) as segments between
-    // the points where the tiered experts need the host (see enqueue_segment).
-    int64_t enqueue_segment(DeviceState& ds, int64_t n, bool all_logits, int64_t after);
+    // The checks of forward() for one step; the sequence as this backend's.
+    Expected<DeviceState*> check_step(SequenceState* seq, std::span<const int32_t> tokens) const;
+    // The forward of the n rows of parts_ (first positions and ids already in host_io_) as
+    // segments between the points where the tiered experts need the host (see enqueue_segment).
+    int64_t enqueue_segment(int64_t n, int64_t after);
     // Whether layer l's decode predicts layer l + 1's experts for the prefetcher.
     bool predicts(int64_t l, int64_t n) const;
     Status tiered_experts(int64_t l, int64_t n);
-    Status run_tiered(DeviceState& ds, int64_t n, bool all_logits);
+    Status run_tiered(DeviceState& ds, int64_t n);
+    Status run_enqueued(DeviceState& first, int64_t n);
     void linear(const DevWeight& w, const float* x, int64_t n, float* y);
     void swiglu_mlp(const DevWeight& gate, const DevWeight& up, const DevWeight& down, const float* x,
                     int64_t n, float* out);
     // in_norm (decode, nullable): the residual add and norm that produce the layer's input, run by
     // its first product (see cuda::NormIn); otherwise the input is d_.norm.
-    void attention_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n,
-                         const cuda::NormIn* in_norm);
-    void deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n,
-                        const cuda::NormIn* in_norm);
+    // The projections run over all n rows; the cores per part of parts_, on its own state.
+    void attention_layer(const DevLayer& L, int64_t l, int64_t n, const cuda::NormIn* in_norm);
+    void deltanet_layer(const DevLayer& L, int64_t l, int64_t n, const cuda::NormIn* in_norm);
     void moe_layer(const DevLayer& L, int64_t n, const cuda::NormIn* in_norm);
     // The decode NormIn that adds d_.mix to the residual stream (resid_) and norms it with `weight`
     // into d_.norm; the residual moves to the other of d_.x / d_.x2.
@@ -363,16 +366,24 @@ class CudaBackend final : public Backend {
         float *x, *x2, *norm, *mix, *tmp, *q, *k, *v, *gate, *z, *beta, *g, *conv_in, *conv_out, *attn, *y;
         float *router, *topk_w, *pred_logits, *pred_w, *pair_gate, *pair_up, *pair_act, *pair_out, *sh_gate,
             *sh_up, *sh_act, *sh_out, *sg, *logits;
-        int32_t *topk_ids, *pred_ids, *offsets, *order, *io;  // io: [0] first position, [1..] token ids
+        int32_t *topk_ids, *pred_ids, *offsets, *order, *io;  // io: parts' first positions, then token ids
         float* summary_partial;
         cuda::DevLogitsSummary* summary;
         unsigned* counters;  // zeroed at allocation; the kernels that use them leave them 0
     } d_{};
     int32_t* host_ids_ = nullptr;   // pinned [ws_tokens_ · K + K]: routed and predicted ids (tiered)
-    int32_t* host_io_ = nullptr;    // pinned mirror of d_.io, [ws_tokens_ + 1]
+    int32_t* host_io_ = nullptr;    // pinned mirror of d_.io, [2 · ws_tokens_ + 1]
     float* host_logits_ = nullptr;  // pinned [V] for graph decode
     cuda::DevLogitsSummary* host_summary_ = nullptr;  // pinned: the last decode's logits summary
     bool summary_valid_ = false;                      // host_summary_ belongs to the last forward
+    // The sequences of the forward being enqueued, as rows of the scratch: one part for forward(),
+    // one per step for forward_batch(); d_.io holds each part's first position, then the ids.
+    struct Part {
+        DeviceState* ds;
+        int64_t row0, n;
+        int64_t logit_rows;  // rows of logits wanted: its last logit_rows rows (0: none)
+    };
+    std::vector<Part> parts_;
     // Where the residual stream is while a forward is enqueued: d_.x, or d_.x2 after a fused
     // residual norm (which cannot update it in place; see cuda::NormIn).
     float* resid_ = nullptr;

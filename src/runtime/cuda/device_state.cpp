@@ -52,7 +52,7 @@ CudaBackend::ScratchPlan CudaBackend::scratch_plan(int64_t n, int64_t logit_rows
     add(d_.pred_ids, K);
     add(d_.offsets, E + 1);
     add(d_.order, n * K);
-    add(d_.io, n + 1);
+    add(d_.io, 2 * n + 1);  // up to one first position per row, then the ids
     add(d_.summary_partial, cuda::logits_summary_scratch_floats());
     add(d_.summary, 4);
     add(d_.counters, kCounters);
@@ -83,7 +83,7 @@ Status CudaBackend::reserve_scratch(int64_t n, int64_t logit_rows) {
     host_ids_ = nullptr;
     SLUICE_CUDA_TRY(cudaMalloc(&ws_block_, used),
                     fmt::format("allocating {} of scratch for {} tokens", human_bytes(used), n).c_str());
-    SLUICE_CUDA_TRY(cudaMallocHost(&host_io_, static_cast<size_t>(n + 1) * sizeof(int32_t)),
+    SLUICE_CUDA_TRY(cudaMallocHost(&host_io_, static_cast<size_t>(2 * n + 1) * sizeof(int32_t)),
                     "allocating pinned token ids");
     const int64_t K = std::max<int64_t>(model_->config().top_k, 1);
     SLUICE_CUDA_TRY(cudaMallocHost(&host_ids_, static_cast<size_t>((n + 1) * K) * sizeof(int32_t)),

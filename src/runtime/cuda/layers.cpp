@@ -21,13 +21,11 @@ void CudaBackend::swiglu_mlp(const DevWeight& gate, const DevWeight& up, const D
     linear(down, d_.sh_act, n, out);
 }
 
-void CudaBackend::attention_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n,
-                                  const cuda::NormIn* in_norm) {
+void CudaBackend::attention_layer(const DevLayer& L, int64_t l, int64_t n, const cuda::NormIn* in_norm) {
     const model::AttentionPlan& P = L.plan->attention;
     const int64_t nh = P.heads, nkv = P.kv_heads, hd = P.head_dim;
     const bool gated = P.output_gate;
     const int64_t q_rows = nh * hd * (gated ? 2 : 1);
-    const int32_t* pos = d_.io;
     if (n == 1) {
         cuda::MatvecMulti m;
         m.add(L.q_proj, d_.tmp);
@@ -40,31 +38,42 @@ void CudaBackend::attention_layer(const DevLayer& L, DeviceState& ds, int64_t l,
         linear(L.k_proj, d_.norm, n, d_.k);    // [n, nkv, hd]
         linear(L.v_proj, d_.norm, n, d_.v);
     }
-    float* k_cache = ds.k[static_cast<size_t>(l)];
-    float* v_cache = ds.v[static_cast<size_t>(l)];
-    if (!unfused_) {
-        cuda::attention_prep(d_.tmp, d_.k, d_.v, L.q_norm, L.k_norm, n, nh, nkv, hd, P.rotary_dim, gated,
-                             P.qk_norm_eps, pos, P.rope_theta, d_.q, d_.gate, k_cache, v_cache, stream_);
-    } else {
-        HeadLayout qh{n, nh, hd, q_rows, hd * (gated ? 2 : 1), nh * hd, hd};
-        cuda::row_norm(d_.tmp, L.q_norm, qh, P.qk_norm_eps, false, 1.0f, d_.q, stream_);
-        if (gated) cuda::copy_heads(d_.tmp + hd, qh, d_.gate, stream_);
-        HeadLayout kh{n, nkv, hd, nkv * hd, hd, nkv * hd, hd};
-        cuda::row_norm(d_.k, L.k_norm, kh, P.qk_norm_eps, false, 1.0f, d_.k, stream_);
-        cuda::rope_neox(d_.q, n, nh, hd, P.rotary_dim, pos, P.rope_theta, stream_);
-        cuda::rope_neox(d_.k, n, nkv, hd, P.rotary_dim, pos, P.rope_theta, stream_);
-        cuda::write_rows_at(d_.k, n, nkv * hd, pos, k_cache, stream_);
-        cuda::write_rows_at(d_.v, n, nkv * hd, pos, v_cache, stream_);
-    }
     const bool gate_in_epilogue = gated && !unfused_;
-    cuda::attention(d_.q, k_cache, v_cache, n, pos, nh, nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd)),
-                    gate_in_epilogue ? d_.gate : nullptr, d_.attn, ds.attn_split, ds.capacity(), stream_);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    for (size_t i = 0; i < parts_.size(); ++i) {
+        const Part& part = parts_[i];
+        DeviceState& ds = *part.ds;
+        const int32_t* pos = d_.io + i;
+        const int64_t np = part.n;
+        float* tmp = d_.tmp + part.row0 * q_rows;
+        float* k = d_.k + part.row0 * nkv * hd;
+        float* v = d_.v + part.row0 * nkv * hd;
+        float* q = d_.q + part.row0 * nh * hd;
+        float* gate = d_.gate + part.row0 * nh * hd;
+        float* k_cache = ds.k[static_cast<size_t>(l)];
+        float* v_cache = ds.v[static_cast<size_t>(l)];
+        if (!unfused_) {
+            cuda::attention_prep(tmp, k, v, L.q_norm, L.k_norm, np, nh, nkv, hd, P.rotary_dim, gated,
+                                 P.qk_norm_eps, pos, P.rope_theta, q, gate, k_cache, v_cache, stream_);
+        } else {
+            HeadLayout qh{np, nh, hd, q_rows, hd * (gated ? 2 : 1), nh * hd, hd};
+            cuda::row_norm(tmp, L.q_norm, qh, P.qk_norm_eps, false, 1.0f, q, stream_);
+            if (gated) cuda::copy_heads(tmp + hd, qh, gate, stream_);
+            HeadLayout kh{np, nkv, hd, nkv * hd, hd, nkv * hd, hd};
+            cuda::row_norm(k, L.k_norm, kh, P.qk_norm_eps, false, 1.0f, k, stream_);
+            cuda::rope_neox(q, np, nh, hd, P.rotary_dim, pos, P.rope_theta, stream_);
+            cuda::rope_neox(k, np, nkv, hd, P.rotary_dim, pos, P.rope_theta, stream_);
+            cuda::write_rows_at(k, np, nkv * hd, pos, k_cache, stream_);
+            cuda::write_rows_at(v, np, nkv * hd, pos, v_cache, stream_);
+        }
+        cuda::attention(q, k_cache, v_cache, np, pos, nh, nkv, hd, scale, gate_in_epilogue ? gate : nullptr,
+                        d_.attn + part.row0 * nh * hd, ds.attn_split, ds.capacity(), stream_);
+    }
     if (gated && !gate_in_epilogue) cuda::mul_sigmoid(d_.attn, d_.gate, n * nh * hd, stream_);
     linear(L.o_proj, d_.attn, n, d_.mix);
 }
 
-void CudaBackend::deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, int64_t n,
-                                 const cuda::NormIn* in_norm) {
+void CudaBackend::deltanet_layer(const DevLayer& L, int64_t l, int64_t n, const cuda::NormIn* in_norm) {
     const model::DeltaNetPlan& P = L.plan->deltanet;
     const int64_t nk = P.k_heads, nv = P.v_heads, dk = P.k_dim, dv = P.v_dim;
     const int64_t r = nv / nk, kd = nk * dk, vd = nv * dv, cd = P.conv_dim();
@@ -96,29 +105,37 @@ void CudaBackend::deltanet_layer(const DevLayer& L, DeviceState& ds, int64_t l, 
         }
         cuda::split_qkvz(d_.tmp, d_.gate, n, nk, dk, r, dv, d_.conv_in, d_.z, d_.beta, d_.g, stream_);
     }
-    // The committed state (parity) is read and the new one written to the other copy; the backend
-    // flips parity once the whole forward has succeeded.
+    // Each sequence's committed state (its parity) is read and the new one written to the other copy;
+    // the backend flips parity once the whole forward has succeeded.
     const auto li = static_cast<size_t>(l);
-    const int in = ds.parity, out = ds.parity ^ 1;
-    cuda::conv1d_silu(d_.conv_in, n, cd, P.conv_kernel, L.conv, ds.conv[in][li], ds.conv[out][li],
-                      d_.conv_out, stream_);
+    for (const Part& part : parts_) {
+        DeviceState& ds = *part.ds;
+        const int in = ds.parity, out = ds.parity ^ 1;
+        cuda::conv1d_silu(d_.conv_in + part.row0 * cd, part.n, cd, P.conv_kernel, L.conv, ds.conv[in][li],
+                          ds.conv[out][li], d_.conv_out + part.row0 * cd, stream_);
+    }
     const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
     const float eps = P.l2_eps;
-    const float* state = ds.recurrent[in][li];
-    float* state_out = ds.recurrent[out][li];
     if (n == 1 && !unfused_ && nv <= kMaxDeltaHeads && cuda::deltanet_fused_fits(dk, dv)) {
-        // Decode (prefill keeps the unfused sequence).
+        // Decode (prefill and batches keep the unfused sequence).
+        DeviceState& ds = *parts_[0].ds;
         cuda::deltanet_fused(d_.conv_out, d_.beta, d_.g, d_.z, L.neg_a, L.dt_bias, L.dnorm, n, nk, nv, dk, dv,
-                             eps, q_scale, P.norm_eps, state, state_out, d_.attn,
-                             d_.counters + kDeltaCounters, d_.y, stream_);
+                             eps, q_scale, P.norm_eps, ds.recurrent[ds.parity][li],
+                             ds.recurrent[ds.parity ^ 1][li], d_.attn, d_.counters + kDeltaCounters, d_.y,
+                             stream_);
     } else {
         HeadLayout qk{n, nk, dk, cd, dk, kd, dk};
         cuda::row_norm(d_.conv_out, nullptr, qk, eps, true, q_scale, d_.q, stream_);
         cuda::row_norm(d_.conv_out + kd, nullptr, qk, eps, true, 1.0f, d_.k, stream_);
         cuda::copy_heads(d_.conv_out + 2 * kd, HeadLayout{n, 1, vd, cd, 0, vd, 0}, d_.v, stream_);
         cuda::deltanet_gates(d_.beta, d_.g, L.neg_a, L.dt_bias, n, nv, stream_);
-        cuda::gated_delta(d_.q, d_.k, d_.v, d_.beta, d_.g, n, nk, nv, dk, dv, state, state_out, d_.attn,
-                          stream_);
+        for (const Part& part : parts_) {
+            DeviceState& ds = *part.ds;
+            const int64_t r0 = part.row0;
+            cuda::gated_delta(d_.q + r0 * kd, d_.k + r0 * kd, d_.v + r0 * vd, d_.beta + r0 * nv,
+                              d_.g + r0 * nv, part.n, nk, nv, dk, dv, ds.recurrent[ds.parity][li],
+                              ds.recurrent[ds.parity ^ 1][li], d_.attn + r0 * vd, stream_);
+        }
         cuda::rms_norm_gated(d_.attn, d_.z, L.dnorm, n * nv, dv, P.norm_eps, d_.y, stream_);
     }
     linear(L.out_proj, d_.y, n, d_.mix);
@@ -264,7 +281,7 @@ cuda::NormIn CudaBackend::residual_norm(const float* weight, float eps) {
 // layers up to and including the next tiered MoE layer's routing (ids copied to host_ids_, and for
 // decode the next layer's predicted ids after them); it returns that layer, or n_layers once the
 // logits are enqueued. With every expert resident the first segment is the whole forward.
-int64_t CudaBackend::enqueue_segment(DeviceState& ds, int64_t n, bool all_logits, int64_t after) {
+int64_t CudaBackend::enqueue_segment(int64_t n, int64_t after) {
     const model::ModelConfig& c = model_->config();
     const int64_t H = c.hidden, E = c.n_experts, K = c.top_k;
     // Decode runs each residual add and norm in the prologue of the product that reads it (in_norm).
@@ -285,9 +302,10 @@ int64_t CudaBackend::enqueue_segment(DeviceState& ds, int64_t n, bool all_logits
     };
     if (after < 0) {
         resid_ = d_.x;
-        cudaMemcpyAsync(d_.io, host_io_, static_cast<size_t>(n + 1) * sizeof(int32_t), cudaMemcpyHostToDevice,
-                        stream_);
-        cuda::dequantize_rows(embed_, d_.io + 1, n, d_.x, stream_);
+        const auto parts = static_cast<int64_t>(parts_.size());
+        cudaMemcpyAsync(d_.io, host_io_, static_cast<size_t>(n + parts) * sizeof(int32_t),
+                        cudaMemcpyHostToDevice, stream_);
+        cuda::dequantize_rows(embed_, d_.io + parts, n, d_.x, stream_);
         const HeadLayout rows{n, 1, H, H, 0, H, 0};
         cuda::row_norm(d_.x, layers_[0].input_norm, rows, layers_[0].plan->norm_eps, false, 1.0f, d_.norm,
                        stream_);
@@ -302,9 +320,9 @@ int64_t CudaBackend::enqueue_segment(DeviceState& ds, int64_t n, bool all_logits
         const DevLayer& L = layers_[static_cast<size_t>(l)];
         const cuda::NormIn* mixer_in = in_norm ? &*in_norm : nullptr;
         if (L.attention()) {
-            attention_layer(L, ds, l, n, mixer_in);
+            attention_layer(L, l, n, mixer_in);
         } else {
-            deltanet_layer(L, ds, l, n, mixer_in);
+            deltanet_layer(L, l, n, mixer_in);
         }
         in_norm.reset();
         std::optional<cuda::NormIn> post;
@@ -340,11 +358,17 @@ int64_t CudaBackend::enqueue_segment(DeviceState& ds, int64_t n, bool all_logits
         moe_layer(L, n, moe_in);
         residual(l);
     }
-    const int64_t first = all_logits ? 0 : n - 1;
-    const int64_t out_rows = n - first;
-    cuda::row_norm(resid_ + first * H, final_norm_, HeadLayout{out_rows, 1, H, H, 0, H, 0},
-                   model_->plan().final_norm_eps, false, 1.0f, d_.norm, stream_);
-    linear(lm_head_, d_.norm, out_rows, d_.logits);
+    // Final norm of the rows each part wants (its last logit_rows), packed part after part, and one
+    // lm_head product over them.
+    int64_t out_rows = 0;
+    for (const Part& part : parts_) {
+        if (part.logit_rows == 0) continue;
+        cuda::row_norm(resid_ + (part.row0 + part.n - part.logit_rows) * H, final_norm_,
+                       HeadLayout{part.logit_rows, 1, H, H, 0, H, 0}, model_->plan().final_norm_eps, false,
+                       1.0f, d_.norm + out_rows * H, stream_);
+        out_rows += part.logit_rows;
+    }
+    if (out_rows > 0) linear(lm_head_, d_.norm, out_rows, d_.logits);
     if (n == 1) {  // decode: the greedy token and the softmax normaliser for the sampler
         cuda::logits_summary(d_.logits, c.vocab, d_.summary_partial, d_.counters + kSummaryCounter,
                              d_.summary, stream_);

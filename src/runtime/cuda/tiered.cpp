@@ -60,7 +60,7 @@ Status CudaBackend::tiered_experts(int64_t l, int64_t n) {
 
 // The tiered forward: segments with the expert tier between them. Decode captures each segment as
 // a graph once per state (and scratch generation) and replays them.
-Status CudaBackend::run_tiered(DeviceState& ds, int64_t n, bool all_logits) {
+Status CudaBackend::run_tiered(DeviceState& ds, int64_t n) {
     const model::ModelConfig& c = model_->config();
     const bool graphs = n == 1;
     const int p = ds.parity;  // the graphs read this parity's state and write the other's
@@ -73,7 +73,7 @@ Status CudaBackend::run_tiered(DeviceState& ds, int64_t n, bool all_logits) {
     for (size_t seg = 0;; ++seg) {
         int64_t next = 0;
         if (!graphs) {
-            next = enqueue_segment(ds, n, all_logits, at);
+            next = enqueue_segment(n, at);
         } else if (seg < segments.size()) {
             SLUICE_CUDA_TRY(cudaGraphLaunch(segments[seg].exec, stream_), "launching a decode segment");
             next = segments[seg].next;
@@ -81,7 +81,7 @@ Status CudaBackend::run_tiered(DeviceState& ds, int64_t n, bool all_logits) {
             cudaGraph_t graph = nullptr;
             SLUICE_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
                             "capturing decode");
-            next = enqueue_segment(ds, 1, false, at);
+            next = enqueue_segment(1, at);
             if (next == c.n_layers)
                 cudaMemcpyAsync(host_logits_, d_.logits, static_cast<size_t>(c.vocab) * sizeof(float),
                                 cudaMemcpyDeviceToHost, stream_);
