@@ -14,6 +14,8 @@
 #   host35 / host80        --gpu-memory 4G, experts in host RAM (warm host cache); host35np / host80np
 #                          the same without prefetch
 #   disk35 / disk80        --gpu-memory 4G --memory 8G: experts streamed from disk
+#   batch35 / batch80      batched decode (bench --sequences): 4 and 16 resident sequences, 8 through the
+#                          host tier; one forward per step against one forward per sequence
 #   rm35 / rm80            delete a synthetic model (the disk holds one of them at a time)
 #   useb                   the steps after it run the binaries of .devcarry/b (carried beside .devcarry/c for
 #                          an A/B comparison; only bin/sluice is needed there), their results named b_*;
@@ -176,6 +178,19 @@ for s in "$@"; do
         m=/tmp/m${s:4:2}
         bench "$s" 180 "$m" --gpu-memory 4G --memory 60G --prompt-tokens 512 --prefill-chunk 512 \
             --gen-tokens 64 --reps 2 --warmup 1 --no-prefetch
+        ;;
+    batch35 | batch80)
+        m=/tmp/m${s#batch}
+        for n in 4 16; do
+            bench "$s"_n$n 180 "$m" --sequences $n --prompt-tokens 128 --gen-tokens 32 --reps 2 --warmup 1
+        done
+        bench "$s"_host_n8 240 "$m" --gpu-memory 4G --memory 60G --sequences 8 --prompt-tokens 128 \
+            --gen-tokens 16 --reps 2 --warmup 1
+        ;;
+    chunks35)  # the prefill forms' cost for small batches: one sequence in chunks of 2, 4, 16 tokens
+        for c in 2 4 16; do
+            bench chunks35_c$c 120 /tmp/m35 --prompt-tokens 64 --prefill-chunk $c --gen-tokens 4 --reps 2
+        done
         ;;
     disk35 | disk80)
         m=/tmp/m${s#disk}

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "convert/pack_writer.h"
+#include "kernels/weight_format.h"
 #include "model/tensor_map.h"
 #include "model/weights.h"
 
@@ -102,9 +103,10 @@ uint64_t PackPlan::packed_bytes() const {
 Expected<int> resolve_pack_bits(const model::ModelConfig& cfg, int requested, int group_size,
                                 const std::string& source) {
     const int bits = requested == 0 ? 4 : requested;
-    if (bits != 4 && bits != 8 && bits != 16)
-        return error(ErrorCode::kInvalidArgument,
-                     "[pack] --bits must be 4, 8 or 16 (keep float), got " + std::to_string(bits));
+    const kernels::WeightFormat* format = kernels::quantized_format(bits);
+    if (bits != 16 && (format == nullptr || !format->packable))
+        return error(ErrorCode::kInvalidArgument, "[pack] --bits must be " + kernels::packable_bits() +
+                                                      " or 16 (keep float), got " + std::to_string(bits));
     if (group_size != 32 && group_size != 64 && group_size != 128)
         return error(ErrorCode::kInvalidArgument,
                      "[pack] --group-size must be 32, 64 or 128, got " + std::to_string(group_size));

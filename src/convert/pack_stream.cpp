@@ -19,6 +19,7 @@
 #include "io/mapped_file.h"
 #include "kernels/kernels.h"
 #include "kernels/quantize.h"
+#include "model/tensor_map.h"
 
 namespace sluice::convert {
 
@@ -31,12 +32,6 @@ Status os_error(const std::string& what, const std::string& path, int err) {
     std::string msg = "[pack] " + what + " '" + path + "': " + std::strerror(err);
     if (err == ENOSPC || err == EDQUOT) msg += " (the disk is full)";
     return error(ErrorCode::kIo, msg);
-}
-
-kernels::WeightType weight_type(format::DType t) {
-    return t == format::DType::kF32   ? kernels::WeightType::kF32
-           : t == format::DType::kF16 ? kernels::WeightType::kF16
-                                      : kernels::WeightType::kBF16;
 }
 
 }  // namespace
@@ -123,7 +118,7 @@ Status PlanWriter::quantize_rows(ShardState& st, const PlanPiece& pc, uint64_t f
     // The same arithmetic as the MLX affine quantizer over a mapped tensor: each row to f32, then
     // quantize_row_affine (kernels/quantize.h).
     kernels::WeightView v;
-    v.type = weight_type(pc.src_dtype);
+    SLUICE_ASSIGN_OR_RETURN(v.type, model::weight_type_of(pc.src_dtype, 0));
     v.rows = static_cast<int64_t>(rows);
     v.cols = pc.cols;
     v.data = src;

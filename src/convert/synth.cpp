@@ -16,6 +16,7 @@
 #include "convert/packer.h"
 #include "io/mapped_file.h"
 #include "kernels/kernels.h"
+#include "kernels/weight_format.h"
 #include "model/config.h"
 #include "model/tensor_map.h"
 
@@ -151,8 +152,8 @@ struct Builder {
 }  // namespace
 
 Expected<PackResult> synth_model(const SynthOptions& o) {
-    if (o.bits != 4 && o.bits != 8)
-        return error(ErrorCode::kInvalidArgument, "[synth] --bits must be 4 or 8");
+    if (const kernels::WeightFormat* f = kernels::quantized_format(o.bits); f == nullptr || !f->packable)
+        return error(ErrorCode::kInvalidArgument, "[synth] --bits must be " + kernels::packable_bits());
     if (o.group_size != 32 && o.group_size != 64 && o.group_size != 128)
         return error(ErrorCode::kInvalidArgument, "[synth] --group-size must be 32, 64 or 128");
     SLUICE_ASSIGN_OR_RETURN(std::string config_text, io::read_text_file(o.config_path));

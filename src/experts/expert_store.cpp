@@ -12,6 +12,8 @@
 #include <filesystem>
 
 #include "core/log.h"
+#include "kernels/weight_format.h"
+#include "model/tensor_map.h"
 
 namespace sluice::experts {
 
@@ -19,25 +21,45 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The projection's format was checked when the store opened (check_projection).
 kernels::WeightView projection_view(const uint8_t* record, const format::PackProjection& p) {
     kernels::WeightView v;
     v.rows = p.rows;
     v.cols = p.cols;
     v.data = record + p.weight.offset;
-    if (p.bits == 0) {
-        v.type = p.weight.dtype == format::DType::kF32   ? kernels::WeightType::kF32
-                 : p.weight.dtype == format::DType::kF16 ? kernels::WeightType::kF16
-                                                         : kernels::WeightType::kBF16;
-        return v;
-    }
-    v.type = p.bits == 4 ? kernels::WeightType::kQ4 : kernels::WeightType::kQ8;
+    v.type = *model::weight_type_of(p.weight.dtype, p.bits);
+    if (p.bits == 0) return v;
     v.group_size = p.group_size;
     v.scales = record + p.scales.offset;
     v.biases = record + p.biases.offset;
-    v.scale_type = p.scales.dtype == format::DType::kF32   ? kernels::ScaleType::kF32
-                   : p.scales.dtype == format::DType::kF16 ? kernels::ScaleType::kF16
-                                                           : kernels::ScaleType::kBF16;
+    v.scale_type = model::scale_type_of(p.scales.dtype);
     return v;
+}
+
+// layout.json's description of one projection against the format registry: a registered format,
+// a well-formed shape for it, sections as large as rows × row bytes — so no view of a record can
+// reach past it. Errors name the layer and projection.
+Status check_projection(const format::PackExpertFile& f, const format::PackProjection& p, const char* which) {
+    const std::string where = "[experts] layout.json, layer " + std::to_string(f.layer) + " " + which + ": ";
+    auto type = model::weight_type_of(p.weight.dtype, p.bits);
+    if (!type.has_value()) return error(ErrorCode::kCorrupt, where + type.status().message());
+    const kernels::WeightFormat& fmt = kernels::weight_format(*type);
+    if (p.rows <= 0 || p.cols <= 0) return error(ErrorCode::kCorrupt, where + "empty shape");
+    if (const char* bad = fmt.shape_error(p.cols, p.group_size))
+        return error(ErrorCode::kCorrupt, where + fmt.name + " with " + bad);
+    auto fits = [&](const format::PackSection& s, uint64_t need) {
+        return s.size >= need && s.offset <= f.record_bytes && s.size <= f.record_bytes - s.offset;
+    };
+    const auto rows = static_cast<uint64_t>(p.rows);
+    if (!fits(p.weight, rows * fmt.data_row_bytes(p.cols)))
+        return error(ErrorCode::kCorrupt, where + "the weight section does not hold its rows");
+    if (fmt.quantized()) {
+        const uint64_t half =
+            rows * fmt.aux_row_bytes(p.cols, p.group_size, model::scale_type_of(p.scales.dtype)) / 2;
+        if (!fits(p.scales, half) || !fits(p.biases, half))
+            return error(ErrorCode::kCorrupt, where + "the scale or bias section does not hold its rows");
+    }
+    return Status::ok();
 }
 
 }  // namespace
@@ -62,6 +84,9 @@ Expected<std::unique_ptr<ExpertStore>> ExpertStore::open(const std::string& dir,
     store->files_.resize(static_cast<size_t>(max_layer + 1));
     store->direct_io_ = options.direct_io;
     for (const auto& f : store->layout_.expert_files) {
+        SLUICE_RETURN_IF_ERROR(check_projection(f, f.gate, "gate"));
+        SLUICE_RETURN_IF_ERROR(check_projection(f, f.up, "up"));
+        SLUICE_RETURN_IF_ERROR(check_projection(f, f.down, "down"));
         const std::string path = (std::filesystem::path(dir) / f.file).string();
         int fd = -1;
         if (store->direct_io_) {

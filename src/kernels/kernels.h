@@ -24,6 +24,8 @@ class ThreadPool;
 
 namespace sluice::kernels {
 
+// A weight format; each value has its descriptor in the registry (kernels/weight_format.h), which
+// sizes, names and defines it. Values index the registry: append new ones.
 enum class WeightType : uint8_t {
     kF32,
     kF16,
@@ -51,9 +53,10 @@ struct WeightView {
     ScaleType scale_type = ScaleType::kBF16;
     int32_t group_size = 0;
 
-    int bits() const { return type == WeightType::kQ4 ? 4 : type == WeightType::kQ8 ? 8 : 0; }
-    bool quantized() const { return type == WeightType::kQ4 || type == WeightType::kQ8; }
-    // Bytes of one row of `data`.
+    // From the format's descriptor (weight_format.h): code bits (0: a float format), whether it is
+    // block-quantized, the bytes of one row of `data`.
+    int bits() const;
+    bool quantized() const;
     size_t row_bytes() const;
 };
 

@@ -1,6 +1,8 @@
 // The tensor map (tensor_map.h): module paths, expert layouts, validated matrix slices.
 #include "model/tensor_map.h"
 
+#include "kernels/weight_format.h"
+
 namespace sluice::model {
 
 using format::DType;
@@ -58,6 +60,31 @@ TensorNames tensor_names_for(const ModelConfig& config) {
     return TensorNames{config.family == Family::kQwen35Moe ? "model.language_model." : "model.", "lm_head"};
 }
 
+Expected<kernels::WeightType> weight_type_of(DType dtype, int bits) {
+    if (bits == 0) {
+        switch (dtype) {
+            case DType::kF32: return kernels::WeightType::kF32;
+            case DType::kF16: return kernels::WeightType::kF16;
+            case DType::kBF16: return kernels::WeightType::kBF16;
+            default:
+                return error(ErrorCode::kUnsupported, std::string("[tensors] no weight format stores ") +
+                                                          format::dtype_name(dtype) + " elements");
+        }
+    }
+    const kernels::WeightFormat* f = kernels::quantized_format(bits);
+    if (f == nullptr || dtype != DType::kU32)
+        return error(ErrorCode::kUnsupported, "[tensors] no weight format stores " + std::to_string(bits) +
+                                                  "-bit codes in " + format::dtype_name(dtype) +
+                                                  " (registered: 4- and 8-bit MLX affine in U32)");
+    return f->type;
+}
+
+kernels::ScaleType scale_type_of(DType dtype) {
+    return dtype == DType::kF32   ? kernels::ScaleType::kF32
+           : dtype == DType::kF16 ? kernels::ScaleType::kF16
+                                  : kernels::ScaleType::kBF16;
+}
+
 Expected<std::vector<SourceMatrix>> source_linear(const ModelConfig& cfg, const format::Checkpoint& ck,
                                                   const std::string& path, int64_t count, int64_t rows,
                                                   int64_t cols, const std::string& weight_suffix) {
@@ -77,8 +104,12 @@ Expected<std::vector<SourceMatrix>> source_linear(const ModelConfig& cfg, const 
     if (scales == nullptr) {
         if (!format::is_float_dtype(w->dtype) || w->shape != with(rows, cols))
             return mismatch(wname, "F32, F16 or BF16 " + shape_str(with(rows, cols)), *w);
+        SLUICE_ASSIGN_OR_RETURN(const kernels::WeightType type, weight_type_of(w->dtype, 0));
         const uint64_t stride = static_cast<uint64_t>(rows * cols) * format::dtype_size(w->dtype);
-        for (int64_t e = 0; e < n; ++e) out[static_cast<size_t>(e)] = {w, e * stride, rows, cols};
+        for (int64_t e = 0; e < n; ++e) {
+            out[static_cast<size_t>(e)] = {w, e * stride, rows, cols};
+            out[static_cast<size_t>(e)].type = type;
+        }
         return out;
     }
     // MLX affine: bits and group size from the config, cross-checked against the shapes.
@@ -110,11 +141,12 @@ Expected<std::vector<SourceMatrix>> source_linear(const ModelConfig& cfg, const 
                             "F32/F16/BF16 " + shape_str(with(rows, groups)) + " (" + quant_desc + ")", *sb);
     if (scales->dtype != biases->dtype)
         return mismatch(biases->name, format::dtype_name(scales->dtype), *biases);
+    SLUICE_ASSIGN_OR_RETURN(const kernels::WeightType type, weight_type_of(w->dtype, spec.bits));
     const uint64_t wstride = static_cast<uint64_t>(rows * words) * 4;
     const uint64_t sstride = static_cast<uint64_t>(rows * groups) * format::dtype_size(scales->dtype);
     for (int64_t e = 0; e < n; ++e)
-        out[static_cast<size_t>(e)] = {w,      e * wstride, rows,       cols, spec.bits, spec.group_size,
-                                       scales, biases,      e * sstride};
+        out[static_cast<size_t>(e)] = {w,      e * wstride, rows,        cols, spec.bits, spec.group_size,
+                                       scales, biases,      e * sstride, type};
     return out;
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "format/safetensors.h"
+#include "kernels/kernels.h"
 #include "model/config.h"
 #include "sluice/status.h"
 
@@ -62,6 +63,13 @@ TensorNames tensor_names_for(const ModelConfig& config);
 
 // One matrix of the source: rows × cols at byte `offset` inside tensor `w` (a slice of a stacked
 // tensor, or all of it), with its scales/biases slices when it is MLX-quantized.
+// The registered weight format (kernels/weight_format.h) a stored matrix binds to — its float dtype,
+// or block-quantized codes of `bits` bits (MLX affine: U32 words beside scales and biases) — and the
+// type of its scales: the one place checkpoint and pack storage meet the format registry. Errors name
+// what is not registered.
+Expected<kernels::WeightType> weight_type_of(format::DType dtype, int bits);
+kernels::ScaleType scale_type_of(format::DType dtype);
+
 struct SourceMatrix {
     const format::TensorInfo* w = nullptr;
     uint64_t offset = 0;
@@ -70,6 +78,7 @@ struct SourceMatrix {
     const format::TensorInfo* scales = nullptr;
     const format::TensorInfo* biases = nullptr;
     uint64_t sb_offset = 0;
+    kernels::WeightType type = kernels::WeightType::kF32;  // weight_type_of(w->dtype, bits)
 };
 
 // `count` stacked matrices [rows, cols] under module `path` (count 0: one plain matrix), float or

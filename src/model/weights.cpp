@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "kernels/weight_format.h"
 #include "model/tensor_map.h"
 
 namespace sluice::model {
@@ -56,18 +57,11 @@ class Binder {
         v.rows = m.rows;
         v.cols = m.cols;
         v.data = m.w->data + m.offset;
-        if (m.bits == 0) {
-            v.type = m.w->dtype == DType::kF32   ? WeightType::kF32
-                     : m.w->dtype == DType::kF16 ? WeightType::kF16
-                                                 : WeightType::kBF16;
-            return v;
-        }
-        v.type = m.bits == 4 ? WeightType::kQ4 : WeightType::kQ8;
+        v.type = m.type;  // resolved by the tensor map
+        if (m.bits == 0) return v;
         v.scales = m.scales->data + m.sb_offset;
         v.biases = m.biases->data + m.sb_offset;
-        v.scale_type = m.scales->dtype == DType::kF32   ? ScaleType::kF32
-                       : m.scales->dtype == DType::kF16 ? ScaleType::kF16
-                                                        : ScaleType::kBF16;
+        v.scale_type = scale_type_of(m.scales->dtype);
         v.group_size = m.group_size;
         return v;
     }
@@ -104,12 +98,9 @@ class Binder {
 };
 
 uint64_t view_bytes(const WeightView& v) {
-    uint64_t b = static_cast<uint64_t>(v.rows) * v.row_bytes();
-    if (v.quantized()) {
-        const uint64_t ss = v.scale_type == ScaleType::kF32 ? 4 : 2;
-        b += 2 * static_cast<uint64_t>(v.rows) * static_cast<uint64_t>(v.cols / v.group_size) * ss;
-    }
-    return b;
+    const kernels::WeightFormat& f = kernels::weight_format(v.type);
+    return static_cast<uint64_t>(v.rows) *
+           (f.data_row_bytes(v.cols) + f.aux_row_bytes(v.cols, v.group_size, v.scale_type));
 }
 
 uint64_t expert_bytes(const ExpertWeights& e) {

@@ -21,6 +21,7 @@
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/isa_table.h"
 #include "kernels/kernels.h"
+#include "kernels/weight_format.h"
 
 namespace sluice::kernels {
 namespace {
@@ -95,11 +96,10 @@ const IsaTable& linear_isa(const WeightView& w) {
 }
 
 void check_view(const WeightView& w) {
-    SLUICE_ASSERT(w.data != nullptr && w.rows >= 0 && w.cols >= 0);
-    if (w.quantized()) {
-        SLUICE_ASSERT(w.scales != nullptr && w.biases != nullptr && w.group_size > 0);
-        SLUICE_ASSERT(w.cols % w.group_size == 0 && w.group_size % (32 / w.bits()) == 0);
-    }
+    SLUICE_ASSERT(w.data != nullptr && w.rows >= 0);
+    const WeightFormat& f = weight_format(w.type);
+    SLUICE_ASSERT(f.cpu_kernels && f.shape_error(w.cols, w.group_size) == nullptr);
+    if (f.quantized()) SLUICE_ASSERT(w.scales != nullptr && w.biases != nullptr);
 }
 
 // Rows per task: enough work to amortise the dispatch, contiguous for the hardware prefetcher.

@@ -1,7 +1,7 @@
-// Scalar conversions between f32 and the 16-bit float formats, and the small WeightView helpers.
-// These are shared by the reference and the fast path (there is only one definition of each).
-// bf16 rounding is round-to-nearest-even with NaN kept quiet; f16 conversion is the exact IEEE
-// half <-> single mapping including subnormals, infinities and NaN (no F16C dependency here, so it
+// Scalar conversions between f32 and the 16-bit float formats (the WeightView helpers are the
+// format registry's, weight_format.cpp). These are shared by the reference and the fast path (there is only
+// one definition of each). bf16 rounding is round-to-nearest-even with NaN kept quiet; f16 conversion is the
+// exact IEEE half <-> single mapping including subnormals, infinities and NaN (no F16C dependency here, so it
 // works in the portable build; the vectorised paths use F16C/AVX-512 instead).
 #include <cstring>
 
@@ -9,28 +9,6 @@
 #include "kernels/kernels.h"
 
 namespace sluice::kernels {
-
-const char* weight_type_name(WeightType type) {
-    switch (type) {
-        case WeightType::kF32: return "F32";
-        case WeightType::kF16: return "F16";
-        case WeightType::kBF16: return "BF16";
-        case WeightType::kQ4: return "Q4";
-        case WeightType::kQ8: return "Q8";
-    }
-    return "unknown";
-}
-
-size_t WeightView::row_bytes() const {
-    switch (type) {
-        case WeightType::kF32: return static_cast<size_t>(cols) * 4;
-        case WeightType::kF16:
-        case WeightType::kBF16: return static_cast<size_t>(cols) * 2;
-        case WeightType::kQ4: return static_cast<size_t>(cols) / 2;
-        case WeightType::kQ8: return static_cast<size_t>(cols);
-    }
-    return 0;
-}
 
 float bf16_to_f32(uint16_t v) {
     uint32_t bits = static_cast<uint32_t>(v) << 16;

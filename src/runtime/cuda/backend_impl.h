@@ -100,10 +100,6 @@ inline bool vector_mlp(const kernels::WeightView& gate, const kernels::WeightVie
            gate.scale_type == up.scale_type && gate.cols == up.cols;
 }
 
-inline size_t scale_bytes(kernels::ScaleType t) {
-    return t == kernels::ScaleType::kF32 ? 4 : 2;
-}
-
 // Sub-allocates one cudaMalloc; in counting mode (base null) only adds up the sizes.
 class Arena {
  public:

@@ -1,17 +1,23 @@
 // The CUDA backend's weights: the dense core and the routed experts into one device arena (backend_impl.h).
+#include "kernels/weight_format.h"
 #include "runtime/cuda/backend_impl.h"
 
 namespace sluice::runtime::cuda_impl {
 
 DevWeight CudaBackend::put(Arena& arena, const kernels::WeightView& w, Status& st) {
     if (w.data == nullptr) return cuda::dev_weight(w, nullptr, nullptr, nullptr);
-    const uint64_t data_bytes = static_cast<uint64_t>(w.rows) * w.row_bytes();
+    const kernels::WeightFormat& format = kernels::weight_format(w.type);
+    if (!format.cuda_kernels && st.is_ok())
+        st = error(ErrorCode::kUnsupported,
+                   fmt::format("[cuda] weights of format {} ({}) have no CUDA kernels", format.name,
+                               format.description));
+    const uint64_t data_bytes = static_cast<uint64_t>(w.rows) * format.data_row_bytes(w.cols);
     void* data = arena.take(data_bytes);
     if (!arena.counting() && st.is_ok()) st = put_bytes(data, w.data, data_bytes);
     void *scales = nullptr, *biases = nullptr;
-    if (w.quantized()) {
-        const uint64_t sb = static_cast<uint64_t>(w.rows) * static_cast<uint64_t>(w.cols / w.group_size) *
-                            scale_bytes(w.scale_type);
+    if (format.quantized()) {
+        const uint64_t sb =
+            static_cast<uint64_t>(w.rows) * format.aux_row_bytes(w.cols, w.group_size, w.scale_type) / 2;
         scales = arena.take(sb);
         biases = arena.take(sb);
         if (!arena.counting() && st.is_ok()) st = put_bytes(scales, w.scales, sb);
