@@ -187,6 +187,24 @@ for s in "$@"; do
         bench "$s"_host_n8 240 "$m" --gpu-memory 4G --memory 60G --sequences 8 --prompt-tokens 128 \
             --gen-tokens 16 --reps 2 --warmup 1
         ;;
+    ncuchunk35)  # where a small prefill forward's GPU time goes: every kernel of one 4-token chunk (ncu)
+        step ncuchunk35 300 ncu --metrics gpu__time_duration.sum --csv --launch-count 2500 "$B/sluice" bench /tmp/m35 \
+            --device cuda --prompt-tokens 8 --prefill-chunk 4 --gen-tokens 1 --reps 1
+        python3 - "$RES/ncuchunk35.txt" >"$RES/ncuchunk35_sum.txt" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+head = rows[0]; ki = head.index("Kernel Name"); vi = head.index("Metric Value"); ui = head.index("Metric Unit")
+tot = collections.defaultdict(float); cnt = collections.Counter()
+for r in rows[1:]:
+    v = float(r[vi].replace(",", "")); v = v / 1e3 if r[ui] == "nsecond" else (v if r[ui] == "usecond" else v * 1e3)
+    name = r[ki].split("(")[0].split("<")[0]; tot[name] += v; cnt[name] += 1
+for name, us in sorted(tot.items(), key=lambda x: -x[1])[:30]:
+    print(f"{us/1e3:10.2f} ms {cnt[name]:6d} launches  {name}")
+print(f"total {sum(tot.values())/1e3:.2f} ms over {sum(cnt.values())} launches")
+PY
+        cat "$RES/ncuchunk35_sum.txt"
+        xz -f "$RES/ncuchunk35.txt"
+        ;;
     chunks35)  # the prefill forms' cost for small batches: one sequence in chunks of 2, 4, 16 tokens
         for c in 2 4 16; do
             bench chunks35_c$c 120 /tmp/m35 --prompt-tokens 64 --prefill-chunk $c --gen-tokens 4 --reps 2

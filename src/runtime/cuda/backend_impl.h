@@ -80,6 +80,12 @@ using cuda::HeadLayout;
 // and one per value head for the fused DeltaNet step's output norm).
 constexpr int kRouteCounter = 0, kPredictCounter = 1, kSummaryCounter = 2, kDeltaCounters = 3;
 constexpr int kMaxDeltaHeads = 256;
+// Products over at most this many rows run as one matvec per row (the decode kernels), and routed
+// experts token by token: the tensor-core matmul gives one block per 64 output rows, so a small
+// batch leaves the GPU idle — measured on the H200 (bench/results/cuda/session7): a 4-token
+// forward of the 35B spent 97 ms in matmul_tc (≈170 µs per [512, 2048] product whatever the
+// rows) against ≈3 ms for a whole decode token.
+constexpr int64_t kMatvecRows = 16;
 constexpr int kCounters = kDeltaCounters + kMaxDeltaHeads;
 
 inline Status cuda_status(cudaError_t e, const char* what) {

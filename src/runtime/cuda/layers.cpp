@@ -5,8 +5,8 @@
 namespace sluice::runtime::cuda_impl {
 
 void CudaBackend::linear(const DevWeight& w, const float* x, int64_t n, float* y) {
-    if (n == 1) {
-        cuda::matvec(launch_, w, x, y, stream_);
+    if (n <= kMatvecRows) {
+        for (int64_t t = 0; t < n; ++t) cuda::matvec(launch_, w, x + t * w.cols, y + t * w.rows, stream_);
     } else {
         cuda::matmul(launch_, w, x, n, y, stream_);
     }
@@ -238,6 +238,23 @@ void CudaBackend::moe_routed(const DevLayer& L, const float* x, const int32_t* i
         }
         cuda::moe_down_matvec(launch_, L.experts, ids, weights, K, H, I, d_.pair_act,
                               fold ? &shared : nullptr, experts_vector_, mix, stream_);
+        return;
+    }
+    if (n <= kMatvecRows) {
+        // A small batch: each token through the decode kernels (kMatvecRows).
+        for (int64_t t = 0; t < n; ++t) {
+            const int32_t* t_ids = ids + t * K;
+            if (!unfused_) {
+                cuda::moe_matvec_gate_up(launch_, L.experts, t_ids, K, I, H, x + t * H, nullptr, nullptr,
+                                         d_.pair_act, nullptr, experts_vector_, stream_);
+            } else {
+                cuda::moe_matvec_gate_up(launch_, L.experts, t_ids, K, I, H, x + t * H, d_.pair_gate,
+                                         d_.pair_up, nullptr, nullptr, experts_vector_, stream_);
+                cuda::swiglu(d_.pair_gate, d_.pair_up, K * I, d_.pair_act, stream_);
+            }
+            cuda::moe_down_matvec(launch_, L.experts, t_ids, weights + t * K, K, H, I, d_.pair_act, nullptr,
+                                  experts_vector_, mix + t * H, stream_);
+        }
         return;
     }
     const int64_t pairs = n * K;
