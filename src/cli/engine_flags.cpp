@@ -13,6 +13,9 @@ void EngineFlags::add_to(CLI::App* cmd) {
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
     cmd->add_flag("--no-prefetch", no_prefetch, "Disable next-layer expert prefetch");
+    cmd->add_flag("--verify-reads,!--no-verify-reads", verify_reads,
+                  "Check every streamed expert record read against its xxh3 in layout.json (a corrupt read "
+                  "is an error naming the file, layer and expert)");
     cmd->add_option("--cache-policy", cache_policy, "Expert cache policy: lfu or lru")
         ->capture_default_str()
         ->check(CLI::IsMember({"lfu", "lru"}));
@@ -29,6 +32,7 @@ void EngineFlags::apply(EngineOptions& options) const {
     options.threads = threads;
     options.io_threads = io_threads;
     options.prefetch = !no_prefetch;
+    if (verify_reads) options.verify_reads = *verify_reads;
     options.cache_policy = check(parse_cache_policy(cache_policy));  // IsMember above: always one of them
     options.cuda_diagnostics = cuda_diagnostics_from_env();
     options.device = device;

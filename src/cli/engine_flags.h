@@ -5,6 +5,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 
 #include "sluice/engine.h"
@@ -16,6 +17,9 @@ struct EngineFlags {
     int threads = 0;     // 0: all cores
     int io_threads = 16;
     bool no_prefetch = false;
+    // Streamed experts: the xxh3 of every record read checked against layout.json. Unset: the
+    // engine's default (EngineOptions::verify_reads).
+    std::optional<bool> verify_reads;
     std::string cache_policy = "lfu";
     std::string device = "cpu";
     std::string gpu_memory;

@@ -227,6 +227,11 @@ Status write_manifest(const std::string& out_dir, const std::vector<std::string>
         if (ec)
             return error(ErrorCode::kIo, "[pack] cannot stat '" + f + "' for the manifest: " + ec.message());
         m.files.emplace_back(f, size);
+        if (format::manifest_checksums(f, "dense.safetensors")) {
+            SLUICE_ASSIGN_OR_RETURN(std::string contents,
+                                    io::read_text_file((fs::path(out_dir) / f).string()));
+            m.xxh3.emplace_back(f, XXH3_64bits(contents.data(), contents.size()));
+        }
     }
     return io::write_file_atomic((fs::path(out_dir) / "manifest.json").string(),
                                  format::serialize_pack_manifest(m));

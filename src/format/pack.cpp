@@ -1,5 +1,7 @@
 #include "format/pack.h"
 
+#include <xxhash.h>
+
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -215,7 +217,15 @@ Expected<PackLayout> parse_pack_layout(const std::string& json_text, const std::
 std::string serialize_pack_manifest(const PackManifest& m) {
     json files = json::object();
     for (const auto& [name, size] : m.files) files[name] = size;
-    return json{{"format", m.format}, {"version", m.version}, {"files", files}}.dump(1);
+    json sums = json::object();
+    for (const auto& [name, h] : m.xxh3) sums[name] = hex64(h);
+    json j{{"format", m.format}, {"version", m.version}, {"files", files}};
+    if (!m.xxh3.empty()) j["xxh3"] = sums;
+    return j.dump(1);
+}
+
+bool manifest_checksums(const std::string& relative_path, const std::string& dense_file) {
+    return relative_path != dense_file && relative_path.rfind("experts/", 0) != 0;
 }
 
 bool is_packed_dir(const std::string& dir) {
@@ -261,6 +271,25 @@ Expected<PackLayout> open_packed_dir(const std::string& dir) {
                                                   std::to_string(size) + " bytes, the manifest says " +
                                                   std::to_string(it.value().get<uint64_t>()) +
                                                   " (truncated or modified)");
+        }
+    }
+    // The description files against their checksums: a layout.json or config.json changed after
+    // packing (one byte: "bits": 4 → 2) would otherwise be believed.
+    if (auto sums = m.find("xxh3"); sums != m.end()) {
+        if (!sums->is_object())
+            return error(ErrorCode::kCorrupt, "[pack] " + manifest_path + ": 'xxh3' is not an object");
+        for (auto it = sums->begin(); it != sums->end(); ++it) {
+            uint64_t want = 0;
+            if (!parse_hex64(it.value(), &want))
+                return error(ErrorCode::kCorrupt,
+                             "[pack] " + manifest_path + ": bad checksum for '" + it.key() + "'");
+            const std::string path = (fs::path(dir) / it.key()).string();
+            SLUICE_ASSIGN_OR_RETURN(std::string contents, io::read_text_file(path));
+            if (XXH3_64bits(contents.data(), contents.size()) != want)
+                return error(ErrorCode::kCorrupt,
+                             "[pack] " + dir + ": '" + it.key() +
+                                 "' does not match its checksum in manifest.json "
+                                 "(changed after packing; re-pack or re-pull the model)");
         }
     }
     const std::string layout_path = (fs::path(dir) / "layout.json").string();

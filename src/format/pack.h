@@ -78,14 +78,22 @@ struct PackManifest {
     std::string format;
     int version = 0;
     std::vector<std::pair<std::string, uint64_t>> files;  // relative path → size in bytes
+    // xxh3-64 of every description file (layout.json, config.json, tokenizer files, chat template,
+    // generation_config.json): the data files carry per-tensor and per-record checksums in
+    // layout.json, which this covers. Packs written before the checksums existed have none.
+    std::vector<std::pair<std::string, uint64_t>> xxh3;
 };
+// Whether a packed file is described by a checksum of its own in the manifest (not the dense
+// safetensors or an expert file, whose contents layout.json checksums).
+bool manifest_checksums(const std::string& relative_path, const std::string& dense_file);
 std::string serialize_pack_manifest(const PackManifest& manifest);
 
 // True when `dir` has a manifest.json (it is meant to be a packed folder, complete or not).
 bool is_packed_dir(const std::string& dir);
 
-// Reads and checks manifest.json (magic, version, every listed file present with its size) and
-// layout.json. A missing manifest means an incomplete pack; every failure names the file.
+// Reads and checks manifest.json (magic, version, every listed file present with its size, every
+// description file matching its checksum) and layout.json. A missing manifest means an incomplete pack; every
+// failure names the file.
 Expected<PackLayout> open_packed_dir(const std::string& dir);
 
 }  // namespace sluice::format

@@ -11,6 +11,11 @@ namespace {
 
 using nlohmann::json;
 
+// The largest token id accepted: far above any real vocabulary (the largest are ~256K), and small
+// enough that the id-indexed tables a tokenizer builds stay a few hundred MB at worst (an id of 1e9
+// would be a multi-GB allocation).
+constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+
 Status bad(const std::string& path, const std::string& what) {
     return error(ErrorCode::kCorrupt, fmt::format("[tokenizer] {}: {}", path, what));
 }
@@ -151,9 +156,9 @@ Status parse_model(const json& m, TokenizerJson* out, const std::string& path) {
     out->vocab.reserve(vocab->size());
     for (auto it = vocab->begin(); it != vocab->end(); ++it) {
         if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
-            it.value().get<int64_t>() > INT32_MAX)
-            return bad(path, fmt::format("model.vocab['{}']: expected a non-negative integer id, got {}",
-                                         it.key(), it.value().dump()));
+            it.value().get<int64_t>() > kMaxTokenId)
+            return bad(path, fmt::format("model.vocab['{}']: expected an integer id in 0..{}, got {}",
+                                         it.key(), kMaxTokenId, it.value().dump()));
         out->vocab.emplace_back(it.key(), static_cast<int32_t>(it.value().get<int64_t>()));
     }
 
@@ -186,6 +191,8 @@ Expected<json> parse_json(std::string_view text, const std::string& path) {
         return json::parse(text.begin(), text.end());
     } catch (const json::parse_error& e) {
         return bad(path, fmt::format("invalid JSON at byte {}: {}", e.byte, e.what()));
+    } catch (const json::exception& e) {  // e.g. out_of_range.406: a number too large for a double
+        return bad(path, std::string("invalid JSON: ") + e.what());
     }
 }
 
@@ -210,8 +217,9 @@ Expected<TokenizerJson> parse_tokenizer_json(std::string_view text, const std::s
                 SLUICE_RETURN_IF_ERROR(parse_added_token(a, &t, path, where));
                 auto id = a.find("id");
                 if (id == a.end() || !id->is_number_integer() || id->get<int64_t>() < 0 ||
-                    id->get<int64_t>() > INT32_MAX)
-                    return bad(path, where + ".id: expected a non-negative integer");
+                    id->get<int64_t>() > kMaxTokenId)
+                    return bad(path,
+                               fmt::format("{}.id: expected an integer id in 0..{}", where, kMaxTokenId));
                 t.id = static_cast<int32_t>(id->get<int64_t>());
                 out.added_tokens.push_back(std::move(t));
             }
@@ -262,8 +270,8 @@ Expected<TokenizerConfigJson> parse_tokenizer_config_json(std::string_view text,
             const std::string where = "added_tokens_decoder['" + it.key() + "']";
             char* end = nullptr;
             const long long id = std::strtoll(it.key().c_str(), &end, 10);
-            if (it.key().empty() || *end != '\0' || id < 0 || id > INT32_MAX)
-                return bad(path, where + ": the key must be a token id");
+            if (it.key().empty() || *end != '\0' || id < 0 || id > kMaxTokenId)
+                return bad(path, fmt::format("{}: the key must be a token id in 0..{}", where, kMaxTokenId));
             t.id = static_cast<int32_t>(id);
             SLUICE_RETURN_IF_ERROR(parse_added_token(it.value(), &t, path, where));
             out.added_tokens_decoder.push_back(std::move(t));

@@ -330,6 +330,18 @@ Expected<ModelConfig> parse_model_config(const std::string& json_text, const std
     if (cfg.top_k <= 0 || cfg.top_k > cfg.n_experts)
         return invalid("num_experts_per_tok (" + std::to_string(cfg.top_k) + ") must be in 1..num_experts (" +
                        std::to_string(cfg.n_experts) + ")");
+    // Values a forward would turn into NaNs or silence rather than an error.
+    if (!(cfg.rms_eps > 0.0f) || !std::isfinite(cfg.rms_eps))
+        return invalid("rms_norm_eps must be a positive number, got " + std::to_string(cfg.rms_eps));
+    if (!(cfg.rope_theta > 0.0f) || !std::isfinite(cfg.rope_theta))
+        return invalid("rope_theta must be a positive number, got " + std::to_string(cfg.rope_theta));
+    for (int32_t id : cfg.eos_token_ids)
+        if (id < 0 || id >= cfg.vocab)
+            return invalid("eos_token_id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                           std::to_string(cfg.vocab) + ")");
+    if (cfg.bos_token_id && (*cfg.bos_token_id < 0 || *cfg.bos_token_id >= cfg.vocab))
+        return invalid("bos_token_id " + std::to_string(*cfg.bos_token_id) +
+                       " is outside the vocabulary [0, " + std::to_string(cfg.vocab) + ")");
     if (cfg.family != Family::kQwen3Moe) {
         if (cfg.linear_k_heads <= 0 || cfg.linear_v_heads % cfg.linear_k_heads != 0)
             return invalid("linear_num_value_heads (" + std::to_string(cfg.linear_v_heads) +

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "model/tensor_map.h"
 #include "model/workspace.h"
 
 namespace sluice::model {
@@ -37,6 +38,55 @@ uint64_t ModelState::bytes() const {
     return total;
 }
 
+Status check_pack_layout(const ModelConfig& c, const format::PackLayout& layout, const std::string& dir) {
+    const std::string where = "[model] " + dir + ": layout.json";
+    auto corrupt = [&](const std::string& what) { return error(ErrorCode::kCorrupt, where + " " + what); };
+    std::vector<int> seen(static_cast<size_t>(c.n_layers), 0);
+    for (const format::PackExpertFile& f : layout.expert_files) {
+        const std::string layer = "layer " + std::to_string(f.layer);
+        if (f.layer < 0 || f.layer >= c.n_layers)
+            return corrupt("has an expert file for " + layer + " of a " + std::to_string(c.n_layers) +
+                           "-layer model (config.json)");
+        if (!c.is_moe_layer(f.layer))
+            return corrupt("has experts for " + layer + ", a dense layer in config.json");
+        if (seen[static_cast<size_t>(f.layer)]++ != 0) return corrupt("lists " + layer + " twice");
+        const struct {
+            const char* name;
+            const format::PackProjection& p;
+            int64_t rows, cols;
+        } projections[] = {{"gate_proj", f.gate, c.expert_ffn, c.hidden},
+                           {"up_proj", f.up, c.expert_ffn, c.hidden},
+                           {"down_proj", f.down, c.hidden, c.expert_ffn}};
+        for (const auto& [name, p, rows, cols] : projections) {
+            const std::string what = layer + " " + name;
+            if (p.rows != rows || p.cols != cols)
+                return corrupt("says " + what + " is [" + std::to_string(p.rows) + ", " +
+                               std::to_string(p.cols) + "], config.json [" + std::to_string(rows) + ", " +
+                               std::to_string(cols) + "]");
+            // The packer quantizes as config.json's quantization block says (keeping float only what
+            // the group size does not divide); a pack without the block is float.
+            const QuantSpec spec = c.quantization.present
+                                       ? c.quantization.for_module(tensor_names_for(c).layer(f.layer) +
+                                                                   TensorNames::kStackedExperts + name)
+                                       : QuantSpec{};
+            const bool as_config = p.bits == spec.bits && (p.bits == 0 || p.group_size == spec.group_size);
+            const bool kept_float = p.bits == 0 && spec.group_size > 0 && cols % spec.group_size != 0;
+            if (!as_config && !kept_float)
+                return corrupt(
+                    "says " + what + " is " +
+                    (p.bits ? std::to_string(p.bits) + "-bit group " + std::to_string(p.group_size)
+                            : std::string("float")) +
+                    ", config.json's quantization " +
+                    (spec.bits ? std::to_string(spec.bits) + "-bit group " + std::to_string(spec.group_size)
+                               : std::string("none")));
+        }
+    }
+    for (int64_t l = 0; l < c.n_layers; ++l)
+        if (c.is_moe_layer(l) && seen[static_cast<size_t>(l)] == 0)
+            return corrupt("has no expert file for MoE layer " + std::to_string(l));
+    return Status::ok();
+}
+
 Expected<std::shared_ptr<Model>> Model::load(const std::string& dir) {
     auto model = std::shared_ptr<Model>(new Model());
     SLUICE_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir));
@@ -46,12 +96,7 @@ Expected<std::shared_ptr<Model>> Model::load(const std::string& dir) {
         model->packed_ = true;
         SLUICE_ASSIGN_OR_RETURN(checkpoint,
                                 format::Checkpoint::open_files(dir, {model->packed_layout_.dense_file}));
-        for (int64_t l = 0; l < config.n_layers; ++l) {
-            if (config.is_moe_layer(l) && model->packed_layout_.for_layer(l) == nullptr)
-                return error(
-                    ErrorCode::kCorrupt,
-                    "[model] " + dir + ": layout.json has no expert file for MoE layer " + std::to_string(l));
-        }
+        SLUICE_RETURN_IF_ERROR(check_pack_layout(config, model->packed_layout_, dir));
         if (model->packed_layout_.n_experts != config.n_experts) {
             return error(ErrorCode::kCorrupt, "[model] " + dir + ": layout.json has " +
                                                   std::to_string(model->packed_layout_.n_experts) +

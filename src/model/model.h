@@ -139,6 +139,11 @@ struct Workspace {
     }
 };
 
+// A packed folder's layout.json against its config.json: one expert file per MoE layer and none
+// elsewhere, each projection of the config's shape and quantized as the config says (bits, group).
+// So a layout that does not describe this model is refused at load, naming the layer.
+Status check_pack_layout(const ModelConfig& config, const format::PackLayout& layout, const std::string& dir);
+
 class Model {
  public:
     // Loads config.json and the safetensors checkpoint in `dir` (Hugging Face or MLX layout), or a

@@ -1,6 +1,7 @@
 #include "model/weights.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/log.h"
@@ -152,6 +153,21 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
     SLUICE_ASSIGN_OR_RETURN(const TensorNames names, find_tensor_names(ck));
     const std::string& prefix = names.prefix;
     const std::string& lm_head_path = names.lm_head;
+
+    // A config that names fewer layers than the checkpoint holds would run a truncated model
+    // without a word: every decoder layer the checkpoint has must be one the config describes.
+    const std::string layers_prefix = prefix + "layers.";
+    for (const auto& file : ck.files()) {
+        for (const format::TensorInfo& t : file->tensors()) {
+            if (t.name.compare(0, layers_prefix.size(), layers_prefix) != 0) continue;
+            const int64_t index = std::strtoll(t.name.c_str() + layers_prefix.size(), nullptr, 10);
+            if (index >= cfg.n_layers)
+                return error(ErrorCode::kInvalidArgument, "[weights] " + ck.dir() + " holds tensor '" +
+                                                              t.name + "' of layer " + std::to_string(index) +
+                                                              ", but config.json says num_hidden_layers = " +
+                                                              std::to_string(cfg.n_layers));
+        }
+    }
 
     const bool mlx_layout = detect_checkpoint_layout(cfg, ck, prefix) == CheckpointLayout::kMlx;
     mw.layout = mlx_layout ? CheckpointLayout::kMlx : CheckpointLayout::kHuggingFace;

@@ -136,5 +136,27 @@ TEST(ModelConfig, ClearErrors) {
     EXPECT_FALSE(parse_model_config("not json", "c.json").has_value());
 }
 
+// Values a forward would turn into NaNs, garbage or a crash are refused by name at load.
+TEST(ModelConfig, OutOfRangeValuesAreRefused) {
+    const std::string base = R"({"model_type":"qwen3_moe","hidden_size":64,"num_hidden_layers":2,
+        "vocab_size":100,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":32,
+        "num_experts":8,"num_experts_per_tok":2,"moe_intermediate_size":16)";
+    ASSERT_TRUE(parse_model_config(base + "}", "c.json").has_value());
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {R"(,"rms_norm_eps":-1})", "rms_norm_eps must be a positive number"},
+        {R"(,"rms_norm_eps":0})", "rms_norm_eps must be a positive number"},
+        {R"(,"rope_theta":0})", "rope_theta must be a positive number"},
+        {R"(,"rope_parameters":{"rope_theta":-5}})", "rope_theta must be a positive number"},
+        {R"(,"eos_token_id":[5,100]})", "eos_token_id 100 is outside the vocabulary [0, 100)"},
+        {R"(,"bos_token_id":-3})", "bos_token_id -3 is outside the vocabulary"},
+    };
+    for (const auto& [tail, expect] : cases) {
+        auto cfg = parse_model_config(base + tail, "c.json");
+        ASSERT_FALSE(cfg.has_value()) << tail;
+        EXPECT_NE(cfg.status().message().find(expect), std::string::npos) << cfg.status().message();
+        EXPECT_NE(cfg.status().message().find("c.json"), std::string::npos) << cfg.status().message();
+    }
+}
+
 }  // namespace
 }  // namespace sluice::model

@@ -3,12 +3,15 @@
 // sources and for float packs (--bits 16) of Hugging Face sources. Plus the fault cases: a
 // truncated expert file, a flipped byte, a missing or wrong-version manifest, an interrupted pack
 // resumed, a folder of the wrong architecture.
+#include "format/pack.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "convert/packer.h"
@@ -17,6 +20,8 @@
 #include "io/mapped_file.h"
 #include "kernels/kernels.h"
 #include "kernels/quantize.h"
+#include "model/config.h"
+#include "model/model.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
 #include "test_util.h"
@@ -328,6 +333,99 @@ TEST_F(PackFaults, WrongArchitecture) {
     auto r = run_logits(o_.out_dir, ids_, 1);
     ASSERT_FALSE(r.has_value());
     EXPECT_FALSE(r.status().message().empty());
+}
+
+// The description files are covered by the manifest's checksums: one byte of layout.json changed
+// after packing ("bits": 4 → 2, which once passed `verify` and printed garbage) is refused by load
+// and by verify, naming the file. A pack written before the checksums existed still opens.
+TEST_F(PackFaults, ChangedDescriptionFilesAreRefused) {
+    auto layout_text = io::read_text_file(path("layout.json"));
+    ASSERT_TRUE(layout_text.has_value());
+    std::string changed = *layout_text;
+    const size_t at = changed.find("\"bits\": 4");
+    ASSERT_NE(at, std::string::npos);
+    changed[at + 8] = '2';
+    ASSERT_TRUE(io::write_file_atomic(path("layout.json"), changed).is_ok());
+    auto r = run_logits(o_.out_dir, ids_, 1);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_NE(r.status().message().find("'layout.json' does not match its checksum"), std::string::npos)
+        << r.status().message();
+    EXPECT_FALSE(convert::verify_packed(o_.out_dir).has_value());
+    ASSERT_TRUE(io::write_file_atomic(path("layout.json"), *layout_text).is_ok());
+
+    auto config_text = io::read_text_file(path("config.json"));
+    ASSERT_TRUE(config_text.has_value());
+    std::string config_changed = *config_text;  // same size, still valid JSON: one space becomes a tab
+    const size_t space = config_changed.find(": ");
+    ASSERT_NE(space, std::string::npos);
+    config_changed[space + 1] = '\t';
+    ASSERT_TRUE(io::write_file_atomic(path("config.json"), config_changed).is_ok());
+    auto c = run_logits(o_.out_dir, ids_, 1);
+    ASSERT_FALSE(c.has_value());
+    EXPECT_NE(c.status().message().find("'config.json' does not match its checksum"), std::string::npos)
+        << c.status().message();
+    ASSERT_TRUE(io::write_file_atomic(path("config.json"), *config_text).is_ok());
+
+    // An older pack: no checksums in the manifest.
+    auto manifest = nlohmann::json::parse(*io::read_text_file(path("manifest.json")));
+    ASSERT_TRUE(manifest.contains("xxh3"));
+    EXPECT_TRUE(manifest["xxh3"].contains("layout.json"));
+    EXPECT_TRUE(manifest["xxh3"].contains("config.json"));
+    EXPECT_FALSE(manifest["xxh3"].contains("dense.safetensors"));  // checksummed per tensor in layout.json
+    manifest.erase("xxh3");
+    ASSERT_TRUE(io::write_file_atomic(path("manifest.json"), manifest.dump(1)).is_ok());
+    EXPECT_TRUE(run_logits(o_.out_dir, ids_, 1).has_value());
+}
+
+// A layout.json that is intact but does not describe the model of config.json (a consistent but
+// wrong pack) is refused at load by model::check_pack_layout, naming the layer and what differs.
+TEST_F(PackFaults, LayoutIsCrossCheckedAgainstTheConfig) {
+    auto cfg = model::load_model_config(o_.out_dir);
+    auto layout = format::open_packed_dir(o_.out_dir);
+    ASSERT_TRUE(cfg.has_value() && layout.has_value());
+    ASSERT_TRUE(model::check_pack_layout(*cfg, *layout, "p").is_ok());
+    struct Case {
+        std::function<void(format::PackLayout&)> change;
+        std::string expect;
+    };
+    const std::vector<Case> cases = {
+        {[](format::PackLayout& l) { l.expert_files[0].up.bits = 8; },
+         "up_proj is 8-bit group 32, config.json's quantization 4-bit group 32"},
+        {[](format::PackLayout& l) { l.expert_files[0].down.cols += 64; }, "down_proj is ["},
+        {[](format::PackLayout& l) { l.expert_files[0].gate.group_size = 64; },
+         "gate_proj is 4-bit group 64"},
+        {[](format::PackLayout& l) { l.expert_files.pop_back(); }, "has no expert file for MoE layer"},
+        {[](format::PackLayout& l) { l.expert_files.push_back(l.expert_files[0]); }, "twice"},
+        {[&](format::PackLayout& l) { l.expert_files[0].layer = cfg->n_layers; }, "-layer model"},
+    };
+    for (const Case& c : cases) {
+        format::PackLayout bad = *layout;
+        c.change(bad);
+        const Status st = model::check_pack_layout(*cfg, bad, "p");
+        ASSERT_FALSE(st.is_ok()) << c.expect;
+        EXPECT_NE(st.message().find(c.expect), std::string::npos) << st.message();
+        EXPECT_NE(st.message().find("layout.json"), std::string::npos) << st.message();
+    }
+}
+
+// A config.json naming fewer layers than the checkpoint holds is refused, not run truncated.
+TEST(Weights, FewerLayersInTheConfigThanInTheCheckpointAreRefused) {
+    TempDir dir;
+    const std::string src = golden("qwen3_moe_hf_bf16");
+    for (const auto& e : fs::directory_iterator(src))
+        if (e.path().filename() != "config.json")
+            fs::create_symlink(e.path(), dir.file(e.path().filename().string()));
+    auto config = nlohmann::json::parse(*io::read_text_file(src + "/config.json"));
+    const int64_t layers = config["num_hidden_layers"].get<int64_t>();
+    config["num_hidden_layers"] = layers - 1;
+    ASSERT_TRUE(io::write_file_atomic(dir.file("config.json"), config.dump()).is_ok());
+    auto m = model::Model::load(dir.path());
+    ASSERT_FALSE(m.has_value());
+    EXPECT_NE(m.status().message().find("num_hidden_layers = " + std::to_string(layers - 1)),
+              std::string::npos)
+        << m.status().message();
+    EXPECT_NE(m.status().message().find("of layer " + std::to_string(layers - 1)), std::string::npos)
+        << m.status().message();
 }
 
 TEST_F(PackFaults, RefusesToPackIntoAnUnrelatedFolder) {

@@ -134,6 +134,18 @@ TEST(Tokenizer, MalformedFilesAreExplained) {
     bad_norm["normalizer"] = {{"type", "Lowercase"}};
     json no_vocab = tiny_tokenizer({}, false);
     no_vocab["model"].erase("vocab");
+    json huge_number = tiny_tokenizer({}, false);
+    huge_number["model"]["vocab"]["zz"] = 424242;
+    json huge_id = tiny_tokenizer({}, false);
+    huge_id["model"]["vocab"]["zz"] = 1000000000;
+    json huge_added_id = tiny_tokenizer({}, false);
+    json big = json::object();
+    big["id"] = 50000000;
+    big["content"] = "<x>";
+    for (const char* flag : {"single_word", "lstrip", "rstrip", "normalized"}) big[flag] = false;
+    big["special"] = true;
+    huge_added_id["added_tokens"] = json::array();
+    huge_added_id["added_tokens"].push_back(big);
     json bad_regex = tiny_tokenizer({}, false);
     bad_regex["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "([a-";
     const std::vector<Case> cases = {
@@ -146,6 +158,12 @@ TEST(Tokenizer, MalformedFilesAreExplained) {
         {bad_norm.dump(), "normalizer: type 'Lowercase' is not supported"},
         {no_vocab.dump(), "model.vocab: expected an object"},
         {bad_regex.dump(), "regex does not compile"},
+        // A number no double holds (nlohmann's out_of_range, not a parse error) and ids that would make
+        // the id-indexed tables gigabytes: clear errors naming the file, not "internal error" or
+        // std::bad_alloc.
+        {huge_number.dump().replace(huge_number.dump().find("424242"), 6, "1e999"), "invalid JSON"},
+        {huge_id.dump(), "expected an integer id in 0..16777215"},
+        {huge_added_id.dump(), "added_tokens[0].id: expected an integer id in 0..16777215"},
     };
     for (const auto& c : cases) {
         dir.write("tokenizer.json", c.text);
