@@ -201,21 +201,19 @@ TEST(CudaFailure, AFailedTieredForwardLeavesTheSessionAtItsLastPosition) {
     int n_devices = 0;
     if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0) GTEST_SKIP() << "no CUDA device";
     testing::TempDir tmp;
-    convert::PackOptions po;
-    po.src_dir = std::string(SLUICE_SOURCE_DIR) + "/models/tiny-next";
-    po.out_dir = tmp.file("packed");
-    ASSERT_TRUE(convert::pack_model(po).has_value());
-    auto layout = format::open_packed_dir(po.out_dir);
+    const std::string packed = tmp.file("packed");
+    ASSERT_TRUE(testing::pack_default_model(packed));
+    auto layout = format::open_packed_dir(packed);
     ASSERT_TRUE(layout.has_value());
     const format::PackExpertFile* f = layout->for_layer(5);
     ASSERT_NE(f, nullptr);
-    const std::string file = po.out_dir + "/" + f->file;
+    const std::string file = packed + "/" + f->file;
     auto flip = [&] {
         ASSERT_TRUE(
             testing::flip_record_bytes(file, f->record_stride, static_cast<int64_t>(f->record_xxh3.size())));
     };
     EngineOptions eo;
-    eo.model_dir = po.out_dir;
+    eo.model_dir = packed;
     eo.threads = 2;
     eo.context_tokens = 256;
     eo.device = "cuda";

@@ -61,12 +61,8 @@ INSTANTIATE_TEST_SUITE_P(Goldens, BatchForward,
 class PackedBatch : public ::testing::Test {
  protected:
     void SetUp() override {
-        convert::PackOptions o;
-        o.src_dir = std::string(SLUICE_SOURCE_DIR) + "/models/tiny-next";
-        o.out_dir = dir_.file("packed");
-        auto packed = convert::pack_model(o);
-        ASSERT_TRUE(packed.has_value()) << packed.status().message();
-        packed_ = o.out_dir;
+        packed_ = dir_.file("packed");
+        ASSERT_TRUE(testing::pack_default_model(packed_));
     }
     testing::TempDir dir_;
     std::string packed_;

@@ -26,21 +26,18 @@ constexpr int64_t kFaultLayer = 5;  // a DeltaNet layer after three DeltaNet lay
 class FailureAtomicity : public ::testing::Test {
  protected:
     void SetUp() override {
-        convert::PackOptions o;
-        o.src_dir = std::string(SLUICE_SOURCE_DIR) + "/models/tiny-next";
-        o.out_dir = dir_.file("packed");
-        auto packed = convert::pack_model(o);
-        ASSERT_TRUE(packed.has_value()) << packed.status().message();
-        auto layout = format::open_packed_dir(o.out_dir);
+        const std::string packed = dir_.file("packed");
+        ASSERT_TRUE(testing::pack_default_model(packed));
+        auto layout = format::open_packed_dir(packed);
         ASSERT_TRUE(layout.has_value()) << layout.status().message();
         const format::PackExpertFile* f = layout->for_layer(kFaultLayer);
         ASSERT_NE(f, nullptr);
-        expert_file_ = o.out_dir + "/" + f->file;
+        expert_file_ = packed + "/" + f->file;
         stride_ = f->record_stride;
         records_ = static_cast<int64_t>(f->record_xxh3.size());
 
         EngineOptions eo;
-        eo.model_dir = o.out_dir;
+        eo.model_dir = packed;
         eo.threads = 2;
         eo.context_tokens = 256;
         eo.memory_bytes = 2ull << 30;

@@ -9,6 +9,8 @@
 #include <random>
 #include <string>
 
+#include "convert/packer.h"
+
 namespace sluice::testing {
 
 // A fresh folder under the system temp dir, removed when the object dies.
@@ -61,6 +63,17 @@ inline bool flip_record_bytes(const std::string& file, uint64_t stride, int64_t 
     }
     f.flush();
     return f.good();
+}
+
+// The default model (models/tiny-next) packed into `out_dir`: the packed model the failure and
+// batch tests stream from.
+inline ::testing::AssertionResult pack_default_model(const std::string& out_dir) {
+    convert::PackOptions o;
+    o.src_dir = std::string(SLUICE_SOURCE_DIR) + "/models/tiny-next";
+    o.out_dir = out_dir;
+    auto packed = convert::pack_model(o);
+    if (!packed.has_value()) return ::testing::AssertionFailure() << packed.status().message();
+    return ::testing::AssertionSuccess();
 }
 
 }  // namespace sluice::testing
