@@ -80,7 +80,7 @@ class Model:
         n = c["num_hidden_layers"]
         if "layer_types" in c:
             self.types = c["layer_types"]
-        elif family == "qwen3_moe":
+        elif family in ("qwen3_moe", "qwen3"):
             self.types = ["full_attention"] * n
         else:
             k = c.get("full_attention_interval", 4)
@@ -177,6 +177,12 @@ class Model:
         y = rms(o, self.eps) * self.W(p + "norm.weight") * silu(z)
         return y.reshape(T, nv * dv) @ self.W(p + "out_proj.weight").T
 
+    def mlp(self, x, p):
+        if (p + "gate_proj.weight") in self.w:  # a dense layer (dense Qwen3: every layer)
+            h = silu(x @ self.W(p + "gate_proj.weight").T) * (x @ self.W(p + "up_proj.weight").T)
+            return h @ self.W(p + "down_proj.weight").T
+        return self.moe(x, p)
+
     def moe(self, x, p):
         c = self.c
         E, k = c["num_experts"], c["num_experts_per_tok"]
@@ -218,10 +224,11 @@ class Model:
                 x = x + self.attention(h, L + "self_attn.")
             else:
                 x = x + self.gdn(h, L + "linear_attn.")
-            x = x + self.moe(self.norm(x, L + "post_attention_layernorm.weight", self.zc), L + "mlp.")
+            x = x + self.mlp(self.norm(x, L + "post_attention_layernorm.weight", self.zc), L + "mlp.")
             hidden.append(x.copy())
         x = self.norm(x, pre + "norm.weight", self.zc)
-        return x @ self.W("lm_head.weight").T, hidden
+        head = "lm_head.weight" if "lm_head.weight" in self.w else pre + "embed_tokens.weight"  # tied
+        return x @ self.W(head).T, hidden
 
 
 def check(gdir: str, tol: float) -> bool:

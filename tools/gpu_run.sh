@@ -169,6 +169,42 @@ for s in "$@"; do
         bench "$s"_p512 120 "$m" --prompt-tokens 512 --prefill-chunk 512 --gen-tokens 128 --reps 2
         bench "$s"_p4096 120 "$m" --prompt-tokens 4096 --prefill-chunk 4096 --gen-tokens 32 --reps 1
         ;;
+    abhost35 | abhost80)
+        # A/B of the host tier, alternated A B A B A B in one call (the order and the machine's drift
+        # weigh the same on both): .devcarry/c against .devcarry/b, 3 measured reps of 128 tokens each;
+        # AB_ROUNDS pairs (default 3).
+        m=/tmp/m${s#abhost}
+        mkdir -p /tmp/slb && tar xJf .devcarry/b/carry.tar.xz -C /tmp/slb
+        for k in $(seq 1 "${AB_ROUNDS:-3}"); do
+            for v in a b; do
+                dir=/tmp/sl
+                [ "$v" = b ] && dir=/tmp/slb
+                LD_LIBRARY_PATH=$dir/lib B=$dir/bin TAG=ab${k}${v}_ bench "host${s#abhost}" 300 "$m" \
+                    --gpu-memory 4G --memory 60G --prompt-tokens 512 --prefill-chunk 512 --gen-tokens 128 \
+                    --reps 3 --warmup 1
+            done
+        done
+        ;;
+    goldens)
+        # Regenerates the goldens named in GOLDENS_ONLY (all when empty) with transformers into
+        # tests/data/goldens of this tree (the test binaries read it), and every golden's config as
+        # save_pretrained writes it; both come back in results.tgz.
+        only=()
+        for g in ${GOLDENS_ONLY:-}; do only+=(--only "$g"); done
+        step make_goldens 600 python3 tools/make_goldens.py --out tests/data/goldens "${only[@]}" \
+            --save-configs "$RES/configs"
+        mkdir -p "$RES/goldens"
+        cp tests/data/goldens/index.json "$RES/goldens/"
+        for g in ${GOLDENS_ONLY:-}; do cp -r "tests/data/goldens/$g" "$RES/goldens/"; done
+        tar czf "$OUT/results.tgz" -C "$RES" .
+        ;;
+    checkgoldens)
+        # The goldens re-derived by tools/check_goldens.py's numpy forward written from the spec.
+        step check_goldens 300 python3 tools/check_goldens.py
+        ;;
+    cpugoldens)
+        step goldens_cpu 300 "$B/sluice_tests" --gtest_filter='Goldens/*'
+        ;;
     host35 | host80)
         m=/tmp/m${s#host}
         bench "$s" 240 "$m" --gpu-memory 4G --memory 60G --prompt-tokens 512 --prefill-chunk 512 \

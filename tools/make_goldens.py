@@ -3,14 +3,17 @@
 
 Purpose
     sluice must produce the same logits as the reference implementation. This script builds tiny
-    Qwen3-MoE / Qwen3-Next / Qwen3.5-MoE models with seeded random weights, writes each one as a
+    dense Qwen3 / Qwen3-MoE / Qwen3-Next / Qwen3.5-MoE models with seeded random weights, writes each one as a
     checkpoint in the layout under test (HF bf16, or MLX affine-quantised as mlx-lm writes it), loads
     the exact stored values back into the transformers model (in float32, on the CPU), and records what
     transformers computes.
 
-How to run (needs torch, transformers >= 5 with qwen3_moe / qwen3_next / qwen3_5_moe, numpy)
+How to run (needs torch, transformers >= 5 with qwen3 / qwen3_moe / qwen3_next / qwen3_5_moe, numpy)
     python3 tools/make_goldens.py --out tests/data/goldens            # all goldens
-    python3 tools/make_goldens.py --out DIR --only qwen3_next_hf_bf16  # one golden
+    python3 tools/make_goldens.py --out DIR --only qwen3_next_hf_bf16  # one golden (the index keeps
+                                                                       # the others listed)
+    python3 tools/make_goldens.py --save-configs tests/data/configs/transformers --only none
+                                      # every golden's config as save_pretrained writes it
     python3 tools/make_goldens.py --selftest                           # numpy-only checks of the
                                                                        # quantiser, packer, writer
     Optional: --dump-sources DIR copies the installed modeling_/configuration_ files of the three
@@ -230,6 +233,36 @@ def _qwen3_moe_cfg(h, nh, nkv, hd, moe_i, e, k, v, layers, norm_topk):
     }
 
 
+def _qwen3_cfg(h, nh, nkv, hd, inter, v, layers, tied):
+    """Dense Qwen3 (Qwen3ForCausalLM: Qwen3-0.6B ... 32B): Qwen3-MoE's attention with a dense SwiGLU MLP
+    in every layer; the small sizes tie the LM head to the embedding."""
+    return {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "vocab_size": v,
+        "hidden_size": h,
+        "intermediate_size": inter,
+        "num_hidden_layers": layers,
+        "num_attention_heads": nh,
+        "num_key_value_heads": nkv,
+        "head_dim": hd,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "rope_scaling": None,
+        "max_position_embeddings": 4096,
+        "attention_bias": False,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "max_window_layers": layers,
+        "tie_word_embeddings": tied,
+        "use_cache": True,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": "bfloat16",
+    }
+
+
 def _qwen3_next_cfg(h, nh, nkv, hd, nk, nv, dk, dv, moe_i, sh_i, e, k, v, layers, interval):
     return {
         "architectures": ["Qwen3NextForCausalLM"],
@@ -338,6 +371,27 @@ def _qwen3_5_moe_cfg(h, nh, nkv, hd, nk, nv, dk, dv, moe_i, sh_i, e, k, v, layer
 
 
 GOLDENS = [
+    {
+        "name": "qwen3_hf_bf16",
+        "family": "qwen3",
+        "layout": "hf",
+        "config": _qwen3_cfg(h=64, nh=4, nkv=2, hd=32, inter=96, v=256, layers=3, tied=False),
+        "config_writer": "save_pretrained",
+        "notes": "dense Qwen3 (no experts: a SwiGLU mlp.gate_proj/up_proj/down_proj in every layer); "
+        "head_dim 32 != hidden/heads 16; intermediate 96; config.json as transformers' save_pretrained writes it",
+    },
+    {
+        "name": "qwen3_mlx_q4",
+        "family": "qwen3",
+        "layout": "mlx",
+        "bits": 4,
+        "group_size": 32,
+        "config": _qwen3_cfg(h=64, nh=4, nkv=2, hd=32, inter=128, v=256, layers=3, tied=True),
+        "config_writer": "save_pretrained",
+        "notes": "dense Qwen3 as mlx-lm writes a small one (Qwen3-0.6B..4B): tie_word_embeddings true, so no "
+        "lm_head tensor and the quantised embed_tokens is also the LM head; 4-bit gs32, bf16 scales/biases; "
+        "config.json as save_pretrained writes it plus mlx-lm's quantization block",
+    },
     {
         "name": "qwen3_moe_hf_bf16",
         "family": "qwen3_moe",
@@ -785,8 +839,8 @@ def check_config(golden: dict, cfg) -> list:
         errs.append(f"rope_theta: config.json {theta} vs model {got_theta}")
     if abs(float(got_prf or 1.0) - float(prf)) > 0:
         errs.append(f"partial_rotary_factor: config.json {prf} vs model {got_prf}")
-    if getattr(tc, "tie_word_embeddings", False):
-        errs.append("tie_word_embeddings is true in the model config")
+    if bool(getattr(tc, "tie_word_embeddings", False)) != bool(src.get("tie_word_embeddings", False)):
+        errs.append(f"tie_word_embeddings: config.json {src.get('tie_word_embeddings')} vs model {tc.tie_word_embeddings}")
     return errs
 
 
@@ -800,6 +854,8 @@ def build_model(golden: dict, cfg):
         cls = transformers.Qwen3_5MoeForConditionalGeneration
     elif fam == "qwen3_next":
         cls = transformers.Qwen3NextForCausalLM
+    elif fam == "qwen3":
+        cls = transformers.Qwen3ForCausalLM
     else:
         cls = transformers.Qwen3MoeForCausalLM
     for c in (cfg, getattr(cfg, "text_config", None)):
@@ -866,10 +922,18 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
             sd[n] = torch.from_numpy(np.ascontiguousarray(back_mem[n]))
         elif n in mem:
             sd[n] = torch.from_numpy(np.ascontiguousarray(mem[n]))
+    # A tied LM head is the embedding (one parameter, listed once by named_parameters): its state_dict
+    # entry must carry the stored embedding too, or loading it would put the initial values back.
+    if "lm_head.weight" in sd and "lm_head.weight" not in back_mem:
+        emb = next(n for n in sd if n.endswith("embed_tokens.weight") and ".visual." not in n)
+        sd["lm_head.weight"] = sd[emb]
     model.load_state_dict(sd, strict=True)
 
-    # config.json
+    # config.json: as written in GOLDENS, or as transformers' own save_pretrained writes it (the spelling
+    # of a checkpoint saved by transformers 5, which loaders must read too)
     cfg_json = json.loads(json.dumps(golden["config"]))
+    if golden.get("config_writer") == "save_pretrained":
+        cfg_json = saved_config(cfg)
     if layout == "mlx":
         cfg_json["quantization"] = qblock
         cfg_json["quantization_config"] = dict(qblock)
@@ -939,8 +1003,11 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
     # margins (how fragile the golden is to rounding)
     srt = np.sort(greedy_logits, axis=-1)
     min_greedy_margin = float((srt[:, -1] - srt[:, -2]).min())
-    k = cfg.get_text_config().num_experts_per_tok if hasattr(cfg, "get_text_config") else cfg.num_experts_per_tok
+    tcfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    k = getattr(tcfg, "num_experts_per_tok", None)  # None: a dense model, no router
     try:
+        if k is None:
+            raise ValueError("no router (dense model)")
         margins = []
         for p in router_logits[: len(capture_decoder_layers(model))]:
             ps = np.sort(p, axis=-1)[:, ::-1]
@@ -1030,6 +1097,33 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
     return info
 
 
+def saved_config(cfg) -> dict:
+    """The config.json that cfg.save_pretrained() writes."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as td:
+        cfg.save_pretrained(td)
+        with open(os.path.join(td, "config.json")) as f:
+            return json.load(f)
+
+
+def save_configs(dst: str) -> list:
+    """Every golden's config as transformers writes it (save_pretrained of the config it builds from
+    the golden's): DST/NAME.json. Loaders must read both spellings to the same model."""
+    os.makedirs(dst, exist_ok=True)
+    failed = []
+    for g in GOLDENS:
+        try:
+            d = saved_config(make_config(g))
+            with open(os.path.join(dst, g["name"] + ".json"), "w") as f:
+                json.dump(d, f, indent=2, sort_keys=True)
+                f.write("\n")
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+            failed.append(g["name"])
+    return failed
+
+
 def versions_info() -> dict:
     import torch
     import transformers
@@ -1049,7 +1143,7 @@ def dump_sources(dst: str) -> None:
 
     root = os.path.dirname(transformers.__file__)
     os.makedirs(dst, exist_ok=True)
-    for fam in ("qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5", "qwen2_moe", "qwen3_vl_moe", "qwen3_vl"):
+    for fam in ("qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5", "qwen2_moe", "qwen3_vl_moe", "qwen3_vl"):
         d = os.path.join(root, "models", fam)
         if not os.path.isdir(d):
             continue
@@ -1206,6 +1300,7 @@ def main() -> int:
     ap.add_argument("--only", action="append", default=[])
     ap.add_argument("--dump-sources", default=None)
     ap.add_argument("--selftest", action="store_true")
+    ap.add_argument("--save-configs", default=None, help="write every golden's config as save_pretrained writes it into DIR")
     args = ap.parse_args()
     if args.selftest:
         return selftest()
@@ -1219,8 +1314,18 @@ def main() -> int:
             traceback.print_exc()
     versions = versions_info()
     print(json.dumps(versions), flush=True)
+    if args.save_configs:
+        bad = save_configs(args.save_configs)
+        print(f"save_pretrained configs written to {args.save_configs}; failed: {bad}", flush=True)
+        if bad:
+            return 1
     os.makedirs(args.out, exist_ok=True)
     index, failed = [], []
+    # --only regenerates some goldens: the others stay listed in the index as they were.
+    index_path = os.path.join(args.out, "index.json")
+    if args.only and os.path.exists(index_path):
+        with open(index_path) as f:
+            index = [g for g in json.load(f)["goldens"] if g["name"] not in args.only]
     for g in GOLDENS:
         if args.only and g["name"] not in args.only:
             continue
@@ -1232,7 +1337,9 @@ def main() -> int:
         except Exception:  # noqa: BLE001
             traceback.print_exc()
             failed.append(g["name"])
-    with open(os.path.join(args.out, "index.json"), "w") as f:
+    order = [g["name"] for g in GOLDENS]
+    index.sort(key=lambda g: order.index(g["name"]) if g["name"] in order else len(order))
+    with open(index_path, "w") as f:
         json.dump({"generator": "tools/make_goldens.py", "versions": versions, "goldens": index, "failed": failed}, f, indent=2)
         f.write("\n")
     print(f"done: {len(index)} ok, failed: {failed}", flush=True)

@@ -26,9 +26,10 @@ void run_info(const InfoOptions& o) {
     auto engine = check(Engine::load(eo));
     const ModelInfo& m = engine->info();
     const MemoryPlan& plan = engine->memory_plan();
-    const double expert_record =
-        plan.streaming ? static_cast<double>(plan.slot_bytes)
-                       : static_cast<double>(m.expert_bytes) / static_cast<double>(m.n_experts * m.n_layers);
+    const double expert_record = plan.streaming    ? static_cast<double>(plan.slot_bytes)
+                                 : m.n_experts > 0 ? static_cast<double>(m.expert_bytes) /
+                                                         static_cast<double>(m.n_experts * m.n_layers)
+                                                   : 0.0;
     const double routed_per_token = static_cast<double>(m.n_layers * m.experts_per_token) * expert_record;
     std::printf("model             %s\n", o.model_dir.c_str());
     std::printf("architecture      %s, %lld layers (%lld full attention), hidden %lld, vocab %lld\n",

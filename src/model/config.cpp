@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 
 #include "io/mapped_file.h"
@@ -12,6 +13,7 @@ using nlohmann::json;
 
 const char* family_name(Family family) {
     switch (family) {
+        case Family::kQwen3: return "qwen3";
         case Family::kQwen3Moe: return "qwen3_moe";
         case Family::kQwen3Next: return "qwen3_next";
         case Family::kQwen35Moe: return "qwen3_5_moe";
@@ -20,7 +22,7 @@ const char* family_name(Family family) {
 }
 
 const char* supported_model_types() {
-    return "qwen3_moe, qwen3_next, qwen3_5_moe (text_config: qwen3_5_moe_text)";
+    return "qwen3, qwen3_moe, qwen3_next, qwen3_5_moe (text_config: qwen3_5_moe_text)";
 }
 
 QuantSpec QuantConfig::for_module(const std::string& path) const {
@@ -55,6 +57,16 @@ class Reader {
             return 0;
         }
         return it->get<int64_t>();
+    }
+    // The first of several spellings of one field that the file has (transformers reads them all:
+    // e.g. Qwen3-MoE's num_experts, which transformers 5 writes as num_local_experts).
+    int64_t required_int(std::initializer_list<const char*> keys) {
+        for (const char* key : keys)
+            if (obj_.contains(key)) return required_int(key);
+        std::string names;
+        for (const char* key : keys) names += std::string(names.empty() ? "'" : " or '") + key + "'";
+        fail("missing required field " + names);
+        return 0;
     }
     int64_t int_or(const char* key, int64_t fallback) {
         auto it = obj_.find(key);
@@ -168,7 +180,9 @@ Expected<ModelConfig> parse_model_config(const std::string& json_text, const std
 
     // Nested configs (Qwen3.5/3.6 VLM wrapper): the text model's fields live in text_config.
     const json* text = &root;
-    if (cfg.model_type == "qwen3_moe") {
+    if (cfg.model_type == "qwen3") {
+        cfg.family = Family::kQwen3;
+    } else if (cfg.model_type == "qwen3_moe") {
         cfg.family = Family::kQwen3Moe;
     } else if (cfg.model_type == "qwen3_next") {
         cfg.family = Family::kQwen3Next;
@@ -199,7 +213,8 @@ Expected<ModelConfig> parse_model_config(const std::string& json_text, const std
     if (cfg.head_dim == 0 && cfg.n_heads > 0) cfg.head_dim = cfg.hidden / cfg.n_heads;
 
     // RoPE: rope_theta at the top level (older files) or inside rope_parameters (newer ones).
-    double default_partial = cfg.family == Family::kQwen3Moe ? 1.0 : 0.25;
+    const bool hybrid = cfg.family == Family::kQwen3Next || cfg.family == Family::kQwen35Moe;
+    double default_partial = hybrid ? 0.25 : 1.0;
     double theta = r.number_or("rope_theta", 10000.0);
     double partial = r.number_or("partial_rotary_factor", default_partial);
     if (auto rp = text->find("rope_parameters"); rp != text->end() && rp->is_object()) {
@@ -228,17 +243,22 @@ Expected<ModelConfig> parse_model_config(const std::string& json_text, const std
     cfg.rope_theta = static_cast<float>(theta);
     cfg.rotary_dim = static_cast<int64_t>(std::lround(static_cast<double>(cfg.head_dim) * partial));
 
-    // MoE.
-    cfg.n_experts = r.required_int("num_experts");
-    cfg.top_k = r.required_int("num_experts_per_tok");
-    cfg.expert_ffn = r.required_int("moe_intermediate_size");
-    cfg.dense_ffn = r.int_or("intermediate_size", 0);
-    cfg.decoder_sparse_step = r.int_or("decoder_sparse_step", 1);
-    if (auto m = text->find("mlp_only_layers"); m != text->end() && m->is_array())
-        for (const auto& l : *m)
-            if (l.is_number_integer()) cfg.mlp_only_layers.push_back(l.get<int64_t>());
+    // MoE (a dense family has none: a dense MLP in every layer, is_moe_layer() false).
+    if (cfg.family == Family::kQwen3) {
+        cfg.dense_ffn = r.required_int("intermediate_size");
+    } else {
+        cfg.n_experts = r.required_int({"num_experts", "num_local_experts"});
+        cfg.top_k = r.required_int("num_experts_per_tok");
+        cfg.expert_ffn = r.required_int("moe_intermediate_size");
+        cfg.dense_ffn = r.int_or("intermediate_size", 0);
+        cfg.decoder_sparse_step = r.int_or("decoder_sparse_step", 1);
+        if (auto m = text->find("mlp_only_layers"); m != text->end() && m->is_array())
+            for (const auto& l : *m)
+                if (l.is_number_integer()) cfg.mlp_only_layers.push_back(l.get<int64_t>());
+    }
 
     switch (cfg.family) {
+        case Family::kQwen3: break;
         case Family::kQwen3Moe:
             // HF Qwen3MoeConfig defaults norm_topk_prob to false; the released checkpoints set it true.
             cfg.norm_topk_prob = r.bool_or("norm_topk_prob", false);
@@ -250,7 +270,7 @@ Expected<ModelConfig> parse_model_config(const std::string& json_text, const std
             break;
     }
 
-    if (cfg.family != Family::kQwen3Moe) {
+    if (hybrid) {
         cfg.attn_output_gate = r.bool_or("attn_output_gate", true);
         cfg.linear_k_heads = r.required_int("linear_num_key_heads");
         cfg.linear_v_heads = r.required_int("linear_num_value_heads");
@@ -264,7 +284,19 @@ Expected<ModelConfig> parse_model_config(const std::string& json_text, const std
 
     // Layer pattern.
     cfg.layer_types.assign(static_cast<size_t>(cfg.n_layers), LayerType::kFullAttention);
-    if (cfg.family != Family::kQwen3Moe) {
+    if (cfg.family == Family::kQwen3) {
+        // Qwen3's optional sliding window (off in every released checkpoint) is not implemented:
+        // refused rather than run as full attention.
+        bool sliding = r.bool_or("use_sliding_window", false);
+        if (auto lt = text->find("layer_types"); lt != text->end() && lt->is_array())
+            for (const auto& t : *lt)
+                sliding = sliding || (t.is_string() && t.get<std::string>() != "full_attention");
+        if (sliding)
+            return error(ErrorCode::kUnsupported, "[config] " + source +
+                                                      ": sliding-window attention (use_sliding_window / "
+                                                      "layer_types 'sliding_attention') is not supported");
+    }
+    if (hybrid) {
         auto lt = text->find("layer_types");
         if (lt != text->end() && lt->is_array()) {
             if (static_cast<int64_t>(lt->size()) != cfg.n_layers) {
@@ -327,7 +359,7 @@ Expected<ModelConfig> parse_model_config(const std::string& json_text, const std
     if (cfg.rotary_dim <= 0 || cfg.rotary_dim > cfg.head_dim || cfg.rotary_dim % 2 != 0)
         return invalid("rotary dim " + std::to_string(cfg.rotary_dim) + " must be even and within head_dim " +
                        std::to_string(cfg.head_dim));
-    if (cfg.top_k <= 0 || cfg.top_k > cfg.n_experts)
+    if (cfg.n_experts > 0 && (cfg.top_k <= 0 || cfg.top_k > cfg.n_experts))
         return invalid("num_experts_per_tok (" + std::to_string(cfg.top_k) + ") must be in 1..num_experts (" +
                        std::to_string(cfg.n_experts) + ")");
     // Values a forward would turn into NaNs or silence rather than an error.
@@ -342,7 +374,11 @@ Expected<ModelConfig> parse_model_config(const std::string& json_text, const std
     if (cfg.bos_token_id && (*cfg.bos_token_id < 0 || *cfg.bos_token_id >= cfg.vocab))
         return invalid("bos_token_id " + std::to_string(*cfg.bos_token_id) +
                        " is outside the vocabulary [0, " + std::to_string(cfg.vocab) + ")");
-    if (cfg.family != Family::kQwen3Moe) {
+    for (int64_t l = 0; l < cfg.n_layers; ++l)
+        if (!cfg.is_moe_layer(l) && cfg.dense_ffn <= 0)
+            return invalid("layer " + std::to_string(l) +
+                           " has a dense MLP but intermediate_size is missing or 0");
+    if (hybrid) {
         if (cfg.linear_k_heads <= 0 || cfg.linear_v_heads % cfg.linear_k_heads != 0)
             return invalid("linear_num_value_heads (" + std::to_string(cfg.linear_v_heads) +
                            ") must be a multiple of linear_num_key_heads (" +

@@ -2,7 +2,8 @@
 // Every dimension used anywhere in the forward is a field here, with its glossary letter from
 // models.md §0 in the comment. Parsed once at load; immutable afterwards.
 //
-// Families: qwen3_moe (models.md §2), qwen3_next (§3), qwen3_5_moe (§4; nested `text_config`).
+// Families: qwen3 (dense: Qwen3-MoE's attention, a dense MLP in every layer), qwen3_moe (models.md
+// §2), qwen3_next (§3), qwen3_5_moe (§4; nested `text_config`).
 // Family defaults are applied here and nowhere else (e.g. Qwen3.5/3.6 routers always renormalise).
 #pragma once
 
@@ -17,7 +18,7 @@
 
 namespace sluice::model {
 
-enum class Family { kQwen3Moe, kQwen3Next, kQwen35Moe };
+enum class Family { kQwen3, kQwen3Moe, kQwen3Next, kQwen35Moe };
 const char* family_name(Family family);
 
 enum class LayerType { kFullAttention, kLinearAttention };
@@ -86,10 +87,11 @@ struct ModelConfig {
     // Derived helpers.
     bool is_full_attention(int64_t layer) const { return layer_types[layer] == LayerType::kFullAttention; }
     bool is_moe_layer(int64_t layer) const;
+    bool has_experts() const { return n_experts > 0; }                          // false for a dense family
     int64_t linear_key_dim() const { return linear_k_heads * linear_k_dim; }    // nk·dk
     int64_t linear_value_dim() const { return linear_v_heads * linear_v_dim; }  // nv·dv
     int64_t conv_dim() const { return 2 * linear_key_dim() + linear_value_dim(); }
-    bool zero_centered_norms() const { return family != Family::kQwen3Moe; }
+    bool zero_centered_norms() const { return family == Family::kQwen3Next || family == Family::kQwen35Moe; }
     bool has_linear_attention() const {
         for (LayerType t : layer_types)
             if (t == LayerType::kLinearAttention) return true;

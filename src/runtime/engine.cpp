@@ -87,7 +87,8 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     // DeltaNet state and its turn checkpoints) and scratch; a streaming model's expert cache gets
     // the rest.
     MemoryPlan& plan = im.plan;
-    plan.streaming = model->packed();
+    // A packed dense model (no routed experts) has nothing to stream: its weights are all mapped.
+    plan.streaming = model->packed() && !model->packed_layout().expert_files.empty();
     plan.dense_bytes = model->weights().dense_bytes;
     plan.sessions = std::max(1, options.max_sessions);
     // Per session: f32 KV per context token for attention layers; the DeltaNet conv + recurrent

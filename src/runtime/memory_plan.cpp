@@ -25,7 +25,7 @@ std::string MemoryPlan::describe() const {
         s += fmt::format(" + expert cache {} ({} slots of {})", human_bytes(cache_bytes), cache_slots,
                          human_bytes(slot_bytes));
     } else {
-        s += " (experts resident: not a packed model)";
+        s += " (no expert cache: every weight mapped, no routed experts streamed)";
     }
     return s;
 }

@@ -253,7 +253,8 @@ TEST(CudaFailure, AFailedTieredForwardLeavesTheSessionAtItsLastPosition) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, CudaSession,
-                         ::testing::Values("qwen3_next_mlx_q4", "qwen3_5_moe_hf_bf16", "qwen3_moe_mlx_q4"),
+                         ::testing::Values("qwen3_next_mlx_q4", "qwen3_5_moe_hf_bf16", "qwen3_moe_mlx_q4",
+                                           "qwen3_mlx_q4"),
                          [](const auto& param_info) { return param_info.param; });
 
 }  // namespace

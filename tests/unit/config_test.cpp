@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "io/mapped_file.h"
 #include "test_util.h"
@@ -108,6 +110,58 @@ TEST(ModelConfig, Qwen3MoeDefaults) {
     EXPECT_TRUE(cfg->is_full_attention(1));
 }
 
+// Dense Qwen3 (Qwen3ForCausalLM): no experts, a dense MLP of intermediate_size in every layer.
+TEST(ModelConfig, DenseQwen3) {
+    const std::string base = R"("model_type":"qwen3","hidden_size":64,"num_hidden_layers":3,
+        "vocab_size":100,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":32,
+        "intermediate_size":96,"rope_theta":1000000,"tie_word_embeddings":true)";
+    auto cfg = parse_model_config("{" + base + "}", "c.json");
+    ASSERT_TRUE(cfg.has_value()) << cfg.status().message();
+    EXPECT_EQ(cfg->family, Family::kQwen3);
+    EXPECT_FALSE(cfg->has_experts());
+    for (int64_t l = 0; l < 3; ++l) EXPECT_FALSE(cfg->is_moe_layer(l));
+    EXPECT_EQ(cfg->dense_ffn, 96);
+    EXPECT_EQ(cfg->rotary_dim, 32);
+    EXPECT_FALSE(cfg->zero_centered_norms());
+    EXPECT_TRUE(cfg->tie_word_embeddings);
+
+    // transformers 5 writes layer_types; full attention everywhere is what sluice runs, a sliding
+    // window is refused by name rather than run as full attention.
+    auto full = parse_model_config(
+        "{" + base + R"(,"layer_types":["full_attention","full_attention","full_attention"]})", "c.json");
+    EXPECT_TRUE(full.has_value()) << full.status().message();
+    for (const char* sliding :
+         {R"(,"use_sliding_window":true})",
+          R"(,"layer_types":["full_attention","sliding_attention","full_attention"]})"}) {
+        auto s = parse_model_config("{" + base + sliding, "c.json");
+        ASSERT_FALSE(s.has_value());
+        EXPECT_EQ(s.status().code(), ErrorCode::kUnsupported);
+        EXPECT_NE(s.status().message().find("sliding-window"), std::string::npos) << s.status().message();
+    }
+    auto no_ffn = parse_model_config(R"({"model_type":"qwen3","hidden_size":64,"num_hidden_layers":3,
+        "vocab_size":100,"num_attention_heads":4,"num_key_value_heads":2})",
+                                     "c.json");
+    ASSERT_FALSE(no_ffn.has_value());
+    EXPECT_NE(no_ffn.status().message().find("'intermediate_size'"), std::string::npos);
+}
+
+// A Qwen3-MoE checkpoint saved by transformers 5 names the expert count num_local_experts.
+TEST(ModelConfig, ExpertCountSpellings) {
+    const std::string base = R"("model_type":"qwen3_moe","hidden_size":64,"num_hidden_layers":2,
+        "vocab_size":100,"num_attention_heads":4,"num_key_value_heads":2,
+        "num_experts_per_tok":2,"moe_intermediate_size":16)";
+    for (const char* key : {"num_experts", "num_local_experts"}) {
+        auto cfg = parse_model_config("{" + base + ",\"" + key + "\":8}", "c.json");
+        ASSERT_TRUE(cfg.has_value()) << key << ": " << cfg.status().message();
+        EXPECT_EQ(cfg->n_experts, 8) << key;
+    }
+    auto none = parse_model_config("{" + base + "}", "c.json");
+    ASSERT_FALSE(none.has_value());
+    EXPECT_NE(none.status().message().find("missing required field 'num_experts' or 'num_local_experts'"),
+              std::string::npos)
+        << none.status().message();
+}
+
 TEST(ModelConfig, ClearErrors) {
     auto bad_type = parse_model_config(R"({"model_type":"llama"})", "c.json");
     ASSERT_FALSE(bad_type.has_value());
@@ -156,6 +210,64 @@ TEST(ModelConfig, OutOfRangeValuesAreRefused) {
         EXPECT_NE(cfg.status().message().find(expect), std::string::npos) << cfg.status().message();
         EXPECT_NE(cfg.status().message().find("c.json"), std::string::npos) << cfg.status().message();
     }
+}
+
+// Every golden's config.json against the config transformers itself writes for the same model
+// (tools/make_goldens.py --save-configs: save_pretrained, the spelling of a checkpoint saved by
+// transformers 5, e.g. num_local_experts, rope_parameters, layer_types): both must read as the same
+// model, field by field.
+TEST(ModelConfig, ConfigsAsTransformersWritesThem) {
+    const std::string data = sluice::testing::test_data_dir();
+    std::ifstream in(data + "/goldens/index.json");
+    ASSERT_TRUE(in) << "no goldens index";
+    const auto index = nlohmann::json::parse(in);
+    int compared = 0;
+    for (const auto& g : index["goldens"]) {
+        const std::string name = g["name"].get<std::string>();
+        SCOPED_TRACE(name);
+        auto ours = load_model_config(data + "/goldens/" + name);
+        ASSERT_TRUE(ours.has_value()) << ours.status().message();
+        const std::string saved_path = data + "/configs/transformers/" + name + ".json";
+        auto text = io::read_text_file(saved_path);
+        ASSERT_TRUE(text.has_value()) << "every golden has its save_pretrained config: " << saved_path;
+        auto saved = parse_model_config(*text, saved_path);
+        ASSERT_TRUE(saved.has_value()) << saved.status().message();
+        const ModelConfig& a = *ours;
+        const ModelConfig& b = *saved;
+        EXPECT_EQ(a.family, b.family);
+        EXPECT_EQ(a.hidden, b.hidden);
+        EXPECT_EQ(a.n_layers, b.n_layers);
+        EXPECT_EQ(a.vocab, b.vocab);
+        EXPECT_EQ(a.rms_eps, b.rms_eps);
+        EXPECT_EQ(a.tie_word_embeddings, b.tie_word_embeddings);
+        EXPECT_EQ(a.n_heads, b.n_heads);
+        EXPECT_EQ(a.n_kv_heads, b.n_kv_heads);
+        EXPECT_EQ(a.head_dim, b.head_dim);
+        EXPECT_EQ(a.rotary_dim, b.rotary_dim);
+        EXPECT_EQ(a.rope_theta, b.rope_theta);
+        EXPECT_EQ(a.attn_output_gate, b.attn_output_gate);
+        EXPECT_EQ(a.linear_k_heads, b.linear_k_heads);
+        EXPECT_EQ(a.linear_v_heads, b.linear_v_heads);
+        EXPECT_EQ(a.linear_k_dim, b.linear_k_dim);
+        EXPECT_EQ(a.linear_v_dim, b.linear_v_dim);
+        EXPECT_EQ(a.conv_kernel, b.conv_kernel);
+        EXPECT_EQ(a.split_linear_projections, b.split_linear_projections);
+        EXPECT_EQ(a.n_experts, b.n_experts);
+        EXPECT_EQ(a.top_k, b.top_k);
+        EXPECT_EQ(a.expert_ffn, b.expert_ffn);
+        EXPECT_EQ(a.shared_expert_ffn, b.shared_expert_ffn);
+        EXPECT_EQ(a.norm_topk_prob, b.norm_topk_prob);
+        for (int64_t l = 0; l < a.n_layers && a.n_layers == b.n_layers; ++l) {
+            EXPECT_EQ(a.is_moe_layer(l), b.is_moe_layer(l)) << "layer " << l;
+            EXPECT_EQ(a.is_full_attention(l), b.is_full_attention(l)) << "layer " << l;
+        }
+        if (!a.is_moe_layer(0) || !b.is_moe_layer(0)) {
+            EXPECT_EQ(a.dense_ffn, b.dense_ffn);
+        }
+        EXPECT_EQ(a.eos_token_ids, b.eos_token_ids);
+        ++compared;
+    }
+    EXPECT_GE(compared, 9);  // every family and layout of the goldens
 }
 
 }  // namespace

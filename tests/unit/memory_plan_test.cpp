@@ -37,8 +37,8 @@ void check_estimate(const std::string& dir, int64_t chunk) {
 }
 
 TEST(MemoryPlan, ScratchEstimateCoversGoldens) {
-    for (const char* name :
-         {"qwen3_moe_hf_bf16", "qwen3_next_hf_bf16", "qwen3_5_moe_mlx_q4", "qwen3_next_mlx_q8"})
+    for (const char* name : {"qwen3_moe_hf_bf16", "qwen3_next_hf_bf16", "qwen3_5_moe_mlx_q4",
+                             "qwen3_next_mlx_q8", "qwen3_hf_bf16"})
         check_estimate(testing::test_data_dir() + "/goldens/" + name, 24);
 }
 
