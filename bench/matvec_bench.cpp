@@ -9,6 +9,7 @@
 // with every core (the bar: Q4 matvec on a larger-than-LLC matrix reaches >= 70% of it).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -228,5 +229,38 @@ BENCHMARK(BM_DeltaRecurrentDecode)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond)
     ->MinTime(1.0);
+
+// One decode token's attention over a KV cache at depth D (arg 1) per KV type (arg 0: 32, 16, 8, 4
+// bits), on one Qwen3-Next-80B attention layer (16 query heads, 2 KV heads of 256): the cache is
+// read once per token; its bytes per element set the memory traffic. Counter: GB/s of cache read.
+void BM_AttentionDecodeKv(benchmark::State& state) {
+    constexpr int64_t nh = 16, nkv = 2, hd = 256;
+    KvType type = KvType::kF32;
+    kv_type_for_bits(static_cast<int>(state.range(0)), &type);
+    const int64_t depth = state.range(1);
+    const int64_t row_bytes = nkv * kv_head_bytes(type, hd);
+    std::vector<float> rows(static_cast<size_t>(1024 * nkv * hd));
+    for (size_t i = 0; i < rows.size(); ++i)
+        rows[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1.0f;
+    std::vector<uint8_t> k(static_cast<size_t>(depth * row_bytes)), v(k.size());
+    for (int64_t p = 0; p < depth; p += 1024) {
+        const int64_t n = std::min<int64_t>(1024, depth - p);
+        kv_store(type, rows.data(), n, nkv, hd, k.data() + p * row_bytes);
+        kv_store(type, rows.data(), n, nkv, hd, v.data() + p * row_bytes);
+    }
+    std::vector<float> q(nh * hd, 0.01f), out(nh * hd);
+    for (auto _ : state) {
+        attention_kv(type, q.data(), k.data(), v.data(), 1, depth - 1, nh, nkv, hd, 0.0625f, out.data(),
+                     &pool());
+        benchmark::DoNotOptimize(out.data());
+    }
+    state.counters["cache_GB/s"] = benchmark::Counter(static_cast<double>(2 * k.size()) * 1e-9,
+                                                      benchmark::Counter::kIsIterationInvariantRate);
+    state.SetLabel(kv_type_name(type));
+}
+BENCHMARK(BM_AttentionDecodeKv)
+    ->ArgsProduct({{32, 16, 8, 4}, {4096, 32768}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();

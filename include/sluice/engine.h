@@ -31,6 +31,10 @@ struct EngineOptions {
     std::string model_dir;          // Hugging Face, MLX or sluice packed checkpoint folder
     int threads = 0;                // compute threads; 0 = all cores
     int64_t context_tokens = 4096;  // KV capacity of each session
+    // Bits per element of the attention KV cache: 32 (f32, exact), 16 (f16), 8 (q8: int8 codes,
+    // one f16 scale per 32) or 4 (q4: 4-bit codes, one f16 scale per 32). Attention reads the
+    // compressed cache directly (kernels/kv_format.h); any other value is an error at load.
+    int kv_bits = 32;
     // The whole process's memory budget: dense weights, KV/state, scratch and expert cache.
     // 0 = derived from the memory available. Streaming (packed) models size their expert cache
     // from what remains; load fails when the dense core alone does not fit.
@@ -59,12 +63,14 @@ struct EngineOptions {
 struct MemoryPlan {
     bool streaming = false;  // routed experts streamed from disk (packed model)
     uint64_t budget_bytes = 0;
-    uint64_t dense_bytes = 0;    // resident weights (mapped)
-    uint64_t state_bytes = 0;    // KV cache + DeltaNet state and checkpoints, all sessions
-    uint64_t scratch_bytes = 0;  // forward workspace of each session (estimate)
-    int sessions = 1;            // sessions the state and scratch are reserved for
-    uint64_t runtime_bytes = 0;  // code, tokenizer, thread stacks, IO buffers (estimate)
-    uint64_t cache_bytes = 0;    // expert cache slots
+    uint64_t dense_bytes = 0;         // resident weights (mapped)
+    uint64_t state_bytes = 0;         // KV cache + DeltaNet state and checkpoints, all sessions
+    std::string kv_type = "f32";      // the attention KV cache's element type (--kv-bits)
+    uint64_t kv_bytes_per_token = 0;  // KV of one token of one session, all attention layers
+    uint64_t scratch_bytes = 0;       // forward workspace of each session (estimate)
+    int sessions = 1;                 // sessions the state and scratch are reserved for
+    uint64_t runtime_bytes = 0;       // code, tokenizer, thread stacks, IO buffers (estimate)
+    uint64_t cache_bytes = 0;         // expert cache slots
     int64_t cache_slots = 0;
     uint64_t slot_bytes = 0;  // one expert record
     std::string describe() const;

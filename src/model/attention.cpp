@@ -1,6 +1,7 @@
 // Full (softmax) attention layers: Qwen3-MoE's plain GQA (models.md §2.2) and the gated variant of
 // Qwen3-Next / Qwen3.5 (§3.4: q and a sigmoid gate interleaved per head in q_proj, zero-centred
-// q/k norms, partial NeoX RoPE). The KV cache holds f32 keys and values after norm and RoPE.
+// q/k norms, partial NeoX RoPE). The KV cache holds keys (after norm and RoPE) and values in the
+// state layout's KV type (f32, or a compressed type of kernels/kv_format.h).
 #include <cmath>
 #include <cstring>
 
@@ -50,11 +51,17 @@ void Model::attention_layer(const AttentionPlan& P, const LayerWeights& lw, int6
             kernels::rope_neox(q + t * nh * hd, nh, hd, P.rotary_dim, pos, P.rope_theta);
             kernels::rope_neox(k + t * nkv * hd, nkv, hd, P.rotary_dim, pos, P.rope_theta);
         }
+        // The new rows into the cache in its type, then attention on the cache as stored: a token's
+        // own key is read back compressed too, so a position's result does not depend on whether it
+        // was computed in prefill or in decode.
         const int64_t kv = nkv * hd;
-        std::memcpy(st.k_cache.data() + pos0 * kv, k + p.row0 * kv, sizeof(float) * p.n * kv);
-        std::memcpy(st.v_cache.data() + pos0 * kv, v + p.row0 * kv, sizeof(float) * p.n * kv);
-        kernels::attention(q + p.row0 * nh * hd, st.k_cache.data(), st.v_cache.data(), p.n, pos0, nh, nkv, hd,
-                           1.0f / std::sqrt(static_cast<float>(hd)), out + p.row0 * nh * hd, pool);
+        const kernels::KvType type = state_layout_.kv;
+        const int64_t row_bytes = nkv * kernels::kv_head_bytes(type, hd);
+        kernels::kv_store(type, k + p.row0 * kv, p.n, nkv, hd, st.k_cache.data() + pos0 * row_bytes);
+        kernels::kv_store(type, v + p.row0 * kv, p.n, nkv, hd, st.v_cache.data() + pos0 * row_bytes);
+        kernels::attention_kv(type, q + p.row0 * nh * hd, st.k_cache.data(), st.v_cache.data(), p.n, pos0, nh,
+                              nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd)), out + p.row0 * nh * hd,
+                              pool);
     }
     if (gated) {
         for (int64_t i = 0; i < n * nh * hd; ++i) out[i] *= sigmoid(gate[i]);

@@ -33,8 +33,8 @@ void ModelState::commit(int64_t n, bool out_of_place) {
 uint64_t ModelState::bytes() const {
     uint64_t total = 0;
     for (const auto& l : layers)
-        for (const auto* v : {&l.k_cache, &l.v_cache, &l.conv, &l.recurrent, &l.conv_next, &l.recurrent_next})
-            total += 4 * v->size();
+        total += l.k_cache.size() + l.v_cache.size() +
+                 4 * (l.conv.size() + l.recurrent.size() + l.conv_next.size() + l.recurrent_next.size());
     return total;
 }
 
@@ -117,6 +117,15 @@ Expected<std::shared_ptr<Model>> Model::load(const std::string& dir) {
     return model;
 }
 
+Status Model::use_kv_type(kernels::KvType type) {
+    if (const char* bad = kernels::kv_shape_error(type, config_.head_dim))
+        return error(ErrorCode::kInvalidArgument, std::string("[model] a ") + kernels::kv_type_name(type) +
+                                                      " KV cache cannot hold head_dim " +
+                                                      std::to_string(config_.head_dim) + ": " + bad);
+    state_layout_ = model::state_layout(config_, type);
+    return Status::ok();
+}
+
 ModelState Model::new_state(int64_t max_positions) const {
     ModelState s;
     s.max_positions = max_positions;
@@ -126,8 +135,8 @@ ModelState Model::new_state(int64_t max_positions) const {
         auto& st = s.layers[l];
         auto size = [&](int b) { return static_cast<size_t>(buffers[static_cast<size_t>(b)].row_elems()); };
         if (buffers[0].per_position) {
-            st.k_cache.assign(size(kKeysBuffer) * static_cast<size_t>(max_positions), 0.0f);
-            st.v_cache.assign(size(kValuesBuffer) * static_cast<size_t>(max_positions), 0.0f);
+            st.k_cache.assign(static_cast<size_t>(buffers[kKeysBuffer].bytes(max_positions)), 0);
+            st.v_cache.assign(static_cast<size_t>(buffers[kValuesBuffer].bytes(max_positions)), 0);
         } else {
             st.conv.assign(size(kConvBuffer), 0.0f);
             st.recurrent.assign(size(kRecurrentBuffer), 0.0f);

@@ -76,8 +76,8 @@ struct ModelState {
     int64_t n_past = 0;
     int64_t max_positions = 0;  // KV capacity in tokens
     struct Layer {
-        std::vector<float> k_cache;                    // attention: [max_positions, nkv, hd]
-        std::vector<float> v_cache;                    // attention: [max_positions, nkv, hd]
+        std::vector<uint8_t> k_cache;                  // attention: max_positions rows of the KV type
+        std::vector<uint8_t> v_cache;                  // (state_layout: [nkv, hd] each, kv_format.h)
         std::vector<float> conv;                       // deltanet: [K-1, conv_dim] raw inputs, oldest first
         std::vector<float> recurrent;                  // deltanet: [nv, dk, dv]
         std::vector<float> conv_next, recurrent_next;  // what the running forward writes
@@ -160,8 +160,12 @@ class Model {
     const ModelWeights& weights() const { return weights_; }
     const std::string& dir() const { return dir_; }
 
-    // The buffers of one sequence's state (f32 KV).
+    // The buffers of one sequence's state; attention KV as state_layout().kv (f32 unless
+    // use_kv_type chose another).
     const StateLayout& state_layout() const { return state_layout_; }
+    // Stores attention KV as `type` from now on (before any state is made): an error naming the
+    // problem when the model's head_dim cannot be stored so.
+    Status use_kv_type(kernels::KvType type);
     // A fresh state able to hold `max_positions` tokens of context.
     ModelState new_state(int64_t max_positions) const;
 

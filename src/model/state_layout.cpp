@@ -3,28 +3,20 @@
 
 namespace sluice::model {
 
-const char* state_elem_name(StateElem elem) {
-    switch (elem) {
-        case StateElem::kF32: return "f32";
-    }
-    return "?";
-}
-
-uint64_t state_elem_bytes(StateElem elem) {
-    switch (elem) {
-        case StateElem::kF32: return 4;
-    }
-    return 0;
-}
-
 int64_t StateBuffer::row_elems() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     return n;
 }
 
+uint64_t StateBuffer::row_bytes() const {
+    // Per-position rows are [heads, head_dim], each head stored on its own (kv_format.h).
+    const int64_t head_dim = shape.empty() ? 1 : shape.back();
+    return static_cast<uint64_t>(row_elems() / head_dim * kernels::kv_head_bytes(elem, head_dim));
+}
+
 uint64_t StateBuffer::bytes(int64_t positions) const {
-    const uint64_t row = static_cast<uint64_t>(row_elems()) * state_elem_bytes(elem);
+    const uint64_t row = row_bytes();
     return per_position ? row * static_cast<uint64_t>(positions) : row;
 }
 
@@ -57,6 +49,7 @@ uint64_t StateLayout::sequence_bytes(int64_t positions, int64_t snapshots) const
 
 StateLayout state_layout(const ModelConfig& c, StateElem kv_elem) {
     StateLayout layout;
+    layout.kv = kv_elem;
     layout.layers.resize(static_cast<size_t>(c.n_layers));
     for (int64_t l = 0; l < c.n_layers; ++l) {
         auto& buffers = layout.layers[static_cast<size_t>(l)].buffers;

@@ -18,15 +18,14 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kv_format.h"
 #include "model/config.h"
 
 namespace sluice::model {
 
-// Element type of a state buffer. Attention KV is a parameter of the layout (compressed KV types
-// come with their own kernels); recurrent state is always f32.
-enum class StateElem { kF32 };
-const char* state_elem_name(StateElem elem);
-uint64_t state_elem_bytes(StateElem elem);
+// Element type of a state buffer: the KV cache types of kernels/kv_format.h. Attention KV is a
+// parameter of the layout (--kv-bits); recurrent state is always f32.
+using StateElem = kernels::KvType;
 
 struct StateBuffer {
     std::string name;  // "keys", "values", "conv", "recurrent"
@@ -35,6 +34,7 @@ struct StateBuffer {
     bool per_position = false;
 
     int64_t row_elems() const;                // elements of one row (per-position) or of the whole buffer
+    uint64_t row_bytes() const;               // bytes of one row (a compressed type's codes and scales)
     uint64_t bytes(int64_t positions) const;  // whole buffer for a context of `positions`
 };
 
@@ -48,6 +48,7 @@ constexpr int kConvBuffer = 0, kRecurrentBuffer = 1;
 
 struct StateLayout {
     std::vector<LayerStateLayout> layers;  // [n_layers]
+    StateElem kv = StateElem::kF32;        // the attention layers' KV type
 
     bool has_recurrent() const;
     // Bytes of the per-position buffers for `positions` tokens (all layers).
@@ -59,6 +60,7 @@ struct StateLayout {
     uint64_t sequence_bytes(int64_t positions, int64_t snapshots) const;
 };
 
+// The layout with attention KV stored as `kv_elem` (the caller has checked kv_shape_error).
 StateLayout state_layout(const ModelConfig& config, StateElem kv_elem = StateElem::kF32);
 
 }  // namespace sluice::model

@@ -42,16 +42,16 @@ class CpuSequence final : public SequenceState {
  protected:
     Status read_rows(int slot, int64_t layer, int buffer, int64_t row0, int64_t rows,
                      void* dst) const override {
-        const std::vector<float>& v = buffer_of(slot, layer, buffer);
-        const size_t row = row_floats(layer, buffer);
-        std::memcpy(dst, v.data() + static_cast<size_t>(row0) * row, static_cast<size_t>(rows) * row * 4);
+        const size_t row = row_bytes(layer, buffer);
+        std::memcpy(dst, bytes_of(slot, layer, buffer) + static_cast<size_t>(row0) * row,
+                    static_cast<size_t>(rows) * row);
         return Status::ok();
     }
     Status write_rows(int slot, int64_t layer, int buffer, int64_t row0, int64_t rows,
                       const void* src) override {
-        std::vector<float>& v = buffer_of(slot, layer, buffer);
-        const size_t row = row_floats(layer, buffer);
-        std::memcpy(v.data() + static_cast<size_t>(row0) * row, src, static_cast<size_t>(rows) * row * 4);
+        const size_t row = row_bytes(layer, buffer);
+        std::memcpy(bytes_of(slot, layer, buffer) + static_cast<size_t>(row0) * row, src,
+                    static_cast<size_t>(rows) * row);
         return Status::ok();
     }
     Status copy_recurrent(int from, int to) override {
@@ -74,15 +74,25 @@ class CpuSequence final : public SequenceState {
     struct Recurrent {
         std::vector<float> conv, recurrent;
     };
-    size_t row_floats(int64_t layer, int buffer) const {
+    size_t row_bytes(int64_t layer, int buffer) const {
         return static_cast<size_t>(
-            layout().layers[static_cast<size_t>(layer)].buffers[static_cast<size_t>(buffer)].row_elems());
+            layout().layers[static_cast<size_t>(layer)].buffers[static_cast<size_t>(buffer)].row_bytes());
     }
+    // A buffer's bytes: attention KV rows in the layout's KV type, or the f32 recurrent state.
+    uint8_t* bytes_of(int slot, int64_t layer, int buffer) {
+        model::ModelState::Layer& st = state_.layers[static_cast<size_t>(layer)];
+        if (slot == kLive && !st.k_cache.empty())
+            return buffer == model::kKeysBuffer ? st.k_cache.data() : st.v_cache.data();
+        return reinterpret_cast<uint8_t*>(buffer_of(slot, layer, buffer).data());
+    }
+    const uint8_t* bytes_of(int slot, int64_t layer, int buffer) const {
+        return const_cast<CpuSequence*>(this)->bytes_of(slot, layer, buffer);
+    }
+    // A DeltaNet layer's recurrent buffer (conv or recurrent) of the live state or of a slot.
     std::vector<float>& buffer_of(int slot, int64_t layer, int buffer) {
         const auto l = static_cast<size_t>(layer);
         if (slot == kLive) {
             model::ModelState::Layer& st = state_.layers[l];
-            if (!st.k_cache.empty()) return buffer == model::kKeysBuffer ? st.k_cache : st.v_cache;
             return buffer == model::kConvBuffer ? st.conv : st.recurrent;
         }
         Recurrent& r = slots_[static_cast<size_t>(slot)][l];

@@ -65,7 +65,15 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     if (options.context_tokens <= 0)
         return error(ErrorCode::kInvalidArgument, "[engine] context_tokens must be > 0");
     SLUICE_ASSIGN_OR_RETURN(const int device_index, runtime::parse_device(options.device));
+    kernels::KvType kv_type;
+    if (!kernels::kv_type_for_bits(options.kv_bits, &kv_type))
+        return error(
+            ErrorCode::kInvalidArgument,
+            fmt::format("[engine] --kv-bits {}: the KV cache stores 32 (f32), 16 (f16), 8 (q8) or 4 (q4) "
+                        "bits per element",
+                        options.kv_bits));
     SLUICE_ASSIGN_OR_RETURN(auto model, model::Model::load(options.model_dir));
+    SLUICE_RETURN_IF_ERROR(model->use_kv_type(kv_type));
     auto engine = std::shared_ptr<Engine>(new Engine());
     Impl& im = *engine->impl_;
     im.options = options;
@@ -97,6 +105,8 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     plan.state_bytes = model->state_layout().sequence_bytes(
         options.context_tokens, static_cast<int64_t>(runtime::kSessionCheckpoints));
     plan.state_bytes *= static_cast<uint64_t>(plan.sessions);
+    plan.kv_type = kernels::kv_type_name(model->state_layout().kv);
+    plan.kv_bytes_per_token = model->state_layout().per_position_bytes(1);
     plan.scratch_bytes = runtime::scratch_bytes_estimate(c, 256) * static_cast<uint64_t>(plan.sessions);
     plan.budget_bytes = options.memory_bytes;
     if (plan.budget_bytes == 0) {

@@ -18,8 +18,9 @@ std::string human_bytes(uint64_t b) {
 
 std::string MemoryPlan::describe() const {
     std::string s = fmt::format(
-        "memory plan: budget {} = dense {} + state {} + scratch {}{} + runtime {}", human_bytes(budget_bytes),
-        human_bytes(dense_bytes), human_bytes(state_bytes), human_bytes(scratch_bytes),
+        "memory plan: budget {} = dense {} + state {} (KV {}, {} per token) + scratch {}{} + runtime {}",
+        human_bytes(budget_bytes), human_bytes(dense_bytes), human_bytes(state_bytes), kv_type,
+        human_bytes(kv_bytes_per_token), human_bytes(scratch_bytes),
         sessions > 1 ? fmt::format(" ({} sessions)", sessions) : std::string(), human_bytes(runtime_bytes));
     if (streaming) {
         s += fmt::format(" + expert cache {} ({} slots of {})", human_bytes(cache_bytes), cache_slots,

@@ -20,8 +20,9 @@ namespace {
 
 using testing::ScheduleLogits;
 
-std::shared_ptr<Engine> load(const std::string& dir, uint64_t expert_cache_bytes = 0) {
+std::shared_ptr<Engine> load(const std::string& dir, uint64_t expert_cache_bytes = 0, int kv_bits = 32) {
     EngineOptions eo;
+    eo.kv_bits = kv_bits;
     eo.model_dir = dir;
     eo.threads = 2;
     eo.context_tokens = 64;
@@ -52,6 +53,16 @@ TEST_P(BatchForward, EverySequenceGetsItsLogitsAloneBitForBit) {
     auto engine = load(testing::test_data_dir() + "/goldens/" + GetParam());
     ASSERT_NE(engine, nullptr);
     for (int n = 1; n <= 8; ++n) expect_identical(testing::run_schedule(*engine, n), n);
+}
+
+// A compressed KV cache batches the same way (each sequence's attention reads its own cache).
+TEST(BatchForwardKv, CompressedCachesGiveEverySequenceItsLogitsAlone) {
+    for (int bits : {16, 8, 4}) {
+        SCOPED_TRACE("kv_bits " + std::to_string(bits));
+        auto engine = load(testing::test_data_dir() + "/goldens/qwen3_next_mlx_q4", 0, bits);
+        ASSERT_NE(engine, nullptr);
+        for (int n : {1, 3, 8}) expect_identical(testing::run_schedule(*engine, n), n);
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, BatchForward,

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -302,6 +303,87 @@ TEST(Kernels, AttentionMatchesReference) {
                                     " start=" + std::to_string(start));
                         }
                     }
+    });
+}
+
+// The KV cache types: the fast loads decode exactly what the reference definition stores (every
+// half bit pattern for f16), attention on a compressed cache matches the reference over the
+// decoded cache, and each type's round-trip error stays within its step.
+TEST(Kernels, KvCacheTypesMatchReference) {
+    Pools pools;
+    const KvType types[] = {KvType::kF32, KvType::kF16, KvType::kQ8, KvType::kQ4};
+    for_each_isa([&] {
+        std::mt19937 rng(11);
+        {  // every f16 bit pattern decodes as kernels::f16_to_f32 does (nan as nan)
+            std::vector<uint16_t> all(65536);
+            for (uint32_t i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
+            std::vector<float> got(65536);
+            kv_load(KvType::kF16, all.data(), 1, 1024, 64, got.data());
+            for (uint32_t i = 0; i < 65536; ++i) {
+                const float want = f16_to_f32(static_cast<uint16_t>(i));
+                if (std::isnan(want)) {
+                    ASSERT_TRUE(std::isnan(got[i])) << i;
+                } else {
+                    ASSERT_EQ(std::memcmp(&got[i], &want, 4), 0) << "half 0x" << std::hex << i;
+                }
+            }
+        }
+        for (KvType type : types) {
+            SCOPED_TRACE(kv_type_name(type));
+            for (int64_t head_dim : {32, 64, 128, 256}) {
+                const int64_t nkv = 2, rows = 40;
+                auto x = random_vec(rng, rows * nkv * head_dim);
+                for (int64_t i = 0; i < head_dim; i += 7) x[i] *= 20.0f;  // outlier channels, as keys have
+                x[3 * head_dim] = 0.0f;
+                std::fill(x.begin() + head_dim, x.begin() + 2 * head_dim, 0.0f);  // an all-zero head
+                const int64_t bytes = rows * nkv * kv_head_bytes(type, head_dim);
+                std::vector<uint8_t> ref_bytes(static_cast<size_t>(bytes)), got_bytes(ref_bytes.size());
+                reference::kv_store(type, x.data(), rows, nkv, head_dim, ref_bytes.data());
+                kv_store(type, x.data(), rows, nkv, head_dim, got_bytes.data());
+                ASSERT_EQ(ref_bytes, got_bytes) << "stored rows differ, hd=" << head_dim;
+                std::vector<float> ref_x(x.size()), got_x(x.size(), NAN);
+                reference::kv_load(type, ref_bytes.data(), rows, nkv, head_dim, ref_x.data());
+                kv_load(type, ref_bytes.data(), rows, nkv, head_dim, got_x.data());
+                ASSERT_EQ(std::memcmp(ref_x.data(), got_x.data(), x.size() * 4), 0) << "hd=" << head_dim;
+                // Round-trip error per group of 32: at most half a step of the group's scale (plus
+                // the f16 rounding of the scale itself); f16: its own rounding; f32: exact.
+                for (int64_t g = 0; g < static_cast<int64_t>(x.size()) / 32; ++g) {
+                    float amax = 0.0f, err = 0.0f;
+                    for (int64_t j = 0; j < 32; ++j) {
+                        amax = std::max(amax, std::fabs(x[g * 32 + j]));
+                        err = std::max(err, std::fabs(x[g * 32 + j] - ref_x[g * 32 + j]));
+                    }
+                    const float bound = type == KvType::kF32   ? 0.0f
+                                        : type == KvType::kF16 ? amax * 1e-3f
+                                        : type == KvType::kQ8  ? amax / 127.0f * 0.51f + amax * 1e-3f
+                                                               : amax / 8.0f * 1.01f + amax * 1e-3f;
+                    ASSERT_LE(err, bound) << "group " << g << " hd=" << head_dim;
+                }
+                for (const auto& hp : {std::array<int64_t, 2>{4, 2}, std::array<int64_t, 2>{16, 2}})
+                    for (int64_t n_q : {1, 5}) {
+                        const int64_t nh = hp[0], start = rows - n_q;
+                        const auto q = random_vec(rng, n_q * nh * head_dim);
+                        auto k = random_vec(rng, rows * nkv * head_dim);
+                        auto v = random_vec(rng, rows * nkv * head_dim);
+                        std::vector<uint8_t> kb(static_cast<size_t>(bytes)), vb(kb.size());
+                        reference::kv_store(type, k.data(), rows, nkv, head_dim, kb.data());
+                        reference::kv_store(type, v.data(), rows, nkv, head_dim, vb.data());
+                        const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+                        std::vector<float> ref(q.size());
+                        reference::attention_kv(type, q.data(), kb.data(), vb.data(), n_q, start, nh, nkv,
+                                                head_dim, scale, ref.data(), nullptr);
+                        for (ThreadPool* pool : pools.all()) {
+                            std::vector<float> got(q.size(), NAN);
+                            attention_kv(type, q.data(), kb.data(), vb.data(), n_q, start, nh, nkv, head_dim,
+                                         scale, got.data(), pool);
+                            expect_close(got, ref, 1e-5,
+                                         std::string("attention_kv ") + kv_type_name(type) +
+                                             " nh=" + std::to_string(nh) + " hd=" + std::to_string(head_dim) +
+                                             " n_q=" + std::to_string(n_q));
+                        }
+                    }
+            }
+        }
     });
 }
 

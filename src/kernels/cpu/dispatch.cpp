@@ -197,23 +197,77 @@ void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, int
     isa().rope_neox(x, n_heads, head_dim, rot_dim, position, theta);
 }
 
+namespace {
+
+// Attention over a cache of `type` (f32 included): work items are (query row, KV head) — the GQA
+// group of query heads sharing a KV head reads each key and value once — when there are enough of
+// them for the pool, else (query row, head). Both give every head the same result, bit for bit.
+void attention_cache(KvType type, const float* q, const uint8_t* k, const uint8_t* v, int64_t n_q,
+                     int64_t start_pos, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
+                     float* out, ThreadPool* pool) {
+    const IsaTable& t = isa();
+    const int64_t rep = n_heads / n_kv_heads;
+    const int64_t head_bytes = kv_head_bytes(type, head_dim);
+    const int64_t row_bytes = n_kv_heads * head_bytes;
+    const int64_t threads = pool != nullptr ? pool->size() : 1;
+    if (rep > 1 && rep <= 64 && n_q * n_kv_heads >= threads) {
+        run(pool, n_q * n_kv_heads, 1, [&](int64_t i0, int64_t i1) {
+            thread_local std::vector<float> scores_buf, tmp_buf;
+            float* scores = scratch(scores_buf, rep * (start_pos + n_q));
+            float* tmp = scratch(tmp_buf, head_dim);
+            for (int64_t i = i0; i < i1; ++i) {
+                const int64_t row = i / n_kv_heads, kvh = i % n_kv_heads;
+                const int64_t h0 = kvh * rep;
+                t.attention_group_kv(type, q + (row * n_heads + h0) * head_dim, rep, k + kvh * head_bytes,
+                                     v + kvh * head_bytes, start_pos + row + 1, row_bytes, head_dim, scale,
+                                     scores, tmp, out + (row * n_heads + h0) * head_dim);
+            }
+        });
+        return;
+    }
+    run(pool, n_q * n_heads, 1, [&](int64_t i0, int64_t i1) {
+        thread_local std::vector<float> scores_buf, tmp_buf;
+        float* scores = scratch(scores_buf, start_pos + n_q);
+        float* tmp = scratch(tmp_buf, head_dim);
+        for (int64_t i = i0; i < i1; ++i) {
+            const int64_t row = i / n_heads, h = i % n_heads, kvh = h / rep;
+            t.attention_group_kv(type, q + (row * n_heads + h) * head_dim, 1, k + kvh * head_bytes,
+                                 v + kvh * head_bytes, start_pos + row + 1, row_bytes, head_dim, scale,
+                                 scores, tmp, out + (row * n_heads + h) * head_dim);
+        }
+    });
+}
+
+}  // namespace
+
 void attention(const float* q, const float* k, const float* v, int64_t n_q, int64_t start_pos,
                int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, float* out,
                ThreadPool* pool) {
     SLUICE_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0);
+    attention_cache(KvType::kF32, q, reinterpret_cast<const uint8_t*>(k), reinterpret_cast<const uint8_t*>(v),
+                    n_q, start_pos, n_heads, n_kv_heads, head_dim, scale, out, pool);
+}
+
+// Storing is once per token and layer, a few hundred elements: the reference definition itself.
+void kv_store(KvType type, const float* x, int64_t n, int64_t n_kv_heads, int64_t head_dim, void* dst) {
+    reference::kv_store(type, x, n, n_kv_heads, head_dim, dst);
+}
+
+void kv_load(KvType type, const void* src, int64_t n, int64_t n_kv_heads, int64_t head_dim, float* x) {
+    SLUICE_ASSERT(kv_shape_error(type, head_dim) == nullptr);
     const IsaTable& t = isa();
-    const int64_t rep = n_heads / n_kv_heads;
-    const int64_t kv_stride = n_kv_heads * head_dim;
-    run(pool, n_q * n_heads, 1, [&](int64_t i0, int64_t i1) {
-        thread_local std::vector<float> scores_buf;
-        float* scores = scratch(scores_buf, start_pos + n_q);
-        for (int64_t i = i0; i < i1; ++i) {
-            const int64_t row = i / n_heads, h = i % n_heads, kvh = h / rep;
-            t.attention_row(q + (row * n_heads + h) * head_dim, k + kvh * head_dim, v + kvh * head_dim,
-                            start_pos + row + 1, kv_stride, head_dim, scale, scores,
-                            out + (row * n_heads + h) * head_dim);
-        }
-    });
+    const int64_t hb = kv_head_bytes(type, head_dim);
+    const auto* in = static_cast<const uint8_t*>(src);
+    for (int64_t r = 0; r < n * n_kv_heads; ++r)
+        t.kv_load_head(type, in + r * hb, head_dim, x + r * head_dim);
+}
+
+void attention_kv(KvType type, const float* q, const void* k, const void* v, int64_t n_q, int64_t start_pos,
+                  int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, float* out,
+                  ThreadPool* pool) {
+    SLUICE_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && kv_shape_error(type, head_dim) == nullptr);
+    attention_cache(type, q, static_cast<const uint8_t*>(k), static_cast<const uint8_t*>(v), n_q, start_pos,
+                    n_heads, n_kv_heads, head_dim, scale, out, pool);
 }
 
 void conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,

@@ -57,11 +57,14 @@ struct IsaTable {
     void (*conv1d_silu_channels)(const float* x, int64_t n, int64_t channels, int64_t kernel,
                                  const float* weight, float* state, float* y, int64_t c0, int64_t c1);
 
-    // ---- attention: one query row of one head ----
-    // q: [head_dim]; keys/values of its KV head at k + s * kv_stride for s < n_keys; scores:
-    // scratch of n_keys floats; out: [head_dim].
-    void (*attention_row)(const float* q, const float* k, const float* v, int64_t n_keys, int64_t kv_stride,
-                          int64_t head_dim, float scale, float* scores, float* out);
+    // ---- attention over a KV cache (kv_format.h; f32 included) ----
+    // The rep (<= 64) query heads of one KV head at once, each key and value read once for all of
+    // them; q and out: rep consecutive heads; scores: rep · n_keys floats. Same results per head.
+    void (*attention_group_kv)(KvType type, const float* q, int64_t rep, const uint8_t* k, const uint8_t* v,
+                               int64_t n_keys, int64_t row_bytes, int64_t head_dim, float scale,
+                               float* scores, float* tmp, float* out);
+    // One head of one cache position back to f32 (kv_load).
+    void (*kv_load_head)(KvType type, const uint8_t* src, int64_t head_dim, float* dst);
 
     // ---- Gated DeltaNet, one value head j (its key head m chosen by the caller) ----
     // Token-by-token over n tokens. q_head/k_head point at token 0 of the head, stepping by

@@ -1,5 +1,6 @@
 // The avx512 IsaTable: generic_ops.inc compiled with this file's target flags, plus the
 // intrinsics linear loops of linear_avx512.cpp.
+#include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
@@ -28,7 +29,8 @@ const IsaTable kAvx512Table = {
     g_axpy,
     g_rope_neox,
     g_conv1d_silu_channels,
-    g_attention_row,
+    g_attention_group_kv,
+    g_kv_load_head,
     g_delta_recurrent_head,
     g_delta_chunked_head,
 };

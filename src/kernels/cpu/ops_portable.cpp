@@ -28,7 +28,8 @@ const IsaTable kPortableTable = {
     g_axpy,
     g_rope_neox,
     g_conv1d_silu_channels,
-    g_attention_row,
+    g_attention_group_kv,
+    g_kv_load_head,
     g_delta_recurrent_head,
     g_delta_chunked_head,
 };

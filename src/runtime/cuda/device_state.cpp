@@ -6,9 +6,14 @@ namespace sluice::runtime::cuda_impl {
 CudaBackend::ScratchPlan CudaBackend::scratch_plan(int64_t n, int64_t logit_rows) {
     const model::ModelConfig& c = model_->config();
     const int64_t H = c.hidden, E = std::max<int64_t>(c.n_experts, 1), K = std::max<int64_t>(c.top_k, 1);
-    const int64_t I = std::max({c.expert_ffn, c.dense_ffn, int64_t{1}});
-    // sh_*: the shared expert's rows, and a dense layer's MLP (swiglu_mlp) through the same buffers.
-    const int64_t Is = std::max({c.shared_expert_ffn, c.dense_ffn, int64_t{1}});
+    // pair_*: routed experts' rows (I); sh_*: the shared expert's rows and a dense layer's MLP
+    // (swiglu_mlp), so intermediate_size counts only where a layer is dense (configs of MoE models
+    // carry an unused one: 5120 in Qwen3-Next-80B, which would size every buffer tenfold).
+    int64_t dense_ffn = 0;
+    for (int64_t l = 0; l < c.n_layers; ++l)
+        if (!c.is_moe_layer(l)) dense_ffn = c.dense_ffn;
+    const int64_t I = std::max<int64_t>(c.expert_ffn, 1);
+    const int64_t Is = std::max({c.shared_expert_ffn, dense_ffn, int64_t{1}});
     const int64_t q_rows = c.n_heads * c.head_dim * (c.attn_output_gate ? 2 : 1);
     const int64_t kd = c.linear_key_dim(), vd = c.linear_value_dim(), cd = c.conv_dim();
     const int64_t nv = std::max<int64_t>(c.linear_v_heads, 1);
