@@ -95,7 +95,7 @@ struct ChatOptions {
     EngineFlags engine;
     std::string model_dir;
     std::string system;
-    int64_t ctx = 8192;
+    int64_t ctx = 0;  // the model's context, up to 8192 tokens
     bool hide_thinking = false;
     bool no_think = false;
     SamplingFlags sampling;
@@ -352,7 +352,9 @@ SLUICE_COMMAND(chat, 11, [](CLI::App& app) {
     cmd->add_option("--system", o->system, "System message");
     cmd->add_flag("--no-think", o->no_think, "Start with thinking off (enable_thinking=false)");
     cmd->add_flag("--hide-thinking", o->hide_thinking, "Do not print the model's reasoning");
-    cmd->add_option("--ctx-size", o->ctx, "Context tokens")->capture_default_str();
+    cmd->add_option("--ctx-size", o->ctx,
+                    "Context tokens (0: the model's max_position_embeddings, up to 8192)")
+        ->capture_default_str();
     o->sampling.add_to(cmd);
     cmd->callback([o] { sluice::cli::run_chat(*o); });
 });

@@ -62,8 +62,8 @@ std::string describe_quantization(const model::ModelWeights& w, const model::Mod
 }  // namespace
 
 Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
-    if (options.context_tokens <= 0)
-        return error(ErrorCode::kInvalidArgument, "[engine] context_tokens must be > 0");
+    if (options.context_tokens < 0)
+        return error(ErrorCode::kInvalidArgument, "[engine] context_tokens must be >= 0 (0: the model's)");
     SLUICE_ASSIGN_OR_RETURN(const int device_index, runtime::parse_device(options.device));
     kernels::KvType kv_type;
     if (!kernels::kv_type_for_bits(options.kv_bits, &kv_type))
@@ -78,6 +78,18 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     Impl& im = *engine->impl_;
     im.options = options;
     const model::ModelConfig& c = model->config();
+    // The context: 0 takes the model's (max_position_embeddings) up to kDefaultContext; more than the
+    // model was trained for is refused (sluice applies no rope scaling to stretch it yet).
+    if (options.context_tokens == 0)
+        im.options.context_tokens =
+            c.max_positions > 0 ? std::min(c.max_positions, runtime::kDefaultContext) : 4096;
+    if (c.max_positions > 0 && im.options.context_tokens > c.max_positions)
+        return error(
+            ErrorCode::kInvalidArgument,
+            fmt::format("[engine] a context of {} tokens is more than this model's {} "
+                        "(max_position_embeddings; rope scaling to go beyond it is not implemented): "
+                        "lower --ctx-size",
+                        im.options.context_tokens, c.max_positions));
     ModelInfo& info = im.info;
     info.family = model::family_name(c.family);
     info.layout = model::layout_name(model->weights().layout);
@@ -103,7 +115,7 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     // state twice (committed and being written) plus the snapshots a session keeps at turn
     // boundaries.
     plan.state_bytes = model->state_layout().sequence_bytes(
-        options.context_tokens, static_cast<int64_t>(runtime::kSessionCheckpoints));
+        im.options.context_tokens, static_cast<int64_t>(runtime::kSessionCheckpoints));
     plan.state_bytes *= static_cast<uint64_t>(plan.sessions);
     plan.kv_type = kernels::kv_type_name(model->state_layout().kv);
     plan.kv_bytes_per_token = model->state_layout().per_position_bytes(1);
@@ -115,6 +127,28 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     }
     plan.runtime_bytes = 64ull << 20;
     const uint64_t fixed = plan.dense_bytes + plan.state_bytes + plan.scratch_bytes + plan.runtime_bytes;
+    {
+        // The sessions' state is allocated up front: a context it cannot hold is an error naming
+        // what fits, not an allocation failure later (a streamed model's dense core is in RAM too).
+        const uint64_t others =
+            plan.scratch_bytes + plan.runtime_bytes + (plan.streaming ? plan.dense_bytes : 0);
+        if (plan.budget_bytes < others + plan.state_bytes) {
+            const uint64_t per_token = plan.kv_bytes_per_token * static_cast<uint64_t>(plan.sessions);
+            const uint64_t fixed_state =
+                model->state_layout().sequence_bytes(0, static_cast<int64_t>(runtime::kSessionCheckpoints)) *
+                static_cast<uint64_t>(plan.sessions);
+            const uint64_t room =
+                plan.budget_bytes > others + fixed_state ? plan.budget_bytes - others - fixed_state : 0;
+            return error(
+                ErrorCode::kOutOfMemory,
+                fmt::format("[engine] a context of {} tokens needs {} of session state ({} KV, {} per "
+                            "token, {} session(s)); a budget of {} holds about {} tokens: lower "
+                            "--ctx-size, store KV in fewer bits (--kv-bits 8 or 4) or raise --memory",
+                            im.options.context_tokens, human_bytes(plan.state_bytes), plan.kv_type,
+                            human_bytes(plan.kv_bytes_per_token), plan.sessions,
+                            human_bytes(plan.budget_bytes), per_token > 0 ? room / per_token : 0));
+        }
+    }
     if (plan.streaming) {
         const uint64_t slot = experts::ExpertStore::slot_bytes_for(model->packed_layout());
         if (plan.budget_bytes < fixed + slot) {
@@ -158,7 +192,7 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         runtime::CudaBackendOptions co;
         co.device_index = device_index;
         co.gpu_memory_bytes = options.gpu_memory_bytes;
-        co.context_tokens = options.context_tokens;
+        co.context_tokens = im.options.context_tokens;
         co.expert_cache_bytes = options.gpu_expert_cache_bytes;
         co.prefetch = options.prefetch;
         co.cache_policy = options.cache_policy;

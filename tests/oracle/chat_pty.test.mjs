@@ -12,11 +12,11 @@ let passed = 0, failed = 0;
 const check = (ok, what) => { if (ok) passed++; else { failed++; console.error('FAIL: ' + what); } };
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-// Starts a chat on a pty. `exec`: script(1) runs the command through $SHELL -c; dash (CI's /bin/sh)
+// Starts a chat on a pty, at the model's whole context (4096: more is refused at load). `exec`: script(1) runs the command through $SHELL -c; dash (CI's /bin/sh)
 // does not exec it, stays in the terminal's foreground group and dies of the Ctrl-C, and script
 // reports its 130.
 const startChat = () => {
-  const cmd = `exec ${bin} chat ${model} -n 4000 --temperature 0.8 --seed 1 --ctx-size 8192`;
+  const cmd = `exec ${bin} chat ${model} -n 4000 --temperature 0.8 --seed 1 --ctx-size 4096`;
   const child = spawn('script', ['-qfec', cmd, '/dev/null'], { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, TERM: 'xterm' } });
   const chat = { child, screen: '', exitCode: null };
   child.stdout.on('data', (d) => { chat.screen += d.toString(); });

@@ -159,5 +159,30 @@ TEST(KvCache, UnsupportedBitsAreRefusedByName) {
     }
 }
 
+// A context the model was not trained for, or one the budget cannot hold, is refused at load with
+// the numbers — never an allocation failure later.
+TEST(KvCache, ContextsBeyondTheModelOrTheBudgetAreRefusedAtLoad) {
+    auto too_long = load(32, 8192);  // the default model has max_position_embeddings 4096
+    ASSERT_FALSE(too_long.has_value());
+    EXPECT_NE(too_long.status().message().find("more than this model's 4096"), std::string::npos)
+        << too_long.status().message();
+
+    EngineOptions eo;
+    eo.model_dir = tiny_next();
+    eo.context_tokens = 4096;
+    eo.memory_bytes = 72ull << 20;  // less than scratch + runtime + this context's state
+    auto small = Engine::load(eo);
+    ASSERT_FALSE(small.has_value());
+    EXPECT_EQ(small.status().code(), ErrorCode::kOutOfMemory);
+    for (const char* part : {"a context of 4096 tokens needs", "f32 KV", "holds about", "--kv-bits"})
+        EXPECT_NE(small.status().message().find(part), std::string::npos) << small.status().message();
+
+    eo.context_tokens = 0;  // the model's own context
+    eo.memory_bytes = 2ull << 30;
+    auto model_ctx = Engine::load(eo);
+    ASSERT_TRUE(model_ctx.has_value()) << model_ctx.status().message();
+    EXPECT_EQ((*model_ctx)->options().context_tokens, 4096);
+}
+
 }  // namespace
 }  // namespace sluice
