@@ -508,7 +508,7 @@ try {
 
     await test("health, metrics, tokenize, web", async () => {
         const h = JSON.parse((await raw(port, "GET", "/health", { auth: false })).body);
-        check("health", h.status === "ok" && h.model === "tiny-next" && h.memory_plan.dense_bytes > 0 && typeof h.expert_cache.hit_rate === "number" && h.slots.total === 2,
+        check("health", h.status === "ok" && h.model === "tiny-next" && h.memory_plan.dense_bytes > 0 && h.memory_plan.kv_type === "f32" && h.memory_plan.kv_bytes_per_token === 2048 && typeof h.expert_cache.hit_rate === "number" && h.slots.total === 2,
             JSON.stringify(h).slice(0, 300));
         const m = (await raw(port, "GET", "/metrics")).body;
         const val = (n) => Number((m.match(new RegExp(`^${n} (\\S+)$`, "m")) ?? [])[1]);
