@@ -142,7 +142,9 @@ void matvec_quant_impl(const WeightView& w, const float* xp, const float* xsum, 
 template <int kBits>
 inline __m256i codes8(const uint32_t* words, int64_t i) {
     if constexpr (kBits == 4) {
-        const __m128i bytes = _mm_cvtsi32_si128(static_cast<int>(words[i / 8]));
+        int word;  // a memcpy load: codes sit at the checkpoint's offsets, not always 4-byte aligned
+        memcpy(&word, words + i / 8, 4);
+        const __m128i bytes = _mm_cvtsi32_si128(word);
         const __m128i lo = _mm_and_si128(bytes, _mm_set1_epi8(0x0f));
         const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0f));
         return _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
