@@ -250,8 +250,8 @@ void BM_AttentionDecodeKv(benchmark::State& state) {
     }
     std::vector<float> q(nh * hd, 0.01f), out(nh * hd);
     for (auto _ : state) {
-        attention_kv(type, q.data(), k.data(), v.data(), 1, depth - 1, nh, nkv, hd, 0.0625f, out.data(),
-                     &pool());
+        attention_kv(type, q.data(), k.data(), v.data(), nullptr, 1, depth - 1, nh, nkv, hd, 0.0625f,
+                     out.data(), &pool());
         benchmark::DoNotOptimize(out.data());
     }
     state.counters["cache_GB/s"] = benchmark::Counter(static_cast<double>(2 * k.size()) * 1e-9,
@@ -259,7 +259,7 @@ void BM_AttentionDecodeKv(benchmark::State& state) {
     state.SetLabel(kv_type_name(type));
 }
 BENCHMARK(BM_AttentionDecodeKv)
-    ->ArgsProduct({{32, 16, 8, 4}, {4096, 32768}})
+    ->ArgsProduct({{32, 16, 8, 4, 3}, {4096, 32768}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -34,9 +34,14 @@ struct EngineOptions {
     // the model's maximum is an error, and so is a context whose state the memory budget cannot hold.
     int64_t context_tokens = 4096;
     // Bits per element of the attention KV cache: 32 (f32, exact), 16 (f16), 8 (q8: int8 codes,
-    // one f16 scale per 32) or 4 (q4: 4-bit codes, one f16 scale per 32). Attention reads the
-    // compressed cache directly (kernels/kv_format.h); any other value is an error at load.
+    // one f16 scale per 32), 4 (q4: 4-bit codes, one f16 scale per 32) or 3 (q3: a rotated 3-bit
+    // Lloyd–Max codebook, one f16 scale per head). Attention reads the compressed cache directly
+    // (kernels/kv_format.h); any other value is an error at load.
     int kv_bits = 32;
+    // With kv_bits 8, 4 or 3: the most recent kv_window positions are also kept in f16 and read so
+    // by attention (positions are compressed as they age out of it); 0 = none. A ring of
+    // kv_window + 64 rows per attention layer, counted in the plan's session state.
+    int64_t kv_window = 256;
     // The whole process's memory budget: dense weights, KV/state, scratch and expert cache.
     // 0 = derived from the memory available. Streaming (packed) models size their expert cache
     // from what remains; load fails when the dense core alone does not fit.
@@ -68,6 +73,7 @@ struct MemoryPlan {
     uint64_t dense_bytes = 0;         // resident weights (mapped)
     uint64_t state_bytes = 0;         // KV cache + DeltaNet state and checkpoints, all sessions
     std::string kv_type = "f32";      // the attention KV cache's element type (--kv-bits)
+    int64_t kv_window = 0;            // recent positions kept in f16 besides (--kv-window; 0: none)
     uint64_t kv_bytes_per_token = 0;  // KV of one token of one session, all attention layers
     uint64_t scratch_bytes = 0;       // forward workspace of each session (estimate)
     int sessions = 1;                 // sessions the state and scratch are reserved for

@@ -16,6 +16,7 @@ struct InfoOptions {
     std::string memory;
     int64_t ctx = 4096;
     int kv_bits = 32;
+    int64_t kv_window = 256;
     bool measure = true;
 };
 
@@ -24,6 +25,7 @@ void run_info(const InfoOptions& o) {
     eo.model_dir = o.model_dir;
     eo.context_tokens = o.ctx;
     eo.kv_bits = o.kv_bits;
+    eo.kv_window = o.kv_window;
     if (!o.memory.empty()) eo.memory_bytes = check(parse_size(o.memory));
     auto engine = check(Engine::load(eo));
     const ModelInfo& m = engine->info();
@@ -74,8 +76,11 @@ SLUICE_COMMAND(info, 30, [](CLI::App& app) {
     cmd->add_option("model_dir", o->model_dir, "Model folder")->required();
     cmd->add_option("--memory", o->memory, "Memory budget to plan for, e.g. 3G (default: 80% of available)");
     cmd->add_option("--ctx-size", o->ctx, "Context tokens per session")->capture_default_str();
-    cmd->add_option("--kv-bits", o->kv_bits, "KV cache element to plan for: 32, 16, 8 or 4")
+    cmd->add_option("--kv-bits", o->kv_bits, "KV cache element to plan for: 32, 16, 8, 4 or 3")
         ->capture_default_str();
+    cmd->add_option("--kv-window", o->kv_window, "Recent positions also kept in f16 (with --kv-bits 8, 4, 3)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
     cmd->add_flag("!--no-measure", o->measure, "Skip the disk/memory bandwidth measurement");
     cmd->callback([o] { sluice::cli::run_info(*o); });
 });

@@ -19,11 +19,15 @@ void EngineFlags::add_to(CLI::App* cmd) {
     cmd->add_option("--cache-policy", cache_policy, "Expert cache policy: lfu or lru")
         ->capture_default_str()
         ->check(CLI::IsMember({"lfu", "lru"}));
-    cmd->add_option(
-           "--kv-bits", kv_bits,
-           "Attention KV cache element: 32 (f32, exact), 16 (f16), 8 (q8) or 4 (q4); attention runs on "
-           "the compressed cache")
+    cmd->add_option("--kv-bits", kv_bits,
+                    "Attention KV cache element: 32 (f32, exact), 16 (f16), 8 (q8), 4 (q4) or 3 (q3, rotated "
+                    "codebook); attention runs on the compressed cache")
         ->capture_default_str();
+    cmd->add_option("--kv-window", kv_window,
+                    "With --kv-bits 8, 4 or 3: the most recent N positions are also kept in f16 and read so "
+                    "(0: none)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
     cmd->add_option("--device", device, "Where the model runs: cpu, cuda or cuda:N")->capture_default_str();
     cmd->add_option("--gpu-memory", gpu_memory,
                     "GPU memory budget with --device cuda, e.g. 20G (default: 90% of what is free); routed "
@@ -42,6 +46,7 @@ void EngineFlags::apply(EngineOptions& options) const {
     options.cuda_diagnostics = cuda_diagnostics_from_env();
     options.device = device;
     options.kv_bits = kv_bits;
+    options.kv_window = kv_window;
     if (!gpu_memory.empty()) options.gpu_memory_bytes = check(parse_size(gpu_memory));
     if (!gpu_expert_cache.empty()) options.gpu_expert_cache_bytes = check(parse_size(gpu_expert_cache));
 }

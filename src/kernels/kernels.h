@@ -104,10 +104,11 @@ uint16_t f32_to_f16(float v);
     void kv_load(KvType type, const void* src, int64_t n, int64_t n_kv_heads, int64_t head_dim, float* x);   \
     /* attention() over a KV cache of `type`: k, v hold the cache rows of positions                          \
        0..start_pos+n_q-1; each key and value is read as kv_load gives it, one head at a time (the           \
-       cache is never decoded as a whole). kF32 is attention() itself. */                                    \
-    void attention_kv(KvType type, const float* q, const void* k, const void* v, int64_t n_q,                \
-                      int64_t start_pos, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, \
-                      float* out, ThreadPool* pool);                                                         \
+       cache is never decoded as a whole), or from the f16 ring when `ring` (may be null) holds it           \
+       inside its window (KvRing). kF32 without a ring is attention() itself. */                             \
+    void attention_kv(KvType type, const float* q, const void* k, const void* v, const KvRing* ring,         \
+                      int64_t n_q, int64_t start_pos, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, \
+                      float scale, float* out, ThreadPool* pool);                                            \
     /* Causal depthwise conv1d + SiLU over channels, kernel K, with a state of the K-1 previous              \
        raw inputs (oldest first), for n tokens. x: [n, channels] raw inputs; weight: [channels, K]           \
        (weight[c*K + K-1] multiplies the current token); state_in: [K-1, channels]; state_out (may be        \

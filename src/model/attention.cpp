@@ -2,6 +2,7 @@
 // Qwen3-Next / Qwen3.5 (§3.4: q and a sigmoid gate interleaved per head in q_proj, zero-centred
 // q/k norms, partial NeoX RoPE). The KV cache holds keys (after norm and RoPE) and values in the
 // state layout's KV type (f32, or a compressed type of kernels/kv_format.h).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -57,11 +58,32 @@ void Model::attention_layer(const AttentionPlan& P, const LayerWeights& lw, int6
         const int64_t kv = nkv * hd;
         const kernels::KvType type = state_layout_.kv;
         const int64_t row_bytes = nkv * kernels::kv_head_bytes(type, hd);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
         kernels::kv_store(type, k + p.row0 * kv, p.n, nkv, hd, st.k_cache.data() + pos0 * row_bytes);
         kernels::kv_store(type, v + p.row0 * kv, p.n, nkv, hd, st.v_cache.data() + pos0 * row_bytes);
-        kernels::attention_kv(type, q + p.row0 * nh * hd, st.k_cache.data(), st.v_cache.data(), p.n, pos0, nh,
-                              nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd)), out + p.row0 * nh * hd,
-                              pool);
+        if (st.recent.empty()) {
+            kernels::attention_kv(type, q + p.row0 * nh * hd, st.k_cache.data(), st.v_cache.data(), nullptr,
+                                  p.n, pos0, nh, nkv, hd, scale, out + p.row0 * nh * hd, pool);
+            continue;
+        }
+        // --kv-window: the rows also into the f16 ring, in sub-steps of at most the ring's slack —
+        // a sub-step's writes then never overwrite a row one of its queries reads inside its
+        // window, so every query sees its window in f16 however the step was batched.
+        const ModelState::Ring r = p.state->ring(st);
+        const int64_t slots = p.state->ring_slots, ring_row = p.state->ring_row_bytes;
+        const kernels::KvRing ring{state_layout_.kv_window, slots, r.tags, r.k, r.v};
+        for (int64_t c0 = 0; c0 < p.n; c0 += kKvRingSlack) {
+            const int64_t c = std::min(kKvRingSlack, p.n - c0);
+            for (int64_t t = 0; t < c; ++t) {
+                const int64_t pos = pos0 + c0 + t, slot = pos % slots, row = p.row0 + c0 + t;
+                kernels::kv_store(kernels::KvType::kF16, k + row * kv, 1, nkv, hd, r.k + slot * ring_row);
+                kernels::kv_store(kernels::KvType::kF16, v + row * kv, 1, nkv, hd, r.v + slot * ring_row);
+                r.tags[slot] = pos;
+            }
+            kernels::attention_kv(type, q + (p.row0 + c0) * nh * hd, st.k_cache.data(), st.v_cache.data(),
+                                  &ring, c, pos0 + c0, nh, nkv, hd, scale, out + (p.row0 + c0) * nh * hd,
+                                  pool);
+        }
     }
     if (gated) {
         for (int64_t i = 0; i < n * nh * hd; ++i) out[i] *= sigmoid(gate[i]);

@@ -16,8 +16,19 @@ void ModelState::reset() {
     for (auto& l : layers) {
         std::fill(l.conv.begin(), l.conv.end(), 0.0f);
         std::fill(l.recurrent.begin(), l.recurrent.end(), 0.0f);
-        // KV entries past n_past are never read, so the caches need no clearing.
+        // KV entries past n_past are never read, so the caches need no clearing; ring rows are
+        // read by their tags, so those must say "none".
+        if (!l.recent.empty()) {
+            int64_t* tags = ring(l).tags;
+            std::fill(tags, tags + ring_slots, int64_t{-1});
+        }
     }
+}
+
+ModelState::Ring ModelState::ring(Layer& layer) const {
+    uint8_t* k = layer.recent.data();
+    uint8_t* v = k + ring_slots * ring_row_bytes;
+    return {k, v, reinterpret_cast<int64_t*>(v + ring_slots * ring_row_bytes)};
 }
 
 void ModelState::commit(int64_t n, bool out_of_place) {
@@ -33,7 +44,7 @@ void ModelState::commit(int64_t n, bool out_of_place) {
 uint64_t ModelState::bytes() const {
     uint64_t total = 0;
     for (const auto& l : layers)
-        total += l.k_cache.size() + l.v_cache.size() +
+        total += l.k_cache.size() + l.v_cache.size() + l.recent.size() +
                  4 * (l.conv.size() + l.recurrent.size() + l.conv_next.size() + l.recurrent_next.size());
     return total;
 }
@@ -117,18 +128,23 @@ Expected<std::shared_ptr<Model>> Model::load(const std::string& dir) {
     return model;
 }
 
-Status Model::use_kv_type(kernels::KvType type) {
+Status Model::use_kv_type(kernels::KvType type, int64_t kv_window) {
     if (const char* bad = kernels::kv_shape_error(type, config_.head_dim))
         return error(ErrorCode::kInvalidArgument, std::string("[model] a ") + kernels::kv_type_name(type) +
                                                       " KV cache cannot hold head_dim " +
                                                       std::to_string(config_.head_dim) + ": " + bad);
-    state_layout_ = model::state_layout(config_, type);
+    if (kv_window < 0)
+        return error(ErrorCode::kInvalidArgument, "[model] --kv-window " + std::to_string(kv_window) +
+                                                      ": a window is 0 (none) or more positions");
+    state_layout_ = model::state_layout(config_, type, kv_window);
     return Status::ok();
 }
 
 ModelState Model::new_state(int64_t max_positions) const {
     ModelState s;
     s.max_positions = max_positions;
+    s.ring_slots = state_layout_.kv_ring_slots;
+    s.ring_row_bytes = config_.n_kv_heads * kernels::kv_head_bytes(kernels::KvType::kF16, config_.head_dim);
     s.layers.resize(state_layout_.layers.size());
     for (size_t l = 0; l < state_layout_.layers.size(); ++l) {
         const auto& buffers = state_layout_.layers[l].buffers;
@@ -137,6 +153,8 @@ ModelState Model::new_state(int64_t max_positions) const {
         if (buffers[0].per_position) {
             st.k_cache.assign(static_cast<size_t>(buffers[kKeysBuffer].bytes(max_positions)), 0);
             st.v_cache.assign(static_cast<size_t>(buffers[kValuesBuffer].bytes(max_positions)), 0);
+            if (buffers.size() > kRecentBuffer)
+                st.recent.assign(static_cast<size_t>(buffers[kRecentBuffer].bytes(0)), 0);
         } else {
             st.conv.assign(size(kConvBuffer), 0.0f);
             st.recurrent.assign(size(kRecurrentBuffer), 0.0f);
@@ -144,6 +162,7 @@ ModelState Model::new_state(int64_t max_positions) const {
             st.recurrent_next.assign(size(kRecurrentBuffer), 0.0f);
         }
     }
+    s.reset();  // empty rings
     return s;
 }
 

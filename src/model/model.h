@@ -68,24 +68,36 @@ struct BatchLayout {
 // reads the committed DeltaNet state (conv, recurrent) and writes the new one into conv_next /
 // recurrent_next; only when every layer has run does it swap them in and advance n_past. Attention
 // KV rows are written at positions >= n_past, which nothing reads until n_past moves past them. So a
-// forward that fails part-way (an expert read error) leaves the state exactly as it was. With
+// forward that fails part-way (an expert read error) leaves the state exactly as it was — up to the
+// --kv-window ring, whose rows it may have overwritten; their positions are then read from the
+// compressed cache (the tags say so), as after a cut-back deeper than the ring's slack. With
 // resident experts nothing can fail once the first layer has started, and the state is updated in
 // place: out of place costs the CPU one more pass over the state per token (each line of the other
 // buffer is read before it is written), 6.0 → 10.6 ms per 80B token (BM_DeltaRecurrentDecode).
 struct ModelState {
     int64_t n_past = 0;
-    int64_t max_positions = 0;  // KV capacity in tokens
+    int64_t max_positions = 0;   // KV capacity in tokens
+    int64_t ring_slots = 0;      // --kv-window ring rows per attention layer (0: no ring)
+    int64_t ring_row_bytes = 0;  // bytes of one ring row (n_kv_heads f16 heads)
     struct Layer {
         std::vector<uint8_t> k_cache;                  // attention: max_positions rows of the KV type
         std::vector<uint8_t> v_cache;                  // (state_layout: [nkv, hd] each, kv_format.h)
+        std::vector<uint8_t> recent;                   // --kv-window: the f16 ring (ring_view)
         std::vector<float> conv;                       // deltanet: [K-1, conv_dim] raw inputs, oldest first
         std::vector<float> recurrent;                  // deltanet: [nv, dk, dv]
         std::vector<float> conv_next, recurrent_next;  // what the running forward writes
     };
     std::vector<Layer> layers;
 
-    // Forgets everything (position 0, zero state) without freeing memory.
+    // Forgets everything (position 0, zero state, an empty ring) without freeing memory.
     void reset();
+    // An attention layer's ring (kernels::KvRing) in its `recent`: K rows, V rows, then the tags.
+    struct Ring {
+        uint8_t* k;
+        uint8_t* v;
+        int64_t* tags;
+    };
+    Ring ring(Layer& layer) const;
     // The forward's end: n_past += n, and after an out-of-place forward the written DeltaNet state
     // becomes the committed one.
     void commit(int64_t n, bool out_of_place);
@@ -165,7 +177,7 @@ class Model {
     const StateLayout& state_layout() const { return state_layout_; }
     // Stores attention KV as `type` from now on (before any state is made): an error naming the
     // problem when the model's head_dim cannot be stored so.
-    Status use_kv_type(kernels::KvType type);
+    Status use_kv_type(kernels::KvType type, int64_t kv_window = 0);
     // A fresh state able to hold `max_positions` tokens of context.
     ModelState new_state(int64_t max_positions) const;
 

@@ -82,7 +82,9 @@ class CpuSequence final : public SequenceState {
     uint8_t* bytes_of(int slot, int64_t layer, int buffer) {
         model::ModelState::Layer& st = state_.layers[static_cast<size_t>(layer)];
         if (slot == kLive && !st.k_cache.empty())
-            return buffer == model::kKeysBuffer ? st.k_cache.data() : st.v_cache.data();
+            return buffer == model::kKeysBuffer     ? st.k_cache.data()
+                   : buffer == model::kValuesBuffer ? st.v_cache.data()
+                                                    : st.recent.data();  // the whole ring, tags included
         return reinterpret_cast<uint8_t*>(buffer_of(slot, layer, buffer).data());
     }
     const uint8_t* bytes_of(int slot, int64_t layer, int buffer) const {

@@ -69,11 +69,11 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     if (!kernels::kv_type_for_bits(options.kv_bits, &kv_type))
         return error(
             ErrorCode::kInvalidArgument,
-            fmt::format("[engine] --kv-bits {}: the KV cache stores 32 (f32), 16 (f16), 8 (q8) or 4 (q4) "
-                        "bits per element",
+            fmt::format("[engine] --kv-bits {}: the KV cache stores 32 (f32), 16 (f16), 8 (q8), 4 (q4) or 3 "
+                        "(q3, rotated codebook) bits per element",
                         options.kv_bits));
     SLUICE_ASSIGN_OR_RETURN(auto model, model::Model::load(options.model_dir));
-    SLUICE_RETURN_IF_ERROR(model->use_kv_type(kv_type));
+    SLUICE_RETURN_IF_ERROR(model->use_kv_type(kv_type, options.kv_window));
     auto engine = std::shared_ptr<Engine>(new Engine());
     Impl& im = *engine->impl_;
     im.options = options;
@@ -118,6 +118,7 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         im.options.context_tokens, static_cast<int64_t>(runtime::kSessionCheckpoints));
     plan.state_bytes *= static_cast<uint64_t>(plan.sessions);
     plan.kv_type = kernels::kv_type_name(model->state_layout().kv);
+    plan.kv_window = model->state_layout().kv_window;
     plan.kv_bytes_per_token = model->state_layout().per_position_bytes(1);
     plan.scratch_bytes = runtime::scratch_bytes_estimate(c, 256) * static_cast<uint64_t>(plan.sessions);
     plan.budget_bytes = options.memory_bytes;
@@ -143,7 +144,7 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
                 ErrorCode::kOutOfMemory,
                 fmt::format("[engine] a context of {} tokens needs {} of session state ({} KV, {} per "
                             "token, {} session(s)); a budget of {} holds about {} tokens: lower "
-                            "--ctx-size, store KV in fewer bits (--kv-bits 8 or 4) or raise --memory",
+                            "--ctx-size, store KV in fewer bits (--kv-bits 8, 4 or 3) or raise --memory",
                             im.options.context_tokens, human_bytes(plan.state_bytes), plan.kv_type,
                             human_bytes(plan.kv_bytes_per_token), plan.sessions,
                             human_bytes(plan.budget_bytes), per_token > 0 ? room / per_token : 0));

@@ -18,8 +18,9 @@ std::string human_bytes(uint64_t b) {
 
 std::string MemoryPlan::describe() const {
     std::string s = fmt::format(
-        "memory plan: budget {} = dense {} + state {} (KV {}, {} per token) + scratch {}{} + runtime {}",
+        "memory plan: budget {} = dense {} + state {} (KV {}{}, {} per token) + scratch {}{} + runtime {}",
         human_bytes(budget_bytes), human_bytes(dense_bytes), human_bytes(state_bytes), kv_type,
+        kv_window > 0 ? fmt::format(" + last {} in f16", kv_window) : std::string(),
         human_bytes(kv_bytes_per_token), human_bytes(scratch_bytes),
         sessions > 1 ? fmt::format(" ({} sessions)", sessions) : std::string(), human_bytes(runtime_bytes));
     if (streaming) {

@@ -86,7 +86,7 @@ Status SequenceState::write(std::string& out) const {
         for (int64_t l = 0; l < n_layers; ++l) {
             const auto& buffers = layout_.layers[static_cast<size_t>(l)].buffers;
             for (size_t b = 0; b < buffers.size(); ++b)
-                if (!buffers[b].per_position)
+                if (buffers[b].recurrent())
                     SLUICE_RETURN_IF_ERROR(put_buffer(s.slot, l, static_cast<int>(b), 0));
         }
     }
@@ -136,7 +136,7 @@ Status SequenceState::read(std::string_view in, size_t* at, int64_t position) {
         for (int64_t l = 0; l < n_layers; ++l) {
             const auto& buffers = layout_.layers[static_cast<size_t>(l)].buffers;
             for (size_t b = 0; b < buffers.size(); ++b)
-                if (!buffers[b].per_position)
+                if (buffers[b].recurrent())
                     SLUICE_RETURN_IF_ERROR(get_buffer(slot, l, static_cast<int>(b), 0));
         }
         std::erase_if(snapshots, [&](const Snapshot& s) { return s.slot == slot; });

@@ -283,10 +283,12 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
 }
 
 // ---- save / load ---------------------------------------------------------------------------------
-// File: "SLUSESS1" | u32 version | u64 model fingerprint | u32 KV type (version 2: kernels::KvType;
-// version 1 files have none and hold f32 KV) | u64 payload size | u64 payload xxh3 |
+// File: "SLUSESS1" | u32 version | u64 model fingerprint | u32 KV type (from version 2:
+// kernels::KvType; version 1 files have none and hold f32 KV) | u64 KV window (from version 3;
+// older files have none) | u64 payload size | u64 payload xxh3 |
 // payload = i64 n_past, i64 n_tokens, tokens, then the sequence state as SequenceState::write()
-// lays it out: per layer (KV rows [0, n_past) | conv + recurrent), u32 n_snapshots, per snapshot
+// lays it out: per layer (KV rows [0, n_past) and the window's ring whole | conv + recurrent),
+// u32 n_snapshots, per snapshot
 // i64 position + each DeltaNet layer's conv + recurrent (docs/FORMATS.md). The same bytes from
 // every backend, so a session saved on the GPU loads on the CPU and back. KV rows are kept in the
 // engine's KV type as they are (a compressed cache is not re-quantised); a file of another KV type
@@ -294,7 +296,7 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
 
 namespace {
 constexpr char kSessionMagic[8] = {'S', 'L', 'U', 'S', 'E', 'S', 'S', '1'};
-constexpr uint32_t kSessionVersion = 2;
+constexpr uint32_t kSessionVersion = 3;
 
 template <typename T>
 void put(std::string& out, const T& v) {
@@ -332,6 +334,7 @@ Status Session::save(const std::string& path) const {
     put(out, kSessionVersion);
     put(out, s.engine->impl_->fingerprint);
     put(out, static_cast<uint32_t>(s.engine->impl_->model->state_layout().kv));
+    put(out, static_cast<uint64_t>(s.engine->impl_->model->state_layout().kv_window));
     put(out, static_cast<uint64_t>(payload.size()));
     put(out, static_cast<uint64_t>(XXH3_64bits(payload.data(), payload.size())));
     out += payload;
@@ -348,21 +351,22 @@ Status Session::load(const std::string& path) {
         return bad("not a sluice session file");
     Reader r{in, 8};
     uint32_t version = 0, kv = static_cast<uint32_t>(kernels::KvType::kF32);
-    uint64_t fingerprint = 0, size = 0, hash = 0;
+    uint64_t fingerprint = 0, size = 0, hash = 0, window = 0;
     r.get(&version);
     r.get(&fingerprint);
-    if (version != 1 && version != kSessionVersion)
+    if (version < 1 || version > kSessionVersion)
         return error(ErrorCode::kUnsupported, "[session] " + path + ": version " + std::to_string(version) +
-                                                  ", this sluice reads versions 1 and " +
+                                                  ", this sluice reads versions 1 to " +
                                                   std::to_string(kSessionVersion));
     if (version >= 2 && !r.get(&kv)) return bad("truncated header");
+    if (version >= 3 && !r.get(&window)) return bad("truncated header");
     r.get(&size);
     r.get(&hash);
     if (fingerprint != s.engine->impl_->fingerprint)
         return error(ErrorCode::kInvalidArgument, "[session] " + path + " was saved with a different model");
     const kernels::KvType engine_kv = s.engine->impl_->model->state_layout().kv;
     if (kv != static_cast<uint32_t>(engine_kv)) {
-        const std::string saved = kv <= static_cast<uint32_t>(kernels::KvType::kQ4)
+        const std::string saved = kv <= static_cast<uint32_t>(kernels::KvType::kQ3)
                                       ? kernels::kv_type_name(static_cast<kernels::KvType>(kv))
                                       : "unknown (" + std::to_string(kv) + ")";
         return error(ErrorCode::kInvalidArgument, "[session] " + path + " holds a " + saved +
@@ -370,6 +374,12 @@ Status Session::load(const std::string& path) {
                                                       kernels::kv_type_name(engine_kv) +
                                                       " (load it with the --kv-bits it was saved with)");
     }
+    const auto engine_window = static_cast<uint64_t>(s.engine->impl_->model->state_layout().kv_window);
+    if (window != engine_window)
+        return error(ErrorCode::kInvalidArgument,
+                     "[session] " + path + " keeps the last " + std::to_string(window) +
+                         " positions of its KV cache in f16; this engine keeps " +
+                         std::to_string(engine_window) + " (load it with the --kv-window it was saved with)");
     if (size != in.size() - r.pos)
         return bad("truncated (payload is " + std::to_string(in.size() - r.pos) + " bytes, header says " +
                    std::to_string(size) + ")");

@@ -56,6 +56,7 @@ void handle_health(ServerContext& ctx, const httplib::Request&, httplib::Respons
            {"dense_bytes", plan.dense_bytes},
            {"state_bytes", plan.state_bytes},
            {"kv_type", plan.kv_type},
+           {"kv_window", plan.kv_window},
            {"kv_bytes_per_token", plan.kv_bytes_per_token},
            {"scratch_bytes", plan.scratch_bytes},
            {"cache_bytes", plan.cache_bytes},

@@ -311,7 +311,7 @@ TEST(Kernels, AttentionMatchesReference) {
 // decoded cache, and each type's round-trip error stays within its step.
 TEST(Kernels, KvCacheTypesMatchReference) {
     Pools pools;
-    const KvType types[] = {KvType::kF32, KvType::kF16, KvType::kQ8, KvType::kQ4};
+    const KvType types[] = {KvType::kF32, KvType::kF16, KvType::kQ8, KvType::kQ4, KvType::kQ3};
     for_each_isa([&] {
         std::mt19937 rng(11);
         {  // every f16 bit pattern decodes as kernels::f16_to_f32 does (nan as nan)
@@ -346,8 +346,21 @@ TEST(Kernels, KvCacheTypesMatchReference) {
                 kv_load(type, ref_bytes.data(), rows, nkv, head_dim, got_x.data());
                 ASSERT_EQ(std::memcmp(ref_x.data(), got_x.data(), x.size() * 4), 0) << "hd=" << head_dim;
                 // Round-trip error per group of 32: at most half a step of the group's scale (plus
-                // the f16 rounding of the scale itself); f16: its own rounding; f32: exact.
-                for (int64_t g = 0; g < static_cast<int64_t>(x.size()) / 32; ++g) {
+                // the f16 rounding of the scale itself); f16: its own rounding; f32: exact. q3 has no
+                // per-element bound: its error is spread by the rotation; per head, the squared
+                // error stays near the Lloyd–Max distortion of a Gaussian (0.0345 of the energy).
+                if (type == KvType::kQ3) {
+                    for (int64_t h = 0; h < rows * nkv; ++h) {
+                        double e2 = 0.0, x2 = 0.0;
+                        for (int64_t j = 0; j < head_dim; ++j) {
+                            const double d = x[h * head_dim + j] - ref_x[h * head_dim + j];
+                            e2 += d * d;
+                            x2 += static_cast<double>(x[h * head_dim + j]) * x[h * head_dim + j];
+                        }
+                        ASSERT_LE(e2, 0.09 * x2) << "head " << h << " hd=" << head_dim;
+                    }
+                }
+                for (int64_t g = 0; type != KvType::kQ3 && g < static_cast<int64_t>(x.size()) / 32; ++g) {
                     float amax = 0.0f, err = 0.0f;
                     for (int64_t j = 0; j < 32; ++j) {
                         amax = std::max(amax, std::fabs(x[g * 32 + j]));
@@ -370,12 +383,12 @@ TEST(Kernels, KvCacheTypesMatchReference) {
                         reference::kv_store(type, v.data(), rows, nkv, head_dim, vb.data());
                         const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
                         std::vector<float> ref(q.size());
-                        reference::attention_kv(type, q.data(), kb.data(), vb.data(), n_q, start, nh, nkv,
-                                                head_dim, scale, ref.data(), nullptr);
+                        reference::attention_kv(type, q.data(), kb.data(), vb.data(), nullptr, n_q, start, nh,
+                                                nkv, head_dim, scale, ref.data(), nullptr);
                         for (ThreadPool* pool : pools.all()) {
                             std::vector<float> got(q.size(), NAN);
-                            attention_kv(type, q.data(), kb.data(), vb.data(), n_q, start, nh, nkv, head_dim,
-                                         scale, got.data(), pool);
+                            attention_kv(type, q.data(), kb.data(), vb.data(), nullptr, n_q, start, nh, nkv,
+                                         head_dim, scale, got.data(), pool);
                             expect_close(got, ref, 1e-5,
                                          std::string("attention_kv ") + kv_type_name(type) +
                                              " nh=" + std::to_string(nh) + " hd=" + std::to_string(head_dim) +
@@ -385,6 +398,110 @@ TEST(Kernels, KvCacheTypesMatchReference) {
             }
         }
     });
+}
+
+// The q3 type is a rotated Lloyd–Max quantizer: on Gaussian heads its distortion is the
+// quantizer's (0.03455 of the energy for 3 bits; uniform levels or no least-squares scale give
+// more), and the rotation makes it hold for heads whose energy sits in a few channels too (without
+// it, a one-hot head is coded by a single level and its neighbours' zeros).
+// The recent window: keys inside a query's window that the ring holds are read as its f16 rows,
+// the rest (older, or rows the ring lost) from the compressed cache; kernels agree with the
+// reference, and a ring that holds a query's whole history makes a compressed cache read as f16.
+TEST(Kernels, KvRingWindowMatchesReference) {
+    Pools pools;
+    for_each_isa([&] {
+        std::mt19937 rng(21);
+        for (KvType type : {KvType::kQ8, KvType::kQ4, KvType::kQ3}) {
+            SCOPED_TRACE(kv_type_name(type));
+            const int64_t nkv = 2, hd = 64, rows = 50, nh = 8, slots = 24, window = 16;
+            const auto k = random_vec(rng, rows * nkv * hd), v = random_vec(rng, rows * nkv * hd);
+            std::vector<uint8_t> kb(static_cast<size_t>(rows * nkv * kv_head_bytes(type, hd))), vb(kb.size());
+            reference::kv_store(type, k.data(), rows, nkv, hd, kb.data());
+            reference::kv_store(type, v.data(), rows, nkv, hd, vb.data());
+            const int64_t ring_row = nkv * kv_head_bytes(KvType::kF16, hd);
+            std::vector<uint8_t> rk(static_cast<size_t>(slots * ring_row)), rv(rk.size());
+            std::vector<int64_t> tags(static_cast<size_t>(slots), -1);
+            for (int64_t s = rows - slots; s < rows; ++s) {
+                if (s % 7 == 3) continue;  // rows the ring lost
+                const int64_t slot = s % slots;
+                reference::kv_store(KvType::kF16, k.data() + s * nkv * hd, 1, nkv, hd,
+                                    rk.data() + slot * ring_row);
+                reference::kv_store(KvType::kF16, v.data() + s * nkv * hd, 1, nkv, hd,
+                                    rv.data() + slot * ring_row);
+                tags[static_cast<size_t>(slot)] = s;
+            }
+            const KvRing ring{window, slots, tags.data(), rk.data(), rv.data()};
+            const float scale = 0.125f;
+            for (int64_t n_q : {1, 6}) {
+                const int64_t start = rows - n_q;
+                const auto q = random_vec(rng, n_q * nh * hd);
+                std::vector<float> ref(q.size()), plain(q.size());
+                reference::attention_kv(type, q.data(), kb.data(), vb.data(), &ring, n_q, start, nh, nkv, hd,
+                                        scale, ref.data(), nullptr);
+                reference::attention_kv(type, q.data(), kb.data(), vb.data(), nullptr, n_q, start, nh, nkv,
+                                        hd, scale, plain.data(), nullptr);
+                double moved = 0.0;
+                for (size_t i = 0; i < ref.size(); ++i)
+                    moved = std::max(moved, std::fabs(double(ref[i]) - plain[i]));
+                EXPECT_GT(moved, 1e-4) << "the ring changed nothing";
+                for (ThreadPool* pool : pools.all()) {
+                    std::vector<float> got(q.size(), NAN);
+                    attention_kv(type, q.data(), kb.data(), vb.data(), &ring, n_q, start, nh, nkv, hd, scale,
+                                 got.data(), pool);
+                    expect_close(got, ref, 1e-5, std::string("ring ") + kv_type_name(type));
+                }
+            }
+            // A ring holding every position inside a window as long as the history: f16 attention.
+            std::vector<uint8_t> rk_all(static_cast<size_t>(rows * ring_row)), rv_all(rk_all.size());
+            std::vector<int64_t> all(static_cast<size_t>(rows));
+            for (int64_t s = 0; s < rows; ++s) all[static_cast<size_t>(s)] = s;
+            reference::kv_store(KvType::kF16, k.data(), rows, nkv, hd, rk_all.data());
+            reference::kv_store(KvType::kF16, v.data(), rows, nkv, hd, rv_all.data());
+            const KvRing whole{rows, rows, all.data(), rk_all.data(), rv_all.data()};
+            const auto q = random_vec(rng, nh * hd);
+            std::vector<float> got(q.size()), f16(q.size());
+            attention_kv(type, q.data(), kb.data(), vb.data(), &whole, 1, rows - 1, nh, nkv, hd, scale,
+                         got.data(), nullptr);
+            attention_kv(KvType::kF16, q.data(), rk_all.data(), rv_all.data(), nullptr, 1, rows - 1, nh, nkv,
+                         hd, scale, f16.data(), nullptr);
+            expect_close(got, f16, 1e-6, "whole-history ring");
+        }
+    });
+}
+
+TEST(Kernels, KvQ3IsTheRotatedLloydMaxQuantizer) {
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int64_t hd : {64, 128, 256}) {
+        SCOPED_TRACE(hd);
+        const int64_t heads = 4000;
+        std::vector<float> x(static_cast<size_t>(heads * hd)), back(x.size());
+        for (float& e : x) e = normal(rng);
+        std::vector<uint8_t> codes(static_cast<size_t>(heads * kv_head_bytes(KvType::kQ3, hd)));
+        reference::kv_store(KvType::kQ3, x.data(), heads, 1, hd, codes.data());
+        reference::kv_load(KvType::kQ3, codes.data(), heads, 1, hd, back.data());
+        double e2 = 0.0, x2 = 0.0;
+        for (size_t i = 0; i < x.size(); ++i) {
+            e2 += (x[i] - back[i]) * static_cast<double>(x[i] - back[i]);
+            x2 += x[i] * static_cast<double>(x[i]);
+        }
+        EXPECT_NEAR(e2 / x2, 0.0345, 0.002);
+        // Spiky heads: 90% of the energy in 2 channels.
+        for (int64_t h = 0; h < heads; ++h)
+            for (int64_t j = 0; j < hd; ++j)
+                x[h * hd + j] = j < 2 ? 3.0f * std::sqrt(static_cast<float>(hd)) * normal(rng) : normal(rng);
+        reference::kv_store(KvType::kQ3, x.data(), heads, 1, hd, codes.data());
+        reference::kv_load(KvType::kQ3, codes.data(), heads, 1, hd, back.data());
+        e2 = x2 = 0.0;
+        for (size_t i = 0; i < x.size(); ++i) {
+            e2 += (x[i] - back[i]) * static_cast<double>(x[i] - back[i]);
+            x2 += x[i] * static_cast<double>(x[i]);
+        }
+        EXPECT_LT(e2 / x2, 0.045);
+    }
+    EXPECT_EQ(kv_head_bytes(KvType::kQ3, 128), 50);
+    EXPECT_NE(kv_shape_error(KvType::kQ3, 96), nullptr);
+    EXPECT_EQ(kv_shape_error(KvType::kQ3, 64), nullptr);
 }
 
 TEST(Kernels, ConvMatchesReference) {

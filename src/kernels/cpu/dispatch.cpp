@@ -27,6 +27,7 @@ namespace sluice::kernels {
 namespace {
 
 using cpu::IsaTable;
+using cpu::RingHead;
 
 const IsaTable* detect_best() {
 #if defined(__x86_64__)
@@ -199,41 +200,43 @@ void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, int
 
 namespace {
 
-// Attention over a cache of `type` (f32 included): work items are (query row, KV head) — the GQA
-// group of query heads sharing a KV head reads each key and value once — when there are enough of
-// them for the pool, else (query row, head). Both give every head the same result, bit for bit.
-void attention_cache(KvType type, const float* q, const uint8_t* k, const uint8_t* v, int64_t n_q,
-                     int64_t start_pos, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
-                     float* out, ThreadPool* pool) {
+// Attention over a cache of `type` (f32 included), with its f16 ring when there is one: work
+// items are (query row, KV head) — the GQA group of query heads sharing a KV head reads each key
+// and value once — when there are enough of them for the pool, else (query row, head). Both give
+// every head the same result, bit for bit.
+void attention_cache(KvType type, const float* q, const uint8_t* k, const uint8_t* v, const KvRing* ring,
+                     int64_t n_q, int64_t start_pos, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                     float scale, float* out, ThreadPool* pool) {
     const IsaTable& t = isa();
     const int64_t rep = n_heads / n_kv_heads;
     const int64_t head_bytes = kv_head_bytes(type, head_dim);
     const int64_t row_bytes = n_kv_heads * head_bytes;
+    const int64_t ring_head_bytes = kv_head_bytes(KvType::kF16, head_dim);
+    const bool has_ring = ring != nullptr && ring->window > 0;
+    auto ring_head = [&](int64_t kvh) {
+        return RingHead{static_cast<const uint8_t*>(ring->k) + kvh * ring_head_bytes,
+                        static_cast<const uint8_t*>(ring->v) + kvh * ring_head_bytes,
+                        ring->tags,
+                        ring->slots,
+                        ring->window,
+                        n_kv_heads * ring_head_bytes};
+    };
     const int64_t threads = pool != nullptr ? pool->size() : 1;
-    if (rep > 1 && rep <= 64 && n_q * n_kv_heads >= threads) {
-        run(pool, n_q * n_kv_heads, 1, [&](int64_t i0, int64_t i1) {
-            thread_local std::vector<float> scores_buf, tmp_buf;
-            float* scores = scratch(scores_buf, rep * (start_pos + n_q));
-            float* tmp = scratch(tmp_buf, head_dim);
-            for (int64_t i = i0; i < i1; ++i) {
-                const int64_t row = i / n_kv_heads, kvh = i % n_kv_heads;
-                const int64_t h0 = kvh * rep;
-                t.attention_group_kv(type, q + (row * n_heads + h0) * head_dim, rep, k + kvh * head_bytes,
-                                     v + kvh * head_bytes, start_pos + row + 1, row_bytes, head_dim, scale,
-                                     scores, tmp, out + (row * n_heads + h0) * head_dim);
-            }
-        });
-        return;
-    }
-    run(pool, n_q * n_heads, 1, [&](int64_t i0, int64_t i1) {
+    const bool grouped = rep > 1 && rep <= 64 && n_q * n_kv_heads >= threads;
+    const int64_t heads_per_item = grouped ? rep : 1;
+    run(pool, n_q * (grouped ? n_kv_heads : n_heads), 1, [&](int64_t i0, int64_t i1) {
         thread_local std::vector<float> scores_buf, tmp_buf;
-        float* scores = scratch(scores_buf, start_pos + n_q);
-        float* tmp = scratch(tmp_buf, head_dim);
+        float* scores = scratch(scores_buf, heads_per_item * (start_pos + n_q));
+        float* tmp = scratch(tmp_buf, (2 * heads_per_item + 1) * head_dim);
         for (int64_t i = i0; i < i1; ++i) {
-            const int64_t row = i / n_heads, h = i % n_heads, kvh = h / rep;
-            t.attention_group_kv(type, q + (row * n_heads + h) * head_dim, 1, k + kvh * head_bytes,
-                                 v + kvh * head_bytes, start_pos + row + 1, row_bytes, head_dim, scale,
-                                 scores, tmp, out + (row * n_heads + h) * head_dim);
+            const int64_t row = grouped ? i / n_kv_heads : i / n_heads;
+            const int64_t h0 = grouped ? (i % n_kv_heads) * rep : i % n_heads;
+            const int64_t kvh = h0 / rep;
+            const RingHead rh = has_ring ? ring_head(kvh) : RingHead{};
+            t.attention_group_kv(type, q + (row * n_heads + h0) * head_dim, heads_per_item,
+                                 k + kvh * head_bytes, v + kvh * head_bytes, has_ring ? &rh : nullptr,
+                                 start_pos + row + 1, row_bytes, head_dim, scale, scores, tmp,
+                                 out + (row * n_heads + h0) * head_dim);
         }
     });
 }
@@ -245,7 +248,7 @@ void attention(const float* q, const float* k, const float* v, int64_t n_q, int6
                ThreadPool* pool) {
     SLUICE_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0);
     attention_cache(KvType::kF32, q, reinterpret_cast<const uint8_t*>(k), reinterpret_cast<const uint8_t*>(v),
-                    n_q, start_pos, n_heads, n_kv_heads, head_dim, scale, out, pool);
+                    nullptr, n_q, start_pos, n_heads, n_kv_heads, head_dim, scale, out, pool);
 }
 
 // Storing is once per token and layer, a few hundred elements: the reference definition itself.
@@ -262,12 +265,14 @@ void kv_load(KvType type, const void* src, int64_t n, int64_t n_kv_heads, int64_
         t.kv_load_head(type, in + r * hb, head_dim, x + r * head_dim);
 }
 
-void attention_kv(KvType type, const float* q, const void* k, const void* v, int64_t n_q, int64_t start_pos,
-                  int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, float* out,
-                  ThreadPool* pool) {
+void attention_kv(KvType type, const float* q, const void* k, const void* v, const KvRing* ring, int64_t n_q,
+                  int64_t start_pos, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
+                  float* out, ThreadPool* pool) {
     SLUICE_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && kv_shape_error(type, head_dim) == nullptr);
-    attention_cache(type, q, static_cast<const uint8_t*>(k), static_cast<const uint8_t*>(v), n_q, start_pos,
-                    n_heads, n_kv_heads, head_dim, scale, out, pool);
+    SLUICE_ASSERT(ring == nullptr || ring->window <= 0 ||
+                  (ring->slots >= ring->window && ring->tags != nullptr));
+    attention_cache(type, q, static_cast<const uint8_t*>(k), static_cast<const uint8_t*>(v), ring, n_q,
+                    start_pos, n_heads, n_kv_heads, head_dim, scale, out, pool);
 }
 
 void conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,

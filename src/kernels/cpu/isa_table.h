@@ -25,6 +25,14 @@ inline int64_t delta_chunk_scratch_floats(int64_t dk, int64_t dv) {
     return 4 * C * dk + 3 * C * dv + 3 * C * C + 4 * C;
 }
 
+// One KV head's view of a KvRing (kv_format.h): k and v point at that head in ring row 0.
+struct RingHead {
+    const uint8_t* k;
+    const uint8_t* v;
+    const int64_t* tags;
+    int64_t slots, window, row_bytes;
+};
+
 struct IsaTable {
     const char* name;
 
@@ -59,10 +67,11 @@ struct IsaTable {
 
     // ---- attention over a KV cache (kv_format.h; f32 included) ----
     // The rep (<= 64) query heads of one KV head at once, each key and value read once for all of
-    // them; q and out: rep consecutive heads; scores: rep · n_keys floats. Same results per head.
+    // them; q and out: rep consecutive heads; scores: rep · n_keys floats; tmp: (2·rep + 1) ·
+    // head_dim floats; ring: the f16 recent window (null: none). Same results per head.
     void (*attention_group_kv)(KvType type, const float* q, int64_t rep, const uint8_t* k, const uint8_t* v,
-                               int64_t n_keys, int64_t row_bytes, int64_t head_dim, float scale,
-                               float* scores, float* tmp, float* out);
+                               const RingHead* ring, int64_t n_keys, int64_t row_bytes, int64_t head_dim,
+                               float scale, float* scores, float* tmp, float* out);
     // One head of one cache position back to f32 (kv_load).
     void (*kv_load_head)(KvType type, const uint8_t* src, int64_t head_dim, float* dst);
 

@@ -18,6 +18,67 @@ uint16_t scale_f16(float d) {
     return f32_to_f16(std::min(d, kMaxHalf));  // a scale past f16's range saturates the codes instead
 }
 
+// In place: x ← H·x (Sylvester order, unnormalised), the butterflies of the fast Walsh–Hadamard
+// transform in a fixed order (every kernel adds in this order, so rotations agree bit for bit).
+void hadamard(float* x, int64_t n) {
+    for (int64_t h = 1; h < n; h *= 2)
+        for (int64_t i = 0; i < n; i += 2 * h)
+            for (int64_t j = i; j < i + h; ++j) {
+                const float a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+}
+
+// The q3 code of y/σ: the nearest Lloyd–Max level (ties to the upper one).
+int q3_code(float t) {
+    int c = 0;
+    for (int i = 0; i < 7; ++i)
+        if (t >= 0.5f * (kKvQ3Levels[i] + kKvQ3Levels[i + 1])) c = i + 1;
+    return c;
+}
+
+void store_q3(const float* x, int64_t hd, uint8_t* dst) {
+    std::vector<float> y(static_cast<size_t>(hd));
+    for (int64_t i = 0; i < hd; ++i) y[i] = x[i] * kv_rotation_sign(i);
+    hadamard(y.data(), hd);
+    const float norm = 1.0f / std::sqrt(static_cast<float>(hd));
+    double sum_sq = 0.0;
+    for (int64_t i = 0; i < hd; ++i) {
+        y[i] *= norm;
+        sum_sq += static_cast<double>(y[i]) * y[i];
+    }
+    const float sigma = static_cast<float>(std::sqrt(sum_sq / static_cast<double>(hd)));
+    const float inv_sigma = sigma > 0.0f ? 1.0f / sigma : 0.0f;
+    double yl = 0.0, ll = 0.0;
+    std::memset(dst, 0, static_cast<size_t>(hd * 3 / 8));
+    for (int64_t i = 0; i < hd; ++i) {
+        const int c = q3_code(y[i] * inv_sigma);
+        yl += static_cast<double>(y[i]) * kKvQ3Levels[c];
+        ll += static_cast<double>(kKvQ3Levels[c]) * kKvQ3Levels[c];
+        const int64_t bit = 3 * i;  // within its group of 8 codes in 3 bytes: 24·(i/8) + 3·(i%8)
+        dst[bit / 8] = static_cast<uint8_t>(dst[bit / 8] | (c << (bit % 8)));
+        if (bit % 8 > 5) dst[bit / 8 + 1] = static_cast<uint8_t>(dst[bit / 8 + 1] | (c >> (8 - bit % 8)));
+    }
+    const float s = sigma > 0.0f ? static_cast<float>(yl / ll) : 0.0f;
+    const uint16_t h = scale_f16(s);
+    std::memcpy(dst + hd * 3 / 8, &h, 2);
+}
+
+void load_q3(const uint8_t* src, int64_t hd, float* x) {
+    uint16_t h;
+    std::memcpy(&h, src + hd * 3 / 8, 2);
+    const float s = f16_to_f32(h);
+    for (int64_t i = 0; i < hd; ++i) {
+        const int64_t bit = 3 * i;
+        const int word = src[bit / 8] | (bit % 8 > 5 ? src[bit / 8 + 1] << 8 : 0);
+        x[i] = s * kKvQ3Levels[(word >> (bit % 8)) & 7];  // ŷ, the rotated head
+    }
+    hadamard(x, hd);
+    const float norm = 1.0f / std::sqrt(static_cast<float>(hd));
+    for (int64_t i = 0; i < hd; ++i) x[i] = x[i] * norm * kv_rotation_sign(i);
+}
+
 void store_head(KvType type, const float* x, int64_t hd, uint8_t* dst) {
     switch (type) {
         case KvType::kF32: std::memcpy(dst, x, sizeof(float) * static_cast<size_t>(hd)); return;
@@ -63,6 +124,7 @@ void store_head(KvType type, const float* x, int64_t hd, uint8_t* dst) {
             }
             return;
         }
+        case KvType::kQ3: store_q3(x, hd, dst); return;
     }
 }
 
@@ -89,6 +151,7 @@ void load_head(KvType type, const uint8_t* src, int64_t hd, float* x) {
                 x[i] = half(src + hd / 2 + 2 * g) * static_cast<float>(c - 8);
             }
             return;
+        case KvType::kQ3: load_q3(src, hd, x); return;
     }
 }
 
@@ -108,17 +171,39 @@ void kv_load(KvType type, const void* src, int64_t n, int64_t n_kv_heads, int64_
     for (int64_t r = 0; r < n * n_kv_heads; ++r) load_head(type, in + r * hb, head_dim, x + r * head_dim);
 }
 
-void attention_kv(KvType type, const float* q, const void* k, const void* v, int64_t n_q, int64_t start_pos,
-                  int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, float* out,
-                  ThreadPool* pool) {
-    // The oracle may decode the whole cache: attention over what kv_load reads.
+void attention_kv(KvType type, const float* q, const void* k, const void* v, const KvRing* ring, int64_t n_q,
+                  int64_t start_pos, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
+                  float* out, ThreadPool* pool) {
     const int64_t rows = start_pos + n_q;
     std::vector<float> kf(static_cast<size_t>(rows * n_kv_heads * head_dim));
     std::vector<float> vf(kf.size());
     reference::kv_load(type, k, rows, n_kv_heads, head_dim, kf.data());
     reference::kv_load(type, v, rows, n_kv_heads, head_dim, vf.data());
-    reference::attention(q, kf.data(), vf.data(), n_q, start_pos, n_heads, n_kv_heads, head_dim, scale, out,
-                         pool);
+    if (ring == nullptr || ring->window <= 0) {
+        // The oracle may decode the whole cache: attention over what kv_load reads.
+        reference::attention(q, kf.data(), vf.data(), n_q, start_pos, n_heads, n_kv_heads, head_dim, scale,
+                             out, pool);
+        return;
+    }
+    // Each query row over the keys as it reads them: the ring's f16 rows inside its window.
+    const int64_t row = n_kv_heads * head_dim;
+    const int64_t ring_row = n_kv_heads * kv_head_bytes(KvType::kF16, head_dim);
+    std::vector<float> kt(kf.size()), vt(vf.size());
+    for (int64_t t = 0; t < n_q; ++t) {
+        const int64_t P = start_pos + t;
+        kt = kf;
+        vt = vf;
+        for (int64_t s = std::max<int64_t>(0, P - ring->window + 1); s <= P; ++s) {
+            const int64_t slot = s % ring->slots;
+            if (ring->tags[slot] != s) continue;
+            reference::kv_load(KvType::kF16, static_cast<const uint8_t*>(ring->k) + slot * ring_row, 1,
+                               n_kv_heads, head_dim, kt.data() + s * row);
+            reference::kv_load(KvType::kF16, static_cast<const uint8_t*>(ring->v) + slot * ring_row, 1,
+                               n_kv_heads, head_dim, vt.data() + s * row);
+        }
+        reference::attention(q + t * n_heads * head_dim, kt.data(), vt.data(), 1, P, n_heads, n_kv_heads,
+                             head_dim, scale, out + t * n_heads * head_dim, pool);
+    }
 }
 
 }  // namespace sluice::kernels::reference
