@@ -80,9 +80,26 @@ struct MemoryPlan {
     uint64_t runtime_bytes = 0;       // code, tokenizer, thread stacks, IO buffers (estimate)
     uint64_t cache_bytes = 0;         // expert cache slots
     int64_t cache_slots = 0;
-    uint64_t slot_bytes = 0;  // one expert record
+    uint64_t slot_bytes = 0;         // one expert record
+    int64_t context_tokens = 0;      // each session's context
+    int64_t max_context_tokens = 0;  // the longest context this budget holds with these settings
     std::string describe() const;
 };
+
+// The weights a plan is made for before they exist on this machine (`sluice info CONFIG.json`):
+// the sizes of the packed layout they would be converted to.
+struct PlannedWeights {
+    uint64_t dense_bytes = 0;    // resident: embeddings, attention, DeltaNet, routers, shared experts
+    uint64_t expert_bytes = 0;   // every routed expert
+    uint64_t record_bytes = 0;   // one routed expert's record (a cache slot); 0: a dense model
+    int64_t expert_records = 0;  // routed experts in all (experts × MoE layers)
+};
+
+// What Engine::load would plan for the model of `config_path` (a config.json) with `weights`
+// streamed from disk, without reading any weight: the same plan and the same errors (a context
+// beyond the model's, a budget that cannot hold it, naming the numbers).
+Expected<MemoryPlan> plan_memory(const std::string& config_path, const PlannedWeights& weights,
+                                 const EngineOptions& options);
 
 // Expert-cache counters since load (or the last reset).
 struct ExpertCacheStats {

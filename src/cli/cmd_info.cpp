@@ -2,10 +2,13 @@
 // decoded token reads, the memory plan for a budget, and the speed-of-light estimate at the disk
 // bandwidth measured now.
 #include <cstdio>
+#include <filesystem>
+#include <string>
 
 #include "cli/args.h"
 #include "cli/command.h"
 #include "cli/stats.h"
+#include "convert/packer.h"
 #include "sluice/engine.h"
 
 namespace sluice::cli {
@@ -14,11 +17,51 @@ namespace {
 struct InfoOptions {
     std::string model_dir;
     std::string memory;
-    int64_t ctx = 4096;
+    int64_t ctx = 0;
+    int weight_bits = 4;
+    int group_size = 64;
     int kv_bits = 32;
     int64_t kv_window = 256;
     bool measure = true;
 };
+
+void print_context(const MemoryPlan& plan) {
+    const std::string window =
+        plan.kv_window > 0 ? " + the last " + std::to_string(plan.kv_window) + " positions in f16" : "";
+    std::printf("context           %lld tokens per session, KV %s%s (%llu bytes per token)\n",
+                static_cast<long long>(plan.context_tokens), plan.kv_type.c_str(), window.c_str(),
+                static_cast<unsigned long long>(plan.kv_bytes_per_token));
+    std::printf(
+        "longest context   %lld tokens fit this budget with these settings (at most the model's maximum)\n",
+        static_cast<long long>(plan.max_context_tokens));
+}
+
+// `sluice info CONFIG.json`: the plan for the model before its weights are here — their sizes are
+// those of the packed layout it would be converted to (a dry run of synth), nothing is read.
+void run_info_config(const InfoOptions& o, const EngineOptions& eo) {
+    convert::SynthOptions so;
+    so.config_path = o.model_dir;
+    so.bits = o.weight_bits;
+    so.group_size = o.group_size;
+    so.dry_run = true;
+    const convert::PackResult sizes = check(convert::synth_model(so));
+    PlannedWeights w;
+    w.dense_bytes = sizes.dense_bytes;
+    w.expert_bytes = sizes.expert_bytes;
+    w.record_bytes = sizes.record_bytes;
+    w.expert_records = sizes.expert_records;
+    const MemoryPlan plan = check(plan_memory(o.model_dir, w, eo));
+    std::printf(
+        "config            %s (no weights read: sizes of the packed layout at %d-bit, group %d,\n"
+        "                  or the config's own MLX quantization)\n",
+        o.model_dir.c_str(), o.weight_bits, o.group_size);
+    std::printf("dense bytes       %.3f GB\n", static_cast<double>(w.dense_bytes) / 1e9);
+    std::printf("expert bytes      %.3f GB (%lld experts of %.2f MB, streamed)\n",
+                static_cast<double>(w.expert_bytes) / 1e9, static_cast<long long>(w.expert_records),
+                static_cast<double>(w.record_bytes) / 1e6);
+    std::printf("%s\n", plan.describe().c_str());
+    print_context(plan);
+}
 
 void run_info(const InfoOptions& o) {
     EngineOptions eo;
@@ -27,6 +70,10 @@ void run_info(const InfoOptions& o) {
     eo.kv_bits = o.kv_bits;
     eo.kv_window = o.kv_window;
     if (!o.memory.empty()) eo.memory_bytes = check(parse_size(o.memory));
+    if (std::filesystem::is_regular_file(o.model_dir)) {
+        run_info_config(o, eo);
+        return;
+    }
     auto engine = check(Engine::load(eo));
     const ModelInfo& m = engine->info();
     const MemoryPlan& plan = engine->memory_plan();
@@ -53,6 +100,7 @@ void run_info(const InfoOptions& o) {
     std::printf("read per token    %.3f GB dense + %.3f GB routed experts (before cache hits)\n",
                 m.dense_bytes / 1e9, routed_per_token / 1e9);
     std::printf("%s\n", plan.describe().c_str());
+    print_context(plan);
     if (plan.streaming && o.measure) {
         const double disk = measure_expert_read_gb_s(o.model_dir, plan.slot_bytes, eo.io_threads, 1.5);
         const double mem = measure_memory_read_gb_s(2);
@@ -73,9 +121,16 @@ SLUICE_COMMAND(info, 30, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::InfoOptions>();
     auto* cmd =
         app.add_subcommand("info", "Describe a model: architecture, sizes, bytes per token, memory plan");
-    cmd->add_option("model_dir", o->model_dir, "Model folder")->required();
+    cmd->add_option("model_dir", o->model_dir,
+                    "Model folder, or a config.json to plan for before the weights are here")
+        ->required();
     cmd->add_option("--memory", o->memory, "Memory budget to plan for, e.g. 3G (default: 80% of available)");
-    cmd->add_option("--ctx-size", o->ctx, "Context tokens per session")->capture_default_str();
+    cmd->add_option("--ctx-size", o->ctx, "Context tokens per session (0: the model's, up to 8192)")
+        ->capture_default_str();
+    cmd->add_option("--weight-bits", o->weight_bits, "With a config.json: the packed weights' bits")
+        ->capture_default_str();
+    cmd->add_option("--group-size", o->group_size, "With a config.json: the packed weights' group size")
+        ->capture_default_str();
     cmd->add_option("--kv-bits", o->kv_bits, "KV cache element to plan for: 32, 16, 8, 4 or 3")
         ->capture_default_str();
     cmd->add_option("--kv-window", o->kv_window, "Recent positions also kept in f16 (with --kv-bits 8, 4, 3)")

@@ -35,6 +35,8 @@ struct PackResult {
     uint64_t dense_bytes = 0;
     uint64_t expert_bytes = 0;
     int64_t expert_files = 0;
+    uint64_t record_bytes = 0;   // the largest expert record (stride included): one cache slot
+    int64_t expert_records = 0;  // routed experts in all (synth)
 };
 
 Expected<PackResult> pack_model(const PackOptions& options);
@@ -46,6 +48,10 @@ struct SynthOptions {
     int group_size = 64;
     uint64_t seed = 1;
     std::string tokenizer_dir;  // optional: copy tokenizer files from here
+    // Writes nothing: the sizes the packed model would have (`sluice info CONFIG.json` plans with
+    // them before anything is downloaded); dense_bytes is then what the loaded model holds (its
+    // linears as mapped, its small vectors as f32 copies). out_dir is not used.
+    bool dry_run = false;
     std::function<void(const std::string&, uint64_t, uint64_t)> progress;
 };
 

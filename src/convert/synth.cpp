@@ -7,6 +7,7 @@
 // models are a pessimistic bound (say so next to every number).
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -97,10 +98,13 @@ struct Builder {
     uint64_t seed;
     std::vector<DenseTensorSpec> specs;
     std::map<std::string, int> overrides;
+    // What the loaded model holds of these tensors: linears mapped as they are, the small vectors
+    // (norms, conv, A, dt bias) as f32 copies (model/weights.cpp's dense_bytes).
+    uint64_t resident_bytes = 0;
 
     void linear(const std::string& module, int64_t rows, int64_t cols, int module_bits) {
         if (cols % group != 0) {
-            vector(module + ".weight", {rows, cols}, 0.0f, 0.02f, false);
+            vector(module + ".weight", {rows, cols}, 0.0f, 0.02f, false, /*mapped=*/true);
             return;
         }
         const int64_t words = cols * module_bits / 32, groups = cols / group;
@@ -126,10 +130,12 @@ struct Builder {
                              return Status::ok();
                          }});
         if (module_bits != bits) overrides[module] = module_bits;
+        for (size_t i = specs.size() - 3; i < specs.size(); ++i) resident_bytes += specs[i].size_bytes();
     }
 
     // A bf16 (or f32) tensor of N(mean, std) values.
-    void vector(const std::string& name, std::vector<int64_t> shape, float mean, float stddev, bool f32) {
+    void vector(const std::string& name, std::vector<int64_t> shape, float mean, float stddev, bool f32,
+                bool mapped = false) {
         const uint64_t s = seed_for(seed, name);
         specs.push_back({name, f32 ? DType::kF32 : DType::kBF16, shape, 0, 0, [=](uint8_t* dst) {
                              Rng rng(s);
@@ -146,27 +152,43 @@ struct Builder {
                              }
                              return Status::ok();
                          }});
+        if (mapped) {
+            resident_bytes += specs.back().size_bytes();
+        } else {
+            int64_t n = 1;
+            for (int64_t d : shape) n *= d;
+            resident_bytes += sizeof(float) * static_cast<uint64_t>(n);
+        }
     }
 };
 
 }  // namespace
 
-Expected<PackResult> synth_model(const SynthOptions& o) {
+Expected<PackResult> synth_model(const SynthOptions& options) {
+    SynthOptions o = options;
     if (const kernels::WeightFormat* f = kernels::quantized_format(o.bits); f == nullptr || !f->packable)
         return error(ErrorCode::kInvalidArgument, "[synth] --bits must be " + kernels::packable_bits());
     if (o.group_size != 32 && o.group_size != 64 && o.group_size != 128)
         return error(ErrorCode::kInvalidArgument, "[synth] --group-size must be 32, 64 or 128");
     SLUICE_ASSIGN_OR_RETURN(std::string config_text, io::read_text_file(o.config_path));
     SLUICE_ASSIGN_OR_RETURN(model::ModelConfig cfg, model::parse_model_config(config_text, o.config_path));
+    if (cfg.quantization.present && o.dry_run && cfg.quantization.global.bits > 0) {
+        // An MLX config: its sizes are its own bits and group size.
+        o.bits = cfg.quantization.global.bits;
+        o.group_size = cfg.quantization.global.group_size;
+        cfg.quantization = {};
+    }
     if (cfg.quantization.present)
         return error(ErrorCode::kInvalidArgument, "[synth] " + o.config_path +
                                                       " already has a quantization block; give the "
                                                       "unquantized config (synth quantizes with --bits)");
     std::error_code ec;
-    if (fs::exists(fs::path(o.out_dir) / "manifest.json", ec))
-        return error(ErrorCode::kInvalidArgument, "[synth] '" + o.out_dir + "' already holds a model");
-    fs::create_directories(fs::path(o.out_dir) / "experts", ec);
-    if (ec) return error(ErrorCode::kIo, "[synth] cannot create '" + o.out_dir + "': " + ec.message());
+    if (!o.dry_run) {
+        if (fs::exists(fs::path(o.out_dir) / "manifest.json", ec))
+            return error(ErrorCode::kInvalidArgument, "[synth] '" + o.out_dir + "' already holds a model");
+        fs::create_directories(fs::path(o.out_dir) / "experts", ec);
+        if (ec) return error(ErrorCode::kIo, "[synth] cannot create '" + o.out_dir + "': " + ec.message());
+    }
 
     using Names = model::TensorNames;
     const Names names = model::tensor_names_for(cfg);
@@ -230,9 +252,14 @@ Expected<PackResult> synth_model(const SynthOptions& o) {
     auto report = [&](uint64_t done, uint64_t total) {
         if (o.progress) o.progress("dense", done, total);
     };
-    SLUICE_ASSIGN_OR_RETURN(
-        layout.dense, write_dense_file((fs::path(o.out_dir) / layout.dense_file).string(), b.specs, report));
-    for (const auto& s : layout.dense) result.dense_bytes += s.size;
+    if (o.dry_run) {
+        result.dense_bytes = b.resident_bytes;  // what the model will hold, as Engine::load counts it
+    } else {
+        SLUICE_ASSIGN_OR_RETURN(
+            layout.dense,
+            write_dense_file((fs::path(o.out_dir) / layout.dense_file).string(), b.specs, report));
+        for (const auto& s : layout.dense) result.dense_bytes += s.size;
+    }
 
     const int64_t I = cfg.expert_ffn;
     uint64_t experts_total = 0;
@@ -244,6 +271,13 @@ Expected<PackResult> synth_model(const SynthOptions& o) {
             make_expert_file_layout(l, make_projection(I, H, o.bits, o.group_size, DType::kBF16),
                                     make_projection(I, H, o.bits, o.group_size, DType::kBF16),
                                     make_projection(H, I, o.bits, o.group_size, DType::kBF16));
+        result.record_bytes = std::max(result.record_bytes, file.record_stride);
+        result.expert_records += cfg.n_experts;
+        if (o.dry_run) {
+            result.expert_bytes += file.record_stride * static_cast<uint64_t>(cfg.n_experts);
+            ++result.expert_files;
+            continue;
+        }
         SLUICE_RETURN_IF_ERROR(write_expert_file(
             (fs::path(o.out_dir) / file.file).string(), cfg.n_experts, file, [&](int64_t e, uint8_t* record) {
                 const uint64_t s =
@@ -260,6 +294,7 @@ Expected<PackResult> synth_model(const SynthOptions& o) {
         layout.expert_files.push_back(std::move(file));
         if (o.progress) o.progress("experts", ++layers_done, experts_total);
     }
+    if (o.dry_run) return result;
     result.expert_files = static_cast<int64_t>(layout.expert_files.size());
 
     SLUICE_RETURN_IF_ERROR(io::write_file_atomic((fs::path(o.out_dir) / "layout.json").string(),

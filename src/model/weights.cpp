@@ -260,6 +260,13 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
             mw.dense_bytes += expert_bytes(m.shared) + view_bytes(m.shared_gate);
         }
     }
+    // The small per-layer vectors (norms, conv, A, dt bias) are held as f32 copies: resident too.
+    uint64_t floats = mw.final_norm.size();
+    for (const LayerWeights& lw : mw.layers)
+        floats += lw.input_norm.size() + lw.post_norm.size() + lw.attn.q_norm.size() + lw.attn.k_norm.size() +
+                  lw.linear.conv.size() + lw.linear.neg_a.size() + lw.linear.dt_bias.size() +
+                  lw.linear.norm.size();
+    mw.dense_bytes += sizeof(float) * floats;
     log::debug("[weights] {} layout, prefix '{}', dense {:.1f} MB, experts {:.1f} MB", layout_name(mw.layout),
                prefix, mw.dense_bytes / 1e6, mw.expert_bytes / 1e6);
     mw.checkpoint = std::move(checkpoint);

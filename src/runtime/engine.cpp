@@ -59,68 +59,45 @@ std::string describe_quantization(const model::ModelWeights& w, const model::Mod
     return s;
 }
 
-}  // namespace
-
-Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
-    if (options.context_tokens < 0)
-        return error(ErrorCode::kInvalidArgument, "[engine] context_tokens must be >= 0 (0: the model's)");
-    SLUICE_ASSIGN_OR_RETURN(const int device_index, runtime::parse_device(options.device));
-    kernels::KvType kv_type;
-    if (!kernels::kv_type_for_bits(options.kv_bits, &kv_type))
-        return error(
-            ErrorCode::kInvalidArgument,
-            fmt::format("[engine] --kv-bits {}: the KV cache stores 32 (f32), 16 (f16), 8 (q8), 4 (q4) or 3 "
-                        "(q3, rotated codebook) bits per element",
-                        options.kv_bits));
-    SLUICE_ASSIGN_OR_RETURN(auto model, model::Model::load(options.model_dir));
-    SLUICE_RETURN_IF_ERROR(model->use_kv_type(kv_type, options.kv_window));
-    auto engine = std::shared_ptr<Engine>(new Engine());
-    Impl& im = *engine->impl_;
-    im.options = options;
-    const model::ModelConfig& c = model->config();
-    // The context: 0 takes the model's (max_position_embeddings) up to kDefaultContext; more than the
-    // model was trained for is refused (sluice applies no rope scaling to stretch it yet).
-    if (options.context_tokens == 0)
-        im.options.context_tokens =
-            c.max_positions > 0 ? std::min(c.max_positions, runtime::kDefaultContext) : 4096;
-    if (c.max_positions > 0 && im.options.context_tokens > c.max_positions)
+// The context a session gets: 0 takes the model's (max_position_embeddings) up to
+// kDefaultContext; more than the model was trained for is refused (sluice applies no rope scaling
+// to stretch it yet).
+Expected<int64_t> resolve_context(const model::ModelConfig& c, int64_t asked) {
+    const int64_t context = asked != 0            ? asked
+                            : c.max_positions > 0 ? std::min(c.max_positions, runtime::kDefaultContext)
+                                                  : 4096;
+    if (c.max_positions > 0 && context > c.max_positions)
         return error(
             ErrorCode::kInvalidArgument,
             fmt::format("[engine] a context of {} tokens is more than this model's {} "
                         "(max_position_embeddings; rope scaling to go beyond it is not implemented): "
                         "lower --ctx-size",
-                        im.options.context_tokens, c.max_positions));
-    ModelInfo& info = im.info;
-    info.family = model::family_name(c.family);
-    info.layout = model::layout_name(model->weights().layout);
-    info.quantization = describe_quantization(model->weights(), c);
-    info.vocab_size = c.vocab;
-    info.hidden_size = c.hidden;
-    info.n_layers = c.n_layers;
-    for (int64_t l = 0; l < c.n_layers; ++l) info.n_full_attention_layers += c.is_full_attention(l);
-    info.n_experts = c.n_experts;
-    info.experts_per_token = c.top_k;
-    info.dense_bytes = model->weights().dense_bytes;
-    info.expert_bytes = model->weights().expert_bytes;
-    info.eos_token_ids = c.eos_token_ids;
-    // The memory plan: dense (mapped, fully touched during decode) + each session's state (KV,
-    // DeltaNet state and its turn checkpoints) and scratch; a streaming model's expert cache gets
-    // the rest.
-    MemoryPlan& plan = im.plan;
-    // A packed dense model (no routed experts) has nothing to stream: its weights are all mapped.
-    plan.streaming = model->packed() && !model->packed_layout().expert_files.empty();
-    plan.dense_bytes = model->weights().dense_bytes;
+                        context, c.max_positions));
+    return context;
+}
+
+// The memory plan: dense (mapped, fully touched during decode) + each session's state (KV,
+// DeltaNet state and its turn checkpoints) and scratch; a streaming model's expert cache gets the
+// rest. An error naming the numbers when the budget cannot hold the sessions' state or, streamed,
+// the dense core and one expert slot besides.
+Expected<MemoryPlan> make_plan(const model::ModelConfig& c, const model::StateLayout& layout,
+                               const PlannedWeights& w, bool streaming, const EngineOptions& options,
+                               int64_t context) {
+    MemoryPlan plan;
+    plan.streaming = streaming;
+    plan.dense_bytes = w.dense_bytes;
     plan.sessions = std::max(1, options.max_sessions);
-    // Per session: f32 KV per context token for attention layers; the DeltaNet conv + recurrent
-    // state twice (committed and being written) plus the snapshots a session keeps at turn
-    // boundaries.
-    plan.state_bytes = model->state_layout().sequence_bytes(
-        im.options.context_tokens, static_cast<int64_t>(runtime::kSessionCheckpoints));
-    plan.state_bytes *= static_cast<uint64_t>(plan.sessions);
-    plan.kv_type = kernels::kv_type_name(model->state_layout().kv);
-    plan.kv_window = model->state_layout().kv_window;
-    plan.kv_bytes_per_token = model->state_layout().per_position_bytes(1);
-    plan.scratch_bytes = runtime::scratch_bytes_estimate(c, 256) * static_cast<uint64_t>(plan.sessions);
+    plan.context_tokens = context;
+    // Per session: KV per context token for attention layers (and the f16 window's ring); the
+    // DeltaNet conv + recurrent state twice (committed and being written) plus the snapshots a
+    // session keeps at turn boundaries.
+    const auto checkpoints = static_cast<int64_t>(runtime::kSessionCheckpoints);
+    const auto sessions = static_cast<uint64_t>(plan.sessions);
+    plan.state_bytes = layout.sequence_bytes(context, checkpoints) * sessions;
+    plan.kv_type = kernels::kv_type_name(layout.kv);
+    plan.kv_window = layout.kv_window;
+    plan.kv_bytes_per_token = layout.per_position_bytes(1);
+    plan.scratch_bytes = runtime::scratch_bytes_estimate(c, 256) * sessions;
     plan.budget_bytes = options.memory_bytes;
     if (plan.budget_bytes == 0) {
         // Unset: 80% of what the OS says is available.
@@ -128,30 +105,29 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     }
     plan.runtime_bytes = 64ull << 20;
     const uint64_t fixed = plan.dense_bytes + plan.state_bytes + plan.scratch_bytes + plan.runtime_bytes;
-    {
-        // The sessions' state is allocated up front: a context it cannot hold is an error naming
-        // what fits, not an allocation failure later (a streamed model's dense core is in RAM too).
-        const uint64_t others =
-            plan.scratch_bytes + plan.runtime_bytes + (plan.streaming ? plan.dense_bytes : 0);
-        if (plan.budget_bytes < others + plan.state_bytes) {
-            const uint64_t per_token = plan.kv_bytes_per_token * static_cast<uint64_t>(plan.sessions);
-            const uint64_t fixed_state =
-                model->state_layout().sequence_bytes(0, static_cast<int64_t>(runtime::kSessionCheckpoints)) *
-                static_cast<uint64_t>(plan.sessions);
-            const uint64_t room =
-                plan.budget_bytes > others + fixed_state ? plan.budget_bytes - others - fixed_state : 0;
-            return error(
-                ErrorCode::kOutOfMemory,
-                fmt::format("[engine] a context of {} tokens needs {} of session state ({} KV, {} per "
-                            "token, {} session(s)); a budget of {} holds about {} tokens: lower "
-                            "--ctx-size, store KV in fewer bits (--kv-bits 8, 4 or 3) or raise --memory",
-                            im.options.context_tokens, human_bytes(plan.state_bytes), plan.kv_type,
-                            human_bytes(plan.kv_bytes_per_token), plan.sessions,
-                            human_bytes(plan.budget_bytes), per_token > 0 ? room / per_token : 0));
-        }
+    // The sessions' state is allocated up front: a context it cannot hold is an error naming what
+    // fits, not an allocation failure later (a streamed model's dense core is in RAM too, and so
+    // is one expert slot at least).
+    const uint64_t others =
+        plan.scratch_bytes + plan.runtime_bytes + (streaming ? plan.dense_bytes + w.record_bytes : 0);
+    const uint64_t per_token = plan.kv_bytes_per_token * sessions;
+    const uint64_t fixed_state = layout.sequence_bytes(0, checkpoints) * sessions;
+    const uint64_t room =
+        plan.budget_bytes > others + fixed_state ? plan.budget_bytes - others - fixed_state : 0;
+    plan.max_context_tokens = per_token > 0 ? static_cast<int64_t>(room / per_token) : context;
+    if (c.max_positions > 0) plan.max_context_tokens = std::min(plan.max_context_tokens, c.max_positions);
+    if (plan.budget_bytes <
+        plan.scratch_bytes + plan.runtime_bytes + (streaming ? plan.dense_bytes : 0) + plan.state_bytes) {
+        return error(ErrorCode::kOutOfMemory,
+                     fmt::format("[engine] a context of {} tokens needs {} of session state ({} KV, {} per "
+                                 "token, {} session(s)); a budget of {} holds about {} tokens: lower "
+                                 "--ctx-size, store KV in fewer bits (--kv-bits 8, 4 or 3) or raise --memory",
+                                 context, human_bytes(plan.state_bytes), plan.kv_type,
+                                 human_bytes(plan.kv_bytes_per_token), plan.sessions,
+                                 human_bytes(plan.budget_bytes), plan.max_context_tokens));
     }
-    if (plan.streaming) {
-        const uint64_t slot = experts::ExpertStore::slot_bytes_for(model->packed_layout());
+    if (streaming) {
+        const uint64_t slot = w.record_bytes;
         if (plan.budget_bytes < fixed + slot) {
             return error(
                 ErrorCode::kOutOfMemory,
@@ -165,12 +141,85 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         }
         plan.slot_bytes = slot;
         plan.cache_slots = static_cast<int64_t>((plan.budget_bytes - fixed) / slot);
-        const int64_t all_experts =
-            c.n_experts * static_cast<int64_t>(model->packed_layout().expert_files.size());
-        plan.cache_slots = std::min(plan.cache_slots, all_experts);
+        plan.cache_slots = std::min(plan.cache_slots, w.expert_records);
         if (options.expert_cache_bytes > 0)
             plan.cache_slots = std::max<int64_t>(1, static_cast<int64_t>(options.expert_cache_bytes / slot));
         plan.cache_bytes = static_cast<uint64_t>(plan.cache_slots) * slot;
+    } else {
+        plan.dense_bytes += w.expert_bytes;  // resident (mapped) experts
+    }
+    return plan;
+}
+
+Expected<kernels::KvType> kv_type_of(const EngineOptions& options) {
+    if (options.context_tokens < 0)
+        return error(ErrorCode::kInvalidArgument, "[engine] context_tokens must be >= 0 (0: the model's)");
+    kernels::KvType kv_type;
+    if (!kernels::kv_type_for_bits(options.kv_bits, &kv_type))
+        return error(
+            ErrorCode::kInvalidArgument,
+            fmt::format("[engine] --kv-bits {}: the KV cache stores 32 (f32), 16 (f16), 8 (q8), 4 (q4) or 3 "
+                        "(q3, rotated codebook) bits per element",
+                        options.kv_bits));
+    if (options.kv_window < 0)
+        return error(ErrorCode::kInvalidArgument,
+                     fmt::format("[engine] --kv-window {}: a window is 0 (none) or more positions",
+                                 options.kv_window));
+    return kv_type;
+}
+
+}  // namespace
+
+Expected<MemoryPlan> plan_memory(const std::string& config_path, const PlannedWeights& weights,
+                                 const EngineOptions& options) {
+    SLUICE_ASSIGN_OR_RETURN(const kernels::KvType kv_type, kv_type_of(options));
+    SLUICE_ASSIGN_OR_RETURN(std::string text, io::read_text_file(config_path));
+    SLUICE_ASSIGN_OR_RETURN(const model::ModelConfig c, model::parse_model_config(text, config_path));
+    if (const char* bad = kernels::kv_shape_error(kv_type, c.head_dim))
+        return error(ErrorCode::kInvalidArgument,
+                     std::string("[engine] a ") + kernels::kv_type_name(kv_type) +
+                         " KV cache cannot hold head_dim " + std::to_string(c.head_dim) + ": " + bad);
+    const model::StateLayout layout = model::state_layout(c, kv_type, options.kv_window);
+    SLUICE_ASSIGN_OR_RETURN(const int64_t context, resolve_context(c, options.context_tokens));
+    return make_plan(c, layout, weights, weights.record_bytes > 0, options, context);
+}
+
+Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
+    SLUICE_ASSIGN_OR_RETURN(const kernels::KvType kv_type, kv_type_of(options));
+    SLUICE_ASSIGN_OR_RETURN(const int device_index, runtime::parse_device(options.device));
+    SLUICE_ASSIGN_OR_RETURN(auto model, model::Model::load(options.model_dir));
+    SLUICE_RETURN_IF_ERROR(model->use_kv_type(kv_type, options.kv_window));
+    auto engine = std::shared_ptr<Engine>(new Engine());
+    Impl& im = *engine->impl_;
+    im.options = options;
+    const model::ModelConfig& c = model->config();
+    SLUICE_ASSIGN_OR_RETURN(im.options.context_tokens, resolve_context(c, options.context_tokens));
+    ModelInfo& info = im.info;
+    info.family = model::family_name(c.family);
+    info.layout = model::layout_name(model->weights().layout);
+    info.quantization = describe_quantization(model->weights(), c);
+    info.vocab_size = c.vocab;
+    info.hidden_size = c.hidden;
+    info.n_layers = c.n_layers;
+    for (int64_t l = 0; l < c.n_layers; ++l) info.n_full_attention_layers += c.is_full_attention(l);
+    info.n_experts = c.n_experts;
+    info.experts_per_token = c.top_k;
+    info.dense_bytes = model->weights().dense_bytes;
+    info.expert_bytes = model->weights().expert_bytes;
+    info.eos_token_ids = c.eos_token_ids;
+    // A packed dense model (no routed experts) has nothing to stream: its weights are all mapped.
+    const bool streaming = model->packed() && !model->packed_layout().expert_files.empty();
+    PlannedWeights w;
+    w.dense_bytes = model->weights().dense_bytes;
+    w.expert_bytes = model->weights().expert_bytes;
+    if (streaming) {
+        w.record_bytes = experts::ExpertStore::slot_bytes_for(model->packed_layout());
+        w.expert_records = c.n_experts * static_cast<int64_t>(model->packed_layout().expert_files.size());
+    }
+    SLUICE_ASSIGN_OR_RETURN(
+        im.plan, make_plan(c, model->state_layout(), w, streaming, options, im.options.context_tokens));
+    const MemoryPlan& plan = im.plan;
+    if (plan.streaming) {
         experts::ExpertStoreOptions so;
         so.cache_bytes = plan.cache_bytes;
         so.io_threads = options.io_threads;
@@ -180,8 +229,6 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         SLUICE_ASSIGN_OR_RETURN(im.store,
                                 experts::ExpertStore::open(options.model_dir, model->packed_layout(), so));
         model->set_expert_source(im.store.get());
-    } else {
-        plan.dense_bytes += model->weights().expert_bytes;  // resident (mapped) experts
     }
     im.model = std::move(model);
     int threads =
