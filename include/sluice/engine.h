@@ -82,7 +82,9 @@ struct MemoryPlan {
     int64_t cache_slots = 0;
     uint64_t slot_bytes = 0;         // one expert record
     int64_t context_tokens = 0;      // each session's context
-    int64_t max_context_tokens = 0;  // the longest context this budget holds with these settings
+    int64_t max_context_tokens = 0;  // the longest context this budget holds with these settings (a
+                                     // streamed model's expert cache shrunk to one slot; at most the
+                                     // model's max_position_embeddings)
     std::string describe() const;
 };
 

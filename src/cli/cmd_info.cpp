@@ -32,8 +32,10 @@ void print_context(const MemoryPlan& plan) {
                 static_cast<long long>(plan.context_tokens), plan.kv_type.c_str(), window.c_str(),
                 static_cast<unsigned long long>(plan.kv_bytes_per_token));
     std::printf(
-        "longest context   %lld tokens fit this budget with these settings (at most the model's maximum)\n",
-        static_cast<long long>(plan.max_context_tokens));
+        "longest context   %lld tokens fit this budget with these settings%s (never past the model's "
+        "maximum)\n",
+        static_cast<long long>(plan.max_context_tokens),
+        plan.streaming ? ", the expert cache shrunk to one slot" : "");
 }
 
 // `sluice info CONFIG.json`: the plan for the model before its weights are here — their sizes are
