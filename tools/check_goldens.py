@@ -77,6 +77,7 @@ class Model:
         self.theta = rp.get("rope_theta", c.get("rope_theta", 10000.0))
         prf = rp.get("partial_rotary_factor", c.get("partial_rotary_factor", 0.25 if self.zc else 1.0))
         self.rot = int(c["head_dim"] * prf)
+        self.yarn = rp if rp.get("rope_type") == "yarn" else None
         n = c["num_hidden_layers"]
         if "layer_types" in c:
             self.types = c["layer_types"]
@@ -99,9 +100,28 @@ class Model:
         R = self.rot
         half = R // 2
         inv = self.theta ** (-(np.arange(0, R, 2, dtype=np.float64) / R))
+        mscale = 1.0
+        if self.yarn is not None:
+            # YaRN as transformers defines it: dims with more than beta_fast rotations over the original
+            # context keep their frequency, those with fewer than beta_slow are divided by the factor,
+            # a linear ramp in the dim index between (the range rounded outwards); cos/sin scaled.
+            y = self.yarn
+            factor = y["factor"]
+            orig = y.get("original_max_position_embeddings", self.c["max_position_embeddings"])
+
+            def dim_of(rotations):
+                return R * np.log(orig / (rotations * 2 * np.pi)) / (2 * np.log(self.theta))
+
+            low = max(np.floor(dim_of(y.get("beta_fast") or 32)), 0)
+            high = min(np.ceil(dim_of(y.get("beta_slow") or 1)), R - 1)
+            if low == high:
+                high += 0.001
+            ramp = np.clip((np.arange(half, dtype=np.float64) - low) / (high - low), 0, 1)
+            inv = inv / factor * ramp + inv * (1 - ramp)
+            mscale = y.get("attention_factor") or (0.1 * np.log(factor) + 1.0)
         ang = pos[:, None].astype(np.float64) * inv[None, :]
-        c = np.cos(ang).astype(np.float32)[:, None, :]
-        s = np.sin(ang).astype(np.float32)[:, None, :]
+        c = (np.cos(ang) * mscale).astype(np.float32)[:, None, :]
+        s = (np.sin(ang) * mscale).astype(np.float32)[:, None, :]
         a, b = x[..., :half], x[..., half:R]
         return np.concatenate([a * c - b * s, b * c + a * s, x[..., R:]], axis=-1)
 

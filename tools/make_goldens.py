@@ -411,6 +411,31 @@ GOLDENS = [
         "per-module override; embed_tokens and lm_head quantised; norm_topk_prob true",
     },
     {
+        "name": "qwen3_moe_yarn_hf_bf16",
+        "family": "qwen3_moe",
+        "layout": "hf",
+        "config": {
+            k: v
+            for k, v in (
+                _qwen3_moe_cfg(h=64, nh=4, nkv=2, hd=32, moe_i=48, e=8, k=2, v=256, layers=2, norm_topk=True)
+                | {
+                    "max_position_embeddings": 256,
+                    "rope_parameters": {
+                        "rope_type": "yarn",
+                        "rope_theta": 10000.0,
+                        "factor": 4.0,
+                        "original_max_position_embeddings": 64,
+                    },
+                }
+            ).items()
+            if k not in ("rope_theta", "rope_scaling")
+        },
+        "config_writer": "save_pretrained",
+        "notes": "YaRN rope scaling (Qwen3's 128K recipe in miniature): factor 4 over 64 original positions, "
+        "rope_theta 1e4 so the ramp spans dims 0..5 of 16; the 137-token prompt runs past the original "
+        "context; cos/sin scaled by the default attention factor 0.1 ln 4 + 1",
+    },
+    {
         "name": "qwen3_next_hf_bf16",
         "family": "qwen3_next",
         "layout": "hf",

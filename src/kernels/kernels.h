@@ -89,6 +89,10 @@ uint16_t f32_to_f16(float v);
        in place; pairs (i, i + rot_dim/2); f_i = theta^(-2i/rot_dim). */                                     \
     void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, int64_t position,           \
                    float theta);                                                                             \
+    /* rope_neox with its frequencies given, inv_freq [rot_dim / 2] (a scaled RoPE such as YaRN), and        \
+       cos and sin multiplied by mscale (YaRN's attention factor; 1: none). */                               \
+    void rope_neox_table(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, int64_t position,     \
+                         const float* inv_freq, float mscale);                                               \
     /* Causal GQA attention for n_q new query rows at absolute positions                                     \
        start_pos..start_pos+n_q-1 against keys/values for positions 0..start_pos+n_q-1.                      \
        q: [n_q, n_heads, head_dim]; k, v: [n_kv_rows, n_kv_heads, head_dim] (row = position);                \

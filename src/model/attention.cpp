@@ -49,8 +49,15 @@ void Model::attention_layer(const AttentionPlan& P, const LayerWeights& lw, int6
                 std::memcpy(kh, head, sizeof(float) * hd);
             }
             const int64_t pos = pos0 + t - p.row0;
-            kernels::rope_neox(q + t * nh * hd, nh, hd, P.rotary_dim, pos, P.rope_theta);
-            kernels::rope_neox(k + t * nkv * hd, nkv, hd, P.rotary_dim, pos, P.rope_theta);
+            if (P.rope_inv_freq.empty()) {
+                kernels::rope_neox(q + t * nh * hd, nh, hd, P.rotary_dim, pos, P.rope_theta);
+                kernels::rope_neox(k + t * nkv * hd, nkv, hd, P.rotary_dim, pos, P.rope_theta);
+            } else {
+                kernels::rope_neox_table(q + t * nh * hd, nh, hd, P.rotary_dim, pos, P.rope_inv_freq.data(),
+                                         P.rope_mscale);
+                kernels::rope_neox_table(k + t * nkv * hd, nkv, hd, P.rotary_dim, pos, P.rope_inv_freq.data(),
+                                         P.rope_mscale);
+            }
         }
         // The new rows into the cache in its type, then attention on the cache as stored: a token's
         // own key is read back compressed too, so a position's result does not depend on whether it

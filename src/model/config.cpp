@@ -1,9 +1,11 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
+#include <numbers>
 
 #include "io/mapped_file.h"
 
@@ -217,29 +219,61 @@ Expected<ModelConfig> parse_model_config(const std::string& json_text, const std
     double default_partial = hybrid ? 0.25 : 1.0;
     double theta = r.number_or("rope_theta", 10000.0);
     double partial = r.number_or("partial_rotary_factor", default_partial);
+    // The rope type and its parameters: rope_parameters (transformers 5) or rope_scaling (older).
+    // mrope with text-only input reduces exactly to plain RoPE (models.md §4.2 item 6).
+    auto read_scaling = [&](const nlohmann::json& block, const std::string& where) -> Status {
+        auto type = block.find("rope_type");
+        if (type == block.end()) type = block.find("type");
+        const std::string t = type != block.end() && type->is_string() ? type->get<std::string>() : "";
+        if (t.empty() || t == "default" || t == "mrope") return Status::ok();
+        if (t != "yarn")
+            return error(ErrorCode::kUnsupported, "[config] " + source + ": " + where + " type '" + t +
+                                                      "' is not supported (default, mrope or yarn)");
+        Reader yr(block, source + " " + where);
+        auto& y = cfg.yarn;
+        y.enabled = true;
+        y.factor = yr.number_or("factor", 0.0);
+        y.original_max_positions = yr.int_or("original_max_position_embeddings", cfg.max_positions);
+        y.beta_fast = yr.number_or("beta_fast", 32.0);
+        y.beta_slow = yr.number_or("beta_slow", 1.0);
+        y.truncate = yr.bool_or("truncate", true);
+        const double mscale = yr.number_or("mscale", 0.0),
+                     mscale_all_dim = yr.number_or("mscale_all_dim", 0.0);
+        SLUICE_RETURN_IF_ERROR(yr.status());
+        if (!(y.factor >= 1.0) || !std::isfinite(y.factor))
+            return error(ErrorCode::kInvalidArgument, "[config] " + source + ": " + where +
+                                                          " yarn needs a factor >= 1, got " +
+                                                          std::to_string(y.factor));
+        if (y.original_max_positions <= 0)
+            return error(ErrorCode::kInvalidArgument, "[config] " + source + ": " + where +
+                                                          " yarn needs original_max_position_embeddings > 0");
+        if (!(y.beta_fast > 0.0) || !(y.beta_slow > 0.0))
+            return error(ErrorCode::kInvalidArgument, "[config] " + source + ": " + where +
+                                                          " yarn beta_fast and beta_slow must be positive");
+        auto get_mscale = [](double scale, double m) {
+            return scale <= 1.0 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;
+        };
+        if (auto af = block.find("attention_factor"); af != block.end() && af->is_number()) {
+            y.attention_factor = af->get<double>();
+        } else if (mscale != 0.0 && mscale_all_dim != 0.0) {
+            y.attention_factor = get_mscale(y.factor, mscale) / get_mscale(y.factor, mscale_all_dim);
+        } else {
+            y.attention_factor = get_mscale(y.factor, 1.0);
+        }
+        if (!(y.attention_factor > 0.0) || !std::isfinite(y.attention_factor))
+            return error(ErrorCode::kInvalidArgument, "[config] " + source + ": " + where +
+                                                          " yarn attention_factor must be a positive number");
+        return Status::ok();
+    };
     if (auto rp = text->find("rope_parameters"); rp != text->end() && rp->is_object()) {
         Reader rr(*rp, source + " rope_parameters");
         theta = rr.number_or("rope_theta", theta);
         partial = rr.number_or("partial_rotary_factor", partial);
         SLUICE_RETURN_IF_ERROR(rr.status());
-        auto type = rp->find("rope_type");
-        if (type == rp->end()) type = rp->find("type");
-        if (type != rp->end() && type->is_string() && type->get<std::string>() != "default") {
-            return error(ErrorCode::kUnsupported, "[config] " + source + ": rope type '" +
-                                                      type->get<std::string>() +
-                                                      "' is not supported (only 'default')");
-        }
+        SLUICE_RETURN_IF_ERROR(read_scaling(*rp, "rope_parameters"));
     }
-    if (auto rs = text->find("rope_scaling"); rs != text->end() && rs->is_object()) {
-        auto type = rs->find("rope_type");
-        if (type == rs->end()) type = rs->find("type");
-        std::string t = type != rs->end() && type->is_string() ? type->get<std::string>() : "";
-        // mrope with text-only input reduces exactly to plain RoPE (models.md §4.2 item 6).
-        if (!t.empty() && t != "default" && t != "mrope") {
-            return error(ErrorCode::kUnsupported,
-                         "[config] " + source + ": rope_scaling type '" + t + "' is not supported");
-        }
-    }
+    if (auto rs = text->find("rope_scaling"); rs != text->end() && rs->is_object() && !cfg.yarn.enabled)
+        SLUICE_RETURN_IF_ERROR(read_scaling(*rs, "rope_scaling"));
     cfg.rope_theta = static_cast<float>(theta);
     cfg.rotary_dim = static_cast<int64_t>(std::lround(static_cast<double>(cfg.head_dim) * partial));
 
@@ -392,6 +426,46 @@ Expected<ModelConfig> load_model_config(const std::string& model_dir) {
     std::string path = (std::filesystem::path(model_dir) / "config.json").string();
     SLUICE_ASSIGN_OR_RETURN(std::string text, io::read_text_file(path));
     return parse_model_config(text, path);
+}
+
+int64_t ModelConfig::context_limit() const {
+    if (!yarn.enabled) return max_positions;
+    const auto extended =
+        static_cast<int64_t>(std::floor(yarn.factor * static_cast<double>(yarn.original_max_positions)));
+    return std::max(max_positions, extended);
+}
+
+std::vector<float> ModelConfig::rope_inv_freq() const {
+    if (!yarn.enabled) return {};
+    // transformers' _compute_yarn_parameters, in its f32 arithmetic where it has it.
+    const int64_t dim = rotary_dim, half = rotary_dim / 2;
+    const double base = rope_theta;
+    auto correction_dim = [&](double rotations) {
+        return static_cast<double>(dim) *
+               std::log(static_cast<double>(yarn.original_max_positions) /
+                        (rotations * 2.0 * std::numbers::pi)) /
+               (2.0 * std::log(base));
+    };
+    double low = correction_dim(yarn.beta_fast), high = correction_dim(yarn.beta_slow);
+    if (yarn.truncate) {
+        low = std::floor(low);
+        high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, static_cast<double>(dim - 1));
+    if (low == high) high += 0.001;  // transformers' guard against a zero-width ramp
+    const auto factor = static_cast<float>(yarn.factor);
+    std::vector<float> inv(static_cast<size_t>(half));
+    for (int64_t i = 0; i < half; ++i) {
+        const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+        const auto pos_freq = static_cast<float>(std::pow(base, static_cast<double>(exponent)));
+        const float extrapolation = 1.0f / pos_freq, interpolation = 1.0f / (factor * pos_freq);
+        const float ramp =
+            std::clamp(static_cast<float>((static_cast<double>(i) - low) / (high - low)), 0.0f, 1.0f);
+        const float keep = 1.0f - ramp;  // transformers' inv_freq_extrapolation_factor
+        inv[static_cast<size_t>(i)] = interpolation * (1.0f - keep) + extrapolation * keep;
+    }
+    return inv;
 }
 
 }  // namespace sluice::model

@@ -42,6 +42,13 @@ struct QuantConfig {
 };
 
 struct ModelConfig {
+    // The longest context the model runs: max_position_embeddings, or with YaRN at least
+    // factor × original_max_position_embeddings (0: unknown).
+    int64_t context_limit() const;
+    // The inverse frequencies of the rotated dims [rotary_dim / 2] under YaRN (f32 as transformers
+    // computes them); empty without scaling (the kernels derive them from rope_theta).
+    std::vector<float> rope_inv_freq() const;
+
     Family family = Family::kQwen3Moe;
     std::string model_type;  // as written in the file (outer type for nested configs)
 
@@ -58,6 +65,19 @@ struct ModelConfig {
     int64_t head_dim = 0;    // hd
     int64_t rotary_dim = 0;  // R = head_dim · partial_rotary_factor
     float rope_theta = 10000.0f;
+    // YaRN (rope_scaling / rope_parameters rope_type "yarn", as transformers computes it): the
+    // frequencies of the rotated dims interpolated by `factor` below the correction range of
+    // beta_fast..beta_slow rotations over original_max_position_embeddings, kept above it, a ramp
+    // between; cos and sin scaled by attention_factor (default 0.1·ln(factor) + 1, or DeepSeek's
+    // mscale ratio). It lets a model run to factor × original_max_position_embeddings tokens.
+    struct Yarn {
+        bool enabled = false;
+        double factor = 1.0;
+        int64_t original_max_positions = 0;
+        double beta_fast = 32.0, beta_slow = 1.0;
+        double attention_factor = 1.0;
+        bool truncate = true;  // the correction range rounded outwards to whole dims
+    } yarn;
     bool attn_output_gate = false;  // q_proj also yields a per-head sigmoid gate (Next, 3.5)
 
     // Gated DeltaNet (§3.5).

@@ -22,6 +22,8 @@ ModelPlan make_plan(const ModelConfig& c, CheckpointLayout layout) {
             a.head_dim = c.head_dim;
             a.rotary_dim = c.rotary_dim;
             a.rope_theta = c.rope_theta;
+            a.rope_inv_freq = c.rope_inv_freq();
+            if (c.yarn.enabled) a.rope_mscale = static_cast<float>(c.yarn.attention_factor);
             a.qk_norm_eps = c.rms_eps;
             a.output_gate = c.attn_output_gate;
         } else {

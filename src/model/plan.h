@@ -33,8 +33,10 @@ struct AttentionPlan {
     int64_t heads = 0, kv_heads = 0, head_dim = 0;
     int64_t rotary_dim = 0;  // NeoX RoPE on the first rotary_dim dims of each head
     float rope_theta = 10000.0f;
-    float qk_norm_eps = 1e-6f;  // per-head RMS norm of q and k (weights hold any +1)
-    bool output_gate = false;   // q_proj also yields a per-head sigmoid gate, interleaved with q per head
+    std::vector<float> rope_inv_freq;  // YaRN's frequencies [rotary_dim / 2]; empty: from rope_theta
+    float rope_mscale = 1.0f;          // YaRN's attention factor on cos and sin
+    float qk_norm_eps = 1e-6f;         // per-head RMS norm of q and k (weights hold any +1)
+    bool output_gate = false;  // q_proj also yields a per-head sigmoid gate, interleaved with q per head
 };
 
 struct DeltaNetPlan {

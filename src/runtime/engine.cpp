@@ -59,20 +59,23 @@ std::string describe_quantization(const model::ModelWeights& w, const model::Mod
     return s;
 }
 
-// The context a session gets: 0 takes the model's (max_position_embeddings) up to
-// kDefaultContext; more than the model was trained for is refused (sluice applies no rope scaling
-// to stretch it yet).
+// The context a session gets: 0 takes the model's (max_position_embeddings, or what its YaRN
+// scaling extends it to) up to kDefaultContext; more than the model runs is refused.
 Expected<int64_t> resolve_context(const model::ModelConfig& c, int64_t asked) {
-    const int64_t context = asked != 0            ? asked
-                            : c.max_positions > 0 ? std::min(c.max_positions, runtime::kDefaultContext)
-                                                  : 4096;
-    if (c.max_positions > 0 && context > c.max_positions)
+    const int64_t limit = c.context_limit();
+    const int64_t context = asked != 0 ? asked : limit > 0 ? std::min(limit, runtime::kDefaultContext) : 4096;
+    if (limit > 0 && context > limit) {
+        const std::string why =
+            c.yarn.enabled ? fmt::format("its YaRN factor {} × original_max_position_embeddings {}",
+                                         c.yarn.factor, c.yarn.original_max_positions)
+                           : std::string(
+                                 "max_position_embeddings; a config with YaRN rope scaling (rope_type yarn) "
+                                 "extends it");
         return error(
             ErrorCode::kInvalidArgument,
-            fmt::format("[engine] a context of {} tokens is more than this model's {} "
-                        "(max_position_embeddings; rope scaling to go beyond it is not implemented): "
-                        "lower --ctx-size",
-                        context, c.max_positions));
+            fmt::format("[engine] a context of {} tokens is more than this model's {} ({}): lower --ctx-size",
+                        context, limit, why));
+    }
     return context;
 }
 
@@ -115,7 +118,7 @@ Expected<MemoryPlan> make_plan(const model::ModelConfig& c, const model::StateLa
     const uint64_t room =
         plan.budget_bytes > others + fixed_state ? plan.budget_bytes - others - fixed_state : 0;
     plan.max_context_tokens = per_token > 0 ? static_cast<int64_t>(room / per_token) : context;
-    if (c.max_positions > 0) plan.max_context_tokens = std::min(plan.max_context_tokens, c.max_positions);
+    if (c.context_limit() > 0) plan.max_context_tokens = std::min(plan.max_context_tokens, c.context_limit());
     if (plan.budget_bytes <
         plan.scratch_bytes + plan.runtime_bytes + (streaming ? plan.dense_bytes : 0) + plan.state_bytes) {
         return error(ErrorCode::kOutOfMemory,

@@ -352,8 +352,20 @@ TEST(CudaOps, RopeMatchesReference) {
                 kernels::reference::rope_neox(ref.data() + t * heads * hd, heads, hd, rot, pos0 + t, 1e7f);
             Dev<float> dx(x);
             Dev<int32_t> dpos(std::vector<int32_t>{static_cast<int32_t>(pos0)});
-            rope_neox(dx.get(), n, heads, hd, rot, dpos.get(), 1e7f, nullptr);
+            rope_neox(dx.get(), n, heads, hd, rot, dpos.get(), RopeParams{1e7f}, nullptr);
             EXPECT_LT(rel_err(dx.host(), ref), 1e-5) << "pos " << pos0 << " hd " << hd;
+            // Scaled (YaRN-style frequencies and attention factor) against rope_neox_table.
+            std::vector<float> inv(static_cast<size_t>(rot / 2));
+            for (size_t i = 0; i < inv.size(); ++i)
+                inv[i] = 1.0f / std::pow(1e6f, 2.0f * i / rot) / (i > 3 ? 4.0f : 1.0f);
+            std::vector<float> ref_y = x;
+            for (int64_t t = 0; t < n; ++t)
+                kernels::reference::rope_neox_table(ref_y.data() + t * heads * hd, heads, hd, rot, pos0 + t,
+                                                    inv.data(), 1.1386f);
+            Dev<float> dy(x), dinv(inv);
+            rope_neox(dy.get(), n, heads, hd, rot, dpos.get(), RopeParams{1e7f, dinv.get(), 1.1386f},
+                      nullptr);
+            EXPECT_LT(rel_err(dy.host(), ref_y), 1e-5) << "yarn pos " << pos0 << " hd " << hd;
         }
     }
 }
@@ -796,16 +808,16 @@ TEST(CudaOps, AttentionPrepMatchesUnfusedSequence) {
                 if (c.gated) copy_heads(dqg.get() + c.hd, qh, ugate.get(), nullptr);
                 const HeadLayout kh{n, c.nkv, c.hd, kvw, c.hd, kvw, c.hd};
                 row_norm(uk.get(), dkn.get(), kh, eps, false, 1.0f, uk.get(), nullptr);
-                rope_neox(uq.get(), n, c.nh, c.hd, c.rot, dpos.get(), theta, nullptr);
-                rope_neox(uk.get(), n, c.nkv, c.hd, c.rot, dpos.get(), theta, nullptr);
+                rope_neox(uq.get(), n, c.nh, c.hd, c.rot, dpos.get(), RopeParams{theta}, nullptr);
+                rope_neox(uk.get(), n, c.nkv, c.hd, c.rot, dpos.get(), RopeParams{theta}, nullptr);
                 write_rows_at(uk.get(), n, kvw, dpos.get(), ukc.get(), nullptr);
                 write_rows_at(dv.get(), n, kvw, dpos.get(), uvc.get(), nullptr);
                 // Fused.
                 Dev<float> fq(static_cast<size_t>(n * c.nh * c.hd)),
                     fgate(static_cast<size_t>(n * c.nh * c.hd)), fkc(cache0), fvc(cache0);
                 attention_prep(dqg.get(), dk.get(), dv.get(), dqn.get(), dkn.get(), n, c.nh, c.nkv, c.hd,
-                               c.rot, c.gated, eps, dpos.get(), theta, fq.get(), fgate.get(), fkc.get(),
-                               fvc.get(), nullptr);
+                               c.rot, c.gated, eps, dpos.get(), RopeParams{theta}, fq.get(), fgate.get(),
+                               fkc.get(), fvc.get(), nullptr);
                 const std::string what = "heads " + std::to_string(c.nh) + "/" + std::to_string(c.nkv) +
                                          " hd " + std::to_string(c.hd) + " n " + std::to_string(n) + " pos " +
                                          std::to_string(pos0);

@@ -110,6 +110,59 @@ TEST(ModelConfig, Qwen3MoeDefaults) {
     EXPECT_TRUE(cfg->is_full_attention(1));
 }
 
+// YaRN as Qwen3's model card configures it (factor 4 over 32768 positions), in either spelling:
+// the context it runs to, transformers' attention factor, and frequencies that keep the fast dims
+// (more than beta_fast rotations over the original context), interpolate the slow ones by the
+// factor, and ramp between.
+TEST(ModelConfig, YarnRopeScaling) {
+    const std::string base = R"("model_type":"qwen3_moe","hidden_size":2048,"num_hidden_layers":2,
+        "vocab_size":100,"num_attention_heads":32,"num_key_value_heads":4,"head_dim":128,
+        "num_experts":8,"num_experts_per_tok":2,"moe_intermediate_size":16,"rope_theta":1000000,
+        "max_position_embeddings":40960)";
+    const std::string yarn = R"("rope_type":"yarn","factor":4.0,"original_max_position_embeddings":32768)";
+    const std::string spellings[] = {",\"rope_scaling\":{" + yarn + "}",
+                                     ",\"rope_parameters\":{\"rope_theta\":1000000," + yarn + "}"};
+    for (const std::string& spelling : spellings) {
+        SCOPED_TRACE(spelling);
+        auto cfg = parse_model_config("{" + base + spelling + "}", "c.json");
+        ASSERT_TRUE(cfg.has_value()) << cfg.status().message();
+        ASSERT_TRUE(cfg->yarn.enabled);
+        EXPECT_EQ(cfg->context_limit(), 131072);
+        EXPECT_NEAR(cfg->yarn.attention_factor, 0.1 * std::log(4.0) + 1.0, 1e-12);
+        const std::vector<float> inv = cfg->rope_inv_freq();
+        ASSERT_EQ(inv.size(), 64u);
+        // Correction range: dims floor(128·ln(32768/(32·2π))/(2·ln 1e6)) = floor(23.60) = 23 to
+        // ceil(128·ln(32768/2π)/(2·ln 1e6)) = ceil(39.65) = 40.
+        for (size_t i = 0; i < inv.size(); ++i) {
+            const double plain = 1.0 / std::pow(1e6, 2.0 * static_cast<double>(i) / 128.0);
+            if (i <= 23) {
+                EXPECT_NEAR(inv[i] / plain, 1.0, 1e-6) << i;
+            } else if (i >= 40) {
+                EXPECT_NEAR(inv[i] / plain, 0.25, 1e-6) << i;
+            } else {
+                const double keep = 1.0 - (static_cast<double>(i) - 23.0) / 17.0;
+                EXPECT_NEAR(inv[i] / plain, 0.25 + 0.75 * keep, 1e-5) << i;
+            }
+        }
+    }
+    auto plain = parse_model_config("{" + base + "}", "c.json");
+    ASSERT_TRUE(plain.has_value());
+    EXPECT_EQ(plain->context_limit(), 40960);
+    EXPECT_TRUE(plain->rope_inv_freq().empty());
+    // DeepSeek's mscale ratio.
+    auto ds = parse_model_config("{" + base + R"(,"rope_scaling":{"rope_type":"yarn","factor":40,
+        "original_max_position_embeddings":4096,"mscale":1.0,"mscale_all_dim":1.0}})",
+                                 "c.json");
+    ASSERT_TRUE(ds.has_value()) << ds.status().message();
+    EXPECT_NEAR(ds->yarn.attention_factor, 1.0, 1e-12);
+    for (const char* bad : {R"({"rope_type":"linear","factor":2})", R"({"rope_type":"yarn","factor":0.5})",
+                            R"({"rope_type":"yarn"})"}) {
+        auto cfg = parse_model_config("{" + base + ",\"rope_scaling\":" + bad + "}", "c.json");
+        ASSERT_FALSE(cfg.has_value()) << bad;
+        EXPECT_NE(cfg.status().message().find("rope_scaling"), std::string::npos) << cfg.status().message();
+    }
+}
+
 // Dense Qwen3 (Qwen3ForCausalLM): no experts, a dense MLP of intermediate_size in every layer.
 TEST(ModelConfig, DenseQwen3) {
     const std::string base = R"("model_type":"qwen3","hidden_size":64,"num_hidden_layers":3,

@@ -275,6 +275,35 @@ TEST(Kernels, RopeMatchesReference) {
     });
 }
 
+// The table form of RoPE (scaled RoPE such as YaRN): with rope_theta's own frequencies and no
+// factor it is plain RoPE; with a factor m the rotated dims scale by m, the others stay.
+TEST(Kernels, RopeTableIsRopeWithGivenFrequencies) {
+    std::mt19937 rng(14);
+    for (int64_t head_dim : {64, 128})
+        for (int64_t rot_dim : {head_dim, head_dim / 4})
+            for (int64_t pos : {0, 5, 40000}) {
+                std::vector<float> inv(static_cast<size_t>(rot_dim / 2));
+                for (size_t i = 0; i < inv.size(); ++i)
+                    inv[i] = 1.0f / static_cast<float>(
+                                        std::pow(1e7, static_cast<double>(static_cast<float>(2 * i) /
+                                                                          static_cast<float>(rot_dim))));
+                const auto x = random_vec(rng, 3 * head_dim);
+                auto plain = x, table = x, scaled = x;
+                rope_neox(plain.data(), 3, head_dim, rot_dim, pos, 1e7f);
+                rope_neox_table(table.data(), 3, head_dim, rot_dim, pos, inv.data(), 1.0f);
+                expect_close(table, plain, 1e-6, "table rope");
+                rope_neox_table(scaled.data(), 3, head_dim, rot_dim, pos, inv.data(), 1.25f);
+                for (int64_t h = 0; h < 3; ++h)
+                    for (int64_t d = 0; d < head_dim; ++d) {
+                        const size_t i = static_cast<size_t>(h * head_dim + d);
+                        if (d < rot_dim)
+                            EXPECT_NEAR(scaled[i], 1.25f * table[i], 1e-5f);
+                        else
+                            EXPECT_EQ(scaled[i], x[i]);
+                    }
+            }
+}
+
 TEST(Kernels, AttentionMatchesReference) {
     Pools pools;
     for_each_isa([&] {

@@ -198,6 +198,12 @@ void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, int
     isa().rope_neox(x, n_heads, head_dim, rot_dim, position, theta);
 }
 
+// A few hundred elements per token and layer, only for scaled RoPE: the reference definition.
+void rope_neox_table(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, int64_t position,
+                     const float* inv_freq, float mscale) {
+    reference::rope_neox_table(x, n_heads, head_dim, rot_dim, position, inv_freq, mscale);
+}
+
 namespace {
 
 // Attention over a cache of `type` (f32 included), with its f16 ring when there is one: work

@@ -59,19 +59,35 @@ __global__ void copy_heads_kernel(const float* x, HeadLayout L, float* y) {
 
 // Angles as the reference: inv_freq = 1/f32(theta^(2i/R)) in f32, angle = f32(pos)·inv_freq,
 // cos/sin of that f32 angle in double.
+// cos and sin of dim pair i at `position`: from theta (plain RoPE, as kernels::rope_neox), or from
+// the given frequencies with cos and sin scaled in f32 (YaRN, as kernels::rope_neox_table).
+__device__ inline void rope_cos_sin(const RopeParams& rope, int64_t i, int64_t rot_dim, int64_t position,
+                                    double* cs, double* sn) {
+    float inv_freq;
+    if (rope.inv_freq != nullptr) {
+        inv_freq = rope.inv_freq[i];
+    } else {
+        const float exponent = static_cast<float>(2 * i) / static_cast<float>(rot_dim);
+        inv_freq =
+            1.0f / static_cast<float>(pow(static_cast<double>(rope.theta), static_cast<double>(exponent)));
+    }
+    const float angle = static_cast<float>(position) * inv_freq;
+    sincos(static_cast<double>(angle), sn, cs);
+    if (rope.inv_freq != nullptr) {
+        *cs = static_cast<float>(*cs) * rope.mscale;
+        *sn = static_cast<float>(*sn) * rope.mscale;
+    }
+}
+
 __global__ void rope_kernel(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, const int32_t* pos0,
-                            float theta) {
+                            RopeParams rope) {
     const int64_t t = blockIdx.x;
     const int64_t half = rot_dim / 2;
     const int64_t position = *pos0 + t;
     for (int64_t e = threadIdx.x; e < n_heads * half; e += blockDim.x) {
         const int64_t h = e / half, i = e % half;
-        const float exponent = static_cast<float>(2 * i) / static_cast<float>(rot_dim);
-        const float inv_freq =
-            1.0f / static_cast<float>(pow(static_cast<double>(theta), static_cast<double>(exponent)));
-        const float angle = static_cast<float>(position) * inv_freq;
         double sn, cs;
-        sincos(static_cast<double>(angle), &sn, &cs);
+        rope_cos_sin(rope, i, rot_dim, position, &cs, &sn);
         float* v = x + (t * n_heads + h) * head_dim;
         const double a = v[i], b = v[i + half];
         v[i] = static_cast<float>(a * cs - b * sn);
@@ -95,7 +111,7 @@ __global__ void __launch_bounds__(kPrepThreads)
     attention_prep_kernel(const float* __restrict__ qg, const float* __restrict__ k,
                           const float* __restrict__ v, const float* q_norm, const float* k_norm,
                           int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t rot_dim, bool gated,
-                          float eps, const int32_t* pos0, float theta, float* q_out, float* gate_out,
+                          float eps, const int32_t* pos0, RopeParams rope, float* q_out, float* gate_out,
                           float* k_cache, float* v_cache) {
     const int64_t slots = n_heads + n_kv_heads;
     const int64_t t = blockIdx.x / slots, slot = blockIdx.x % slots;
@@ -118,12 +134,8 @@ __global__ void __launch_bounds__(kPrepThreads)
     for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
         if (i < rot_dim) {
             const int64_t pair = i < half ? i : i - half;
-            const float exponent = static_cast<float>(2 * pair) / static_cast<float>(rot_dim);
-            const float inv_freq =
-                1.0f / static_cast<float>(pow(static_cast<double>(theta), static_cast<double>(exponent)));
-            const float angle = static_cast<float>(position) * inv_freq;
             double sn, cs;
-            sincos(static_cast<double>(angle), &sn, &cs);
+            rope_cos_sin(rope, pair, rot_dim, position, &cs, &sn);
             const double a = normed[pair], b = normed[pair + half];
             dst[i] = i < half ? static_cast<float>(a * cs - b * sn) : static_cast<float>(b * cs + a * sn);
         } else {
@@ -623,10 +635,10 @@ void copy_heads(const float* x, const HeadLayout& layout, float* y, cudaStream_t
 }
 
 void rope_neox(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t rot_dim,
-               const int32_t* pos0_dev, float theta, cudaStream_t s) {
+               const int32_t* pos0_dev, const RopeParams& rope, cudaStream_t s) {
     if (n_tokens == 0) return;
     rope_kernel<<<static_cast<unsigned>(n_tokens), 256, 0, s>>>(x, n_heads, head_dim, rot_dim, pos0_dev,
-                                                                theta);
+                                                                rope);
 }
 
 void write_rows_at(const float* x, int64_t n, int64_t row_elems, const int32_t* pos0_dev, float* cache,
@@ -654,11 +666,11 @@ void attention(const float* q, const float* k, const float* v, int64_t n_q, cons
 
 void attention_prep(const float* qg, const float* k, const float* v, const float* q_norm, const float* k_norm,
                     int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t rot_dim,
-                    bool gated, float eps, const int32_t* pos0_dev, float theta, float* q_out,
+                    bool gated, float eps, const int32_t* pos0_dev, const RopeParams& rope, float* q_out,
                     float* gate_out, float* k_cache, float* v_cache, cudaStream_t s) {
     if (n == 0) return;
     attention_prep_kernel<<<static_cast<unsigned>(n * (n_heads + n_kv_heads)), kPrepThreads, 0, s>>>(
-        qg, k, v, q_norm, k_norm, n_heads, n_kv_heads, head_dim, rot_dim, gated, eps, pos0_dev, theta, q_out,
+        qg, k, v, q_norm, k_norm, n_heads, n_kv_heads, head_dim, rot_dim, gated, eps, pos0_dev, rope, q_out,
         gate_out, k_cache, v_cache);
 }
 

@@ -198,9 +198,16 @@ void rms_norm_gated(const float* x, const float* z, const float* weight, int64_t
                     float* y, cudaStream_t s);
 // Copies dim elements per (token, head) between strided layouts.
 void copy_heads(const float* x, const HeadLayout& layout, float* y, cudaStream_t s);
+// The RoPE of an attention layer: plain (frequencies from theta) or scaled (YaRN: inv_freq, a
+// device array of rot_dim / 2 floats, and cos/sin times mscale).
+struct RopeParams {
+    float theta = 10000.0f;
+    const float* inv_freq = nullptr;
+    float mscale = 1.0f;
+};
 // NeoX RoPE in place on x [n_tokens, n_heads, head_dim]; token t is at position *pos0_dev + t.
 void rope_neox(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t rot_dim,
-               const int32_t* pos0_dev, float theta, cudaStream_t s);
+               const int32_t* pos0_dev, const RopeParams& rope, cudaStream_t s);
 // cache[(*pos0_dev + t), :] = x[t, :] for t < n (row = row_elems floats).
 void write_rows_at(const float* x, int64_t n, int64_t row_elems, const int32_t* pos0_dev, float* cache,
                    cudaStream_t s);
@@ -212,7 +219,7 @@ void write_rows_at(const float* x, int64_t n, int64_t row_elems, const int32_t* 
 // · k_norm) and v_cache = v. head_dim ≤ 256.
 void attention_prep(const float* qg, const float* k, const float* v, const float* q_norm, const float* k_norm,
                     int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t rot_dim,
-                    bool gated, float eps, const int32_t* pos0_dev, float theta, float* q_out,
+                    bool gated, float eps, const int32_t* pos0_dev, const RopeParams& rope, float* q_out,
                     float* gate_out, float* k_cache, float* v_cache, cudaStream_t s);
 // kernels::attention with start_pos = *pos0_dev (k, v: the caches). For one query with a
 // split_scratch of attention_split_scratch_floats(n_heads, head_dim, max_keys) floats, the keys are

@@ -57,6 +57,24 @@ void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, int
     }
 }
 
+void rope_neox_table(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, int64_t position,
+                     const float* inv_freq, float mscale) {
+    SLUICE_ASSERT(rot_dim % 2 == 0 && rot_dim <= head_dim);
+    const int64_t half = rot_dim / 2;
+    // As transformers: angle = f32(position) · inv_freq in f32; cos and sin (f32) times the factor.
+    for (int64_t h = 0; h < n_heads; ++h) {
+        float* v = x + h * head_dim;
+        for (int64_t i = 0; i < half; ++i) {
+            const float angle = static_cast<float>(position) * inv_freq[i];
+            const float c = static_cast<float>(std::cos(static_cast<double>(angle))) * mscale;
+            const float s = static_cast<float>(std::sin(static_cast<double>(angle))) * mscale;
+            const double a = v[i], b = v[i + half];
+            v[i] = static_cast<float>(a * c - b * s);
+            v[i + half] = static_cast<float>(b * c + a * s);
+        }
+    }
+}
+
 void attention(const float* q, const float* k, const float* v, int64_t n_q, int64_t start_pos,
                int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, float* out,
                ThreadPool* /*pool*/) {

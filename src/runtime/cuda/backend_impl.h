@@ -133,6 +133,7 @@ struct DevLayer {
     float *input_norm = nullptr, *post_norm = nullptr;
     DevWeight q_proj, k_proj, v_proj, o_proj;
     float *q_norm = nullptr, *k_norm = nullptr;
+    float* rope_inv_freq = nullptr;  // YaRN's frequencies (plan.attention.rope_inv_freq), or null
     DevWeight in_qkvz, in_ba, in_qkv, in_z, in_b, in_a, out_proj;
     float *conv = nullptr, *neg_a = nullptr, *dt_bias = nullptr, *dnorm = nullptr;
     DevWeight router, shared_gate_proj, shared_up, shared_down, shared_gate;

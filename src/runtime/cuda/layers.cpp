@@ -40,6 +40,7 @@ void CudaBackend::attention_layer(const DevLayer& L, int64_t l, int64_t n, const
     }
     const bool gate_in_epilogue = gated && !unfused_;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const cuda::RopeParams rope{P.rope_theta, L.rope_inv_freq, P.rope_mscale};
     for (size_t i = 0; i < parts_.size(); ++i) {
         const Part& part = parts_[i];
         DeviceState& ds = *part.ds;
@@ -54,15 +55,15 @@ void CudaBackend::attention_layer(const DevLayer& L, int64_t l, int64_t n, const
         float* v_cache = ds.v[static_cast<size_t>(l)];
         if (!unfused_) {
             cuda::attention_prep(tmp, k, v, L.q_norm, L.k_norm, np, nh, nkv, hd, P.rotary_dim, gated,
-                                 P.qk_norm_eps, pos, P.rope_theta, q, gate, k_cache, v_cache, stream_);
+                                 P.qk_norm_eps, pos, rope, q, gate, k_cache, v_cache, stream_);
         } else {
             HeadLayout qh{np, nh, hd, q_rows, hd * (gated ? 2 : 1), nh * hd, hd};
             cuda::row_norm(tmp, L.q_norm, qh, P.qk_norm_eps, false, 1.0f, q, stream_);
             if (gated) cuda::copy_heads(tmp + hd, qh, gate, stream_);
             HeadLayout kh{np, nkv, hd, nkv * hd, hd, nkv * hd, hd};
             cuda::row_norm(k, L.k_norm, kh, P.qk_norm_eps, false, 1.0f, k, stream_);
-            cuda::rope_neox(q, np, nh, hd, P.rotary_dim, pos, P.rope_theta, stream_);
-            cuda::rope_neox(k, np, nkv, hd, P.rotary_dim, pos, P.rope_theta, stream_);
+            cuda::rope_neox(q, np, nh, hd, P.rotary_dim, pos, rope, stream_);
+            cuda::rope_neox(k, np, nkv, hd, P.rotary_dim, pos, rope, stream_);
             cuda::write_rows_at(k, np, nkv * hd, pos, k_cache, stream_);
             cuda::write_rows_at(v, np, nkv * hd, pos, v_cache, stream_);
         }

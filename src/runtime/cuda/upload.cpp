@@ -71,6 +71,8 @@ Status CudaBackend::upload_weights(Arena& arena) {
             L.o_proj = put(arena, lw.attn.o_proj, st);
             L.q_norm = put(arena, lw.attn.q_norm, st);
             L.k_norm = put(arena, lw.attn.k_norm, st);
+            if (!L.plan->attention.rope_inv_freq.empty())
+                L.rope_inv_freq = put(arena, L.plan->attention.rope_inv_freq, st);
         } else {
             const model::DeltaNetWeights& d = lw.linear;
             L.in_qkvz = put(arena, d.in_qkvz, st);
