@@ -498,6 +498,39 @@ TEST(Kernels, KvRingWindowMatchesReference) {
     });
 }
 
+// Long queries run in chunks of keys with an online softmax: one thread walking the chunks, or a
+// decode's chunks spread over a pool and merged after, give the same result bit for bit (so no
+// thread count changes an output), and both match the reference.
+TEST(Kernels, LongAttentionIsTheSameOnEveryPath) {
+    ThreadPool eight(8);
+    for_each_isa([&] {
+        std::mt19937 rng(31);
+        for (KvType type : {KvType::kF32, KvType::kQ8, KvType::kQ3}) {
+            SCOPED_TRACE(kv_type_name(type));
+            const int64_t nkv = 2, hd = 64, rows = 3000, nh = 4;
+            const auto k = random_vec(rng, rows * nkv * hd), v = random_vec(rng, rows * nkv * hd);
+            std::vector<uint8_t> kb(static_cast<size_t>(rows * nkv * kv_head_bytes(type, hd))), vb(kb.size());
+            reference::kv_store(type, k.data(), rows, nkv, hd, kb.data());
+            reference::kv_store(type, v.data(), rows, nkv, hd, vb.data());
+            for (int64_t n_q : {1, 3}) {
+                const int64_t start = rows - n_q;
+                auto q = random_vec(rng, n_q * nh * hd);
+                for (float& x : q) x *= 3.0f;  // peaked softmaxes: the chunk maxima differ
+                std::vector<float> ref(q.size()), one(q.size(), NAN), many(q.size(), NAN);
+                reference::attention_kv(type, q.data(), kb.data(), vb.data(), nullptr, n_q, start, nh, nkv,
+                                        hd, 0.125f, ref.data(), nullptr);
+                attention_kv(type, q.data(), kb.data(), vb.data(), nullptr, n_q, start, nh, nkv, hd, 0.125f,
+                             one.data(), nullptr);
+                attention_kv(type, q.data(), kb.data(), vb.data(), nullptr, n_q, start, nh, nkv, hd, 0.125f,
+                             many.data(), &eight);
+                expect_close(one, ref, 1e-5, "chunked attention");
+                EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * sizeof(float)))
+                    << "n_q " << n_q << ": the pool changed the result";
+            }
+        }
+    });
+}
+
 TEST(Kernels, KvQ3IsTheRotatedLloydMaxQuantizer) {
     std::mt19937 rng(5);
     std::normal_distribution<float> normal(0.0f, 1.0f);

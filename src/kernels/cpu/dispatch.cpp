@@ -206,10 +206,43 @@ void rope_neox_table(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_di
 
 namespace {
 
-// Attention over a cache of `type` (f32 included), with its f16 ring when there is one: work
-// items are (query row, KV head) — the GQA group of query heads sharing a KV head reads each key
-// and value once — when there are enough of them for the pool, else (query row, head). Both give
-// every head the same result, bit for bit.
+// Attention over a cache of `type` (f32 included), with its f16 ring when there is one. A query's
+// keys are taken in chunks of kAttentionChunk, each chunk's softmax terms (max, sum, weighted
+// values) merged into the running ones in chunk order — the online softmax, so no score row longer
+// than a chunk exists and a long decode splits over the pool. Work items are (query row, KV head)
+// — the GQA group of query heads sharing a KV head reads each key and value once — or (query row,
+// head) when those are too few for the pool; and when even those are too few (a decode), each
+// chunk is an item of its own and the merge runs after. Every path computes the same chunk terms
+// and merges them in the same order, so a head's result depends on its position and the cache
+// only: not on the pool, the batching, or the path taken, bit for bit.
+constexpr int64_t kAttentionChunk = 1024;
+
+struct ChunkTerms {  // one chunk's (or the running) softmax terms of `heads` query heads
+    float* acc;      // [heads, head_dim]
+    float* m;        // [heads]
+    float* l;        // [heads]
+};
+
+// running ← running ⊕ chunk: both rescaled to their common maximum.
+void merge_terms(ChunkTerms run, ChunkTerms chunk, int64_t heads, int64_t head_dim) {
+    for (int64_t r = 0; r < heads; ++r) {
+        float* a = run.acc + r * head_dim;
+        const float* c = chunk.acc + r * head_dim;
+        const float mx = std::max(run.m[r], chunk.m[r]);
+        const float alpha = std::exp(run.m[r] - mx), beta = std::exp(chunk.m[r] - mx);
+        for (int64_t d = 0; d < head_dim; ++d) a[d] = a[d] * alpha + c[d] * beta;
+        run.l[r] = run.l[r] * alpha + chunk.l[r] * beta;
+        run.m[r] = mx;
+    }
+}
+
+void finish_terms(ChunkTerms run, int64_t heads, int64_t head_dim, float* out) {
+    for (int64_t r = 0; r < heads; ++r) {
+        const float inv = 1.0f / run.l[r];
+        for (int64_t d = 0; d < head_dim; ++d) out[r * head_dim + d] = run.acc[r * head_dim + d] * inv;
+    }
+}
+
 void attention_cache(KvType type, const float* q, const uint8_t* k, const uint8_t* v, const KvRing* ring,
                      int64_t n_q, int64_t start_pos, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                      float scale, float* out, ThreadPool* pool) {
@@ -229,20 +262,67 @@ void attention_cache(KvType type, const float* q, const uint8_t* k, const uint8_
     };
     const int64_t threads = pool != nullptr ? pool->size() : 1;
     const bool grouped = rep > 1 && rep <= 64 && n_q * n_kv_heads >= threads;
-    const int64_t heads_per_item = grouped ? rep : 1;
-    run(pool, n_q * (grouped ? n_kv_heads : n_heads), 1, [&](int64_t i0, int64_t i1) {
+    const int64_t hpi = grouped ? rep : 1;  // query heads per work item
+    const int64_t groups = grouped ? n_kv_heads : n_heads;
+    const int64_t terms_floats = hpi * (head_dim + 2);
+    // The chunk terms of (row, group) over chunk c, into `terms` (scratch: the thread's).
+    auto chunk_terms = [&](int64_t row, int64_t group, int64_t c, ChunkTerms terms) {
         thread_local std::vector<float> scores_buf, tmp_buf;
-        float* scores = scratch(scores_buf, heads_per_item * (start_pos + n_q));
-        float* tmp = scratch(tmp_buf, (2 * heads_per_item + 1) * head_dim);
+        float* scores = scratch(scores_buf, hpi * kAttentionChunk);
+        float* tmp = scratch(tmp_buf, (2 * hpi + 1) * head_dim);
+        const int64_t h0 = grouped ? group * rep : group;
+        const int64_t kvh = h0 / rep;
+        const int64_t n_keys = start_pos + row + 1;
+        const RingHead rh = has_ring ? ring_head(kvh) : RingHead{};
+        const int64_t s0 = c * kAttentionChunk, s1 = std::min(n_keys, s0 + kAttentionChunk);
+        t.attention_group_kv(type, q + (row * n_heads + h0) * head_dim, hpi, k + kvh * head_bytes,
+                             v + kvh * head_bytes, has_ring ? &rh : nullptr, n_keys, s0, s1, row_bytes,
+                             head_dim, scale, scores, tmp, terms.acc, terms.m, terms.l);
+    };
+    auto view = [&](float* base) {
+        return ChunkTerms{base, base + hpi * head_dim, base + hpi * head_dim + hpi};
+    };
+    auto out_of = [&](int64_t row, int64_t group) {
+        return out + (row * n_heads + (grouped ? group * rep : group)) * head_dim;
+    };
+    const int64_t max_chunks = (start_pos + n_q + kAttentionChunk - 1) / kAttentionChunk;
+    if (n_q * groups >= threads || max_chunks == 1) {
+        run(pool, n_q * groups, 1, [&](int64_t i0, int64_t i1) {
+            thread_local std::vector<float> terms_buf;
+            float* buf = scratch(terms_buf, 2 * terms_floats);
+            const ChunkTerms running = view(buf), chunk = view(buf + terms_floats);
+            for (int64_t i = i0; i < i1; ++i) {
+                const int64_t row = i / groups, group = i % groups;
+                const int64_t chunks = (start_pos + row + kAttentionChunk) / kAttentionChunk;
+                for (int64_t c = 0; c < chunks; ++c) {
+                    chunk_terms(row, group, c, c == 0 ? running : chunk);
+                    if (c > 0) merge_terms(running, chunk, hpi, head_dim);
+                }
+                finish_terms(running, hpi, head_dim, out_of(row, group));
+            }
+        });
+        return;
+    }
+    // Few (row, group) items and long rows (a decode): every chunk an item, merged after.
+    thread_local std::vector<float> all_buf;
+    float* all = scratch(all_buf, n_q * groups * max_chunks * terms_floats);
+    auto terms_at = [&](int64_t row, int64_t group, int64_t c) {
+        return view(all + ((row * groups + group) * max_chunks + c) * terms_floats);
+    };
+    run(pool, n_q * groups * max_chunks, 1, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
-            const int64_t row = grouped ? i / n_kv_heads : i / n_heads;
-            const int64_t h0 = grouped ? (i % n_kv_heads) * rep : i % n_heads;
-            const int64_t kvh = h0 / rep;
-            const RingHead rh = has_ring ? ring_head(kvh) : RingHead{};
-            t.attention_group_kv(type, q + (row * n_heads + h0) * head_dim, heads_per_item,
-                                 k + kvh * head_bytes, v + kvh * head_bytes, has_ring ? &rh : nullptr,
-                                 start_pos + row + 1, row_bytes, head_dim, scale, scores, tmp,
-                                 out + (row * n_heads + h0) * head_dim);
+            const int64_t c = i % max_chunks, rg = i / max_chunks, row = rg / groups, group = rg % groups;
+            if (c * kAttentionChunk < start_pos + row + 1)
+                chunk_terms(row, group, c, terms_at(row, group, c));
+        }
+    });
+    run(pool, n_q * groups, 1, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+            const int64_t row = i / groups, group = i % groups;
+            const int64_t chunks = (start_pos + row + kAttentionChunk) / kAttentionChunk;
+            const ChunkTerms running = terms_at(row, group, 0);
+            for (int64_t c = 1; c < chunks; ++c) merge_terms(running, terms_at(row, group, c), hpi, head_dim);
+            finish_terms(running, hpi, head_dim, out_of(row, group));
         }
     });
 }
