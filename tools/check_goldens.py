@@ -205,7 +205,7 @@ class Model:
 
     def moe(self, x, p):
         c = self.c
-        E, k = c["num_experts"], c["num_experts_per_tok"]
+        E, k = c.get("num_experts", c.get("num_local_experts")), c["num_experts_per_tok"]  # transformers 5 writes the latter
         logits = x @ self.W(p + "gate.weight").T
         pr = np.exp(logits - logits.max(-1, keepdims=True))
         pr /= pr.sum(-1, keepdims=True)

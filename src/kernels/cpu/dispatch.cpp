@@ -210,11 +210,11 @@ namespace {
 // keys are taken in chunks of kAttentionChunk, each chunk's softmax terms (max, sum, weighted
 // values) merged into the running ones in chunk order — the online softmax, so no score row longer
 // than a chunk exists and a long decode splits over the pool. Work items are (query row, KV head)
-// — the GQA group of query heads sharing a KV head reads each key and value once — or (query row,
-// head) when those are too few for the pool; and when even those are too few (a decode), each
-// chunk is an item of its own and the merge runs after. Every path computes the same chunk terms
-// and merges them in the same order, so a head's result depends on its position and the cache
-// only: not on the pool, the batching, or the path taken, bit for bit.
+// — the GQA group of query heads sharing a KV head reads each key and value once; when those are
+// too few for the pool (a decode) each chunk is an item of its own and the merge runs after, and
+// a short query with too few groups takes (query row, head) items instead. Every path computes the same chunk
+// terms and merges them in the same order, so a head's result depends on its position and the cache only: not
+// on the pool, the batching, or the path taken, bit for bit.
 constexpr int64_t kAttentionChunk = 1024;
 
 struct ChunkTerms {  // one chunk's (or the running) softmax terms of `heads` query heads
@@ -261,7 +261,9 @@ void attention_cache(KvType type, const float* q, const uint8_t* k, const uint8_
                         n_kv_heads * ring_head_bytes};
     };
     const int64_t threads = pool != nullptr ? pool->size() : 1;
-    const bool grouped = rep > 1 && rep <= 64 && n_q * n_kv_heads >= threads;
+    const int64_t max_chunks = (start_pos + n_q + kAttentionChunk - 1) / kAttentionChunk;
+    // Grouped unless that leaves the pool idle and there are no chunks to spread instead.
+    const bool grouped = rep > 1 && rep <= 64 && (n_q * n_kv_heads >= threads || max_chunks > 1);
     const int64_t hpi = grouped ? rep : 1;  // query heads per work item
     const int64_t groups = grouped ? n_kv_heads : n_heads;
     const int64_t terms_floats = hpi * (head_dim + 2);
@@ -285,7 +287,6 @@ void attention_cache(KvType type, const float* q, const uint8_t* k, const uint8_
     auto out_of = [&](int64_t row, int64_t group) {
         return out + (row * n_heads + (grouped ? group * rep : group)) * head_dim;
     };
-    const int64_t max_chunks = (start_pos + n_q + kAttentionChunk - 1) / kAttentionChunk;
     if (n_q * groups >= threads || max_chunks == 1) {
         run(pool, n_q * groups, 1, [&](int64_t i0, int64_t i1) {
             thread_local std::vector<float> terms_buf;
