@@ -30,8 +30,10 @@ class ChatTemplate;
 struct EngineOptions {
     std::string model_dir;  // Hugging Face, MLX or sluice packed checkpoint folder
     int threads = 0;        // compute threads; 0 = all cores
-    // KV capacity of each session; 0 = the model's max_position_embeddings up to 8192. More than
-    // the model's maximum is an error, and so is a context whose state the memory budget cannot hold.
+    // KV capacity of each session; 0 = the model's context (max_position_embeddings, or what its
+    // YaRN scaling extends it to) up to 8192, or the longest the memory budget holds when that is
+    // less (at least 256). More than the model's maximum is an error, and so is an asked-for context
+    // whose state the memory budget cannot hold.
     int64_t context_tokens = 4096;
     // Bits per element of the attention KV cache: 32 (f32, exact), 16 (f16), 8 (q8: int8 codes,
     // one f16 scale per 32), 4 (q4: 4-bit codes, one f16 scale per 32) or 3 (q3: a rotated 3-bit

@@ -154,6 +154,29 @@ Expected<MemoryPlan> make_plan(const model::ModelConfig& c, const model::StateLa
     return plan;
 }
 
+// The plan for the context asked for; with none asked (0), the model's default context or, when the
+// budget cannot hold that, the longest one it can (down to kMinDefaultContext) — a default that
+// fits instead of an error.
+constexpr int64_t kMinDefaultContext = 256;
+Expected<MemoryPlan> plan_with_context(const model::ModelConfig& c, const model::StateLayout& layout,
+                                       const PlannedWeights& w, bool streaming,
+                                       const EngineOptions& options) {
+    SLUICE_ASSIGN_OR_RETURN(const int64_t context, resolve_context(c, options.context_tokens));
+    Expected<MemoryPlan> plan = make_plan(c, layout, w, streaming, options, context);
+    if (plan.has_value() || options.context_tokens != 0 || plan.status().code() != ErrorCode::kOutOfMemory)
+        return plan;
+    Expected<MemoryPlan> smallest = make_plan(c, layout, w, streaming, options, kMinDefaultContext);
+    if (!smallest.has_value()) return plan;  // not even the smallest default: the first error says why
+    const int64_t fits = std::min(context, smallest->max_context_tokens);
+    Expected<MemoryPlan> fitted = make_plan(c, layout, w, streaming, options, fits);
+    if (fitted.has_value())
+        log::info(
+            "[engine] context {} tokens: the most this budget holds ({} asked by default; --ctx-size or "
+            "--memory to choose)",
+            fits, context);
+    return fitted;
+}
+
 Expected<kernels::KvType> kv_type_of(const EngineOptions& options) {
     if (options.context_tokens < 0)
         return error(ErrorCode::kInvalidArgument, "[engine] context_tokens must be >= 0 (0: the model's)");
@@ -183,8 +206,7 @@ Expected<MemoryPlan> plan_memory(const std::string& config_path, const PlannedWe
                      std::string("[engine] a ") + kernels::kv_type_name(kv_type) +
                          " KV cache cannot hold head_dim " + std::to_string(c.head_dim) + ": " + bad);
     const model::StateLayout layout = model::state_layout(c, kv_type, options.kv_window);
-    SLUICE_ASSIGN_OR_RETURN(const int64_t context, resolve_context(c, options.context_tokens));
-    return make_plan(c, layout, weights, weights.record_bytes > 0, options, context);
+    return plan_with_context(c, layout, weights, weights.record_bytes > 0, options);
 }
 
 Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
@@ -196,7 +218,6 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     Impl& im = *engine->impl_;
     im.options = options;
     const model::ModelConfig& c = model->config();
-    SLUICE_ASSIGN_OR_RETURN(im.options.context_tokens, resolve_context(c, options.context_tokens));
     ModelInfo& info = im.info;
     info.family = model::family_name(c.family);
     info.layout = model::layout_name(model->weights().layout);
@@ -219,8 +240,8 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         w.record_bytes = experts::ExpertStore::slot_bytes_for(model->packed_layout());
         w.expert_records = c.n_experts * static_cast<int64_t>(model->packed_layout().expert_files.size());
     }
-    SLUICE_ASSIGN_OR_RETURN(
-        im.plan, make_plan(c, model->state_layout(), w, streaming, options, im.options.context_tokens));
+    SLUICE_ASSIGN_OR_RETURN(im.plan, plan_with_context(c, model->state_layout(), w, streaming, options));
+    im.options.context_tokens = im.plan.context_tokens;
     const MemoryPlan& plan = im.plan;
     if (plan.streaming) {
         experts::ExpertStoreOptions so;

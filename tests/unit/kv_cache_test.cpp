@@ -250,6 +250,25 @@ TEST(KvCache, ContextsBeyondTheModelOrTheBudgetAreRefusedAtLoad) {
     auto model_ctx = Engine::load(eo);
     ASSERT_TRUE(model_ctx.has_value()) << model_ctx.status().message();
     EXPECT_EQ((*model_ctx)->options().context_tokens, 4096);
+
+    // With no context asked for, a budget that cannot hold the model's takes the longest that fits
+    // (the one the refusal above names) instead of failing; too small for even 256 tokens fails.
+    eo.memory_bytes = 80ull << 20;
+    auto fitted = Engine::load(eo);
+    ASSERT_TRUE(fitted.has_value()) << fitted.status().message();
+    const MemoryPlan& plan = (*fitted)->memory_plan();
+    EXPECT_GE(plan.context_tokens, 256);
+    EXPECT_LT(plan.context_tokens, 4096);
+    EXPECT_EQ((*fitted)->options().context_tokens, plan.context_tokens);
+    EXPECT_EQ(plan.context_tokens, plan.max_context_tokens);
+    // (The default model's weights are mapped, not streamed: the plan holds state, scratch and runtime.)
+    EXPECT_LE(plan.state_bytes + plan.scratch_bytes + plan.runtime_bytes, plan.budget_bytes);
+    auto session = (*fitted)->new_session();
+    ASSERT_TRUE(session->evaluate(heldout_ids(**fitted, 200), false).has_value());
+    eo.memory_bytes = 72ull << 20;  // the refusal above: about 0 tokens fit
+    auto none = Engine::load(eo);
+    ASSERT_FALSE(none.has_value());
+    EXPECT_EQ(none.status().code(), ErrorCode::kOutOfMemory);
 }
 
 }  // namespace
