@@ -268,7 +268,8 @@ void attention_cache(KvType type, const float* q, const uint8_t* k, const uint8_
     const int64_t groups = grouped ? n_kv_heads : n_heads;
     const int64_t terms_floats = hpi * (head_dim + 2);
     // The chunk terms of (row, group) over chunk c, into `terms` (scratch: the thread's).
-    auto chunk_terms = [&](int64_t row, int64_t group, int64_t c, ChunkTerms terms) {
+    // queries_rotated: this thread's previous call was the same query's previous chunk.
+    auto chunk_terms = [&](int64_t row, int64_t group, int64_t c, ChunkTerms terms, bool queries_rotated) {
         thread_local std::vector<float> scores_buf, tmp_buf;
         float* scores = scratch(scores_buf, hpi * kAttentionChunk);
         float* tmp = scratch(tmp_buf, (2 * hpi + 1) * head_dim);
@@ -279,7 +280,7 @@ void attention_cache(KvType type, const float* q, const uint8_t* k, const uint8_
         const int64_t s0 = c * kAttentionChunk, s1 = std::min(n_keys, s0 + kAttentionChunk);
         t.attention_group_kv(type, q + (row * n_heads + h0) * head_dim, hpi, k + kvh * head_bytes,
                              v + kvh * head_bytes, has_ring ? &rh : nullptr, n_keys, s0, s1, row_bytes,
-                             head_dim, scale, scores, tmp, terms.acc, terms.m, terms.l);
+                             head_dim, scale, queries_rotated, scores, tmp, terms.acc, terms.m, terms.l);
     };
     auto view = [&](float* base) {
         return ChunkTerms{base, base + hpi * head_dim, base + hpi * head_dim + hpi};
@@ -296,7 +297,7 @@ void attention_cache(KvType type, const float* q, const uint8_t* k, const uint8_
                 const int64_t row = i / groups, group = i % groups;
                 const int64_t chunks = (start_pos + row + kAttentionChunk) / kAttentionChunk;
                 for (int64_t c = 0; c < chunks; ++c) {
-                    chunk_terms(row, group, c, c == 0 ? running : chunk);
+                    chunk_terms(row, group, c, c == 0 ? running : chunk, c > 0);
                     if (c > 0) merge_terms(running, chunk, hpi, head_dim);
                 }
                 finish_terms(running, hpi, head_dim, out_of(row, group));
@@ -314,7 +315,7 @@ void attention_cache(KvType type, const float* q, const uint8_t* k, const uint8_
         for (int64_t i = i0; i < i1; ++i) {
             const int64_t c = i % max_chunks, rg = i / max_chunks, row = rg / groups, group = rg % groups;
             if (c * kAttentionChunk < start_pos + row + 1)
-                chunk_terms(row, group, c, terms_at(row, group, c));
+                chunk_terms(row, group, c, terms_at(row, group, c), false);
         }
     });
     run(pool, n_q * groups, 1, [&](int64_t i0, int64_t i1) {

@@ -69,12 +69,14 @@ struct IsaTable {
     // The rep (<= 64) query heads of one KV head at once over keys [s0, s1) of the query's n_keys,
     // each key and value read once for all of them; q and acc: rep consecutive heads; scores:
     // rep · (s1 − s0) floats; tmp: (2·rep + 1) · head_dim floats; ring: the f16 recent window
-    // (null: none). Writes the softmax's partial terms: per head the largest score m, the sum l of
-    // exp(score − m) and acc = Σ exp(score − m) · value (attention = acc / l). Same per head.
+    // (null: none); queries_rotated: tmp still holds this query's q3-rotated heads from the call
+    // before (the same query's previous chunk on this thread). Writes the softmax's partial terms: per head
+    // the largest score m, the sum l of exp(score − m) and acc = Σ exp(score − m) · value (attention = acc /
+    // l). Same per head.
     void (*attention_group_kv)(KvType type, const float* q, int64_t rep, const uint8_t* k, const uint8_t* v,
                                const RingHead* ring, int64_t n_keys, int64_t s0, int64_t s1,
-                               int64_t row_bytes, int64_t head_dim, float scale, float* scores, float* tmp,
-                               float* acc, float* m, float* l);
+                               int64_t row_bytes, int64_t head_dim, float scale, bool queries_rotated,
+                               float* scores, float* tmp, float* acc, float* m, float* l);
     // One head of one cache position back to f32 (kv_load).
     void (*kv_load_head)(KvType type, const uint8_t* src, int64_t head_dim, float* dst);
 
