@@ -40,6 +40,15 @@ struct GenerationStats {
     double ttft_ms = 0;  // call start → first generated token
     double prefill_ms = 0;
     double decode_ms = 0;
+    // Speculative decoding (GenerateOptions::speculative): proposals made, proposals kept, and
+    // target forwards that verified proposals.
+    int64_t draft_tokens = 0;
+    int64_t accepted_tokens = 0;
+    int64_t verify_steps = 0;
+    double acceptance_rate() const {
+        return draft_tokens > 0 ? static_cast<double>(accepted_tokens) / static_cast<double>(draft_tokens)
+                                : 0;
+    }
     double prefill_tok_s() const {
         return prefill_ms > 0 ? static_cast<double>(prefilled_tokens) * 1000.0 / prefill_ms : 0;
     }
@@ -62,6 +71,21 @@ struct SamplingParams {
     float frequency_penalty = 0.0f;   // OpenAI: −frequency × count in the output
     std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logits
     std::optional<uint64_t> seed;                       // per request; unset = random
+};
+
+class Session;
+
+// Speculative decoding: a drafter proposes tokens, the target verifies them in one multi-token
+// forward, and exact rejection sampling keeps the target's output distribution (greedy output is
+// the same tokens as without it). Off unless a drafter is given.
+struct SpeculativeOptions {
+    // A session of a draft model: a smaller model with the same vocabulary (e.g. a small Qwen for a
+    // large one). Used by one generation at a time; it keeps its own timeline in step with this one.
+    Session* draft = nullptr;
+    int tokens = 4;                   // proposals per step, 1..16
+    float draft_temperature = -1.0f;  // the draft's sampling temperature; < 0: the request's own
+    bool adaptive = false;            // choose the proposals per step (0 = off) from the measured acceptance
+                                      // and step costs, at most `tokens`
 };
 
 enum class FinishReason { kLength, kStop, kCancelled, kError };
@@ -90,6 +114,10 @@ struct GenerateOptions {
     std::function<void(std::span<float> logits, std::span<const int32_t> generated)> logits_filter;
     // Called once the next token is chosen (e.g. to advance a grammar).
     std::function<void(int32_t token)> on_accept;
+    // Speculative decoding with a logits_filter needs the filter to answer for a speculative
+    // `generated` (tokens not yet accepted at its end); a filter that says so sets this.
+    bool filter_handles_speculation = false;
+    SpeculativeOptions speculative;
 };
 
 // One step of a generation stream.

@@ -118,9 +118,9 @@ void Sampler::select_top_k(std::span<const float> logits, float inv_t, size_t k)
     std::sort_heap(candidates_.begin(), candidates_.end(), better);  // best first
 }
 
-int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> context,
-                        std::span<const int32_t> generated, const GenerateOptions& options, TokenEvent* event,
-                        const LogitsSummary* summary) {
+Sampler::Prepared Sampler::prepare(std::span<float> logits, std::span<const int32_t> context,
+                                   std::span<const int32_t> generated, const GenerateOptions& options,
+                                   const LogitsSummary* summary) {
     for (const auto& [id, bias] : params_.logit_bias)
         if (id >= 0 && id < vocab_) logits[static_cast<size_t>(id)] += bias;
     // With a backend summary and nothing but suppression changing the row, the summary's maximum
@@ -142,8 +142,9 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> contex
         }
         v = kNegInf;
     }
-    const double summary_sum = summary_usable ? static_cast<double>(summary->sum_exp) - masked : 0.0;
-    const bool use_summary = summary_usable && !max_masked && summary_sum > 0;
+    Prepared prepared;
+    prepared.summary_sum = summary_usable ? static_cast<double>(summary->sum_exp) - masked : 0.0;
+    prepared.use_summary = summary_usable && !max_masked && prepared.summary_sum > 0;
     if (params_.repetition_penalty != 1.0f) {
         const size_t window =
             params_.repetition_window > 0 ? static_cast<size_t>(params_.repetition_window) : context.size();
@@ -169,72 +170,85 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> contex
     }
     if (options.logits_filter) options.logits_filter(logits, generated);
 
+    return prepared;
+}
+
+// candidates_ = the survivors of temperature, top-k, top-p and min-p with their probabilities (before
+// the cuts' renormalisation), best first when a cut ordered them; empty when no logit is finite.
+void Sampler::build_candidates(std::span<const float> logits) {
+    const float inv_t = 1.0f / params_.temperature;
+    const bool ordered = params_.top_p < 1.0f || params_.min_p > 0.0f;  // the cuts walk by probability
+    size_t sorted = SIZE_MAX;  // candidates_[0, sorted) are in order and better than the rest
+    // The walks below reach entry n: the tail gets sorted first if they pass the sorted head.
+    auto sort_through = [&](size_t n) {
+        if (n < sorted || sorted >= candidates_.size()) return;
+        std::sort(candidates_.begin() + static_cast<long>(sorted), candidates_.end(), better);
+        sorted = SIZE_MAX;
+    };
+    if (params_.top_k > 0 && params_.top_k < vocab_) {
+        select_top_k(logits, inv_t, static_cast<size_t>(params_.top_k));
+    } else {
+        candidates_.clear();
+        for (int64_t i = 0; i < vocab_; ++i) {
+            const float v = logits[static_cast<size_t>(i)];
+            if (v != kNegInf) candidates_.emplace_back(v * inv_t, static_cast<int32_t>(i));
+        }
+        // Without top-p or min-p the draw needs no order: the candidates stay in id order.
+        if (ordered && candidates_.size() > kSortedHead) {
+            std::nth_element(candidates_.begin(), candidates_.begin() + kSortedHead, candidates_.end(),
+                             better);
+            std::sort(candidates_.begin(), candidates_.begin() + kSortedHead, better);
+            sorted = kSortedHead;
+        } else if (ordered) {
+            std::sort(candidates_.begin(), candidates_.end(), better);
+        }
+    }
+    if (!candidates_.empty()) {
+        float mx = kNegInf;
+        for (const auto& c : candidates_) mx = std::max(mx, c.first);
+        // Softmax over the survivors (sorted by probability, descending, when ordered).
+        double sum = 0;
+        for (auto& c : candidates_) {
+            c.first = std::exp(c.first - mx);
+            sum += c.first;
+        }
+        for (auto& c : candidates_) c.first = static_cast<float>(c.first / sum);
+        if (params_.top_p < 1.0f) {
+            double acc = 0;
+            size_t n = 0;
+            while (n < candidates_.size()) {
+                sort_through(n);
+                acc += candidates_[n].first;
+                ++n;
+                if (acc >= params_.top_p) break;
+            }
+            candidates_.resize(std::max<size_t>(1, n));
+        }
+        if (params_.min_p > 0.0f) {
+            const float floor = params_.min_p * candidates_[0].first;
+            size_t n = 1;
+            while (n < candidates_.size()) {
+                sort_through(n);
+                if (candidates_[n].first < floor) break;
+                ++n;
+            }
+            candidates_.resize(n);
+        }
+    }
+}
+
+int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> context,
+                        std::span<const int32_t> generated, const GenerateOptions& options, TokenEvent* event,
+                        const LogitsSummary* summary) {
+    const Prepared prepared = prepare(logits, context, generated, options, summary);
     int32_t chosen = 0;
     if (params_.temperature <= 0.0f) {
-        chosen = use_summary
-                     ? summary->argmax
-                     : static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        chosen = prepared.use_summary ? summary->argmax : argmax(logits);
     } else {
-        const float inv_t = 1.0f / params_.temperature;
-        const bool ordered = params_.top_p < 1.0f || params_.min_p > 0.0f;  // the cuts walk by probability
-        size_t sorted = SIZE_MAX;  // candidates_[0, sorted) are in order and better than the rest
-        // The walks below reach entry n: the tail gets sorted first if they pass the sorted head.
-        auto sort_through = [&](size_t n) {
-            if (n < sorted || sorted >= candidates_.size()) return;
-            std::sort(candidates_.begin() + static_cast<long>(sorted), candidates_.end(), better);
-            sorted = SIZE_MAX;
-        };
-        if (params_.top_k > 0 && params_.top_k < vocab_) {
-            select_top_k(logits, inv_t, static_cast<size_t>(params_.top_k));
-        } else {
-            candidates_.clear();
-            for (int64_t i = 0; i < vocab_; ++i) {
-                const float v = logits[static_cast<size_t>(i)];
-                if (v != kNegInf) candidates_.emplace_back(v * inv_t, static_cast<int32_t>(i));
-            }
-            // Without top-p or min-p the draw needs no order: the candidates stay in id order.
-            if (ordered && candidates_.size() > kSortedHead) {
-                std::nth_element(candidates_.begin(), candidates_.begin() + kSortedHead, candidates_.end(),
-                                 better);
-                std::sort(candidates_.begin(), candidates_.begin() + kSortedHead, better);
-                sorted = kSortedHead;
-            } else if (ordered) {
-                std::sort(candidates_.begin(), candidates_.end(), better);
-            }
-        }
+        build_candidates(logits);
         if (candidates_.empty()) {
-            chosen = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+            chosen = argmax(logits);
         } else {
-            float mx = kNegInf;
-            for (const auto& c : candidates_) mx = std::max(mx, c.first);
-            // Softmax over the survivors (sorted by probability, descending, when ordered).
-            double sum = 0;
-            for (auto& c : candidates_) {
-                c.first = std::exp(c.first - mx);
-                sum += c.first;
-            }
-            for (auto& c : candidates_) c.first = static_cast<float>(c.first / sum);
-            if (params_.top_p < 1.0f) {
-                double acc = 0;
-                size_t n = 0;
-                while (n < candidates_.size()) {
-                    sort_through(n);
-                    acc += candidates_[n].first;
-                    ++n;
-                    if (acc >= params_.top_p) break;
-                }
-                candidates_.resize(std::max<size_t>(1, n));
-            }
-            if (params_.min_p > 0.0f) {
-                const float floor = params_.min_p * candidates_[0].first;
-                size_t n = 1;
-                while (n < candidates_.size()) {
-                    sort_through(n);
-                    if (candidates_[n].first < floor) break;
-                    ++n;
-                }
-                candidates_.resize(n);
-            }
             double total = 0;
             for (const auto& c : candidates_) total += c.first;
             std::uniform_real_distribution<double> uni(0.0, total);
@@ -249,26 +263,65 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> contex
             }
         }
     }
-
-    if (event != nullptr) {
-        // log Σ exp over the row as modified above: from the summary, or one pass over the row.
-        const double lse = use_summary ? summary->max + std::log(summary_sum) : log_sum_exp(logits);
-        auto logprob = [&](int32_t id) { return static_cast<float>(logits[static_cast<size_t>(id)] - lse); };
-        event->token = chosen;
-        event->logprob = logprob(chosen);
-        event->top_logprobs.clear();
-        if (options.top_logprobs > 0) {
-            std::vector<int32_t> ids(static_cast<size_t>(vocab_));
-            for (int64_t i = 0; i < vocab_; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-            const size_t k = std::min<size_t>(static_cast<size_t>(options.top_logprobs), ids.size());
-            std::partial_sort(ids.begin(), ids.begin() + static_cast<long>(k), ids.end(),
-                              [&](int32_t a, int32_t b) {
-                                  return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)];
-                              });
-            for (size_t i = 0; i < k; ++i) event->top_logprobs.emplace_back(ids[i], logprob(ids[i]));
-        }
-    }
+    if (event != nullptr) describe(logits, chosen, options, prepared, summary, event);
     return chosen;
+}
+
+int32_t Sampler::argmax(std::span<const float> logits) {
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+const std::vector<std::pair<float, int32_t>>& Sampler::distribution(std::span<const float> logits) {
+    if (params_.temperature <= 0.0f) {
+        candidates_.assign(1, {1.0f, argmax(logits)});
+        return candidates_;
+    }
+    build_candidates(logits);
+    if (candidates_.empty()) {
+        candidates_.assign(1, {1.0f, argmax(logits)});
+        return candidates_;
+    }
+    double total = 0;
+    for (const auto& c : candidates_) total += c.first;
+    for (auto& c : candidates_) c.first = static_cast<float>(c.first / total);
+    return candidates_;
+}
+
+int32_t Sampler::draw(std::span<const std::pair<float, int32_t>> dist) {
+    double total = 0;
+    for (const auto& c : dist) total += c.first;
+    std::uniform_real_distribution<double> uni(0.0, total);
+    double r = uni(rng_);
+    for (const auto& c : dist) {
+        r -= c.first;
+        if (r <= 0) return c.second;
+    }
+    return dist.back().second;
+}
+
+double Sampler::uniform() {
+    return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+}
+
+void Sampler::describe(std::span<const float> logits, int32_t chosen, const GenerateOptions& options,
+                       const Prepared& prepared, const LogitsSummary* summary, TokenEvent* event) const {
+    // log Σ exp over the row as modified above: from the summary, or one pass over the row.
+    const double lse =
+        prepared.use_summary ? summary->max + std::log(prepared.summary_sum) : log_sum_exp(logits);
+    auto logprob = [&](int32_t id) { return static_cast<float>(logits[static_cast<size_t>(id)] - lse); };
+    event->token = chosen;
+    event->logprob = logprob(chosen);
+    event->top_logprobs.clear();
+    if (options.top_logprobs > 0) {
+        std::vector<int32_t> ids(static_cast<size_t>(vocab_));
+        for (int64_t i = 0; i < vocab_; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+        const size_t k = std::min<size_t>(static_cast<size_t>(options.top_logprobs), ids.size());
+        std::partial_sort(ids.begin(), ids.begin() + static_cast<long>(k), ids.end(),
+                          [&](int32_t a, int32_t b) {
+                              return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)];
+                          });
+        for (size_t i = 0; i < k; ++i) event->top_logprobs.emplace_back(ids[i], logprob(ids[i]));
+    }
 }
 
 }  // namespace sluice::runtime

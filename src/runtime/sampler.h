@@ -48,7 +48,30 @@ class Sampler {
                    std::span<const int32_t> generated, const GenerateOptions& options, TokenEvent* event,
                    const LogitsSummary* summary = nullptr);
 
+    // The pieces of sample(), for drivers that need the distribution itself (speculative decoding's
+    // rejection sampling). prepare() applies bias, suppression, penalties and the filter to `logits`
+    // in place; distribution() is then what sample() draws from — (probability, id) summing to 1,
+    // the single argmax with probability 1 at temperature 0 — valid until the next call.
+    struct Prepared {
+        bool use_summary = false;
+        double summary_sum = 0;
+    };
+    Prepared prepare(std::span<float> logits, std::span<const int32_t> context,
+                     std::span<const int32_t> generated, const GenerateOptions& options,
+                     const LogitsSummary* summary = nullptr);
+    const std::vector<std::pair<float, int32_t>>& distribution(std::span<const float> logits);
+    // A draw from `dist` ((weight, id), any positive total) and a uniform [0, 1), from this
+    // request's RNG.
+    int32_t draw(std::span<const std::pair<float, int32_t>> dist);
+    double uniform();
+    // Fills `event` for `chosen` from the prepared row (log-probabilities, top_logprobs).
+    void describe(std::span<const float> logits, int32_t chosen, const GenerateOptions& options,
+                  const Prepared& prepared, const LogitsSummary* summary, TokenEvent* event) const;
+    const SamplingParams& params() const { return params_; }
+
  private:
+    static int32_t argmax(std::span<const float> logits);
+    void build_candidates(std::span<const float> logits);
     SamplingParams params_;
     int64_t vocab_;
     std::vector<int32_t> suppressed_;

@@ -38,6 +38,15 @@ Status SequenceState::snapshot() {
     return Status::ok();
 }
 
+bool SequenceState::has_snapshot_at(int64_t position) const {
+    return std::any_of(snapshots_.begin(), snapshots_.end(),
+                       [&](const Snapshot& s) { return s.position == position; });
+}
+
+void SequenceState::drop_snapshot(int64_t position) {
+    std::erase_if(snapshots_, [&](const Snapshot& s) { return s.position == position; });
+}
+
 Expected<int64_t> SequenceState::truncate(int64_t keep) {
     if (keep >= position_) return position_;
     keep = std::max<int64_t>(keep, 0);

@@ -44,6 +44,9 @@ class SequenceState {
     // Keeps a snapshot of the recurrent buffers at the current position (nothing to do when the
     // layout has none, or one is there already); past max_snapshots() the oldest is dropped.
     Status snapshot();
+    bool has_snapshot_at(int64_t position) const;
+    // Forgets the snapshot at `position` (none there: nothing to do).
+    void drop_snapshot(int64_t position);
     // Goes back to at most `keep` tokens: to `keep` itself when the layout has no recurrent
     // buffers, else to the latest snapshot at or before it (or to the empty state). Snapshots past
     // the new position are dropped. Returns the new position (<= keep; the position when keep is

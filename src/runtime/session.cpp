@@ -10,6 +10,7 @@
 #include "runtime/engine_impl.h"
 #include "runtime/memory_plan.h"
 #include "runtime/sampler.h"
+#include "runtime/speculative.h"
 #include "sluice/text_stream.h"
 #include "sluice/tokenizer.h"
 
@@ -215,27 +216,52 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
     s.save_checkpoint();  // end of prompt
 
     GenerateResult result;
-    runtime::Sampler sampler(options.sampling, V,
-                             options.allow_special_tokens ? std::vector<int32_t>{} : e.suppressed_ids);
+    const std::vector<int32_t> suppressed =
+        options.allow_special_tokens ? std::vector<int32_t>{} : e.suppressed_ids;
+    runtime::Sampler sampler(options.sampling, V, suppressed);
+    // Speculative decoding: a draft model's session proposes, this session verifies.
+    const SpeculativeOptions& spec = options.speculative;
+    std::optional<runtime::DraftModelDrafter> drafter;
+    std::optional<runtime::SpeculationController> controller;
+    if (spec.draft != nullptr && options.max_tokens > 1 &&
+        (!options.logits_filter || options.filter_handles_speculation)) {
+        if (spec.draft == this)
+            return error(ErrorCode::kInvalidArgument, "[speculative] the draft session is this session");
+        if (spec.tokens < 1 || spec.tokens > 16)
+            return error(ErrorCode::kInvalidArgument, "[speculative] proposals per step must be 1..16, not " +
+                                                          std::to_string(spec.tokens));
+        const int64_t draft_vocab = spec.draft->impl_->engine->impl_->info.vocab_size;
+        if (draft_vocab != V)
+            return error(ErrorCode::kInvalidArgument,
+                         "[speculative] the draft model's vocabulary has " + std::to_string(draft_vocab) +
+                             " entries, this model's " + std::to_string(V) + ": it needs the same tokenizer");
+        SamplingParams draft_params = options.sampling;
+        if (draft_params.seed) *draft_params.seed ^= 0x9E3779B97F4A7C15ull;  // its own stream
+        if (spec.draft_temperature >= 0.0f) draft_params.temperature = spec.draft_temperature;
+        drafter.emplace(spec.draft, draft_params, V, suppressed);
+        if (spec.adaptive) controller.emplace(spec.tokens);
+    }
     std::optional<TextStream> text;  // without a tokenizer the stream is token ids only
     if (e.tokenizer) text.emplace(e.tokenizer, options.stop);
     const auto decode_start = Clock::now();
     auto decode_t0 = decode_start;
     TokenEvent event;
     std::optional<runtime::LogitsSummary> summary;  // the backend's, for decode steps
-    for (int64_t i = 0; i < options.max_tokens; ++i) {
-        const int32_t next =
-            sampler.sample(logits, s.tokens, result.tokens, options, &event, summary ? &*summary : nullptr);
+    const auto prompt_len = static_cast<int64_t>(prompt.size());
+    int64_t sampled = 0;  // tokens chosen (with a final EOS); all but the last are fed
+    // Takes the chosen token `next` (its `event` filled): returns whether generation goes on.
+    auto emit = [&](int32_t next) -> bool {
         if (options.on_accept) options.on_accept(next);
-        if (i == 0) {
+        if (sampled == 0) {
             s.stats.ttft_ms = ms_since(t0);
             decode_t0 = Clock::now();
         }
+        ++sampled;
         s.stats.generated_tokens++;
         if (!options.ignore_eos && std::find(e.eos_ids.begin(), e.eos_ids.end(), next) != e.eos_ids.end()) {
             result.finish_reason = FinishReason::kStop;
             if (e.tokenizer) result.stop_matched = std::string(e.tokenizer->token_text(next));
-            break;
+            return false;
         }
         result.tokens.push_back(next);
         event.text.clear();
@@ -251,20 +277,111 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
         }
         if (on_token && !on_token(event)) {
             result.finish_reason = FinishReason::kCancelled;
-            break;
+            return false;
         }
         if (stopped) {
             result.finish_reason = FinishReason::kStop;
-            break;
+            return false;
         }
         if (s.cancel_requested.load()) {
             result.finish_reason = FinishReason::kCancelled;
-            break;
+            return false;
         }
-        if (i + 1 == options.max_tokens) break;
-        if (s.position() + 1 > s.context_tokens) break;  // context full: finish as length
+        if (sampled == options.max_tokens) return false;
+        return prompt_len + sampled <= s.context_tokens;  // context full: finish as length
+    };
+    // Makes the state hold exactly the first `length` tokens of the timeline: a speculative step
+    // fed proposals that were not kept (or kept past a stop). Attention-only models cut back there;
+    // DeltaNet state returns to the step's checkpoint and the kept tokens are fed again.
+    std::vector<int32_t> keep;
+    auto settle = [&](int64_t length) -> Status {
+        if (s.position() <= length) return Status::ok();
+        keep.assign(s.tokens.begin(), s.tokens.begin() + length);
+        SLUICE_ASSIGN_OR_RETURN(const int64_t kept, s.rewind_to(length));
+        if (kept < length)
+            SLUICE_RETURN_IF_ERROR(s.evaluate_into(
+                std::span<const int32_t>(keep).subspan(static_cast<size_t>(kept)), false, 0, logits));
+        return Status::ok();
+    };
+    std::vector<int32_t> drafts, feed;
+    std::vector<runtime::Distribution> proposals;
+    std::vector<float> rows, scratch;
+    // One speculative step after the pending token (chosen, not fed): proposals, one verifying
+    // forward, rejection sampling. Returns whether generation goes on; *ran = false when it did
+    // not run (nothing to propose) and a plain step is due.
+    auto speculate = [&](int32_t pending, bool* ran) -> Expected<bool> {
+        *ran = false;
+        const int64_t p0 = s.position();
+        int64_t k = controller ? controller->choose() : spec.tokens;
+        k = std::min({k, options.max_tokens - sampled - 1, s.context_tokens - p0 - 1});
+        if (k <= 0) return true;
+        feed.assign(s.tokens.begin(), s.tokens.end());
+        feed.push_back(pending);
+        const auto td = Clock::now();
         SLUICE_RETURN_IF_ERROR(
-            s.evaluate_into(std::span<const int32_t>(&next, 1), false, 0, logits, &summary));
+            drafter->propose(feed, result.tokens, static_cast<int>(k), options, &drafts, &proposals));
+        if (controller) controller->record_draft(static_cast<int>(drafts.size()), ms_since(td));
+        if (drafts.empty()) return true;
+        *ran = true;
+        k = static_cast<int64_t>(drafts.size());
+        runtime::SequenceState* seq = s.seq.get();
+        const bool own_checkpoint = seq != nullptr && !seq->has_snapshot_at(p0);
+        s.save_checkpoint();
+        feed.assign(1, pending);
+        feed.insert(feed.end(), drafts.begin(), drafts.end());
+        const auto tv = Clock::now();
+        SLUICE_RETURN_IF_ERROR(s.evaluate_into(feed, true, 0, rows));
+        if (controller) controller->record_target(static_cast<int>(k + 1), ms_since(tv));
+        if (scratch.size() != static_cast<size_t>(V)) scratch.assign(static_cast<size_t>(V), 0.0f);
+        bool go = true;
+        int64_t accepted = 0;
+        int32_t next = -1;
+        for (int64_t i = 0; i < k && go; ++i) {
+            const std::span<float> row(rows.data() + i * V, static_cast<size_t>(V));
+            const auto context = std::span<const int32_t>(s.tokens).first(static_cast<size_t>(p0 + 1 + i));
+            const runtime::Sampler::Prepared prepared = sampler.prepare(row, context, result.tokens, options);
+            const runtime::Distribution p = sampler.distribution(row);
+            const runtime::Verdict verdict = runtime::verify_proposal(
+                p, proposals[static_cast<size_t>(i)], drafts[static_cast<size_t>(i)], sampler, scratch);
+            sampler.describe(row, verdict.token, options, prepared, nullptr, &event);
+            if (!verdict.accepted) {
+                next = verdict.token;
+                break;
+            }
+            ++accepted;
+            go = emit(verdict.token);
+        }
+        if (go && next < 0) {  // every proposal kept: the target's own token after them
+            const std::span<float> row(rows.data() + k * V, static_cast<size_t>(V));
+            const auto context = std::span<const int32_t>(s.tokens).first(static_cast<size_t>(p0 + 1 + k));
+            next = sampler.sample(row, context, result.tokens, options, &event);
+        }
+        s.stats.draft_tokens += k;
+        s.stats.accepted_tokens += accepted;
+        s.stats.verify_steps++;
+        if (controller) controller->record_acceptance(static_cast<int>(k), static_cast<int>(accepted));
+        if (go) go = emit(next);
+        SLUICE_RETURN_IF_ERROR(settle(prompt_len + sampled - 1));
+        if (own_checkpoint && s.seq != nullptr) s.seq->drop_snapshot(p0);
+        return go;
+    };
+    if (options.max_tokens > 0) {
+        bool go = emit(sampler.sample(logits, s.tokens, result.tokens, options, &event, nullptr));
+        while (go) {
+            const int32_t pending = result.tokens.back();
+            if (drafter) {
+                bool ran = false;
+                SLUICE_ASSIGN_OR_RETURN(go, speculate(pending, &ran));
+                if (ran) continue;
+                if (!go) break;
+            }
+            const auto tp = Clock::now();
+            SLUICE_RETURN_IF_ERROR(
+                s.evaluate_into(std::span<const int32_t>(&pending, 1), false, 0, logits, &summary));
+            if (controller) controller->record_target(1, ms_since(tp));
+            go = emit(sampler.sample(logits, s.tokens, result.tokens, options, &event,
+                                     summary ? &*summary : nullptr));
+        }
     }
     if (text && result.finish_reason == FinishReason::kLength) {
         // Flush what was held back (an incomplete stop-string prefix or a partial character).

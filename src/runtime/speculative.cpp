@@ -1,0 +1,144 @@
+// Speculative decoding's pieces (speculative.h): the rejection step, the draft-model drafter and
+// the choice of k.
+#include "runtime/speculative.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace sluice::runtime {
+
+Verdict verify_proposal(std::span<const std::pair<float, int32_t>> p,
+                        std::span<const std::pair<float, int32_t>> q, int32_t proposal, Sampler& rng,
+                        std::vector<float>& scratch) {
+    float px = 0, qx = 0;
+    for (const auto& [prob, id] : p)
+        if (id == proposal) px = prob;
+    for (const auto& [prob, id] : q)
+        if (id == proposal) qx = prob;
+    // Accept with probability min(1, p/q): always when p >= q (no uniform needed, so greedy's
+    // point masses never touch the RNG).
+    if (px > 0 && (px >= qx || rng.uniform() * static_cast<double>(qx) < static_cast<double>(px)))
+        return {true, proposal};
+    // Residual max(0, p − q): q scattered into the scratch row, read back per p entry, cleared.
+    for (const auto& [prob, id] : q) scratch[static_cast<size_t>(id)] = prob;
+    Distribution residual;
+    residual.reserve(p.size());
+    double total = 0;
+    for (const auto& [prob, id] : p) {
+        const float r = prob - scratch[static_cast<size_t>(id)];
+        if (r > 0) {
+            residual.emplace_back(r, id);
+            total += r;
+        }
+    }
+    for (const auto& [prob, id] : q) scratch[static_cast<size_t>(id)] = 0.0f;
+    // A residual that rounds to nothing (p and q equal but for rounding) leaves p itself.
+    if (total <= 0) return {false, rng.draw(p)};
+    return {false, rng.draw(residual)};
+}
+
+DraftModelDrafter::DraftModelDrafter(Session* draft, const SamplingParams& params, int64_t vocab,
+                                     std::vector<int32_t> suppressed)
+    : draft_(draft), sampler_(params, vocab, std::move(suppressed)) {}
+
+Status DraftModelDrafter::propose(std::span<const int32_t> context, std::span<const int32_t> generated, int k,
+                                  const GenerateOptions& options, std::vector<int32_t>* tokens,
+                                  std::vector<Distribution>* dists) {
+    tokens->clear();
+    dists->clear();
+    // Catch the draft up with the context: keep the shared prefix, feed the rest (at least one
+    // token, for its logits). A rollback lands on the draft's checkpoint at or before the prefix.
+    const std::vector<int32_t>& have = draft_->tokens();
+    size_t lcp = 0;
+    while (lcp < have.size() && lcp < context.size() && have[lcp] == context[lcp]) ++lcp;
+    if (lcp == context.size()) --lcp;
+    SLUICE_ASSIGN_OR_RETURN(const int64_t at, draft_->truncate(static_cast<int64_t>(lcp)));
+    const int64_t room = draft_->context_size() - static_cast<int64_t>(context.size());
+    k = static_cast<int>(std::min<int64_t>(k, room));
+    if (k <= 0) return Status::ok();
+    SLUICE_ASSIGN_OR_RETURN(logits_, draft_->evaluate(context.subspan(static_cast<size_t>(at)), false));
+    // The next step's rollback target: the context itself (its proposals may all be rejected).
+    SLUICE_RETURN_IF_ERROR(draft_->checkpoint());
+    scratch_context_.assign(context.begin(), context.end());
+    scratch_generated_.assign(generated.begin(), generated.end());
+    for (int i = 0; i < k; ++i) {
+        sampler_.prepare(logits_, scratch_context_, scratch_generated_, options);
+        dists->push_back(sampler_.distribution(logits_));
+        const int32_t token = sampler_.draw(dists->back());
+        tokens->push_back(token);
+        scratch_context_.push_back(token);
+        scratch_generated_.push_back(token);
+        if (i + 1 < k) {
+            SLUICE_ASSIGN_OR_RETURN(logits_, draft_->evaluate(std::span<const int32_t>(&token, 1), false));
+        }
+    }
+    return Status::ok();
+}
+
+double SpeculationController::target_ms(int tokens) const {
+    if (target_ms_[static_cast<size_t>(tokens)] >= 0) return target_ms_[static_cast<size_t>(tokens)];
+    // A line through the measured points (least squares), or flat through the one there is.
+    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (size_t t = 1; t < target_ms_.size(); ++t) {
+        if (target_ms_[t] < 0) continue;
+        const auto x = static_cast<double>(t);
+        n += 1;
+        sx += x;
+        sy += target_ms_[t];
+        sxx += x * x;
+        sxy += x * target_ms_[t];
+    }
+    if (n == 0) return 1.0;
+    const double denom = n * sxx - sx * sx;
+    if (n < 2 || denom <= 0) return sy / n;
+    const double slope = std::max(0.0, (n * sxy - sx * sy) / denom);
+    const double intercept = (sy - slope * sx) / n;
+    return std::max(1e-3, intercept + slope * tokens);
+}
+
+int SpeculationController::choose() {
+    if (draft_ms_per_token_ < 0) return std::min(max_, 2);  // measure the drafter first
+    const double a = std::clamp(alpha_, 0.0, 0.999);
+    double best_rate = 1.0 / target_ms(1);
+    int best = 0;
+    for (int k = 1; k <= max_; ++k) {
+        const double tokens = (1 - std::pow(a, k + 1)) / (1 - a);
+        const double rate = tokens / (k * draft_ms_per_token_ + target_ms(k + 1));
+        if (rate > best_rate) {
+            best_rate = rate;
+            best = k;
+        }
+    }
+    // Off, the acceptance is no longer measured: probe with one proposal now and then.
+    if (best == 0 && ++since_probe_ >= 16) {
+        since_probe_ = 0;
+        return 1;
+    }
+    return best;
+}
+
+void SpeculationController::record_target(int tokens, double ms) {
+    if (tokens <= 0 || tokens >= static_cast<int>(target_ms_.size())) return;
+    double& t = target_ms_[static_cast<size_t>(tokens)];
+    t = t < 0 ? ms : 0.8 * t + 0.2 * ms;
+}
+
+void SpeculationController::record_draft(int proposals, double ms) {
+    if (proposals <= 0) return;
+    const double per = ms / proposals;
+    draft_ms_per_token_ = draft_ms_per_token_ < 0 ? per : 0.8 * draft_ms_per_token_ + 0.2 * per;
+}
+
+void SpeculationController::record_acceptance(int proposed, int accepted) {
+    if (proposed <= 0) return;
+    // The rate of a kept proposal given the ones before it were kept: accepted / (accepted + one
+    // rejection, if there was one) is the per-position estimate; a running mean over recent steps.
+    const double positions = accepted + (accepted < proposed ? 1 : 0);
+    const double step_alpha = positions > 0 ? accepted / positions : 0;
+    proposed_ += proposed;
+    const double w = proposed_ < 32 ? 0.5 : 0.1;
+    alpha_ = (1 - w) * alpha_ + w * step_alpha;
+}
+
+}  // namespace sluice::runtime

@@ -1,0 +1,231 @@
+// Speculative decoding: the rejection step keeps the target's distribution (a chi-square bound
+// that the wrong rule — keeping every proposal — fails), greedy speculative output is plain greedy
+// output for every k on the default model and an attention-only golden, and sampled first tokens
+// through the engine follow the target's distribution.
+#include "runtime/speculative.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "convert/packer.h"
+#include "runtime/sampler.h"
+#include "sluice/engine.h"
+#include "sluice/tokenizer.h"
+#include "test_util.h"
+
+namespace sluice {
+namespace {
+
+using runtime::Distribution;
+
+// Pearson's chi-square of `observed` against `expected` counts, categories expected fewer than 5
+// times pooled into one (so the statistic stays chi-square distributed); *dof gets its degrees of
+// freedom. An observation where nothing is expected makes it infinite.
+double chi_square(const std::map<int32_t, int64_t>& observed, const std::map<int32_t, double>& expected,
+                  int* dof) {
+    double chi = 0, pooled_e = 0, pooled_o = 0;
+    int categories = 0;
+    for (const auto& [id, e] : expected) {
+        const auto it = observed.find(id);
+        const double o = it == observed.end() ? 0.0 : static_cast<double>(it->second);
+        if (e >= 5) {
+            chi += (o - e) * (o - e) / e;
+            ++categories;
+        } else {
+            pooled_e += e;
+            pooled_o += o;
+        }
+    }
+    for (const auto& [id, o] : observed)
+        if (!expected.contains(id)) pooled_o += static_cast<double>(o);
+    if (pooled_o > 0 && pooled_e <= 0) return INFINITY;
+    if (pooled_e > 0) {
+        chi += (pooled_o - pooled_e) * (pooled_o - pooled_e) / pooled_e;
+        ++categories;
+    }
+    *dof = std::max(categories - 1, 0);
+    return chi;
+}
+
+// The 99.99% point of chi-square with `dof` degrees of freedom, roughly (Wilson–Hilferty).
+double chi_square_bound(int dof) {
+    const double z = 3.72, d = dof;
+    return d * std::pow(1 - 2 / (9 * d) + z * std::sqrt(2 / (9 * d)), 3);
+}
+
+TEST(Speculative, RejectionSamplingKeepsTheTargetDistribution) {
+    const Distribution p = {{0.4f, 0}, {0.25f, 1}, {0.15f, 2}, {0.1f, 3}, {0.1f, 4}};
+    const Distribution q = {{0.1f, 0}, {0.1f, 1}, {0.2f, 2}, {0.3f, 3}, {0.2f, 4}, {0.1f, 5}};
+    SamplingParams params;
+    params.seed = 7;
+    runtime::Sampler rng(params, 8, {});
+    std::vector<float> scratch(8, 0.0f);
+    const int64_t n = 200000;
+    std::map<int32_t, int64_t> got, always_accept;
+    int64_t accepted = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const int32_t x = rng.draw(q);
+        const runtime::Verdict v = runtime::verify_proposal(p, q, x, rng, scratch);
+        got[v.token]++;
+        always_accept[x]++;  // the wrong rule: every proposal kept
+        accepted += v.accepted ? 1 : 0;
+    }
+    for (float s : scratch) EXPECT_EQ(s, 0.0f);  // left zeroed
+    std::map<int32_t, double> want;
+    for (const auto& [prob, id] : p) want[id] = prob * static_cast<double>(n);
+    int dof = 0;
+    EXPECT_LT(chi_square(got, want, &dof), chi_square_bound(4));
+    EXPECT_EQ(dof, 4);
+    EXPECT_GT(chi_square(always_accept, want, &dof), chi_square_bound(4));  // the bound tells the rules apart
+    // The acceptance rate is Σ min(p, q) = 0.1 + 0.1 + 0.15 + 0.1 + 0.1 = 0.55.
+    EXPECT_NEAR(static_cast<double>(accepted) / static_cast<double>(n), 0.55, 0.01);
+
+    // Greedy: point masses; kept exactly when the proposal is the target's argmax.
+    const Distribution pa = {{1.0f, 3}}, qa = {{1.0f, 3}}, qb = {{1.0f, 5}};
+    EXPECT_TRUE(runtime::verify_proposal(pa, qa, 3, rng, scratch).accepted);
+    const runtime::Verdict no = runtime::verify_proposal(pa, qb, 5, rng, scratch);
+    EXPECT_FALSE(no.accepted);
+    EXPECT_EQ(no.token, 3);
+}
+
+std::shared_ptr<Engine> load(const std::string& dir, int64_t ctx = 1024) {
+    EngineOptions eo;
+    eo.model_dir = dir;
+    eo.threads = 2;
+    eo.context_tokens = ctx;
+    eo.memory_bytes = 2ull << 30;
+    auto e = Engine::load(eo);
+    EXPECT_TRUE(e.has_value()) << e.status().message();
+    return e.has_value() ? *e : nullptr;
+}
+
+// `src` packed at 4 bits into `dir`: a different model with the same vocabulary, for a draft.
+std::string packed(const std::string& src, const std::string& dir) {
+    convert::PackOptions o;
+    o.src_dir = src;
+    o.out_dir = dir;
+    o.bits = 4;
+    auto r = convert::pack_model(o);
+    EXPECT_TRUE(r.has_value()) << r.status().message();
+    return dir;
+}
+
+std::string tiny_next() {
+    return std::string(SLUICE_SOURCE_DIR) + "/models/tiny-next";
+}
+
+TEST(Speculative, GreedyOutputIsPlainGreedyForEveryK) {
+    for (const std::string& dir : {tiny_next(), testing::test_data_dir() + "/goldens/qwen3_moe_hf_bf16"}) {
+        testing::TempDir tmp;
+        auto target = load(dir);
+        auto draft_engine = load(packed(dir, tmp.file("draft")));
+        ASSERT_TRUE(target && draft_engine);
+        std::vector<int32_t> prompt;
+        if (target->tokenizer()) {
+            prompt = target->tokenizer()->encode(
+                "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n");
+        } else {
+            for (int32_t i = 0; i < 12; ++i) prompt.push_back(3 + 7 * i);
+        }
+        const int64_t n = dir == tiny_next() ? 256 : 64;
+        GenerateOptions o;
+        o.max_tokens = n;
+        o.sampling.temperature = 0.0f;
+        o.ignore_eos = true;
+        auto plain = target->new_session()->generate(prompt, o);
+        ASSERT_TRUE(plain.has_value()) << plain.status().message();
+        ASSERT_EQ(static_cast<int64_t>(plain->tokens.size()), n);
+        auto session = target->new_session();
+        auto draft = draft_engine->new_session();
+        for (int k = 1; k <= 8; ++k) {
+            o.speculative.draft = draft.get();
+            o.speculative.tokens = k;
+            auto spec = session->generate(prompt, o);
+            ASSERT_TRUE(spec.has_value()) << spec.status().message();
+            EXPECT_EQ(spec->tokens, plain->tokens) << dir << " k=" << k;
+            EXPECT_GT(spec->stats.verify_steps, 0);
+            EXPECT_GT(spec->stats.accepted_tokens, 0);
+            EXPECT_EQ(spec->stats.generated_tokens, n);
+            // Fewer target forwards than tokens, and the session holds the reply as plain decoding
+            // leaves it (every token but the last fed).
+            EXPECT_LT(spec->stats.verify_steps, n);
+            EXPECT_EQ(session->position(), static_cast<int64_t>(prompt.size()) + n - 1);
+            std::printf("[ spec ] %s k=%d: %lld of %lld proposals kept (%.0f%%), %lld verify steps\n",
+                        dir == tiny_next() ? "tiny-next" : "qwen3_moe golden", k,
+                        static_cast<long long>(spec->stats.accepted_tokens),
+                        static_cast<long long>(spec->stats.draft_tokens), 100 * spec->stats.acceptance_rate(),
+                        static_cast<long long>(spec->stats.verify_steps));
+        }
+        // A model drafting for itself keeps (all but rounding-tie) proposals.
+        o.speculative.tokens = 4;
+        auto self = draft_engine->new_session()->generate(prompt, o);
+        ASSERT_TRUE(self.has_value()) << self.status().message();
+        EXPECT_GT(self->stats.acceptance_rate(), 0.95) << dir;
+    }
+}
+
+TEST(Speculative, SampledTokensFollowTheTargetDistribution) {
+    testing::TempDir tmp;
+    auto target = load(tiny_next(), 256);
+    auto draft_engine = load(packed(tiny_next(), tmp.file("draft")), 256);
+    ASSERT_TRUE(target && draft_engine);
+    const std::vector<int32_t> prompt = target->tokenizer()->encode("x = ");
+    GenerateOptions o;
+    o.max_tokens = 3;
+    o.ignore_eos = true;
+    o.sampling.temperature = 1.0f;
+    o.sampling.top_p = 0.9f;
+    o.speculative.tokens = 2;
+    // A draft far from the target (a flatter distribution, proposing tokens the target's top-p
+    // excludes): exactness may not depend on the drafter being good.
+    o.speculative.draft_temperature = 2.0f;
+    auto session = target->new_session();
+    auto draft = draft_engine->new_session();
+    o.speculative.draft = draft.get();
+    // (t1 → counts of t2): t1 is sampled from the prompt's logits, t2 is the first verified token.
+    std::map<int32_t, std::map<int32_t, int64_t>> seen;
+    const int samples = 600;
+    int64_t proposed = 0, kept = 0;
+    for (int i = 0; i < samples; ++i) {
+        o.sampling.seed = 1000 + i;
+        auto r = session->generate(prompt, o);
+        ASSERT_TRUE(r.has_value()) << r.status().message();
+        ASSERT_EQ(r->tokens.size(), 3u);
+        seen[r->tokens[0]][r->tokens[1]]++;
+        proposed += r->stats.draft_tokens;
+        kept += r->stats.accepted_tokens;
+    }
+    EXPECT_GT(proposed, 0);
+    EXPECT_GT(kept, 0);
+    EXPECT_LT(kept, proposed);  // some proposals rejected: the residual path is exercised
+    // Expected t2 counts from the target's own distribution after prompt + t1.
+    double chi = 0;
+    int dof = 0;
+    const int64_t V = target->info().vocab_size;
+    for (const auto& [t1, counts] : seen) {
+        int64_t total = 0;
+        for (const auto& [t2, c] : counts) total += c;
+        std::vector<int32_t> ctx = prompt;
+        ctx.push_back(t1);
+        auto logits = target->new_session()->evaluate(ctx, false);
+        ASSERT_TRUE(logits.has_value());
+        runtime::Sampler sampler(o.sampling, V, {});
+        sampler.prepare(*logits, ctx, std::vector<int32_t>{t1}, o);
+        std::map<int32_t, double> want;
+        for (const auto& [prob, id] : sampler.distribution(*logits))
+            want[id] = prob * static_cast<double>(total);
+        int group_dof = 0;
+        chi += chi_square(counts, want, &group_dof);
+        dof += group_dof;
+    }
+    ASSERT_GT(dof, 0);
+    EXPECT_LT(chi, chi_square_bound(dof)) << "dof " << dof;
+    std::printf("[ spec ] sampled: %lld of %lld proposals kept, chi-square %.1f on %d dof (bound %.1f)\n",
+                static_cast<long long>(kept), static_cast<long long>(proposed), chi, dof,
+                chi_square_bound(dof));
+}
+
+}  // namespace
+}  // namespace sluice
