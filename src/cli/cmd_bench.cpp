@@ -31,6 +31,7 @@ struct BenchOptions {
     int64_t prefill_chunk = 256;
     int64_t history_tokens = 0;  // > 0: the multi-turn TTFT measurement instead
     int sequences = 0;           // > 0: the batched-decode measurement instead
+    int verify_curve = 0;        // > 0: the speculative step-cost curve instead, k = 1..this
 };
 
 struct MeanSd {
@@ -227,11 +228,83 @@ void run_batched(Engine& engine, const BenchOptions& o) {
     }
 }
 
+// Speculative step cost (`--verify-curve K`): after a --prompt-tokens prompt, the time of one
+// forward of n = 1..K+1 tokens with every row's logits — what verifying k = n − 1 proposals costs
+// against a plain decode step (n = 1) — and the expert bytes it reads (the union of its tokens'
+// experts). Each measurement starts from the same state (checkpoint, forward, truncate back), with
+// fresh random tokens so the routing is not repeated; the sizes alternate within each rep. The
+// implied speedup of k proposals at a per-proposal acceptance α is (1 − α^(k+1)) / (1 − α) tokens
+// per step over the step's cost relative to n = 1 (a drafter whose cost is negligible, as MTP is).
+void run_verify_curve(Engine& engine, const BenchOptions& o) {
+    const int64_t V = engine.info().vocab_size;
+    const int kmax = o.verify_curve;
+    auto session = engine.new_session();
+    const std::vector<int32_t> prompt = random_tokens(o.prompt_tokens, 4242, V);
+    check(session->evaluate(prompt, false, o.prefill_chunk));
+    const auto p0 = static_cast<int64_t>(prompt.size());
+    std::vector<std::vector<double>> ms(static_cast<size_t>(kmax + 2)), bytes(static_cast<size_t>(kmax + 2));
+    for (int r = 0; r < o.warmup + o.reps; ++r) {
+        for (int j = 0; j <= kmax; ++j) {
+            const int n = (r % 2 == 0) ? j + 1 : kmax + 1 - j;  // up, then down
+            const auto tokens = random_tokens(n, 9000u + static_cast<uint32_t>(r * 64 + n), V);
+            check(session->checkpoint());
+            engine.reset_expert_cache_stats();
+            const auto t0 = std::chrono::steady_clock::now();
+            check(session->evaluate(tokens, true, 0));
+            const double t =
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            const uint64_t read =
+                engine.expert_cache_stats().bytes_read + engine.gpu_expert_cache_stats().bytes_copied;
+            if (check(session->truncate(p0)) != p0)
+                throw CliError("the session could not return to the prompt");
+            if (r < o.warmup) continue;
+            ms[static_cast<size_t>(n)].push_back(t);
+            bytes[static_cast<size_t>(n)].push_back(static_cast<double>(read));
+        }
+    }
+    (void)V;
+    const double base = mean_sd(ms[1]).mean;
+    std::printf("model            %s (%s, %s) on %s\n", o.model_dir.c_str(), engine.info().family.c_str(),
+                engine.info().quantization.c_str(), engine.backend_name().c_str());
+    std::printf("step cost        one forward of n tokens (all logits) after a %lld-token prompt, %d reps\n",
+                static_cast<long long>(o.prompt_tokens), o.reps);
+    std::printf("%4s %12s %8s %14s %10s %10s %10s\n", "n", "ms", "x n=1", "MB read", "a=0.5", "a=0.7",
+                "a=0.9");
+    nlohmann::json rows = nlohmann::json::array();
+    for (int n = 1; n <= kmax + 1; ++n) {
+        const MeanSd m = mean_sd(ms[static_cast<size_t>(n)]);
+        const double rel = m.mean / base, mb = mean_sd(bytes[static_cast<size_t>(n)]).mean / 1e6;
+        auto implied = [&](double a) { return (1 - std::pow(a, n)) / (1 - a) / rel; };
+        std::printf("%4d %8.2f±%-4.2f %7.2fx %14.1f %9.2fx %9.2fx %9.2fx\n", n, m.mean, m.sd, rel, mb,
+                    implied(0.5), implied(0.7), implied(0.9));
+        rows.push_back(
+            {{"tokens", n},
+             {"ms", {{"mean", m.mean}, {"sd", m.sd}}},
+             {"relative_to_one", rel},
+             {"expert_mb_read", mb},
+             {"implied_speedup", {{"0.5", implied(0.5)}, {"0.7", implied(0.7)}, {"0.9", implied(0.9)}}}});
+    }
+    if (!o.json_path.empty()) {
+        nlohmann::json out = {{"model", o.model_dir},
+                              {"family", engine.info().family},
+                              {"synthetic_weights", engine.info().synthetic},
+                              {"device", engine.backend_name()},
+                              {"threads", o.engine.threads},
+                              {"memory_plan", engine.memory_plan().describe()},
+                              {"prompt_tokens", o.prompt_tokens},
+                              {"reps", o.reps},
+                              {"warmup", o.warmup},
+                              {"steps", rows}};
+        std::ofstream(o.json_path) << out.dump(2) << "\n";
+    }
+}
+
 void run_bench(const BenchOptions& o) {
     EngineOptions eo;
     eo.model_dir = o.model_dir;
     o.engine.apply(eo);
-    eo.context_tokens = o.history_tokens + o.prompt_tokens + o.gen_tokens + 8;
+    eo.context_tokens =
+        o.history_tokens + o.prompt_tokens + std::max<int64_t>(o.gen_tokens, o.verify_curve + 1) + 8;
     eo.max_sessions =
         o.sequences > 0 ? o.sequences : (o.history_tokens > 0 ? 2 : 1);  // the multi-turn mode holds two
     auto engine = check(Engine::load(eo));
@@ -251,6 +324,10 @@ void run_bench(const BenchOptions& o) {
     }
     if (o.sequences > 0) {
         run_batched(*engine, o);
+        return;
+    }
+    if (o.verify_curve > 0) {
+        run_verify_curve(*engine, o);
         return;
     }
     // On a GPU the ceiling is HBM: a device copy's bandwidth (read + write bytes).
@@ -499,6 +576,11 @@ SLUICE_COMMAND(bench, 50, [](CLI::App& app) {
            "Measure batched decode instead: this many sequences decoded in one forward per step vs one "
            "by one")
         ->check(CLI::Range(1, 256));
+    cmd->add_option(
+           "--verify-curve", o->verify_curve,
+           "Measure speculative decoding's step cost instead: one forward of 1..K+1 tokens (verifying "
+           "K proposals) against a decode step, and the speedup it implies per acceptance rate")
+        ->check(CLI::Range(1, 16));
     cmd->add_option("--json", o->json_path, "Write the results as JSON");
     cmd->add_option("--stats-json", o->stats_json, "Write the last run's stats record as JSON");
     cmd->callback([o] { sluice::cli::run_bench(*o); });

@@ -1,6 +1,7 @@
 // `sluice generate MODEL`: one prompt in, streamed text out (stdout), statistics on stderr and
 // optionally as JSON (--stats-json). --json-schema FILE constrains the output to JSON valid
 // against that schema (sluice/constrain.h; the subset is in docs/SERVER.md).
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -10,6 +11,7 @@
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "cli/sampling_flags.h"
+#include "cli/spec_flags.h"
 #include "cli/stats.h"
 #include "sluice/chat_template.h"
 #include "sluice/constrain.h"
@@ -34,6 +36,7 @@ struct GenerateCliOptions {
     bool quiet_stats = false;
     std::string json_schema;  // file
     SamplingFlags sampling;
+    SpecFlags spec;
 };
 
 void run_generate(const GenerateCliOptions& o) {
@@ -43,6 +46,7 @@ void run_generate(const GenerateCliOptions& o) {
     eo.model_dir = o.model_dir;
     o.engine.apply(eo);
     eo.context_tokens = o.ctx;
+    SpecFlags::Draft draft = o.spec.load(eo);
     auto engine = check(Engine::load(eo));
     if (engine->memory_plan().streaming)
         std::fprintf(stderr, "%s\n", engine->memory_plan().describe().c_str());
@@ -94,6 +98,7 @@ void run_generate(const GenerateCliOptions& o) {
         };
         go.on_accept = [constraint](int32_t token) { constraint->accept(token); };
     }
+    o.spec.apply(draft, go);
     auto session = engine->new_session();
     auto result = check(session->generate(prompt, go, [&](const TokenEvent& ev) {
         if (tokenizer) {
@@ -114,6 +119,13 @@ void run_generate(const GenerateCliOptions& o) {
                      finish_reason_name(result.finish_reason), static_cast<long long>(g.prompt_tokens),
                      static_cast<long long>(g.prefilled_tokens), g.prefill_tok_s(), g.ttft_ms,
                      static_cast<long long>(g.generated_tokens), g.decode_tok_s());
+        if (g.verify_steps > 0)
+            std::fprintf(
+                stderr, "speculative: %lld of %lld proposals kept (%.1f%%), %.2f tokens per target step\n",
+                static_cast<long long>(g.accepted_tokens), static_cast<long long>(g.draft_tokens),
+                100 * g.acceptance_rate(),
+                static_cast<double>(g.generated_tokens) /
+                    static_cast<double>(std::max<int64_t>(1, g.generated_tokens - g.accepted_tokens)));
         if (engine->memory_plan().streaming) {
             std::fprintf(stderr,
                          "expert cache: %.1f%% hits (%llu of %llu), %.1f MB read at %.2f GB/s, prefetch %llu "
@@ -152,5 +164,6 @@ SLUICE_COMMAND(generate, 10, [](CLI::App& app) {
     cmd->add_option("--json-schema", o->json_schema,
                     "Constrain the output to JSON valid against this schema file");
     o->sampling.add_to(cmd);
+    o->spec.add_to(cmd);
     cmd->callback([o] { sluice::cli::run_generate(*o); });
 });

@@ -12,6 +12,8 @@
 namespace sluice::model {
 
 namespace {
+// Steps of at most this many tokens run the delta rule in its recurrent form (see the forward).
+constexpr int64_t kRecurrentMaxTokens = 16;
 
 // y = x / sqrt(Σx² + eps) · scale. transformers' l2norm uses eps = 1e-6; mlx-lm computes the same
 // normalisation as a scaled rms_norm, whose epsilon on Σx² is n·1e-6. The two differ only when
@@ -106,9 +108,13 @@ void Model::deltanet_layer(const DeltaNetPlan& P, const LayerWeights& lw, int64_
         ModelState::Layer& st = part.state->layers[static_cast<size_t>(layer)];
         float* state_out = out_of_place ? st.recurrent_next.data() : st.recurrent.data();
         const int64_t r0 = part.row0;
-        if (part.n == 1) {
-            kernels::gated_delta_recurrent(q + r0 * kd, k + r0 * kd, v + r0 * vd, b + r0 * nv, a + r0 * nv, 1,
-                                           nk, nv, dk, dv, st.recurrent.data(), state_out, o + r0 * vd, pool);
+        // The recurrent form for short steps (a decode token, a speculative verification): a chunk
+        // of 64 costs its full size in work whatever the tokens in it, and the recurrent form gives a
+        // k-token step the numbers of k single steps.
+        if (part.n <= kRecurrentMaxTokens) {
+            kernels::gated_delta_recurrent(q + r0 * kd, k + r0 * kd, v + r0 * vd, b + r0 * nv, a + r0 * nv,
+                                           part.n, nk, nv, dk, dv, st.recurrent.data(), state_out,
+                                           o + r0 * vd, pool);
         } else {
             kernels::gated_delta_chunked(q + r0 * kd, k + r0 * kd, v + r0 * vd, b + r0 * nv, a + r0 * nv,
                                          part.n, nk, nv, dk, dv, st.recurrent.data(), state_out, o + r0 * vd,

@@ -110,12 +110,18 @@ int SpeculationController::choose() {
             best = k;
         }
     }
-    // Off, the acceptance is no longer measured: probe with one proposal now and then.
-    if (best == 0 && ++since_probe_ >= 16) {
+    // Off, the acceptance is no longer measured: probe with one proposal now and then, less often
+    // each time the probe finds it still does not pay (a probe costs the draft's catching up).
+    if (best > 0) {
+        probe_every_ = 16;
+        return best;
+    }
+    if (++since_probe_ >= probe_every_) {
         since_probe_ = 0;
+        probe_every_ = std::min(probe_every_ * 2, 1024);
         return 1;
     }
-    return best;
+    return 0;
 }
 
 void SpeculationController::record_target(int tokens, double ms) {

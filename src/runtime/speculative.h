@@ -79,6 +79,7 @@ class SpeculationController {
     double draft_ms_per_token_ = -1;
     std::vector<double> target_ms_ = std::vector<double>(33, -1);  // by tokens in the forward
     int since_probe_ = 0;
+    int probe_every_ = 16;
 };
 
 }  // namespace sluice::runtime

@@ -1,0 +1,36 @@
+// Speculative decoding flags, shared by the commands that generate (generate, chat, bench):
+// --spec off|draft|mtp, --draft MODEL with its own memory budget (deducted from --memory), and
+// --spec-tokens K|auto. One definition, so the commands agree on names, defaults and help.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+#include "sluice/engine.h"
+#include "sluice/session.h"
+
+namespace sluice::cli {
+
+struct SpecFlags {
+    std::string mode;  // off, draft, mtp; empty: draft when --draft is given, else off
+    std::string draft;
+    std::string draft_memory;
+    std::string tokens = "4";  // K or "auto"
+    float draft_temperature = -1.0f;
+
+    void add_to(CLI::App* cmd);
+
+    // The draft model loaded for a target loaded with `target` (its budget is taken out of
+    // target.memory_bytes when that is set); empty when speculation is off. Throws CliError on a
+    // bad flag, a draft that does not load, or a mode this build cannot run.
+    struct Draft {
+        std::shared_ptr<Engine> engine;
+        std::unique_ptr<Session> session;
+    };
+    Draft load(EngineOptions& target) const;
+    // Points `options.speculative` at the draft (nothing when it is empty).
+    void apply(Draft& draft, GenerateOptions& options) const;
+};
+
+}  // namespace sluice::cli
