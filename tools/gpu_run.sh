@@ -250,6 +250,34 @@ PY
         m=/tmp/m${s#disk}
         bench "$s" 240 "$m" --gpu-memory 4G --memory 8G --prompt-tokens 64 --gen-tokens 32 --reps 2 --warmup 1
         ;;
+    spectiny)  # speculative decoding on the GPU: greedy output with a draft equals plain, acceptance, curve
+        "$B/sluice" pack models/tiny-next /tmp/tn8 --bits 8 >/dev/null 2>&1
+        for k in off 1 4 8 auto; do
+            f=""
+            [ "$k" != off ] && f="--draft /tmp/tn8 --spec-tokens $k"
+            # shellcheck disable=SC2086
+            timeout 120 "$B/sluice" generate models/tiny-next --device cuda -p "def quicksort(xs):" -n 256 \
+                --temperature 0 $f --stats-json "$RES/spectiny_$k.json" >"$RES/spectiny_$k.out" 2>"$RES/spectiny_$k.txt"
+            tail -n 3 "$RES/spectiny_$k.txt"
+            if [ "$k" != off ]; then
+                if cmp -s "$RES/spectiny_off.out" "$RES/spectiny_$k.out"; then r=same; else r=DIFFERENT; fi
+                echo "k=$k: $r text as plain" | tee -a "$RES/spectiny_cmp.txt"
+            fi
+        done
+        bench curvetiny 120 models/tiny-next --verify-curve 8 --prompt-tokens 64 --reps 5 --warmup 1
+        ;;
+    curve35 | curve80)  # speculative step cost: resident, experts in host RAM, CPU from disk
+        m=/tmp/m${s#curve}
+        bench "$s" 180 "$m" --verify-curve 8 --prompt-tokens 64 --reps 5 --warmup 1
+        bench "${s}host" 240 "$m" --gpu-memory 4G --verify-curve 8 --prompt-tokens 64 --reps 3 --warmup 1
+        ;;
+    curvecpu35 | curvecpu80)
+        m=/tmp/m${s#curvecpu}
+        sync
+        echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
+        step "$s" 300 "$B/sluice" bench "$m" --memory 3G --verify-curve 8 --prompt-tokens 32 --reps 2 \
+            --warmup 1 --json "$RES/$s.json"
+        ;;
     *) echo "unknown step $s" ;;
     esac
 done
