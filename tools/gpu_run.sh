@@ -251,7 +251,7 @@ PY
         bench "$s" 240 "$m" --gpu-memory 4G --memory 8G --prompt-tokens 64 --gen-tokens 32 --reps 2 --warmup 1
         ;;
     spectiny)  # speculative decoding on the GPU: greedy output with a draft equals plain, acceptance, curve
-        "$B/sluice" pack models/tiny-next /tmp/tn8 --bits 8 >/dev/null 2>&1
+        "$B/sluice" pack models/tiny-next /tmp/tn8 >"$RES/spectiny_pack.txt" 2>&1
         for k in off 1 4 8 auto; do
             f=""
             [ "$k" != off ] && f="--draft /tmp/tn8 --spec-tokens $k"
