@@ -146,6 +146,10 @@ class TokenConstraint {
     const std::vector<uint64_t>& allowed();
     // Sets every disallowed entry of `logits` (one per token id) to -inf.
     void filter(std::span<float> logits);
+    // The same for the state after `generated`, the generation's tokens so far: those past the ones
+    // accept()ed are speculative (a drafter's proposals, GenerateOptions::filter_handles_speculation)
+    // and are walked on a copy of the state, which stays where accept() left it.
+    void filter(std::span<float> logits, std::span<const int32_t> generated);
     // Advances by a sampled token; false (state unchanged) if the grammar does not allow it.
     bool accept(int32_t token);
     bool complete() const { return matcher_.complete(); }
@@ -170,6 +174,7 @@ class TokenConstraint {
     GrammarMatcher matcher_;
     std::unordered_map<std::string, std::vector<uint64_t>> cache_;  // state_key → mask
     const std::vector<uint64_t>* current_ = nullptr;                // mask of the current state
+    size_t accepted_ = 0;  // tokens accept()ed (end-of-sequence ids not counted)
     Stats stats_;
 };
 

@@ -47,6 +47,7 @@
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "cli/sampling_flags.h"
+#include "cli/spec_flags.h"
 #include "cli/stats.h"
 #include "sluice/chat_template.h"
 #include "sluice/engine.h"
@@ -99,6 +100,7 @@ struct ChatOptions {
     bool hide_thinking = false;
     bool no_think = false;
     SamplingFlags sampling;
+    SpecFlags spec;
 };
 
 // Prints streamed reply text, dimming (or hiding) what is inside <think>…</think>. Tags split
@@ -210,8 +212,10 @@ void run_chat(const ChatOptions& o) {
     eo.context_tokens = o.ctx;
     std::shared_ptr<Engine> engine;
     std::unique_ptr<Session> session;
+    SpecFlags::Draft draft;
     {
         const SigintBlockedScope engine_threads_without_sigint;
+        draft = o.spec.load(eo);
         engine = check(Engine::load(eo));
         session = engine->new_session();
     }
@@ -311,6 +315,7 @@ void run_chat(const ChatOptions& o) {
         }
         const std::vector<int32_t> prompt = tok->encode(*rendered);
         GenerateOptions go = o.sampling.options(engine->default_sampling());
+        o.spec.apply(draft, go);
         // A checkpoint where the conversation ends and the generation prompt begins (see
         // GenerateOptions::checkpoint_positions).
         if (auto base =
@@ -356,5 +361,6 @@ SLUICE_COMMAND(chat, 11, [](CLI::App& app) {
                     "Context tokens (0: the model's max_position_embeddings, up to 8192)")
         ->capture_default_str();
     o->sampling.add_to(cmd);
+    o->spec.add_to(cmd);
     cmd->callback([o] { sluice::cli::run_chat(*o); });
 });

@@ -93,9 +93,10 @@ void run_generate(const GenerateCliOptions& o) {
         auto grammar = check(builder.build(root));
         auto constraint = std::make_shared<TokenConstraint>(grammar, TokenTrie::from_tokenizer(*tokenizer),
                                                             engine->eos_token_ids());
-        go.logits_filter = [constraint](std::span<float> logits, std::span<const int32_t>) {
-            constraint->filter(logits);
+        go.logits_filter = [constraint](std::span<float> logits, std::span<const int32_t> generated) {
+            constraint->filter(logits, generated);
         };
+        go.filter_handles_speculation = true;
         go.on_accept = [constraint](int32_t token) { constraint->accept(token); };
     }
     o.spec.apply(draft, go);

@@ -303,7 +303,32 @@ bool TokenConstraint::accept(int32_t token) {
     const std::string_view bytes = trie_->bytes(token);
     if (bytes.empty() || !matcher_.feed(bytes)) return false;
     current_ = nullptr;
+    ++accepted_;
     return true;
+}
+
+void TokenConstraint::filter(std::span<float> logits, std::span<const int32_t> generated) {
+    if (generated.size() <= accepted_) {
+        filter(logits);
+        return;
+    }
+    const GrammarMatcher committed = matcher_;
+    bool ok = true;
+    for (int32_t token : generated.subspan(accepted_)) {
+        const std::string_view bytes = token >= 0 && token < trie_->vocab_size() ? trie_->bytes(token) : "";
+        if (bytes.empty() || !matcher_.feed(bytes)) {
+            ok = false;
+            break;
+        }
+    }
+    current_ = nullptr;
+    if (ok) {
+        filter(logits);
+    } else {  // a prefix the grammar refuses (never proposed under this same filter): nothing may follow
+        std::fill(logits.begin(), logits.end(), -std::numeric_limits<float>::infinity());
+    }
+    matcher_ = committed;
+    current_ = nullptr;  // the mask cache may have been cleared meanwhile
 }
 
 }  // namespace sluice

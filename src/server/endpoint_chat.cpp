@@ -145,9 +145,11 @@ std::variant<std::shared_ptr<ChatJob>, ApiError> prepare(ServerContext& ctx, con
         job->parse_tools = forced_call;
         auto constraint =
             std::make_shared<TokenConstraint>(grammar, ctx.token_trie, ctx.engine->eos_token_ids());
-        r.params.generate.logits_filter = [constraint](std::span<float> logits, std::span<const int32_t>) {
-            constraint->filter(logits);
+        r.params.generate.logits_filter = [constraint](std::span<float> logits,
+                                                       std::span<const int32_t> generated) {
+            constraint->filter(logits, generated);
         };
+        r.params.generate.filter_handles_speculation = true;
         r.params.generate.on_accept = [constraint](int32_t token) { constraint->accept(token); };
     }
     job->opens_reasoning = !grammar && prompt_opens_reasoning(prompt_text);

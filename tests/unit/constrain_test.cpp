@@ -12,9 +12,11 @@
 #include <cstdio>
 #include <random>
 
+#include "convert/packer.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
 #include "sluice/tokenizer.h"
+#include "test_util.h"
 
 namespace sluice {
 namespace {
@@ -431,6 +433,75 @@ TEST(Constrain, TinyModelSamplingAlwaysValidates) {
         ++valid;
     }
     EXPECT_GE(valid, 6) << "most seeds should finish within 400 tokens";
+}
+
+// Speculative decoding under a grammar: the drafter proposes under the same mask (walked ahead
+// over its own proposals on a copy of the state), so greedy output is plain constrained greedy output
+// and sampled output — with a draft far from the target, so proposals are rejected — always validates.
+TEST(Constrain, SpeculativeDecodingKeepsTheGrammar) {
+    auto load = [](const std::string& dir) {
+        EngineOptions eo;
+        eo.model_dir = dir;
+        eo.threads = 2;
+        eo.context_tokens = 1024;
+        eo.memory_bytes = 2ull << 30;
+        auto e = Engine::load(eo);
+        EXPECT_TRUE(e.has_value()) << e.status().message();
+        return e.has_value() ? *e : nullptr;
+    };
+    const std::string tiny = std::string(SLUICE_SOURCE_DIR) + "/models/tiny-next";
+    testing::TempDir tmp;
+    convert::PackOptions po;
+    po.src_dir = tiny;
+    po.out_dir = tmp.file("draft");
+    ASSERT_TRUE(convert::pack_model(po).has_value());
+    auto engine = load(tiny);
+    auto draft_engine = load(po.out_dir);
+    ASSERT_TRUE(engine && draft_engine);
+    auto tok = engine->tokenizer();
+    auto trie = TokenTrie::from_tokenizer(*tok);
+    const ojson schema = ojson::parse(R"({"type": "object", "properties": {
+        "title": {"type": "string", "maxLength": 12}, "year": {"type": "integer"},
+        "cast": {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 2}},
+        "required": ["title", "year", "cast"]})");
+    auto g = compile(schema);
+    ASSERT_NE(g, nullptr);
+    const auto prompt = tok->encode("<|im_start|>user\nA movie as JSON.<|im_end|>\n<|im_start|>assistant\n");
+    auto session = engine->new_session();
+    auto draft = draft_engine->new_session();
+    auto run = [&](bool speculative, float temperature, uint64_t seed) {
+        auto c = std::make_shared<TokenConstraint>(g, trie, engine->eos_token_ids());
+        GenerateOptions o;
+        o.max_tokens = 200;
+        o.sampling.temperature = temperature;
+        o.sampling.seed = seed;
+        o.logits_filter = [c](std::span<float> logits, std::span<const int32_t> generated) {
+            c->filter(logits, generated);
+        };
+        o.filter_handles_speculation = true;
+        o.on_accept = [c](int32_t t) { EXPECT_TRUE(c->accept(t)); };
+        if (speculative) {
+            o.speculative.draft = draft.get();
+            o.speculative.tokens = 4;
+            o.speculative.draft_temperature = temperature > 0 ? 2.0f : -1.0f;
+        }
+        auto r = session->generate(prompt, o);
+        EXPECT_TRUE(r.has_value()) << r.status().message();
+        return r.has_value() ? *r : GenerateResult{};
+    };
+    const GenerateResult plain = run(false, 0.0f, 1), spec = run(true, 0.0f, 1);
+    EXPECT_EQ(spec.tokens, plain.tokens);
+    EXPECT_GT(spec.stats.accepted_tokens, 0);
+    int64_t rejected = 0;
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+        const GenerateResult r = run(true, 1.0f, seed);
+        rejected += r.stats.draft_tokens - r.stats.accepted_tokens;
+        if (r.finish_reason != FinishReason::kStop) continue;  // hit max_tokens: a valid prefix
+        ojson v = ojson::parse(r.text, nullptr, false);
+        ASSERT_FALSE(v.is_discarded()) << "seed " << seed << ": " << r.text;
+        EXPECT_TRUE(validate(v, schema, schema)) << "seed " << seed << ": " << r.text;
+    }
+    EXPECT_GT(rejected, 0);
 }
 
 }  // namespace

@@ -766,7 +766,10 @@ void run_decode_allocation_check(ThreadPool* pool_ptr) {
         if (pool_ptr == nullptr) {
             EXPECT_EQ(allocations, 0);
         } else {
-            EXPECT_LE(allocations, 4);  // at most one late growth per per-thread buffer of the worker
+            // At most one late growth per per-thread buffer the worker can use in these kernels:
+            // matmul's tile, attention's scores, tmp and terms, the delta rule's state scratch.
+            constexpr int64_t kWorkerScratchBuffers = 5;
+            EXPECT_LE(allocations, kWorkerScratchBuffers);
         }
     });
 }
