@@ -47,6 +47,15 @@ MeanSd mean_sd(const std::vector<double>& v) {
     return r;
 }
 
+// The fields every measurement's JSON starts with: what ran, where.
+nlohmann::json run_json(const Engine& engine, const BenchOptions& o) {
+    return {{"model", o.model_dir},
+            {"family", engine.info().family},
+            {"synthetic_weights", engine.info().synthetic},
+            {"device", engine.backend_name()},
+            {"threads", o.engine.threads}};
+}
+
 std::vector<int32_t> random_tokens(int64_t n, uint32_t seed, int64_t vocab) {
     std::mt19937 rng(seed);
     std::vector<int32_t> ids(static_cast<size_t>(n));
@@ -211,19 +220,15 @@ void run_batched(Engine& engine, const BenchOptions& o) {
                 mean_sd(serial_read).mean / 1e6);
     std::printf("ratio            %.2f\n", b.mean / s.mean);
     if (!o.json_path.empty()) {
-        nlohmann::json out = {{"model", o.model_dir},
-                              {"family", engine.info().family},
-                              {"synthetic_weights", engine.info().synthetic},
-                              {"device", engine.backend_name()},
-                              {"threads", o.engine.threads},
-                              {"sequences", n},
-                              {"prompt_tokens", o.prompt_tokens},
-                              {"gen_tokens", o.gen_tokens},
-                              {"batched_tok_s", {{"mean", b.mean}, {"sd", b.sd}}},
-                              {"one_by_one_tok_s", {{"mean", s.mean}, {"sd", s.sd}}},
-                              {"ratio", b.mean / s.mean},
-                              {"peak_rss_bytes", peak_rss_bytes()},
-                              {"reps", reps}};
+        nlohmann::json out = run_json(engine, o);
+        out.update({{"sequences", n},
+                    {"prompt_tokens", o.prompt_tokens},
+                    {"gen_tokens", o.gen_tokens},
+                    {"batched_tok_s", {{"mean", b.mean}, {"sd", b.sd}}},
+                    {"one_by_one_tok_s", {{"mean", s.mean}, {"sd", s.sd}}},
+                    {"ratio", b.mean / s.mean},
+                    {"peak_rss_bytes", peak_rss_bytes()},
+                    {"reps", reps}});
         std::ofstream(o.json_path) << out.dump(2) << "\n";
     }
 }
@@ -262,7 +267,6 @@ void run_verify_curve(Engine& engine, const BenchOptions& o) {
             bytes[static_cast<size_t>(n)].push_back(static_cast<double>(read));
         }
     }
-    (void)V;
     const double base = mean_sd(ms[1]).mean;
     std::printf("model            %s (%s, %s) on %s\n", o.model_dir.c_str(), engine.info().family.c_str(),
                 engine.info().quantization.c_str(), engine.backend_name().c_str());
@@ -285,16 +289,12 @@ void run_verify_curve(Engine& engine, const BenchOptions& o) {
              {"implied_speedup", {{"0.5", implied(0.5)}, {"0.7", implied(0.7)}, {"0.9", implied(0.9)}}}});
     }
     if (!o.json_path.empty()) {
-        nlohmann::json out = {{"model", o.model_dir},
-                              {"family", engine.info().family},
-                              {"synthetic_weights", engine.info().synthetic},
-                              {"device", engine.backend_name()},
-                              {"threads", o.engine.threads},
-                              {"memory_plan", engine.memory_plan().describe()},
-                              {"prompt_tokens", o.prompt_tokens},
-                              {"reps", o.reps},
-                              {"warmup", o.warmup},
-                              {"steps", rows}};
+        nlohmann::json out = run_json(engine, o);
+        out.update({{"memory_plan", engine.memory_plan().describe()},
+                    {"prompt_tokens", o.prompt_tokens},
+                    {"reps", o.reps},
+                    {"warmup", o.warmup},
+                    {"steps", rows}});
         std::ofstream(o.json_path) << out.dump(2) << "\n";
     }
 }

@@ -439,16 +439,7 @@ TEST(Constrain, TinyModelSamplingAlwaysValidates) {
 // over its own proposals on a copy of the state), so greedy output is plain constrained greedy output
 // and sampled output — with a draft far from the target, so proposals are rejected — always validates.
 TEST(Constrain, SpeculativeDecodingKeepsTheGrammar) {
-    auto load = [](const std::string& dir) {
-        EngineOptions eo;
-        eo.model_dir = dir;
-        eo.threads = 2;
-        eo.context_tokens = 1024;
-        eo.memory_bytes = 2ull << 30;
-        auto e = Engine::load(eo);
-        EXPECT_TRUE(e.has_value()) << e.status().message();
-        return e.has_value() ? *e : nullptr;
-    };
+    auto load = [](const std::string& dir) { return testing::load_engine(dir); };
     const std::string tiny = std::string(SLUICE_SOURCE_DIR) + "/models/tiny-next";
     testing::TempDir tmp;
     convert::PackOptions po;

@@ -27,14 +27,7 @@ std::string tiny_next() {
 }
 
 std::shared_ptr<Engine> load(const std::string& dir, int64_t ctx = 1024) {
-    EngineOptions eo;
-    eo.model_dir = dir;
-    eo.threads = 2;
-    eo.context_tokens = ctx;
-    eo.memory_bytes = 2ull << 30;
-    auto e = Engine::load(eo);
-    EXPECT_TRUE(e.has_value()) << e.status().message();
-    return e.has_value() ? *e : nullptr;
+    return testing::load_engine(dir, ctx);
 }
 
 GenerateOptions greedy(int64_t n) {

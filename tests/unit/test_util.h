@@ -10,6 +10,7 @@
 #include <string>
 
 #include "convert/packer.h"
+#include "sluice/engine.h"
 
 namespace sluice::testing {
 
@@ -74,6 +75,19 @@ inline ::testing::AssertionResult pack_default_model(const std::string& out_dir)
     auto packed = convert::pack_model(o);
     if (!packed.has_value()) return ::testing::AssertionFailure() << packed.status().message();
     return ::testing::AssertionSuccess();
+}
+
+// `dir` loaded as the session tests run it: 2 threads, a 2 GiB budget, `ctx` tokens of context; null
+// (with a test failure naming the error) when it does not load.
+inline std::shared_ptr<Engine> load_engine(const std::string& dir, int64_t ctx = 1024) {
+    EngineOptions eo;
+    eo.model_dir = dir;
+    eo.threads = 2;
+    eo.context_tokens = ctx;
+    eo.memory_bytes = 2ull << 30;
+    auto e = Engine::load(eo);
+    EXPECT_TRUE(e.has_value()) << e.status().message();
+    return e.has_value() ? *e : nullptr;
 }
 
 }  // namespace sluice::testing
