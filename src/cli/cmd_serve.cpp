@@ -2,9 +2,11 @@
 // (src/server/server.h). Loads the engine, prints the memory plan, then serves until SIGINT or
 // SIGTERM. Binds loopback by default and warns when it listens beyond loopback with no key.
 #include <algorithm>
+#include <cctype>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "cli/args.h"
@@ -22,6 +24,7 @@ struct ServeOptions {
     std::string host = "127.0.0.1";
     int port = 8080;
     std::string api_key;
+    std::string api_key_file;
     std::string cors;
     int parallel = 1;
     int64_t ctx = 4096;
@@ -43,6 +46,16 @@ void run_serve(const ServeOptions& o) {
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
     std::signal(SIGPIPE, SIG_IGN);
+    std::string api_key = o.api_key;
+    if (!o.api_key_file.empty()) {
+        std::ifstream in(o.api_key_file, std::ios::binary);
+        if (!in) throw CliError("[serve] cannot read --api-key-file " + o.api_key_file);
+        std::getline(in, api_key);
+        while (!api_key.empty() && std::isspace(static_cast<unsigned char>(api_key.back())))
+            api_key.pop_back();
+        if (api_key.empty())
+            throw CliError("[serve] --api-key-file " + o.api_key_file + " holds no key on its first line");
+    }
     EngineOptions eo;
     eo.model_dir = o.model_dir;
     o.engine.apply(eo);
@@ -54,7 +67,7 @@ void run_serve(const ServeOptions& o) {
     server::ServerOptions so;
     so.host = o.host;
     so.port = o.port;
-    so.api_key = o.api_key;
+    so.api_key = api_key;
     so.cors_origin = o.cors;
     so.parallel = o.parallel;
     so.model_id = o.alias;
@@ -65,7 +78,7 @@ void run_serve(const ServeOptions& o) {
     }
     const bool loopback =
         o.host == "127.0.0.1" || o.host == "localhost" || o.host == "::1" || o.host.starts_with("127.");
-    if (!loopback && o.api_key.empty())
+    if (!loopback && api_key.empty())
         std::fprintf(stderr,
                      "[serve] WARNING: listening on %s without --api-key: anyone who can reach this address "
                      "can use the model\n",
@@ -95,7 +108,12 @@ SLUICE_COMMAND(serve, 15, [](CLI::App& app) {
     cmd->add_option("model_dir", o->model_dir, "Model folder")->required();
     cmd->add_option("--host", o->host, "Address to bind")->capture_default_str();
     cmd->add_option("--port", o->port, "Port to listen on")->capture_default_str();
-    cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on the API");
+    auto* key = cmd->add_option("--api-key", o->api_key,
+                                "Require 'Authorization: Bearer KEY' on the API (visible in ps: prefer "
+                                "$SLUICE_API_KEY or --api-key-file)")
+                    ->envname("SLUICE_API_KEY");
+    cmd->add_option("--api-key-file", o->api_key_file, "Read the API key from the first line of this file")
+        ->excludes(key);
     cmd->add_option("--cors", o->cors,
                     "Allow browser requests from this origin (e.g. http://localhost:3000 or *)");
     cmd->add_option("--parallel", o->parallel, "Requests generating at once (sessions); others queue")

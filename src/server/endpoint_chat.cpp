@@ -154,6 +154,7 @@ std::variant<std::shared_ptr<ChatJob>, ApiError> prepare(ServerContext& ctx, con
     }
     job->opens_reasoning = !grammar && prompt_opens_reasoning(prompt_text);
     prompt_text += job->forced_prefix;
+    if (auto e = fit_context_text(ctx, prompt_text)) return *e;
     job->prompt = ctx.tokenizer->encode(prompt_text, /*parse_special=*/true);
     if (auto e = fit_context(ctx, job->prompt.size(), &r.params)) return *e;
     job->id = ctx.new_id("chatcmpl-");

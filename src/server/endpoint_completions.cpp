@@ -62,6 +62,7 @@ std::variant<std::shared_ptr<CompletionJob>, ApiError> prepare(ServerContext& ct
         if (!ctx.tokenizer)
             return invalid_request("this model has no tokenizer; send the prompt as token ids", "prompt",
                                    "no_tokenizer");
+        if (auto e = fit_context_text(ctx, *text)) return *e;
         job->prompt = ctx.tokenizer->encode(*text, true);
         job->prompt_text = *text;
     } else {

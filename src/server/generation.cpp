@@ -17,6 +17,16 @@ std::optional<ApiError> fit_context(const ServerContext& ctx, size_t prompt_toke
     return std::nullopt;
 }
 
+std::optional<ApiError> fit_context_text(const ServerContext& ctx, std::string_view text) {
+    const size_t context = static_cast<size_t>(ctx.engine->options().context_tokens);
+    if (ctx.max_token_bytes == 0 || text.size() <= context * ctx.max_token_bytes) return std::nullopt;
+    return invalid_request("This model's maximum context length is " + std::to_string(context) +
+                               " tokens. However, your prompt is " + std::to_string(text.size()) +
+                               " bytes, more than that many tokens can hold (a token is at most " +
+                               std::to_string(ctx.max_token_bytes) + " bytes).",
+                           "messages", "context_length_exceeded");
+}
+
 std::variant<GenerateResult, ApiError> run_generation(ServerContext& ctx, const std::vector<int32_t>& prompt,
                                                       const GenerateOptions& options,
                                                       const GenerationHooks& hooks) {

@@ -23,6 +23,10 @@ struct GenerationHooks {
 // a 400 "context_length_exceeded" naming both numbers when the prompt alone does not fit.
 std::optional<ApiError> fit_context(const ServerContext& ctx, size_t prompt_tokens, CommonParams* params);
 
+// Before tokenising: a 400 "context_length_exceeded" when `text` is too long to fit the context
+// whatever its tokens (more than context × the longest token's bytes).
+std::optional<ApiError> fit_context_text(const ServerContext& ctx, std::string_view text);
+
 // The result, or an ApiError (503 when the client left while queued, 500 on an engine error).
 std::variant<GenerateResult, ApiError> run_generation(ServerContext& ctx, const std::vector<int32_t>& prompt,
                                                       const GenerateOptions& options,

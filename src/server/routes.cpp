@@ -81,7 +81,11 @@ Server::Server(std::shared_ptr<Engine> engine, ServerOptions options)
     ctx.engine = std::move(engine);
     ctx.tokenizer = ctx.engine->tokenizer();
     ctx.chat_template = ctx.engine->chat_template();
-    if (ctx.tokenizer) ctx.token_trie = TokenTrie::from_tokenizer(*ctx.tokenizer);
+    if (ctx.tokenizer) {
+        ctx.token_trie = TokenTrie::from_tokenizer(*ctx.tokenizer);
+        for (int32_t id = 0; id < ctx.tokenizer->vocab_size(); ++id)
+            ctx.max_token_bytes = std::max(ctx.max_token_bytes, ctx.tokenizer->token_bytes(id).size());
+    }
     ctx.options = std::move(options);
     ctx.pool = std::make_unique<SessionPool>(ctx.engine, ctx.options.parallel);
     ctx.created_unix_s = static_cast<int64_t>(
@@ -97,12 +101,29 @@ Server::Server(std::shared_ptr<Engine> engine, ServerOptions options)
     http.set_payload_max_length(ctx.options.max_body_bytes);
     http.set_read_timeout(30);
     http.set_write_timeout(30);
+    // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, with which a second
+    // `sluice serve` on the same port starts too and the kernel splits the traffic between them.
+    http.set_socket_options([](socket_t sock) {
+        int yes = 1;
+        setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
 
     http.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
         ctx.metrics.requests_total += 1;
         if (!ctx.options.cors_origin.empty()) {
             res.set_header("Access-Control-Allow-Origin", ctx.options.cors_origin);
             res.set_header("Vary", "Origin");
+        }
+        // Compressed request bodies are refused before the body is read: a few hundred KB of
+        // gzip expand to hundreds of MB past the body limit. The unread body ends the connection.
+        if (const std::string enc = req.get_header_value("Content-Encoding");
+            !enc.empty() && enc != "identity") {
+            res.set_header("Connection", "close");
+            send_error(res, ApiError{415,
+                                     "compressed request bodies (Content-Encoding: " + enc.substr(0, 32) +
+                                         ") are not accepted; send the body uncompressed",
+                                     "invalid_request_error", "", "unsupported_content_encoding"});
+            return httplib::Server::HandlerResponse::Handled;
         }
         if (!ctx.options.api_key.empty() && needs_key(req.method, req.path)) {
             const std::string auth = req.get_header_value("Authorization");

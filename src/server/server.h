@@ -64,6 +64,9 @@ struct ServerContext {
     std::atomic<uint64_t> next_request_id{1};
     int64_t created_unix_s = 0;
     std::string new_id(const char* prefix);  // "chatcmpl-<hex>"
+    // The longest token's bytes: a text of more than context × this many bytes cannot fit the
+    // context, which is checked before tokenising it (an 8 MB prompt is refused in microseconds).
+    size_t max_token_bytes = 0;
 };
 
 class Server {

@@ -1,0 +1,190 @@
+// server_hostile.test.mjs — `sluice serve` against requests an adversarial client sends (issue 20),
+// loopback only and bounded in count and time. Each check failed on the server before its fix:
+//   - a second `sluice serve` on a port in use refuses to start (SO_REUSEPORT used to let it share
+//     the port and the kernel split the traffic);
+//   - a gzip request body is refused with 415 before it is read (306 KB used to expand to 300 MB);
+//   - prompts far beyond the context are refused before tokenising: 8 concurrent 7 MB prompts are
+//     answered 400 within seconds and the server's memory stays near where it was (16 such prompts
+//     used to take it from 29 MB to 2.97 GB and keep 2.42 GB);
+//   - the API key can come from $SLUICE_API_KEY or --api-key-file (not only argv, visible in ps).
+// Prints "N passed, M failed"; exits 1 on failure.
+import fs from "node:fs";
+import http from "node:http";
+import os from "node:os";
+import path from "node:path";
+import zlib from "node:zlib";
+import { spawn } from "node:child_process";
+import { freePort, startServe } from "./serve_util.mjs";
+
+const bin = process.env.SLUICE_BIN;
+const src = process.env.SLUICE_SOURCE_DIR;
+if (!bin || !src) {
+    console.error("[server_hostile] SLUICE_BIN and SLUICE_SOURCE_DIR must be set");
+    process.exit(2);
+}
+const modelDir = path.join(src, "models", "tiny-next");
+
+let passed = 0;
+let failed = 0;
+function check(name, ok, detail = "") {
+    if (ok) ++passed;
+    else {
+        ++failed;
+        console.log(`FAIL ${name}${detail ? ": " + detail : ""}`);
+    }
+}
+async function test(name, fn) {
+    try {
+        await fn();
+    } catch (e) {
+        check(name, false, `threw ${e && e.stack ? e.stack.split("\n").slice(0, 3).join(" | ") : e}`);
+    }
+}
+
+function raw(port, method, pathname, { body, headers = {}, key } = {}) {
+    return new Promise((resolve, reject) => {
+        const h = { ...headers };
+        if (key) h.Authorization = `Bearer ${key}`;
+        if (body !== undefined) {
+            h["Content-Type"] ??= "application/json";
+            h["Content-Length"] = Buffer.byteLength(body);
+        }
+        const req = http.request({ host: "127.0.0.1", port, method, path: pathname, headers: h, agent: false }, (res) => {
+            const chunks = [];
+            res.on("data", (c) => chunks.push(c));
+            res.on("end", () => resolve({ status: res.statusCode, body: Buffer.concat(chunks).toString("utf8") }));
+        });
+        req.on("error", reject);
+        if (body !== undefined) req.write(body);
+        req.end();
+    });
+}
+function rssMiB(pid) {
+    const m = fs.readFileSync(`/proc/${pid}/status`, "utf8").match(/VmRSS:\s+(\d+) kB/);
+    return m ? Number(m[1]) / 1024 : NaN;
+}
+function errorCode(text) {
+    try {
+        return JSON.parse(text).error?.code ?? null;
+    } catch {
+        return null;
+    }
+}
+
+const KEY = "sk-hostile-" + Math.random().toString(36).slice(2);
+const keyFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "sluice-hostile-")), "key");
+fs.writeFileSync(keyFile, KEY + "\n", { mode: 0o600 });
+
+const servers = [];
+const watchdog = setTimeout(() => {
+    console.log("FAIL watchdog: the suite took longer than 120 s");
+    for (const s of servers) s.kill();
+    process.exit(1);
+}, 120000);
+
+try {
+    const server = await startServe(bin, [modelDir, "--api-key-file", keyFile, "--ctx-size", "512"]);
+    servers.push(server);
+    await server.ready();
+    const port = server.port;
+    const pid = Number(fs.readdirSync("/proc").find((d) => {
+        try {
+            return /^\d+$/.test(d) && fs.readFileSync(`/proc/${d}/cmdline`, "utf8").includes(`--port\0${port}`);
+        } catch {
+            return false;
+        }
+    }));
+
+    await test("api key from a file", async () => {
+        const none = await raw(port, "GET", "/v1/models");
+        const good = await raw(port, "GET", "/v1/models", { key: KEY });
+        check("--api-key-file: no key is 401", none.status === 401, `${none.status}`);
+        check("--api-key-file: the file's key is accepted", good.status === 200, `${good.status} ${good.body.slice(0, 200)}`);
+        const cmdline = fs.readFileSync(`/proc/${pid}/cmdline`, "utf8");
+        check("--api-key-file: the key is not in the command line", !cmdline.includes(KEY));
+    });
+
+    await test("second server on the same port", async () => {
+        const child = spawn(bin, ["serve", modelDir, "--port", String(port), "--ctx-size", "512"], { stdio: ["ignore", "ignore", "pipe"] });
+        let log = "";
+        child.stderr.on("data", (d) => (log += d.toString()));
+        const code = await new Promise((resolve) => {
+            const t = setTimeout(() => {
+                child.kill("SIGKILL");
+                resolve("still running after 20 s");
+            }, 20000);
+            child.on("exit", (c) => {
+                clearTimeout(t);
+                resolve(c);
+            });
+        });
+        check("a second serve on a port in use exits non-zero", typeof code === "number" && code !== 0, `exit ${code}: ${log.slice(-300)}`);
+        check("  and says the address is in use", log.includes("cannot listen on"), log.slice(-300));
+    });
+
+    await test("compressed request body", async () => {
+        // 300 KB of gzip that would expand to 300 MB of JSON whitespace.
+        const bomb = zlib.gzipSync(Buffer.concat([Buffer.from('{"messages":[{"role":"user","content":"hi"}]'), Buffer.alloc(300 << 20, 0x20), Buffer.from("}")]), { level: 9 });
+        const before = rssMiB(pid);
+        const r = await new Promise((resolve, reject) => {
+            const req = http.request({ host: "127.0.0.1", port, method: "POST", path: "/v1/chat/completions", agent: false, headers: {
+                Authorization: `Bearer ${KEY}`, "Content-Type": "application/json", "Content-Encoding": "gzip", "Content-Length": bomb.length } }, (res) => {
+                const chunks = [];
+                res.on("data", (c) => chunks.push(c));
+                res.on("end", () => resolve({ status: res.statusCode, body: Buffer.concat(chunks).toString("utf8") }));
+            });
+            req.on("error", (e) => (e.code === "EPIPE" || e.code === "ECONNRESET" ? resolve({ status: "reset", body: "" }) : reject(e)));
+            req.end(bomb);
+        });
+        check("gzip body: 415 unsupported_content_encoding", r.status === 415 && errorCode(r.body) === "unsupported_content_encoding", `${r.status} ${r.body.slice(0, 200)}`);
+        const grew = rssMiB(pid) - before;
+        check("gzip body: memory did not grow (< 32 MiB)", grew < 32, `${grew.toFixed(1)} MiB`);
+        const health = await raw(port, "GET", "/health");
+        check("gzip body: the server still answers", health.status === 200);
+    });
+
+    await test("oversized prompts", async () => {
+        const before = rssMiB(pid);
+        const content = "a ".repeat(3_500_000);  // 7 MB, under the 8 MiB body limit
+        const chat = JSON.stringify({ messages: [{ role: "user", content }], max_tokens: 4 });
+        const completion = JSON.stringify({ prompt: content, max_tokens: 4 });
+        const t0 = Date.now();
+        const replies = await Promise.all(Array.from({ length: 8 }, (_, i) =>
+            raw(port, "POST", i % 2 ? "/v1/completions" : "/v1/chat/completions", { key: KEY, body: i % 2 ? completion : chat })));
+        const ms = Date.now() - t0;
+        check("oversized prompts: every reply is 400 context_length_exceeded",
+            replies.every((r) => r.status === 400 && errorCode(r.body) === "context_length_exceeded"),
+            replies.map((r) => `${r.status} ${r.body.slice(0, 120)}`).join(" | "));
+        check("oversized prompts: answered within 10 s", ms < 10000, `${ms} ms`);
+        const grew = rssMiB(pid) - before;
+        check("oversized prompts: the server keeps < 200 MiB more afterwards", grew < 200, `${grew.toFixed(1)} MiB (before ${before.toFixed(1)})`);
+        const ok = await raw(port, "POST", "/v1/chat/completions", { key: KEY, body: JSON.stringify({ messages: [{ role: "user", content: "hi" }], max_tokens: 3 }) });
+        check("oversized prompts: a normal request still completes", ok.status === 200, `${ok.status} ${ok.body.slice(0, 200)}`);
+    });
+
+    server.kill();
+
+    await test("api key from the environment", async () => {
+        const envPort = await freePort();
+        const child = spawn(bin, ["serve", modelDir, "--port", String(envPort), "--ctx-size", "256"], {
+            stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, SLUICE_API_KEY: KEY } });
+        const s = { kill: () => child.kill("SIGKILL") };
+        servers.push(s);
+        let log = "";
+        child.stderr.on("data", (d) => (log += d.toString()));
+        for (const end = Date.now() + 30000; Date.now() < end && !log.includes("listening on");) await new Promise((r) => setTimeout(r, 100));
+        const none = await raw(envPort, "GET", "/v1/models");
+        const good = await raw(envPort, "GET", "/v1/models", { key: KEY });
+        check("$SLUICE_API_KEY: no key is 401", none.status === 401, `${none.status}`);
+        check("$SLUICE_API_KEY: the key is accepted", good.status === 200, `${good.status}`);
+        s.kill();
+    });
+} catch (e) {
+    check("suite", false, `threw ${e && e.stack ? e.stack : e}`);
+} finally {
+    clearTimeout(watchdog);
+    for (const s of servers) s.kill();
+    fs.rmSync(path.dirname(keyFile), { recursive: true, force: true });
+}
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
