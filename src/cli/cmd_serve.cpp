@@ -3,10 +3,12 @@
 // SIGTERM. Binds loopback by default and warns when it listens beyond loopback with no key.
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "cli/args.h"
@@ -30,8 +32,12 @@ struct ServeOptions {
     int64_t ctx = 4096;
     std::string alias;
     int keep_alive_ms = 2000;
+    double shutdown_timeout_s = 10;
 };
 
+// The server the signal watcher stops; guarded so the watcher never touches it once listen()
+// has returned and it is being destroyed.
+std::mutex g_server_mutex;
 server::Server* g_server = nullptr;
 
 void run_serve(const ServeOptions& o) {
@@ -85,16 +91,49 @@ void run_serve(const ServeOptions& o) {
                      o.host.c_str());
 
     server::Server srv(engine, so);
-    g_server = &srv;
-    std::thread watcher([set] {
+    {
+        std::lock_guard lock(g_server_mutex);
+        g_server = &srv;
+    }
+    // SIGINT/SIGTERM: stop accepting and let in-flight requests finish for --shutdown-timeout;
+    // past it, cancel the generations still running (repeatedly: one may be just starting). A
+    // second signal exits at once.
+    std::thread watcher([set, timeout_s = o.shutdown_timeout_s] {
         int sig = 0;
         sigwait(&set, &sig);
-        std::fprintf(stderr, "[serve] signal %d: stopping\n", sig);
-        if (g_server) g_server->stop();
+        std::fprintf(
+            stderr,
+            "[serve] signal %d: stopping; in-flight requests get %.3g s (a second signal exits now)\n", sig,
+            timeout_s);
+        {
+            std::lock_guard lock(g_server_mutex);
+            if (g_server) g_server->stop();
+        }
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+        bool announced = false;
+        for (;;) {
+            const timespec tick{0, 200'000'000};
+            const int again = sigtimedwait(&set, nullptr, &tick);
+            if (again > 0) {
+                std::fprintf(stderr, "[serve] signal %d again: exiting now\n", again);
+                std::fflush(stderr);
+                std::_Exit(128 + again);
+            }
+            if (std::chrono::steady_clock::now() < deadline) continue;
+            std::lock_guard lock(g_server_mutex);
+            if (!g_server) return;
+            if (!announced)
+                std::fprintf(stderr, "[serve] shutdown deadline passed: cancelling running generations\n");
+            announced = true;
+            g_server->cancel_generations();
+        }
     });
     watcher.detach();
     Status status = srv.listen();
-    g_server = nullptr;
+    {
+        std::lock_guard lock(g_server_mutex);
+        g_server = nullptr;
+    }
     check(status);
 }
 
@@ -122,6 +161,10 @@ SLUICE_COMMAND(serve, 15, [](CLI::App& app) {
     cmd->add_option("--keep-alive-ms", o->keep_alive_ms,
                     "SSE ': keep-alive' interval while a stream waits or prefills")
         ->capture_default_str();
+    cmd->add_option("--shutdown-timeout", o->shutdown_timeout_s,
+                    "Seconds in-flight requests get to finish after SIGINT/SIGTERM before they are cancelled")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 3600.0));
     cmd->add_option("--alias", o->alias, "Model name clients use (default: the folder name)");
     cmd->callback([o] { sluice::cli::run_serve(*o); });
 });

@@ -94,6 +94,9 @@ void handle_metrics(ServerContext& ctx, const httplib::Request&, httplib::Respon
            static_cast<double>(m.request_errors_total.load()));
     metric("sluice_generations_total", "counter", "Completed generations",
            static_cast<double>(m.generations_total.load()));
+    metric("sluice_generation_errors_total", "counter",
+           "Generations the engine failed (answered 500, or an error event in a stream)",
+           static_cast<double>(m.generation_errors_total.load()));
     metric("sluice_prompt_tokens_total", "counter", "Prompt tokens of completed generations",
            static_cast<double>(m.prompt_tokens_total.load()));
     metric("sluice_prefilled_tokens_total", "counter", "Prompt tokens computed (not reused from a session)",

@@ -34,11 +34,15 @@ std::variant<GenerateResult, ApiError> run_generation(ServerContext& ctx, const 
     if (!lease)
         return ApiError{503, "the client disconnected while the request was queued", "server_error", "",
                         "cancelled"};
+    if (ctx.pool->closing())
+        return ApiError{503, "the server is shutting down", "server_error", "", "shutting_down"};
     if (hooks.on_session) hooks.on_session(&lease.session());
     Expected<GenerateResult> result = lease.session().generate(prompt, options, hooks.on_token);
-    if (!result.has_value())
+    if (!result.has_value()) {
+        ctx.metrics.generation_errors_total += 1;
         return ApiError{500, "generation failed: " + result.status().message(), "server_error", "",
                         "generation_failed"};
+    }
     const GenerationStats& s = result.value().stats;
     Metrics& m = ctx.metrics;
     m.generations_total += 1;

@@ -205,4 +205,8 @@ void Server::stop() {
     http_->stop();
 }
 
+void Server::cancel_generations() {
+    ctx_->pool->cancel_all();
+}
+
 }  // namespace sluice::server

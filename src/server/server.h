@@ -45,6 +45,7 @@ struct Metrics {
     std::atomic<uint64_t> requests_total{0};
     std::atomic<uint64_t> request_errors_total{0};  // 4xx/5xx responses
     std::atomic<uint64_t> generations_total{0};
+    std::atomic<uint64_t> generation_errors_total{0};  // engine failures (500 / an error event)
     std::atomic<uint64_t> prompt_tokens_total{0};
     std::atomic<uint64_t> prefilled_tokens_total{0};
     std::atomic<uint64_t> generated_tokens_total{0};
@@ -76,6 +77,9 @@ class Server {
     // Binds and serves until stop(). Returns an error when the address cannot be bound.
     Status listen();
     void stop();
+    // Shutdown past its drain deadline: queued requests leave and running generations are
+    // cancelled, so listen() returns within a token's time. Safe to call repeatedly, any thread.
+    void cancel_generations();
     ServerContext& context() { return *ctx_; }
 
  private:

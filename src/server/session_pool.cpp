@@ -41,7 +41,7 @@ SessionPool::Lease SessionPool::acquire(std::span<const int32_t> prompt,
         if (serving_ == ticket &&
             std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.busy; }))
             break;
-        if (still_wanted && !still_wanted()) {
+        if (closing_ || (still_wanted && !still_wanted())) {
             --waiting_;
             abandoned_.push_back(ticket);
             skip_abandoned();
@@ -79,6 +79,21 @@ void SessionPool::release(int slot) {
         slots_[static_cast<size_t>(slot)].busy = false;
     }
     cv_.notify_all();
+}
+
+void SessionPool::cancel_all() {
+    {
+        std::lock_guard lock(mutex_);
+        closing_ = true;
+        for (Slot& s : slots_)
+            if (s.busy) s.session->cancel();
+    }
+    cv_.notify_all();
+}
+
+bool SessionPool::closing() const {
+    std::lock_guard lock(mutex_);
+    return closing_;
 }
 
 int64_t SessionPool::queue_depth() const {

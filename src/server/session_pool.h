@@ -51,6 +51,12 @@ class SessionPool {
     Lease acquire(std::span<const int32_t> prompt, const std::function<bool()>& still_wanted,
                   int poll_ms = 1000);
 
+    // Shutdown: waiting requests leave the queue (acquire returns an empty Lease) and running
+    // generations are cancelled. A generation that was leased but had not started when this ran
+    // starts anyway (Session::generate clears a pending cancel), so callers repeat it until done.
+    void cancel_all();
+    bool closing() const;
+
     int size() const { return static_cast<int>(slots_.size()); }
     int64_t queue_depth() const;  // requests waiting
     int64_t active() const;       // sessions in use
@@ -71,6 +77,7 @@ class SessionPool {
     std::vector<uint64_t> abandoned_;  // tickets that left the queue before being served
     uint64_t use_clock_ = 0;
     int64_t waiting_ = 0;
+    bool closing_ = false;
 };
 
 }  // namespace sluice::server

@@ -6,7 +6,9 @@
 //   - prompts far beyond the context are refused before tokenising: 8 concurrent 7 MB prompts are
 //     answered 400 within seconds and the server's memory stays near where it was (16 such prompts
 //     used to take it from 29 MB to 2.97 GB and keep 2.42 GB);
-//   - the API key can come from $SLUICE_API_KEY or --api-key-file (not only argv, visible in ps).
+//   - the API key can come from $SLUICE_API_KEY or --api-key-file (not only argv, visible in ps);
+//   - SIGTERM drains in-flight generations for --shutdown-timeout, then cancels them (it used to
+//     wait for them with no deadline), and a second signal exits at once (it used to be ignored).
 // Prints "N passed, M failed"; exits 1 on failure.
 import fs from "node:fs";
 import http from "node:http";
@@ -178,6 +180,47 @@ try {
         check("$SLUICE_API_KEY: no key is 401", none.status === 401, `${none.status}`);
         check("$SLUICE_API_KEY: the key is accepted", good.status === 200, `${good.status}`);
         s.kill();
+    });
+
+    // A server with one long generation running; resolves {child, log(), reply} once it streams.
+    async function busyServer(extra) {
+        const p = await freePort();
+        const child = spawn(bin, ["serve", modelDir, "--port", String(p), "--ctx-size", "4096", ...extra], { stdio: ["ignore", "ignore", "pipe"] });
+        servers.push({ kill: () => child.kill("SIGKILL") });
+        let log = "";
+        child.stderr.on("data", (d) => (log += d.toString()));
+        child.exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal, at: Date.now() })));
+        for (const end = Date.now() + 30000; Date.now() < end && !log.includes("listening on");) await new Promise((r) => setTimeout(r, 100));
+        const reply = raw(p, "POST", "/v1/completions", { body: JSON.stringify({ prompt: "Once", max_tokens: 4000, logit_bias: { 8187: -100, 8189: -100 } }) })
+            .catch((e) => ({ status: "error", body: String(e) }));
+        await new Promise((r) => setTimeout(r, 700));  // generating by now
+        return { child, log: () => log, reply };
+    }
+
+    await test("SIGTERM drains with a deadline", async () => {
+        const { child, log, reply } = await busyServer(["--shutdown-timeout", "1"]);
+        const t0 = Date.now();
+        child.kill("SIGTERM");
+        const exit = await child.exited;
+        const r = await reply;
+        check("SIGTERM: the server exits within 3 s of a 1 s deadline", exit.at - t0 < 3000, `${exit.at - t0} ms`);
+        check("SIGTERM: it exits cleanly", exit.code === 0, `code ${exit.code} signal ${exit.signal}: ${log().slice(-300)}`);
+        let tokens = NaN;
+        try {
+            tokens = JSON.parse(r.body).usage.completion_tokens;
+        } catch {}
+        check("SIGTERM: the running generation was answered, cut short", r.status === 200 && tokens < 4000, `${r.status} ${tokens} ${r.body.slice(0, 120)}`);
+    });
+
+    await test("a second signal exits at once", async () => {
+        const { child, log } = await busyServer(["--shutdown-timeout", "60"]);
+        child.kill("SIGTERM");
+        await new Promise((r) => setTimeout(r, 300));
+        const t0 = Date.now();
+        child.kill("SIGTERM");
+        const exit = await child.exited;
+        check("second SIGTERM: exits within 1 s", exit.at - t0 < 1000, `${exit.at - t0} ms`);
+        check("second SIGTERM: exit code 143 and says so", exit.code === 143 && log().includes("again: exiting now"), `code ${exit.code}: ${log().slice(-200)}`);
     });
 } catch (e) {
     check("suite", false, `threw ${e && e.stack ? e.stack : e}`);
