@@ -298,12 +298,12 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
     if (auto* e = std::get_if<ApiError>(&prepared)) return send_error(res, *e);
     auto job = std::get<std::shared_ptr<ChatJob>>(prepared);
     if (!job->request.params.stream)
-        return respond_json_long(res, ctx.options.keep_alive_ms, [&ctx, job](SseWriter& w, KeepAlive& beat) {
-            return respond_whole(ctx, job, w, beat);
-        });
+        return respond_json_long(
+            req, res, ctx.options.keep_alive_ms,
+            [&ctx, job](SseWriter& w, KeepAlive& beat) { return respond_whole(ctx, job, w, beat); });
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
-    res.set_chunked_content_provider("text/event-stream", [&ctx, job](size_t, httplib::DataSink& sink) {
+    set_streamed_content(req, res, "text/event-stream", [&ctx, job](size_t, httplib::DataSink& sink) {
         stream(ctx, job, sink);
         sink.done();
         return true;

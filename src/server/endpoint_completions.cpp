@@ -98,7 +98,8 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
     const bool want_logprobs = job->request.params.logprobs;
     if (!job->request.params.stream) {
         return respond_json_long(
-            res, ctx.options.keep_alive_ms, [&ctx, job, want_logprobs](SseWriter& writer, KeepAlive& beat) {
+            req, res, ctx.options.keep_alive_ms,
+            [&ctx, job, want_logprobs](SseWriter& writer, KeepAlive& beat) {
                 LegacyLogprobs lp;
                 GenerationHooks hooks;
                 hooks.still_wanted = [&] { return writer.ok(); };
@@ -120,8 +121,8 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
             });
     }
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream", [&ctx, job, want_logprobs](size_t, httplib::DataSink& sink) {
+    set_streamed_content(
+        req, res, "text/event-stream", [&ctx, job, want_logprobs](size_t, httplib::DataSink& sink) {
             SseWriter writer(sink);
             const bool include_usage = job->request.params.include_usage;
             auto chunk = [&](const std::string& text, json finish, json logprobs) {

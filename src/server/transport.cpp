@@ -14,6 +14,14 @@ void send_error(httplib::Response& res, const ApiError& error) {
     send_json(res, error.to_json(), error.http_status);
 }
 
+void set_streamed_content(const httplib::Request& req, httplib::Response& res, const char* content_type,
+                          httplib::ContentProviderWithoutLength provider) {
+    if (req.version == "HTTP/1.0")
+        res.set_content_provider(content_type, std::move(provider));
+    else
+        res.set_chunked_content_provider(content_type, std::move(provider));
+}
+
 bool SseWriter::write(std::string_view bytes) {
     std::lock_guard lock(mutex_);
     if (!ok_) return false;
@@ -55,10 +63,10 @@ void KeepAlive::first_token() {
     cv_.notify_all();
 }
 
-void respond_json_long(httplib::Response& res, int interval_ms,
+void respond_json_long(const httplib::Request& req, httplib::Response& res, int interval_ms,
                        std::function<nlohmann::json(SseWriter& writer, KeepAlive& beat)> produce) {
-    res.set_chunked_content_provider(
-        "application/json; charset=utf-8",
+    set_streamed_content(
+        req, res, "application/json; charset=utf-8",
         [interval_ms, produce = std::move(produce)](size_t, httplib::DataSink& sink) {
             SseWriter writer(sink);
             nlohmann::json body;

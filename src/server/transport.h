@@ -24,6 +24,12 @@ namespace sluice::server {
 void send_json(httplib::Response& res, const nlohmann::json& body, int status = 200);
 void send_error(httplib::Response& res, const ApiError& error);
 
+// A response whose body is produced while it is sent: chunked for HTTP/1.1 clients; for HTTP/1.0
+// clients (which cannot parse chunked framing) the body is written as is and the connection
+// closed at its end. `provider` follows cpp-httplib's contract (write to the sink, call done()).
+void set_streamed_content(const httplib::Request& req, httplib::Response& res, const char* content_type,
+                          httplib::ContentProviderWithoutLength provider);
+
 class SseWriter {
  public:
     explicit SseWriter(httplib::DataSink& sink) : sink_(sink) {}
@@ -62,7 +68,7 @@ class KeepAlive {
 // failure inside `produce` is returned as an error object in the body.
 // Content-Type carries a charset so cpp-httplib does not gzip it (its compressor would hold the
 // beats back and no write would ever fail).
-void respond_json_long(httplib::Response& res, int interval_ms,
+void respond_json_long(const httplib::Request& req, httplib::Response& res, int interval_ms,
                        std::function<nlohmann::json(SseWriter& writer, KeepAlive& beat)> produce);
 
 }  // namespace sluice::server
