@@ -320,7 +320,8 @@ Expected<RuleId> JsonSchemaCompiler::compile(const ojson& s, const std::string& 
         return fail(path, "a schema must be an object or a boolean, got " + s.dump().substr(0, 64));
     const auto& annotations = annotation_keywords();
     auto only_with = [&](const char* keyword, std::initializer_list<const char*> also) -> Status {
-        for (const auto& [k, v] : s.items()) {
+        for (const auto& item : s.items()) {
+            const std::string& k = item.key();  // a named reference: clang 14 cannot capture a binding
             if (k == keyword || annotations.count(k)) continue;
             if (std::find_if(also.begin(), also.end(), [&](const char* a) { return k == a; }) != also.end())
                 continue;

@@ -15,6 +15,9 @@
 #include <cstring>
 #include <numeric>
 #include <vector>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include "core/assert.h"
 #include "core/thread_pool.h"
@@ -29,13 +32,21 @@ namespace {
 using cpu::IsaTable;
 using cpu::RingHead;
 
+#if defined(__x86_64__)
+// F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+bool cpu_has_f16c() {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+}
+#endif
+
 const IsaTable* detect_best() {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
         return &cpu::kAvx512Table;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c())
         return &cpu::kAvx2Table;
 #endif
     return &cpu::kPortableTable;
