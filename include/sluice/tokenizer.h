@@ -34,8 +34,10 @@ class Tokenizer {
  public:
     // Reads `model_dir`/tokenizer.json (required) and `model_dir`/tokenizer_config.json (optional:
     // added-token flags from `added_tokens_decoder` override tokenizer.json's, and it supplies the
-    // eos/bos/pad token strings).
-    static Expected<std::shared_ptr<const Tokenizer>> load(const std::string& model_dir);
+    // eos/bos/pad token strings). With `vocab_size` > 0 (the model's embedding rows) every token id
+    // must be below it, checked before the id tables are allocated.
+    static Expected<std::shared_ptr<const Tokenizer>> load(const std::string& model_dir,
+                                                           int64_t vocab_size = 0);
 
     ~Tokenizer();
     Tokenizer(const Tokenizer&) = delete;

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "format/json_text.h"
+
 namespace sluice::format {
 namespace {
 
@@ -187,13 +189,7 @@ Status parse_model(const json& m, TokenizerJson* out, const std::string& path) {
 }
 
 Expected<json> parse_json(std::string_view text, const std::string& path) {
-    try {
-        return json::parse(text.begin(), text.end());
-    } catch (const json::parse_error& e) {
-        return bad(path, fmt::format("invalid JSON at byte {}: {}", e.byte, e.what()));
-    } catch (const json::exception& e) {  // e.g. out_of_range.406: a number too large for a double
-        return bad(path, std::string("invalid JSON: ") + e.what());
-    }
+    return parse_json_text(text, path, "[tokenizer]", ErrorCode::kCorrupt);
 }
 
 }  // namespace

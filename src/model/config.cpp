@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <numbers>
 
+#include "format/json_text.h"
 #include "io/mapped_file.h"
 
 namespace sluice::model {
@@ -40,6 +41,13 @@ bool ModelConfig::is_moe_layer(int64_t layer) const {
 }
 
 namespace {
+
+// Bounds on config values (far past any released model; see the consistency checks).
+constexpr int64_t kMaxVocab = int64_t{1} << 24;  // as the tokenizer's largest id (tokenizer_json.cpp)
+constexpr int64_t kMaxDim = int64_t{1} << 20;
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxHeads = 4096;
+constexpr int64_t kMaxExperts = int64_t{1} << 16;
 
 // Field readers that turn a missing or mistyped field into a message naming it.
 class Reader {
@@ -129,6 +137,13 @@ Status parse_quantization(const json& q, const std::string& source, QuantConfig*
         if (b == obj.end() || !b->is_number_integer()) return bad(where + "'bits' missing or not an integer");
         if (g == obj.end() || !g->is_number_integer())
             return bad(where + "'group_size' missing or not an integer");
+        // Bounded before narrowing: a get<int>() of 4294967300 would wrap to a plausible 4.
+        for (const auto& [v, key] : {std::pair<const json&, const char*>{*b, "bits"}, {*g, "group_size"}})
+            if ((v.is_number_unsigned() && v.get<uint64_t>() > 1024) || v.get<int64_t>() < 0 ||
+                v.get<int64_t>() > 1024)
+                return error(ErrorCode::kUnsupported, "[config] " + source + ": quantization " + where + key +
+                                                          " = " + v.dump() +
+                                                          " (supported: bits 4, 8; group_size 32, 64, 128)");
         spec->bits = b->get<int>();
         spec->group_size = g->get<int>();
         if (spec->bits != 4 && spec->bits != 8)
@@ -155,22 +170,50 @@ Status parse_quantization(const json& q, const std::string& source, QuantConfig*
     return Status::ok();
 }
 
-std::vector<int32_t> read_ids(const json& v) {
-    std::vector<int32_t> ids;
-    if (v.is_number_integer()) ids.push_back(v.get<int32_t>());
-    if (v.is_array())
-        for (const auto& e : v)
-            if (e.is_number_integer()) ids.push_back(e.get<int32_t>());
-    return ids;
+// A token id field (an integer, an array of them, or null), each id checked against the vocabulary
+// before it is narrowed: `4294967297` must not wrap to 1.
+Status read_ids(const json& v, const char* key, int64_t vocab, const std::string& source,
+                std::vector<int32_t>* out) {
+    if (v.is_null()) return Status::ok();
+    auto one = [&](const json& e) -> Status {
+        const bool in_range = e.is_number_integer() &&
+                              !(e.is_number_unsigned() && e.get<uint64_t>() > INT64_MAX) &&
+                              e.get<int64_t>() >= 0 && e.get<int64_t>() < vocab;
+        if (!in_range)
+            return error(ErrorCode::kInvalidArgument, "[config] " + source + ": " + key + " " + e.dump() +
+                                                          " is outside the vocabulary [0, " +
+                                                          std::to_string(vocab) + ")");
+        out->push_back(static_cast<int32_t>(e.get<int64_t>()));
+        return Status::ok();
+    };
+    if (!v.is_array()) return one(v);
+    for (const auto& e : v) SLUICE_RETURN_IF_ERROR(one(e));
+    return Status::ok();
 }
 
 }  // namespace
 
-Expected<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source) {
-    json root = json::parse(json_text, nullptr, false);
-    if (root.is_discarded() || !root.is_object())
-        return error(ErrorCode::kInvalidArgument, "[config] " + source + ": not a valid JSON object");
+namespace {
+Expected<ModelConfig> parse_model_config_json(const json& root, const std::string& source);
+}  // namespace
 
+Expected<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source) {
+    SLUICE_ASSIGN_OR_RETURN(
+        const json root, format::parse_json_text(json_text, source, "[config]", ErrorCode::kInvalidArgument));
+    if (!root.is_object())
+        return error(ErrorCode::kInvalidArgument,
+                     "[config] " + source + ": expected a JSON object, got " + format::json_type_of(root));
+    try {
+        return parse_model_config_json(root, source);
+    } catch (const json::exception& e) {  // a backstop: the fields are read type-checked
+        return error(ErrorCode::kInvalidArgument,
+                     "[config] " + source + ": unexpected structure: " + e.what());
+    }
+}
+
+namespace {
+
+Expected<ModelConfig> parse_model_config_json(const json& root, const std::string& source) {
     ModelConfig cfg;
     auto mt = root.find("model_type");
     if (mt == root.end() || !mt->is_string()) {
@@ -357,13 +400,25 @@ Expected<ModelConfig> parse_model_config(const std::string& json_text, const std
         }
     }
 
-    // Token ids (the outer config of a nested file may carry them too).
+    // Token ids (the outer config of a nested file may carry them too), each inside the vocabulary.
+    if (cfg.vocab <= 0 || cfg.vocab > kMaxVocab)
+        return error(ErrorCode::kInvalidArgument, "[config] " + source + ": vocab_size " +
+                                                      std::to_string(cfg.vocab) + " is outside 1.." +
+                                                      std::to_string(kMaxVocab));
     for (const json* obj : {text, static_cast<const json*>(&root)}) {
         if (cfg.eos_token_ids.empty())
-            if (auto e = obj->find("eos_token_id"); e != obj->end()) cfg.eos_token_ids = read_ids(*e);
+            if (auto e = obj->find("eos_token_id"); e != obj->end())
+                SLUICE_RETURN_IF_ERROR(read_ids(*e, "eos_token_id", cfg.vocab, source, &cfg.eos_token_ids));
         if (!cfg.bos_token_id)
-            if (auto b = obj->find("bos_token_id"); b != obj->end() && b->is_number_integer())
-                cfg.bos_token_id = b->get<int32_t>();
+            if (auto b = obj->find("bos_token_id"); b != obj->end() && !b->is_null()) {
+                std::vector<int32_t> id;
+                SLUICE_RETURN_IF_ERROR(read_ids(*b, "bos_token_id", cfg.vocab, source, &id));
+                if (id.size() == 1) cfg.bos_token_id = id[0];
+            }
+        if (auto p = obj->find("pad_token_id"); p != obj->end()) {
+            std::vector<int32_t> unused;
+            SLUICE_RETURN_IF_ERROR(read_ids(*p, "pad_token_id", cfg.vocab, source, &unused));
+        }
     }
 
     // MLX quantization block (top level, mirrored as quantization_config).
@@ -386,6 +441,30 @@ Expected<ModelConfig> parse_model_config(const std::string& json_text, const std
     };
     if (cfg.hidden <= 0 || cfg.n_layers <= 0 || cfg.vocab <= 0)
         return invalid("hidden_size, num_hidden_layers and vocab_size must be > 0");
+    // Upper bounds far past any released model, so no product of dims overflows and no corrupt
+    // value turns into a huge allocation before a shape check can refuse it.
+    const struct {
+        const char* name;
+        int64_t value, lo, hi;
+    } bounds[] = {{"hidden_size", cfg.hidden, 1, kMaxDim},
+                  {"num_hidden_layers", cfg.n_layers, 1, kMaxLayers},
+                  {"num_attention_heads", cfg.n_heads, 1, kMaxHeads},
+                  {"num_key_value_heads", cfg.n_kv_heads, 1, kMaxHeads},
+                  {"head_dim", cfg.head_dim, 1, kMaxDim},
+                  {"max_position_embeddings", cfg.max_positions, 0, int64_t{1} << 40},
+                  {"num_experts", cfg.n_experts, 0, kMaxExperts},
+                  {"moe_intermediate_size", cfg.expert_ffn, cfg.n_experts > 0 ? 1 : 0, kMaxDim},
+                  {"intermediate_size", cfg.dense_ffn, 0, kMaxDim},
+                  {"shared_expert_intermediate_size", cfg.shared_expert_ffn, 0, kMaxDim},
+                  {"decoder_sparse_step", cfg.decoder_sparse_step, 0, kMaxLayers}};
+    for (const auto& b : bounds)
+        if (b.value < b.lo || b.value > b.hi)
+            return invalid(std::string(b.name) + " = " + std::to_string(b.value) + " is outside " +
+                           std::to_string(b.lo) + ".." + std::to_string(b.hi));
+    for (int64_t l : cfg.mlp_only_layers)
+        if (l < 0 || l >= cfg.n_layers)
+            return invalid("mlp_only_layers names layer " + std::to_string(l) + " of a " +
+                           std::to_string(cfg.n_layers) + "-layer model");
     if (cfg.n_heads <= 0 || cfg.n_kv_heads <= 0 || cfg.n_heads % cfg.n_kv_heads != 0)
         return invalid("num_attention_heads (" + std::to_string(cfg.n_heads) +
                        ") must be a positive multiple of num_key_value_heads (" +
@@ -401,13 +480,6 @@ Expected<ModelConfig> parse_model_config(const std::string& json_text, const std
         return invalid("rms_norm_eps must be a positive number, got " + std::to_string(cfg.rms_eps));
     if (!(cfg.rope_theta > 0.0f) || !std::isfinite(cfg.rope_theta))
         return invalid("rope_theta must be a positive number, got " + std::to_string(cfg.rope_theta));
-    for (int32_t id : cfg.eos_token_ids)
-        if (id < 0 || id >= cfg.vocab)
-            return invalid("eos_token_id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                           std::to_string(cfg.vocab) + ")");
-    if (cfg.bos_token_id && (*cfg.bos_token_id < 0 || *cfg.bos_token_id >= cfg.vocab))
-        return invalid("bos_token_id " + std::to_string(*cfg.bos_token_id) +
-                       " is outside the vocabulary [0, " + std::to_string(cfg.vocab) + ")");
     for (int64_t l = 0; l < cfg.n_layers; ++l)
         if (!cfg.is_moe_layer(l) && cfg.dense_ffn <= 0)
             return invalid("layer " + std::to_string(l) +
@@ -417,10 +489,21 @@ Expected<ModelConfig> parse_model_config(const std::string& json_text, const std
             return invalid("linear_num_value_heads (" + std::to_string(cfg.linear_v_heads) +
                            ") must be a multiple of linear_num_key_heads (" +
                            std::to_string(cfg.linear_k_heads) + ")");
-        if (cfg.conv_kernel < 1) return invalid("linear_conv_kernel_dim must be >= 1");
+        if (cfg.conv_kernel < 1 || cfg.conv_kernel > 64)
+            return invalid("linear_conv_kernel_dim must be in 1..64");
+        for (const auto& [name, v] :
+             {std::pair<const char*, int64_t>{"linear_num_key_heads", cfg.linear_k_heads},
+              {"linear_num_value_heads", cfg.linear_v_heads},
+              {"linear_key_head_dim", cfg.linear_k_dim},
+              {"linear_value_head_dim", cfg.linear_v_dim}})
+            if (v <= 0 || v > kMaxHeads * 64)
+                return invalid(std::string(name) + " = " + std::to_string(v) + " is outside 1.." +
+                               std::to_string(kMaxHeads * 64));
     }
     return cfg;
 }
+
+}  // namespace
 
 Expected<ModelConfig> load_model_config(const std::string& model_dir) {
     std::string path = (std::filesystem::path(model_dir) / "config.json").string();

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include <thread>
 
 #include "core/log.h"
+#include "format/json_text.h"
 #include "io/mapped_file.h"
 #include "kernels/kernels.h"
 #include "runtime/engine_impl.h"
@@ -194,6 +196,54 @@ Expected<kernels::KvType> kv_type_of(const EngineOptions& options) {
     return kv_type;
 }
 
+// generation_config.json: extra EOS ids (inside the vocabulary) and the sampling defaults. Every
+// field is type-checked; a failure names the file and the key.
+Status read_generation_config(const std::string& text, const std::string& path, int64_t vocab,
+                              std::vector<int32_t>* eos_ids, SamplingParams* d) {
+    SLUICE_ASSIGN_OR_RETURN(const nlohmann::json g,
+                            format::parse_json_text(text, path, "[engine]", ErrorCode::kInvalidArgument));
+    auto bad = [&](const std::string& key, const std::string& what) {
+        return error(ErrorCode::kInvalidArgument, "[engine] " + path + ": " + key + ": " + what);
+    };
+    if (!g.is_object()) return bad("(top level)", "expected an object, got " + format::json_type_of(g));
+    if (auto eos = g.find("eos_token_id"); eos != g.end() && !eos->is_null()) {
+        const nlohmann::json ids = eos->is_array() ? *eos : nlohmann::json::array({*eos});
+        for (const auto& v : ids) {
+            if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX) ||
+                v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab)
+                return bad("eos_token_id", v.dump() + " is not a token id in the vocabulary [0, " +
+                                               std::to_string(vocab) + ")");
+            eos_ids->push_back(static_cast<int32_t>(v.get<int64_t>()));
+        }
+    }
+    auto number = [&](const char* key, float* out) -> Status {
+        auto it = g.find(key);
+        if (it == g.end() || it->is_null()) return Status::ok();
+        if (!it->is_number() || !std::isfinite(it->get<double>()))
+            return bad(key, "expected a number, got " + format::json_type_of(*it) + " " + it->dump());
+        *out = it->get<float>();
+        return Status::ok();
+    };
+    bool do_sample = true;
+    if (auto it = g.find("do_sample"); it != g.end() && !it->is_null()) {
+        if (!it->is_boolean()) return bad("do_sample", "expected true or false, got " + it->dump());
+        do_sample = it->get<bool>();
+    }
+    if (do_sample) {
+        d->temperature = 1.0f;
+        SLUICE_RETURN_IF_ERROR(number("temperature", &d->temperature));
+        if (auto it = g.find("top_k"); it != g.end() && !it->is_null()) {
+            if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > INT32_MAX)
+                return bad("top_k",
+                           "expected an integer in 0.." + std::to_string(INT32_MAX) + ", got " + it->dump());
+            d->top_k = static_cast<int32_t>(it->get<int64_t>());
+        }
+        SLUICE_RETURN_IF_ERROR(number("top_p", &d->top_p));
+        SLUICE_RETURN_IF_ERROR(number("min_p", &d->min_p));
+    }
+    return number("repetition_penalty", &d->repetition_penalty);
+}
+
 }  // namespace
 
 Expected<MemoryPlan> plan_memory(const std::string& config_path, const PlannedWeights& weights,
@@ -249,6 +299,7 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         so.io_threads = options.io_threads;
         so.prefetch = options.prefetch;
         so.verify_reads = options.verify_reads;
+        so.verify_first_reads = options.verify_first_reads;
         so.policy = options.cache_policy;
         SLUICE_ASSIGN_OR_RETURN(im.store,
                                 experts::ExpertStore::open(options.model_dir, model->packed_layout(), so));
@@ -285,7 +336,7 @@ Status Engine::load_text_side() {
     const std::string& dir = im.options.model_dir;
     std::error_code ec;
     if (fs::exists(fs::path(dir) / "tokenizer.json", ec)) {
-        SLUICE_ASSIGN_OR_RETURN(im.tokenizer, Tokenizer::load(dir));
+        SLUICE_ASSIGN_OR_RETURN(im.tokenizer, Tokenizer::load(dir, im.info.vocab_size));
         auto tmpl = ChatTemplate::load(dir);
         if (tmpl.has_value()) {
             im.chat_template = std::make_shared<const ChatTemplate>(std::move(tmpl).value());
@@ -298,29 +349,8 @@ Status Engine::load_text_side() {
     const fs::path gen_path = fs::path(dir) / "generation_config.json";
     if (fs::exists(gen_path, ec)) {
         SLUICE_ASSIGN_OR_RETURN(std::string text, io::read_text_file(gen_path.string()));
-        auto g = nlohmann::json::parse(text, nullptr, false);
-        if (g.is_discarded() || !g.is_object())
-            return error(ErrorCode::kInvalidArgument,
-                         "[engine] " + gen_path.string() + ": not a valid JSON object");
-        auto eos = g.find("eos_token_id");
-        if (eos != g.end()) {
-            if (eos->is_number_integer()) im.eos_ids.push_back(eos->get<int32_t>());
-            if (eos->is_array())
-                for (const auto& v : *eos)
-                    if (v.is_number_integer()) im.eos_ids.push_back(v.get<int32_t>());
-        }
-        SamplingParams& d = im.default_sampling;
-        if (g.value("do_sample", true)) {
-            if (g.contains("temperature") && g["temperature"].is_number())
-                d.temperature = g["temperature"].get<float>();
-            else
-                d.temperature = 1.0f;
-            if (g.contains("top_k") && g["top_k"].is_number_integer()) d.top_k = g["top_k"].get<int32_t>();
-            if (g.contains("top_p") && g["top_p"].is_number()) d.top_p = g["top_p"].get<float>();
-            if (g.contains("min_p") && g["min_p"].is_number()) d.min_p = g["min_p"].get<float>();
-        }
-        if (g.contains("repetition_penalty") && g["repetition_penalty"].is_number())
-            d.repetition_penalty = g["repetition_penalty"].get<float>();
+        SLUICE_RETURN_IF_ERROR(read_generation_config(text, gen_path.string(), im.info.vocab_size,
+                                                      &im.eos_ids, &im.default_sampling));
     }
     if (im.tokenizer) {
         if (im.tokenizer->eos_token())

@@ -58,7 +58,7 @@ struct Tokenizer::Impl {
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
 
-Expected<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::string& model_dir) {
+Expected<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::string& model_dir, int64_t vocab_size) {
     const std::string json_path = model_dir + "/tokenizer.json";
     if (!file_exists(json_path))
         return error(ErrorCode::kNotFound, fmt::format("[tokenizer] {}: file not found", json_path));
@@ -105,6 +105,22 @@ Expected<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::string& mo
     int32_t max_id = -1;
     for (const auto& [text, id] : spec.vocab) max_id = std::max(max_id, id);
     for (const auto& t : added) max_id = std::max(max_id, t.id);
+    if (vocab_size > 0 && max_id >= vocab_size) {
+        for (const auto& [text, id] : spec.vocab)
+            if (id == max_id)
+                return error(
+                    ErrorCode::kCorrupt,
+                    fmt::format("[tokenizer] {}: model.vocab: '{}' has id {}, past the model's vocab_size {} "
+                                "(config.json)",
+                                json_path, text, id, vocab_size));
+        for (const auto& t : added)
+            if (t.id == max_id)
+                return error(
+                    ErrorCode::kCorrupt,
+                    fmt::format("[tokenizer] {}: added token '{}' has id {}, past the model's vocab_size {} "
+                                "(config.json)",
+                                json_path, t.content, t.id, vocab_size));
+    }
     const size_t n = static_cast<size_t>(max_id + 1);
     impl->id_text.resize(n);
     impl->id_bytes.resize(n);

@@ -256,6 +256,24 @@ TEST(ModelConfig, OutOfRangeValuesAreRefused) {
         {R"(,"rope_parameters":{"rope_theta":-5}})", "rope_theta must be a positive number"},
         {R"(,"eos_token_id":[5,100]})", "eos_token_id 100 is outside the vocabulary [0, 100)"},
         {R"(,"bos_token_id":-3})", "bos_token_id -3 is outside the vocabulary"},
+        // Ids checked before they are narrowed (2^32 + 1 once wrapped to a valid 1), pad included.
+        {R"(,"eos_token_id":4294967297})", "eos_token_id 4294967297 is outside the vocabulary [0, 100)"},
+        {R"(,"pad_token_id":100})", "pad_token_id 100 is outside the vocabulary"},
+        {R"(,"bos_token_id":"1"})", "bos_token_id \"1\" is outside the vocabulary"},
+        // Dims positive and bounded before anything is sized by them.
+        {R"(,"head_dim":-32})", "head_dim = -32 is outside 1..1048576"},
+        {R"(,"vocab_size":1000000000})", "vocab_size 1000000000 is outside 1..16777216"},
+        {R"(,"vocab_size":50000000})", "vocab_size 50000000 is outside 1..16777216"},
+        {R"(,"num_attention_heads":1000000,"num_key_value_heads":1000000})",
+         "num_attention_heads = 1000000 is outside 1..4096"},
+        {R"(,"max_position_embeddings":-1})", "max_position_embeddings = -1 is outside"},
+        {R"(,"mlp_only_layers":[7]})", "mlp_only_layers names layer 7 of a 2-layer model"},
+        // A quantization value that would wrap to a supported one (4294967300 → 4).
+        {R"(,"quantization":{"bits":4294967300,"group_size":64}})", "quantization bits = 4294967300"},
+        // Number overflow (nlohmann's out_of_range, once "not a valid JSON object") names the key.
+        {R"(,"rope_theta":1e999})", "rope_theta: [json.exception.out_of_range.406] number overflow"},
+        {R"(,"rope_parameters":{"rope_theta":1e999}})", "rope_parameters.rope_theta: "},
+        {R"(,"eos_token_id":[1,2,1e999]})", "eos_token_id[2]: "},
     };
     for (const auto& [tail, expect] : cases) {
         auto cfg = parse_model_config(base + tail, "c.json");

@@ -161,7 +161,8 @@ TEST(Tokenizer, MalformedFilesAreExplained) {
         // A number no double holds (nlohmann's out_of_range, not a parse error) and ids that would make
         // the id-indexed tables gigabytes: clear errors naming the file, not "internal error" or
         // std::bad_alloc.
-        {huge_number.dump().replace(huge_number.dump().find("424242"), 6, "1e999"), "invalid JSON"},
+        {huge_number.dump().replace(huge_number.dump().find("424242"), 6, "1e999"),
+         "model.vocab.zz: [json.exception.out_of_range.406] number overflow parsing '1e999'"},
         {huge_id.dump(), "expected an integer id in 0..16777215"},
         {huge_added_id.dump(), "added_tokens[0].id: expected an integer id in 0..16777215"},
     };
@@ -172,6 +173,20 @@ TEST(Tokenizer, MalformedFilesAreExplained) {
         EXPECT_NE(t.status().message().find("tokenizer"), std::string::npos) << t.status().message();
         EXPECT_NE(t.status().message().find(c.expect), std::string::npos) << t.status().message();
     }
+    // Ids past the model's vocabulary (config.json's vocab_size) are refused before the id tables
+    // are sized by them.
+    json past_vocab = tiny_tokenizer({}, false);
+    json extra = big;
+    extra["id"] = 300;
+    past_vocab["added_tokens"] = json::array({extra});
+    dir.write("tokenizer.json", past_vocab.dump());
+    ASSERT_TRUE(Tokenizer::load(dir.path()).has_value());
+    auto past = Tokenizer::load(dir.path(), 300);
+    ASSERT_FALSE(past.has_value());
+    EXPECT_NE(past.status().message().find("added token '<x>' has id 300, past the model's vocab_size 300"),
+              std::string::npos)
+        << past.status().message();
+    EXPECT_TRUE(Tokenizer::load(dir.path(), 301).has_value());
     // A malformed tokenizer_config.json is named too.
     dir.write("tokenizer.json", tiny_tokenizer({}, false).dump());
     dir.write("tokenizer_config.json", "{\"eos_token\": 5}");
