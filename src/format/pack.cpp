@@ -2,9 +2,12 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "format/hub_api.h"
+#include "format/json_text.h"
 #include "io/mapped_file.h"
 
 namespace sluice::format {
@@ -56,61 +59,140 @@ json projection_json(const PackProjection& p) {
     return j;
 }
 
+// Bounds on what a layout.json may claim, so a corrupt number never becomes a huge allocation or
+// an overflowing product: dims below 2^32, at most 8 of them, 2^20 experts, 2^16 layers.
+constexpr int64_t kMaxDim = (int64_t{1} << 32) - 1;
+constexpr int64_t kMaxExperts = int64_t{1} << 20;
+constexpr int64_t kMaxLayers = int64_t{1} << 16;
+constexpr int kMaxBits = 16;
+constexpr int kMaxGroup = 1 << 16;
+
+bool safe_relative_name(const std::string& f) {
+    return !f.empty() && f.find("..") == std::string::npos && f[0] != '/';
+}
+
+// numel × element size, or false on overflow / a negative dim.
+bool section_bytes(const PackSection& s, uint64_t* out) {
+    uint64_t n = dtype_size(s.dtype);
+    for (int64_t d : s.shape) {
+        if (d < 0 || (d > 0 && n > UINT64_MAX / static_cast<uint64_t>(d))) return false;
+        n *= static_cast<uint64_t>(d);
+    }
+    *out = n;
+    return true;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+}
+
+Status version_error(const std::string& source, int version) {
+    return error(
+        ErrorCode::kUnsupported,
+        "[pack] " + source + ": format version " + std::to_string(version) + ", this sluice reads version " +
+            std::to_string(kPackFormatVersion) +
+            (version < kPackFormatVersion
+                 ? " (an older pack, whose description files may carry no checksums): re-pack the model "
+                   "with `sluice pack` (or re-pull it with `sluice pull`)"
+                 : " (a newer pack): upgrade sluice, or re-pack the model with this one"));
+}
+
 class LayoutParser {
  public:
-    explicit LayoutParser(std::string source) : source_(std::move(source)) {}
-    Status status() const { return status_; }
-    void fail(const std::string& what) {
-        if (status_.is_ok()) status_ = error(ErrorCode::kCorrupt, "[pack] " + source_ + ": " + what);
-    }
-    uint64_t u64(const json& j, const char* key, const std::string& where) {
-        auto it = j.find(key);
-        if (it == j.end() || !it->is_number_unsigned()) {
-            fail(where + ": missing or invalid '" + key + "'");
-            return 0;
-        }
-        return it->get<uint64_t>();
-    }
+    explicit LayoutParser(const std::string& source) : f_("[pack]", source, ErrorCode::kCorrupt) {}
+    Status status() const { return f_.status(); }
+    void fail(const std::string& where, const std::string& what) { f_.fail(where, what); }
+    JsonFields& fields() { return f_; }
+
     PackSection section(const json& j, const std::string& where) {
         PackSection s;
         if (!j.is_object()) {
-            fail(where + " is not an object");
+            fail(where, "expected an object, got " + json_type_of(j));
             return s;
         }
-        s.name = j.value("name", "");
-        if (!j.contains("dtype") || !j["dtype"].is_string() ||
-            !parse_dtype(j["dtype"].get<std::string>(), &s.dtype))
-            fail(where + ": missing or unknown 'dtype'");
-        if (j.contains("shape") && j["shape"].is_array())
-            for (const auto& d : j["shape"]) s.shape.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
-        s.offset = u64(j, "offset", where);
-        s.size = u64(j, "size", where);
-        s.bits = j.value("bits", 0);
-        s.group_size = j.value("group_size", 0);
-        if (j.contains("xxh3") && !parse_hex64(j["xxh3"], &s.xxh3)) fail(where + ": bad 'xxh3'");
+        s.name = f_.string(j, "name", where, true);
+        const std::string dtype = f_.string(j, "dtype", where, true);
+        if (f_.ok() && !parse_dtype(dtype, &s.dtype)) fail(where + ".dtype", "unknown dtype '" + dtype + "'");
+        auto shape = j.find("shape");
+        if (shape == j.end() || !shape->is_array() || shape->size() > 8) {
+            fail(where + ".shape", "expected an array of at most 8 dims");
+        } else {
+            for (size_t i = 0; i < shape->size(); ++i)
+                s.shape.push_back(
+                    f_.integer_value((*shape)[i], where + ".shape[" + std::to_string(i) + "]", 0, kMaxDim));
+        }
+        s.offset = f_.unsigned_integer(j, "offset", where, true);
+        s.size = f_.unsigned_integer(j, "size", where, true);
+        s.bits = static_cast<int>(f_.integer(j, "bits", where, 0, kMaxBits, false));
+        s.group_size = static_cast<int>(f_.integer(j, "group_size", where, 0, kMaxGroup, false));
+        if (auto x = j.find("xxh3"); x != j.end() && !parse_hex64(*x, &s.xxh3))
+            fail(where + ".xxh3", "expected 16 hex digits, got " + x->dump());
+        uint64_t bytes = 0;
+        if (f_.ok() && (!section_bytes(s, &bytes) || bytes != s.size))
+            fail(where, "'" + s.name + "' is " + dtype_name(s.dtype) + " " + shape_str(s.shape) + " = " +
+                            std::to_string(bytes) + " bytes, but its size says " + std::to_string(s.size));
+        if (f_.ok() && s.offset > UINT64_MAX - s.size) fail(where, "offset + size overflows");
         return s;
     }
+
+    // One projection of an expert record: its sections must be exactly what rows × cols at its
+    // bits and group size take (`U32 [rows, cols·bits/32]`, scales and biases `[rows, cols/group]`,
+    // or a float `[rows, cols]`).
     PackProjection projection(const json& j, const std::string& where) {
         PackProjection p;
         if (!j.is_object()) {
-            fail(where + " is not an object");
+            fail(where, "expected an object, got " + json_type_of(j));
             return p;
         }
-        p.rows = static_cast<int64_t>(u64(j, "rows", where));
-        p.cols = static_cast<int64_t>(u64(j, "cols", where));
-        p.bits = j.value("bits", 0);
-        p.group_size = j.value("group_size", 0);
+        p.rows = f_.integer(j, "rows", where, 1, kMaxDim, true);
+        p.cols = f_.integer(j, "cols", where, 1, kMaxDim, true);
+        p.bits = static_cast<int>(f_.integer(j, "bits", where, 0, kMaxBits, true));
+        p.group_size = static_cast<int>(f_.integer(j, "group_size", where, 0, kMaxGroup, true));
         p.weight = section(j.value("weight", json()), where + ".weight");
         if (p.bits) {
             p.scales = section(j.value("scales", json()), where + ".scales");
             p.biases = section(j.value("biases", json()), where + ".biases");
         }
+        if (!f_.ok()) return p;
+        auto expect_shape = [&](const PackSection& s, const char* which, std::vector<int64_t> want) {
+            if (s.shape != want)
+                fail(where + "." + which,
+                     "shape " + shape_str(s.shape) + ", but a " +
+                         (p.bits ? std::to_string(p.bits) + "-bit group " + std::to_string(p.group_size)
+                                 : std::string("float")) +
+                         " projection of [" + std::to_string(p.rows) + ", " + std::to_string(p.cols) +
+                         "] needs " + shape_str(want));
+        };
+        if (p.bits == 0) {
+            if (p.group_size != 0)
+                fail(where, "a float projection with group_size " + std::to_string(p.group_size));
+            expect_shape(p.weight, "weight", {p.rows, p.cols});
+            return p;
+        }
+        if (p.group_size <= 0 || p.cols % p.group_size != 0)
+            fail(where, "group_size " + std::to_string(p.group_size) + " does not divide cols " +
+                            std::to_string(p.cols));
+        else if (p.cols * p.bits % 32 != 0)
+            fail(where, std::to_string(p.bits) + "-bit codes of " + std::to_string(p.cols) +
+                            " columns do not fill whole 32-bit words");
+        else if (p.weight.dtype != DType::kU32)
+            fail(where + ".weight",
+                 std::string("quantized codes must be U32, got ") + dtype_name(p.weight.dtype));
+        else if (p.weight.bits != p.bits || p.weight.group_size != p.group_size)
+            fail(where + ".weight", "bits " + std::to_string(p.weight.bits) + " group " +
+                                        std::to_string(p.weight.group_size) + ", but the projection says " +
+                                        std::to_string(p.bits) + " group " + std::to_string(p.group_size));
+        if (!f_.ok()) return p;
+        expect_shape(p.weight, "weight", {p.rows, p.cols * p.bits / 32});
+        expect_shape(p.scales, "scales", {p.rows, p.cols / p.group_size});
+        expect_shape(p.biases, "biases", {p.rows, p.cols / p.group_size});
         return p;
     }
 
  private:
-    std::string source_;
-    Status status_;
+    JsonFields f_;
 };
 
 }  // namespace
@@ -153,62 +235,114 @@ std::string serialize_pack_layout(const PackLayout& layout) {
 }
 
 Expected<PackLayout> parse_pack_layout(const std::string& json_text, const std::string& source) {
-    json j = json::parse(json_text, nullptr, false);
-    if (j.is_discarded() || !j.is_object())
-        return error(ErrorCode::kCorrupt, "[pack] " + source + ": not a valid JSON object");
-    if (j.value("format", "") != kPackFormatMagic)
-        return error(ErrorCode::kCorrupt, "[pack] " + source + ": format is not '" + kPackFormatMagic + "'");
-    PackLayout layout;
-    layout.version = j.value("version", 0);
-    if (layout.version != kPackFormatVersion) {
-        return error(ErrorCode::kUnsupported,
-                     "[pack] " + source + ": format version " + std::to_string(layout.version) +
-                         ", this sluice reads version " + std::to_string(kPackFormatVersion) +
-                         " (re-pack the model)");
-    }
+    SLUICE_ASSIGN_OR_RETURN(const json j, parse_json_text(json_text, source, "[pack]", ErrorCode::kCorrupt));
+    if (!j.is_object())
+        return error(ErrorCode::kCorrupt,
+                     "[pack] " + source + ": expected a JSON object, got " + json_type_of(j));
     LayoutParser p(source);
-    layout.source_layout = j.value("source_layout", "");
-    layout.dense_file = j.value("dense_file", "dense.safetensors");
-    layout.n_experts = static_cast<int64_t>(p.u64(j, "n_experts", "layout"));
-    if (j.contains("dense") && j["dense"].is_array())
-        for (size_t i = 0; i < j["dense"].size(); ++i)
-            layout.dense.push_back(p.section(j["dense"][i], "dense[" + std::to_string(i) + "]"));
-    if (!j.contains("expert_files") || !j["expert_files"].is_array())
-        p.fail("missing 'expert_files'");
-    else {
-        for (const auto& f : j["expert_files"]) {
-            PackExpertFile ef;
-            const std::string where = "expert_files[" + std::to_string(layout.expert_files.size()) + "]";
-            ef.layer = static_cast<int64_t>(p.u64(f, "layer", where));
-            ef.file = f.value("file", "");
-            if (ef.file.empty() || ef.file.find("..") != std::string::npos || ef.file[0] == '/')
-                p.fail(where + ": bad file name '" + ef.file + "'");
-            ef.record_stride = p.u64(f, "record_stride", where);
-            ef.record_bytes = p.u64(f, "record_bytes", where);
-            if (ef.record_stride == 0 || ef.record_stride % kPackRecordAlign != 0 ||
-                ef.record_bytes > ef.record_stride)
-                p.fail(where + ": record_stride must be a positive multiple of 4096 holding record_bytes");
-            ef.gate = p.projection(f.value("gate", json()), where + ".gate");
-            ef.up = p.projection(f.value("up", json()), where + ".up");
-            ef.down = p.projection(f.value("down", json()), where + ".down");
-            if (f.contains("record_xxh3") && f["record_xxh3"].is_array()) {
-                for (const auto& c : f["record_xxh3"]) {
-                    uint64_t v = 0;
-                    if (!parse_hex64(c, &v)) p.fail(where + ": bad record checksum");
-                    ef.record_xxh3.push_back(v);
+    JsonFields& f = p.fields();
+    if (f.string(j, "format", "", true) != kPackFormatMagic) {
+        SLUICE_RETURN_IF_ERROR(f.status());
+        return error(ErrorCode::kCorrupt, "[pack] " + source + ": format is not '" + kPackFormatMagic + "'");
+    }
+    PackLayout layout;
+    layout.version = static_cast<int>(f.integer(j, "version", "", 0, 1 << 20, true));
+    SLUICE_RETURN_IF_ERROR(f.status());
+    if (layout.version != kPackFormatVersion) return version_error(source, layout.version);
+    try {
+        layout.source_layout = f.string(j, "source_layout", "", true);
+        if (f.ok() && layout.source_layout != "huggingface" && layout.source_layout != "mlx")
+            p.fail("source_layout",
+                   "expected \"huggingface\" or \"mlx\", got \"" + layout.source_layout + "\"");
+        layout.dense_file = f.string(j, "dense_file", "", false, "dense.safetensors");
+        if (!safe_relative_name(layout.dense_file))
+            p.fail("dense_file", "bad file name '" + layout.dense_file + "'");
+        layout.n_experts = f.integer(j, "n_experts", "", 0, kMaxExperts, true);
+        auto dense = j.find("dense");
+        if (dense == j.end() || !dense->is_array())
+            p.fail("dense", "missing or not an array");
+        else
+            for (size_t i = 0; i < dense->size() && f.ok(); ++i)
+                layout.dense.push_back(p.section((*dense)[i], "dense[" + std::to_string(i) + "]"));
+        auto files = j.find("expert_files");
+        if (files == j.end() || !files->is_array()) {
+            p.fail("expert_files", "missing or not an array");
+        } else {
+            for (size_t i = 0; i < files->size() && f.ok(); ++i) {
+                const json& e = (*files)[i];
+                PackExpertFile ef;
+                const std::string where = "expert_files[" + std::to_string(i) + "]";
+                ef.layer = f.integer(e, "layer", where, 0, kMaxLayers, true);
+                ef.file = f.string(e, "file", where, true);
+                if (f.ok() && !safe_relative_name(ef.file))
+                    p.fail(where + ".file", "bad file name '" + ef.file + "'");
+                ef.record_stride = f.unsigned_integer(e, "record_stride", where, true);
+                ef.record_bytes = f.unsigned_integer(e, "record_bytes", where, true);
+                if (f.ok() && (ef.record_stride == 0 || ef.record_stride % kPackRecordAlign != 0 ||
+                               ef.record_bytes > ef.record_stride || ef.record_stride > (uint64_t{1} << 40)))
+                    p.fail(where, "record_stride " + std::to_string(ef.record_stride) +
+                                      " must be a positive multiple of 4096 holding record_bytes " +
+                                      std::to_string(ef.record_bytes));
+                if (!f.ok()) break;
+                ef.gate = p.projection(e.value("gate", json()), where + ".gate");
+                ef.up = p.projection(e.value("up", json()), where + ".up");
+                ef.down = p.projection(e.value("down", json()), where + ".down");
+                auto checks = e.find("record_xxh3");
+                if (checks == e.end() || !checks->is_array()) {
+                    p.fail(where + ".record_xxh3", "missing or not an array");
+                } else if (static_cast<int64_t>(checks->size()) != layout.n_experts) {
+                    p.fail(where + ".record_xxh3", std::to_string(checks->size()) + " record checksums for " +
+                                                       std::to_string(layout.n_experts) + " experts");
+                } else {
+                    ef.record_xxh3.reserve(checks->size());
+                    for (size_t c = 0; c < checks->size() && f.ok(); ++c) {
+                        uint64_t v = 0;
+                        if (!parse_hex64((*checks)[c], &v))
+                            p.fail(where + ".record_xxh3[" + std::to_string(c) + "]",
+                                   "expected 16 hex digits, got " + (*checks)[c].dump());
+                        ef.record_xxh3.push_back(v);
+                    }
                 }
-            }
-            if (static_cast<int64_t>(ef.record_xxh3.size()) != layout.n_experts)
-                p.fail(where + ": " + std::to_string(ef.record_xxh3.size()) + " record checksums for " +
-                       std::to_string(layout.n_experts) + " experts");
-            for (const PackProjection* pr : {&ef.gate, &ef.up, &ef.down}) {
-                for (const PackSection* s : {&pr->weight, &pr->scales, &pr->biases}) {
-                    if (s->offset + s->size > ef.record_bytes)
-                        p.fail(where + ": section '" + s->name + "' runs past the record");
+                // Sections inside the record, aligned and disjoint: no view reaches past the
+                // record or into another section.
+                struct Span {
+                    uint64_t begin, end;
+                    std::string name;
+                };
+                std::vector<Span> spans;
+                for (const auto& [pname, pr] :
+                     {std::pair<const char*, const PackProjection*>{"gate", &ef.gate},
+                      {"up", &ef.up},
+                      {"down", &ef.down}}) {
+                    for (const auto& [sname, sec] :
+                         {std::pair<const char*, const PackSection*>{"weight", &pr->weight},
+                          {"scales", &pr->scales},
+                          {"biases", &pr->biases}}) {
+                        if (sec->size == 0 && pr->bits == 0 && sec != &pr->weight) continue;
+                        const std::string at = where + "." + pname + "." + sname;
+                        if (sec->offset % kPackSectionAlign != 0)
+                            p.fail(at, "offset " + std::to_string(sec->offset) + " is not 64-byte aligned");
+                        if (sec->offset > ef.record_bytes || sec->size > ef.record_bytes - sec->offset)
+                            p.fail(at,
+                                   "runs past the record (" + std::to_string(ef.record_bytes) + " bytes)");
+                        spans.push_back({sec->offset, sec->offset + sec->size, at});
+                    }
                 }
+                std::sort(spans.begin(), spans.end(),
+                          [](const Span& a, const Span& b) { return a.begin < b.begin; });
+                for (size_t s = 1; s < spans.size(); ++s)
+                    if (spans[s].begin < spans[s - 1].end)
+                        p.fail(spans[s].name, "overlaps " + spans[s - 1].name);
+                for (const PackExpertFile& other : layout.expert_files) {
+                    if (other.layer == ef.layer)
+                        p.fail(where + ".layer", "layer " + std::to_string(ef.layer) + " is listed twice");
+                    if (other.file == ef.file) p.fail(where + ".file", "'" + ef.file + "' is listed twice");
+                }
+                layout.expert_files.push_back(std::move(ef));
             }
-            layout.expert_files.push_back(std::move(ef));
         }
+    } catch (const json::exception& e) {  // a backstop: every field above is read type-checked
+        p.fail("", std::string("unexpected structure: ") + e.what());
     }
     SLUICE_RETURN_IF_ERROR(p.status());
     return layout;
@@ -225,7 +359,9 @@ std::string serialize_pack_manifest(const PackManifest& m) {
 }
 
 bool manifest_checksums(const std::string& relative_path, const std::string& dense_file) {
-    return relative_path != dense_file && relative_path.rfind("experts/", 0) != 0;
+    const bool data = relative_path == dense_file || relative_path.rfind("experts/", 0) == 0 ||
+                      (relative_path.size() > 12 && relative_path.ends_with(".safetensors"));
+    return !data;
 }
 
 bool is_packed_dir(const std::string& dir) {
@@ -241,60 +377,78 @@ Expected<PackLayout> open_packed_dir(const std::string& dir) {
                                               " has no manifest.json: the pack is incomplete "
                                               "(interrupted?) — re-run `sluice pack` to resume it");
     }
+    auto corrupt = [&](const std::string& what) { return error(ErrorCode::kCorrupt, "[pack] " + what); };
     SLUICE_ASSIGN_OR_RETURN(std::string mtext, io::read_text_file(manifest_path));
-    json m = json::parse(mtext, nullptr, false);
-    if (m.is_discarded() || !m.is_object())
-        return error(ErrorCode::kCorrupt, "[pack] " + manifest_path + ": not valid JSON");
-    if (m.value("format", "") != kPackFormatMagic)
-        return error(ErrorCode::kCorrupt,
-                     "[pack] " + manifest_path + ": format is not '" + kPackFormatMagic + "'");
-    const int version = m.value("version", 0);
-    if (version != kPackFormatVersion) {
-        return error(ErrorCode::kUnsupported, "[pack] " + manifest_path + ": format version " +
-                                                  std::to_string(version) + ", this sluice reads version " +
-                                                  std::to_string(kPackFormatVersion) +
-                                                  " (re-pack the model)");
+    SLUICE_ASSIGN_OR_RETURN(const json m,
+                            parse_json_text(mtext, manifest_path, "[pack]", ErrorCode::kCorrupt));
+    if (!m.is_object()) return corrupt(manifest_path + ": expected a JSON object, got " + json_type_of(m));
+    JsonFields f("[pack]", manifest_path, ErrorCode::kCorrupt);
+    if (f.string(m, "format", "", true) != kPackFormatMagic) {
+        SLUICE_RETURN_IF_ERROR(f.status());
+        return corrupt(manifest_path + ": format is not '" + kPackFormatMagic + "'");
     }
-    if (!m.contains("files") || !m["files"].is_object())
-        return error(ErrorCode::kCorrupt, "[pack] " + manifest_path + ": missing 'files'");
-    for (auto it = m["files"].begin(); it != m["files"].end(); ++it) {
+    const int version = static_cast<int>(f.integer(m, "version", "", 0, 1 << 20, true));
+    SLUICE_RETURN_IF_ERROR(f.status());
+    if (version != kPackFormatVersion) return version_error(manifest_path, version);
+    auto files = m.find("files");
+    if (files == m.end() || !files->is_object())
+        return corrupt(manifest_path + ": 'files' missing or not an object");
+    auto sums = m.find("xxh3");
+    if (sums == m.end() || !sums->is_object())
+        return corrupt(manifest_path + ": 'xxh3' missing or not an object");
+    for (auto it = files->begin(); it != files->end(); ++it) {
+        if (!safe_relative_name(it.key()))
+            return corrupt(manifest_path + ": files: bad file name '" + it.key() + "'");
+        const uint64_t want = f.unsigned_integer(*files, it.key().c_str(), "files", true);
+        SLUICE_RETURN_IF_ERROR(f.status());
         const fs::path p = fs::path(dir) / it.key();
-        if (!it.value().is_number_unsigned())
-            return error(ErrorCode::kCorrupt,
-                         "[pack] " + manifest_path + ": bad size for '" + it.key() + "'");
         if (!fs::exists(p, ec))
-            return error(ErrorCode::kCorrupt,
-                         "[pack] " + dir + ": file '" + it.key() + "' listed in the manifest is missing");
+            return corrupt(dir + ": file '" + it.key() + "' listed in the manifest is missing");
         const uint64_t size = fs::file_size(p, ec);
-        if (size != it.value().get<uint64_t>()) {
-            return error(ErrorCode::kCorrupt, "[pack] " + dir + ": file '" + it.key() + "' is " +
-                                                  std::to_string(size) + " bytes, the manifest says " +
-                                                  std::to_string(it.value().get<uint64_t>()) +
-                                                  " (truncated or modified)");
+        if (size != want) {
+            return corrupt(dir + ": file '" + it.key() + "' is " + std::to_string(size) +
+                           " bytes, the manifest says " + std::to_string(want) + " (truncated or modified)");
         }
+        if (manifest_checksums(it.key(), "dense.safetensors") && !sums->contains(it.key()))
+            return corrupt(manifest_path + ": xxh3: no checksum for '" + it.key() + "'");
     }
+    for (const char* required : {"layout.json", "config.json"})
+        if (!files->contains(required))
+            return corrupt(manifest_path + ": files: '" + required + "' is not listed");
+    // A description file the loader would read but the pack never listed (a tokenizer dropped in
+    // later) would be believed unchecked.
+    for (const std::string& name : model_side_file_names())
+        if (!files->contains(name) && fs::exists(fs::path(dir) / name, ec))
+            return corrupt(
+                dir + ": '" + name +
+                "' is not listed in manifest.json (added after packing?): remove it, or re-pack the "
+                "model with it in the source folder");
     // The description files against their checksums: a layout.json or config.json changed after
     // packing (one byte: "bits": 4 → 2) would otherwise be believed.
-    if (auto sums = m.find("xxh3"); sums != m.end()) {
-        if (!sums->is_object())
-            return error(ErrorCode::kCorrupt, "[pack] " + manifest_path + ": 'xxh3' is not an object");
-        for (auto it = sums->begin(); it != sums->end(); ++it) {
-            uint64_t want = 0;
-            if (!parse_hex64(it.value(), &want))
-                return error(ErrorCode::kCorrupt,
-                             "[pack] " + manifest_path + ": bad checksum for '" + it.key() + "'");
-            const std::string path = (fs::path(dir) / it.key()).string();
-            SLUICE_ASSIGN_OR_RETURN(std::string contents, io::read_text_file(path));
-            if (XXH3_64bits(contents.data(), contents.size()) != want)
-                return error(ErrorCode::kCorrupt,
-                             "[pack] " + dir + ": '" + it.key() +
-                                 "' does not match its checksum in manifest.json "
-                                 "(changed after packing; re-pack or re-pull the model)");
-        }
+    for (auto it = sums->begin(); it != sums->end(); ++it) {
+        uint64_t want = 0;
+        if (!parse_hex64(it.value(), &want))
+            return corrupt(manifest_path + ": xxh3." + it.key() + ": expected 16 hex digits, got " +
+                           it.value().dump());
+        if (!files->contains(it.key()))
+            return corrupt(manifest_path + ": xxh3: '" + it.key() + "' is not in 'files'");
+        const std::string path = (fs::path(dir) / it.key()).string();
+        SLUICE_ASSIGN_OR_RETURN(std::string contents, io::read_text_file(path));
+        if (XXH3_64bits(contents.data(), contents.size()) != want)
+            return corrupt(dir + ": '" + it.key() +
+                           "' does not match its checksum in manifest.json "
+                           "(changed after packing; re-pack or re-pull the model)");
     }
     const std::string layout_path = (fs::path(dir) / "layout.json").string();
     SLUICE_ASSIGN_OR_RETURN(std::string ltext, io::read_text_file(layout_path));
-    return parse_pack_layout(ltext, layout_path);
+    SLUICE_ASSIGN_OR_RETURN(PackLayout layout, parse_pack_layout(ltext, layout_path));
+    if (!files->contains(layout.dense_file))
+        return corrupt(layout_path + ": dense_file '" + layout.dense_file +
+                       "' is not listed in manifest.json");
+    for (const PackExpertFile& e : layout.expert_files)
+        if (!files->contains(e.file))
+            return corrupt(layout_path + ": expert file '" + e.file + "' is not listed in manifest.json");
+    return layout;
 }
 
 }  // namespace sluice::format

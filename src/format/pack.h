@@ -25,7 +25,7 @@
 namespace sluice::format {
 
 inline constexpr const char* kPackFormatMagic = "sluice-pack";
-inline constexpr int kPackFormatVersion = 1;
+inline constexpr int kPackFormatVersion = 2;        // 2: every description file checksummed in the manifest
 inline constexpr uint64_t kPackRecordAlign = 4096;  // one expert record = whole pages (O_DIRECT)
 inline constexpr uint64_t kPackSectionAlign = 64;   // sections inside a record: cache-line aligned
 

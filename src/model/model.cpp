@@ -98,16 +98,38 @@ Status check_pack_layout(const ModelConfig& c, const format::PackLayout& layout,
     return Status::ok();
 }
 
+Status check_pack_dense(const format::PackLayout& layout, const format::Checkpoint& dense,
+                        const std::string& dir) {
+    const std::string where = "[model] " + dir + ": layout.json dense tensor '";
+    for (const format::PackSection& s : layout.dense) {
+        const format::TensorInfo* t = dense.find(s.name);
+        if (t == nullptr)
+            return error(ErrorCode::kCorrupt, where + s.name + "' is not in " + layout.dense_file);
+        if (t->dtype != s.dtype || t->shape != s.shape || t->size_bytes != s.size || t->offset != s.offset)
+            return error(ErrorCode::kCorrupt,
+                         where + s.name + "': layout.json says " + format::dtype_name(s.dtype) + " of " +
+                             std::to_string(s.size) + " bytes at " + std::to_string(s.offset) + ", " +
+                             layout.dense_file + " " + format::dtype_name(t->dtype) + " of " +
+                             std::to_string(t->size_bytes) + " bytes at " + std::to_string(t->offset));
+    }
+    return Status::ok();
+}
+
 Expected<std::shared_ptr<Model>> Model::load(const std::string& dir) {
     auto model = std::shared_ptr<Model>(new Model());
+    // A packed folder's manifest first: config.json is believed only once its checksum matches.
+    const bool packed = format::is_packed_dir(dir);
+    if (packed) {
+        SLUICE_ASSIGN_OR_RETURN(model->packed_layout_, format::open_packed_dir(dir));
+    }
     SLUICE_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir));
     std::shared_ptr<format::Checkpoint> checkpoint;
-    if (format::is_packed_dir(dir)) {
-        SLUICE_ASSIGN_OR_RETURN(model->packed_layout_, format::open_packed_dir(dir));
+    if (packed) {
         model->packed_ = true;
         SLUICE_ASSIGN_OR_RETURN(checkpoint,
                                 format::Checkpoint::open_files(dir, {model->packed_layout_.dense_file}));
         SLUICE_RETURN_IF_ERROR(check_pack_layout(config, model->packed_layout_, dir));
+        SLUICE_RETURN_IF_ERROR(check_pack_dense(model->packed_layout_, *checkpoint, dir));
         if (model->packed_layout_.n_experts != config.n_experts) {
             return error(ErrorCode::kCorrupt, "[model] " + dir + ": layout.json has " +
                                                   std::to_string(model->packed_layout_.n_experts) +

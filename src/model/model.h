@@ -155,6 +155,10 @@ struct Workspace {
 // elsewhere, each projection of the config's shape and quantized as the config says (bits, group).
 // So a layout that does not describe this model is refused at load, naming the layer.
 Status check_pack_layout(const ModelConfig& config, const format::PackLayout& layout, const std::string& dir);
+// layout.json's dense tensors against the dense file's safetensors header (dtype, size, offset):
+// the two descriptions of one file must agree, naming the tensor where they do not.
+Status check_pack_dense(const format::PackLayout& layout, const format::Checkpoint& dense,
+                        const std::string& dir);
 
 class Model {
  public:

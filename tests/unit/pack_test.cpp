@@ -345,7 +345,7 @@ TEST_F(PackFaults, WrongArchitecture) {
 
 // The description files are covered by the manifest's checksums: one byte of layout.json changed
 // after packing ("bits": 4 → 2, which once passed `verify` and printed garbage) is refused by load
-// and by verify, naming the file. A pack written before the checksums existed still opens.
+// and by verify, naming the file.
 TEST_F(PackFaults, ChangedDescriptionFilesAreRefused) {
     auto layout_text = io::read_text_file(path("layout.json"));
     ASSERT_TRUE(layout_text.has_value());
@@ -374,15 +374,127 @@ TEST_F(PackFaults, ChangedDescriptionFilesAreRefused) {
         << c.status().message();
     ASSERT_TRUE(io::write_file_atomic(path("config.json"), *config_text).is_ok());
 
-    // An older pack: no checksums in the manifest.
-    auto manifest = nlohmann::json::parse(*io::read_text_file(path("manifest.json")));
+    // Format version 2: the checksums are required. A manifest without them (a version-1 pack, or
+    // one whose xxh3 block was deleted with layout.json edited to match) is refused by load and by
+    // verify — it once passed `verify` as "OK".
+    const std::string manifest_text = *io::read_text_file(path("manifest.json"));
+    auto manifest = nlohmann::json::parse(manifest_text);
     ASSERT_TRUE(manifest.contains("xxh3"));
+    EXPECT_EQ(manifest["version"], 2);
     EXPECT_TRUE(manifest["xxh3"].contains("layout.json"));
     EXPECT_TRUE(manifest["xxh3"].contains("config.json"));
     EXPECT_FALSE(manifest["xxh3"].contains("dense.safetensors"));  // checksummed per tensor in layout.json
-    manifest.erase("xxh3");
-    ASSERT_TRUE(io::write_file_atomic(path("manifest.json"), manifest.dump(1)).is_ok());
+    auto refused = [&](const nlohmann::json& m, const std::string& expect) {
+        ASSERT_TRUE(io::write_file_atomic(path("manifest.json"), m.dump(1)).is_ok());
+        auto loaded = run_logits(o_.out_dir, ids_, 1);
+        ASSERT_FALSE(loaded.has_value()) << expect;
+        EXPECT_NE(loaded.status().message().find(expect), std::string::npos) << loaded.status().message();
+        auto v = convert::verify_packed(o_.out_dir);
+        ASSERT_FALSE(v.has_value()) << expect;
+        EXPECT_NE(v.status().message().find(expect), std::string::npos) << v.status().message();
+    };
+    nlohmann::json no_sums = manifest;
+    no_sums.erase("xxh3");
+    refused(no_sums, "manifest.json: 'xxh3' missing");
+    nlohmann::json one_missing = manifest;
+    one_missing["xxh3"].erase("config.json");
+    refused(one_missing, "xxh3: no checksum for 'config.json'");
+    nlohmann::json v1 = manifest;
+    v1["version"] = 1;
+    refused(v1, "format version 1, this sluice reads version 2 (an older pack");
+    refused(v1, "re-pack the model");
+    // A tokenizer dropped in after packing would be believed unchecked.
+    fs::copy_file(std::string(SLUICE_SOURCE_DIR) + "/models/tiny-next/tokenizer.json",
+                  path("tokenizer.json"));
+    refused(manifest, "'tokenizer.json' is not listed in manifest.json (added after packing?)");
+    fs::remove(path("tokenizer.json"));
+    nlohmann::json bad_size = manifest;
+    bad_size["files"]["config.json"] = "12";
+    refused(bad_size, "files.config.json: expected a non-negative integer, got a string");
+    ASSERT_TRUE(io::write_file_atomic(path("manifest.json"), manifest_text).is_ok());
     EXPECT_TRUE(run_logits(o_.out_dir, ids_, 1).has_value());
+}
+
+// layout.json itself, whatever the manifest says: every section's size is its shape × dtype, a
+// quantized projection's sections are exactly [rows, cols·bits/32] U32 and [rows, cols/group], the
+// sections of a record are aligned and disjoint, and every value has its type — each failure names
+// the key (a string "bits" once threw nlohmann's type_error out as "internal error").
+TEST_F(PackFaults, LayoutSectionsAreCheckedAgainstTheirShapes) {
+    const auto text = io::read_text_file(path("layout.json"));
+    ASSERT_TRUE(text.has_value());
+    const nlohmann::json good = nlohmann::json::parse(*text);
+    ASSERT_TRUE(format::parse_pack_layout(good.dump(), "L.json").has_value());
+    struct Case {
+        std::function<void(nlohmann::json&)> change;
+        std::string expect;
+    };
+    const std::vector<Case> cases = {
+        {[](nlohmann::json& j) { j["expert_files"][0]["gate"]["weight"]["bits"] = 2; },
+         "expert_files[0].gate.weight: bits 2 group 32, but the projection says 4 group 32"},
+        {[](nlohmann::json& j) { j["expert_files"][0]["up"]["bits"] = 8; },
+         "expert_files[0].up.weight: bits 4 group 32, but the projection says 8 group 32"},
+        {[](nlohmann::json& j) {
+             auto& w = j["expert_files"][1]["down"]["weight"];
+             w["shape"][1] = w["shape"][1].get<int64_t>() / 2;
+             w["size"] = w["size"].get<uint64_t>() / 2;
+         },
+         "expert_files[1].down.weight: shape ["},
+        {[](nlohmann::json& j) { j["expert_files"][0]["gate"]["scales"]["size"] = 2; },
+         "expert_files[0].gate.scales: 'gate.scales' is BF16 ["},
+        {[](nlohmann::json& j) { j["expert_files"][0]["gate"]["bits"] = "4"; },
+         "expert_files[0].gate.bits: expected an integer in 0..16, got a string \"4\""},
+        {[](nlohmann::json& j) { j["expert_files"][0]["layer"] = 4294967296.0; },
+         "expert_files[0].layer: expected an integer in 0..65536, got a number"},
+        {[](nlohmann::json& j) { j["expert_files"][0]["up"]["weight"]["offset"] = 0; },
+         "expert_files[0].up.weight: overlaps expert_files[0].gate.weight"},
+        {[](nlohmann::json& j) { j["expert_files"][0]["up"]["weight"]["offset"] = 100; },
+         "expert_files[0].up.weight: offset 100 is not 64-byte aligned"},
+        {[](nlohmann::json& j) { j["expert_files"][1]["layer"] = j["expert_files"][0]["layer"]; },
+         "is listed twice"},
+        {[](nlohmann::json& j) {
+             j["dense"][0]["shape"] = {1, 2};
+         },
+         "dense[0]: '"},
+        {[](nlohmann::json& j) { j["n_experts"] = -1; },
+         "n_experts: expected an integer in 0..1048576, got -1"},
+        {[](nlohmann::json& j) { j["source_layout"] = 7; },
+         "source_layout: expected a string, got an integer"},
+    };
+    for (const Case& c : cases) {
+        nlohmann::json bad = good;
+        c.change(bad);
+        auto r = format::parse_pack_layout(bad.dump(), "L.json");
+        ASSERT_FALSE(r.has_value()) << c.expect;
+        EXPECT_NE(r.status().message().find("L.json"), std::string::npos) << r.status().message();
+        EXPECT_NE(r.status().message().find(c.expect), std::string::npos) << r.status().message();
+    }
+    std::string overflow = good.dump();
+    const size_t at = overflow.find("\"n_experts\":") + 12;
+    overflow.replace(at, overflow.find(',', at) - at, "1e999");
+    auto r = format::parse_pack_layout(overflow, "L.json");
+    ASSERT_FALSE(r.has_value());
+    EXPECT_NE(r.status().message().find("L.json: n_experts: [json.exception.out_of_range.406]"),
+              std::string::npos)
+        << r.status().message();
+}
+
+// layout.json's dense list and the dense file's own header must describe the same tensors.
+TEST_F(PackFaults, DenseLayoutAgreesWithTheDenseHeader) {
+    auto layout = format::open_packed_dir(o_.out_dir);
+    ASSERT_TRUE(layout.has_value()) << layout.status().message();
+    auto dense = format::Checkpoint::open_files(o_.out_dir, {layout->dense_file});
+    ASSERT_TRUE(dense.has_value()) << dense.status().message();
+    ASSERT_TRUE(model::check_pack_dense(*layout, **dense, "p").is_ok());
+    format::PackLayout moved = *layout;
+    moved.dense[1].offset += 64;
+    const Status st = model::check_pack_dense(moved, **dense, "p");
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_NE(st.message().find("layout.json dense tensor '" + moved.dense[1].name + "'"), std::string::npos)
+        << st.message();
+    format::PackLayout renamed = *layout;
+    renamed.dense[0].name = "model.nothing";
+    EXPECT_NE(model::check_pack_dense(renamed, **dense, "p").message().find("'model.nothing' is not in"),
+              std::string::npos);
 }
 
 // A layout.json that is intact but does not describe the model of config.json (a consistent but
