@@ -48,9 +48,13 @@ struct EngineOptions {
     // 0 = derived from the memory available. Streaming (packed) models size their expert cache
     // from what remains; load fails when the dense core alone does not fit.
     uint64_t memory_bytes = 0;
-    int io_threads = 16;        // expert reads in flight (queue depth)
-    bool prefetch = true;       // next-layer expert prefetch
-    bool verify_reads = false;  // xxh3-check every expert record read
+    int io_threads = 16;   // expert reads in flight (queue depth)
+    bool prefetch = true;  // next-layer expert prefetch
+    // Streamed expert records against their xxh3 in layout.json: every record the first time it is
+    // read from disk (default: a corrupt file fails the forward, naming file and expert, at a cost
+    // paid once per record), or with verify_reads every read (also catches faults in transit).
+    bool verify_reads = false;
+    bool verify_first_reads = true;
     CachePolicy cache_policy = CachePolicy::kLfu;
     uint64_t expert_cache_bytes = 0;  // fixed expert-cache size; 0 = whatever the budget leaves
     // Sessions alive and generating at once (the server's --parallel): the plan reserves state

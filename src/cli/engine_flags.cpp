@@ -14,8 +14,9 @@ void EngineFlags::add_to(CLI::App* cmd) {
         ->check(CLI::PositiveNumber);
     cmd->add_flag("--no-prefetch", no_prefetch, "Disable next-layer expert prefetch");
     cmd->add_flag("--verify-reads,!--no-verify-reads", verify_reads,
-                  "Check every streamed expert record read against its xxh3 in layout.json (a corrupt read "
-                  "is an error naming the file, layer and expert)");
+                  "Check every streamed expert record read against its xxh3 in layout.json, not only each "
+                  "record's first read (the default; a corrupt record is an error naming the file, layer and "
+                  "expert). --no-verify-reads checks none");
     cmd->add_option("--cache-policy", cache_policy, "Expert cache policy: lfu or lru")
         ->capture_default_str()
         ->check(CLI::IsMember({"lfu", "lru"}));
@@ -41,7 +42,10 @@ void EngineFlags::apply(EngineOptions& options) const {
     options.threads = threads;
     options.io_threads = io_threads;
     options.prefetch = !no_prefetch;
-    if (verify_reads) options.verify_reads = *verify_reads;
+    if (verify_reads) {
+        options.verify_reads = *verify_reads;
+        options.verify_first_reads = *verify_reads;
+    }
     options.cache_policy = check(parse_cache_policy(cache_policy));  // IsMember above: always one of them
     options.cuda_diagnostics = cuda_diagnostics_from_env();
     options.device = device;

@@ -17,8 +17,9 @@ struct EngineFlags {
     int threads = 0;     // 0: all cores
     int io_threads = 16;
     bool no_prefetch = false;
-    // Streamed experts: the xxh3 of every record read checked against layout.json. Unset: the
-    // engine's default (EngineOptions::verify_reads).
+    // Streamed experts checked against their xxh3 in layout.json: true (--verify-reads) every read,
+    // false (--no-verify-reads) none; unset: the engine's default, each record's first read
+    // (EngineOptions::verify_first_reads).
     std::optional<bool> verify_reads;
     std::string cache_policy = "lfu";
     std::string device = "cpu";

@@ -102,6 +102,12 @@ Expected<std::unique_ptr<ExpertStore>> ExpertStore::open(const std::string& dir,
         auto& lf = store->files_[static_cast<size_t>(f.layer)];
         lf.fd = fd;
         lf.desc = &f;
+        if (options.verify_first_reads) {
+            lf.verified =
+                std::make_unique<std::atomic<bool>[]>(static_cast<size_t>(store->layout_.n_experts));
+            for (int64_t e = 0; e < store->layout_.n_experts; ++e)
+                lf.verified[static_cast<size_t>(e)] = false;
+        }
     }
 
     store->slot_bytes_ = slot_bytes_for(store->layout_);
@@ -337,7 +343,8 @@ Status ExpertStore::read_record(const ReadJob& job) {
         }
         done += static_cast<uint64_t>(n);
     }
-    if (options_.verify_reads) {
+    std::atomic<bool>* first = lf.verified ? &lf.verified[static_cast<size_t>(job.key.expert)] : nullptr;
+    if (options_.verify_reads || (first != nullptr && !first->load(std::memory_order_relaxed))) {
         const uint64_t h = XXH3_64bits(dst, desc.record_bytes);
         const uint64_t want = desc.record_xxh3[static_cast<size_t>(job.key.expert)];
         if (h != want) {
@@ -349,6 +356,7 @@ Status ExpertStore::read_record(const ReadJob& job) {
                 static_cast<unsigned long long>(want));
             return error(ErrorCode::kCorrupt, msg);
         }
+        if (first != nullptr) first->store(true, std::memory_order_relaxed);
     }
     return Status::ok();
 }
