@@ -4,13 +4,14 @@
 BUILD       ?= build
 BUILD_ASAN  ?= build-asan
 BUILD_FUZZ  ?= build-fuzz
+BUILD_TSAN  ?= build-tsan
 JOBS        ?= $(shell nproc)
 WERROR      ?= OFF
 GENERATOR   := -G Ninja
 CMAKE_FLAGS ?=
 DEMO_MODEL  ?= models/tiny-next
 
-.PHONY: all deps build asan test test-unit test-asan demo fuzz bench format format-check clean
+.PHONY: all deps build asan tsan fuzz-build test test-unit test-asan test-tsan demo fuzz bench format format-check clean
 
 all: build
 
@@ -27,31 +28,62 @@ asan: deps
 	  -DSLUICE_BUILD_BENCH=OFF -DSLUICE_CUDA=OFF -DSLUICE_WERROR=$(WERROR) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD_ASAN) -j $(JOBS) --target sluice_tests sluice
 
-# Every test: unit and oracle suites on the Release build, then the unit tests under ASan+UBSan.
-test: build asan
+# Every test: unit and oracle suites on the Release build; the unit tests and the oracle suites
+# that start `sluice serve` under ASan+UBSan; the threaded unit tests under TSan; every fuzz target
+# for FUZZ_SECONDS on its accumulated corpus.
+test: build asan tsan fuzz-build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
-	@# alloc_dealloc_mismatch=0: libstdc++ 12's std::stable_sort temporary buffer pairs operator
-	@# new(nothrow) with a sized delete that ASan reports as a mismatch (a library false positive).
-	@cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1:alloc_dealloc_mismatch=0 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --output-on-failure -j $(JOBS) -L unit
+	@cd $(BUILD_ASAN) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) -L unit
+	@cd $(BUILD_ASAN) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) -L oracle-asan
+	@$(TSAN_RUN)
+	@$(FUZZ_RUN)
+
+# alloc_dealloc_mismatch=0: libstdc++ 12's std::stable_sort temporary buffer pairs operator
+# new(nothrow) with a sized delete that ASan reports as a mismatch (a library false positive).
+ASAN_ENV = ASAN_OPTIONS=detect_leaks=1:alloc_dealloc_mismatch=0 UBSAN_OPTIONS=print_stacktrace=1
 
 test-unit: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L unit
 
+# ThreadSanitizer over the unit tests that run threads: the thread pool, sessions and the server's
+# session pool, the expert store's reads and prefetch (packed models streamed through a small
+# cache), concurrent tokenizer and template use. CPU-only, GCC (the compiler CI builds with -Werror);
+# halt_on_error makes a race fail.
+# KvCache is left out: its forwards are those of Session and PackedBatch, and it takes 5 minutes here.
+TSAN_TESTS ?= ThreadPool.*:Session.*:ServerSessionPool.*:PackedBatch.*:FailureAtomicity.*:ExpertCache.*:PackFaults.*:ModelFiles.*:*PackGolden*:*Concurrent*
+TSAN_RUN = TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
+  $(BUILD_TSAN)/bin/sluice_tests --gtest_brief=1 --gtest_filter='$(TSAN_TESTS)'
+tsan: deps
+	@cmake -S . -B $(BUILD_TSAN) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_TSAN=ON \
+	  -DSLUICE_BUILD_BENCH=OFF -DSLUICE_CUDA=OFF -DSLUICE_WERROR=$(WERROR) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD_TSAN) -j $(JOBS) --target sluice_tests
+test-tsan: tsan
+	@$(TSAN_RUN)
+
 demo: build
 	@scripts/demo.sh $(BUILD)/bin/sluice $(DEMO_MODEL)
 
-# libFuzzer targets (clang): `make fuzz FUZZ_SECONDS=300`.
+# libFuzzer targets (clang, CPU-only, ASan+UBSan): `make fuzz FUZZ_SECONDS=300`. Each target runs
+# on its corpus (build-fuzz/corpus/NAME, kept between runs) plus the committed seeds
+# (tests/fuzz/seeds/NAME); a finding is written to build-fuzz/artifacts/ and fails the run with
+# the end of the target's log.
 FUZZ_SECONDS ?= 60
-fuzz: deps
+fuzz-build: deps
 	@CC=clang CXX=clang++ cmake -S . -B $(BUILD_FUZZ) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DSLUICE_FUZZ=ON -DSLUICE_BUILD_TESTS=OFF -DSLUICE_BUILD_BENCH=OFF >/dev/null
-	@cmake --build $(BUILD_FUZZ) -j $(JOBS)
-	@for f in $(BUILD_FUZZ)/bin/*_fuzz; do \
-	  name=$$(basename $$f); mkdir -p $(BUILD_FUZZ)/corpus/$$name; \
-	  echo "fuzz: $$name for $(FUZZ_SECONDS)s"; \
-	  $$f -max_total_time=$(FUZZ_SECONDS) $(BUILD_FUZZ)/corpus/$$name tests/fuzz/seeds/$$name || exit 1; \
-	done
+	  -DSLUICE_FUZZ=ON -DSLUICE_BUILD_TESTS=OFF -DSLUICE_BUILD_BENCH=OFF -DSLUICE_CUDA=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_targets
+FUZZ_RUN = mkdir -p $(BUILD_FUZZ)/artifacts $(BUILD_FUZZ)/logs; \
+  for f in $(BUILD_FUZZ)/bin/*_fuzz; do \
+    name=$$(basename $$f); mkdir -p $(BUILD_FUZZ)/corpus/$$name tests/fuzz/seeds/$$name; \
+    echo "fuzz: $$name for $(FUZZ_SECONDS)s"; \
+    $$f -max_total_time=$(FUZZ_SECONDS) -timeout=25 -print_final_stats=1 \
+      -artifact_prefix=$(BUILD_FUZZ)/artifacts/$$name- \
+      $(BUILD_FUZZ)/corpus/$$name tests/fuzz/seeds/$$name >$(BUILD_FUZZ)/logs/$$name.log 2>&1 \
+      || { tail -n 60 $(BUILD_FUZZ)/logs/$$name.log; echo "fuzz: $$name FAILED (log: $(BUILD_FUZZ)/logs/$$name.log)"; exit 1; }; \
+    grep -E '^stat::number_of_executed_units' $(BUILD_FUZZ)/logs/$$name.log | sed "s/^/fuzz: $$name /"; \
+  done
+fuzz: fuzz-build
+	@$(FUZZ_RUN)
 
 bench: build
 	@for b in $(BUILD)/bin/*_bench; do $$b; done
@@ -63,4 +95,4 @@ format-check:
 	@clang-format --dry-run --Werror $(FORMAT_FILES)
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ)
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ) $(BUILD_TSAN)

@@ -369,6 +369,47 @@ bool is_packed_dir(const std::string& dir) {
     return fs::exists(fs::path(dir) / "manifest.json", ec) || fs::exists(fs::path(dir) / "layout.json", ec);
 }
 
+Expected<PackManifest> parse_pack_manifest(const std::string& json_text, const std::string& source) {
+    auto corrupt = [&](const std::string& what) { return error(ErrorCode::kCorrupt, "[pack] " + what); };
+    SLUICE_ASSIGN_OR_RETURN(const json m, parse_json_text(json_text, source, "[pack]", ErrorCode::kCorrupt));
+    if (!m.is_object()) return corrupt(source + ": expected a JSON object, got " + json_type_of(m));
+    JsonFields f("[pack]", source, ErrorCode::kCorrupt);
+    PackManifest manifest;
+    manifest.format = f.string(m, "format", "", true);
+    SLUICE_RETURN_IF_ERROR(f.status());
+    if (manifest.format != kPackFormatMagic)
+        return corrupt(source + ": format is not '" + kPackFormatMagic + "'");
+    manifest.version = static_cast<int>(f.integer(m, "version", "", 0, 1 << 20, true));
+    SLUICE_RETURN_IF_ERROR(f.status());
+    if (manifest.version != kPackFormatVersion) return version_error(source, manifest.version);
+    auto files = m.find("files");
+    if (files == m.end() || !files->is_object())
+        return corrupt(source + ": 'files' missing or not an object");
+    auto sums = m.find("xxh3");
+    if (sums == m.end() || !sums->is_object()) return corrupt(source + ": 'xxh3' missing or not an object");
+    for (auto it = files->begin(); it != files->end(); ++it) {
+        if (!safe_relative_name(it.key()))
+            return corrupt(source + ": files: bad file name '" + it.key() + "'");
+        const uint64_t size = f.unsigned_integer(*files, it.key().c_str(), "files", true);
+        SLUICE_RETURN_IF_ERROR(f.status());
+        if (manifest_checksums(it.key(), "dense.safetensors") && !sums->contains(it.key()))
+            return corrupt(source + ": xxh3: no checksum for '" + it.key() + "'");
+        manifest.files.emplace_back(it.key(), size);
+    }
+    for (const char* required : {"layout.json", "config.json"})
+        if (!files->contains(required)) return corrupt(source + ": files: '" + required + "' is not listed");
+    for (auto it = sums->begin(); it != sums->end(); ++it) {
+        uint64_t want = 0;
+        if (!parse_hex64(it.value(), &want))
+            return corrupt(source + ": xxh3." + it.key() + ": expected 16 hex digits, got " +
+                           it.value().dump());
+        if (!files->contains(it.key()))
+            return corrupt(source + ": xxh3: '" + it.key() + "' is not in 'files'");
+        manifest.xxh3.emplace_back(it.key(), want);
+    }
+    return manifest;
+}
+
 Expected<PackLayout> open_packed_dir(const std::string& dir) {
     const std::string manifest_path = (fs::path(dir) / "manifest.json").string();
     std::error_code ec;
@@ -379,74 +420,45 @@ Expected<PackLayout> open_packed_dir(const std::string& dir) {
     }
     auto corrupt = [&](const std::string& what) { return error(ErrorCode::kCorrupt, "[pack] " + what); };
     SLUICE_ASSIGN_OR_RETURN(std::string mtext, io::read_text_file(manifest_path));
-    SLUICE_ASSIGN_OR_RETURN(const json m,
-                            parse_json_text(mtext, manifest_path, "[pack]", ErrorCode::kCorrupt));
-    if (!m.is_object()) return corrupt(manifest_path + ": expected a JSON object, got " + json_type_of(m));
-    JsonFields f("[pack]", manifest_path, ErrorCode::kCorrupt);
-    if (f.string(m, "format", "", true) != kPackFormatMagic) {
-        SLUICE_RETURN_IF_ERROR(f.status());
-        return corrupt(manifest_path + ": format is not '" + kPackFormatMagic + "'");
-    }
-    const int version = static_cast<int>(f.integer(m, "version", "", 0, 1 << 20, true));
-    SLUICE_RETURN_IF_ERROR(f.status());
-    if (version != kPackFormatVersion) return version_error(manifest_path, version);
-    auto files = m.find("files");
-    if (files == m.end() || !files->is_object())
-        return corrupt(manifest_path + ": 'files' missing or not an object");
-    auto sums = m.find("xxh3");
-    if (sums == m.end() || !sums->is_object())
-        return corrupt(manifest_path + ": 'xxh3' missing or not an object");
-    for (auto it = files->begin(); it != files->end(); ++it) {
-        if (!safe_relative_name(it.key()))
-            return corrupt(manifest_path + ": files: bad file name '" + it.key() + "'");
-        const uint64_t want = f.unsigned_integer(*files, it.key().c_str(), "files", true);
-        SLUICE_RETURN_IF_ERROR(f.status());
-        const fs::path p = fs::path(dir) / it.key();
+    SLUICE_ASSIGN_OR_RETURN(const PackManifest m, parse_pack_manifest(mtext, manifest_path));
+    auto listed = [&](const std::string& name) {
+        return std::any_of(m.files.begin(), m.files.end(), [&](const auto& e) { return e.first == name; });
+    };
+    for (const auto& [name, want] : m.files) {
+        const fs::path p = fs::path(dir) / name;
         if (!fs::exists(p, ec))
-            return corrupt(dir + ": file '" + it.key() + "' listed in the manifest is missing");
+            return corrupt(dir + ": file '" + name + "' listed in the manifest is missing");
         const uint64_t size = fs::file_size(p, ec);
         if (size != want) {
-            return corrupt(dir + ": file '" + it.key() + "' is " + std::to_string(size) +
+            return corrupt(dir + ": file '" + name + "' is " + std::to_string(size) +
                            " bytes, the manifest says " + std::to_string(want) + " (truncated or modified)");
         }
-        if (manifest_checksums(it.key(), "dense.safetensors") && !sums->contains(it.key()))
-            return corrupt(manifest_path + ": xxh3: no checksum for '" + it.key() + "'");
     }
-    for (const char* required : {"layout.json", "config.json"})
-        if (!files->contains(required))
-            return corrupt(manifest_path + ": files: '" + required + "' is not listed");
     // A description file the loader would read but the pack never listed (a tokenizer dropped in
     // later) would be believed unchecked.
     for (const std::string& name : model_side_file_names())
-        if (!files->contains(name) && fs::exists(fs::path(dir) / name, ec))
+        if (!listed(name) && fs::exists(fs::path(dir) / name, ec))
             return corrupt(
                 dir + ": '" + name +
                 "' is not listed in manifest.json (added after packing?): remove it, or re-pack the "
                 "model with it in the source folder");
     // The description files against their checksums: a layout.json or config.json changed after
     // packing (one byte: "bits": 4 → 2) would otherwise be believed.
-    for (auto it = sums->begin(); it != sums->end(); ++it) {
-        uint64_t want = 0;
-        if (!parse_hex64(it.value(), &want))
-            return corrupt(manifest_path + ": xxh3." + it.key() + ": expected 16 hex digits, got " +
-                           it.value().dump());
-        if (!files->contains(it.key()))
-            return corrupt(manifest_path + ": xxh3: '" + it.key() + "' is not in 'files'");
-        const std::string path = (fs::path(dir) / it.key()).string();
-        SLUICE_ASSIGN_OR_RETURN(std::string contents, io::read_text_file(path));
+    for (const auto& [name, want] : m.xxh3) {
+        SLUICE_ASSIGN_OR_RETURN(std::string contents, io::read_text_file((fs::path(dir) / name).string()));
         if (XXH3_64bits(contents.data(), contents.size()) != want)
-            return corrupt(dir + ": '" + it.key() +
+            return corrupt(dir + ": '" + name +
                            "' does not match its checksum in manifest.json "
                            "(changed after packing; re-pack or re-pull the model)");
     }
     const std::string layout_path = (fs::path(dir) / "layout.json").string();
     SLUICE_ASSIGN_OR_RETURN(std::string ltext, io::read_text_file(layout_path));
     SLUICE_ASSIGN_OR_RETURN(PackLayout layout, parse_pack_layout(ltext, layout_path));
-    if (!files->contains(layout.dense_file))
+    if (!listed(layout.dense_file))
         return corrupt(layout_path + ": dense_file '" + layout.dense_file +
                        "' is not listed in manifest.json");
     for (const PackExpertFile& e : layout.expert_files)
-        if (!files->contains(e.file))
+        if (!listed(e.file))
             return corrupt(layout_path + ": expert file '" + e.file + "' is not listed in manifest.json");
     return layout;
 }

@@ -87,6 +87,10 @@ struct PackManifest {
 // safetensors or an expert file, whose contents layout.json checksums).
 bool manifest_checksums(const std::string& relative_path, const std::string& dense_file);
 std::string serialize_pack_manifest(const PackManifest& manifest);
+// Parses and checks a manifest.json text on its own (magic, version, file names and sizes, every
+// description file with a well-formed checksum, layout.json and config.json listed); the files
+// themselves are checked by open_packed_dir. Errors are kCorrupt and name `source`.
+Expected<PackManifest> parse_pack_manifest(const std::string& json_text, const std::string& source);
 
 // True when `dir` has a manifest.json (it is meant to be a packed folder, complete or not).
 bool is_packed_dir(const std::string& dir);

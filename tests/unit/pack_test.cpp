@@ -557,6 +557,45 @@ TEST_F(PackFaults, RefusesToPackIntoAnUnrelatedFolder) {
         << r.status().message();
 }
 
+// manifest.json parsed from text (what the fuzz target pack_fuzz drives): the writer's output reads
+// back, and every malformed field is a kCorrupt naming the source.
+TEST(PackManifest, ParsesFromTextAndRoundTrips) {
+    format::PackManifest m;
+    m.format = format::kPackFormatMagic;
+    m.version = format::kPackFormatVersion;
+    m.files = {{"config.json", 10}, {"dense.safetensors", 4096}, {"layout.json", 20}};
+    m.xxh3 = {{"config.json", 0x0123456789abcdefULL}, {"layout.json", 1}};
+    const std::string text = format::serialize_pack_manifest(m);
+    auto back = format::parse_pack_manifest(text, "m.json");
+    ASSERT_TRUE(back.has_value()) << back.status().message();
+    EXPECT_EQ(back->files, m.files);
+    EXPECT_EQ(back->xxh3, m.xxh3);
+    EXPECT_EQ(format::serialize_pack_manifest(*back), text);
+
+    auto refused = [](const std::string& bad, const std::string& expect) {
+        auto r = format::parse_pack_manifest(bad, "m.json");
+        ASSERT_FALSE(r.has_value()) << bad;
+        EXPECT_EQ(r.status().code(), ErrorCode::kCorrupt) << bad;
+        EXPECT_NE(r.status().message().find(expect), std::string::npos) << r.status().message();
+    };
+    const std::string head = R"({"format":"sluice-pack","version":2,)";
+    refused("[]", "m.json: expected a JSON object");
+    refused(R"({"format":"x","version":2})", "format is not 'sluice-pack'");
+    refused(head + R"("files":{"../x":1,"config.json":1,"layout.json":1},"xxh3":{}})",
+            "bad file name '../x'");
+    refused(head + R"("files":{"config.json":-1},"xxh3":{}})", "files.config.json");
+    refused(head + R"("files":{"config.json":1,"layout.json":1},"xxh3":{"config.json":"0"}})",
+            "no checksum for 'layout.json'");
+    refused(
+        head + R"("files":{"config.json":1,"layout.json":1},"xxh3":{"config.json":"zz","layout.json":"1"}})",
+        "xxh3.config.json: expected 16 hex digits");
+    refused(
+        head +
+            R"("files":{"config.json":1,"layout.json":1},"xxh3":{"config.json":"1","layout.json":"2","a":"3"}})",
+        "xxh3: 'a' is not in 'files'");
+    refused(head + R"("files":{"config.json":1},"xxh3":{"config.json":"1"}})", "'layout.json' is not listed");
+}
+
 TEST(ExpertCache, LfuKeepsFrequentExpertsAndPoliciesCompareOnOneTrace) {
     // Expert 0 of layer 0 is used every step; others cycle. LFU keeps the hot one, LRU loses it
     // when the cycle is longer than the cache.
