@@ -33,6 +33,11 @@ struct ServeOptions {
     std::string alias;
     int keep_alive_ms = 2000;
     double shutdown_timeout_s = 10;
+    double header_timeout_s = 10;
+    double body_timeout_s = 60;
+    size_t max_connections = 1024;
+    size_t max_connections_per_client = 256;
+    size_t max_requests = 256;
 };
 
 // The server the signal watcher stops; guarded so the watcher never touches it once listen()
@@ -78,6 +83,11 @@ void run_serve(const ServeOptions& o) {
     so.parallel = o.parallel;
     so.model_id = o.alias;
     so.keep_alive_ms = std::max(50, o.keep_alive_ms);
+    so.header_timeout_ms = static_cast<int>(o.header_timeout_s * 1000);
+    so.body_timeout_ms = static_cast<int>(o.body_timeout_s * 1000);
+    so.max_connections = o.max_connections;
+    so.max_connections_per_client = o.max_connections_per_client;
+    so.max_requests = o.max_requests;
     if (so.model_id.empty()) {
         std::filesystem::path p(o.model_dir);
         so.model_id = (p.has_filename() ? p.filename() : p.parent_path().filename()).string();
@@ -165,6 +175,27 @@ SLUICE_COMMAND(serve, 15, [](CLI::App& app) {
                     "Seconds in-flight requests get to finish after SIGINT/SIGTERM before they are cancelled")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 3600.0));
+    cmd->add_option("--header-timeout", o->header_timeout_s,
+                    "Seconds a client has to send a request's whole header (also the idle keep-alive time)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.1, 3600.0));
+    cmd->add_option("--body-timeout", o->body_timeout_s,
+                    "Seconds a client has to send a request's whole body")
+        ->capture_default_str()
+        ->check(CLI::Range(0.1, 3600.0));
+    cmd->add_option("--max-connections", o->max_connections,
+                    "Connections open at once (more are answered 503 and closed)")
+        ->capture_default_str()
+        ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+    cmd->add_option("--max-connections-per-client", o->max_connections_per_client,
+                    "Connections open at once from one client address")
+        ->capture_default_str()
+        ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+    cmd->add_option(
+           "--max-requests", o->max_requests,
+           "Generation and tokenizer requests in flight, queued ones included (more are answered 503)")
+        ->capture_default_str()
+        ->check(CLI::Range(size_t{1}, size_t{1} << 16));
     cmd->add_option("--alias", o->alias, "Model name clients use (default: the folder name)");
     cmd->callback([o] { sluice::cli::run_serve(*o); });
 });

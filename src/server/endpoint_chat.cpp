@@ -100,7 +100,7 @@ std::variant<std::shared_ptr<const Grammar>, ApiError> tool_call_grammar(const C
     return *g;
 }
 
-std::variant<std::shared_ptr<ChatJob>, ApiError> prepare(ServerContext& ctx, const httplib::Request& req) {
+std::variant<std::shared_ptr<ChatJob>, ApiError> prepare(ServerContext& ctx, const HttpRequest& req) {
     if (!ctx.chat_template || !ctx.tokenizer)
         return invalid_request(
             "this model has no chat template or tokenizer; use /v1/completions with token ids", "",
@@ -177,8 +177,9 @@ std::string finish_reason(const GenerateResult& result, bool had_tool_calls) {
     return result.finish_reason == FinishReason::kLength ? "length" : "stop";
 }
 
-json respond_whole(ServerContext& ctx, const std::shared_ptr<ChatJob>& job, SseWriter& writer,
-                   KeepAlive& beat) {
+// The whole reply, or the error (its own HTTP status: the response has not started).
+std::variant<json, ApiError> respond_whole(ServerContext& ctx, const std::shared_ptr<ChatJob>& job,
+                                           Client* client) {
     OutputParser parser(job->opens_reasoning, job->parse_tools);
     ParsedDelta all;
     auto absorb = [&](ParsedDelta d) {
@@ -190,15 +191,14 @@ json respond_whole(ServerContext& ctx, const std::shared_ptr<ChatJob>& job, SseW
     json logprobs = json::array();
     const bool want_logprobs = job->request.params.logprobs;
     GenerationHooks hooks;
-    hooks.still_wanted = [&] { return writer.ok(); };
-    hooks.on_session = [&](Session* s) { beat.attach(s); };
+    hooks.client = client;
     hooks.on_token = [&](const TokenEvent& e) {
         absorb(parser.feed(e.text));
         if (want_logprobs) logprobs.push_back(logprob_json(ctx.tokenizer.get(), e));
-        return writer.ok();
+        return true;
     };
     auto outcome = run_generation(ctx, job->prompt, job->request.params.generate, hooks);
-    if (auto* e = std::get_if<ApiError>(&outcome)) return e->to_json();
+    if (auto* e = std::get_if<ApiError>(&outcome)) return *e;
     const GenerateResult& result = std::get<GenerateResult>(outcome);
     absorb(parser.finish());
 
@@ -215,16 +215,16 @@ json respond_whole(ServerContext& ctx, const std::shared_ptr<ChatJob>& job, SseW
                    {"message", std::move(message)},
                    {"logprobs", want_logprobs ? json{{"content", std::move(logprobs)}} : json()},
                    {"finish_reason", finish_reason(result, !all.tool_calls.empty())}};
-    return {{"id", job->id},
-            {"object", "chat.completion"},
-            {"created", job->created},
-            {"model", ctx.options.model_id},
-            {"choices", json::array({std::move(choice)})},
-            {"usage", usage_json(result.stats)}};
+    return json{{"id", job->id},
+                {"object", "chat.completion"},
+                {"created", job->created},
+                {"model", ctx.options.model_id},
+                {"choices", json::array({std::move(choice)})},
+                {"usage", usage_json(result.stats)}};
 }
 
-// Runs on the HTTP worker inside the chunked content provider, after the 200 headers.
-void stream(ServerContext& ctx, const std::shared_ptr<ChatJob>& job, httplib::DataSink& sink) {
+// Runs on the request's thread as the response's body producer, after the 200 headers.
+void stream(ServerContext& ctx, const std::shared_ptr<ChatJob>& job, Client* client, BodySink& sink) {
     SseWriter writer(sink);
     const bool include_usage = job->request.params.include_usage;
     auto chunk = [&](json delta, json finish, json logprobs) {
@@ -260,8 +260,7 @@ void stream(ServerContext& ctx, const std::shared_ptr<ChatJob>& job, httplib::Da
     KeepAlive keep_alive(writer, ctx.options.keep_alive_ms);
     const bool want_logprobs = job->request.params.logprobs;
     GenerationHooks hooks;
-    hooks.still_wanted = [&] { return writer.ok(); };
-    hooks.on_session = [&](Session* s) { keep_alive.attach(s); };
+    hooks.client = client;
     hooks.on_token = [&](const TokenEvent& e) {
         keep_alive.first_token();
         ParsedDelta d = parser.feed(e.text);
@@ -293,20 +292,19 @@ void stream(ServerContext& ctx, const std::shared_ptr<ChatJob>& job, httplib::Da
 
 }  // namespace
 
-void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+void handle_chat_completions(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
     auto prepared = prepare(ctx, req);
     if (auto* e = std::get_if<ApiError>(&prepared)) return send_error(res, *e);
     auto job = std::get<std::shared_ptr<ChatJob>>(prepared);
-    if (!job->request.params.stream)
-        return respond_json_long(
-            req, res, ctx.options.keep_alive_ms,
-            [&ctx, job](SseWriter& w, KeepAlive& beat) { return respond_whole(ctx, job, w, beat); });
+    if (!job->request.params.stream) {
+        auto outcome = respond_whole(ctx, job, req.client.get());
+        if (auto* e = std::get_if<ApiError>(&outcome)) return send_error(res, *e);
+        return send_json(res, std::get<json>(outcome));
+    }
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
-    set_streamed_content(req, res, "text/event-stream", [&ctx, job](size_t, httplib::DataSink& sink) {
-        stream(ctx, job, sink);
-        sink.done();
-        return true;
+    res.set_stream("text/event-stream", [&ctx, job, client = req.client](BodySink& sink) {
+        stream(ctx, job, client.get(), sink);
     });
 }
 

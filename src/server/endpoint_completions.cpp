@@ -46,8 +46,7 @@ struct LegacyLogprobs {
     }
 };
 
-std::variant<std::shared_ptr<CompletionJob>, ApiError> prepare(ServerContext& ctx,
-                                                               const httplib::Request& req) {
+std::variant<std::shared_ptr<CompletionJob>, ApiError> prepare(ServerContext& ctx, const HttpRequest& req) {
     auto body = parse_body(req.body);
     if (auto* e = std::get_if<ApiError>(&body)) return *e;
     const int32_t vocab =
@@ -91,86 +90,74 @@ const char* finish_name(FinishReason r) {
 
 }  // namespace
 
-void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+void handle_completions(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
     auto prepared = prepare(ctx, req);
     if (auto* e = std::get_if<ApiError>(&prepared)) return send_error(res, *e);
     auto job = std::get<std::shared_ptr<CompletionJob>>(prepared);
     const bool want_logprobs = job->request.params.logprobs;
     if (!job->request.params.stream) {
-        return respond_json_long(
-            req, res, ctx.options.keep_alive_ms,
-            [&ctx, job, want_logprobs](SseWriter& writer, KeepAlive& beat) {
-                LegacyLogprobs lp;
-                GenerationHooks hooks;
-                hooks.still_wanted = [&] { return writer.ok(); };
-                hooks.on_session = [&](Session* s) { beat.attach(s); };
-                hooks.on_token = [&](const TokenEvent& e) {
-                    if (want_logprobs) lp.add(ctx.tokenizer.get(), e);
-                    return writer.ok();
-                };
-                auto outcome = run_generation(ctx, job->prompt, job->request.params.generate, hooks);
-                if (auto* e = std::get_if<ApiError>(&outcome)) return e->to_json();
-                const GenerateResult& result = std::get<GenerateResult>(outcome);
-                json choice = {{"index", 0},
-                               {"text", (job->request.echo ? job->prompt_text : std::string()) + result.text},
-                               {"logprobs", want_logprobs ? lp.to_json() : json()},
-                               {"finish_reason", finish_name(result.finish_reason)}};
-                json out = completion_object(ctx, *job, std::move(choice));
-                out["usage"] = usage_json(result.stats);
-                return out;
-            });
+        LegacyLogprobs lp;
+        GenerationHooks hooks;
+        hooks.client = req.client.get();
+        hooks.on_token = [&](const TokenEvent& e) {
+            if (want_logprobs) lp.add(ctx.tokenizer.get(), e);
+            return true;
+        };
+        auto outcome = run_generation(ctx, job->prompt, job->request.params.generate, hooks);
+        if (auto* e = std::get_if<ApiError>(&outcome)) return send_error(res, *e);
+        const GenerateResult& result = std::get<GenerateResult>(outcome);
+        json choice = {{"index", 0},
+                       {"text", (job->request.echo ? job->prompt_text : std::string()) + result.text},
+                       {"logprobs", want_logprobs ? lp.to_json() : json()},
+                       {"finish_reason", finish_name(result.finish_reason)}};
+        json out = completion_object(ctx, *job, std::move(choice));
+        out["usage"] = usage_json(result.stats);
+        return send_json(res, out);
     }
     res.set_header("Cache-Control", "no-cache");
-    set_streamed_content(
-        req, res, "text/event-stream", [&ctx, job, want_logprobs](size_t, httplib::DataSink& sink) {
-            SseWriter writer(sink);
-            const bool include_usage = job->request.params.include_usage;
-            auto chunk = [&](const std::string& text, json finish, json logprobs) {
-                json c = completion_object(ctx, *job,
-                                           {{"index", 0},
-                                            {"text", text},
-                                            {"logprobs", std::move(logprobs)},
-                                            {"finish_reason", std::move(finish)}});
-                if (include_usage) c["usage"] = nullptr;
-                return writer.event(c);
-            };
-            if (job->request.echo && !chunk(job->prompt_text, nullptr, nullptr)) {
-                sink.done();
-                return true;
-            }
-            KeepAlive keep_alive(writer, ctx.options.keep_alive_ms);
-            GenerationHooks hooks;
-            hooks.still_wanted = [&] { return writer.ok(); };
-            hooks.on_session = [&](Session* s) { keep_alive.attach(s); };
-            hooks.on_token = [&](const TokenEvent& e) {
-                keep_alive.first_token();
-                if (e.text.empty() && !want_logprobs) return writer.ok();
-                json lp;
-                if (want_logprobs) {
-                    LegacyLogprobs one;
-                    one.add(ctx.tokenizer.get(), e);
-                    lp = one.to_json();
-                }
-                return chunk(e.text, nullptr, std::move(lp));
-            };
-            auto outcome = run_generation(ctx, job->prompt, job->request.params.generate, hooks);
+    res.set_stream("text/event-stream", [&ctx, job, want_logprobs, client = req.client](BodySink& sink) {
+        SseWriter writer(sink);
+        const bool include_usage = job->request.params.include_usage;
+        auto chunk = [&](const std::string& text, json finish, json logprobs) {
+            json c = completion_object(ctx, *job,
+                                       {{"index", 0},
+                                        {"text", text},
+                                        {"logprobs", std::move(logprobs)},
+                                        {"finish_reason", std::move(finish)}});
+            if (include_usage) c["usage"] = nullptr;
+            return writer.event(c);
+        };
+        if (job->request.echo && !chunk(job->prompt_text, nullptr, nullptr)) return;
+        KeepAlive keep_alive(writer, ctx.options.keep_alive_ms);
+        GenerationHooks hooks;
+        hooks.client = client.get();
+        hooks.on_token = [&](const TokenEvent& e) {
             keep_alive.first_token();
-            if (auto* e = std::get_if<ApiError>(&outcome)) {
-                writer.event(e->to_json());
-            } else {
-                const GenerateResult& result = std::get<GenerateResult>(outcome);
-                chunk("", finish_name(result.finish_reason), nullptr);
-                if (include_usage) {
-                    json u = completion_object(ctx, *job, nullptr);
-                    u["choices"] = json::array();
-                    u["usage"] = usage_json(result.stats);
-                    writer.event(u);
-                }
+            if (e.text.empty() && !want_logprobs) return writer.ok();
+            json lp;
+            if (want_logprobs) {
+                LegacyLogprobs one;
+                one.add(ctx.tokenizer.get(), e);
+                lp = one.to_json();
             }
-            writer.write(kSseDone);
-            sink.done();
-            return true;
-        });
+            return chunk(e.text, nullptr, std::move(lp));
+        };
+        auto outcome = run_generation(ctx, job->prompt, job->request.params.generate, hooks);
+        keep_alive.first_token();
+        if (auto* e = std::get_if<ApiError>(&outcome)) {
+            writer.event(e->to_json());
+        } else {
+            const GenerateResult& result = std::get<GenerateResult>(outcome);
+            chunk("", finish_name(result.finish_reason), nullptr);
+            if (include_usage) {
+                json u = completion_object(ctx, *job, nullptr);
+                u["choices"] = json::array();
+                u["usage"] = usage_json(result.stats);
+                writer.event(u);
+            }
+        }
+        writer.write(kSseDone);
+    });
 }
 
 }  // namespace sluice::server

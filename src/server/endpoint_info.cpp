@@ -2,6 +2,7 @@
 // /health is JSON for people and the web page (memory plan, expert-cache counters, slots);
 // /metrics is the Prometheus text format (version 0.0.4) for scrapers.
 #include "server/endpoints.h"
+#include "server/http_front.h"
 #include "server/transport.h"
 
 namespace sluice::server {
@@ -15,7 +16,7 @@ std::optional<ApiError> check_model(const ServerContext& ctx, const std::string&
         "invalid_request_error", "model", "model_not_found"};
 }
 
-void handle_models(ServerContext& ctx, const httplib::Request&, httplib::Response& res) {
+void handle_models(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {
     const ModelInfo& info = ctx.engine->info();
     json model = {{"id", ctx.options.model_id},
                   {"object", "model"},
@@ -31,7 +32,7 @@ void handle_models(ServerContext& ctx, const httplib::Request&, httplib::Respons
     send_json(res, {{"object", "list"}, {"data", json::array({model})}});
 }
 
-void handle_health(ServerContext& ctx, const httplib::Request&, httplib::Response& res) {
+void handle_health(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {
     const MemoryPlan& plan = ctx.engine->memory_plan();
     const ExpertCacheStats cache = ctx.engine->expert_cache_stats();
     const ModelInfo& info = ctx.engine->info();
@@ -76,7 +77,7 @@ void handle_health(ServerContext& ctx, const httplib::Request&, httplib::Respons
          {"stats", stats}});
 }
 
-void handle_metrics(ServerContext& ctx, const httplib::Request&, httplib::Response& res) {
+void handle_metrics(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {
     std::string out;
     auto metric = [&](const char* name, const char* type, const char* help, double value) {
         out +=
@@ -118,6 +119,18 @@ void handle_metrics(ServerContext& ctx, const httplib::Request&, httplib::Respon
            static_cast<double>(ctx.pool->active()));
     metric("sluice_sessions", "gauge", "Sessions in the pool (--parallel)",
            static_cast<double>(ctx.pool->size()));
+    if (const FrontStats* f = ctx.front_stats) {
+        metric("sluice_connections_open", "gauge", "HTTP connections open",
+               static_cast<double>(f->connections_open.load()));
+        metric("sluice_connections_total", "counter", "HTTP connections accepted",
+               static_cast<double>(f->connections_total.load()));
+        metric("sluice_connections_refused_total", "counter",
+               "HTTP connections refused over --max-connections or --max-connections-per-client",
+               static_cast<double>(f->connections_refused_total.load()));
+        metric("sluice_http_timeouts_total", "counter",
+               "Connections closed for a header, body or write deadline",
+               static_cast<double>(f->timeouts_total.load()));
+    }
     metric("sluice_expert_cache_hits_total", "counter", "Expert-cache hits", static_cast<double>(cache.hits));
     metric("sluice_expert_cache_misses_total", "counter", "Expert-cache misses",
            static_cast<double>(cache.misses));

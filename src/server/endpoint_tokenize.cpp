@@ -7,7 +7,7 @@ namespace sluice::server {
 
 using json = nlohmann::json;
 
-void handle_tokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+void handle_tokenize(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
     if (!ctx.tokenizer)
         return send_error(res, invalid_request("this model has no tokenizer", "", "no_tokenizer"));
     auto body = parse_body(req.body);
@@ -27,7 +27,7 @@ void handle_tokenize(ServerContext& ctx, const httplib::Request& req, httplib::R
     send_json(res, {{"tokens", ctx.tokenizer->encode(content->get<std::string>(), parse_special)}});
 }
 
-void handle_detokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+void handle_detokenize(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
     if (!ctx.tokenizer)
         return send_error(res, invalid_request("this model has no tokenizer", "", "no_tokenizer"));
     auto body = parse_body(req.body);

@@ -16,7 +16,7 @@ const char* mime_type(std::string_view path) {
 }
 }  // namespace
 
-void handle_web(ServerContext&, const httplib::Request& req, httplib::Response& res) {
+void handle_web(ServerContext&, const HttpRequest& req, HttpResponse& res) {
     const std::string path = req.path == "/" ? "/index.html" : req.path;
     for (const WebAsset& a : web_assets()) {
         if (a.path == path) {

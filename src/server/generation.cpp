@@ -30,14 +30,27 @@ std::optional<ApiError> fit_context_text(const ServerContext& ctx, std::string_v
 std::variant<GenerateResult, ApiError> run_generation(ServerContext& ctx, const std::vector<int32_t>& prompt,
                                                       const GenerateOptions& options,
                                                       const GenerationHooks& hooks) {
-    SessionPool::Lease lease = ctx.pool->acquire(prompt, hooks.still_wanted);
+    Client* client = hooks.client;
+    SessionPool::Lease lease = ctx.pool->acquire(
+        prompt, [client] { return client == nullptr || client->connected(); }, kQueuePollMs);
     if (!lease)
         return ApiError{503, "the client disconnected while the request was queued", "server_error", "",
                         "cancelled"};
     if (ctx.pool->closing())
         return ApiError{503, "the server is shutting down", "server_error", "", "shutting_down"};
-    if (hooks.on_session) hooks.on_session(&lease.session());
-    Expected<GenerateResult> result = lease.session().generate(prompt, options, hooks.on_token);
+    Session* session = &lease.session();
+    if (client) {
+        client->on_disconnect([session] { session->cancel(); });
+        // generate() clears a cancel made before it starts: a client gone by now is not served.
+        if (!client->connected()) {
+            client->on_disconnect(nullptr);
+            return ApiError{503, "the client disconnected", "server_error", "", "cancelled"};
+        }
+    }
+    Expected<GenerateResult> result = session->generate(prompt, options, [&](const TokenEvent& e) {
+        return (client == nullptr || client->connected()) && (!hooks.on_token || hooks.on_token(e));
+    });
+    if (client) client->on_disconnect(nullptr);  // before the lease returns the session
     if (!result.has_value()) {
         ctx.metrics.generation_errors_total += 1;
         return ApiError{500, "generation failed: " + result.status().message(), "server_error", "",

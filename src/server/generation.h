@@ -1,7 +1,10 @@
 // One request's generation: queue for a pooled session (session_pool.h), run
 // Session::generate, record metrics. Shared by /v1/chat/completions and /v1/completions.
 //
-// Threading: called on the request's HTTP worker thread; blocks while queued and generating.
+// Threading: called on the request's own thread (a blocking route); blocks while queued and
+// generating. The client's disconnect ends either: the queue is left within kQueuePollMs and a
+// running generation is cancelled at once by a Client::on_disconnect hook, cleared before the
+// session returns to the pool (so a late disconnect cannot cancel the next request's generation).
 #pragma once
 
 #include <functional>
@@ -9,15 +12,17 @@
 #include <vector>
 
 #include "server/api.h"
+#include "server/http.h"
 #include "server/server.h"
 
 namespace sluice::server {
 
 struct GenerationHooks {
-    std::function<bool()> still_wanted;        // polled while queued; false: give up
-    std::function<void(Session*)> on_session;  // the session is chosen (for cancel())
-    TokenCallback on_token;                    // per token; false stops (client gone)
+    Client* client = nullptr;  // whose leaving cancels the request (null: nobody's)
+    TokenCallback on_token;    // per token; false stops
 };
+
+inline constexpr int kQueuePollMs = 250;
 
 // Checks the prompt against the context and clamps max_tokens to what is left:
 // a 400 "context_length_exceeded" naming both numbers when the prompt alone does not fit.

@@ -1,11 +1,11 @@
-// The route table and the cross-cutting HTTP policy: API-key auth, CORS, body-size limit,
-// OpenAI-shaped bodies for errors cpp-httplib raises itself (404 route, 413, 400), exceptions
-// turned into 500s, one log line per request, and Server's lifetime.
+// The route table and the cross-cutting HTTP policy, as the HttpService the front calls: API-key
+// auth, CORS, refused encodings, unknown routes and methods (all answered from the header, before
+// any body is read), OpenAI-shaped bodies for the front's own errors, exceptions turned into
+// 500s, one log line per request, and Server's lifetime.
 //
 // Auth: with --api-key every route except the web page ("/", its files) and /health requires
 // `Authorization: Bearer KEY` (the page asks for the key itself). Keys are compared in
 // constant time.
-#include <httplib.h>
 #include <malloc.h>
 
 #include <chrono>
@@ -13,40 +13,65 @@
 #include <random>
 
 #include "server/endpoints.h"
+#include "server/http_front.h"
 #include "server/server.h"
 #include "server/transport.h"
 
 namespace sluice::server {
 namespace {
 
-using Handler = void (*)(ServerContext&, const httplib::Request&, httplib::Response&);
+using Handler = void (*)(ServerContext&, const HttpRequest&, HttpResponse&);
 
 struct Route {
     const char* method;
-    const char* pattern;  // cpp-httplib regex
+    const char* path;  // exact, or "*.asset" for the web page's files
     Handler handler;
-    bool needs_key;
+    bool blocking;  // may wait for a session or take long: runs on its own thread
 };
 
 const Route kRoutes[] = {
     {"POST", "/v1/chat/completions", handle_chat_completions, true},
     {"POST", "/v1/completions", handle_completions, true},
-    {"GET", "/v1/models", handle_models, true},
+    {"GET", "/v1/models", handle_models, false},
     {"GET", "/health", handle_health, false},
-    {"GET", "/metrics", handle_metrics, true},
+    {"GET", "/metrics", handle_metrics, false},
     {"POST", "/tokenize", handle_tokenize, true},
     {"POST", "/detokenize", handle_detokenize, true},
     {"GET", "/", handle_web, false},
-    {"GET", R"(/[A-Za-z0-9_\-]+\.(html|js|css|svg|png))", handle_web, false},
+    {"GET", "*.asset", handle_web, false},
 };
 
 constexpr size_t kTrimAfterBodyBytes = 1u << 20;
 
+// "/name.ext": one path segment of [A-Za-z0-9_-] with a web file's extension.
+bool is_asset_path(std::string_view path) {
+    if (path.size() < 3 || path[0] != '/') return false;
+    const size_t dot = path.rfind('.');
+    if (dot == std::string_view::npos || dot == 1) return false;
+    for (char c : path.substr(1, dot - 1))
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
+    const std::string_view ext = path.substr(dot + 1);
+    return ext == "html" || ext == "js" || ext == "css" || ext == "svg" || ext == "png";
+}
+
+bool path_matches(const Route& r, std::string_view path) {
+    return std::string_view(r.path) == "*.asset" ? is_asset_path(path) : path == r.path;
+}
+
+const Route* find_route(const HttpRequest& req, bool* path_known) {
+    *path_known = false;
+    for (const Route& r : kRoutes) {
+        if (!path_matches(r, req.path)) continue;
+        *path_known = true;
+        if (req.method == r.method) return &r;
+    }
+    return nullptr;
+}
+
 bool needs_key(const std::string& method, const std::string& path) {
     if (method == "OPTIONS") return false;
     if (path == "/" || path == "/health") return false;
-    if (method == "GET" && path.find('/', 1) == std::string::npos && path.find('.') != std::string::npos)
-        return false;
+    if (method == "GET" && is_asset_path(path)) return false;
     return true;
 }
 
@@ -57,18 +82,125 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
     return diff == 0 && !b.empty();
 }
 
-const char* status_message(int status) {
-    switch (status) {
-        case 400: return "the request could not be parsed";
-        case 404: return "unknown route";
-        case 405: return "method not allowed";
-        case 413: return "the request body is too large";
-        case 414: return "the request URI is too long";
-        default: return "request failed";
-    }
+std::string printable(std::string_view s, size_t max) {
+    std::string out;
+    for (char c : s.substr(0, max)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+    if (s.size() > max) out += "...";
+    return out;
 }
 
 }  // namespace
+
+// The application side of the front: routes.cpp's policy over ServerContext.
+class RouteService final : public HttpService {
+ public:
+    explicit RouteService(ServerContext& ctx) : ctx_(ctx) {}
+
+    bool screen(const HttpRequest& req, HttpResponse& res) override {
+        ctx_.metrics.requests_total += 1;
+        // Compressed request bodies are refused before the body is read: a few hundred KB of
+        // gzip expand to hundreds of MB past the body limit.
+        if (const std::string enc = req.header("Content-Encoding"); !enc.empty() && enc != "identity") {
+            res.close = true;
+            return answer(res, ApiError{415,
+                                        "compressed request bodies (Content-Encoding: " + printable(enc, 32) +
+                                            ") are not accepted; send the body uncompressed",
+                                        "invalid_request_error", "", "unsupported_content_encoding"});
+        }
+        if (req.method == "OPTIONS") {
+            if (!ctx_.options.cors_origin.empty()) {
+                res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+                res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+                res.set_header("Access-Control-Max-Age", "600");
+            }
+            res.status = 204;
+            cors(res);
+            return true;
+        }
+        if (!ctx_.options.api_key.empty() && needs_key(req.method, req.path)) {
+            const std::string auth = req.header("Authorization");
+            const std::string prefix = "Bearer ";
+            const bool ok =
+                auth.size() > prefix.size() && auth.compare(0, prefix.size(), prefix) == 0 &&
+                constant_time_equal(std::string_view(auth).substr(prefix.size()), ctx_.options.api_key);
+            if (!ok)
+                return answer(res,
+                              ApiError{401,
+                                       auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'"
+                                                    : "incorrect API key provided",
+                                       "invalid_request_error", "", "invalid_api_key"});
+        }
+        bool path_known = false;
+        if (find_route(req, &path_known)) return false;
+        if (path_known) {
+            res.set_header("Allow", allowed_methods(req.path));
+            return answer(res, ApiError{405,
+                                        "method " + printable(req.method, 16) + " is not allowed on " +
+                                            printable(req.path, 200),
+                                        "invalid_request_error", "", "method_not_allowed"});
+        }
+        return answer(
+            res, ApiError{404, "unknown route: " + printable(req.method, 16) + " " + printable(req.path, 200),
+                          "invalid_request_error", "", "not_found"});
+    }
+
+    bool blocking(const HttpRequest& req) const override {
+        bool known = false;
+        const Route* r = find_route(req, &known);
+        return r != nullptr && r->blocking;
+    }
+
+    void handle(const HttpRequest& req, HttpResponse& res) override {
+        bool known = false;
+        const Route* r = find_route(req, &known);
+        try {
+            r->handler(ctx_, req, res);
+        } catch (const std::exception& e) {
+            res = HttpResponse{};
+            send_error(res, ApiError{500, std::string("internal error: ") + e.what(), "server_error", "",
+                                     "internal_error"});
+        }
+        cors(res);
+        // A large body's parse, template and tokeniser scratch is free now; hand it back to the
+        // system (glibc keeps freed memory in its per-thread arenas otherwise: 16 rejected 8 MB
+        // prompts used to leave 2.4 GB held).
+        if (req.body.size() > kTrimAfterBodyBytes) malloc_trim(0);
+    }
+
+    void refuse(int status, const std::string& message, const std::string& code, HttpResponse& res) override {
+        answer(res,
+               ApiError{status, message, status >= 500 ? "server_error" : "invalid_request_error", "", code});
+    }
+
+    void answered(const HttpRequest& req, int status) override {
+        if (status >= 400) ctx_.metrics.request_errors_total += 1;
+        std::fprintf(stderr, "[serve] %s %s -> %d\n", printable(req.method, 16).c_str(),
+                     printable(req.path, 200).c_str(), status);
+    }
+
+ private:
+    bool answer(HttpResponse& res, const ApiError& e) {
+        send_error(res, e);
+        cors(res);
+        return true;
+    }
+
+    void cors(HttpResponse& res) const {
+        if (ctx_.options.cors_origin.empty()) return;
+        res.set_header("Access-Control-Allow-Origin", ctx_.options.cors_origin);
+        res.set_header("Vary", "Origin");
+    }
+
+    static std::string allowed_methods(const std::string& path) {
+        std::string out;
+        for (const Route& r : kRoutes)
+            if (path_matches(r, path) && out.find(r.method) == std::string::npos)
+                out += (out.empty() ? "" : ", ") + std::string(r.method);
+        return out + ", OPTIONS";
+    }
+
+    ServerContext& ctx_;
+};
 
 std::string ServerContext::new_id(const char* prefix) {
     static thread_local std::mt19937_64 rng(std::random_device{}());
@@ -95,121 +227,33 @@ Server::Server(std::shared_ptr<Engine> engine, ServerOptions options)
         std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
             .count());
 
-    http_ = std::make_unique<httplib::Server>();
-    httplib::Server& http = *http_;
-    // Queued requests hold a worker while they wait for a session; keep enough workers that
-    // /health, /metrics and queued requests never starve each other.
-    const size_t workers = static_cast<size_t>(std::max(16, ctx.options.parallel * 4 + 8));
-    http.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
-    http.set_payload_max_length(ctx.options.max_body_bytes);
-    http.set_read_timeout(30);
-    http.set_write_timeout(30);
-    // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, with which a second
-    // `sluice serve` on the same port starts too and the kernel splits the traffic between them.
-    http.set_socket_options([](socket_t sock) {
-        int yes = 1;
-        setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    });
-
-    http.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
-        ctx.metrics.requests_total += 1;
-        if (!ctx.options.cors_origin.empty()) {
-            res.set_header("Access-Control-Allow-Origin", ctx.options.cors_origin);
-            res.set_header("Vary", "Origin");
-        }
-        // Compressed request bodies are refused before the body is read: a few hundred KB of
-        // gzip expand to hundreds of MB past the body limit. The unread body ends the connection.
-        if (const std::string enc = req.get_header_value("Content-Encoding");
-            !enc.empty() && enc != "identity") {
-            res.set_header("Connection", "close");
-            send_error(res, ApiError{415,
-                                     "compressed request bodies (Content-Encoding: " + enc.substr(0, 32) +
-                                         ") are not accepted; send the body uncompressed",
-                                     "invalid_request_error", "", "unsupported_content_encoding"});
-            return httplib::Server::HandlerResponse::Handled;
-        }
-        if (!ctx.options.api_key.empty() && needs_key(req.method, req.path)) {
-            const std::string auth = req.get_header_value("Authorization");
-            const std::string prefix = "Bearer ";
-            const bool ok =
-                auth.size() > prefix.size() && auth.compare(0, prefix.size(), prefix) == 0 &&
-                constant_time_equal(std::string_view(auth).substr(prefix.size()), ctx.options.api_key);
-            if (!ok) {
-                send_error(res, ApiError{401,
-                                         auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'"
-                                                      : "incorrect API key provided",
-                                         "invalid_request_error", "", "invalid_api_key"});
-                return httplib::Server::HandlerResponse::Handled;
-            }
-        }
-        return httplib::Server::HandlerResponse::Unhandled;
-    });
-
-    for (const Route& r : kRoutes) {
-        auto fn = [&ctx, h = r.handler](const httplib::Request& req, httplib::Response& res) {
-            h(ctx, req, res);
-            // A large body's parse, template and tokeniser scratch is free now; hand it back to
-            // the system (glibc keeps freed memory in its per-thread arenas otherwise: 16 rejected
-            // 8 MB prompts used to leave 2.4 GB held).
-            if (req.body.size() > kTrimAfterBodyBytes) malloc_trim(0);
-        };
-        if (std::string_view(r.method) == "GET")
-            http.Get(r.pattern, fn);
-        else
-            http.Post(r.pattern, fn);
-    }
-    http.Options(".*", [&ctx](const httplib::Request&, httplib::Response& res) {
-        if (!ctx.options.cors_origin.empty()) {
-            res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-            res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
-            res.set_header("Access-Control-Max-Age", "600");
-        }
-        res.status = 204;
-    });
-
-    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "unknown exception";
-        try {
-            std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-            what = e.what();
-        } catch (...) {
-        }
-        send_error(res, ApiError{500, "internal error: " + what, "server_error", "", "internal_error"});
-    });
-    http.set_error_handler(
-        httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-            if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-            std::string message = status_message(res.status);
-            if (res.status == 404) message = "unknown route: " + req.method + " " + req.path;
-            send_error(res, ApiError{res.status, message,
-                                     res.status >= 500 ? "server_error" : "invalid_request_error", "",
-                                     res.status == 413 ? "request_too_large" : ""});
-            return httplib::Server::HandlerResponse::Handled;
-        }));
-    http.set_logger([&ctx](const httplib::Request& req, const httplib::Response& res) {
-        if (res.status >= 400) ctx.metrics.request_errors_total += 1;
-        std::fprintf(stderr, "[serve] %s %s -> %d\n", req.method.c_str(), req.path.c_str(), res.status);
-    });
+    service_ = std::make_unique<RouteService>(ctx);
+    const ServerOptions& o = ctx.options;
+    FrontLimits limits;
+    limits.body_bytes = o.max_body_bytes;
+    limits.header_timeout = std::chrono::milliseconds(o.header_timeout_ms);
+    limits.body_timeout = std::chrono::milliseconds(o.body_timeout_ms);
+    limits.max_connections = o.max_connections;
+    limits.max_connections_per_client = o.max_connections_per_client;
+    limits.max_blocking = o.max_requests;
+    front_ = std::make_unique<HttpFront>(*service_, limits);
+    ctx.front_stats = &front_->stats();
 }
 
 Server::~Server() = default;
 
 Status Server::listen() {
     const ServerOptions& o = ctx_->options;
-    if (!http_->bind_to_port(o.host, o.port))
-        return error(ErrorCode::kIo, "[serve] cannot listen on " + o.host + ":" + std::to_string(o.port) +
-                                         " (address in use or not available)");
-    std::fprintf(stderr, "[serve] listening on http://%s:%d (model '%s', %d parallel)\n", o.host.c_str(),
-                 o.port, o.model_id.c_str(), o.parallel);
+    if (Status s = front_->bind(o.host, o.port); !s.is_ok()) return s;
+    std::fprintf(stderr, "[serve] listening on http://%s:%d (model '%s', %d parallel, %zu connections)\n",
+                 o.host.c_str(), o.port, o.model_id.c_str(), o.parallel, front_->limits().max_connections);
     std::fflush(stderr);
-    if (!http_->listen_after_bind())
-        return error(ErrorCode::kIo, "[serve] the listener stopped with an error");
+    front_->run();
     return Status::ok();
 }
 
 void Server::stop() {
-    http_->stop();
+    front_->stop();
 }
 
 void Server::cancel_generations() {

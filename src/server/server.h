@@ -1,14 +1,16 @@
 // `sluice serve`: an OpenAI-compatible HTTP server over one Engine (public API only).
 //
-// Layers: transport.h (JSON/SSE responses over cpp-httplib), api.h (request types and
-// validation), output_parser.h (reasoning / tool-call split), session_pool.h (concurrency and
-// prefix affinity), generation.h (one request's generation on a pooled session), endpoint_*.cpp
-// (one file per endpoint), routes.cpp (the route table, auth, CORS, limits).
+// Layers: http_front.h (the event-driven HTTP/1.1 front: sockets, parsing, deadlines, limits),
+// http.h (the request/response types handlers see), transport.h (JSON/SSE responses), api.h
+// (request types and validation), output_parser.h (reasoning / tool-call split), session_pool.h
+// (concurrency and prefix affinity), generation.h (one request's generation on a pooled session),
+// endpoint_*.cpp (one file per endpoint), routes.cpp (the route table, auth, CORS).
 //
 // Lifetime: Server owns the ServerContext that every handler borrows; listen() blocks until
-// stop() (any thread, e.g. a signal watcher). Threading: cpp-httplib runs each connection on a
-// worker of its thread pool; handlers share the context, whose mutable parts are atomics or
-// guarded by their own mutexes.
+// stop() (any thread, e.g. a signal watcher) and every request in flight is answered.
+// Threading: the front's IO thread serves /health, /metrics, /v1/models and the web page itself;
+// generation and tokenizer routes run on a thread each. Handlers share the context, whose mutable
+// parts are atomics or guarded by their own mutexes.
 #pragma once
 
 #include <atomic>
@@ -23,11 +25,11 @@
 #include "sluice/status.h"
 #include "sluice/tokenizer.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace sluice::server {
+
+class HttpFront;
+class HttpService;
+struct FrontStats;
 
 struct ServerOptions {
     std::string host = "127.0.0.1";
@@ -37,7 +39,12 @@ struct ServerOptions {
     int parallel = 1;         // sessions generating at once
     std::string model_id;     // the name clients pass as "model"
     size_t max_body_bytes = 8u << 20;
-    int keep_alive_ms = 2000;  // SSE comment interval while queued or prefilling
+    int keep_alive_ms = 2000;                 // SSE comment interval while queued or prefilling
+    int header_timeout_ms = 10'000;           // a request's whole header, and idle keep-alive
+    int body_timeout_ms = 60'000;             // a request's whole body
+    size_t max_connections = 1024;            // open at once; more are answered 503
+    size_t max_connections_per_client = 256;  // from one address
+    size_t max_requests = 256;                // generation/tokenizer requests in flight (503 past it)
 };
 
 // Counters for /metrics (Prometheus) and /health.
@@ -68,6 +75,7 @@ struct ServerContext {
     // The longest token's bytes: a text of more than context × this many bytes cannot fit the
     // context, which is checked before tokenising it (an 8 MB prompt is refused in microseconds).
     size_t max_token_bytes = 0;
+    const FrontStats* front_stats = nullptr;  // connections, refusals, timeouts (for /metrics)
 };
 
 class Server {
@@ -84,7 +92,8 @@ class Server {
 
  private:
     std::unique_ptr<ServerContext> ctx_;
-    std::unique_ptr<httplib::Server> http_;
+    std::unique_ptr<HttpService> service_;
+    std::unique_ptr<HttpFront> front_;
 };
 
 }  // namespace sluice::server
