@@ -351,7 +351,7 @@ class Connection final : public Client, public std::enable_shared_from_this<Conn
             std::lock_guard lock(front_.workers_mutex);
             if (front_.workers >= static_cast<int64_t>(front_.limits.max_blocking)) {
                 HttpResponse res;
-                service.refuse(503,
+                service.refuse(429,
                                "the server is busy (" + std::to_string(front_.limits.max_blocking) +
                                    " requests in flight); retry shortly",
                                "server_busy", res);

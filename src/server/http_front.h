@@ -8,7 +8,7 @@
 //   Content-Length before reading, or while reading a chunked body);
 // - connections bounded overall and per client address: the excess is answered 503 at once and
 //   closed; the listen backlog is SOMAXCONN;
-// - blocking handlers bounded (503 server_busy past max_blocking);
+// - blocking handlers bounded (429 server_busy past max_blocking);
 // - a write-stall timeout: a client that stops reading is dropped and its producer unblocked;
 // - disconnects noticed at once: while a response is being made the front keeps a read outstanding
 //   on the socket, so a client's close or reset fires its Client::on_disconnect hook whether or not
@@ -56,7 +56,7 @@ class HttpService {
     virtual bool blocking(const HttpRequest& req) const = 0;
     // A streamed response (res.stream) is only allowed from a blocking handler.
     virtual void handle(const HttpRequest& req, HttpResponse& res) = 0;
-    // The response for an error the front answers itself (400, 413, 431, 500, 503); `code` is a
+    // The response for an error the front answers itself (400, 413, 429, 431, 500, 503); `code` is a
     // short machine-readable name ("request_header_too_large").
     virtual void refuse(int status, const std::string& message, const std::string& code,
                         HttpResponse& res) = 0;

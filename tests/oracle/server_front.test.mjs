@@ -6,8 +6,8 @@
 //   - a header sent a byte at a time is dropped at --header-timeout, a body that stops coming at
 //     --body-timeout (a bad Content-Length used to hold a worker 30 s);
 //   - oversized headers and too many header fields are answered 431 (1,000,000 fields were taken);
-//   - connections over --max-connections-per-client, and requests over --max-requests, are
-//     answered 503 at once;
+//   - connections over --max-connections-per-client are answered 503 at once, requests over
+//     --max-requests 429;
 //   - a client that leaves is noticed at once: a streamed forced tool call that has sent nothing
 //     yet and a non-streamed reply both stop generating within a second (they used to go on for
 //     thousands of tokens);
@@ -266,7 +266,7 @@ try {
         const b = long(3000);
         await sleep(300);
         const c = await long(2);
-        check("a third request over --max-requests 2 is answered 503 server_busy", c.status === 503 && errorCode(c.body) === "server_busy" && c.headers["retry-after"] === "1",
+        check("a third request over --max-requests 2 is answered 429 server_busy", c.status === 429 && errorCode(c.body) === "server_busy" && c.headers["retry-after"] === "1",
             `${c.status} ${c.body.slice(0, 160)}`);
         const [ra, rb] = await Promise.all([a, b]);
         check("  while the two in flight complete", ra.status === 200 && rb.status === 200, `${ra.status} ${rb.status}`);
