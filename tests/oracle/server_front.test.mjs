@@ -131,6 +131,7 @@ try {
         const times = health.map((h) => h.ms);
         check("250 slow/idle connections: /health answers 200 in < 100 ms", Math.max(...times) < 100 && health.every((h) => h.status === 200),
             health.map((h) => `${h.status} ${h.ms.toFixed(1)} ms`).join(", "));
+        console.log(`[server_front] /health with 250 slow/idle connections open: ${times.map((t) => t.toFixed(1)).join(", ")} ms`);
         const chat = await request(port, "POST", "/v1/chat/completions", { body: chatBody({ max_tokens: 8 }) });
         let content = null;
         try {
@@ -195,6 +196,7 @@ try {
         const freed = await waitFor(async () => (await metric(port, "sluice_active_requests")) === 0, 3000);
         check("held stream: the session is free within 1 s of the disconnect", freed < 1000, `${freed} ms`);
         const made = (await metric(port, "sluice_generated_tokens_total")) - before;
+        console.log(`[server_front] held stream: session free ${freed.toFixed(0)} ms after the disconnect, ${made} tokens generated in all`);
         check("held stream: the generation stopped far short of max_tokens", made < 1000, `${made} tokens`);
     });
 
@@ -209,6 +211,7 @@ try {
         const freed = await waitFor(async () => (await metric(port, "sluice_active_requests")) === 0, 3000);
         check("non-streamed: the session is free within 1 s of the disconnect", freed < 1000, `${freed} ms`);
         const made = (await metric(port, "sluice_generated_tokens_total")) - before;
+        console.log(`[server_front] non-streamed: session free ${freed.toFixed(0)} ms after the disconnect, ${made} tokens generated in all`);
         check("non-streamed: the generation stopped far short of max_tokens", made < 1000, `${made} tokens`);
         check("non-streamed: nothing was sent before the reply (no whitespace beats)", s.got === "", JSON.stringify(s.got.slice(0, 40)));
     });
@@ -226,6 +229,7 @@ try {
             return ms === Infinity ? Infinity : performance.now() - t0;
         }));
         const worst = Math.max(...firstChunkMs);
+        console.log(`[server_front] 24 queued streams: first chunk after at most ${worst.toFixed(0)} ms`);
         check("24 streams queued behind a busy session get headers and the first chunk within 1 s", worst < 1000, `${worst.toFixed(0)} ms`);
         const h = await request(port, "GET", "/health");
         check("queued streams: /health in < 100 ms meanwhile", h.ms < 100, `${h.ms.toFixed(1)} ms`);
