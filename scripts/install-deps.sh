@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake ninja-build pkg-config git clang libclang-rt-14-dev clang-format
   nlohmann-json3-dev libfmt-dev libcli11-dev libpcre2-dev libutf8proc-dev libxxhash-dev
-  libgtest-dev libgmock-dev libbenchmark-dev liburing-dev libedit-dev libboost-dev libcurl4-openssl-dev chromium
+  libgtest-dev libgmock-dev libbenchmark-dev liburing-dev libedit-dev libboost-dev libssl-dev libcurl4-openssl-dev chromium
   nodejs
 )
 

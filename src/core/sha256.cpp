@@ -1,4 +1,11 @@
+// SHA-256 over OpenSSL's SHA256_CTX (see sha256.h).
+//
+// The low-level SHA256_* functions are deprecated in OpenSSL 3 in favour of EVP, whose state cannot
+// be saved; they remain supported through 3.x, and this file is the only user.
+#define OPENSSL_SUPPRESS_DEPRECATED
 #include "core/sha256.h"
+
+#include <openssl/sha.h>
 
 #include <cstdio>
 #include <cstring>
@@ -7,21 +14,13 @@ namespace sluice {
 
 namespace {
 
-constexpr uint32_t kRound[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+static_assert(sizeof(SHA256_CTX) <= 112 && alignof(SHA256_CTX) <= 8, "SHA256_CTX does not fit Sha256::ctx_");
 
-constexpr std::array<uint32_t, 8> kInit = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                           0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-
-inline uint32_t rotr(uint32_t x, int n) {
-    return (x >> n) | (x << (32 - n));
+SHA256_CTX* as_ctx(std::array<unsigned char, 112>& bytes) {
+    return reinterpret_cast<SHA256_CTX*>(bytes.data());
+}
+const SHA256_CTX* as_ctx(const std::array<unsigned char, 112>& bytes) {
+    return reinterpret_cast<const SHA256_CTX*>(bytes.data());
 }
 
 int hex_value(char c) {
@@ -32,85 +31,42 @@ int hex_value(char c) {
 
 }  // namespace
 
-Sha256::Sha256() : h_(kInit) {}
-
-void Sha256::block(const uint8_t* p) {
-    uint32_t w[64];
-    for (int i = 0; i < 16; ++i)
-        w[i] = uint32_t{p[4 * i]} << 24 | uint32_t{p[4 * i + 1]} << 16 | uint32_t{p[4 * i + 2]} << 8 |
-               uint32_t{p[4 * i + 3]};
-    for (int i = 16; i < 64; ++i) {
-        const uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-        const uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-    }
-    uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
-    for (int i = 0; i < 64; ++i) {
-        const uint32_t t1 =
-            h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kRound[i] + w[i];
-        const uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-        h = g;
-        g = f;
-        f = e;
-        e = d + t1;
-        d = c;
-        c = b;
-        b = a;
-        a = t1 + t2;
-    }
-    h_[0] += a;
-    h_[1] += b;
-    h_[2] += c;
-    h_[3] += d;
-    h_[4] += e;
-    h_[5] += f;
-    h_[6] += g;
-    h_[7] += h;
+Sha256::Sha256() {
+    SHA256_Init(as_ctx(ctx_));
 }
 
 void Sha256::update(std::span<const uint8_t> bytes) {
-    const uint8_t* p = bytes.data();
-    size_t n = bytes.size();
-    size_t fill = static_cast<size_t>(total_bytes_ % 64);
-    total_bytes_ += n;
-    if (fill) {
-        const size_t take = std::min(n, 64 - fill);
-        std::memcpy(tail_.data() + fill, p, take);
-        p += take;
-        n -= take;
-        if (fill + take < 64) return;
-        block(tail_.data());
-    }
-    for (; n >= 64; p += 64, n -= 64) block(p);
-    std::memcpy(tail_.data(), p, n);
+    if (!bytes.empty()) SHA256_Update(as_ctx(ctx_), bytes.data(), bytes.size());
+}
+
+uint64_t Sha256::bytes_hashed() const {
+    const SHA256_CTX* c = as_ctx(ctx_);
+    return ((static_cast<uint64_t>(c->Nh) << 32) | c->Nl) / 8;
 }
 
 std::string Sha256::hex_digest() const {
-    Sha256 c = *this;
-    const uint64_t bits = total_bytes_ * 8;
-    const uint8_t pad = 0x80;
-    c.update(&pad, 1);
-    const uint8_t zero = 0;
-    while (c.total_bytes_ % 64 != 56) c.update(&zero, 1);
-    uint8_t len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(bits >> (56 - 8 * i));
-    c.update(len, 8);
-    char out[65];
-    for (int i = 0; i < 8; ++i) std::snprintf(out + 8 * i, 9, "%08x", c.h_[static_cast<size_t>(i)]);
-    return std::string(out, 64);
+    SHA256_CTX copy = *as_ctx(ctx_);
+    unsigned char digest[SHA256_DIGEST_LENGTH];
+    SHA256_Final(digest, &copy);
+    char out[2 * SHA256_DIGEST_LENGTH + 1];
+    for (int i = 0; i < SHA256_DIGEST_LENGTH; ++i) std::snprintf(out + 2 * i, 3, "%02x", digest[i]);
+    return std::string(out, 2 * SHA256_DIGEST_LENGTH);
 }
 
 std::string Sha256::save() const {
+    const SHA256_CTX* c = as_ctx(ctx_);
     std::string s;
     char buf[24];
     for (size_t i = 0; i < 8; ++i) {
-        std::snprintf(buf, sizeof buf, "%08x", h_[i]);
+        std::snprintf(buf, sizeof buf, "%08x", static_cast<uint32_t>(c->h[i]));
         s += buf;
         s += i < 7 ? "," : ":";
     }
-    s += std::to_string(total_bytes_) + ":";
-    for (size_t i = 0; i < total_bytes_ % 64; ++i) {
-        std::snprintf(buf, sizeof buf, "%02x", tail_[i]);
+    const uint64_t total = bytes_hashed();
+    s += std::to_string(total) + ":";
+    const auto* tail = reinterpret_cast<const unsigned char*>(c->data);  // the block buffer, as bytes
+    for (size_t i = 0; i < total % 64; ++i) {
+        std::snprintf(buf, sizeof buf, "%02x", tail[i]);
         s += buf;
     }
     return s;
@@ -119,7 +75,7 @@ std::string Sha256::save() const {
 bool Sha256::restore(const std::string& state) {
     // 8 × 8 hex digits with separators, then the count, then the tail.
     if (state.size() < 72 || state[71] != ':') return false;
-    std::array<uint32_t, 8> h{};
+    uint32_t h[8] = {};
     for (size_t i = 0; i < 8; ++i) {
         for (size_t k = 0; k < 8; ++k) {
             const int v = hex_value(state[9 * i + k]);
@@ -129,23 +85,30 @@ bool Sha256::restore(const std::string& state) {
         if (i < 7 && state[9 * i + 8] != ',') return false;
     }
     const size_t colon = state.find(':', 72);
-    if (colon == std::string::npos || colon == 72) return false;
+    if (colon == std::string::npos || colon == 72 || colon - 72 > 19) return false;
     uint64_t total = 0;
     for (size_t i = 72; i < colon; ++i) {
         if (state[i] < '0' || state[i] > '9') return false;
         total = total * 10 + static_cast<uint64_t>(state[i] - '0');
     }
+    if (total > (UINT64_MAX >> 3)) return false;  // the bit count must fit 64 bits
     const std::string tail = state.substr(colon + 1);
     if (tail.size() != 2 * (total % 64)) return false;
-    std::array<uint8_t, 64> t{};
+    unsigned char t[64] = {};
     for (size_t i = 0; i < tail.size() / 2; ++i) {
         const int hi = hex_value(tail[2 * i]), lo = hex_value(tail[2 * i + 1]);
         if (hi < 0 || lo < 0) return false;
-        t[i] = static_cast<uint8_t>(hi << 4 | lo);
+        t[i] = static_cast<unsigned char>(hi << 4 | lo);
     }
-    h_ = h;
-    tail_ = t;
-    total_bytes_ = total;
+    SHA256_CTX c;
+    SHA256_Init(&c);
+    for (size_t i = 0; i < 8; ++i) c.h[i] = h[i];
+    const uint64_t bits = total * 8;
+    c.Nl = static_cast<SHA_LONG>(bits & 0xffffffffu);
+    c.Nh = static_cast<SHA_LONG>(bits >> 32);
+    std::memcpy(c.data, t, sizeof t);
+    c.num = static_cast<unsigned int>(total % 64);
+    std::memcpy(ctx_.data(), &c, sizeof c);
     return true;
 }
 

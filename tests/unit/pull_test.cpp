@@ -53,6 +53,22 @@ TEST(Sha256, FipsVectorsAndResume) {
     EXPECT_FALSE(bad.restore("not a state"));
 }
 
+// A progress record written by the hand-written implementation this replaced (its save() of the
+// first 70001 of 100003 'x') resumes into the libcrypto one and ends at the whole input's digest.
+TEST(Sha256, ResumesAStateSavedBeforeTheLibcryptoSwitch) {
+    std::string saved = "a9cc239b,0549075c,d74c385f,d220acaa,81466d9d,e5a27533,2fd68132,1d92b98b:70001:";
+    for (int i = 0; i < 70001 % 64; ++i) saved += "78";  // the tail: 49 bytes of 'x'
+    Sha256 h;
+    ASSERT_TRUE(h.restore(saved));
+    EXPECT_EQ(h.bytes_hashed(), 70001u);
+    EXPECT_EQ(h.save(), saved);
+    const std::string rest(100003 - 70001, 'x');
+    h.update(rest.data(), rest.size());
+    EXPECT_EQ(h.hex_digest(), "68f003dab14596fbb48139f41f183dd7c93a4fbe87b9cc4b621d4a6b4ccf486b");
+    Sha256 overflow;
+    EXPECT_FALSE(overflow.restore(saved.substr(0, 72) + "99999999999999999999:"));
+}
+
 TEST(Http, ContentRange) {
     uint64_t f, l, t;
     ASSERT_TRUE(io::parse_content_range("bytes 0-7/100", &f, &l, &t));
