@@ -36,9 +36,12 @@ using boost::system::error_code;
 
 namespace {
 
-constexpr size_t kHighWater = 1u << 20;    // a producer waits while this much is unwritten
-constexpr size_t kReadChunk = 16u << 10;   // one read of the disconnect watch
-constexpr size_t kLingerBytes = 1u << 20;  // drained from a client after our side closes
+constexpr size_t kHighWater = 1u << 20;   // a producer waits while this much is unwritten
+constexpr size_t kReadChunk = 16u << 10;  // one read of the disconnect watch
+// Drained from a client after our side closes (bounded by kLingerTime as well): enough for a
+// client still sending a refused body of several times the default 8 MiB limit to finish
+// writing and read the 413, instead of taking a reset mid-upload (EPIPE) and never seeing it.
+constexpr size_t kLingerBytes = 64u << 20;
 constexpr auto kLingerTime = std::chrono::seconds(2);
 constexpr auto kAcceptRetry = std::chrono::milliseconds(50);
 
