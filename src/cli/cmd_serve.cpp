@@ -38,6 +38,7 @@ struct ServeOptions {
     size_t max_connections = 1024;
     size_t max_connections_per_client = 256;
     size_t max_requests = 256;
+    size_t max_requests_per_client = 64;
 };
 
 // The server the signal watcher stops; guarded so the watcher never touches it once listen()
@@ -88,6 +89,7 @@ void run_serve(const ServeOptions& o) {
     so.max_connections = o.max_connections;
     so.max_connections_per_client = o.max_connections_per_client;
     so.max_requests = o.max_requests;
+    so.max_requests_per_client = o.max_requests_per_client;
     if (so.model_id.empty()) {
         std::filesystem::path p(o.model_dir);
         so.model_id = (p.has_filename() ? p.filename() : p.parent_path().filename()).string();
@@ -193,7 +195,12 @@ SLUICE_COMMAND(serve, 15, [](CLI::App& app) {
         ->check(CLI::Range(size_t{1}, size_t{1} << 20));
     cmd->add_option(
            "--max-requests", o->max_requests,
-           "Generation and tokenizer requests in flight, queued ones included (more are answered 503)")
+           "Generation and tokenizer requests in flight, queued ones included (more are answered 429)")
+        ->capture_default_str()
+        ->check(CLI::Range(size_t{1}, size_t{1} << 16));
+    cmd->add_option("--max-requests-per-client", o->max_requests_per_client,
+                    "Of those, from one client address (behind a reverse proxy every client shares "
+                    "its address: raise this to --max-requests)")
         ->capture_default_str()
         ->check(CLI::Range(size_t{1}, size_t{1} << 16));
     cmd->add_option("--alias", o->alias, "Model name clients use (default: the folder name)");

@@ -34,6 +34,7 @@ struct ChatJob {
     bool parse_tools = false;
     std::string id;
     int64_t created = 0;
+    std::string tenant;  // whose turn it is in the session queue (the client's address)
 };
 
 // The Qwen tool-call block the forced grammar writes after the prompt's "<tool_call>\n".
@@ -111,6 +112,7 @@ std::variant<std::shared_ptr<ChatJob>, ApiError> prepare(ServerContext& ctx, con
                                      ctx.tokenizer->vocab_size());
     if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
     auto job = std::make_shared<ChatJob>();
+    job->tenant = req.remote;
     job->request = std::move(std::get<ChatRequest>(parsed));
     ChatRequest& r = job->request;
     if (auto e = check_model(ctx, r.params.model)) return *e;
@@ -192,6 +194,7 @@ std::variant<json, ApiError> respond_whole(ServerContext& ctx, const std::shared
     const bool want_logprobs = job->request.params.logprobs;
     GenerationHooks hooks;
     hooks.client = client;
+    hooks.tenant = job->tenant;
     hooks.on_token = [&](const TokenEvent& e) {
         absorb(parser.feed(e.text));
         if (want_logprobs) logprobs.push_back(logprob_json(ctx.tokenizer.get(), e));
@@ -261,6 +264,7 @@ void stream(ServerContext& ctx, const std::shared_ptr<ChatJob>& job, Client* cli
     const bool want_logprobs = job->request.params.logprobs;
     GenerationHooks hooks;
     hooks.client = client;
+    hooks.tenant = job->tenant;
     hooks.on_token = [&](const TokenEvent& e) {
         keep_alive.first_token();
         ParsedDelta d = parser.feed(e.text);

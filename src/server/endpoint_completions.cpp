@@ -19,6 +19,7 @@ struct CompletionJob {
     std::string prompt_text;  // for echo
     std::string id;
     int64_t created = 0;
+    std::string tenant;  // whose turn it is in the session queue (the client's address)
 };
 
 struct LegacyLogprobs {
@@ -55,6 +56,7 @@ std::variant<std::shared_ptr<CompletionJob>, ApiError> prepare(ServerContext& ct
                                            ctx.engine->default_sampling(), vocab);
     if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
     auto job = std::make_shared<CompletionJob>();
+    job->tenant = req.remote;
     job->request = std::move(std::get<CompletionRequest>(parsed));
     if (auto e = check_model(ctx, job->request.params.model)) return *e;
     if (auto* text = std::get_if<std::string>(&job->request.prompt)) {
@@ -99,6 +101,7 @@ void handle_completions(ServerContext& ctx, const HttpRequest& req, HttpResponse
         LegacyLogprobs lp;
         GenerationHooks hooks;
         hooks.client = req.client.get();
+        hooks.tenant = job->tenant;
         hooks.on_token = [&](const TokenEvent& e) {
             if (want_logprobs) lp.add(ctx.tokenizer.get(), e);
             return true;
@@ -131,6 +134,7 @@ void handle_completions(ServerContext& ctx, const HttpRequest& req, HttpResponse
         KeepAlive keep_alive(writer, ctx.options.keep_alive_ms);
         GenerationHooks hooks;
         hooks.client = client.get();
+        hooks.tenant = job->tenant;
         hooks.on_token = [&](const TokenEvent& e) {
             keep_alive.first_token();
             if (e.text.empty() && !want_logprobs) return writer.ok();

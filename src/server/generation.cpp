@@ -32,7 +32,7 @@ std::variant<GenerateResult, ApiError> run_generation(ServerContext& ctx, const 
                                                       const GenerationHooks& hooks) {
     Client* client = hooks.client;
     SessionPool::Lease lease = ctx.pool->acquire(
-        prompt, [client] { return client == nullptr || client->connected(); }, kQueuePollMs);
+        prompt, [client] { return client == nullptr || client->connected(); }, kQueuePollMs, hooks.tenant);
     if (!lease)
         return ApiError{503, "the client disconnected while the request was queued", "server_error", "",
                         "cancelled"};

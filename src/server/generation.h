@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <variant>
 #include <vector>
 
@@ -20,6 +21,7 @@ namespace sluice::server {
 struct GenerationHooks {
     Client* client = nullptr;  // whose leaving cancels the request (null: nobody's)
     TokenCallback on_token;    // per token; false stops
+    std::string tenant;        // whose request this is, for the fair session queue
 };
 
 inline constexpr int kQueuePollMs = 250;

@@ -146,7 +146,7 @@ struct HttpFront::Impl {
     void on_accepted(tcp::socket socket);
     void unregister(Connection* c, const std::string& remote);
     void stop_on_io();
-    void worker_done();
+    void worker_done(const std::string& remote);
 
     HttpService& service;
     FrontLimits limits;
@@ -160,6 +160,7 @@ struct HttpFront::Impl {
     std::mutex workers_mutex;
     std::condition_variable workers_cv;
     int64_t workers = 0;
+    std::unordered_map<std::string, size_t> workers_by_client;  // under workers_mutex
 };
 
 class Connection final : public Client, public std::enable_shared_from_this<Connection> {
@@ -352,15 +353,22 @@ class Connection final : public Client, public std::enable_shared_from_this<Conn
         }
         {
             std::lock_guard lock(front_.workers_mutex);
-            if (front_.workers >= static_cast<int64_t>(front_.limits.max_blocking)) {
+            const size_t mine =
+                front_.workers_by_client.count(remote_) ? front_.workers_by_client[remote_] : 0;
+            const bool overall = front_.workers >= static_cast<int64_t>(front_.limits.max_blocking);
+            if (overall || mine >= front_.limits.max_blocking_per_client) {
                 HttpResponse res;
                 service.refuse(429,
-                               "the server is busy (" + std::to_string(front_.limits.max_blocking) +
-                                   " requests in flight); retry shortly",
-                               "server_busy", res);
+                               overall ? "the server is busy (" + std::to_string(front_.limits.max_blocking) +
+                                             " requests in flight); retry shortly"
+                                       : "too many requests in flight from " + remote_ + " (" +
+                                             std::to_string(front_.limits.max_blocking_per_client) +
+                                             "); retry when one finishes",
+                               overall ? "server_busy" : "too_many_requests", res);
                 res.set_header("Retry-After", "1");
                 return respond_now(std::move(res));
             }
+            front_.workers_by_client[remote_] += 1;
             front_.workers += 1;
             front_.stats.blocking_running = front_.workers;
         }
@@ -399,10 +407,11 @@ class Connection final : public Client, public std::enable_shared_from_this<Conn
                     self->end_response(res.status, close);
                 }
             }
+            const std::string self_remote = self->remote_;
             req.reset();
             self.reset();  // the connection dies here if the client left: while the io_context runs
             work.reset();
-            front.worker_done();
+            front.worker_done(self_remote);
         }).detach();
     }
 
@@ -692,8 +701,10 @@ void HttpFront::Impl::stop_on_io() {
     for (auto& c : live) c->on_stop();
 }
 
-void HttpFront::Impl::worker_done() {
+void HttpFront::Impl::worker_done(const std::string& remote) {
     std::lock_guard lock(workers_mutex);
+    if (auto it = workers_by_client.find(remote); it != workers_by_client.end() && --it->second == 0)
+        workers_by_client.erase(it);
     workers -= 1;
     stats.blocking_running = workers;
     workers_cv.notify_all();

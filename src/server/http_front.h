@@ -8,7 +8,8 @@
 //   Content-Length before reading, or while reading a chunked body);
 // - connections bounded overall and per client address: the excess is answered 503 at once and
 //   closed; the listen backlog is SOMAXCONN;
-// - blocking handlers bounded (429 server_busy past max_blocking);
+// - blocking handlers bounded (429 server_busy past max_blocking, or past
+//   max_blocking_per_client from one address);
 // - a write-stall timeout: a client that stops reading is dropped and its producer unblocked;
 // - disconnects noticed at once: while a response is being made the front keeps a read outstanding
 //   on the socket, so a client's close or reset fires its Client::on_disconnect hook whether or not
@@ -41,7 +42,8 @@ struct FrontLimits {
     std::chrono::milliseconds write_timeout{30'000};   // longest wait for the client to take bytes
     size_t max_connections = 1024;
     size_t max_connections_per_client = 256;
-    size_t max_blocking = 256;  // handlers running on their own threads
+    size_t max_blocking = 256;            // handlers running on their own threads
+    size_t max_blocking_per_client = 64;  // of those, from one address
 };
 
 // What the front asks of the application (routes.cpp implements it).

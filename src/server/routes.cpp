@@ -236,6 +236,7 @@ Server::Server(std::shared_ptr<Engine> engine, ServerOptions options)
     limits.max_connections = o.max_connections;
     limits.max_connections_per_client = o.max_connections_per_client;
     limits.max_blocking = o.max_requests;
+    limits.max_blocking_per_client = o.max_requests_per_client;
     front_ = std::make_unique<HttpFront>(*service_, limits);
     ctx.front_stats = &front_->stats();
 }

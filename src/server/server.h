@@ -44,7 +44,8 @@ struct ServerOptions {
     int body_timeout_ms = 60'000;             // a request's whole body
     size_t max_connections = 1024;            // open at once; more are answered 503
     size_t max_connections_per_client = 256;  // from one address
-    size_t max_requests = 256;                // generation/tokenizer requests in flight (503 past it)
+    size_t max_requests = 256;                // generation/tokenizer requests in flight (429 past it)
+    size_t max_requests_per_client = 64;      // of those, from one address (429 past it)
 };
 
 // Counters for /metrics (Prometheus) and /health.

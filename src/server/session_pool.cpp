@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 
 namespace sluice::server {
 
@@ -19,36 +20,54 @@ Session& SessionPool::Lease::session() const {
     return *pool_->slots_[static_cast<size_t>(slot_)].session;
 }
 
+uint64_t SessionPool::next_to_serve() const {
+    const Waiter* best = nullptr;
+    const Tenant* best_tenant = nullptr;
+    for (const Waiter& w : waiters_) {  // in arrival order: the first of the least served wins
+        const Tenant& t = tenants_.at(w.tenant);
+        if (best == nullptr || t.in_use < best_tenant->in_use ||
+            (t.in_use == best_tenant->in_use && t.last_served < best_tenant->last_served)) {
+            best = &w;
+            best_tenant = &t;
+        }
+    }
+    return best ? best->ticket : UINT64_MAX;
+}
+
+void SessionPool::forget_if_idle(const std::string& tenant) {
+    if (auto it = tenants_.find(tenant);
+        it != tenants_.end() && it->second.in_use == 0 && it->second.waiting == 0)
+        tenants_.erase(it);
+}
+
 SessionPool::Lease SessionPool::acquire(std::span<const int32_t> prompt,
-                                        const std::function<bool()>& still_wanted, int poll_ms) {
+                                        const std::function<bool()>& still_wanted, int poll_ms,
+                                        std::string_view tenant_name) {
     std::unique_lock lock(mutex_);
     const uint64_t ticket = next_ticket_++;
-    ++waiting_;
-    auto skip_abandoned = [&] {
-        for (auto it = std::find(abandoned_.begin(), abandoned_.end(), serving_); it != abandoned_.end();
-             it = std::find(abandoned_.begin(), abandoned_.end(), serving_)) {
-            abandoned_.erase(it);
-            ++serving_;
-        }
+    const std::string tenant(tenant_name);
+    waiters_.push_back(Waiter{ticket, tenant});
+    tenants_[tenant].waiting += 1;
+    auto leave_queue = [&] {
+        waiters_.erase(std::find_if(waiters_.begin(), waiters_.end(),
+                                    [&](const Waiter& w) { return w.ticket == ticket; }));
+        tenants_[tenant].waiting -= 1;
     };
-    for (;;) {
-        skip_abandoned();
-        const bool any_free =
-            std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.busy; });
-        if (serving_ == ticket && any_free) break;
+    auto my_turn = [&] {
+        return next_to_serve() == ticket &&
+               std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.busy; });
+    };
+    while (!my_turn()) {
         cv_.wait_for(lock, std::chrono::milliseconds(poll_ms));
-        skip_abandoned();
-        if (serving_ == ticket &&
-            std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.busy; }))
-            break;
+        if (my_turn()) break;
         if (closing_ || (still_wanted && !still_wanted())) {
-            --waiting_;
-            abandoned_.push_back(ticket);
-            skip_abandoned();
-            cv_.notify_all();
+            leave_queue();
+            forget_if_idle(tenant);
+            cv_.notify_all();  // someone else may be next now
             return Lease();
         }
     }
+    leave_queue();
     // Best free slot: longest shared prefix, then least recently used.
     int best = -1;
     size_t best_shared = 0;
@@ -65,18 +84,24 @@ SessionPool::Lease SessionPool::acquire(std::span<const int32_t> prompt,
             best_shared = shared;
         }
     }
-    slots_[static_cast<size_t>(best)].busy = true;
-    slots_[static_cast<size_t>(best)].last_used = ++use_clock_;
-    ++serving_;
-    --waiting_;
-    cv_.notify_all();  // the next ticket may also find a free slot
+    Slot& slot = slots_[static_cast<size_t>(best)];
+    slot.busy = true;
+    slot.last_used = ++use_clock_;
+    slot.tenant = tenant;
+    Tenant& t = tenants_[tenant];
+    t.in_use += 1;
+    t.last_served = ++serve_clock_;
+    cv_.notify_all();  // the next waiter may also find a free slot
     return Lease(this, best);
 }
 
 void SessionPool::release(int slot) {
     {
         std::lock_guard lock(mutex_);
-        slots_[static_cast<size_t>(slot)].busy = false;
+        Slot& s = slots_[static_cast<size_t>(slot)];
+        s.busy = false;
+        tenants_[s.tenant].in_use -= 1;
+        forget_if_idle(s.tenant);
     }
     cv_.notify_all();
 }
@@ -98,7 +123,7 @@ bool SessionPool::closing() const {
 
 int64_t SessionPool::queue_depth() const {
     std::lock_guard lock(mutex_);
-    return waiting_;
+    return static_cast<int64_t>(waiters_.size());
 }
 
 int64_t SessionPool::active() const {

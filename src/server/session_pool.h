@@ -1,15 +1,21 @@
-// A small pool of Sessions shared by the server's requests, with a fair (FIFO) queue.
+// A small pool of Sessions shared by the server's requests, with a fair queue.
 //
-// Up to `size` requests generate at once; the rest wait in arrival order (a ticket queue: the
-// oldest waiter is always served first, so a burst cannot starve an early request). When a
-// request is served it gets the free session whose tokens share the longest prefix with its
-// prompt — a follow-up turn of a conversation lands where that conversation's KV/DeltaNet state
-// lives and only its new tokens are computed; with no shared prefix the least recently used
+// Up to `size` requests generate at once; the rest wait. Who is served next when a session frees:
+// the waiter whose tenant (the client's address) holds the fewest sessions, then the tenant served
+// least recently, then the oldest waiter. One tenant's requests are served in arrival order;
+// across tenants the sessions go round in turn, so a client that queued a hundred requests does
+// not make a later client wait for all hundred, and a burst from many clients cannot starve an
+// early request (each newcomer is served once, then the early one's tenant is the least recent).
+// When a request is served it gets the free session whose tokens share the longest prefix with
+// its prompt — a follow-up turn of a conversation lands where that conversation's KV/DeltaNet
+// state lives and only its new tokens are computed; with no shared prefix the least recently used
 // session is taken, which keeps recent conversations warm.
 //
 // Threading: all methods are thread-safe. A Lease is owned by one request thread and returns
 // the session on destruction. Reading a free session's tokens() is safe: nobody is using it.
-// Rejected alternative: one session per request — every turn would re-prefill the conversation.
+// Rejected alternatives: one session per request — every turn would re-prefill the
+// conversation; plain FIFO (what this was) — one client's burst delays every other client by the
+// whole burst.
 #pragma once
 
 #include <condition_variable>
@@ -18,6 +24,9 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "sluice/engine.h"
@@ -45,11 +54,11 @@ class SessionPool {
         int slot_ = -1;
     };
 
-    // Waits (FIFO) for a free session, choosing the one with the longest shared prefix.
-    // `still_wanted` is polled every `poll_ms` while waiting; when it returns false the request
-    // leaves the queue and an empty Lease is returned (client gone).
+    // Waits for a free session (fair across tenants, FIFO within one), choosing the one with the
+    // longest shared prefix. `still_wanted` is polled every `poll_ms` while waiting; when it
+    // returns false the request leaves the queue and an empty Lease is returned (client gone).
     Lease acquire(std::span<const int32_t> prompt, const std::function<bool()>& still_wanted,
-                  int poll_ms = 1000);
+                  int poll_ms = 1000, std::string_view tenant = {});
 
     // Shutdown: waiting requests leave the queue (acquire returns an empty Lease) and running
     // generations are cancelled. A generation that was leased but had not started when this ran
@@ -66,17 +75,29 @@ class SessionPool {
         std::unique_ptr<Session> session;
         bool busy = false;
         uint64_t last_used = 0;
+        std::string tenant;  // whose request holds it
+    };
+    struct Waiter {
+        uint64_t ticket;
+        std::string tenant;
+    };
+    struct Tenant {  // kept while it holds a session or waits for one
+        int in_use = 0;
+        int waiting = 0;
+        uint64_t last_served = 0;  // serve_clock_ when it last got a session (0: not yet)
     };
     void release(int slot);
+    uint64_t next_to_serve() const;  // the ticket served when a session frees (mutex_ held)
+    void forget_if_idle(const std::string& tenant);
 
     mutable std::mutex mutex_;
     std::condition_variable cv_;
     std::vector<Slot> slots_;
-    uint64_t next_ticket_ = 0;         // handed to the next arriving request
-    uint64_t serving_ = 0;             // the oldest ticket still waiting (or the next to arrive)
-    std::vector<uint64_t> abandoned_;  // tickets that left the queue before being served
+    std::vector<Waiter> waiters_;  // in arrival order
+    std::unordered_map<std::string, Tenant> tenants_;
+    uint64_t next_ticket_ = 0;
+    uint64_t serve_clock_ = 0;
     uint64_t use_clock_ = 0;
-    int64_t waiting_ = 0;
     bool closing_ = false;
 };
 

@@ -7,7 +7,8 @@
 //     --body-timeout (a bad Content-Length used to hold a worker 30 s);
 //   - oversized headers and too many header fields are answered 431 (1,000,000 fields were taken);
 //   - connections over --max-connections-per-client are answered 503 at once, requests over
-//     --max-requests 429;
+//     --max-requests 429, over --max-requests-per-client 429; clients take turns for sessions
+//     (the FIFO session queue before that failed this check);
 //   - a client that leaves is noticed at once: a streamed forced tool call that has sent nothing
 //     yet and a non-streamed reply both stop generating within a second (they used to go on for
 //     thousands of tokens);
@@ -48,7 +49,9 @@ async function test(name, fn) {
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-function request(port, method, pathname, { body, headers = {}, timeoutMs = 30000 } = {}) {
+// `from`: the local address to connect from (every 127.0.0.0/8 address is this machine, so a
+// test can be several clients as the server counts them).
+function request(port, method, pathname, { body, headers = {}, timeoutMs = 30000, from } = {}) {
     return new Promise((resolve, reject) => {
         const h = { ...headers };
         if (body !== undefined) {
@@ -56,7 +59,7 @@ function request(port, method, pathname, { body, headers = {}, timeoutMs = 30000
             h["Content-Length"] = Buffer.byteLength(body);
         }
         const t0 = performance.now();
-        const req = http.request({ host: "127.0.0.1", port, method, path: pathname, headers: h, agent: false }, (res) => {
+        const req = http.request({ host: "127.0.0.1", port, method, path: pathname, headers: h, agent: false, localAddress: from }, (res) => {
             const chunks = [];
             res.on("data", (c) => chunks.push(c));
             res.on("end", () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString("utf8"), ms: performance.now() - t0 }));
@@ -103,10 +106,10 @@ const chatBody = (extra) => JSON.stringify({ messages: [{ role: "user", content:
 
 const servers = [];
 const watchdog = setTimeout(() => {
-    console.log("FAIL watchdog: the suite took longer than 150 s");
+    console.log("FAIL watchdog: the suite took longer than 240 s");
     for (const s of servers) s.kill();
     process.exit(1);
-}, 150000);
+}, 240000);
 
 try {
     const server = await startServe(bin, [modelDir, "--ctx-size", "4096", "--parallel", "1", "--header-timeout", "3", "--body-timeout", "2"]);
@@ -275,6 +278,38 @@ try {
         const [ra, rb] = await Promise.all([a, b]);
         check("  while the two in flight complete", ra.status === 200 && rb.status === 200, `${ra.status} ${rb.status}`);
         limited.kill();
+    });
+
+    await test("clients take turns", async () => {
+        // One session, a client allowed 3 requests in flight. It sends 3 long ones; a 4th is
+        // refused; a second client's short request, arriving after the 3, is served as soon as the
+        // first long one ends, before the other two.
+        const fair = await startServe(bin, [modelDir, "--ctx-size", "2048", "--parallel", "1", "--max-requests-per-client", "3"]);
+        servers.push(fair);
+        await fair.ready();
+        const p = fair.port;
+        const t0 = performance.now();
+        const done = {};
+        const send = (name, from, n) => request(p, "POST", "/v1/completions", { from, timeoutMs: 120000,
+            body: JSON.stringify({ prompt: "Once", max_tokens: n, logit_bias: noEos }) }).then((r) => ((done[name] = performance.now() - t0), r));
+        const hog = [];
+        for (let i = 0; i < 3; ++i) {
+            hog.push(send(`hog${i}`, "127.0.0.2", 600));
+            await sleep(300);
+        }
+        const refused = await send("hog3", "127.0.0.2", 2);
+        check("a 4th request from the client over --max-requests-per-client 3 is answered 429 too_many_requests",
+            refused.status === 429 && errorCode(refused.body) === "too_many_requests" && refused.headers["retry-after"] === "1",
+            `${refused.status} ${refused.body.slice(0, 160)}`);
+        const other = await send("other", "127.0.0.3", 2);
+        const replies = await Promise.all(hog);
+        check("  the other client is served", other.status === 200 && replies.every((r) => r.status === 200),
+            `${other.status} ${replies.map((r) => r.status)}`);
+        check("  after the first long request and before the client's two queued ones", done.hog0 < done.other && done.other < done.hog1,
+            Object.entries(done).map(([k, v]) => `${k} ${v.toFixed(0)} ms`).join(", "));
+        console.log(`  [measured] one session, 3 × 600-token requests queued by one client: another client's 2-token request done at ${done.other.toFixed(0)} ms ` +
+            `(first long one ${done.hog0.toFixed(0)} ms, last ${done.hog2.toFixed(0)} ms)`);
+        fair.kill();
     });
 } catch (e) {
     check("suite", false, `threw ${e && e.stack ? e.stack : e}`);

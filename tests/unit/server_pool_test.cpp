@@ -1,10 +1,11 @@
-// SessionPool (src/server/session_pool.h) on the tiny trained model: requests are served in
-// arrival order, a request lands on the session that holds the longest prefix of its prompt, and
-// a waiter that gives up leaves the queue without blocking the ones behind it.
+// SessionPool (src/server/session_pool.h) on the tiny trained model: one client's requests are
+// served in arrival order, clients take turns, a request lands on the session that holds the longest prefix
+// of its prompt, and a waiter that gives up leaves the queue without blocking the ones behind it.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "server/session_pool.h"
@@ -50,6 +51,46 @@ TEST(ServerSessionPool, FifoOrder) {
     }
     for (auto& t : threads) t.join();
     EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
+    EXPECT_EQ(pool.queue_depth(), 0);
+    EXPECT_EQ(pool.active(), 0);
+}
+
+// Queues `names` (tenant per waiter, in this arrival order) behind a session held by `holder`,
+// releases it, and returns the tenants in the order they were served.
+std::vector<std::string> served_order(SessionPool& pool, const std::string& holder,
+                                      const std::vector<std::string>& names) {
+    const std::vector<int32_t> prompt = {1, 2, 3};
+    std::vector<std::string> order;
+    std::mutex mutex;
+    std::vector<std::thread> threads;
+    {
+        SessionPool::Lease held = pool.acquire(prompt, {}, 10, holder);
+        EXPECT_TRUE(held);
+        for (size_t i = 0; i < names.size(); ++i) {
+            threads.emplace_back([&, i] {
+                SessionPool::Lease lease = pool.acquire(prompt, {}, 10, names[i]);
+                std::lock_guard lock(mutex);
+                order.push_back(names[i] + std::to_string(i));
+            });
+            while (pool.queue_depth() < static_cast<int64_t>(i + 1))
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+    }
+    for (auto& t : threads) t.join();
+    return order;
+}
+
+TEST(ServerSessionPool, ClientsTakeTurns) {
+    auto engine = tiny_engine();
+    ASSERT_TRUE(engine);
+    SessionPool pool(engine, 1);
+    // A client that queued four requests behind its own running one does not hold back a client
+    // that arrives after them: that one is served next, then the burst in its order.
+    EXPECT_EQ(served_order(pool, "hog", {"hog", "hog", "hog", "hog", "polite"}),
+              (std::vector<std::string>{"polite4", "hog0", "hog1", "hog2", "hog3"}));
+    // Two clients' bursts interleave, each in its own arrival order.
+    EXPECT_EQ(served_order(pool, "c", {"a", "a", "a", "b", "b"}),
+              (std::vector<std::string>{"a0", "b3", "a1", "b4", "a2"}));
     EXPECT_EQ(pool.queue_depth(), 0);
     EXPECT_EQ(pool.active(), 0);
 }
