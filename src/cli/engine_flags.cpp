@@ -13,10 +13,13 @@ void EngineFlags::add_to(CLI::App* cmd) {
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
     cmd->add_flag("--no-prefetch", no_prefetch, "Disable next-layer expert prefetch");
-    cmd->add_flag("--verify-reads,!--no-verify-reads", verify_reads,
-                  "Check every streamed expert record read against its xxh3 in layout.json, not only each "
-                  "record's first read (the default; a corrupt record is an error naming the file, layer and "
-                  "expert). --no-verify-reads checks none");
+    // A flag function, not add_flag on the optional: CLI11 (2.3) writes false into an optional<bool>
+    // flag that was not given, which silently turned the first-read checks off for every command.
+    cmd->add_flag_function(
+        "--verify-reads,!--no-verify-reads", [this](std::int64_t count) { verify_reads = count > 0; },
+        "Check every streamed expert record read against its xxh3 in layout.json, not only each "
+        "record's first read (the default; a corrupt record is an error naming the file, layer and "
+        "expert). --no-verify-reads checks none");
     cmd->add_option("--cache-policy", cache_policy, "Expert cache policy: lfu or lru")
         ->capture_default_str()
         ->check(CLI::IsMember({"lfu", "lru"}));
