@@ -14,6 +14,7 @@
 #include "cli/args.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/spec_flags.h"
 #include "server/server.h"
 #include "sluice/engine.h"
 
@@ -22,6 +23,7 @@ namespace {
 
 struct ServeOptions {
     EngineFlags engine;
+    SpecFlags spec;
     std::string model_dir;
     std::string host = "127.0.0.1";
     int port = 8080;
@@ -73,8 +75,14 @@ void run_serve(const ServeOptions& o) {
     o.engine.apply(eo);
     eo.context_tokens = o.ctx;
     eo.max_sessions = o.parallel;
+    // The draft model first: its budget comes out of --memory before the target plans.
+    SpecFlags::Draft draft = o.spec.load(eo, o.parallel);
     auto engine = check(Engine::load(eo));
     std::fprintf(stderr, "[serve] %s\n", engine->memory_plan().describe().c_str());
+    if (draft.engine)
+        std::fprintf(stderr, "[serve] speculative decoding: draft %s, %s proposals per step; draft %s\n",
+                     o.spec.draft.c_str(), o.spec.tokens.c_str(),
+                     draft.engine->memory_plan().describe().c_str());
 
     server::ServerOptions so;
     so.host = o.host;
@@ -90,6 +98,7 @@ void run_serve(const ServeOptions& o) {
     so.max_connections_per_client = o.max_connections_per_client;
     so.max_requests = o.max_requests;
     so.max_requests_per_client = o.max_requests_per_client;
+    if (draft.engine) o.spec.apply_tokens(so.speculative);
     if (so.model_id.empty()) {
         std::filesystem::path p(o.model_dir);
         so.model_id = (p.has_filename() ? p.filename() : p.parent_path().filename()).string();
@@ -102,7 +111,7 @@ void run_serve(const ServeOptions& o) {
                      "can use the model\n",
                      o.host.c_str());
 
-    server::Server srv(engine, so);
+    server::Server srv(engine, so, draft.engine);
     {
         std::lock_guard lock(g_server_mutex);
         g_server = &srv;
@@ -156,6 +165,7 @@ SLUICE_COMMAND(serve, 15, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::ServeOptions>();
     auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with a web chat page");
     o->engine.add_to(cmd);
+    o->spec.add_to(cmd);
     cmd->add_option("model_dir", o->model_dir, "Model folder")->required();
     cmd->add_option("--host", o->host, "Address to bind")->capture_default_str();
     cmd->add_option("--port", o->port, "Port to listen on")->capture_default_str();

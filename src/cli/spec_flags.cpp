@@ -24,7 +24,7 @@ void SpecFlags::add_to(CLI::App* cmd) {
                     "stays the target's either way");
 }
 
-SpecFlags::Draft SpecFlags::load(EngineOptions& target) const {
+SpecFlags::Draft SpecFlags::load(EngineOptions& target, int sessions) const {
     const std::string m = mode.empty() ? (draft.empty() ? "off" : "draft") : mode;
     if (m == "off") return {};
     if (m == "mtp")
@@ -34,7 +34,7 @@ SpecFlags::Draft SpecFlags::load(EngineOptions& target) const {
     if (draft.empty()) throw CliError("--spec draft needs --draft MODEL");
     EngineOptions eo = target;
     eo.model_dir = draft;
-    eo.max_sessions = 1;
+    eo.max_sessions = sessions;
     eo.memory_bytes = !draft_memory.empty() ? check(parse_size(draft_memory)) : target.memory_bytes / 4;
     if (target.memory_bytes > 0) {
         if (eo.memory_bytes >= target.memory_bytes)
@@ -43,29 +43,34 @@ SpecFlags::Draft SpecFlags::load(EngineOptions& target) const {
     }
     Draft d;
     d.engine = check(Engine::load(eo));
-    d.session = d.engine->new_session();
+    if (sessions == 1) d.session = d.engine->new_session();
     return d;
 }
 
 void SpecFlags::apply(Draft& d, GenerateOptions& options) const {
     if (!d.session) return;
     options.speculative.draft = d.session.get();
-    options.speculative.draft_temperature = draft_temperature;
+    apply_tokens(options.speculative);
+}
+
+void SpecFlags::apply_tokens(SpeculativeOptions& out) const {
+    out.draft_temperature = draft_temperature;
     if (tokens == "auto") {
-        options.speculative.adaptive = true;
-        options.speculative.tokens = 8;
-    } else {
-        int k = 0;
-        try {
-            size_t used = 0;
-            k = std::stoi(tokens, &used);
-            if (used != tokens.size()) k = 0;
-        } catch (const std::exception&) {
-            k = 0;
-        }
-        if (k < 1 || k > 16) throw CliError("--spec-tokens must be 1..16 or auto, not '" + tokens + "'");
-        options.speculative.tokens = k;
+        out.adaptive = true;
+        out.tokens = 8;
+        return;
     }
+    int k = 0;
+    try {
+        size_t used = 0;
+        k = std::stoi(tokens, &used);
+        if (used != tokens.size()) k = 0;
+    } catch (const std::exception&) {
+        k = 0;
+    }
+    if (k < 1 || k > 16) throw CliError("--spec-tokens must be 1..16 or auto, not '" + tokens + "'");
+    out.adaptive = false;
+    out.tokens = k;
 }
 
 }  // namespace sluice::cli

@@ -28,9 +28,13 @@ struct SpecFlags {
         std::shared_ptr<Engine> engine;
         std::unique_ptr<Session> session;
     };
-    Draft load(EngineOptions& target) const;
+    // `sessions`: how many draft sessions the caller will make at once (the server: one per
+    // pooled session); `Draft::session` is made only for one.
+    Draft load(EngineOptions& target, int sessions = 1) const;
     // Points `options.speculative` at the draft (nothing when it is empty).
     void apply(Draft& draft, GenerateOptions& options) const;
+    // The proposals per step and adaptivity of --spec-tokens, into `out` (its draft untouched).
+    void apply_tokens(SpeculativeOptions& out) const;
 };
 
 }  // namespace sluice::cli

@@ -143,6 +143,32 @@ std::optional<ApiError> parse_common(const ojson& body, const SamplingParams& de
         read_integer(body, "max_completion_tokens", 0, std::numeric_limits<int32_t>::max(), &mct));
     p->max_tokens = mct ? mct : v;
 
+    if (auto it = body.find("speculative"); it != body.end() && !it->is_null()) {
+        if (it->is_boolean()) {
+            p->speculative = it->get<bool>();
+        } else if (it->is_object()) {
+            p->speculative = true;
+            for (auto& [key, value] : it->items()) {
+                const std::string param = "speculative." + key;
+                if (key != "tokens")
+                    return invalid_request("'" + param + "' is not a known field (only 'tokens')", param,
+                                           "unknown_parameter");
+                if (value.is_string() && value.get<std::string>() == "auto") {
+                    p->spec_auto = true;
+                } else if (value.is_number_integer()) {
+                    const int64_t k = value.is_number_unsigned() ? static_cast<int64_t>(value.get<uint64_t>())
+                                                                 : value.get<int64_t>();
+                    if (k < 1 || k > 16) return out_of_range(param, "between 1 and 16", value);
+                    p->spec_tokens = static_cast<int>(k);
+                } else {
+                    return wrong_type(param, "an integer 1..16 or \"auto\"", value);
+                }
+            }
+        } else {
+            return wrong_type("speculative", "a boolean or an object", *it);
+        }
+    }
+
     SLUICE_API_CHECK(read_bool(body, "stream", &p->stream));
     if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
         if (!it->is_object()) return wrong_type("stream_options", "an object", *it);

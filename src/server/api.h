@@ -45,6 +45,11 @@ struct CommonParams {
     bool stream = false;
     bool include_usage = false;  // stream_options.include_usage
     bool logprobs = false;
+    // "speculative" (a sluice extension): true, false, or {"tokens": 1..16 | "auto"} (on, with
+    // that many proposals per step). Unset: the server's --spec setting.
+    std::optional<bool> speculative;
+    std::optional<int> spec_tokens;  // from the object form
+    bool spec_auto = false;          // {"tokens": "auto"}
 };
 
 enum class ToolChoiceMode { kAuto, kNone, kRequired, kNamed };

@@ -116,6 +116,7 @@ std::variant<std::shared_ptr<ChatJob>, ApiError> prepare(ServerContext& ctx, con
     job->request = std::move(std::get<ChatRequest>(parsed));
     ChatRequest& r = job->request;
     if (auto e = check_model(ctx, r.params.model)) return *e;
+    if (auto e = resolve_speculative(ctx, &r.params)) return *e;
 
     const bool tools_on = !r.tools.is_null() && r.tool_choice != ToolChoiceMode::kNone;
     Expected<std::string> text = ctx.chat_template->render(

@@ -59,6 +59,7 @@ std::variant<std::shared_ptr<CompletionJob>, ApiError> prepare(ServerContext& ct
     job->tenant = req.remote;
     job->request = std::move(std::get<CompletionRequest>(parsed));
     if (auto e = check_model(ctx, job->request.params.model)) return *e;
+    if (auto e = resolve_speculative(ctx, &job->request.params)) return *e;
     if (auto* text = std::get_if<std::string>(&job->request.prompt)) {
         if (!ctx.tokenizer)
             return invalid_request("this model has no tokenizer; send the prompt as token ids", "prompt",

@@ -44,6 +44,15 @@ void handle_health(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {
     }
     stats["requests_total"] = ctx.metrics.requests_total.load();
     stats["generated_tokens_total"] = ctx.metrics.generated_tokens_total.load();
+    if (ctx.draft) {
+        const uint64_t drafted = ctx.metrics.draft_tokens_total.load();
+        stats["speculative"] = {
+            {"draft_tokens_total", drafted},
+            {"accepted_tokens_total", ctx.metrics.accepted_tokens_total.load()},
+            {"acceptance_rate", drafted ? static_cast<double>(ctx.metrics.accepted_tokens_total.load()) /
+                                              static_cast<double>(drafted)
+                                        : 0.0}};
+    }
     send_json(
         res,
         {{"status", "ok"},
@@ -104,6 +113,10 @@ void handle_metrics(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {
            static_cast<double>(m.prefilled_tokens_total.load()));
     metric("sluice_generated_tokens_total", "counter", "Generated tokens",
            static_cast<double>(m.generated_tokens_total.load()));
+    metric("sluice_speculative_draft_tokens_total", "counter",
+           "Speculative proposals made by the draft model", static_cast<double>(m.draft_tokens_total.load()));
+    metric("sluice_speculative_accepted_tokens_total", "counter", "Speculative proposals the target kept",
+           static_cast<double>(m.accepted_tokens_total.load()));
     {
         std::lock_guard lock(ctx.metrics.mutex);
         metric("sluice_prefill_seconds_total", "counter", "Time spent prefilling", m.prefill_seconds_total);

@@ -27,6 +27,30 @@ std::optional<ApiError> fit_context_text(const ServerContext& ctx, std::string_v
                            "messages", "context_length_exceeded");
 }
 
+std::optional<ApiError> resolve_speculative(const ServerContext& ctx, CommonParams* params) {
+    SpeculativeOptions& s = params->generate.speculative;
+    s = ctx.options.speculative;
+    s.draft = nullptr;
+    const bool on = params->speculative.value_or(ctx.draft != nullptr && ctx.options.speculative.tokens > 0);
+    if (on && ctx.draft == nullptr)
+        return invalid_request("speculative decoding needs a server started with --draft MODEL",
+                               "speculative", "unsupported_value");
+    if (!on) {
+        s.tokens = 0;
+        return std::nullopt;
+    }
+    if (params->spec_auto) {
+        s.adaptive = true;
+        s.tokens = 8;
+    } else if (params->spec_tokens) {
+        s.adaptive = false;
+        s.tokens = *params->spec_tokens;
+    } else if (s.tokens <= 0) {  // the server is off by default; on for this request
+        s.tokens = 4;
+    }
+    return std::nullopt;
+}
+
 std::variant<GenerateResult, ApiError> run_generation(ServerContext& ctx, const std::vector<int32_t>& prompt,
                                                       const GenerateOptions& options,
                                                       const GenerationHooks& hooks) {
@@ -39,6 +63,8 @@ std::variant<GenerateResult, ApiError> run_generation(ServerContext& ctx, const 
     if (ctx.pool->closing())
         return ApiError{503, "the server is shutting down", "server_error", "", "shutting_down"};
     Session* session = &lease.session();
+    GenerateOptions run_options = options;
+    if (run_options.speculative.tokens > 0) run_options.speculative.draft = lease.draft();
     if (client) {
         client->on_disconnect([session] { session->cancel(); });
         // generate() clears a cancel made before it starts: a client gone by now is not served.
@@ -47,7 +73,7 @@ std::variant<GenerateResult, ApiError> run_generation(ServerContext& ctx, const 
             return ApiError{503, "the client disconnected", "server_error", "", "cancelled"};
         }
     }
-    Expected<GenerateResult> result = session->generate(prompt, options, [&](const TokenEvent& e) {
+    Expected<GenerateResult> result = session->generate(prompt, run_options, [&](const TokenEvent& e) {
         return (client == nullptr || client->connected()) && (!hooks.on_token || hooks.on_token(e));
     });
     if (client) client->on_disconnect(nullptr);  // before the lease returns the session
@@ -62,6 +88,8 @@ std::variant<GenerateResult, ApiError> run_generation(ServerContext& ctx, const 
     m.prompt_tokens_total += static_cast<uint64_t>(s.prompt_tokens);
     m.prefilled_tokens_total += static_cast<uint64_t>(s.prefilled_tokens);
     m.generated_tokens_total += static_cast<uint64_t>(s.generated_tokens);
+    m.draft_tokens_total += static_cast<uint64_t>(s.draft_tokens);
+    m.accepted_tokens_total += static_cast<uint64_t>(s.accepted_tokens);
     {
         std::lock_guard lock(m.mutex);
         m.prefill_seconds_total += s.prefill_ms / 1000.0;
@@ -73,10 +101,18 @@ std::variant<GenerateResult, ApiError> run_generation(ServerContext& ctx, const 
 }
 
 nlohmann::json usage_json(const GenerationStats& stats) {
-    return {{"prompt_tokens", stats.prompt_tokens},
-            {"completion_tokens", stats.generated_tokens},
-            {"total_tokens", stats.prompt_tokens + stats.generated_tokens},
-            {"prompt_tokens_details", {{"cached_tokens", stats.prompt_tokens - stats.prefilled_tokens}}}};
+    nlohmann::json u = {
+        {"prompt_tokens", stats.prompt_tokens},
+        {"completion_tokens", stats.generated_tokens},
+        {"total_tokens", stats.prompt_tokens + stats.generated_tokens},
+        {"prompt_tokens_details", {{"cached_tokens", stats.prompt_tokens - stats.prefilled_tokens}}}};
+    // Speculative decoding, in the fields OpenAI gives predicted outputs: proposals the target
+    // kept and proposals it rejected.
+    if (stats.draft_tokens > 0)
+        u["completion_tokens_details"] = {
+            {"accepted_prediction_tokens", stats.accepted_tokens},
+            {"rejected_prediction_tokens", stats.draft_tokens - stats.accepted_tokens}};
+    return u;
 }
 
 namespace {

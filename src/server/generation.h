@@ -34,6 +34,12 @@ std::optional<ApiError> fit_context(const ServerContext& ctx, size_t prompt_toke
 // whatever its tokens (more than context × the longest token's bytes).
 std::optional<ApiError> fit_context_text(const ServerContext& ctx, std::string_view text);
 
+// The request's "speculative" field against the server's setting, into params->generate.speculative
+// (proposals per step, adaptive, draft temperature; tokens 0 = off; the draft session is the
+// lease's, paired at run_generation). A 400 when it asks for speculation of a server that has no
+// draft model.
+std::optional<ApiError> resolve_speculative(const ServerContext& ctx, CommonParams* params);
+
 // The result, or an ApiError (503 when the client left while queued, 500 on an engine error).
 std::variant<GenerateResult, ApiError> run_generation(ServerContext& ctx, const std::vector<int32_t>& prompt,
                                                       const GenerateOptions& options,

@@ -210,7 +210,7 @@ std::string ServerContext::new_id(const char* prefix) {
     return std::string(prefix) + buf;
 }
 
-Server::Server(std::shared_ptr<Engine> engine, ServerOptions options)
+Server::Server(std::shared_ptr<Engine> engine, ServerOptions options, std::shared_ptr<Engine> draft)
     : ctx_(std::make_unique<ServerContext>()) {
     ServerContext& ctx = *ctx_;
     ctx.engine = std::move(engine);
@@ -222,7 +222,8 @@ Server::Server(std::shared_ptr<Engine> engine, ServerOptions options)
             ctx.max_token_bytes = std::max(ctx.max_token_bytes, ctx.tokenizer->token_bytes(id).size());
     }
     ctx.options = std::move(options);
-    ctx.pool = std::make_unique<SessionPool>(ctx.engine, ctx.options.parallel);
+    ctx.draft = std::move(draft);
+    ctx.pool = std::make_unique<SessionPool>(ctx.engine, ctx.options.parallel, ctx.draft);
     ctx.created_unix_s = static_cast<int64_t>(
         std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
             .count());

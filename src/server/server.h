@@ -46,6 +46,9 @@ struct ServerOptions {
     size_t max_connections_per_client = 256;  // from one address
     size_t max_requests = 256;                // generation/tokenizer requests in flight (429 past it)
     size_t max_requests_per_client = 64;      // of those, from one address (429 past it)
+    // Speculative decoding, with a draft model given to Server: the defaults a request's
+    // "speculative" field overrides. draft is ignored (each pooled session has its own).
+    SpeculativeOptions speculative;
 };
 
 // Counters for /metrics (Prometheus) and /health.
@@ -60,6 +63,8 @@ struct Metrics {
     std::mutex mutex;  // guards the doubles below
     double prefill_seconds_total = 0, decode_seconds_total = 0;
     double last_prefill_tok_s = 0, last_decode_tok_s = 0;
+    std::atomic<uint64_t> draft_tokens_total{0};     // speculative proposals
+    std::atomic<uint64_t> accepted_tokens_total{0};  // of those, kept
 };
 
 struct ServerContext {
@@ -69,6 +74,7 @@ struct ServerContext {
     std::shared_ptr<const TokenTrie> token_trie;        // the vocabulary for constrained decoding
     ServerOptions options;
     std::unique_ptr<SessionPool> pool;
+    std::shared_ptr<Engine> draft;  // speculative decoding's draft model, or null
     Metrics metrics;
     std::atomic<uint64_t> next_request_id{1};
     int64_t created_unix_s = 0;
@@ -81,7 +87,8 @@ struct ServerContext {
 
 class Server {
  public:
-    Server(std::shared_ptr<Engine> engine, ServerOptions options);
+    // `draft`: a draft model for speculative decoding (same vocabulary), or null.
+    Server(std::shared_ptr<Engine> engine, ServerOptions options, std::shared_ptr<Engine> draft = nullptr);
     ~Server();
     // Binds and serves until stop(). Returns an error when the address cannot be bound.
     Status listen();

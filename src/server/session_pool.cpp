@@ -7,9 +7,13 @@
 
 namespace sluice::server {
 
-SessionPool::SessionPool(const std::shared_ptr<Engine>& engine, int size) {
+SessionPool::SessionPool(const std::shared_ptr<Engine>& engine, int size,
+                         const std::shared_ptr<Engine>& draft) {
     slots_.resize(static_cast<size_t>(std::max(1, size)));
-    for (Slot& s : slots_) s.session = engine->new_session();
+    for (Slot& s : slots_) {
+        s.session = engine->new_session();
+        if (draft) s.draft = draft->new_session();
+    }
 }
 
 SessionPool::Lease::~Lease() {
@@ -18,6 +22,10 @@ SessionPool::Lease::~Lease() {
 
 Session& SessionPool::Lease::session() const {
     return *pool_->slots_[static_cast<size_t>(slot_)].session;
+}
+
+Session* SessionPool::Lease::draft() const {
+    return pool_->slots_[static_cast<size_t>(slot_)].draft.get();
 }
 
 uint64_t SessionPool::next_to_serve() const {
@@ -111,7 +119,7 @@ void SessionPool::cancel_all() {
         std::lock_guard lock(mutex_);
         closing_ = true;
         for (Slot& s : slots_)
-            if (s.busy) s.session->cancel();
+            if (s.busy) s.session->cancel();  // the draft runs inside the target's generate()
     }
     cv_.notify_all();
 }

@@ -36,7 +36,10 @@ namespace sluice::server {
 
 class SessionPool {
  public:
-    SessionPool(const std::shared_ptr<Engine>& engine, int size);
+    // With `draft` (speculative decoding), each session is paired with a session of the draft
+    // model for good: the pair moves together, so the draft's timeline follows its target's.
+    SessionPool(const std::shared_ptr<Engine>& engine, int size,
+                const std::shared_ptr<Engine>& draft = nullptr);
 
     class Lease {
      public:
@@ -47,6 +50,7 @@ class SessionPool {
         ~Lease();
         explicit operator bool() const { return pool_ != nullptr; }
         Session& session() const;
+        Session* draft() const;  // the paired draft-model session, or null without a draft model
         int slot() const { return slot_; }
 
      private:
@@ -73,6 +77,7 @@ class SessionPool {
  private:
     struct Slot {
         std::unique_ptr<Session> session;
+        std::unique_ptr<Session> draft;
         bool busy = false;
         uint64_t last_used = 0;
         std::string tenant;  // whose request holds it

@@ -32,7 +32,10 @@ function check(name, ok, detail = "") {
     }
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const server = await startServe(bin, [path.join(src, "models", "tiny-next"), "--ctx-size", "1024"]);
+// With a draft model (the default model drafting for itself): greedy replies are the same text,
+// and the stats line shows how many drafts were kept.
+const model = path.join(src, "models", "tiny-next");
+const server = await startServe(bin, [model, "--ctx-size", "1024", "--draft", model]);
 const port = server.port;
 let browser = null;
 const watchdog = setTimeout(() => {
@@ -79,6 +82,9 @@ try {
     })).json();
     check("page: streamed reply equals the API's", reply.role === "assistant" && reply.content === api.choices[0].message.content && !reply.error,
         `${JSON.stringify(reply)} vs ${JSON.stringify(api.choices[0].message)}`);
+    await page.waitForFunction(() => /speculative \d+% of drafts kept/.test(document.getElementById("stats").textContent), null, { timeout: 10000 })
+        .catch(() => {});
+    check("page: the stats show the share of drafts kept", /speculative \d+% of drafts kept/.test(await page.textContent("#stats")), await page.textContent("#stats"));
     const shown = await page.locator(".msg.assistant .body").last().textContent();
     check("page: reply rendered", shown.trim().length > 0 && reply.content.replace(/\s/g, "").includes(shown.replace(/\s/g, "").slice(0, 5)),
         JSON.stringify(shown));
