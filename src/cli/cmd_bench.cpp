@@ -12,6 +12,7 @@
 #include "cli/args.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/model_arg.h"
 #include "cli/stats.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
@@ -558,7 +559,7 @@ SLUICE_COMMAND(bench, 50, [](CLI::App& app) {
     auto* cmd = app.add_subcommand(
         "bench", "Measure prefill/decode speed, expert streaming and the speed-of-light bound");
     o->engine.add_to(cmd);
-    cmd->add_option("model_dir", o->model_dir, "Model folder")->required();
+    sluice::cli::add_model_arg(cmd, &o->model_dir, "Model folder");
     cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prompt length (random ids)")->capture_default_str();
     cmd->add_option("--gen-tokens", o->gen_tokens, "Tokens to generate")->capture_default_str();
     cmd->add_option("--reps", o->reps, "Repetitions")->capture_default_str()->check(CLI::PositiveNumber);

@@ -46,6 +46,7 @@
 #include "cli/args.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/model_arg.h"
 #include "cli/sampling_flags.h"
 #include "cli/spec_flags.h"
 #include "cli/stats.h"
@@ -353,7 +354,7 @@ SLUICE_COMMAND(chat, 11, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::ChatOptions>();
     auto* cmd = app.add_subcommand("chat", "Interactive chat in the terminal (/help inside for commands)");
     o->engine.add_to(cmd);
-    cmd->add_option("model_dir", o->model_dir, "Model folder")->required();
+    sluice::cli::add_model_arg(cmd, &o->model_dir, "Model folder");
     cmd->add_option("--system", o->system, "System message");
     cmd->add_flag("--no-think", o->no_think, "Start with thinking off (enable_thinking=false)");
     cmd->add_flag("--hide-thinking", o->hide_thinking, "Do not print the model's reasoning");

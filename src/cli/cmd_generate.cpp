@@ -10,6 +10,7 @@
 #include "cli/args.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/model_arg.h"
 #include "cli/sampling_flags.h"
 #include "cli/spec_flags.h"
 #include "cli/stats.h"
@@ -152,7 +153,7 @@ SLUICE_COMMAND(generate, 10, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::GenerateCliOptions>();
     auto* cmd = app.add_subcommand("generate", "Generate text from a prompt, streaming to stdout");
     o->engine.add_to(cmd);
-    cmd->add_option("model_dir", o->model_dir, "Model folder (Hugging Face, MLX or packed)")->required();
+    sluice::cli::add_model_arg(cmd, &o->model_dir, "Model folder (Hugging Face, MLX or packed)");
     cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
     cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
     cmd->add_option("--ids", o->ids, "Prompt as token ids, e.g. 1,2,3");

@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/model_arg.h"
 #include "cli/stats.h"
 #include "convert/packer.h"
 #include "sluice/engine.h"
@@ -123,9 +124,8 @@ SLUICE_COMMAND(info, 30, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::InfoOptions>();
     auto* cmd =
         app.add_subcommand("info", "Describe a model: architecture, sizes, bytes per token, memory plan");
-    cmd->add_option("model_dir", o->model_dir,
-                    "Model folder, or a config.json to plan for before the weights are here")
-        ->required();
+    sluice::cli::add_model_arg(cmd, &o->model_dir,
+                               "Model folder, or a config.json to plan for before the weights are here");
     cmd->add_option("--memory", o->memory, "Memory budget to plan for, e.g. 3G (default: 80% of available)");
     cmd->add_option("--ctx-size", o->ctx, "Context tokens per session (0: the model's, up to 8192)")
         ->capture_default_str();

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "cli/command.h"
+#include "cli/model_arg.h"
 #include "cli/progress.h"
 #include "convert/packer.h"
 
@@ -68,7 +69,7 @@ SLUICE_COMMAND(pack, 40, [](CLI::App& app) {
 SLUICE_COMMAND(verify, 41, [](CLI::App& app) {
     auto dir = std::make_shared<std::string>();
     auto* cmd = app.add_subcommand("verify", "Check every size and checksum of a packed model");
-    cmd->add_option("dir", *dir, "Packed model folder")->required();
+    sluice::cli::add_model_arg(cmd, dir.get(), "Packed model");
     cmd->callback([dir] { sluice::cli::run_verify(*dir); });
 });
 

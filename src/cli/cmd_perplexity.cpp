@@ -7,6 +7,7 @@
 #include "cli/args.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/model_arg.h"
 #include "cli/progress.h"
 #include "sluice/engine.h"
 #include "sluice/perplexity.h"
@@ -54,7 +55,7 @@ SLUICE_COMMAND(perplexity, 55, [](CLI::App& app) {
     auto* cmd =
         app.add_subcommand("perplexity", "Perplexity over a text file (sliding windows, second half scored)");
     o->engine.add_to(cmd);
-    cmd->add_option("model_dir", o->model_dir, "Model folder")->required();
+    sluice::cli::add_model_arg(cmd, &o->model_dir, "Model folder");
     cmd->add_option("file", o->file, "Text file")->required();
     cmd->add_option("--ctx", o->ctx, "Window size in tokens")->capture_default_str();
     cmd->add_option("--max-windows", o->max_windows, "Evaluate only the first N windows (0 = all)")

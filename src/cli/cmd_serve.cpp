@@ -14,6 +14,7 @@
 #include "cli/args.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/model_arg.h"
 #include "cli/spec_flags.h"
 #include "server/server.h"
 #include "sluice/engine.h"
@@ -166,7 +167,7 @@ SLUICE_COMMAND(serve, 15, [](CLI::App& app) {
     auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with a web chat page");
     o->engine.add_to(cmd);
     o->spec.add_to(cmd);
-    cmd->add_option("model_dir", o->model_dir, "Model folder")->required();
+    sluice::cli::add_model_arg(cmd, &o->model_dir, "Model folder");
     cmd->add_option("--host", o->host, "Address to bind")->capture_default_str();
     cmd->add_option("--port", o->port, "Port to listen on")->capture_default_str();
     auto* key = cmd->add_option("--api-key", o->api_key,

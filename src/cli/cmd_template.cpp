@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cli/command.h"
+#include "cli/model_arg.h"
 #include "sluice/chat_template.h"
 
 namespace {
@@ -61,9 +62,8 @@ void run_template(const TemplateOptions& opt) {
 SLUICE_COMMAND(template, 30, [](CLI::App& app) {
     auto opt = std::make_shared<TemplateOptions>();
     auto* cmd = app.add_subcommand("template", "Render a model's chat template for a conversation");
-    cmd->add_option("model_dir", opt->model_dir,
-                    "Model directory (tokenizer_config.json or chat_template.jinja)")
-        ->required();
+    sluice::cli::add_model_arg(cmd, &opt->model_dir,
+                               "Model directory (tokenizer_config.json or chat_template.jinja)");
     cmd->add_option("--messages", opt->messages_path, "JSON file with the messages array")->required();
     cmd->add_option("--tools", opt->tools_path, "JSON file with the tools array");
     cmd->add_option("--kwargs", opt->kwargs_json, "Extra template variables as a JSON object");

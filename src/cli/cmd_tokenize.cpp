@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "cli/command.h"
+#include "cli/model_arg.h"
 #include "sluice/tokenizer.h"
 
 namespace sluice::cli {
@@ -129,8 +130,8 @@ void run_detokenize(const DetokenizeOptions& o) {
 SLUICE_COMMAND(tokenize, 20, [](CLI::App& app) {
     auto opts = std::make_shared<sluice::cli::TokenizeOptions>();
     auto* cmd = app.add_subcommand("tokenize", "Encode text to token ids (printed as a JSON array)");
-    cmd->add_option("model_dir", opts->model_dir, "Folder with tokenizer.json (and tokenizer_config.json)")
-        ->required();
+    sluice::cli::add_model_arg(cmd, &opts->model_dir,
+                               "Folder with tokenizer.json (and tokenizer_config.json)");
     auto* text = cmd->add_option("--text", opts->text, "Text to encode (default: none)");
     auto* file = cmd->add_option("--file", opts->file, "Encode the contents of this file (default: none)");
     auto* jsonl =
@@ -147,8 +148,8 @@ SLUICE_COMMAND(tokenize, 20, [](CLI::App& app) {
 SLUICE_COMMAND(detokenize, 21, [](CLI::App& app) {
     auto opts = std::make_shared<sluice::cli::DetokenizeOptions>();
     auto* cmd = app.add_subcommand("detokenize", "Decode token ids to text");
-    cmd->add_option("model_dir", opts->model_dir, "Folder with tokenizer.json (and tokenizer_config.json)")
-        ->required();
+    sluice::cli::add_model_arg(cmd, &opts->model_dir,
+                               "Folder with tokenizer.json (and tokenizer_config.json)");
     cmd->add_option("ids", opts->ids, "Token ids (default: none)");
     cmd->add_option("--jsonl", opts->jsonl,
                     "Batch: one JSON id array per line in, one JSON string per line out (default: none)");

@@ -2,6 +2,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/model_arg.h"
 
 namespace sluice::cli {
 
@@ -33,7 +34,7 @@ SpecFlags::Draft SpecFlags::load(EngineOptions& target, int sessions) const {
             "--spec draft --draft MODEL");
     if (draft.empty()) throw CliError("--spec draft needs --draft MODEL");
     EngineOptions eo = target;
-    eo.model_dir = draft;
+    eo.model_dir = resolve_model_arg(draft, false);
     eo.max_sessions = sessions;
     eo.memory_bytes = !draft_memory.empty() ? check(parse_size(draft_memory)) : target.memory_bytes / 4;
     if (target.memory_bytes > 0) {

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "convert/model_store.h"
 #include "convert/pack_plan.h"
 #include "convert/pack_stream.h"
 #include "format/hub_api.h"
@@ -84,11 +85,6 @@ Expected<format::SafetensorsHeader> fetch_header(io::HttpClient& http, const std
 
 }  // namespace
 
-std::string default_pull_dir(const std::string& repo) {
-    const size_t slash = repo.rfind('/');
-    return (fs::path("models") / (slash == std::string::npos ? repo : repo.substr(slash + 1))).string();
-}
-
 Expected<PullResult> pull_model(const PullOptions& options) {
     PullOptions o = options;
     if (o.repo.empty() || o.repo.find("..") != std::string::npos || o.repo.front() == '/' ||
@@ -97,7 +93,7 @@ Expected<PullResult> pull_model(const PullOptions& options) {
                      "[pull] repository must look like ORG/NAME, got '" + o.repo + "'");
     if (o.endpoint.empty()) o.endpoint = "https://huggingface.co";
     while (!o.endpoint.empty() && o.endpoint.back() == '/') o.endpoint.pop_back();
-    if (o.out_dir.empty()) o.out_dir = default_pull_dir(o.repo);
+    if (o.out_dir.empty()) o.out_dir = pull_dir({o.repo, o.revision});
     auto notice = [&](const std::string& s) {
         if (o.notice) o.notice(s);
     };

@@ -46,7 +46,4 @@ struct PullResult {
 
 Expected<PullResult> pull_model(const PullOptions& options);
 
-// "./models/NAME" for "ORG/NAME".
-std::string default_pull_dir(const std::string& repo);
-
 }  // namespace sluice::convert

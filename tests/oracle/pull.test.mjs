@@ -46,7 +46,9 @@ const hub = await startMockHub({
     "sluice-test/tiny-moe-bf16": { dir: moeDir, private: true, sha: "1".repeat(40) },
     "sluice-test/tiny-next": { dir: nextDir, sha: "2".repeat(40) },
 });
-const baseEnv = { ...process.env, HF_ENDPOINT: hub.endpoint, HF_TOKEN: "" };
+// Hermetic: no token saved by `hf auth login` on this machine, no default models folder.
+const baseEnv = { ...process.env, HF_ENDPOINT: hub.endpoint, HF_TOKEN: "", HF_HOME: path.join(tmp, "hf-home"), HF_TOKEN_PATH: "",
+    SLUICE_MODELS: path.join(tmp, "models-folder") };
 const fastFlags = ["--stall-timeout", "1", "--retry-wait", "0.05"];
 
 function run(args, env = {}) {
