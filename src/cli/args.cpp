@@ -3,6 +3,11 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "cli/command.h"
 
 namespace sluice::cli {
 
@@ -50,6 +55,30 @@ Expected<uint64_t> parse_size(const std::string& text) {
         return error(ErrorCode::kInvalidArgument,
                      "size '" + text + "' has an unknown suffix '" + std::string(end) + "'");
     return static_cast<uint64_t>(v * mult);
+}
+
+std::string read_input(const std::string& path, const std::string& what) {
+    std::ostringstream ss;
+    if (path == "-") {
+        ss << std::cin.rdbuf();
+        return ss.str();
+    }
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw CliError("cannot read " + what + " '" + path + "'");
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+void write_output(const std::string& path, const std::string& text, const std::string& what) {
+    if (path == "-") {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fflush(stdout);
+        return;
+    }
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+    out.close();
+    if (!out) throw CliError("cannot write " + what + " '" + path + "'");
 }
 
 }  // namespace sluice::cli

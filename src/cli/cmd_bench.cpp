@@ -546,9 +546,9 @@ void run_bench(const BenchOptions& o) {
         out["gpu_memory_copy_gb_s"] = mem_gb_s;
         out["hbm_share"] = d.mean * gpu_bytes_per_token / (mem_gb_s * 1e9);
     }
-    if (!o.json_path.empty()) std::ofstream(o.json_path) << out.dump(2) << "\n";
+    if (!o.json_path.empty()) write_output(o.json_path, out.dump(2) + "\n", "--json");
     if (!o.stats_json.empty())
-        std::ofstream(o.stats_json) << stats_json(*engine, last_gen, last_cache).dump(2) << "\n";
+        write_output(o.stats_json, stats_json(*engine, last_gen, last_cache).dump(2) + "\n", "--stats-json");
 }
 
 }  // namespace

@@ -358,7 +358,7 @@ SLUICE_COMMAND(chat, 11, [](CLI::App& app) {
     cmd->add_option("--system", o->system, "System message");
     cmd->add_flag("--no-think", o->no_think, "Start with thinking off (enable_thinking=false)");
     cmd->add_flag("--hide-thinking", o->hide_thinking, "Do not print the model's reasoning");
-    cmd->add_option("--ctx-size", o->ctx,
+    cmd->add_option("-c,--ctx-size", o->ctx,
                     "Context tokens (0: the model's max_position_embeddings, up to 8192)")
         ->capture_default_str();
     o->sampling.add_to(cmd);

@@ -59,13 +59,7 @@ void run_generate(const GenerateCliOptions& o) {
     } else {
         if (!tokenizer) throw CliError(o.model_dir + " has no tokenizer.json; use --ids");
         std::string text = o.prompt;
-        if (!o.prompt_file.empty()) {
-            std::ifstream in(o.prompt_file, std::ios::binary);
-            if (!in) throw CliError("cannot read " + o.prompt_file);
-            std::stringstream ss;
-            ss << in.rdbuf();
-            text = ss.str();
-        }
+        if (!o.prompt_file.empty()) text = read_input(o.prompt_file, "prompt file");
         if (o.chat) {
             auto tmpl = engine->chat_template();
             if (!tmpl) throw CliError(o.model_dir + " has no chat template; drop --chat");
@@ -140,9 +134,7 @@ void run_generate(const GenerateCliOptions& o) {
         }
     }
     if (!o.stats_json.empty()) {
-        std::ofstream out(o.stats_json);
-        if (!out) throw CliError("cannot write " + o.stats_json);
-        out << stats_json(*engine, g, cache).dump(2) << "\n";
+        write_output(o.stats_json, stats_json(*engine, g, cache).dump(2) + "\n", "--stats-json");
     }
 }
 
@@ -155,13 +147,15 @@ SLUICE_COMMAND(generate, 10, [](CLI::App& app) {
     o->engine.add_to(cmd);
     sluice::cli::add_model_arg(cmd, &o->model_dir, "Model folder (Hugging Face, MLX or packed)");
     cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
-    cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
+    cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file (- for standard input)");
     cmd->add_option("--ids", o->ids, "Prompt as token ids, e.g. 1,2,3");
     cmd->add_flag("--chat", o->chat, "Wrap the prompt as a user message in the model's chat template");
     cmd->add_option("--system", o->system, "System message (with --chat)");
     cmd->add_flag("--no-think", o->no_think, "Render the template with enable_thinking=false (with --chat)");
-    cmd->add_option("--ctx-size", o->ctx, "Context tokens")->capture_default_str();
-    cmd->add_option("--stats-json", o->stats_json, "Write run statistics as JSON");
+    cmd->add_option("-c,--ctx-size", o->ctx, "Context tokens")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+    cmd->add_option("--stats-json", o->stats_json, "Write run statistics as JSON (- for standard output)");
     cmd->add_flag("--quiet-stats", o->quiet_stats, "Do not print statistics on stderr");
     cmd->add_option("--json-schema", o->json_schema,
                     "Constrain the output to JSON valid against this schema file");

@@ -127,7 +127,7 @@ SLUICE_COMMAND(info, 30, [](CLI::App& app) {
     sluice::cli::add_model_arg(cmd, &o->model_dir,
                                "Model folder, or a config.json to plan for before the weights are here");
     cmd->add_option("--memory", o->memory, "Memory budget to plan for, e.g. 3G (default: 80% of available)");
-    cmd->add_option("--ctx-size", o->ctx, "Context tokens per session (0: the model's, up to 8192)")
+    cmd->add_option("-c,--ctx-size", o->ctx, "Context tokens per session (0: the model's, up to 8192)")
         ->capture_default_str();
     cmd->add_option("--weight-bits", o->weight_bits, "With a config.json: the packed weights' bits")
         ->capture_default_str();

@@ -59,6 +59,7 @@ SLUICE_COMMAND(logits, 60, [](CLI::App& app) {
     cmd->add_option("--ids", o->ids, "Token ids, e.g. 1,2,3")->required();
     cmd->add_option("--out", o->out, "Output .npy file")->required();
     cmd->add_flag("--stepwise", o->stepwise, "Feed the ids one at a time through the decode path");
-    cmd->add_option("--chunk", o->chunk, "Prefill chunk size in tokens")->capture_default_str();
+    cmd->add_option("--prefill-chunk,--chunk", o->chunk, "Prefill chunk size in tokens")
+        ->capture_default_str();
     cmd->callback([o] { sluice::cli::run_logits(*o); });
 });

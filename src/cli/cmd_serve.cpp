@@ -169,7 +169,9 @@ SLUICE_COMMAND(serve, 15, [](CLI::App& app) {
     o->spec.add_to(cmd);
     sluice::cli::add_model_arg(cmd, &o->model_dir, "Model folder");
     cmd->add_option("--host", o->host, "Address to bind")->capture_default_str();
-    cmd->add_option("--port", o->port, "Port to listen on")->capture_default_str();
+    cmd->add_option("--port", o->port, "Port to listen on")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 65535));
     auto* key = cmd->add_option("--api-key", o->api_key,
                                 "Require 'Authorization: Bearer KEY' on the API (visible in ps: prefer "
                                 "$SLUICE_API_KEY or --api-key-file)")
@@ -180,7 +182,9 @@ SLUICE_COMMAND(serve, 15, [](CLI::App& app) {
                     "Allow browser requests from this origin (e.g. http://localhost:3000 or *)");
     cmd->add_option("--parallel", o->parallel, "Requests generating at once (sessions); others queue")
         ->capture_default_str();
-    cmd->add_option("--ctx-size", o->ctx, "Context tokens per session")->capture_default_str();
+    cmd->add_option("-c,--ctx-size", o->ctx, "Context tokens per session")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
     cmd->add_option("--keep-alive-ms", o->keep_alive_ms,
                     "SSE ': keep-alive' interval while a stream waits or prefills")
         ->capture_default_str();

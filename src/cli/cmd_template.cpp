@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cli/args.h"
 #include "cli/command.h"
 #include "cli/model_arg.h"
 #include "sluice/chat_template.h"
@@ -21,11 +22,8 @@ struct TemplateOptions {
 };
 
 nlohmann::ordered_json read_json_file(const std::string& path, const char* what) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw sluice::cli::CliError(std::string("cannot open ") + what + " file '" + path + "'");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    auto j = nlohmann::ordered_json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+    const std::string text = sluice::cli::read_input(path, std::string(what) + " file");
+    auto j = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded())
         throw sluice::cli::CliError(std::string(what) + " file '" + path + "' is not valid JSON");
     return j;

@@ -94,6 +94,10 @@ void run_tokenize(const TokenizeOptions& o) {
 
 std::string detokenize_ids(const std::shared_ptr<const Tokenizer>& tokenizer, const std::vector<int32_t>& ids,
                            bool skip_special, bool stream) {
+    for (int32_t id : ids)
+        if (id < 0 || id >= tokenizer->vocab_size())
+            throw CliError("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                           std::to_string(tokenizer->vocab_size()) + ")");
     if (!stream) return tokenizer->decode(ids, skip_special);
     IncrementalDetokenizer detok(tokenizer, skip_special);
     std::string out;

@@ -8,7 +8,7 @@ namespace sluice::cli {
 void EngineFlags::add_to(CLI::App* cmd) {
     cmd->add_option("--memory", memory,
                     "Memory budget of the whole process, e.g. 3G (default: derived from what is available)");
-    cmd->add_option("--threads", threads, "Compute threads (0 = all cores)")->capture_default_str();
+    cmd->add_option("-t,--threads", threads, "Compute threads (0 = all cores)")->capture_default_str();
     cmd->add_option("--io-threads", io_threads, "Expert reads in flight (queue depth)")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);

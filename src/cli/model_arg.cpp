@@ -40,7 +40,7 @@ std::string resolve_model_arg(const std::string& arg, bool pull) {
 
 void add_model_arg(CLI::App* cmd, std::string* model, const std::string& help) {
     auto pull = std::make_shared<bool>(false);
-    cmd->add_option("model", *model,
+    cmd->add_option("model,-m,--model", *model,
                     help + ": a folder, or a Hugging Face id ORG/NAME[@REV] (installed, or with --pull)")
         ->required();
     cmd->add_flag("--pull", *pull, "Download the model from the Hugging Face Hub when it is not installed");

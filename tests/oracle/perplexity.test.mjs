@@ -12,7 +12,7 @@ const ref = JSON.parse(readFileSync(path.join(model, 'reference_perplexity.json'
 let passed = 0, failed = 0;
 const check = (ok, what) => { if (ok) passed++; else { failed++; console.error('FAIL: ' + what); } };
 
-const out = execFileSync(bin, ['perplexity', model, path.join(model, 'heldout.txt'), '--ctx', String(ref.ctx)],
+const out = execFileSync(bin, ['perplexity', model, path.join(model, 'heldout.txt'), '--ctx-size', String(ref.ctx)],
                          { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
 const m = out.match(/perplexity ([0-9.]+) .* over (\d+) scored tokens in (\d+) windows/);
 check(m !== null, `unexpected output: ${out}`);

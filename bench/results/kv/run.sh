@@ -9,12 +9,12 @@ B=${1:-build}/bin
 HERE=$(cd "$(dirname "$0")" && pwd)
 for bits in 32 16 8 4 3; do
     "$B/sluice" perplexity models/tiny-next models/tiny-next/heldout.txt --kv-bits "$bits" --kv-window 0 \
-        --ctx 1024 2>&1 | tail -n 1 | tee "$HERE/perplexity_kv$bits.txt"
+        --ctx-size 1024 2>&1 | tail -n 1 | tee "$HERE/perplexity_kv$bits.txt"
 done
 for bits in 8 4 3; do
     for window in 64 256; do
         "$B/sluice" perplexity models/tiny-next models/tiny-next/heldout.txt --kv-bits "$bits" \
-            --kv-window "$window" --ctx 1024 2>&1 | tail -n 1 | tee "$HERE/perplexity_kv${bits}_window$window.txt"
+            --kv-window "$window" --ctx-size 1024 2>&1 | tail -n 1 | tee "$HERE/perplexity_kv${bits}_window$window.txt"
     done
 done
 "$B/matvec_bench" --benchmark_filter=AttentionDecodeKv --benchmark_repetitions=3 \
