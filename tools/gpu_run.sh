@@ -5,7 +5,7 @@
 # logging to $OUT. Steps:
 #   tests       GPU op tests, CUDA goldens (resident and tiered), the packed three-tier test
 #   sanitize    compute-sanitizer memcheck/racecheck of the op tests; sanitize_tier: memcheck of the
-#               packed three-tier test
+#               packed three-tier test; sanitize_kv: both over the KV cache kernels' tests
 #   synth35 / synth80      synthetic Qwen3.6-35B-A3B / Qwen3-Next-80B-A3B, 4-bit, into /tmp/m35 /tmp/m80
 #   resident35 / resident80  fully resident decode and prefill (512 and 4096-token prompts);
 #                          decode35 / decode80 the 512-token one only (GPU time per step logged);
@@ -21,6 +21,10 @@
 #                          an A/B comparison; only bin/sluice is needed there), their results named b_*;
 #                          usea goes back to .devcarry/c (results a2_*); host35pdl0: host35 without
 #                          programmatic dependent launch
+#   kv35                   decode at 4K and 32K depth and the prompt's prefill (TTFT) per --kv-bits, resident
+#   llamabuild             llama.cpp from .devcarry/llama/llama.tgz (../shared/peer/README.md) into /tmp/llb;
+#                          gguf35: the 35B's GGUF of the same shapes (synth_gguf.py) at /tmp/m35.gguf;
+#                          llamakv35: llama-bench -fa 1 at f16 and q8_0 KV, the same depths and prompts
 #   ncu35                  per-kernel GPU time of a short decode (ncu); prof35: the in-graph timeline (nsys,
 #                          when installed) and ncu's full sections for one layer; prof35mv: ncu's full sections
 #                          for one layer's products; sass: the products' SASS (sm_90)
@@ -81,6 +85,12 @@ for s in "$@"; do
         step racecheck_ops 200 compute-sanitizer --tool racecheck --error-exitcode 3 "$B/sluice_gpu_tests" \
             --gtest_filter='CudaOps.*'
         ;;
+    sanitize_kv)
+        step memcheck_kv 200 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/sluice_gpu_tests" \
+            --gtest_filter='CudaOps.Kv*:CudaOps.AttentionOnCompressed*:*CompressedKvCacheMatchesCpu/qwen3_next*'
+        step racecheck_kv 200 compute-sanitizer --tool racecheck --error-exitcode 3 "$B/sluice_gpu_tests" \
+            --gtest_filter='CudaOps.Kv*:CudaOps.AttentionOnCompressed*'
+        ;;
     unfused35)
         SLUICE_CUDA_UNFUSED=1 bench unfused35_p512 120 /tmp/m35 --prompt-tokens 512 --prefill-chunk 512 \
             --gen-tokens 128 --reps 2
@@ -119,6 +129,37 @@ for s in "$@"; do
             --launch-skip 40 --launch-count 8 "$B/sluice" bench /tmp/m35 --device cuda --prompt-tokens 16 \
             --prefill-chunk 16 --gen-tokens 6 --reps 1
         xz -f "$RES/ncumv35.txt"
+        ;;
+    kv35)
+        for d in 4096 32768; do
+            for b in 32 16 8 4 3; do
+                bench kv35_d${d}_b$b 200 /tmp/m35 --kv-bits $b --prompt-tokens $d \
+                    --prefill-chunk 4096 --gen-tokens 64 --reps 1
+            done
+        done
+        ;;
+    llamabuild)
+        rm -rf /tmp/llama && mkdir -p /tmp/llama && tar xzf .devcarry/llama/llama.tgz -C /tmp/llama
+        gen=""
+        command -v ninja >/dev/null && gen="-G Ninja"
+        # shellcheck disable=SC2086
+        step llamabuild 480 bash -c "cmake -S /tmp/llama -B /tmp/llb $gen -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+            -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
+            -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null && \
+            cmake --build /tmp/llb -j $(nproc) --target llama-bench"
+        ;;
+    gguf35)
+        step gguf35 540 env GGUF_PY=/tmp/llama/gguf-py python3 .devcarry/llama/synth_gguf.py \
+            "$SHARED/qwen3.6-35b-a3b.json" /tmp/m35.gguf
+        ;;
+    llamakv35)
+        LB=$(ls /tmp/llb/bin/llama-bench /tmp/llb/llama-bench 2>/dev/null | head -n 1)
+        for ctk in f16 q8_0; do
+            step llamakv35_$ctk 400 "$LB" -m /tmp/m35.gguf -ngl 99 -fa 1 -ctk $ctk -ctv $ctk -p 4096,32768 -n 64 \
+                -d 0 -r 1 -b 4096 -ub 4096 -o md
+            step llamakv35_depth_$ctk 400 "$LB" -m /tmp/m35.gguf -ngl 99 -fa 1 -ctk $ctk -ctv $ctk -p 0 -n 64 \
+                -d 4096,32768 -r 1 -b 4096 -ub 4096 -o md
+        done
         ;;
     synth35) step synth35 300 "$B/sluice" synth "$SHARED/qwen3.6-35b-a3b.json" /tmp/m35 --bits 4 ;;
     synth80) step synth80 400 "$B/sluice" synth "$SHARED/qwen3-next-80b-a3b.hf.json" /tmp/m80 --bits 4 ;;

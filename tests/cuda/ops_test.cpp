@@ -884,6 +884,174 @@ TEST(CudaOps, AttentionGateEpilogueMatchesMulSigmoid) {
     }
 }
 
+// ---- the KV cache types (kv.cu) ----
+
+using kernels::KvType;
+
+// Heads of every shape a store must get right: Gaussian, a few outlier channels, an all-zero head,
+// equal magnitudes of both signs (q4's first-of-equals scale), huge values (saturated f16 scales).
+std::vector<float> kv_rows(int64_t rows, int64_t nkv, int64_t hd, uint32_t seed) {
+    std::vector<float> x = randn(static_cast<size_t>(rows * nkv * hd), seed);
+    for (int64_t r = 0; r < rows * nkv; ++r) {
+        float* h = x.data() + r * hd;
+        switch (r % 5) {
+            case 1: h[3] = 40.0f, h[hd - 1] = -25.0f; break;
+            case 2: std::fill(h, h + hd, 0.0f); break;
+            case 3:
+                for (int64_t i = 0; i < hd; ++i) h[i] = i % 3 == 0 ? -2.0f : (i % 3 == 1 ? 2.0f : 0.5f);
+                break;
+            case 4: h[1] = 3e6f; break;
+            default: break;
+        }
+    }
+    return x;
+}
+
+// Where two byte strings first differ ("" when equal): the head and byte in it, both bytes.
+std::string first_difference(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,
+                             int64_t head_bytes) {
+    if (got.size() != want.size())
+        return "sizes " + std::to_string(got.size()) + " / " + std::to_string(want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+        if (got[i] == want[i]) continue;
+        const int64_t head = static_cast<int64_t>(i) / head_bytes;
+        std::string out = "head " + std::to_string(head) + " byte " +
+                          std::to_string(static_cast<int64_t>(i) % head_bytes) + "; the head's bytes:\n";
+        for (const auto* bytes : {&got, &want}) {
+            for (int64_t b = 0; b < head_bytes; ++b)
+                out += std::to_string((*bytes)[static_cast<size_t>(head * head_bytes + b)]) + " ";
+            out += bytes == &got ? "(got)\n" : "(want)";
+        }
+        return out;
+    }
+    return "";
+}
+
+// Every KV type and head width CUDA serves: kv_store's bytes equal the reference's, K and V, at an
+// offset past a device-held first position, and the ring's f16 rows and tags.
+TEST(CudaOps, KvStoreMatchesReferenceBitForBit) {
+    REQUIRE_GPU();
+    for (KvType type : {KvType::kF32, KvType::kF16, KvType::kQ8, KvType::kQ4, KvType::kQ3}) {
+        for (int64_t hd : {8, 16, 32, 64, 128, 256}) {
+            if (kernels::kv_shape_error(type, hd) != nullptr) continue;
+            const int64_t nkv = 3, n = 7, pos0 = 5, offset = 2, positions = pos0 + offset + n;
+            const int64_t row = nkv * kernels::kv_head_bytes(type, hd);
+            std::vector<float> k = kv_rows(n, nkv, hd, 11), v = kv_rows(n, nkv, hd, 12);
+            std::vector<uint8_t> ref_k(static_cast<size_t>(positions * row)), ref_v(ref_k.size());
+            kernels::reference::kv_store(type, k.data(), n, nkv, hd, ref_k.data() + (pos0 + offset) * row);
+            kernels::reference::kv_store(type, v.data(), n, nkv, hd, ref_v.data() + (pos0 + offset) * row);
+            const int64_t slots = 4 + 64, ring_row = nkv * hd * 2;
+            const bool windowed = type != KvType::kF32 && type != KvType::kF16;
+            Dev<float> dk(k), dv(v);
+            Dev<uint8_t> ck(ref_k.size()), cv(ref_v.size());
+            Dev<uint8_t> ring(static_cast<size_t>(slots * (2 * ring_row + 8)));
+            Dev<int32_t> dpos(std::vector<int32_t>{static_cast<int32_t>(pos0)});
+            KvCache cache;
+            cache.type = type;
+            cache.k = ck.get();
+            cache.v = cv.get();
+            if (windowed) {
+                cache.window = 4;
+                cache.slots = slots;
+                cache.ring = ring.get();
+            }
+            kv_store(dk.get(), dv.get(), n, offset, dpos.get(), nkv, hd, cache, nullptr);
+            const std::string what = std::string(kernels::kv_type_name(type)) + " hd " + std::to_string(hd);
+            EXPECT_EQ(first_difference(ck.host(), ref_k, row / nkv), "") << what << ", K";
+            EXPECT_EQ(first_difference(cv.host(), ref_v, row / nkv), "") << what << ", V";
+            if (!windowed) continue;
+            const std::vector<uint8_t> r = ring.host();
+            for (int64_t t = 0; t < n; ++t) {
+                const int64_t p = pos0 + offset + t, slot = p % slots;
+                std::vector<uint8_t> fk(static_cast<size_t>(ring_row)), fv(fk.size());
+                kernels::reference::kv_store(KvType::kF16, k.data() + t * nkv * hd, 1, nkv, hd, fk.data());
+                kernels::reference::kv_store(KvType::kF16, v.data() + t * nkv * hd, 1, nkv, hd, fv.data());
+                EXPECT_EQ(0, std::memcmp(r.data() + slot * ring_row, fk.data(), fk.size())) << what;
+                EXPECT_EQ(0, std::memcmp(r.data() + (slots + slot) * ring_row, fv.data(), fv.size())) << what;
+                int64_t tag;
+                std::memcpy(&tag, r.data() + 2 * slots * ring_row + slot * 8, 8);
+                EXPECT_EQ(tag, p) << what;
+            }
+        }
+    }
+}
+
+// Attention read straight from every compressed type against reference::attention_kv (which
+// decodes the whole cache), for the per-query kernel and the split decode form, without and with a
+// --kv-window ring — some window rows held, one overwritten (a cut-back: read from the cache).
+TEST(CudaOps, AttentionOnCompressedKvMatchesReference) {
+    REQUIRE_GPU();
+    struct Case {
+        int64_t n_q, start, nh, nkv, hd;
+    };
+    for (KvType type : {KvType::kF16, KvType::kQ8, KvType::kQ4, KvType::kQ3}) {
+        for (const Case& c :
+             {Case{1, 0, 4, 2, 64}, Case{1, 300, 16, 2, 256}, Case{7, 5, 8, 8, 128}, Case{70, 0, 4, 1, 128},
+              Case{3, 1000, 2, 2, 32}, Case{1, 4000, 16, 2, 256}, Case{5, 90, 4, 2, 64}}) {
+            for (int64_t window : {0, 48}) {
+                if (window > 0 && type == KvType::kF16) continue;
+                const int64_t rows = c.start + c.n_q, row = c.nkv * kernels::kv_head_bytes(type, c.hd);
+                std::vector<float> q = randn(static_cast<size_t>(c.n_q * c.nh * c.hd), 1),
+                                   k = randn(static_cast<size_t>(rows * c.nkv * c.hd), 2),
+                                   v = randn(static_cast<size_t>(rows * c.nkv * c.hd), 3);
+                std::vector<uint8_t> ck(static_cast<size_t>(rows * row)), cv(ck.size());
+                kernels::reference::kv_store(type, k.data(), rows, c.nkv, c.hd, ck.data());
+                kernels::reference::kv_store(type, v.data(), rows, c.nkv, c.hd, cv.data());
+                // The ring as a sequence leaves it: the last rows' f16 copies, the slot of one row
+                // inside the window taken by a later position (cut back).
+                const int64_t slots = window + 64, ring_row = c.nkv * c.hd * 2;
+                std::vector<uint8_t> ring(static_cast<size_t>(slots * (2 * ring_row + 8)));
+                auto* tags = reinterpret_cast<int64_t*>(ring.data() + 2 * slots * ring_row);
+                std::fill(tags, tags + slots, int64_t{-1});
+                for (int64_t p = std::max<int64_t>(0, rows - slots); p < rows && window > 0; ++p) {
+                    const int64_t slot = p % slots;
+                    kernels::reference::kv_store(KvType::kF16, k.data() + p * c.nkv * c.hd, 1, c.nkv, c.hd,
+                                                 ring.data() + slot * ring_row);
+                    kernels::reference::kv_store(KvType::kF16, v.data() + p * c.nkv * c.hd, 1, c.nkv, c.hd,
+                                                 ring.data() + (slots + slot) * ring_row);
+                    tags[slot] = p;
+                }
+                if (window > 0 && rows > 3) tags[(rows - 3) % slots] = rows - 3 + slots;
+                const kernels::KvRing host_ring{window, slots, tags, ring.data(),
+                                                ring.data() + slots * ring_row};
+                std::vector<float> ref(q.size());
+                const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+                kernels::reference::attention_kv(type, q.data(), ck.data(), cv.data(),
+                                                 window > 0 ? &host_ring : nullptr, c.n_q, c.start, c.nh,
+                                                 c.nkv, c.hd, scale, ref.data(), nullptr);
+                Dev<float> dq(q), dout(q.size());
+                Dev<uint8_t> dk(ck), dv(cv), dring(ring);
+                // The first position split between device memory and the offset, as sub-steps pass it.
+                const int64_t offset = std::min<int64_t>(c.start, 3);
+                Dev<int32_t> dpos(std::vector<int32_t>{static_cast<int32_t>(c.start - offset)});
+                KvCache cache;
+                cache.type = type;
+                cache.k = dk.get();
+                cache.v = dv.get();
+                if (window > 0) {
+                    cache.window = window;
+                    cache.slots = slots;
+                    cache.ring = dring.get();
+                }
+                const std::string what = std::string(kernels::kv_type_name(type)) + " window " +
+                                         std::to_string(window) + " n_q " + std::to_string(c.n_q) +
+                                         " start " + std::to_string(c.start) + " hd " + std::to_string(c.hd);
+                const double tol = type == KvType::kQ3 ? 2e-5 : 1e-5;
+                attention_kv(dq.get(), cache, c.n_q, offset, dpos.get(), c.nh, c.nkv, c.hd, scale, nullptr,
+                             dout.get(), nullptr, 0, nullptr);
+                EXPECT_LT(rel_err(dout.host(), ref), tol) << what;
+                if (c.n_q != 1) continue;
+                const int64_t cap = rows + 500;
+                Dev<float> split(static_cast<size_t>(attention_split_scratch_floats(c.nh, c.hd, cap))),
+                    dout2(q.size());
+                attention_kv(dq.get(), cache, 1, offset, dpos.get(), c.nh, c.nkv, c.hd, scale, nullptr,
+                             dout2.get(), split.get(), cap, nullptr);
+                EXPECT_LT(rel_err(dout2.host(), ref), tol) << "split, " << what;
+            }
+        }
+    }
+}
+
 // deltanet_fused against row_norm (l2) ×2 + copy_heads + deltanet_gates + gated_delta +
 // rms_norm_gated, the sequence it replaces in backend.cpp, for both l2 eps conventions.
 TEST(CudaOps, DeltaNetFusedMatchesUnfusedSequence) {

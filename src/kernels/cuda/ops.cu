@@ -1,12 +1,9 @@
-// Non-linear kernels of the GPU forward: norms, RoPE, KV writes, attention, the DeltaNet conv and
-// recurrence, the router and the elementwise glue. Each mirrors an op of kernels/reference/ and
-// is compared with it in tests/cuda/ops_test.cpp.
+// Non-linear kernels of the GPU forward: norms, RoPE, f32 KV writes, the attention prep, the DeltaNet
+// conv and recurrence, the router and the elementwise glue (the KV cache's stores and attention are
+// in kv.cu). Each mirrors an op of kernels/reference/ and is compared with it in tests/cuda/ops_test.cpp.
 //
-// Attention: one block per (query, head), 4 warps splitting the keys, each keeping an online
-// softmax with a lane holding head_dim/32 output dims; warps merge through shared memory. The
-// DeltaNet recurrence: one warp per (value head, value column), the column's dk state entries in
-// registers (dk/32 per lane) for the whole token batch. Both keep per-thread state in registers
-// and need no global scratch.
+// The DeltaNet recurrence: one warp per (value head, value column), the column's dk state entries in
+// registers (dk/32 per lane) for the whole token batch; it needs no global scratch.
 #include <cmath>
 
 #include "kernels/cuda/device/common.cuh"
@@ -16,7 +13,6 @@ namespace {
 
 constexpr int kMaxHeadDimPerLane = 8;  // head_dim ≤ 256
 constexpr int kMaxDkPerLane = 8;       // DeltaNet dk ≤ 256
-constexpr int kSplitKeys = 64;         // keys per block of the split decode attention
 
 __global__ void row_norm_kernel(const float* x, const float* weight, HeadLayout L, float eps, bool l2,
                                 float scale, float* y) {
@@ -104,21 +100,23 @@ __global__ void write_rows_kernel(const float* x, int64_t row_elems, const int32
 // Attention prep, fused: block (token t, slot) with slot < n_heads a query head, else key/value
 // head slot - n_heads. The head is RMS-normed into shared memory (the sum as row_norm_kernel's
 // with the same 256 threads), rotated (rope_kernel's angle arithmetic) and written out: queries
-// to q_out (and the gate half to gate_out), keys and values into the caches at row *pos0 + t.
+// to q_out (and the gate half to gate_out), keys and values into the caches at row *pos0 + t (row t
+// when !at_positions: staged for kv_store, and then k_cache may be k itself — a block reads its head
+// into shared memory before it writes it back).
 constexpr int kPrepThreads = 256;
 
 __global__ void __launch_bounds__(kPrepThreads)
-    attention_prep_kernel(const float* __restrict__ qg, const float* __restrict__ k,
-                          const float* __restrict__ v, const float* q_norm, const float* k_norm,
-                          int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t rot_dim, bool gated,
-                          float eps, const int32_t* pos0, RopeParams rope, float* q_out, float* gate_out,
-                          float* k_cache, float* v_cache) {
+    attention_prep_kernel(const float* __restrict__ qg, const float* k, const float* v, const float* q_norm,
+                          const float* k_norm, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                          int64_t rot_dim, bool gated, float eps, const int32_t* pos0, RopeParams rope,
+                          float* q_out, float* gate_out, float* k_cache, float* v_cache, bool at_positions) {
     const int64_t slots = n_heads + n_kv_heads;
     const int64_t t = blockIdx.x / slots, slot = blockIdx.x % slots;
     const bool is_q = slot < n_heads;
     const int64_t h = is_q ? slot : slot - n_heads;
     const int64_t q_head_stride = head_dim * (gated ? 2 : 1);
     const float* xr = is_q ? qg + (t * n_heads + h) * q_head_stride : k + (t * n_kv_heads + h) * head_dim;
+    const int64_t position = *pos0 + t, row = at_positions ? position : t;
     const float* weight = is_q ? q_norm : k_norm;
     __shared__ float normed[32 * kMaxHeadDimPerLane];
     float ss = 0.0f;
@@ -127,10 +125,9 @@ __global__ void __launch_bounds__(kPrepThreads)
     const float inv = rsqrtf(ss / static_cast<float>(head_dim) + eps);
     for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) normed[i] = xr[i] * inv * weight[i];
     __syncthreads();
-    const int64_t position = *pos0 + t;
     const int64_t half = rot_dim / 2;
-    float* dst = is_q ? q_out + (t * n_heads + h) * head_dim
-                      : k_cache + position * n_kv_heads * head_dim + h * head_dim;
+    float* dst =
+        is_q ? q_out + (t * n_heads + h) * head_dim : k_cache + row * n_kv_heads * head_dim + h * head_dim;
     for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
         if (i < rot_dim) {
             const int64_t pair = i < half ? i : i - half;
@@ -150,158 +147,8 @@ __global__ void __launch_bounds__(kPrepThreads)
         }
     } else {
         const float* vr = v + (t * n_kv_heads + h) * head_dim;
-        float* vd = v_cache + position * n_kv_heads * head_dim + h * head_dim;
+        float* vd = v_cache + row * n_kv_heads * head_dim + h * head_dim;
         for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) vd[i] = vr[i];
-    }
-}
-
-constexpr int kAttnWarps = 4;
-
-__global__ void __launch_bounds__(32 * kAttnWarps)
-    attention_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
-                     const int32_t* pos0, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
-                     const float* gate, float* out) {
-    const int64_t t = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
-    const int64_t kvh = h / (n_heads / n_kv_heads);
-    const int64_t n_keys = *pos0 + t + 1;
-    const int64_t stride = n_kv_heads * head_dim;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const float* qh = q + (t * n_heads + h) * head_dim;
-    float qv[kMaxHeadDimPerLane], acc[kMaxHeadDimPerLane];
-#pragma unroll
-    for (int j = 0; j < kMaxHeadDimPerLane; ++j) {
-        qv[j] = j * 32 + lane < head_dim ? qh[j * 32 + lane] : 0.0f;
-        acc[j] = 0.0f;
-    }
-    float m = -INFINITY, l = 0.0f;
-    for (int64_t s = warp; s < n_keys; s += kAttnWarps) {
-        const float* ks = k + s * stride + kvh * head_dim;
-        float dot = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kMaxHeadDimPerLane; ++j)
-            if (j * 32 + lane < head_dim) dot += qv[j] * ks[j * 32 + lane];
-        const float score = warp_sum(dot) * scale;
-        const float m_new = fmaxf(m, score);
-        const float corr = expf(m - m_new);  // 0 on the first key (m = -inf)
-        const float p = expf(score - m_new);
-        l = l * corr + p;
-        const float* vs = v + s * stride + kvh * head_dim;
-#pragma unroll
-        for (int j = 0; j < kMaxHeadDimPerLane; ++j)
-            if (j * 32 + lane < head_dim) acc[j] = acc[j] * corr + p * vs[j * 32 + lane];
-        m = m_new;
-    }
-    // Merge the warps' partial softmaxes.
-    __shared__ float sm[kAttnWarps], sl[kAttnWarps];
-    __shared__ float sacc[kAttnWarps][32 * kMaxHeadDimPerLane];
-    if (lane == 0) {
-        sm[warp] = m;
-        sl[warp] = l;
-    }
-#pragma unroll
-    for (int j = 0; j < kMaxHeadDimPerLane; ++j)
-        if (j * 32 + lane < head_dim) sacc[warp][j * 32 + lane] = acc[j];
-    __syncthreads();
-    float m_all = -INFINITY;
-    for (int w = 0; w < kAttnWarps; ++w) m_all = fmaxf(m_all, sm[w]);
-    float l_all = 0.0f;
-    for (int w = 0; w < kAttnWarps; ++w) l_all += sm[w] == -INFINITY ? 0.0f : sl[w] * expf(sm[w] - m_all);
-    float* oh = out + (t * n_heads + h) * head_dim;
-    const float* gh = gate != nullptr ? gate + (t * n_heads + h) * head_dim : nullptr;
-    for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        float o = 0.0f;
-        for (int w = 0; w < kAttnWarps; ++w)
-            if (sm[w] != -INFINITY) o += sacc[w][d] * expf(sm[w] - m_all);
-        oh[d] = gh != nullptr ? o / l_all * sigmoid_f(gh[d]) : o / l_all;  // mul_sigmoid's product
-    }
-}
-
-// Decode attention split over the keys (flash-decoding): block (head h, split) runs an online
-// softmax over keys [split·kSplitKeys, …) and writes its unnormalised partial (acc, max, sum);
-// attention_combine_kernel merges the splits. The grid covers the whole context capacity and
-// blocks past the current length exit at once, so a captured graph stays valid as it grows.
-__global__ void __launch_bounds__(32 * kAttnWarps)
-    attention_split_kernel(const float* __restrict__ q, const float* __restrict__ k,
-                           const float* __restrict__ v, const int32_t* pos0, int64_t n_heads,
-                           int64_t n_kv_heads, int64_t head_dim, float scale, float* part,
-                           int64_t max_splits) {
-    const int64_t h = blockIdx.x, split = blockIdx.y;
-    const int64_t n_keys = *pos0 + 1;
-    const int64_t s0 = split * kSplitKeys;
-    if (s0 >= n_keys) return;
-    const int64_t s1 = min(n_keys, s0 + kSplitKeys);
-    const int64_t kvh = h / (n_heads / n_kv_heads);
-    const int64_t stride = n_kv_heads * head_dim;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const float* qh = q + h * head_dim;
-    float qv[kMaxHeadDimPerLane], acc[kMaxHeadDimPerLane];
-#pragma unroll
-    for (int j = 0; j < kMaxHeadDimPerLane; ++j) {
-        qv[j] = j * 32 + lane < head_dim ? qh[j * 32 + lane] : 0.0f;
-        acc[j] = 0.0f;
-    }
-    float m = -INFINITY, l = 0.0f;
-    for (int64_t s = s0 + warp; s < s1; s += kAttnWarps) {
-        const float* ks = k + s * stride + kvh * head_dim;
-        float dot = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kMaxHeadDimPerLane; ++j)
-            if (j * 32 + lane < head_dim) dot += qv[j] * ks[j * 32 + lane];
-        const float score = warp_sum(dot) * scale;
-        const float m_new = fmaxf(m, score);
-        const float corr = expf(m - m_new);
-        const float p = expf(score - m_new);
-        l = l * corr + p;
-        const float* vs = v + s * stride + kvh * head_dim;
-#pragma unroll
-        for (int j = 0; j < kMaxHeadDimPerLane; ++j)
-            if (j * 32 + lane < head_dim) acc[j] = acc[j] * corr + p * vs[j * 32 + lane];
-        m = m_new;
-    }
-    __shared__ float sm[kAttnWarps], sl[kAttnWarps];
-    __shared__ float sacc[kAttnWarps][32 * kMaxHeadDimPerLane];
-    if (lane == 0) {
-        sm[warp] = m;
-        sl[warp] = l;
-    }
-#pragma unroll
-    for (int j = 0; j < kMaxHeadDimPerLane; ++j)
-        if (j * 32 + lane < head_dim) sacc[warp][j * 32 + lane] = acc[j];
-    __syncthreads();
-    float m_all = -INFINITY;
-    for (int w = 0; w < kAttnWarps; ++w) m_all = fmaxf(m_all, sm[w]);
-    float* ph = part + (h * max_splits + split) * (head_dim + 2);
-    if (threadIdx.x == 0) {
-        float l_all = 0.0f;
-        for (int w = 0; w < kAttnWarps; ++w) l_all += sm[w] == -INFINITY ? 0.0f : sl[w] * expf(sm[w] - m_all);
-        ph[head_dim] = m_all;
-        ph[head_dim + 1] = l_all;
-    }
-    for (int64_t dd = threadIdx.x; dd < head_dim; dd += blockDim.x) {
-        float o = 0.0f;
-        for (int w = 0; w < kAttnWarps; ++w)
-            if (sm[w] != -INFINITY) o += sacc[w][dd] * expf(sm[w] - m_all);
-        ph[dd] = o;
-    }
-}
-
-__global__ void attention_combine_kernel(const float* part, const int32_t* pos0, int64_t head_dim,
-                                         int64_t max_splits, const float* gate, float* out) {
-    allow_dependents();  // the next decode product may start loading its weights
-    const int64_t h = blockIdx.x;
-    const int64_t n_splits = (*pos0 + 1 + kSplitKeys - 1) / kSplitKeys;
-    const float* ph = part + h * max_splits * (head_dim + 2);
-    float m_all = -INFINITY;
-    for (int64_t sp = 0; sp < n_splits; ++sp) m_all = fmaxf(m_all, ph[sp * (head_dim + 2) + head_dim]);
-    float l_all = 0.0f;
-    for (int64_t sp = 0; sp < n_splits; ++sp)
-        l_all += ph[sp * (head_dim + 2) + head_dim + 1] * expf(ph[sp * (head_dim + 2) + head_dim] - m_all);
-    for (int64_t dd = threadIdx.x; dd < head_dim; dd += blockDim.x) {
-        float o = 0.0f;
-        for (int64_t sp = 0; sp < n_splits; ++sp)
-            o += ph[sp * (head_dim + 2) + dd] * expf(ph[sp * (head_dim + 2) + head_dim] - m_all);
-        const float val = o / l_all;
-        out[h * head_dim + dd] = gate != nullptr ? val * sigmoid_f(gate[h * head_dim + dd]) : val;
     }
 }
 
@@ -647,35 +494,14 @@ void write_rows_at(const float* x, int64_t n, int64_t row_elems, const int32_t* 
     write_rows_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(x, row_elems, pos0_dev, cache);
 }
 
-void attention(const float* q, const float* k, const float* v, int64_t n_q, const int32_t* pos0_dev,
-               int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, const float* gate,
-               float* out, float* split_scratch, int64_t max_keys, cudaStream_t s) {
-    if (n_q == 0) return;
-    if (n_q == 1 && split_scratch != nullptr) {
-        const int64_t max_splits = (max_keys + kSplitKeys - 1) / kSplitKeys;
-        attention_split_kernel<<<dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(max_splits)),
-                                 32 * kAttnWarps, 0, s>>>(q, k, v, pos0_dev, n_heads, n_kv_heads, head_dim,
-                                                          scale, split_scratch, max_splits);
-        attention_combine_kernel<<<static_cast<unsigned>(n_heads), 128, 0, s>>>(
-            split_scratch, pos0_dev, head_dim, max_splits, gate, out);
-        return;
-    }
-    attention_kernel<<<static_cast<unsigned>(n_q * n_heads), 32 * kAttnWarps, 0, s>>>(
-        q, k, v, pos0_dev, n_heads, n_kv_heads, head_dim, scale, gate, out);
-}
-
 void attention_prep(const float* qg, const float* k, const float* v, const float* q_norm, const float* k_norm,
                     int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t rot_dim,
                     bool gated, float eps, const int32_t* pos0_dev, const RopeParams& rope, float* q_out,
-                    float* gate_out, float* k_cache, float* v_cache, cudaStream_t s) {
+                    float* gate_out, float* k_cache, float* v_cache, cudaStream_t s, bool at_positions) {
     if (n == 0) return;
     attention_prep_kernel<<<static_cast<unsigned>(n * (n_heads + n_kv_heads)), kPrepThreads, 0, s>>>(
         qg, k, v, q_norm, k_norm, n_heads, n_kv_heads, head_dim, rot_dim, gated, eps, pos0_dev, rope, q_out,
-        gate_out, k_cache, v_cache);
-}
-
-int64_t attention_split_scratch_floats(int64_t n_heads, int64_t head_dim, int64_t max_keys) {
-    return n_heads * ((max_keys + kSplitKeys - 1) / kSplitKeys) * (head_dim + 2);
+        gate_out, k_cache, v_cache, at_positions);
 }
 
 void add_rms_norm(float* x, const float* add, const float* weight, int64_t rows, int64_t dim, float eps,

@@ -216,15 +216,42 @@ void write_rows_at(const float* x, int64_t n, int64_t row_elems, const int32_t* 
 // qg [n, n_heads, head_dim · (gated ? 2 : 1)] (per head: q, then the output gate when gated),
 // k, v [n, n_kv_heads, head_dim]. Writes q_out [n, n_heads, head_dim] = rope(rms_norm(q) · q_norm),
 // gate_out [n, n_heads, head_dim] (gated only), and rows *pos0_dev + t of k_cache = rope(rms_norm(k)
-// · k_norm) and v_cache = v. head_dim ≤ 256.
+// · k_norm) and v_cache = v — or, with !at_positions, rows t (f32 rows staged for kv_store into a
+// compressed cache; k_cache and v_cache may then be k and v themselves). head_dim ≤ 256.
 void attention_prep(const float* qg, const float* k, const float* v, const float* q_norm, const float* k_norm,
                     int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t rot_dim,
                     bool gated, float eps, const int32_t* pos0_dev, const RopeParams& rope, float* q_out,
-                    float* gate_out, float* k_cache, float* v_cache, cudaStream_t s);
-// kernels::attention with start_pos = *pos0_dev (k, v: the caches). For one query with a
-// split_scratch of attention_split_scratch_floats(n_heads, head_dim, max_keys) floats, the keys are
-// split over many blocks (flash-decoding); max_keys bounds *pos0_dev + 1 (the context capacity).
-// gate (nullable, [n_q, n_heads, head_dim]): out ⊙= sigmoid(gate) in the epilogue (mul_sigmoid fused).
+                    float* gate_out, float* k_cache, float* v_cache, cudaStream_t s,
+                    bool at_positions = true);
+
+// ---- the KV cache (kernels/kv_format.h; kv.cu) ---------------------------------------------------
+// One attention layer's cache in device memory: rows [positions][n_kv_heads] of heads stored as
+// `type` (kv_head_bytes each) for K and for V, and with a --kv-window (window > 0, a compressed
+// type) the f16 ring in model::ModelState's layout: `slots` rows of n_kv_heads f16 heads for K, as
+// many for V, then `slots` int64 tags (kernels::KvRing).
+struct KvCache {
+    kernels::KvType type = kernels::KvType::kF32;
+    void* k = nullptr;
+    void* v = nullptr;
+    int64_t window = 0, slots = 0;
+    void* ring = nullptr;
+};
+// Rows *pos0_dev + offset + t (t < n) of the cache from k, v [n, n_kv_heads, head_dim] f32:
+// kernels::kv_store bit for bit, and into the ring (f16, tagged with its position) when there is one.
+// A row's ring slot is written before any query reads it, so a caller writes at most
+// model::kKvRingSlack rows per call before attending over them (attention_layer's sub-steps).
+void kv_store(const float* k, const float* v, int64_t n, int64_t offset, const int32_t* pos0_dev,
+              int64_t n_kv_heads, int64_t head_dim, const KvCache& cache, cudaStream_t s);
+// kernels::attention_kv over the cache as stored, for queries q [n_q, n_heads, head_dim] at positions
+// *pos0_dev + offset + t: keys and values decoded in registers, the ring's rows inside each query's
+// window. For one query with a split_scratch of attention_split_scratch_floats(n_heads, head_dim,
+// max_keys) floats, the keys are split over many blocks (flash-decoding); max_keys bounds the last
+// position + 1 (the context capacity). gate (nullable, [n_q, n_heads, head_dim]): out ⊙= sigmoid(gate)
+// in the epilogue (mul_sigmoid fused).
+void attention_kv(const float* q, const KvCache& cache, int64_t n_q, int64_t offset, const int32_t* pos0_dev,
+                  int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, const float* gate,
+                  float* out, float* split_scratch, int64_t max_keys, cudaStream_t s);
+// attention_kv over an f32 cache (k, v [positions, n_kv_heads, head_dim]) at offset 0.
 void attention(const float* q, const float* k, const float* v, int64_t n_q, const int32_t* pos0_dev,
                int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, const float* gate,
                float* out, float* split_scratch, int64_t max_keys, cudaStream_t s);

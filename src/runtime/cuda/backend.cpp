@@ -35,11 +35,6 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
     }
     if (c.n_experts > 1024)
         return error(ErrorCode::kUnsupported, fmt::format("[cuda] {} experts (at most 1024)", c.n_experts));
-    if (model_->state_layout().kv != kernels::KvType::kF32)
-        return error(ErrorCode::kUnsupported,
-                     fmt::format("[cuda] a {} KV cache (--kv-bits): the CUDA attention kernels read f32 KV "
-                                 "only so far; run --device cpu or --kv-bits 32",
-                                 kernels::kv_type_name(model_->state_layout().kv)));
     for (const model::LayerPlan& p : model_->plan().layers)
         if (p.ffn == model::FfnKind::kMoe && p.moe.shared_expert && !p.moe.shared_gate)
             return error(ErrorCode::kUnsupported, "[cuda] a shared expert without its sigmoid gate");

@@ -164,8 +164,9 @@ class DeviceState final : public SequenceState {
     // expert cache's; see CudaBackend::host_snapshots_), else null and the slots are in `block`.
     char* host_block = nullptr;
     float* attn_split = nullptr;  // split decode attention partials (part of block)
-    // Per layer (null where the layer has none): KV, and the recurrent buffers of each parity.
-    std::vector<float*> k, v;
+    // Per layer (null where the layer has none): KV (in the layout's KV type), the --kv-window ring
+    // (cuda::KvCache::ring), and the recurrent buffers of each parity.
+    std::vector<float*> k, v, ring;
     std::vector<float*> conv[2], recurrent[2];
     std::vector<std::vector<float*>> snap_conv, snap_recurrent;  // [slot][layer]
     int parity = 0;  // conv[parity] / recurrent[parity] hold the committed state
@@ -192,7 +193,8 @@ class DeviceState final : public SequenceState {
  protected:
     float* buffer(int slot, int64_t layer, int b) const {
         const auto l = static_cast<size_t>(layer);
-        if (k[l] != nullptr) return b == model::kKeysBuffer ? k[l] : v[l];
+        if (k[l] != nullptr)
+            return b == model::kKeysBuffer ? k[l] : b == model::kValuesBuffer ? v[l] : ring[l];
         if (slot == kLive) return b == model::kConvBuffer ? conv[parity][l] : recurrent[parity][l];
         const auto s = static_cast<size_t>(slot);
         return b == model::kConvBuffer ? snap_conv[s][l] : snap_recurrent[s][l];

@@ -147,6 +147,15 @@ Expected<std::unique_ptr<SequenceState>> CudaBackend::new_sequence(int64_t max_p
         const bool kv = b[0].per_position;
         ds->k.push_back(kv ? take(b[model::kKeysBuffer].bytes(max_positions)) : nullptr);
         ds->v.push_back(kv ? take(b[model::kValuesBuffer].bytes(max_positions)) : nullptr);
+        const bool ring = kv && b.size() > model::kRecentBuffer;
+        ds->ring.push_back(ring ? take(b[model::kRecentBuffer].bytes(0)) : nullptr);
+        if (ring) {  // no row held yet: every tag -1 (the K and V rows before the tags stay zero)
+            const uint64_t tags = static_cast<uint64_t>(layout.kv_ring_slots) * sizeof(int64_t);
+            SLUICE_CUDA_TRY(cudaMemsetAsync(reinterpret_cast<char*>(ds->ring.back()) +
+                                                b[model::kRecentBuffer].bytes(0) - tags,
+                                            0xff, tags, stream_),
+                            "clearing the KV window's tags");
+        }
         for (int p = 0; p < 2; ++p) {
             ds->conv[p].push_back(kv ? nullptr : take(b[model::kConvBuffer].bytes(0)));
             ds->recurrent[p].push_back(kv ? nullptr : take(b[model::kRecurrentBuffer].bytes(0)));

@@ -51,11 +51,21 @@ void CudaBackend::attention_layer(const DevLayer& L, int64_t l, int64_t n, const
         float* v = d_.v + part.row0 * nkv * hd;
         float* q = d_.q + part.row0 * nh * hd;
         float* gate = d_.gate + part.row0 * nh * hd;
-        float* k_cache = ds.k[static_cast<size_t>(l)];
-        float* v_cache = ds.v[static_cast<size_t>(l)];
+        const model::StateLayout& layout = model_->state_layout();
+        cuda::KvCache cache;
+        cache.type = layout.kv;
+        cache.k = ds.k[static_cast<size_t>(l)];
+        cache.v = ds.v[static_cast<size_t>(l)];
+        cache.ring = ds.ring[static_cast<size_t>(l)];
+        cache.window = cache.ring != nullptr ? layout.kv_window : 0;
+        cache.slots = layout.kv_ring_slots;
+        // An f32 cache is written by the prep itself; a compressed one from rows staged in k and v.
+        const bool f32 = cache.type == kernels::KvType::kF32;
+        float* k_rows = f32 ? static_cast<float*>(cache.k) : k;
+        float* v_rows = f32 ? static_cast<float*>(cache.v) : v;
         if (!unfused_) {
             cuda::attention_prep(tmp, k, v, L.q_norm, L.k_norm, np, nh, nkv, hd, P.rotary_dim, gated,
-                                 P.qk_norm_eps, pos, rope, q, gate, k_cache, v_cache, stream_);
+                                 P.qk_norm_eps, pos, rope, q, gate, k_rows, v_rows, stream_, f32);
         } else {
             HeadLayout qh{np, nh, hd, q_rows, hd * (gated ? 2 : 1), nh * hd, hd};
             cuda::row_norm(tmp, L.q_norm, qh, P.qk_norm_eps, false, 1.0f, q, stream_);
@@ -64,11 +74,29 @@ void CudaBackend::attention_layer(const DevLayer& L, int64_t l, int64_t n, const
             cuda::row_norm(k, L.k_norm, kh, P.qk_norm_eps, false, 1.0f, k, stream_);
             cuda::rope_neox(q, np, nh, hd, P.rotary_dim, pos, rope, stream_);
             cuda::rope_neox(k, np, nkv, hd, P.rotary_dim, pos, rope, stream_);
-            cuda::write_rows_at(k, np, nkv * hd, pos, k_cache, stream_);
-            cuda::write_rows_at(v, np, nkv * hd, pos, v_cache, stream_);
+            if (f32) {
+                cuda::write_rows_at(k, np, nkv * hd, pos, k_rows, stream_);
+                cuda::write_rows_at(v, np, nkv * hd, pos, v_rows, stream_);
+            }
         }
-        cuda::attention(q, k_cache, v_cache, np, pos, nh, nkv, hd, scale, gate_in_epilogue ? gate : nullptr,
-                        d_.attn + part.row0 * nh * hd, ds.attn_split, ds.capacity(), stream_);
+        float* out = d_.attn + part.row0 * nh * hd;
+        const float* epilogue_gate = gate_in_epilogue ? gate : nullptr;
+        if (f32) {
+            cuda::attention_kv(q, cache, np, 0, pos, nh, nkv, hd, scale, epilogue_gate, out, ds.attn_split,
+                               ds.capacity(), stream_);
+            continue;
+        }
+        // The rows into the cache in its type, then attention on the cache as stored (model/attention.cpp:
+        // a token's own key is read back compressed too). With a window, in sub-steps of at most the
+        // ring's slack, so no write overwrites a ring row a query of its sub-step reads.
+        const int64_t step = cache.window > 0 ? model::kKvRingSlack : np;
+        for (int64_t c0 = 0; c0 < np; c0 += step) {
+            const int64_t c = std::min(step, np - c0);
+            cuda::kv_store(k + c0 * nkv * hd, v + c0 * nkv * hd, c, c0, pos, nkv, hd, cache, stream_);
+            cuda::attention_kv(q + c0 * nh * hd, cache, c, c0, pos, nh, nkv, hd, scale,
+                               epilogue_gate != nullptr ? epilogue_gate + c0 * nh * hd : nullptr,
+                               out + c0 * nh * hd, ds.attn_split, ds.capacity(), stream_);
+        }
     }
     if (gated && !gate_in_epilogue) cuda::mul_sigmoid(d_.attn, d_.gate, n * nh * hd, stream_);
     linear(L.o_proj, d_.attn, n, d_.mix);
