@@ -97,7 +97,7 @@ struct ChatOptions {
     EngineFlags engine;
     std::string model_dir;
     std::string system;
-    int64_t ctx = 0;  // the model's context, up to 8192 tokens
+    int64_t ctx = 0;  // the model's context up to 8192 (EngineOptions::context_tokens)
     bool hide_thinking = false;
     bool no_think = false;
     SamplingFlags sampling;
@@ -358,9 +358,7 @@ SLUICE_COMMAND(chat, 11, [](CLI::App& app) {
     cmd->add_option("--system", o->system, "System message");
     cmd->add_flag("--no-think", o->no_think, "Start with thinking off (enable_thinking=false)");
     cmd->add_flag("--hide-thinking", o->hide_thinking, "Do not print the model's reasoning");
-    cmd->add_option("-c,--ctx-size", o->ctx,
-                    "Context tokens (0: the model's max_position_embeddings, up to 8192)")
-        ->capture_default_str();
+    sluice::cli::add_ctx_size(cmd, &o->ctx, "Context tokens");
     o->sampling.add_to(cmd);
     o->spec.add_to(cmd);
     cmd->callback([o] { sluice::cli::run_chat(*o); });

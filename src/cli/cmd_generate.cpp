@@ -32,7 +32,7 @@ struct GenerateCliOptions {
     bool chat = false;
     std::string system;
     bool no_think = false;
-    int64_t ctx = 4096;
+    int64_t ctx = 0;  // the model's context up to 8192 (EngineOptions::context_tokens)
     std::string stats_json;
     bool quiet_stats = false;
     std::string json_schema;  // file
@@ -49,7 +49,7 @@ void run_generate(const GenerateCliOptions& o) {
     eo.context_tokens = o.ctx;
     SpecFlags::Draft draft = o.spec.load(eo);
     auto engine = check(Engine::load(eo));
-    if (engine->memory_plan().streaming)
+    if (engine->memory_plan().streaming && !o.quiet_stats)
         std::fprintf(stderr, "%s\n", engine->memory_plan().describe().c_str());
     auto tokenizer = engine->tokenizer();
 
@@ -152,11 +152,9 @@ SLUICE_COMMAND(generate, 10, [](CLI::App& app) {
     cmd->add_flag("--chat", o->chat, "Wrap the prompt as a user message in the model's chat template");
     cmd->add_option("--system", o->system, "System message (with --chat)");
     cmd->add_flag("--no-think", o->no_think, "Render the template with enable_thinking=false (with --chat)");
-    cmd->add_option("-c,--ctx-size", o->ctx, "Context tokens")
-        ->capture_default_str()
-        ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+    sluice::cli::add_ctx_size(cmd, &o->ctx, "Context tokens");
     cmd->add_option("--stats-json", o->stats_json, "Write run statistics as JSON (- for standard output)");
-    cmd->add_flag("--quiet-stats", o->quiet_stats, "Do not print statistics on stderr");
+    cmd->add_flag("--quiet-stats", o->quiet_stats, "Do not print the memory plan and statistics on stderr");
     cmd->add_option("--json-schema", o->json_schema,
                     "Constrain the output to JSON valid against this schema file");
     o->sampling.add_to(cmd);

@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/engine_flags.h"
 #include "cli/model_arg.h"
 #include "cli/stats.h"
 #include "convert/packer.h"
@@ -105,6 +106,10 @@ void run_info(const InfoOptions& o) {
     std::printf("%s\n", plan.describe().c_str());
     print_context(plan);
     if (plan.streaming && o.measure) {
+        std::fflush(stdout);  // the plan is out before the measurement's seconds
+        std::fprintf(
+            stderr,
+            "[info] measuring expert reads and memory bandwidth (about 4 s; --no-measure skips it)\n");
         const double disk = measure_expert_read_gb_s(o.model_dir, plan.slot_bytes, eo.io_threads, 1.5);
         const double mem = measure_memory_read_gb_s(2);
         const double t =
@@ -127,8 +132,7 @@ SLUICE_COMMAND(info, 30, [](CLI::App& app) {
     sluice::cli::add_model_arg(cmd, &o->model_dir,
                                "Model folder, or a config.json to plan for before the weights are here");
     cmd->add_option("--memory", o->memory, "Memory budget to plan for, e.g. 3G (default: 80% of available)");
-    cmd->add_option("-c,--ctx-size", o->ctx, "Context tokens per session (0: the model's, up to 8192)")
-        ->capture_default_str();
+    sluice::cli::add_ctx_size(cmd, &o->ctx, "Context tokens per session");
     cmd->add_option("--weight-bits", o->weight_bits, "With a config.json: the packed weights' bits")
         ->capture_default_str();
     cmd->add_option("--group-size", o->group_size, "With a config.json: the packed weights' group size")

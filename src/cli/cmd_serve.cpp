@@ -32,7 +32,7 @@ struct ServeOptions {
     std::string api_key_file;
     std::string cors;
     int parallel = 1;
-    int64_t ctx = 4096;
+    int64_t ctx = 0;  // the model's context up to 8192 (EngineOptions::context_tokens)
     std::string alias;
     int keep_alive_ms = 2000;
     double shutdown_timeout_s = 10;
@@ -182,9 +182,7 @@ SLUICE_COMMAND(serve, 15, [](CLI::App& app) {
                     "Allow browser requests from this origin (e.g. http://localhost:3000 or *)");
     cmd->add_option("--parallel", o->parallel, "Requests generating at once (sessions); others queue")
         ->capture_default_str();
-    cmd->add_option("-c,--ctx-size", o->ctx, "Context tokens per session")
-        ->capture_default_str()
-        ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+    sluice::cli::add_ctx_size(cmd, &o->ctx, "Context tokens per session");
     cmd->add_option("--keep-alive-ms", o->keep_alive_ms,
                     "SSE ': keep-alive' interval while a stream waits or prefills")
         ->capture_default_str();

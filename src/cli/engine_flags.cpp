@@ -58,4 +58,12 @@ void EngineFlags::apply(EngineOptions& options) const {
     if (!gpu_expert_cache.empty()) options.gpu_expert_cache_bytes = check(parse_size(gpu_expert_cache));
 }
 
+CLI::Option* add_ctx_size(CLI::App* cmd, int64_t* ctx, const std::string& what) {
+    return cmd
+        ->add_option("-c,--ctx-size", *ctx,
+                     what + " (0: the model's context up to 8192, or the most --memory holds)")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+}
+
 }  // namespace sluice::cli

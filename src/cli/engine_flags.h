@@ -33,4 +33,9 @@ struct EngineFlags {
     void apply(EngineOptions& options) const;
 };
 
+// `-c, --ctx-size N`, one definition for every command that sizes a session (generate, chat, serve,
+// info): the default 0 is the model's context up to 8192 tokens, or the most the memory budget holds
+// when that is less (EngineOptions::context_tokens); N is range-checked.
+CLI::Option* add_ctx_size(CLI::App* cmd, int64_t* ctx, const std::string& what = "Context tokens");
+
 }  // namespace sluice::cli

@@ -357,7 +357,7 @@ Expected<PackResult> run_pack_plan(const PackPlan& plan, const ShardReader& read
     if (fs::exists(o.out_dir, ec) && !fs::is_directory(o.out_dir, ec))
         return error(ErrorCode::kInvalidArgument,
                      "[pack] output '" + o.out_dir + "' exists and is not a folder");
-    fs::create_directories(fs::path(o.out_dir) / "experts", ec);
+    fs::create_directories(o.out_dir, ec);
     if (ec) return error(ErrorCode::kIo, "[pack] cannot create '" + o.out_dir + "': " + ec.message());
     StreamRecord record = want;
     bool have_record = false;
@@ -389,6 +389,9 @@ Expected<PackResult> run_pack_plan(const PackPlan& plan, const ShardReader& read
                                                               name + "')");
         }
     }
+    // The folder is this job's: only now its experts/ (a refused folder is left as it was).
+    fs::create_directories(fs::path(o.out_dir) / "experts", ec);
+    if (ec) return error(ErrorCode::kIo, "[pack] cannot create '" + o.out_dir + "/experts': " + ec.message());
     bool fresh = true;
     for (const auto& c : record.shards) fresh = fresh && c.cursor == 0;
     auto writer = PlanWriter::open(o.out_dir, plan, fresh);

@@ -93,7 +93,7 @@ Expected<std::vector<std::string>> verify_packed(
                 problems.push_back(f.file + ": expert " + std::to_string(e) + " (layer " +
                                    std::to_string(f.layer) + "): checksum mismatch");
         }
-        if (progress) progress("verify", layer_index, layout.expert_files.size());
+        if (progress) progress("expert files", layer_index, layout.expert_files.size());
     }
     return problems;
 }

@@ -414,6 +414,21 @@ Expected<PackLayout> open_packed_dir(const std::string& dir) {
     const std::string manifest_path = (fs::path(dir) / "manifest.json").string();
     std::error_code ec;
     if (!fs::exists(manifest_path, ec)) {
+        // No pack was ever started here (no layout, no experts/, no progress record): say what it is.
+        const fs::path d(dir);
+        const bool pack_traces = fs::exists(d / "layout.json", ec) || fs::exists(d / "experts", ec) ||
+                                 fs::exists(d / ".pack-progress.json", ec) ||
+                                 fs::exists(d / ".pull-progress.json", ec);
+        if (!pack_traces && fs::exists(d / "config.json", ec))
+            return error(ErrorCode::kInvalidArgument,
+                         "[pack] " + dir +
+                             " is a checkpoint (config.json and weights), not a packed model: `sluice pack " +
+                             dir + " OUT` converts it; commands that run a model take either");
+        if (!pack_traces)
+            return error(ErrorCode::kInvalidArgument,
+                         "[pack] " + dir +
+                             " holds no model: neither a packed model (manifest.json) nor a checkpoint "
+                             "(config.json)");
         return error(ErrorCode::kCorrupt, "[pack] " + dir +
                                               " has no manifest.json: the pack is incomplete "
                                               "(interrupted?) — re-run `sluice pack` to resume it");

@@ -52,8 +52,8 @@ try {
         check("an unknown flag: exit 2", unknown.code === 2, `${unknown.code} ${unknown.stderr}`);
         const missing = run(["generate"]);
         check("a missing model: exit 2", missing.code === 2 && /model/i.test(missing.stderr), `${missing.code} ${missing.stderr}`);
-        const ctx = run(["generate", model, "-p", "x", "-c", "0"]);
-        check("-c 0: exit 2 naming the range", ctx.code === 2 && /\[1 - \d+\]|1 and|range/i.test(ctx.stderr), `${ctx.code} ${ctx.stderr}`);
+        const ctx = run(["generate", model, "-p", "x", "-c", "99999999999"]);
+        check("-c 99999999999: exit 2 naming the range", ctx.code === 2 && /\[0 - \d+\]|range/i.test(ctx.stderr), `${ctx.code} ${ctx.stderr}`);
     });
 
     await test("command failures exit 1", async () => {
@@ -61,6 +61,32 @@ try {
         check("detokenize of an id outside the vocabulary: exit 1 naming it", detok.code === 1 && detok.stderr.includes("99999") && detok.stderr.includes("vocabulary"), `${detok.code} ${detok.stderr}`);
         const nofile = run(["generate", model, "-f", path.join(tmp, "absent.txt")]);
         check("a prompt file that is not there: exit 1 naming it", nofile.code === 1 && nofile.stderr.includes("absent.txt"), `${nofile.code} ${nofile.stderr}`);
+    });
+
+    await test("one --ctx-size default, quiet stats, verify, refused packs", async () => {
+        // generate, chat, serve and info share -c: 0 (the default) is the model's context, up to 8192.
+        for (const cmd of ["generate", "chat", "serve", "info"]) {
+            const h = run([cmd, "--help"]);
+            check(`${cmd} --help: -c defaults to 0, the model's context`, h.code === 0 && /-c,--ctx-size INT:INT in \[0 - \d+\]=0\s+Context tokens[^\n]*0: the model's context up to 8192/.test(h.stdout), h.stdout.split("\n").filter((l) => l.includes("ctx-size")).join(" | "));
+        }
+        const info = run(["info", model]);
+        check("info MODEL: a context of the model's 4096 tokens by default", info.code === 0 && /context\s+4096 tokens/.test(info.stdout), info.stdout.split("\n").filter((l) => /context/i.test(l)).join(" | "));
+        const packed = path.join(tmp, "packed");
+        const pack = run(["pack", model, packed]);
+        check("pack the default model", pack.code === 0, pack.stderr.slice(-300));
+        const quiet = run(["generate", packed, "-p", "Once upon a time", ...greedy]);
+        check("--quiet-stats: nothing on stderr, not even the memory plan", quiet.code === 0 && !quiet.stderr.includes("memory plan"), quiet.stderr.slice(-300));
+        const verify = run(["verify", packed]);
+        check("verify: the bar names what it checks, once", verify.code === 0 && verify.stderr.includes("verify expert files") && !verify.stderr.includes("verify verify"), verify.stderr);
+        const unpacked = run(["verify", model]);
+        check("verify of a checkpoint folder says it is one and how to pack it", unpacked.code === 1 && unpacked.stderr.includes("is a checkpoint") && unpacked.stderr.includes("sluice pack") && !unpacked.stderr.includes("incomplete"), unpacked.stderr);
+        const streamed = run(["info", packed]);
+        check("info of a packed model announces its bandwidth measurement", streamed.code === 0 && streamed.stderr.includes("measuring") && streamed.stdout.includes("speed of light"), streamed.stderr);
+        const busy = path.join(tmp, "busy");
+        fs.mkdirSync(busy);
+        fs.writeFileSync(path.join(busy, "notes.txt"), "mine");
+        const refused = run(["pack", model, busy]);
+        check("a refused pack leaves the folder as it was (no empty experts/)", refused.code === 1 && refused.stderr.includes("not empty") && fs.readdirSync(busy).join(",") === "notes.txt", `${refused.code} ${fs.readdirSync(busy)} ${refused.stderr}`);
     });
 
     await test("version", async () => {
