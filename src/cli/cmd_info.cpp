@@ -1,8 +1,10 @@
 // `sluice info MODEL_DIR [--memory SIZE]`: what the model is, how big its parts are, what one
 // decoded token reads, the memory plan for a budget, and the speed-of-light estimate at the disk
 // bandwidth measured now.
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli/args.h"
@@ -25,7 +27,27 @@ struct InfoOptions {
     int kv_bits = 32;
     int64_t kv_window = 256;
     bool measure = true;
+    bool json = false;  // --json: one JSON object on stdout instead of the text
 };
+
+nlohmann::json plan_json(const MemoryPlan& p) {
+    return {{"streaming", p.streaming},
+            {"budget_bytes", p.budget_bytes},
+            {"dense_bytes", p.dense_bytes},
+            {"state_bytes", p.state_bytes},
+            {"kv_type", p.kv_type},
+            {"kv_window", p.kv_window},
+            {"kv_bytes_per_token", p.kv_bytes_per_token},
+            {"scratch_bytes", p.scratch_bytes},
+            {"sessions", p.sessions},
+            {"runtime_bytes", p.runtime_bytes},
+            {"expert_cache_bytes", p.cache_bytes},
+            {"expert_cache_slots", p.cache_slots},
+            {"expert_slot_bytes", p.slot_bytes},
+            {"context_tokens", p.context_tokens},
+            {"max_context_tokens", p.max_context_tokens},
+            {"describe", p.describe()}};
+}
 
 void print_context(const MemoryPlan& plan) {
     const std::string window =
@@ -55,6 +77,19 @@ void run_info_config(const InfoOptions& o, const EngineOptions& eo) {
     w.record_bytes = sizes.record_bytes;
     w.expert_records = sizes.expert_records;
     const MemoryPlan plan = check(plan_memory(o.model_dir, w, eo));
+    if (o.json) {
+        const nlohmann::json out = {{"config", o.model_dir},
+                                    {"weights_read", false},
+                                    {"weight_bits", o.weight_bits},
+                                    {"group_size", o.group_size},
+                                    {"dense_bytes", w.dense_bytes},
+                                    {"expert_bytes", w.expert_bytes},
+                                    {"expert_records", w.expert_records},
+                                    {"expert_record_bytes", w.record_bytes},
+                                    {"plan", plan_json(plan)}};
+        std::printf("%s\n", out.dump(2).c_str());
+        return;
+    }
     std::printf(
         "config            %s (no weights read: sizes of the packed layout at %d-bit, group %d,\n"
         "                  or the config's own MLX quantization)\n",
@@ -86,6 +121,36 @@ void run_info(const InfoOptions& o) {
                                                          static_cast<double>(m.n_experts * m.n_layers)
                                                    : 0.0;
     const double routed_per_token = static_cast<double>(m.n_layers * m.experts_per_token) * expert_record;
+    const double expert_total =
+        plan.streaming ? expert_record * static_cast<double>(m.n_experts * m.n_layers) : m.expert_bytes;
+    if (o.json) {
+        nlohmann::json out = {{"model", o.model_dir},
+                              {"family", m.family},
+                              {"layers", m.n_layers},
+                              {"full_attention_layers", m.n_full_attention_layers},
+                              {"hidden_size", m.hidden_size},
+                              {"vocab_size", m.vocab_size},
+                              {"experts_per_layer", m.n_experts},
+                              {"experts_per_token", m.experts_per_token},
+                              {"quantization", m.quantization},
+                              {"layout", m.layout},
+                              {"dense_bytes", m.dense_bytes},
+                              {"expert_bytes", static_cast<uint64_t>(std::llround(expert_total))},
+                              {"expert_record_bytes", static_cast<uint64_t>(std::llround(expert_record))},
+                              {"read_per_token_bytes",
+                               {{"dense", m.dense_bytes},
+                                {"routed_experts", static_cast<uint64_t>(std::llround(routed_per_token))}}},
+                              {"plan", plan_json(plan)}};
+        if (plan.streaming && o.measure) {
+            const double disk = measure_expert_read_gb_s(o.model_dir, plan.slot_bytes, eo.io_threads, 1.5);
+            const double mem = measure_memory_read_gb_s(2);
+            const double t =
+                std::max(static_cast<double>(m.dense_bytes) / (mem * 1e9), routed_per_token / (disk * 1e9));
+            out["measured"] = {{"disk_gb_s", disk}, {"memory_gb_s", mem}, {"speed_of_light_tok_s", 1.0 / t}};
+        }
+        std::printf("%s\n", out.dump(2).c_str());
+        return;
+    }
     std::printf("model             %s\n", o.model_dir.c_str());
     std::printf("architecture      %s, %lld layers (%lld full attention), hidden %lld, vocab %lld\n",
                 m.family.c_str(), static_cast<long long>(m.n_layers),
@@ -96,11 +161,7 @@ void run_info(const InfoOptions& o) {
     std::printf("weights           %s (%s layout%s)\n", m.quantization.c_str(), m.layout.c_str(),
                 plan.streaming ? ", packed for streaming" : "");
     std::printf("dense bytes       %.3f GB\n", m.dense_bytes / 1e9);
-    std::printf(
-        "expert bytes      %.3f GB (%.2f MB per expert)\n",
-        (plan.streaming ? expert_record * static_cast<double>(m.n_experts * m.n_layers) : m.expert_bytes) /
-            1e9,
-        expert_record / 1e6);
+    std::printf("expert bytes      %.3f GB (%.2f MB per expert)\n", expert_total / 1e9, expert_record / 1e6);
     std::printf("read per token    %.3f GB dense + %.3f GB routed experts (before cache hits)\n",
                 m.dense_bytes / 1e9, routed_per_token / 1e9);
     std::printf("%s\n", plan.describe().c_str());
@@ -143,5 +204,6 @@ SLUICE_COMMAND(info, 30, [](CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
     cmd->add_flag("!--no-measure", o->measure, "Skip the disk/memory bandwidth measurement");
+    cmd->add_flag("--json", o->json, "Print one JSON object (the same fields) instead of the text");
     cmd->callback([o] { sluice::cli::run_info(*o); });
 });

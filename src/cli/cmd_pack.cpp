@@ -4,6 +4,7 @@
 // These are conversion tools, not inference: they call the packer in src/experts directly rather
 // than the Engine/Session API.
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "cli/model_arg.h"
@@ -31,13 +32,24 @@ void run_pack(const convert::PackOptions& base) {
                  result.expert_bytes / 1e9);
 }
 
-void run_verify(const std::string& dir) {
+void run_verify(const std::string& dir, bool as_json) {
     Progress progress("verify", false);
-    auto problems =
-        check(convert::verify_packed(dir, [&](const std::string& phase, uint64_t done, uint64_t total) {
-            progress.update(phase, done, total);
-        }));
+    auto result = convert::verify_packed(dir, [&](const std::string& phase, uint64_t done, uint64_t total) {
+        progress.update(phase, done, total);
+    });
     progress.finish();
+    if (as_json) {  // the verdict as JSON on stdout, exit 1 unless OK
+        nlohmann::json out = {{"dir", dir}, {"ok", result.has_value() && result->empty()}};
+        if (!result.has_value())
+            out["error"] = result.status().message();
+        else
+            out["problems"] = *result;
+        std::printf("%s\n", out.dump(2).c_str());
+        if (!result.has_value()) throw CliError(result.status().message());
+        if (!result->empty()) throw CliError(std::to_string(result->size()) + " problem(s) found in " + dir);
+        return;
+    }
+    auto problems = check(std::move(result));
     if (problems.empty()) {
         std::printf("%s: OK (every size and checksum verified)\n", dir.c_str());
         return;
@@ -70,7 +82,10 @@ SLUICE_COMMAND(verify, 41, [](CLI::App& app) {
     auto dir = std::make_shared<std::string>();
     auto* cmd = app.add_subcommand("verify", "Check every size and checksum of a packed model");
     sluice::cli::add_model_arg(cmd, dir.get(), "Packed model");
-    cmd->callback([dir] { sluice::cli::run_verify(*dir); });
+    auto as_json = std::make_shared<bool>(false);
+    cmd->add_flag("--json", *as_json,
+                  "Print the verdict as JSON ({dir, ok, problems | error}); exit 1 unless ok");
+    cmd->callback([dir, as_json] { sluice::cli::run_verify(*dir, *as_json); });
 });
 
 namespace sluice::cli {

@@ -82,6 +82,24 @@ try {
         check("verify of a checkpoint folder says it is one and how to pack it", unpacked.code === 1 && unpacked.stderr.includes("is a checkpoint") && unpacked.stderr.includes("sluice pack") && !unpacked.stderr.includes("incomplete"), unpacked.stderr);
         const streamed = run(["info", packed]);
         check("info of a packed model announces its bandwidth measurement", streamed.code === 0 && streamed.stderr.includes("measuring") && streamed.stdout.includes("speed of light"), streamed.stderr);
+        const parse = (text) => {
+            try {
+                return JSON.parse(text);
+            } catch {
+                return null;
+            }
+        };
+        const vj = parse(run(["verify", packed, "--json"]).stdout);
+        check("verify --json: ok, no problems", vj !== null && vj.ok === true && Array.isArray(vj.problems) && vj.problems.length === 0, JSON.stringify(vj));
+        const bad = run(["verify", model, "--json"]);
+        const bj = parse(bad.stdout);
+        check("verify --json of a checkpoint: ok false with the error, exit 1", bad.code === 1 && bj !== null && bj.ok === false && /checkpoint/.test(bj.error), bad.stdout + bad.stderr);
+        const ij = parse(run(["info", model, "--json"]).stdout);
+        check("info --json: architecture and plan", ij !== null && ij.family === "qwen3_next" && ij.layers > 0 && ij.plan && ij.plan.context_tokens === 4096 && typeof ij.plan.kv_bytes_per_token === "number", JSON.stringify(ij).slice(0, 300));
+        const pj = parse(run(["info", packed, "--json", "--no-measure"]).stdout);
+        check("info --json of a packed model: streaming plan", pj !== null && pj.plan.streaming === true && pj.plan.expert_cache_slots > 0, JSON.stringify(pj).slice(0, 300));
+        const cj = parse(run(["info", path.join(model, "config.json"), "--json", "--memory", "1G", "--kv-bits", "3"]).stdout);
+        check("info CONFIG.json --json: planned without weights", cj !== null && cj.weights_read === false && cj.plan.kv_type === "q3" && cj.plan.max_context_tokens > 0, JSON.stringify(cj).slice(0, 300));
         const busy = path.join(tmp, "busy");
         fs.mkdirSync(busy);
         fs.writeFileSync(path.join(busy, "notes.txt"), "mine");
