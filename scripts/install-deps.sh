@@ -10,6 +10,7 @@ packages=(
   nlohmann-json3-dev libfmt-dev libcli11-dev libpcre2-dev libutf8proc-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev liburing-dev libedit-dev libboost-dev libssl-dev libcurl4-openssl-dev chromium
   nodejs
+  zsh fish mandoc  # the generated completions and man page are checked by the shells and mandoc's linter
 )
 
 missing=()

@@ -7,12 +7,13 @@
 namespace sluice {
 
 struct BuildInfo {
-    std::string version;     // "0.1.0"
-    std::string commit;      // short git commit at configure time, "" outside a checkout
-    std::string build_type;  // "Release", "Debug", ...
-    std::string cpu_isa;     // the CPU kernels chosen at run time: "avx512", "avx2" or "scalar"
-    bool cuda = false;       // the CUDA backend is compiled in
-    std::string cuda_archs;  // its GPU architectures, e.g. "86-real,90-real,90-virtual"
+    std::string version;      // "0.1.0"
+    std::string commit;       // short git commit at configure time, "" outside a checkout
+    std::string commit_date;  // its date, YYYY-MM-DD ("" outside a checkout)
+    std::string build_type;   // "Release", "Debug", ...
+    std::string cpu_isa;      // the CPU kernels chosen at run time: "avx512", "avx2" or "scalar"
+    bool cuda = false;        // the CUDA backend is compiled in
+    std::string cuda_archs;   // its GPU architectures, e.g. "86-real,90-real,90-virtual"
 };
 
 BuildInfo build_info();

@@ -16,9 +16,13 @@ SLUICE_COMMAND(version, 1000, [](CLI::App& app) {
             return;
         }
         const sluice::BuildInfo b = sluice::build_info();
-        const nlohmann::json j = {
-            {"version", b.version},     {"commit", b.commit}, {"build_type", b.build_type},
-            {"cpu_kernels", b.cpu_isa}, {"cuda", b.cuda},     {"cuda_architectures", b.cuda_archs}};
+        const nlohmann::json j = {{"version", b.version},
+                                  {"commit", b.commit},
+                                  {"commit_date", b.commit_date},
+                                  {"build_type", b.build_type},
+                                  {"cpu_kernels", b.cpu_isa},
+                                  {"cuda", b.cuda},
+                                  {"cuda_architectures", b.cuda_archs}};
         std::printf("%s\n", j.dump(2).c_str());
     });
 });

@@ -1,10 +1,13 @@
-// sluice/version.h. SLUICE_GIT_COMMIT, SLUICE_BUILD_TYPE, SLUICE_HAS_CUDA and SLUICE_CUDA_ARCHS
-// are defined for this file alone (CMakeLists.txt), so a new commit recompiles one file.
+// sluice/version.h. SLUICE_GIT_COMMIT, SLUICE_GIT_DATE, SLUICE_BUILD_TYPE, SLUICE_HAS_CUDA and
+// SLUICE_CUDA_ARCHS are defined for this file alone (CMakeLists.txt), so a new commit recompiles one file.
 #include "kernels/kernels.h"
 #include "sluice/version.h"
 
 #ifndef SLUICE_GIT_COMMIT
 #define SLUICE_GIT_COMMIT ""
+#endif
+#ifndef SLUICE_GIT_DATE
+#define SLUICE_GIT_DATE ""
 #endif
 #ifndef SLUICE_BUILD_TYPE
 #define SLUICE_BUILD_TYPE ""
@@ -19,6 +22,7 @@ BuildInfo build_info() {
     BuildInfo b;
     b.version = SLUICE_VERSION;
     b.commit = SLUICE_GIT_COMMIT;
+    b.commit_date = SLUICE_GIT_DATE;
     b.build_type = SLUICE_BUILD_TYPE;
     b.cpu_isa = kernels::cpu_kernel_isa();
 #if SLUICE_HAS_CUDA

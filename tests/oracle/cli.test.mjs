@@ -107,6 +107,47 @@ try {
         check("a refused pack leaves the folder as it was (no empty experts/)", refused.code === 1 && refused.stderr.includes("not empty") && fs.readdirSync(busy).join(",") === "notes.txt", `${refused.code} ${fs.readdirSync(busy)} ${refused.stderr}`);
     });
 
+    await test("shell completions and the man page, from the same definitions", async () => {
+        const help = run(["--help"]).stdout;
+        const commands = [...help.matchAll(/^  (\w+)\s{2,}/gm)].map((m) => m[1]).filter((c) => !["-h", "-v"].includes(c));
+        check("sluice --help lists the commands", commands.includes("generate") && commands.includes("completions") && commands.length > 10, commands.join(" "));
+        const bash = run(["completions", "bash"]);
+        const script = path.join(tmp, "sluice.bash");
+        fs.writeFileSync(script, bash.stdout);
+        const complete = (line) => {
+            const r = spawnSync("bash", ["-c", `source ${script}; COMP_WORDS=(${line}); COMP_CWORD=$((\${#COMP_WORDS[@]} - 1)); _sluice; printf '%s\\n' "\${COMPREPLY[@]}"`], { encoding: "utf8" });
+            return { code: r.status, words: r.stdout.split("\n").filter(Boolean), stderr: r.stderr };
+        };
+        check("bash: the script parses", spawnSync("bash", ["-n", script]).status === 0, bash.stderr);
+        const first = complete("sluice gen");
+        check("bash: 'sluice gen<TAB>' completes to generate", first.code === 0 && first.words.join(" ") === "generate", JSON.stringify(first));
+        const flag = complete("sluice generate --ctx");
+        check("bash: 'sluice generate --ctx<TAB>' completes to --ctx-size", flag.words.join(" ") === "--ctx-size", JSON.stringify(flag));
+        const genHelp = run(["generate", "--help"]).stdout;
+        const genFlags = [...genHelp.matchAll(/(?:^|[ ,])(--[a-z][a-z0-9-]*)/gm)].map((m) => m[1]);
+        const all = complete("sluice generate --");
+        const absent = [...new Set(genFlags)].filter((f) => !all.words.includes(f));
+        check("bash: every flag generate --help shows is completed", genFlags.length > 20 && absent.length === 0, absent.join(" "));
+        const cmds = complete("sluice ''");
+        check("bash: every command is completed", commands.every((c) => cmds.words.includes(c)), commands.filter((c) => !cmds.words.includes(c)).join(" "));
+        for (const shell of ["zsh", "fish"]) {
+            const out = run(["completions", shell]);
+            const file = path.join(tmp, `sluice.${shell}`);
+            fs.writeFileSync(file, out.stdout);
+            const has = spawnSync("sh", ["-c", `command -v ${shell}`]).status === 0;
+            const syntax = has ? spawnSync(shell, ["-n", file], { encoding: "utf8" }) : { status: 0, stderr: "" };
+            check(`${shell}: the script parses (${has ? shell + " -n" : shell + " not installed"}) and names every command`, out.code === 0 && syntax.status === 0 && commands.every((c) => out.stdout.includes(c)), syntax.stderr);
+        }
+        const fishHelp = run(["completions", "fish"]).stdout;
+        check("fish: generate's --ctx-size with its -c and help", /-n '__fish_seen_subcommand_from generate' -s c -l ctx-size -r -d 'Context tokens/.test(fishHelp), fishHelp.split("\n").filter((l) => l.includes("ctx-size")).slice(0, 2).join(" | "));
+        const man = run(["man"]);
+        const page = path.join(tmp, "sluice.1");
+        fs.writeFileSync(page, man.stdout);
+        const lint = spawnSync("mandoc", ["-Tlint", "-Wwarning", page], { encoding: "utf8" });
+        check("man: mandoc -Tlint finds no warning", man.code === 0 && (lint.error ? false : lint.status === 0 && lint.stdout + lint.stderr === ""), lint.error ? String(lint.error) : lint.stdout + lint.stderr);
+        check("man: a section per command, and generate's flags", commands.every((c) => man.stdout.includes(`.SS "${c}"`)) && man.stdout.includes("\\fB\\-\\-ctx\\-size\\fR") && man.stdout.includes(".SH EXIT STATUS"), man.stdout.slice(0, 200));
+    });
+
     await test("version", async () => {
         const v = run(["--version"]);
         check("--version: version, build type, CPU kernels, CUDA", v.code === 0 && /^sluice \d+\.\d+\.\d+ \(.*CPU kernels (avx512|avx2|scalar).*(CUDA|no CUDA).*\)/.test(v.stdout.trim()), v.stdout);
