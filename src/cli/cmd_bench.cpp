@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -33,6 +34,9 @@ struct BenchOptions {
     int64_t history_tokens = 0;  // > 0: the multi-turn TTFT measurement instead
     int sequences = 0;           // > 0: the batched-decode measurement instead
     int verify_curve = 0;        // > 0: the speculative step-cost curve instead, k = 1..this
+    // llama-bench-style sweeps: -p/-n/--prefill-chunk take comma lists; every combination runs (the
+    // model loaded for each, its context sized to it) and a table of them ends the output.
+    std::vector<int64_t> prompt_list{128}, gen_list{32}, chunk_list{256};
 };
 
 struct MeanSd {
@@ -141,7 +145,7 @@ void run_multi_turn(Engine& engine, const BenchOptions& o) {
                               {"later_turn_ttft_ms", {{"mean", b.mean}, {"sd", b.sd}}},
                               {"ratio", b.mean / a.mean},
                               {"reps", reps}};
-        std::ofstream(o.json_path) << out.dump(2) << "\n";
+        write_output(o.json_path, out.dump(2) + "\n", "--json");
     }
 }
 
@@ -230,7 +234,7 @@ void run_batched(Engine& engine, const BenchOptions& o) {
                     {"ratio", b.mean / s.mean},
                     {"peak_rss_bytes", peak_rss_bytes()},
                     {"reps", reps}});
-        std::ofstream(o.json_path) << out.dump(2) << "\n";
+        write_output(o.json_path, out.dump(2) + "\n", "--json");
     }
 }
 
@@ -296,11 +300,12 @@ void run_verify_curve(Engine& engine, const BenchOptions& o) {
                     {"reps", o.reps},
                     {"warmup", o.warmup},
                     {"steps", rows}});
-        std::ofstream(o.json_path) << out.dump(2) << "\n";
+        write_output(o.json_path, out.dump(2) + "\n", "--json");
     }
 }
 
-void run_bench(const BenchOptions& o) {
+// One measurement; the default mode returns its JSON record (the other modes write their own).
+nlohmann::json run_bench(const BenchOptions& o) {
     EngineOptions eo;
     eo.model_dir = o.model_dir;
     o.engine.apply(eo);
@@ -321,15 +326,15 @@ void run_bench(const BenchOptions& o) {
 
     if (o.history_tokens > 0) {
         run_multi_turn(*engine, o);
-        return;
+        return {};
     }
     if (o.sequences > 0) {
         run_batched(*engine, o);
-        return;
+        return {};
     }
     if (o.verify_curve > 0) {
         run_verify_curve(*engine, o);
-        return;
+        return {};
     }
     // On a GPU the ceiling is HBM: a device copy's bandwidth (read + write bytes).
     const double mem_gb_s = on_gpu ? engine->measure_device_memory_gb_s() : measure_memory_read_gb_s(2);
@@ -549,6 +554,58 @@ void run_bench(const BenchOptions& o) {
     if (!o.json_path.empty()) write_output(o.json_path, out.dump(2) + "\n", "--json");
     if (!o.stats_json.empty())
         write_output(o.stats_json, stats_json(*engine, last_gen, last_cache).dump(2) + "\n", "--stats-json");
+    return out;
+}
+
+// Every combination of the -p / -n / --prefill-chunk lists (one run when each has one value, as
+// before), then llama-bench's table: one row per test (pp = prompt processing at that chunk, tg =
+// generation) with the mean ± sd over the reps; --json gets {"sweep": [each run's record]}.
+void run_sweep(const BenchOptions& base) {
+    const size_t runs = base.prompt_list.size() * base.gen_list.size() * base.chunk_list.size();
+    if (runs > 1 && (base.history_tokens > 0 || base.sequences > 0 || base.verify_curve > 0))
+        throw CliError("bench: lists of -p / -n / --prefill-chunk sweep the default measurement only");
+    std::vector<nlohmann::json> records;
+    size_t i = 0;
+    for (const int64_t p : base.prompt_list)
+        for (const int64_t n : base.gen_list)
+            for (const int64_t c : base.chunk_list) {
+                BenchOptions o = base;
+                o.prompt_tokens = p;
+                o.gen_tokens = n;
+                o.prefill_chunk = c;
+                if (runs == 1) {
+                    run_bench(o);
+                    return;
+                }
+                o.json_path.clear();
+                o.stats_json.clear();
+                std::fprintf(stderr, "== bench %zu of %zu: -p %lld -n %lld --prefill-chunk %lld\n", ++i, runs,
+                             static_cast<long long>(p), static_cast<long long>(n), static_cast<long long>(c));
+                records.push_back(run_bench(o));
+            }
+    std::printf("\n| model | kv | device | threads | test | t/s |\n|---|---|---|---|---|---|\n");
+    for (const nlohmann::json& r : records) {
+        const std::string model = std::filesystem::path(r["model"].get<std::string>()).filename().string();
+        const std::string kv = base.engine.kv_bits == 32 ? "f32" : "kv" + std::to_string(base.engine.kv_bits);
+        const std::string device =
+            r["device"].get<std::string>().substr(0, r["device"].get<std::string>().find(' '));
+        const std::string threads = base.engine.threads == 0 ? "all" : std::to_string(base.engine.threads);
+        auto row = [&](const std::string& test, const nlohmann::json& rate) {
+            std::printf("| %s | %s | %s | %s | %s | %.2f ± %.2f |\n", model.c_str(), kv.c_str(),
+                        device.c_str(), threads.c_str(), test.c_str(), rate["mean"].get<double>(),
+                        rate["sd"].get<double>());
+        };
+        if (r["prompt_tokens"].get<int64_t>() > 0)
+            row("pp" + std::to_string(r["prompt_tokens"].get<int64_t>()) + " (chunk " +
+                    std::to_string(r["prefill_chunk_tokens"].get<int64_t>()) + ")",
+                r["prefill_tok_s"]);
+        if (r["gen_tokens"].get<int64_t>() > 0)
+            row("tg" + std::to_string(r["gen_tokens"].get<int64_t>()) + " @ d" +
+                    std::to_string(r["prompt_tokens"].get<int64_t>()),
+                r["decode_tok_s"]);
+    }
+    if (!base.json_path.empty())
+        write_output(base.json_path, nlohmann::json{{"sweep", records}}.dump(2) + "\n", "--json");
 }
 
 }  // namespace
@@ -560,15 +617,26 @@ SLUICE_COMMAND(bench, 50, [](CLI::App& app) {
         "bench", "Measure prefill/decode speed, expert streaming and the speed-of-light bound");
     o->engine.add_to(cmd);
     sluice::cli::add_model_arg(cmd, &o->model_dir, "Model folder");
-    cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prompt length (random ids)")->capture_default_str();
-    cmd->add_option("--gen-tokens", o->gen_tokens, "Tokens to generate")->capture_default_str();
-    cmd->add_option("--reps", o->reps, "Repetitions")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("-p,--prompt-tokens", o->prompt_list,
+                    "Prompt length (random ids); a comma list sweeps (llama-bench's -p)")
+        ->delimiter(',')
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+    cmd->add_option("-n,--gen-tokens", o->gen_list,
+                    "Tokens to generate; a comma list sweeps (llama-bench's -n)")
+        ->delimiter(',')
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+    cmd->add_option("-r,--reps", o->reps, "Repetitions")->capture_default_str()->check(CLI::PositiveNumber);
     cmd->add_option("--warmup", o->warmup,
                     "Untimed repetitions first (fill the expert caches: a warm-cache measurement)")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
-    cmd->add_option("--prefill-chunk", o->prefill_chunk, "Tokens per prefill forward (1 = token by token)")
-        ->capture_default_str();
+    cmd->add_option("--prefill-chunk", o->chunk_list,
+                    "Tokens per prefill forward (1 = token by token); a comma list sweeps")
+        ->delimiter(',')
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
     cmd->add_option("--history", o->history_tokens,
                     "Measure multi-turn reuse instead: TTFT of a --prompt-tokens message as a first turn vs "
                     "after a history of this many tokens");
@@ -582,7 +650,7 @@ SLUICE_COMMAND(bench, 50, [](CLI::App& app) {
            "Measure speculative decoding's step cost instead: one forward of 1..K+1 tokens (verifying "
            "K proposals) against a decode step, and the speedup it implies per acceptance rate")
         ->check(CLI::Range(1, 16));
-    cmd->add_option("--json", o->json_path, "Write the results as JSON");
+    cmd->add_option("--json", o->json_path, "Write the results as JSON ('-': standard output)");
     cmd->add_option("--stats-json", o->stats_json, "Write the last run's stats record as JSON");
-    cmd->callback([o] { sluice::cli::run_bench(*o); });
+    cmd->callback([o] { sluice::cli::run_sweep(*o); });
 });

@@ -148,6 +148,21 @@ try {
         check("man: a section per command, and generate's flags", commands.every((c) => man.stdout.includes(`.SS "${c}"`)) && man.stdout.includes("\\fB\\-\\-ctx\\-size\\fR") && man.stdout.includes(".SH EXIT STATUS"), man.stdout.slice(0, 200));
     });
 
+    await test("bench sweeps as llama-bench does", async () => {
+        const sweep = run(["bench", model, "-p", "8,16", "-n", "2", "-r", "1", "--json", path.join(tmp, "sweep.json")]);
+        const rows = sweep.stdout.split("\n").filter((l) => l.startsWith("| tiny-next"));
+        check("-p 8,16 -n 2: a table row per test (pp8, tg2 @ d8, pp16, tg2 @ d16)", sweep.code === 0 && rows.length === 4 && /pp8 \(chunk 256\) \| [\d.]+ ± /.test(rows[0]) && rows[3].includes("tg2 @ d16"), sweep.stdout.slice(-600) + sweep.stderr.slice(-300));
+        let rec = null;
+        try {
+            rec = JSON.parse(fs.readFileSync(path.join(tmp, "sweep.json"), "utf8"));
+        } catch {}
+        check("--json: one record per combination", rec !== null && rec.sweep.length === 2 && rec.sweep[1].prompt_tokens === 16 && rec.sweep[1].decode_tok_s.mean > 0, JSON.stringify(rec).slice(0, 200));
+        const chunks = run(["bench", model, "-p", "16", "-n", "0", "-r", "1", "--prefill-chunk", "4,16"]);
+        check("--prefill-chunk 4,16: one prompt row per chunk", chunks.code === 0 && chunks.stdout.includes("pp16 (chunk 4)") && chunks.stdout.includes("pp16 (chunk 16)"), chunks.stdout.slice(-400) + chunks.stderr.slice(-300));
+        const mixed = run(["bench", model, "-p", "8,16", "--history", "32"]);
+        check("a sweep with another mode: exit 1 naming why", mixed.code === 1 && mixed.stderr.includes("default measurement"), mixed.stderr);
+    });
+
     await test("version", async () => {
         const v = run(["--version"]);
         check("--version: version, build type, CPU kernels, CUDA", v.code === 0 && /^sluice \d+\.\d+\.\d+ \(.*CPU kernels (avx512|avx2|scalar).*(CUDA|no CUDA).*\)/.test(v.stdout.trim()), v.stdout);
