@@ -49,6 +49,21 @@ nlohmann::json plan_json(const MemoryPlan& p) {
             {"describe", p.describe()}};
 }
 
+// The disk and memory read rates measured now, and the decode rate they bound with no expert-cache
+// hit (the dense bytes from memory or the routed experts from disk, whichever is slower).
+struct Bandwidth {
+    double disk_gb_s, memory_gb_s, tok_s;
+};
+Bandwidth measure_bandwidth(const std::string& dir, const MemoryPlan& plan, const EngineOptions& eo,
+                            uint64_t dense_bytes, double routed_per_token) {
+    Bandwidth b;
+    b.disk_gb_s = measure_expert_read_gb_s(dir, plan.slot_bytes, eo.io_threads, 1.5);
+    b.memory_gb_s = measure_memory_read_gb_s(2);
+    b.tok_s = 1.0 / std::max(static_cast<double>(dense_bytes) / (b.memory_gb_s * 1e9),
+                             routed_per_token / (b.disk_gb_s * 1e9));
+    return b;
+}
+
 void print_context(const MemoryPlan& plan) {
     const std::string window =
         plan.kv_window > 0 ? " + the last " + std::to_string(plan.kv_window) + " positions in f16" : "";
@@ -142,11 +157,10 @@ void run_info(const InfoOptions& o) {
                                 {"routed_experts", static_cast<uint64_t>(std::llround(routed_per_token))}}},
                               {"plan", plan_json(plan)}};
         if (plan.streaming && o.measure) {
-            const double disk = measure_expert_read_gb_s(o.model_dir, plan.slot_bytes, eo.io_threads, 1.5);
-            const double mem = measure_memory_read_gb_s(2);
-            const double t =
-                std::max(static_cast<double>(m.dense_bytes) / (mem * 1e9), routed_per_token / (disk * 1e9));
-            out["measured"] = {{"disk_gb_s", disk}, {"memory_gb_s", mem}, {"speed_of_light_tok_s", 1.0 / t}};
+            const Bandwidth b = measure_bandwidth(o.model_dir, plan, eo, m.dense_bytes, routed_per_token);
+            out["measured"] = {{"disk_gb_s", b.disk_gb_s},
+                               {"memory_gb_s", b.memory_gb_s},
+                               {"speed_of_light_tok_s", b.tok_s}};
         }
         std::printf("%s\n", out.dump(2).c_str());
         return;
@@ -171,15 +185,12 @@ void run_info(const InfoOptions& o) {
         std::fprintf(
             stderr,
             "[info] measuring expert reads and memory bandwidth (about 4 s; --no-measure skips it)\n");
-        const double disk = measure_expert_read_gb_s(o.model_dir, plan.slot_bytes, eo.io_threads, 1.5);
-        const double mem = measure_memory_read_gb_s(2);
-        const double t =
-            std::max(static_cast<double>(m.dense_bytes) / (mem * 1e9), routed_per_token / (disk * 1e9));
+        const Bandwidth b = measure_bandwidth(o.model_dir, plan, eo, m.dense_bytes, routed_per_token);
         std::printf(
             "speed of light    %.2f tok/s with no expert-cache hits (disk %.2f GB/s, memory %.1f GB/s "
             "measured now);\n"
             "                  every halving of the miss rate raises the disk-bound part 2x\n",
-            1.0 / t, disk, mem);
+            b.tok_s, b.disk_gb_s, b.memory_gb_s);
     }
 }
 
