@@ -4,7 +4,8 @@
 // Weights are MLX affine Q4/Q8, group size 64, bf16 scales/biases, random codes. "cold" runs
 // rotate through enough copies of the matrix to touch >= 1 GiB per round (far beyond the LLC),
 // as in decode where every weight comes from DRAM; "hot" reuses one copy (cache-resident when it
-// fits). Counters: GB/s of weight bytes (codes + scales + biases) read, GFLOP/s for matmul. All
+// fits). The last argument picks the activations (kernels.h): 0 f32 (exact), 1 int8 (integer dot
+// products). Counters: GB/s of weight bytes (codes + scales + biases) read, GFLOP/s for matmul. All
 // cores through one ThreadPool, like the engine. BM_MemoryReadBandwidth streams a 1 GiB buffer
 // with every core (the bar: Q4 matvec on a larger-than-LLC matrix reaches >= 70% of it).
 #include <benchmark/benchmark.h>
@@ -58,7 +59,7 @@ struct QuantSet {
     std::vector<WeightView> views;
     size_t bytes_per_matrix = 0;
 
-    QuantSet(int bits, int64_t rows, int64_t cols, int32_t gs, bool cold) {
+    QuantSet(int bits, int64_t rows, int64_t cols, int32_t gs, bool cold, bool int8 = false) {
         const size_t words_per = static_cast<size_t>(rows * cols * bits / 32);
         const size_t groups_per = static_cast<size_t>(rows * (cols / gs));
         bytes_per_matrix = words_per * 4 + groups_per * 4;
@@ -82,18 +83,20 @@ struct QuantSet {
             w.biases = biases.data() + c * groups_per;
             w.scale_type = ScaleType::kBF16;
             w.group_size = gs;
+            w.activations = int8 ? Activations::kInt8 : Activations::kF32;
             views.push_back(w);
         }
     }
 };
 
-// Args: in (cols), out (rows), bits, cold, threads (1 = one core, 0 = all cores).
+// Args: in (cols), out (rows), bits, cold, threads (1 = one core, 0 = all cores), int8.
 void BM_Matvec(benchmark::State& state) {
     const int64_t cols = state.range(0), rows = state.range(1);
     const int bits = static_cast<int>(state.range(2));
     const bool cold = state.range(3) != 0;
     ThreadPool& tp = pool_for(state.range(4));
-    QuantSet set(bits, rows, cols, 64, cold);
+    const bool int8 = state.range(5) != 0;
+    QuantSet set(bits, rows, cols, 64, cold, int8);
     std::vector<float> x(static_cast<size_t>(cols)), y(static_cast<size_t>(rows));
     for (int64_t i = 0; i < cols; ++i) x[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
     size_t next = 0;
@@ -106,17 +109,22 @@ void BM_Matvec(benchmark::State& state) {
     state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
     state.counters["copies"] = static_cast<double>(set.views.size());
     state.counters["threads"] = tp.size();
-    state.SetLabel(std::string(bits == 4 ? "Q4" : "Q8") + (cold ? " cold" : " hot") + " " + cpu_kernel_isa());
+    state.SetLabel(
+        std::string(bits == 4 ? "Q4" : "Q8") + (cold ? " cold" : " hot") + " " +
+        (int8 ? std::string("int8 ") + cpu_int8_kernel_isa() : std::string("f32 ") + cpu_kernel_isa()));
 }
 
 void matvec_shapes(benchmark::internal::Benchmark* b) {
     const int64_t shapes[][2] = {{2048, 512}, {512, 2048}, {2048, 12288}, {4096, 2048}, {2048, 151936}};
-    for (int bits : {4, 8})
-        for (const auto& s : shapes) b->Args({s[0], s[1], bits, 1, 0});
-    for (int bits : {4, 8}) b->Args({2048, 512, bits, 0, 0});
-    // One core: the per-core share of the bandwidth (compare with BM_MemoryReadBandwidth/1).
-    for (int bits : {4, 8}) b->Args({2048, 12288, bits, 1, 1});
-    b->Args({2048, 151936, 4, 1, 1});
+    for (int int8 : {0, 1}) {
+        for (int bits : {4, 8})
+            for (const auto& s : shapes) b->Args({s[0], s[1], bits, 1, 0, int8});
+        for (int bits : {4, 8}) b->Args({2048, 512, bits, 0, 0, int8});
+        // One core: the per-core share of the bandwidth (compare with BM_MemoryReadBandwidth/1).
+        for (int bits : {4, 8}) b->Args({2048, 12288, bits, 1, 1, int8});
+        for (int bits : {4, 8}) b->Args({2048, 768, bits, 0, 1, int8});  // a 30B-A3B expert, hot, one core
+        b->Args({2048, 151936, 4, 1, 1, int8});
+    }
 }
 BENCHMARK(BM_Matvec)->Apply(matvec_shapes)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
@@ -146,11 +154,12 @@ void BM_MatvecBatch(benchmark::State& state) {
 }
 BENCHMARK(BM_MatvecBatch)->ArgsProduct({{1, 2, 4, 8}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
-// Args: tokens, in, out, bits.
+// Args: tokens, in, out, bits, int8.
 void BM_Matmul(benchmark::State& state) {
     const int64_t n = state.range(0), cols = state.range(1), rows = state.range(2);
     const int bits = static_cast<int>(state.range(3));
-    QuantSet set(bits, rows, cols, 64, false);
+    const bool int8 = state.range(4) != 0;
+    QuantSet set(bits, rows, cols, 64, false, int8);
     std::vector<float> x(static_cast<size_t>(n * cols)), y(static_cast<size_t>(n * rows));
     for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
     for (auto _ : state) {
@@ -159,13 +168,15 @@ void BM_Matmul(benchmark::State& state) {
     }
     const double flops = 2.0 * static_cast<double>(n * rows * cols) * static_cast<double>(state.iterations());
     state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
-    state.SetLabel(std::string(bits == 4 ? "Q4" : "Q8") + " " + cpu_kernel_isa());
+    state.SetLabel(
+        std::string(bits == 4 ? "Q4" : "Q8") + " " +
+        (int8 ? std::string("int8 ") + cpu_int8_kernel_isa() : std::string("f32 ") + cpu_kernel_isa()));
 }
 BENCHMARK(BM_Matmul)
-    ->Args({128, 2048, 512, 4})
-    ->Args({128, 2048, 512, 8})
-    ->Args({128, 2048, 12288, 4})
-    ->Args({512, 2048, 512, 4})
+    ->ArgsProduct({{128}, {2048}, {512}, {4, 8}, {0, 1}})
+    ->ArgsProduct({{128}, {2048}, {12288}, {4}, {0, 1}})
+    ->ArgsProduct({{512}, {2048}, {512}, {4}, {0, 1}})
+    ->ArgsProduct({{16}, {2048}, {768}, {4}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -44,6 +44,11 @@ struct EngineOptions {
     // by attention (positions are compressed as they age out of it); 0 = none. A ring of
     // kv_window + 64 rows per attention layer, counted in the plan's session state.
     int64_t kv_window = 256;
+    // On the CPU, 4/8-bit weights multiply activations quantised per block of 32 to int8 with integer
+    // dot products (VNNI / vpmaddubsw; as llama.cpp does): ~2x the decode speed, logits within the
+    // int8 tolerance of the reference (docs/ARCHITECTURE.md states it). false: f32 activations, the
+    // reference's arithmetic (logits within 2e-3). Float weights and the CUDA backend are unaffected.
+    bool cpu_int8_activations = true;
     // The whole process's memory budget: dense weights, KV/state, scratch and expert cache.
     // 0 = derived from the memory available. Streaming (packed) models size their expert cache
     // from what remains; load fails when the dense core alone does not fit.

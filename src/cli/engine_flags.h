@@ -27,6 +27,7 @@ struct EngineFlags {
     std::string gpu_expert_cache;
     int kv_bits = 32;
     int64_t kv_window = 256;
+    std::string cpu_activations = "int8";
 
     void add_to(CLI::App* cmd);
     // Sets the EngineOptions fields these flags cover; exits with a message on a malformed size.

@@ -38,6 +38,18 @@ enum class WeightType : uint8_t {
 
 enum class ScaleType : uint8_t { kF32, kF16, kBF16 };
 
+// How the products of a block-quantized weight take their activations (WeightView::activations).
+//   kF32:  x stays f32 and meets the dequantized weight (the reference arithmetic, exact to f32
+//          rounding).
+//   kInt8: x is quantised per block of 32 consecutive inputs to int8 — d = max|x| / 127,
+//          q = round-to-nearest-even(x · (127 / max|x|)) — and the weight's codes multiply it in
+//          integer arithmetic (VNNI / maddubs), each block's integer sum scaled by d once:
+//            y_r = Σ_g [ s_g · Σ_{b∈g} d_b · Σ_{i∈b} code_i · q_i  +  bias_g · Σ_{b∈g} d_b · Σ_{i∈b} q_i ]
+//          (the bias term over the same quantised x, so the error is that of the weight times the
+//          activation's rounding, as llama.cpp's Q8 activations). Needs group_size a power of two
+//          >= 32 (MLX's 32/64/128); other weights (float formats, odd groups) take the f32 path.
+enum class Activations : uint8_t { kF32, kInt8 };
+
 const char* weight_type_name(WeightType type);
 
 // A non-owning view of one weight matrix (or one expert's slice of a stacked tensor).
@@ -54,12 +66,25 @@ struct WeightView {
     const void* biases = nullptr;
     ScaleType scale_type = ScaleType::kBF16;
     int32_t group_size = 0;
+    // Quantized only: how its products take x (see Activations). Chosen by the model at bind time.
+    Activations activations = Activations::kF32;
 
     // From the format's descriptor (weight_format.h): code bits (0: a float format), whether it is
     // block-quantized, the bytes of one row of `data`.
     int bits() const;
     bool quantized() const;
     size_t row_bytes() const;
+    // Whether products take the int8 path: activations kInt8 on a quantized format whose group size
+    // is a power of two >= 32.
+    bool int8_activations() const;
+};
+
+// One product of a batch of products run together (matvec_jobs): y[n, w.rows] = W · x[n, w.cols].
+struct MatvecJob {
+    const WeightView* w = nullptr;
+    const float* x = nullptr;
+    int64_t n = 0;
+    float* y = nullptr;
 };
 
 // ---- conversions -------------------------------------------------------------------------
@@ -69,76 +94,80 @@ float f16_to_f32(uint16_t v);
 uint16_t f32_to_f16(float v);
 
 // ---- the op set (declared twice: reference:: and the dispatched fast path) ------------------
-#define SLUICE_KERNEL_OPS                                                                                    \
-    /* out[cols] = row `row` of W, dequantized (embedding lookup). */                                        \
-    void dequantize_row(const WeightView& w, int64_t row, float* out);                                       \
-    /* y[rows] = W · x[cols]. */                                                                            \
-    void matvec(const WeightView& w, const float* x, float* y, ThreadPool* pool);                            \
-    /* Y[n, rows]: row t is exactly matvec(W, X[t]) — bit for bit, whatever n — while each weight row    \
-       is read from memory once for all n vectors (a decode step of n sequences: one pass over the           \
-       weights serves every sequence, and each gets the logits it would get alone). */                       \
-    void matvec_batch(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);           \
-    /* Y[n, rows] = X[n, cols] · Wᵀ (prefill: every token through the same weight). */                    \
-    void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);                 \
-    /* y = x / sqrt(mean(x²) + eps) · weight, over n elements (weight already holds any +1). */            \
-    void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* y);                      \
-    /* Gated norm of the DeltaNet output: y = rms_norm(x, weight) ⊙ silu(z). */                            \
-    void rms_norm_gated(const float* x, const float* z, const float* weight, int64_t n, float eps,           \
-                        float* y);                                                                           \
-    /* NeoX (rotate-half) RoPE on the first rot_dim dims of each of n_heads heads of head_dim,               \
-       in place; pairs (i, i + rot_dim/2); f_i = theta^(-2i/rot_dim). */                                     \
-    void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, int64_t position,           \
-                   float theta);                                                                             \
-    /* rope_neox with its frequencies given, inv_freq [rot_dim / 2] (a scaled RoPE such as YaRN), and        \
-       cos and sin multiplied by mscale (YaRN's attention factor; 1: none). */                               \
-    void rope_neox_table(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, int64_t position,     \
-                         const float* inv_freq, float mscale);                                               \
-    /* Causal GQA attention for n_q new query rows at absolute positions                                     \
-       start_pos..start_pos+n_q-1 against keys/values for positions 0..start_pos+n_q-1.                      \
-       q: [n_q, n_heads, head_dim]; k, v: [n_kv_rows, n_kv_heads, head_dim] (row = position);                \
-       out: [n_q, n_heads, head_dim]. Query head h uses KV head h / (n_heads / n_kv_heads).                  \
-       Softmax in f32. Any scratch is per-thread and reused (thread_local), not allocated per call. */       \
-    void attention(const float* q, const float* k, const float* v, int64_t n_q, int64_t start_pos,           \
-                   int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, float* out,           \
-                   ThreadPool* pool);                                                                        \
-    /* n rows [n, n_kv_heads, head_dim] of f32 stored as KV cache rows of `type` (kv_format.h): row t        \
-       at dst + t · n_kv_heads · kv_head_bytes(type, head_dim). */                                         \
-    void kv_store(KvType type, const float* x, int64_t n, int64_t n_kv_heads, int64_t head_dim, void* dst);  \
-    /* The inverse: n cache rows back to f32, as attention_kv reads them. */                                 \
-    void kv_load(KvType type, const void* src, int64_t n, int64_t n_kv_heads, int64_t head_dim, float* x);   \
-    /* attention() over a KV cache of `type`: k, v hold the cache rows of positions                          \
-       0..start_pos+n_q-1; each key and value is read as kv_load gives it, one head at a time (the           \
-       cache is never decoded as a whole), or from the f16 ring when `ring` (may be null) holds it           \
-       inside its window (KvRing). kF32 without a ring is attention() itself. */                             \
-    void attention_kv(KvType type, const float* q, const void* k, const void* v, const KvRing* ring,         \
-                      int64_t n_q, int64_t start_pos, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, \
-                      float scale, float* out, ThreadPool* pool);                                            \
-    /* Causal depthwise conv1d + SiLU over channels, kernel K, with a state of the K-1 previous              \
-       raw inputs (oldest first), for n tokens. x: [n, channels] raw inputs; weight: [channels, K]           \
-       (weight[c*K + K-1] multiplies the current token); state_in: [K-1, channels]; state_out (may be        \
-       state_in: in place) gets the last K-1 raw inputs; y: [n, channels] = silu(conv). */                   \
-    void conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,       \
-                     const float* state_in, float* state_out, float* y);                                     \
-    /* Gated DeltaNet over n tokens for n_v value heads, token by token (models.md §3.5.6).                 \
-       q, k: [n, n_k, dk] already L2-normalised (q also scaled by dk^-1/2); v: [n, n_v, dv];                 \
-       beta, g: [n, n_v] (beta = sigmoid(b), g = log decay <= 0); value head j uses key head                 \
-       j / (n_v / n_k). state_in: [n_v, dk, dv] f32; state_out (may be state_in: in place) gets the          \
-       state after the n tokens, so a caller can keep the old state until the whole forward succeeds.        \
-       out: [n, n_v, dv]. */                                                                                 \
-    void gated_delta_recurrent(const float* q, const float* k, const float* v, const float* beta,            \
-                               const float* g, int64_t n, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv,  \
-                               const float* state_in, float* state_out, float* out, ThreadPool* pool);       \
-    /* The same result computed in chunks of 64 (models.md §3.5.7); for prefill. */                         \
-    void gated_delta_chunked(const float* q, const float* k, const float* v, const float* beta,              \
-                             const float* g, int64_t n, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv,    \
-                             const float* state_in, float* state_out, float* out, ThreadPool* pool);         \
-    /* Router: p = softmax(logits[n_experts]) in f32; the k largest (ties: lower index first),               \
-       weights p_j, divided by their sum when renormalize. ids/weights: [k], sorted by weight desc. */       \
-    void router_topk(const float* logits, int64_t n_experts, int64_t k, bool renormalize, int32_t* ids,      \
-                     float* weights);                                                                        \
-    /* out[i] = silu(gate[i]) * up[i]. */                                                                    \
-    void swiglu(const float* gate, const float* up, int64_t n, float* out);                                  \
-    /* y[i] += a * x[i]. */                                                                                  \
+#define SLUICE_KERNEL_OPS                                                                                     \
+    /* out[cols] = row `row` of W, dequantized (embedding lookup). */                                         \
+    void dequantize_row(const WeightView& w, int64_t row, float* out);                                        \
+    /* y[rows] = W · x[cols]. */                                                                             \
+    void matvec(const WeightView& w, const float* x, float* y, ThreadPool* pool);                             \
+    /* Y[n, rows]: row t is exactly matvec(W, X[t]) — bit for bit, whatever n — while each weight row     \
+       is read from memory once for all n vectors (a decode step of n sequences: one pass over the            \
+       weights serves every sequence, and each gets the logits it would get alone). */                        \
+    void matvec_batch(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);            \
+    /* Every job's matvec_batch — bit for bit — in one dispatch over the pool (the threads woken once for \
+       several products: a decode's q/k/v, or all its experts' gate and up), each prepared x shared by the    \
+       jobs that read the same vectors. */                                                                    \
+    void matvec_jobs(const MatvecJob* jobs, int64_t count, ThreadPool* pool);                                 \
+    /* Y[n, rows] = X[n, cols] · Wᵀ (prefill: every token through the same weight). */                     \
+    void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);                  \
+    /* y = x / sqrt(mean(x²) + eps) · weight, over n elements (weight already holds any +1). */             \
+    void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* y);                       \
+    /* Gated norm of the DeltaNet output: y = rms_norm(x, weight) ⊙ silu(z). */                             \
+    void rms_norm_gated(const float* x, const float* z, const float* weight, int64_t n, float eps,            \
+                        float* y);                                                                            \
+    /* NeoX (rotate-half) RoPE on the first rot_dim dims of each of n_heads heads of head_dim,                \
+       in place; pairs (i, i + rot_dim/2); f_i = theta^(-2i/rot_dim). */                                      \
+    void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, int64_t position,            \
+                   float theta);                                                                              \
+    /* rope_neox with its frequencies given, inv_freq [rot_dim / 2] (a scaled RoPE such as YaRN), and         \
+       cos and sin multiplied by mscale (YaRN's attention factor; 1: none). */                                \
+    void rope_neox_table(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, int64_t position,      \
+                         const float* inv_freq, float mscale);                                                \
+    /* Causal GQA attention for n_q new query rows at absolute positions                                      \
+       start_pos..start_pos+n_q-1 against keys/values for positions 0..start_pos+n_q-1.                       \
+       q: [n_q, n_heads, head_dim]; k, v: [n_kv_rows, n_kv_heads, head_dim] (row = position);                 \
+       out: [n_q, n_heads, head_dim]. Query head h uses KV head h / (n_heads / n_kv_heads).                   \
+       Softmax in f32. Any scratch is per-thread and reused (thread_local), not allocated per call. */        \
+    void attention(const float* q, const float* k, const float* v, int64_t n_q, int64_t start_pos,            \
+                   int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, float* out,            \
+                   ThreadPool* pool);                                                                         \
+    /* n rows [n, n_kv_heads, head_dim] of f32 stored as KV cache rows of `type` (kv_format.h): row t         \
+       at dst + t · n_kv_heads · kv_head_bytes(type, head_dim). */                                          \
+    void kv_store(KvType type, const float* x, int64_t n, int64_t n_kv_heads, int64_t head_dim, void* dst);   \
+    /* The inverse: n cache rows back to f32, as attention_kv reads them. */                                  \
+    void kv_load(KvType type, const void* src, int64_t n, int64_t n_kv_heads, int64_t head_dim, float* x);    \
+    /* attention() over a KV cache of `type`: k, v hold the cache rows of positions                           \
+       0..start_pos+n_q-1; each key and value is read as kv_load gives it, one head at a time (the            \
+       cache is never decoded as a whole), or from the f16 ring when `ring` (may be null) holds it            \
+       inside its window (KvRing). kF32 without a ring is attention() itself. */                              \
+    void attention_kv(KvType type, const float* q, const void* k, const void* v, const KvRing* ring,          \
+                      int64_t n_q, int64_t start_pos, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,  \
+                      float scale, float* out, ThreadPool* pool);                                             \
+    /* Causal depthwise conv1d + SiLU over channels, kernel K, with a state of the K-1 previous               \
+       raw inputs (oldest first), for n tokens. x: [n, channels] raw inputs; weight: [channels, K]            \
+       (weight[c*K + K-1] multiplies the current token); state_in: [K-1, channels]; state_out (may be         \
+       state_in: in place) gets the last K-1 raw inputs; y: [n, channels] = silu(conv). */                    \
+    void conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,        \
+                     const float* state_in, float* state_out, float* y);                                      \
+    /* Gated DeltaNet over n tokens for n_v value heads, token by token (models.md §3.5.6).                  \
+       q, k: [n, n_k, dk] already L2-normalised (q also scaled by dk^-1/2); v: [n, n_v, dv];                  \
+       beta, g: [n, n_v] (beta = sigmoid(b), g = log decay <= 0); value head j uses key head                  \
+       j / (n_v / n_k). state_in: [n_v, dk, dv] f32; state_out (may be state_in: in place) gets the           \
+       state after the n tokens, so a caller can keep the old state until the whole forward succeeds.         \
+       out: [n, n_v, dv]. */                                                                                  \
+    void gated_delta_recurrent(const float* q, const float* k, const float* v, const float* beta,             \
+                               const float* g, int64_t n, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv,   \
+                               const float* state_in, float* state_out, float* out, ThreadPool* pool);        \
+    /* The same result computed in chunks of 64 (models.md §3.5.7); for prefill. */                          \
+    void gated_delta_chunked(const float* q, const float* k, const float* v, const float* beta,               \
+                             const float* g, int64_t n, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv,     \
+                             const float* state_in, float* state_out, float* out, ThreadPool* pool);          \
+    /* Router: p = softmax(logits[n_experts]) in f32; the k largest (ties: lower index first),                \
+       weights p_j, divided by their sum when renormalize. ids/weights: [k], sorted by weight desc. */        \
+    void router_topk(const float* logits, int64_t n_experts, int64_t k, bool renormalize, int32_t* ids,       \
+                     float* weights);                                                                         \
+    /* out[i] = silu(gate[i]) * up[i]. */                                                                     \
+    void swiglu(const float* gate, const float* up, int64_t n, float* out);                                   \
+    /* y[i] += a * x[i]. */                                                                                   \
     void axpy(float a, const float* x, int64_t n, float* y);
 
 namespace reference {
@@ -149,5 +178,8 @@ SLUICE_KERNEL_OPS
 
 // Which implementation the dispatched ops use on this CPU: "avx512", "avx2" or "portable".
 const char* cpu_kernel_isa();
+// Which implementation the int8-activation products use: "avx512-vnni" (VNNI vpdpbusd), "avx2"
+// (vpmaddubsw), or "portable".
+const char* cpu_int8_kernel_isa();
 
 }  // namespace sluice::kernels

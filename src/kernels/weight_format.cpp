@@ -121,6 +121,11 @@ int WeightView::bits() const {
     return weight_format(type).code_bits;
 }
 
+bool WeightView::int8_activations() const {
+    return activations == Activations::kInt8 && quantized() && group_size >= 32 &&
+           (group_size & (group_size - 1)) == 0;
+}
+
 bool WeightView::quantized() const {
     return weight_format(type).quantized();
 }

@@ -30,9 +30,7 @@ void Model::attention_layer(const AttentionPlan& P, const LayerWeights& lw, int6
     float* v = grow(ws.v, n * nkv * hd);       // [n, nkv, hd]
     float* head = grow(ws.y, hd);
     float* out = grow(ws.attn, n * nh * hd);  // [n, nh, hd]
-    linear_rows(a.q_proj, norm, n, singles, qg, pool);
-    linear_rows(a.k_proj, norm, n, singles, k, pool);
-    linear_rows(a.v_proj, norm, n, singles, v, pool);
+    linear_rows_shared({{&a.q_proj, qg}, {&a.k_proj, k}, {&a.v_proj, v}}, norm, n, singles, pool);
 
     for (const BatchLayout::Part& p : b.parts) {
         ModelState::Layer& st = p.state->layers[static_cast<size_t>(layer)];

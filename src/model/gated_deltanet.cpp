@@ -46,18 +46,15 @@ void Model::deltanet_layer(const DeltaNetPlan& P, const LayerWeights& lw, int64_
     float* a = grow(ws.g, n * nv);        // [n, nv] raw a, then g
 
     if (P.projection == DeltaProjection::kSplit) {
-        linear_rows(d.in_qkv, norm, n, singles, u, pool);
-        linear_rows(d.in_z, norm, n, singles, z, pool);
-        linear_rows(d.in_b, norm, n, singles, b, pool);
-        linear_rows(d.in_a, norm, n, singles, a, pool);
+        linear_rows_shared({{&d.in_qkv, u}, {&d.in_z, z}, {&d.in_b, b}, {&d.in_a, a}}, norm, n, singles,
+                           pool);
     } else {
         // in_proj_qkvz output: nk blocks of [q (dk) | k (dk) | v (r·dv) | z (r·dv)];
         // in_proj_ba output: nk blocks of [b (r) | a (r)] (models.md §3.5.2).
         const int64_t qkvz = 2 * kd + 2 * vd, block = 2 * dk + 2 * r * dv;
         float* p = grow(ws.tmp, n * qkvz);
         float* ba = grow(ws.gate, n * 2 * nv);
-        linear_rows(d.in_qkvz, norm, n, singles, p, pool);
-        linear_rows(d.in_ba, norm, n, singles, ba, pool);
+        linear_rows_shared({{&d.in_qkvz, p}, {&d.in_ba, ba}}, norm, n, singles, pool);
         for (int64_t t = 0; t < n; ++t) {
             for (int64_t g = 0; g < nk; ++g) {
                 const float* src = p + t * qkvz + g * block;
@@ -111,7 +108,7 @@ void Model::deltanet_layer(const DeltaNetPlan& P, const LayerWeights& lw, int64_
         // The recurrent form for short steps (a decode token, a speculative verification): a chunk
         // of 64 costs its full size in work whatever the tokens in it, and the recurrent form gives a
         // k-token step the numbers of k single steps.
-        if (part.n <= kRecurrentMaxTokens) {
+        if (part.n <= kRecurrentMaxTokens || part.decode_rows) {
             kernels::gated_delta_recurrent(q + r0 * kd, k + r0 * kd, v + r0 * vd, b + r0 * nv, a + r0 * nv,
                                            part.n, nk, nv, dk, dv, st.recurrent.data(), state_out,
                                            o + r0 * vd, pool);

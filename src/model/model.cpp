@@ -162,6 +162,30 @@ Status Model::use_kv_type(kernels::KvType type, int64_t kv_window) {
     return Status::ok();
 }
 
+void Model::use_activations(kernels::Activations activations) {
+    activations_ = activations;
+    auto set = [&](WeightView& w) { w.activations = activations; };
+    auto set_mlp = [&](ExpertWeights& e) {
+        set(e.gate);
+        set(e.up);
+        set(e.down);
+    };
+    set(weights_.embed);
+    set(weights_.lm_head);
+    for (LayerWeights& l : weights_.layers) {
+        // Routers and the shared-expert gate stay f32: their products are E (or 1) rows, and their
+        // outputs pick experts, where a rounding that flips a top-k choice changes the computation
+        // discretely (llama.cpp keeps router weights in f32 for the same reason).
+        for (WeightView* w : {&l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj, &l.attn.o_proj,
+                              &l.linear.in_qkvz, &l.linear.in_ba, &l.linear.in_qkv, &l.linear.in_z,
+                              &l.linear.in_b, &l.linear.in_a, &l.linear.out_proj})
+            set(*w);
+        for (ExpertWeights& e : l.moe_w.experts) set_mlp(e);
+        set_mlp(l.moe_w.shared);
+        set_mlp(l.dense_mlp);
+    }
+}
+
 ModelState Model::new_state(int64_t max_positions) const {
     ModelState s;
     s.max_positions = max_positions;
@@ -189,26 +213,29 @@ ModelState Model::new_state(int64_t max_positions) const {
 }
 
 Status Model::forward(ModelState& state, std::span<const int32_t> tokens, float* logits, bool all_logits,
-                      Workspace& ws, ThreadPool* pool) const {
-    const SequenceStep step{&state, tokens, logits, all_logits};
+                      Workspace& ws, ThreadPool* pool, bool decode_rows) const {
+    const SequenceStep step{&state, tokens, logits, all_logits, decode_rows};
     return forward_batch(std::span<const SequenceStep>(&step, 1), ws, pool);
 }
 
 namespace {
 
-// Lays the steps out as rows (model.h BatchLayout): single-token steps first, then the longer ones,
-// each group in the caller's order; steps without tokens get no rows.
+// Lays the steps out as rows (model.h BatchLayout): single-token steps first, then decode_rows
+// steps (their rows singles too), then the longer ones, each group in the caller's order; steps
+// without tokens get no rows.
 void lay_out(std::span<const SequenceStep> steps, BatchLayout& b) {
     b.parts.clear();
     b.rows = 0;
-    for (int pass = 0; pass < 2; ++pass) {
+    for (int pass = 0; pass < 3; ++pass) {
         for (size_t i = 0; i < steps.size(); ++i) {
             const auto n = static_cast<int64_t>(steps[i].tokens.size());
-            if (n == 0 || (n == 1) != (pass == 0)) continue;
-            b.parts.push_back({steps[i].state, static_cast<int64_t>(i), b.rows, n});
+            const int group = n == 1 ? 0 : steps[i].decode_rows ? 1 : 2;
+            if (n == 0 || group != pass) continue;
+            b.parts.push_back(
+                {steps[i].state, static_cast<int64_t>(i), b.rows, n, n > 1 && steps[i].decode_rows});
             b.rows += n;
         }
-        if (pass == 0) b.singles = b.rows;
+        if (pass == 1) b.singles = b.rows;
     }
     b.part_of_row.resize(static_cast<size_t>(b.rows));
     for (size_t p = 0; p < b.parts.size(); ++p)

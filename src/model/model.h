@@ -43,10 +43,15 @@ struct SequenceStep {
     std::span<const int32_t> tokens;
     float* logits = nullptr;
     bool all_logits = false;
+    // Every token through the decode kernels (the matvec path, each token as lone in the MoE), as if
+    // fed one at a time: a speculative verification then gets exactly plain decoding's logits, also
+    // where the prefill kernels round differently (int8 activations). For short steps (<= 16 tokens).
+    bool decode_rows = false;
 };
 
 // How a batched forward lays its steps out as rows of one [rows, H] stream: the steps of a single
-// token first (rows [0, singles), one each), then the longer ones, each a run of consecutive rows.
+// token first (rows [0, singles), one each; then decode_rows steps, whose every row counts as a
+// single), then the longer ones, each a run of consecutive rows.
 // Every linear over the stream runs the single rows through the matvec path and the rest through one
 // matmul (workspace.h, linear_rows): exactly the kernels each row gets in a forward of its own.
 struct BatchLayout {
@@ -54,6 +59,7 @@ struct BatchLayout {
         ModelState* state;
         int64_t step;  // index into the caller's steps
         int64_t row0, n;
+        bool decode_rows;  // the step's rows are among the singles (SequenceStep::decode_rows)
     };
     std::vector<Part> parts;
     std::vector<int32_t> part_of_row;  // [rows]
@@ -111,6 +117,7 @@ struct Workspace {
     std::vector<int32_t> topk_ids;
     std::vector<float> topk_weights;
     std::vector<int32_t> expert_tokens, expert_offsets, expert_fill, expert_ids, predicted_ids;
+    std::vector<kernels::MatvecJob> jobs;  // a decode step's grouped products (moe.cpp)
     std::vector<ExpertWeights> expert_views;
     std::vector<float> expert_token_weights;
     std::vector<int32_t> expert_rows;  // one expert's rows, single-step rows first
@@ -147,7 +154,8 @@ struct Workspace {
         for (const auto* v : {&topk_ids, &expert_tokens, &expert_offsets, &expert_fill, &expert_ids,
                               &predicted_ids, &expert_rows})
             b += v->capacity() * sizeof(int32_t);
-        return b + expert_views.capacity() * sizeof(ExpertWeights);
+        return b + expert_views.capacity() * sizeof(ExpertWeights) +
+               jobs.capacity() * sizeof(kernels::MatvecJob);
     }
 };
 
@@ -182,6 +190,11 @@ class Model {
     // Stores attention KV as `type` from now on (before any state is made): an error naming the
     // problem when the model's head_dim cannot be stored so.
     Status use_kv_type(kernels::KvType type, int64_t kv_window = 0);
+    // How the products of quantized weights take their activations on the CPU (kernels.h,
+    // Activations): every bound view and every expert view the expert source hands out. kF32 (the
+    // default) is the reference arithmetic; kInt8 the integer dot products.
+    void use_activations(kernels::Activations activations);
+    kernels::Activations activations() const { return activations_; }
     // A fresh state able to hold `max_positions` tokens of context.
     ModelState new_state(int64_t max_positions) const;
 
@@ -189,7 +202,7 @@ class Model {
     // [tokens.size(), V] when all_logits, else only the last token's [V], into `logits` (may be
     // null when no logits are wanted). Advances state.n_past; on failure leaves `state` as it was.
     Status forward(ModelState& state, std::span<const int32_t> tokens, float* logits, bool all_logits,
-                   Workspace& ws, ThreadPool* pool) const;
+                   Workspace& ws, ThreadPool* pool, bool decode_rows = false) const;
 
     // Runs several sequences' steps (prefill chunks and single decode tokens, mixed; distinct states)
     // as one forward: every linear reads its weights once for all of them, and the MoE groups all
@@ -224,6 +237,7 @@ class Model {
     bool packed_ = false;
     format::PackLayout packed_layout_;
     ModelConfig config_;
+    kernels::Activations activations_ = kernels::Activations::kF32;
     ModelPlan plan_;
     StateLayout state_layout_;
     ModelWeights weights_;

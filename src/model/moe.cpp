@@ -36,15 +36,17 @@ void swiglu_mlp(const ExpertWeights& w, const float* x, int64_t n, int64_t singl
 }
 
 // Orders expert e's `count` rows (ascending, so each step's are consecutive) as indices into them,
-// in `order`: the rows that are their step's only token for this expert first, then the runs of two
-// or more, each in row order. Returns how many come first.
+// in `order`: the rows that are their step's only token for this expert (or of a decode_rows step,
+// whose every row is alone) first, then the runs of two or more, each in row order. Returns how many
+// come first.
 int64_t order_expert_rows(const int32_t* rows, int64_t count, const BatchLayout& b, int32_t* order) {
     int64_t lone = 0, at = 0;
     for (int pass = 0; pass < 2; ++pass) {
         for (int64_t j = 0; j < count;) {
             int64_t end = j + 1;
             const int32_t part = b.part_of_row[static_cast<size_t>(rows[j])];
-            while (end < count && b.part_of_row[static_cast<size_t>(rows[end])] == part) ++end;
+            if (!b.parts[static_cast<size_t>(part)].decode_rows)
+                while (end < count && b.part_of_row[static_cast<size_t>(rows[end])] == part) ++end;
             if ((end - j == 1) == (pass == 0))
                 for (int64_t i = j; i < end; ++i) order[at++] = static_cast<int32_t>(i);
             j = end;
@@ -52,6 +54,52 @@ int64_t order_expert_rows(const int32_t* rows, int64_t count, const BatchLayout&
         if (pass == 0) lone = at;
     }
     return lone;
+}
+
+constexpr int64_t kDecodeGroupRows = 16;
+
+// The routed experts of a decode step: each expert's rows are single tokens of distinct steps, so
+// alone each takes matvec_batch (the rows in order, as order_expert_rows gives them), which
+// matvec_jobs reproduces bit for bit; the weighted sums then go into `mix` in the same order (experts
+// ascending, rows in order) as the per-expert path.
+void routed_decode(const ExpertWeights* views, std::span<const int32_t> ids, const int32_t* offsets,
+                   const int32_t* tok, const float* tok_w, const float* x, float* mix, int64_t H,
+                   Workspace& ws, ThreadPool* pool) {
+    const auto count_ids = static_cast<int64_t>(ids.size());
+    int64_t total = 0;
+    for (int32_t e : ids) total += offsets[e + 1] - offsets[e];
+    const int64_t I = views[0].gate.rows;
+    float* in = grow(ws.expert_in, total * H);
+    float* g = grow(ws.expert_gate, total * I);
+    float* u = grow(ws.expert_up, total * I);
+    float* act = grow(ws.expert_act, total * I);
+    float* out = grow(ws.expert_out, total * H);
+    kernels::MatvecJob* jobs = grow(ws.jobs, 2 * count_ids);
+    int64_t at = 0;
+    for (int64_t i = 0; i < count_ids; ++i) {
+        const int64_t begin = offsets[ids[i]], count = offsets[ids[i] + 1] - begin;
+        for (int64_t j = 0; j < count; ++j)
+            std::memcpy(in + (at + j) * H, x + tok[begin + j] * H, sizeof(float) * H);
+        jobs[2 * i] = kernels::MatvecJob{&views[i].gate, in + at * H, count, g + at * I};
+        jobs[2 * i + 1] = kernels::MatvecJob{&views[i].up, in + at * H, count, u + at * I};
+        at += count;
+    }
+    kernels::matvec_jobs(jobs, 2 * count_ids, pool);
+    kernels::swiglu(g, u, total * I, act);
+    at = 0;
+    for (int64_t i = 0; i < count_ids; ++i) {
+        const int64_t count = offsets[ids[i] + 1] - offsets[ids[i]];
+        jobs[i] = kernels::MatvecJob{&views[i].down, act + at * I, count, out + at * H};
+        at += count;
+    }
+    kernels::matvec_jobs(jobs, count_ids, pool);
+    at = 0;
+    for (int64_t i = 0; i < count_ids; ++i) {
+        const int64_t begin = offsets[ids[i]], count = offsets[ids[i] + 1] - begin;
+        for (int64_t j = 0; j < count; ++j)
+            kernels::axpy(tok_w[begin + j], out + (at + j) * H, H, mix + tok[begin + j] * H);
+        at += count;
+    }
 }
 
 }  // namespace
@@ -99,6 +147,9 @@ void Model::moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t lay
     }
 
     std::fill(mix, mix + n * H, 0.0f);
+    // A decode step (every row a sequence's only token, a few of them): every expert's gate and up in
+    // one dispatch, every down in another, instead of three per expert.
+    const bool decode = singles == n && n <= kDecodeGroupRows;
     // The batch's expert union, acquired from the expert source in rounds of at most max_pinned()
     // (a cache smaller than one layer's union still works, just with more reads).
     int32_t* used = grow(ws.expert_ids, E);
@@ -115,13 +166,21 @@ void Model::moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t lay
             if (ws.moe_status.is_ok()) ws.moe_status = st;
             return;
         }
+        for (int64_t i = 0; i < count_ids; ++i)  // a streamed expert's views come from its source
+            for (WeightView* w : {&views[i].gate, &views[i].up, &views[i].down})
+                w->activations = activations_;
+        if (decode) {
+            routed_decode(views, batch_ids, offsets, tok, tok_w, x, mix, H, ws, pool);
+            experts_->release(layer, batch_ids);
+            continue;
+        }
         for (int64_t i = 0; i < count_ids; ++i) {
             const int32_t e = batch_ids[i];
             const int64_t begin = offsets[e], count = offsets[e + 1] - offsets[e];
             // One step: its rows in order, as alone. Several: each step's lone rows first.
             int32_t* order = grow(ws.expert_rows, count);
             int64_t lone = count == 1 ? 1 : 0;
-            if (ws.batch.parts.size() > 1 && count > 1) {
+            if (count > 1 && (ws.batch.parts.size() > 1 || ws.batch.parts[0].decode_rows)) {
                 lone = order_expert_rows(tok + begin, count, ws.batch, order);
             } else {
                 for (int64_t j = 0; j < count; ++j) order[j] = static_cast<int32_t>(j);

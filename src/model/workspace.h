@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -44,6 +46,22 @@ inline void linear_rows(const kernels::WeightView& w, const float* x, int64_t ro
                         ThreadPool* pool) {
     if (singles > 0) kernels::matvec_batch(w, x, singles, y, pool);
     if (rows > singles) kernels::matmul(w, x + singles * w.cols, rows - singles, y + singles * w.rows, pool);
+}
+
+// Several linears of the same input rows (q, k and v; the DeltaNet input projections), each as
+// linear_rows computes it: their single-token rows in one dispatch (kernels::matvec_jobs: each
+// product's matvec_batch bits, x prepared once for all of them), the rest through each one's matmul.
+inline void linear_rows_shared(std::initializer_list<std::pair<const kernels::WeightView*, float*>> outs,
+                               const float* x, int64_t rows, int64_t singles, ThreadPool* pool) {
+    if (singles > 0) {
+        kernels::MatvecJob jobs[8];
+        int64_t n = 0;
+        for (const auto& [w, y] : outs) jobs[n++] = kernels::MatvecJob{w, x, singles, y};
+        kernels::matvec_jobs(jobs, n, pool);
+    }
+    if (rows > singles)
+        for (const auto& [w, y] : outs)
+            kernels::matmul(*w, x + singles * w->cols, rows - singles, y + singles * w->rows, pool);
 }
 
 }  // namespace sluice::model

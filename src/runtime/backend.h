@@ -32,6 +32,10 @@ struct BatchStep {
     std::span<const int32_t> tokens;
     float* logits = nullptr;
     bool all_logits = false;
+    // Every token through the decode kernels, as if fed one at a time (model.h SequenceStep): a
+    // speculative verification's logits are then plain decoding's on the CPU (the CUDA backend's
+    // batch is within the golden tolerance either way).
+    bool decode_rows = false;
 };
 
 class Backend {

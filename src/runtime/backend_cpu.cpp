@@ -32,9 +32,9 @@ class CpuSequence final : public SequenceState {
     void advanced(int64_t n) { advance(n); }
 
     Status forward(const model::Model& model, std::span<const int32_t> tokens, float* logits, bool all_logits,
-                   ThreadPool* pool) {
+                   ThreadPool* pool, bool decode_rows = false) {
         state_.n_past = position();
-        SLUICE_RETURN_IF_ERROR(model.forward(state_, tokens, logits, all_logits, ws_, pool));
+        SLUICE_RETURN_IF_ERROR(model.forward(state_, tokens, logits, all_logits, ws_, pool, decode_rows));
         advance(static_cast<int64_t>(tokens.size()));
         return Status::ok();
     }
@@ -128,7 +128,11 @@ class CpuBackend final : public Backend {
         if (steps.size() == 1) {
             if (steps[0].seq == nullptr)
                 return error(ErrorCode::kInvalidArgument, "[cpu] a batch step has no sequence");
-            return forward(*steps[0].seq, steps[0].tokens, steps[0].logits, steps[0].all_logits);
+            auto* cpu = dynamic_cast<CpuSequence*>(steps[0].seq);
+            if (cpu == nullptr)
+                return error(ErrorCode::kInvalidArgument, "[cpu] the sequence was made by another backend");
+            return cpu->forward(*model_, steps[0].tokens, steps[0].logits, steps[0].all_logits, pool_,
+                                steps[0].decode_rows);
         }
         std::vector<CpuSequence*> seqs(steps.size());
         model_steps_.resize(steps.size());
@@ -137,8 +141,8 @@ class CpuBackend final : public Backend {
             if (seqs[i] == nullptr)
                 return error(ErrorCode::kInvalidArgument, "[cpu] batch step " + std::to_string(i) +
                                                               "'s sequence was made by another backend");
-            model_steps_[i] = {&seqs[i]->model_state(), steps[i].tokens, steps[i].logits,
-                               steps[i].all_logits};
+            model_steps_[i] = {&seqs[i]->model_state(), steps[i].tokens, steps[i].logits, steps[i].all_logits,
+                               steps[i].decode_rows};
         }
         SLUICE_RETURN_IF_ERROR(model_->forward_batch(model_steps_, batch_ws_, pool_));
         for (size_t i = 0; i < steps.size(); ++i)

@@ -264,6 +264,8 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     SLUICE_ASSIGN_OR_RETURN(const int device_index, runtime::parse_device(options.device));
     SLUICE_ASSIGN_OR_RETURN(auto model, model::Model::load(options.model_dir));
     SLUICE_RETURN_IF_ERROR(model->use_kv_type(kv_type, options.kv_window));
+    model->use_activations(options.cpu_int8_activations && device_index < 0 ? kernels::Activations::kInt8
+                                                                            : kernels::Activations::kF32);
     auto engine = std::shared_ptr<Engine>(new Engine());
     Impl& im = *engine->impl_;
     im.options = options;
@@ -323,8 +325,10 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         SLUICE_ASSIGN_OR_RETURN(im.backend, runtime::make_cuda_backend(im.model, co));
     }
     SLUICE_RETURN_IF_ERROR(engine->load_text_side());
-    log::debug("[engine] {} ({}, {}), {} threads, {} kernels", info.family, info.layout, info.quantization,
-               im.pool->size(), kernels::cpu_kernel_isa());
+    log::debug("[engine] {} ({}, {}), {} threads, {} kernels, {} activations ({})", info.family, info.layout,
+               info.quantization, im.pool->size(), kernels::cpu_kernel_isa(),
+               im.model->activations() == kernels::Activations::kInt8 ? "int8" : "f32",
+               kernels::cpu_int8_kernel_isa());
     return engine;
 }
 

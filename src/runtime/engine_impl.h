@@ -49,9 +49,11 @@ struct Session::Impl {
     Expected<int64_t> rewind_to(int64_t keep);
     // Session::evaluate into `logits` (resized; its capacity is reused). `summary` (optional) gets
     // the backend's summary of the last row when it computed one (read under the compute lock).
+    // `decode_rows`: every token through the decode kernels (runtime/backend.h BatchStep), so the
+    // logits and state are those of feeding them one at a time (speculative verification).
     Status evaluate_into(std::span<const int32_t> tokens, bool all_logits, int64_t chunk_tokens,
-                         std::vector<float>& logits,
-                         std::optional<runtime::LogitsSummary>* summary = nullptr);
+                         std::vector<float>& logits, std::optional<runtime::LogitsSummary>* summary = nullptr,
+                         bool decode_rows = false);
 };
 
 }  // namespace sluice

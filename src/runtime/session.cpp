@@ -94,7 +94,7 @@ Expected<std::vector<float>> Session::evaluate(std::span<const int32_t> tokens, 
 // fresh 1 MB vector per token is an allocation, page faults and zeroing each step).
 Status Session::Impl::evaluate_into(std::span<const int32_t> tokens, bool all_logits, int64_t chunk_tokens,
                                     std::vector<float>& logits,
-                                    std::optional<runtime::LogitsSummary>* summary) {
+                                    std::optional<runtime::LogitsSummary>* summary, bool decode_rows) {
     Impl& s = *this;
     Engine::Impl& e = *s.engine->impl_;
     const int64_t V = e.info.vocab_size;
@@ -110,8 +110,13 @@ Status Session::Impl::evaluate_into(std::span<const int32_t> tokens, bool all_lo
         float* out = all_logits ? logits.data() + begin * V : (last ? logits.data() : nullptr);
         // A chunk that fails leaves the sequence at the end of the chunks before it, and `tokens`
         // says the same: the session stays consistent.
-        SLUICE_RETURN_IF_ERROR(e.backend->forward(
-            *seq, tokens.subspan(static_cast<size_t>(begin), static_cast<size_t>(count)), out, all_logits));
+        const auto part = tokens.subspan(static_cast<size_t>(begin), static_cast<size_t>(count));
+        if (decode_rows) {
+            const runtime::BatchStep step{seq, part, out, all_logits, true};
+            SLUICE_RETURN_IF_ERROR(e.backend->forward_batch(std::span<const runtime::BatchStep>(&step, 1)));
+        } else {
+            SLUICE_RETURN_IF_ERROR(e.backend->forward(*seq, part, out, all_logits));
+        }
         s.tokens.insert(s.tokens.end(), tokens.begin() + begin, tokens.begin() + begin + count);
     }
     if (summary != nullptr) *summary = e.backend->logits_summary();
@@ -299,8 +304,9 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
         keep.assign(s.tokens.begin(), s.tokens.begin() + length);
         SLUICE_ASSIGN_OR_RETURN(const int64_t kept, s.rewind_to(length));
         if (kept < length)
-            SLUICE_RETURN_IF_ERROR(s.evaluate_into(
-                std::span<const int32_t>(keep).subspan(static_cast<size_t>(kept)), false, 0, logits));
+            SLUICE_RETURN_IF_ERROR(
+                s.evaluate_into(std::span<const int32_t>(keep).subspan(static_cast<size_t>(kept)), false, 0,
+                                logits, nullptr, /*decode_rows=*/true));
         return Status::ok();
     };
     std::vector<int32_t> drafts, feed;
@@ -330,7 +336,8 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
         feed.assign(1, pending);
         feed.insert(feed.end(), drafts.begin(), drafts.end());
         const auto tv = Clock::now();
-        SLUICE_RETURN_IF_ERROR(s.evaluate_into(feed, true, 0, rows));
+        // Decode kernels for every proposal: the target's logits are plain decoding's, bit for bit.
+        SLUICE_RETURN_IF_ERROR(s.evaluate_into(feed, true, 0, rows, nullptr, /*decode_rows=*/true));
         if (controller) controller->record_target(static_cast<int>(k + 1), ms_since(tv));
         if (scratch.size() != static_cast<size_t>(V)) scratch.assign(static_cast<size_t>(V), 0.0f);
         bool go = true;

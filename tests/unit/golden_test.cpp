@@ -21,6 +21,26 @@ namespace {
 
 constexpr float kTolerance = 2e-3f;  // absolute, f32 compute
 constexpr float kDecisiveMargin = 1e-2f;
+// With int8 activations (EngineOptions::cpu_int8_activations, the CPU default for 4/8-bit weights)
+// every product's input is rounded to 8 bits per block of 32: ~0.5% per product. On these tiny random
+// models that perturbation also flips near-tied router choices and is amplified by unconstrained
+// DeltaNet decays (docs/ARCHITECTURE.md, "Integer dot products"), so a row's worst logit can move by
+// much more than the typical one. Measured over the 5 quantized goldens (prefill and decode): the
+// median row's max |Δlogit| is 0.9–3.6% of its largest |logit|, top-1 agreement 121–137 of 137
+// positions. The int8 check holds the median under kInt8MedianRelative, the agreement above
+// kInt8MinTop1, and the greedy continuation until the reference's first step decided by less than
+// kInt8DecisiveMargin; the default model's perplexity (activations_test.cpp) is the quality bar.
+constexpr double kInt8MedianRelative = 0.06;
+constexpr double kInt8MinTop1 = 0.85;
+constexpr float kInt8DecisiveMargin = 0.6f;
+
+struct Tolerance {
+    float abs = kTolerance;
+    float decisive = kDecisiveMargin;
+    // int8: rows are measured into these instead of held to `abs` one by one.
+    std::vector<double>* relative = nullptr;  // max |Δ| / max |ref| per row
+    int64_t* top1_same = nullptr;
+};
 
 std::string goldens_dir() {
     return sluice::testing::test_data_dir() + "/goldens";
@@ -70,15 +90,37 @@ Reference load_reference(const std::string& dir) {
 }
 
 // Max |a - b| over a row, and whether the top-1 agrees where the reference is decisive.
-void expect_row_close(const float* got, const float* ref, int64_t V, const std::string& where) {
-    float max_diff = 0;
-    for (int64_t i = 0; i < V; ++i) max_diff = std::max(max_diff, std::fabs(got[i] - ref[i]));
-    EXPECT_LE(max_diff, kTolerance) << where;
+float decisive_margin(const float* ref, int64_t V) {
+    float a = -INFINITY, b = -INFINITY;
+    for (int64_t i = 0; i < V; ++i) {
+        if (ref[i] > a) {
+            b = a;
+            a = ref[i];
+        } else if (ref[i] > b) {
+            b = ref[i];
+        }
+    }
+    return a - b;
+}
+
+void expect_row_close(const float* got, const float* ref, int64_t V, const std::string& where,
+                      Tolerance tol = {}) {
+    float max_diff = 0, max_ref = 0;
+    for (int64_t i = 0; i < V; ++i) {
+        max_diff = std::max(max_diff, std::fabs(got[i] - ref[i]));
+        max_ref = std::max(max_ref, std::fabs(ref[i]));
+    }
+    if (tol.relative != nullptr) {
+        tol.relative->push_back(static_cast<double>(max_diff) / std::max(max_ref, 1e-6f));
+        *tol.top1_same += std::max_element(got, got + V) - got == std::max_element(ref, ref + V) - ref;
+        return;
+    }
+    EXPECT_LE(max_diff, tol.abs) << where;
     std::vector<int64_t> order(static_cast<size_t>(V));
     for (int64_t i = 0; i < V; ++i) order[i] = i;
     std::partial_sort(order.begin(), order.begin() + 2, order.end(),
                       [&](int64_t a, int64_t b) { return ref[a] > ref[b]; });
-    if (ref[order[0]] - ref[order[1]] > kDecisiveMargin) {
+    if (ref[order[0]] - ref[order[1]] > tol.decisive) {
         const int64_t top = std::max_element(got, got + V) - got;
         EXPECT_EQ(top, order[0]) << where << ": top-1 differs (reference margin "
                                  << ref[order[0]] - ref[order[1]] << ")";
@@ -101,14 +143,21 @@ TEST(GoldenIndex, ExistsAndCoversEveryFamily) {
 // in f32 like the CPU fast path.
 // With `tiered` (CUDA), the GPU expert cache is capped at 2·k + 1 slots: every layer evicts, and
 // prefill runs each MoE layer in token sub-ranges whose expert unions fit.
-void check_golden(const std::string& name, const std::string& device, bool tiered = false) {
+// With `int8`, the CPU's int8-activation products (the default for 4/8-bit weights) at their tolerance;
+// without, the exact f32 arithmetic.
+void check_golden(const std::string& name, const std::string& device, bool tiered = false,
+                  bool int8 = false) {
     const std::string dir = goldens_dir() + "/" + name;
     Reference ref = load_reference(dir);
     ASSERT_FALSE(ref.ids.empty());
+    std::vector<double> relative;
+    int64_t top1_same = 0;
+    const Tolerance tol = int8 ? Tolerance{0.0f, kInt8DecisiveMargin, &relative, &top1_same} : Tolerance{};
     EngineOptions eo;
     eo.model_dir = dir;
     eo.threads = 2;
     eo.device = device;
+    eo.cpu_int8_activations = int8;
     // tools/gpu_check.sh runs the CUDA goldens again with SLUICE_CUDA_UNFUSED=1.
     eo.cuda_diagnostics = cuda_diagnostics_from_env();
     eo.context_tokens = static_cast<int64_t>(ref.ids.size() + ref.greedy_ids.size() + 1);
@@ -136,7 +185,8 @@ void check_golden(const std::string& name, const std::string& device, bool tiere
         ASSERT_TRUE(logits.has_value()) << logits.status().message();
         for (int64_t t = 0; t < T; ++t)
             expect_row_close(logits->data() + t * V, ref.logits.data() + t * V, V,
-                             "prefill(chunk " + std::to_string(chunk) + ") position " + std::to_string(t));
+                             "prefill(chunk " + std::to_string(chunk) + ") position " + std::to_string(t),
+                             tol);
     }
 
     // Step-by-step decode.
@@ -146,8 +196,21 @@ void check_golden(const std::string& name, const std::string& device, bool tiere
             auto logits = session->evaluate(std::span<const int32_t>(&ref.ids[t], 1), false);
             ASSERT_TRUE(logits.has_value()) << logits.status().message();
             expect_row_close(logits->data(), ref.logits.data() + t * V, V,
-                             "decode position " + std::to_string(t));
+                             "decode position " + std::to_string(t), tol);
         }
+    }
+
+    if (int8) {
+        ASSERT_FALSE(relative.empty());
+        std::vector<double> sorted = relative;
+        std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+        const double median = sorted[sorted.size() / 2];
+        const double agree = static_cast<double>(top1_same) / static_cast<double>(relative.size());
+        std::printf("[int8] %s: median row max|Δ|/max|ref| %.4f, top-1 agreement %.3f over %zu rows\n",
+                    name.c_str(), median, agree, relative.size());
+        EXPECT_LE(median, kInt8MedianRelative);
+        EXPECT_GE(agree, kInt8MinTop1);
+        EXPECT_GT(*std::max_element(relative.begin(), relative.end()), 0.0) << "int8 changed nothing";
     }
 
     // Greedy continuation and the logits that chose each token.
@@ -162,14 +225,26 @@ void check_golden(const std::string& name, const std::string& device, bool tiere
         return true;
     });
     ASSERT_TRUE(finish.has_value()) << finish.status().message();
-    EXPECT_EQ(generated, ref.greedy_ids);
+    if (!int8) {
+        EXPECT_EQ(generated, ref.greedy_ids);
+    } else {
+        // The same tokens up to the first step the reference itself does not decide by the margin
+        // (after it, both continuations are right).
+        ASSERT_EQ(generated.size(), ref.greedy_ids.size());
+        for (size_t g = 0; g < ref.greedy_ids.size(); ++g) {
+            if (!ref.greedy_logits.empty() &&
+                decisive_margin(ref.greedy_logits.data() + g * V, V) <= tol.decisive)
+                break;
+            ASSERT_EQ(generated[g], ref.greedy_ids[g]) << "greedy step " << g;
+        }
+    }
     if (tiered) {
         const GpuExpertCacheStats s = (*engine)->gpu_expert_cache_stats();
         EXPECT_GT(s.misses, 0u);
         EXPECT_GT(s.evictions, 0u);
         EXPECT_GT(s.bytes_copied, 0u);
     }
-    if (!ref.greedy_logits.empty()) {
+    if (!ref.greedy_logits.empty() && !int8) {
         auto replay = (*engine)->new_session();
         std::vector<int32_t> seq = ref.ids;
         seq.insert(seq.end(), ref.greedy_ids.begin(), ref.greedy_ids.end() - 1);
@@ -183,6 +258,12 @@ void check_golden(const std::string& name, const std::string& device, bool tiere
 
 TEST_P(Golden, PrefillDecodeAndGreedyMatchTransformers) {
     check_golden(GetParam(), "cpu");
+}
+
+TEST_P(Golden, Int8ActivationsMatchTransformersWithinTheirTolerance) {
+    if (GetParam().find("_mlx_q") == std::string::npos)
+        GTEST_SKIP() << GetParam() << ": float weights take no int8 path";
+    check_golden(GetParam(), "cpu", /*tiered=*/false, /*int8=*/true);
 }
 
 TEST_P(Golden, OnCudaPrefillDecodeAndGreedyMatchTransformers) {

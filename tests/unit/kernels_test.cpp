@@ -215,6 +215,131 @@ TEST(Kernels, QuantizedLinearMatchesReference) {
     });
 }
 
+// int8 activations (kernels.h, Activations::kInt8): every ISA's VNNI / maddubs / portable loops and
+// the AVX-512 GEMM against the reference's definition (x quantised per block of 32, integer sums);
+// matvec_batch giving each vector matvec's bits, matmul each token the same bits whatever tokens it
+// comes with; and the quantisation's own error against the f32 product bounded as its definition implies.
+TEST(Kernels, Int8ActivationLinearMatchesReference) {
+    Pools pools;
+    for_each_isa([&] {
+        SCOPED_TRACE(std::string("int8 path ") + cpu_int8_kernel_isa());
+        std::mt19937 rng(11);
+        for (WeightType type : {WeightType::kQ4, WeightType::kQ8})
+            for (int32_t gs : {32, 64, 128})
+                for (ScaleType st : {ScaleType::kBF16, ScaleType::kF16, ScaleType::kF32})
+                    for (int64_t groups : {1, 3, 5, 16})
+                        for (int64_t rows : {1, 7, 37}) {
+                            const int64_t cols = groups * gs;
+                            auto tw = make_weight(rng, type, rows, cols, gs, st);
+                            tw.view.activations = Activations::kInt8;
+                            const WeightView& w = tw.view;
+                            ASSERT_TRUE(w.int8_activations());
+                            const std::string what = std::string(weight_type_name(type)) +
+                                                     " gs=" + std::to_string(gs) + " " + scale_name(st) +
+                                                     " " + std::to_string(rows) + "x" + std::to_string(cols);
+                            for (int64_t n : {1, 5, 70}) {
+                                auto x = random_vec(rng, static_cast<size_t>(n * cols));
+                                if (n > 1)
+                                    std::fill(x.begin() + cols, x.begin() + cols + 32,
+                                              0.0f);  // an all-zero block
+                                std::vector<float> ref(static_cast<size_t>(n * rows));
+                                reference::matmul(w, x.data(), n, ref.data(), nullptr);
+                                for (ThreadPool* pool : pools.all()) {
+                                    const std::string tag = what + " n=" + std::to_string(n) + " pool=" +
+                                                            std::to_string(pool ? pool->size() : 0);
+                                    std::vector<float> mm(ref.size(), NAN), mb(ref.size(), NAN);
+                                    matmul(w, x.data(), n, mm.data(), pool);
+                                    expect_close(mm, ref, 1e-4, "matmul " + tag);
+                                    matvec_batch(w, x.data(), n, mb.data(), pool);
+                                    expect_close(mb, ref, 1e-4, "matvec_batch " + tag);
+                                    // matvec_batch: each vector bit for bit matvec alone.
+                                    std::vector<float> alone(static_cast<size_t>(rows));
+                                    matvec(w, x.data() + (n - 1) * cols, alone.data(), pool);
+                                    ASSERT_TRUE(
+                                        std::equal(alone.begin(), alone.end(), mb.begin() + (n - 1) * rows))
+                                        << "matvec differs from matvec_batch's last vector " << tag;
+                                    // matmul: a token's result whatever tokens it comes with (the last two
+                                    // alone, as a 2-token step would run).
+                                    if (n > 2) {
+                                        std::vector<float> two(static_cast<size_t>(2 * rows), NAN);
+                                        matmul(w, x.data() + (n - 2) * cols, 2, two.data(), pool);
+                                        ASSERT_TRUE(
+                                            std::equal(two.begin(), two.end(), mm.begin() + (n - 2) * rows))
+                                            << "matmul of the last 2 tokens differs from the whole matmul's "
+                                            << tag;
+                                    }
+                                }
+                                // Against the exact (f32) product: per block, rounding moves each x by at
+                                // most d/2, so |error| <= Σ |w_i|·d_b/2; check the bound row by row.
+                                WeightView exact = w;
+                                exact.activations = Activations::kF32;
+                                std::vector<float> f32(ref.size()), wrow(static_cast<size_t>(cols));
+                                reference::matmul(exact, x.data(), n, f32.data(), nullptr);
+                                for (int64_t r = 0; r < rows; ++r) {
+                                    reference::dequantize_row(exact, r, wrow.data());
+                                    for (int64_t t = 0; t < n; ++t) {
+                                        double bound = 1e-5;
+                                        for (int64_t b = 0; b < cols / 32; ++b) {
+                                            float amax = 0.0f;
+                                            double wsum = 0.0;
+                                            for (int64_t i = b * 32; i < b * 32 + 32; ++i) {
+                                                amax = std::max(
+                                                    amax, std::abs(x[static_cast<size_t>(t * cols + i)]));
+                                                wsum += std::abs(wrow[static_cast<size_t>(i)]);
+                                            }
+                                            bound += wsum * amax / 127.0 / 2.0 * 1.001;
+                                        }
+                                        const size_t at = static_cast<size_t>(t * rows + r);
+                                        ASSERT_LE(std::abs(static_cast<double>(ref[at]) - f32[at]), bound)
+                                            << what << " row " << r << " vector " << t;
+                                    }
+                                }
+                            }
+                            if (::testing::Test::HasFailure()) return;
+                        }
+    });
+}
+
+// matvec_jobs: several products in one dispatch, each with matvec_batch's bits — float, quantized
+// f32 and int8 weights mixed, jobs sharing x (one preparation) and jobs with their own x.
+TEST(Kernels, MatvecJobsAreEachMatvecBatchBitForBit) {
+    Pools pools;
+    for_each_isa([&] {
+        std::mt19937 rng(5);
+        std::vector<TestWeight> ws;
+        ws.push_back(make_weight(rng, WeightType::kQ4, 37, 256, 64));
+        ws.push_back(make_weight(rng, WeightType::kQ4, 5, 256, 64));
+        ws.push_back(make_weight(rng, WeightType::kQ8, 19, 256, 32));
+        ws.push_back(make_weight(rng, WeightType::kBF16, 7, 256));
+        ws.push_back(make_weight(rng, WeightType::kQ4, 33, 128, 128));
+        ws[0].view.activations = ws[1].view.activations = ws[2].view.activations = Activations::kInt8;
+        ws[4].view.activations = Activations::kInt8;
+        for (int64_t n : {1, 3}) {
+            const auto x = random_vec(rng, static_cast<size_t>(n * 256));
+            const auto x2 = random_vec(rng, static_cast<size_t>(n * 256));
+            const auto x3 = random_vec(rng, static_cast<size_t>(n * 128));
+            const float* xs[] = {x.data(), x.data(), x.data(), x.data(), x3.data()};
+            for (ThreadPool* pool : pools.all()) {
+                for (bool second_x : {false, true}) {
+                    std::vector<std::vector<float>> got(ws.size()), want(ws.size());
+                    std::vector<MatvecJob> jobs;
+                    for (size_t j = 0; j < ws.size(); ++j) {
+                        const float* xj = second_x && j == 1 ? x2.data() : xs[j];
+                        got[j].assign(static_cast<size_t>(n * ws[j].view.rows), NAN);
+                        want[j].resize(got[j].size());
+                        matvec_batch(ws[j].view, xj, n, want[j].data(), nullptr);
+                        jobs.push_back(MatvecJob{&ws[j].view, xj, n, got[j].data()});
+                    }
+                    matvec_jobs(jobs.data(), static_cast<int64_t>(jobs.size()), pool);
+                    for (size_t j = 0; j < ws.size(); ++j)
+                        ASSERT_TRUE(got[j] == want[j])
+                            << "job " << j << " n=" << n << " second_x=" << second_x;
+                }
+            }
+        }
+    });
+}
+
 TEST(Kernels, FloatLinearMatchesReference) {
     Pools pools;
     for_each_isa([&] {

@@ -70,6 +70,26 @@ const IsaTable& isa() {
     return forced ? *forced : *best;
 }
 
+#if defined(__x86_64__)
+bool cpu_has_avx512_vnni() {
+    static const bool has = [] {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512vnni") != 0;
+    }();
+    return has;
+}
+#endif
+
+// The table whose int8-activation loops run: the current ISA's, except that AVX-512 without VNNI
+// (Skylake-SP) takes AVX2's vpmaddubsw loops.
+const IsaTable& int8_isa() {
+    const IsaTable& t = isa();
+#if defined(__x86_64__)
+    if (&t == &cpu::kAvx512Table && !cpu_has_avx512_vnni()) return cpu::kAvx2Table;
+#endif
+    return t;
+}
+
 // An out-of-place DeltaNet step copies value head j's state [dk, dv] next to its own processing
 // (the head's 64 KB is then in cache when the in-place kernel reads it, so going out of place costs
 // no extra memory traffic) and runs the in-place kernel on the copy.
@@ -121,10 +141,67 @@ constexpr int64_t kMatvecGrainRows = 16;
 constexpr int64_t kTileRows = 4;
 constexpr int64_t kTokenBlock = 48;  // a multiple of the AVX-512 micro-kernel's 6 tokens
 
+// The int8-activation products (kernels.h, Activations::kInt8): every vector quantised once, on the
+// calling thread; then the row kernel over rows × vectors (matvec, matvec_batch: a row's result depends
+// only on the row and its vector) or, for a matmul of 2+ tokens where the ISA has one, the GEMM with
+// tokens in its lanes (a token's result depends only on itself, never on n or its neighbours, so a
+// prefill chunk gets the same bits alone and batched). Without a GEMM, `blocked` (matmul) takes rows in
+// blocks of kInt8BlockRows that stay in L2 while every vector passes over them; otherwise (a few decode
+// vectors) each thread's whole range once per vector, streaming the weights.
+constexpr int64_t kInt8BlockRows = 64;
+// The prefill GEMM's rows per task: unpacked once (16 KB at 2048 inputs), then every token passes.
+constexpr int64_t kInt8GemmRows = 16;
+
+void linear_int8(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool, bool blocked) {
+    const IsaTable& t = int8_isa();
+    const int64_t rows = w.rows, cols = w.cols, groups = cols / w.group_size;
+    thread_local std::vector<uint8_t> prep_buf;
+    if (blocked && n >= 2 && t.i8_gemm_rows != nullptr) {
+        const int64_t gbytes = t.i8_gemm_prepared_bytes(w, n);
+        if (static_cast<int64_t>(prep_buf.size()) < gbytes) prep_buf.resize(static_cast<size_t>(gbytes));
+        uint8_t* gprep = prep_buf.data();
+        t.i8_gemm_prepare(w, x, n, gprep);
+        run(pool, (rows + kInt8GemmRows - 1) / kInt8GemmRows, 1, [&](int64_t b0, int64_t b1) {
+            thread_local std::vector<uint8_t> unpacked;
+            const int64_t need = t.i8_gemm_scratch_bytes(w, kInt8GemmRows);
+            if (static_cast<int64_t>(unpacked.size()) < need) unpacked.resize(static_cast<size_t>(need));
+            for (int64_t b = b0; b < b1; ++b) {
+                const int64_t r0 = b * kInt8GemmRows, r1 = std::min(rows, r0 + kInt8GemmRows);
+                t.i8_gemm_rows(w, gprep, n, r0, r1, y, rows, unpacked.data());
+            }
+        });
+        return;
+    }
+    const int64_t bytes = t.i8_prepared_bytes(w);
+    thread_local std::vector<float> xs_buf;
+    if (static_cast<int64_t>(prep_buf.size()) < n * bytes) prep_buf.resize(static_cast<size_t>(n * bytes));
+    uint8_t* prep = prep_buf.data();
+    float* xs = scratch(xs_buf, n * groups);
+    for (int64_t v = 0; v < n; ++v) t.i8_prepare(w, x + v * cols, prep + v * bytes, xs + v * groups);
+    if (!blocked || n <= 4) {
+        run(pool, rows, kMatvecGrainRows, [&](int64_t r0, int64_t r1) {
+            for (int64_t v = 0; v < n; ++v)
+                t.i8_matvec_rows(w, prep + v * bytes, xs + v * groups, r0, r1, y + v * rows + r0);
+        });
+        return;
+    }
+    run(pool, (rows + kInt8BlockRows - 1) / kInt8BlockRows, 1, [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) {
+            const int64_t r0 = b * kInt8BlockRows, r1 = std::min(rows, r0 + kInt8BlockRows);
+            for (int64_t v = 0; v < n; ++v)
+                t.i8_matvec_rows(w, prep + v * bytes, xs + v * groups, r0, r1, y + v * rows + r0);
+        }
+    });
+}
+
 }  // namespace
 
 const char* cpu_kernel_isa() {
     return isa().name;
+}
+
+const char* cpu_int8_kernel_isa() {
+    return int8_isa().i8_name;
 }
 
 void dequantize_row(const WeightView& w, int64_t row, float* out) {
@@ -144,6 +221,10 @@ void matvec(const WeightView& w, const float* x, float* y, ThreadPool* pool) {
 // for bit.
 void matvec_batch(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
     check_view(w);
+    if (w.int8_activations()) {
+        linear_int8(w, x, n, y, pool, false);
+        return;
+    }
     const IsaTable& t = linear_isa(w);
     const int64_t rows = w.rows, cols = w.cols;
     if (!w.quantized()) {
@@ -163,8 +244,123 @@ void matvec_batch(const WeightView& w, const float* x, int64_t n, float* y, Thre
     });
 }
 
+// The jobs' rows as one space of blocks of kMatvecGrainRows (every block inside one job), split over
+// the pool in contiguous ranges; each job's vectors prepared once on the calling thread — and once for
+// several jobs whose weights take the same preparation of the same x (gate and up of one expert; q, k
+// and v) — then the same row kernels as matvec_batch, so every job gets matvec_batch's bits.
+void matvec_jobs(const MatvecJob* jobs, int64_t count, ThreadPool* pool) {
+    enum class Path : uint8_t { kFloat, kQuant, kInt8 };
+    struct Prepared {
+        Path path;
+        const IsaTable* t;
+        int64_t stride;     // bytes of one prepared vector (0: float weights read x as it is)
+        int64_t groups;     // sums per vector
+        size_t at, sum_at;  // where the job's first prepared vector and its sums are
+        bool owner;         // prepares them (false: an earlier job of the same x did)
+    };
+    thread_local std::vector<Prepared> prepared;
+    thread_local std::vector<int64_t> first_block;
+    thread_local std::vector<uint8_t> buf;
+    thread_local std::vector<float> sums;
+    prepared.resize(static_cast<size_t>(count));
+    first_block.resize(static_cast<size_t>(count) + 1);
+    size_t bytes = 0, floats = 0;
+    first_block[0] = 0;
+    for (int64_t j = 0; j < count; ++j) {
+        const WeightView& w = *jobs[j].w;
+        check_view(w);
+        Prepared& p = prepared[static_cast<size_t>(j)];
+        p.groups = w.quantized() ? w.cols / w.group_size : 0;
+        if (w.int8_activations()) {
+            p.path = Path::kInt8;
+            p.t = &int8_isa();
+            p.stride = (p.t->i8_prepared_bytes(w) + 63) / 64 * 64;
+        } else if (w.quantized()) {
+            p.path = Path::kQuant;
+            p.t = &linear_isa(w);
+            p.stride = (p.t->prepared_x_floats(w) * static_cast<int64_t>(sizeof(float)) + 63) / 64 * 64;
+        } else {
+            p.path = Path::kFloat;
+            p.t = &linear_isa(w);
+            p.stride = 0;
+            p.groups = 0;
+        }
+        p.owner = true;
+        for (int64_t i = 0; i < j && p.path != Path::kFloat; ++i) {
+            const Prepared& q = prepared[static_cast<size_t>(i)];
+            const WeightView& v = *jobs[i].w;
+            if (q.owner && jobs[i].x == jobs[j].x && jobs[i].n == jobs[j].n && q.path == p.path &&
+                q.t == p.t && v.type == w.type && v.cols == w.cols && v.group_size == w.group_size) {
+                p.at = q.at;
+                p.sum_at = q.sum_at;
+                p.owner = false;
+                break;
+            }
+        }
+        if (p.owner) {
+            p.at = bytes;
+            p.sum_at = floats;
+            bytes += static_cast<size_t>(jobs[j].n * p.stride);
+            floats += static_cast<size_t>(jobs[j].n * p.groups);
+        }
+        first_block[static_cast<size_t>(j) + 1] =
+            first_block[static_cast<size_t>(j)] + (w.rows + kMatvecGrainRows - 1) / kMatvecGrainRows;
+    }
+    if (buf.size() < bytes + 64) buf.resize(bytes + 64);
+    if (sums.size() < floats) sums.resize(floats);
+    uint8_t* base = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
+    for (int64_t j = 0; j < count; ++j) {
+        const MatvecJob& job = jobs[j];
+        const Prepared& p = prepared[static_cast<size_t>(j)];
+        if (!p.owner || p.path == Path::kFloat) continue;
+        for (int64_t v = 0; v < job.n; ++v) {
+            const float* xv = job.x + v * job.w->cols;
+            uint8_t* dst = base + p.at + static_cast<size_t>(v * p.stride);
+            float* xs = sums.data() + p.sum_at + static_cast<size_t>(v * p.groups);
+            if (p.path == Path::kInt8) {
+                p.t->i8_prepare(*job.w, xv, dst, xs);
+            } else {
+                p.t->prepare_x(*job.w, xv, reinterpret_cast<float*>(dst), xs);
+            }
+        }
+    }
+    // The workers see their own thread_locals: hand them the caller's.
+    const Prepared* prep = prepared.data();
+    const int64_t* first = first_block.data();
+    const float* all_sums = sums.data();
+    run(pool, first[count], 1, [&](int64_t b0, int64_t b1) {
+        int64_t j = 0;
+        for (int64_t b = b0; b < b1;) {
+            while (first[j + 1] <= b) ++j;
+            const MatvecJob& job = jobs[j];
+            const WeightView& w = *job.w;
+            const Prepared& p = prep[j];
+            const int64_t end = std::min(b1, first[j + 1]);
+            const int64_t r0 = (b - first[j]) * kMatvecGrainRows;
+            const int64_t r1 = std::min(w.rows, (end - first[j]) * kMatvecGrainRows);
+            for (int64_t v = 0; v < job.n; ++v) {
+                float* yv = job.y + v * w.rows + r0;
+                const uint8_t* pv = base + p.at + static_cast<size_t>(v * p.stride);
+                const float* xs = all_sums + p.sum_at + static_cast<size_t>(v * p.groups);
+                switch (p.path) {
+                    case Path::kInt8: p.t->i8_matvec_rows(w, pv, xs, r0, r1, yv); break;
+                    case Path::kQuant:
+                        p.t->matvec_quant_rows(w, reinterpret_cast<const float*>(pv), xs, r0, r1, yv);
+                        break;
+                    case Path::kFloat: p.t->matvec_float_rows(w, job.x + v * w.cols, r0, r1, yv); break;
+                }
+            }
+            b = end;
+        }
+    });
+}
+
 void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
     check_view(w);
+    if (w.int8_activations()) {
+        linear_int8(w, x, n, y, pool, true);
+        return;
+    }
     if (n == 1) {
         matvec(w, x, y, pool);
         return;

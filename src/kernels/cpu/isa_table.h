@@ -54,6 +54,29 @@ struct IsaTable {
     void (*gemm_tile)(const float* wt, int64_t nr, int64_t ldw, const float* x, int64_t n, int64_t cols,
                       float* y, int64_t ldy);
 
+    // ---- int8 activations (kernels.h, Activations::kInt8) ----
+    // The name of this path ("avx512-vnni", "avx2", "portable").
+    const char* i8_name;
+    // Bytes of one prepared vector for a product with w: the int8 codes of x in this ISA's lane
+    // order and the per-lane block scales (a multiple of 64).
+    int64_t (*i8_prepared_bytes)(const WeightView& w);
+    // Quantises x per block of 32 (kernels.h) into `prep`, and xs[g] = Σ_{b∈g} d_b·Σ_{i∈b} q_i.
+    void (*i8_prepare)(const WeightView& w, const float* x, uint8_t* prep, float* xs);
+    // y[r - r0] = row r of W · x for rows [r0, r1), from the prepared x; a row's result does not
+    // depend on r0, r1 (so matmul, matvec and matvec_batch agree bit for bit).
+    void (*i8_matvec_rows)(const WeightView& w, const uint8_t* prep, const float* xs, int64_t r0, int64_t r1,
+                           float* y);
+    // The prefill GEMM (null: matmul runs i8_matvec_rows per token). Prepared x of n tokens:
+    // i8_gemm_prepared_bytes(w, n) bytes written by i8_gemm_prepare; i8_gemm_rows writes
+    // y[t·ldy + r] for rows [r0, r1) and every token, with i8_gemm_scratch_bytes(w, r1 − r0) bytes of
+    // scratch. A token's result does not depend on n or the other tokens (it may differ from matvec's
+    // in the last bits: the sums run in another order).
+    int64_t (*i8_gemm_prepared_bytes)(const WeightView& w, int64_t n);
+    void (*i8_gemm_prepare)(const WeightView& w, const float* x, int64_t n, uint8_t* prep);
+    int64_t (*i8_gemm_scratch_bytes)(const WeightView& w, int64_t rows);
+    void (*i8_gemm_rows)(const WeightView& w, const uint8_t* prep, int64_t n, int64_t r0, int64_t r1,
+                         float* y, int64_t ldy, uint8_t* scratch);
+
     // ---- small ops (same semantics as the public ones) ----
     void (*rms_norm)(const float* x, const float* weight, int64_t n, float eps, float* y);
     void (*rms_norm_gated)(const float* x, const float* z, const float* weight, int64_t n, float eps,

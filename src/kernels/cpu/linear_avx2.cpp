@@ -3,6 +3,11 @@
 // prepare_x stores x in that stride order (xp[base + 8k + j] = x[base + per_word·j + k]).
 // Per-block scales (1 or 2 per 8 words) are spread over the lanes with a blend; the bias term is
 // Σ_g b_g·Σx_g once per row. Requirements as for AVX-512 (group_size a power of two >= 32).
+// int8 activations (kernels.h): one 32-byte row load is 64 4-bit codes (32 8-bit ones); vpmaddubsw
+// multiplies unsigned codes with the int8 x (a 4-bit pair sums to at most 2·15·127, no saturation),
+// vpmaddwd sums pairs into 8 int32 lanes of 8 (4) consecutive codes each. 8-bit codes would saturate
+// vpmaddubsw (2·255·127 > 32767), so they are taken as signed code − 128 (|·| <= 128 against the sign of
+// x: 2·128·127 fits) and the 128·Σx they leave out is added per group with the scale.
 #include <immintrin.h>
 #include <string.h>
 
@@ -199,6 +204,113 @@ inline void gemm_rows(const float* wt, int64_t ldw, const float* x, int64_t n, i
     if (t < n) gemm_micro<R, 1>(wt, ldw, x + t * cols, cols, y + t * ldy, ldy);
 }
 
+// ---- int8 activations -----------------------------------------------------------------------------
+// Prepared x, per chunk of one 32-byte row load (kCodes codes): the int8 codes (Q4: even codes' x,
+// then odd codes' x; Q8: natural order), then 8 f32 lane scales (lane L: row bytes 4L..4L+3).
+template <int kBits>
+struct I8Layout {
+    static constexpr int64_t kCodes = kBits == 4 ? 64 : 32;
+    static constexpr int64_t kChunkBytes = kCodes + 32;
+    static constexpr int64_t kCodesPerLane = kCodes / 8;
+};
+
+template <int kBits>
+void i8_prepare_impl(const WeightView& w, const float* x, uint8_t* prep, float* xs) {
+    using L = I8Layout<kBits>;
+    const int64_t cols = w.cols, per_group = w.group_size / 32;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    int32_t q[64];
+    float d[2];
+    for (int64_t c0 = 0, ci = 0; c0 < cols; c0 += L::kCodes, ++ci) {
+        const int64_t here = min_i64(L::kCodes, cols - c0);
+        uint8_t* out = prep + ci * L::kChunkBytes;
+        for (int64_t b = 0; b < L::kCodes / 32; ++b) {
+            if (b * 32 >= here) {
+                for (int i = 0; i < 32; ++i) q[b * 32 + i] = 0;
+                d[b] = 0.0f;
+                continue;
+            }
+            const float* xb = x + c0 + b * 32;
+            __m256 m = _mm256_setzero_ps();
+            for (int i = 0; i < 32; i += 8)
+                m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + i)));
+            __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+            h = _mm_max_ss(h, _mm_movehdup_ps(h));
+            const float amax = _mm_cvtss_f32(h);
+            d[b] = amax / 127.0f;
+            const __m256 id = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+            int32_t sum = 0;
+            for (int i = 0; i < 32; i += 8)
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * 32 + i),
+                                    _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + i), id)));
+            for (int i = 0; i < 32; ++i) sum += q[b * 32 + i];
+            const int64_t g = (c0 + b * 32) / 32 / per_group;
+            if ((c0 / 32 + b) % per_group == 0) xs[g] = 0.0f;
+            xs[g] += d[b] * static_cast<float>(sum);
+        }
+        int8_t* o = reinterpret_cast<int8_t*>(out);
+        if constexpr (kBits == 4) {
+            for (int j = 0; j < 32; ++j) {
+                o[j] = static_cast<int8_t>(q[2 * j]);
+                o[32 + j] = static_cast<int8_t>(q[2 * j + 1]);
+            }
+        } else {
+            for (int j = 0; j < 32; ++j) o[j] = static_cast<int8_t>(q[j]);
+        }
+        float* dl = reinterpret_cast<float*>(out + L::kCodes);
+        for (int64_t lane = 0; lane < 8; ++lane) dl[lane] = d[lane * L::kCodesPerLane / 32];
+    }
+}
+
+template <int kBits>
+void i8_matvec_impl(const WeightView& w, const uint8_t* prep, const float* xs, int64_t r0, int64_t r1,
+                    float* y) {
+    using L = I8Layout<kBits>;
+    const int64_t cols = w.cols, gs = w.group_size, groups = cols / gs;
+    const int64_t row_bytes = cols * kBits / 8;
+    const bool two_scales = kBits == 4 && gs == 32;  // a 64-code chunk spans two groups
+    const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* row = static_cast<const uint8_t*>(w.data) + r * row_bytes;
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t at = 0, ci = 0; at < row_bytes; at += 32, ++ci) {
+            const uint8_t* xc = prep + ci * L::kChunkBytes;
+            const __m256i wv =
+                row_bytes - at >= 32
+                    ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + at))
+                    : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + at)));
+            __m256i p;
+            if constexpr (kBits == 4) {
+                const __m256i lo = _mm256_and_si256(wv, low4);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), low4);
+                p = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc))),
+                    _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc + 32))));
+            } else {
+                const __m256i ws = _mm256_xor_si256(wv, _mm256_set1_epi8(static_cast<char>(0x80)));
+                p = _mm256_maddubs_epi16(
+                    _mm256_abs_epi8(ws),
+                    _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc)), ws));
+            }
+            const __m256i s = _mm256_madd_epi16(p, ones);
+            const int64_t g0 = ci * L::kCodes / gs;
+            const float s0 = load_scale(w.scales, w.scale_type, r * groups + g0);
+            const float s1 =
+                two_scales && g0 + 1 < groups ? load_scale(w.scales, w.scale_type, r * groups + g0 + 1) : s0;
+            const __m256 sv = _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0));
+            const __m256 dl = _mm256_loadu_ps(reinterpret_cast<const float*>(xc + L::kCodes));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dl, sv), acc);
+        }
+        float tail = 0.0f;
+        for (int64_t g = 0; g < groups; ++g) {
+            float b = load_scale(w.biases, w.scale_type, r * groups + g);
+            if constexpr (kBits == 8) b += 128.0f * load_scale(w.scales, w.scale_type, r * groups + g);
+            tail += b * xs[g];
+        }
+        y[r - r0] = hsum(acc) + tail;
+    }
+}
 }  // namespace
 
 int64_t prepared_x_floats(const WeightView& w) {
@@ -262,6 +374,29 @@ void dequant_rows(const WeightView& w, int64_t r0, int64_t r1, float* tile) {
         int64_t i = 0;
         for (; i + 8 <= cols; i += 8) _mm256_storeu_ps(out + i, load_weights8(w.data, w.type, r * cols + i));
         for (; i < cols; ++i) out[i] = load_weight1(w.data, w.type, r * cols + i);
+    }
+}
+
+int64_t i8_prepared_bytes(const WeightView& w) {
+    const int64_t codes = w.type == WeightType::kQ4 ? I8Layout<4>::kCodes : I8Layout<8>::kCodes;
+    const int64_t chunk = w.type == WeightType::kQ4 ? I8Layout<4>::kChunkBytes : I8Layout<8>::kChunkBytes;
+    return ((w.cols + codes - 1) / codes * chunk + 63) / 64 * 64;
+}
+
+void i8_prepare(const WeightView& w, const float* x, uint8_t* prep, float* xs) {
+    if (w.type == WeightType::kQ4) {
+        i8_prepare_impl<4>(w, x, prep, xs);
+    } else {
+        i8_prepare_impl<8>(w, x, prep, xs);
+    }
+}
+
+void i8_matvec_rows(const WeightView& w, const uint8_t* prep, const float* xs, int64_t r0, int64_t r1,
+                    float* y) {
+    if (w.type == WeightType::kQ4) {
+        i8_matvec_impl<4>(w, prep, xs, r0, r1, y);
+    } else {
+        i8_matvec_impl<8>(w, prep, xs, r0, r1, y);
     }
 }
 

@@ -10,11 +10,17 @@
 // (group sizes are multiples of 8), so lane j's partial sum Σ_k q·x is multiplied by its group's scale once
 // per block (a permute spreads the block's 1–4 scales over the lanes), and the bias term is added once per
 // row as Σ_g b_g·Σx_g with the per-group sums of x computed in prepare_x. Requirements (checked by
-// dispatch.cpp): group_size a power of two >= 32, cols a multiple of it. Rejected alternative: quantizing x
-// to int8 and using VNNI — faster compute, but it changes the result beyond the f32 tolerance the model is
-// validated with, and decode is memory-bound anyway. GCC 12's _mm512_reduce_add_ps reads
-// _mm256_undefined_pd() and trips -Wuninitialized (a false positive in the intrinsics header, fixed in later
-// GCC).
+// dispatch.cpp): group_size a power of two >= 32, cols a multiple of it. This is the exact (f32
+// activations) path; the int8-activation path (kernels.h, Activations::kInt8) is below: one 64-byte
+// load of a row is 128 4-bit codes (or 64 8-bit ones), two (one) VNNI vpdpbusd multiply them with
+// the int8 x prepared in the matching byte order, and each int32 lane — 8 (4) consecutive codes,
+// inside one block of 32 — is converted once and scaled by its block's d times its group's scale.
+// Both paths prefetch the same chunk of the next row set while they work on this one: a decode's
+// weights come from DRAM, and the hardware prefetcher alone left one core at ~6 GB/s on a cold 4-bit
+// matrix (15 GB/s with it, int8). Those functions carry target("avx512vnni"): the table uses them only on
+// CPUs with VNNI (the dispatch falls back to AVX2's vpmaddubsw path otherwise). GCC 12's _mm512_reduce_add_ps
+// reads _mm256_undefined_pd() and trips -Wuninitialized (a false positive in the intrinsics header, fixed in
+// later GCC).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -112,6 +118,7 @@ inline void matvec_quant_rows_n(const WeightView& w, const float* xp, const floa
         __m512i wv[kRows];
         for (int i = 0; i < kRows; ++i) {
             const uint32_t* src = words + i * words_per_row + base / L::kPerWord;
+            _mm_prefetch(reinterpret_cast<const char*>(src + kRows * words_per_row), _MM_HINT_T0);
             wv[i] = nw == 16 ? _mm512_loadu_si512(src) : _mm512_maskz_loadu_epi32(first_lanes(nw), src);
         }
         const float* xb = xp + base;
@@ -227,6 +234,231 @@ inline void gemm_rows(const float* wt, int64_t ldw, const float* x, int64_t n, i
     }
 }
 
+// ---- int8 activations (kernels.h, Activations::kInt8) ---------------------------------------------
+// Prepared x, per chunk of one 64-byte row load (kCodes codes): the int8 codes — Q4: the even
+// codes' x then the odd codes' x (the low and high nibbles of the 64 row bytes), Q8: natural order
+// — then 16 f32 lane scales (lane L's block d; lane L of vpdpbusd sums row bytes 4L..4L+3).
+template <int kBits>
+struct I8Layout {
+    static constexpr int64_t kCodes = kBits == 4 ? 128 : 64;
+    static constexpr int64_t kChunkBytes = kCodes + 64;
+    static constexpr int64_t kCodesPerLane = kCodes / 16;
+};
+
+template <int kBits>
+void i8_prepare_impl(const WeightView& w, const float* x, uint8_t* prep, float* xs) {
+    using L = I8Layout<kBits>;
+    const int64_t cols = w.cols, per_group = w.group_size / 32;
+    alignas(64) int8_t qn[128];
+    float d[4];
+    for (int64_t c0 = 0, ci = 0; c0 < cols; c0 += L::kCodes, ++ci) {
+        const int64_t here = min_i64(L::kCodes, cols - c0);  // a multiple of 32
+        uint8_t* out = prep + ci * L::kChunkBytes;
+        for (int64_t b = 0; b < L::kCodes / 32; ++b) {
+            if (b * 32 >= here) {
+                _mm256_store_si256(reinterpret_cast<__m256i*>(qn + b * 32), _mm256_setzero_si256());
+                d[b] = 0.0f;
+                continue;
+            }
+            const float* xb = x + c0 + b * 32;
+            const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+            const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+            d[b] = amax / 127.0f;
+            const __m512 id = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+            const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));  // round to nearest even
+            const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+            _mm_store_si128(reinterpret_cast<__m128i*>(qn + b * 32), _mm512_cvtsepi32_epi8(q0));
+            _mm_store_si128(reinterpret_cast<__m128i*>(qn + b * 32 + 16), _mm512_cvtsepi32_epi8(q1));
+            const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+            const int64_t g = (c0 + b * 32) / 32 / per_group;
+            if ((c0 / 32 + b) % per_group == 0) xs[g] = 0.0f;
+            xs[g] += d[b] * static_cast<float>(sum);
+        }
+        if constexpr (kBits == 4) {
+            // Deinterleave: byte 2j → the low-nibble half, byte 2j+1 → the high-nibble half.
+            const __m512i a = _mm512_load_si512(qn), b = _mm512_load_si512(qn + 64);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi16_epi8(a));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32), _mm512_cvtepi16_epi8(b));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64),
+                                _mm512_cvtepi16_epi8(_mm512_srli_epi16(a, 8)));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 96),
+                                _mm512_cvtepi16_epi8(_mm512_srli_epi16(b, 8)));
+        } else {
+            _mm512_storeu_si512(out, _mm512_load_si512(qn));
+        }
+        float* dl = reinterpret_cast<float*>(out + L::kCodes);
+        for (int64_t lane = 0; lane < 16; ++lane) dl[lane] = d[lane * L::kCodesPerLane / 32];
+    }
+}
+
+template <int kBits, int kRows>
+__attribute__((target("avx512vnni"))) inline void i8_rows_n(const WeightView& w, const uint8_t* prep,
+                                                            const float* xs, int64_t r, __m512i scale_lane,
+                                                            float* y) {
+    using L = I8Layout<kBits>;
+    const int64_t cols = w.cols, gs = w.group_size, groups = cols / gs;
+    const int64_t row_bytes = cols * kBits / 8;
+    const int64_t scales_per_chunk = gs < L::kCodes ? L::kCodes / gs : 1;
+    const uint8_t* rows = static_cast<const uint8_t*>(w.data) + r * row_bytes;
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[kRows];
+    for (int i = 0; i < kRows; ++i) acc[i] = _mm512_setzero_ps();
+    for (int64_t at = 0, ci = 0; at < row_bytes; at += 64, ++ci) {
+        const int64_t nb = min_i64(64, row_bytes - at);
+        const __mmask64 m = nb == 64 ? ~__mmask64{0} : (__mmask64{1} << nb) - 1;
+        const uint8_t* xc = prep + ci * L::kChunkBytes;
+        const __m512 dl = _mm512_loadu_ps(reinterpret_cast<const float*>(xc + L::kCodes));
+        const int64_t g0 = ci * L::kCodes / gs;
+        const int64_t nsc = min_i64(scales_per_chunk, groups - g0);
+        __m512i s[kRows];
+        if constexpr (kBits == 4) {
+            const __m512i xlo = _mm512_loadu_si512(xc), xhi = _mm512_loadu_si512(xc + 64);
+            for (int i = 0; i < kRows; ++i) {
+                _mm_prefetch(reinterpret_cast<const char*>(rows + (i + kRows) * row_bytes + at), _MM_HINT_T0);
+                const __m512i wv = _mm512_maskz_loadu_epi8(m, rows + i * row_bytes + at);
+                const __m512i lo = _mm512_and_si512(wv, low4);
+                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), low4);
+                s[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xlo), hi, xhi);
+            }
+        } else {
+            const __m512i xv = _mm512_loadu_si512(xc);
+            for (int i = 0; i < kRows; ++i)
+                s[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                           _mm512_maskz_loadu_epi8(m, rows + i * row_bytes + at), xv);
+        }
+        for (int i = 0; i < kRows; ++i) {
+            const __m512 sv = _mm512_permutexvar_ps(
+                scale_lane, load_scales(w.scales, w.scale_type, (r + i) * groups + g0, nsc));
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i]), _mm512_mul_ps(dl, sv), acc[i]);
+        }
+    }
+    for (int i = 0; i < kRows; ++i)
+        y[i] = _mm512_reduce_add_ps(acc[i]) + bias_dot(w.biases, w.scale_type, (r + i) * groups, xs, groups);
+}
+
+template <int kBits>
+__attribute__((target("avx512vnni"))) void i8_matvec_impl(const WeightView& w, const uint8_t* prep,
+                                                          const float* xs, int64_t r0, int64_t r1, float* y) {
+    using L = I8Layout<kBits>;
+    alignas(64) int32_t idx[16];
+    for (int j = 0; j < 16; ++j) idx[j] = static_cast<int32_t>(L::kCodesPerLane * j / w.group_size);
+    const __m512i scale_lane = _mm512_load_si512(idx);
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) i8_rows_n<kBits, 4>(w, prep, xs, r, scale_lane, y + (r - r0));
+    for (; r < r1; ++r) i8_rows_n<kBits, 1>(w, prep, xs, r, scale_lane, y + (r - r0));
+}
+
+// ---- int8 activations: the prefill GEMM ---------------------------------------------------------
+// Tokens in the vector lanes: a group of 16 tokens' int8 codes interleaved by 4 (for each 4
+// consecutive inputs k, 64 bytes: token t's 4 codes at bytes 4t..4t+3), so one vpdpbusd takes a
+// row's 4 codes broadcast against 16 tokens. A token's lane sees the same operations in the same
+// order whatever else is in the group (padding lanes are zero), so its results do not depend on n.
+// Per group of 16 tokens: codes [cols/4][64 B], then d per block [blocks][16 f32], then the
+// quantised x sums per weight group [groups][16 f32].
+constexpr int64_t kGemmTokens = 16;
+
+inline int64_t gemm_group_bytes(const WeightView& w) {
+    return w.cols * kGemmTokens + (w.cols / 32 + w.cols / w.group_size) * kGemmTokens * 4;
+}
+
+// Rows [r0, r1) of a 4-bit matrix unpacked to one code per byte, natural order, into out (cols each).
+void unpack_q4_rows(const WeightView& w, int64_t r0, int64_t r1, uint8_t* out) {
+    const int64_t cols = w.cols, row_bytes = cols / 2;
+    const __m512i lo = _mm512_set1_epi16(0x000f), hi = _mm512_set1_epi16(0x00f0);
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* src = static_cast<const uint8_t*>(w.data) + r * row_bytes;
+        uint8_t* dst = out + (r - r0) * cols;
+        int64_t i = 0;
+        for (; i + 32 <= row_bytes; i += 32) {
+            const __m512i t =
+                _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+            _mm512_storeu_si512(dst + 2 * i, _mm512_or_si512(_mm512_and_si512(t, lo),
+                                                             _mm512_slli_epi16(_mm512_and_si512(t, hi), 4)));
+        }
+        for (; i < row_bytes; ++i) {
+            dst[2 * i] = src[i] & 0x0f;
+            dst[2 * i + 1] = src[i] >> 4;
+        }
+    }
+}
+
+template <int R, int TG>
+__attribute__((target("avx512vnni"))) inline void i8_gemm_micro(const WeightView& w, const uint8_t* rows,
+                                                                int64_t r, const uint8_t* group0,
+                                                                int64_t gstride, float* out) {
+    const int64_t cols = w.cols, gs = w.group_size, groups = cols / gs, bpg = gs / 32;
+    const uint8_t* xg[TG];
+    const float* dv[TG];
+    const float* xsv[TG];
+    for (int t = 0; t < TG; ++t) {
+        xg[t] = group0 + t * gstride;
+        dv[t] = reinterpret_cast<const float*>(xg[t] + cols * kGemmTokens);
+        xsv[t] = dv[t] + (cols / 32) * kGemmTokens;
+    }
+    __m512 acc[R][TG];
+    for (int i = 0; i < R; ++i)
+        for (int t = 0; t < TG; ++t) acc[i][t] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < groups; ++g) {
+        __m512 bs[R][TG];
+        for (int i = 0; i < R; ++i)
+            for (int t = 0; t < TG; ++t) bs[i][t] = _mm512_setzero_ps();
+        for (int64_t b = g * bpg; b < (g + 1) * bpg; ++b) {
+            __m512i ai[R][TG];
+            for (int i = 0; i < R; ++i)
+                for (int t = 0; t < TG; ++t) ai[i][t] = _mm512_setzero_si512();
+            for (int64_t k = b * 32; k < b * 32 + 32; k += 4) {
+                __m512i xv[TG];
+                for (int t = 0; t < TG; ++t) xv[t] = _mm512_loadu_si512(xg[t] + k * kGemmTokens);
+                for (int i = 0; i < R; ++i) {
+                    int32_t four;
+                    memcpy(&four, rows + i * cols + k, 4);
+                    const __m512i wb = _mm512_set1_epi32(four);
+                    for (int t = 0; t < TG; ++t) ai[i][t] = _mm512_dpbusd_epi32(ai[i][t], wb, xv[t]);
+                }
+            }
+            for (int t = 0; t < TG; ++t) {
+                const __m512 d = _mm512_loadu_ps(dv[t] + b * kGemmTokens);
+                for (int i = 0; i < R; ++i)
+                    bs[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[i][t]), d, bs[i][t]);
+            }
+        }
+        for (int i = 0; i < R; ++i) {
+            const __m512 sv = _mm512_permutexvar_ps(
+                _mm512_setzero_si512(), load_scales(w.scales, w.scale_type, (r + i) * groups + g, 1));
+            const __m512 bv = _mm512_permutexvar_ps(
+                _mm512_setzero_si512(), load_scales(w.biases, w.scale_type, (r + i) * groups + g, 1));
+            for (int t = 0; t < TG; ++t) {
+                acc[i][t] = _mm512_fmadd_ps(bs[i][t], sv, acc[i][t]);
+                acc[i][t] = _mm512_fmadd_ps(_mm512_loadu_ps(xsv[t] + g * kGemmTokens), bv, acc[i][t]);
+            }
+        }
+    }
+    for (int i = 0; i < R; ++i)
+        for (int t = 0; t < TG; ++t) _mm512_storeu_ps(out + (i * TG + t) * kGemmTokens, acc[i][t]);
+}
+
+// y[t·ldy + r] for the rows [r, r + R) (unpacked in `rows`) and every token: token groups in pairs.
+template <int R>
+__attribute__((target("avx512vnni"))) void i8_gemm_rows_r(const WeightView& w, const uint8_t* rows, int64_t r,
+                                                          const uint8_t* prep, int64_t n, float* y,
+                                                          int64_t ldy) {
+    const int64_t gstride = gemm_group_bytes(w), ngroups = (n + kGemmTokens - 1) / kGemmTokens;
+    alignas(64) float out[R * 2 * kGemmTokens];
+    for (int64_t G = 0; G < ngroups; G += 2) {
+        const int tg = G + 1 < ngroups ? 2 : 1;
+        if (tg == 2) {
+            i8_gemm_micro<R, 2>(w, rows, r, prep + G * gstride, gstride, out);
+        } else {
+            i8_gemm_micro<R, 1>(w, rows, r, prep + G * gstride, gstride, out);
+        }
+        for (int i = 0; i < R; ++i)
+            for (int t = 0; t < tg; ++t)
+                for (int64_t l = 0; l < kGemmTokens; ++l) {
+                    const int64_t tok = (G + t) * kGemmTokens + l;
+                    if (tok < n) y[tok * ldy + r + i] = out[(i * tg + t) * kGemmTokens + l];
+                }
+    }
+}
 }  // namespace
 
 int64_t prepared_x_floats(const WeightView& w) {
@@ -292,6 +524,84 @@ void dequant_rows(const WeightView& w, int64_t r0, int64_t r1, float* tile) {
             _mm512_mask_storeu_ps(tile + (r - r0) * cols + i, first_lanes(len),
                                   load_weights(w.data, w.type, r * cols + i, len));
         }
+}
+
+int64_t i8_prepared_bytes(const WeightView& w) {
+    const int64_t codes = w.type == WeightType::kQ4 ? I8Layout<4>::kCodes : I8Layout<8>::kCodes;
+    const int64_t chunk = w.type == WeightType::kQ4 ? I8Layout<4>::kChunkBytes : I8Layout<8>::kChunkBytes;
+    return (w.cols + codes - 1) / codes * chunk;
+}
+
+void i8_prepare(const WeightView& w, const float* x, uint8_t* prep, float* xs) {
+    if (w.type == WeightType::kQ4) {
+        i8_prepare_impl<4>(w, x, prep, xs);
+    } else {
+        i8_prepare_impl<8>(w, x, prep, xs);
+    }
+}
+
+void i8_matvec_rows(const WeightView& w, const uint8_t* prep, const float* xs, int64_t r0, int64_t r1,
+                    float* y) {
+    if (w.type == WeightType::kQ4) {
+        i8_matvec_impl<4>(w, prep, xs, r0, r1, y);
+    } else {
+        i8_matvec_impl<8>(w, prep, xs, r0, r1, y);
+    }
+}
+
+int64_t i8_gemm_prepared_bytes(const WeightView& w, int64_t n) {
+    return (n + kGemmTokens - 1) / kGemmTokens * gemm_group_bytes(w);
+}
+
+void i8_gemm_prepare(const WeightView& w, const float* x, int64_t n, uint8_t* prep) {
+    const int64_t cols = w.cols, blocks = cols / 32, groups = cols / w.group_size,
+                  per_group = w.group_size / 32;
+    const int64_t gstride = gemm_group_bytes(w);
+    memset(prep, 0, static_cast<size_t>(i8_gemm_prepared_bytes(w, n)));
+    alignas(64) int8_t q[32];
+    for (int64_t tok = 0; tok < n; ++tok) {
+        uint8_t* gb = prep + tok / kGemmTokens * gstride;
+        const int64_t lane = tok % kGemmTokens;
+        float* dv = reinterpret_cast<float*>(gb + cols * kGemmTokens);
+        float* xsv = dv + blocks * kGemmTokens;
+        const float* xt = x + tok * cols;
+        for (int64_t b = 0; b < blocks; ++b) {
+            const __m512 v0 = _mm512_loadu_ps(xt + b * 32), v1 = _mm512_loadu_ps(xt + b * 32 + 16);
+            const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+            const float d = amax / 127.0f;
+            const __m512 id = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+            const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
+            const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+            _mm_store_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(q0));
+            _mm_store_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(q1));
+            const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+            for (int64_t k4 = 0; k4 < 8; ++k4)
+                memcpy(gb + ((b * 32 + k4 * 4) * kGemmTokens) + lane * 4, q + k4 * 4, 4);
+            dv[b * kGemmTokens + lane] = d;
+            const int64_t g = b / per_group;
+            if (b % per_group == 0) xsv[g * kGemmTokens + lane] = 0.0f;
+            xsv[g * kGemmTokens + lane] += d * static_cast<float>(sum);
+        }
+        (void)groups;
+    }
+}
+
+int64_t i8_gemm_scratch_bytes(const WeightView& w, int64_t rows) {
+    return w.type == WeightType::kQ4 ? rows * w.cols : 0;
+}
+
+void i8_gemm_rows(const WeightView& w, const uint8_t* prep, int64_t n, int64_t r0, int64_t r1, float* y,
+                  int64_t ldy, uint8_t* scratch) {
+    const uint8_t* rows;
+    if (w.type == WeightType::kQ4) {
+        unpack_q4_rows(w, r0, r1, scratch);
+        rows = scratch;
+    } else {
+        rows = static_cast<const uint8_t*>(w.data) + r0 * w.cols;  // 8-bit codes are bytes in order already
+    }
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) i8_gemm_rows_r<4>(w, rows + (r - r0) * w.cols, r, prep, n, y, ldy);
+    for (; r < r1; ++r) i8_gemm_rows_r<1>(w, rows + (r - r0) * w.cols, r, prep, n, y, ldy);
 }
 
 void gemm_tile(const float* wt, int64_t nr, int64_t ldw, const float* x, int64_t n, int64_t cols, float* y,

@@ -3,6 +3,7 @@
 // (kernels/weight_format.cpp; MLX affine per models.md §5.1–5.3). Sums are
 // accumulated in double so the oracle's own rounding error is far below the test tolerance.
 // Single-threaded (the pool argument is ignored); no allocation except matmul's one row buffer.
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -18,6 +19,64 @@ void check_view(const WeightView& w) {
     const WeightFormat& f = weight_format(w.type);
     SLUICE_ASSERT(f.shape_error(w.cols, w.group_size) == nullptr);
     if (f.quantized()) SLUICE_ASSERT(w.scales != nullptr && w.biases != nullptr);
+}
+
+float load_scale(const void* base, ScaleType type, int64_t index) {
+    uint16_t h;
+    switch (type) {
+        case ScaleType::kF32: {
+            float v;
+            std::memcpy(&v, static_cast<const char*>(base) + index * 4, 4);
+            return v;
+        }
+        case ScaleType::kF16:
+            std::memcpy(&h, static_cast<const char*>(base) + index * 2, 2);
+            return f16_to_f32(h);
+        case ScaleType::kBF16:
+            std::memcpy(&h, static_cast<const char*>(base) + index * 2, 2);
+            return bf16_to_f32(h);
+    }
+    return 0.0f;
+}
+
+// The int8-activation product (kernels.h, Activations::kInt8) by its definition: x quantised per
+// block of 32, codes read from the MLX affine words, sums in integers, the rest in double.
+void matvec_int8(const WeightView& w, const float* x, float* y) {
+    const int64_t cols = w.cols, blocks = cols / 32, groups = cols / w.group_size;
+    const int bits = w.bits(), per_word = 32 / bits;
+    std::vector<int32_t> q(static_cast<size_t>(cols));
+    std::vector<float> d(static_cast<size_t>(blocks));
+    for (int64_t b = 0; b < blocks; ++b) {
+        float amax = 0.0f;
+        for (int64_t i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[b * 32 + i]));
+        d[b] = amax / 127.0f;
+        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        for (int64_t i = 0; i < 32; ++i)
+            q[b * 32 + i] = static_cast<int32_t>(std::nearbyint(x[b * 32 + i] * id));
+    }
+    const int64_t words_per_row = cols / per_word;
+    for (int64_t r = 0; r < w.rows; ++r) {
+        double acc = 0.0;
+        for (int64_t g = 0; g < groups; ++g) {
+            double dot = 0.0, sum = 0.0;
+            for (int64_t b = g * w.group_size / 32; b < (g + 1) * w.group_size / 32; ++b) {
+                int64_t idot = 0, isum = 0;
+                for (int64_t i = b * 32; i < b * 32 + 32; ++i) {
+                    uint32_t word;
+                    std::memcpy(&word,
+                                static_cast<const char*>(w.data) + (r * words_per_row + i / per_word) * 4, 4);
+                    const int64_t code = (word >> (bits * (i % per_word))) & ((1u << bits) - 1u);
+                    idot += code * q[static_cast<size_t>(i)];
+                    isum += q[static_cast<size_t>(i)];
+                }
+                dot += static_cast<double>(d[b]) * static_cast<double>(idot);
+                sum += static_cast<double>(d[b]) * static_cast<double>(isum);
+            }
+            acc += load_scale(w.scales, w.scale_type, r * groups + g) * dot +
+                   load_scale(w.biases, w.scale_type, r * groups + g) * sum;
+        }
+        y[r] = static_cast<float>(acc);
+    }
 }
 
 }  // namespace
@@ -37,8 +96,17 @@ void matvec_batch(const WeightView& w, const float* x, int64_t n, float* y, Thre
     for (int64_t t = 0; t < n; ++t) reference::matvec(w, x + t * w.cols, y + t * w.rows, nullptr);
 }
 
+void matvec_jobs(const MatvecJob* jobs, int64_t count, ThreadPool* /*pool*/) {
+    for (int64_t j = 0; j < count; ++j)
+        reference::matvec_batch(*jobs[j].w, jobs[j].x, jobs[j].n, jobs[j].y, nullptr);
+}
+
 void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* /*pool*/) {
     check_view(w);
+    if (w.int8_activations()) {
+        for (int64_t t = 0; t < n; ++t) matvec_int8(w, x + t * w.cols, y + t * w.rows);
+        return;
+    }
     std::vector<float> row(static_cast<size_t>(w.cols));
     for (int64_t r = 0; r < w.rows; ++r) {
         reference::dequantize_row(w, r, row.data());
