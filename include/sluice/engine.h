@@ -55,6 +55,10 @@ struct EngineOptions {
     uint64_t memory_bytes = 0;
     int io_threads = 16;   // expert reads in flight (queue depth)
     bool prefetch = true;  // next-layer expert prefetch
+    // A packed model whose every expert fits the expert cache: read them all in the background at
+    // load (behind the forward's own reads), so it runs from memory without paying each expert's
+    // first use. The CLI turns it on (--no-preload off); the library leaves it off.
+    bool preload_experts = false;
     // Streamed expert records against their xxh3 in layout.json: every record the first time it is
     // read from disk (default: a corrupt file fails the forward, naming file and expert, at a cost
     // paid once per record), or with verify_reads every read (also catches faults in transit).
@@ -185,6 +189,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
     const std::vector<int32_t>& eos_token_ids() const;
     ExpertCacheStats expert_cache_stats() const;
     void reset_expert_cache_stats();
+    // Waits until the expert store has no read queued or in flight (a preload done): for benchmarks
+    // that must not measure while the experts are still arriving. Returns at once for resident models.
+    void wait_for_expert_reads();
 
     // A new, empty conversation timeline.
     std::unique_ptr<Session> new_session();

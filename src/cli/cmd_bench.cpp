@@ -323,6 +323,17 @@ nlohmann::json run_bench(const BenchOptions& o) {
     std::fprintf(stderr, "%s\n", plan.describe().c_str());
     const bool on_gpu = o.engine.device != "cpu";
     std::fprintf(stderr, "device: %s\n", engine->backend_name().c_str());
+    {
+        // A preload (every expert fits --memory) is still reading: wait, so neither the bandwidth
+        // probes nor the timed reps run against it.
+        const auto t0 = std::chrono::steady_clock::now();
+        engine->wait_for_expert_reads();
+        const uint64_t read = engine->expert_cache_stats().bytes_read;  // nothing else has run yet
+        if (read > 0)
+            std::fprintf(stderr, "preloaded: %.2f GB of experts (waited %.1f s for the last of them)\n",
+                         static_cast<double>(read) / 1e9,
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
 
     if (o.history_tokens > 0) {
         run_multi_turn(*engine, o);

@@ -13,6 +13,9 @@ void EngineFlags::add_to(CLI::App* cmd) {
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
     cmd->add_flag("--no-prefetch", no_prefetch, "Disable next-layer expert prefetch");
+    cmd->add_flag("--no-preload", no_preload,
+                  "When every expert fits --memory, do not read them all in at start (they are then read "
+                  "at their first use)");
     // A flag function, not add_flag on the optional: CLI11 (2.3) writes false into an optional<bool>
     // flag that was not given, which silently turned the first-read checks off for every command.
     cmd->add_flag_function(
@@ -50,6 +53,7 @@ void EngineFlags::apply(EngineOptions& options) const {
     options.threads = threads;
     options.io_threads = io_threads;
     options.prefetch = !no_prefetch;
+    options.preload_experts = !no_preload;
     if (verify_reads) {
         options.verify_reads = *verify_reads;
         options.verify_first_reads = *verify_reads;

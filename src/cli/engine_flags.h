@@ -17,6 +17,7 @@ struct EngineFlags {
     int threads = 0;     // 0: all cores
     int io_threads = 16;
     bool no_prefetch = false;
+    bool no_preload = false;
     // Streamed experts checked against their xxh3 in layout.json: true (--verify-reads) every read,
     // false (--no-verify-reads) none; unset: the engine's default, each record's first read
     // (EngineOptions::verify_first_reads).

@@ -286,6 +286,31 @@ void ExpertStore::prefetch(int64_t layer, std::span<const int32_t> ids) {
     }
 }
 
+uint64_t ExpertStore::preload() {
+    int64_t records = 0;
+    for (const LayerFile& f : files_) records += f.fd >= 0 ? layout_.n_experts : 0;
+    if (records == 0 || n_slots_ < records) return 0;
+    std::lock_guard<std::mutex> lock(mutex_);
+    uint64_t bytes = 0;
+    for (size_t layer = 0; layer < files_.size(); ++layer) {
+        if (files_[layer].fd < 0) continue;
+        for (int32_t id = 0; id < layout_.n_experts; ++id) {
+            const ExpertKey key{static_cast<int32_t>(layer), id};
+            if (table_->find(key) >= 0) continue;
+            const int64_t slot = start_read_locked(key, true);
+            if (slot < 0) return bytes;
+            slots_[static_cast<size_t>(slot)].prefetched_unused = false;  // not a prediction
+            bytes += files_[layer].desc->record_stride;
+        }
+    }
+    return bytes;
+}
+
+void ExpertStore::wait_idle() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    slot_cv_.wait(lock, [&] { return jobs_.empty() && prefetch_jobs_.empty() && in_flight_ == 0; });
+}
+
 void ExpertStore::io_loop() {
     for (;;) {
         ReadJob job;

@@ -80,6 +80,14 @@ class ExpertStore final : public model::ExpertSource {
     Status acquire(int64_t layer, std::span<const int32_t> ids, model::ExpertWeights* out) override;
     void release(int64_t layer, std::span<const int32_t> ids) override;
     void prefetch(int64_t layer, std::span<const int32_t> ids) override;
+    // When the cache has a slot for every expert of the model: queues a read of every expert not
+    // held yet, behind demand reads (as prefetch reads are, but neither counted as prefetches nor
+    // ever evicted, since nothing needs their slots), so a model that fits the budget becomes
+    // resident without waiting for each expert's first use. Returns the bytes queued (0 when the
+    // experts do not all fit).
+    uint64_t preload();
+    // Blocks until no read is queued or in flight (a preload finished, say).
+    void wait_idle();
     bool wants_prefetch() const override { return options_.prefetch; }
     int64_t max_pinned() const override { return n_slots_; }
     bool try_acquire(int64_t layer, int32_t id, model::ExpertWeights* out) override;

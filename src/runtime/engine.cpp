@@ -306,6 +306,12 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         SLUICE_ASSIGN_OR_RETURN(im.store,
                                 experts::ExpertStore::open(options.model_dir, model->packed_layout(), so));
         model->set_expert_source(im.store.get());
+        if (options.preload_experts) {
+            const uint64_t queued = im.store->preload();
+            if (queued > 0)
+                log::debug("[engine] every expert fits the cache: reading all {} MB in the background",
+                           queued >> 20);
+        }
     }
     im.model = std::move(model);
     int threads =
@@ -438,6 +444,10 @@ ExpertCacheStats Engine::expert_cache_stats() const {
     out.prefetch_wasted = s.prefetch_wasted;
     out.evictions = s.evictions;
     return out;
+}
+
+void Engine::wait_for_expert_reads() {
+    if (impl_->store) impl_->store->wait_idle();
 }
 
 void Engine::reset_expert_cache_stats() {

@@ -7,12 +7,14 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "convert/packer.h"
 #include "experts/expert_cache.h"
@@ -609,6 +611,65 @@ TEST(ExpertCache, LfuKeepsFrequentExpertsAndPoliciesCompareOnOneTrace) {
     EXPECT_GT(lfu, 0.19);  // the hot expert hits every step: ≥ 1/5 of accesses
     EXPECT_LT(lru, 0.05);
     EXPECT_EQ(experts::simulate_policy(CachePolicy::kLfu, 0, trace), 0.0);
+}
+
+// --memory that holds every expert: preload_experts reads them all in the background at load, so the
+// forward finds every expert resident (no miss) and computes what it computes without preloading; a
+// cache that cannot hold them all queues nothing.
+TEST(Pack, PreloadMakesAModelThatFitsResident) {
+    TempDir out;
+    convert::PackOptions o;
+    o.src_dir = golden("qwen3_moe_mlx_q4");
+    o.out_dir = out.file("packed");
+    ASSERT_TRUE(convert::pack_model(o).has_value());
+    const auto ids = golden_ids("qwen3_moe_mlx_q4");
+    auto want = run_logits(o.out_dir, ids, 0);
+    ASSERT_TRUE(want.has_value()) << want.status().message();
+
+    EngineOptions eo;
+    eo.model_dir = o.out_dir;
+    eo.threads = 2;
+    eo.context_tokens = static_cast<int64_t>(ids.size());
+    eo.memory_bytes = 4ull << 30;
+    eo.preload_experts = true;
+    auto engine = Engine::load(eo);
+    ASSERT_TRUE(engine.has_value()) << engine.status().message();
+    const ModelInfo& info = (*engine)->info();
+    int64_t moe_layers = 0;
+    {
+        auto layout = format::open_packed_dir(o.out_dir);
+        ASSERT_TRUE(layout.has_value()) << layout.status().message();
+        moe_layers = static_cast<int64_t>(layout->expert_files.size());
+    }
+    const auto records = static_cast<uint64_t>(moe_layers * info.n_experts);
+    ASSERT_GT(records, 0u);
+    for (int i = 0; i < 2000 && (*engine)->expert_cache_stats().reads < records; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ((*engine)->expert_cache_stats().reads, records);
+    (*engine)->reset_expert_cache_stats();
+    auto session = (*engine)->new_session();
+    const size_t split = ids.size() - 4;
+    auto got = session->evaluate(std::span<const int32_t>(ids.data(), split), true, 64);
+    ASSERT_TRUE(got.has_value()) << got.status().message();
+    for (size_t i = split; i < ids.size(); ++i) {
+        auto step = session->evaluate(std::span<const int32_t>(&ids[i], 1), false);
+        ASSERT_TRUE(step.has_value());
+        got->insert(got->end(), step->begin(), step->end());
+    }
+    const ExpertCacheStats st = (*engine)->expert_cache_stats();
+    EXPECT_EQ(st.misses, 0u);
+    EXPECT_EQ(st.reads, 0u);
+    EXPECT_GT(st.hits, 0u);
+    ASSERT_EQ(got->size(), want->size());
+    EXPECT_EQ(std::memcmp(got->data(), want->data(), got->size() * sizeof(float)), 0);
+
+    // A cache of a few slots: nothing to preload.
+    eo.expert_cache_bytes = 4 * (*engine)->memory_plan().slot_bytes;
+    engine->reset();
+    auto small = Engine::load(eo);
+    ASSERT_TRUE(small.has_value());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ((*small)->expert_cache_stats().reads, 0u);
 }
 
 }  // namespace

@@ -298,10 +298,13 @@ __attribute__((target("avx512vnni"))) inline void i8_rows_n(const WeightView& w,
     using L = I8Layout<kBits>;
     const int64_t cols = w.cols, gs = w.group_size, groups = cols / gs;
     const int64_t row_bytes = cols * kBits / 8;
-    const int64_t scales_per_chunk = gs < L::kCodes ? L::kCodes / gs : 1;
     const uint8_t* rows = static_cast<const uint8_t*>(w.data) + r * row_bytes;
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     __m512 acc[kRows];
+    // Each row's scales 16 groups at a time, converted once; a chunk's lanes take theirs from that
+    // window with one permute (its 1, 2 or 4 groups never straddle a window: 16 is a multiple).
+    __m512 window[kRows];
+    int64_t window_g = -16;
     for (int i = 0; i < kRows; ++i) acc[i] = _mm512_setzero_ps();
     for (int64_t at = 0, ci = 0; at < row_bytes; at += 64, ++ci) {
         const int64_t nb = min_i64(64, row_bytes - at);
@@ -309,7 +312,14 @@ __attribute__((target("avx512vnni"))) inline void i8_rows_n(const WeightView& w,
         const uint8_t* xc = prep + ci * L::kChunkBytes;
         const __m512 dl = _mm512_loadu_ps(reinterpret_cast<const float*>(xc + L::kCodes));
         const int64_t g0 = ci * L::kCodes / gs;
-        const int64_t nsc = min_i64(scales_per_chunk, groups - g0);
+        if (g0 >= window_g + 16) {
+            window_g = g0 / 16 * 16;
+            for (int i = 0; i < kRows; ++i)
+                window[i] = load_scales(w.scales, w.scale_type, (r + i) * groups + window_g,
+                                        min_i64(16, groups - window_g));
+        }
+        const __m512i lane_group =
+            _mm512_add_epi32(scale_lane, _mm512_set1_epi32(static_cast<int>(g0 - window_g)));
         __m512i s[kRows];
         if constexpr (kBits == 4) {
             const __m512i xlo = _mm512_loadu_si512(xc), xhi = _mm512_loadu_si512(xc + 64);
@@ -322,13 +332,14 @@ __attribute__((target("avx512vnni"))) inline void i8_rows_n(const WeightView& w,
             }
         } else {
             const __m512i xv = _mm512_loadu_si512(xc);
-            for (int i = 0; i < kRows; ++i)
+            for (int i = 0; i < kRows; ++i) {
+                _mm_prefetch(reinterpret_cast<const char*>(rows + (i + kRows) * row_bytes + at), _MM_HINT_T0);
                 s[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
                                            _mm512_maskz_loadu_epi8(m, rows + i * row_bytes + at), xv);
+            }
         }
         for (int i = 0; i < kRows; ++i) {
-            const __m512 sv = _mm512_permutexvar_ps(
-                scale_lane, load_scales(w.scales, w.scale_type, (r + i) * groups + g0, nsc));
+            const __m512 sv = _mm512_permutexvar_ps(lane_group, window[i]);
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i]), _mm512_mul_ps(dl, sv), acc[i]);
         }
     }
