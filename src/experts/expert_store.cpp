@@ -337,6 +337,13 @@ void ExpertStore::io_loop() {
                 s.prefetched_unused = false;
             }
             table_->unpin(job.slot);
+            if (s.state == SlotState::kFailed && table_->pins(job.slot) == 0) {
+                // A speculative read (prefetch, preload) nobody waits for: forget it, so the record is
+                // read again — and the fault reported — when a forward needs it (after a repair, it
+                // then simply loads).
+                s.state = SlotState::kEmpty;
+                table_->drop(job.slot);
+            }
             if (--in_flight_ == 0)
                 stats_.io_busy_s += std::chrono::duration<double>(Clock::now() - busy_since_).count();
         }

@@ -74,8 +74,8 @@ struct WeightView {
     int bits() const;
     bool quantized() const;
     size_t row_bytes() const;
-    // Whether products take the int8 path: activations kInt8 on a quantized format whose group size
-    // is a power of two >= 32.
+    // Whether products take the int8 path: activations kInt8 on a format with int8 kernels (its
+    // registry entry says) whose group size is a power of two >= 32.
     bool int8_activations() const;
 };
 

@@ -60,9 +60,9 @@ constexpr std::array<WeightFormat, 5> kFormats{{
     {WeightType::kF16, "F16", "IEEE half", 2, 0, f16_element, false, true, true},
     {WeightType::kBF16, "BF16", "bfloat16", 2, 0, bf16_element, false, true, true},
     {WeightType::kQ4, "Q4", "MLX affine 4-bit (8 codes per u32, per-group scale and bias)", 0, 4,
-     mlx_affine_element<4>, true, true, true},
+     mlx_affine_element<4>, true, true, true, true},
     {WeightType::kQ8, "Q8", "MLX affine 8-bit (4 codes per u32, per-group scale and bias)", 0, 8,
-     mlx_affine_element<8>, true, true, true},
+     mlx_affine_element<8>, true, true, true, true},
 }};
 
 }  // namespace
@@ -122,7 +122,7 @@ int WeightView::bits() const {
 }
 
 bool WeightView::int8_activations() const {
-    return activations == Activations::kInt8 && quantized() && group_size >= 32 &&
+    return activations == Activations::kInt8 && weight_format(type).int8_kernels && group_size >= 32 &&
            (group_size & (group_size - 1)) == 0;
 }
 

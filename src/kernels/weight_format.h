@@ -35,6 +35,7 @@ struct WeightFormat {
     bool packable = false;      // `sluice pack --bits` writes it from float rows (kernels/quantize.h)
     bool cpu_kernels = false;   // kernels::* runs it (every ISA and the portable path)
     bool cuda_kernels = false;  // the CUDA backend runs it
+    bool int8_kernels = false;  // the CPU has its int8-activation products (kernels.h, Activations::kInt8)
 
     bool quantized() const { return code_bits > 0; }
     int codes_per_word() const { return code_bits > 0 ? 32 / code_bits : 0; }

@@ -78,10 +78,15 @@ void routed_decode(const ExpertWeights* views, std::span<const int32_t> ids, con
     int64_t at = 0;
     for (int64_t i = 0; i < count_ids; ++i) {
         const int64_t begin = offsets[ids[i]], count = offsets[ids[i] + 1] - begin;
-        for (int64_t j = 0; j < count; ++j)
-            std::memcpy(in + (at + j) * H, x + tok[begin + j] * H, sizeof(float) * H);
-        jobs[2 * i] = kernels::MatvecJob{&views[i].gate, in + at * H, count, g + at * I};
-        jobs[2 * i + 1] = kernels::MatvecJob{&views[i].up, in + at * H, count, u + at * I};
+        // One token: its row of x itself, so every expert it routes to shares one preparation of it.
+        const float* xi = x + tok[begin] * H;
+        if (count > 1) {
+            for (int64_t j = 0; j < count; ++j)
+                std::memcpy(in + (at + j) * H, x + tok[begin + j] * H, sizeof(float) * H);
+            xi = in + at * H;
+        }
+        jobs[2 * i] = kernels::MatvecJob{&views[i].gate, xi, count, g + at * I};
+        jobs[2 * i + 1] = kernels::MatvecJob{&views[i].up, xi, count, u + at * I};
         at += count;
     }
     kernels::matvec_jobs(jobs, 2 * count_ids, pool);

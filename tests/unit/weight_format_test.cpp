@@ -51,6 +51,14 @@ TEST(WeightFormat, EntriesAreConsistent) {
         EXPECT_EQ(v.row_bytes(), f.data_row_bytes(512));
         EXPECT_EQ(v.quantized(), f.quantized());
         EXPECT_EQ(v.bits(), f.code_bits);
+        // int8 activations: only where the format says it has the products, and only as asked.
+        EXPECT_TRUE(!f.int8_kernels || (f.quantized() && f.cpu_kernels)) << f.name;
+        v.group_size = 64;
+        EXPECT_FALSE(v.int8_activations()) << f.name << ": f32 activations unless asked";
+        v.activations = kernels::Activations::kInt8;
+        EXPECT_EQ(v.int8_activations(), f.int8_kernels) << f.name;
+        v.group_size = 48;
+        EXPECT_FALSE(v.int8_activations()) << f.name << ": a group that is not a power of two >= 32";
     }
     EXPECT_EQ(kernels::quantized_format(3), nullptr);
     EXPECT_EQ(kernels::packable_bits(), "4 or 8");
