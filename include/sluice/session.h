@@ -167,6 +167,11 @@ class Session {
     // the batch of one forward (prefill runs in chunks of this size).
     Expected<std::vector<float>> evaluate(std::span<const int32_t> tokens, bool all_logits,
                                           int64_t chunk_tokens = 256);
+    // evaluate() with every token through the decode kernels, as if fed one at a time (in forwards of
+    // up to 16 tokens): the logits and state of a token-by-token feed, bit for bit on the CPU, where
+    // the prefill kernels round differently (int8 activations). For drivers that must reproduce
+    // decoding exactly — a speculative drafter catching up with what its target decoded.
+    Expected<std::vector<float>> evaluate_as_decode(std::span<const int32_t> tokens, bool all_logits);
 
     // Marks the current position as one the session can return to: keeps a snapshot of the
     // recurrent (DeltaNet) state here, on the device where the forward runs there. Attention-only

@@ -90,6 +90,13 @@ Expected<std::vector<float>> Session::evaluate(std::span<const int32_t> tokens, 
     return logits;
 }
 
+Expected<std::vector<float>> Session::evaluate_as_decode(std::span<const int32_t> tokens, bool all_logits) {
+    std::vector<float> logits;
+    SLUICE_RETURN_IF_ERROR(
+        impl_->evaluate_into(tokens, all_logits, 16, logits, nullptr, /*decode_rows=*/true));
+    return logits;
+}
+
 // Session::evaluate into a caller's buffer: decode reuses one logits vector for every token (a
 // fresh 1 MB vector per token is an allocation, page faults and zeroing each step).
 Status Session::Impl::evaluate_into(std::span<const int32_t> tokens, bool all_logits, int64_t chunk_tokens,

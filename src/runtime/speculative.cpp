@@ -57,7 +57,20 @@ Status DraftModelDrafter::propose(std::span<const int32_t> context, std::span<co
     const int64_t room = draft_->context_size() - static_cast<int64_t>(context.size());
     k = static_cast<int>(std::min<int64_t>(k, room));
     if (k <= 0) return Status::ok();
-    SLUICE_ASSIGN_OR_RETURN(logits_, draft_->evaluate(context.subspan(static_cast<size_t>(at)), false));
+    // Through the kernels the target used for the same positions, so a draft of the target's own
+    // model proposes exactly what the target then computes: the prompt by the prefill kernels, the
+    // generated tokens (decoded or verified one by one) by the decode kernels.
+    const int64_t decoded_from =
+        std::max<int64_t>(at, static_cast<int64_t>(context.size() - generated.size()));
+    if (decoded_from > at) {
+        const auto prompt_part =
+            context.subspan(static_cast<size_t>(at), static_cast<size_t>(decoded_from - at));
+        SLUICE_ASSIGN_OR_RETURN(logits_, draft_->evaluate(prompt_part, false));
+    }
+    if (decoded_from < static_cast<int64_t>(context.size())) {
+        const auto decoded = context.subspan(static_cast<size_t>(decoded_from));
+        SLUICE_ASSIGN_OR_RETURN(logits_, draft_->evaluate_as_decode(decoded, false));
+    }
     // The next step's rollback target: the context itself (its proposals may all be rejected).
     SLUICE_RETURN_IF_ERROR(draft_->checkpoint());
     scratch_context_.assign(context.begin(), context.end());

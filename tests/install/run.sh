@@ -59,6 +59,9 @@ listing=$(dpkg-deb -c "$DEB")
 for f in ./usr/bin/sluice ./usr/include/sluice/engine.h ./usr/share/man/man1/sluice.1 sluice.pc sluiceConfig.cmake libsluice.a; do
     grep -q -- "$f" <<<"$listing" || fail "the .deb lacks $f"
 done
-dpkg-deb -f "$DEB" Package Version Depends | grep -q "^Package: sluice" || fail "the .deb's control fields"
+# Read whole, then matched: `dpkg-deb | grep -q` under pipefail fails whenever grep exits before dpkg-deb
+# has written everything (SIGPIPE).
+control=$(dpkg-deb -f "$DEB" Package Version Depends)
+grep -q "^Package: sluice" <<<"$control" || fail "the .deb's control fields: $control"
 echo "[install] $(basename "$DEB"): $(grep -c . <<<"$listing") entries, $(dpkg-deb -f "$DEB" Version)"
 echo "[install] all checks passed"

@@ -50,7 +50,9 @@ let total = 0, agree = 0, ties = 0;
 for (const s of readJson("samples.json").mlx_q4_shipped) {
     const prompt = tok.encode(s.prompt, { add_special_tokens: false });
     const ids = prompt.concat(s.ids.slice(0, -1));
-    execFileSync(bin, ["logits", dir, "--ids", ids.join(","), "--out", out], { stdio: ["ignore", "ignore", "inherit"] });
+    // f32 activations: transformers' arithmetic, which this test holds sluice to (the CPU's default int8
+    // activations are held to their own bounds in golden_test.cpp and activations_test.cpp).
+    execFileSync(bin, ["logits", dir, "--ids", ids.join(","), "--out", out, "--cpu-activations", "f32"], { stdio: ["ignore", "ignore", "inherit"] });
     const { rows, cols, data } = readNpyF32(out);
     if (rows !== ids.length) throw new Error(`[tiny_next_greedy] logits rows ${rows}, expected ${ids.length}`);
     for (let j = 0; j < s.ids.length; j++) {
