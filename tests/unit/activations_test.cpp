@@ -7,11 +7,10 @@
 #include <cmath>
 #include <cstdio>
 
-#include "io/mapped_file.h"
 #include "kernels/kernels.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
-#include "sluice/tokenizer.h"
+#include "test_util.h"
 
 namespace sluice {
 namespace {
@@ -32,48 +31,18 @@ std::shared_ptr<Engine> load(bool int8) {
     return e.has_value() ? *e : nullptr;
 }
 
-// Mean next-token NLL of `logits` [n, V] along `ids`, and how often its argmax is ref's.
-struct Along {
-    double nll = 0, top1 = 0, max_diff = 0;
-};
-
-Along along(const std::vector<float>& got, const std::vector<float>& ref, const std::vector<int32_t>& ids,
-            int64_t V) {
-    Along a;
-    const auto n = static_cast<int64_t>(ids.size());
-    int64_t same = 0;
-    for (int64_t t = 0; t < n; ++t) {
-        const float* g = got.data() + t * V;
-        const float* r = ref.data() + t * V;
-        same += std::max_element(g, g + V) - g == std::max_element(r, r + V) - r;
-        for (int64_t i = 0; i < V; ++i)
-            a.max_diff = std::max(a.max_diff, static_cast<double>(std::fabs(g[i] - r[i])));
-        if (t + 1 < n) {
-            const float mx = *std::max_element(g, g + V);
-            double sum = 0;
-            for (int64_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(g[i] - mx));
-            a.nll += -(static_cast<double>(g[ids[static_cast<size_t>(t + 1)]] - mx) - std::log(sum));
-        }
-    }
-    a.top1 = static_cast<double>(same) / static_cast<double>(n);
-    a.nll /= static_cast<double>(n - 1);
-    return a;
-}
-
 TEST(Int8Activations, TrackTheExactPathOnTheDefaultModel) {
     auto exact = load(false), fast = load(true);
     ASSERT_TRUE(exact && fast);
-    auto text = io::read_text_file(tiny_next() + "/heldout.txt");
-    ASSERT_TRUE(text.has_value());
-    auto ids = exact->tokenizer()->encode(text->substr(0, 40000));
-    ASSERT_GE(ids.size(), 1000u);
-    ids.resize(1000);
+    const auto ids = testing::heldout_ids(*exact, 1000);
+    ASSERT_EQ(ids.size(), 1000u);
     const int64_t V = exact->info().vocab_size;
     // Prefill (the GEMM) and decode (the matvec) paths both.
     auto ref = exact->new_session()->evaluate(ids, true);
     auto got = fast->new_session()->evaluate(ids, true);
     ASSERT_TRUE(ref.has_value() && got.has_value());
-    const Along base = along(*ref, *ref, ids, V), a = along(*got, *ref, ids, V);
+    const auto base = testing::logit_agreement(*ref, *ref, ids, V),
+               a = testing::logit_agreement(*got, *ref, ids, V);
     const double rise = (a.nll - base.nll) / base.nll;
     std::printf("[int8] prefill: top-1 agreement %.4f, max |Δlogit| %.4f, NLL %.5f (f32 %.5f, %+.3f%%)\n",
                 a.top1, a.max_diff, a.nll, base.nll, 100.0 * rise);
@@ -94,7 +63,8 @@ TEST(Int8Activations, TrackTheExactPathOnTheDefaultModel) {
         dref.insert(dref.end(), lr->begin(), lr->end());
         dgot.insert(dgot.end(), lg->begin(), lg->end());
     }
-    const Along d = along(dgot, dref, head, V), dbase = along(dref, dref, head, V);
+    const auto d = testing::logit_agreement(dgot, dref, head, V),
+               dbase = testing::logit_agreement(dref, dref, head, V);
     std::printf("[int8] decode: top-1 agreement %.4f, NLL %.5f (f32 %.5f)\n", d.top1, d.nll, dbase.nll);
     EXPECT_GE(d.top1, 0.94);
     EXPECT_LE(std::fabs((d.nll - dbase.nll) / dbase.nll), 0.005);

@@ -38,44 +38,9 @@ Expected<std::shared_ptr<Engine>> load(int kv_bits, int64_t ctx = 1024, int64_t 
     return Engine::load(eo);
 }
 
-// The first `n` tokens of the held-out text the default model was not trained on.
-std::vector<int32_t> heldout_ids(Engine& e, size_t n) {
-    auto text = io::read_text_file(tiny_next() + "/heldout.txt");
-    EXPECT_TRUE(text.has_value());
-    auto ids = e.tokenizer()->encode(text->substr(0, 40000));
-    EXPECT_GE(ids.size(), n);
-    ids.resize(std::min(ids.size(), n));
-    return ids;
-}
-
-struct Agreement {
-    double top1 = 0;      // share of positions whose argmax equals the f32 cache's
-    double max_diff = 0;  // largest |logit − f32 logit|
-    double nll = 0;       // mean next-token NLL along the text
-};
-
-Agreement compare(const std::vector<float>& got, const std::vector<float>& ref,
-                  const std::vector<int32_t>& ids, int64_t V) {
-    Agreement a;
-    const auto n = static_cast<int64_t>(ids.size());
-    int64_t same = 0;
-    for (int64_t t = 0; t < n; ++t) {
-        const float* g = got.data() + t * V;
-        const float* r = ref.data() + t * V;
-        same += std::max_element(g, g + V) - g == std::max_element(r, r + V) - r;
-        for (int64_t i = 0; i < V; ++i)
-            a.max_diff = std::max(a.max_diff, static_cast<double>(std::fabs(g[i] - r[i])));
-        if (t + 1 < n) {
-            const float mx = *std::max_element(g, g + V);
-            double sum = 0;
-            for (int64_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(g[i] - mx));
-            a.nll += -(static_cast<double>(g[ids[t + 1]] - mx) - std::log(sum));
-        }
-    }
-    a.top1 = static_cast<double>(same) / static_cast<double>(n);
-    a.nll /= static_cast<double>(n - 1);
-    return a;
-}
+using sluice::testing::heldout_ids;
+using sluice::testing::logit_agreement;
+using sluice::testing::LogitAgreement;
 
 TEST(KvCache, CompressedTypesTrackTheF32CacheOnTheDefaultModel) {
     auto f32 = load(32);
@@ -84,7 +49,7 @@ TEST(KvCache, CompressedTypesTrackTheF32CacheOnTheDefaultModel) {
     const int64_t V = (*f32)->info().vocab_size;
     auto ref = (*f32)->new_session()->evaluate(ids, true);
     ASSERT_TRUE(ref.has_value()) << ref.status().message();
-    const Agreement base = compare(*ref, *ref, ids, V);
+    const LogitAgreement base = logit_agreement(*ref, *ref, ids, V);
     // Measured on this model over these 1000 tokens without a window: top-1 agreement 1.000 /
     // 0.997 / 0.975 / 0.948 and NLL +0.006% / +0.016% / +0.196% / +0.411% for f16 / q8 / q4 / q3;
     // with the default 256-position f16 window, q8 / q4 / q3: 1.000 / 0.995 / 0.993 and +0.013% /
@@ -103,7 +68,7 @@ TEST(KvCache, CompressedTypesTrackTheF32CacheOnTheDefaultModel) {
         ASSERT_TRUE(engine.has_value()) << engine.status().message();
         auto got = (*engine)->new_session()->evaluate(ids, true);
         ASSERT_TRUE(got.has_value()) << got.status().message();
-        const Agreement a = compare(*got, *ref, ids, V);
+        const LogitAgreement a = logit_agreement(*got, *ref, ids, V);
         const double rise = (a.nll - base.nll) / base.nll;
         std::printf(
             "kv %2d bits, window %3lld: top-1 agreement %.4f, max |Δlogit| %.4f, NLL %.5f (f32 %.5f, "

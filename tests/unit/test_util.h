@@ -4,13 +4,18 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "convert/packer.h"
+#include "io/mapped_file.h"
 #include "sluice/engine.h"
+#include "sluice/tokenizer.h"
 
 namespace sluice::testing {
 
@@ -88,6 +93,47 @@ inline std::shared_ptr<Engine> load_engine(const std::string& dir, int64_t ctx =
     auto e = Engine::load(eo);
     EXPECT_TRUE(e.has_value()) << e.status().message();
     return e.has_value() ? *e : nullptr;
+}
+
+// The first `n` tokens of the held-out text the default model (models/tiny-next) was not trained on.
+inline std::vector<int32_t> heldout_ids(Engine& e, size_t n) {
+    auto text = io::read_text_file(std::string(SLUICE_SOURCE_DIR) + "/models/tiny-next/heldout.txt");
+    EXPECT_TRUE(text.has_value());
+    if (!text.has_value()) return {};
+    auto ids = e.tokenizer()->encode(text->substr(0, 40000));
+    EXPECT_GE(ids.size(), n);
+    ids.resize(std::min(ids.size(), n));
+    return ids;
+}
+
+// How logits `got` [n, V] track `ref` [n, V] along the token sequence `ids`.
+struct LogitAgreement {
+    double top1 = 0;      // share of positions whose argmax equals ref's
+    double max_diff = 0;  // largest |got − ref|
+    double nll = 0;       // got's mean next-token NLL along ids
+};
+
+inline LogitAgreement logit_agreement(const std::vector<float>& got, const std::vector<float>& ref,
+                                      const std::vector<int32_t>& ids, int64_t V) {
+    LogitAgreement a;
+    const auto n = static_cast<int64_t>(ids.size());
+    int64_t same = 0;
+    for (int64_t t = 0; t < n; ++t) {
+        const float* g = got.data() + t * V;
+        const float* r = ref.data() + t * V;
+        same += std::max_element(g, g + V) - g == std::max_element(r, r + V) - r;
+        for (int64_t i = 0; i < V; ++i)
+            a.max_diff = std::max(a.max_diff, static_cast<double>(std::fabs(g[i] - r[i])));
+        if (t + 1 < n) {
+            const float mx = *std::max_element(g, g + V);
+            double sum = 0;
+            for (int64_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(g[i] - mx));
+            a.nll += -(static_cast<double>(g[ids[static_cast<size_t>(t + 1)]] - mx) - std::log(sum));
+        }
+    }
+    a.top1 = static_cast<double>(same) / static_cast<double>(n);
+    a.nll /= static_cast<double>(n - 1);
+    return a;
 }
 
 }  // namespace sluice::testing
