@@ -5,7 +5,8 @@
 # logging to $OUT. Steps:
 #   tests       GPU op tests, CUDA goldens (resident and tiered), the packed three-tier test
 #   sanitize    compute-sanitizer memcheck/racecheck of the op tests; sanitize_tier: memcheck of the
-#               packed three-tier test; sanitize_kv: both over the KV cache kernels' tests
+#               packed three-tier test; sanitize_kv: both over the KV cache kernels' tests;
+#               sanitize_int8: both over the int8 tensor-core products' tests
 #   synth35 / synth80      synthetic Qwen3.6-35B-A3B / Qwen3-Next-80B-A3B, 4-bit, into /tmp/m35 /tmp/m80
 #   resident35 / resident80  fully resident decode and prefill (512 and 4096-token prompts);
 #                          decode35 / decode80 the 512-token one only (GPU time per step logged);
@@ -21,6 +22,9 @@
 #                          an A/B comparison; only bin/sluice is needed there), their results named b_*;
 #                          usea goes back to .devcarry/c (results a2_*); host35pdl0: host35 without
 #                          programmatic dependent launch
+#   prefill35 / prefill80  prefill A/B: --gpu-prefill int8 against f32 (3xTF32), alternated, 4096 and 512
+#                          tokens, resident; hostprefill35 / hostprefill80: the same through the host tier;
+#                          prefillprof35: per-kernel GPU time of one 4096-token prefill, int8 and f32
 #   kv35                   decode at 4K and 32K depth and the prompt's prefill (TTFT) per --kv-bits, resident
 #   llamabuild             llama.cpp from .devcarry/llama/llama.tgz (../shared/peer/README.md) into /tmp/llb;
 #                          gguf35: the 35B's GGUF of the same shapes (synth_gguf.py) at /tmp/m35.gguf;
@@ -84,6 +88,12 @@ for s in "$@"; do
             --gtest_filter='CudaOps.*'
         step racecheck_ops 200 compute-sanitizer --tool racecheck --error-exitcode 3 "$B/sluice_gpu_tests" \
             --gtest_filter='CudaOps.*'
+        ;;
+    sanitize_int8)
+        step memcheck_int8 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/sluice_gpu_tests" \
+            --gtest_filter='CudaOps.Int8*:CudaOps.GroupedMoeInt8*'
+        step racecheck_int8 300 compute-sanitizer --tool racecheck --error-exitcode 3 "$B/sluice_gpu_tests" \
+            --gtest_filter='CudaOps.GroupedMoeInt8*'
         ;;
     sanitize_kv)
         step memcheck_kv 200 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/sluice_gpu_tests" \
@@ -318,6 +328,50 @@ PY
         echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
         step "$s" 300 "$B/sluice" bench "$m" --memory 3G --verify-curve 8 --prompt-tokens 32 --reps 2 \
             --warmup 1 --json "$RES/$s.json"
+        ;;
+    prefill35 | prefill80)
+        # Prefill A/B in one call: the int8 tensor-core products (--gpu-prefill int8, the default)
+        # against 3xTF32 (f32), alternated int8 f32 int8 f32 at 4096 and 512-token prompts, resident;
+        # the page cache stays warm (the model is read once).
+        m=/tmp/m${s#prefill}
+        for k in 1 2; do
+            for mode in int8 f32; do
+                for p in 4096 512; do
+                    step "${s}_${mode}_p${p}_r$k" 200 "$B/sluice" bench "$m" --device cuda --gpu-prefill $mode \
+                        --prompt-tokens $p --prefill-chunk $p --gen-tokens 32 --reps 2 \
+                        --json "$RES/${TAG:-}${s}_${mode}_p${p}_r$k.json"
+                done
+            done
+        done
+        ;;
+    hostprefill35 | hostprefill80)
+        # The host tier's prefill (--gpu-memory 4G, experts in host RAM), int8 against f32.
+        m=/tmp/m${s#hostprefill}
+        for mode in int8 f32; do
+            step "${s}_${mode}" 300 "$B/sluice" bench "$m" --device cuda --gpu-memory 4G --memory 60G \
+                --gpu-prefill $mode --prompt-tokens 4096 --prefill-chunk 4096 --gen-tokens 32 --reps 2 --warmup 1 \
+                --json "$RES/${TAG:-}${s}_${mode}.json"
+        done
+        ;;
+    prefillprof35)
+        # Where a 4096-token prefill's GPU time goes, per kernel (nsys when installed, else ncu over
+        # one prefill's launches).
+        NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -n 1)
+        for mode in int8 f32; do
+            if [ -n "$NSYS" ]; then
+                step "prefillprof35_$mode" 240 "$NSYS" profile --trace=cuda -o "$RES/pp35_$mode" --force-overwrite true \
+                    "$B/sluice" bench /tmp/m35 --device cuda --gpu-prefill $mode --prompt-tokens 4096 \
+                    --prefill-chunk 4096 --gen-tokens 1 --reps 1
+                step "prefillprof35_${mode}_sum" 120 "$NSYS" stats --report cuda_gpu_kern_sum --format csv \
+                    -o "$RES/pp35_$mode" "$RES/pp35_$mode.nsys-rep"
+                rm -f "$RES"/pp35_"$mode".nsys-rep "$RES"/pp35_"$mode".sqlite
+                head -n 25 "$RES"/pp35_"$mode"*kern_sum*.csv
+            else
+                step "prefillprof35_$mode" 300 ncu --metrics gpu__time_duration.sum --csv --print-summary per-kernel \
+                    "$B/sluice" bench /tmp/m35 --device cuda --gpu-prefill $mode --prompt-tokens 4096 \
+                    --prefill-chunk 4096 --gen-tokens 1 --reps 1 --warmup 0
+            fi
+        done
         ;;
     *) echo "unknown step $s" ;;
     esac

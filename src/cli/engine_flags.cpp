@@ -40,6 +40,11 @@ void EngineFlags::add_to(CLI::App* cmd) {
                     "dot products, as llama.cpp) or f32 (exact: the reference's arithmetic)")
         ->capture_default_str()
         ->check(CLI::IsMember({"int8", "f32"}));
+    cmd->add_option("--gpu-prefill", gpu_prefill,
+                    "How 4/8-bit weights multiply prompt batches on CUDA: int8 (tensor cores, activations "
+                    "quantised per 32 as --cpu-activations int8) or f32 (3xTF32, the reference's accuracy)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"int8", "f32"}));
     cmd->add_option("--device", device, "Where the model runs: cpu, cuda or cuda:N")->capture_default_str();
     cmd->add_option("--gpu-memory", gpu_memory,
                     "GPU memory budget with --device cuda, e.g. 20G (default: 90% of what is free); routed "
@@ -64,6 +69,7 @@ void EngineFlags::apply(EngineOptions& options) const {
     options.kv_bits = kv_bits;
     options.kv_window = kv_window;
     options.cpu_int8_activations = cpu_activations == "int8";
+    options.gpu_int8_prefill = gpu_prefill == "int8";
     if (!gpu_memory.empty()) options.gpu_memory_bytes = check(parse_size(gpu_memory));
     if (!gpu_expert_cache.empty()) options.gpu_expert_cache_bytes = check(parse_size(gpu_expert_cache));
 }

@@ -29,6 +29,7 @@ struct EngineFlags {
     int kv_bits = 32;
     int64_t kv_window = 256;
     std::string cpu_activations = "int8";
+    std::string gpu_prefill = "int8";
 
     void add_to(CLI::App* cmd);
     // Sets the EngineOptions fields these flags cover; exits with a message on a malformed size.

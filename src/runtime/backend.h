@@ -85,6 +85,7 @@ struct CudaBackendOptions {
     uint64_t expert_cache_bytes = 0;  // caps the VRAM expert cache (tiers the experts); 0 = the budget's rest
     bool prefetch = true;             // next-layer expert prefetch into VRAM (tiered)
     CachePolicy cache_policy = CachePolicy::kLfu;
+    bool int8_prefill = true;  // EngineOptions::gpu_int8_prefill
     CudaDiagnostics diagnostics;
 };
 

@@ -327,6 +327,7 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         co.expert_cache_bytes = options.gpu_expert_cache_bytes;
         co.prefetch = options.prefetch;
         co.cache_policy = options.cache_policy;
+        co.int8_prefill = options.gpu_int8_prefill;
         co.diagnostics = options.cuda_diagnostics;
         SLUICE_ASSIGN_OR_RETURN(im.backend, runtime::make_cuda_backend(im.model, co));
     }

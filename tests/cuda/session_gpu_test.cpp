@@ -26,7 +26,8 @@ std::shared_ptr<Engine> load(const std::string& name, const std::string& device,
     eo.context_tokens = 256;
     eo.kv_bits = kv_bits;
     eo.kv_window = kv_window;
-    eo.cpu_int8_activations = false;  // the GPU computes in f32: compared with the CPU's exact arithmetic
+    eo.cpu_int8_activations = false;  // compared with the GPU's f32 (3xTF32) arithmetic: the exact path
+    eo.gpu_int8_prefill = false;
     auto e = Engine::load(eo);
     EXPECT_TRUE(e.has_value()) << e.status().message();
     return e.has_value() ? *e : nullptr;
@@ -194,7 +195,8 @@ TEST_P(CudaSession, PackedModelThroughGpuHostAndDiskTiers) {
     eo.model_dir = po.out_dir;
     eo.threads = 2;
     eo.context_tokens = 256;
-    eo.cpu_int8_activations = false;  // the GPU computes in f32: compared with the CPU's exact arithmetic
+    eo.cpu_int8_activations = false;  // compared with the GPU's f32 (3xTF32) arithmetic: the exact path
+    eo.gpu_int8_prefill = false;
     auto cpu = Engine::load(eo);
     ASSERT_TRUE(cpu.has_value()) << cpu.status().message();
     if ((*cpu)->info().n_experts == 0) GTEST_SKIP() << GetParam() << ": a dense model has no experts to tier";

@@ -143,8 +143,8 @@ TEST(GoldenIndex, ExistsAndCoversEveryFamily) {
 // in f32 like the CPU fast path.
 // With `tiered` (CUDA), the GPU expert cache is capped at 2·k + 1 slots: every layer evicts, and
 // prefill runs each MoE layer in token sub-ranges whose expert unions fit.
-// With `int8`, the CPU's int8-activation products (the default for 4/8-bit weights) at their tolerance;
-// without, the exact f32 arithmetic.
+// With `int8`, the int8-activation products (the default for 4/8-bit weights: the CPU's, and the
+// GPU's prefill products) at their tolerance; without, the exact f32 arithmetic.
 void check_golden(const std::string& name, const std::string& device, bool tiered = false,
                   bool int8 = false) {
     const std::string dir = goldens_dir() + "/" + name;
@@ -158,6 +158,7 @@ void check_golden(const std::string& name, const std::string& device, bool tiere
     eo.threads = 2;
     eo.device = device;
     eo.cpu_int8_activations = int8;
+    eo.gpu_int8_prefill = int8;
     // tools/gpu_check.sh runs the CUDA goldens again with SLUICE_CUDA_UNFUSED=1.
     eo.cuda_diagnostics = cuda_diagnostics_from_env();
     eo.context_tokens = static_cast<int64_t>(ref.ids.size() + ref.greedy_ids.size() + 1);
@@ -272,6 +273,15 @@ TEST_P(Golden, OnCudaPrefillDecodeAndGreedyMatchTransformers) {
 
 TEST_P(Golden, OnCudaTieredExpertsMatchTransformers) {
     check_golden(GetParam(), "cuda", /*tiered=*/true);
+}
+
+// The GPU's int8 prefill products (its default for 4/8-bit weights) at the int8 tolerance, resident
+// and through the tiered expert cache (prefill in sub-ranges).
+TEST_P(Golden, OnCudaInt8PrefillMatchesTransformersWithinTheirTolerance) {
+    if (GetParam().find("_mlx_q") == std::string::npos)
+        GTEST_SKIP() << GetParam() << ": float weights take no int8 path";
+    check_golden(GetParam(), "cuda", /*tiered=*/false, /*int8=*/true);
+    check_golden(GetParam(), "cuda", /*tiered=*/true, /*int8=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, Golden, ::testing::ValuesIn(golden_names()),

@@ -83,6 +83,35 @@ void matvec(const LaunchContext& ctx, const DevWeight& w, const float* x, float*
 void matmul(const LaunchContext& ctx, const DevWeight& w, const float* x, int64_t n, float* y,
             cudaStream_t s);
 
+// ---- int8 tensor-core products (prefill) ---------------------------------------------------------
+// Activations quantised for them: per block of 32 inputs of a row, int8 codes (d = max|x| / 127,
+// rounded to nearest even: the CPU's Activations::kInt8), the block's d and d·Σcodes. Each chunk
+// of 8 inputs is stored as its 4 even inputs then its 4 odd ones (the order the MMA reads 4-bit
+// code words in). capacity: the most elements (rows × cols) the buffers hold.
+struct Int8Rows {
+    int8_t* q = nullptr;
+    float* d = nullptr;     // [rows, cols / 32]
+    float* dsum = nullptr;  // [rows, cols / 32]
+    int64_t capacity = 0;
+};
+// Whether w's products can take the int8 kernels: MLX affine 4/8-bit, cols a multiple of 32 and
+// a power-of-two group of at least 32 inputs (a block of 32 never straddles two groups).
+bool int8_products(const DevWeight& w);
+// Scale elements (d or dsum) for `elements` quantised inputs.
+int64_t int8_scale_elements(int64_t elements);
+// out = x[n, cols] quantised (cols a multiple of 32, n·cols ≤ out.capacity).
+void quantize_rows_int8(const float* x, int64_t n, int64_t cols, const Int8Rows& out, cudaStream_t s);
+// Y[n, rows] = W · X[n, :] with X quantised by quantize_rows_int8 (int8_products(w)): on int8
+// tensor cores, each block's integer sum scaled in f32 (reference::matmul with kInt8 activations).
+void matmul_int8(const DevWeight& w, const Int8Rows& xq, int64_t n, float* y, cudaStream_t s);
+// moe_matmul on the int8 kernels: every expert's weights of one code width (bits 4 or 8) with
+// int8_products() and a group size of at least group_size; xq holds the quantised rows of x (the
+// n_pairs / x_div tokens when gathering).
+void moe_matmul_int8(int bits, int64_t group_size, const DevWeight* table, int which, int64_t n_experts,
+                     const int32_t* offsets, const int32_t* order, int64_t n_pairs, bool gather,
+                     int64_t x_div, bool scatter, int64_t rows, int64_t cols, const Int8Rows& xq, float* y,
+                     cudaStream_t s);
+
 // Router top-k fused into a matvec_multi launch: the last block of slice `which` to finish runs
 // router_topk over that slice's output (n_experts logits) into ids / weights [k]. counter: a
 // device word that is 0 before the launch; the kernel leaves it 0 again (graph replays reuse it).

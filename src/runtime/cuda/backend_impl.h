@@ -60,6 +60,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <optional>
 #include <vector>
 
@@ -308,7 +309,19 @@ class CudaBackend final : public Backend {
     Status tiered_experts(int64_t l, int64_t n);
     Status run_tiered(DeviceState& ds, int64_t n);
     Status run_enqueued(DeviceState& first, int64_t n);
-    void linear(const DevWeight& w, const float* x, int64_t n, float* y);
+    // y = w · x for n rows: decode matvecs (n ≤ kMatvecRows), else the prefill products — int8 ones
+    // where int8_linear() and `int8` (the router and the shared expert's gate stay f32, as on the CPU:
+    // Model::use_activations).
+    void linear(const DevWeight& w, const float* x, int64_t n, float* y, bool int8 = true);
+    // linear() of several weights over one input (q/k/v, the DeltaNet inputs): with the int8
+    // products, x is quantised once for all of them.
+    struct Product {
+        const DevWeight* w;
+        float* y;
+    };
+    void linears(const float* x, int64_t n, std::initializer_list<Product> products);
+    // Whether linear(w, ·, n, ·) takes the int8 products.
+    bool int8_linear(const DevWeight& w, int64_t n) const;
     void swiglu_mlp(const DevWeight& gate, const DevWeight& up, const DevWeight& down, const float* x,
                     int64_t n, float* out);
     // in_norm (decode, nullable): the residual add and norm that produce the layer's input, run by
@@ -350,6 +363,12 @@ class CudaBackend final : public Backend {
     // Every routed and shared expert projection has cuda::vector_layout, gate and up alike: the decode
     // MoE launches take their code-word instances.
     bool experts_vector_ = false;
+    // The prefill products of 4/8-bit weights on int8 tensor cores (EngineOptions::gpu_int8_prefill)
+    // when a weight has cuda::int8_products; experts_int8_bits_: the code width (4 or 8) every routed
+    // expert's gate, up and down share with int8_products, else 0 (their grouped products stay f32).
+    bool int8_prefill_ = false;
+    int experts_int8_bits_ = 0;
+    int64_t experts_int8_group_ = 0;  // the smallest group size among them
     bool tiered_ = false;
     // Tiered experts: VRAM is the expert cache's, so each sequence's snapshot slots live in
     // page-locked host memory (a snapshot of the 80B's DeltaNet state is 76 MB: 1.6 ms at 48 GB/s,
@@ -375,7 +394,11 @@ class CudaBackend final : public Backend {
         float* summary_partial;
         cuda::DevLogitsSummary* summary;
         unsigned* counters;  // zeroed at allocation; the kernels that use them leave them 0
+        int8_t* xq;          // the int8 products' quantised activations (i8())
+        float *xq_d, *xq_dsum;
     } d_{};
+    int64_t xq_capacity_ = 0;  // elements d_.xq holds
+    cuda::Int8Rows i8() const { return {d_.xq, d_.xq_d, d_.xq_dsum, xq_capacity_}; }
     int32_t* host_ids_ = nullptr;   // pinned [ws_tokens_ · K + K]: routed and predicted ids (tiered)
     int32_t* host_io_ = nullptr;    // pinned mirror of d_.io, [2 · ws_tokens_ + 1]
     float* host_logits_ = nullptr;  // pinned [V] for graph decode

@@ -62,6 +62,12 @@ CudaBackend::ScratchPlan CudaBackend::scratch_plan(int64_t n, int64_t logit_rows
     add(d_.summary_partial, cuda::logits_summary_scratch_floats());
     add(d_.summary, 4);
     add(d_.counters, kCounters);
+    // The int8 products' quantised inputs: every product's rows × inputs (the routed down
+    // projections' n·K rows of I the largest besides the n rows of the widest input).
+    const int64_t xq = std::max(n * std::max({wide, Is, H}), n * K * I);
+    add(d_.xq, (xq + 3) / 4);
+    add(d_.xq_d, cuda::int8_scale_elements(xq));
+    add(d_.xq_dsum, cuda::int8_scale_elements(xq));
     return plan;
 }
 
@@ -103,6 +109,9 @@ Status CudaBackend::reserve_scratch(int64_t n, int64_t logit_rows) {
                     "zeroing counters");
     ws_tokens_ = n;
     ws_logit_rows_ = logit_rows;
+    xq_capacity_ = 0;
+    for (const auto& [p, bytes] : plan)
+        if (p == reinterpret_cast<void**>(&d_.xq)) xq_capacity_ = static_cast<int64_t>(bytes);
     ++ws_generation_;  // captured graphs point at the old buffers
     return Status::ok();
 }

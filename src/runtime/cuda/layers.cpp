@@ -4,19 +4,39 @@
 
 namespace sluice::runtime::cuda_impl {
 
-void CudaBackend::linear(const DevWeight& w, const float* x, int64_t n, float* y) {
+bool CudaBackend::int8_linear(const DevWeight& w, int64_t n) const {
+    return n > kMatvecRows && int8_prefill_ && cuda::int8_products(w) && n * w.cols <= xq_capacity_;
+}
+
+void CudaBackend::linear(const DevWeight& w, const float* x, int64_t n, float* y, bool int8) {
     if (n <= kMatvecRows) {
         for (int64_t t = 0; t < n; ++t) cuda::matvec(launch_, w, x + t * w.cols, y + t * w.rows, stream_);
+    } else if (int8 && int8_linear(w, n)) {
+        cuda::quantize_rows_int8(x, n, w.cols, i8(), stream_);
+        cuda::matmul_int8(w, i8(), n, y, stream_);
     } else {
         cuda::matmul(launch_, w, x, n, y, stream_);
+    }
+}
+
+void CudaBackend::linears(const float* x, int64_t n, std::initializer_list<Product> products) {
+    bool quantized = false;
+    for (const Product& p : products) {
+        if (p.w->data == nullptr) continue;
+        if (!int8_linear(*p.w, n)) {
+            linear(*p.w, x, n, p.y);
+            continue;
+        }
+        if (!quantized) cuda::quantize_rows_int8(x, n, p.w->cols, i8(), stream_);
+        quantized = true;
+        cuda::matmul_int8(*p.w, i8(), n, p.y, stream_);
     }
 }
 
 void CudaBackend::swiglu_mlp(const DevWeight& gate, const DevWeight& up, const DevWeight& down,
                              const float* x, int64_t n, float* out) {
     const int64_t I = gate.rows;
-    linear(gate, x, n, d_.sh_gate);
-    linear(up, x, n, d_.sh_up);
+    linears(x, n, {{&gate, d_.sh_gate}, {&up, d_.sh_up}});
     cuda::swiglu(d_.sh_gate, d_.sh_up, n * I, d_.sh_act, stream_);
     linear(down, d_.sh_act, n, out);
 }
@@ -34,9 +54,8 @@ void CudaBackend::attention_layer(const DevLayer& L, int64_t l, int64_t n, const
         if (in_norm != nullptr) m.norm = *in_norm;
         cuda::matvec_multi(launch_, m, d_.norm, stream_);
     } else {
-        linear(L.q_proj, d_.norm, n, d_.tmp);  // [n, nh, (q | gate)]
-        linear(L.k_proj, d_.norm, n, d_.k);    // [n, nkv, hd]
-        linear(L.v_proj, d_.norm, n, d_.v);
+        // q: [n, nh, (q | gate)]; k, v: [n, nkv, hd]
+        linears(d_.norm, n, {{&L.q_proj, d_.tmp}, {&L.k_proj, d_.k}, {&L.v_proj, d_.v}});
     }
     const bool gate_in_epilogue = gated && !unfused_;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -116,10 +135,8 @@ void CudaBackend::deltanet_layer(const DevLayer& L, int64_t l, int64_t n, const 
             if (in_norm != nullptr) m.norm = *in_norm;
             cuda::matvec_multi(launch_, m, d_.norm, stream_);
         } else {
-            linear(L.in_qkv, d_.norm, n, d_.conv_in);
-            linear(L.in_z, d_.norm, n, d_.z);
-            linear(L.in_b, d_.norm, n, d_.beta);
-            linear(L.in_a, d_.norm, n, d_.g);
+            linears(d_.norm, n,
+                    {{&L.in_qkv, d_.conv_in}, {&L.in_z, d_.z}, {&L.in_b, d_.beta}, {&L.in_a, d_.g}});
         }
     } else {
         if (n == 1) {
@@ -129,8 +146,7 @@ void CudaBackend::deltanet_layer(const DevLayer& L, int64_t l, int64_t n, const 
             if (in_norm != nullptr) m.norm = *in_norm;
             cuda::matvec_multi(launch_, m, d_.norm, stream_);
         } else {
-            linear(L.in_qkvz, d_.norm, n, d_.tmp);
-            linear(L.in_ba, d_.norm, n, d_.gate);
+            linears(d_.norm, n, {{&L.in_qkvz, d_.tmp}, {&L.in_ba, d_.gate}});
         }
         cuda::split_qkvz(d_.tmp, d_.gate, n, nk, dk, r, dv, d_.conv_in, d_.z, d_.beta, d_.g, stream_);
     }
@@ -218,7 +234,7 @@ void CudaBackend::moe_route(const DevLayer& L, int64_t n, const cuda::NormIn* in
         cuda::matvec_multi(launch_, m, d_.norm, stream_);
         if (!unfused_) return;
     } else {
-        linear(L.router, d_.norm, n, d_.router);
+        linear(L.router, d_.norm, n, d_.router, /*int8=*/false);
     }
     const model::MoePlan& P = L.plan->moe;
     cuda::router_topk(d_.router, n, P.experts, P.top_k, P.renormalize, d_.topk_ids, d_.topk_w, stream_);
@@ -288,6 +304,21 @@ void CudaBackend::moe_routed(const DevLayer& L, const float* x, const int32_t* i
     }
     const int64_t pairs = n * K;
     cuda::moe_group(ids, pairs, E, d_.offsets, d_.order, stream_);
+    if (int8_prefill_ && experts_int8_bits_ > 0 && n * H <= xq_capacity_ && pairs * I <= xq_capacity_) {
+        // x quantised once for both gate and up; the SwiGLU output once for the down projections.
+        const int bits = experts_int8_bits_;
+        cuda::quantize_rows_int8(x, n, H, i8(), stream_);
+        cuda::moe_matmul_int8(bits, experts_int8_group_, L.experts, 0, E, d_.offsets, d_.order, pairs, true,
+                              K, false, I, H, i8(), d_.pair_gate, stream_);
+        cuda::moe_matmul_int8(bits, experts_int8_group_, L.experts, 1, E, d_.offsets, d_.order, pairs, true,
+                              K, false, I, H, i8(), d_.pair_up, stream_);
+        cuda::swiglu(d_.pair_gate, d_.pair_up, pairs * I, d_.pair_act, stream_);
+        cuda::quantize_rows_int8(d_.pair_act, pairs, I, i8(), stream_);
+        cuda::moe_matmul_int8(bits, experts_int8_group_, L.experts, 2, E, d_.offsets, d_.order, pairs, false,
+                              1, true, H, I, i8(), d_.pair_out, stream_);
+        cuda::moe_combine(d_.pair_out, weights, n, K, H, mix, stream_);
+        return;
+    }
     cuda::moe_matmul(launch_, L.experts, 0, E, d_.offsets, d_.order, pairs, true, K, false, I, H, x,
                      d_.pair_gate, stream_);
     cuda::moe_matmul(launch_, L.experts, 1, E, d_.offsets, d_.order, pairs, true, K, false, I, H, x,
@@ -305,7 +336,7 @@ void CudaBackend::moe_shared(const DevLayer& L, int64_t n) {
         return;
     }
     swiglu_mlp(L.shared_gate_proj, L.shared_up, L.shared_down, d_.norm, n, d_.sh_out);
-    linear(L.shared_gate, d_.norm, n, d_.sg);
+    linear(L.shared_gate, d_.norm, n, d_.sg, /*int8=*/false);
     cuda::add_gated_rows(d_.sh_out, d_.sg, n, model_->config().hidden, d_.mix, stream_);
 }
 

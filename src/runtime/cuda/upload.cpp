@@ -38,6 +38,25 @@ Status CudaBackend::put_bytes(void* dst, const void* src, uint64_t bytes) {
     return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "copying weights to the GPU");
 }
 
+namespace {
+
+// The code width (4 or 8) an expert's three projections share with cuda::int8_products, given the
+// width found so far (-1: none yet); 0 when they do not (or differ from it). group: lowered to the
+// smallest group size among them.
+int int8_bits(const model::ExpertWeights& e, int so_far, int64_t& group) {
+    int bits = so_far;
+    for (const kernels::WeightView* v : {&e.gate, &e.up, &e.down}) {
+        if (!cuda::int8_products(cuda::dev_weight(*v, nullptr, nullptr, nullptr))) return 0;
+        const int b = v->type == kernels::WeightType::kQ4 ? 4 : 8;
+        if (bits >= 0 && bits != b) return 0;
+        bits = b;
+        group = group > 0 ? std::min<int64_t>(group, v->group_size) : v->group_size;
+    }
+    return bits;
+}
+
+}  // namespace
+
 // Walks every tensor the forward reads, in a fixed order, counting (arena without base) or copying.
 Status CudaBackend::upload_weights(Arena& arena) {
     const model::ModelWeights& W = model_->weights();
@@ -50,6 +69,8 @@ Status CudaBackend::upload_weights(Arena& arena) {
         routed_bytes_ = 0;
         expert_slot_bytes_ = 0;
         experts_vector_ = true;
+        experts_int8_bits_ = -1;  // unset until the first MoE layer's experts
+        experts_int8_group_ = 0;
     }
     lm_head_ = W.lm_head.data == W.embed.data ? embed_ : put(arena, W.lm_head, st);
     final_norm_ = put(arena, W.final_norm, st);
@@ -117,6 +138,7 @@ Status CudaBackend::upload_weights(Arena& arena) {
             put(one, e.down, st);
             expert_slot_bytes_ = std::max(expert_slot_bytes_, cuda::ExpertTier::slot_bytes_for(e));
             experts_vector_ = experts_vector_ && vector_mlp(e.gate, e.up, e.down);
+            experts_int8_bits_ = int8_bits(e, experts_int8_bits_, experts_int8_group_);
             source->release(static_cast<int64_t>(l), std::span<const int32_t>(&first, 1));
             arena.take(one.used() * static_cast<uint64_t>(E));
             routed_bytes_ += one.used() * static_cast<uint64_t>(E);
