@@ -6,7 +6,7 @@
 #   tests       GPU op tests, CUDA goldens (resident and tiered), the packed three-tier test
 #   sanitize    compute-sanitizer memcheck/racecheck of the op tests; sanitize_tier: memcheck of the
 #               packed three-tier test; sanitize_kv: both over the KV cache kernels' tests;
-#               sanitize_int8: both over the int8 tensor-core products' tests
+#               sanitize_int8: both over the int8 tensor-core products' and the DeltaNet prefill's tests
 #   synth35 / synth80      synthetic Qwen3.6-35B-A3B / Qwen3-Next-80B-A3B, 4-bit, into /tmp/m35 /tmp/m80
 #   resident35 / resident80  fully resident decode and prefill (512 and 4096-token prompts);
 #                          decode35 / decode80 the 512-token one only (GPU time per step logged);
@@ -23,8 +23,9 @@
 #                          usea goes back to .devcarry/c (results a2_*); host35pdl0: host35 without
 #                          programmatic dependent launch
 #   prefill35 / prefill80  prefill A/B: --gpu-prefill int8 against f32 (3xTF32), alternated, 4096 and 512
-#                          tokens, resident; hostprefill35 / hostprefill80: the same through the host tier;
-#                          prefillprof35: per-kernel GPU time of one 4096-token prefill, int8 and f32
+#                          tokens, resident, PREFILL_ROUNDS rounds (2); hostprefill35 / hostprefill80: the same through the host tier;
+#                          prefillprof35: per-kernel GPU time of one 4096-token prefill, PROF_MODES
+#                          (int8 f32)
 #   kv35                   decode at 4K and 32K depth and the prompt's prefill (TTFT) per --kv-bits, resident
 #   llamabuild             llama.cpp from .devcarry/llama/llama.tgz (../shared/peer/README.md) into /tmp/llb;
 #                          gguf35: the 35B's GGUF of the same shapes (synth_gguf.py) at /tmp/m35.gguf;
@@ -93,7 +94,9 @@ for s in "$@"; do
         step memcheck_int8 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/sluice_gpu_tests" \
             --gtest_filter='CudaOps.Int8*:CudaOps.GroupedMoeInt8*'
         step racecheck_int8 300 compute-sanitizer --tool racecheck --error-exitcode 3 "$B/sluice_gpu_tests" \
-            --gtest_filter='CudaOps.GroupedMoeInt8*'
+            --gtest_filter='CudaOps.GroupedMoeInt8*:CudaOps.GatedDelta*:CudaOps.Conv1d*'
+        step memcheck_delta 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/sluice_gpu_tests" \
+            --gtest_filter='CudaOps.GatedDelta*:CudaOps.Conv1d*'
         ;;
     sanitize_kv)
         step memcheck_kv 200 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/sluice_gpu_tests" \
@@ -334,7 +337,7 @@ PY
         # against 3xTF32 (f32), alternated int8 f32 int8 f32 at 4096 and 512-token prompts, resident;
         # the page cache stays warm (the model is read once).
         m=/tmp/m${s#prefill}
-        for k in 1 2; do
+        for k in $(seq 1 "${PREFILL_ROUNDS:-2}"); do
             for mode in int8 f32; do
                 for p in 4096 512; do
                     step "${s}_${mode}_p${p}_r$k" 200 "$B/sluice" bench "$m" --device cuda --gpu-prefill $mode \
@@ -357,7 +360,7 @@ PY
         # Where a 4096-token prefill's GPU time goes, per kernel (nsys when installed, else ncu over
         # one prefill's launches).
         NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -n 1)
-        for mode in int8 f32; do
+        for mode in ${PROF_MODES:-int8 f32}; do
             if [ -n "$NSYS" ]; then
                 step "prefillprof35_$mode" 240 "$NSYS" profile --trace=cuda -o "$RES/pp35_$mode" --force-overwrite true \
                     "$B/sluice" bench /tmp/m35 --device cuda --gpu-prefill $mode --prompt-tokens 4096 \

@@ -11,7 +11,7 @@
 // one byte permute. The order is the K order of the MMA on both sides, so the products are those
 // of the original order.
 //
-// Tiles: 128 weight rows × 64 tokens × 64 inputs per stage, two stages in flight (cp.async); 8
+// Tiles: 128 weight rows × 64 tokens × 64 inputs per stage, three stages in flight (cp.async); 8
 // warps of 32 rows × 32 tokens, each 2 × 4 MMAs per 32 inputs. Shared-memory rows are padded so the
 // fragment reads of a warp hit 32 distinct banks.
 #include <cuda_runtime.h>
@@ -28,29 +28,8 @@ constexpr int kRowsPerTile = 128;
 constexpr int kTokensPerTile = 64;
 constexpr int kStageCols = 64;
 constexpr int kThreads = 256;
-constexpr int kStages = 2;
+constexpr int kStages = 4;    // pipeline buffers: the stage computed and three in flight
 constexpr int kXStride = 20;  // words per token row of a stage: 64 code bytes + 16 bytes of padding
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-    const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0)
-                 : "memory");
-}
-
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
-    const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 4 : 0)
-                 : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
 
 // d = a · b + kMagic for one m16n8k32 tile, a unsigned (weight codes), b signed (activations).
 // Fragments (PTX, g = lane / 4, t = lane % 4): a0 row g, k 4t..4t+3; a1 row g + 8; a2, a3 the same at
@@ -117,13 +96,15 @@ __global__ void __launch_bounds__(kThreads, 2)
     constexpr int kWStride = kBits == 4 ? 12 : 20;     // words per weight row: its code bytes + 16 bytes
     constexpr int kRowBytes = kStageCols * kBits / 8;  // code bytes of a row per stage
     constexpr int kRowChunks = kRowBytes / 16;
-    __shared__ __align__(16) uint32_t ws[kStages][kRowsPerTile * kWStride];
-    __shared__ __align__(16) uint32_t xs[kStages][kTokensPerTile * kXStride];
-    // Per token {d of block 0, d of block 1, d·Σq of block 0, of block 1}; per row {scale 0, scale 1,
-    // bias 0, bias 1}: one 16-byte read each.
-    __shared__ __align__(16) float xds[kStages][kTokensPerTile][4];
-    __shared__ __align__(16) float wsb[kStages][kRowsPerTile][4];
-    __shared__ int64_t src[kTokensPerTile];
+    // Dynamic shared memory (smem_bytes): per stage the codes ws and activations xs; per token {d of
+    // block 0, d of block 1, d·Σq of block 0, of block 1} and per row {scale 0, scale 1, bias 0, bias
+    // 1} (one 16-byte read each), the scales double-buffered.
+    extern __shared__ __align__(16) unsigned char smem[];
+    auto* ws = reinterpret_cast<uint32_t(*)[kRowsPerTile * kWStride]>(smem);
+    auto* xs = reinterpret_cast<uint32_t(*)[kTokensPerTile * kXStride]>(ws + kStages);
+    auto* xds = reinterpret_cast<float(*)[kTokensPerTile][4]>(xs + kStages);
+    auto* wsb = reinterpret_cast<float(*)[kRowsPerTile][4]>(xds + kStages);
+    auto* src = reinterpret_cast<int64_t*>(wsb + 2);
 
     const DevWeight w = table != nullptr ? table[blockIdx.z * 3 + which] : dense;
     const int64_t begin = offsets != nullptr ? offsets[blockIdx.z] : 0;
@@ -202,17 +183,23 @@ __global__ void __launch_bounds__(kThreads, 2)
         float acc[2][4][4] = {};
         load_scale_pair(0);
         store_scale_pair(0);
-        load_stage(0, 0);
+        for (int i = 0; i + 1 < kStages; ++i) {
+            if (i < stages) {
+                load_stage(i, i);
+            } else {
+                cp_async_commit();  // an empty group keeps the count of groups per stage
+            }
+        }
         for (int s = 0; s < stages; ++s) {
             const int buf = s % kStages;
-            if (s + 1 < stages) {
-                load_scale_pair(s + 1);
-                load_stage(s + 1, (s + 1) % kStages);
-                cp_async_wait<1>();
+            cp_async_wait<kStages - 2>();  // stage s has landed
+            __syncthreads();               // ... for every thread, and stage s − 1 is consumed
+            if (s + kStages - 1 < stages) {
+                load_stage(s + kStages - 1, (s + kStages - 1) % kStages);
             } else {
-                cp_async_wait<0>();
+                cp_async_commit();
             }
-            __syncthreads();
+            if (s + 1 < stages) load_scale_pair(s + 1);
             const uint32_t* wsb_codes = ws[buf];
             const uint32_t* xsb = xs[buf];
             // Weight fragments of both blocks (a block past cols is zero-filled: its sums are 0).
@@ -223,7 +210,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int row = wr + mi * 16 + g + 8 * h;
-                    sb[mi][h] = *reinterpret_cast<const float4*>(wsb[buf][row]);
+                    sb[mi][h] = *reinterpret_cast<const float4*>(wsb[s % 2][row]);
                     const uint32_t* wrow = wsb_codes + row * kWStride;
                     if constexpr (kBits == 4) {
                         // Words kb·4 … kb·4 + 3 hold block kb's 32 codes, 8 inputs per word: this lane's
@@ -285,8 +272,8 @@ __global__ void __launch_bounds__(kThreads, 2)
                     }
                 }
             }
-            __syncthreads();  // buffer buf is consumed: stage s + 2 may overwrite it
-            if (s + 1 < stages) store_scale_pair((s + 1) % kStages);
+            // Every thread passed this stage's barrier, so stage s − 1's scales are consumed.
+            if (s + 1 < stages) store_scale_pair((s + 1) % 2);
         }
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi)
@@ -302,6 +289,13 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 // The kernel instance for a code width and group size.
+// Dynamic shared memory of an instance (above 48 KB: opted into per launch).
+constexpr size_t smem_bytes(int bits) {
+    const size_t w_stride = bits == 4 ? 12 : 20;
+    return kStages * (kRowsPerTile * w_stride * 4 + kTokensPerTile * kXStride * 4 + kTokensPerTile * 16) +
+           2 * kRowsPerTile * 16 + kTokensPerTile * 8;
+}
+
 template <typename Launch>
 void with_kernel(int bits, int64_t group_size, Launch&& launch) {
     const bool wide = group_size >= kStageCols;
@@ -336,7 +330,9 @@ void matmul_int8(const DevWeight& w, const Int8Rows& xq, int64_t n, float* y, cu
     if (n == 0 || w.rows == 0) return;
     const dim3 grid(grid_for(w.rows, kRowsPerTile), grid_for(n, kTokensPerTile), 1);
     with_kernel(w.type == WeightType::kQ4 ? 4 : 8, w.group_size, [&](auto kernel) {
-        kernel<<<grid, kThreads, 0, s>>>(w, nullptr, 0, nullptr, nullptr, n, false, 1, false, xq, y);
+        const size_t smem = smem_bytes(w.type == WeightType::kQ4 ? 4 : 8);
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+        kernel<<<grid, kThreads, smem, s>>>(w, nullptr, 0, nullptr, nullptr, n, false, 1, false, xq, y);
     });
 }
 
@@ -354,8 +350,10 @@ void moe_matmul_int8(int bits, int64_t group_size, const DevWeight* table, int w
     unused.rows = rows;
     unused.cols = cols;
     with_kernel(bits, group_size, [&](auto kernel) {
-        kernel<<<grid, kThreads, 0, s>>>(unused, table, which, offsets, order, n_pairs, gather, x_div,
-                                         scatter, xq, y);
+        const size_t smem = smem_bytes(bits);
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+        kernel<<<grid, kThreads, smem, s>>>(unused, table, which, offsets, order, n_pairs, gather, x_div,
+                                            scatter, xq, y);
     });
 }
 

@@ -212,10 +212,11 @@ __global__ void conv1d_silu_kernel(const float* x, int64_t n, int64_t channels, 
 // The recurrence over a batch of tokens. One block per (value head j, 32 value columns); each column's
 // state rows are split over 4 lanes of one warp (lane = 4·column + quarter; quarter u holds rows
 // u·R … u·R + R − 1 in registers), so a token's two dot products over the rows are an FMA chain per
-// lane and two shuffles, with no block barrier; the block stages k, q, v, β and the decay of
-// kDeltaChunk tokens in shared memory at a time. (Four warps each holding rows of all 32 columns,
-// the dot products meeting in shared memory, took four barriers per token: 9.3 ms per 4096-token 35B
-// layer; ncu, H100, session 16.)
+// lane and two shuffles, with no block barrier; k, q, v, β and g of kChunk tokens are copied to
+// shared memory (cp.async) while the chunk before them is computed. (Four warps each holding rows of
+// all 32 columns, the dot products meeting in shared memory, took four barriers per token: 9.3 ms per
+// 4096-token 35B layer; staging each chunk with plain loads after the chunk before it, 3.6 ms; ncu,
+// H100, session 16.)
 constexpr int kDeltaCols = 32;
 constexpr int kDeltaQuarters = 4;
 
@@ -225,12 +226,13 @@ __global__ void __launch_bounds__(kDeltaCols* kDeltaQuarters)
                        const float* __restrict__ beta, const float* __restrict__ g, int64_t n, int64_t n_k,
                        int64_t n_v, int64_t dk, int64_t dv, const float* state, float* state_out,
                        float* out) {
-    constexpr int kChunk = R <= 32 ? 32 : 16;  // tokens staged at a time (shared memory ≤ 48 KB)
+    constexpr int kChunk = R <= 32 ? 16 : 8;  // tokens per stage (two stages: shared memory ≤ 48 KB)
     constexpr int kStride = R + 4;  // floats per quarter of a staged row: the 4 quarters' float4 reads
                                     // hit distinct banks
-    __shared__ __align__(16) float ks[kChunk][kDeltaQuarters * kStride];
-    __shared__ __align__(16) float qs[kChunk][kDeltaQuarters * kStride];
-    __shared__ float vs[kChunk][kDeltaCols], bs[kChunk], as[kChunk];
+    constexpr int kRow = kDeltaQuarters * R;
+    __shared__ __align__(16) float ks[2][kChunk][kDeltaQuarters * kStride];
+    __shared__ __align__(16) float qs[2][kChunk][kDeltaQuarters * kStride];
+    __shared__ float vs[2][kChunk][kDeltaCols], bs[2][kChunk], gs[2][kChunk];
     const int64_t j = blockIdx.x;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int quarter = lane % kDeltaQuarters;
@@ -240,37 +242,52 @@ __global__ void __launch_bounds__(kDeltaCols* kDeltaQuarters)
     const int64_t kh = j / (n_v / n_k);
     const float* S = state + j * dk * dv;
     float* S_out = state_out + j * dk * dv;
+    // Chunk c's inputs into buffer buf (rows past dk and columns past dv zero-filled).
+    auto stage = [&](int64_t c, int buf) {
+        const int64_t t0 = c * kChunk;
+        const int tn = static_cast<int>(n - t0 < kChunk ? n - t0 : kChunk);
+        for (int e = threadIdx.x; e < tn * kRow; e += blockDim.x) {
+            const int tt = e / kRow, i = e % kRow;
+            const int at = (i / R) * kStride + i % R;
+            const bool in = i < dk;
+            const int64_t src = ((t0 + tt) * n_k + kh) * dk + (in ? i : 0);
+            cp_async4(&ks[buf][tt][at], k + src, in);
+            cp_async4(&qs[buf][tt][at], q + src, in);
+        }
+        for (int e = threadIdx.x; e < tn * kDeltaCols; e += blockDim.x) {
+            const int tt = e / kDeltaCols, c2 = e % kDeltaCols;
+            const int64_t dd = static_cast<int64_t>(blockIdx.y) * kDeltaCols + c2;
+            cp_async4(&vs[buf][tt][c2], v + ((t0 + tt) * n_v + j) * dv + (dd < dv ? dd : 0), dd < dv);
+        }
+        if (threadIdx.x < tn) {
+            cp_async4(&bs[buf][threadIdx.x], beta + (t0 + threadIdx.x) * n_v + j, true);
+            cp_async4(&gs[buf][threadIdx.x], g + (t0 + threadIdx.x) * n_v + j, true);
+        }
+        cp_async_commit();
+    };
     float s[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
         const int64_t i = quarter * R + r;
         s[r] = (col && i < dk) ? S[i * dv + d] : 0.0f;
     }
-    for (int64_t t0 = 0; t0 < n; t0 += kChunk) {
-        const int tn = static_cast<int>(n - t0 < kChunk ? n - t0 : kChunk);
-        __syncthreads();  // the previous chunk is consumed
-        for (int e = threadIdx.x; e < tn * kDeltaQuarters * R; e += blockDim.x) {
-            const int tt = e / (kDeltaQuarters * R), i = e % (kDeltaQuarters * R);
-            const int at = (i / R) * kStride + i % R;
-            const bool in = i < dk;
-            const int64_t src = ((t0 + tt) * n_k + kh) * dk + i;
-            ks[tt][at] = in ? k[src] : 0.0f;
-            qs[tt][at] = in ? q[src] : 0.0f;
-        }
-        for (int e = threadIdx.x; e < tn * kDeltaCols; e += blockDim.x) {
-            const int tt = e / kDeltaCols, c = e % kDeltaCols;
-            const int64_t dd = static_cast<int64_t>(blockIdx.y) * kDeltaCols + c;
-            vs[tt][c] = dd < dv ? v[((t0 + tt) * n_v + j) * dv + dd] : 0.0f;
-        }
-        if (threadIdx.x < tn) {
-            bs[threadIdx.x] = beta[(t0 + threadIdx.x) * n_v + j];
-            as[threadIdx.x] = expf(g[(t0 + threadIdx.x) * n_v + j]);
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+    if (chunks > 0) stage(0, 0);
+    for (int64_t c = 0; c < chunks; ++c) {
+        const int buf = static_cast<int>(c % 2);
+        if (c + 1 < chunks) {
+            stage(c + 1, buf ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
         }
         __syncthreads();
+        const int64_t t0 = c * kChunk;
+        const int tn = static_cast<int>(n - t0 < kChunk ? n - t0 : kChunk);
         for (int tt = 0; tt < tn; ++tt) {
-            const float alpha = as[tt];
-            const float* kr = &ks[tt][quarter * kStride];
-            const float* qr = &qs[tt][quarter * kStride];
+            const float alpha = expf(gs[buf][tt]);
+            const float* kr = &ks[buf][tt][quarter * kStride];
+            const float* qr = &qs[buf][tt][quarter * kStride];
             float dot[4] = {};
 #pragma unroll
             for (int r = 0; r < R; r += 4) {
@@ -287,7 +304,7 @@ __global__ void __launch_bounds__(kDeltaCols* kDeltaQuarters)
             float kv = (dot[0] + dot[1]) + (dot[2] + dot[3]);
             kv += __shfl_xor_sync(0xffffffffu, kv, 1);
             kv += __shfl_xor_sync(0xffffffffu, kv, 2);
-            const float delta = col ? bs[tt] * (vs[tt][cb] - kv) : 0.0f;
+            const float delta = col ? bs[buf][tt] * (vs[buf][tt][cb] - kv) : 0.0f;
             float o[4] = {};
 #pragma unroll
             for (int r = 0; r < R; r += 4) {
@@ -307,6 +324,7 @@ __global__ void __launch_bounds__(kDeltaCols* kDeltaQuarters)
             oc += __shfl_xor_sync(0xffffffffu, oc, 2);
             if (quarter == 0 && col) out[((t0 + tt) * n_v + j) * dv + d] = oc;
         }
+        __syncthreads();  // buffer buf is consumed: chunk c + 2 is staged into it next
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
