@@ -27,6 +27,16 @@ class Session;
 class Tokenizer;
 class ChatTemplate;
 
+// Per-session settings (Engine::new_session). A server takes them per request (`kv_bits`).
+struct SessionOptions {
+    // This session's attention KV cache: 0 = the engine's (EngineOptions::kv_bits), else 32, 16, 8, 4
+    // or 3 as there, with kv_window positions also in f16 (-1: the engine's kv_window). Its state must
+    // fit what the memory plan reserves for each session (the engine's type at its context): any
+    // smaller type does; a larger one is an error naming both sizes.
+    int kv_bits = 0;
+    int64_t kv_window = -1;
+};
+
 struct EngineOptions {
     std::string model_dir;  // Hugging Face, MLX or sluice packed checkpoint folder
     int threads = 0;        // compute threads; 0 = all cores
@@ -200,6 +210,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
     // A new, empty conversation timeline.
     std::unique_ptr<Session> new_session();
+    // One with its own settings (SessionOptions: its KV cache type); an error naming the problem for a
+    // type the model cannot store or a state larger than the memory plan reserves for a session.
+    Expected<std::unique_ptr<Session>> new_session(const SessionOptions& options);
 
     // Feeds several sessions of this engine in one forward — prefill chunks and single decode
     // tokens mixed, each session at most once: each weight is read once for all of them and each

@@ -161,6 +161,10 @@ class Session {
     int64_t position() const;
     const std::vector<int32_t>& tokens() const;
     int64_t context_size() const;
+    // Bits per element of its attention KV cache (32, 16, 8, 4 or 3; SessionOptions::kv_bits) and the
+    // positions also kept in f16 (0: none).
+    int kv_bits() const;
+    int64_t kv_window() const;
 
     // Feeds `tokens` after the current position. With all_logits, returns logits for every fed
     // token ([n, vocab] row-major); otherwise only the last token's [vocab]. `chunk_tokens` bounds

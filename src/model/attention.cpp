@@ -61,7 +61,7 @@ void Model::attention_layer(const AttentionPlan& P, const LayerWeights& lw, int6
         // own key is read back compressed too, so a position's result does not depend on whether it
         // was computed in prefill or in decode.
         const int64_t kv = nkv * hd;
-        const kernels::KvType type = state_layout_.kv;
+        const kernels::KvType type = p.state->kv;
         const int64_t row_bytes = nkv * kernels::kv_head_bytes(type, hd);
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
         kernels::kv_store(type, k + p.row0 * kv, p.n, nkv, hd, st.k_cache.data() + pos0 * row_bytes);
@@ -76,7 +76,7 @@ void Model::attention_layer(const AttentionPlan& P, const LayerWeights& lw, int6
         // window, so every query sees its window in f16 however the step was batched.
         const ModelState::Ring r = p.state->ring(st);
         const int64_t slots = p.state->ring_slots, ring_row = p.state->ring_row_bytes;
-        const kernels::KvRing ring{state_layout_.kv_window, slots, r.tags, r.k, r.v};
+        const kernels::KvRing ring{p.state->kv_window, slots, r.tags, r.k, r.v};
         for (int64_t c0 = 0; c0 < p.n; c0 += kKvRingSlack) {
             const int64_t c = std::min(kKvRingSlack, p.n - c0);
             for (int64_t t = 0; t < c; ++t) {

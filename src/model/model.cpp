@@ -150,7 +150,7 @@ Expected<std::shared_ptr<Model>> Model::load(const std::string& dir) {
     return model;
 }
 
-Status Model::use_kv_type(kernels::KvType type, int64_t kv_window) {
+Expected<StateLayout> Model::layout_for(kernels::KvType type, int64_t kv_window) const {
     if (const char* bad = kernels::kv_shape_error(type, config_.head_dim))
         return error(ErrorCode::kInvalidArgument, std::string("[model] a ") + kernels::kv_type_name(type) +
                                                       " KV cache cannot hold head_dim " +
@@ -158,7 +158,11 @@ Status Model::use_kv_type(kernels::KvType type, int64_t kv_window) {
     if (kv_window < 0)
         return error(ErrorCode::kInvalidArgument, "[model] --kv-window " + std::to_string(kv_window) +
                                                       ": a window is 0 (none) or more positions");
-    state_layout_ = model::state_layout(config_, type, kv_window);
+    return model::state_layout(config_, type, kv_window);
+}
+
+Status Model::use_kv_type(kernels::KvType type, int64_t kv_window) {
+    SLUICE_ASSIGN_OR_RETURN(state_layout_, layout_for(type, kv_window));
     return Status::ok();
 }
 
@@ -186,14 +190,16 @@ void Model::use_activations(kernels::Activations activations) {
     }
 }
 
-ModelState Model::new_state(int64_t max_positions) const {
+ModelState Model::new_state(int64_t max_positions, const StateLayout& layout) const {
     ModelState s;
     s.max_positions = max_positions;
-    s.ring_slots = state_layout_.kv_ring_slots;
+    s.kv = layout.kv;
+    s.kv_window = layout.kv_window;
+    s.ring_slots = layout.kv_ring_slots;
     s.ring_row_bytes = config_.n_kv_heads * kernels::kv_head_bytes(kernels::KvType::kF16, config_.head_dim);
-    s.layers.resize(state_layout_.layers.size());
-    for (size_t l = 0; l < state_layout_.layers.size(); ++l) {
-        const auto& buffers = state_layout_.layers[l].buffers;
+    s.layers.resize(layout.layers.size());
+    for (size_t l = 0; l < layout.layers.size(); ++l) {
+        const auto& buffers = layout.layers[l].buffers;
         auto& st = s.layers[l];
         auto size = [&](int b) { return static_cast<size_t>(buffers[static_cast<size_t>(b)].row_elems()); };
         if (buffers[0].per_position) {

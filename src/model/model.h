@@ -82,9 +82,11 @@ struct BatchLayout {
 // buffer is read before it is written), 6.0 → 10.6 ms per 80B token (BM_DeltaRecurrentDecode).
 struct ModelState {
     int64_t n_past = 0;
-    int64_t max_positions = 0;   // KV capacity in tokens
-    int64_t ring_slots = 0;      // --kv-window ring rows per attention layer (0: no ring)
-    int64_t ring_row_bytes = 0;  // bytes of one ring row (n_kv_heads f16 heads)
+    int64_t max_positions = 0;                   // KV capacity in tokens
+    kernels::KvType kv = kernels::KvType::kF32;  // the attention cache's type (its StateLayout's)
+    int64_t kv_window = 0;                       // positions also kept in the f16 ring (0: none)
+    int64_t ring_slots = 0;                      // --kv-window ring rows per attention layer (0: no ring)
+    int64_t ring_row_bytes = 0;                  // bytes of one ring row (n_kv_heads f16 heads)
     struct Layer {
         std::vector<uint8_t> k_cache;                  // attention: max_positions rows of the KV type
         std::vector<uint8_t> v_cache;                  // (state_layout: [nkv, hd] each, kv_format.h)
@@ -195,8 +197,14 @@ class Model {
     // default) is the reference arithmetic; kInt8 the integer dot products.
     void use_activations(kernels::Activations activations);
     kernels::Activations activations() const { return activations_; }
-    // A fresh state able to hold `max_positions` tokens of context.
-    ModelState new_state(int64_t max_positions) const;
+    // The state layout of a sequence whose attention cache is `type` with `kv_window` positions also
+    // in f16 (state_layout() is the model's default, use_kv_type()); an error naming the problem when
+    // head_dim cannot be stored so or the window is negative.
+    Expected<StateLayout> layout_for(kernels::KvType type, int64_t kv_window) const;
+    // A fresh state able to hold `max_positions` tokens of context, laid out as `layout` (one of
+    // this model's layouts: state_layout() or a layout_for()).
+    ModelState new_state(int64_t max_positions) const { return new_state(max_positions, state_layout_); }
+    ModelState new_state(int64_t max_positions, const StateLayout& layout) const;
 
     // Runs `tokens` (consecutive, starting at state.n_past) through the model. Writes logits
     // [tokens.size(), V] when all_logits, else only the last token's [V], into `logits` (may be

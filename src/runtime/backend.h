@@ -44,9 +44,10 @@ class Backend {
     // "cpu" or e.g. "cuda:0 (NVIDIA H200, 139.8 GiB)".
     virtual std::string name() const = 0;
     // A new, empty sequence of `max_positions` tokens of context keeping up to `max_snapshots`
-    // snapshots (sequence_state.h), allocated where this backend computes.
-    virtual Expected<std::unique_ptr<SequenceState>> new_sequence(int64_t max_positions,
-                                                                  int max_snapshots) = 0;
+    // snapshots (sequence_state.h), allocated where this backend computes, laid out as `layout` (one
+    // of the model's layouts: a per-session KV type) or, when null, the model's state_layout().
+    virtual Expected<std::unique_ptr<SequenceState>> new_sequence(
+        int64_t max_positions, int max_snapshots, const model::StateLayout* layout = nullptr) = 0;
     // Runs `tokens` (consecutive, from seq.position()) of a sequence made by this backend. Writes
     // logits [tokens.size(), V] when all_logits, else only the last token's [V], into `logits` (may
     // be null). Advances the position; a forward that fails part-way leaves the sequence exactly as

@@ -12,8 +12,9 @@ namespace {
 // and the snapshot slots (one vector per DeltaNet layer and buffer).
 class CpuSequence final : public SequenceState {
  public:
-    CpuSequence(const model::Model& model, int64_t capacity, int max_snapshots)
-        : SequenceState(model.state_layout(), capacity, max_snapshots), state_(model.new_state(capacity)) {
+    CpuSequence(const model::Model& model, int64_t capacity, int max_snapshots,
+                const model::StateLayout& layout)
+        : SequenceState(layout, capacity, max_snapshots), state_(model.new_state(capacity, layout)) {
         slots_.resize(static_cast<size_t>(this->max_snapshots()));
         for (auto& slot : slots_) {
             slot.resize(state_.layers.size());
@@ -114,8 +115,10 @@ class CpuBackend final : public Backend {
     CpuBackend(std::shared_ptr<const model::Model> model, ThreadPool* pool)
         : model_(std::move(model)), pool_(pool) {}
     std::string name() const override { return "cpu"; }
-    Expected<std::unique_ptr<SequenceState>> new_sequence(int64_t max_positions, int max_snapshots) override {
-        return std::unique_ptr<SequenceState>(new CpuSequence(*model_, max_positions, max_snapshots));
+    Expected<std::unique_ptr<SequenceState>> new_sequence(int64_t max_positions, int max_snapshots,
+                                                          const model::StateLayout* layout) override {
+        return std::unique_ptr<SequenceState>(new CpuSequence(
+            *model_, max_positions, max_snapshots, layout != nullptr ? *layout : model_->state_layout()));
     }
     Status forward(SequenceState& seq, std::span<const int32_t> tokens, float* logits,
                    bool all_logits) override {

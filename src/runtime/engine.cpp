@@ -464,4 +464,38 @@ std::unique_ptr<Session> Engine::new_session() {
     return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 
+Expected<std::unique_ptr<Session>> Engine::new_session(const SessionOptions& options) {
+    const model::StateLayout& engine_layout = impl_->model->state_layout();
+    const int64_t window = options.kv_window >= 0 ? options.kv_window : impl_->options.kv_window;
+    std::unique_ptr<Session> session = new_session();
+    if (options.kv_bits == 0 && options.kv_window < 0) return session;
+    kernels::KvType type = engine_layout.kv;
+    if (options.kv_bits != 0 && !kernels::kv_type_for_bits(options.kv_bits, &type))
+        return error(
+            ErrorCode::kInvalidArgument,
+            fmt::format("[session] kv_bits {}: the KV cache stores 32 (f32), 16 (f16), 8 (q8), 4 (q4) "
+                        "or 3 (q3, rotated codebook) bits per element",
+                        options.kv_bits));
+    SLUICE_ASSIGN_OR_RETURN(model::StateLayout layout, impl_->model->layout_for(type, window));
+    // The plan reserved each session the engine layout's state at this context; a session may use
+    // any layout that fits in it.
+    const int64_t ctx = impl_->options.context_tokens;
+    const auto snapshots = static_cast<int64_t>(runtime::kSessionCheckpoints);
+    const uint64_t need = layout.sequence_bytes(ctx, snapshots);
+    const uint64_t reserved = engine_layout.sequence_bytes(ctx, snapshots);
+    if (need > reserved)
+        return error(
+            ErrorCode::kInvalidArgument,
+            fmt::format("[session] a {} KV cache{} needs {} of state at a context of {} tokens; the "
+                        "memory plan reserves {} per session (the engine's {} cache: load it with a "
+                        "larger --kv-bits to allow this one)",
+                        kernels::kv_type_name(type),
+                        layout.kv_window > 0 ? fmt::format(" with a {}-position f16 window", layout.kv_window)
+                                             : std::string(),
+                        human_bytes(need), ctx, human_bytes(reserved),
+                        kernels::kv_type_name(engine_layout.kv)));
+    session->impl_->layout = std::move(layout);
+    return session;
+}
+
 }  // namespace sluice

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "core/thread_pool.h"
 #include "experts/expert_store.h"
@@ -36,6 +37,10 @@ struct Session::Impl {
     // The sequence's state, owned by the backend (runtime/sequence_state.h); made on first use so a
     // device allocation failure is an error of the call that needs it.
     std::unique_ptr<runtime::SequenceState> seq;
+    // The sequence's layout when the session chose its own KV type (SessionOptions), else none: the
+    // model's state_layout().
+    std::optional<model::StateLayout> layout;
+    const model::StateLayout& state_layout() const;
     int64_t context_tokens = 0;
     std::vector<int32_t> tokens;  // the tokens whose state is in `seq`
     GenerationStats stats;

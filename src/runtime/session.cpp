@@ -48,6 +48,29 @@ const std::vector<int32_t>& Session::tokens() const {
 int64_t Session::context_size() const {
     return impl_->context_tokens;
 }
+
+namespace {
+int bits_of(kernels::KvType type) {
+    switch (type) {
+        case kernels::KvType::kF32: return 32;
+        case kernels::KvType::kF16: return 16;
+        case kernels::KvType::kQ8: return 8;
+        case kernels::KvType::kQ4: return 4;
+        case kernels::KvType::kQ3: return 3;
+    }
+    return 0;
+}
+}  // namespace
+
+const model::StateLayout& Session::Impl::state_layout() const {
+    return layout ? *layout : engine->impl_->model->state_layout();
+}
+int Session::kv_bits() const {
+    return bits_of(impl_->state_layout().kv);
+}
+int64_t Session::kv_window() const {
+    return impl_->state_layout().kv_window;
+}
 const GenerationStats& Session::stats() const {
     return impl_->stats;
 }
@@ -66,7 +89,8 @@ Expected<runtime::SequenceState*> Session::Impl::sequence() {
     if (seq == nullptr) {
         Engine::Impl& e = *engine->impl_;
         SLUICE_ASSIGN_OR_RETURN(seq,
-                                e.backend->new_sequence(context_tokens, static_cast<int>(kMaxCheckpoints)));
+                                e.backend->new_sequence(context_tokens, static_cast<int>(kMaxCheckpoints),
+                                                        layout ? &*layout : nullptr));
         tokens.clear();
     }
     return seq.get();
@@ -458,14 +482,15 @@ Status Session::save(const std::string& path) const {
         std::lock_guard<std::mutex> lock(s.engine->impl_->compute_mutex);
         SLUICE_RETURN_IF_ERROR(s.seq->write(payload));
     } else {
-        SLUICE_ASSIGN_OR_RETURN(auto empty, s.engine->impl_->backend->new_sequence(1, 0));
+        SLUICE_ASSIGN_OR_RETURN(
+            auto empty, s.engine->impl_->backend->new_sequence(1, 0, s.layout ? &*s.layout : nullptr));
         SLUICE_RETURN_IF_ERROR(empty->write(payload));
     }
     std::string out(kSessionMagic, 8);
     put(out, kSessionVersion);
     put(out, s.engine->impl_->fingerprint);
-    put(out, static_cast<uint32_t>(s.engine->impl_->model->state_layout().kv));
-    put(out, static_cast<uint64_t>(s.engine->impl_->model->state_layout().kv_window));
+    put(out, static_cast<uint32_t>(s.state_layout().kv));
+    put(out, static_cast<uint64_t>(s.state_layout().kv_window));
     put(out, static_cast<uint64_t>(payload.size()));
     put(out, static_cast<uint64_t>(XXH3_64bits(payload.data(), payload.size())));
     out += payload;
@@ -495,22 +520,23 @@ Status Session::load(const std::string& path) {
     r.get(&hash);
     if (fingerprint != s.engine->impl_->fingerprint)
         return error(ErrorCode::kInvalidArgument, "[session] " + path + " was saved with a different model");
-    const kernels::KvType engine_kv = s.engine->impl_->model->state_layout().kv;
-    if (kv != static_cast<uint32_t>(engine_kv)) {
+    const kernels::KvType session_kv = s.state_layout().kv;
+    if (kv != static_cast<uint32_t>(session_kv)) {
         const std::string saved = kv <= static_cast<uint32_t>(kernels::KvType::kQ3)
                                       ? kernels::kv_type_name(static_cast<kernels::KvType>(kv))
                                       : "unknown (" + std::to_string(kv) + ")";
-        return error(ErrorCode::kInvalidArgument, "[session] " + path + " holds a " + saved +
-                                                      " KV cache; this engine keeps " +
-                                                      kernels::kv_type_name(engine_kv) +
-                                                      " (load it with the --kv-bits it was saved with)");
+        return error(ErrorCode::kInvalidArgument,
+                     "[session] " + path + " holds a " + saved + " KV cache; this session keeps " +
+                         kernels::kv_type_name(session_kv) +
+                         " (load it into a session of the kv_bits / --kv-bits it was saved with)");
     }
-    const auto engine_window = static_cast<uint64_t>(s.engine->impl_->model->state_layout().kv_window);
-    if (window != engine_window)
+    const auto session_window = static_cast<uint64_t>(s.state_layout().kv_window);
+    if (window != session_window)
         return error(ErrorCode::kInvalidArgument,
                      "[session] " + path + " keeps the last " + std::to_string(window) +
-                         " positions of its KV cache in f16; this engine keeps " +
-                         std::to_string(engine_window) + " (load it with the --kv-window it was saved with)");
+                         " positions of its KV cache in f16; this session keeps " +
+                         std::to_string(session_window) +
+                         " (load it with the --kv-window it was saved with)");
     if (size != in.size() - r.pos)
         return bad("truncated (payload is " + std::to_string(in.size() - r.pos) + " bytes, header says " +
                    std::to_string(size) + ")");
@@ -532,7 +558,8 @@ Status Session::load(const std::string& path) {
     Engine::Impl& e = *s.engine->impl_;
     std::lock_guard<std::mutex> lock(e.compute_mutex);
     SLUICE_ASSIGN_OR_RETURN(auto seq,
-                            e.backend->new_sequence(s.context_tokens, static_cast<int>(kMaxCheckpoints)));
+                            e.backend->new_sequence(s.context_tokens, static_cast<int>(kMaxCheckpoints),
+                                                    s.layout ? &*s.layout : nullptr));
     const Status read = seq->read(in, &r.pos, n_past);
     if (!read.is_ok()) {
         if (read.code() == ErrorCode::kCorrupt) return bad(read.message());

@@ -159,7 +159,7 @@ TEST(KvCache, SavedSessionsKeepTheCompressedCache) {
 
     const Status wrong = (*f32)->new_session()->load(dir.file("q8.bin"));
     EXPECT_FALSE(wrong.is_ok());
-    EXPECT_NE(wrong.message().find("holds a q8 KV cache; this engine keeps f32"), std::string::npos)
+    EXPECT_NE(wrong.message().find("holds a q8 KV cache; this session keeps f32"), std::string::npos)
         << wrong.message();
 
     // A windowed cache keeps its f16 ring in the file: a loaded session continues bit for bit, and
@@ -181,9 +181,82 @@ TEST(KvCache, SavedSessionsKeepTheCompressedCache) {
     const Status other = (*q3)->new_session()->load(dir.file("q3w.bin"));
     EXPECT_FALSE(other.is_ok());
     EXPECT_NE(
-        other.message().find("keeps the last 100 positions of its KV cache in f16; this engine keeps 0"),
+        other.message().find("keeps the last 100 positions of its KV cache in f16; this session keeps 0"),
         std::string::npos)
         << other.message();
+}
+
+// A session may keep its own KV type (SessionOptions, a server request's kv_bits): it computes exactly
+// what an engine loaded with that type computes, beside sessions of the engine's type, saves and
+// loads as that type, and is refused by name when its state would not fit the plan's reservation.
+TEST(KvCache, ASessionKeepsItsOwnKvType) {
+    auto f32 = load(32, 1024, 256);
+    ASSERT_TRUE(f32.has_value()) << f32.status().message();
+    const auto ids = heldout_ids(**f32, 300);
+    const std::span<const int32_t> prompt(ids.data(), 200), rest(ids.data() + 200, 100);
+    for (int bits : {16, 8, 4, 3}) {
+        SCOPED_TRACE("kv_bits " + std::to_string(bits));
+        auto own = load(bits, 1024, 256);
+        ASSERT_TRUE(own.has_value()) << own.status().message();
+        SessionOptions so;
+        so.kv_bits = bits;
+        auto s = (*f32)->new_session(so);
+        ASSERT_TRUE(s.has_value()) << s.status().message();
+        EXPECT_EQ((*s)->kv_bits(), bits);
+        EXPECT_EQ((*s)->kv_window(), bits <= 8 ? 256 : 0);
+        auto plain = (*f32)->new_session();  // the engine's type, alongside
+        EXPECT_EQ(plain->kv_bits(), 32);
+        auto want = (*own)->new_session();
+        auto got = (*s)->evaluate(prompt, true);
+        auto beside = plain->evaluate(prompt, true);
+        auto ref = want->evaluate(prompt, true);
+        ASSERT_TRUE(got.has_value() && beside.has_value() && ref.has_value()) << got.status().message();
+        EXPECT_EQ(0, std::memcmp(got->data(), ref->data(), got->size() * sizeof(float)))
+            << "a session's own KV type computes differently from an engine of that type";
+        EXPECT_NE(0, std::memcmp(got->data(), beside->data(), got->size() * sizeof(float)));
+        for (int64_t i = 0; i < 20; ++i) {  // decode steps
+            auto g = (*s)->evaluate(rest.subspan(static_cast<size_t>(i), 1), false);
+            auto w = want->evaluate(rest.subspan(static_cast<size_t>(i), 1), false);
+            ASSERT_TRUE(g.has_value() && w.has_value());
+            ASSERT_EQ(0, std::memcmp(g->data(), w->data(), g->size() * sizeof(float))) << "decode " << i;
+        }
+    }
+
+    // Saved as its own type: a session of that type loads it, one of the engine's type refuses it.
+    testing::TempDir dir;
+    SessionOptions q4;
+    q4.kv_bits = 4;
+    auto a = (*f32)->new_session(q4);
+    ASSERT_TRUE(a.has_value());
+    ASSERT_TRUE((*a)->evaluate(prompt, false).has_value());
+    ASSERT_TRUE((*a)->save(dir.file("q4.bin")).is_ok());
+    auto b = (*f32)->new_session(q4);
+    ASSERT_TRUE(b.has_value());
+    ASSERT_TRUE((*b)->load(dir.file("q4.bin")).is_ok());
+    auto ca = (*a)->evaluate(rest, true), cb = (*b)->evaluate(rest, true);
+    ASSERT_TRUE(ca.has_value() && cb.has_value());
+    EXPECT_EQ(0, std::memcmp(ca->data(), cb->data(), ca->size() * sizeof(float)));
+    const Status wrong = (*f32)->new_session()->load(dir.file("q4.bin"));
+    EXPECT_NE(wrong.message().find("holds a q4 KV cache; this session keeps f32"), std::string::npos)
+        << wrong.message();
+
+    // A type larger than the plan reserves, and one that does not exist, are errors naming them.
+    auto q8 = load(8);
+    ASSERT_TRUE(q8.has_value());
+    SessionOptions big;
+    big.kv_bits = 32;
+    auto too_big = (*q8)->new_session(big);
+    ASSERT_FALSE(too_big.has_value());
+    EXPECT_NE(too_big.status().message().find("the memory plan reserves"), std::string::npos)
+        << too_big.status().message();
+    SessionOptions smaller;
+    smaller.kv_bits = 4;
+    EXPECT_TRUE((*q8)->new_session(smaller).has_value());
+    SessionOptions odd;
+    odd.kv_bits = 5;
+    auto bad = (*f32)->new_session(odd);
+    ASSERT_FALSE(bad.has_value());
+    EXPECT_NE(bad.status().message().find("kv_bits 5"), std::string::npos) << bad.status().message();
 }
 
 TEST(KvCache, UnsupportedBitsAreRefusedByName) {

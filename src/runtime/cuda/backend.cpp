@@ -4,9 +4,9 @@
 
 namespace sluice::runtime::cuda_impl {
 
-uint64_t CudaBackend::state_bytes(int64_t max_positions, int max_snapshots) const {
+uint64_t CudaBackend::state_bytes(int64_t max_positions, int max_snapshots,
+                                  const model::StateLayout& layout) const {
     const model::ModelConfig& c = model_->config();
-    const model::StateLayout& layout = model_->state_layout();
     const int on_device = host_snapshots_ ? 0 : max_snapshots;
     const uint64_t buffers = static_cast<uint64_t>(layout.layers.size()) * 2 * (3 + on_device);
     const uint64_t split_floats =
@@ -53,7 +53,8 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
                                                    : 0);
     }
     const uint64_t budget = options.gpu_memory_bytes > 0 ? options.gpu_memory_bytes : free_bytes / 10 * 9;
-    const uint64_t state = state_bytes(options.context_tokens, static_cast<int>(kSessionCheckpoints));
+    const uint64_t state =
+        state_bytes(options.context_tokens, static_cast<int>(kSessionCheckpoints), model_->state_layout());
     // Scratch for a 512-token prefill chunk, one row of logits; it grows on demand beyond that.
     const uint64_t scratch_estimate = scratch_bytes(512, 1);
     const uint64_t dense = weight_bytes_ - routed_bytes_;
@@ -63,8 +64,8 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
     int64_t n_slots = 0;
     if (tiered_) {
         host_snapshots_ = true;
-        const uint64_t device_state =
-            state_bytes(options.context_tokens, static_cast<int>(kSessionCheckpoints));
+        const uint64_t device_state = state_bytes(
+            options.context_tokens, static_cast<int>(kSessionCheckpoints), model_->state_layout());
         const uint64_t tiered_fixed = dense + device_state + scratch_estimate;
         const uint64_t room =
             capped ? options.expert_cache_bytes : (budget > tiered_fixed ? budget - tiered_fixed : 0);

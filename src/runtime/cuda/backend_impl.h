@@ -276,7 +276,8 @@ class CudaBackend final : public Backend {
     void reset_expert_tier_stats() override {
         if (tier_) tier_->reset_stats();
     }
-    Expected<std::unique_ptr<SequenceState>> new_sequence(int64_t max_positions, int max_snapshots) override;
+    Expected<std::unique_ptr<SequenceState>> new_sequence(int64_t max_positions, int max_snapshots,
+                                                          const model::StateLayout* layout) override;
     Status forward(SequenceState& seq, std::span<const int32_t> tokens, float* logits,
                    bool all_logits) override;
     Status forward_batch(std::span<const BatchStep> steps) override;
@@ -292,7 +293,7 @@ class CudaBackend final : public Backend {
     // State and scratch.
     // Device bytes of one sequence (state_layout sizes, alignment, the split-attention partials);
     // without the snapshot slots when they live on the host (host_snapshots_).
-    uint64_t state_bytes(int64_t max_positions, int max_snapshots) const;
+    uint64_t state_bytes(int64_t max_positions, int max_snapshots, const model::StateLayout& layout) const;
     // The scratch buffers for n tokens with logit_rows rows of logits: placed into d_ (plan only
     // lists them), and their total size.
     using ScratchPlan = std::vector<std::pair<void**, uint64_t>>;

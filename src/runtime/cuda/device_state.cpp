@@ -116,13 +116,14 @@ Status CudaBackend::reserve_scratch(int64_t n, int64_t logit_rows) {
     return Status::ok();
 }
 
-Expected<std::unique_ptr<SequenceState>> CudaBackend::new_sequence(int64_t max_positions, int max_snapshots) {
+Expected<std::unique_ptr<SequenceState>> CudaBackend::new_sequence(int64_t max_positions, int max_snapshots,
+                                                                   const model::StateLayout* seq_layout) {
     SLUICE_CUDA_TRY(cudaSetDevice(device_), "selecting the device");
     const model::ModelConfig& c = model_->config();
-    const model::StateLayout& layout = model_->state_layout();
+    const model::StateLayout& layout = seq_layout != nullptr ? *seq_layout : model_->state_layout();
     auto ds = std::make_unique<DeviceState>(layout, max_positions, max_snapshots, stream_);
     const int slots = ds->max_snapshots();
-    const uint64_t bytes = state_bytes(max_positions, slots);
+    const uint64_t bytes = state_bytes(max_positions, slots, layout);
     SLUICE_CUDA_TRY(cudaMalloc(&ds->block, std::max<uint64_t>(bytes, 256)),
                     fmt::format("allocating {} of session state", human_bytes(bytes)).c_str());
     SLUICE_CUDA_TRY(cudaMemsetAsync(ds->block, 0, bytes, stream_), "zeroing session state");

@@ -70,7 +70,7 @@ void CudaBackend::attention_layer(const DevLayer& L, int64_t l, int64_t n, const
         float* v = d_.v + part.row0 * nkv * hd;
         float* q = d_.q + part.row0 * nh * hd;
         float* gate = d_.gate + part.row0 * nh * hd;
-        const model::StateLayout& layout = model_->state_layout();
+        const model::StateLayout& layout = ds.layout();  // the sequence's own (a per-session KV type)
         cuda::KvCache cache;
         cache.type = layout.kv;
         cache.k = ds.k[static_cast<size_t>(l)];
