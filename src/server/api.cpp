@@ -99,6 +99,16 @@ std::optional<ApiError> parse_common(const ojson& body, const SamplingParams& de
                                   std::numeric_limits<int64_t>::max(), &v));
     if (v) s.seed = static_cast<uint64_t>(*v);
     v.reset();
+    SLUICE_API_CHECK(read_integer(body, "kv_bits", 0, 64, &v));
+    if (v) {
+        if (*v != 32 && *v != 16 && *v != 8 && *v != 4 && *v != 3)
+            return invalid_request(
+                "'kv_bits' must be 32, 16, 8, 4 or 3 (bits per element of the KV cache), got " +
+                    std::to_string(*v),
+                "kv_bits", "invalid_value");
+        p->kv_bits = static_cast<int>(*v);
+    }
+    v.reset();
     SLUICE_API_CHECK(read_integer(body, "n", 1, std::numeric_limits<int32_t>::max(), &v));
     if (v && *v != 1)
         return invalid_request("'n' > 1 is not supported (one choice per request)", "n", "unsupported_value");

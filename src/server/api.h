@@ -50,6 +50,10 @@ struct CommonParams {
     std::optional<bool> speculative;
     std::optional<int> spec_tokens;  // from the object form
     bool spec_auto = false;          // {"tokens": "auto"}
+    // "kv_bits" (a sluice extension, as SwiftLM's): this conversation's attention KV cache, 32, 16, 8,
+    // 4 or 3 bits per element. Unset: the server's --kv-bits. Whether the memory plan holds it is the
+    // engine's to say (Engine::new_session).
+    std::optional<int> kv_bits;
 };
 
 enum class ToolChoiceMode { kAuto, kNone, kRequired, kNamed };

@@ -196,6 +196,7 @@ std::variant<json, ApiError> respond_whole(ServerContext& ctx, const std::shared
     GenerationHooks hooks;
     hooks.client = client;
     hooks.tenant = job->tenant;
+    hooks.kv_bits = job->request.params.kv_bits.value_or(0);
     hooks.on_token = [&](const TokenEvent& e) {
         absorb(parser.feed(e.text));
         if (want_logprobs) logprobs.push_back(logprob_json(ctx.tokenizer.get(), e));
@@ -266,6 +267,7 @@ void stream(ServerContext& ctx, const std::shared_ptr<ChatJob>& job, Client* cli
     GenerationHooks hooks;
     hooks.client = client;
     hooks.tenant = job->tenant;
+    hooks.kv_bits = job->request.params.kv_bits.value_or(0);
     hooks.on_token = [&](const TokenEvent& e) {
         keep_alive.first_token();
         ParsedDelta d = parser.feed(e.text);

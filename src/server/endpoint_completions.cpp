@@ -103,6 +103,7 @@ void handle_completions(ServerContext& ctx, const HttpRequest& req, HttpResponse
         GenerationHooks hooks;
         hooks.client = req.client.get();
         hooks.tenant = job->tenant;
+        hooks.kv_bits = job->request.params.kv_bits.value_or(0);
         hooks.on_token = [&](const TokenEvent& e) {
             if (want_logprobs) lp.add(ctx.tokenizer.get(), e);
             return true;
@@ -136,6 +137,7 @@ void handle_completions(ServerContext& ctx, const HttpRequest& req, HttpResponse
         GenerationHooks hooks;
         hooks.client = client.get();
         hooks.tenant = job->tenant;
+        hooks.kv_bits = job->request.params.kv_bits.value_or(0);
         hooks.on_token = [&](const TokenEvent& e) {
             keep_alive.first_token();
             if (e.text.empty() && !want_logprobs) return writer.ok();

@@ -56,12 +56,16 @@ std::variant<GenerateResult, ApiError> run_generation(ServerContext& ctx, const 
                                                       const GenerationHooks& hooks) {
     Client* client = hooks.client;
     SessionPool::Lease lease = ctx.pool->acquire(
-        prompt, [client] { return client == nullptr || client->connected(); }, kQueuePollMs, hooks.tenant);
+        prompt, [client] { return client == nullptr || client->connected(); }, kQueuePollMs, hooks.tenant,
+        hooks.kv_bits);
     if (!lease)
         return ApiError{503, "the client disconnected while the request was queued", "server_error", "",
                         "cancelled"};
     if (ctx.pool->closing())
         return ApiError{503, "the server is shutting down", "server_error", "", "shutting_down"};
+    if (Status kv = lease.use_kv_bits(hooks.kv_bits); !kv.is_ok())
+        return ApiError{400, "kv_bits " + std::to_string(hooks.kv_bits) + ": " + kv.message(),
+                        "invalid_request_error", "kv_bits", "invalid_value"};
     Session* session = &lease.session();
     GenerateOptions run_options = options;
     if (run_options.speculative.tokens > 0) run_options.speculative.draft = lease.draft();

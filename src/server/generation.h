@@ -22,6 +22,7 @@ struct GenerationHooks {
     Client* client = nullptr;  // whose leaving cancels the request (null: nobody's)
     TokenCallback on_token;    // per token; false stops
     std::string tenant;        // whose request this is, for the fair session queue
+    int kv_bits = 0;           // the request's KV cache type (CommonParams::kv_bits; 0: the server's)
 };
 
 inline constexpr int kQueuePollMs = 250;

@@ -8,12 +8,27 @@
 namespace sluice::server {
 
 SessionPool::SessionPool(const std::shared_ptr<Engine>& engine, int size,
-                         const std::shared_ptr<Engine>& draft) {
+                         const std::shared_ptr<Engine>& draft)
+    : engine_(engine) {
     slots_.resize(static_cast<size_t>(std::max(1, size)));
     for (Slot& s : slots_) {
         s.session = engine->new_session();
         if (draft) s.draft = draft->new_session();
     }
+    default_kv_bits_ = slots_[0].session->kv_bits();
+}
+
+Status SessionPool::Lease::use_kv_bits(int kv_bits) {
+    SessionPool& pool = *pool_;
+    const int want = kv_bits > 0 ? kv_bits : pool.default_kv_bits_;
+    std::lock_guard lock(pool.mutex_);
+    Slot& slot = pool.slots_[static_cast<size_t>(slot_)];
+    if (slot.session->kv_bits() == want) return Status::ok();
+    SessionOptions options;
+    options.kv_bits = want;
+    SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<Session> made, pool.engine_->new_session(options));
+    slot.session = std::move(made);  // the old session's state is freed; the new one's made on first use
+    return Status::ok();
 }
 
 SessionPool::Lease::~Lease() {
@@ -50,7 +65,7 @@ void SessionPool::forget_if_idle(const std::string& tenant) {
 
 SessionPool::Lease SessionPool::acquire(std::span<const int32_t> prompt,
                                         const std::function<bool()>& still_wanted, int poll_ms,
-                                        std::string_view tenant_name) {
+                                        std::string_view tenant_name, int kv_bits) {
     std::unique_lock lock(mutex_);
     const uint64_t ticket = next_ticket_++;
     const std::string tenant(tenant_name);
@@ -76,14 +91,16 @@ SessionPool::Lease SessionPool::acquire(std::span<const int32_t> prompt,
         }
     }
     leave_queue();
-    // Best free slot: longest shared prefix, then least recently used.
+    // Best free slot: longest shared prefix (in a session of the wanted KV type), then least recently
+    // used.
+    const int want = kv_bits > 0 ? kv_bits : default_kv_bits_;
     int best = -1;
     size_t best_shared = 0;
     for (size_t i = 0; i < slots_.size(); ++i) {
         const Slot& s = slots_[i];
         if (s.busy) continue;
         const std::vector<int32_t>& held = s.session->tokens();
-        const size_t n = std::min(held.size(), prompt.size());
+        const size_t n = s.session->kv_bits() == want ? std::min(held.size(), prompt.size()) : 0;
         size_t shared = 0;
         while (shared < n && held[shared] == prompt[shared]) ++shared;
         if (best < 0 || shared > best_shared ||

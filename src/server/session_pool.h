@@ -52,6 +52,10 @@ class SessionPool {
         Session& session() const;
         Session* draft() const;  // the paired draft-model session, or null without a draft model
         int slot() const { return slot_; }
+        // Makes the leased session keep a `kv_bits` KV cache (0: the engine's): a session of another
+        // type is replaced by a fresh one of this type (Engine::new_session; its cached prefix is
+        // gone). An error (the memory plan cannot hold that type) leaves the session as it was.
+        Status use_kv_bits(int kv_bits);
 
      private:
         SessionPool* pool_ = nullptr;
@@ -61,8 +65,10 @@ class SessionPool {
     // Waits for a free session (fair across tenants, FIFO within one), choosing the one with the
     // longest shared prefix. `still_wanted` is polled every `poll_ms` while waiting; when it
     // returns false the request leaves the queue and an empty Lease is returned (client gone).
+    // `kv_bits`: the KV type the request wants (0: the engine's); only sessions of that type count
+    // their shared prefix (Lease::use_kv_bits re-makes another).
     Lease acquire(std::span<const int32_t> prompt, const std::function<bool()>& still_wanted,
-                  int poll_ms = 1000, std::string_view tenant = {});
+                  int poll_ms = 1000, std::string_view tenant = {}, int kv_bits = 0);
 
     // Shutdown: waiting requests leave the queue (acquire returns an empty Lease) and running
     // generations are cancelled. A generation that was leased but had not started when this ran
@@ -95,6 +101,8 @@ class SessionPool {
     uint64_t next_to_serve() const;  // the ticket served when a session frees (mutex_ held)
     void forget_if_idle(const std::string& tenant);
 
+    std::shared_ptr<Engine> engine_;
+    int default_kv_bits_ = 32;  // the engine's sessions'
     mutable std::mutex mutex_;
     std::condition_variable cv_;
     std::vector<Slot> slots_;

@@ -179,6 +179,31 @@ try {
             `cached ${cached} of ${r2.usage.prompt_tokens}; first prompt ${r1.usage.prompt_tokens}`);
     });
 
+    await test("per-request kv_bits", async () => {
+        // A conversation may keep its own KV cache type (a sluice extension, as SwiftLM's kv_bits):
+        // served, its continuation reuses its earlier turn in a session of the same type, and a type
+        // that does not exist is a 400 naming the field.
+        const first = user("Name three colours.");
+        const r1 = await client.chat.completions.create({ model: "tiny-next", messages: first, max_tokens: 8, temperature: 0, logit_bias: noEos, kv_bits: 4 });
+        check("kv_bits: a q4 conversation is served", typeof r1.choices[0].message.content === "string" && r1.usage.completion_tokens === 8,
+            JSON.stringify(r1.usage));
+        const second = [...first, { role: "assistant", content: r1.choices[0].message.content }, { role: "user", content: "And two more?" }];
+        const r2 = await client.chat.completions.create({ model: "tiny-next", messages: second, max_tokens: 4, temperature: 0, logit_bias: noEos, kv_bits: 4 });
+        const cached = r2.usage.prompt_tokens_details.cached_tokens;
+        check("kv_bits: its continuation reuses the q4 session", cached >= r1.usage.prompt_tokens,
+            `cached ${cached}; first prompt ${r1.usage.prompt_tokens}`);
+        const plain = await client.chat.completions.create({ model: "tiny-next", messages: first, max_tokens: 8, temperature: 0, logit_bias: noEos });
+        check("kv_bits: the server's own type still serves", plain.usage.completion_tokens === 8);
+        let status = 0, param = "";
+        try {
+            await client.chat.completions.create({ model: "tiny-next", messages: first, max_tokens: 2, kv_bits: 5 });
+        } catch (e) {
+            status = e.status;
+            param = e.error?.param ?? e.param;
+        }
+        check("kv_bits: 5 is a 400 naming kv_bits", status === 400 && param === "kv_bits", `${status} ${param}`);
+    });
+
     await test("cancel on disconnect", async () => {
         const metric = async (name) => {
             const m = (await raw(port, "GET", "/metrics")).body;

@@ -89,6 +89,29 @@ try {
     check("page: reply rendered", shown.trim().length > 0 && reply.content.replace(/\s/g, "").includes(shown.replace(/\s/g, "").slice(0, 5)),
         JSON.stringify(shown));
 
+    // The KV setting: remembered across a reload, sent as the request's kv_bits, and served.
+    await page.selectOption("#kv", "4");
+    await page.reload();
+    await page.waitForSelector(".msg.assistant", { timeout: 10000 });
+    check("kv: the setting survives a reload", (await page.inputValue("#kv")) === "4");
+    const sent = page.waitForRequest((r) => r.url().endsWith("/v1/chat/completions") && r.method() === "POST");
+    await page.fill("#input", "Say hi.");
+    await page.press("#input", "Enter");
+    const kvBody = JSON.parse((await sent).postData());
+    await page.waitForSelector("#send:not([hidden])", { timeout: 30000 });
+    const afterKv = await page.evaluate(() => JSON.parse(localStorage.getItem("sluice.convs")));
+    const kvReply = afterKv[0].messages[afterKv[0].messages.length - 1];
+    check("kv: the request carries kv_bits 4", kvBody.kv_bits === 4, JSON.stringify(kvBody));
+    check("kv: the q4 chat is served", kvReply.role === "assistant" && !kvReply.error && kvReply.content.length > 0, JSON.stringify(kvReply));
+    await page.selectOption("#kv", "");
+    await page.evaluate(() => {  // back to the one-exchange conversation the checks below expect
+        const c = JSON.parse(localStorage.getItem("sluice.convs"));
+        c[0].messages = c[0].messages.slice(0, 2);
+        localStorage.setItem("sluice.convs", JSON.stringify(c));
+    });
+    await page.reload();
+    await page.waitForSelector(".msg.assistant", { timeout: 10000 });
+
     // Markdown subset, HTML escaped.
     const html = await page.evaluate(() => markdown("# T\n```py\nx = 1 < 2\n```\n**bold** and `code`\n- a\n- b\n<img src=x onerror=alert(1)>"));
     check("markdown: code block", html.includes('<pre><code data-lang="py">x = 1 &lt; 2</code></pre>'), html);

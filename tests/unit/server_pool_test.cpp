@@ -145,5 +145,33 @@ TEST(ServerSessionPool, PrefixAffinity) {
     EXPECT_NE(lo.slot(), slot_b);
 }
 
+// A request's KV type (kv_bits): the leased session is re-made with it, and only sessions of the
+// wanted type count their shared prefix.
+TEST(ServerSessionPool, KvBitsRemakeTheSessionAndSteerAffinity) {
+    auto engine = tiny_engine();
+    ASSERT_TRUE(engine);
+    SessionPool pool(engine, 2);
+    const std::vector<int32_t> a = {10, 11, 12, 13}, a_next = {10, 11, 12, 13, 14};
+    int q4_slot = -1;
+    {
+        SessionPool::Lease l = pool.acquire(a, {}, 1000, {}, 4);
+        ASSERT_TRUE(l.use_kv_bits(4).is_ok());
+        EXPECT_EQ(l.session().kv_bits(), 4);
+        ASSERT_TRUE(l.session().evaluate(a, false).has_value());
+        q4_slot = l.slot();
+        EXPECT_EQ(l.use_kv_bits(5).code(), ErrorCode::kInvalidArgument);
+        EXPECT_EQ(l.session().kv_bits(), 4) << "a failed change leaves the session as it was";
+        EXPECT_EQ(l.session().position(), 4);
+    }
+    EXPECT_EQ(pool.acquire(a_next, {}, 1000, {}, 4).slot(), q4_slot);  // the q4 session holds the prefix
+    {
+        // The engine's type (0) does not reuse a q4 session's cache: the other, least recently used.
+        SessionPool::Lease l = pool.acquire(a_next, {}, 1000, {}, 0);
+        EXPECT_NE(l.slot(), q4_slot);
+        ASSERT_TRUE(l.use_kv_bits(0).is_ok());
+        EXPECT_EQ(l.session().kv_bits(), engine->new_session()->kv_bits());
+    }
+}
+
 }  // namespace
 }  // namespace sluice::server

@@ -33,7 +33,7 @@ TEST(ServerApi, ParsesSamplingFields) {
         chat_ok(R"({"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":0.5,"top_p":0.9,
         "top_k":40,"min_p":0.05,"repetition_penalty":1.1,"presence_penalty":0.5,"frequency_penalty":-0.5,
         "logit_bias":{"7":-100,"9":2.5},"seed":42,"stop":"END","max_completion_tokens":17,"stream":true,
-        "stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":3})");
+        "stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":3,"kv_bits":4})");
     const SamplingParams& s = r.params.generate.sampling;
     EXPECT_EQ(r.params.model, "m");
     EXPECT_FLOAT_EQ(s.temperature, 0.5f);
@@ -52,6 +52,8 @@ TEST(ServerApi, ParsesSamplingFields) {
     EXPECT_TRUE(r.params.include_usage);
     EXPECT_TRUE(r.params.logprobs);
     EXPECT_EQ(r.params.generate.top_logprobs, 3);
+    EXPECT_EQ(r.params.kv_bits, 4);
+    EXPECT_FALSE(chat_ok(R"({"messages":[{"role":"user","content":"hi"}]})").params.kv_bits.has_value());
 }
 
 TEST(ServerApi, FlattensContentAndMapsRoles) {
@@ -83,6 +85,8 @@ TEST(ServerApi, RejectsBadRequestsNamingTheField) {
     EXPECT_EQ(chat_error("{" + m + R"(,"temperature":-1})").param, "temperature");
     EXPECT_EQ(chat_error("{" + m + R"(,"top_p":0})").param, "top_p");
     EXPECT_EQ(chat_error("{" + m + R"(,"n":2})").param, "n");
+    EXPECT_EQ(chat_error("{" + m + R"(,"kv_bits":5})").param, "kv_bits");
+    EXPECT_EQ(chat_error("{" + m + R"(,"kv_bits":"4"})").param, "kv_bits");
     EXPECT_EQ(chat_error("{" + m + R"(,"max_tokens":1.5})").param, "max_tokens");
     EXPECT_EQ(chat_error("{" + m + R"(,"max_tokens":-1})").param, "max_tokens");
     EXPECT_EQ(chat_error("{" + m + R"(,"logit_bias":{"1000":1}})").param, "logit_bias");
