@@ -147,6 +147,33 @@ TEST_P(CudaSession, CompressedKvCacheMatchesCpu) {
     }
 }
 
+// A session with its own KV type (SessionOptions) on the device computes what a device engine of that
+// type computes, beside a session of the engine's type.
+TEST_P(CudaSession, SessionKvTypeMatchesAnEngineOfThatType) {
+    int n_devices = 0;
+    if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0) GTEST_SKIP() << "no CUDA device";
+    auto f32 = load(GetParam(), "cuda", 32, 8);
+    ASSERT_TRUE(f32);
+    for (int bits : {16, 8, 3}) {
+        auto own = load(GetParam(), "cuda", bits, 8);
+        ASSERT_TRUE(own);
+        SessionOptions so;
+        so.kv_bits = bits;
+        auto s = f32->new_session(so);
+        ASSERT_TRUE(s.has_value()) << s.status().message();
+        auto plain = f32->new_session();
+        auto want = own->new_session();
+        const auto p = prompt(40, 7);
+        ASSERT_TRUE(plain->evaluate(p, false).has_value());
+        EXPECT_EQ(greedy(**s, p, 6), greedy(*want, p, 6)) << bits;
+        const int32_t next = 31;
+        auto a = (*s)->evaluate(std::span<const int32_t>(&next, 1), false);
+        auto b = want->evaluate(std::span<const int32_t>(&next, 1), false);
+        ASSERT_TRUE(a.has_value() && b.has_value());
+        EXPECT_LT(max_diff(*a, *b), 1e-5f) << bits;
+    }
+}
+
 // Largest difference between two schedules' logits (every sequence, every chunk).
 float max_diff(const std::vector<std::vector<std::vector<float>>>& a,
                const std::vector<std::vector<std::vector<float>>>& b) {
