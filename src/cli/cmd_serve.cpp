@@ -34,6 +34,7 @@ struct ServeOptions {
     int parallel = 1;
     int64_t ctx = 0;  // the model's context up to 8192 (EngineOptions::context_tokens)
     std::string alias;
+    bool strict_model_name = false;
     int keep_alive_ms = 2000;
     double shutdown_timeout_s = 10;
     double header_timeout_s = 10;
@@ -92,6 +93,7 @@ void run_serve(const ServeOptions& o) {
     so.cors_origin = o.cors;
     so.parallel = o.parallel;
     so.model_id = o.alias;
+    so.strict_model_name = o.strict_model_name;
     so.keep_alive_ms = std::max(50, o.keep_alive_ms);
     so.header_timeout_ms = static_cast<int>(o.header_timeout_s * 1000);
     so.body_timeout_ms = static_cast<int>(o.body_timeout_s * 1000);
@@ -217,5 +219,9 @@ SLUICE_COMMAND(serve, 15, [](CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::Range(size_t{1}, size_t{1} << 16));
     cmd->add_option("--alias", o->alias, "Model name clients use (default: the folder name)");
+    cmd->add_flag(
+        "--strict-model-name", o->strict_model_name,
+        "Answer a request for another model name with 404 model_not_found (default: the served model "
+        "answers whatever name a client asks for, as llama-server does)");
     cmd->callback([o] { sluice::cli::run_serve(*o); });
 });

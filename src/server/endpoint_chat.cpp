@@ -15,6 +15,7 @@
 // replies carry no reasoning: a <think> the template opened is closed in the prompt.
 #include <chrono>
 
+#include "server/chat_job.h"
 #include "server/endpoints.h"
 #include "server/generation.h"
 #include "server/output_parser.h"
@@ -25,17 +26,6 @@ namespace sluice::server {
 namespace {
 
 using json = nlohmann::json;
-
-struct ChatJob {
-    ChatRequest request;
-    std::vector<int32_t> prompt;
-    std::string forced_prefix;  // appended to the rendered prompt (tool_choice required/named)
-    bool opens_reasoning = false;
-    bool parse_tools = false;
-    std::string id;
-    int64_t created = 0;
-    std::string tenant;  // whose turn it is in the session queue (the client's address)
-};
 
 // The Qwen tool-call block the forced grammar writes after the prompt's "<tool_call>\n".
 constexpr std::string_view kToolCallOpen = "<tool_call>\n";
@@ -101,18 +91,19 @@ std::variant<std::shared_ptr<const Grammar>, ApiError> tool_call_grammar(const C
     return *g;
 }
 
-std::variant<std::shared_ptr<ChatJob>, ApiError> prepare(ServerContext& ctx, const HttpRequest& req) {
+}  // namespace
+
+std::variant<std::shared_ptr<ChatJob>, ApiError> prepare_chat(ServerContext& ctx,
+                                                              const nlohmann::ordered_json& body,
+                                                              const std::string& tenant) {
     if (!ctx.chat_template || !ctx.tokenizer)
         return invalid_request(
             "this model has no chat template or tokenizer; use /v1/completions with token ids", "",
             "no_chat_template");
-    auto body = parse_body(req.body);
-    if (auto* e = std::get_if<ApiError>(&body)) return *e;
-    auto parsed = parse_chat_request(std::get<nlohmann::ordered_json>(body), ctx.engine->default_sampling(),
-                                     ctx.tokenizer->vocab_size());
+    auto parsed = parse_chat_request(body, ctx.engine->default_sampling(), ctx.tokenizer->vocab_size());
     if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
     auto job = std::make_shared<ChatJob>();
-    job->tenant = req.remote;
+    job->tenant = tenant;
     job->request = std::move(std::get<ChatRequest>(parsed));
     ChatRequest& r = job->request;
     if (auto e = check_model(ctx, r.params.model)) return *e;
@@ -165,6 +156,35 @@ std::variant<std::shared_ptr<ChatJob>, ApiError> prepare(ServerContext& ctx, con
         std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
             .count());
     return job;
+}
+
+std::variant<GenerateResult, ApiError> run_chat(ServerContext& ctx, ChatJob& job, Client* client,
+                                                const std::function<bool(const ParsedDelta&)>& on_delta) {
+    OutputParser parser(job.opens_reasoning, job.parse_tools);
+    ParsedDelta first = parser.feed(job.forced_prefix);  // a forced call's opening: held by the parser
+    if (!first.empty() && !on_delta(first))
+        return ApiError{503, "the client stopped the reply", "server_error", "", "cancelled"};
+    GenerationHooks hooks;
+    hooks.client = client;
+    hooks.tenant = job.tenant;
+    hooks.kv_bits = job.request.params.kv_bits.value_or(0);
+    hooks.on_token = [&](const TokenEvent& e) {
+        ParsedDelta d = parser.feed(e.text);
+        return d.empty() || on_delta(d);
+    };
+    auto outcome = run_generation(ctx, job.prompt, job.request.params.generate, hooks);
+    if (auto* e = std::get_if<ApiError>(&outcome)) return *e;
+    ParsedDelta tail = parser.finish();
+    if (!tail.empty()) on_delta(tail);
+    return std::get<GenerateResult>(std::move(outcome));
+}
+
+namespace {
+
+std::variant<std::shared_ptr<ChatJob>, ApiError> prepare(ServerContext& ctx, const HttpRequest& req) {
+    auto body = parse_body(req.body);
+    if (auto* e = std::get_if<ApiError>(&body)) return *e;
+    return prepare_chat(ctx, std::get<nlohmann::ordered_json>(body), req.remote);
 }
 
 json tool_call_json(const ChatJob& job, const ParsedToolCall& call, size_t index, bool with_index) {

@@ -1,35 +1,109 @@
 // GET /v1/models, GET /health and GET /metrics: what is served and how it is doing.
 // /health is JSON for people and the web page (memory plan, expert-cache counters, slots);
 // /metrics is the Prometheus text format (version 0.0.4) for scrapers.
+#include <cctype>
+
 #include "server/endpoints.h"
 #include "server/http_front.h"
 #include "server/transport.h"
+#include "sluice/version.h"
 
 namespace sluice::server {
 
 using json = nlohmann::json;
 
+bool model_matches(const ServerContext& ctx, std::string_view model) {
+    if (model.empty() || model == ctx.options.model_id) return true;
+    // Ollama's clients name a model with a tag: "name:latest".
+    constexpr std::string_view kLatest = ":latest";
+    return model.size() > kLatest.size() && model.substr(model.size() - kLatest.size()) == kLatest &&
+           model.substr(0, model.size() - kLatest.size()) == ctx.options.model_id;
+}
+
 std::optional<ApiError> check_model(const ServerContext& ctx, const std::string& model) {
-    if (model.empty() || model == ctx.options.model_id) return std::nullopt;
+    if (!ctx.options.strict_model_name || model_matches(ctx, model)) return std::nullopt;
     return ApiError{
         404, "The model '" + model + "' does not exist; this server serves '" + ctx.options.model_id + "'",
         "invalid_request_error", "model", "model_not_found"};
 }
 
-void handle_models(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {
+namespace {
+json model_object(const ServerContext& ctx) {
     const ModelInfo& info = ctx.engine->info();
-    json model = {{"id", ctx.options.model_id},
-                  {"object", "model"},
-                  {"created", ctx.created_unix_s},
-                  {"owned_by", "sluice"},
-                  {"meta",
-                   {{"family", info.family},
-                    {"quantization", info.quantization},
-                    {"context_length", ctx.engine->options().context_tokens},
-                    {"vocab_size", info.vocab_size},
-                    {"n_experts", info.n_experts},
-                    {"experts_per_token", info.experts_per_token}}}};
-    send_json(res, {{"object", "list"}, {"data", json::array({model})}});
+    return {{"id", ctx.options.model_id},
+            {"object", "model"},
+            {"created", ctx.created_unix_s},
+            {"owned_by", "sluice"},
+            {"meta",
+             {{"family", info.family},
+              {"quantization", info.quantization},
+              {"context_length", ctx.engine->options().context_tokens},
+              {"vocab_size", info.vocab_size},
+              {"n_experts", info.n_experts},
+              {"experts_per_token", info.experts_per_token}}}};
+}
+
+// "%2F" and friends in a path segment (a Hugging Face id "org/name" may arrive encoded).
+std::string percent_decode(std::string_view s) {
+    std::string out;
+    for (size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+            std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+            out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+            i += 2;
+        } else {
+            out += s[i];
+        }
+    }
+    return out;
+}
+}  // namespace
+
+void handle_models(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {
+    send_json(res, {{"object", "list"}, {"data", json::array({model_object(ctx)})}});
+}
+
+void handle_model(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
+    constexpr std::string_view kPrefix = "/v1/models/";
+    const std::string id = percent_decode(std::string_view(req.path).substr(kPrefix.size()));
+    if (!model_matches(ctx, id))
+        return send_error(res, ApiError{404,
+                                        "The model '" + id + "' does not exist; this server serves '" +
+                                            ctx.options.model_id + "'",
+                                        "invalid_request_error", "model", "model_not_found"});
+    send_json(res, model_object(ctx));
+}
+
+void handle_props(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {
+    const SamplingParams s = ctx.engine->default_sampling();
+    send_json(res, {{"default_generation_settings",
+                     {{"n_ctx", ctx.engine->options().context_tokens},
+                      {"params",
+                       {{"temperature", s.temperature},
+                        {"top_k", s.top_k},
+                        {"top_p", s.top_p},
+                        {"min_p", s.min_p},
+                        {"repeat_penalty", s.repetition_penalty},
+                        {"presence_penalty", s.presence_penalty},
+                        {"frequency_penalty", s.frequency_penalty}}}}},
+                    {"total_slots", ctx.pool->size()},
+                    {"model_alias", ctx.options.model_id},
+                    {"model_path", ctx.engine->options().model_dir},
+                    {"chat_template", ctx.chat_template ? ctx.chat_template->source() : std::string()},
+                    {"modalities", {{"vision", false}, {"audio", false}}},
+                    {"build_info", version_line()}});
+}
+
+void handle_slots(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {
+    json slots = json::array();
+    const auto info = ctx.pool->slot_info();
+    for (size_t i = 0; i < info.size(); ++i)
+        slots.push_back({{"id", i},
+                         {"n_ctx", ctx.engine->options().context_tokens},
+                         {"is_processing", info[i].busy},
+                         {"n_past", info[i].tokens},
+                         {"kv_bits", info[i].kv_bits}});
+    send_json(res, slots);
 }
 
 void handle_health(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {

@@ -19,8 +19,22 @@ void handle_metrics(ServerContext& ctx, const HttpRequest& req, HttpResponse& re
 void handle_tokenize(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
 void handle_detokenize(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
 void handle_web(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+void handle_model(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);  // GET /v1/models/{id}
+// llama.cpp's server: GET /props (generation defaults, slots, chat template), GET /slots.
+void handle_props(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+void handle_slots(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+// Ollama's API (endpoint_ollama.cpp).
+void handle_ollama_chat(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+void handle_ollama_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+void handle_ollama_tags(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+void handle_ollama_ps(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+void handle_ollama_show(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+void handle_ollama_version(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
 
-// 404 model_not_found unless `model` is empty or the served model's id.
+// Whether `model` names the served model: empty, its id, or its id with Ollama's ":latest" tag.
+bool model_matches(const ServerContext& ctx, std::string_view model);
+// With --strict-model-name, 404 model_not_found unless model_matches(); otherwise every name is
+// answered by the served model (as llama-server does: clients hard-code names like "gpt-4o-mini").
 std::optional<ApiError> check_model(const ServerContext& ctx, const std::string& model);
 
 }  // namespace sluice::server

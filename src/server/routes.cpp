@@ -24,7 +24,7 @@ using Handler = void (*)(ServerContext&, const HttpRequest&, HttpResponse&);
 
 struct Route {
     const char* method;
-    const char* path;  // exact, or "*.asset" for the web page's files
+    const char* path;  // exact, "*.asset" for the web page's files, or "PREFIX/*" (a non-empty rest)
     Handler handler;
     bool blocking;  // may wait for a session or take long: runs on its own thread
 };
@@ -33,6 +33,15 @@ const Route kRoutes[] = {
     {"POST", "/v1/chat/completions", handle_chat_completions, true},
     {"POST", "/v1/completions", handle_completions, true},
     {"GET", "/v1/models", handle_models, false},
+    {"GET", "/v1/models/*", handle_model, false},
+    {"GET", "/props", handle_props, false},
+    {"GET", "/slots", handle_slots, false},
+    {"POST", "/api/chat", handle_ollama_chat, true},
+    {"POST", "/api/generate", handle_ollama_generate, true},
+    {"GET", "/api/tags", handle_ollama_tags, false},
+    {"GET", "/api/ps", handle_ollama_ps, false},
+    {"POST", "/api/show", handle_ollama_show, false},
+    {"GET", "/api/version", handle_ollama_version, false},
     {"GET", "/health", handle_health, false},
     {"GET", "/metrics", handle_metrics, false},
     {"POST", "/tokenize", handle_tokenize, true},
@@ -55,7 +64,13 @@ bool is_asset_path(std::string_view path) {
 }
 
 bool path_matches(const Route& r, std::string_view path) {
-    return std::string_view(r.path) == "*.asset" ? is_asset_path(path) : path == r.path;
+    const std::string_view pattern(r.path);
+    if (pattern == "*.asset") return is_asset_path(path);
+    if (pattern.ends_with("/*")) {
+        const std::string_view prefix = pattern.substr(0, pattern.size() - 1);  // keeps the '/'
+        return path.size() > prefix.size() && path.starts_with(prefix);
+    }
+    return path == pattern;
 }
 
 const Route* find_route(const HttpRequest& req, bool* path_known) {

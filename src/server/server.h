@@ -38,6 +38,8 @@ struct ServerOptions {
     std::string cors_origin;  // empty: no CORS headers
     int parallel = 1;         // sessions generating at once
     std::string model_id;     // the name clients pass as "model"
+    // A request naming another model: 404 model_not_found; false (default) serves it with model_id.
+    bool strict_model_name = false;
     size_t max_body_bytes = 8u << 20;
     int keep_alive_ms = 2000;                 // SSE comment interval while queued or prefilling
     int header_timeout_ms = 10'000;           // a request's whole header, and idle keep-alive

@@ -18,6 +18,20 @@ SessionPool::SessionPool(const std::shared_ptr<Engine>& engine, int size,
     default_kv_bits_ = slots_[0].session->kv_bits();
 }
 
+std::vector<SessionPool::SlotInfo> SessionPool::slot_info() const {
+    std::lock_guard lock(mutex_);
+    std::vector<SlotInfo> out;
+    for (const Slot& s : slots_) {
+        SlotInfo i;
+        i.busy = s.busy;
+        // A busy session's timeline is its request's to change: only its type is read.
+        i.tokens = s.busy ? 0 : static_cast<int64_t>(s.session->tokens().size());
+        i.kv_bits = s.session->kv_bits();
+        out.push_back(i);
+    }
+    return out;
+}
+
 Status SessionPool::Lease::use_kv_bits(int kv_bits) {
     SessionPool& pool = *pool_;
     const int want = kv_bits > 0 ? kv_bits : pool.default_kv_bits_;

@@ -77,6 +77,13 @@ class SessionPool {
     bool closing() const;
 
     int size() const { return static_cast<int>(slots_.size()); }
+    // Each pooled session now (llama.cpp's /slots).
+    struct SlotInfo {
+        bool busy = false;
+        int64_t tokens = 0;  // of context it holds (reusable by a request sharing them)
+        int kv_bits = 32;
+    };
+    std::vector<SlotInfo> slot_info() const;
     int64_t queue_depth() const;  // requests waiting
     int64_t active() const;       // sessions in use
 
