@@ -2,6 +2,8 @@
 // ("messages[2].content[0].type") and what was expected, the way OpenAI's own errors do.
 #include "server/api.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 
@@ -318,6 +320,16 @@ std::optional<ApiError> parse_tools(const ojson& body, ChatRequest* r) {
             if (name == fn->end() || !name->is_string() || name->get<std::string>().empty())
                 return invalid_request("'" + param + ".function.name' must be a non-empty string",
                                        param + ".function.name", "invalid_value");
+            // OpenAI's rule for function names: what a template and the tool-call markup can carry.
+            const std::string n = name->get<std::string>();
+            const bool valid_name =
+                n.size() <= 64 && std::all_of(n.begin(), n.end(), [](char c) {
+                    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+                });
+            if (!valid_name)
+                return invalid_request(
+                    "'" + param + ".function.name' must be 1 to 64 letters, digits, '_' or '-'",
+                    param + ".function.name", "invalid_value");
             if (auto params = fn->find("parameters");
                 params != fn->end() && !params->is_null() && !params->is_object())
                 return wrong_type(param + ".function.parameters", "an object (a JSON Schema)", *params);

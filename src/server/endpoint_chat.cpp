@@ -195,8 +195,11 @@ json tool_call_json(const ChatJob& job, const ParsedToolCall& call, size_t index
     return j;
 }
 
-std::string finish_reason(const GenerateResult& result, bool had_tool_calls) {
-    if (had_tool_calls && result.finish_reason != FinishReason::kLength) return "tool_calls";
+// With complete tool calls the reply ends as "tool_calls" — also when the token limit cut a further
+// call short (the parser drops that one: parallel forced calls repeat until a model stops them, and
+// the complete ones are what a client runs); a cut in free text is "length".
+std::string finish_reason(const GenerateResult& result, bool had_tool_calls, bool cut_call) {
+    if (had_tool_calls && (result.finish_reason != FinishReason::kLength || cut_call)) return "tool_calls";
     return result.finish_reason == FinishReason::kLength ? "length" : "stop";
 }
 
@@ -239,7 +242,7 @@ std::variant<json, ApiError> respond_whole(ServerContext& ctx, const std::shared
     json choice = {{"index", 0},
                    {"message", std::move(message)},
                    {"logprobs", want_logprobs ? json{{"content", std::move(logprobs)}} : json()},
-                   {"finish_reason", finish_reason(result, !all.tool_calls.empty())}};
+                   {"finish_reason", finish_reason(result, !all.tool_calls.empty(), parser.cut_call())}};
     return json{{"id", job->id},
                 {"object", "chat.completion"},
                 {"created", job->created},
@@ -306,7 +309,7 @@ void stream(ServerContext& ctx, const std::shared_ptr<ChatJob>& job, Client* cli
     const GenerateResult& result = std::get<GenerateResult>(outcome);
     ParsedDelta tail = parser.finish();
     if (!tail.empty()) chunk(delta_json(tail), nullptr, nullptr);
-    chunk(json::object(), finish_reason(result, n_tool_calls > 0), nullptr);
+    chunk(json::object(), finish_reason(result, n_tool_calls > 0, parser.cut_call()), nullptr);
     if (include_usage)
         writer.event({{"id", job->id},
                       {"object", "chat.completion.chunk"},

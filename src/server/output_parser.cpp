@@ -161,7 +161,7 @@ void OutputParser::process(ParsedDelta* out, bool final) {
                 const size_t pos = buffer_.find(kToolClose);
                 if (pos == std::string::npos) {
                     if (final) {
-                        out->content += buffer_;
+                        cut_call_ = true;
                         buffer_.clear();
                     }
                     return;

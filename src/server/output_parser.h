@@ -39,7 +39,10 @@ class OutputParser {
     OutputParser(bool start_in_reasoning, bool parse_tool_calls);
 
     ParsedDelta feed(std::string_view text);
+    // The rest, at the end of the reply. A tool call still open (the generation ran out of tokens
+    // inside it) is dropped — never handed back as markup in the content — and cut_call() says so.
     ParsedDelta finish();
+    bool cut_call() const { return cut_call_; }
 
  private:
     enum class State { kStart, kReasoning, kContent, kToolCall };
@@ -49,6 +52,7 @@ class OutputParser {
     bool parse_tool_calls_;
     bool strip_leading_space_ = false;  // after </think> or </tool_call>: drop the "\n\n" separator
     std::string buffer_;                // text not yet emitted
+    bool cut_call_ = false;
 };
 
 // True when `prompt_text` (a rendered generation prompt) leaves the reply inside <think>.

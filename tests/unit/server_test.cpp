@@ -87,6 +87,13 @@ TEST(ServerApi, RejectsBadRequestsNamingTheField) {
     EXPECT_EQ(chat_error("{" + m + R"(,"n":2})").param, "n");
     EXPECT_EQ(chat_error("{" + m + R"(,"kv_bits":5})").param, "kv_bits");
     EXPECT_EQ(chat_error("{" + m + R"(,"kv_bits":"4"})").param, "kv_bits");
+    EXPECT_EQ(
+        chat_error("{" + m + R"(,"tools":[{"type":"function","function":{"name":"a</tool_call>"}}]})").param,
+        "tools[0].function.name");
+    EXPECT_EQ(chat_error("{" + m + R"(,"tools":[{"type":"function","function":{"name":")" +
+                         std::string(65, 'x') + R"("}}]})")
+                  .param,
+              "tools[0].function.name");
     EXPECT_EQ(chat_error("{" + m + R"(,"max_tokens":1.5})").param, "max_tokens");
     EXPECT_EQ(chat_error("{" + m + R"(,"max_tokens":-1})").param, "max_tokens");
     EXPECT_EQ(chat_error("{" + m + R"(,"logit_bias":{"1000":1}})").param, "logit_bias");
@@ -192,9 +199,19 @@ TEST(ServerOutputParser, ToolCalls) {
     expect_split(
         "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>\n<tool_call>{\"name\":\"b\"}</tool_call>",
         false, true, "", "", {"a{}", "b{}"});
-    // Not JSON, unterminated, or tools off: the text is kept as content.
+    // Not JSON, or tools off: the text is kept as content. Unterminated (the reply ran out of tokens
+    // inside a call): the cut call is dropped, never returned as markup.
     expect_split("<tool_call>oops</tool_call>", false, true, "", "<tool_call>oops</tool_call>", {});
-    expect_split("x <tool_call>{\"name\"", false, true, "", "x <tool_call>{\"name\"", {});
+    expect_split("x <tool_call>{\"name\"", false, true, "", "x ", {});
+    {
+        OutputParser p(false, true);
+        ParsedDelta d = p.feed("<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>\n<tool_call>{\"na");
+        EXPECT_FALSE(p.cut_call());
+        ParsedDelta tail = p.finish();
+        EXPECT_TRUE(p.cut_call());
+        EXPECT_EQ(d.tool_calls.size(), 1u);
+        EXPECT_TRUE(tail.content.empty()) << tail.content;
+    }
     expect_split("<tool_call>{\"name\":\"a\"}</tool_call>", false, false, "",
                  "<tool_call>{\"name\":\"a\"}</tool_call>", {});
     expect_split("<think>plan</think>\n<tool_call>{\"name\":\"a\"}</tool_call>", false, true, "plan", "",
