@@ -23,6 +23,8 @@ void handle_model(ServerContext& ctx, const HttpRequest& req, HttpResponse& res)
 // llama.cpp's server: GET /props (generation defaults, slots, chat template), GET /slots.
 void handle_props(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
 void handle_slots(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+// Anthropic's Messages API (endpoint_anthropic.cpp).
+void handle_anthropic_messages(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
 // Ollama's API (endpoint_ollama.cpp).
 void handle_ollama_chat(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
 void handle_ollama_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);

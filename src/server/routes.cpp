@@ -32,6 +32,7 @@ struct Route {
 const Route kRoutes[] = {
     {"POST", "/v1/chat/completions", handle_chat_completions, true},
     {"POST", "/v1/completions", handle_completions, true},
+    {"POST", "/v1/messages", handle_anthropic_messages, true},
     {"GET", "/v1/models", handle_models, false},
     {"GET", "/v1/models/*", handle_model, false},
     {"GET", "/props", handle_props, false},
@@ -125,7 +126,8 @@ class RouteService final : public HttpService {
         if (req.method == "OPTIONS") {
             if (!ctx_.options.cors_origin.empty()) {
                 res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-                res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+                res.set_header("Access-Control-Allow-Headers",
+                               "Authorization, Content-Type, x-api-key, anthropic-version");
                 res.set_header("Access-Control-Max-Age", "600");
             }
             res.status = 204;
@@ -133,7 +135,9 @@ class RouteService final : public HttpService {
             return true;
         }
         if (!ctx_.options.api_key.empty() && needs_key(req.method, req.path)) {
-            const std::string auth = req.header("Authorization");
+            // `Authorization: Bearer KEY`, or Anthropic's clients' `x-api-key: KEY`.
+            const std::string x_key = req.header("x-api-key");
+            const std::string auth = x_key.empty() ? req.header("Authorization") : "Bearer " + x_key;
             const std::string prefix = "Bearer ";
             const bool ok =
                 auth.size() > prefix.size() && auth.compare(0, prefix.size(), prefix) == 0 &&

@@ -1,6 +1,10 @@
 // server_compat.test.mjs — the routes other ecosystems' clients call, driven by those clients.
 //
-// Starts `sluice serve models/tiny-next` (with an API key) and checks Ollama's API through the
+// Starts `sluice serve models/tiny-next` (with an API key) and checks Anthropic's Messages API through
+// the official `@anthropic-ai/sdk` client — a Message whose text is the OpenAI endpoint's greedy text,
+// the same streamed as named events (the SDK's own stream accumulator rebuilds it), system prompts,
+// stop_sequences, max_tokens, forced tool_use with tool_result turns, thinking blocks, errors in
+// Anthropic's shape, the x-api-key header — and Ollama's API through the
 // official `ollama` npm client — /api/tags, /api/ps, /api/show, /api/version, /api/chat and
 // /api/generate, whole and streamed, greedy text equal to the OpenAI endpoint's for the same
 // messages, options mapped (num_predict, stop), format "json" / a JSON schema constraining the
@@ -9,6 +13,7 @@
 // a second server with --strict-model-name answering such a request with 404.
 // Prints "N passed, M failed"; exits 1 on failure.
 import path from "node:path";
+import Anthropic from "@anthropic-ai/sdk";
 import { Ollama } from "ollama";
 import OpenAI from "openai";
 import { startServe } from "./serve_util.mjs";
@@ -137,6 +142,63 @@ try {
         check("ollama: bad JSON is {error} with 400", raw.status === 400 && typeof body.error === "string", JSON.stringify(body));
         const noKey = await fetch(`${base}/api/tags`);
         check("ollama: the API key is required", noKey.status === 401);
+    });
+
+    await test("anthropic messages", async () => {
+        const claude = new Anthropic({ baseURL: base, apiKey: KEY, maxRetries: 0, timeout: 30000 });
+        // Anthropic's default is no thinking: the OpenAI reply to compare with has it off too.
+        const plain = await openai.chat.completions.create({ model: "tiny-next", messages, max_tokens: 12, temperature: 0, logit_bias: noEos,
+            chat_template_kwargs: { enable_thinking: false } });
+        const apiPlain = plain.choices[0].message.content;
+        const m = await claude.messages.create({ model: "claude-sonnet-4-5", max_tokens: 12, temperature: 0, messages });
+        const text = m.content.filter((b) => b.type === "text").map((b) => b.text).join("");
+        const same = m.stop_reason === "max_tokens" ? text === apiPlain : apiPlain.startsWith(text);
+        check("anthropic: greedy text equals the OpenAI endpoint's", same, `${JSON.stringify(text)} vs ${JSON.stringify(apiPlain)}`);
+        check("anthropic: a Message with usage", m.type === "message" && m.role === "assistant" && m.id.startsWith("msg_") &&
+            m.usage.output_tokens > 0 && m.usage.input_tokens + m.usage.cache_read_input_tokens > 0, JSON.stringify(m));
+        const stream = claude.messages.stream({ model: "claude-sonnet-4-5", max_tokens: 12, temperature: 0, messages });
+        const events = [];
+        stream.on("streamEvent", (e) => events.push(e.type));
+        const final = await stream.finalMessage();
+        const streamed = final.content.filter((b) => b.type === "text").map((b) => b.text).join("");
+        check("anthropic stream: the same text", streamed === text && final.stop_reason === m.stop_reason, `${JSON.stringify(streamed)} ${final.stop_reason}`);
+        check("anthropic stream: event order", events[0] === "message_start" && events.includes("content_block_start") &&
+            events.includes("content_block_delta") && events.at(-2) === "message_delta" && events.at(-1) === "message_stop", events.join(","));
+        const sys = await claude.messages.create({ model: "x", max_tokens: 6, temperature: 0, system: "You are terse.", messages });
+        check("anthropic: a system prompt is part of the prompt", sys.usage.input_tokens + sys.usage.cache_read_input_tokens >
+            m.usage.input_tokens + m.usage.cache_read_input_tokens, JSON.stringify([sys.usage, m.usage]));
+        const stop = apiPlain.slice(2, 4);
+        const stopped = await claude.messages.create({ model: "x", max_tokens: 12, temperature: 0, messages, stop_sequences: [stop] });
+        check("anthropic: stop_sequences", stopped.stop_reason === "stop_sequence" && stopped.stop_sequence === stop, JSON.stringify(stopped));
+
+        const tools = [{ name: "get_weather", description: "Weather of a city", input_schema: { type: "object", properties: { city: { type: "string", maxLength: 10 } }, required: ["city"] } }];
+        const forced = await claude.messages.create({ model: "x", max_tokens: 64, temperature: 0, messages: [{ role: "user", content: "Weather in Paris?" }],
+            tools, tool_choice: { type: "tool", name: "get_weather" } });
+        const use = forced.content.find((b) => b.type === "tool_use");
+        check("anthropic: a forced tool_use block", forced.stop_reason === "tool_use" && use && use.name === "get_weather" &&
+            typeof use.input.city === "string" && use.id.startsWith("toolu_"), JSON.stringify(forced));
+        const followUp = await claude.messages.create({ model: "x", max_tokens: 6, temperature: 0, tools, messages: [
+            { role: "user", content: "Weather in Paris?" },
+            { role: "assistant", content: forced.content },
+            { role: "user", content: [{ type: "tool_result", tool_use_id: use?.id ?? "x", content: "Sunny, 21 C" }] }] });
+        check("anthropic: a tool_result turn is answered", followUp.type === "message" && followUp.usage.output_tokens > 0, JSON.stringify(followUp));
+        const think = await claude.messages.create({ model: "x", max_tokens: 16, temperature: 0, messages, thinking: { type: "enabled", budget_tokens: 1024 } });
+        check("anthropic: thinking enabled opens a thinking block", think.content[0]?.type === "thinking" || think.content[0]?.type === "text",
+            JSON.stringify(think.content));
+
+        let err = null;
+        try { await claude.messages.create({ model: "x", messages }); } catch (e) { err = e; }
+        check("anthropic: max_tokens is required", err && err.status === 400 && err.error?.type === "error" &&
+            err.error?.error?.type === "invalid_request_error" && /max_tokens/.test(err.error?.error?.message), JSON.stringify(err?.error));
+        err = null;
+        try {
+            await claude.messages.create({ model: "x", max_tokens: 4, messages: [{ role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/png", data: "aGk=" } }] }] });
+        } catch (e) { err = e; }
+        check("anthropic: images are refused naming the block", err && err.status === 400 && /image/.test(err.error?.error?.message), JSON.stringify(err?.error));
+        const bad = new Anthropic({ baseURL: base, apiKey: "wrong", maxRetries: 0 });
+        err = null;
+        try { await bad.messages.create({ model: "x", max_tokens: 2, messages }); } catch (e) { err = e; }
+        check("anthropic: a wrong x-api-key is 401", err && err.status === 401, String(err));
     });
 
     await test("llama.cpp props and slots", async () => {
