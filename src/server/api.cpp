@@ -111,9 +111,8 @@ std::optional<ApiError> parse_common(const ojson& body, const SamplingParams& de
         p->kv_bits = static_cast<int>(*v);
     }
     v.reset();
-    SLUICE_API_CHECK(read_integer(body, "n", 1, std::numeric_limits<int32_t>::max(), &v));
-    if (v && *v != 1)
-        return invalid_request("'n' > 1 is not supported (one choice per request)", "n", "unsupported_value");
+    SLUICE_API_CHECK(read_integer(body, "n", 1, kMaxChoices, &v));
+    if (v) p->n = static_cast<int>(*v);
 
     if (auto it = body.find("logit_bias"); it != body.end() && !it->is_null()) {
         if (!it->is_object()) return wrong_type("logit_bias", "an object of token id → bias", *it);

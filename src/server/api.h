@@ -54,7 +54,12 @@ struct CommonParams {
     // 4 or 3 bits per element. Unset: the server's --kv-bits. Whether the memory plan holds it is the
     // engine's to say (Engine::new_session).
     std::optional<int> kv_bits;
+    // "n": choices to generate (1..kMaxChoices), one after another on the pool (a choice with a seed
+    // uses seed + its index, so they differ and each is reproducible).
+    int n = 1;
 };
+
+inline constexpr int kMaxChoices = 16;
 
 enum class ToolChoiceMode { kAuto, kNone, kRequired, kNamed };
 enum class ResponseFormat { kText, kJsonObject, kJsonSchema };

@@ -181,12 +181,6 @@ std::variant<GenerateResult, ApiError> run_chat(ServerContext& ctx, ChatJob& job
 
 namespace {
 
-std::variant<std::shared_ptr<ChatJob>, ApiError> prepare(ServerContext& ctx, const HttpRequest& req) {
-    auto body = parse_body(req.body);
-    if (auto* e = std::get_if<ApiError>(&body)) return *e;
-    return prepare_chat(ctx, std::get<nlohmann::ordered_json>(body), req.remote);
-}
-
 json tool_call_json(const ChatJob& job, const ParsedToolCall& call, size_t index, bool with_index) {
     json j = {{"id", "call_" + job.id.substr(job.id.find('-') + 1) + "_" + std::to_string(index)},
               {"type", "function"},
@@ -252,22 +246,26 @@ std::variant<json, ApiError> respond_whole(ServerContext& ctx, const std::shared
 }
 
 // Runs on the request's thread as the response's body producer, after the 200 headers.
-void stream(ServerContext& ctx, const std::shared_ptr<ChatJob>& job, Client* client, BodySink& sink) {
-    SseWriter writer(sink);
+// One choice streamed as chunks of choice `index` (its role chunk first, its finish_reason chunk
+// last). Returns its stats, or nothing when the client left or the generation failed (the error event
+// is written then).
+std::optional<GenerationStats> stream_choice(ServerContext& ctx, const std::shared_ptr<ChatJob>& job,
+                                             Client* client, SseWriter& writer, int index,
+                                             const std::string& id, int64_t created) {
     const bool include_usage = job->request.params.include_usage;
     auto chunk = [&](json delta, json finish, json logprobs) {
-        json c = {{"id", job->id},
+        json c = {{"id", id},
                   {"object", "chat.completion.chunk"},
-                  {"created", job->created},
+                  {"created", created},
                   {"model", ctx.options.model_id},
-                  {"choices", json::array({{{"index", 0},
+                  {"choices", json::array({{{"index", index},
                                             {"delta", std::move(delta)},
                                             {"logprobs", std::move(logprobs)},
                                             {"finish_reason", std::move(finish)}}})}};
         if (include_usage) c["usage"] = nullptr;
         return writer.event(c);
     };
-    if (!chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr)) return;
+    if (!chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr)) return std::nullopt;
 
     OutputParser parser(job->opens_reasoning, job->parse_tools);
     size_t n_tool_calls = 0;
@@ -303,38 +301,93 @@ void stream(ServerContext& ctx, const std::shared_ptr<ChatJob>& job, Client* cli
     keep_alive.first_token();
     if (auto* e = std::get_if<ApiError>(&outcome)) {
         writer.event(e->to_json());
-        writer.write(kSseDone);
-        return;
+        return std::nullopt;
     }
     const GenerateResult& result = std::get<GenerateResult>(outcome);
     ParsedDelta tail = parser.finish();
     if (!tail.empty()) chunk(delta_json(tail), nullptr, nullptr);
-    chunk(json::object(), finish_reason(result, n_tool_calls > 0, parser.cut_call()), nullptr);
-    if (include_usage)
-        writer.event({{"id", job->id},
+    if (!chunk(json::object(), finish_reason(result, n_tool_calls > 0, parser.cut_call()), nullptr))
+        return std::nullopt;
+    return result.stats;
+}
+
+// The usage of n choices of one prompt: the prompt counted once (the first choice's cache use).
+void add_choice_stats(GenerationStats& total, const GenerationStats& s, bool first) {
+    if (first) {
+        total = s;
+        return;
+    }
+    total.generated_tokens += s.generated_tokens;
+    total.draft_tokens += s.draft_tokens;
+    total.accepted_tokens += s.accepted_tokens;
+}
+
+// Every choice of the request streamed in turn, then the usage chunk and [DONE].
+void stream(ServerContext& ctx, const std::shared_ptr<ChatJob>& first,
+            const std::function<std::shared_ptr<ChatJob>(int)>& choice_job, Client* client, BodySink& sink) {
+    SseWriter writer(sink);
+    GenerationStats total;
+    for (int i = 0; i < first->request.params.n; ++i) {
+        const std::shared_ptr<ChatJob> job = i == 0 ? first : choice_job(i);
+        auto stats = stream_choice(ctx, job, client, writer, i, first->id, first->created);
+        if (!stats) {
+            writer.write(kSseDone);
+            return;
+        }
+        add_choice_stats(total, *stats, i == 0);
+    }
+    if (first->request.params.include_usage)
+        writer.event({{"id", first->id},
                       {"object", "chat.completion.chunk"},
-                      {"created", job->created},
+                      {"created", first->created},
                       {"model", ctx.options.model_id},
                       {"choices", json::array()},
-                      {"usage", usage_json(result.stats)}});
+                      {"usage", usage_json(total)}});
     writer.write(kSseDone);
 }
 
 }  // namespace
 
 void handle_chat_completions(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
-    auto prepared = prepare(ctx, req);
+    auto body = parse_body(req.body);
+    if (auto* e = std::get_if<ApiError>(&body)) return send_error(res, *e);
+    auto prepared = prepare_chat(ctx, std::get<nlohmann::ordered_json>(body), req.remote);
     if (auto* e = std::get_if<ApiError>(&prepared)) return send_error(res, *e);
     auto job = std::get<std::shared_ptr<ChatJob>>(prepared);
+    // Choice i > 0 (n > 1): the request prepared again — a grammar's state is per generation — with
+    // seed + i when it has a seed, generated after the choices before it.
+    auto choice_job = [&ctx, body = std::get<nlohmann::ordered_json>(body), remote = req.remote](int i) {
+        auto again = prepare_chat(ctx, body, remote);  // validated once already: it prepares again
+        auto j = std::get<std::shared_ptr<ChatJob>>(again);
+        std::optional<uint64_t>& seed = j->request.params.generate.sampling.seed;
+        if (seed) *seed += static_cast<uint64_t>(i);
+        return j;
+    };
     if (!job->request.params.stream) {
-        auto outcome = respond_whole(ctx, job, req.client.get());
-        if (auto* e = std::get_if<ApiError>(&outcome)) return send_error(res, *e);
-        return send_json(res, std::get<json>(outcome));
+        json combined;
+        GenerationStats total;
+        for (int i = 0; i < job->request.params.n; ++i) {
+            auto outcome = respond_whole(ctx, i == 0 ? job : choice_job(i), req.client.get());
+            if (auto* e = std::get_if<ApiError>(&outcome)) return send_error(res, *e);
+            json& one = std::get<json>(outcome);
+            if (i == 0) {
+                combined = std::move(one);
+                continue;
+            }
+            json choice = std::move(one["choices"][0]);
+            choice["index"] = i;
+            combined["choices"].push_back(std::move(choice));
+            combined["usage"]["completion_tokens"] = combined["usage"]["completion_tokens"].get<int64_t>() +
+                                                     one["usage"]["completion_tokens"].get<int64_t>();
+            combined["usage"]["total_tokens"] = combined["usage"]["total_tokens"].get<int64_t>() +
+                                                one["usage"]["completion_tokens"].get<int64_t>();
+        }
+        return send_json(res, combined);
     }
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
-    res.set_stream("text/event-stream", [&ctx, job, client = req.client](BodySink& sink) {
-        stream(ctx, job, client.get(), sink);
+    res.set_stream("text/event-stream", [&ctx, job, choice_job, client = req.client](BodySink& sink) {
+        stream(ctx, job, choice_job, client.get(), sink);
     });
 }
 

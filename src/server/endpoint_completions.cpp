@@ -59,6 +59,10 @@ std::variant<std::shared_ptr<CompletionJob>, ApiError> prepare(ServerContext& ct
     job->tenant = req.remote;
     job->request = std::move(std::get<CompletionRequest>(parsed));
     if (auto e = check_model(ctx, job->request.params.model)) return *e;
+    if (job->request.params.n > 1)
+        return invalid_request(
+            "'n' > 1 is supported on /v1/chat/completions; legacy completions return one choice", "n",
+            "unsupported_value");
     if (auto e = resolve_speculative(ctx, &job->request.params)) return *e;
     if (auto* text = std::get_if<std::string>(&job->request.prompt)) {
         if (!ctx.tokenizer)

@@ -204,6 +204,37 @@ try {
         check("kv_bits: 5 is a 400 naming kv_bits", status === 400 && param === "kv_bits", `${status} ${param}`);
     });
 
+    await test("n choices", async () => {
+        // n > 1: the choices one after another; with a seed, choice i uses seed + i (reproducible).
+        const ask = () => client.chat.completions.create({ model: "tiny-next", messages: user("Tell me a story."), max_tokens: 8, temperature: 1.0,
+            seed: 77, n: 3, logit_bias: noEos });
+        const r = await ask();
+        check("n: three choices, indexed", r.choices.length === 3 && r.choices.every((c, i) => c.index === i && c.message.content.length > 0),
+            JSON.stringify(r.choices));
+        check("n: usage sums the choices' tokens", r.usage.completion_tokens === 24 && r.usage.total_tokens === r.usage.prompt_tokens + 24,
+            JSON.stringify(r.usage));
+        check("n: the choices differ", new Set(r.choices.map((c) => c.message.content)).size > 1, JSON.stringify(r.choices.map((c) => c.message.content)));
+        const again = await ask();
+        check("n: reproducible with a seed", JSON.stringify(again.choices.map((c) => c.message.content)) === JSON.stringify(r.choices.map((c) => c.message.content)));
+        const single = await client.chat.completions.create({ model: "tiny-next", messages: user("Tell me a story."), max_tokens: 8, temperature: 1.0,
+            seed: 78, logit_bias: noEos });
+        check("n: choice 1 is what seed + 1 gives alone", single.choices[0].message.content === r.choices[1].message.content,
+            `${JSON.stringify(single.choices[0].message.content)} vs ${JSON.stringify(r.choices[1].message.content)}`);
+        const texts = ["", ""];
+        let finishes = 0, usage = null;
+        const stream = await client.chat.completions.create({ model: "tiny-next", messages: user("Tell me a story."), max_tokens: 8, temperature: 1.0,
+            seed: 77, n: 2, logit_bias: noEos, stream: true, stream_options: { include_usage: true } });
+        for await (const chunk of stream) {
+            if (chunk.usage) usage = chunk.usage;
+            for (const c of chunk.choices) {
+                texts[c.index] += c.delta.content ?? "";
+                if (c.finish_reason) ++finishes;
+            }
+        }
+        check("n: streamed choices equal the whole ones", texts[0] === r.choices[0].message.content && texts[1] === r.choices[1].message.content &&
+            finishes === 2 && usage?.completion_tokens === 16, JSON.stringify({ texts, finishes, usage }));
+    });
+
     await test("cancel on disconnect", async () => {
         const metric = async (name) => {
             const m = (await raw(port, "GET", "/metrics")).body;
@@ -434,7 +465,8 @@ try {
         }
     };
     const base = { model: "tiny-next", messages: user("Hi"), max_tokens: 2 };
-    await expectError("error: n > 1", 400, client.chat.completions.create({ ...base, n: 2 }), { param: "n" });
+    await expectError("error: n > 16", 400, client.chat.completions.create({ ...base, n: 17 }), { param: "n" });
+    await expectError("error: n > 1 on legacy completions", 400, client.completions.create({ model: "tiny-next", prompt: "Hi", max_tokens: 2, n: 2 }), { param: "n" });
     // Another model name is served by this model (as llama-server does; --strict-model-name makes it a
     // 404: server_compat.test.mjs).
     const other = await client.chat.completions.create({ ...base, model: "gpt-5" });

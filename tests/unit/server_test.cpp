@@ -84,7 +84,9 @@ TEST(ServerApi, RejectsBadRequestsNamingTheField) {
     EXPECT_EQ(chat_error("{" + m + R"(,"temperature":"hot"})").param, "temperature");
     EXPECT_EQ(chat_error("{" + m + R"(,"temperature":-1})").param, "temperature");
     EXPECT_EQ(chat_error("{" + m + R"(,"top_p":0})").param, "top_p");
-    EXPECT_EQ(chat_error("{" + m + R"(,"n":2})").param, "n");
+    EXPECT_EQ(chat_error("{" + m + R"(,"n":17})").param, "n");
+    EXPECT_EQ(chat_error("{" + m + R"(,"n":0})").param, "n");
+    EXPECT_EQ(chat_ok("{" + m + R"(,"n":3})").params.n, 3);
     EXPECT_EQ(chat_error("{" + m + R"(,"kv_bits":5})").param, "kv_bits");
     EXPECT_EQ(chat_error("{" + m + R"(,"kv_bits":"4"})").param, "kv_bits");
     EXPECT_EQ(
