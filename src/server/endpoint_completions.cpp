@@ -22,9 +22,10 @@ struct CompletionJob {
     std::string tenant;  // whose turn it is in the session queue (the client's address)
 };
 
+// text_offset: each token's byte offset in the returned text (which starts with the prompt when echo).
 struct LegacyLogprobs {
     json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
-    size_t offset = 0;
+    size_t offset = 0;  // where the next token starts in the returned text
     void add(const Tokenizer* tok, const TokenEvent& e) {
         const int32_t ids[1] = {e.token};
         std::string text = tok ? tok->decode(ids) : std::string();
@@ -102,8 +103,10 @@ void handle_completions(ServerContext& ctx, const HttpRequest& req, HttpResponse
     if (auto* e = std::get_if<ApiError>(&prepared)) return send_error(res, *e);
     auto job = std::get<std::shared_ptr<CompletionJob>>(prepared);
     const bool want_logprobs = job->request.params.logprobs;
+    const size_t text_start = job->request.echo ? job->prompt_text.size() : 0;
     if (!job->request.params.stream) {
         LegacyLogprobs lp;
+        lp.offset = text_start;
         GenerationHooks hooks;
         hooks.client = req.client.get();
         hooks.tenant = job->tenant;
@@ -124,51 +127,55 @@ void handle_completions(ServerContext& ctx, const HttpRequest& req, HttpResponse
         return send_json(res, out);
     }
     res.set_header("Cache-Control", "no-cache");
-    res.set_stream("text/event-stream", [&ctx, job, want_logprobs, client = req.client](BodySink& sink) {
-        SseWriter writer(sink);
-        const bool include_usage = job->request.params.include_usage;
-        auto chunk = [&](const std::string& text, json finish, json logprobs) {
-            json c = completion_object(ctx, *job,
-                                       {{"index", 0},
-                                        {"text", text},
-                                        {"logprobs", std::move(logprobs)},
-                                        {"finish_reason", std::move(finish)}});
-            if (include_usage) c["usage"] = nullptr;
-            return writer.event(c);
-        };
-        if (job->request.echo && !chunk(job->prompt_text, nullptr, nullptr)) return;
-        KeepAlive keep_alive(writer, ctx.options.keep_alive_ms);
-        GenerationHooks hooks;
-        hooks.client = client.get();
-        hooks.tenant = job->tenant;
-        hooks.kv_bits = job->request.params.kv_bits.value_or(0);
-        hooks.on_token = [&](const TokenEvent& e) {
-            keep_alive.first_token();
-            if (e.text.empty() && !want_logprobs) return writer.ok();
-            json lp;
-            if (want_logprobs) {
-                LegacyLogprobs one;
-                one.add(ctx.tokenizer.get(), e);
-                lp = one.to_json();
-            }
-            return chunk(e.text, nullptr, std::move(lp));
-        };
-        auto outcome = run_generation(ctx, job->prompt, job->request.params.generate, hooks);
-        keep_alive.first_token();
-        if (auto* e = std::get_if<ApiError>(&outcome)) {
-            writer.event(e->to_json());
-        } else {
-            const GenerateResult& result = std::get<GenerateResult>(outcome);
-            chunk("", finish_name(result.finish_reason), nullptr);
-            if (include_usage) {
-                json u = completion_object(ctx, *job, nullptr);
-                u["choices"] = json::array();
-                u["usage"] = usage_json(result.stats);
-                writer.event(u);
-            }
-        }
-        writer.write(kSseDone);
-    });
+    res.set_stream("text/event-stream",
+                   [&ctx, job, want_logprobs, text_start, client = req.client](BodySink& sink) {
+                       SseWriter writer(sink);
+                       const bool include_usage = job->request.params.include_usage;
+                       auto chunk = [&](const std::string& text, json finish, json logprobs) {
+                           json c = completion_object(ctx, *job,
+                                                      {{"index", 0},
+                                                       {"text", text},
+                                                       {"logprobs", std::move(logprobs)},
+                                                       {"finish_reason", std::move(finish)}});
+                           if (include_usage) c["usage"] = nullptr;
+                           return writer.event(c);
+                       };
+                       if (job->request.echo && !chunk(job->prompt_text, nullptr, nullptr)) return;
+                       KeepAlive keep_alive(writer, ctx.options.keep_alive_ms);
+                       GenerationHooks hooks;
+                       hooks.client = client.get();
+                       hooks.tenant = job->tenant;
+                       hooks.kv_bits = job->request.params.kv_bits.value_or(0);
+                       size_t offset = text_start;
+                       hooks.on_token = [&](const TokenEvent& e) {
+                           keep_alive.first_token();
+                           if (e.text.empty() && !want_logprobs) return writer.ok();
+                           json lp;
+                           if (want_logprobs) {
+                               LegacyLogprobs one;
+                               one.offset = offset;
+                               one.add(ctx.tokenizer.get(), e);
+                               offset = one.offset;
+                               lp = one.to_json();
+                           }
+                           return chunk(e.text, nullptr, std::move(lp));
+                       };
+                       auto outcome = run_generation(ctx, job->prompt, job->request.params.generate, hooks);
+                       keep_alive.first_token();
+                       if (auto* e = std::get_if<ApiError>(&outcome)) {
+                           writer.event(e->to_json());
+                       } else {
+                           const GenerateResult& result = std::get<GenerateResult>(outcome);
+                           chunk("", finish_name(result.finish_reason), nullptr);
+                           if (include_usage) {
+                               json u = completion_object(ctx, *job, nullptr);
+                               u["choices"] = json::array();
+                               u["usage"] = usage_json(result.stats);
+                               writer.event(u);
+                           }
+                       }
+                       writer.write(kSseDone);
+                   });
 }
 
 }  // namespace sluice::server

@@ -204,6 +204,27 @@ try {
         check("kv_bits: 5 is a 400 naming kv_bits", status === 400 && param === "kv_bits", `${status} ${param}`);
     });
 
+    await test("legacy echo and logprobs", async () => {
+        // text_offset indexes the returned text, which starts with the prompt when echo is on.
+        const prompt = "The river flows";
+        const r = await client.completions.create({ model: "tiny-next", prompt, max_tokens: 5, temperature: 0, echo: true, logprobs: 2, logit_bias: noEos });
+        const c = r.choices[0], lp = c.logprobs;
+        check("echo: the text starts with the prompt", c.text.startsWith(prompt), JSON.stringify(c.text));
+        check("echo: offsets index the returned text", lp.text_offset[0] === prompt.length &&
+            lp.tokens.every((t, i) => c.text.slice(lp.text_offset[i], lp.text_offset[i] + t.length) === t), JSON.stringify(lp));
+        let text = "";
+        const offsets = [];
+        for await (const chunk of await client.completions.create({ model: "tiny-next", prompt, max_tokens: 5, temperature: 0, echo: true, logprobs: 2,
+            logit_bias: noEos, stream: true })) {
+            const ch = chunk.choices[0];
+            if (!ch) continue;
+            text += ch.text;
+            if (ch.logprobs) offsets.push(...ch.logprobs.text_offset);
+        }
+        check("echo stream: the same text and offsets", text === c.text && JSON.stringify(offsets) === JSON.stringify(lp.text_offset),
+            `${JSON.stringify(offsets)} vs ${JSON.stringify(lp.text_offset)}`);
+    });
+
     await test("n choices", async () => {
         // n > 1: the choices one after another; with a seed, choice i uses seed + i (reproducible).
         const ask = () => client.chat.completions.create({ model: "tiny-next", messages: user("Tell me a story."), max_tokens: 8, temperature: 1.0,
