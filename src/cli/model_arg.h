@@ -14,7 +14,9 @@ namespace sluice::cli {
 // callback) `*model` holds the resolved folder.
 void add_model_arg(CLI::App* cmd, std::string* model, const std::string& help);
 
-// A path stays as given; an id becomes its folder (pulled when `pull`). Throws CliError.
-std::string resolve_model_arg(const std::string& arg, bool pull);
+// A path stays as given; an id becomes its folder (pulled when `pull`); a checkpoint found in the
+// Hugging Face cache becomes its packed layout, made once (convert::hf_packed_dir) unless !pack.
+// Throws CliError.
+std::string resolve_model_arg(const std::string& arg, bool pull, bool pack = true);
 
 }  // namespace sluice::cli

@@ -143,6 +143,13 @@ std::string pull_dir(const ModelId& id) {
     return (fs::path(models_root()) / id.repo.substr(0, id.repo.find('/')) / leaf).string();
 }
 
+std::string hf_packed_dir(const ModelId& id, const std::string& snapshot_dir) {
+    std::string repo = id.repo;
+    repo.replace(repo.find('/'), 1, "--");
+    const std::string commit = fs::path(snapshot_dir).lexically_normal().filename().string();
+    return (fs::path(models_root()) / ".hf-packed" / (repo + "@" + commit)).string();
+}
+
 Expected<ResolvedModel> resolve_model(const std::string& arg) {
     std::error_code ec;
     if (!arg.empty() && fs::exists(arg, ec)) return ResolvedModel{arg, "path", std::nullopt};

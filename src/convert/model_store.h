@@ -43,6 +43,11 @@ std::string hf_token();
 // Where `pull` puts `id` by default: models_root()/ORG/NAME, or ORG/NAME@REV for another revision.
 std::string pull_dir(const ModelId& id);
 
+// Where the packed layout of a checkpoint found in the Hugging Face cache is made once and reused:
+// models_root()/.hf-packed/ORG--NAME@COMMIT, COMMIT the snapshot folder's name (a new snapshot gets
+// its own; the dot keeps it out of `list`, which shows the cache entry itself).
+std::string hf_packed_dir(const ModelId& id, const std::string& snapshot_dir);
+
 struct ResolvedModel {
     std::string dir;
     std::string where;  // "path", "models" (sluice's folder) or "hf-cache"

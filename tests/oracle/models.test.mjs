@@ -69,6 +69,16 @@ try {
             check(`${id}: resolved in the HF cache, the same greedy text as by path`, r.code === 0 && r.stdout === byPath.stdout && r.stderr.includes("snapshots"),
                 `${r.code} ${r.stderr.slice(-300)}`);
         }
+        // Packed once beside the models folder (per snapshot), reused after; --no-pack loads it as it is.
+        const packedA = path.join(modelsDir, ".hf-packed", `sluice-test--tiny@${commitA}`);
+        check("a cached checkpoint is packed once, per snapshot", fs.existsSync(path.join(packedA, "manifest.json")) &&
+            fs.existsSync(path.join(modelsDir, ".hf-packed", `sluice-test--tiny@${commitB}`, "manifest.json")), fs.readdirSync(modelsDir).join(","));
+        const again = await gen("sluice-test/tiny");
+        check("the packed layout is reused", again.code === 0 && again.stdout === byPath.stdout && again.stderr.includes("its packed layout") &&
+            !again.stderr.includes("packing it once"), again.stderr.slice(-300));
+        const raw = await gen("sluice-test/tiny", "--no-pack");
+        check("--no-pack loads the checkpoint as it is", raw.code === 0 && raw.stdout === byPath.stdout && !raw.stderr.includes("packed layout"),
+            raw.stderr.slice(-300));
         const commit = (await run(["show", "sluice-test/tiny@v2", "--json"])).stdout;
         let shown = {};
         try {
