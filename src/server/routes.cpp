@@ -193,6 +193,11 @@ class RouteService final : public HttpService {
 
     void answered(const HttpRequest& req, int status) override {
         if (status >= 400) ctx_.metrics.request_errors_total += 1;
+        // Successful polls of the status routes (the web page reads /health every 2 s, scrapers
+        // /metrics) would bury the requests that matter; their failures are still logged.
+        const bool poll = req.method == "GET" && (req.path == "/health" || req.path == "/metrics" ||
+                                                  req.path == "/slots" || req.path == "/api/ps");
+        if (poll && status < 400) return;
         std::fprintf(stderr, "[serve] %s %s -> %d\n", printable(req.method, 16).c_str(),
                      printable(req.path, 200).c_str(), status);
     }

@@ -201,6 +201,16 @@ try {
         check("anthropic: a wrong x-api-key is 401", err && err.status === 401, String(err));
     });
 
+    await test("status polls are not logged", async () => {
+        for (let i = 0; i < 3; ++i) await fetch(`${base}/health`);
+        await fetch(`${base}/metrics`, { headers: auth });
+        await fetch(`${base}/v1/models`, { headers: auth });
+        await new Promise((r) => setTimeout(r, 100));
+        check("a successful /health or /metrics poll writes no log line", !server.log.includes("GET /health") &&
+            !server.log.includes("GET /metrics"), server.log.slice(-300));
+        check("other requests are logged", server.log.includes("GET /v1/models -> 200"), server.log.slice(-300));
+    });
+
     await test("llama.cpp props and slots", async () => {
         const props = await (await fetch(`${base}/props`, { headers: auth })).json();
         check("props: context, slots and template", props.default_generation_settings.n_ctx === 1024 && props.total_slots === 2 &&
