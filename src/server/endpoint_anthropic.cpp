@@ -215,9 +215,7 @@ void handle_anthropic_messages(ServerContext& ctx, const HttpRequest& req, HttpR
     if (!stream) {
         ParsedDelta all;
         auto outcome = run_chat(ctx, *job, req.client.get(), [&](const ParsedDelta& d) {
-            all.reasoning += d.reasoning;
-            all.content += d.content;
-            for (const auto& c : d.tool_calls) all.tool_calls.push_back(c);
+            all.append(d);
             return true;
         });
         if (auto* e = std::get_if<ApiError>(&outcome)) return send_anthropic_error(res, *e);

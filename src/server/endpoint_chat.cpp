@@ -202,11 +202,7 @@ std::variant<json, ApiError> respond_whole(ServerContext& ctx, const std::shared
                                            Client* client) {
     OutputParser parser(job->opens_reasoning, job->parse_tools);
     ParsedDelta all;
-    auto absorb = [&](ParsedDelta d) {
-        all.reasoning += d.reasoning;
-        all.content += d.content;
-        for (auto& c : d.tool_calls) all.tool_calls.push_back(std::move(c));
-    };
+    auto absorb = [&](const ParsedDelta& d) { all.append(d); };
     absorb(parser.feed(job->forced_prefix));
     json logprobs = json::array();
     const bool want_logprobs = job->request.params.logprobs;

@@ -194,9 +194,7 @@ void respond(ServerContext& ctx, const HttpRequest& req, HttpResponse& res, std:
     if (!stream) {
         ParsedDelta all;
         auto outcome = run_chat(ctx, *job, req.client.get(), [&](const ParsedDelta& d) {
-            all.reasoning += d.reasoning;
-            all.content += d.content;
-            for (const auto& c : d.tool_calls) all.tool_calls.push_back(c);
+            all.append(d);
             return true;
         });
         if (auto* e = std::get_if<ApiError>(&outcome)) return send_ollama_error(res, *e);

@@ -30,6 +30,12 @@ struct ParsedDelta {
     std::string content;
     std::vector<ParsedToolCall> tool_calls;
     bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty(); }
+    // Appends a later piece of the same reply (a whole reply gathered from its pieces).
+    void append(const ParsedDelta& d) {
+        reasoning += d.reasoning;
+        content += d.content;
+        tool_calls.insert(tool_calls.end(), d.tool_calls.begin(), d.tool_calls.end());
+    }
 };
 
 class OutputParser {

@@ -263,6 +263,46 @@ TEST(CudaOps, DequantizeRowsMatchesReference) {
     }
 }
 
+// Each token's K distinct experts of E in a random order, weighted 0.1, 0.3, 0.5, …
+struct Routing {
+    std::vector<int32_t> ids;
+    std::vector<float> weights;
+};
+Routing random_routing(int64_t n, int64_t K, int64_t E, uint32_t seed) {
+    Routing r{std::vector<int32_t>(static_cast<size_t>(n * K)),
+              std::vector<float>(static_cast<size_t>(n * K))};
+    std::mt19937 rng(seed);
+    for (int64_t t = 0; t < n; ++t) {
+        std::vector<int32_t> perm(static_cast<size_t>(E));
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        for (int64_t j = 0; j < K; ++j) {
+            r.ids[t * K + j] = perm[j];
+            r.weights[t * K + j] = 0.1f + 0.2f * static_cast<float>(j);
+        }
+    }
+    return r;
+}
+
+// Σ over a token's experts of weight · down(silu(gate · x) ⊙ up · x), by the reference ops (each expert's
+// gate, up and down at ws[3e], ws[3e + 1], ws[3e + 2], their views' activations as set).
+std::vector<float> composed_moe_reference(const std::vector<std::unique_ptr<TestWeight>>& ws,
+                                          const std::vector<float>& x, const std::vector<int32_t>& ids,
+                                          const std::vector<float>& wts, int64_t n, int64_t K, int64_t H,
+                                          int64_t I) {
+    std::vector<float> ref(static_cast<size_t>(n * H), 0.0f), g(I), u(I), act(I), out(H);
+    for (int64_t t = 0; t < n; ++t)
+        for (int64_t j = 0; j < K; ++j) {
+            const int64_t e = ids[t * K + j];
+            kernels::reference::matvec(ws[e * 3]->view, x.data() + t * H, g.data(), nullptr);
+            kernels::reference::matvec(ws[e * 3 + 1]->view, x.data() + t * H, u.data(), nullptr);
+            kernels::reference::swiglu(g.data(), u.data(), I, act.data());
+            kernels::reference::matvec(ws[e * 3 + 2]->view, act.data(), out.data(), nullptr);
+            kernels::reference::axpy(wts[t * K + j], out.data(), H, ref.data() + t * H);
+        }
+    return ref;
+}
+
 // The grouped MoE products against the composed reference: per (token, slot) the expert's
 // SwiGLU MLP, weighted and summed — both the decode (matvec) and prefill (grouped matmul) forms.
 TEST(CudaOps, GroupedMoeMatchesComposedReference) {
@@ -285,28 +325,8 @@ TEST(CudaOps, GroupedMoeMatchesComposedReference) {
             const auto* dt = reinterpret_cast<const DevWeight*>(dtable.get());
             for (int64_t n : {1, 3, 50, 130}) {
                 std::vector<float> x = randn(static_cast<size_t>(n * H), 5);
-                std::vector<int32_t> ids(static_cast<size_t>(n * K));
-                std::vector<float> wts(static_cast<size_t>(n * K));
-                std::mt19937 rng(9);
-                for (int64_t t = 0; t < n; ++t) {
-                    std::vector<int32_t> perm(E);
-                    std::iota(perm.begin(), perm.end(), 0);
-                    std::shuffle(perm.begin(), perm.end(), rng);
-                    for (int64_t j = 0; j < K; ++j) {
-                        ids[t * K + j] = perm[j];
-                        wts[t * K + j] = 0.1f + 0.2f * static_cast<float>(j);
-                    }
-                }
-                std::vector<float> ref(static_cast<size_t>(n * H), 0.0f), g(I), u(I), act(I), out(H);
-                for (int64_t t = 0; t < n; ++t)
-                    for (int64_t j = 0; j < K; ++j) {
-                        const int64_t e = ids[t * K + j];
-                        kernels::reference::matvec(ws[e * 3]->view, x.data() + t * H, g.data(), nullptr);
-                        kernels::reference::matvec(ws[e * 3 + 1]->view, x.data() + t * H, u.data(), nullptr);
-                        kernels::reference::swiglu(g.data(), u.data(), I, act.data());
-                        kernels::reference::matvec(ws[e * 3 + 2]->view, act.data(), out.data(), nullptr);
-                        kernels::reference::axpy(wts[t * K + j], out.data(), H, ref.data() + t * H);
-                    }
+                const auto [ids, wts] = random_routing(n, K, E, 9);
+                const std::vector<float> ref = composed_moe_reference(ws, x, ids, wts, n, K, H, I);
                 Dev<float> dx(x), dw(wts), dg(static_cast<size_t>(n * K * I)),
                     du(static_cast<size_t>(n * K * I)), da(static_cast<size_t>(n * K * I)),
                     dpo(static_cast<size_t>(n * K * H)), dmix(static_cast<size_t>(n * H));
@@ -379,29 +399,9 @@ TEST(CudaOps, GroupedMoeInt8MatchesComposedInt8Reference) {
             const int bits = type == kernels::WeightType::kQ4 ? 4 : 8;
             for (int64_t n : {17, 130, 300}) {
                 std::vector<float> x = randn(static_cast<size_t>(n * H), 6);
-                std::vector<int32_t> ids(static_cast<size_t>(n * K));
-                std::vector<float> wts(static_cast<size_t>(n * K));
-                std::mt19937 rng(11);
-                for (int64_t t = 0; t < n; ++t) {
-                    std::vector<int32_t> perm(E);
-                    std::iota(perm.begin(), perm.end(), 0);
-                    std::shuffle(perm.begin(), perm.end(), rng);
-                    for (int64_t j = 0; j < K; ++j) {
-                        ids[t * K + j] = perm[j];
-                        wts[t * K + j] = 0.1f + 0.2f * static_cast<float>(j);
-                    }
-                }
-                std::vector<float> ref(static_cast<size_t>(n * H), 0.0f), g(I), u(I), act(I), out(H);
-                for (int64_t t = 0; t < n; ++t)
-                    for (int64_t j = 0; j < K; ++j) {
-                        const int64_t e = ids[t * K + j];
-                        ASSERT_TRUE(ws[e * 3]->view.int8_activations());
-                        kernels::reference::matvec(ws[e * 3]->view, x.data() + t * H, g.data(), nullptr);
-                        kernels::reference::matvec(ws[e * 3 + 1]->view, x.data() + t * H, u.data(), nullptr);
-                        kernels::reference::swiglu(g.data(), u.data(), I, act.data());
-                        kernels::reference::matvec(ws[e * 3 + 2]->view, act.data(), out.data(), nullptr);
-                        kernels::reference::axpy(wts[t * K + j], out.data(), H, ref.data() + t * H);
-                    }
+                const auto [ids, wts] = random_routing(n, K, E, 11);
+                for (int32_t e : ids) ASSERT_TRUE(ws[e * 3]->view.int8_activations());
+                const std::vector<float> ref = composed_moe_reference(ws, x, ids, wts, n, K, H, I);
                 const int64_t cap = n * K * std::max(H, I);
                 Dev<float> dx(x), dw(wts), dg(static_cast<size_t>(n * K * I)),
                     du(static_cast<size_t>(n * K * I)), da(static_cast<size_t>(n * K * I)),

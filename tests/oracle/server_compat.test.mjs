@@ -16,7 +16,7 @@ import path from "node:path";
 import Anthropic from "@anthropic-ai/sdk";
 import { Ollama } from "ollama";
 import OpenAI from "openai";
-import { startServe } from "./serve_util.mjs";
+import { startServe, suite } from "./serve_util.mjs";
 
 const bin = process.env.SLUICE_BIN;
 const src = process.env.SLUICE_SOURCE_DIR;
@@ -29,22 +29,7 @@ const KEY = "sk-compat-" + Math.random().toString(36).slice(2);
 const EOS = [8187, 8189];
 const noEos = Object.fromEntries(EOS.map((id) => [String(id), -100]));
 
-let passed = 0;
-let failed = 0;
-function check(name, ok, detail = "") {
-    if (ok) ++passed;
-    else {
-        ++failed;
-        console.log(`FAIL ${name}${detail ? ": " + detail : ""}`);
-    }
-}
-async function test(name, fn) {
-    try {
-        await fn();
-    } catch (e) {
-        check(name, false, `threw ${e && e.stack ? e.stack.split("\n").slice(0, 3).join(" | ") : e}`);
-    }
-}
+const { check, test, finish } = suite("server_compat");
 
 const server = await startServe(bin, [modelDir, "--api-key", KEY, "--ctx-size", "1024", "--parallel", "2"]);
 let strict = null;
@@ -254,5 +239,4 @@ try {
     server.kill();
     if (strict) strict.kill();
 }
-console.log(`[server_compat] ${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+finish();
