@@ -26,7 +26,11 @@
 #                          tokens, resident, PREFILL_ROUNDS rounds (2); hostprefill35 / hostprefill80: the same through the host tier;
 #                          prefillprof35: per-kernel GPU time of one 4096-token prefill, PROF_MODES
 #                          (int8 f32)
+#   long35                 prefill and decode at 32K and 64K prompts per --kv-bits, --kv-window 0 (and q8 with
+#                          its default window); sanitize_flash: memcheck/racecheck of the flash attention test
 #   kv35                   decode at 4K and 32K depth and the prompt's prefill (TTFT) per --kv-bits, resident
+#   prep35                 llamabuild and gguf35 in the background while synth35, the flash attention test and
+#                          the CUDA goldens run; vs35: sluice and llama.cpp alternated (prefill 4096/512, 32K prompts)
 #   llamabuild             llama.cpp from .devcarry/llama/llama.tgz (../shared/peer/README.md) into /tmp/llb;
 #                          gguf35: the 35B's GGUF of the same shapes (synth_gguf.py) at /tmp/m35.gguf;
 #                          llamakv35: llama-bench -fa 1 at f16 and q8_0 KV, the same depths and prompts
@@ -38,9 +42,11 @@ set -uo pipefail
 # most 8 files, and a call cut short keeps what it finished).
 OUT=${OUT:-/tmp/gpu_out}
 RES=/tmp/gpu_res
-rm -rf "$RES"  # a warm machine keeps the last call's files
-mkdir -p "$OUT" "$RES" /tmp/sl
-tar xJf .devcarry/c/carry.tar.xz -C /tmp/sl
+if [ -z "${GPU_RUN_NESTED:-}" ]; then  # prep35 runs steps of its own in the background
+    rm -rf "$RES"                        # a warm machine keeps the last call's files
+    mkdir -p "$OUT" "$RES" /tmp/sl
+    tar xJf .devcarry/c/carry.tar.xz -C /tmp/sl
+fi
 export LD_LIBRARY_PATH=/tmp/sl/lib
 B=/tmp/sl/bin
 # The test binaries read tests/data through the absolute path they were built with.
@@ -57,7 +63,9 @@ step() {  # name, seconds, command... (after `useb`, names get the prefix b_)
     local rc=$?
     echo "   rc $rc"
     tail -n 12 "$RES/$name.txt"
-    tar czf "$OUT/results.tgz" -C "$RES" .  # after every step: a call cut short keeps what it finished
+    # After every step (a call cut short keeps what it finished); renamed into place, as prep35's
+    # background steps pack too.
+    tar czf "$OUT/results.tgz.$$" -C "$RES" . && mv -f "$OUT/results.tgz.$$" "$OUT/results.tgz"
 }
 bench() {  # name, seconds, model, flags...
     local name=$1 limit=$2 model=$3
@@ -89,6 +97,12 @@ for s in "$@"; do
             --gtest_filter='CudaOps.*'
         step racecheck_ops 200 compute-sanitizer --tool racecheck --error-exitcode 3 "$B/sluice_gpu_tests" \
             --gtest_filter='CudaOps.*'
+        ;;
+    sanitize_flash)
+        step memcheck_flash 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/sluice_gpu_tests" \
+            --gtest_filter='CudaOps.FlashAttention*'
+        step racecheck_flash 300 compute-sanitizer --tool racecheck --error-exitcode 3 "$B/sluice_gpu_tests" \
+            --gtest_filter='CudaOps.FlashAttention*'
         ;;
     sanitize_int8)
         step memcheck_int8 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/sluice_gpu_tests" \
@@ -149,6 +163,48 @@ for s in "$@"; do
                 bench kv35_d${d}_b$b 200 /tmp/m35 --kv-bits $b --prompt-tokens $d \
                     --prefill-chunk 4096 --gen-tokens 64 --reps 1
             done
+        done
+        ;;
+    long35)
+        # Long prompts: prefill (TTFT) and decode after it at 32K and 64K, per --kv-bits, with
+        # --kv-window 0 (the tensor-core prefill attention's case) and, for q8, the default window.
+        for p in 32768 65536; do
+            for b in 16 8 4 3; do
+                bench long35_p${p}_b$b 300 /tmp/m35 --kv-bits $b --kv-window 0 \
+                    --prompt-tokens $p --prefill-chunk 4096 --gen-tokens 32 --reps 1 --warmup 0
+            done
+        done
+        bench long35_p32768_b8_w256 300 /tmp/m35 --kv-bits 8 --prompt-tokens 32768 \
+            --prefill-chunk 4096 --gen-tokens 32 --reps 1 --warmup 0
+        ;;
+    prep35)
+        # One call's setup for a side-by-side: llama.cpp's build and its GGUF beside sluice's synthetic
+        # 35B and the flash attention test and goldens (the GPU is idle while the CPUs build).
+        GPU_RUN_NESTED=1 bash "$0" llamabuild >"$RES/prep_llamabuild.log" 2>&1 &
+        GPU_RUN_NESTED=1 bash "$0" gguf35 >"$RES/prep_gguf35.log" 2>&1 &
+        step synth35 300 "$B/sluice" synth "$SHARED/qwen3.6-35b-a3b.json" /tmp/m35 --bits 4
+        step flash_test 200 "$B/sluice_gpu_tests" --gtest_filter='CudaOps.FlashAttention*:CudaOps.Attention*'
+        step goldens_cuda 240 "$B/sluice_tests" --gtest_filter='Goldens/Golden.OnCuda*'
+        wait
+        step prep_done 10 ls -la /tmp/llb/bin/llama-bench /tmp/m35.gguf
+        ;;
+    vs35)
+        # sluice against llama.cpp on the same machine, alternated: prefill at 4096 and 512 (resident,
+        # default KV), then 32K prompts (prefill, and llama.cpp's decode at that depth) at f16 and q8 KV.
+        LB=$(ls /tmp/llb/bin/llama-bench /tmp/llb/llama-bench 2>/dev/null | head -n 1)
+        for r in 1 2; do
+            bench vs35_sluice_p4096_r$r 200 /tmp/m35 --prompt-tokens 4096 --prefill-chunk 4096 --gen-tokens 32 --reps 1
+            step vs35_llama_p4096_r$r 200 "$LB" -m /tmp/m35.gguf -ngl 99 -fa 1 -p 4096 -n 32 -r 1 -b 4096 -ub 4096 -o md
+        done
+        bench vs35_sluice_p512 200 /tmp/m35 --prompt-tokens 512 --prefill-chunk 512 --gen-tokens 32 --reps 2
+        step vs35_llama_p512 200 "$LB" -m /tmp/m35.gguf -ngl 99 -fa 1 -p 512 -n 32 -r 2 -b 512 -ub 512 -o md
+        for kv in 16:f16 8:q8_0; do
+            bench vs35_sluice_p32k_${kv%%:*} 300 /tmp/m35 --kv-bits ${kv%%:*} --kv-window 0 --prompt-tokens 32768 \
+                --prefill-chunk 4096 --gen-tokens 32 --reps 1
+            step vs35_llama_p32k_${kv#*:} 300 "$LB" -m /tmp/m35.gguf -ngl 99 -fa 1 -ctk ${kv#*:} -ctv ${kv#*:} \
+                -p 32768 -n 0 -r 1 -b 4096 -ub 4096 -o md
+            step vs35_llama_d32k_${kv#*:} 300 "$LB" -m /tmp/m35.gguf -ngl 99 -fa 1 -ctk ${kv#*:} -ctv ${kv#*:} \
+                -p 0 -n 32 -d 32768 -r 1 -b 4096 -ub 4096 -o md
         done
         ;;
     llamabuild)
@@ -379,4 +435,4 @@ PY
     *) echo "unknown step $s" ;;
     esac
 done
-tar czf "$OUT/results.tgz" -C "$RES" .
+tar czf "$OUT/results.tgz.$$" -C "$RES" . && mv -f "$OUT/results.tgz.$$" "$OUT/results.tgz"

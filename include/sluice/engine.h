@@ -59,10 +59,11 @@ struct EngineOptions {
     // int8 tolerance of the reference (docs/ARCHITECTURE.md states it). false: f32 activations, the
     // reference's arithmetic (logits within 2e-3). Float weights and the CUDA backend are unaffected.
     bool cpu_int8_activations = true;
-    // On CUDA, the prefill products (batches of more than 16 rows) of 4/8-bit weights on int8 tensor
-    // cores, activations quantised as on the CPU above (the same definition), logits within the int8
-    // tolerance. Decode products stay f32. false: 3xTF32 at f32
-    // accuracy (logits within 2e-3 of the reference).
+    // On CUDA, the prefill (batches of more than 16 rows) on tensor cores: the products of 4/8-bit
+    // weights on int8 ones, activations quantised as on the CPU above (the same definition), and
+    // attention over the KV cache with q, k, v and p in f16 (flash attention; not with a kv_window
+    // ring), logits within the int8 tolerance. Decode stays f32. false: products in 3xTF32 and
+    // attention in f32, at f32 accuracy (logits within 2e-3 of the reference).
     bool gpu_int8_prefill = true;
     // The whole process's memory budget: dense weights, KV/state, scratch and expert cache.
     // 0 = derived from the memory available. Streaming (packed) models size their expert cache

@@ -41,8 +41,9 @@ void EngineFlags::add_to(CLI::App* cmd) {
         ->capture_default_str()
         ->check(CLI::IsMember({"int8", "f32"}));
     cmd->add_option("--gpu-prefill", gpu_prefill,
-                    "How 4/8-bit weights multiply prompt batches on CUDA: int8 (tensor cores, activations "
-                    "quantised per 32 as --cpu-activations int8) or f32 (3xTF32, the reference's accuracy)")
+                    "Prompt batches on CUDA: int8 (tensor cores: 4/8-bit weights times activations quantised "
+                    "per 32 as --cpu-activations int8, attention in f16) or f32 (3xTF32 products, f32 "
+                    "attention: the reference's accuracy)")
         ->capture_default_str()
         ->check(CLI::IsMember({"int8", "f32"}));
     cmd->add_option("--device", device, "Where the model runs: cpu, cuda or cuda:N")->capture_default_str();

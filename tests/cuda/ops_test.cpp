@@ -1166,6 +1166,81 @@ TEST(CudaOps, AttentionOnCompressedKvMatchesReference) {
     }
 }
 
+// The tensor-core prefill attention (flash_attention_kv) against reference::attention_kv over the
+// same stored cache, for every KV type: GQA groups of 8, 4 and 1 heads per block (rep 3: one), a
+// last row block cut short, queries after a prefix, head_dim 64/128/256, the gate epilogue, and
+// keys split over blocks (with scratch) against one block per row (without), head_dim 32 (the
+// goldens' heads: q8 and q4 heads of 34 and 18 bytes). Its arithmetic rounds
+// q, k, v and p to f16: within 3e-3 of the f32 reference; on an f16 cache with queries already
+// f16, only p's rounding and the summation order remain (1e-3). A ring is not its case.
+TEST(CudaOps, FlashAttentionMatchesReference) {
+    REQUIRE_GPU();
+    struct Case {
+        int64_t n_q, start, nh, nkv, hd;
+        float q_scale;  // larger: a peakier softmax
+    };
+    for (KvType type : {KvType::kF32, KvType::kF16, KvType::kQ8, KvType::kQ4, KvType::kQ3}) {
+        for (const Case& c :
+             {Case{70, 0, 4, 1, 128, 1.0f}, Case{33, 5, 16, 2, 256, 1.0f}, Case{200, 1000, 16, 2, 256, 3.0f},
+              Case{64, 0, 8, 8, 64, 1.0f}, Case{17, 300, 32, 4, 128, 2.0f}, Case{130, 700, 12, 4, 128, 1.0f},
+              Case{40, 3000, 16, 2, 256, 1.0f}, Case{137, 0, 4, 2, 32, 1.0f}, Case{90, 50, 8, 2, 32, 2.0f}}) {
+            const int64_t rows = c.start + c.n_q, row = c.nkv * kernels::kv_head_bytes(type, c.hd);
+            std::vector<float> q = randn(static_cast<size_t>(c.n_q * c.nh * c.hd), 1, c.q_scale),
+                               k = randn(static_cast<size_t>(rows * c.nkv * c.hd), 2),
+                               v = randn(static_cast<size_t>(rows * c.nkv * c.hd), 3),
+                               gate = randn(q.size(), 4);
+            if (type == KvType::kF16)  // queries exactly f16: the tight comparison below
+                for (float& x : q) x = kernels::f16_to_f32(kernels::f32_to_f16(x));
+            std::vector<uint8_t> ck(static_cast<size_t>(rows * row)), cv(ck.size());
+            kernels::reference::kv_store(type, k.data(), rows, c.nkv, c.hd, ck.data());
+            kernels::reference::kv_store(type, v.data(), rows, c.nkv, c.hd, cv.data());
+            const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+            std::vector<float> ref(q.size());
+            kernels::reference::attention_kv(type, q.data(), ck.data(), cv.data(), nullptr, c.n_q, c.start,
+                                             c.nh, c.nkv, c.hd, scale, ref.data(), nullptr);
+            std::vector<float> ref_gated = ref;
+            for (size_t i = 0; i < ref.size(); ++i) ref_gated[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+            Dev<float> dq(q), dgate(gate), dout(q.size()), dout2(q.size()), dout3(q.size());
+            Dev<uint8_t> dk(ck), dv(cv);
+            const int64_t offset = std::min<int64_t>(c.start, 3);
+            Dev<int32_t> dpos(std::vector<int32_t>{static_cast<int32_t>(c.start - offset)});
+            KvCache cache;
+            cache.type = type;
+            cache.k = dk.get();
+            cache.v = dv.get();
+            ASSERT_TRUE(flash_attention_fits(cache, c.hd));
+            const int64_t scratch_floats = attention_split_scratch_floats(c.nh, c.hd, 64 * rows);
+            Dev<float> scratch(static_cast<size_t>(scratch_floats));
+            const std::string what = std::string(kernels::kv_type_name(type)) + " n_q " +
+                                     std::to_string(c.n_q) + " start " + std::to_string(c.start) + " heads " +
+                                     std::to_string(c.nh) + "/" + std::to_string(c.nkv) + " hd " +
+                                     std::to_string(c.hd);
+            const double tol = type == KvType::kF16 ? 1e-3 : 3e-3;
+            ASSERT_TRUE(flash_attention_kv(dq.get(), cache, c.n_q, offset, dpos.get(), c.nh, c.nkv, c.hd,
+                                           scale, nullptr, dout.get(), nullptr, 0, rows, nullptr));
+            EXPECT_LT(rel_err(dout.host(), ref), tol) << what;
+            ASSERT_TRUE(flash_attention_kv(dq.get(), cache, c.n_q, offset, dpos.get(), c.nh, c.nkv, c.hd,
+                                           scale, nullptr, dout2.get(), scratch.get(), scratch_floats, rows,
+                                           nullptr));
+            EXPECT_LT(rel_err(dout2.host(), ref), tol) << "split, " << what;
+            ASSERT_TRUE(flash_attention_kv(dq.get(), cache, c.n_q, offset, dpos.get(), c.nh, c.nkv, c.hd,
+                                           scale, dgate.get(), dout3.get(), scratch.get(), scratch_floats,
+                                           rows, nullptr));
+            EXPECT_LT(rel_err(dout3.host(), ref_gated), tol) << "gated, " << what;
+        }
+    }
+    // Not its case: a ring, or a head_dim it has no instance for; nothing is launched.
+    KvCache ring;
+    ring.type = KvType::kQ8;
+    ring.window = 48;
+    ring.slots = 112;
+    ring.ring = reinterpret_cast<void*>(16);
+    EXPECT_FALSE(flash_attention_fits(ring, 128));
+    EXPECT_FALSE(flash_attention_fits(KvCache{}, 96));
+    EXPECT_FALSE(flash_attention_kv(nullptr, ring, 20, 0, nullptr, 8, 2, 128, 1.0f, nullptr, nullptr, nullptr,
+                                    0, 20, nullptr));
+}
+
 // deltanet_fused against row_norm (l2) ×2 + copy_heads + deltanet_gates + gated_delta +
 // rms_norm_gated, the sequence it replaces in backend.cpp, for both l2 eps conventions.
 TEST(CudaOps, DeltaNetFusedMatchesUnfusedSequence) {

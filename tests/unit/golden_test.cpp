@@ -275,11 +275,10 @@ TEST_P(Golden, OnCudaTieredExpertsMatchTransformers) {
     check_golden(GetParam(), "cuda", /*tiered=*/true);
 }
 
-// The GPU's int8 prefill products (its default for 4/8-bit weights) at the int8 tolerance, resident
-// and through the tiered expert cache (prefill in sub-ranges).
+// The GPU's tensor-core prefill (its default, --gpu-prefill int8) at the int8 tolerance, resident and
+// through the tiered expert cache (prefill in sub-ranges): int8 products for 4/8-bit weights and,
+// for every golden, the f16 flash attention (cuda::flash_attention_kv).
 TEST_P(Golden, OnCudaInt8PrefillMatchesTransformersWithinTheirTolerance) {
-    if (GetParam().find("_mlx_q") == std::string::npos)
-        GTEST_SKIP() << GetParam() << ": float weights take no int8 path";
     check_golden(GetParam(), "cuda", /*tiered=*/false, /*int8=*/true);
     check_golden(GetParam(), "cuda", /*tiered=*/true, /*int8=*/true);
 }

@@ -285,6 +285,17 @@ void attention(const float* q, const float* k, const float* v, int64_t n_q, cons
                int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, const float* gate,
                float* out, float* split_scratch, int64_t max_keys, cudaStream_t s);
 int64_t attention_split_scratch_floats(int64_t n_heads, int64_t head_dim, int64_t max_keys);
+// Prefill attention on tensor cores (flash_attention.cu): attention_kv's result with q, k, v and the
+// softmax weights rounded to f16 (f32 accumulation; within ~1e-3 of it), for steps of many queries.
+// Covers a cache without a --kv-window ring and head_dim 32, 64, 128 or 256 (flash_attention_fits);
+// otherwise returns false having launched nothing. scratch (scratch_floats floats, may be null):
+// per-split partials when the keys are split over blocks to fill the GPU at long contexts;
+// keys_hint: the last position + 1 as the host knows it (sizes the split only).
+bool flash_attention_fits(const KvCache& cache, int64_t head_dim);
+bool flash_attention_kv(const float* q, const KvCache& cache, int64_t n_q, int64_t offset,
+                        const int32_t* pos0_dev, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                        float scale, const float* gate, float* out, float* scratch, int64_t scratch_floats,
+                        int64_t keys_hint, cudaStream_t s);
 // x += add; y = rms_norm(x) · weight, per row of dim (the residual add fused with the next norm).
 void add_rms_norm(float* x, const float* add, const float* weight, int64_t rows, int64_t dim, float eps,
                   float* y, cudaStream_t s);

@@ -137,6 +137,7 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
     const CudaDiagnostics& diag = options.diagnostics;
     unfused_ = diag.unfused;
     int8_prefill_ = options.int8_prefill && !diag.simt_matmul;
+    flash_attention_ = options.int8_prefill;
     launch_ =
         cuda::make_launch_context(device_, diag.matvec_split, !diag.simt_matmul, !diag.no_dependent_launch);
     // Diagnostic switches are logged when set (include/sluice/types.h).

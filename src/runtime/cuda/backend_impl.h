@@ -164,7 +164,8 @@ class DeviceState final : public SequenceState {
     // The snapshot slots when they live in page-locked host memory (tiered experts: VRAM is the
     // expert cache's; see CudaBackend::host_snapshots_), else null and the slots are in `block`.
     char* host_block = nullptr;
-    float* attn_split = nullptr;  // split decode attention partials (part of block)
+    float* attn_split = nullptr;  // split attention partials (part of block)
+    int64_t attn_split_floats = 0;
     // Per layer (null where the layer has none): KV (in the layout's KV type), the --kv-window ring
     // (cuda::KvCache::ring), and the recurrent buffers of each parity.
     std::vector<float*> k, v, ring;
@@ -368,6 +369,9 @@ class CudaBackend final : public Backend {
     // when a weight has cuda::int8_products; experts_int8_bits_: the code width (4 or 8) every routed
     // expert's gate, up and down share with int8_products, else 0 (their grouped products stay f32).
     bool int8_prefill_ = false;
+    // Steps of more than kMatvecRows tokens attend on tensor cores (cuda::flash_attention_kv) where it
+    // covers the cache; with EngineOptions::gpu_int8_prefill, as the exact path is its `false`.
+    bool flash_attention_ = false;
     int experts_int8_bits_ = 0;
     int64_t experts_int8_group_ = 0;  // the smallest group size among them
     bool tiered_ = false;

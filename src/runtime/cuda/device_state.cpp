@@ -133,9 +133,8 @@ Expected<std::unique_ptr<SequenceState>> CudaBackend::new_sequence(int64_t max_p
         at += (n + 255) / 256 * 256;
         return p;
     };
-    ds->attn_split = take(
-        static_cast<uint64_t>(cuda::attention_split_scratch_floats(c.n_heads, c.head_dim, max_positions)) *
-        4);
+    ds->attn_split_floats = cuda::attention_split_scratch_floats(c.n_heads, c.head_dim, max_positions);
+    ds->attn_split = take(static_cast<uint64_t>(ds->attn_split_floats) * 4);
     ds->snap_conv.resize(static_cast<size_t>(slots));
     ds->snap_recurrent.resize(static_cast<size_t>(slots));
     uint64_t host_at = 0, host_bytes = 0;

@@ -100,6 +100,14 @@ void CudaBackend::attention_layer(const DevLayer& L, int64_t l, int64_t n, const
         }
         float* out = d_.attn + part.row0 * nh * hd;
         const float* epilogue_gate = gate_in_epilogue ? gate : nullptr;
+        // Prefill steps on tensor cores where flash_attention_kv covers the cache (no window ring).
+        const bool flash = flash_attention_ && np > kMatvecRows && cuda::flash_attention_fits(cache, hd);
+        if (flash) {
+            if (!f32) cuda::kv_store(k, v, np, 0, pos, nkv, hd, cache, stream_);
+            cuda::flash_attention_kv(q, cache, np, 0, pos, nh, nkv, hd, scale, epilogue_gate, out,
+                                     ds.attn_split, ds.attn_split_floats, host_io_[i] + np, stream_);
+            continue;
+        }
         if (f32) {
             cuda::attention_kv(q, cache, np, 0, pos, nh, nkv, hd, scale, epilogue_gate, out, ds.attn_split,
                                ds.capacity(), stream_);

@@ -1,0 +1,53 @@
+// The KV cache as device code reads it: byte pointers and strides (KvView) and the scalar pieces
+// of the stored types (kernels/kv_format.h), shared by the cache's store and attention kernels
+// (kv.cu) and the tensor-core prefill attention (flash_attention.cu).
+#pragma once
+
+#include "kernels/cuda/device/common.cuh"
+#include "kernels/kv_format.h"
+
+namespace sluice::cuda {
+namespace {
+
+__constant__ float kQ3Level[8] = {kernels::kKvQ3Levels[0], kernels::kKvQ3Levels[1], kernels::kKvQ3Levels[2],
+                                  kernels::kKvQ3Levels[3], kernels::kKvQ3Levels[4], kernels::kKvQ3Levels[5],
+                                  kernels::kKvQ3Levels[6], kernels::kKvQ3Levels[7]};
+
+// The device view of a KvCache: byte pointers and the strides the kernels step by.
+struct KvView {
+    uint8_t* k;
+    uint8_t* v;
+    int64_t head_bytes, row_bytes;  // one head, one position (n_kv_heads heads)
+    int64_t window, slots, ring_row;
+    uint8_t* ring_k;
+    uint8_t* ring_v;
+    int64_t* tags;
+};
+
+inline KvView kv_view(const KvCache& c, int64_t n_kv_heads, int64_t head_dim) {
+    KvView v{};
+    v.k = static_cast<uint8_t*>(c.k);
+    v.v = static_cast<uint8_t*>(c.v);
+    v.head_bytes = kernels::kv_head_bytes(c.type, head_dim);
+    v.row_bytes = n_kv_heads * v.head_bytes;
+    v.window = c.ring != nullptr ? c.window : 0;
+    v.slots = c.slots;
+    v.ring_row = n_kv_heads * head_dim * 2;
+    v.ring_k = static_cast<uint8_t*>(c.ring);
+    v.ring_v = v.ring_k != nullptr ? v.ring_k + c.slots * v.ring_row : nullptr;
+    v.tags = v.ring_v != nullptr ? reinterpret_cast<int64_t*>(v.ring_v + c.slots * v.ring_row) : nullptr;
+    return v;
+}
+
+__device__ __forceinline__ float half_at(const uint8_t* p, int64_t i) {
+    return __half2float(reinterpret_cast<const __half*>(p)[i]);
+}
+
+// q3's scale: two bytes that may sit at an odd address (head_dim 8: 5-byte heads).
+__device__ __forceinline__ float q3_scale(const uint8_t* head, int64_t hd) {
+    const uint8_t* p = head + hd * 3 / 8;
+    return f16_bits_to_f32(static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8));
+}
+
+}  // namespace
+}  // namespace sluice::cuda
