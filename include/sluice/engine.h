@@ -69,6 +69,14 @@ struct EngineOptions {
     // 0 = derived from the memory available. Streaming (packed) models size their expert cache
     // from what remains; load fails when the dense core alone does not fit.
     uint64_t memory_bytes = 0;
+    // A streamed model's expert cache (in host memory, for the CPU) follows memory pressure: it
+    // shrinks toward memory_floor_bytes when other programs need the RAM, handing the pages back,
+    // and grows back toward what memory_bytes planned once the pressure is gone
+    // (runtime/memory_pressure.h); memory_bytes is then the ceiling. false: the planned size, held.
+    // (The GPU's host tier is page-locked for DMA and keeps its size.)
+    bool adapt_to_memory_pressure = true;
+    // The least the expert cache keeps under pressure; 0 = one layer's routed experts (top-k slots).
+    uint64_t memory_floor_bytes = 0;
     int io_threads = 16;   // expert reads in flight (queue depth)
     bool prefetch = true;  // next-layer expert prefetch
     // A packed model whose every expert fits the expert cache: read them all in the background at
@@ -148,6 +156,20 @@ struct ExpertCacheStats {
     double read_gb_s() const { return io_busy_s > 0 ? static_cast<double>(bytes_read) / io_busy_s / 1e9 : 0; }
 };
 
+// The expert cache's size under memory pressure (EngineOptions::adapt_to_memory_pressure).
+struct MemoryPressureStatus {
+    bool adaptive = false;        // a monitor moves the expert cache's size
+    std::string source;           // the signals it watches
+    uint64_t ceiling_bytes = 0;   // the planned expert cache (--memory's share)
+    uint64_t floor_bytes = 0;     // the least it keeps (--memory-floor)
+    uint64_t budget_bytes = 0;    // its target now
+    uint64_t cache_bytes = 0;     // slot memory usable now (meets the target as pinned slots are released)
+    uint64_t bytes_returned = 0;  // slot memory handed back to the OS (since load or a stats reset)
+    uint64_t pressure_events = 0;
+    uint64_t grows = 0;            // steps back toward the ceiling
+    uint64_t available_bytes = 0;  // what the machine (or cgroup) had left at the last look
+};
+
 // The GPU's expert tier (VRAM slots fed from the host cache) since load or the last reset; all
 // zero when the experts are resident in GPU memory or the forward runs on the CPU.
 struct GpuExpertCacheStats {
@@ -205,6 +227,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
     const std::vector<int32_t>& eos_token_ids() const;
     ExpertCacheStats expert_cache_stats() const;
     void reset_expert_cache_stats();
+    MemoryPressureStatus memory_pressure() const;
     // Waits until the expert store has no read queued or in flight (a preload done): for benchmarks
     // that must not measure while the experts are still arriving. Returns at once for resident models.
     void wait_for_expert_reads();

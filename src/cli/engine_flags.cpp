@@ -8,6 +8,13 @@ namespace sluice::cli {
 void EngineFlags::add_to(CLI::App* cmd) {
     cmd->add_option("--memory", memory,
                     "Memory budget of the whole process, e.g. 3G (default: derived from what is available)");
+    cmd->add_option(
+        "--memory-floor", memory_floor,
+        "The least the expert cache keeps when other programs need the memory, e.g. 1G (default: one "
+        "layer's routed experts); --memory is then the most it grows back to");
+    cmd->add_flag("--fixed-memory", fixed_memory,
+                  "Keep the expert cache at its planned size under memory pressure (default: it shrinks, "
+                  "handing pages back, and grows back when the pressure is gone)");
     cmd->add_option("-t,--threads", threads, "Compute threads (0 = all cores)")->capture_default_str();
     cmd->add_option("--io-threads", io_threads, "Expert reads in flight (queue depth)")
         ->capture_default_str()
@@ -56,6 +63,8 @@ void EngineFlags::add_to(CLI::App* cmd) {
 
 void EngineFlags::apply(EngineOptions& options) const {
     if (!memory.empty()) options.memory_bytes = check(parse_size(memory));
+    if (!memory_floor.empty()) options.memory_floor_bytes = check(parse_size(memory_floor));
+    options.adapt_to_memory_pressure = !fixed_memory;
     options.threads = threads;
     options.io_threads = io_threads;
     options.prefetch = !no_prefetch;

@@ -13,8 +13,10 @@
 namespace sluice::cli {
 
 struct EngineFlags {
-    std::string memory;  // empty: derived from what is available
-    int threads = 0;     // 0: all cores
+    std::string memory;        // empty: derived from what is available
+    std::string memory_floor;  // empty: one layer's routed experts
+    bool fixed_memory = false;
+    int threads = 0;  // 0: all cores
     int io_threads = 16;
     bool no_prefetch = false;
     bool no_preload = false;

@@ -48,6 +48,9 @@ nlohmann::json stats_json(const Engine& engine, const GenerationStats& gen, cons
             {"prefetch_wasted", cache.prefetch_wasted},
             {"memory_budget_bytes", plan.budget_bytes},
             {"expert_cache_bytes", plan.cache_bytes},
+            {"expert_cache_budget_bytes", engine.memory_pressure().budget_bytes},
+            {"memory_returned_bytes", engine.memory_pressure().bytes_returned},
+            {"memory_pressure_events", engine.memory_pressure().pressure_events},
             {"streaming", plan.streaming}};
 }
 

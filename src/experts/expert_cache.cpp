@@ -1,5 +1,6 @@
 #include "experts/expert_cache.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "core/assert.h"
@@ -59,6 +60,7 @@ SlotTable::SlotTable(int64_t n_slots, std::unique_ptr<EvictionPolicy> policy)
     : policy_(std::move(policy)),
       keys_(static_cast<size_t>(n_slots)),
       used_(static_cast<size_t>(n_slots), false),
+      retired_(static_cast<size_t>(n_slots), false),
       pins_(static_cast<size_t>(n_slots), 0) {
     SLUICE_ASSERT(policy_ != nullptr);
     for (int64_t s = n_slots - 1; s >= 0; --s) free_.push_back(s);
@@ -81,15 +83,7 @@ int64_t SlotTable::claim(ExpertKey key, bool* evicted_valid, ExpertKey* evicted)
         slot = free_.back();
         free_.pop_back();
     } else {
-        double best = std::numeric_limits<double>::infinity();
-        for (int64_t s = 0; s < n_slots(); ++s) {
-            if (pins_[static_cast<size_t>(s)] > 0) continue;
-            const double score = policy_->keep_score(keys_[static_cast<size_t>(s)]);
-            if (score < best) {
-                best = score;
-                slot = s;
-            }
-        }
+        slot = lowest_unpinned();
         if (slot < 0) return -1;
         *evicted_valid = true;
         *evicted = keys_[static_cast<size_t>(slot)];
@@ -101,6 +95,53 @@ int64_t SlotTable::claim(ExpertKey key, bool* evicted_valid, ExpertKey* evicted)
     index_[key.packed()] = slot;
     policy_->on_insert(key, ++tick_);
     return slot;
+}
+
+int64_t SlotTable::lowest_unpinned() const {
+    int64_t slot = -1;
+    double best = std::numeric_limits<double>::infinity();
+    for (int64_t s = 0; s < n_slots(); ++s) {
+        const auto i = static_cast<size_t>(s);
+        if (pins_[i] > 0 || !used_[i]) continue;  // free slots are taken before any eviction
+        const double score = policy_->keep_score(keys_[i]);
+        if (score < best) {
+            best = score;
+            slot = s;
+        }
+    }
+    return slot;
+}
+
+int64_t SlotTable::retire_candidate() const {
+    return free_.empty() ? lowest_unpinned() : free_.back();
+}
+
+void SlotTable::retire(int64_t slot, bool* evicted_valid, ExpertKey* evicted) {
+    const auto i = static_cast<size_t>(slot);
+    SLUICE_ASSERT(pins_[i] == 0 && !retired_[i]);
+    *evicted_valid = used_[i];
+    if (used_[i]) {
+        *evicted = keys_[i];
+        index_.erase(keys_[i].packed());
+        policy_->on_evict(keys_[i]);
+        used_[i] = false;
+    } else {
+        free_.erase(std::find(free_.begin(), free_.end(), slot));
+    }
+    retired_[i] = true;
+    n_retired_++;
+}
+
+int64_t SlotTable::restore() {
+    if (n_retired_ == 0) return -1;
+    for (int64_t s = 0; s < n_slots(); ++s) {
+        if (!retired_[static_cast<size_t>(s)]) continue;
+        retired_[static_cast<size_t>(s)] = false;
+        n_retired_--;
+        free_.push_back(s);
+        return s;
+    }
+    return -1;
 }
 
 void SlotTable::drop(int64_t slot) {

@@ -64,10 +64,27 @@ class SlotTable {
     void drop(int64_t slot);
     const EvictionPolicy& policy() const { return *policy_; }
 
+    // Capacity under memory pressure: a retired slot holds nothing and is never claimed until it is
+    // restored (its memory can go back to the OS meanwhile).
+    // The slot to retire next: a free one, else the unpinned one the policy would evict first; -1
+    // when every active slot is pinned.
+    int64_t retire_candidate() const;
+    // Retires an unpinned slot, forgetting its key (*evicted_valid: it held one, *evicted).
+    void retire(int64_t slot, bool* evicted_valid, ExpertKey* evicted);
+    // A retired slot back to the free ones; -1 when none is retired, else the slot.
+    int64_t restore();
+    bool retired(int64_t slot) const { return retired_[static_cast<size_t>(slot)]; }
+    int64_t n_active() const { return n_slots() - n_retired_; }
+
  private:
+    // The used, unpinned slot with the lowest keep score, or -1.
+    int64_t lowest_unpinned() const;
+
     std::unique_ptr<EvictionPolicy> policy_;
     std::vector<ExpertKey> keys_;
     std::vector<bool> used_;
+    std::vector<bool> retired_;
+    int64_t n_retired_ = 0;
     std::vector<int32_t> pins_;
     std::vector<int64_t> free_;
     std::unordered_map<uint64_t, int64_t> index_;

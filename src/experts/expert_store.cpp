@@ -1,6 +1,7 @@
 #include "experts/expert_store.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -114,8 +115,14 @@ Expected<std::unique_ptr<ExpertStore>> ExpertStore::open(const std::string& dir,
     if (store->slot_bytes_ == 0)
         return error(ErrorCode::kCorrupt, "[experts] packed model has no expert files");
     store->n_slots_ = std::max<int64_t>(1, static_cast<int64_t>(options.cache_bytes / store->slot_bytes_));
-    store->memory_ = static_cast<uint8_t*>(
-        std::aligned_alloc(format::kPackRecordAlign, store->n_slots_ * store->slot_bytes_));
+    store->floor_slots_ = std::clamp<int64_t>(static_cast<int64_t>(options.floor_bytes / store->slot_bytes_),
+                                              1, store->n_slots_);
+    store->target_slots_ = store->n_slots_;
+    // An anonymous mapping (page-aligned, so every slot's pages can be handed back by madvise under
+    // memory pressure); its pages are only backed once reads fill them.
+    void* memory = ::mmap(nullptr, store->n_slots_ * store->slot_bytes_, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    store->memory_ = memory == MAP_FAILED ? nullptr : static_cast<uint8_t*>(memory);
     if (store->memory_ == nullptr) {
         return error(ErrorCode::kOutOfMemory, "[experts] cannot allocate " + std::to_string(store->n_slots_) +
                                                   " cache slots of " + std::to_string(store->slot_bytes_) +
@@ -140,7 +147,7 @@ ExpertStore::~ExpertStore() {
     for (auto& t : io_threads_) t.join();
     for (auto& f : files_)
         if (f.fd >= 0) ::close(f.fd);
-    std::free(memory_);
+    if (memory_ != nullptr) ::munmap(memory_, static_cast<size_t>(n_slots_) * slot_bytes_);
 }
 
 int64_t ExpertStore::start_read_locked(ExpertKey key, bool prefetch) {
@@ -174,6 +181,9 @@ Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> ids, model::
     const format::PackExpertFile& desc = *files_[static_cast<size_t>(layer)].desc;
     std::vector<int64_t> slots(ids.size(), -1);
     std::unique_lock<std::mutex> lock(mutex_);
+    // A step sized by max_pinned() before a shrink may ask for more than the cache now holds: it
+    // gets them (retired slots come back for it), and they are retired again when it releases.
+    apply_capacity_locked(static_cast<int64_t>(ids.size()));
     for (size_t i = 0; i < ids.size(); ++i) {
         if (ids[i] < 0 || ids[i] >= layout_.n_experts)
             return error(ErrorCode::kInternal,
@@ -259,7 +269,48 @@ void ExpertStore::release(int64_t layer, std::span<const int32_t> ids) {
         const int64_t slot = table_->find({static_cast<int32_t>(layer), id});
         if (slot >= 0 && table_->pins(slot) > 0) table_->unpin(slot);
     }
+    if (table_->n_active() > target_slots_.load(std::memory_order_relaxed)) apply_capacity_locked();
     slot_cv_.notify_all();
+}
+
+void ExpertStore::apply_capacity_locked(int64_t need) {
+    const int64_t want = std::max(target_slots_.load(std::memory_order_relaxed), need);
+    while (table_->n_active() > want) {
+        const int64_t slot = table_->retire_candidate();
+        if (slot < 0) break;  // the rest are pinned: retired when released
+        bool evicted_valid = false;
+        ExpertKey evicted;
+        table_->retire(slot, &evicted_valid, &evicted);
+        Slot& s = slots_[static_cast<size_t>(slot)];
+        if (evicted_valid) {
+            stats_.evictions++;
+            if (s.prefetched_unused) stats_.prefetch_wasted++;
+        }
+        s = Slot{};
+        // The pages go back to the OS now; the mapping stays, and a later read faults in zeroed pages.
+        ::madvise(memory_ + static_cast<uint64_t>(slot) * slot_bytes_, slot_bytes_, MADV_DONTNEED);
+        stats_.bytes_returned += slot_bytes_;
+    }
+    while (table_->n_active() < want)
+        if (table_->restore() < 0) break;
+}
+
+uint64_t ExpertStore::set_cache_bytes(uint64_t bytes) {
+    const int64_t slots =
+        std::clamp<int64_t>(static_cast<int64_t>(bytes / slot_bytes_), floor_slots_, n_slots_);
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        target_slots_ = slots;
+        apply_capacity_locked();
+    }
+    slot_cv_.notify_all();  // an acquire waiting for a slot may have one now
+    return static_cast<uint64_t>(slots) * slot_bytes_;
+}
+
+ExpertCacheCapacity ExpertStore::capacity() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {table_->n_active(), target_slots_.load(std::memory_order_relaxed), floor_slots_, n_slots_,
+            slot_bytes_};
 }
 
 void ExpertStore::prefetch(int64_t layer, std::span<const int32_t> ids) {
@@ -337,7 +388,8 @@ void ExpertStore::io_loop() {
                 s.prefetched_unused = false;
             }
             table_->unpin(job.slot);
-            if (s.state == SlotState::kFailed && table_->pins(job.slot) == 0) {
+            if (table_->n_active() > target_slots_.load(std::memory_order_relaxed)) apply_capacity_locked();
+            if (s.state == SlotState::kFailed && table_->pins(job.slot) == 0 && !table_->retired(job.slot)) {
                 // A speculative read (prefetch, preload) nobody waits for: forget it, so the record is
                 // read again — and the fault reported — when a forward needs it (after a repair, it
                 // then simply loads).

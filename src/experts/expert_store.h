@@ -50,6 +50,8 @@ struct ExpertStoreOptions {
     bool verify_first_reads = true;  // xxh3 of each record's first read (once per store)
     bool prefetch = true;            // accept next-layer prefetch hints
     CachePolicy policy = CachePolicy::kLfu;
+    // The least the cache keeps when memory pressure shrinks it (set_cache_bytes); at least one slot.
+    uint64_t floor_bytes = 0;
 };
 
 struct ExpertStoreStats {
@@ -64,10 +66,18 @@ struct ExpertStoreStats {
     uint64_t prefetch_wasted = 0;   // prefetched, evicted unused
     uint64_t prefetch_skipped = 0;  // prefetch batches skipped while recent accuracy was low
     uint64_t evictions = 0;
+    uint64_t bytes_returned = 0;  // slot memory given back to the OS (set_cache_bytes shrinking)
     double hit_rate() const {
         return hits + misses ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0;
     }
     double read_gb_s() const { return io_busy_s > 0 ? static_cast<double>(bytes_read) / io_busy_s / 1e9 : 0; }
+};
+
+// The cache's size now: slots in use or usable, the target set_cache_bytes asked for (the active
+// count reaches it as pinned slots are released), and the bounds.
+struct ExpertCacheCapacity {
+    int64_t active_slots = 0, target_slots = 0, floor_slots = 0, max_slots = 0;
+    uint64_t slot_bytes = 0;
 };
 
 class ExpertStore final : public model::ExpertSource {
@@ -89,11 +99,19 @@ class ExpertStore final : public model::ExpertSource {
     // Blocks until no read is queued or in flight (a preload finished, say).
     void wait_idle();
     bool wants_prefetch() const override { return options_.prefetch; }
-    int64_t max_pinned() const override { return n_slots_; }
+    int64_t max_pinned() const override { return target_slots_.load(std::memory_order_relaxed); }
     bool try_acquire(int64_t layer, int32_t id, model::ExpertWeights* out) override;
     std::span<uint8_t> host_memory() override {
         return {memory_, static_cast<size_t>(n_slots_) * slot_bytes_};
     }
+
+    // Memory pressure: the cache's slot memory becomes `bytes` (clamped to [floor, the size it was
+    // opened with], whole slots). Shrinking evicts the slots the policy values least and returns
+    // their pages to the OS (madvise MADV_DONTNEED) at once, and slots pinned by a step in flight as
+    // soon as it releases them; growing makes retired slots usable again (their pages come back as
+    // reads fill them). Returns the target in bytes. Thread-safe; never fails a step in flight.
+    uint64_t set_cache_bytes(uint64_t bytes);
+    ExpertCacheCapacity capacity() const;
 
     ExpertStoreStats stats() const;
     void reset_stats();
@@ -127,6 +145,9 @@ class ExpertStore final : public model::ExpertSource {
     ExpertStore() = default;
     // Claims a slot for `key` and queues its read; returns the slot or -1 when all are pinned.
     int64_t start_read_locked(ExpertKey key, bool prefetch);
+    // Retires unpinned slots while more are active than the target (and than `need`, what an
+    // acquire in progress must be able to hold), restores retired ones while fewer are.
+    void apply_capacity_locked(int64_t need = 0);
     void io_loop();
     Status read_record(const ReadJob& job);
     model::ExpertWeights views_for(int64_t slot, const format::PackExpertFile& desc) const;
@@ -138,7 +159,9 @@ class ExpertStore final : public model::ExpertSource {
     bool direct_io_ = true;
     int64_t n_slots_ = 0;
     uint64_t slot_bytes_ = 0;
-    uint8_t* memory_ = nullptr;
+    uint8_t* memory_ = nullptr;  // n_slots_ × slot_bytes_, an anonymous mapping (pages returnable)
+    int64_t floor_slots_ = 1;
+    std::atomic<int64_t> target_slots_{0};
 
     mutable std::mutex mutex_;
     std::condition_variable slot_cv_;

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -303,6 +304,9 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         so.verify_reads = options.verify_reads;
         so.verify_first_reads = options.verify_first_reads;
         so.policy = options.cache_policy;
+        so.floor_bytes = options.memory_floor_bytes > 0
+                             ? options.memory_floor_bytes
+                             : static_cast<uint64_t>(std::max<int64_t>(c.top_k, 1)) * plan.slot_bytes;
         SLUICE_ASSIGN_OR_RETURN(im.store,
                                 experts::ExpertStore::open(options.model_dir, model->packed_layout(), so));
         model->set_expert_source(im.store.get());
@@ -330,6 +334,15 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         co.int8_prefill = options.gpu_int8_prefill;
         co.diagnostics = options.cuda_diagnostics;
         SLUICE_ASSIGN_OR_RETURN(im.backend, runtime::make_cuda_backend(im.model, co));
+    }
+    if (im.store && options.adapt_to_memory_pressure && device_index < 0) {
+        const experts::ExpertCacheCapacity cap = im.store->capacity();
+        runtime::PressureController::Options po;
+        po.ceiling = static_cast<uint64_t>(cap.max_slots) * cap.slot_bytes;
+        po.floor = static_cast<uint64_t>(cap.floor_slots) * cap.slot_bytes;
+        if (po.floor < po.ceiling)
+            im.pressure = runtime::MemoryPressureMonitor::start(
+                po, [store = im.store.get()](uint64_t bytes) { return store->set_cache_bytes(bytes); });
     }
     SLUICE_RETURN_IF_ERROR(engine->load_text_side());
     log::debug("[engine] {} ({}, {}), {} threads, {} kernels, {} activations ({})", info.family, info.layout,
@@ -444,6 +457,26 @@ ExpertCacheStats Engine::expert_cache_stats() const {
     out.prefetch_used = s.prefetch_used;
     out.prefetch_wasted = s.prefetch_wasted;
     out.evictions = s.evictions;
+    return out;
+}
+
+MemoryPressureStatus Engine::memory_pressure() const {
+    MemoryPressureStatus out;
+    if (!impl_->store) return out;
+    const experts::ExpertCacheCapacity cap = impl_->store->capacity();
+    out.ceiling_bytes = static_cast<uint64_t>(cap.max_slots) * cap.slot_bytes;
+    out.floor_bytes = static_cast<uint64_t>(cap.floor_slots) * cap.slot_bytes;
+    out.budget_bytes = static_cast<uint64_t>(cap.target_slots) * cap.slot_bytes;
+    out.cache_bytes = static_cast<uint64_t>(cap.active_slots) * cap.slot_bytes;
+    out.bytes_returned = impl_->store->stats().bytes_returned;
+    if (impl_->pressure) {
+        const runtime::MemoryPressureStats s = impl_->pressure->stats();
+        out.adaptive = true;
+        out.source = s.source;
+        out.pressure_events = s.pressure_events;
+        out.grows = s.grows;
+        out.available_bytes = s.available_bytes;
+    }
     return out;
 }
 

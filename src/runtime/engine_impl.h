@@ -10,6 +10,7 @@
 #include "experts/expert_store.h"
 #include "model/model.h"
 #include "runtime/backend.h"
+#include "runtime/memory_pressure.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
 
@@ -25,8 +26,10 @@ struct Engine::Impl {
     MemoryPlan plan;
     std::unique_ptr<experts::ExpertStore> store;  // packed models only
     std::unique_ptr<runtime::Backend> backend;    // where the forward runs (cpu or cuda)
-    std::mutex compute_mutex;                     // one forward at a time on the shared pool
-    std::vector<int32_t> eos_ids;                 // config + generation_config + tokenizer eos
+    // Moves the store's size with memory pressure; declared after it, so it stops first.
+    std::unique_ptr<runtime::MemoryPressureMonitor> pressure;
+    std::mutex compute_mutex;             // one forward at a time on the shared pool
+    std::vector<int32_t> eos_ids;         // config + generation_config + tokenizer eos
     std::vector<int32_t> suppressed_ids;  // special tokens that are not EOS, and vocabulary padding rows
     SamplingParams default_sampling;      // from generation_config.json
     uint64_t fingerprint = 0;             // identifies the model for saved sessions

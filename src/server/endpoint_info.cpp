@@ -106,6 +106,24 @@ void handle_slots(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {
     send_json(res, slots);
 }
 
+namespace {
+
+// The expert cache's size under memory pressure (EngineOptions::adapt_to_memory_pressure).
+json memory_pressure_json(const MemoryPressureStatus& p) {
+    return {{"adaptive", p.adaptive},
+            {"source", p.source},
+            {"ceiling_bytes", p.ceiling_bytes},
+            {"floor_bytes", p.floor_bytes},
+            {"budget_bytes", p.budget_bytes},
+            {"cache_bytes", p.cache_bytes},
+            {"bytes_returned", p.bytes_returned},
+            {"pressure_events", p.pressure_events},
+            {"grows", p.grows},
+            {"available_bytes", p.available_bytes}};
+}
+
+}  // namespace
+
 void handle_health(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {
     const MemoryPlan& plan = ctx.engine->memory_plan();
     const ExpertCacheStats cache = ctx.engine->expert_cache_stats();
@@ -155,6 +173,7 @@ void handle_health(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {
            {"reads", cache.reads},
            {"read_gb_s", cache.read_gb_s()},
            {"evictions", cache.evictions}}},
+         {"memory_pressure", memory_pressure_json(ctx.engine->memory_pressure())},
          {"slots",
           {{"total", ctx.pool->size()}, {"active", ctx.pool->active()}, {"queued", ctx.pool->queue_depth()}}},
          {"stats", stats}});
@@ -228,6 +247,20 @@ void handle_metrics(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {
            static_cast<double>(cache.reads));
     metric("sluice_expert_cache_evictions_total", "counter", "Expert-cache evictions",
            static_cast<double>(cache.evictions));
+    const MemoryPressureStatus pressure = ctx.engine->memory_pressure();
+    metric("sluice_expert_cache_budget_bytes", "gauge",
+           "The expert cache's size target now (moves with memory pressure between floor and ceiling)",
+           static_cast<double>(pressure.budget_bytes));
+    metric("sluice_expert_cache_bytes", "gauge", "Expert-cache slot memory usable now",
+           static_cast<double>(pressure.cache_bytes));
+    metric("sluice_expert_cache_ceiling_bytes", "gauge", "The planned expert cache (--memory's share)",
+           static_cast<double>(pressure.ceiling_bytes));
+    metric("sluice_expert_cache_floor_bytes", "gauge", "The least the expert cache keeps (--memory-floor)",
+           static_cast<double>(pressure.floor_bytes));
+    metric("sluice_memory_returned_bytes_total", "counter", "Expert-cache memory handed back to the OS",
+           static_cast<double>(pressure.bytes_returned));
+    metric("sluice_memory_pressure_events_total", "counter", "Memory pressure signals seen",
+           static_cast<double>(pressure.pressure_events));
     res.set_content(out, "text/plain; version=0.0.4; charset=utf-8");
 }
 

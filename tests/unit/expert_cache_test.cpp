@@ -1,0 +1,148 @@
+// The expert cache's capacity under memory pressure: the slot table's retire/restore, and the
+// store shrinking (pages handed back to the OS, pinned slots kept until released), serving a step
+// larger than its shrunk size, and growing back — with every expert read back byte-exact.
+#include "experts/expert_cache.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "convert/packer.h"
+#include "experts/expert_store.h"
+#include "format/pack.h"
+#include "test_util.h"
+
+namespace sluice {
+namespace {
+
+using experts::ExpertKey;
+using experts::SlotTable;
+
+TEST(ExpertCache, RetiredSlotsAreNeverClaimedUntilRestored) {
+    SlotTable table(4, experts::make_policy(CachePolicy::kLfu));
+    bool evicted_valid = false;
+    ExpertKey evicted;
+    // Free slots go first; then the lowest keep score among the unpinned.
+    for (int32_t e = 0; e < 3; ++e) table.claim({0, e}, &evicted_valid, &evicted);
+    for (int i = 0; i < 3; ++i) table.touch({0, 0});
+    table.touch({0, 1});
+    const int64_t free_slot = table.retire_candidate();  // the one slot no key holds
+    for (int32_t e = 0; e < 3; ++e) EXPECT_NE(table.find({0, e}), free_slot);
+    table.retire(free_slot, &evicted_valid, &evicted);
+    EXPECT_FALSE(evicted_valid);
+    EXPECT_EQ(table.n_active(), 3);
+    // Expert 2 was used least: retired next, forgetting it.
+    const int64_t slot2 = table.find({0, 2});
+    table.pin(table.find({0, 0}));
+    EXPECT_EQ(table.retire_candidate(), slot2);
+    table.retire(slot2, &evicted_valid, &evicted);
+    ASSERT_TRUE(evicted_valid);
+    EXPECT_EQ(evicted.expert, 2);
+    EXPECT_EQ(table.find({0, 2}), -1);
+    // Two active slots, one pinned: a new key evicts the unpinned one, never a retired slot.
+    const int64_t got = table.claim({1, 7}, &evicted_valid, &evicted);
+    EXPECT_TRUE(evicted_valid);
+    EXPECT_EQ(evicted.expert, 1);
+    EXPECT_FALSE(table.retired(got));
+    // Everything active pinned: nothing to retire or claim.
+    table.pin(got);
+    EXPECT_EQ(table.retire_candidate(), -1);
+    EXPECT_EQ(table.claim({1, 8}, &evicted_valid, &evicted), -1);
+    // Restored slots are free again.
+    const int64_t back = table.restore();
+    ASSERT_GE(back, 0);
+    EXPECT_EQ(table.n_active(), 3);
+    EXPECT_EQ(table.claim({1, 8}, &evicted_valid, &evicted), back);
+    EXPECT_FALSE(evicted_valid);
+    ASSERT_GE(table.restore(), 0);
+    EXPECT_EQ(table.restore(), -1);
+    EXPECT_EQ(table.n_active(), 4);
+}
+
+// Pages of [p, p + bytes) resident in memory (mincore).
+size_t resident_pages(const uint8_t* p, size_t bytes) {
+    const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    std::vector<unsigned char> v((bytes + page - 1) / page);
+    if (mincore(const_cast<uint8_t*>(p), bytes, v.data()) != 0) return SIZE_MAX;
+    size_t n = 0;
+    for (unsigned char c : v) n += c & 1;
+    return n;
+}
+
+TEST(ExpertCache, StoreShrinksUnderPressureAndGrowsBack) {
+    testing::TempDir dir;
+    convert::PackOptions o;
+    o.src_dir = testing::test_data_dir() + "/goldens/qwen3_next_mlx_q4";
+    o.out_dir = dir.file("packed");
+    ASSERT_TRUE(convert::pack_model(o).has_value());
+    auto layout = format::open_packed_dir(o.out_dir);
+    ASSERT_TRUE(layout.has_value()) << layout.status().message();
+    const uint64_t slot = experts::ExpertStore::slot_bytes_for(*layout);
+    const int64_t n_experts = layout->n_experts;
+    const int32_t layer = static_cast<int32_t>(layout->expert_files[0].layer);
+    ASSERT_GE(n_experts, 8);
+    experts::ExpertStoreOptions so;
+    so.cache_bytes = slot * static_cast<uint64_t>(n_experts);
+    so.floor_bytes = slot * 2;
+    so.prefetch = false;
+    so.io_threads = 2;
+    auto opened = experts::ExpertStore::open(o.out_dir, *layout, so);
+    ASSERT_TRUE(opened.has_value()) << opened.status().message();
+    experts::ExpertStore& store = **opened;
+    std::vector<int32_t> all(static_cast<size_t>(n_experts));
+    for (int32_t e = 0; e < n_experts; ++e) all[static_cast<size_t>(e)] = e;
+
+    // Every expert of the layer once: the bytes each view starts with, to compare after refills.
+    std::vector<model::ExpertWeights> views(all.size());
+    ASSERT_TRUE(store.acquire(layer, all, views.data()).is_ok());
+    std::vector<std::vector<uint8_t>> bytes;
+    for (const auto& v : views) {
+        const auto* p = static_cast<const uint8_t*>(v.down.data);
+        bytes.emplace_back(p, p + 256);
+    }
+    const std::span<uint8_t> memory = store.host_memory();
+    const size_t full_pages = resident_pages(memory.data(), memory.size());
+    EXPECT_GT(full_pages, 0u);
+
+    // Shrink while the step holds every slot: nothing can go yet.
+    EXPECT_EQ(store.set_cache_bytes(slot * 3), slot * 3);
+    EXPECT_EQ(store.capacity().active_slots, n_experts);
+    EXPECT_EQ(store.capacity().target_slots, 3);
+    // Released: all but three slots are retired and their pages handed back.
+    store.release(layer, all);
+    const experts::ExpertCacheCapacity cap = store.capacity();
+    EXPECT_EQ(cap.active_slots, 3);
+    EXPECT_EQ(cap.floor_slots, 2);
+    EXPECT_EQ(store.stats().bytes_returned, slot * static_cast<uint64_t>(n_experts - 3));
+    EXPECT_LT(resident_pages(memory.data(), memory.size()), full_pages);
+    // Below the floor: clamped to it.
+    EXPECT_EQ(store.set_cache_bytes(0), slot * 2);
+    EXPECT_EQ(store.capacity().active_slots, 2);
+
+    // A step asking for more experts than the cache now holds still gets them all, right.
+    ASSERT_TRUE(store.acquire(layer, all, views.data()).is_ok());
+    for (size_t i = 0; i < views.size(); ++i)
+        ASSERT_EQ(std::memcmp(views[i].down.data, bytes[i].data(), bytes[i].size()), 0) << "expert " << i;
+    EXPECT_EQ(store.capacity().active_slots, n_experts);
+    store.release(layer, all);
+    EXPECT_EQ(store.capacity().active_slots, 2);
+    EXPECT_EQ(store.max_pinned(), 2);
+
+    // Grown back: every slot usable again, and the experts load into them as before.
+    EXPECT_EQ(store.set_cache_bytes(slot * static_cast<uint64_t>(n_experts) * 4), slot * n_experts);
+    EXPECT_EQ(store.capacity().active_slots, n_experts);
+    ASSERT_TRUE(store.acquire(layer, all, views.data()).is_ok());
+    for (size_t i = 0; i < views.size(); ++i)
+        ASSERT_EQ(std::memcmp(views[i].down.data, bytes[i].data(), bytes[i].size()), 0) << "expert " << i;
+    store.release(layer, all);
+    // Held again: the next shrink returns them, the store still serves hits for what it keeps.
+    const uint64_t before = store.stats().bytes_returned;
+    store.set_cache_bytes(slot * 4);
+    EXPECT_EQ(store.stats().bytes_returned - before, slot * static_cast<uint64_t>(n_experts - 4));
+}
+
+}  // namespace
+}  // namespace sluice
