@@ -16,6 +16,7 @@
 #include "server/http_front.h"
 #include "server/server.h"
 #include "server/transport.h"
+#include "server/web_assets.h"
 
 namespace sluice::server {
 namespace {
@@ -24,7 +25,7 @@ using Handler = void (*)(ServerContext&, const HttpRequest&, HttpResponse&);
 
 struct Route {
     const char* method;
-    const char* path;  // exact, "*.asset" for the web page's files, or "PREFIX/*" (a non-empty rest)
+    const char* path;  // exact, "*.asset" for the web page's embedded files, or "PREFIX/*" (a non-empty rest)
     Handler handler;
     bool blocking;  // may wait for a session or take long: runs on its own thread
 };
@@ -53,15 +54,10 @@ const Route kRoutes[] = {
 
 constexpr size_t kTrimAfterBodyBytes = 1u << 20;
 
-// "/name.ext": one path segment of [A-Za-z0-9_-] with a web file's extension.
+// A file of the web page: exactly the paths embedded from web/ ("/index.html", "/js/app.js",
+// "/vendor/katex/fonts/KaTeX_Main-Regular.woff2"), so no other path escapes the API key.
 bool is_asset_path(std::string_view path) {
-    if (path.size() < 3 || path[0] != '/') return false;
-    const size_t dot = path.rfind('.');
-    if (dot == std::string_view::npos || dot == 1) return false;
-    for (char c : path.substr(1, dot - 1))
-        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
-    const std::string_view ext = path.substr(dot + 1);
-    return ext == "html" || ext == "js" || ext == "css" || ext == "svg" || ext == "png";
+    return find_web_asset(path) != nullptr;
 }
 
 bool path_matches(const Route& r, std::string_view path) {

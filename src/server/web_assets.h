@@ -14,4 +14,9 @@ struct WebAsset {
 
 const std::vector<WebAsset>& web_assets();
 
+// The embedded file served at `path` ("/vendor/katex/katex.min.css"), or null. The route table
+// asks this to decide that a GET is for the page (which needs no API key): a path is a web
+// asset exactly when web/ held that file at build time.
+const WebAsset* find_web_asset(std::string_view path);
+
 }  // namespace sluice::server

@@ -602,6 +602,16 @@ try {
         check("tokenize round trip", t.tokens.length > 5 && d.content === text, JSON.stringify(d));
         const page = await raw(port, "GET", "/", { auth: false });
         check("web page", page.status === 200 && page.headers["content-type"].startsWith("text/html") && page.body.includes("<title>sluice</title>"));
+        check("web page: a Content-Security-Policy keeps it to this server", /default-src 'self'; script-src 'self'/.test(page.headers["content-security-policy"] ?? ""),
+            page.headers["content-security-policy"]);
+        // Every embedded file is served without the key, with its type; no other path escapes the key.
+        for (const [file, type] of [["/js/app.js", "text/javascript"], ["/style.css", "text/css"], ["/vendor/katex/fonts/KaTeX_Main-Regular.woff2", "font/woff2"],
+            ["/vendor/manifest.json", "application/json"]]) {
+            const r = await raw(port, "GET", file, { auth: false });
+            check(`web page: ${file} needs no key`, r.status === 200 && r.headers["content-type"].startsWith(type), `${r.status} ${r.headers["content-type"]}`);
+        }
+        check("web page: a path that is no embedded file needs the key", (await raw(port, "GET", "/nope.js", { auth: false })).status === 401);
+        check("web page: ... and is then 404", (await raw(port, "GET", "/nope.js")).status === 404);
     });
 } catch (e) {
     check("suite", false, String(e && e.stack));
