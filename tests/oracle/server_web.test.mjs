@@ -297,6 +297,9 @@ try {
         const h = await res.json();
         ++healthCalls;
         Object.assign(h.memory_plan, { streaming: true, cache_slots: 64, cache_bytes: 64e6, slot_bytes: 1e6 });
+        // ... squeezed by memory pressure to half its size (the server's real field names).
+        Object.assign(h.memory_pressure, { adaptive: true, source: "PSI trigger", ceiling_bytes: 64e6, floor_bytes: 8e6,
+            budget_bytes: 32e6, cache_bytes: 32e6, bytes_returned: 32e6, pressure_events: 3, available_bytes: 5e8 });
         Object.assign(h.expert_cache, { hits: 900 * healthCalls, misses: 100 * healthCalls, hit_rate: 0.9, bytes_read: 2e8 * healthCalls, reads: 10 * healthCalls, read_gb_s: 1.5 });
         await route.fulfill({ response: res, json: h });
     });
@@ -428,6 +431,7 @@ try {
         legend: document.getElementById("plan-legend").textContent,
         plan: document.getElementById("plan-text").textContent,
         cache: document.getElementById("cache-text").textContent,
+        pressure: document.getElementById("pressure-text").textContent,
         hits: document.querySelector("#chart-hits polyline")?.getAttribute("points").split(" ").length ?? 0,
         hitsNow: document.querySelector("#chart-hits").parentElement.querySelector(".now").textContent,
         disk: document.querySelector("#chart-disk").parentElement.querySelector(".now").textContent,
@@ -436,6 +440,8 @@ try {
     }));
     check("resources: the memory plan", res.segments === 4 && res.legend.includes("weights: 18.8 MB") && res.legend.includes("expert cache (64 slots)") && res.plan.startsWith("memory plan:"), JSON.stringify(res));
     check("resources: expert-cache hit rate over time", res.hits >= 2 && res.hitsNow === "90%" && res.cache.startsWith("90.0% hits since start"), JSON.stringify(res));
+    check("resources: the cache under memory pressure", res.pressure.includes("between 8.0 MB and 64.0 MB") && res.pressure.includes("budget now 32.0 MB") &&
+        res.pressure.includes("3 pressure events") && res.pressure.includes("32.0 MB handed back"), JSON.stringify(res));
     check("resources: disk GB/s over time", /^0\.\d\d GB\/s/.test(res.disk), JSON.stringify(res));
     check("resources: tokens/s chart and slots", res.tokens >= 1 && res.slots[0] === "0" && res.slots[1] === "idle", JSON.stringify(res));
     check("desktop: a drawer narrows the chat instead of covering it", (await box(page, "#main")).width < 700 && await page.isVisible("#send"));

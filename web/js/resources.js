@@ -120,6 +120,14 @@ function renderPlan(h, els) {
         ? `${(100 * c.hit_rate).toFixed(1)}% hits since start (${c.hits} hits, ${c.misses} misses, ${c.evictions} evictions); ` +
           `${fmtBytes(c.bytes_read)} read in ${c.reads} reads at ${c.read_gb_s.toFixed(2)} GB/s while reading`
         : "Not streaming: every expert is held in memory, so nothing is read from disk.";
+    // The expert cache follows memory pressure (docs/ARCHITECTURE.md "Memory"): its size now
+    // between the floor and the planned ceiling, and what it has handed back to the OS.
+    const p = h.memory_pressure;
+    els.pressureText.textContent = p && p.adaptive
+        ? `Under memory pressure the cache moves between ${fmtBytes(p.floor_bytes)} and ${fmtBytes(p.ceiling_bytes)}: ` +
+          `budget now ${fmtBytes(p.budget_bytes)}, ${p.pressure_events} pressure events, ${fmtBytes(p.bytes_returned)} handed back ` +
+          `(${fmtBytes(p.available_bytes)} available; ${p.source}).`
+        : plan.streaming ? "The expert cache keeps its planned size (--fixed-memory, or page-locked for the GPU)." : "";
 }
 
 function renderSlots(table, slots) {
@@ -155,6 +163,7 @@ export class Monitor {
             bar: document.getElementById("plan-bar"),
             legend: document.getElementById("plan-legend"),
             planText: document.getElementById("plan-text"),
+            pressureText: document.getElementById("pressure-text"),
             cacheText: document.getElementById("cache-text"),
             hits: document.getElementById("chart-hits"),
             disk: document.getElementById("chart-disk"),
