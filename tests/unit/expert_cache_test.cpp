@@ -7,7 +7,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
+#include <random>
+#include <thread>
 #include <vector>
 
 #include "convert/packer.h"
@@ -142,6 +145,70 @@ TEST(ExpertCache, StoreShrinksUnderPressureAndGrowsBack) {
     const uint64_t before = store.stats().bytes_returned;
     store.set_cache_bytes(slot * 4);
     EXPECT_EQ(store.stats().bytes_returned - before, slot * static_cast<uint64_t>(n_experts - 4));
+}
+
+// The pressure monitor's thread resizes while the forward acquires and releases: every acquire
+// succeeds with the right bytes, whatever size the cache has at that moment (TSan runs this).
+TEST(ExpertCache, ResizingWhileStepsRunNeverFailsThem) {
+    testing::TempDir dir;
+    convert::PackOptions o;
+    o.src_dir = testing::test_data_dir() + "/goldens/qwen3_next_mlx_q4";
+    o.out_dir = dir.file("packed");
+    ASSERT_TRUE(convert::pack_model(o).has_value());
+    auto layout = format::open_packed_dir(o.out_dir);
+    ASSERT_TRUE(layout.has_value()) << layout.status().message();
+    const uint64_t slot = experts::ExpertStore::slot_bytes_for(*layout);
+    const int64_t n_experts = layout->n_experts;
+    std::vector<int32_t> layers;
+    for (const auto& f : layout->expert_files) layers.push_back(static_cast<int32_t>(f.layer));
+    experts::ExpertStoreOptions so;
+    so.cache_bytes = slot * static_cast<uint64_t>(n_experts * static_cast<int64_t>(layers.size()));
+    so.floor_bytes = slot;
+    so.io_threads = 3;
+    auto opened = experts::ExpertStore::open(o.out_dir, *layout, so);
+    ASSERT_TRUE(opened.has_value()) << opened.status().message();
+    experts::ExpertStore& store = **opened;
+    // Each expert's first bytes, read once at full size.
+    std::vector<std::vector<uint8_t>> first(layers.size() * static_cast<size_t>(n_experts));
+    for (size_t li = 0; li < layers.size(); ++li)
+        for (int32_t e = 0; e < n_experts; ++e) {
+            model::ExpertWeights w;
+            ASSERT_TRUE(store.acquire(layers[li], std::span<const int32_t>(&e, 1), &w).is_ok());
+            const auto* p = static_cast<const uint8_t*>(w.up.data);
+            first[li * static_cast<size_t>(n_experts) + static_cast<size_t>(e)].assign(p, p + 64);
+            store.release(layers[li], std::span<const int32_t>(&e, 1));
+        }
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> resizes{0};
+    std::thread resizer([&] {
+        for (uint64_t i = 0; !stop.load(); i = ++resizes) {
+            store.set_cache_bytes(slot * (1 + (i * 7) % static_cast<uint64_t>(n_experts * 2)));
+            if (i % 16 == 0) store.prefetch(layers[i % layers.size()], std::vector<int32_t>{0, 1, 2});
+            std::this_thread::yield();
+        }
+    });
+    std::mt19937 rng(5);
+    for (int step = 0; step < 300; ++step) {
+        // Interleaved with the resizes (cache hits alone would finish before the thread starts).
+        while (resizes.load() < static_cast<uint64_t>(step)) std::this_thread::yield();
+        const size_t li = rng() % layers.size();
+        std::vector<int32_t> ids;
+        for (int32_t e = 0; e < n_experts; ++e)
+            if (rng() % 3 == 0) ids.push_back(e);
+        if (ids.empty()) ids.push_back(0);
+        std::vector<model::ExpertWeights> w(ids.size());
+        const Status st = store.acquire(layers[li], ids, w.data());
+        ASSERT_TRUE(st.is_ok()) << st.message();
+        for (size_t i = 0; i < ids.size(); ++i) {
+            const auto& want = first[li * static_cast<size_t>(n_experts) + static_cast<size_t>(ids[i])];
+            ASSERT_EQ(std::memcmp(w[i].up.data, want.data(), want.size()), 0) << "step " << step;
+        }
+        store.release(layers[li], ids);
+    }
+    stop = true;
+    resizer.join();
+    store.wait_idle();
+    EXPECT_GT(store.stats().bytes_returned, 0u);
 }
 
 }  // namespace
