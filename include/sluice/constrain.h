@@ -20,7 +20,9 @@
 // threads; GrammarMatcher and TokenConstraint are plain mutable objects for one thread.
 // Errors: Expected/Status with "[json_schema] at '#/path': ..." or "[grammar] ..." messages.
 // Rejected alternative: a regex/DFA per schema (outlines-style) — recursion ($ref, free-form
-// objects) needs a stack, and the DFA of a large schema grows exponentially.
+// objects) needs a stack, and the DFA of a large schema grows exponentially. Automata are used
+// only for the regular pieces (`pattern`, `format`, property names, multipleOf digits), each
+// bounded, and written into the grammar as rules.
 #pragma once
 
 #include <array>

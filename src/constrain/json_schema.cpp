@@ -1,297 +1,55 @@
-// JSON Schema → grammar (GrammarBuilder::add_json_schema, see sluice/constrain.h).
+// JSON Schema → grammar (GrammarBuilder::add_json_schema, see sluice/constrain.h): dispatch,
+// $ref, enum/const, numbers, arrays and the shared helper rules. Strings are in
+// json_schema_strings.cpp, objects in json_schema_objects.cpp.
 //
 // The grammar derives a SUBSET of the texts a schema accepts, chosen so that every text it
 // derives validates (soundness) and a model can still say what it needs:
-// - objects with `properties` list them in declaration order; required ones always appear,
-//   optional ones may be left out; keys not in `properties` are never generated (also when
-//   additionalProperties allows them). With no `properties`, an object is a free map whose values
-//   follow `additionalProperties` (any JSON when absent or true; `{}` only when false).
+// - objects list their `properties` in declaration order (required ones always, optional ones
+//   when the model chooses), then extra keys: those `patternProperties` or an
+//   `additionalProperties` schema describe (json_schema_objects.cpp has the details).
 // - numbers: integers have at most 15 digits, numbers at most 15+15 digits and a 2-digit
 //   exponent, so every value is finite in a double (ajv/JS refuse Infinity) and a model cannot
 //   write digits forever. minimum/maximum/exclusive* bound integers exactly (digit-range rules);
 //   a bounded number is an in-range integer or a non-negative integer part ip with ip + 1 within
-//   range followed by a fraction (no exponent; negative non-integers are not generated).
+//   range followed by a fraction (no exponent; negative non-integers are not generated). An
+//   integer multipleOf m (m <= 1000) is exact: the decimal digits run through an automaton of
+//   their value modulo m, intersected with the range; with it, numbers are integers.
 // - strings: valid UTF-8; escapes except \u surrogates (a pair would count as 2 characters here
-//   but 1 for minLength/maxLength).
+//   but 1 for minLength/maxLength). `pattern` and `format` are automata over code points.
+// - arrays: `items`, tuples (`prefixItems` + `items`, or the draft-7 `items: [...]` +
+//   `additionalItems`), minItems/maxItems.
 // - whitespace: between tokens nothing, one space, or a newline and up to 16 spaces of indentation;
 //   none before or after the value.
 // - oneOf is compiled like anyOf: sound when the branches are disjoint (the usual discriminated
 //   unions); a text matching two overlapping branches would fail oneOf.
 // Anything else a schema says is either supported exactly or refused with an error naming the
-// keyword (pattern, minimum, ...): a constraint is never dropped silently.
+// keyword (not, if, uniqueItems, ...): a constraint is never dropped silently.
 //
-// Data lifetime: the compiler lives for one add_json_schema call; shared helper rules (whitespace,
-// string characters, any value) are kept in the builder and reused across calls.
 // Rejected alternative: compiling `pattern` through PCRE2 — its regexes are not regular in
-// general and mapping them to a byte automaton is a project of its own.
+// general and mapping them to a byte automaton is a project of its own; regex.cpp parses the
+// regular subset itself.
 #include <algorithm>
 #include <cmath>
-#include <functional>
-#include <map>
-#include <set>
 
-#include "constrain/grammar_impl.h"
+#include "constrain/json_schema_compiler.h"
+#include "constrain/regex.h"
 
 namespace sluice {
-namespace {
-using ojson = nlohmann::ordered_json;
-using RuleId = GrammarBuilder::RuleId;
+
+using schema_grammar::B;
+using schema_grammar::cat;
+using schema_grammar::L;
+using schema_grammar::R;
+using schema_grammar::S;
 using Symbol = GrammarBuilder::Symbol;
+using RuleId = GrammarBuilder::RuleId;
 using Sequence = GrammarBuilder::Sequence;
-
-constexpr int kMaxIndent = 16;             // spaces after a newline between tokens
-constexpr int64_t kMaxRepetition = 10000;  // largest minItems/maxItems/minLength/maxLength expanded
-constexpr int kMaxIntegerDigits = 15;
-constexpr int64_t kMaxAlternationProduct = 1024;
-
-Symbol S(RuleId r) {
-    return Symbol::ref(r);
-}
-Symbol B(char c) {
-    return Symbol::byte_range(static_cast<uint8_t>(c), static_cast<uint8_t>(c));
-}
-Symbol R(uint8_t lo, uint8_t hi) {
-    return Symbol::byte_range(lo, hi);
-}
-Sequence cat(std::initializer_list<Sequence> parts) {
-    Sequence out;
-    for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
-    return out;
-}
-Sequence L(std::string_view text) {
-    return GrammarBuilder::literal(text);
-}
-
-const std::set<std::string>& annotation_keywords() {
-    static const std::set<std::string> k = {"title",    "description", "default",  "examples",
-                                            "$schema",  "$id",         "$comment", "deprecated",
-                                            "readOnly", "writeOnly",   "$defs",    "definitions"};
-    return k;
-}
-
-}  // namespace
-
-class JsonSchemaCompiler {
- public:
-    JsonSchemaCompiler(GrammarBuilder& b, const ojson& root, std::string where)
-        : b_(b), root_(root), where_(std::move(where)) {}
-
-    Expected<RuleId> compile(const ojson& s, const std::string& path);
-
-    // Between tokens: nothing, one space, or a newline and an indentation of up to
-    // kMaxIndent spaces (pretty-printing). Free runs of whitespace are not allowed: small models
-    // pad with them endlessly.
-    RuleId ws() {
-        return shared("ws", [&](RuleId self) {
-            RuleId indent = b_.add_rule();
-            b_.add_alternative(indent, {});
-            for (int k = 1; k <= kMaxIndent; ++k) {
-                const RuleId r = b_.add_rule();
-                b_.add_alternative(r, {});
-                b_.add_alternative(r, {B(' '), S(indent)});
-                indent = r;
-            }
-            b_.add_alternative(self, {});
-            b_.add_alternative(self, L(" "));
-            b_.add_alternative(self, {B('\n'), S(indent)});
-            return self;
-        });
-    }
-    // The ways to write one character of a JSON string body: an unescaped UTF-8 scalar or an
-    // escape. Inlined into each string rule (not a rule of its own), so that a character costs
-    // no extra stack frame in the trie walk.
-    std::vector<Sequence> string_char_alternatives() {
-        const Symbol x = R(0x80, 0xBF);
-        const RuleId esc = shared("escape", [&](RuleId self) {
-            const Symbol hex = Symbol::byte_set("0123456789abcdefABCDEF");
-            b_.add_alternative(self, {Symbol::byte_set("\"\\/bfnrt")});
-            b_.add_alternative(self, {B('u'), Symbol::byte_set("0123456789abcABC"), hex, hex, hex});
-            b_.add_alternative(self, {B('u'), Symbol::byte_set("dD"), R('0', '7'), hex, hex});
-            b_.add_alternative(self, {B('u'), Symbol::byte_set("efEF"), hex, hex, hex});
-            return self;
-        });
-        return {{R(0x20, 0x7F).remove('"').remove('\\')},
-                {R(0xC2, 0xDF), x},
-                {B('\xE0'), R(0xA0, 0xBF), x},
-                {R(0xE1, 0xEC), x, x},
-                {B('\xED'), R(0x80, 0x9F), x},
-                {R(0xEE, 0xEF), x, x},
-                {B('\xF0'), R(0x90, 0xBF), x, x},
-                {R(0xF1, 0xF3), x, x, x},
-                {B('\xF4'), R(0x80, 0x8F), x, x},
-                {B('\\'), S(esc)}};
-    }
-    // "..." with a length in [min, max] characters (max < 0: unbounded).
-    RuleId string_rule(int64_t min, int64_t max) {
-        return shared("str" + std::to_string(min) + "_" + std::to_string(max), [&](RuleId self) {
-            const std::vector<Sequence> chars = string_char_alternatives();
-            const int64_t last = max < 0 ? min : max;
-            std::vector<RuleId> s(static_cast<size_t>(last + 1));
-            for (auto& r : s) r = b_.add_rule();
-            for (int64_t k = 0; k <= last; ++k) {
-                const RuleId r = s[static_cast<size_t>(k)];
-                if (k >= min) b_.add_alternative(r, L("\""));
-                const RuleId next = max < 0 && k == last ? r : k < last ? s[static_cast<size_t>(k + 1)] : r;
-                if (max >= 0 && k == last) continue;
-                for (const Sequence& c : chars) b_.add_alternative(r, cat({c, {S(next)}}));
-            }
-            b_.add_alternative(self, {B('"'), S(s[0])});
-            return self;
-        });
-    }
-    // Up to n digits (zero or more).
-    RuleId digits_upto(int n) {
-        return shared("digits" + std::to_string(n), [&](RuleId self) {
-            RuleId prev = b_.add_rule();
-            b_.add_alternative(prev, {});
-            for (int k = 1; k < n; ++k) {
-                RuleId r = b_.add_rule();
-                b_.add_alternative(r, {});
-                b_.add_alternative(r, {R('0', '9'), S(prev)});
-                prev = r;
-            }
-            b_.add_alternative(self, {});
-            b_.add_alternative(self, {R('0', '9'), S(prev)});
-            return self;
-        });
-    }
-    RuleId integer() {
-        return shared("int", [&](RuleId self) {
-            const RuleId nat = b_.add_rule();
-            b_.add_alternative(nat, L("0"));
-            b_.add_alternative(nat, {R('1', '9'), S(digits_upto(kMaxIntegerDigits - 1))});
-            b_.add_alternative(self, {B('-'), S(nat)});
-            b_.add_alternative(self, {S(nat)});
-            return self;
-        });
-    }
-    RuleId number() {
-        return shared("num", [&](RuleId self) {
-            const RuleId frac = b_.add_rule();
-            b_.add_alternative(frac, {});
-            b_.add_alternative(frac, {B('.'), R('0', '9'), S(digits_upto(kMaxIntegerDigits - 1))});
-            const RuleId exp = b_.add_rule();
-            b_.add_alternative(exp, {});
-            const RuleId sign = b_.add_rule();
-            b_.add_alternative(sign, {});
-            b_.add_alternative(sign, {Symbol::byte_set("+-")});
-            b_.add_alternative(exp, {Symbol::byte_set("eE"), S(sign), R('0', '9'), S(digits_upto(1))});
-            b_.add_alternative(self, {S(integer()), S(frac), S(exp)});
-            return self;
-        });
-    }
-    RuleId any_value() {
-        return shared("any", [&](RuleId self) {
-            b_.add_alternative(self, {S(free_object(self))});
-            b_.add_alternative(self, {S(array_of(self, 0, -1))});
-            b_.add_alternative(self, {S(string_rule(0, -1))});
-            b_.add_alternative(self, {S(number())});
-            b_.add_alternative(self, L("true"));
-            b_.add_alternative(self, L("false"));
-            b_.add_alternative(self, L("null"));
-            return self;
-        });
-    }
-    // {"k": value, ...} with free keys: '{' ws ('}' | pair M), M = ws ('}' | ',' ws pair M).
-    RuleId free_object(RuleId value) {
-        return shared("map" + std::to_string(value), [&](RuleId self) {
-            const RuleId pair = b_.add_rule();
-            b_.add_alternative(pair, {S(string_rule(0, -1)), S(ws()), B(':'), S(ws()), S(value)});
-            const RuleId m = b_.add_rule(), mb = b_.add_rule(), ob = b_.add_rule();
-            b_.add_alternative(m, {S(ws()), S(mb)});
-            b_.add_alternative(mb, L("}"));
-            b_.add_alternative(mb, {B(','), S(ws()), S(pair), S(m)});
-            b_.add_alternative(ob, L("}"));
-            b_.add_alternative(ob, {S(pair), S(m)});
-            b_.add_alternative(self, {B('{'), S(ws()), S(ob)});
-            return self;
-        });
-    }
-    // [item, ...] with a count in [min, max] (max < 0: unbounded).
-    RuleId array_of(RuleId item, int64_t min, int64_t max) {
-        return shared(
-            "arr" + std::to_string(item) + "_" + std::to_string(min) + "_" + std::to_string(max),
-            [&](RuleId self) {
-                // r[k]: after k items (k >= 1): ws then ']' or ',' ws item r[k+1].
-                const int64_t last = max < 0 ? std::max<int64_t>(min, 1) : max;
-                std::vector<RuleId> r(static_cast<size_t>(last + 1));
-                for (auto& x : r) x = b_.add_rule();
-                for (int64_t k = 1; k <= last; ++k) {
-                    const RuleId rb = b_.add_rule();
-                    b_.add_alternative(r[static_cast<size_t>(k)], {S(ws()), S(rb)});
-                    if (k >= min) b_.add_alternative(rb, L("]"));
-                    if (max < 0 && k == last)
-                        b_.add_alternative(rb, {B(','), S(ws()), S(item), S(r[static_cast<size_t>(k)])});
-                    else if (k < last)
-                        b_.add_alternative(rb, {B(','), S(ws()), S(item), S(r[static_cast<size_t>(k + 1)])});
-                }
-                const RuleId ab = b_.add_rule();
-                if (min == 0) b_.add_alternative(ab, L("]"));
-                if (max != 0) b_.add_alternative(ab, {S(item), S(r[1])});
-                b_.add_alternative(self, {B('['), S(ws()), S(ab)});
-                return self;
-            });
-    }
-
- private:
-    RuleId shared(const std::string& name, const std::function<RuleId(RuleId)>& make) {
-        auto it = b_.shared_rules_.find(name);
-        if (it != b_.shared_rules_.end()) return it->second;
-        const RuleId self = b_.add_rule();
-        b_.shared_rules_[name] = self;  // before make(): recursive helpers (any) find themselves
-        const RuleId r = make(self);
-        if (r != self) b_.add_alternative(self, {S(r)});
-        return self;
-    }
-
-    Status fail(const std::string& path, const std::string& message) const {
-        return error(ErrorCode::kInvalidArgument, "[json_schema] " +
-                                                      (where_.empty() ? std::string() : where_ + " ") +
-                                                      "at '" + path + "': " + message);
-    }
-    Status unsupported(const std::string& path, const std::string& keyword,
-                       const std::string& why = "") const {
-        return fail(path,
-                    "keyword '" + keyword + "' is not supported" + (why.empty() ? "" : " (" + why + ")"));
-    }
-
-    Expected<int64_t> count(const ojson& s, const std::string& path, const char* key, int64_t fallback) {
-        auto it = s.find(key);
-        if (it == s.end()) return fallback;
-        if (!it->is_number_integer() &&
-            !(it->is_number_float() && it->get<double>() == std::floor(it->get<double>())))
-            return fail(path, std::string("'") + key + "' must be a non-negative integer, got " + it->dump());
-        const double v = it->get<double>();
-        if (v < 0) return fail(path, std::string("'") + key + "' must be non-negative, got " + it->dump());
-        if (v > static_cast<double>(kMaxRepetition))
-            return unsupported(path, key,
-                               "values above " + std::to_string(kMaxRepetition) + " are not expanded");
-        return static_cast<int64_t>(v);
-    }
-
-    Expected<RuleId> compile_ref(const ojson& s, const std::string& path);
-    Expected<RuleId> compile_enum(const ojson& s, const std::string& path);
-    Expected<RuleId> compile_type(const ojson& s, const std::string& type, const std::string& path);
-    Expected<RuleId> compile_object(const ojson& s, const std::string& path);
-    Expected<RuleId> compile_array(const ojson& s, const std::string& path);
-    Expected<RuleId> compile_string(const ojson& s, const std::string& path);
-    Expected<RuleId> compile_number(const ojson& s, bool integer_only, const std::string& path);
-    RuleId digit_range(const std::string& a, const std::string& b);
-    RuleId natural_range(int64_t lo, int64_t hi);
-    RuleId format_rule(const std::string& format);
-
-    GrammarBuilder& b_;
-    const ojson& root_;
-    std::string where_;
-    std::map<std::string, RuleId> refs_;  // JSON pointer → rule (also while being compiled: recursion)
-    int64_t alternation_product_ = 1;     // product of anyOf/oneOf branch counts on the current path
-};
+using ojson = nlohmann::ordered_json;
 
 namespace {
-const std::set<std::string>& supported_formats() {
-    static const std::set<std::string> k = {"date", "time", "date-time", "uuid"};
-    return k;
-}
+
+constexpr int kMaxIndent = 16;  // spaces after a newline between tokens
+
 bool type_matches(const ojson& v, const std::string& t) {
     if (t == "null") return v.is_null();
     if (t == "boolean") return v.is_boolean();
@@ -309,7 +67,305 @@ const std::set<std::string>& type_names() {
                                             "array", "number",  "integer"};
     return k;
 }
+// The keywords of a typed schema, with the kind of value each one constrains (a schema without
+// `type` generates the kinds its keywords name).
+const std::map<std::string, std::string>& typed_keywords() {
+    static const std::map<std::string, std::string> k = {
+        {"type", ""},
+        {"properties", "object"},
+        {"required", "object"},
+        {"additionalProperties", "object"},
+        {"patternProperties", "object"},
+        {"propertyNames", "object"},
+        {"minProperties", "object"},
+        {"maxProperties", "object"},
+        {"items", "array"},
+        {"prefixItems", "array"},
+        {"additionalItems", "array"},
+        {"minItems", "array"},
+        {"maxItems", "array"},
+        {"uniqueItems", "array"},
+        {"minLength", "string"},
+        {"maxLength", "string"},
+        {"pattern", "string"},
+        {"format", "string"},
+        {"minimum", "number"},
+        {"maximum", "number"},
+        {"exclusiveMinimum", "number"},
+        {"exclusiveMaximum", "number"},
+        {"multipleOf", "number"},
+    };
+    return k;
+}
+
+// Decimal numerals of one length between a and b inclusive: the split of digit_range() (the rules
+// plain bounds use, sub-ranges shared between schemas), as a regex for the multipleOf automaton.
+constrain::Regex digit_range_regex(const std::string& a, const std::string& b) {
+    using constrain::CharSet;
+    using constrain::Regex;
+    const size_t n = a.size();
+    if (n == 0) return Regex{};
+    const Regex any_rest = Regex::repeat(Regex::of_chars(CharSet::range('0', '9')),
+                                         static_cast<int64_t>(n - 1), static_cast<int64_t>(n - 1));
+    const std::string a1 = a.substr(1), b1 = b.substr(1), zeros(n - 1, '0'), nines(n - 1, '9');
+    auto digit = [](char lo, char hi) {
+        return Regex::of_chars(CharSet::range(static_cast<uint8_t>(lo), static_cast<uint8_t>(hi)));
+    };
+    if (a[0] == b[0]) return Regex::concat({digit(a[0], a[0]), digit_range_regex(a1, b1)});
+    if (a1 == zeros && b1 == nines) return Regex::concat({digit(a[0], b[0]), any_rest});
+    std::vector<Regex> alts;
+    alts.push_back(Regex::concat({digit(a[0], a[0]), digit_range_regex(a1, nines)}));
+    if (a[0] + 1 <= b[0] - 1)
+        alts.push_back(
+            Regex::concat({digit(static_cast<char>(a[0] + 1), static_cast<char>(b[0] - 1)), any_rest}));
+    alts.push_back(Regex::concat({digit(b[0], b[0]), digit_range_regex(zeros, b1)}));
+    return Regex::alternation(std::move(alts));
+}
+
+// Decimal numerals of the integers in [lo, hi] (0 <= lo <= hi), without leading zeros.
+constrain::Regex natural_range_regex(int64_t lo, int64_t hi) {
+    const size_t lo_len = std::to_string(lo).size(), hi_len = std::to_string(hi).size();
+    std::vector<constrain::Regex> alts;
+    int64_t pow10 = 1;
+    for (size_t n = 1; n < lo_len; ++n) pow10 *= 10;
+    for (size_t n = lo_len; n <= hi_len; ++n, pow10 *= 10) {
+        const int64_t lower = n == lo_len ? lo : pow10;           // pow10 = 10^(n-1)
+        const int64_t upper = n == hi_len ? hi : pow10 * 10 - 1;  // 10^n - 1
+        alts.push_back(digit_range_regex(std::to_string(lower), std::to_string(upper)));
+    }
+    return alts.size() == 1 ? std::move(alts[0]) : constrain::Regex::alternation(std::move(alts));
+}
+
 }  // namespace
+
+const std::set<std::string>& annotation_keywords() {
+    static const std::set<std::string> k = {"title",    "description", "default",  "examples",
+                                            "$schema",  "$id",         "$comment", "deprecated",
+                                            "readOnly", "writeOnly",   "$defs",    "definitions"};
+    return k;
+}
+
+bool constrains_nothing(const ojson& schema) {
+    if (schema.is_boolean()) return schema.get<bool>();
+    if (!schema.is_object()) return false;
+    return std::all_of(schema.items().begin(), schema.items().end(),
+                       [](const auto& item) { return annotation_keywords().count(item.key()) > 0; });
+}
+
+// ---- helpers ----
+
+RuleId JsonSchemaCompiler::shared(const std::string& name, const std::function<RuleId(RuleId)>& make) {
+    auto it = b_.shared_rules_.find(name);
+    if (it != b_.shared_rules_.end()) return it->second;
+    const RuleId self = b_.add_rule();
+    b_.shared_rules_[name] = self;  // before make(): recursive helpers (any) find themselves
+    const RuleId r = make(self);
+    if (r != self) b_.add_alternative(self, {S(r)});
+    return self;
+}
+
+std::optional<RuleId> JsonSchemaCompiler::find_shared(const std::string& name) const {
+    auto it = b_.shared_rules_.find(name);
+    if (it == b_.shared_rules_.end()) return std::nullopt;
+    return it->second;
+}
+
+Status JsonSchemaCompiler::fail(const std::string& path, const std::string& message) const {
+    return error(
+        ErrorCode::kInvalidArgument,
+        "[json_schema] " + (where_.empty() ? std::string() : where_ + " ") + "at '" + path + "': " + message);
+}
+
+Status JsonSchemaCompiler::unsupported(const std::string& path, const std::string& keyword,
+                                       const std::string& why) const {
+    return fail(path, "keyword '" + keyword + "' is not supported" + (why.empty() ? "" : " (" + why + ")"));
+}
+
+Status JsonSchemaCompiler::automaton_error(const std::string& path, const std::string& keyword,
+                                           const std::string& subject, const Status& cause) const {
+    if (cause.code() == ErrorCode::kUnsupported)
+        return fail(
+            path, "keyword '" + keyword + "' " + subject + ": " + cause.message() +
+                      (cause.message().find("not supported") == std::string::npos ? " (not supported)" : ""));
+    return fail(path, "keyword '" + keyword + "' " + subject + ": " + cause.message());
+}
+
+Expected<int64_t> JsonSchemaCompiler::count(const ojson& s, const std::string& path, const char* key,
+                                            int64_t fallback) {
+    auto it = s.find(key);
+    if (it == s.end()) return fallback;
+    if (!it->is_number_integer() &&
+        !(it->is_number_float() && it->get<double>() == std::floor(it->get<double>())))
+        return fail(path, std::string("'") + key + "' must be a non-negative integer, got " + it->dump());
+    const double v = it->get<double>();
+    if (v < 0) return fail(path, std::string("'") + key + "' must be non-negative, got " + it->dump());
+    if (v > static_cast<double>(kMaxRepetition))
+        return unsupported(path, key, "values above " + std::to_string(kMaxRepetition) + " are not expanded");
+    return static_cast<int64_t>(v);
+}
+
+// ---- shared helper rules ----
+
+// Free runs of whitespace are not allowed: small models pad with them endlessly.
+RuleId JsonSchemaCompiler::ws() {
+    return shared("ws", [&](RuleId self) {
+        RuleId indent = b_.add_rule();
+        b_.add_alternative(indent, {});
+        for (int k = 1; k <= kMaxIndent; ++k) {
+            const RuleId r = b_.add_rule();
+            b_.add_alternative(r, {});
+            b_.add_alternative(r, {B(' '), S(indent)});
+            indent = r;
+        }
+        b_.add_alternative(self, {});
+        b_.add_alternative(self, L(" "));
+        b_.add_alternative(self, {B('\n'), S(indent)});
+        return self;
+    });
+}
+
+RuleId JsonSchemaCompiler::string_rule(int64_t min, int64_t max) {
+    return shared("str" + std::to_string(min) + "_" + std::to_string(max), [&](RuleId self) {
+        // One character: an unescaped UTF-8 scalar or an escape, inlined into each position's rule
+        // (not a rule of its own), so that a character costs no extra stack frame in the trie walk.
+        const Symbol x = R(0x80, 0xBF);
+        const RuleId esc = shared("escape", [&](RuleId e) {
+            const Symbol hex = Symbol::byte_set("0123456789abcdefABCDEF");
+            b_.add_alternative(e, {Symbol::byte_set("\"\\/bfnrt")});
+            b_.add_alternative(e, {B('u'), Symbol::byte_set("0123456789abcABC"), hex, hex, hex});
+            b_.add_alternative(e, {B('u'), Symbol::byte_set("dD"), R('0', '7'), hex, hex});
+            b_.add_alternative(e, {B('u'), Symbol::byte_set("efEF"), hex, hex, hex});
+            return e;
+        });
+        const std::vector<Sequence> chars = {{R(0x20, 0x7F).remove('"').remove('\\')},
+                                             {R(0xC2, 0xDF), x},
+                                             {B('\xE0'), R(0xA0, 0xBF), x},
+                                             {R(0xE1, 0xEC), x, x},
+                                             {B('\xED'), R(0x80, 0x9F), x},
+                                             {R(0xEE, 0xEF), x, x},
+                                             {B('\xF0'), R(0x90, 0xBF), x, x},
+                                             {R(0xF1, 0xF3), x, x, x},
+                                             {B('\xF4'), R(0x80, 0x8F), x, x},
+                                             {B('\\'), S(esc)}};
+        const int64_t last = max < 0 ? min : max;
+        std::vector<RuleId> s(static_cast<size_t>(last + 1));
+        for (auto& r : s) r = b_.add_rule();
+        for (int64_t k = 0; k <= last; ++k) {
+            const RuleId r = s[static_cast<size_t>(k)];
+            if (k >= min) b_.add_alternative(r, L("\""));
+            const RuleId next = max < 0 && k == last ? r : k < last ? s[static_cast<size_t>(k + 1)] : r;
+            if (max >= 0 && k == last) continue;
+            for (const Sequence& c : chars) b_.add_alternative(r, cat({c, {S(next)}}));
+        }
+        b_.add_alternative(self, {B('"'), S(s[0])});
+        return self;
+    });
+}
+
+RuleId JsonSchemaCompiler::digits_upto(int n) {
+    return shared("digits" + std::to_string(n), [&](RuleId self) {
+        RuleId prev = b_.add_rule();
+        b_.add_alternative(prev, {});
+        for (int k = 1; k < n; ++k) {
+            RuleId r = b_.add_rule();
+            b_.add_alternative(r, {});
+            b_.add_alternative(r, {R('0', '9'), S(prev)});
+            prev = r;
+        }
+        b_.add_alternative(self, {});
+        b_.add_alternative(self, {R('0', '9'), S(prev)});
+        return self;
+    });
+}
+
+RuleId JsonSchemaCompiler::integer() {
+    return shared("int", [&](RuleId self) {
+        const RuleId nat = b_.add_rule();
+        b_.add_alternative(nat, L("0"));
+        b_.add_alternative(nat, {R('1', '9'), S(digits_upto(kMaxIntegerDigits - 1))});
+        b_.add_alternative(self, {B('-'), S(nat)});
+        b_.add_alternative(self, {S(nat)});
+        return self;
+    });
+}
+
+RuleId JsonSchemaCompiler::number() {
+    return shared("num", [&](RuleId self) {
+        const RuleId frac = b_.add_rule();
+        b_.add_alternative(frac, {});
+        b_.add_alternative(frac, {B('.'), R('0', '9'), S(digits_upto(kMaxIntegerDigits - 1))});
+        const RuleId exp = b_.add_rule();
+        b_.add_alternative(exp, {});
+        const RuleId sign = b_.add_rule();
+        b_.add_alternative(sign, {});
+        b_.add_alternative(sign, {Symbol::byte_set("+-")});
+        b_.add_alternative(exp, {Symbol::byte_set("eE"), S(sign), R('0', '9'), S(digits_upto(1))});
+        b_.add_alternative(self, {S(integer()), S(frac), S(exp)});
+        return self;
+    });
+}
+
+RuleId JsonSchemaCompiler::any_value() {
+    return shared("any", [&](RuleId self) {
+        b_.add_alternative(self, {S(free_object(self))});
+        b_.add_alternative(self, {S(array_of(self, 0, -1))});
+        b_.add_alternative(self, {S(string_rule(0, -1))});
+        b_.add_alternative(self, {S(number())});
+        b_.add_alternative(self, L("true"));
+        b_.add_alternative(self, L("false"));
+        b_.add_alternative(self, L("null"));
+        return self;
+    });
+}
+
+// '{' ws ('}' | pair M), M = ws ('}' | ',' ws pair M).
+RuleId JsonSchemaCompiler::free_object(RuleId value) {
+    return shared("map" + std::to_string(value), [&](RuleId self) {
+        const RuleId pair = b_.add_rule();
+        b_.add_alternative(pair, {S(string_rule(0, -1)), S(ws()), B(':'), S(ws()), S(value)});
+        const RuleId m = b_.add_rule(), mb = b_.add_rule(), ob = b_.add_rule();
+        b_.add_alternative(m, {S(ws()), S(mb)});
+        b_.add_alternative(mb, L("}"));
+        b_.add_alternative(mb, {B(','), S(ws()), S(pair), S(m)});
+        b_.add_alternative(ob, L("}"));
+        b_.add_alternative(ob, {S(pair), S(m)});
+        b_.add_alternative(self, {B('{'), S(ws()), S(ob)});
+        return self;
+    });
+}
+
+RuleId JsonSchemaCompiler::array_of(RuleId item, int64_t min, int64_t max) {
+    return shared("arr" + std::to_string(item) + "_" + std::to_string(min) + "_" + std::to_string(max),
+                  [&](RuleId) { return tuple_rule({}, item, min, max); });
+}
+
+// [prefix[0], prefix[1], ..., rest, rest, ...] with a count in [min, max] (max < 0: unbounded;
+// without `rest`, max <= prefix.size()). after[k] (k >= 1): ws then ']' or ',' ws item_k after[k+1].
+RuleId JsonSchemaCompiler::tuple_rule(const std::vector<RuleId>& prefix, std::optional<RuleId> rest,
+                                      int64_t min, int64_t max) {
+    const auto p = static_cast<int64_t>(prefix.size());
+    auto item_at = [&](int64_t k) { return k < p ? prefix[static_cast<size_t>(k)] : *rest; };
+    // Unbounded: the states up to `last` are distinct (prefix items, minItems), the last one loops.
+    const int64_t last = max < 0 ? std::max({min, p, int64_t{1}}) : max;
+    std::vector<RuleId> after(static_cast<size_t>(last + 1));
+    for (auto& x : after) x = b_.add_rule();
+    for (int64_t k = 1; k <= last; ++k) {
+        const RuleId rb = b_.add_rule();
+        b_.add_alternative(after[static_cast<size_t>(k)], {S(ws()), S(rb)});
+        if (k >= min) b_.add_alternative(rb, L("]"));
+        if (max < 0 && k == last)
+            b_.add_alternative(rb, {B(','), S(ws()), S(item_at(k)), S(after[static_cast<size_t>(k)])});
+        else if (k < last)
+            b_.add_alternative(rb, {B(','), S(ws()), S(item_at(k)), S(after[static_cast<size_t>(k + 1)])});
+    }
+    const RuleId open = b_.add_rule(), self = b_.add_rule();
+    if (min == 0) b_.add_alternative(open, L("]"));
+    if (max != 0) b_.add_alternative(open, {S(item_at(0)), S(after[1])});
+    b_.add_alternative(self, {B('['), S(ws()), S(open)});
+    return self;
+}
+
+// ---- dispatch ----
 
 Expected<RuleId> JsonSchemaCompiler::compile(const ojson& s, const std::string& path) {
     if (s.is_boolean()) {
@@ -370,11 +426,7 @@ Expected<RuleId> JsonSchemaCompiler::compile(const ojson& s, const std::string& 
     }
 
     // Typed schema: check every keyword first (an unknown one is refused, never ignored).
-    static const std::set<std::string> typed = {
-        "type",      "properties",       "required",        "additionalProperties",
-        "items",     "minItems",         "maxItems",        "minLength",
-        "maxLength", "format",           "uniqueItems",     "minimum",
-        "maximum",   "exclusiveMinimum", "exclusiveMaximum"};
+    const auto& typed = typed_keywords();
     for (const auto& [k, v] : s.items()) {
         if (annotations.count(k)) continue;
         if (!typed.count(k)) return unsupported(path, k);
@@ -397,11 +449,12 @@ Expected<RuleId> JsonSchemaCompiler::compile(const ojson& s, const std::string& 
     } else {
         // No type: the keywords say which kinds the schema constrains; other kinds are not
         // generated (a subset, so still valid). No keywords at all: any value.
-        if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
-            types.push_back("object");
-        if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) types.push_back("array");
-        if (s.contains("minLength") || s.contains("maxLength") || s.contains("format"))
-            types.push_back("string");
+        for (const auto& item : s.items()) {
+            auto kind = typed.find(item.key());
+            if (kind != typed.end() && !kind->second.empty() &&
+                std::find(types.begin(), types.end(), kind->second) == types.end())
+                types.push_back(kind->second);
+        }
         if (types.empty()) return any_value();
     }
     if (types.size() == 1) return compile_type(s, types[0], path);
@@ -485,22 +538,7 @@ Expected<RuleId> JsonSchemaCompiler::compile_type(const ojson& s, const std::str
     return compile_object(s, path);
 }
 
-Expected<RuleId> JsonSchemaCompiler::compile_string(const ojson& s, const std::string& path) {
-    if (auto it = s.find("format"); it != s.end()) {
-        if (!it->is_string()) return fail(path, "'format' must be a string");
-        const std::string f = it->get<std::string>();
-        if (!supported_formats().count(f))
-            return unsupported(path, "format", "'" + f + "'; supported: date, time, date-time, uuid");
-        if (s.contains("minLength") || s.contains("maxLength"))
-            return unsupported(path, "minLength/maxLength", "together with 'format'");
-        return format_rule(f);
-    }
-    SLUICE_ASSIGN_OR_RETURN(int64_t min, count(s, path, "minLength", 0));
-    SLUICE_ASSIGN_OR_RETURN(int64_t max, count(s, path, "maxLength", -1));
-    if (max >= 0 && min > max)
-        return fail(path, "minLength " + std::to_string(min) + " > maxLength " + std::to_string(max));
-    return string_rule(min, max);
-}
+// ---- numbers ----
 
 // Digit strings of one length between a and b inclusive (a <= b, same length): the usual split on
 // the first digit where they differ.
@@ -544,9 +582,51 @@ RuleId JsonSchemaCompiler::natural_range(int64_t lo, int64_t hi) {
     });
 }
 
-// integer / number, with optional bounds. Bounded values are written without exponent: integers
-// in range, and (numbers) a non-negative integer part ip with ip + 1 <= the integer upper bound
-// followed by a fraction, so the value stays in [ip, ip + 1) inside the range.
+// The integers in [lo, hi] that are multiples of `modulus`: for each sign, the numerals of the
+// range intersected with the automaton of the value modulo `modulus` (minimised first, so that a
+// modulus dividing a power of ten costs a handful of states, not 15 × modulus).
+Expected<RuleId> JsonSchemaCompiler::multiples_rule(int64_t lo, int64_t hi, int64_t modulus,
+                                                    const std::string& path) {
+    const std::string name =
+        "mult:" + std::to_string(modulus) + ":" + std::to_string(lo) + ":" + std::to_string(hi);
+    if (auto r = find_shared(name)) return *r;
+    const constrain::Dfa residues =
+        constrain::Dfa::decimal_multiples(static_cast<uint32_t>(modulus)).minimized();
+    const std::string subject =
+        std::to_string(modulus) + " in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    // The numerals of [a, b] (0 <= a <= b) that are multiples.
+    auto multiples = [&](int64_t a, int64_t b) -> Expected<std::optional<RuleId>> {
+        auto range = constrain::regex_dfa(constrain::Regex::whole_text(natural_range_regex(a, b)),
+                                          kMaxAutomatonStates);
+        if (!range) return automaton_error(path, "multipleOf", subject, range.status());
+        auto both = constrain::Dfa::combine(*range, residues, constrain::Dfa::Op::kAnd, kMaxAutomatonStates);
+        if (!both) return automaton_error(path, "multipleOf", subject, both.status());
+        const constrain::Dfa dfa = both->minimized();
+        if (dfa.empty()) return std::optional<RuleId>();
+        SLUICE_ASSIGN_OR_RETURN(RuleId r, emit_automaton(dfa, 0, -1, false, path, "multipleOf"));
+        return std::optional<RuleId>(r);
+    };
+    const RuleId self = b_.add_rule();
+    bool any = false;
+    if (hi >= 0) {
+        SLUICE_ASSIGN_OR_RETURN(std::optional<RuleId> r, multiples(std::max<int64_t>(lo, 0), hi));
+        if (r) b_.add_alternative(self, {S(*r)});
+        any |= r.has_value();
+    }
+    if (lo < 0) {
+        SLUICE_ASSIGN_OR_RETURN(std::optional<RuleId> r, multiples(hi < 0 ? -hi : 1, -lo));
+        if (r) b_.add_alternative(self, {B('-'), S(*r)});
+        any |= r.has_value();
+    }
+    if (!any) return fail(path, "no multiple of " + subject + " (integers of at most 15 digits)");
+    b_.shared_rules_[name] = self;
+    return self;
+}
+
+// integer / number, with optional bounds, multipleOf and the numeric formats. Bounded values are
+// written without exponent: integers in range, and (numbers) a non-negative integer part ip with
+// ip + 1 <= the integer upper bound followed by a fraction, so the value stays in [ip, ip + 1)
+// inside the range.
 Expected<RuleId> JsonSchemaCompiler::compile_number(const ojson& s, bool integer_only,
                                                     const std::string& path) {
     constexpr int64_t kMax = 999999999999999;  // kMaxIntegerDigits nines
@@ -567,6 +647,37 @@ Expected<RuleId> JsonSchemaCompiler::compile_number(const ojson& s, bool integer
         if (k == "exclusiveMaximum") hi = std::min(hi, static_cast<int64_t>(std::ceil(clamped)) - 1);
         bounded = true;
     }
+    // `format` on a number: the numeric formats of ajv-formats; the string formats do not apply to
+    // numbers (JSON Schema: a format constrains only instances of its type).
+    if (auto it = s.find("format"); it != s.end() && it->is_string()) {
+        const std::string f = it->get<std::string>();
+        if (f == "int32") {
+            lo = std::max<int64_t>(lo, -2147483648LL);
+            hi = std::min<int64_t>(hi, 2147483647LL);
+            bounded = true;
+            integer_only = true;
+        } else if (f == "int64") {
+            integer_only = true;
+        } else if (f != "float" && f != "double" && !is_string_format(f)) {
+            return unsupported(path, "format",
+                               "'" + f + "' on a number; numeric formats: int32, int64, float, double");
+        }
+    }
+    if (auto it = s.find("multipleOf"); it != s.end()) {
+        if (!it->is_number() || !(it->get<double>() > 0))
+            return fail(path, "'multipleOf' must be a number greater than 0, got " + it->dump());
+        const double m = it->get<double>();
+        if (m != std::floor(m) || m > static_cast<double>(kMaxMultipleOf))
+            return unsupported(path, "multipleOf",
+                               it->dump() + ": only integers from 1 to " + std::to_string(kMaxMultipleOf) +
+                                   " (decimal steps such as 0.01 are inexact in floating-point validators)");
+        if (lo > hi)
+            return fail(path, "no integer lies in the range [" + std::to_string(lo) + ", " +
+                                  std::to_string(hi) + "]");
+        // Multiples of an integer are integers: numbers are generated as integers.
+        if (m > 1) return multiples_rule(lo, hi, static_cast<int64_t>(m), path);
+        integer_only = true;
+    }
     if (!bounded) return integer_only ? integer() : number();
     if (lo > hi)
         return fail(path, "no integer lies in the range [" + std::to_string(lo) + ", " + std::to_string(hi) +
@@ -582,146 +693,64 @@ Expected<RuleId> JsonSchemaCompiler::compile_number(const ojson& s, bool integer
     return self;
 }
 
+// ---- arrays ----
+
 Expected<RuleId> JsonSchemaCompiler::compile_array(const ojson& s, const std::string& path) {
     SLUICE_ASSIGN_OR_RETURN(int64_t min, count(s, path, "minItems", 0));
     SLUICE_ASSIGN_OR_RETURN(int64_t max, count(s, path, "maxItems", -1));
     if (max >= 0 && min > max)
         return fail(path, "minItems " + std::to_string(min) + " > maxItems " + std::to_string(max));
-    RuleId item = 0;
-    auto it = s.find("items");
-    if (it == s.end() || *it == true) {
-        item = any_value();
-    } else if (*it == false) {
-        if (min > 0) return fail(path, "'items' false with minItems > 0 admits no value");
-        max = 0;
-        item = any_value();  // unused: no item is allowed
-    } else if (it->is_array()) {
-        return unsupported(path, "items", "tuple form (an array of schemas)");
+    // The tuple's schemas (prefixItems, or the draft-7 array form of items) and the schema of the
+    // items after them: `items` beside prefixItems, `additionalItems` beside an array `items`.
+    const ojson* prefix = nullptr;
+    const ojson* rest = nullptr;
+    std::string prefix_key = "prefixItems", rest_key = "items";
+    auto items = s.find("items"), prefix_items = s.find("prefixItems"),
+         additional = s.find("additionalItems");
+    if (prefix_items != s.end()) {
+        if (!prefix_items->is_array()) return fail(path, "'prefixItems' must be an array of schemas");
+        if (items != s.end() && items->is_array())
+            return fail(path, "'items' must be a schema beside 'prefixItems', not an array");
+        if (additional != s.end())
+            return unsupported(path, "additionalItems",
+                               "beside 'prefixItems' (2020-12 names the rest 'items')");
+        prefix = &*prefix_items;
+        if (items != s.end()) rest = &*items;
+    } else if (items != s.end() && items->is_array()) {
+        prefix = &*items;
+        prefix_key = "items";
+        rest_key = "additionalItems";
+        if (additional != s.end()) rest = &*additional;
     } else {
-        SLUICE_ASSIGN_OR_RETURN(item, compile(*it, path + "/items"));
+        if (additional != s.end())
+            return unsupported(path, "additionalItems", "it applies only beside an array 'items'");
+        if (items != s.end()) rest = &*items;
     }
-    return array_of(item, min, max);
+    std::vector<RuleId> prefix_rules;
+    if (prefix)
+        for (size_t i = 0; i < prefix->size(); ++i) {
+            SLUICE_ASSIGN_OR_RETURN(RuleId r,
+                                    compile((*prefix)[i], path + "/" + prefix_key + "/" + std::to_string(i)));
+            prefix_rules.push_back(r);
+        }
+    std::optional<RuleId> rest_rule;
+    if (rest == nullptr || *rest == true) {
+        rest_rule = any_value();
+    } else if (*rest != false) {
+        SLUICE_ASSIGN_OR_RETURN(rest_rule, compile(*rest, path + "/" + rest_key));
+    }
+    const auto p = static_cast<int64_t>(prefix_rules.size());
+    if (!rest_rule) {  // no item past the prefix
+        if (min > p)
+            return fail(path, "minItems " + std::to_string(min) + " needs more items than the " +
+                                  std::to_string(p) + " the schema allows ('" + rest_key + "' is false)");
+        max = max < 0 ? p : std::min(max, p);
+    }
+    if (prefix_rules.empty()) return array_of(rest_rule ? *rest_rule : any_value(), min, max);
+    return tuple_rule(prefix_rules, rest_rule, min, max);
 }
 
-Expected<RuleId> JsonSchemaCompiler::compile_object(const ojson& s, const std::string& path) {
-    std::vector<std::string> names;
-    std::vector<const ojson*> schemas;
-    static const ojson kTrue = true;
-    if (auto it = s.find("properties"); it != s.end()) {
-        if (!it->is_object()) return fail(path, "'properties' must be an object");
-        for (const auto& [k, v] : it->items()) {
-            names.push_back(k);
-            schemas.push_back(&v);
-        }
-    }
-    const ojson* additional = &kTrue;
-    if (auto it = s.find("additionalProperties"); it != s.end()) {
-        if (!it->is_boolean() && !it->is_object())
-            return fail(path, "'additionalProperties' must be a boolean or a schema");
-        additional = &*it;
-    }
-    std::set<std::string> required;
-    if (auto it = s.find("required"); it != s.end()) {
-        if (!it->is_array()) return fail(path, "'required' must be an array of strings");
-        for (const auto& r : *it) {
-            if (!r.is_string()) return fail(path, "'required' must be an array of strings");
-            const std::string name = r.get<std::string>();
-            required.insert(name);
-            if (std::find(names.begin(), names.end(), name) == names.end()) {
-                if (*additional == false)
-                    return fail(path, "required property '" + name +
-                                          "' is not in 'properties' and additionalProperties is false");
-                names.push_back(name);
-                schemas.push_back(additional);
-            }
-        }
-    }
-    if (names.empty()) {
-        if (*additional == false)
-            return shared("{}", [&](RuleId self) {
-                b_.add_alternative(self, {B('{'), S(ws()), B('}')});
-                return self;
-            });
-        SLUICE_ASSIGN_OR_RETURN(RuleId value, compile(*additional, path + "/additionalProperties"));
-        return free_object(value);
-    }
-    const size_t n = names.size();
-    std::vector<RuleId> pair(n);
-    for (size_t i = 0; i < n; ++i) {
-        const std::string sub = path + "/properties/" + names[i];
-        SLUICE_ASSIGN_OR_RETURN(RuleId value, compile(*schemas[i], sub));
-        pair[i] = b_.add_rule();
-        b_.add_alternative(pair[i], cat({L(ojson(names[i]).dump()), {S(ws()), B(':'), S(ws()), S(value)}}));
-    }
-    std::vector<size_t> first_required(n + 1, n);  // first required index >= i
-    for (size_t i = n; i-- > 0;) first_required[i] = required.count(names[i]) ? i : first_required[i + 1];
-    // t[i]: at least one member written, the next candidate is property i.
-    std::vector<RuleId> t(n + 1);
-    for (auto& r : t) r = b_.add_rule();
-    for (size_t i = 0; i <= n; ++i) {
-        const RuleId tb = b_.add_rule();
-        b_.add_alternative(t[i], {S(ws()), S(tb)});
-        if (first_required[i] == n) b_.add_alternative(tb, L("}"));
-        for (size_t j = i; j < n && j <= first_required[i]; ++j)
-            b_.add_alternative(tb, {B(','), S(ws()), S(pair[j]), S(t[j + 1])});
-    }
-    const RuleId ob = b_.add_rule(), self = b_.add_rule();
-    if (first_required[0] == n) b_.add_alternative(ob, L("}"));
-    for (size_t j = 0; j < n && j <= first_required[0]; ++j)
-        b_.add_alternative(ob, {S(pair[j]), S(t[j + 1])});
-    b_.add_alternative(self, {B('{'), S(ws()), S(ob)});
-    return self;
-}
-
-// Always-valid subsets of RFC 3339 (ajv-formats' full mode): dates never name Feb 29 or a day a
-// month lacks; times carry seconds and a zone.
-RuleId JsonSchemaCompiler::format_rule(const std::string& format) {
-    return shared("format:" + format, [&](RuleId self) {
-        const Symbol d = R('0', '9'), hex = Symbol::byte_set("0123456789abcdef");
-        const RuleId date = b_.add_rule(), time = b_.add_rule();
-        {
-            const RuleId d31 = b_.add_rule(), d30 = b_.add_rule(), d28 = b_.add_rule(), md = b_.add_rule();
-            b_.add_alternative(d28, {B('0'), R('1', '9')});
-            b_.add_alternative(d28, {B('1'), d});
-            b_.add_alternative(d28, {B('2'), R('0', '8')});
-            b_.add_alternative(d30, {S(d28)});
-            b_.add_alternative(d30, L("29"));
-            b_.add_alternative(d30, L("30"));
-            b_.add_alternative(d31, {S(d30)});
-            b_.add_alternative(d31, L("31"));
-            b_.add_alternative(md, {B('0'), Symbol::byte_set("13578"), B('-'), S(d31)});
-            b_.add_alternative(md, {B('1'), Symbol::byte_set("02"), B('-'), S(d31)});
-            b_.add_alternative(md, {B('0'), Symbol::byte_set("469"), B('-'), S(d30)});
-            b_.add_alternative(md, cat({L("11-"), {S(d30)}}));
-            b_.add_alternative(md, cat({L("02-"), {S(d28)}}));
-            b_.add_alternative(date, {d, d, d, d, B('-'), S(md)});
-        }
-        {
-            const RuleId hh = b_.add_rule(), frac = b_.add_rule(), zone = b_.add_rule();
-            b_.add_alternative(hh, {R('0', '1'), d});
-            b_.add_alternative(hh, {B('2'), R('0', '3')});
-            const Symbol m0 = R('0', '5');
-            b_.add_alternative(frac, {});
-            b_.add_alternative(frac, {B('.'), d, S(digits_upto(5))});
-            b_.add_alternative(zone, L("Z"));
-            b_.add_alternative(zone, {Symbol::byte_set("+-"), S(hh), B(':'), m0, d});
-            b_.add_alternative(time, {S(hh), B(':'), m0, d, B(':'), m0, d, S(frac), S(zone)});
-        }
-        if (format == "date") b_.add_alternative(self, {B('"'), S(date), B('"')});
-        if (format == "time") b_.add_alternative(self, {B('"'), S(time), B('"')});
-        if (format == "date-time") b_.add_alternative(self, {B('"'), S(date), B('T'), S(time), B('"')});
-        if (format == "uuid") {
-            Sequence seq = {B('"')};
-            for (int group : {8, 4, 4, 4, 12}) {
-                if (seq.size() > 1) seq.push_back(B('-'));
-                for (int i = 0; i < group; ++i) seq.push_back(hex);
-            }
-            seq.push_back(B('"'));
-            b_.add_alternative(self, std::move(seq));
-        }
-        return self;
-    });
-}
+// ---- entry points ----
 
 Expected<GrammarBuilder::RuleId> GrammarBuilder::add_json_schema(const nlohmann::ordered_json& schema,
                                                                  const std::string& where) {

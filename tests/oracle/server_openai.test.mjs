@@ -506,14 +506,14 @@ try {
     await expectError("error: json_schema without name", 400, client.chat.completions.create({ ...base, response_format: { type: "json_schema", json_schema: { schema: {} } } }),
         { param: "response_format.json_schema.name" });
     await expectError("error: json_schema pattern", 400, client.chat.completions.create({ ...base, response_format: { type: "json_schema",
-        json_schema: { name: "x", schema: { type: "object", properties: { id: { type: "string", pattern: "^[a-z]+$" } } } } } }),
+        json_schema: { name: "x", schema: { type: "object", properties: { id: { type: "string", pattern: "^(?=[a-z])\\w+$" } } } } } }),
         { param: "response_format.json_schema.schema", code: "unsupported_schema", messageHas: ["'pattern'", "#/properties/id"] });
     await expectError("error: json_schema multipleOf", 400, client.chat.completions.create({ ...base, response_format: { type: "json_schema",
-        json_schema: { name: "x", schema: { type: "integer", multipleOf: 3 } } } }), { code: "unsupported_schema", messageHas: ["'multipleOf'"] });
+        json_schema: { name: "x", schema: { type: "integer", multipleOf: 0.3 } } } }), { code: "unsupported_schema", messageHas: ["'multipleOf'"] });
     await expectError("error: json_schema unsatisfiable", 400, client.chat.completions.create({ ...base, response_format: { type: "json_schema",
         json_schema: { name: "x", schema: { type: "string", minLength: 4, maxLength: 2 } } } }), { code: "invalid_schema", messageHas: ["minLength"] });
     await expectError("error: tool parameters unsupported", 400, client.chat.completions.create({ ...base, tool_choice: "required",
-        tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: { n: { type: "number", multipleOf: 2 } } } } }] }),
+        tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: { n: { type: "number", multipleOf: 0.5 } } } } }] }),
         { param: "tools[0].function.parameters", messageHas: ["'multipleOf'"] });
     await expectError("error: json_schema with forced tool call", 400, client.chat.completions.create({ ...base, tool_choice: "required",
         tools: [{ type: "function", function: { name: "f" } }], response_format: { type: "json_object" } }), { param: "response_format" });
