@@ -26,6 +26,7 @@ uint64_t peak_rss_bytes() {
 
 nlohmann::json stats_json(const Engine& engine, const GenerationStats& gen, const ExpertCacheStats& cache) {
     const MemoryPlan& plan = engine.memory_plan();
+    const MemoryPressureStatus pressure = engine.memory_pressure();
     return {{"prompt_tokens", gen.prompt_tokens},
             {"prefilled_tokens", gen.prefilled_tokens},
             {"generated_tokens", gen.generated_tokens},
@@ -48,9 +49,9 @@ nlohmann::json stats_json(const Engine& engine, const GenerationStats& gen, cons
             {"prefetch_wasted", cache.prefetch_wasted},
             {"memory_budget_bytes", plan.budget_bytes},
             {"expert_cache_bytes", plan.cache_bytes},
-            {"expert_cache_budget_bytes", engine.memory_pressure().budget_bytes},
-            {"memory_returned_bytes", engine.memory_pressure().bytes_returned},
-            {"memory_pressure_events", engine.memory_pressure().pressure_events},
+            {"expert_cache_budget_bytes", pressure.budget_bytes},
+            {"memory_returned_bytes", pressure.bytes_returned},
+            {"memory_pressure_events", pressure.pressure_events},
             {"streaming", plan.streaming}};
 }
 

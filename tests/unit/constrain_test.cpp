@@ -714,13 +714,30 @@ TEST(Constrain, MultipleOfIsExact) {
         matches(compile(ojson::parse(R"({"type": "integer", "multipleOf": 999})")), "999999999999999"));
 }
 
+// A schema, values its grammar must accept (each also valid by the independent validator, so a
+// wrong expectation is caught) and values it must reject.
+struct SchemaCase {
+    const char* schema;
+    std::vector<const char*> accept, reject;
+};
+
+void expect_schema_cases(const std::vector<SchemaCase>& cases) {
+    for (const SchemaCase& c : cases) {
+        const ojson schema = ojson::parse(c.schema);
+        std::string err;
+        auto g = compile(schema, &err);
+        ASSERT_NE(g, nullptr) << c.schema << " → " << err;
+        for (const char* v : c.accept) {
+            EXPECT_TRUE(validate(ojson::parse(v), schema, schema))
+                << "bad expectation: " << c.schema << " " << v;
+            EXPECT_TRUE(matches(g, v)) << c.schema << " should accept " << v;
+        }
+        for (const char* v : c.reject) EXPECT_FALSE(matches(g, v)) << c.schema << " should reject " << v;
+    }
+}
 // Objects: propertyNames, patternProperties, additionalProperties as a schema, min/maxProperties.
 TEST(Constrain, ObjectKeywords) {
-    struct Case {
-        const char* schema;
-        std::vector<const char*> accept, reject;
-    };
-    const std::vector<Case> cases = {
+    const std::vector<SchemaCase> cases = {
         // zod z.record(z.string(), z.number()); pydantic Dict[str, int]
         {R"({"type":"object","propertyNames":{"type":"string"},"additionalProperties":{"type":"number"}})",
          {R"({})", R"({"a": 1, "b": 2.5})", R"({"": 0})"},
@@ -777,28 +794,13 @@ TEST(Constrain, ObjectKeywords) {
          {R"({"toolong": 1})", R"({"abcd": null})"}},
         {R"({"type":"object","propertyNames":false})", {R"({})"}, {R"({"a": 1})"}},
     };
-    for (const Case& c : cases) {
-        const ojson schema = ojson::parse(c.schema);
-        std::string err;
-        auto g = compile(schema, &err);
-        ASSERT_NE(g, nullptr) << c.schema << " → " << err;
-        for (const char* v : c.accept) {
-            EXPECT_TRUE(validate(ojson::parse(v), schema, schema))
-                << "bad expectation: " << c.schema << " " << v;
-            EXPECT_TRUE(matches(g, v)) << c.schema << " should accept " << v;
-        }
-        for (const char* v : c.reject) EXPECT_FALSE(matches(g, v)) << c.schema << " should reject " << v;
-    }
+    expect_schema_cases(cases);
 }
 
 // Tuples: prefixItems (2020-12) with items as the rest or false, and the draft-7 array items with
 // additionalItems.
 TEST(Constrain, TupleKeywords) {
-    struct Case {
-        const char* schema;
-        std::vector<const char*> accept, reject;
-    };
-    const std::vector<Case> cases = {
+    const std::vector<SchemaCase> cases = {
         // pydantic Tuple[int, str]; zod z.tuple([z.number(), z.string()])
         {R"({"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}],"minItems":2,"maxItems":2})",
          {R"([1, "a"])"},
@@ -824,18 +826,7 @@ TEST(Constrain, TupleKeywords) {
          {R"([])", R"([1, "a", "b"])"},
          {R"([1, 2])"}},
     };
-    for (const Case& c : cases) {
-        const ojson schema = ojson::parse(c.schema);
-        std::string err;
-        auto g = compile(schema, &err);
-        ASSERT_NE(g, nullptr) << c.schema << " → " << err;
-        for (const char* v : c.accept) {
-            EXPECT_TRUE(validate(ojson::parse(v), schema, schema))
-                << "bad expectation: " << c.schema << " " << v;
-            EXPECT_TRUE(matches(g, v)) << c.schema << " should accept " << v;
-        }
-        for (const char* v : c.reject) EXPECT_FALSE(matches(g, v)) << c.schema << " should reject " << v;
-    }
+    expect_schema_cases(cases);
 }
 
 // Random walk: at each step a random allowed token (uniform), EOS as soon as it is allowed with

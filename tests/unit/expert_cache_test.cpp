@@ -75,13 +75,19 @@ size_t resident_pages(const uint8_t* p, size_t bytes) {
     return n;
 }
 
-TEST(ExpertCache, StoreShrinksUnderPressureAndGrowsBack) {
-    testing::TempDir dir;
+// The qwen3_next_mlx_q4 golden packed into `out`: a small streamed model with 8 experts per layer.
+Expected<format::PackLayout> pack_golden(const std::string& out) {
     convert::PackOptions o;
     o.src_dir = testing::test_data_dir() + "/goldens/qwen3_next_mlx_q4";
-    o.out_dir = dir.file("packed");
-    ASSERT_TRUE(convert::pack_model(o).has_value());
-    auto layout = format::open_packed_dir(o.out_dir);
+    o.out_dir = out;
+    if (auto packed = convert::pack_model(o); !packed.has_value()) return packed.status();
+    return format::open_packed_dir(out);
+}
+
+TEST(ExpertCache, StoreShrinksUnderPressureAndGrowsBack) {
+    testing::TempDir dir;
+    const std::string packed = dir.file("packed");
+    auto layout = pack_golden(packed);
     ASSERT_TRUE(layout.has_value()) << layout.status().message();
     const uint64_t slot = experts::ExpertStore::slot_bytes_for(*layout);
     const int64_t n_experts = layout->n_experts;
@@ -92,7 +98,7 @@ TEST(ExpertCache, StoreShrinksUnderPressureAndGrowsBack) {
     so.floor_bytes = slot * 2;
     so.prefetch = false;
     so.io_threads = 2;
-    auto opened = experts::ExpertStore::open(o.out_dir, *layout, so);
+    auto opened = experts::ExpertStore::open(packed, *layout, so);
     ASSERT_TRUE(opened.has_value()) << opened.status().message();
     experts::ExpertStore& store = **opened;
     std::vector<int32_t> all(static_cast<size_t>(n_experts));
@@ -151,11 +157,8 @@ TEST(ExpertCache, StoreShrinksUnderPressureAndGrowsBack) {
 // succeeds with the right bytes, whatever size the cache has at that moment (TSan runs this).
 TEST(ExpertCache, ResizingWhileStepsRunNeverFailsThem) {
     testing::TempDir dir;
-    convert::PackOptions o;
-    o.src_dir = testing::test_data_dir() + "/goldens/qwen3_next_mlx_q4";
-    o.out_dir = dir.file("packed");
-    ASSERT_TRUE(convert::pack_model(o).has_value());
-    auto layout = format::open_packed_dir(o.out_dir);
+    const std::string packed = dir.file("packed");
+    auto layout = pack_golden(packed);
     ASSERT_TRUE(layout.has_value()) << layout.status().message();
     const uint64_t slot = experts::ExpertStore::slot_bytes_for(*layout);
     const int64_t n_experts = layout->n_experts;
@@ -165,7 +168,7 @@ TEST(ExpertCache, ResizingWhileStepsRunNeverFailsThem) {
     so.cache_bytes = slot * static_cast<uint64_t>(n_experts * static_cast<int64_t>(layers.size()));
     so.floor_bytes = slot;
     so.io_threads = 3;
-    auto opened = experts::ExpertStore::open(o.out_dir, *layout, so);
+    auto opened = experts::ExpertStore::open(packed, *layout, so);
     ASSERT_TRUE(opened.has_value()) << opened.status().message();
     experts::ExpertStore& store = **opened;
     // Each expert's first bytes, read once at full size.

@@ -175,13 +175,18 @@ function deleteConv(btn, conv) {
     if (state.controller && conv === state.current) return;
     state.convs = state.convs.filter((c) => c !== conv);
     if (conv === state.current) state.current = state.convs[0] || null;
-    if (!state.current) {
-        state.current = newConversation();
-        state.convs.unshift(state.current);
-    }
+    ensureCurrent();
     persist();
     renderSidebar();
     renderLog();
+}
+
+// With no conversation left (or none stored yet), a new empty one becomes current; true when made.
+function ensureCurrent() {
+    if (state.current) return false;
+    state.current = newConversation();
+    state.convs.unshift(state.current);
+    return true;
 }
 
 function download(name, text) {
@@ -584,10 +589,6 @@ fetch("/props", { headers: apiHeaders() })
 monitor.start();
 
 state.current = state.convs.find((c) => c.id === loadCurrentId()) || state.convs[0];
-if (!state.current) {
-    state.current = newConversation();
-    state.convs.unshift(state.current);
-    persist();
-}
+if (ensureCurrent()) persist();
 renderSidebar();
 renderLog();

@@ -439,56 +439,56 @@ int heads_per_block(int64_t rep) {
     return 1;
 }
 
+// One call's arguments, as flash_attention_kv received them (the view made).
+struct FlashCall {
+    const float* q;
+    KvView c;
+    int64_t n_q, offset;
+    const int32_t* pos0;
+    int64_t nh, nkv;
+    float scale;
+    const float* gate;
+    float* out;
+    float* scratch;
+    int64_t scratch_floats, keys_hint;
+    cudaStream_t s;
+};
+
 template <KvType T, int D>
-void launch(const float* q, const KvView& c, int64_t n_q, int64_t offset, const int32_t* pos0, int64_t nh,
-            int64_t nkv, float scale, const float* gate, float* out, float* scratch, int64_t scratch_floats,
-            int64_t keys_hint, cudaStream_t s) {
-    const int G = heads_per_block(nh / nkv);
-    const int64_t row_blocks = (n_q * G + kFaRows - 1) / kFaRows, groups = nh / nkv / G;
-    const int64_t blocks = row_blocks * nkv * groups;
+void launch(const FlashCall& a) {
+    const int G = heads_per_block(a.nh / a.nkv);
+    const int64_t row_blocks = (a.n_q * G + kFaRows - 1) / kFaRows, groups = a.nh / a.nkv / G;
+    const int64_t blocks = row_blocks * a.nkv * groups;
     // Split the keys while the blocks would not fill the GPU twice over, each split keeping at
     // least 8 tiles, as far as the scratch holds the partials.
     int device = 0, sms = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    const int64_t tiles = (keys_hint + FaShape<D>::kKeys - 1) / FaShape<D>::kKeys;
+    const int64_t tiles = (a.keys_hint + FaShape<D>::kKeys - 1) / FaShape<D>::kKeys;
     int splits = 1;
     while (blocks * splits < 2 * sms && tiles / (2 * splits) >= 8 &&
-           n_q * nh * 2 * splits * (D + 2) <= scratch_floats)
+           a.n_q * a.nh * 2 * splits * (D + 2) <= a.scratch_floats)
         splits *= 2;
     auto kernel = flash_attention_kernel<T, D>;
     constexpr size_t smem = FaShape<D>::kSmemBytes;
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(nkv * groups),
+    const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(a.nkv * groups),
                     static_cast<unsigned>(splits));
-    const float scale_log2 = scale * 1.4426950408889634f;
-    kernel<<<grid, 32 * kFaWarps, smem, s>>>(q, c, pos0, offset, n_q, nh, nkv, G, scale_log2, gate, out,
-                                             scratch, splits);
+    const float scale_log2 = a.scale * 1.4426950408889634f;
+    kernel<<<grid, 32 * kFaWarps, smem, a.s>>>(a.q, a.c, a.pos0, a.offset, a.n_q, a.nh, a.nkv, G, scale_log2,
+                                               a.gate, a.out, a.scratch, splits);
     if (splits > 1)
-        flash_combine_kernel<D><<<static_cast<unsigned>(n_q * nh), 128, 0, s>>>(scratch, splits, gate, out);
+        flash_combine_kernel<D>
+            <<<static_cast<unsigned>(a.n_q * a.nh), 128, 0, a.s>>>(a.scratch, splits, a.gate, a.out);
 }
 
 template <KvType T>
-void launch_type(const float* q, const KvView& c, int64_t n_q, int64_t offset, const int32_t* pos0,
-                 int64_t nh, int64_t nkv, int64_t hd, float scale, const float* gate, float* out,
-                 float* scratch, int64_t scratch_floats, int64_t keys_hint, cudaStream_t s) {
-    switch (hd) {
-        case 32:
-            launch<T, 32>(q, c, n_q, offset, pos0, nh, nkv, scale, gate, out, scratch, scratch_floats,
-                          keys_hint, s);
-            return;
-        case 64:
-            launch<T, 64>(q, c, n_q, offset, pos0, nh, nkv, scale, gate, out, scratch, scratch_floats,
-                          keys_hint, s);
-            return;
-        case 128:
-            launch<T, 128>(q, c, n_q, offset, pos0, nh, nkv, scale, gate, out, scratch, scratch_floats,
-                           keys_hint, s);
-            return;
-        default:
-            launch<T, 256>(q, c, n_q, offset, pos0, nh, nkv, scale, gate, out, scratch, scratch_floats,
-                           keys_hint, s);
-            return;
+void launch_type(const FlashCall& a, int64_t head_dim) {
+    switch (head_dim) {  // flash_attention_fits admitted one of these
+        case 32: return launch<T, 32>(a);
+        case 64: return launch<T, 64>(a);
+        case 128: return launch<T, 128>(a);
+        default: return launch<T, 256>(a);
     }
 }
 
@@ -505,28 +505,26 @@ bool flash_attention_kv(const float* q, const KvCache& cache, int64_t n_q, int64
                         int64_t keys_hint, cudaStream_t s) {
     if (!flash_attention_fits(cache, head_dim)) return false;
     if (n_q == 0) return true;
-    const KvView c = kv_view(cache, n_kv_heads, head_dim);
+    const FlashCall a{.q = q,
+                      .c = kv_view(cache, n_kv_heads, head_dim),
+                      .n_q = n_q,
+                      .offset = offset,
+                      .pos0 = pos0_dev,
+                      .nh = n_heads,
+                      .nkv = n_kv_heads,
+                      .scale = scale,
+                      .gate = gate,
+                      .out = out,
+                      .scratch = scratch,
+                      .scratch_floats = scratch_floats,
+                      .keys_hint = keys_hint,
+                      .s = s};
     switch (cache.type) {
-        case KvType::kF32:
-            launch_type<KvType::kF32>(q, c, n_q, offset, pos0_dev, n_heads, n_kv_heads, head_dim, scale, gate,
-                                      out, scratch, scratch_floats, keys_hint, s);
-            break;
-        case KvType::kF16:
-            launch_type<KvType::kF16>(q, c, n_q, offset, pos0_dev, n_heads, n_kv_heads, head_dim, scale, gate,
-                                      out, scratch, scratch_floats, keys_hint, s);
-            break;
-        case KvType::kQ8:
-            launch_type<KvType::kQ8>(q, c, n_q, offset, pos0_dev, n_heads, n_kv_heads, head_dim, scale, gate,
-                                     out, scratch, scratch_floats, keys_hint, s);
-            break;
-        case KvType::kQ4:
-            launch_type<KvType::kQ4>(q, c, n_q, offset, pos0_dev, n_heads, n_kv_heads, head_dim, scale, gate,
-                                     out, scratch, scratch_floats, keys_hint, s);
-            break;
-        case KvType::kQ3:
-            launch_type<KvType::kQ3>(q, c, n_q, offset, pos0_dev, n_heads, n_kv_heads, head_dim, scale, gate,
-                                     out, scratch, scratch_floats, keys_hint, s);
-            break;
+        case KvType::kF32: launch_type<KvType::kF32>(a, head_dim); break;
+        case KvType::kF16: launch_type<KvType::kF16>(a, head_dim); break;
+        case KvType::kQ8: launch_type<KvType::kQ8>(a, head_dim); break;
+        case KvType::kQ4: launch_type<KvType::kQ4>(a, head_dim); break;
+        case KvType::kQ3: launch_type<KvType::kQ3>(a, head_dim); break;
     }
     return true;
 }
