@@ -199,6 +199,9 @@ _ZC_NORM_SUFFIXES = (
     "model.norm.weight",
     ".q_norm.weight",
     ".k_norm.weight",
+    "mtp.norm.weight",
+    "mtp.pre_fc_norm_embedding.weight",
+    "mtp.pre_fc_norm_hidden.weight",
 )
 
 
@@ -495,6 +498,43 @@ GOLDENS = [
         "mlp.gate / mlp.shared_expert_gate 8-bit gs64 overrides keyed by language_model.model.layers.N...; "
         "A_log kept F32 (mlx-lm cast_predicate)",
     },
+    {
+        "name": "qwen3_next_mtp_hf_bf16",
+        "family": "qwen3_next",
+        "layout": "hf",
+        "mtp": True,
+        "config": _qwen3_next_cfg(
+            h=64, nh=4, nkv=2, hd=32, nk=2, nv=4, dk=16, dv=24, moe_i=48, sh_i=40, e=8, k=3, v=300, layers=4, interval=4
+        ),
+        "notes": "qwen3_next_hf_bf16's shapes plus the MTP head as the real checkpoint stores it (mtp.fc, "
+        "mtp.pre_fc_norm_embedding / _hidden, mtp.norm, mtp.layers.0.* with per-expert tensors; raw "
+        "zero-centred norms); config.json without num_nextn_predict_layers (as Qwen3-Next's); mtp_logits "
+        "from make_mtp_head (vLLM qwen3_next_mtp.py's computation on transformers' own layer)",
+    },
+    {
+        "name": "qwen3_next_mtp_mlx_q4",
+        "family": "qwen3_next",
+        "layout": "mlx",
+        "bits": 4,
+        "group_size": 32,
+        "mtp": True,
+        "config": _qwen3_next_cfg(
+            h=64, nh=4, nkv=2, hd=32, nk=2, nv=4, dk=16, dv=24, moe_i=64, sh_i=64, e=8, k=3, v=300, layers=4, interval=4
+        ),
+        "notes": "the MLX layout of the default model with an MTP head kept (mlx-lm drops it; sluice's "
+        "tiny-next ships one): mtp.* quantised as the rest (4-bit gs32, router and shared-expert gate "
+        "8-bit), mtp.layers.0.mlp.switch_mlp stacked experts, +1 folded into every MTP norm",
+    },
+    {
+        "name": "qwen3_5_moe_mtp_hf_bf16",
+        "family": "qwen3_5_moe",
+        "layout": "hf",
+        "mtp": True,
+        "config": _qwen3_5_moe_cfg(h=64, nh=4, nkv=2, hd=32, nk=2, nv=4, dk=16, dv=24, moe_i=48, sh_i=40, e=6, k=2, v=320, layers=4),
+        "f32_tensors": ("A_log",),
+        "notes": "qwen3_5_moe_hf_bf16's shapes plus the MTP head at top level (mtp.*, the MTP layer's "
+        "experts per expert while the main layers' are fused)",
+    },
 ]
 
 # ----------------------------------------------------------------------------------------------
@@ -542,7 +582,8 @@ def mem_to_hf(family: str, mem: dict) -> dict:
     out = {}
     for n, a in mem.items():
         m = _FUSED_RE.match(n)
-        if m and family in ("qwen3_moe", "qwen3_next"):
+        # The MTP layer's experts are stored per expert in Qwen3.5 checkpoints too (models.md §4, 8).
+        if m and (family in ("qwen3_moe", "qwen3_next") or n.startswith("mtp.")):
             base, kind = m.groups()
             if kind == "gate_up_proj":
                 i = a.shape[1] // 2
@@ -901,6 +942,99 @@ def capture_decoder_layers(model):
     return layers
 
 
+
+# ----------------------------------------------------------------------------------------------
+# The multi-token-prediction head (models.md §3.7), as vLLM's qwen3_next_mtp.py computes it
+# (Qwen3NextMultiTokenPredictor; its proposer vllm/v1/spec_decode/eagle.py feeds it):
+#   row p: x = fc([pre_fc_norm_embedding(embed(t_{p+1})); pre_fc_norm_hidden(h_p)])   (embedding first)
+#          z = the MTP decoder layer (full attention + MoE, its own KV cache) at RoPE position p
+#          out = mtp.norm(z); logits = lm_head(out)   → the proposal for token p+2
+#   h_p is the target's hidden state after its final norm (what its lm_head reads); a chained
+#   proposal feeds the head's own `out` of the previous row as h, at the next position.
+# The decoder layer and norms are transformers' own classes: the head is a one-layer copy of the
+# family's text model (its layers.0 = mtp.layers.0, its norm = mtp.norm; its embedding unused).
+# ----------------------------------------------------------------------------------------------
+
+
+def text_config_of(cfg):
+    return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+
+
+def text_model_of(model):
+    """The decoder stack whose final norm feeds lm_head (Qwen3.5: model.model.language_model)."""
+    m = model.model
+    return getattr(m, "language_model", m)
+
+
+def make_mtp_head(model, cfg):
+    import copy
+
+    import torch
+
+    class MtpHead(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            tc = text_config_of(cfg)
+            text = text_model_of(model)
+            c1 = copy.deepcopy(tc)
+            c1.num_hidden_layers = 1
+            c1.layer_types = ["full_attention"]
+            if hasattr(c1, "mlp_only_layers"):
+                c1.mlp_only_layers = []
+            try:
+                c1._attn_implementation = "eager"
+            except Exception:  # noqa: BLE001
+                pass
+            self.block = type(text)(c1)
+            norm_cls = type(text.norm)
+            h = tc.hidden_size
+            self.pre_fc_norm_embedding = norm_cls(h, eps=tc.rms_norm_eps)
+            self.pre_fc_norm_hidden = norm_cls(h, eps=tc.rms_norm_eps)
+            self.fc = torch.nn.Linear(2 * h, h, bias=False)
+
+        def checkpoint_parameters(self) -> dict:
+            """{checkpoint name: parameter} (the block's unused embedding left out)."""
+            out = {}
+            for n, prm in self.named_parameters():
+                if n.startswith("block.embed_tokens"):
+                    continue
+                if n.startswith("block."):
+                    out["mtp." + n[len("block."):]] = prm
+                else:
+                    out["mtp." + n] = prm
+            return out
+
+        def forward(self, next_ids, hidden):
+            """next_ids [n] (t_{p+1} per row), hidden [n, H] (h_p per row), rows at positions 0..n-1.
+            Returns (out [n, H] after mtp.norm, logits [n, V])."""
+            emb = text_model_of(model).embed_tokens(next_ids)
+            x = self.fc(torch.cat([self.pre_fc_norm_embedding(emb), self.pre_fc_norm_hidden(hidden)], dim=-1))
+            out = self.block(inputs_embeds=x[None], use_cache=False).last_hidden_state[0]
+            return out, model.lm_head(out)
+
+    return MtpHead().to(torch.float32).eval()
+
+
+def mtp_reference(head, prompt_ids, final_hidden, first_token, n_chained: int = 2):
+    """The head over the prompt (rows 0..T-1: h_p with t_{p+1}; row T-1's next token is the target's
+    `first_token`), then `n_chained` chained proposals (each row's next token the argmax of the row
+    before, its h the head's own output there). Returns (next tokens [T+n], logits [T+n, V],
+    hidden fed [T+n, H])."""
+    import torch
+
+    T = len(prompt_ids)
+    toks = [int(t) for t in prompt_ids[1:]] + [int(first_token)]
+    hid = torch.from_numpy(np.ascontiguousarray(final_hidden, dtype=np.float32))
+    with torch.no_grad():
+        for _ in range(n_chained + 1):
+            out, logits = head(torch.tensor(toks, dtype=torch.long), hid)
+            if len(toks) == T + n_chained:
+                break
+            toks.append(int(logits[-1].argmax()))
+            hid = torch.cat([hid, out[-1:]], dim=0)
+    return np.array(toks, dtype=np.int32), logits.float().numpy(), hid.float().numpy()
+
+
 def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
     import torch
     from transformers import GenerationConfig
@@ -919,6 +1053,9 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
     gdn_modules = rewire_gdn_modules(model, counter)
 
     params = dict(model.named_parameters())
+    head = make_mtp_head(model, cfg) if golden.get("mtp") else None
+    head_params = head.checkpoint_parameters() if head is not None else {}
+    params.update(head_params)
     mem_names = set(params)
     mem = {n: draw_param(name, fam, n, tuple(p.shape), p.detach().cpu().float().numpy()) for n, p in params.items()}
     hf = mem_to_hf(fam, mem)
@@ -953,6 +1090,11 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
         emb = next(n for n in sd if n.endswith("embed_tokens.weight") and ".visual." not in n)
         sd["lm_head.weight"] = sd[emb]
     model.load_state_dict(sd, strict=True)
+    if head is not None:  # the head's weights: the stored values too
+        with torch.no_grad():
+            for n, prm in head_params.items():
+                assert tuple(prm.shape) == back_mem[n].shape, (n, tuple(prm.shape), back_mem[n].shape)
+                prm.copy_(torch.from_numpy(np.ascontiguousarray(back_mem[n])))
 
     # config.json: as written in GOLDENS, or as transformers' own save_pretrained writes it (the spelling
     # of a checkpoint saved by transformers 5, which loaders must read too)
@@ -990,8 +1132,15 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
     for n, m in model.named_modules():
         if n.endswith("mlp.gate") and "visual" not in n:
             hooks.append(m.register_forward_hook(rhook))
+    final_hidden = {}
+
+    def fhook(_m, _inp, out):
+        final_hidden["rows"] = (out[0] if isinstance(out, tuple) else out).detach()[0].float().numpy().copy()
+
+    fh = text_model_of(model).norm.register_forward_hook(fhook)
     with torch.no_grad():
         out = model(input_ids=input_ids, use_cache=False)
+    fh.remove()
     for h in hooks[: len(hidden)]:
         h.remove()
     logits = out.logits[0].float().numpy().copy()
@@ -1068,6 +1217,25 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
     }
     for li in sorted(hidden):
         tensors[f"hidden_{li}"] = ("F32", hidden[li].astype(np.float32))
+    mtp_checks = None
+    if head is not None:
+        # final_hidden: the target's normed hidden rows; check they are what its lm_head reads.
+        fh_rows = final_hidden["rows"]
+        with torch.no_grad():
+            relogit = model.lm_head(torch.from_numpy(fh_rows)).float().numpy()
+        mtp_toks, mtp_logits, mtp_hidden = mtp_reference(head, ids, fh_rows, int(greedy_ids[0]))
+        tensors["final_hidden"] = ("F32", fh_rows.astype(np.float32))
+        tensors["mtp_tokens"] = ("I32", mtp_toks)
+        tensors["mtp_logits"] = ("F32", mtp_logits.astype(np.float32))
+        tensors["mtp_hidden"] = ("F32", mtp_hidden.astype(np.float32))
+        srt_m = np.sort(mtp_logits, axis=-1)
+        mtp_checks = {
+            "final_hidden_relogit_max_abs_diff": float(np.abs(relogit - logits).max()),
+            "mtp_rows": int(mtp_logits.shape[0]),
+            "mtp_chained": int(mtp_logits.shape[0] - PROMPT_LEN),
+            "mtp_min_top2_margin_chained": float((srt_m[PROMPT_LEN - 1 :, -1] - srt_m[PROMPT_LEN - 1 :, -2]).min()),
+            "mtp_logits_std": float(mtp_logits.std()),
+        }
     write_safetensors(os.path.join(gdir, "golden.safetensors"), tensors, {"format": "pt"})
 
     chunk_ran = "torch_chunk_gated_delta_rule" in prefill_calls
@@ -1110,6 +1278,7 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
             "min_router_topk_logit_margin": min_router_margin,
             "logits_std": float(logits.std()),
             "from_pretrained_roundtrip": roundtrip,
+            "mtp": mtp_checks,
         },
         "seconds": round(time.time() - t0, 2),
         "notes": golden["notes"]
