@@ -93,6 +93,11 @@ struct EngineOptions {
     // Sessions alive and generating at once (the server's --parallel): the plan reserves state
     // (KV, DeltaNet state and its turn checkpoints) and forward scratch for each.
     int max_sessions = 1;
+    // Run the model's multi-token-prediction head (the mtp.* tensors of Qwen3-Next / Qwen3.5
+    // checkpoints) beside every session — one more attention layer's KV per session — so generations
+    // can draft with it (SpeculativeOptions::mtp). An error at load when the model has no head or
+    // the device does not run it.
+    bool mtp = false;
     // Where the forward runs: "cpu", or "cuda" / "cuda:N" (GPU N; an error when this build has no
     // CUDA support or no such GPU exists). On a GPU the dense core and each session's KV/state live
     // in GPU memory, bounded by gpu_memory_bytes (0 = 90% of what is free); the routed experts too

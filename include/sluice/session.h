@@ -86,6 +86,9 @@ struct SpeculativeOptions {
     float draft_temperature = -1.0f;  // the draft's sampling temperature; < 0: the request's own
     bool adaptive = false;            // choose the proposals per step (0 = off) from the measured acceptance
                                       // and step costs, at most `tokens`
+    // Draft with the model's own multi-token-prediction head instead of a draft model (the engine
+    // must run it: EngineOptions::mtp). `draft` is then ignored.
+    bool mtp = false;
 };
 
 enum class FinishReason { kLength, kStop, kCancelled, kError };

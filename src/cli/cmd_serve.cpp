@@ -101,7 +101,8 @@ void run_serve(const ServeOptions& o) {
     so.max_connections_per_client = o.max_connections_per_client;
     so.max_requests = o.max_requests;
     so.max_requests_per_client = o.max_requests_per_client;
-    if (draft.engine) o.spec.apply_tokens(so.speculative);
+    if (draft.engine || o.spec.mtp()) o.spec.apply_tokens(so.speculative);
+    so.speculative.mtp = o.spec.mtp();
     if (so.model_id.empty()) {
         std::filesystem::path p(o.model_dir);
         so.model_id = (p.has_filename() ? p.filename() : p.parent_path().filename()).string();

@@ -25,13 +25,18 @@ void SpecFlags::add_to(CLI::App* cmd) {
                     "stays the target's either way");
 }
 
+std::string SpecFlags::resolved_mode() const {
+    return mode.empty() ? (draft.empty() ? "off" : "draft") : mode;
+}
+
 SpecFlags::Draft SpecFlags::load(EngineOptions& target, int sessions) const {
-    const std::string m = mode.empty() ? (draft.empty() ? "off" : "draft") : mode;
+    const std::string m = resolved_mode();
     if (m == "off") return {};
-    if (m == "mtp")
-        throw CliError(
-            "--spec mtp: this build of sluice does not run multi-token-prediction layers yet; use "
-            "--spec draft --draft MODEL");
+    if (m == "mtp") {
+        if (!draft.empty()) throw CliError("--spec mtp drafts with the model's own head: drop --draft");
+        target.mtp = true;  // Engine::load says so when the model has no head
+        return {};
+    }
     if (draft.empty()) throw CliError("--spec draft needs --draft MODEL");
     EngineOptions eo = target;
     eo.model_dir = resolve_model_arg(draft, false);
@@ -49,6 +54,11 @@ SpecFlags::Draft SpecFlags::load(EngineOptions& target, int sessions) const {
 }
 
 void SpecFlags::apply(Draft& d, GenerateOptions& options) const {
+    if (mtp()) {
+        options.speculative.mtp = true;
+        apply_tokens(options.speculative);
+        return;
+    }
     if (!d.session) return;
     options.speculative.draft = d.session.get();
     apply_tokens(options.speculative);

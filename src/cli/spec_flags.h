@@ -20,6 +20,9 @@ struct SpecFlags {
     float draft_temperature = -1.0f;
 
     void add_to(CLI::App* cmd);
+    // off, draft or mtp: --spec, or draft when --draft is given.
+    std::string resolved_mode() const;
+    bool mtp() const { return resolved_mode() == "mtp"; }
 
     // The draft model loaded for a target loaded with `target` (its budget is taken out of
     // target.memory_bytes when that is set); empty when speculation is off. Throws CliError on a

@@ -35,6 +35,7 @@ QuantSpec QuantConfig::for_module(const std::string& path) const {
 
 bool ModelConfig::is_moe_layer(int64_t layer) const {
     if (n_experts == 0) return false;
+    if (is_mtp_layer(layer)) return true;  // the MTP layer of an MoE family is MoE
     for (int64_t l : mlp_only_layers)
         if (l == layer) return false;
     return decoder_sparse_step <= 1 || (layer + 1) % decoder_sparse_step == 0;

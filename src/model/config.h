@@ -99,13 +99,21 @@ struct ModelConfig {
     std::vector<int64_t> mlp_only_layers;
 
     std::vector<LayerType> layer_types;  // [n_layers]
+    // Multi-token-prediction layers the checkpoint holds (models.md §3.7): 0 or 1, set at load from
+    // its tensors (`mtp.fc.weight`); config.json's num_nextn_predict_layers / mtp_num_hidden_layers
+    // only declare them (mlx-lm checkpoints drop the head). The MTP layer is layer index n_layers of
+    // the weights and the plan: a full-attention MoE decoder layer.
+    int64_t mtp_layers = 0;
     std::vector<int32_t> eos_token_ids;  // from config (generation_config may add more)
     std::optional<int32_t> bos_token_id;
 
     QuantConfig quantization;  // MLX checkpoints only
 
     // Derived helpers.
-    bool is_full_attention(int64_t layer) const { return layer_types[layer] == LayerType::kFullAttention; }
+    bool is_full_attention(int64_t layer) const {
+        return layer >= n_layers || layer_types[layer] == LayerType::kFullAttention;  // MTP: attention
+    }
+    bool is_mtp_layer(int64_t layer) const { return layer >= n_layers; }
     bool is_moe_layer(int64_t layer) const;
     bool has_experts() const { return n_experts > 0; }                          // false for a dense family
     int64_t linear_key_dim() const { return linear_k_heads * linear_k_dim; }    // nk·dk

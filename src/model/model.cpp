@@ -52,12 +52,14 @@ uint64_t ModelState::bytes() const {
 Status check_pack_layout(const ModelConfig& c, const format::PackLayout& layout, const std::string& dir) {
     const std::string where = "[model] " + dir + ": layout.json";
     auto corrupt = [&](const std::string& what) { return error(ErrorCode::kCorrupt, where + " " + what); };
-    std::vector<int> seen(static_cast<size_t>(c.n_layers), 0);
+    const int64_t n_layers = c.n_layers + c.mtp_layers;  // the MTP layer's experts: index n_layers
+    std::vector<int> seen(static_cast<size_t>(n_layers), 0);
     for (const format::PackExpertFile& f : layout.expert_files) {
         const std::string layer = "layer " + std::to_string(f.layer);
-        if (f.layer < 0 || f.layer >= c.n_layers)
+        if (f.layer < 0 || f.layer >= n_layers)
             return corrupt("has an expert file for " + layer + " of a " + std::to_string(c.n_layers) +
-                           "-layer model (config.json)");
+                           "-layer model (config.json)" +
+                           (c.mtp_layers > 0 ? " with " + std::to_string(c.mtp_layers) + " MTP layer" : ""));
         if (!c.is_moe_layer(f.layer))
             return corrupt("has experts for " + layer + ", a dense layer in config.json");
         if (seen[static_cast<size_t>(f.layer)]++ != 0) return corrupt("lists " + layer + " twice");
@@ -92,7 +94,7 @@ Status check_pack_layout(const ModelConfig& c, const format::PackLayout& layout,
                                : std::string("none")));
         }
     }
-    for (int64_t l = 0; l < c.n_layers; ++l)
+    for (int64_t l = 0; l < n_layers; ++l)
         if (c.is_moe_layer(l) && seen[static_cast<size_t>(l)] == 0)
             return corrupt("has no expert file for MoE layer " + std::to_string(l));
     return Status::ok();
@@ -128,6 +130,7 @@ Expected<std::shared_ptr<Model>> Model::load(const std::string& dir) {
         model->packed_ = true;
         SLUICE_ASSIGN_OR_RETURN(checkpoint,
                                 format::Checkpoint::open_files(dir, {model->packed_layout_.dense_file}));
+        config.mtp_layers = mtp_layers_in(config, *checkpoint);
         SLUICE_RETURN_IF_ERROR(check_pack_layout(config, model->packed_layout_, dir));
         SLUICE_RETURN_IF_ERROR(check_pack_dense(model->packed_layout_, *checkpoint, dir));
         if (model->packed_layout_.n_experts != config.n_experts) {
@@ -139,6 +142,7 @@ Expected<std::shared_ptr<Model>> Model::load(const std::string& dir) {
         }
     } else {
         SLUICE_ASSIGN_OR_RETURN(checkpoint, format::Checkpoint::open(dir));
+        config.mtp_layers = mtp_layers_in(config, *checkpoint);
     }
     SLUICE_ASSIGN_OR_RETURN(ModelWeights weights,
                             load_weights(config, std::move(checkpoint), !model->packed_));
@@ -176,6 +180,7 @@ void Model::use_activations(kernels::Activations activations) {
     };
     set(weights_.embed);
     set(weights_.lm_head);
+    if (has_mtp()) set(weights_.mtp.fc);
     for (LayerWeights& l : weights_.layers) {
         // Routers and the shared-expert gate stay f32: their products are E (or 1) rows, and their
         // outputs pick experts, where a rounding that flips a top-k choice changes the computation
@@ -200,6 +205,7 @@ ModelState Model::new_state(int64_t max_positions, const StateLayout& layout) co
     s.layers.resize(layout.layers.size());
     for (size_t l = 0; l < layout.layers.size(); ++l) {
         const auto& buffers = layout.layers[l].buffers;
+        if (buffers.empty()) continue;  // a layer this state does not hold (mtp_layout)
         auto& st = s.layers[l];
         auto size = [&](int b) { return static_cast<size_t>(buffers[static_cast<size_t>(b)].row_elems()); };
         if (buffers[0].per_position) {
@@ -250,14 +256,25 @@ void lay_out(std::span<const SequenceStep> steps, BatchLayout& b) {
 
 }  // namespace
 
-Status Model::forward_batch(std::span<const SequenceStep> steps, Workspace& ws, ThreadPool* pool) const {
+StateLayout Model::mtp_layout(const StateLayout& base) const {
+    StateLayout layout = base;
+    layout.layers.assign(static_cast<size_t>(config_.n_layers + config_.mtp_layers), LayerStateLayout{});
+    for (int64_t l = 0; l < config_.n_layers; ++l) {
+        if (!config_.is_full_attention(l)) continue;
+        for (int64_t m = config_.n_layers; m < config_.n_layers + config_.mtp_layers; ++m)
+            layout.layers[static_cast<size_t>(m)] = base.layers[static_cast<size_t>(l)];
+        break;
+    }
+    return layout;
+}
+
+Status Model::lay_out_steps(std::span<const SequenceStep> steps, size_t layers, Workspace& ws) const {
     const ModelConfig& c = config_;
-    const int64_t H = c.hidden;
     for (size_t i = 0; i < steps.size(); ++i) {
         const SequenceStep& s = steps[i];
         const auto n = static_cast<int64_t>(s.tokens.size());
         if (n == 0) continue;
-        if (s.state == nullptr || s.state->layers.size() != static_cast<size_t>(c.n_layers))
+        if (s.state == nullptr || s.state->layers.size() != layers)
             return error(ErrorCode::kInvalidArgument, "[model] state was made for another model");
         for (size_t j = 0; j < i; ++j) {
             if (steps[j].state == s.state && !steps[j].tokens.empty())
@@ -279,8 +296,44 @@ Status Model::forward_batch(std::span<const SequenceStep> steps, Workspace& ws, 
             }
         }
     }
-    BatchLayout& b = ws.batch;
-    lay_out(steps, b);
+    lay_out(steps, ws.batch);
+    return Status::ok();
+}
+
+Status Model::run_layer(int64_t l, bool out_of_place, float* x, Workspace& ws, ThreadPool* pool) const {
+    const int64_t H = config_.hidden, n = ws.batch.rows;
+    const LayerPlan& P = plan_.layers[static_cast<size_t>(l)];
+    const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
+    float* norm = grow(ws.norm, n * H);
+    float* mix = grow(ws.mix, n * H);
+
+    for (int64_t t = 0; t < n; ++t)
+        kernels::rms_norm(x + t * H, lw.input_norm.data(), H, P.norm_eps, norm + t * H);
+    switch (P.mixer) {
+        case MixerKind::kAttention: attention_layer(P.attention, lw, l, ws, pool); break;
+        case MixerKind::kGatedDeltaNet: deltanet_layer(P.deltanet, lw, l, out_of_place, ws, pool); break;
+    }
+    for (int64_t i = 0; i < n * H; ++i) x[i] += mix[i];
+    predict_next_experts(l, x, ws, pool);
+
+    for (int64_t t = 0; t < n; ++t)
+        kernels::rms_norm(x + t * H, lw.post_norm.data(), H, P.norm_eps, norm + t * H);
+    moe_layer(P, lw, l, ws, pool);
+    if (!ws.moe_status.is_ok()) {
+        // The committed states are untouched: nothing is swapped in and no n_past moves.
+        Status failed = ws.moe_status;
+        ws.moe_status = Status::ok();
+        return failed.with_context("[model] layer " + std::to_string(l));
+    }
+    for (int64_t i = 0; i < n * H; ++i) x[i] += mix[i];
+    return Status::ok();
+}
+
+Status Model::forward_batch(std::span<const SequenceStep> steps, Workspace& ws, ThreadPool* pool) const {
+    const ModelConfig& c = config_;
+    const int64_t H = c.hidden;
+    SLUICE_RETURN_IF_ERROR(lay_out_steps(steps, static_cast<size_t>(c.n_layers), ws));
+    const BatchLayout& b = ws.batch;
     const int64_t n = b.rows;
     if (n == 0) return Status::ok();
 
@@ -295,45 +348,60 @@ Status Model::forward_batch(std::span<const SequenceStep> steps, Workspace& ws, 
     // Out of place only when the forward can fail part-way (model.h, ModelState).
     const bool out_of_place = experts_->can_fail();
     for (int64_t l = 0; l < c.n_layers; ++l) {
-        const LayerPlan& P = plan_.layers[static_cast<size_t>(l)];
-        const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
-        float* norm = grow(ws.norm, n * H);
-        float* mix = grow(ws.mix, n * H);
-
-        for (int64_t t = 0; t < n; ++t)
-            kernels::rms_norm(x + t * H, lw.input_norm.data(), H, P.norm_eps, norm + t * H);
-        switch (P.mixer) {
-            case MixerKind::kAttention: attention_layer(P.attention, lw, l, ws, pool); break;
-            case MixerKind::kGatedDeltaNet: deltanet_layer(P.deltanet, lw, l, out_of_place, ws, pool); break;
-        }
-        for (int64_t i = 0; i < n * H; ++i) x[i] += mix[i];
-        predict_next_experts(l, x, ws, pool);
-
-        for (int64_t t = 0; t < n; ++t)
-            kernels::rms_norm(x + t * H, lw.post_norm.data(), H, P.norm_eps, norm + t * H);
-        moe_layer(P, lw, l, ws, pool);
-        if (!ws.moe_status.is_ok()) {
-            // The committed states are untouched: nothing is swapped in and no n_past moves.
-            Status failed = ws.moe_status;
-            ws.moe_status = Status::ok();
-            return failed.with_context("[model] layer " + std::to_string(l));
-        }
-        for (int64_t i = 0; i < n * H; ++i) x[i] += mix[i];
-
+        SLUICE_RETURN_IF_ERROR(run_layer(l, out_of_place, x, ws, pool));
         if (capture_layers != nullptr) capture_layers->emplace_back(x, x + n * H);
     }
     for (const BatchLayout::Part& p : b.parts) p.state->commit(p.n, out_of_place);
-    lm_head(steps, x, ws, pool);
+    lm_head(steps, x, weights_.final_norm, plan_.final_norm_eps, ws, pool);
+    return Status::ok();
+}
+
+Status Model::forward_mtp(ModelState& state, std::span<const int32_t> tokens, const float* hidden,
+                          float* logits, bool all_logits, float* hidden_out, Workspace& ws,
+                          ThreadPool* pool) const {
+    const ModelConfig& c = config_;
+    if (!has_mtp())
+        return error(ErrorCode::kUnsupported, "[model] " + dir_ + " has no multi-token-prediction head");
+    const int64_t H = c.hidden;
+    SequenceStep step{&state, tokens, logits, all_logits};
+    step.hidden = hidden_out;
+    const std::span<const SequenceStep> steps(&step, 1);
+    SLUICE_RETURN_IF_ERROR(lay_out_steps(steps, static_cast<size_t>(c.n_layers + c.mtp_layers), ws));
+    const int64_t n = ws.batch.rows;
+    if (n == 0) return Status::ok();
+    if (hidden == nullptr) return error(ErrorCode::kInvalidArgument, "[model] forward_mtp needs hidden rows");
+
+    // x = fc([norm_embedding(embed(token)); norm_hidden(hidden)]), the embedding half first.
+    const MtpWeights& m = weights_.mtp;
+    const float eps = plan_.layers[static_cast<size_t>(c.n_layers)].norm_eps;
+    float* joined = grow(ws.tmp, n * 2 * H);
+    float* row = grow(ws.y, H);
+    for (int64_t t = 0; t < n; ++t) {
+        kernels::dequantize_row(weights_.embed, tokens[t], row);
+        kernels::rms_norm(row, m.norm_embedding.data(), H, eps, joined + t * 2 * H);
+        kernels::rms_norm(hidden + t * H, m.norm_hidden.data(), H, eps, joined + t * 2 * H + H);
+    }
+    float* x = grow(ws.x, n * H);
+    linear_rows(m.fc, joined, n, ws.batch.singles, x, pool);
+    SLUICE_RETURN_IF_ERROR(run_layer(c.n_layers, false, x, ws, pool));
+    state.commit(n, false);
+    lm_head(steps, x, m.norm, eps, ws, pool);
     return Status::ok();
 }
 
 // Final norm and lm_head for the rows each step wants: every position (logits tool, perplexity,
 // verifying proposals) or only the last (generation). A step wanting one row gets matvec, one
 // wanting more a matmul over its rows, as alone; the one-row steps share one matvec_batch.
-void Model::lm_head(std::span<const SequenceStep> steps, const float* x, Workspace& ws,
-                    ThreadPool* pool) const {
+void Model::lm_head(std::span<const SequenceStep> steps, const float* x, const std::vector<float>& norm_w,
+                    float eps, Workspace& ws, ThreadPool* pool) const {
     const BatchLayout& b = ws.batch;
     const int64_t H = plan_.hidden, V = config_.vocab;
+    for (const BatchLayout::Part& p : b.parts) {
+        float* hidden = steps[static_cast<size_t>(p.step)].hidden;
+        if (hidden == nullptr) continue;
+        for (int64_t t = 0; t < p.n; ++t)
+            kernels::rms_norm(x + (p.row0 + t) * H, norm_w.data(), H, eps, hidden + t * H);
+    }
     const bool alone = b.parts.size() == 1;
     auto wanted = [&](const BatchLayout::Part& p) -> int64_t {
         const SequenceStep& s = steps[static_cast<size_t>(p.step)];
@@ -353,8 +421,8 @@ void Model::lm_head(std::span<const SequenceStep> steps, const float* x, Workspa
             const int64_t rows = wanted(p);
             if (rows == 0 || (rows == 1) != (pass == 0)) continue;
             for (int64_t t = 0; t < rows; ++t)
-                kernels::rms_norm(x + (p.row0 + p.n - rows + t) * H, weights_.final_norm.data(), H,
-                                  plan_.final_norm_eps, norm + (at + t) * H);
+                kernels::rms_norm(x + (p.row0 + p.n - rows + t) * H, norm_w.data(), H, eps,
+                                  norm + (at + t) * H);
             at += rows;
         }
     }

@@ -47,6 +47,9 @@ struct SequenceStep {
     // fed one at a time: a speculative verification then gets exactly plain decoding's logits, also
     // where the prefill kernels round differently (int8 activations). For short steps (<= 16 tokens).
     bool decode_rows = false;
+    // [tokens.size(), H]: every token's hidden state after the final norm (the rows lm_head reads),
+    // for a multi-token-prediction drafter (forward_mtp); null when not wanted.
+    float* hidden = nullptr;
 };
 
 // How a batched forward lays its steps out as rows of one [rows, H] stream: the steps of a single
@@ -212,6 +215,21 @@ class Model {
     Status forward(ModelState& state, std::span<const int32_t> tokens, float* logits, bool all_logits,
                    Workspace& ws, ThreadPool* pool, bool decode_rows = false) const;
 
+    // The multi-token-prediction head (models.md §3.7; config().mtp_layers > 0): one more decoder
+    // layer that drafts the token after next from a token and the target's hidden state there.
+    bool has_mtp() const { return config_.mtp_layers > 0; }
+    // The state of the head's own attention layer for a sequence whose main state is laid out as
+    // `base`: that layer's KV (same type and window), every other layer empty.
+    StateLayout mtp_layout(const StateLayout& base) const;
+    // Runs the MTP head over `tokens` at positions state.n_past.. of an mtp_layout() state: row i
+    // takes token tokens[i] (the one after position n_past + i) and `hidden` row i ([n, H]: the
+    // target's final-normed hidden state at that position, or the head's own `hidden_out` row of the
+    // position before, for a chained draft). Writes logits as forward() does (the draft of the token
+    // after tokens[i]) and, when hidden_out is not null, every row's output after mtp.norm [n, H].
+    // Advances state.n_past; on failure leaves `state` as it was.
+    Status forward_mtp(ModelState& state, std::span<const int32_t> tokens, const float* hidden, float* logits,
+                       bool all_logits, float* hidden_out, Workspace& ws, ThreadPool* pool) const;
+
     // Runs several sequences' steps (prefill chunks and single decode tokens, mixed; distinct states)
     // as one forward: every linear reads its weights once for all of them, and the MoE groups all
     // the steps' tokens by expert, so each routed expert is acquired (read from disk when streamed)
@@ -239,7 +257,15 @@ class Model {
     void moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t layer, Workspace& ws,
                    ThreadPool* pool) const;
     void predict_next_experts(int64_t layer, const float* x, Workspace& ws, ThreadPool* pool) const;
-    void lm_head(std::span<const SequenceStep> steps, const float* x, Workspace& ws, ThreadPool* pool) const;
+    // Checks `steps` against this model and lays them out as ws.batch; `layers`: the states' size.
+    Status lay_out_steps(std::span<const SequenceStep> steps, size_t layers, Workspace& ws) const;
+    // One decoder layer over ws.batch's rows of the residual stream x [rows, H]; an expert read's
+    // failure is returned (the states' committed parts untouched).
+    Status run_layer(int64_t l, bool out_of_place, float* x, Workspace& ws, ThreadPool* pool) const;
+    // `norm` [H] over the rows each step wants, then lm_head; each step's `hidden` gets all its
+    // rows normed.
+    void lm_head(std::span<const SequenceStep> steps, const float* x, const std::vector<float>& norm,
+                 float eps, Workspace& ws, ThreadPool* pool) const;
 
     std::string dir_;
     bool packed_ = false;

@@ -219,7 +219,8 @@ void Model::moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t lay
 // the expert source which experts that predicts, while layer's own experts compute.
 void Model::predict_next_experts(int64_t layer, const float* x, Workspace& ws, ThreadPool* pool) const {
     const int64_t n = ws.batch.rows;
-    if (layer + 1 >= static_cast<int64_t>(plan_.layers.size()) || !experts_->wants_prefetch()) return;
+    // The main decoder's last layer predicts nothing (the MTP layer runs in a forward of its own).
+    if (layer + 1 >= config_.n_layers || !experts_->wants_prefetch()) return;
     const LayerPlan& plan = plan_.layers[static_cast<size_t>(layer + 1)];
     const LayerWeights& next = weights_.layers[static_cast<size_t>(layer + 1)];
     if (plan.ffn != FfnKind::kMoe) return;

@@ -10,8 +10,9 @@ ModelPlan make_plan(const ModelConfig& c, CheckpointLayout layout) {
     plan.hidden = c.hidden;
     plan.vocab = c.vocab;
     plan.final_norm_eps = c.rms_eps;
-    plan.layers.resize(static_cast<size_t>(c.n_layers));
-    for (int64_t l = 0; l < c.n_layers; ++l) {
+    // The main layers, then the multi-token-prediction layer (a full-attention MoE layer).
+    plan.layers.resize(static_cast<size_t>(c.n_layers + c.mtp_layers));
+    for (int64_t l = 0; l < c.n_layers + c.mtp_layers; ++l) {
         LayerPlan& p = plan.layers[static_cast<size_t>(l)];
         p.norm_eps = c.rms_eps;
         if (c.is_full_attention(l)) {

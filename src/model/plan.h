@@ -72,7 +72,7 @@ struct LayerPlan {
 struct ModelPlan {
     int64_t hidden = 0, vocab = 0;
     float final_norm_eps = 1e-6f;
-    std::vector<LayerPlan> layers;
+    std::vector<LayerPlan> layers;  // [n_layers + mtp_layers]: the multi-token-prediction layer last
 };
 
 ModelPlan make_plan(const ModelConfig& config, CheckpointLayout layout);

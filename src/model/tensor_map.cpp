@@ -36,19 +36,24 @@ bool TensorNames::is_routed_expert(const std::string& name) {
 }
 
 bool TensorNames::is_auxiliary(const std::string& name) {
-    return name.rfind("mtp.", 0) == 0 || name.rfind("model.visual.", 0) == 0 ||
-           name.rfind("vision_tower.", 0) == 0 || name.rfind("model.mtp.", 0) == 0;
+    return name.rfind("model.visual.", 0) == 0 || name.rfind("vision_tower.", 0) == 0 ||
+           name.rfind("model.mtp.", 0) == 0;
+}
+
+int64_t mtp_layers_in(const ModelConfig& config, const format::Checkpoint& checkpoint) {
+    if (config.family != Family::kQwen3Next && config.family != Family::kQwen35Moe) return 0;
+    return checkpoint.find(std::string(TensorNames::kMtpFc) + ".weight") != nullptr ? 1 : 0;
 }
 
 int TensorNames::module_bits(const std::string& module, int bits) {
     return module.ends_with(kRouter) || module.ends_with(kSharedExpertGate) ? 8 : bits;
 }
 
-Expected<TensorNames> find_tensor_names(const format::Checkpoint& ck) {
+Expected<TensorNames> find_tensor_names(const format::Checkpoint& ck, int64_t n_layers) {
     for (const auto& [p, head] : {std::pair<std::string, std::string>{"model.", "lm_head"},
                                   {"model.language_model.", "lm_head"},
                                   {"language_model.model.", "language_model.lm_head"}}) {
-        if (ck.find(p + "embed_tokens.weight") != nullptr) return TensorNames{p, head};
+        if (ck.find(p + "embed_tokens.weight") != nullptr) return TensorNames{p, head, n_layers};
     }
     return error(ErrorCode::kNotFound,
                  "[tensors] no embedding table in " + ck.dir() +
@@ -57,7 +62,8 @@ Expected<TensorNames> find_tensor_names(const format::Checkpoint& ck) {
 }
 
 TensorNames tensor_names_for(const ModelConfig& config) {
-    return TensorNames{config.family == Family::kQwen35Moe ? "model.language_model." : "model.", "lm_head"};
+    return TensorNames{config.family == Family::kQwen35Moe ? "model.language_model." : "model.", "lm_head",
+                       config.n_layers};
 }
 
 Expected<kernels::WeightType> weight_type_of(DType dtype, int bits) {

@@ -28,10 +28,22 @@ namespace sluice::model {
 struct TensorNames {
     std::string prefix;               // "model.", "model.language_model." or "language_model.model."
     std::string lm_head = "lm_head";  // module path of the output projection
+    // The main decoder's layer count: layer indices from here on are the multi-token-prediction
+    // layers, "mtp.layers.N." at the checkpoint's top level (-1: not known, no MTP layers named).
+    int64_t n_layers = -1;
 
     std::string embed() const { return prefix + "embed_tokens"; }
     std::string final_norm() const { return prefix + "norm.weight"; }
-    std::string layer(int64_t l) const { return prefix + "layers." + std::to_string(l) + "."; }
+    std::string layer(int64_t l) const {
+        if (n_layers >= 0 && l >= n_layers) return "mtp.layers." + std::to_string(l - n_layers) + ".";
+        return prefix + "layers." + std::to_string(l) + ".";
+    }
+    // The MTP head's own tensors (models.md §3.7): fc [H, 2H] over [norm(embedding); norm(hidden)],
+    // those two norms, and the norm before the shared lm_head.
+    static constexpr const char* kMtpFc = "mtp.fc";
+    static constexpr const char* kMtpNormEmbedding = "mtp.pre_fc_norm_embedding.weight";
+    static constexpr const char* kMtpNormHidden = "mtp.pre_fc_norm_hidden.weight";
+    static constexpr const char* kMtpNorm = "mtp.norm.weight";
     // Per layer, relative to layer(l).
     static constexpr const char* kInputNorm = "input_layernorm.weight";
     static constexpr const char* kPostNorm = "post_attention_layernorm.weight";
@@ -49,15 +61,20 @@ struct TensorNames {
 
     // Whether a tensor holds routed-expert weights (they go to the packed layout's expert files).
     static bool is_routed_expert(const std::string& tensor_name);
-    // Tensors no text forward reads (multi-token-prediction heads, vision towers): not packed.
+    // Tensors no text forward reads (vision towers): not packed. The multi-token-prediction head is
+    // not auxiliary: speculative decoding drafts with it.
     static bool is_auxiliary(const std::string& tensor_name);
+    static bool is_mtp(const std::string& tensor_name) { return tensor_name.rfind("mtp.", 0) == 0; }
     // mlx-lm keeps routers and the shared-expert gate at 8 bits: the bits a module is quantized to.
     static int module_bits(const std::string& module, int bits);
 };
 
 // The names in a checkpoint: the prefix and lm_head path found by the embedding table (an error
-// naming the candidates when there is none).
-Expected<TensorNames> find_tensor_names(const format::Checkpoint& checkpoint);
+// naming the candidates when there is none); `n_layers` the config's, so layer() names MTP layers.
+Expected<TensorNames> find_tensor_names(const format::Checkpoint& checkpoint, int64_t n_layers = -1);
+// Multi-token-prediction layers `checkpoint` holds for a model of `config`'s family (0 or 1): the
+// Qwen3-Next / Qwen3.5 head is there when mtp.fc.weight is.
+int64_t mtp_layers_in(const ModelConfig& config, const format::Checkpoint& checkpoint);
 // The names a new checkpoint of `config` gets (synthesis).
 TensorNames tensor_names_for(const ModelConfig& config);
 

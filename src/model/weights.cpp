@@ -150,7 +150,7 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
     ModelWeights mw;
 
     // Name prefix of the text model, and of lm_head, by which embedding table exists.
-    SLUICE_ASSIGN_OR_RETURN(const TensorNames names, find_tensor_names(ck));
+    SLUICE_ASSIGN_OR_RETURN(const TensorNames names, find_tensor_names(ck, cfg.n_layers));
     const std::string& prefix = names.prefix;
     const std::string& lm_head_path = names.lm_head;
 
@@ -186,8 +186,17 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
     }
     mw.dense_bytes += view_bytes(mw.embed) + (mw.lm_head.data != mw.embed.data ? view_bytes(mw.lm_head) : 0);
 
-    mw.layers.resize(static_cast<size_t>(cfg.n_layers));
-    for (int64_t l = 0; l < cfg.n_layers; ++l) {
+    if (cfg.mtp_layers > 0) {
+        MtpWeights& m = mw.mtp;
+        SLUICE_ASSIGN_OR_RETURN(m.fc, b.linear(TensorNames::kMtpFc, H, 2 * H));
+        SLUICE_ASSIGN_OR_RETURN(m.norm_embedding, b.floats(TensorNames::kMtpNormEmbedding, H, norm_add));
+        SLUICE_ASSIGN_OR_RETURN(m.norm_hidden, b.floats(TensorNames::kMtpNormHidden, H, norm_add));
+        SLUICE_ASSIGN_OR_RETURN(m.norm, b.floats(TensorNames::kMtpNorm, H, norm_add));
+        mw.dense_bytes += view_bytes(m.fc) + sizeof(float) * 3 * static_cast<uint64_t>(H);
+    }
+    const int64_t n_layers = cfg.n_layers + cfg.mtp_layers;
+    mw.layers.resize(static_cast<size_t>(n_layers));
+    for (int64_t l = 0; l < n_layers; ++l) {
         LayerWeights& lw = mw.layers[static_cast<size_t>(l)];
         const std::string p = names.layer(l);
         const std::string att = p + TensorNames::kAttention;

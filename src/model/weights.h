@@ -84,12 +84,22 @@ struct LayerWeights {
     ExpertWeights dense_mlp;  // non-MoE layers (Qwen3-MoE mlp_only_layers)
 };
 
+// The multi-token-prediction head's own weights (models.md §3.7); its decoder layer is
+// ModelWeights::layers[n_layers], and it shares the embedding and lm_head.
+struct MtpWeights {
+    WeightView fc;                      // [H, 2H]: over [norm_embedding(embed(t+1)); norm_hidden(h_t)]
+    std::vector<float> norm_embedding;  // [H], +1 folded where the family needs it
+    std::vector<float> norm_hidden;     // [H]
+    std::vector<float> norm;            // [H]: before lm_head
+};
+
 struct ModelWeights {
     CheckpointLayout layout = CheckpointLayout::kHuggingFace;
-    WeightView embed;               // [V, H]
-    std::vector<float> final_norm;  // [H]
-    WeightView lm_head;             // [V, H]
-    std::vector<LayerWeights> layers;
+    WeightView embed;                  // [V, H]
+    std::vector<float> final_norm;     // [H]
+    WeightView lm_head;                // [V, H]
+    std::vector<LayerWeights> layers;  // [n_layers + mtp_layers]: the MTP layer last
+    MtpWeights mtp;                    // bound when config.mtp_layers > 0
     std::shared_ptr<format::Checkpoint> checkpoint;
 
     // Bytes of all routed experts vs everything else (for plans and `info`).
@@ -97,7 +107,8 @@ struct ModelWeights {
     uint64_t dense_bytes = 0;
 };
 
-// Binds every tensor of `checkpoint`. With bind_experts false (packed models, whose routed experts
+// Binds every tensor of `checkpoint` (the MTP head too when config.mtp_layers says it is there).
+// With bind_experts false (packed models, whose routed experts
 // live in expert files and are streamed), MoeWeights::experts stays empty.
 Expected<ModelWeights> load_weights(const ModelConfig& config, std::shared_ptr<format::Checkpoint> checkpoint,
                                     bool bind_experts = true);

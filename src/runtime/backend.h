@@ -36,6 +36,9 @@ struct BatchStep {
     // speculative verification's logits are then plain decoding's on the CPU (the CUDA backend's
     // batch is within the golden tolerance either way).
     bool decode_rows = false;
+    // [tokens, H]: every token's final-normed hidden state (model.h SequenceStep::hidden), for the
+    // sequence's multi-token-prediction drafter; null when not wanted.
+    float* hidden = nullptr;
 };
 
 class Backend {
@@ -61,6 +64,23 @@ class Backend {
     // within the golden tolerance on CUDA, whose batched kernels round differently from its
     // decode ones). A forward that fails part-way leaves every sequence as it was.
     virtual Status forward_batch(std::span<const BatchStep> steps) = 0;
+    // The model's multi-token-prediction head (model.h forward_mtp), where this backend runs it: a
+    // sequence of the head's own attention state, for a main sequence laid out as `layout` (null:
+    // the model's), and its forward. Backends that do not run it say so by name.
+    virtual bool runs_mtp() const { return false; }
+    virtual Expected<std::unique_ptr<SequenceState>> new_mtp_sequence(int64_t max_positions,
+                                                                      const model::StateLayout* layout) {
+        (void)max_positions;
+        (void)layout;
+        return error(ErrorCode::kUnsupported,
+                     "[" + name() + "] this backend does not run multi-token-prediction heads yet");
+    }
+    virtual Status forward_mtp(SequenceState& mtp, std::span<const int32_t> tokens, const float* hidden,
+                               float* logits, bool all_logits, float* hidden_out) {
+        (void)mtp, (void)tokens, (void)hidden, (void)logits, (void)all_logits, (void)hidden_out;
+        return error(ErrorCode::kUnsupported,
+                     "[" + name() + "] this backend does not run multi-token-prediction heads yet");
+    }
     // Device memory the backend holds for weights (0 for the CPU).
     virtual uint64_t device_weight_bytes() const { return 0; }
     // Weight bytes one decode token reads on the device (0 for the CPU).

@@ -33,9 +33,20 @@ class CpuSequence final : public SequenceState {
     void advanced(int64_t n) { advance(n); }
 
     Status forward(const model::Model& model, std::span<const int32_t> tokens, float* logits, bool all_logits,
-                   ThreadPool* pool, bool decode_rows = false) {
+                   ThreadPool* pool, bool decode_rows = false, float* hidden = nullptr) {
         state_.n_past = position();
-        SLUICE_RETURN_IF_ERROR(model.forward(state_, tokens, logits, all_logits, ws_, pool, decode_rows));
+        model::SequenceStep step{&state_, tokens, logits, all_logits, decode_rows};
+        step.hidden = hidden;
+        SLUICE_RETURN_IF_ERROR(
+            model.forward_batch(std::span<const model::SequenceStep>(&step, 1), ws_, pool));
+        advance(static_cast<int64_t>(tokens.size()));
+        return Status::ok();
+    }
+    Status forward_mtp(const model::Model& model, std::span<const int32_t> tokens, const float* hidden,
+                       float* logits, bool all_logits, float* hidden_out, ThreadPool* pool) {
+        state_.n_past = position();
+        SLUICE_RETURN_IF_ERROR(
+            model.forward_mtp(state_, tokens, hidden, logits, all_logits, hidden_out, ws_, pool));
         advance(static_cast<int64_t>(tokens.size()));
         return Status::ok();
     }
@@ -135,7 +146,7 @@ class CpuBackend final : public Backend {
             if (cpu == nullptr)
                 return error(ErrorCode::kInvalidArgument, "[cpu] the sequence was made by another backend");
             return cpu->forward(*model_, steps[0].tokens, steps[0].logits, steps[0].all_logits, pool_,
-                                steps[0].decode_rows);
+                                steps[0].decode_rows, steps[0].hidden);
         }
         std::vector<CpuSequence*> seqs(steps.size());
         model_steps_.resize(steps.size());
@@ -144,13 +155,30 @@ class CpuBackend final : public Backend {
             if (seqs[i] == nullptr)
                 return error(ErrorCode::kInvalidArgument, "[cpu] batch step " + std::to_string(i) +
                                                               "'s sequence was made by another backend");
-            model_steps_[i] = {&seqs[i]->model_state(), steps[i].tokens, steps[i].logits, steps[i].all_logits,
-                               steps[i].decode_rows};
+            model_steps_[i] = {&seqs[i]->model_state(), steps[i].tokens,      steps[i].logits,
+                               steps[i].all_logits,     steps[i].decode_rows, steps[i].hidden};
         }
         SLUICE_RETURN_IF_ERROR(model_->forward_batch(model_steps_, batch_ws_, pool_));
         for (size_t i = 0; i < steps.size(); ++i)
             seqs[i]->advanced(static_cast<int64_t>(steps[i].tokens.size()));
         return Status::ok();
+    }
+    bool runs_mtp() const override { return model_->has_mtp(); }
+    Expected<std::unique_ptr<SequenceState>> new_mtp_sequence(int64_t max_positions,
+                                                              const model::StateLayout* layout) override {
+        if (!model_->has_mtp())
+            return error(ErrorCode::kUnsupported,
+                         "[cpu] " + model_->dir() + " has no multi-token-prediction head");
+        const model::StateLayout mtp =
+            model_->mtp_layout(layout != nullptr ? *layout : model_->state_layout());
+        return std::unique_ptr<SequenceState>(new CpuSequence(*model_, max_positions, 0, mtp));
+    }
+    Status forward_mtp(SequenceState& seq, std::span<const int32_t> tokens, const float* hidden,
+                       float* logits, bool all_logits, float* hidden_out) override {
+        auto* cpu = dynamic_cast<CpuSequence*>(&seq);
+        if (cpu == nullptr)
+            return error(ErrorCode::kInvalidArgument, "[cpu] the sequence was made by another backend");
+        return cpu->forward_mtp(*model_, tokens, hidden, logits, all_logits, hidden_out, pool_);
     }
 
  private:

@@ -335,6 +335,16 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         co.diagnostics = options.cuda_diagnostics;
         SLUICE_ASSIGN_OR_RETURN(im.backend, runtime::make_cuda_backend(im.model, co));
     }
+    if (options.mtp) {
+        if (!im.model->has_mtp())
+            return error(ErrorCode::kInvalidArgument,
+                         "[engine] " + options.model_dir +
+                             " has no multi-token-prediction head (no mtp.* tensors: mlx-lm conversions drop "
+                             "it; pack the original Hugging Face checkpoint to keep it)");
+        if (!im.backend->runs_mtp())
+            return error(ErrorCode::kUnsupported,
+                         "[engine] " + im.backend->name() + " does not run multi-token-prediction heads yet");
+    }
     if (im.store && options.adapt_to_memory_pressure && device_index < 0) {
         const experts::ExpertCacheCapacity cap = im.store->capacity();
         runtime::PressureController::Options po;

@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "runtime/backend.h"
 #include "runtime/memory_pressure.h"
+#include "runtime/speculative.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
 
@@ -46,10 +47,16 @@ struct Session::Impl {
     const model::StateLayout& state_layout() const;
     int64_t context_tokens = 0;
     std::vector<int32_t> tokens;  // the tokens whose state is in `seq`
+    // The model's multi-token-prediction head beside `seq` when the engine runs it (EngineOptions::
+    // mtp): made with the sequence, fed every hidden row the forwards compute.
+    std::unique_ptr<runtime::MtpDrafter> mtp;
+    std::vector<float> hidden_rows;  // a forward's rows for `mtp`
     GenerationStats stats;
     std::atomic<bool> cancel_requested{false};
 
     Expected<runtime::SequenceState*> sequence();
+    // A fresh MTP head state for `seq` (the compute lock held).
+    Status make_mtp();
     int64_t position() const { return seq ? seq->position() : 0; }
     // Keeps a DeltaNet-state snapshot at the current position (turn boundaries).
     void save_checkpoint();

@@ -81,8 +81,11 @@ void Session::cancel() {
 void Session::reset() {
     impl_->tokens.clear();
     if (impl_->seq == nullptr) return;
-    std::lock_guard<std::mutex> lock(impl_->engine->impl_->compute_mutex);
-    if (!impl_->seq->reset().is_ok()) impl_->seq.reset();  // a device error: a fresh one on next use
+    {
+        std::lock_guard<std::mutex> lock(impl_->engine->impl_->compute_mutex);
+        if (!impl_->seq->reset().is_ok()) impl_->seq.reset();  // a device error: a fresh one on next use
+    }
+    if (impl_->mtp) impl_->mtp->reset();
 }
 
 Expected<runtime::SequenceState*> Session::Impl::sequence() {
@@ -92,8 +95,19 @@ Expected<runtime::SequenceState*> Session::Impl::sequence() {
                                 e.backend->new_sequence(context_tokens, static_cast<int>(kMaxCheckpoints),
                                                         layout ? &*layout : nullptr));
         tokens.clear();
+        mtp.reset();
+        if (e.options.mtp) SLUICE_RETURN_IF_ERROR(make_mtp());
     }
     return seq.get();
+}
+
+Status Session::Impl::make_mtp() {
+    Engine::Impl& e = *engine->impl_;
+    SLUICE_ASSIGN_OR_RETURN(auto head,
+                            e.backend->new_mtp_sequence(context_tokens, layout ? &*layout : nullptr));
+    mtp = std::make_unique<runtime::MtpDrafter>(e.backend.get(), std::move(head), &e.compute_mutex,
+                                                e.info.hidden_size, e.info.vocab_size);
+    return Status::ok();
 }
 
 Status Session::checkpoint() {
@@ -142,9 +156,16 @@ Status Session::Impl::evaluate_into(std::span<const int32_t> tokens, bool all_lo
         // A chunk that fails leaves the sequence at the end of the chunks before it, and `tokens`
         // says the same: the session stays consistent.
         const auto part = tokens.subspan(static_cast<size_t>(begin), static_cast<size_t>(count));
-        if (decode_rows) {
-            const runtime::BatchStep step{seq, part, out, all_logits, true};
+        if (decode_rows || s.mtp) {
+            // With an MTP head every token's hidden row goes to it.
+            const int64_t from = seq->position();
+            runtime::BatchStep step{seq, part, out, all_logits, decode_rows};
+            if (s.mtp) {
+                s.hidden_rows.resize(static_cast<size_t>(count * e.info.hidden_size));
+                step.hidden = s.hidden_rows.data();
+            }
             SLUICE_RETURN_IF_ERROR(e.backend->forward_batch(std::span<const runtime::BatchStep>(&step, 1)));
+            if (s.mtp) s.mtp->observe(from, s.hidden_rows);
         } else {
             SLUICE_RETURN_IF_ERROR(e.backend->forward(*seq, part, out, all_logits));
         }
@@ -159,6 +180,7 @@ Status Engine::evaluate_batch(std::span<BatchEvaluation> items) {
     const int64_t V = e.info.vocab_size;
     std::lock_guard<std::mutex> lock(e.compute_mutex);
     std::vector<runtime::BatchStep> steps(items.size());
+    std::vector<int64_t> froms(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
         BatchEvaluation& item = items[i];
         if (item.session == nullptr || item.session->impl_->engine.get() != this)
@@ -176,11 +198,18 @@ Status Engine::evaluate_batch(std::span<BatchEvaluation> items) {
         const auto n = static_cast<int64_t>(item.tokens.size());
         item.logits.resize(static_cast<size_t>(item.all_logits ? n * V : V));
         steps[i] = runtime::BatchStep{seq, item.tokens, item.logits.data(), item.all_logits};
+        Session::Impl& si = *item.session->impl_;
+        if (si.mtp) {
+            si.hidden_rows.resize(static_cast<size_t>(n * e.info.hidden_size));
+            steps[i].hidden = si.hidden_rows.data();
+        }
+        froms[i] = seq->position();
     }
     SLUICE_RETURN_IF_ERROR(e.backend->forward_batch(steps));
-    for (BatchEvaluation& item : items) {
-        std::vector<int32_t>& tokens = item.session->impl_->tokens;
-        tokens.insert(tokens.end(), item.tokens.begin(), item.tokens.end());
+    for (size_t i = 0; i < items.size(); ++i) {
+        Session::Impl& si = *items[i].session->impl_;
+        si.tokens.insert(si.tokens.end(), items[i].tokens.begin(), items[i].tokens.end());
+        if (si.mtp) si.mtp->observe(froms[i], si.hidden_rows);
     }
     return Status::ok();
 }
@@ -258,9 +287,24 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
     // Speculative decoding: a draft model's session proposes, this session verifies.
     const SpeculativeOptions& spec = options.speculative;
     std::optional<runtime::DraftModelDrafter> drafter;
+    std::optional<runtime::Sampler> mtp_sampler;  // the MTP head's proposals are drawn with it
     std::optional<runtime::SpeculationController> controller;
-    if (spec.draft != nullptr && options.max_tokens > 1 &&
-        (!options.logits_filter || options.filter_handles_speculation)) {
+    const bool can_speculate =
+        options.max_tokens > 1 && (!options.logits_filter || options.filter_handles_speculation);
+    if (spec.mtp && spec.tokens > 0 && can_speculate) {
+        if (s.mtp == nullptr)
+            return error(ErrorCode::kInvalidArgument,
+                         "[speculative] this engine does not run the model's multi-token-prediction head "
+                         "(load it with EngineOptions::mtp, --spec mtp)");
+        if (spec.tokens > 16)
+            return error(ErrorCode::kInvalidArgument, "[speculative] proposals per step must be 1..16, not " +
+                                                          std::to_string(spec.tokens));
+        SamplingParams draft_params = options.sampling;
+        if (draft_params.seed) *draft_params.seed ^= 0x9E3779B97F4A7C15ull;  // its own stream
+        if (spec.draft_temperature >= 0.0f) draft_params.temperature = spec.draft_temperature;
+        mtp_sampler.emplace(draft_params, V, suppressed);
+        if (spec.adaptive) controller.emplace(spec.tokens);
+    } else if (spec.draft != nullptr && can_speculate) {
         if (spec.draft == this)
             return error(ErrorCode::kInvalidArgument, "[speculative] the draft session is this session");
         if (spec.tokens < 1 || spec.tokens > 16)
@@ -355,8 +399,13 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
         feed.assign(s.tokens.begin(), s.tokens.end());
         feed.push_back(pending);
         const auto td = Clock::now();
-        SLUICE_RETURN_IF_ERROR(
-            drafter->propose(feed, result.tokens, static_cast<int>(k), options, &drafts, &proposals));
+        if (mtp_sampler) {
+            SLUICE_RETURN_IF_ERROR(s.mtp->propose(feed, result.tokens, static_cast<int>(k), options,
+                                                  *mtp_sampler, &drafts, &proposals));
+        } else {
+            SLUICE_RETURN_IF_ERROR(
+                drafter->propose(feed, result.tokens, static_cast<int>(k), options, &drafts, &proposals));
+        }
         if (controller) controller->record_draft(static_cast<int>(drafts.size()), ms_since(td));
         if (drafts.empty()) return true;
         *ran = true;
@@ -407,7 +456,7 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
         bool go = emit(sampler.sample(logits, s.tokens, result.tokens, options, &event, nullptr));
         while (go) {
             const int32_t pending = result.tokens.back();
-            if (drafter) {
+            if (drafter || mtp_sampler) {
                 bool ran = false;
                 SLUICE_ASSIGN_OR_RETURN(go, speculate(pending, &ran));
                 if (ran) continue;
@@ -568,6 +617,8 @@ Status Session::load(const std::string& path) {
     if (r.pos != in.size()) return bad("trailing bytes after the state");
     s.seq = std::move(seq);
     s.tokens = std::move(tokens);
+    // The head never saw the loaded positions: a fresh one, out of step until the session restarts.
+    if (s.mtp) SLUICE_RETURN_IF_ERROR(s.make_mtp());
     return Status::ok();
 }
 

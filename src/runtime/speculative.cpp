@@ -89,6 +89,114 @@ Status DraftModelDrafter::propose(std::span<const int32_t> context, std::span<co
     return Status::ok();
 }
 
+MtpDrafter::MtpDrafter(Backend* backend, std::unique_ptr<SequenceState> state, std::mutex* compute,
+                       int64_t hidden, int64_t vocab)
+    : backend_(backend), state_(std::move(state)), compute_(compute), hidden_(hidden), vocab_(vocab) {}
+
+void MtpDrafter::observe(int64_t from, std::span<const float> rows) {
+    if (from == 0) lost_ = false;  // a timeline from the start: in step again
+    if (from < rows_begin_ || from > rows_end()) {
+        // Rows before `from` are no longer the target's (it went back past them), or there is a
+        // gap: start over at `from`.
+        rows_.clear();
+        rows_begin_ = from;
+    } else {
+        rows_.resize(static_cast<size_t>((from - rows_begin_) * hidden_));
+    }
+    rows_.insert(rows_.end(), rows.begin(), rows.end());
+}
+
+void MtpDrafter::reset() {
+    ctx_.clear();
+    rows_.clear();
+    rows_begin_ = 0;
+    lost_ = false;
+    std::lock_guard<std::mutex> lock(*compute_);
+    (void)state_->reset();
+}
+
+uint64_t MtpDrafter::bytes() const {
+    return state_->layout().sequence_bytes(state_->capacity(), 0) + rows_.capacity() * sizeof(float);
+}
+
+Status MtpDrafter::propose(std::span<const int32_t> context, std::span<const int32_t> generated, int k,
+                           const GenerateOptions& options, Sampler& sampler, std::vector<int32_t>* tokens,
+                           std::vector<Distribution>* dists) {
+    tokens->clear();
+    dists->clear();
+    const auto n = static_cast<int64_t>(context.size()) - 1;  // the target's positions
+    if (lost_ || n < 1) return Status::ok();
+    // Rows past the target's position belong to proposals it did not keep.
+    if (rows_end() > n) rows_.resize(static_cast<size_t>(std::max<int64_t>(0, n - rows_begin_) * hidden_));
+    if (rows_end() != n) {
+        lost_ = true;  // a forward the head did not see
+        return Status::ok();
+    }
+    // The head's valid positions: p stays while tokens 0..p+1 are unchanged.
+    size_t lcp = 0;
+    while (lcp < ctx_.size() && lcp < context.size() && ctx_[lcp] == context[lcp]) ++lcp;
+    int64_t m = std::min<int64_t>(state_->position(), static_cast<int64_t>(lcp) - 1);
+    m = std::clamp<int64_t>(m, 0, n - 1);  // position n-1 is computed afresh for its logits
+    if (m < rows_begin_) {
+        // The target went back exactly to where its rows start: the head keeps its entry at the
+        // position before (right hidden state, the old next token). Further back the rows to
+        // recompute from are gone.
+        if (m + 1 == rows_begin_ && state_->position() >= rows_begin_) {
+            m = rows_begin_;
+        } else {
+            lost_ = true;
+            return Status::ok();
+        }
+    }
+    if (m >= n) return Status::ok();
+    const int64_t room = state_->capacity() - n;
+    k = static_cast<int>(std::min<int64_t>(k, room));
+    if (k <= 0) return Status::ok();
+
+    std::lock_guard<std::mutex> lock(*compute_);
+    SLUICE_ASSIGN_OR_RETURN(const int64_t at, state_->truncate(m));
+    (void)at;  // no recurrent buffers: exactly m
+    // Catch up over positions [m, n): the token after each, the target's row at each.
+    const int64_t fresh = n - m;
+    out_.resize(static_cast<size_t>(fresh * hidden_));
+    logits_.resize(static_cast<size_t>(vocab_));
+    SLUICE_RETURN_IF_ERROR(backend_->forward_mtp(*state_, context.subspan(static_cast<size_t>(m + 1)),
+                                                 rows_.data() + (m - rows_begin_) * hidden_, logits_.data(),
+                                                 false, out_.data()));
+    ctx_.assign(context.begin(), context.end());
+    // Keep the last consumed row: a rewind to here re-runs position n-1 from it.
+    rows_.erase(rows_.begin(), rows_.end() - hidden_);
+    rows_begin_ = n - 1;
+
+    scratch_context_.assign(context.begin(), context.end());
+    scratch_generated_.assign(generated.begin(), generated.end());
+    std::vector<float> prev(out_.end() - hidden_, out_.end());
+    Status status = Status::ok();
+    for (int i = 0; i < k; ++i) {
+        sampler.prepare(logits_, scratch_context_, scratch_generated_, options);
+        dists->push_back(sampler.distribution(logits_));
+        const int32_t token = sampler.draw(dists->back());
+        tokens->push_back(token);
+        scratch_context_.push_back(token);
+        scratch_generated_.push_back(token);
+        if (i + 1 == k) break;
+        // Chained: the draft and the head's own output, at the next position.
+        status = backend_->forward_mtp(*state_, std::span<const int32_t>(&token, 1), prev.data(),
+                                       logits_.data(), false, out_.data());
+        if (!status.is_ok()) break;
+        prev.assign(out_.begin(), out_.begin() + hidden_);
+    }
+    // The chained positions are the head's guesses; the target's rows replace them next time.
+    SLUICE_ASSIGN_OR_RETURN(const int64_t back, state_->truncate(n));
+    (void)back;
+    if (!status.is_ok()) {
+        tokens->clear();
+        dists->clear();
+        return status;
+    }
+    return Status::ok();
+}
+
 double SpeculationController::target_ms(int tokens) const {
     if (target_ms_[static_cast<size_t>(tokens)] >= 0) return target_ms_[static_cast<size_t>(tokens)];
     // A line through the measured points (least squares), or flat through the one there is.

@@ -12,10 +12,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <span>
 #include <utility>
 #include <vector>
 
+#include "runtime/backend.h"
 #include "runtime/sampler.h"
 #include "sluice/session.h"
 
@@ -54,6 +57,55 @@ class DraftModelDrafter {
     Session* draft_;
     Sampler sampler_;
     std::vector<float> logits_;
+    std::vector<int32_t> scratch_context_, scratch_generated_;
+};
+
+// Proposals of the model's own multi-token-prediction head (models.md §3.7; vLLM's
+// qwen3_next_mtp.py and its proposer): position p of the head reads the token after p and the
+// target's final-normed hidden state at p, and its logits draft the token after that; a chained
+// proposal feeds the head's own output at the previous position. The head keeps its own attention
+// state (one layer's KV) beside one session for that session's whole life, so it must see every
+// hidden row the target computes (observe()); propose() first catches the head up over the positions
+// the target has added since, then drafts.
+//
+// Going back: the head's positions stay valid while the tokens up to the one after them are
+// unchanged; the target's rows from the first position it computed again replace the old ones, and
+// the row of the last position the head consumed is kept, so a rewind to where the head had been
+// costs nothing. A rewind to exactly the first position the target computes again keeps the head's
+// entry just before it, made for the old next token: drafts there may be a little worse (the output
+// is the target's either way). A session whose earlier forwards the head never saw (one loaded from
+// a file) leaves it out of step: it drafts nothing until the session starts over from position 0.
+//
+// Threading: the session's; backend calls under `compute` (the engine's compute lock).
+class MtpDrafter {
+ public:
+    MtpDrafter(Backend* backend, std::unique_ptr<SequenceState> state, std::mutex* compute, int64_t hidden,
+               int64_t vocab);
+    // The target computed positions [from, from + rows / H) with these final-normed hidden rows.
+    void observe(int64_t from, std::span<const float> rows);
+    // Up to k proposals continuing `context` (the target's n positions plus its pending token), each
+    // with the distribution `sampler` drew it from (the request's sampling, as DraftModelDrafter).
+    // None when the head is out of step or the context is full.
+    Status propose(std::span<const int32_t> context, std::span<const int32_t> generated, int k,
+                   const GenerateOptions& options, Sampler& sampler, std::vector<int32_t>* tokens,
+                   std::vector<Distribution>* dists);
+    // The session's timeline was reset: everything forgotten.
+    void reset();
+    bool in_step() const { return !lost_; }
+    uint64_t bytes() const;
+
+ private:
+    int64_t rows_end() const { return rows_begin_ + static_cast<int64_t>(rows_.size()) / hidden_; }
+
+    Backend* backend_;
+    std::unique_ptr<SequenceState> state_;  // the head's attention state: positions [0, m)
+    std::mutex* compute_;
+    int64_t hidden_, vocab_;
+    std::vector<int32_t> ctx_;  // tokens 0..m the head's positions were computed against
+    std::vector<float> rows_;   // the target's hidden rows for positions [rows_begin_, rows_end())
+    int64_t rows_begin_ = 0;
+    bool lost_ = false;
+    std::vector<float> logits_, out_;
     std::vector<int32_t> scratch_context_, scratch_generated_;
 };
 

@@ -31,9 +31,10 @@ std::optional<ApiError> resolve_speculative(const ServerContext& ctx, CommonPara
     SpeculativeOptions& s = params->generate.speculative;
     s = ctx.options.speculative;
     s.draft = nullptr;
-    const bool on = params->speculative.value_or(ctx.draft != nullptr && ctx.options.speculative.tokens > 0);
-    if (on && ctx.draft == nullptr)
-        return invalid_request("speculative decoding needs a server started with --draft MODEL",
+    const bool drafter = ctx.draft != nullptr || ctx.options.speculative.mtp;
+    const bool on = params->speculative.value_or(drafter && ctx.options.speculative.tokens > 0);
+    if (on && !drafter)
+        return invalid_request("speculative decoding needs a server started with --draft MODEL or --spec mtp",
                                "speculative", "unsupported_value");
     if (!on) {
         s.tokens = 0;
@@ -68,7 +69,8 @@ std::variant<GenerateResult, ApiError> run_generation(ServerContext& ctx, const 
                         "invalid_request_error", "kv_bits", "invalid_value"};
     Session* session = &lease.session();
     GenerateOptions run_options = options;
-    if (run_options.speculative.tokens > 0) run_options.speculative.draft = lease.draft();
+    if (run_options.speculative.tokens > 0 && !run_options.speculative.mtp)
+        run_options.speculative.draft = lease.draft();
     if (client) {
         client->on_disconnect([session] { session->cancel(); });
         // generate() clears a cancel made before it starts: a client gone by now is not served.

@@ -159,6 +159,155 @@ TEST(Speculative, GreedyOutputIsPlainGreedyForEveryK) {
     }
 }
 
+std::shared_ptr<Engine> load_mtp(const std::string& dir, int64_t ctx = 1024) {
+    EngineOptions eo;
+    eo.model_dir = dir;
+    eo.threads = 2;
+    eo.context_tokens = ctx;
+    eo.mtp = true;
+    auto e = Engine::load(eo);
+    EXPECT_TRUE(e.has_value()) << e.status().message();
+    return e.has_value() ? *e : nullptr;
+}
+
+std::vector<std::string> mtp_goldens() {
+    const std::string g = testing::test_data_dir() + "/goldens/";
+    return {g + "qwen3_next_mtp_hf_bf16", g + "qwen3_next_mtp_mlx_q4", g + "qwen3_5_moe_mtp_hf_bf16"};
+}
+
+// Drafting with the model's own multi-token-prediction head: greedy output is plain greedy output
+// for every k (the head's KV kept in step across the steps' rollbacks), with fresh sessions and with
+// one session carried over turns and a reset.
+TEST(Speculative, MtpGreedyOutputIsPlainGreedyForEveryK) {
+    for (const std::string& dir : mtp_goldens()) {
+        auto engine = load_mtp(dir);
+        ASSERT_TRUE(engine);
+        std::vector<int32_t> prompt;
+        for (int32_t i = 0; i < 12; ++i) prompt.push_back(3 + 7 * i);
+        const int64_t n = 48;
+        GenerateOptions o;
+        o.max_tokens = n;
+        o.sampling.temperature = 0.0f;
+        o.ignore_eos = true;
+        auto plain = engine->new_session()->generate(prompt, o);
+        ASSERT_TRUE(plain.has_value()) << plain.status().message();
+        ASSERT_EQ(static_cast<int64_t>(plain->tokens.size()), n);
+        for (int k = 1; k <= 8; ++k) {
+            o.speculative.mtp = true;
+            o.speculative.tokens = k;
+            auto session = engine->new_session();
+            auto spec = session->generate(prompt, o);
+            ASSERT_TRUE(spec.has_value()) << spec.status().message();
+            EXPECT_EQ(spec->tokens, plain->tokens) << dir << " k=" << k;
+            EXPECT_GT(spec->stats.verify_steps, 0) << dir << " k=" << k;
+            EXPECT_EQ(spec->stats.generated_tokens, n);
+            EXPECT_EQ(session->position(), static_cast<int64_t>(prompt.size()) + n - 1);
+        }
+        // Turns: the reply and more tokens as the next prompt (prefix reuse), then a reset — beside a
+        // plain session taking the same turns (a reused prefix and a fresh prefill may round apart).
+        auto session = engine->new_session();
+        auto plain_session = engine->new_session();
+        o.speculative.tokens = 3;
+        o.max_tokens = 16;
+        GenerateOptions off = o;
+        off.speculative.mtp = false;
+        std::vector<int32_t> turn = prompt;
+        for (int round = 0; round < 3; ++round) {
+            auto spec = session->generate(turn, o);
+            ASSERT_TRUE(spec.has_value()) << spec.status().message();
+            auto want = plain_session->generate(turn, off);
+            ASSERT_TRUE(want.has_value());
+            EXPECT_EQ(spec->tokens, want->tokens) << dir << " round " << round;
+            EXPECT_GT(spec->stats.draft_tokens, 0)
+                << dir << " round " << round << ": the head fell out of step";
+            turn.insert(turn.end(), spec->tokens.begin(), spec->tokens.end());
+            turn.push_back(5 + round);
+            if (round == 1) {
+                session->reset();
+                plain_session->reset();
+                turn = prompt;
+                turn.push_back(11);
+            }
+        }
+    }
+}
+
+// A model without a head, or an engine not running it, is refused by name.
+TEST(Speculative, MtpWithoutAHeadIsAClearError) {
+    EngineOptions eo;
+    eo.model_dir = testing::test_data_dir() + "/goldens/qwen3_next_hf_bf16";
+    eo.mtp = true;
+    auto e = Engine::load(eo);
+    ASSERT_FALSE(e.has_value());
+    EXPECT_NE(e.status().message().find("multi-token-prediction head"), std::string::npos)
+        << e.status().message();
+    auto plain = load(testing::test_data_dir() + "/goldens/qwen3_next_mtp_hf_bf16");
+    ASSERT_TRUE(plain);
+    GenerateOptions o;
+    o.max_tokens = 4;
+    o.speculative.mtp = true;
+    auto r = plain->new_session()->generate(std::vector<int32_t>{1, 2, 3}, o);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_NE(r.status().message().find("EngineOptions::mtp"), std::string::npos) << r.status().message();
+}
+
+// Sampling through the MTP drafter keeps the target's distribution (its proposals, from a random
+// head, are often rejected: the residual path carries the weight).
+TEST(Speculative, MtpSampledTokensFollowTheTargetDistribution) {
+    auto target = load_mtp(mtp_goldens()[0], 256);
+    ASSERT_TRUE(target);
+    const std::vector<int32_t> prompt = {17, 4, 250, 9, 31};
+    GenerateOptions o;
+    o.max_tokens = 3;
+    o.ignore_eos = true;
+    // A random model's distributions are nearly flat over 300 tokens: top-k keeps each (t1, t2)
+    // group to few enough categories for the chi-square, and still overlaps the random head's.
+    o.sampling.temperature = 1.0f;
+    o.sampling.top_k = 20;
+    o.sampling.top_p = 0.95f;
+    o.speculative.mtp = true;
+    o.speculative.tokens = 2;
+    auto session = target->new_session();
+    std::map<int32_t, std::map<int32_t, int64_t>> seen;
+    int64_t proposed = 0, kept = 0;
+    for (int i = 0; i < 6000; ++i) {
+        o.sampling.seed = 5000 + i;
+        auto r = session->generate(prompt, o);
+        ASSERT_TRUE(r.has_value()) << r.status().message();
+        ASSERT_EQ(r->tokens.size(), 3u);
+        seen[r->tokens[0]][r->tokens[1]]++;
+        proposed += r->stats.draft_tokens;
+        kept += r->stats.accepted_tokens;
+    }
+    EXPECT_GT(proposed, 0);
+    EXPECT_GT(kept, 0);
+    EXPECT_LT(kept, proposed);
+    double chi = 0;
+    int dof = 0;
+    const int64_t V = target->info().vocab_size;
+    for (const auto& [t1, counts] : seen) {
+        int64_t total = 0;
+        for (const auto& [t2, c] : counts) total += c;
+        std::vector<int32_t> ctx = prompt;
+        ctx.push_back(t1);
+        auto logits = target->new_session()->evaluate(ctx, false);
+        ASSERT_TRUE(logits.has_value());
+        runtime::Sampler sampler(o.sampling, V, {});
+        sampler.prepare(*logits, ctx, std::vector<int32_t>{t1}, o);
+        std::map<int32_t, double> want;
+        for (const auto& [prob, id] : sampler.distribution(*logits))
+            want[id] = prob * static_cast<double>(total);
+        int group_dof = 0;
+        chi += chi_square(counts, want, &group_dof);
+        dof += group_dof;
+    }
+    ASSERT_GT(dof, 0);
+    EXPECT_LT(chi, chi_square_bound(dof)) << "dof " << dof;
+    std::printf("[ spec ] mtp sampled: %lld of %lld proposals kept, chi-square %.1f on %d dof (bound %.1f)\n",
+                static_cast<long long>(kept), static_cast<long long>(proposed), chi, dof,
+                chi_square_bound(dof));
+}
+
 TEST(Speculative, SampledTokensFollowTheTargetDistribution) {
     testing::TempDir tmp;
     auto target = load(tiny_next(), 256);

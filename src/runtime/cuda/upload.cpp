@@ -74,12 +74,14 @@ Status CudaBackend::upload_weights(Arena& arena) {
     }
     lm_head_ = W.lm_head.data == W.embed.data ? embed_ : put(arena, W.lm_head, st);
     final_norm_ = put(arena, W.final_norm, st);
-    layers_ = std::make_unique<DevLayer[]>(W.layers.size());
+    // The main decoder's layers (a multi-token-prediction layer after them is not run on the GPU yet).
+    const size_t n_layers = static_cast<size_t>(model_->config().n_layers);
+    layers_ = std::make_unique<DevLayer[]>(n_layers);
     model::ExpertSource* source = model_->expert_source();
     std::vector<model::ExpertWeights> views;
     const size_t table_size = static_cast<size_t>(c.n_experts * 3);
     std::unique_ptr<DevWeight[]> table = std::make_unique<DevWeight[]>(table_size);
-    for (size_t l = 0; l < W.layers.size(); ++l) {
+    for (size_t l = 0; l < n_layers; ++l) {
         const model::LayerWeights& lw = W.layers[l];
         DevLayer& L = layers_[l];
         L.plan = &model_->plan().layers[l];
