@@ -131,14 +131,17 @@ Expected<PackPlan> plan_pack(const model::ModelConfig& cfg, const format::Checkp
         for (const auto& t : f.tensors()) end = std::max(end, f.data_start() + t.offset + t.size_bytes);
         plan.shards[s].size_bytes = end;  // the caller checks this against the real file size
     }
-    SLUICE_ASSIGN_OR_RETURN(const model::TensorNames names, model::find_tensor_names(ckpt));
+    SLUICE_ASSIGN_OR_RETURN(const model::TensorNames names, model::find_tensor_names(ckpt, cfg.n_layers));
+    // The multi-token-prediction head is kept: its dense tensors with the rest, its layer's routed
+    // experts as the expert file of layer n_layers.
+    const int64_t n_layers = cfg.n_layers + model::mtp_layers_in(cfg, ckpt);
     const std::string& prefix = names.prefix;
     format::PackLayout& layout = plan.layout;
     layout.source_layout = model::layout_name(model::detect_checkpoint_layout(cfg, ckpt, prefix));
     layout.n_experts = cfg.n_experts;
     plan.quantized_here = !cfg.quantization.present && bits != 16;
 
-    // Dense: every tensor but routed experts (and mtp/vision), in name order, quantized or copied.
+    // Dense: every tensor but routed experts (and vision towers), in name order, quantized or copied.
     struct DenseSource {
         const TensorInfo* t;
         bool quantize;
@@ -194,7 +197,7 @@ Expected<PackPlan> plan_pack(const model::ModelConfig& cfg, const format::Checkp
     }
 
     // Experts: one file per MoE layer, record e = expert e's gate, up, down.
-    for (int64_t l = 0; l < cfg.n_layers; ++l) {
+    for (int64_t l = 0; l < n_layers; ++l) {
         if (!cfg.is_moe_layer(l)) continue;
         SLUICE_ASSIGN_OR_RETURN(auto experts, planner.experts(names, l));
         format::PackExpertFile file = make_expert_file_layout(

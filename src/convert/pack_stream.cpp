@@ -159,7 +159,7 @@ Status PlanWriter::consume(size_t shard, std::span<const uint8_t> bytes) {
             break;
         }
         const PlanPiece& pc = pieces[st.piece];
-        if (st.pos < pc.src_begin) {  // a tensor that is not packed (mtp, vision), or padding
+        if (st.pos < pc.src_begin) {  // a tensor that is not packed (vision), or padding
             advance(std::min(n, pc.src_begin - st.pos), true);
             continue;
         }

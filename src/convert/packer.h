@@ -5,8 +5,8 @@
 // copied verbatim) → dense.safetensors + one expert file per MoE layer + layout.json +
 // manifest.json. The plan and the byte transform are shared with `sluice pull` (pack_plan.h,
 // pack_stream.h). Resumable: a progress record (.pack-progress.json) holds a cursor per shard,
-// and a re-run with the same source and options continues from it. mtp.* and vision tensors are
-// not packed.
+// and a re-run with the same source and options continues from it. Vision tensors are not packed;
+// a multi-token-prediction head is (its layer's experts as the expert file of layer n_layers).
 //
 // synth: random weights of any supported config written straight into the packed layout (used
 // for full-size benchmarks without downloads); streaming, bounded memory, seeded.

@@ -232,6 +232,33 @@ TEST(Speculative, MtpGreedyOutputIsPlainGreedyForEveryK) {
     }
 }
 
+// Packed, the head is kept (its layer's experts streamed as the expert file of layer n_layers): an
+// MLX checkpoint's bytes are copied, so the packed model drafts exactly what the checkpoint does.
+TEST(Speculative, MtpHeadSurvivesPacking) {
+    testing::TempDir tmp;
+    const std::string src = mtp_goldens()[1];  // qwen3_next_mtp_mlx_q4
+    const std::string dir = packed(src, tmp.file("packed"));
+    auto original = load_mtp(src);
+    auto streamed = load_mtp(dir);
+    ASSERT_TRUE(original && streamed);
+    std::vector<int32_t> prompt;
+    for (int32_t i = 0; i < 20; ++i) prompt.push_back(9 + 13 * i);
+    GenerateOptions o;
+    o.max_tokens = 40;
+    o.sampling.temperature = 0.0f;
+    o.ignore_eos = true;
+    o.speculative.mtp = true;
+    o.speculative.tokens = 4;
+    auto a = original->new_session()->generate(prompt, o);
+    auto b = streamed->new_session()->generate(prompt, o);
+    ASSERT_TRUE(a.has_value()) << a.status().message();
+    ASSERT_TRUE(b.has_value()) << b.status().message();
+    EXPECT_EQ(a->tokens, b->tokens);
+    EXPECT_EQ(a->stats.draft_tokens, b->stats.draft_tokens);
+    EXPECT_EQ(a->stats.accepted_tokens, b->stats.accepted_tokens);
+    EXPECT_GT(b->stats.draft_tokens, 0);
+}
+
 // A model without a head, or an engine not running it, is refused by name.
 TEST(Speculative, MtpWithoutAHeadIsAClearError) {
     EngineOptions eo;
