@@ -34,6 +34,9 @@
 #   llamabuild             llama.cpp from .devcarry/llama/llama.tgz (../shared/peer/README.md) into /tmp/llb;
 #                          gguf35: the 35B's GGUF of the same shapes (synth_gguf.py) at /tmp/m35.gguf;
 #                          llamakv35: llama-bench -fa 1 at f16 and q8_0 KV, the same depths and prompts
+#   trainmtp               an MTP head for models/tiny-next, trained on its frozen model (tools/train_tiny.py
+#                          --mtp-from): the folder with the head as $OUT/tinymtp/tiny.tar.partN (cat | tar x gives
+#                          tiny-next/), mtp_stats.json and mtp_training_log.txt in results.tgz
 #   ncu35                  per-kernel GPU time of a short decode (ncu); prof35: the in-graph timeline (nsys,
 #                          when installed) and ncu's full sections for one layer; prof35mv: ncu's full sections
 #                          for one layer's products; sass: the products' SASS (sm_90)
@@ -306,6 +309,16 @@ for s in "$@"; do
         mkdir -p "$RES/goldens"
         cp tests/data/goldens/index.json "$RES/goldens/"
         for g in ${GOLDENS_ONLY:-}; do cp -r "tests/data/goldens/$g" "$RES/goldens/"; done
+        tar czf "$OUT/results.tgz" -C "$RES" .
+        ;;
+    trainmtp)
+        # Trains only the head (<= 240 s on one H100), exports it and packs the folder before evaluating, so a
+        # step cut short still returns the model.
+        rm -rf /tmp/tiny-mtp
+        mkdir -p "$OUT/tinymtp"
+        step trainmtp 540 python3 tools/train_tiny.py --mtp-from models/tiny-next --out /tmp/tiny-mtp \
+            --pack-dir "$OUT/tinymtp"
+        cp /tmp/tiny-mtp/mtp_stats.json /tmp/tiny-mtp/mtp_training_log.txt "$RES/" 2>/dev/null
         tar czf "$OUT/results.tgz" -C "$RES" .
         ;;
     checkgoldens)

@@ -1006,10 +1006,15 @@ def make_mtp_head(model, cfg):
 
         def forward(self, next_ids, hidden):
             """next_ids [n] (t_{p+1} per row), hidden [n, H] (h_p per row), rows at positions 0..n-1.
-            Returns (out [n, H] after mtp.norm, logits [n, V])."""
+            Returns (out [n, H] after mtp.norm, logits [n, V]). A batch of such sequences, each from
+            position 0 (tools/train_tiny.py trains and evaluates the head so): next_ids [B, n], hidden
+            [B, n, H] -> out [B, n, H], logits [B, n, V]."""
             emb = text_model_of(model).embed_tokens(next_ids)
             x = self.fc(torch.cat([self.pre_fc_norm_embedding(emb), self.pre_fc_norm_hidden(hidden)], dim=-1))
-            out = self.block(inputs_embeds=x[None], use_cache=False).last_hidden_state[0]
+            batched = next_ids.dim() == 2
+            out = self.block(inputs_embeds=x if batched else x[None], use_cache=False).last_hidden_state
+            if not batched:
+                out = out[0]
             return out, model.lm_head(out)
 
     return MtpHead().to(torch.float32).eval()
