@@ -119,5 +119,8 @@ SLUICE_COMMAND(synth, 42, [](CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--seed", o->seed, "Random seed")->capture_default_str();
     cmd->add_option("--tokenizer", o->tokenizer_dir, "Copy tokenizer/template files from this folder");
+    cmd->add_flag("!--no-mtp", o->mtp,
+                  "Leave out the multi-token-prediction head (written for Qwen3-Next / Qwen3.5 configs, as "
+                  "their checkpoints have one)");
     cmd->callback([o] { sluice::cli::run_synth(*o); });
 });

@@ -48,6 +48,9 @@ struct SynthOptions {
     int group_size = 64;
     uint64_t seed = 1;
     std::string tokenizer_dir;  // optional: copy tokenizer files from here
+    // A multi-token-prediction head (mtp.*, its layer's experts as the expert file of layer
+    // n_layers), as the Qwen3-Next / Qwen3.5 checkpoints ship one; other families have none.
+    bool mtp = true;
     // Writes nothing: the sizes the packed model would have (`sluice info CONFIG.json` plans with
     // them before anything is downloaded); dense_bytes is then what the loaded model holds (its
     // linears as mapped, its small vectors as f32 copies). out_dir is not used.

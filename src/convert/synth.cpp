@@ -197,7 +197,15 @@ Expected<PackResult> synth_model(const SynthOptions& options) {
     b.linear(names.embed(), V, H, o.bits);
     b.vector(names.final_norm(), {H}, 1.0f, 0.05f, false);
     b.linear(names.lm_head, V, H, o.bits);
-    for (int64_t l = 0; l < cfg.n_layers; ++l) {
+    const bool mtp_family =
+        cfg.family == model::Family::kQwen3Next || cfg.family == model::Family::kQwen35Moe;
+    const int64_t n_layers = cfg.n_layers + (o.mtp && mtp_family ? 1 : 0);  // the MTP layer last
+    if (n_layers > cfg.n_layers) {
+        b.linear(std::string(Names::kMtpFc), H, 2 * H, o.bits);
+        for (const char* norm : {Names::kMtpNormEmbedding, Names::kMtpNormHidden, Names::kMtpNorm})
+            b.vector(norm, {H}, 1.0f, 0.05f, false);
+    }
+    for (int64_t l = 0; l < n_layers; ++l) {
         const std::string p = names.layer(l), att = p + Names::kAttention;
         // Norm weights are stored with any zero-centred +1 already folded (MLX convention), so
         // the loader detects the MLX layout from conv1d's [C, K, 1] shape.
@@ -263,9 +271,9 @@ Expected<PackResult> synth_model(const SynthOptions& options) {
 
     const int64_t I = cfg.expert_ffn;
     uint64_t experts_total = 0;
-    for (int64_t l = 0; l < cfg.n_layers; ++l) experts_total += cfg.is_moe_layer(l) ? 1 : 0;
+    for (int64_t l = 0; l < n_layers; ++l) experts_total += cfg.is_moe_layer(l) ? 1 : 0;
     uint64_t layers_done = 0;
-    for (int64_t l = 0; l < cfg.n_layers; ++l) {
+    for (int64_t l = 0; l < n_layers; ++l) {
         if (!cfg.is_moe_layer(l)) continue;
         format::PackExpertFile file =
             make_expert_file_layout(l, make_projection(I, H, o.bits, o.group_size, DType::kBF16),
