@@ -103,6 +103,17 @@ Expected<MemoryPlan> make_plan(const model::ModelConfig& c, const model::StateLa
     plan.kv_type = kernels::kv_type_name(layout.kv);
     plan.kv_window = layout.kv_window;
     plan.kv_bytes_per_token = layout.per_position_bytes(1);
+    if (options.mtp && c.mtp_layers > 0) {
+        // The MTP head beside each session: its layer's KV (one attention layer's) and, per token the
+        // target computed but the head has not consumed yet, that token's f32 hidden row.
+        int64_t attention_layers = 0;
+        for (int64_t l = 0; l < c.n_layers; ++l) attention_layers += c.is_full_attention(l) ? 1 : 0;
+        const uint64_t mtp_per_token =
+            layout.per_position_bytes(1) / static_cast<uint64_t>(std::max<int64_t>(attention_layers, 1)) +
+            sizeof(float) * static_cast<uint64_t>(c.hidden);
+        plan.kv_bytes_per_token += mtp_per_token;
+        plan.state_bytes += mtp_per_token * static_cast<uint64_t>(context) * sessions;
+    }
     plan.scratch_bytes = runtime::scratch_bytes_estimate(c, 256) * sessions;
     plan.budget_bytes = options.memory_bytes;
     if (plan.budget_bytes == 0) {
