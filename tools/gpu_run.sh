@@ -37,6 +37,8 @@
 #   trainmtp               an MTP head for models/tiny-next, trained on its frozen model (tools/train_tiny.py
 #                          --mtp-from): the folder with the head as $OUT/tinymtp/tiny.tar.partN (cat | tar x gives
 #                          tiny-next/), mtp_stats.json and mtp_training_log.txt in results.tgz
+#   mtp                    the MTP head's CUDA goldens and greedy identity; the default model's decode
+#                          with --spec mtp k = 1..4 / auto against plain, alternated (MTP_ROUNDS)
 #   ncu35                  per-kernel GPU time of a short decode (ncu); prof35: the in-graph timeline (nsys,
 #                          when installed) and ncu's full sections for one layer; prof35mv: ncu's full sections
 #                          for one layer's products; sass: the products' SASS (sm_90)
@@ -388,6 +390,27 @@ PY
             fi
         done
         bench curvetiny 120 models/tiny-next --verify-curve 8 --prompt-tokens 64 --reps 5 --warmup 1
+        ;;
+    mtp)  # the MTP head on the GPU: its goldens, greedy identity, and the default model's decode with it
+        step mtp_tests 300 "$B/sluice_tests" \
+            --gtest_filter='Goldens/Golden.OnCudaMtp*:Speculative.MtpOnCuda*:Goldens/Golden.OnCudaPrefill*mtp*'
+        # Plain and MTP drafting alternated over MTP_ROUNDS rounds (3), 256 greedy tokens each.
+        for r in $(seq 1 "${MTP_ROUNDS:-3}"); do
+            for k in off 1 2 3 4 auto; do
+                f=""
+                [ "$k" != off ] && f="--spec mtp --spec-tokens $k"
+                # shellcheck disable=SC2086
+                timeout 120 "$B/sluice" generate models/tiny-next --device cuda -p "def quicksort(xs):" -n 256 \
+                    --temperature 0 $f --stats-json "$RES/mtptiny_${k}_$r.json" >"$RES/mtptiny_${k}_$r.out" \
+                    2>"$RES/mtptiny_${k}_$r.txt"
+                tail -n 2 "$RES/mtptiny_${k}_$r.txt"
+                if [ "$k" != off ]; then
+                    if cmp -s "$RES/mtptiny_off_$r.out" "$RES/mtptiny_${k}_$r.out"; then c=same; else c=DIFFERENT; fi
+                    echo "round $r k=$k: $c text as plain" | tee -a "$RES/mtptiny_cmp.txt"
+                fi
+            done
+        done
+        tar czf "$OUT/results.tgz.$$" -C "$RES" . && mv -f "$OUT/results.tgz.$$" "$OUT/results.tgz"
         ;;
     curve35 | curve80)  # speculative step cost: resident, experts in host RAM, CPU from disk
         m=/tmp/m${s#curve}

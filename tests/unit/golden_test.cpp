@@ -13,6 +13,7 @@
 
 #include "format/safetensors.h"
 #include "model/model.h"
+#include "runtime/backend.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
 #include "test_util.h"
@@ -285,67 +286,92 @@ TEST_P(Golden, OnCudaInt8PrefillMatchesTransformersWithinTheirTolerance) {
 }
 
 // The multi-token-prediction head (models.md §3.7) against tools/make_goldens.py's make_mtp_head
-// (vLLM qwen3_next_mtp.py's computation on transformers' own decoder layer): the target's final-normed
-// hidden rows, the head over the prompt (row p: the token after p and the target's row at p), then two
-// chained proposals (each the argmax of the row before, fed the head's own output).
-TEST_P(Golden, MtpHeadMatchesReference) {
-    const std::string dir = goldens_dir() + "/" + GetParam();
+// (vLLM qwen3_next_mtp.py's computation on transformers' own decoder layer), through a backend: the
+// target's final-normed hidden rows, the head over the prompt (row p: the token after p and the
+// target's row at p), then two chained proposals (each the argmax of the row before, fed the head's
+// own output).
+void check_mtp(const std::string& name, const std::string& device) {
+    const std::string dir = goldens_dir() + "/" + name;
     auto f = format::SafetensorsFile::open(dir + "/golden.safetensors");
     ASSERT_TRUE(f.has_value()) << f.status().message();
     const std::vector<float> want_logits = read_tensor<float>(**f, "mtp_logits");
+    auto loaded = model::Model::load(dir);
+    ASSERT_TRUE(loaded.has_value()) << loaded.status().message();
+    std::shared_ptr<const model::Model> m = *loaded;
     if (want_logits.empty()) {
-        auto model = model::Model::load(dir);
-        ASSERT_TRUE(model.has_value()) << model.status().message();
-        EXPECT_FALSE((*model)->has_mtp()) << "a head the golden has no reference for";
-        GTEST_SKIP() << GetParam() << " has no MTP head";
+        EXPECT_FALSE(m->has_mtp()) << "a head the golden has no reference for";
+        GTEST_SKIP() << name << " has no MTP head";
     }
+    ASSERT_TRUE(m->has_mtp());
+    std::unique_ptr<runtime::Backend> backend;
+    if (device == "cpu") {
+        backend = runtime::make_cpu_backend(m, nullptr);
+    } else {
+        runtime::CudaBackendOptions co;
+        co.int8_prefill = false;  // the f32 products, held to the f32 tolerance
+        auto made = runtime::make_cuda_backend(m, co);
+        if (!made.has_value() && made.status().code() == ErrorCode::kUnsupported)
+            GTEST_SKIP() << made.status().message();
+        ASSERT_TRUE(made.has_value()) << made.status().message();
+        backend = std::move(*made);
+    }
+    ASSERT_TRUE(backend->runs_mtp());
     const std::vector<int32_t> ids = read_tensor<int32_t>(**f, "input_ids");
     const std::vector<int32_t> tokens = read_tensor<int32_t>(**f, "mtp_tokens");
     const std::vector<float> want_hidden = read_tensor<float>(**f, "final_hidden");
     const std::vector<float> fed = read_tensor<float>(**f, "mtp_hidden");
-    auto loaded = model::Model::load(dir);
-    ASSERT_TRUE(loaded.has_value()) << loaded.status().message();
-    const model::Model& m = **loaded;
-    ASSERT_TRUE(m.has_mtp());
-    const int64_t T = static_cast<int64_t>(ids.size()), H = m.config().hidden, V = m.config().vocab;
+    const int64_t T = static_cast<int64_t>(ids.size()), H = m->config().hidden, V = m->config().vocab;
     const int64_t R = static_cast<int64_t>(tokens.size());  // T + chained proposals
     ASSERT_GT(R, T);
     ASSERT_EQ(static_cast<int64_t>(want_logits.size()), R * V);
     ASSERT_EQ(static_cast<int64_t>(fed.size()), R * H);
 
     // The target's rows after the final norm: what its lm_head reads.
-    model::ModelState target = m.new_state(T + 1);
-    model::Workspace ws;
+    auto target = backend->new_sequence(T + 1, 1);
+    ASSERT_TRUE(target.has_value()) << target.status().message();
     std::vector<float> hidden(static_cast<size_t>(T * H));
-    model::SequenceStep step{&target, ids, nullptr, false};
+    runtime::BatchStep step{target->get(), ids, nullptr, false};
     step.hidden = hidden.data();
-    ASSERT_TRUE(m.forward_batch(std::span<const model::SequenceStep>(&step, 1), ws, nullptr).is_ok());
+    ASSERT_TRUE(backend->forward_batch(std::span<const runtime::BatchStep>(&step, 1)).is_ok());
     for (int64_t t = 0; t < T; ++t)
         expect_row_close(hidden.data() + t * H, want_hidden.data() + t * H, H,
                          "hidden row " + std::to_string(t));
 
     // The head over the prompt, in one forward.
-    model::ModelState head = m.new_state(R + 1, m.mtp_layout(m.state_layout()));
+    auto head = backend->new_mtp_sequence(R + 1, nullptr);
+    ASSERT_TRUE(head.has_value()) << head.status().message();
     std::vector<float> logits(static_cast<size_t>(T * V)), out(static_cast<size_t>(T * H));
-    ASSERT_TRUE(m.forward_mtp(head, std::span<const int32_t>(tokens).first(static_cast<size_t>(T)),
-                              hidden.data(), logits.data(), true, out.data(), ws, nullptr)
-                    .is_ok());
+    const Status ran =
+        backend->forward_mtp(**head, std::span<const int32_t>(tokens).first(static_cast<size_t>(T)),
+                             hidden.data(), logits.data(), true, out.data());
+    ASSERT_TRUE(ran.is_ok()) << ran.message();
     for (int64_t t = 0; t < T; ++t)
         expect_row_close(logits.data() + t * V, want_logits.data() + t * V, V,
                          "mtp row " + std::to_string(t));
     // Chained: the argmax of the row before, fed the head's own output there.
-    std::vector<float> prev(out.end() - H, out.end()), row(static_cast<size_t>(V));
+    std::vector<float> prev(out.end() - H, out.end()), next(static_cast<size_t>(H)),
+        row(static_cast<size_t>(V));
     for (int64_t r = T; r < R; ++r) {
         expect_row_close(prev.data(), fed.data() + r * H, H, "fed row " + std::to_string(r));
         const float* before = r == T ? logits.data() + (T - 1) * V : row.data();
         EXPECT_EQ(std::max_element(before, before + V) - before, tokens[static_cast<size_t>(r)])
             << "draft " << r;
-        ASSERT_TRUE(m.forward_mtp(head, std::span<const int32_t>(&tokens[static_cast<size_t>(r)], 1),
-                                  prev.data(), row.data(), false, prev.data(), ws, nullptr)
+        ASSERT_TRUE(backend
+                        ->forward_mtp(**head, std::span<const int32_t>(&tokens[static_cast<size_t>(r)], 1),
+                                      prev.data(), row.data(), false, next.data())
                         .is_ok());
         expect_row_close(row.data(), want_logits.data() + r * V, V, "chained mtp row " + std::to_string(r));
+        prev = next;
     }
-    EXPECT_EQ(head.n_past, R);
+    EXPECT_EQ((*head)->position(), R);
+}
+
+TEST_P(Golden, MtpHeadMatchesReference) {
+    check_mtp(GetParam(), "cpu");
+}
+
+TEST_P(Golden, OnCudaMtpHeadMatchesReference) {
+    check_mtp(GetParam(), "cuda");
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, Golden, ::testing::ValuesIn(golden_names()),

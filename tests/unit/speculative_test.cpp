@@ -179,12 +179,20 @@ std::vector<std::string> mtp_goldens() {
 // for every k (the head's KV kept in step across the steps' rollbacks), with fresh sessions and with
 // one session carried over turns and a reset.
 TEST(Speculative, MtpGreedyOutputIsPlainGreedyForEveryK) {
-    for (const std::string& dir : mtp_goldens()) {
+    std::vector<std::string> dirs = mtp_goldens();
+    dirs.insert(dirs.begin(), tiny_next());  // the default model's trained head
+    for (const std::string& dir : dirs) {
         auto engine = load_mtp(dir);
         ASSERT_TRUE(engine);
+        const bool trained = dir == tiny_next();
         std::vector<int32_t> prompt;
-        for (int32_t i = 0; i < 12; ++i) prompt.push_back(3 + 7 * i);
-        const int64_t n = 48;
+        if (trained) {
+            prompt = engine->tokenizer()->encode(
+                "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n");
+        } else {
+            for (int32_t i = 0; i < 12; ++i) prompt.push_back(3 + 7 * i);
+        }
+        const int64_t n = trained ? 256 : 48;
         GenerateOptions o;
         o.max_tokens = n;
         o.sampling.temperature = 0.0f;
@@ -202,6 +210,16 @@ TEST(Speculative, MtpGreedyOutputIsPlainGreedyForEveryK) {
             EXPECT_GT(spec->stats.verify_steps, 0) << dir << " k=" << k;
             EXPECT_EQ(spec->stats.generated_tokens, n);
             EXPECT_EQ(session->position(), static_cast<int64_t>(prompt.size()) + n - 1);
+            if (trained) {
+                // The trained head's proposals are mostly kept, and each step yields more than one token.
+                EXPECT_GT(spec->stats.acceptance_rate(), 0.3) << "k=" << k;
+                EXPECT_LT(spec->stats.verify_steps, n / 2 + 8) << "k=" << k;
+                std::printf(
+                    "[ spec ] tiny-next mtp k=%d: %lld of %lld proposals kept (%.0f%%), %lld verify steps\n",
+                    k, static_cast<long long>(spec->stats.accepted_tokens),
+                    static_cast<long long>(spec->stats.draft_tokens), 100 * spec->stats.acceptance_rate(),
+                    static_cast<long long>(spec->stats.verify_steps));
+            }
         }
         // Turns: the reply and more tokens as the next prompt (prefix reuse), then a reset — beside a
         // plain session taking the same turns (a reused prefix and a fresh prefill may round apart).
@@ -228,6 +246,37 @@ TEST(Speculative, MtpGreedyOutputIsPlainGreedyForEveryK) {
                 turn = prompt;
                 turn.push_back(11);
             }
+        }
+    }
+}
+
+// On the GPU (resident experts): the head runs there too, and greedy output is plain greedy output.
+TEST(Speculative, MtpOnCudaGreedyOutputIsPlainGreedy) {
+    for (const std::string& dir : mtp_goldens()) {
+        EngineOptions eo;
+        eo.model_dir = dir;
+        eo.device = "cuda";
+        eo.context_tokens = 512;
+        eo.mtp = true;
+        auto engine = Engine::load(eo);
+        if (!engine.has_value() && engine.status().code() == ErrorCode::kUnsupported)
+            GTEST_SKIP() << engine.status().message();
+        ASSERT_TRUE(engine.has_value()) << engine.status().message();
+        std::vector<int32_t> prompt;
+        for (int32_t i = 0; i < 12; ++i) prompt.push_back(3 + 7 * i);
+        GenerateOptions o;
+        o.max_tokens = 48;
+        o.sampling.temperature = 0.0f;
+        o.ignore_eos = true;
+        auto plain = (*engine)->new_session()->generate(prompt, o);
+        ASSERT_TRUE(plain.has_value()) << plain.status().message();
+        for (int k : {1, 2, 4, 8}) {
+            o.speculative.mtp = true;
+            o.speculative.tokens = k;
+            auto spec = (*engine)->new_session()->generate(prompt, o);
+            ASSERT_TRUE(spec.has_value()) << spec.status().message();
+            EXPECT_EQ(spec->tokens, plain->tokens) << dir << " k=" << k;
+            EXPECT_GT(spec->stats.verify_steps, 0);
         }
     }
 }

@@ -174,8 +174,8 @@ Expected<DeviceState*> CudaBackend::check_step(SequenceState* seq, std::span<con
     return ds;
 }
 
-Status CudaBackend::forward(SequenceState& seq, std::span<const int32_t> tokens, float* logits,
-                            bool all_logits) {
+Status CudaBackend::forward_rows(SequenceState& seq, std::span<const int32_t> tokens, float* logits,
+                                 bool all_logits, float* hidden) {
     const model::ModelConfig& c = model_->config();
     const int64_t n = static_cast<int64_t>(tokens.size());
     if (n == 0) return Status::ok();
@@ -217,6 +217,11 @@ Status CudaBackend::forward(SequenceState& seq, std::span<const int32_t> tokens,
             ++timed_steps_;
         }
         if (logits != nullptr) std::memcpy(logits, host_logits_, static_cast<size_t>(V) * sizeof(float));
+        // The graph's one row: d_.norm holds its final-normed hidden state (lm_head's input).
+        if (hidden != nullptr)
+            SLUICE_CUDA_TRY(cudaMemcpy(hidden, d_.norm, static_cast<size_t>(c.hidden) * sizeof(float),
+                                       cudaMemcpyDeviceToHost),
+                            "copying hidden rows");
     } else {
         SLUICE_RETURN_IF_ERROR(run_enqueued(*ds, n));
         if (logits != nullptr && tiered_ && n == 1) {
@@ -227,6 +232,7 @@ Status CudaBackend::forward(SequenceState& seq, std::span<const int32_t> tokens,
                                        cudaMemcpyDeviceToHost),
                             "copying logits");
         }
+        if (hidden != nullptr) SLUICE_RETURN_IF_ERROR(copy_hidden(0, n, hidden));
     }
     ds->commit(n);
     summary_valid_ = n == 1;  // the decode forms (graphs) computed the summary
@@ -268,7 +274,8 @@ Status CudaBackend::forward_batch(std::span<const BatchStep> steps) {
     if (live.size() == 1) {
         if (live[0]->seq == nullptr)
             return error(ErrorCode::kInvalidArgument, "[cuda] a batch step has no sequence");
-        return forward(*live[0]->seq, live[0]->tokens, live[0]->logits, live[0]->all_logits);
+        return forward_rows(*live[0]->seq, live[0]->tokens, live[0]->logits, live[0]->all_logits,
+                            live[0]->hidden);
     }
     std::vector<Part> parts;
     int64_t n = 0, logit_rows = 0;
@@ -307,7 +314,54 @@ Status CudaBackend::forward_batch(std::span<const BatchStep> steps) {
             "copying logits");
         row += p.logit_rows;
     }
+    for (size_t i = 0; i < parts_.size(); ++i)
+        if (live[i]->hidden != nullptr)
+            SLUICE_RETURN_IF_ERROR(copy_hidden(parts_[i].row0, parts_[i].n, live[i]->hidden));
     for (const Part& p : parts_) p.ds->commit(p.n);
+    return Status::ok();
+}
+
+Status CudaBackend::copy_hidden(int64_t row0, int64_t n, float* hidden) {
+    const int64_t H = model_->config().hidden;
+    cuda::row_norm(resid_ + row0 * H, final_norm_, cuda::HeadLayout{n, 1, H, H, 0, H, 0},
+                   model_->plan().final_norm_eps, false, 1.0f, d_.tmp, stream_);
+    SLUICE_CUDA_TRY(cudaMemcpyAsync(hidden, d_.tmp, static_cast<size_t>(n * H) * sizeof(float),
+                                    cudaMemcpyDeviceToHost, stream_),
+                    "copying hidden rows");
+    return cuda_status(cudaStreamSynchronize(stream_), "copying hidden rows");
+}
+
+Status CudaBackend::forward_mtp(SequenceState& seq, std::span<const int32_t> tokens, const float* hidden,
+                                float* logits, bool all_logits, float* hidden_out) {
+    const model::ModelConfig& c = model_->config();
+    if (!mtp_uploaded_) return new_mtp_sequence(0, nullptr).status();  // the reason, by name
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    if (n == 0) return Status::ok();
+    if (hidden == nullptr) return error(ErrorCode::kInvalidArgument, "[cuda] forward_mtp needs hidden rows");
+    SLUICE_ASSIGN_OR_RETURN(DeviceState * ds, check_step(&seq, tokens));
+    if (ds->layout().layers.size() != static_cast<size_t>(c.n_layers + c.mtp_layers) ||
+        ds->k[static_cast<size_t>(c.n_layers)] == nullptr)
+        return error(ErrorCode::kInvalidArgument, "[cuda] forward_mtp needs a sequence of new_mtp_sequence");
+    SLUICE_CUDA_TRY(cudaSetDevice(device_), "selecting the device");
+    summary_valid_ = false;
+    const int64_t logit_rows = all_logits ? n : 1;
+    SLUICE_RETURN_IF_ERROR(reserve_scratch(n, logit_rows));
+    parts_.assign(1, Part{ds, 0, n, logit_rows});
+    host_io_[0] = static_cast<int32_t>(seq.position());
+    std::memcpy(host_io_ + 1, tokens.data(), tokens.size() * sizeof(int32_t));
+    enqueue_mtp(n, hidden);
+    SLUICE_CUDA_TRY(cudaGetLastError(), "launching the MTP head");
+    SLUICE_CUDA_TRY(cudaStreamSynchronize(stream_), "MTP head");
+    if (logits != nullptr)
+        SLUICE_CUDA_TRY(
+            cudaMemcpy(logits, d_.logits, static_cast<size_t>(logit_rows * c.vocab) * sizeof(float),
+                       cudaMemcpyDeviceToHost),
+            "copying logits");
+    if (hidden_out != nullptr)
+        SLUICE_CUDA_TRY(cudaMemcpy(hidden_out, d_.norm, static_cast<size_t>(n * c.hidden) * sizeof(float),
+                                   cudaMemcpyDeviceToHost),
+                        "copying the head's rows");
+    ds->commit(n);
     return Status::ok();
 }
 

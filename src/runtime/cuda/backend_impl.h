@@ -218,7 +218,7 @@ class DeviceState final : public SequenceState {
     }
     Status copy_recurrent(int from, int to) override {
         for (size_t l = 0; l < k.size(); ++l) {
-            if (k[l] != nullptr) continue;
+            if (k[l] != nullptr || conv[0][l] == nullptr) continue;  // attention, or a layer not held
             for (int b : {model::kConvBuffer, model::kRecurrentBuffer}) {
                 const auto li = static_cast<int64_t>(l);
                 // Device to device, or to / from page-locked host slots.
@@ -232,7 +232,7 @@ class DeviceState final : public SequenceState {
     }
     Status zero_recurrent() override {
         for (size_t l = 0; l < k.size(); ++l) {
-            if (k[l] != nullptr) continue;
+            if (k[l] != nullptr || conv[0][l] == nullptr) continue;  // attention, or a layer not held
             for (int b : {model::kConvBuffer, model::kRecurrentBuffer}) {
                 const auto li = static_cast<int64_t>(l);
                 SLUICE_RETURN_IF_ERROR(cuda_status(
@@ -280,11 +280,28 @@ class CudaBackend final : public Backend {
     Expected<std::unique_ptr<SequenceState>> new_sequence(int64_t max_positions, int max_snapshots,
                                                           const model::StateLayout* layout) override;
     Status forward(SequenceState& seq, std::span<const int32_t> tokens, float* logits,
-                   bool all_logits) override;
+                   bool all_logits) override {
+        return forward_rows(seq, tokens, logits, all_logits, nullptr);
+    }
     Status forward_batch(std::span<const BatchStep> steps) override;
     std::optional<LogitsSummary> logits_summary() const override;
+    // The multi-token-prediction head (model.h forward_mtp), with the experts resident: its layer is
+    // layers_[n_layers], its state a DeviceState of Model::mtp_layout.
+    bool runs_mtp() const override { return mtp_uploaded_; }
+    Expected<std::unique_ptr<SequenceState>> new_mtp_sequence(int64_t max_positions,
+                                                              const model::StateLayout* layout) override;
+    Status forward_mtp(SequenceState& mtp, std::span<const int32_t> tokens, const float* hidden,
+                       float* logits, bool all_logits, float* hidden_out) override;
 
  private:
+    // forward() with every row's final-normed hidden state copied into `hidden` [n, H] when not null.
+    Status forward_rows(SequenceState& seq, std::span<const int32_t> tokens, float* logits, bool all_logits,
+                        float* hidden);
+    // The final norm of rows [row0, row0 + n) of the residual stream of the forward just run, to `hidden`.
+    Status copy_hidden(int64_t row0, int64_t n, float* hidden);
+    // The head over parts_[0]'s n rows: input rows from the embedding and `hidden` (host), its
+    // layer, mtp.norm into d_.norm (every row) and lm_head over the part's logit rows.
+    void enqueue_mtp(int64_t n, const float* hidden);
     // Weights.
     Status upload_weights(Arena& arena);
     DevWeight put(Arena& arena, const kernels::WeightView& w, Status& st);
@@ -386,6 +403,10 @@ class CudaBackend final : public Backend {
     std::unique_ptr<DevLayer[]> layers_;  // [n_layers]
     DevWeight embed_, lm_head_;
     float* final_norm_ = nullptr;
+    // The MTP head (uploaded with resident experts): fc and its three norms; its layer in layers_.
+    bool mtp_uploaded_ = false;
+    DevWeight mtp_fc_;
+    float *mtp_norm_embedding_ = nullptr, *mtp_norm_hidden_ = nullptr, *mtp_norm_ = nullptr;
 
     // Scratch for batches of up to ws_tokens_ tokens.
     int64_t ws_tokens_ = 0, ws_logit_rows_ = 0;

@@ -18,7 +18,8 @@ CudaBackend::ScratchPlan CudaBackend::scratch_plan(int64_t n, int64_t logit_rows
     const int64_t kd = c.linear_key_dim(), vd = c.linear_value_dim(), cd = c.conv_dim();
     const int64_t nv = std::max<int64_t>(c.linear_v_heads, 1);
     const int64_t qkvz = 2 * kd + 2 * vd;
-    const int64_t wide = std::max({q_rows, qkvz, c.n_heads * c.head_dim, H, kd, vd, cd});
+    // 2H: the MTP head's [embedding; hidden] rows before its fc.
+    const int64_t wide = std::max({q_rows, qkvz, c.n_heads * c.head_dim, 2 * H, kd, vd, cd});
     ScratchPlan plan;
     auto add = [&](auto*& p, int64_t elems) {
         plan.emplace_back(reinterpret_cast<void**>(&p),
@@ -153,6 +154,16 @@ Expected<std::unique_ptr<SequenceState>> CudaBackend::new_sequence(int64_t max_p
     };
     for (const model::LayerStateLayout& l : layout.layers) {
         const auto& b = l.buffers;
+        if (b.empty()) {  // a layer this state does not hold (Model::mtp_layout)
+            for (auto* v : {&ds->k, &ds->v, &ds->ring, &ds->conv[0], &ds->conv[1], &ds->recurrent[0],
+                            &ds->recurrent[1]})
+                v->push_back(nullptr);
+            for (int s = 0; s < slots; ++s) {
+                ds->snap_conv[static_cast<size_t>(s)].push_back(nullptr);
+                ds->snap_recurrent[static_cast<size_t>(s)].push_back(nullptr);
+            }
+            continue;
+        }
         const bool kv = b[0].per_position;
         ds->k.push_back(kv ? take(b[model::kKeysBuffer].bytes(max_positions)) : nullptr);
         ds->v.push_back(kv ? take(b[model::kValuesBuffer].bytes(max_positions)) : nullptr);
@@ -179,6 +190,18 @@ Expected<std::unique_ptr<SequenceState>> CudaBackend::new_sequence(int64_t max_p
     SLUICE_ASSERT(at <= bytes && host_at <= host_bytes);
     SLUICE_CUDA_TRY(cudaStreamSynchronize(stream_), "zeroing session state");
     return std::unique_ptr<SequenceState>(std::move(ds));
+}
+
+Expected<std::unique_ptr<SequenceState>> CudaBackend::new_mtp_sequence(int64_t max_positions,
+                                                                       const model::StateLayout* layout) {
+    if (!mtp_uploaded_)
+        return error(ErrorCode::kUnsupported,
+                     model_->has_mtp()
+                         ? "[cuda] the multi-token-prediction head runs with resident experts only "
+                           "for now (these are tiered)"
+                         : "[cuda] " + model_->dir() + " has no multi-token-prediction head");
+    const model::StateLayout mtp = model_->mtp_layout(layout != nullptr ? *layout : model_->state_layout());
+    return new_sequence(max_positions, 0, &mtp);
 }
 
 }  // namespace sluice::runtime::cuda_impl

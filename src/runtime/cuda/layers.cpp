@@ -463,4 +463,33 @@ int64_t CudaBackend::enqueue_segment(int64_t n, int64_t after) {
     return c.n_layers;
 }
 
+// The multi-token-prediction head over parts_[0]'s n rows (model.cpp forward_mtp): row i is
+// fc([norm_embedding(embed(token i)); norm_hidden(hidden row i)]) through the head's layer, then
+// mtp.norm (every row, into d_.norm: the chained drafts' next hidden rows) and lm_head.
+void CudaBackend::enqueue_mtp(int64_t n, const float* hidden) {
+    const model::ModelConfig& c = model_->config();
+    const int64_t H = c.hidden, l = c.n_layers;
+    const DevLayer& L = layers_[static_cast<size_t>(l)];
+    const float eps = L.plan->norm_eps;
+    resid_ = d_.x;
+    cudaMemcpyAsync(d_.io, host_io_, static_cast<size_t>(n + 1) * sizeof(int32_t), cudaMemcpyHostToDevice,
+                    stream_);
+    cudaMemcpyAsync(d_.mix, hidden, static_cast<size_t>(n * H) * sizeof(float), cudaMemcpyHostToDevice,
+                    stream_);
+    cuda::dequantize_rows(embed_, d_.io + 1, n, d_.x, stream_);
+    const cuda::HeadLayout half{n, 1, H, H, 0, 2 * H, 0};  // into one half of [n, 2H] rows
+    cuda::row_norm(d_.x, mtp_norm_embedding_, half, eps, false, 1.0f, d_.tmp, stream_);
+    cuda::row_norm(d_.mix, mtp_norm_hidden_, half, eps, false, 1.0f, d_.tmp + H, stream_);
+    linear(mtp_fc_, d_.tmp, n, d_.x);
+    const cuda::HeadLayout rows{n, 1, H, H, 0, H, 0};
+    cuda::row_norm(d_.x, L.input_norm, rows, eps, false, 1.0f, d_.norm, stream_);
+    attention_layer(L, l, n, nullptr);
+    cuda::add_rms_norm(resid_, d_.mix, L.post_norm, n, H, eps, d_.norm, stream_);
+    moe_layer(L, n, nullptr);
+    cuda::axpy(1.0f, d_.mix, n * H, resid_, stream_);
+    cuda::row_norm(resid_, mtp_norm_, rows, eps, false, 1.0f, d_.norm, stream_);
+    const int64_t logit_rows = parts_[0].logit_rows;
+    linear(lm_head_, d_.norm + (n - logit_rows) * H, logit_rows, d_.logits);
+}
+
 }  // namespace sluice::runtime::cuda_impl

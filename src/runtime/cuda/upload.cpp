@@ -74,9 +74,18 @@ Status CudaBackend::upload_weights(Arena& arena) {
     }
     lm_head_ = W.lm_head.data == W.embed.data ? embed_ : put(arena, W.lm_head, st);
     final_norm_ = put(arena, W.final_norm, st);
-    // The main decoder's layers (a multi-token-prediction layer after them is not run on the GPU yet).
-    const size_t n_layers = static_cast<size_t>(model_->config().n_layers);
+    // The main decoder's layers, then the multi-token-prediction layer when the experts are resident
+    // (the expert tier serves the main layers only).
+    const bool mtp = model_->has_mtp() && !tiered_;
+    const size_t n_layers = static_cast<size_t>(c.n_layers + (mtp ? c.mtp_layers : 0));
     layers_ = std::make_unique<DevLayer[]>(n_layers);
+    if (mtp) {
+        mtp_fc_ = put(arena, W.mtp.fc, st);
+        mtp_norm_embedding_ = put(arena, W.mtp.norm_embedding, st);
+        mtp_norm_hidden_ = put(arena, W.mtp.norm_hidden, st);
+        mtp_norm_ = put(arena, W.mtp.norm, st);
+    }
+    mtp_uploaded_ = mtp;
     model::ExpertSource* source = model_->expert_source();
     std::vector<model::ExpertWeights> views;
     const size_t table_size = static_cast<size_t>(c.n_experts * 3);
