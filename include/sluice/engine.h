@@ -162,6 +162,14 @@ struct ExpertCacheStats {
 };
 
 // The expert cache's size under memory pressure (EngineOptions::adapt_to_memory_pressure).
+// Continuous batching (max_sessions > 1): the forwards run and the session steps they served (a
+// decode token, a prefill chunk, a verification); steps / forwards is the mean batch size.
+struct BatchingStats {
+    int64_t forwards = 0;
+    int64_t steps = 0;
+    int64_t tokens = 0;
+};
+
 struct MemoryPressureStatus {
     bool adaptive = false;        // a monitor moves the expert cache's size
     std::string source;           // the signals it watches
@@ -233,6 +241,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
     ExpertCacheStats expert_cache_stats() const;
     void reset_expert_cache_stats();
     MemoryPressureStatus memory_pressure() const;
+    // How the forwards of concurrent sessions were batched (EngineOptions::max_sessions > 1).
+    BatchingStats batching_stats() const;
     // Waits until the expert store has no read queued or in flight (a preload done): for benchmarks
     // that must not measure while the experts are still arriving. Returns at once for resident models.
     void wait_for_expert_reads();

@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
+#include <thread>
 
 #include "cli/args.h"
 #include "cli/command.h"
@@ -33,6 +35,7 @@ struct BenchOptions {
     int64_t prefill_chunk = 256;
     int64_t history_tokens = 0;  // > 0: the multi-turn TTFT measurement instead
     int sequences = 0;           // > 0: the batched-decode measurement instead
+    int clients = 0;             // > 0: that many concurrent generations (continuous batching) instead
     int verify_curve = 0;        // > 0: the speculative step-cost curve instead, k = 1..this
     // llama-bench-style sweeps: -p/-n/--prefill-chunk take comma lists; every combination runs (the
     // model loaded for each, its context sized to it) and a table of them ends the output.
@@ -238,6 +241,125 @@ void run_batched(Engine& engine, const BenchOptions& o) {
     }
 }
 
+double percentile(std::vector<double> v, double p) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    const double at = p * static_cast<double>(v.size() - 1);
+    const auto lo = static_cast<size_t>(at);
+    const size_t hi = std::min(lo + 1, v.size() - 1);
+    return v[lo] + (v[hi] - v[lo]) * (at - static_cast<double>(lo));
+}
+
+// Concurrent clients (`--clients N`): N generations started together, each on its own session with
+// its own --prompt-tokens prompt and --gen-tokens greedy tokens, as N server requests would run —
+// their forwards batched by the engine (runtime/step_batcher.h). Reports the aggregate decode rate
+// (every generated token over the wall time), each stream's rate, time to first token and the
+// gaps between a stream's tokens (p50 / p99), the mean batch size and expert bytes read per token.
+void run_clients(Engine& engine, const BenchOptions& o) {
+    const int64_t V = engine.info().vocab_size;
+    const int n = o.clients;
+    std::vector<double> aggregate, stream_rates, ttft, gaps, batch_sizes, read_per_token;
+    nlohmann::json reps = nlohmann::json::array();
+    for (int r = 0; r < o.warmup + o.reps; ++r) {
+        std::vector<std::unique_ptr<Session>> sessions;
+        std::vector<std::vector<int32_t>> prompts;
+        for (int i = 0; i < n; ++i) {
+            sessions.push_back(engine.new_session());
+            prompts.push_back(random_tokens(o.prompt_tokens, 5000u + static_cast<uint32_t>(r * 256 + i), V));
+        }
+        GenerateOptions g;
+        g.max_tokens = o.gen_tokens;
+        g.sampling.temperature = 0.0f;
+        g.ignore_eos = true;
+        g.prefill_chunk_tokens = o.prefill_chunk;
+        std::mutex mu;
+        std::vector<double> rep_ttft, rep_gaps, rep_rates;
+        std::vector<std::string> errors;
+        engine.reset_expert_cache_stats();
+        const BatchingStats before = engine.batching_stats();
+        const auto t0 = std::chrono::steady_clock::now();
+        std::vector<std::thread> threads;
+        int64_t generated = 0;
+        for (int i = 0; i < n; ++i) {
+            threads.emplace_back([&, i] {
+                auto last = std::chrono::steady_clock::now();
+                std::vector<double> my_gaps;
+                bool first = true;
+                auto result = sessions[static_cast<size_t>(i)]->generate(
+                    prompts[static_cast<size_t>(i)], g, [&](const TokenEvent&) {
+                        const auto now = std::chrono::steady_clock::now();
+                        if (!first)
+                            my_gaps.push_back(std::chrono::duration<double, std::milli>(now - last).count());
+                        first = false;
+                        last = now;
+                        return true;
+                    });
+                std::lock_guard<std::mutex> lock(mu);
+                if (!result.has_value()) {
+                    errors.push_back(result.status().message());
+                    return;
+                }
+                rep_ttft.push_back(result->stats.ttft_ms);
+                rep_rates.push_back(result->stats.decode_tok_s());
+                rep_gaps.insert(rep_gaps.end(), my_gaps.begin(), my_gaps.end());
+                generated += result->stats.generated_tokens;
+            });
+        }
+        for (auto& t : threads) t.join();
+        if (!errors.empty()) throw CliError("--clients: a generation failed: " + errors.front());
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const BatchingStats after = engine.batching_stats();
+        const double agg = static_cast<double>(generated) / s;
+        const double per_forward = after.forwards > before.forwards
+                                       ? static_cast<double>(after.steps - before.steps) /
+                                             static_cast<double>(after.forwards - before.forwards)
+                                       : 1.0;
+        const double read = static_cast<double>(engine.expert_cache_stats().bytes_read) /
+                            static_cast<double>(std::max<int64_t>(generated, 1));
+        std::fprintf(stderr,
+                     "%srep %d: %d clients, %.2f tok/s in all, stream median %.2f tok/s, TTFT p50 %.0f ms, "
+                     "token gap p50 %.1f / p99 %.1f ms, %.2f steps per forward\n",
+                     r < o.warmup ? "warm-up " : "", r + 1, n, agg, percentile(rep_rates, 0.5),
+                     percentile(rep_ttft, 0.5), percentile(rep_gaps, 0.5), percentile(rep_gaps, 0.99),
+                     per_forward);
+        if (r < o.warmup) continue;
+        aggregate.push_back(agg);
+        stream_rates.insert(stream_rates.end(), rep_rates.begin(), rep_rates.end());
+        ttft.insert(ttft.end(), rep_ttft.begin(), rep_ttft.end());
+        gaps.insert(gaps.end(), rep_gaps.begin(), rep_gaps.end());
+        batch_sizes.push_back(per_forward);
+        read_per_token.push_back(read);
+        reps.push_back(
+            {{"aggregate_tok_s", agg}, {"steps_per_forward", per_forward}, {"bytes_read_per_token", read}});
+    }
+    const MeanSd a = mean_sd(aggregate);
+    std::printf("model            %s (%s, %s) on %s\n", o.model_dir.c_str(), engine.info().family.c_str(),
+                engine.info().quantization.c_str(), engine.backend_name().c_str());
+    std::printf("clients          %d, each %lld prompt + %lld greedy tokens\n", n,
+                static_cast<long long>(o.prompt_tokens), static_cast<long long>(o.gen_tokens));
+    std::printf("aggregate decode %.2f ± %.2f tok/s\n", a.mean, a.sd);
+    std::printf("per stream       p50 %.2f tok/s\n", percentile(stream_rates, 0.5));
+    std::printf("TTFT             p50 %.1f ms, p99 %.1f ms\n", percentile(ttft, 0.5), percentile(ttft, 0.99));
+    std::printf("token gap        p50 %.2f ms, p99 %.2f ms\n", percentile(gaps, 0.5), percentile(gaps, 0.99));
+    std::printf("batching         %.2f steps per forward; %.1f MB of experts read per token\n",
+                mean_sd(batch_sizes).mean, mean_sd(read_per_token).mean / 1e6);
+    if (!o.json_path.empty()) {
+        nlohmann::json out = run_json(engine, o);
+        out.update({{"clients", n},
+                    {"prompt_tokens", o.prompt_tokens},
+                    {"gen_tokens", o.gen_tokens},
+                    {"aggregate_tok_s", {{"mean", a.mean}, {"sd", a.sd}}},
+                    {"stream_tok_s_p50", percentile(stream_rates, 0.5)},
+                    {"ttft_ms", {{"p50", percentile(ttft, 0.5)}, {"p99", percentile(ttft, 0.99)}}},
+                    {"token_gap_ms", {{"p50", percentile(gaps, 0.5)}, {"p99", percentile(gaps, 0.99)}}},
+                    {"steps_per_forward", mean_sd(batch_sizes).mean},
+                    {"bytes_read_per_token", mean_sd(read_per_token).mean},
+                    {"peak_rss_bytes", peak_rss_bytes()},
+                    {"reps", reps}});
+        write_output(o.json_path, out.dump(2) + "\n", "--json");
+    }
+}
+
 // Speculative step cost (`--verify-curve K`): after a --prompt-tokens prompt, the time of one
 // forward of n = 1..K+1 tokens with every row's logits — what verifying k = n − 1 proposals costs
 // against a plain decode step (n = 1) — and the expert bytes it reads (the union of its tokens'
@@ -311,8 +433,9 @@ nlohmann::json run_bench(const BenchOptions& o) {
     o.engine.apply(eo);
     eo.context_tokens =
         o.history_tokens + o.prompt_tokens + std::max<int64_t>(o.gen_tokens, o.verify_curve + 1) + 8;
-    eo.max_sessions =
-        o.sequences > 0 ? o.sequences : (o.history_tokens > 0 ? 2 : 1);  // the multi-turn mode holds two
+    eo.max_sessions = o.clients > 0     ? o.clients
+                      : o.sequences > 0 ? o.sequences
+                                        : (o.history_tokens > 0 ? 2 : 1);  // the multi-turn mode holds two
     auto engine = check(Engine::load(eo));
     const ModelInfo& info = engine->info();
     const MemoryPlan& plan = engine->memory_plan();
@@ -341,6 +464,10 @@ nlohmann::json run_bench(const BenchOptions& o) {
     }
     if (o.sequences > 0) {
         run_batched(*engine, o);
+        return {};
+    }
+    if (o.clients > 0) {
+        run_clients(*engine, o);
         return {};
     }
     if (o.verify_curve > 0) {
@@ -573,7 +700,8 @@ nlohmann::json run_bench(const BenchOptions& o) {
 // generation) with the mean ± sd over the reps; --json gets {"sweep": [each run's record]}.
 void run_sweep(const BenchOptions& base) {
     const size_t runs = base.prompt_list.size() * base.gen_list.size() * base.chunk_list.size();
-    if (runs > 1 && (base.history_tokens > 0 || base.sequences > 0 || base.verify_curve > 0))
+    if (runs > 1 &&
+        (base.history_tokens > 0 || base.sequences > 0 || base.clients > 0 || base.verify_curve > 0))
         throw CliError("bench: lists of -p / -n / --prefill-chunk sweep the default measurement only");
     std::vector<nlohmann::json> records;
     size_t i = 0;
@@ -655,6 +783,10 @@ SLUICE_COMMAND(bench, 50, [](CLI::App& app) {
            "--sequences", o->sequences,
            "Measure batched decode instead: this many sequences decoded in one forward per step vs one "
            "by one")
+        ->check(CLI::Range(1, 256));
+    cmd->add_option("--clients", o->clients,
+                    "Measure serving instead: this many concurrent generations (their forwards batched), "
+                    "aggregate and per-stream speed, TTFT and token gaps")
         ->check(CLI::Range(1, 256));
     cmd->add_option(
            "--verify-curve", o->verify_curve,

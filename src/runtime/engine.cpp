@@ -168,6 +168,10 @@ Expected<MemoryPlan> make_plan(const model::ModelConfig& c, const model::StateLa
     return plan;
 }
 
+// Tokens one batched forward of several sessions takes at most: a 256-token prefill chunk (the
+// default) beside the running streams' decode tokens; a longer step runs alone.
+constexpr int64_t kBatchTokens = 512;
+
 // The plan for the context asked for; with none asked (0), the model's default context or, when the
 // budget cannot hold that, the longest one it can (down to kMinDefaultContext) — a default that
 // fits instead of an error.
@@ -346,6 +350,11 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         co.diagnostics = options.cuda_diagnostics;
         SLUICE_ASSIGN_OR_RETURN(im.backend, runtime::make_cuda_backend(im.model, co));
     }
+    // Several sessions at once: their forwards are batched (runtime/step_batcher.h). The budget
+    // takes a prefill chunk and the decode tokens of the others beside it.
+    if (options.max_sessions > 1)
+        im.batcher =
+            std::make_unique<runtime::StepBatcher>(im.backend.get(), &im.compute_mutex, kBatchTokens);
     if (options.mtp) {
         if (!im.model->has_mtp())
             return error(ErrorCode::kInvalidArgument,
@@ -479,6 +488,12 @@ ExpertCacheStats Engine::expert_cache_stats() const {
     out.prefetch_wasted = s.prefetch_wasted;
     out.evictions = s.evictions;
     return out;
+}
+
+BatchingStats Engine::batching_stats() const {
+    if (!impl_->batcher) return {};
+    const runtime::StepBatcher::Counters c = impl_->batcher->counters();
+    return BatchingStats{c.forwards, c.steps, c.tokens};
 }
 
 MemoryPressureStatus Engine::memory_pressure() const {

@@ -12,6 +12,7 @@
 #include "runtime/backend.h"
 #include "runtime/memory_pressure.h"
 #include "runtime/speculative.h"
+#include "runtime/step_batcher.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
 
@@ -29,7 +30,10 @@ struct Engine::Impl {
     std::unique_ptr<runtime::Backend> backend;    // where the forward runs (cpu or cuda)
     // Moves the store's size with memory pressure; declared after it, so it stops first.
     std::unique_ptr<runtime::MemoryPressureMonitor> pressure;
-    std::mutex compute_mutex;             // one forward at a time on the shared pool
+    std::mutex compute_mutex;  // one forward at a time on the shared pool
+    // Batches the forwards of concurrent sessions into one (runtime/step_batcher.h) when the engine
+    // serves several (max_sessions > 1); null otherwise.
+    std::unique_ptr<runtime::StepBatcher> batcher;
     std::vector<int32_t> eos_ids;         // config + generation_config + tokenizer eos
     std::vector<int32_t> suppressed_ids;  // special tokens that are not EOS, and vocabulary padding rows
     SamplingParams default_sampling;      // from generation_config.json

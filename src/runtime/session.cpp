@@ -147,8 +147,11 @@ Status Session::Impl::evaluate_into(std::span<const int32_t> tokens, bool all_lo
     if (n == 0) return error(ErrorCode::kInvalidArgument, "[session] evaluate needs at least one token");
     if (chunk_tokens <= 0) chunk_tokens = n;
     logits.resize(static_cast<size_t>(all_logits ? n * V : V));
-    std::lock_guard<std::mutex> lock(e.compute_mutex);
+    // With a step batcher (several sessions at once) each chunk joins whatever forward the other
+    // sessions are about to run; alone, the chunks run under the compute lock held throughout.
+    std::unique_lock<std::mutex> lock(e.compute_mutex);
     SLUICE_ASSIGN_OR_RETURN(runtime::SequenceState * seq, s.sequence());
+    if (e.batcher) lock.unlock();
     for (int64_t begin = 0; begin < n; begin += chunk_tokens) {
         const int64_t count = std::min(chunk_tokens, n - begin);
         const bool last = begin + count == n;
@@ -156,22 +159,25 @@ Status Session::Impl::evaluate_into(std::span<const int32_t> tokens, bool all_lo
         // A chunk that fails leaves the sequence at the end of the chunks before it, and `tokens`
         // says the same: the session stays consistent.
         const auto part = tokens.subspan(static_cast<size_t>(begin), static_cast<size_t>(count));
-        if (decode_rows || s.mtp) {
-            // With an MTP head every token's hidden row goes to it.
-            const int64_t from = seq->position();
-            runtime::BatchStep step{seq, part, out, all_logits, decode_rows};
-            if (s.mtp) {
-                s.hidden_rows.resize(static_cast<size_t>(count * e.info.hidden_size));
-                step.hidden = s.hidden_rows.data();
-            }
+        const int64_t from = seq->position();
+        runtime::BatchStep step{seq, part, out, all_logits, decode_rows};
+        if (s.mtp) {  // with an MTP head every token's hidden row goes to it
+            s.hidden_rows.resize(static_cast<size_t>(count * e.info.hidden_size));
+            step.hidden = s.hidden_rows.data();
+        }
+        if (e.batcher) {
+            const runtime::StepBatcher::Outcome done = e.batcher->run(step);
+            SLUICE_RETURN_IF_ERROR(done.status);
+            if (last && summary != nullptr) *summary = done.summary;
+        } else if (decode_rows || s.mtp) {
             SLUICE_RETURN_IF_ERROR(e.backend->forward_batch(std::span<const runtime::BatchStep>(&step, 1)));
-            if (s.mtp) s.mtp->observe(from, s.hidden_rows);
         } else {
             SLUICE_RETURN_IF_ERROR(e.backend->forward(*seq, part, out, all_logits));
         }
+        if (s.mtp) s.mtp->observe(from, s.hidden_rows);
         s.tokens.insert(s.tokens.end(), tokens.begin() + begin, tokens.begin() + begin + count);
     }
-    if (summary != nullptr) *summary = e.backend->logits_summary();
+    if (!e.batcher && summary != nullptr) *summary = e.backend->logits_summary();
     return Status::ok();
 }
 
@@ -250,6 +256,8 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
                          "[session] token id " + std::to_string(id) + " is outside the vocabulary");
     }
     s.cancel_requested.store(false);
+    // A stream the batcher gathers into its forwards while this generation runs.
+    const runtime::StepBatcher::Stream stream(e.batcher.get());
     s.stats = GenerationStats{};
     s.stats.prompt_tokens = static_cast<int64_t>(prompt.size());
     const auto t0 = Clock::now();
