@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""make_gguf_fixtures.py — small GGUF files and gguf-py's dequantisation of them, for sluice's GGUF tests.
+
+Purpose
+    sluice reads GGUF (src/format/gguf.cpp) and dequantizes ggml's block types
+    (src/kernels/reference/ggml_quants.cpp). Both are checked against gguf-py, llama.cpp's own Python
+    reader/writer: this script writes the files with gguf-py's GGUFWriter and records what gguf-py's
+    `quants.dequantize` makes of every tensor, and tests/unit/gguf_test.cpp must agree bit for bit.
+
+How to run (needs numpy and gguf-py; gguf-py is pure Python, found through GGUF_PY or sys.path)
+    GGUF_PY=/tmp/llama.cpp/gguf-py python3 tools/make_gguf_fixtures.py            # writes the files below
+    GGUF_PY=... python3 tools/make_gguf_fixtures.py --out DIR --seeds DIR           # elsewhere
+    Get gguf-py from llama.cpp's source (../shared/peer/README.md says how without GitHub); numpy:
+    `apt-get install -y python3-numpy` (then run /usr/bin/python3 if another python3 is first on PATH).
+    The output is deterministic: fixed seeds, no timestamps; re-running rewrites identical bytes (checked
+    with --check, which regenerates into a temporary folder and compares).
+
+What it writes
+    tests/data/gguf/quants.gguf      general.alignment 64; metadata of every GGUF value type (test.*:
+                                     each scalar type at its extremes, strings with UTF-8, arrays of every
+                                     scalar type, of strings, of arrays of strings); one tensor per ggml
+                                     type sluice dequantizes (named by the type: "q4_K", "mxfp4", ...),
+                                     [8, 512] row-major, plus "mxfp4_all_scales" (every E8M0 exponent
+                                     0..255), "blk.0.ffn_up_exps" (Q4_K, [4 experts, 8, 256], the 3-D
+                                     layout of a MoE layer's experts) and "output_norm.weight" (F32 [512])
+    tests/data/gguf/quants/NAME.npy  float32, row-major: gguf-py's dequantize of tensor NAME (Q8_K, which
+                                     gguf-py cannot dequantize, by its definition d·q computed here in
+                                     float32, the same single rounding)
+    tests/data/gguf/split-0000{1,2}-of-00002.gguf
+                                     a split pair as gguf-py writes one (split.no/count/tensors.count):
+                                     4 F32/F16/Q8_0 tensors, 2 per file, values arange-based (the test
+                                     knows them)
+    tests/fuzz/seeds/gguf_fuzz/*.gguf  small seeds for the fuzz target (tests/fuzz/gguf_fuzz.cpp); the
+                                     regress-* files beside them are the fuzzer's findings, kept by hand
+
+How tensors are made
+    Types gguf-py can quantize (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4) are quantized by
+    gguf-py from seeded normal data. The rest (Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS) — gguf-py only
+    dequantizes them — are random valid blocks: every code and packed scale byte uniform random, the
+    f16 super-block scales of sane magnitude (|d| ~ 1e-3..1e-2), so every bit of the layout is exercised.
+"""
+import argparse
+import filecmp
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, os.environ.get("GGUF_PY", "/tmp/llama.cpp/gguf-py"))
+import gguf  # noqa: E402
+from gguf import GGMLQuantizationType as T  # noqa: E402
+from gguf import GGUFValueType as V  # noqa: E402
+from gguf.quants import dequantize, quantize  # noqa: E402
+
+ROWS, COLS = 8, 512
+
+# Scalar metadata at the extremes of each type (f32 values exactly representable in f32).
+SCALARS = [
+    ("test.u8", 255, V.UINT8),
+    ("test.i8", -128, V.INT8),
+    ("test.u16", 65535, V.UINT16),
+    ("test.i16", -32768, V.INT16),
+    ("test.u32", 4294967295, V.UINT32),
+    ("test.i32", -2147483648, V.INT32),
+    ("test.u64", 18446744073709551615, V.UINT64),
+    ("test.i64", -9223372036854775808, V.INT64),
+    ("test.f32", -1.5e-7, V.FLOAT32),  # rounded to f32 by the writer; the test compares with (float)-1.5e-7
+    ("test.f64", 2.718281828459045, V.FLOAT64),
+    ("test.bool_true", True, V.BOOL),
+    ("test.bool_false", False, V.BOOL),
+    ("test.string", "h\u00e9llo, \u4e16\u754c\n", V.STRING),
+]
+ARRAYS = [
+    ("test.arr_u8", [0, 1, 255], V.UINT8),
+    ("test.arr_i8", [-128, 0, 127], V.INT8),
+    ("test.arr_u16", [0, 65535], V.UINT16),
+    ("test.arr_i16", [-32768, 32767], V.INT16),
+    ("test.arr_u32", [0, 4294967295], V.UINT32),
+    ("test.arr_i32", [-2147483648, 2147483647], V.INT32),
+    ("test.arr_u64", [0, 18446744073709551615], V.UINT64),
+    ("test.arr_i64", [-9223372036854775808, 9223372036854775807], V.INT64),
+    ("test.arr_f32", [0.5, -1.25, 3.0e38], V.FLOAT32),
+    ("test.arr_f64", [0.1, -1e300], V.FLOAT64),
+    ("test.arr_bool", [True, False, True], V.BOOL),
+    ("test.arr_str", ["a", "", "\u00fcn\u00efc\u00f6de", "tab\there"], V.STRING),
+]
+NESTED = ("test.arr_nested", [["x", "yy"], ["z"], ["", "w", "v"]])
+
+
+def f16_bytes(values):
+    return np.asarray(values, dtype=np.float16).view(np.uint8).reshape(-1, 2)
+
+
+def random_blocks(rng, qtype, n_blocks):
+    """Random valid blocks of a type gguf-py only dequantizes: random codes, sane f16 scales."""
+    def scale(n):  # |d| in ~[1e-3, 1e-2], both signs
+        return f16_bytes(rng.uniform(1e-3, 1e-2, n) * rng.choice([-1.0, 1.0], n))
+
+    def rand(n, width):
+        return rng.integers(0, 256, size=(n, width), dtype=np.uint8)
+
+    n = n_blocks
+    if qtype == T.Q4_K:
+        parts = [scale(n), scale(n), rand(n, 12), rand(n, 128)]
+    elif qtype == T.Q5_K:
+        parts = [scale(n), scale(n), rand(n, 12), rand(n, 32), rand(n, 128)]
+    elif qtype == T.Q6_K:
+        parts = [rand(n, 128), rand(n, 64), rand(n, 16), scale(n)]
+    elif qtype == T.Q8_K:
+        qs = rng.integers(-128, 128, size=(n, 256), dtype=np.int8)
+        bsums = qs.reshape(n, 16, 16).astype(np.int16).sum(axis=-1, dtype=np.int16)  # what ggml stores
+        d = rng.uniform(1e-4, 1e-2, size=(n, 1)).astype(np.float32)
+        parts = [d.view(np.uint8), qs.view(np.uint8), bsums.view(np.uint8)]
+    elif qtype == T.IQ4_NL:
+        parts = [scale(n), rand(n, 16)]
+    elif qtype == T.IQ4_XS:
+        parts = [scale(n), rand(n, 2), rand(n, 4), rand(n, 128)]
+    elif qtype == T.MXFP4:  # every exponent, subnormal scales (e < 2) and infinities (e·12 > f32 max) included
+        e = (np.arange(n, dtype=np.int64) * 37 % 256).astype(np.uint8).reshape(n, 1)
+        e[:3, 0] = [0, 1, 255][:n]
+        parts = [e, rand(n, 16)]
+    else:
+        raise ValueError(qtype)
+    blocks = np.concatenate(parts, axis=1)
+    assert blocks.shape[1] == gguf.GGML_QUANT_SIZES[qtype][1], qtype
+    return blocks
+
+
+def expected_q8_k(blocks):
+    """Q8_K by its definition (gguf-py has no Q8_K): y = d * q, one float32 rounding."""
+    d = blocks[:, :4].copy().view(np.float32)
+    q = blocks[:, 4:260].copy().view(np.int8).astype(np.float32)
+    return (d * q).astype(np.float32)
+
+
+def quant_tensor(rng, qtype, shape):
+    """(stored array for GGUFWriter.add_tensor, raw_dtype, expected float32 of `shape`)."""
+    if qtype in (T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.MXFP4):
+        data = rng.standard_normal(shape).astype(np.float32) * np.float32(0.05)
+        data *= np.exp(rng.uniform(-3, 3, shape[:-1] + (1,))).astype(np.float32)  # rows of varied scale
+        if qtype in (T.F16, T.BF16):  # subnormals, signed zero, the largest f16
+            flat = data.reshape(-1)
+            flat[:4] = [6e-8, -1e-40 if qtype == T.BF16 else -3e-6, -0.0, 65504.0]
+        q = quantize(data, qtype)
+        raw = None if qtype in (T.F32, T.F16) else qtype
+        expected = dequantize(q, qtype) if raw is not None else q.astype(np.float32)
+        return q, raw, expected.reshape(shape)
+    block_elems, _ = gguf.GGML_QUANT_SIZES[qtype]
+    n_blocks = int(np.prod(shape)) // block_elems
+    blocks = random_blocks(rng, qtype, n_blocks)
+    byte_shape = shape[:-1] + (shape[-1] // block_elems * blocks.shape[1],)
+    stored = blocks.reshape(byte_shape)
+    expected = expected_q8_k(blocks) if qtype == T.Q8_K else dequantize(stored, qtype)
+    return stored, qtype, np.asarray(expected, dtype=np.float32).reshape(shape)
+
+
+def add_metadata(w):
+    for key, value, vtype in SCALARS:
+        w.add_key_value(key, value, vtype)
+    for key, value, vtype in ARRAYS:
+        w.add_key_value(key, value, V.ARRAY, sub_type=vtype)
+    w.add_key_value(NESTED[0], NESTED[1], V.ARRAY, sub_type=V.ARRAY)
+
+
+def write_quants(out: Path):
+    rng = np.random.default_rng(26)
+    w = gguf.GGUFWriter(str(out / "quants.gguf"), arch="sluice-test")
+    w.add_custom_alignment(64)
+    add_metadata(w)
+    (out / "quants").mkdir(parents=True, exist_ok=True)
+    for qtype in (T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K, T.Q8_K,
+                  T.IQ4_NL, T.IQ4_XS, T.MXFP4):
+        name = qtype.name.lower().replace("_k", "_K")  # ggml's spelling: "q4_K", "iq4_xs"
+        stored, raw, expected = quant_tensor(rng, qtype, (ROWS, COLS))
+        w.add_tensor(name, stored, raw_dtype=raw)
+        np.save(out / "quants" / f"{name}.npy", expected)
+    extra = []
+    blocks = random_blocks(rng, T.MXFP4, ROWS * COLS // 32)
+    with np.errstate(over="ignore"):  # 12·2^127 is +inf in float32, as in ggml
+        mxfp4_all = dequantize(blocks.reshape(ROWS, -1), T.MXFP4)
+    extra.append(("mxfp4_all_scales", blocks.reshape(ROWS, COLS // 32 * 17), T.MXFP4, mxfp4_all))
+    exps, _, exps_expected = quant_tensor(rng, T.Q4_K, (4, 8, 256))
+    extra.append(("blk.0.ffn_up_exps", exps, T.Q4_K, exps_expected))
+    norm = (1.0 + 0.1 * rng.standard_normal(COLS)).astype(np.float32)
+    extra.append(("output_norm.weight", norm, None, norm))
+    for name, stored, raw, expected in extra:
+        w.add_tensor(name, stored, raw_dtype=raw)
+        np.save(out / "quants" / f"{name}.npy", np.asarray(expected, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def write_split(out: Path):
+    w = gguf.GGUFWriter(str(out / "split.gguf"), arch="sluice-test", split_max_tensors=2)
+    w.add_uint32("sluice-test.block_count", 2)
+    w.add_string("general.name", "split fixture")
+    a = np.arange(4 * 64, dtype=np.float32).reshape(4, 64)
+    w.add_tensor("token_embd.weight", a)                              # F32 [4, 64]: value = index
+    w.add_tensor("blk.0.attn_norm.weight", (np.arange(64) / 64).astype(np.float16))  # F16 [64]
+    w.add_tensor("blk.1.ffn_down.weight", quantize(a / 256, T.Q8_0), raw_dtype=T.Q8_0)  # Q8_0 [4, 64]
+    w.add_tensor("output.weight", -a[:2])                             # F32 [2, 64]: −index
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def write_seeds(seeds: Path):
+    seeds.mkdir(parents=True, exist_ok=True)
+    w = gguf.GGUFWriter(str(seeds / "tiny.gguf"), arch="seed")
+    add_metadata(w)
+    rng = np.random.default_rng(7)
+    w.add_tensor("a", rng.standard_normal((2, 8)).astype(np.float32))
+    w.add_tensor("b", quantize(rng.standard_normal((1, 32)).astype(np.float32), T.Q8_0), raw_dtype=T.Q8_0)
+    w.add_tensor("c", random_blocks(rng, T.Q4_K, 1), raw_dtype=T.Q4_K)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    w = gguf.GGUFWriter(str(seeds / "aligned256.gguf"), arch="seed")
+    w.add_custom_alignment(256)
+    w.add_key_value("tokenizer.ggml.tokens", ["<s>", "a", "\u0120b"], V.ARRAY, sub_type=V.STRING)
+    w.add_key_value("tokenizer.ggml.token_type", [3, 1, 1], V.ARRAY, sub_type=V.INT32)
+    w.add_tensor("e", random_blocks(rng, T.MXFP4, 2), raw_dtype=T.MXFP4)
+    w.add_tensor("f", random_blocks(rng, T.IQ4_XS, 1), raw_dtype=T.IQ4_XS)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def generate(out: Path, seeds: Path):
+    out.mkdir(parents=True, exist_ok=True)
+    write_quants(out)
+    write_split(out)
+    write_seeds(seeds)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+    ap.add_argument("--out", default=str(ROOT / "tests/data/gguf"))
+    ap.add_argument("--seeds", default=str(ROOT / "tests/fuzz/seeds/gguf_fuzz"))
+    ap.add_argument("--check", action="store_true", help="regenerate into a temp folder and compare")
+    args = ap.parse_args()
+    if not args.check:
+        generate(Path(args.out), Path(args.seeds))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        generate(Path(tmp) / "out", Path(tmp) / "seeds")
+        bad = []
+        for mine, theirs in ((Path(tmp) / "out", Path(args.out)), (Path(tmp) / "seeds", Path(args.seeds))):
+            for f in sorted(mine.rglob("*")):
+                if f.is_file() and not filecmp.cmp(f, theirs / f.relative_to(mine), shallow=False):
+                    bad.append(str(theirs / f.relative_to(mine)))
+        print("\n".join(bad) if bad else "fixtures up to date")
+        sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
