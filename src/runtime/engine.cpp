@@ -351,8 +351,11 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         SLUICE_ASSIGN_OR_RETURN(im.backend, runtime::make_cuda_backend(im.model, co));
     }
     // Several sessions at once: their forwards are batched (runtime/step_batcher.h). The budget
-    // takes a prefill chunk and the decode tokens of the others beside it.
-    if (options.max_sessions > 1)
+    // takes a prefill chunk and the decode tokens of the others beside it. CPU only for now: the CUDA
+    // backend's batched forward takes its prefill kernels, which for a few decode rows cost far more
+    // than the decode graphs they replace (35B on an H100: 4 rows in 17.6 ms against 3.1 ms for one;
+    // bench/results/serving) — it needs multi-row decode kernels first.
+    if (options.max_sessions > 1 && device_index < 0)
         im.batcher =
             std::make_unique<runtime::StepBatcher>(im.backend.get(), &im.compute_mutex, kBatchTokens);
     if (options.mtp) {
