@@ -10,7 +10,9 @@
 //     (completion_tokens_details.accepted/rejected_prediction_tokens), absent without speculation;
 //   - /metrics and /health count exactly what the responses reported;
 //   - a bad "speculative" value is a 400 naming the field; asking a server without --draft is a
-//     400 unsupported_value, and false there is a normal request.
+//     400 unsupported_value, and false there is a normal request;
+//   - `--spec mtp`: the model's own trained head drafts, greedy text is the same with and without,
+//     also for two streams at once; a model without a head is refused at start by name.
 // Prints "[server_spec] N passed, M failed"; exits 1 on failure.
 import path from "node:path";
 import { errorCode, request, sseEvents, startServe, suite } from "./serve_util.mjs";
@@ -157,6 +159,46 @@ try {
         const m = (await request(plain.port, "GET", "/metrics")).body;
         check("  its counters stay at 0", /^sluice_speculative_draft_tokens_total 0$/m.test(m));
         plain.kill();
+    });
+
+    await test("the model's own MTP head (--spec mtp)", async () => {
+        const mtp = await startServe(bin, [modelDir, "--spec", "mtp", "--spec-tokens", "3", "--parallel", "2", "--ctx-size", "1024"]);
+        servers.push(mtp);
+        await mtp.ready();
+        let kept = 0;
+        for (const prompt of ["def quicksort(xs):", "import os\n"]) {
+            const base = { prompt, max_tokens: 64, temperature: 0 };
+            const plain = JSON.parse((await post(mtp.port, "/v1/completions", { ...base, speculative: false })).body);
+            for (const spec of [true, { tokens: 1 }, { tokens: "auto" }]) {
+                const r = await post(mtp.port, "/v1/completions", { ...base, speculative: spec });
+                const got = JSON.parse(r.body);
+                check(`"${prompt.trim()}" ${JSON.stringify(spec)}: the same text as without`, r.status === 200 && got.choices[0].text === plain.choices[0].text,
+                    `${r.status} ${r.body.slice(0, 200)}`);
+                kept += details(got.usage)?.accepted_prediction_tokens ?? 0;
+            }
+        }
+        check("the head's proposals are kept", kept > 20, `kept ${kept}`);
+        // Two streams at once, each drafting with its own session's head.
+        const pair = await Promise.all(["def f(x):", "class A:"].map((prompt) =>
+            post(mtp.port, "/v1/completions", { prompt, max_tokens: 32, temperature: 0, speculative: { tokens: 2 } })));
+        for (const [i, prompt] of ["def f(x):", "class A:"].entries()) {
+            const alone = JSON.parse((await post(mtp.port, "/v1/completions", { prompt, max_tokens: 32, temperature: 0, speculative: false })).body);
+            check(`concurrent "${prompt}": the same text as alone`, JSON.parse(pair[i].body).choices[0].text === alone.choices[0].text);
+        }
+        mtp.kill();
+    });
+    await test("--spec mtp on a model without a head", async () => {
+        const golden = path.join(src, "tests", "data", "goldens", "qwen3_next_hf_bf16");
+        const r = await new Promise((resolve) => {
+            import("node:child_process").then(({ spawn }) => {
+                const p = spawn(bin, ["serve", golden, "--spec", "mtp", "--port", String(40000 + Math.floor(Math.random() * 20000))], { stdio: ["ignore", "pipe", "pipe"] });
+                let err = "";
+                p.stderr.on("data", (d) => { err += d; });
+                p.on("exit", (code) => resolve({ code, err }));
+                setTimeout(() => p.kill(), 20000);
+            });
+        });
+        check("refused at start, naming the missing head", r.code !== 0 && r.err.includes("multi-token-prediction head"), `${r.code} ${r.err.slice(0, 300)}`);
     });
 } catch (e) {
     check("suite", false, `threw ${e && e.stack ? e.stack : e}`);
