@@ -37,6 +37,8 @@
 #   trainmtp               an MTP head for models/tiny-next, trained on its frozen model (tools/train_tiny.py
 #                          --mtp-from): the folder with the head as $OUT/tinymtp/tiny.tar.partN (cat | tar x gives
 #                          tiny-next/), mtp_stats.json and mtp_training_log.txt in results.tgz
+#   clients35 / clients80  bench --clients 1, 4, 16 (CLIENTS) resident; clientshost35 / clientshost80 through the
+#                          host tier (--gpu-memory 4G)
 #   mtp                    the MTP head's CUDA goldens and greedy identity; the default model's decode
 #                          with --spec mtp k = 1..4 / auto against plain, alternated (MTP_ROUNDS)
 #   ncu35                  per-kernel GPU time of a short decode (ncu); prof35: the in-graph timeline (nsys,
@@ -411,6 +413,19 @@ PY
             done
         done
         tar czf "$OUT/results.tgz.$$" -C "$RES" . && mv -f "$OUT/results.tgz.$$" "$OUT/results.tgz"
+        ;;
+    clients35 | clients80)  # continuous batching: 1, 4 and 16 concurrent greedy clients, resident
+        m=/tmp/m${s#clients}
+        for c in ${CLIENTS:-1 4 16}; do
+            bench "${s}_c$c" 240 "$m" --clients "$c" --prompt-tokens 128 --gen-tokens 64 --reps 2 --warmup 1
+        done
+        ;;
+    clientshost35 | clientshost80)  # the same with the experts in host RAM (--gpu-memory 4G)
+        m=/tmp/m${s#clientshost}
+        for c in ${CLIENTS:-1 4 16}; do
+            bench "${s}_c$c" 300 "$m" --gpu-memory 4G --memory 60G --clients "$c" --prompt-tokens 128 \
+                --gen-tokens 64 --reps 2 --warmup 1
+        done
         ;;
     curve35 | curve80)  # speculative step cost: resident, experts in host RAM, CPU from disk
         m=/tmp/m${s#curve}
