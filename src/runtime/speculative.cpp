@@ -115,10 +115,6 @@ void MtpDrafter::reset() {
     (void)state_->reset();
 }
 
-uint64_t MtpDrafter::bytes() const {
-    return state_->layout().sequence_bytes(state_->capacity(), 0) + rows_.capacity() * sizeof(float);
-}
-
 Status MtpDrafter::propose(std::span<const int32_t> context, std::span<const int32_t> generated, int k,
                            const GenerateOptions& options, Sampler& sampler, std::vector<int32_t>* tokens,
                            std::vector<Distribution>* dists) {

@@ -91,8 +91,6 @@ class MtpDrafter {
                    std::vector<Distribution>* dists);
     // The session's timeline was reset: everything forgotten.
     void reset();
-    bool in_step() const { return !lost_; }
-    uint64_t bytes() const;
 
  private:
     int64_t rows_end() const { return rows_begin_ + static_cast<int64_t>(rows_.size()) / hidden_; }
