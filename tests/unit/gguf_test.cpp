@@ -578,7 +578,8 @@ TEST(GgufSplit, ASingleFileOrFolder) {
 // ---- hostile files ----------------------------------------------------------------------------
 
 TEST(GgufHostile, TheValidBaseParses) {
-    auto h = parse(valid_file().bytes());
+    const std::string bytes = valid_file().bytes();  // the tensors point into it
+    auto h = parse(bytes);
     ASSERT_TRUE(h.has_value()) << h.status().message();
     ASSERT_EQ(h->tensors.size(), 1u);
     EXPECT_EQ(h->tensors[0].shape(), (std::vector<int64_t>{2, 8}));
