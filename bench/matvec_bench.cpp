@@ -154,6 +154,55 @@ void BM_MatvecBatch(benchmark::State& state) {
 }
 BENCHMARK(BM_MatvecBatch)->ArgsProduct({{1, 2, 4, 8}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
+// n activation rows through one weight on one core — the k + 1 rows of a speculative verification, a
+// batched decode step — as n matvec calls (mode 0: the weight read n times; with `cold`, from DRAM the
+// first time and from the last-level cache after) or one matvec_batch (mode 1: the row kernels take up to
+// 8 vectors per load of a weight chunk, each vector's result bit for bit its matvec). Args: in (cols), out
+// (rows), bits, int8, n, mode, cold. Counters: rows/s (vectors per second) and the weight GB/s of the
+// call (weight bytes once per call). The machine this was written on is shared: compare the minimum of
+// repetitions (--benchmark_repetitions=5).
+void BM_RowVectors(benchmark::State& state) {
+    const int64_t cols = state.range(0), rows = state.range(1), n = state.range(4);
+    const int bits = static_cast<int>(state.range(2));
+    const bool int8 = state.range(3) != 0, batched = state.range(5) != 0, cold = state.range(6) != 0;
+    QuantSet set(bits, rows, cols, 64, cold, int8);
+    std::vector<float> x(static_cast<size_t>(n * cols)), y(static_cast<size_t>(n * rows));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>((i * 7) % 13) - 0.05f;
+    size_t next = 0;
+    for (auto _ : state) {
+        if (batched) {
+            matvec_batch(set.views[next], x.data(), n, y.data(), &single());
+        } else {
+            for (int64_t v = 0; v < n; ++v)
+                matvec(set.views[next], x.data() + v * cols, y.data() + v * rows, &single());
+        }
+        benchmark::DoNotOptimize(y.data());
+        next = next + 1 == set.views.size() ? 0 : next + 1;
+    }
+    state.counters["rows/s"] = benchmark::Counter(
+        static_cast<double>(n) * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+    state.counters["GB/s"] = benchmark::Counter(
+        static_cast<double>(set.bytes_per_matrix) * static_cast<double>(state.iterations()) / 1e9,
+        benchmark::Counter::kIsRate);
+    state.SetLabel(
+        std::string(bits == 4 ? "Q4" : "Q8") + (cold ? " cold " : " hot ") +
+        (int8 ? std::string("int8 ") + cpu_int8_kernel_isa() : std::string("f32 ") + cpu_kernel_isa()) +
+        (batched ? " matvec_batch" : " n x matvec"));
+}
+void row_vector_shapes(benchmark::internal::Benchmark* b) {
+    // A 30B/80B-class projection 2048 × 2048 from DRAM, the default model's (tiny-next) 256 × 256 and its
+    // lm_head 8192 × 256 in cache; 4-bit g64, int8 activations (the CPU default), then f32 activations on
+    // the large one.
+    for (int64_t n : {1, 2, 3, 4, 5, 8})
+        for (int mode : {0, 1}) {
+            b->Args({2048, 2048, 4, 1, n, mode, 1});
+            b->Args({256, 256, 4, 1, n, mode, 0});
+            b->Args({256, 8192, 4, 1, n, mode, 0});
+            b->Args({2048, 2048, 4, 0, n, mode, 1});
+        }
+}
+BENCHMARK(BM_RowVectors)->Apply(row_vector_shapes)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
 // Args: tokens, in, out, bits, int8.
 void BM_Matmul(benchmark::State& state) {
     const int64_t n = state.range(0), cols = state.range(1), rows = state.range(2);

@@ -300,6 +300,76 @@ TEST(Kernels, Int8ActivationLinearMatchesReference) {
     });
 }
 
+// The row kernels' several-vector form (isa_table.h, RowVectors: up to 8 vectors per weight load, as a
+// speculative verification's k + 1 rows or a batched decode step run): matvec_batch of T vectors gives
+// every vector bit for bit what matvec — the kernel with that vector alone — gives it, for T = 1..8 (one
+// kernel call without a pool) and past 8 (calls of 8 and a remainder), on every ISA: int8 and f32
+// activations on 4/8-bit weights, float weights; odd row counts (the row-set tails), column counts whose
+// last row chunk is partial and scale windows that cross 16 groups.
+TEST(Kernels, RowKernelsGiveEachOfSeveralVectorsItsOwnBits) {
+    Pools pools;
+    struct Shape {
+        WeightType type;
+        int32_t gs;
+        int64_t cols;
+        ScaleType st;
+        Activations act;
+        size_t offset;
+    };
+    std::vector<Shape> shapes;
+    for (Activations act : {Activations::kInt8, Activations::kF32})
+        for (WeightType type : {WeightType::kQ4, WeightType::kQ8}) {
+            shapes.push_back(
+                {type, 32, 96, ScaleType::kBF16, act, 0});  // Q4: a 48-byte row, one partial chunk
+            shapes.push_back({type, 32, 1056, ScaleType::kF16, act, 0});  // 33 groups: three scale windows
+            shapes.push_back(
+                {type, 64, 320, ScaleType::kF32, act, 0});  // Q4: 160 bytes, a partial last chunk
+            shapes.push_back({type, 64, 2112, ScaleType::kBF16, act, 0});  // 33 groups of 64
+            shapes.push_back({type, 128, 384, ScaleType::kBF16, act, 0});
+        }
+    for (WeightType type : {WeightType::kF32, WeightType::kBF16, WeightType::kF16})
+        for (int64_t cols : {7, 40, 100, 261})
+            shapes.push_back({type, 0, cols, ScaleType::kBF16, Activations::kF32, 2});
+    for_each_isa([&] {
+        SCOPED_TRACE(std::string("int8 path ") + cpu_int8_kernel_isa());
+        std::mt19937 rng(23);
+        for (const Shape& sh : shapes)
+            for (int64_t rows : {1, 3, 6, 37}) {
+                auto tw = make_weight(rng, sh.type, rows, sh.cols, sh.gs, sh.st, sh.offset);
+                tw.view.activations = sh.act;
+                const WeightView& w = tw.view;
+                const std::string what = std::string(weight_type_name(sh.type)) +
+                                         " gs=" + std::to_string(sh.gs) + " " + std::to_string(rows) + "x" +
+                                         std::to_string(sh.cols) + (w.int8_activations() ? " int8" : " f32");
+                for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 11, 17}) {
+                    auto x = random_vec(rng, static_cast<size_t>(n * sh.cols));
+                    if (n > 1 && sh.cols >= 32)  // an all-zero block (d = 0)
+                        std::fill(x.begin() + sh.cols, x.begin() + sh.cols + 32, 0.0f);
+                    std::vector<float> alone(static_cast<size_t>(n * rows));
+                    for (int64_t v = 0; v < n; ++v)
+                        matvec(w, x.data() + v * sh.cols, alone.data() + v * rows, nullptr);
+                    for (ThreadPool* pool : pools.all()) {
+                        std::vector<float> batch(alone.size(), NAN);
+                        matvec_batch(w, x.data(), n, batch.data(), pool);
+                        for (int64_t v = 0; v < n; ++v)
+                            for (int64_t r = 0; r < rows; ++r) {
+                                const size_t at = static_cast<size_t>(v * rows + r);
+                                ASSERT_EQ(std::memcmp(&batch[at], &alone[at], sizeof(float)), 0)
+                                    << what << " n=" << n << " vector " << v << " row " << r << ": "
+                                    << batch[at] << " vs alone " << alone[at]
+                                    << " pool=" << (pool ? pool->size() : 0);
+                            }
+                    }
+                    // And against the reference, so the bits agreed on are the right ones.
+                    std::vector<float> ref(alone.size());
+                    reference::matmul(w, x.data(), n, ref.data(), nullptr);
+                    expect_close(alone, ref, 1e-4, what + " n=" + std::to_string(n));
+                }
+                if (::testing::Test::HasFailure()) return;
+            }
+    });
+}
+
 // matvec_jobs: several products in one dispatch, each with matvec_batch's bits — float, quantized
 // f32 and int8 weights mixed, jobs sharing x (one preparation) and jobs with their own x.
 TEST(Kernels, MatvecJobsAreEachMatvecBatchBitForBit) {
@@ -314,7 +384,7 @@ TEST(Kernels, MatvecJobsAreEachMatvecBatchBitForBit) {
         ws.push_back(make_weight(rng, WeightType::kQ4, 33, 128, 128));
         ws[0].view.activations = ws[1].view.activations = ws[2].view.activations = Activations::kInt8;
         ws[4].view.activations = Activations::kInt8;
-        for (int64_t n : {1, 3}) {
+        for (int64_t n : {1, 3, 8, 11}) {
             const auto x = random_vec(rng, static_cast<size_t>(n * 256));
             const auto x2 = random_vec(rng, static_cast<size_t>(n * 256));
             const auto x3 = random_vec(rng, static_cast<size_t>(n * 128));

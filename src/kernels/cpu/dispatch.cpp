@@ -145,12 +145,34 @@ constexpr int64_t kTokenBlock = 48;  // a multiple of the AVX-512 micro-kernel's
 // calling thread; then the row kernel over rows × vectors (matvec, matvec_batch: a row's result depends
 // only on the row and its vector) or, for a matmul of 2+ tokens where the ISA has one, the GEMM with
 // tokens in its lanes (a token's result depends only on itself, never on n or its neighbours, so a
-// prefill chunk gets the same bits alone and batched). Without a GEMM, `blocked` (matmul) takes rows in
-// blocks of kInt8BlockRows that stay in L2 while every vector passes over them; otherwise (a few decode
-// vectors) each thread's whole range once per vector, streaming the weights.
+// prefill chunk gets the same bits alone and batched). Without a GEMM, `blocked` (matmul of more than
+// kRowVectors tokens) takes rows in blocks of kInt8BlockRows that stay in L2 while the vectors pass over
+// them kRowVectors at a time; otherwise (decode vectors) each thread streams its whole range once per
+// kRowVectors vectors.
 constexpr int64_t kInt8BlockRows = 64;
 // The prefill GEMM's rows per task: unpacked once (16 KB at 2048 inputs), then every token passes.
 constexpr int64_t kInt8GemmRows = 16;
+
+// Rows [r0, r1) of W times n vectors through one of t's row kernels (matvec_quant_rows,
+// matvec_float_rows or i8_matvec_rows), kRowVectors vectors per call: vector v's input at
+// x + v·x_stride_bytes (its sums at sums + v·sums_stride), its result y + v·ldy. Each weight chunk is
+// loaded once per call for all its vectors, and each (row, vector) gets the bits of that vector alone.
+using RowKernel = void (*)(const WeightView&, const cpu::RowVectors&, int64_t, int64_t);
+
+void rows_times_vectors(RowKernel kernel, const WeightView& w, const void* x, int64_t x_stride_bytes,
+                        const float* sums, int64_t sums_stride, int64_t n, int64_t r0, int64_t r1, float* y,
+                        int64_t ldy) {
+    for (int64_t v = 0; v < n; v += cpu::kRowVectors) {
+        const cpu::RowVectors vecs{static_cast<const uint8_t*>(x) + v * x_stride_bytes,
+                                   x_stride_bytes,
+                                   sums + v * sums_stride,
+                                   sums_stride,
+                                   std::min(cpu::kRowVectors, n - v),
+                                   y + v * ldy,
+                                   ldy};
+        kernel(w, vecs, r0, r1);
+    }
+}
 
 void linear_int8(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool, bool blocked) {
     const IsaTable& t = int8_isa();
@@ -178,18 +200,16 @@ void linear_int8(const WeightView& w, const float* x, int64_t n, float* y, Threa
     uint8_t* prep = prep_buf.data();
     float* xs = scratch(xs_buf, n * groups);
     for (int64_t v = 0; v < n; ++v) t.i8_prepare(w, x + v * cols, prep + v * bytes, xs + v * groups);
-    if (!blocked || n <= 4) {
+    if (!blocked || n <= cpu::kRowVectors) {
         run(pool, rows, kMatvecGrainRows, [&](int64_t r0, int64_t r1) {
-            for (int64_t v = 0; v < n; ++v)
-                t.i8_matvec_rows(w, prep + v * bytes, xs + v * groups, r0, r1, y + v * rows + r0);
+            rows_times_vectors(t.i8_matvec_rows, w, prep, bytes, xs, groups, n, r0, r1, y + r0, rows);
         });
         return;
     }
     run(pool, (rows + kInt8BlockRows - 1) / kInt8BlockRows, 1, [&](int64_t b0, int64_t b1) {
         for (int64_t b = b0; b < b1; ++b) {
             const int64_t r0 = b * kInt8BlockRows, r1 = std::min(rows, r0 + kInt8BlockRows);
-            for (int64_t v = 0; v < n; ++v)
-                t.i8_matvec_rows(w, prep + v * bytes, xs + v * groups, r0, r1, y + v * rows + r0);
+            rows_times_vectors(t.i8_matvec_rows, w, prep, bytes, xs, groups, n, r0, r1, y + r0, rows);
         }
     });
 }
@@ -214,11 +234,11 @@ void matvec(const WeightView& w, const float* x, float* y, ThreadPool* pool) {
     matvec_batch(w, x, 1, y, pool);
 }
 
-// Every vector through the row kernels, vector by vector inside each range of rows (matvec is the
-// case of one vector): a range's weights (16 rows, 16 KB at 2048 4-bit columns) come from memory once
-// and stay in cache for the other vectors, and each vector's arithmetic is the one it gets alone (the
-// row kernels compute a row the same way whatever range it falls in), so the results are matvec's bit
-// for bit.
+// Every vector through the row kernels, up to kRowVectors in each call (matvec is the case of one
+// vector): each chunk of a weight row is loaded once for all of them — a decode step of n sequences or
+// the k + 1 rows of a speculative verification read the weights once, not n times — and each vector's
+// arithmetic is the one it gets alone (the row kernels compute a (row, vector) the same way whatever
+// vectors and range it comes with), so the results are matvec's bit for bit.
 void matvec_batch(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
     check_view(w);
     if (w.int8_activations()) {
@@ -229,7 +249,8 @@ void matvec_batch(const WeightView& w, const float* x, int64_t n, float* y, Thre
     const int64_t rows = w.rows, cols = w.cols;
     if (!w.quantized()) {
         run(pool, rows, kMatvecGrainRows, [&](int64_t r0, int64_t r1) {
-            for (int64_t v = 0; v < n; ++v) t.matvec_float_rows(w, x + v * cols, r0, r1, y + v * rows + r0);
+            rows_times_vectors(t.matvec_float_rows, w, x, cols * static_cast<int64_t>(sizeof(float)), nullptr,
+                               0, n, r0, r1, y + r0, rows);
         });
         return;
     }
@@ -239,8 +260,8 @@ void matvec_batch(const WeightView& w, const float* x, int64_t n, float* y, Thre
     float* xsum = scratch(xsum_buf, n * groups);
     for (int64_t v = 0; v < n; ++v) t.prepare_x(w, x + v * cols, xp + v * xp_floats, xsum + v * groups);
     run(pool, rows, kMatvecGrainRows, [&](int64_t r0, int64_t r1) {
-        for (int64_t v = 0; v < n; ++v)
-            t.matvec_quant_rows(w, xp + v * xp_floats, xsum + v * groups, r0, r1, y + v * rows + r0);
+        rows_times_vectors(t.matvec_quant_rows, w, xp, xp_floats * static_cast<int64_t>(sizeof(float)), xsum,
+                           groups, n, r0, r1, y + r0, rows);
     });
 }
 
@@ -338,17 +359,14 @@ void matvec_jobs(const MatvecJob* jobs, int64_t count, ThreadPool* pool) {
             const int64_t end = std::min(b1, first[j + 1]);
             const int64_t r0 = (b - first[j]) * kMatvecGrainRows;
             const int64_t r1 = std::min(w.rows, (end - first[j]) * kMatvecGrainRows);
-            for (int64_t v = 0; v < job.n; ++v) {
-                float* yv = job.y + v * w.rows + r0;
-                const uint8_t* pv = base + p.at + static_cast<size_t>(v * p.stride);
-                const float* xs = all_sums + p.sum_at + static_cast<size_t>(v * p.groups);
-                switch (p.path) {
-                    case Path::kInt8: p.t->i8_matvec_rows(w, pv, xs, r0, r1, yv); break;
-                    case Path::kQuant:
-                        p.t->matvec_quant_rows(w, reinterpret_cast<const float*>(pv), xs, r0, r1, yv);
-                        break;
-                    case Path::kFloat: p.t->matvec_float_rows(w, job.x + v * w.cols, r0, r1, yv); break;
-                }
+            if (p.path == Path::kFloat) {
+                rows_times_vectors(p.t->matvec_float_rows, w, job.x,
+                                   w.cols * static_cast<int64_t>(sizeof(float)), nullptr, 0, job.n, r0, r1,
+                                   job.y + r0, w.rows);
+            } else {
+                rows_times_vectors(p.path == Path::kInt8 ? p.t->i8_matvec_rows : p.t->matvec_quant_rows, w,
+                                   base + p.at, p.stride, all_sums + p.sum_at, p.groups, job.n, r0, r1,
+                                   job.y + r0, w.rows);
             }
             b = end;
         }

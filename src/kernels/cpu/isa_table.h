@@ -33,6 +33,25 @@ struct RingHead {
     int64_t slots, window, row_bytes;
 };
 
+// The row kernels of the linear products take up to kRowVectors vectors per call — a decode step of
+// several sequences, the k + 1 rows of a speculative verification, the experts several lone rows chose:
+// each chunk of a weight row is loaded once and multiplies every vector, so a weight read from memory
+// serves all of them.
+constexpr int64_t kRowVectors = 8;
+
+// The n (1..kRowVectors) vectors of one row-kernel call: vector v's input at x + v·x_stride_bytes (its
+// prepared form, or f32 for float weights), its sums at sums + v·sums_stride (prepared paths), and its
+// result for row r of [r0, r1) at y[v·ldy + r − r0].
+struct RowVectors {
+    const void* x;
+    int64_t x_stride_bytes;
+    const float* sums;
+    int64_t sums_stride;
+    int64_t n;
+    float* y;
+    int64_t ldy;
+};
+
 struct IsaTable {
     const char* name;
 
@@ -42,11 +61,16 @@ struct IsaTable {
     // Quantized matvec, step 1 (once per input vector): xp = x rearranged to the lane order of
     // this ISA's code unpacking (zero padded), xsum[g] = Σ of x over group g.
     void (*prepare_x)(const WeightView& w, const float* x, float* xp, float* xsum);
-    // Step 2: y[r - r0] = row r of W · x, for rows [r0, r1).
-    void (*matvec_quant_rows)(const WeightView& w, const float* xp, const float* xsum, int64_t r0, int64_t r1,
-                              float* y);
-    // Float weights (F32/F16/BF16): y[r - r0] = row r · x for rows [r0, r1).
-    void (*matvec_float_rows)(const WeightView& w, const float* x, int64_t r0, int64_t r1, float* y);
+    // Step 2: row r of W · each prepared vector (RowVectors: xp, xsum), for rows [r0, r1).
+    //
+    // Every row kernel (matvec_quant_rows, matvec_float_rows, i8_matvec_rows) gives each (row, vector)
+    // bit for bit the result it gives that vector alone (n = 1): a vector's lanes see the same chunks in
+    // the same order, the same products and the same reduction whatever vectors share the call, and a
+    // row's result does not depend on r0, r1 either (so matvec, matvec_batch, matvec_jobs and the
+    // GEMM-less matmul agree bit for bit).
+    void (*matvec_quant_rows)(const WeightView& w, const RowVectors& v, int64_t r0, int64_t r1);
+    // Float weights (F32/F16/BF16): row r · each vector (RowVectors: x as it is, no sums).
+    void (*matvec_float_rows)(const WeightView& w, const RowVectors& v, int64_t r0, int64_t r1);
     // Rows [r0, r1) of W in f32, natural order: tile[(r - r0) * cols + i].
     void (*dequant_rows)(const WeightView& w, int64_t r0, int64_t r1, float* tile);
     // y[t * ldy + r] = Σ_i wt[r * ldw + i] · x[t * cols + i] for r < nr, t < n (f32 GEMM, weight
@@ -62,10 +86,9 @@ struct IsaTable {
     int64_t (*i8_prepared_bytes)(const WeightView& w);
     // Quantises x per block of 32 (kernels.h) into `prep`, and xs[g] = Σ_{b∈g} d_b·Σ_{i∈b} q_i.
     void (*i8_prepare)(const WeightView& w, const float* x, uint8_t* prep, float* xs);
-    // y[r - r0] = row r of W · x for rows [r0, r1), from the prepared x; a row's result does not
-    // depend on r0, r1 (so matmul, matvec and matvec_batch agree bit for bit).
-    void (*i8_matvec_rows)(const WeightView& w, const uint8_t* prep, const float* xs, int64_t r0, int64_t r1,
-                           float* y);
+    // Row r of W · each prepared vector (RowVectors: prep, xs) for rows [r0, r1) (bit for bit each
+    // vector alone: see matvec_quant_rows).
+    void (*i8_matvec_rows)(const WeightView& w, const RowVectors& v, int64_t r0, int64_t r1);
     // The prefill GEMM (null: matmul runs i8_matvec_rows per token). Prepared x of n tokens:
     // i8_gemm_prepared_bytes(w, n) bytes written by i8_gemm_prepare; i8_gemm_rows writes
     // y[t·ldy + r] for rows [r0, r1) and every token, with i8_gemm_scratch_bytes(w, r1 − r0) bytes of

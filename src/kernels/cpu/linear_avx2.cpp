@@ -7,8 +7,13 @@
 // multiplies unsigned codes with the int8 x (a 4-bit pair sums to at most 2·15·127, no saturation),
 // vpmaddwd sums pairs into 8 int32 lanes of 8 (4) consecutive codes each. 8-bit codes would saturate
 // vpmaddubsw (2·255·127 > 32767), so they are taken as signed code − 128 (|·| <= 128 against the sign of
-// x: 2·128·127 fits) and the 128·Σx they leave out is added per group with the scale.
+// x: 2·128·127 fits) and the 128·Σx they leave out is added per group with the scale. Every row kernel
+// takes up to 8 vectors (isa_table.h, RowVectors) in passes of at most 4 per row (16 ymm registers): a
+// row chunk is loaded and unpacked once per pass, and each vector's accumulator sees exactly the
+// operations it sees alone; the scalar ends (bias terms, float tails) are functions shared by every
+// vector count, their multiply-adds written as the fmaf the compiler fused them into before.
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "kernels/cpu/isa_table.h"
@@ -101,9 +106,21 @@ void prepare_x_impl(const WeightView& w, const float* x, float* xp) {
     }
 }
 
-template <int kBits>
-void matvec_quant_impl(const WeightView& w, const float* xp, const float* xsum, int64_t r0, int64_t r1,
-                       float* y) {
+// Σ_g b_g · xsum[g] of row r. The scalar ends of the row kernels (this, i8_tail, float_tail) spell
+// their multiply-adds as fmaf, the fused form the compiler gave them before they were shared by every
+// vector count: no caller's contraction choice can make one vector count round differently.
+inline float bias_term(const WeightView& w, int64_t r, const float* xsum) {
+    const int64_t groups = w.cols / w.group_size;
+    float bias = 0.0f;
+    for (int64_t g = 0; g < groups; ++g)
+        bias = fmaf(load_scale(w.biases, w.scale_type, r * groups + g), xsum[g], bias);
+    return bias;
+}
+
+// Row r × vectors [j0, j0 + kVecs) of v (y: row r's results of vector 0): each 8-word block loaded and
+// its codes isolated and converted once for the kVecs vectors, each vector's chain the one it has alone.
+template <int kBits, int kVecs>
+inline void quant_row(const WeightView& w, const RowVectors& v, int64_t j0, int64_t r, float* y) {
     using L = QuantLayout<kBits>;
     const int64_t cols = w.cols, gs = w.group_size, groups = cols / gs;
     const int64_t words_per_row = cols / L::kPerWord;
@@ -111,35 +128,69 @@ void matvec_quant_impl(const WeightView& w, const float* xp, const float* xsum, 
     // Lanes of the second group of a block when it holds two.
     const __m256 second = _mm256_castsi256_ps(_mm256_setr_epi32(0, 0, 0, 0, -1, -1, -1, -1));
     const __m256i mask = _mm256_set1_epi32(static_cast<int>(L::kMask));
-    for (int64_t r = r0; r < r1; ++r) {
-        const uint32_t* words = static_cast<const uint32_t*>(w.data) + r * words_per_row;
-        __m256 acc = _mm256_setzero_ps();
-        for (int64_t base = 0; base < cols; base += L::kBlock) {
-            const int64_t nw = min_i64(8, (cols - base) / L::kPerWord);
-            const int* src = reinterpret_cast<const int*>(words + base / L::kPerWord);
-            const __m256i wv = nw == 8 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src))
-                                       : _mm256_maskload_epi32(src, lane_mask(nw));
-            const float* xb = xp + base;
-            __m256 t0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(wv, mask)), _mm256_loadu_ps(xb));
-            __m256 t1 =
-                _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(wv, kBits), mask)),
-                              _mm256_loadu_ps(xb + 8));
-            for (int k = 2; k < L::kPerWord; k += 2) {
-                const __m256i c0 = _mm256_and_si256(_mm256_srli_epi32(wv, kBits * k), mask);
-                const __m256i c1 = _mm256_and_si256(_mm256_srli_epi32(wv, kBits * (k + 1)), mask);
-                t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c0), _mm256_loadu_ps(xb + 8 * k), t0);
-                t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c1), _mm256_loadu_ps(xb + 8 * (k + 1)), t1);
+    const float* xp[kVecs];
+    for (int j = 0; j < kVecs; ++j)
+        xp[j] =
+            reinterpret_cast<const float*>(static_cast<const uint8_t*>(v.x) + (j0 + j) * v.x_stride_bytes);
+    const uint32_t* words = static_cast<const uint32_t*>(w.data) + r * words_per_row;
+    __m256 acc[kVecs];
+    for (int j = 0; j < kVecs; ++j) acc[j] = _mm256_setzero_ps();
+    for (int64_t base = 0; base < cols; base += L::kBlock) {
+        const int64_t nw = min_i64(8, (cols - base) / L::kPerWord);
+        const int* src = reinterpret_cast<const int*>(words + base / L::kPerWord);
+        const __m256i wv = nw == 8 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src))
+                                   : _mm256_maskload_epi32(src, lane_mask(nw));
+        __m256 t0[kVecs], t1[kVecs];
+        {
+            const __m256 c0 = _mm256_cvtepi32_ps(_mm256_and_si256(wv, mask));
+            const __m256 c1 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(wv, kBits), mask));
+            for (int j = 0; j < kVecs; ++j) {
+                t0[j] = _mm256_mul_ps(c0, _mm256_loadu_ps(xp[j] + base));
+                t1[j] = _mm256_mul_ps(c1, _mm256_loadu_ps(xp[j] + base + 8));
             }
-            const int64_t g0 = r * groups + base / gs;
-            __m256 sv = _mm256_set1_ps(load_scale(w.scales, w.scale_type, g0));
-            if (two_scales && nw > 4)
-                sv = _mm256_blendv_ps(sv, _mm256_set1_ps(load_scale(w.scales, w.scale_type, g0 + 1)), second);
-            acc = _mm256_fmadd_ps(_mm256_add_ps(t0, t1), sv, acc);
         }
-        float bias = 0.0f;
-        for (int64_t g = 0; g < groups; ++g)
-            bias += load_scale(w.biases, w.scale_type, r * groups + g) * xsum[g];
-        y[r - r0] = hsum(acc) + bias;
+        for (int k = 2; k < L::kPerWord; k += 2) {
+            const __m256 c0 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(wv, kBits * k), mask));
+            const __m256 c1 =
+                _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(wv, kBits * (k + 1)), mask));
+            for (int j = 0; j < kVecs; ++j) {
+                t0[j] = _mm256_fmadd_ps(c0, _mm256_loadu_ps(xp[j] + base + 8 * k), t0[j]);
+                t1[j] = _mm256_fmadd_ps(c1, _mm256_loadu_ps(xp[j] + base + 8 * (k + 1)), t1[j]);
+            }
+        }
+        const int64_t g0 = r * groups + base / gs;
+        __m256 sv = _mm256_set1_ps(load_scale(w.scales, w.scale_type, g0));
+        if (two_scales && nw > 4)
+            sv = _mm256_blendv_ps(sv, _mm256_set1_ps(load_scale(w.scales, w.scale_type, g0 + 1)), second);
+        for (int j = 0; j < kVecs; ++j) acc[j] = _mm256_fmadd_ps(_mm256_add_ps(t0[j], t1[j]), sv, acc[j]);
+    }
+    // Unrolled: the partial sums stay in registers (a loop indexing them would keep them in memory).
+#pragma GCC unroll 4
+    for (int j = 0; j < kVecs; ++j)
+        y[(j0 + j) * v.ldy] = hsum(acc[j]) + bias_term(w, r, v.sums + (j0 + j) * v.sums_stride);
+}
+
+// Rows one at a time, their vectors in passes of at most 4 (kFirst, then kSecond: 3·4 ymm partial sums
+// of the 16 registers per pass); the row stays in L1 between the passes.
+template <int kBits, int kFirst, int kSecond>
+void quant_rows_vecs(const WeightView& w, const RowVectors& v, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+        quant_row<kBits, kFirst>(w, v, 0, r, v.y + (r - r0));
+        if constexpr (kSecond > 0) quant_row<kBits, kSecond>(w, v, kFirst, r, v.y + (r - r0));
+    }
+}
+
+template <int kBits>
+void matvec_quant_impl(const WeightView& w, const RowVectors& v, int64_t r0, int64_t r1) {
+    switch (v.n) {
+        case 1: quant_rows_vecs<kBits, 1, 0>(w, v, r0, r1); break;
+        case 2: quant_rows_vecs<kBits, 2, 0>(w, v, r0, r1); break;
+        case 3: quant_rows_vecs<kBits, 3, 0>(w, v, r0, r1); break;
+        case 4: quant_rows_vecs<kBits, 4, 0>(w, v, r0, r1); break;
+        case 5: quant_rows_vecs<kBits, 4, 1>(w, v, r0, r1); break;
+        case 6: quant_rows_vecs<kBits, 4, 2>(w, v, r0, r1); break;
+        case 7: quant_rows_vecs<kBits, 4, 3>(w, v, r0, r1); break;
+        default: quant_rows_vecs<kBits, 4, 4>(w, v, r0, r1); break;
     }
 }
 
@@ -263,52 +314,139 @@ void i8_prepare_impl(const WeightView& w, const float* x, uint8_t* prep, float* 
     }
 }
 
+// Σ_g (b_g [+ 128·s_g for 8-bit codes]) · xs[g] of row r (fmaf: see bias_term).
 template <int kBits>
-void i8_matvec_impl(const WeightView& w, const uint8_t* prep, const float* xs, int64_t r0, int64_t r1,
-                    float* y) {
+inline float i8_tail(const WeightView& w, int64_t r, const float* xs) {
+    const int64_t groups = w.cols / w.group_size;
+    float tail = 0.0f;
+    for (int64_t g = 0; g < groups; ++g) {
+        float b = load_scale(w.biases, w.scale_type, r * groups + g);
+        if constexpr (kBits == 8) b = fmaf(128.0f, load_scale(w.scales, w.scale_type, r * groups + g), b);
+        tail = fmaf(b, xs[g], tail);
+    }
+    return tail;
+}
+
+// Row r × vectors [j0, j0 + kVecs) of v: each 32-byte chunk loaded and split once for the kVecs
+// vectors; each vector's maddubs/madd sums (exact integers), FMA by d × scale in chunk order, reduction
+// and tail are the ones it has alone.
+template <int kBits, int kVecs>
+inline void i8_row(const WeightView& w, const RowVectors& v, int64_t j0, int64_t r, float* y) {
     using L = I8Layout<kBits>;
     const int64_t cols = w.cols, gs = w.group_size, groups = cols / gs;
     const int64_t row_bytes = cols * kBits / 8;
     const bool two_scales = kBits == 4 && gs == 32;  // a 64-code chunk spans two groups
     const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
-    for (int64_t r = r0; r < r1; ++r) {
-        const uint8_t* row = static_cast<const uint8_t*>(w.data) + r * row_bytes;
-        __m256 acc = _mm256_setzero_ps();
-        for (int64_t at = 0, ci = 0; at < row_bytes; at += 32, ++ci) {
-            const uint8_t* xc = prep + ci * L::kChunkBytes;
-            const __m256i wv =
-                row_bytes - at >= 32
-                    ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + at))
-                    : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + at)));
+    const uint8_t* prep[kVecs];
+    for (int j = 0; j < kVecs; ++j) prep[j] = static_cast<const uint8_t*>(v.x) + (j0 + j) * v.x_stride_bytes;
+    const uint8_t* row = static_cast<const uint8_t*>(w.data) + r * row_bytes;
+    __m256 acc[kVecs];
+    for (int j = 0; j < kVecs; ++j) acc[j] = _mm256_setzero_ps();
+    for (int64_t at = 0, ci = 0; at < row_bytes; at += 32, ++ci) {
+        const __m256i wv =
+            row_bytes - at >= 32
+                ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + at))
+                : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + at)));
+        const int64_t g0 = ci * L::kCodes / gs;
+        const float s0 = load_scale(w.scales, w.scale_type, r * groups + g0);
+        const float s1 =
+            two_scales && g0 + 1 < groups ? load_scale(w.scales, w.scale_type, r * groups + g0 + 1) : s0;
+        const __m256 sv = _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0));
+        // Q4: the low and high nibbles; Q8: |code − 128| and the code − 128 whose sign x takes.
+        __m256i wa, wb;
+        if constexpr (kBits == 4) {
+            wa = _mm256_and_si256(wv, low4);
+            wb = _mm256_and_si256(_mm256_srli_epi16(wv, 4), low4);
+        } else {
+            wb = _mm256_xor_si256(wv, _mm256_set1_epi8(static_cast<char>(0x80)));
+            wa = _mm256_abs_epi8(wb);
+        }
+        for (int j = 0; j < kVecs; ++j) {
+            const uint8_t* xc = prep[j] + ci * L::kChunkBytes;
             __m256i p;
             if constexpr (kBits == 4) {
-                const __m256i lo = _mm256_and_si256(wv, low4);
-                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), low4);
                 p = _mm256_add_epi16(
-                    _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc))),
-                    _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc + 32))));
+                    _mm256_maddubs_epi16(wa, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc))),
+                    _mm256_maddubs_epi16(wb, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc + 32))));
             } else {
-                const __m256i ws = _mm256_xor_si256(wv, _mm256_set1_epi8(static_cast<char>(0x80)));
                 p = _mm256_maddubs_epi16(
-                    _mm256_abs_epi8(ws),
-                    _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc)), ws));
+                    wa, _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc)), wb));
             }
             const __m256i s = _mm256_madd_epi16(p, ones);
-            const int64_t g0 = ci * L::kCodes / gs;
-            const float s0 = load_scale(w.scales, w.scale_type, r * groups + g0);
-            const float s1 =
-                two_scales && g0 + 1 < groups ? load_scale(w.scales, w.scale_type, r * groups + g0 + 1) : s0;
-            const __m256 sv = _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0));
             const __m256 dl = _mm256_loadu_ps(reinterpret_cast<const float*>(xc + L::kCodes));
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dl, sv), acc);
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dl, sv), acc[j]);
         }
-        float tail = 0.0f;
-        for (int64_t g = 0; g < groups; ++g) {
-            float b = load_scale(w.biases, w.scale_type, r * groups + g);
-            if constexpr (kBits == 8) b += 128.0f * load_scale(w.scales, w.scale_type, r * groups + g);
-            tail += b * xs[g];
+    }
+    // Unrolled: the partial sums stay in registers (a loop indexing them would keep them in memory).
+#pragma GCC unroll 4
+    for (int j = 0; j < kVecs; ++j)
+        y[(j0 + j) * v.ldy] = hsum(acc[j]) + i8_tail<kBits>(w, r, v.sums + (j0 + j) * v.sums_stride);
+}
+
+// Rows one at a time, their vectors in passes of at most 4 (as quant_rows_vecs).
+template <int kBits, int kFirst, int kSecond>
+void i8_rows_vecs(const WeightView& w, const RowVectors& v, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+        i8_row<kBits, kFirst>(w, v, 0, r, v.y + (r - r0));
+        if constexpr (kSecond > 0) i8_row<kBits, kSecond>(w, v, kFirst, r, v.y + (r - r0));
+    }
+}
+
+template <int kBits>
+void i8_matvec_impl(const WeightView& w, const RowVectors& v, int64_t r0, int64_t r1) {
+    switch (v.n) {
+        case 1: i8_rows_vecs<kBits, 1, 0>(w, v, r0, r1); break;
+        case 2: i8_rows_vecs<kBits, 2, 0>(w, v, r0, r1); break;
+        case 3: i8_rows_vecs<kBits, 3, 0>(w, v, r0, r1); break;
+        case 4: i8_rows_vecs<kBits, 4, 0>(w, v, r0, r1); break;
+        case 5: i8_rows_vecs<kBits, 3, 2>(w, v, r0, r1); break;
+        case 6: i8_rows_vecs<kBits, 3, 3>(w, v, r0, r1); break;
+        case 7: i8_rows_vecs<kBits, 4, 3>(w, v, r0, r1); break;
+        default: i8_rows_vecs<kBits, 4, 4>(w, v, r0, r1); break;
+    }
+}
+
+// The scalar end of a float row's dot product (columns past the last 8; fmaf: see bias_term).
+inline float float_tail(const WeightView& w, int64_t r, int64_t i, const float* x, float s) {
+    const int64_t cols = w.cols;
+    for (; i < cols; ++i) s = fmaf(load_weight1(w.data, w.type, r * cols + i), x[i], s);
+    return s;
+}
+
+// Float weights, row r × vectors [j0, j0 + kVecs): 8 weights loaded and widened once for the kVecs
+// vectors; each vector's two FMA chains, reduction and scalar tail are the ones it has alone.
+template <int kVecs>
+inline void float_row(const WeightView& w, const RowVectors& v, int64_t j0, int64_t r, float* y) {
+    const int64_t cols = w.cols;
+    const float* x[kVecs];
+    for (int j = 0; j < kVecs; ++j)
+        x[j] = reinterpret_cast<const float*>(static_cast<const uint8_t*>(v.x) + (j0 + j) * v.x_stride_bytes);
+    __m256 a0[kVecs], a1[kVecs];
+    for (int j = 0; j < kVecs; ++j) a0[j] = a1[j] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= cols; i += 16) {
+        const __m256 w0 = load_weights8(w.data, w.type, r * cols + i);
+        const __m256 w1 = load_weights8(w.data, w.type, r * cols + i + 8);
+        for (int j = 0; j < kVecs; ++j) {
+            a0[j] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[j] + i), a0[j]);
+            a1[j] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[j] + i + 8), a1[j]);
         }
-        y[r - r0] = hsum(acc) + tail;
+    }
+    for (; i + 8 <= cols; i += 8) {
+        const __m256 w0 = load_weights8(w.data, w.type, r * cols + i);
+        for (int j = 0; j < kVecs; ++j) a0[j] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[j] + i), a0[j]);
+    }
+    // Unrolled: the partial sums stay in registers (a loop indexing them would keep them in memory).
+#pragma GCC unroll 4
+    for (int j = 0; j < kVecs; ++j)
+        y[(j0 + j) * v.ldy] = float_tail(w, r, i, x[j], hsum(_mm256_add_ps(a0[j], a1[j])));
+}
+
+template <int kFirst, int kSecond>
+void float_rows_vecs(const WeightView& w, const RowVectors& v, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+        float_row<kFirst>(w, v, 0, r, v.y + (r - r0));
+        if constexpr (kSecond > 0) float_row<kSecond>(w, v, kFirst, r, v.y + (r - r0));
     }
 }
 }  // namespace
@@ -332,30 +470,24 @@ void prepare_x(const WeightView& w, const float* x, float* xp, float* xsum) {
     }
 }
 
-void matvec_quant_rows(const WeightView& w, const float* xp, const float* xsum, int64_t r0, int64_t r1,
-                       float* y) {
+void matvec_quant_rows(const WeightView& w, const RowVectors& v, int64_t r0, int64_t r1) {
     if (w.type == WeightType::kQ4) {
-        matvec_quant_impl<4>(w, xp, xsum, r0, r1, y);
+        matvec_quant_impl<4>(w, v, r0, r1);
     } else {
-        matvec_quant_impl<8>(w, xp, xsum, r0, r1, y);
+        matvec_quant_impl<8>(w, v, r0, r1);
     }
 }
 
-void matvec_float_rows(const WeightView& w, const float* x, int64_t r0, int64_t r1, float* y) {
-    const int64_t cols = w.cols;
-    for (int64_t r = r0; r < r1; ++r) {
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-        int64_t i = 0;
-        for (; i + 16 <= cols; i += 16) {
-            a0 = _mm256_fmadd_ps(load_weights8(w.data, w.type, r * cols + i), _mm256_loadu_ps(x + i), a0);
-            a1 = _mm256_fmadd_ps(load_weights8(w.data, w.type, r * cols + i + 8), _mm256_loadu_ps(x + i + 8),
-                                 a1);
-        }
-        for (; i + 8 <= cols; i += 8)
-            a0 = _mm256_fmadd_ps(load_weights8(w.data, w.type, r * cols + i), _mm256_loadu_ps(x + i), a0);
-        float s = hsum(_mm256_add_ps(a0, a1));
-        for (; i < cols; ++i) s += load_weight1(w.data, w.type, r * cols + i) * x[i];
-        y[r - r0] = s;
+void matvec_float_rows(const WeightView& w, const RowVectors& v, int64_t r0, int64_t r1) {
+    switch (v.n) {
+        case 1: float_rows_vecs<1, 0>(w, v, r0, r1); break;
+        case 2: float_rows_vecs<2, 0>(w, v, r0, r1); break;
+        case 3: float_rows_vecs<3, 0>(w, v, r0, r1); break;
+        case 4: float_rows_vecs<4, 0>(w, v, r0, r1); break;
+        case 5: float_rows_vecs<4, 1>(w, v, r0, r1); break;
+        case 6: float_rows_vecs<4, 2>(w, v, r0, r1); break;
+        case 7: float_rows_vecs<4, 3>(w, v, r0, r1); break;
+        default: float_rows_vecs<4, 4>(w, v, r0, r1); break;
     }
 }
 
@@ -391,12 +523,11 @@ void i8_prepare(const WeightView& w, const float* x, uint8_t* prep, float* xs) {
     }
 }
 
-void i8_matvec_rows(const WeightView& w, const uint8_t* prep, const float* xs, int64_t r0, int64_t r1,
-                    float* y) {
+void i8_matvec_rows(const WeightView& w, const RowVectors& v, int64_t r0, int64_t r1) {
     if (w.type == WeightType::kQ4) {
-        i8_matvec_impl<4>(w, prep, xs, r0, r1, y);
+        i8_matvec_impl<4>(w, v, r0, r1);
     } else {
-        i8_matvec_impl<8>(w, prep, xs, r0, r1, y);
+        i8_matvec_impl<8>(w, v, r0, r1);
     }
 }
 
