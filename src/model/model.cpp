@@ -430,7 +430,15 @@ void Model::lm_head(std::span<const SequenceStep> steps, const float* x, const s
 
     if (alone) {
         float* logits = steps[static_cast<size_t>(b.parts[0].step)].logits;
-        if (logits != nullptr) linear(weights_.lm_head, norm, total, logits, pool);
+        // A decode_rows step's rows through the decode product too (matvec per row, as fed one
+        // at a time): a verification's logits are plain decoding's bit for bit.
+        if (logits != nullptr) {
+            if (b.parts[0].decode_rows) {
+                kernels::matvec_batch(weights_.lm_head, norm, total, logits, pool);
+            } else {
+                linear(weights_.lm_head, norm, total, logits, pool);
+            }
+        }
         return;
     }
     // One matvec_batch for the one-row steps into scratch (copied out), a matmul per longer step

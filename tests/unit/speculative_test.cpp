@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 
 #include "convert/packer.h"
@@ -246,6 +247,32 @@ TEST(Speculative, MtpGreedyOutputIsPlainGreedyForEveryK) {
                 turn = prompt;
                 turn.push_back(11);
             }
+        }
+    }
+}
+
+// A verification's logits (Session::evaluate_as_decode: every row through the decode kernels) are
+// plain decoding's bit for bit, for every step size speculation uses.
+TEST(Speculative, VerificationLogitsArePlainDecodingsBitForBit) {
+    auto engine = load(tiny_next());
+    ASSERT_TRUE(engine);
+    const std::vector<int32_t> prompt = engine->tokenizer()->encode("def fibonacci(n):\n    return");
+    const std::vector<int32_t> more = engine->tokenizer()->encode(" n if n < 2 else fibonacci(n - 1) + x");
+    const int64_t V = engine->info().vocab_size;
+    for (size_t n = 2; n <= 9 && n <= more.size(); ++n) {
+        auto plain = engine->new_session();
+        auto verify = engine->new_session();
+        ASSERT_TRUE(plain->evaluate(prompt, false).has_value());
+        ASSERT_TRUE(verify->evaluate(prompt, false).has_value());
+        const std::span<const int32_t> step(more.data(), n);
+        auto rows = verify->evaluate_as_decode(step, true);
+        ASSERT_TRUE(rows.has_value()) << rows.status().message();
+        for (size_t i = 0; i < n; ++i) {
+            auto one = plain->evaluate(step.subspan(i, 1), false);
+            ASSERT_TRUE(one.has_value());
+            EXPECT_EQ(0,
+                      std::memcmp(one->data(), rows->data() + i * static_cast<size_t>(V), sizeof(float) * V))
+                << "n=" << n << " row " << i;
         }
     }
 }
