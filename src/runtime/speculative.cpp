@@ -5,8 +5,35 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 
 namespace sluice::runtime {
+
+namespace {
+
+// A drafter's k proposals: each drawn from `sampler`'s final distribution over `logits` with the
+// context it would have (`context` and `generated` grow by each draw, in the scratch copies);
+// `next(token)` makes `logits` the drafter's for the token after it (not called after the last).
+Status draw_chain(std::span<const int32_t> context, std::span<const int32_t> generated, int k,
+                  const GenerateOptions& options, Sampler& sampler, std::vector<float>& logits,
+                  std::vector<int32_t>& scratch_context, std::vector<int32_t>& scratch_generated,
+                  const std::function<Status(int32_t)>& next, std::vector<int32_t>* tokens,
+                  std::vector<Distribution>* dists) {
+    scratch_context.assign(context.begin(), context.end());
+    scratch_generated.assign(generated.begin(), generated.end());
+    for (int i = 0; i < k; ++i) {
+        sampler.prepare(logits, scratch_context, scratch_generated, options);
+        dists->push_back(sampler.distribution(logits));
+        const int32_t token = sampler.draw(dists->back());
+        tokens->push_back(token);
+        scratch_context.push_back(token);
+        scratch_generated.push_back(token);
+        if (i + 1 < k) SLUICE_RETURN_IF_ERROR(next(token));
+    }
+    return Status::ok();
+}
+
+}  // namespace
 
 Verdict verify_proposal(std::span<const std::pair<float, int32_t>> p,
                         std::span<const std::pair<float, int32_t>> q, int32_t proposal, Sampler& rng,
@@ -73,20 +100,13 @@ Status DraftModelDrafter::propose(std::span<const int32_t> context, std::span<co
     }
     // The next step's rollback target: the context itself (its proposals may all be rejected).
     SLUICE_RETURN_IF_ERROR(draft_->checkpoint());
-    scratch_context_.assign(context.begin(), context.end());
-    scratch_generated_.assign(generated.begin(), generated.end());
-    for (int i = 0; i < k; ++i) {
-        sampler_.prepare(logits_, scratch_context_, scratch_generated_, options);
-        dists->push_back(sampler_.distribution(logits_));
-        const int32_t token = sampler_.draw(dists->back());
-        tokens->push_back(token);
-        scratch_context_.push_back(token);
-        scratch_generated_.push_back(token);
-        if (i + 1 < k) {
+    return draw_chain(
+        context, generated, k, options, sampler_, logits_, scratch_context_, scratch_generated_,
+        [&](int32_t token) -> Status {
             SLUICE_ASSIGN_OR_RETURN(logits_, draft_->evaluate(std::span<const int32_t>(&token, 1), false));
-        }
-    }
-    return Status::ok();
+            return Status::ok();
+        },
+        tokens, dists);
 }
 
 MtpDrafter::MtpDrafter(Backend* backend, std::unique_ptr<SequenceState> state, std::mutex* compute,
@@ -164,24 +184,17 @@ Status MtpDrafter::propose(std::span<const int32_t> context, std::span<const int
     rows_.erase(rows_.begin(), rows_.end() - hidden_);
     rows_begin_ = n - 1;
 
-    scratch_context_.assign(context.begin(), context.end());
-    scratch_generated_.assign(generated.begin(), generated.end());
     std::vector<float> prev(out_.end() - hidden_, out_.end());
-    Status status = Status::ok();
-    for (int i = 0; i < k; ++i) {
-        sampler.prepare(logits_, scratch_context_, scratch_generated_, options);
-        dists->push_back(sampler.distribution(logits_));
-        const int32_t token = sampler.draw(dists->back());
-        tokens->push_back(token);
-        scratch_context_.push_back(token);
-        scratch_generated_.push_back(token);
-        if (i + 1 == k) break;
-        // Chained: the draft and the head's own output, at the next position.
-        status = backend_->forward_mtp(*state_, std::span<const int32_t>(&token, 1), prev.data(),
-                                       logits_.data(), false, out_.data());
-        if (!status.is_ok()) break;
-        prev.assign(out_.begin(), out_.begin() + hidden_);
-    }
+    // Chained: each draft and the head's own output, at the next position.
+    const Status status = draw_chain(
+        context, generated, k, options, sampler, logits_, scratch_context_, scratch_generated_,
+        [&](int32_t token) -> Status {
+            SLUICE_RETURN_IF_ERROR(backend_->forward_mtp(*state_, std::span<const int32_t>(&token, 1),
+                                                         prev.data(), logits_.data(), false, out_.data()));
+            prev.assign(out_.begin(), out_.begin() + hidden_);
+            return Status::ok();
+        },
+        tokens, dists);
     // The chained positions are the head's guesses; the target's rows replace them next time.
     SLUICE_ASSIGN_OR_RETURN(const int64_t back, state_->truncate(n));
     (void)back;

@@ -91,6 +91,36 @@ TEST(Speculative, RejectionSamplingKeepsTheTargetDistribution) {
     EXPECT_EQ(no.token, 3);
 }
 
+// The chi-square of the second tokens seen after each first token (seen[t1][t2] counts) against the
+// target's own distribution after prompt + t1 with the request's sampling; *dof its degrees of freedom.
+double second_token_chi_square(Engine& target, const std::vector<int32_t>& prompt,
+                               const std::map<int32_t, std::map<int32_t, int64_t>>& seen,
+                               const GenerateOptions& o, int* dof) {
+    double chi = 0;
+    *dof = 0;
+    const int64_t V = target.info().vocab_size;
+    for (const auto& [t1, counts] : seen) {
+        int64_t total = 0;
+        for (const auto& [t2, c] : counts) total += c;
+        std::vector<int32_t> ctx = prompt;
+        ctx.push_back(t1);
+        auto logits = target.new_session()->evaluate(ctx, false);
+        if (!logits.has_value()) {
+            ADD_FAILURE() << logits.status().message();
+            continue;
+        }
+        runtime::Sampler sampler(o.sampling, V, {});
+        sampler.prepare(*logits, ctx, std::vector<int32_t>{t1}, o);
+        std::map<int32_t, double> want;
+        for (const auto& [prob, id] : sampler.distribution(*logits))
+            want[id] = prob * static_cast<double>(total);
+        int group_dof = 0;
+        chi += chi_square(counts, want, &group_dof);
+        *dof += group_dof;
+    }
+    return chi;
+}
+
 std::shared_ptr<Engine> load(const std::string& dir, int64_t ctx = 1024) {
     return testing::load_engine(dir, ctx);
 }
@@ -385,25 +415,8 @@ TEST(Speculative, MtpSampledTokensFollowTheTargetDistribution) {
     EXPECT_GT(proposed, 0);
     EXPECT_GT(kept, 0);
     EXPECT_LT(kept, proposed);
-    double chi = 0;
     int dof = 0;
-    const int64_t V = target->info().vocab_size;
-    for (const auto& [t1, counts] : seen) {
-        int64_t total = 0;
-        for (const auto& [t2, c] : counts) total += c;
-        std::vector<int32_t> ctx = prompt;
-        ctx.push_back(t1);
-        auto logits = target->new_session()->evaluate(ctx, false);
-        ASSERT_TRUE(logits.has_value());
-        runtime::Sampler sampler(o.sampling, V, {});
-        sampler.prepare(*logits, ctx, std::vector<int32_t>{t1}, o);
-        std::map<int32_t, double> want;
-        for (const auto& [prob, id] : sampler.distribution(*logits))
-            want[id] = prob * static_cast<double>(total);
-        int group_dof = 0;
-        chi += chi_square(counts, want, &group_dof);
-        dof += group_dof;
-    }
+    const double chi = second_token_chi_square(*target, prompt, seen, o, &dof);
     ASSERT_GT(dof, 0);
     EXPECT_LT(chi, chi_square_bound(dof)) << "dof " << dof;
     std::printf("[ spec ] mtp sampled: %lld of %lld proposals kept, chi-square %.1f on %d dof (bound %.1f)\n",
@@ -446,25 +459,8 @@ TEST(Speculative, SampledTokensFollowTheTargetDistribution) {
     EXPECT_GT(kept, 0);
     EXPECT_LT(kept, proposed);  // some proposals rejected: the residual path is exercised
     // Expected t2 counts from the target's own distribution after prompt + t1.
-    double chi = 0;
     int dof = 0;
-    const int64_t V = target->info().vocab_size;
-    for (const auto& [t1, counts] : seen) {
-        int64_t total = 0;
-        for (const auto& [t2, c] : counts) total += c;
-        std::vector<int32_t> ctx = prompt;
-        ctx.push_back(t1);
-        auto logits = target->new_session()->evaluate(ctx, false);
-        ASSERT_TRUE(logits.has_value());
-        runtime::Sampler sampler(o.sampling, V, {});
-        sampler.prepare(*logits, ctx, std::vector<int32_t>{t1}, o);
-        std::map<int32_t, double> want;
-        for (const auto& [prob, id] : sampler.distribution(*logits))
-            want[id] = prob * static_cast<double>(total);
-        int group_dof = 0;
-        chi += chi_square(counts, want, &group_dof);
-        dof += group_dof;
-    }
+    const double chi = second_token_chi_square(*target, prompt, seen, o, &dof);
     ASSERT_GT(dof, 0);
     EXPECT_LT(chi, chi_square_bound(dof)) << "dof " << dof;
     std::printf("[ spec ] sampled: %lld of %lld proposals kept, chi-square %.1f on %d dof (bound %.1f)\n",
