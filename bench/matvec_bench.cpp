@@ -290,9 +290,10 @@ BENCHMARK(BM_DeltaRecurrentDecode)
     ->Unit(benchmark::kMillisecond)
     ->MinTime(1.0);
 
-// One decode token's attention over a KV cache at depth D (arg 1) per KV type (arg 0: 32, 16, 8, 4
-// bits), on one Qwen3-Next-80B attention layer (16 query heads, 2 KV heads of 256): the cache is
-// read once per token; its bytes per element set the memory traffic. Counter: GB/s of cache read.
+// One decode token's attention over a KV cache at depth D (arg 1: 4K, 32K, 128K) per KV type (arg 0:
+// 32, 16, 8, 4, 3 bits), on one Qwen3-Next-80B attention layer (16 query heads, 2 KV heads of 256):
+// the cache is read once per token; its bytes per element set the memory traffic. Counter: GB/s of
+// cache read.
 void BM_AttentionDecodeKv(benchmark::State& state) {
     constexpr int64_t nh = 16, nkv = 2, hd = 256;
     KvType type = KvType::kF32;
@@ -319,7 +320,7 @@ void BM_AttentionDecodeKv(benchmark::State& state) {
     state.SetLabel(kv_type_name(type));
 }
 BENCHMARK(BM_AttentionDecodeKv)
-    ->ArgsProduct({{32, 16, 8, 4, 3}, {4096, 32768}})
+    ->ArgsProduct({{32, 16, 8, 4, 3}, {4096, 32768, 131072}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

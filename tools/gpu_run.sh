@@ -29,9 +29,12 @@
 #   long35                 prefill and decode at 32K and 64K prompts per --kv-bits, --kv-window 0 (and q8 with
 #                          its default window); sanitize_flash: memcheck/racecheck of the flash attention test
 #   kv35                   decode at 4K and 32K depth and the prompt's prefill (TTFT) per --kv-bits, resident
+#   kvdeep35               prefill and decode at 4K, 32K, 100K and 128K per --kv-bits (KV_BITS, KV_EXTRA flags);
+#                          llamadeep35: llama.cpp -fa 1 at the same prompts and depths (LLAMA_CTK); gputests:
+#                          the GPU test binary alone
 #   prep35                 llamabuild and gguf35 in the background while synth35, the flash attention test and
 #                          the CUDA goldens run; vs35: sluice and llama.cpp alternated (prefill 4096/512, 32K prompts)
-#   llamabuild             llama.cpp from .devcarry/llama/llama.tgz (../shared/peer/README.md) into /tmp/llb;
+#   llamabuild             llama.cpp from .devcarry/llama/llama.tgz or .txz (../shared/peer/README.md) into /tmp/llb;
 #                          gguf35: the 35B's GGUF of the same shapes (synth_gguf.py) at /tmp/m35.gguf;
 #                          llamakv35: llama-bench -fa 1 at f16 and q8_0 KV, the same depths and prompts
 #   trainmtp               an MTP head for models/tiny-next, trained on its frozen model (tools/train_tiny.py
@@ -172,6 +175,27 @@ for s in "$@"; do
             done
         done
         ;;
+    gputests)
+        step gpu_tests 300 "$B/sluice_gpu_tests"
+        ;;
+    kvdeep35)
+        # Per KV type (default --kv-window): prefill (TTFT) of 4K, 32K, 100K and 128K prompts and decode at
+        # that depth after each, one process per type sweeping the prompts (page cache kept: resident runs).
+        for b in ${KV_BITS:-16 3 8 4}; do
+            step kvdeep35_b$b 400 "$B/sluice" bench /tmp/m35 --device cuda --json "$RES/kvdeep35_b$b.json" \
+                --kv-bits $b -p 4096,32768,102400,131072 -n 32 --prefill-chunk 4096 --reps 1 ${KV_EXTRA:-}
+        done
+        ;;
+    llamadeep35)
+        # llama.cpp at the same prompts and depths, -fa 1, per cache type (LLAMA_CTK: f16 q8_0).
+        LB=$(ls /tmp/llb/bin/llama-bench /tmp/llb/llama-bench 2>/dev/null | head -n 1)
+        for ctk in ${LLAMA_CTK:-f16 q8_0}; do
+            step llamadeep35_p_$ctk 400 "$LB" -m /tmp/m35.gguf -ngl 99 -fa 1 -ctk $ctk -ctv $ctk \
+                -p 32768,102400 -n 0 -r 1 -b 4096 -ub 4096 -o md
+            step llamadeep35_d_$ctk 400 "$LB" -m /tmp/m35.gguf -ngl 99 -fa 1 -ctk $ctk -ctv $ctk \
+                -p 0 -n 32 -d 4096,32768,131072 -r 1 -b 4096 -ub 4096 -o md
+        done
+        ;;
     long35)
         # Long prompts: prefill (TTFT) and decode after it at 32K and 64K, per --kv-bits, with
         # --kv-window 0 (the tensor-core prefill attention's case) and, for q8, the default window.
@@ -187,7 +211,8 @@ for s in "$@"; do
     prep35)
         # One call's setup for a side-by-side: llama.cpp's build and its GGUF beside sluice's synthetic
         # 35B and the flash attention test and goldens (the GPU is idle while the CPUs build).
-        GPU_RUN_NESTED=1 bash "$0" llamabuild >"$RES/prep_llamabuild.log" 2>&1 &
+        rm -rf /tmp/llama && mkdir -p /tmp/llama && tar xf "$(ls .devcarry/llama/llama.t*z | head -n 1)" -C /tmp/llama
+        LLAMA_SRC_READY=1 GPU_RUN_NESTED=1 bash "$0" llamabuild >"$RES/prep_llamabuild.log" 2>&1 &
         GPU_RUN_NESTED=1 bash "$0" gguf35 >"$RES/prep_gguf35.log" 2>&1 &
         step synth35 300 "$B/sluice" synth "$SHARED/qwen3.6-35b-a3b.json" /tmp/m35 --bits 4
         step flash_test 200 "$B/sluice_gpu_tests" --gtest_filter='CudaOps.FlashAttention*:CudaOps.Attention*'
@@ -215,7 +240,9 @@ for s in "$@"; do
         done
         ;;
     llamabuild)
-        rm -rf /tmp/llama && mkdir -p /tmp/llama && tar xzf .devcarry/llama/llama.tgz -C /tmp/llama
+        if [ -z "${LLAMA_SRC_READY:-}" ]; then  # prep35 unpacks it first (gguf35 reads its gguf-py)
+            rm -rf /tmp/llama && mkdir -p /tmp/llama && tar xf "$(ls .devcarry/llama/llama.t*z | head -n 1)" -C /tmp/llama
+        fi
         gen=""
         command -v ninja >/dev/null && gen="-G Ninja"
         # shellcheck disable=SC2086

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/attention_decode.h"
 #include "kernels/kernels.h"
 #include "kernels/quantize.h"
 
@@ -1090,20 +1091,44 @@ TEST(CudaOps, KvStoreMatchesReferenceBitForBit) {
     }
 }
 
+// The f16 ring of a --kv-window as a sequence of `rows` positions leaves it (the last rows' copies,
+// tags −1 elsewhere), with the slot of position rows − 3 taken by a later one (a cut-back: that key
+// is read from the cache). [slots] rows of K, as many of V, then the int64 tags.
+std::vector<uint8_t> window_ring(const std::vector<float>& k, const std::vector<float>& v, int64_t rows,
+                                 int64_t nkv, int64_t hd, int64_t window, int64_t slots) {
+    const int64_t ring_row = nkv * hd * 2;
+    std::vector<uint8_t> ring(static_cast<size_t>(slots * (2 * ring_row + 8)));
+    auto* tags = reinterpret_cast<int64_t*>(ring.data() + 2 * slots * ring_row);
+    std::fill(tags, tags + slots, int64_t{-1});
+    for (int64_t p = std::max<int64_t>(0, rows - slots); p < rows && window > 0; ++p) {
+        const int64_t slot = p % slots;
+        kernels::reference::kv_store(KvType::kF16, k.data() + p * nkv * hd, 1, nkv, hd,
+                                     ring.data() + slot * ring_row);
+        kernels::reference::kv_store(KvType::kF16, v.data() + p * nkv * hd, 1, nkv, hd,
+                                     ring.data() + (slots + slot) * ring_row);
+        tags[slot] = p;
+    }
+    if (window > 0 && rows > 3) tags[(rows - 3) % slots] = rows - 3 + slots;
+    return ring;
+}
+
 // Attention read straight from every compressed type against reference::attention_kv (which
-// decodes the whole cache), for the per-query kernel and the split decode form, without and with a
-// --kv-window ring — some window rows held, one overwritten (a cut-back: read from the cache).
+// decodes the whole cache), for the per-query kernel and the split forms (steps of up to 16 queries:
+// attention_decode.cu at head widths 32-256, with the splits the scratch allows, few and many; one query at
+// width 96: the first split kernel), without and with a --kv-window ring (window_ring).
 TEST(CudaOps, AttentionOnCompressedKvMatchesReference) {
     REQUIRE_GPU();
     struct Case {
         int64_t n_q, start, nh, nkv, hd;
     };
-    for (KvType type : {KvType::kF16, KvType::kQ8, KvType::kQ4, KvType::kQ3}) {
-        for (const Case& c :
-             {Case{1, 0, 4, 2, 64}, Case{1, 300, 16, 2, 256}, Case{7, 5, 8, 8, 128}, Case{70, 0, 4, 1, 128},
-              Case{3, 1000, 2, 2, 32}, Case{1, 4000, 16, 2, 256}, Case{5, 90, 4, 2, 64}}) {
+    for (KvType type : {KvType::kF32, KvType::kF16, KvType::kQ8, KvType::kQ4, KvType::kQ3}) {
+        for (const Case& c : {Case{1, 0, 4, 2, 64}, Case{1, 300, 16, 2, 256}, Case{7, 5, 8, 8, 128},
+                              Case{70, 0, 4, 1, 128}, Case{3, 1000, 2, 2, 32}, Case{1, 4000, 16, 2, 256},
+                              Case{5, 90, 4, 2, 64}, Case{9, 2000, 16, 2, 256}, Case{16, 700, 32, 4, 128},
+                              Case{1, 1500, 12, 4, 128}, Case{1, 500, 8, 2, 96}}) {
+            if (kernels::kv_shape_error(type, c.hd) != nullptr) continue;
             for (int64_t window : {0, 48}) {
-                if (window > 0 && type == KvType::kF16) continue;
+                if (window > 0 && (type == KvType::kF32 || type == KvType::kF16)) continue;
                 const int64_t rows = c.start + c.n_q, row = c.nkv * kernels::kv_head_bytes(type, c.hd);
                 std::vector<float> q = randn(static_cast<size_t>(c.n_q * c.nh * c.hd), 1),
                                    k = randn(static_cast<size_t>(rows * c.nkv * c.hd), 2),
@@ -1111,23 +1136,11 @@ TEST(CudaOps, AttentionOnCompressedKvMatchesReference) {
                 std::vector<uint8_t> ck(static_cast<size_t>(rows * row)), cv(ck.size());
                 kernels::reference::kv_store(type, k.data(), rows, c.nkv, c.hd, ck.data());
                 kernels::reference::kv_store(type, v.data(), rows, c.nkv, c.hd, cv.data());
-                // The ring as a sequence leaves it: the last rows' f16 copies, the slot of one row
-                // inside the window taken by a later position (cut back).
                 const int64_t slots = window + 64, ring_row = c.nkv * c.hd * 2;
-                std::vector<uint8_t> ring(static_cast<size_t>(slots * (2 * ring_row + 8)));
-                auto* tags = reinterpret_cast<int64_t*>(ring.data() + 2 * slots * ring_row);
-                std::fill(tags, tags + slots, int64_t{-1});
-                for (int64_t p = std::max<int64_t>(0, rows - slots); p < rows && window > 0; ++p) {
-                    const int64_t slot = p % slots;
-                    kernels::reference::kv_store(KvType::kF16, k.data() + p * c.nkv * c.hd, 1, c.nkv, c.hd,
-                                                 ring.data() + slot * ring_row);
-                    kernels::reference::kv_store(KvType::kF16, v.data() + p * c.nkv * c.hd, 1, c.nkv, c.hd,
-                                                 ring.data() + (slots + slot) * ring_row);
-                    tags[slot] = p;
-                }
-                if (window > 0 && rows > 3) tags[(rows - 3) % slots] = rows - 3 + slots;
-                const kernels::KvRing host_ring{window, slots, tags, ring.data(),
-                                                ring.data() + slots * ring_row};
+                std::vector<uint8_t> ring = window_ring(k, v, rows, c.nkv, c.hd, window, slots);
+                const kernels::KvRing host_ring{
+                    window, slots, reinterpret_cast<int64_t*>(ring.data() + 2 * slots * ring_row),
+                    ring.data(), ring.data() + slots * ring_row};
                 std::vector<float> ref(q.size());
                 const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
                 kernels::reference::attention_kv(type, q.data(), ck.data(), cv.data(),
@@ -1154,13 +1167,17 @@ TEST(CudaOps, AttentionOnCompressedKvMatchesReference) {
                 attention_kv(dq.get(), cache, c.n_q, offset, dpos.get(), c.nh, c.nkv, c.hd, scale, nullptr,
                              dout.get(), nullptr, 0, nullptr);
                 EXPECT_LT(rel_err(dout.host(), ref), tol) << what;
-                if (c.n_q != 1) continue;
-                const int64_t cap = rows + 500;
-                Dev<float> split(static_cast<size_t>(attention_split_scratch_floats(c.nh, c.hd, cap))),
-                    dout2(q.size());
-                attention_kv(dq.get(), cache, 1, offset, dpos.get(), c.nh, c.nkv, c.hd, scale, nullptr,
-                             dout2.get(), split.get(), cap, nullptr);
-                EXPECT_LT(rel_err(dout2.host(), ref), tol) << "split, " << what;
+                if (c.n_q > 16) continue;
+                // Capacities: a little past the keys (few splits), and far past them (many).
+                for (int64_t cap : {rows + 64, 40 * rows + 4096}) {
+                    Dev<float> split(static_cast<size_t>(attention_split_scratch_floats(c.nh, c.hd, cap))),
+                        dout2(q.size());
+                    attention_kv(dq.get(), cache, c.n_q, offset, dpos.get(), c.nh, c.nkv, c.hd, scale,
+                                 nullptr, dout2.get(), split.get(), cap, nullptr);
+                    EXPECT_LT(rel_err(dout2.host(), ref), tol)
+                        << "split (" << decode_attention_splits(c.n_q, c.hd, cap) << "), capacity " << cap
+                        << ", " << what;
+                }
             }
         }
     }
@@ -1172,7 +1189,7 @@ TEST(CudaOps, AttentionOnCompressedKvMatchesReference) {
 // keys split over blocks (with scratch) against one block per row (without), head_dim 32 (the
 // goldens' heads: q8 and q4 heads of 34 and 18 bytes). Its arithmetic rounds
 // q, k, v and p to f16: within 3e-3 of the f32 reference; on an f16 cache with queries already
-// f16, only p's rounding and the summation order remain (1e-3). A ring is not its case.
+// f16, only p's rounding and the summation order remain (1e-3). The ring: the next test.
 TEST(CudaOps, FlashAttentionMatchesReference) {
     REQUIRE_GPU();
     struct Case {
@@ -1229,16 +1246,67 @@ TEST(CudaOps, FlashAttentionMatchesReference) {
             EXPECT_LT(rel_err(dout3.host(), ref_gated), tol) << "gated, " << what;
         }
     }
-    // Not its case: a ring, or a head_dim it has no instance for; nothing is launched.
-    KvCache ring;
-    ring.type = KvType::kQ8;
-    ring.window = 48;
-    ring.slots = 112;
-    ring.ring = reinterpret_cast<void*>(16);
-    EXPECT_FALSE(flash_attention_fits(ring, 128));
+    // Not its case: a head_dim it has no instance for; nothing is launched.
     EXPECT_FALSE(flash_attention_fits(KvCache{}, 96));
-    EXPECT_FALSE(flash_attention_kv(nullptr, ring, 20, 0, nullptr, 8, 2, 128, 1.0f, nullptr, nullptr, nullptr,
-                                    0, 20, nullptr));
+    EXPECT_FALSE(flash_attention_kv(nullptr, KvCache{}, 20, 0, nullptr, 8, 2, 96, 1.0f, nullptr, nullptr,
+                                    nullptr, 0, 20, nullptr));
+}
+
+// The tensor-core prefill attention over a cache with a --kv-window ring, called as attention_layer
+// calls it (at most model::kKvRingSlack rows per call): the tiles reaching into a row's window take
+// the ring's f16 rows for the keys inside it (q3: rotated into the cache's domain as they load) and
+// the cache's rows for the rest and for a cut-back slot — against reference::attention_kv with the
+// same ring (window_ring), split over blocks and not.
+TEST(CudaOps, FlashAttentionWithWindowMatchesReference) {
+    REQUIRE_GPU();
+    struct Case {
+        int64_t n_q, start, nh, nkv, hd, window;
+    };
+    for (KvType type : {KvType::kQ8, KvType::kQ4, KvType::kQ3}) {
+        for (const Case& c :
+             {Case{64, 0, 16, 2, 256, 48}, Case{64, 1000, 16, 2, 256, 256}, Case{37, 300, 8, 2, 128, 100},
+              Case{20, 3000, 4, 1, 64, 32}, Case{64, 200, 4, 2, 32, 256}, Case{50, 5, 12, 4, 128, 300}}) {
+            const int64_t rows = c.start + c.n_q, row = c.nkv * kernels::kv_head_bytes(type, c.hd);
+            const int64_t slots = c.window + 64, ring_row = c.nkv * c.hd * 2;
+            std::vector<float> q = randn(static_cast<size_t>(c.n_q * c.nh * c.hd), 1),
+                               k = randn(static_cast<size_t>(rows * c.nkv * c.hd), 2),
+                               v = randn(static_cast<size_t>(rows * c.nkv * c.hd), 3);
+            std::vector<uint8_t> ck(static_cast<size_t>(rows * row)), cv(ck.size());
+            kernels::reference::kv_store(type, k.data(), rows, c.nkv, c.hd, ck.data());
+            kernels::reference::kv_store(type, v.data(), rows, c.nkv, c.hd, cv.data());
+            std::vector<uint8_t> ring = window_ring(k, v, rows, c.nkv, c.hd, c.window, slots);
+            const kernels::KvRing host_ring{c.window, slots,
+                                            reinterpret_cast<int64_t*>(ring.data() + 2 * slots * ring_row),
+                                            ring.data(), ring.data() + slots * ring_row};
+            std::vector<float> ref(q.size());
+            const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+            kernels::reference::attention_kv(type, q.data(), ck.data(), cv.data(), &host_ring, c.n_q, c.start,
+                                             c.nh, c.nkv, c.hd, scale, ref.data(), nullptr);
+            Dev<float> dq(q), dout(q.size()), dout2(q.size());
+            Dev<uint8_t> dk(ck), dv(cv), dring(ring);
+            const int64_t offset = std::min<int64_t>(c.start, 3);
+            Dev<int32_t> dpos(std::vector<int32_t>{static_cast<int32_t>(c.start - offset)});
+            KvCache cache;
+            cache.type = type;
+            cache.k = dk.get();
+            cache.v = dv.get();
+            cache.window = c.window;
+            cache.slots = slots;
+            cache.ring = dring.get();
+            const int64_t scratch_floats = attention_split_scratch_floats(c.nh, c.hd, 64 * rows);
+            Dev<float> scratch(static_cast<size_t>(scratch_floats));
+            const std::string what = std::string(kernels::kv_type_name(type)) + " window " +
+                                     std::to_string(c.window) + " n_q " + std::to_string(c.n_q) + " start " +
+                                     std::to_string(c.start) + " hd " + std::to_string(c.hd);
+            ASSERT_TRUE(flash_attention_kv(dq.get(), cache, c.n_q, offset, dpos.get(), c.nh, c.nkv, c.hd,
+                                           scale, nullptr, dout.get(), nullptr, 0, rows, nullptr));
+            EXPECT_LT(rel_err(dout.host(), ref), 3e-3) << what;
+            ASSERT_TRUE(flash_attention_kv(dq.get(), cache, c.n_q, offset, dpos.get(), c.nh, c.nkv, c.hd,
+                                           scale, nullptr, dout2.get(), scratch.get(), scratch_floats, rows,
+                                           nullptr));
+            EXPECT_LT(rel_err(dout2.host(), ref), 3e-3) << "split, " << what;
+        }
+    }
 }
 
 // deltanet_fused against row_norm (l2) ×2 + copy_heads + deltanet_gates + gated_delta +

@@ -15,9 +15,14 @@
 // the GPU (a 256-token chunk at 100K depth is 64 blocks); each split writes its rows' partial
 // (O unnormalised, max, sum) and flash_combine_kernel merges them, as decode's flash-decoding does.
 //
+// With a --kv-window ring (steps of at most model::kKvRingSlack rows, as kv_store requires), the
+// tiles that reach into a row's window read their tags and take two passes: the cache's rows for
+// the keys outside each row's window, the ring's f16 rows (rotated into q3's domain on load) for
+// those inside — the keys kernels::KvRing says each query reads.
+//
 // Arithmetic: q, k, v and p are rounded to f16 and the products accumulate in f32, as llama.cpp's
-// and FlashAttention's kernels do — within ~1e-3 of the f32 reference (attention_kv's per-query
-// kernel stays the exact path: --gpu-prefill f32, decode, and steps of at most 16 tokens).
+// and FlashAttention's kernels do — within ~1e-3 of the f32 reference (attention_kv's kernels stay
+// the exact path: --gpu-prefill f32, decode, and steps of at most 16 tokens).
 #include <cmath>
 
 #include "kernels/cuda/device/kv_view.cuh"
@@ -137,17 +142,25 @@ __device__ __forceinline__ uint4 decode8(const uint8_t* head, int e0, const floa
 }
 
 // Keys and values s0 .. s0 + kKeys − 1 of KV head kvh into shared memory as f16 rows (zeros past
-// n_keys, which the mask hides: a zero value keeps 0·v finite).
+// n_keys, which the mask hides: a zero value keeps 0·v finite). from_ring: the rows of the f16 ring
+// (kernels::KvRing) instead, zeros where ring_ok[key] is not set (the ring does not hold it).
 template <KvType T, int D>
 __device__ __forceinline__ void load_tile(const KvView& c, int64_t kvh, int64_t s0, int64_t n_keys,
-                                          __half* ks, __half* vs, const float* level) {
+                                          bool from_ring, const bool* ring_ok, __half* ks, __half* vs,
+                                          const float* level) {
     using S = FaShape<D>;
     constexpr int kChunks = S::kKeys * D / 8;
     for (int i = static_cast<int>(threadIdx.x); i < kChunks; i += 32 * kFaWarps) {
         const int key = i / (D / 8), e0 = (i % (D / 8)) * 8;
         const int64_t s = s0 + key;
         uint4 kx = make_uint4(0, 0, 0, 0), vx = kx;
-        if (s < n_keys) {
+        if (from_ring) {
+            if (ring_ok[key]) {
+                const int64_t at = (s % c.slots) * c.ring_row + kvh * D * 2 + 2 * e0;
+                kx = *reinterpret_cast<const uint4*>(c.ring_k + at);
+                vx = *reinterpret_cast<const uint4*>(c.ring_v + at);
+            }
+        } else if (s < n_keys) {
             const int64_t at = s * c.row_bytes + kvh * c.head_bytes;
             kx = decode8<T, D>(c.k + at, e0, level);
             vx = decode8<T, D>(c.v + at, e0, level);
@@ -177,6 +190,27 @@ __device__ __forceinline__ void hadamard_lanes(float (&x)[E], int lane) {
             const float o = __shfl_xor_sync(0xffffffffu, x[j], h);
             x[j] = (lane & h) != 0 ? o - x[j] : x[j] + o;
         }
+}
+
+// Rows of D halves in shared memory (stride kStride) into q3's rotated domain, y = H·D·x/√D, by
+// the block's warps a row at a time: the ring's plain f16 rows meet the rotated queries and sum
+// into the rotated O like the cache's rows (q·k = q'·k', Σ p·v' rotated back is Σ p·v).
+template <int D>
+__device__ __forceinline__ void rotate_rows(__half* rows, int n) {
+    constexpr int E = D >= 64 ? D / 32 : 2, L = D / E;
+    const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+    const float norm = rsqrtf(static_cast<float>(D));
+    for (int r = warp; r < n; r += kFaWarps) {
+        __half* row = rows + r * FaShape<D>::kStride + (lane < L ? lane : 0) * E;
+        float x[E];
+#pragma unroll
+        for (int j = 0; j < E; ++j)
+            x[j] = lane < L ? __half2float(row[j]) * kernels::kv_rotation_sign(lane * E + j) : 0.0f;
+        hadamard_lanes<E, L>(x, lane);
+        if (lane < L)
+#pragma unroll
+            for (int j = 0; j < E; ++j) row[j] = __float2half_rn(x[j] * norm);
+    }
 }
 
 // The block's query rows into shared memory as f16: row r is token (row0 + r) / G, head
@@ -260,7 +294,7 @@ __device__ __forceinline__ void rotate_back(float (&o)[D / 8][4], int lane) {
 // Grid: x the row blocks (the last tokens' first: they have the most keys), y KV head · head
 // group, z the key splits. part: with splits > 1, each row's partial per split, [row · splits +
 // split] × (D + 2) floats (O unnormalised, max in base 2, sum), row = t · nh + head.
-template <KvType T, int D>
+template <KvType T, bool kRing, int D>
 __global__ void __launch_bounds__(32 * kFaWarps, 2)
     flash_attention_kernel(const float* __restrict__ q, KvView c, const int32_t* pos0, int64_t offset,
                            int64_t n_q, int64_t nh, int64_t nkv, int G, float scale_log2, const float* gate,
@@ -272,6 +306,7 @@ __global__ void __launch_bounds__(32 * kFaWarps, 2)
     __half* ks = qs + kFaRows * S::kStride;
     __half* vs = ks + BN * S::kStride;
     __shared__ float level[8];
+    __shared__ bool ring_ok[BN];  // a window tile's keys the ring holds (kRing)
     if (threadIdx.x < 8) level[threadIdx.x] = kQ3Level[threadIdx.x];
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
     const int64_t rep = nh / nkv, groups = rep / G;
@@ -298,75 +333,116 @@ __global__ void __launch_bounds__(32 * kFaWarps, 2)
         for (int i = 0; i < 4; ++i) o[nt][i] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l: this lane's columns only
 
+    // The block's rows lie at positions p_lo .. p_hi (a ring's window: kRing).
+    const int64_t p_lo = base + row0 / G, p_hi = n_keys - 1;
+    const int window = kRing ? static_cast<int>(c.window) : 0;
+    // A key s is inside the window of some row (some P in p_lo .. p_hi with s ≤ P < s + window) when
+    // s ≤ p_hi and p_lo − s < window, and outside that of some row when p_hi − s ≥ window; tiles with
+    // a key of the first kind read their tags, then take the cache's pass for the keys outside a
+    // row's window (or not in the ring) and the ring's pass for those inside, skipping an empty one.
     for (int64_t kt = tile0; kt < tile1; ++kt) {
-        __syncthreads();  // the queries are in; the last tile's reads are done
-        load_tile<T, D>(c, kvh, kt * BN, n_keys, ks, vs, level);
-        __syncthreads();
-        float s[BN / 8][4];
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) s[nt][i] = 0.0f;
-#pragma unroll
-        for (int k0 = 0; k0 < D; k0 += 16) {
-            uint32_t a[4];
-            ldmatrix_x4(a, qs + (warp * 16 + lane % 16) * S::kStride + k0 + (lane / 16) * 8);
-#pragma unroll
-            for (int j = 0; j < BN / 16; ++j) {
-                uint32_t b[4];
-                ldmatrix_x4(
-                    b, ks + (16 * j + lane % 8 + (lane / 16) * 8) * S::kStride + k0 + ((lane / 8) % 2) * 8);
-                mma_f16(s[2 * j], a, b[0], b[1]);
-                mma_f16(s[2 * j + 1], a, b[2], b[3]);
+        int first = 0, last = 0;
+        if (kRing && p_lo - (kt * BN + BN - 1) < window) {
+            __syncthreads();  // the last pass's reads of ring_ok are done
+            bool cache_keys = false, ring_keys = false;
+            if (threadIdx.x < BN) {
+                const int64_t sk = kt * BN + threadIdx.x;
+                const bool ok = sk <= p_hi && c.tags[sk % c.slots] == sk;
+                ring_ok[threadIdx.x] = ok;
+                ring_keys = ok && p_lo - sk < window;
+                cache_keys = sk <= p_hi && (!ok || p_hi - sk >= window);
             }
+            ring_keys = __syncthreads_or(ring_keys) != 0;
+            cache_keys = __syncthreads_or(cache_keys) != 0;
+            first = cache_keys ? 1 : 2;
+            last = ring_keys ? 2 : 1;
         }
-        // Mask, then the online softmax (base 2: scale_log2 = scale·log2 e).
-        const int key0 = static_cast<int>(kt) * BN + 2 * (lane % 4);
-        float mx[2] = {m[0], m[1]};
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int r = i / 2;
-                const int key = key0 + nt * 8 + i % 2;
-                s[nt][i] = key <= P[r] ? s[nt][i] * scale_log2 : -INFINITY;
-                mx[r] = fmaxf(mx[r], s[nt][i]);
+        // One pass over a tile: its rows decoded into shared memory, S = Q·Kᵀ, the mask, the online
+        // softmax, O += P·V. mode 0: the cache's rows, every key up to the row's position; with a
+        // --kv-window ring, 1: the cache's rows for the keys outside the row's window (or not in the
+        // ring), 2: the ring's rows for the keys inside it (kernels::KvRing: what a query reads depends
+        // only on its position).
+        for (int mode = first; mode <= last; ++mode) {
+            __syncthreads();  // the queries and flags are in; the last pass's reads are done
+            load_tile<T, D>(c, kvh, kt * BN, n_keys, mode == 2, ring_ok, ks, vs, level);
+            if (T == KvType::kQ3 && mode == 2) {
+                __syncthreads();
+                rotate_rows<D>(ks, BN);
+                rotate_rows<D>(vs, BN);
             }
-        float corr[2], mu[2];
+            __syncthreads();
+            float s[BN / 8][4];
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            mu[r] = mx[r] == -INFINITY ? 0.0f : mx[r];  // a row with no key yet: every p is 0
-            corr[r] = exp2f(m[r] - mu[r]);
-            m[r] = mx[r];
-            l[r] *= corr[r];
-        }
+            for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt)
+                for (int i = 0; i < 4; ++i) s[nt][i] = 0.0f;
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                s[nt][i] = exp2f(s[nt][i] - mu[i / 2]);
-                l[i / 2] += s[nt][i];
+            for (int k0 = 0; k0 < D; k0 += 16) {
+                uint32_t a[4];
+                ldmatrix_x4(a, qs + (warp * 16 + lane % 16) * S::kStride + k0 + (lane / 16) * 8);
+#pragma unroll
+                for (int j = 0; j < BN / 16; ++j) {
+                    uint32_t b[4];
+                    ldmatrix_x4(b, ks + (16 * j + lane % 8 + (lane / 16) * 8) * S::kStride + k0 +
+                                       ((lane / 8) % 2) * 8);
+                    mma_f16(s[2 * j], a, b[0], b[1]);
+                    mma_f16(s[2 * j + 1], a, b[2], b[3]);
+                }
+            }
+            // Mask, then the online softmax (base 2: scale_log2 = scale·log2 e).
+            const int key0 = static_cast<int>(kt) * BN + 2 * (lane % 4);
+            float mx[2] = {m[0], m[1]};
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int r = i / 2;
+                    const int key = key0 + nt * 8 + i % 2;
+                    bool keep = key <= P[r];
+                    if (mode != 0) {
+                        const bool in_ring = ring_ok[key - static_cast<int>(kt) * BN] && P[r] - key < window;
+                        keep = keep && in_ring == (mode == 2);
+                    }
+                    s[nt][i] = keep ? s[nt][i] * scale_log2 : -INFINITY;
+                    mx[r] = fmaxf(mx[r], s[nt][i]);
+                }
+            float corr[2], mu[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                mu[r] = mx[r] == -INFINITY ? 0.0f : mx[r];  // a row with no key yet: every p is 0
+                corr[r] = exp2f(m[r] - mu[r]);
+                m[r] = mx[r];
+                l[r] *= corr[r];
             }
 #pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt)
+            for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) o[nt][i] *= corr[i / 2];
-                // O += P·V: the scores' accumulator tiles 2kk, 2kk + 1 are the k16 operand of keys 16kk...
+                for (int i = 0; i < 4; ++i) {
+                    s[nt][i] = exp2f(s[nt][i] - mu[i / 2]);
+                    l[i / 2] += s[nt][i];
+                }
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-            const uint32_t a[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]),
-                                   pack_half2(s[2 * kk][2], s[2 * kk][3]),
-                                   pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                   pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            for (int nt = 0; nt < D / 8; ++nt)
 #pragma unroll
-            for (int nd = 0; nd < D / 16; ++nd) {
-                uint32_t b[4];
-                ldmatrix_x4_trans(b, vs + (16 * kk + lane % 8 + ((lane / 8) % 2) * 8) * S::kStride + 16 * nd +
-                                         (lane / 16) * 8);
-                mma_f16(o[2 * nd], a, b[0], b[1]);
-                mma_f16(o[2 * nd + 1], a, b[2], b[3]);
+                for (int i = 0; i < 4; ++i) o[nt][i] *= corr[i / 2];
+                    // O += P·V: the scores' accumulator tiles 2kk, 2kk + 1 are the k16 operand of keys
+                    // 16kk...
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk) {
+                const uint32_t a[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]),
+                                       pack_half2(s[2 * kk][2], s[2 * kk][3]),
+                                       pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                       pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+                for (int nd = 0; nd < D / 16; ++nd) {
+                    uint32_t b[4];
+                    ldmatrix_x4_trans(b, vs + (16 * kk + lane % 8 + ((lane / 8) % 2) * 8) * S::kStride +
+                                             16 * nd + (lane / 16) * 8);
+                    mma_f16(o[2 * nd], a, b[0], b[1]);
+                    mma_f16(o[2 * nd + 1], a, b[2], b[3]);
+                }
             }
         }
     }
@@ -454,7 +530,7 @@ struct FlashCall {
     cudaStream_t s;
 };
 
-template <KvType T, int D>
+template <KvType T, bool kRing, int D>
 void launch(const FlashCall& a) {
     const int G = heads_per_block(a.nh / a.nkv);
     const int64_t row_blocks = (a.n_q * G + kFaRows - 1) / kFaRows, groups = a.nh / a.nkv / G;
@@ -469,7 +545,7 @@ void launch(const FlashCall& a) {
     while (blocks * splits < 2 * sms && tiles / (2 * splits) >= 8 &&
            a.n_q * a.nh * 2 * splits * (D + 2) <= a.scratch_floats)
         splits *= 2;
-    auto kernel = flash_attention_kernel<T, D>;
+    auto kernel = flash_attention_kernel<T, kRing, D>;
     constexpr size_t smem = FaShape<D>::kSmemBytes;
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(a.nkv * groups),
@@ -482,21 +558,31 @@ void launch(const FlashCall& a) {
             <<<static_cast<unsigned>(a.n_q * a.nh), 128, 0, a.s>>>(a.scratch, splits, a.gate, a.out);
 }
 
+template <KvType T, bool kRing>
+void launch_dim(const FlashCall& a, int64_t head_dim) {
+    switch (head_dim) {  // flash_attention_fits admitted one of these
+        case 32: return launch<T, kRing, 32>(a);
+        case 64: return launch<T, kRing, 64>(a);
+        case 128: return launch<T, kRing, 128>(a);
+        default: return launch<T, kRing, 256>(a);
+    }
+}
+
 template <KvType T>
 void launch_type(const FlashCall& a, int64_t head_dim) {
-    switch (head_dim) {  // flash_attention_fits admitted one of these
-        case 32: return launch<T, 32>(a);
-        case 64: return launch<T, 64>(a);
-        case 128: return launch<T, 128>(a);
-        default: return launch<T, 256>(a);
+    if constexpr (T == KvType::kF32 || T == KvType::kF16) {  // never windowed (kv_window_applies)
+        launch_dim<T, false>(a, head_dim);
+    } else if (a.c.window > 0) {
+        launch_dim<T, true>(a, head_dim);
+    } else {
+        launch_dim<T, false>(a, head_dim);
     }
 }
 
 }  // namespace
 
-bool flash_attention_fits(const KvCache& cache, int64_t head_dim) {
-    return (cache.ring == nullptr || cache.window == 0) &&
-           (head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256);
+bool flash_attention_fits(const KvCache& /*cache*/, int64_t head_dim) {
+    return head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256;
 }
 
 bool flash_attention_kv(const float* q, const KvCache& cache, int64_t n_q, int64_t offset,

@@ -11,15 +11,18 @@
 // each running an online softmax over its share of the keys with a lane holding head_dim/32 dims,
 // merged through shared memory. Each key and value is loaded and decoded once for the G heads (GQA:
 // the cache is read once per KV head rather than once per query head; G = 8, or 4 for q3 with a ring).
-// Decode splits the keys over many blocks (flash-decoding) and a combine kernel merges them. q3 keys
+// For one query with split scratch the keys are split over many blocks and a combine kernel merges
+// them — the form for head widths attention_decode.cu has no instance for; steps of up to 16
+// queries at widths 32, 64, 128 and 256 take attention_decode.cu's kernel instead. q3 keys
 // are rotated (y = H·D·x/√hd), so the queries are rotated once per block (q·k = q'·ŷ) and the
 // weighted sums of the ŷ rotated back once at the end. With a --kv-window the ring's f16 rows replace
 // a key's cache row inside the query's window (kernels::KvRing); for q3 they are in the plain
 // domain, so a second accumulator sums their values and is added after the rotation back.
-// Measured on the H200 (bench/results/kv/h200/): the ring's per-key tag check costs q8/q4 a fifth of
-// their decode at 4K depth; keys older than the window do not need it (next step).
+// attention_decode.cu's kernel checks tags only in tiles reaching into the window (measured on the
+// H200, bench/results/kv/h200/: this kernel's per-key check costs q8/q4 a fifth of their decode).
 #include <cmath>
 
+#include "kernels/cuda/attention_decode.h"
 #include "kernels/cuda/device/kv_view.cuh"
 
 namespace sluice::cuda {
@@ -284,23 +287,6 @@ struct GroupSoftmax {
             }
     }
 };
-
-// x ← H·x for `count` vectors of n floats at the given stride, by all threads of the block (x in
-// shared memory): hadamard_warp's butterflies, the same bits.
-__device__ void hadamard_block_many(float* x, int64_t n, int count, int64_t stride) {
-    for (int64_t h = 1; h < n; h *= 2) {
-        __syncthreads();
-        for (int64_t i = threadIdx.x; i < count * n / 2; i += blockDim.x) {
-            float* v = x + (i / (n / 2)) * stride;
-            const int64_t k = i % (n / 2);
-            const int64_t a = (k / h) * 2 * h + k % h;
-            const float u = v[a], w = v[a + h];
-            v[a] = __fadd_rn(u, w);
-            v[a + h] = __fsub_rn(u, w);
-        }
-    }
-    __syncthreads();
-}
 
 // Shared memory of a block: the query rotation's scratch, then the warps' partial sums.
 template <bool kTwo, int G>
@@ -574,6 +560,10 @@ void attention_kv(const float* q, const KvCache& cache, int64_t n_q, int64_t off
                   int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, const float* gate,
                   float* out, float* split_scratch, int64_t max_keys, cudaStream_t s) {
     if (n_q == 0) return;
+    // Steps of a few queries with split scratch, at the head widths it has instances for.
+    if (decode_attention_kv(q, cache, n_q, offset, pos0_dev, n_heads, n_kv_heads, head_dim, scale, gate, out,
+                            split_scratch, max_keys, s))
+        return;
     const KvView c = kv_view(cache, n_kv_heads, head_dim);
     const bool ring = c.window > 0;
     switch (cache.type) {

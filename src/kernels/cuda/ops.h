@@ -273,10 +273,10 @@ void kv_store(const float* k, const float* v, int64_t n, int64_t offset, const i
               int64_t n_kv_heads, int64_t head_dim, const KvCache& cache, cudaStream_t s);
 // kernels::attention_kv over the cache as stored, for queries q [n_q, n_heads, head_dim] at positions
 // *pos0_dev + offset + t: keys and values decoded in registers, the ring's rows inside each query's
-// window. For one query with a split_scratch of attention_split_scratch_floats(n_heads, head_dim,
-// max_keys) floats, the keys are split over many blocks (flash-decoding); max_keys bounds the last
-// position + 1 (the context capacity). gate (nullable, [n_q, n_heads, head_dim]): out ⊙= sigmoid(gate)
-// in the epilogue (mul_sigmoid fused).
+// window. For steps of up to 16 queries with a split_scratch of attention_split_scratch_floats(n_heads,
+// head_dim, max_keys) floats, the keys are split over many blocks (flash-decoding); max_keys bounds
+// the last position + 1 (the context capacity). gate (nullable, [n_q, n_heads, head_dim]): out ⊙=
+// sigmoid(gate) in the epilogue (mul_sigmoid fused).
 void attention_kv(const float* q, const KvCache& cache, int64_t n_q, int64_t offset, const int32_t* pos0_dev,
                   int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, const float* gate,
                   float* out, float* split_scratch, int64_t max_keys, cudaStream_t s);
@@ -287,8 +287,9 @@ void attention(const float* q, const float* k, const float* v, int64_t n_q, cons
 int64_t attention_split_scratch_floats(int64_t n_heads, int64_t head_dim, int64_t max_keys);
 // Prefill attention on tensor cores (flash_attention.cu): attention_kv's result with q, k, v and the
 // softmax weights rounded to f16 (f32 accumulation; within ~1e-3 of it), for steps of many queries.
-// Covers a cache without a --kv-window ring and head_dim 32, 64, 128 or 256 (flash_attention_fits);
-// otherwise returns false having launched nothing. scratch (scratch_floats floats, may be null):
+// Covers head_dim 32, 64, 128 or 256 (flash_attention_fits), with or without a --kv-window ring (then,
+// as for kv_store, at most model::kKvRingSlack rows per call); otherwise returns false having
+// launched nothing. scratch (scratch_floats floats, may be null):
 // per-split partials when the keys are split over blocks to fill the GPU at long contexts;
 // keys_hint: the last position + 1 as the host knows it (sizes the split only).
 bool flash_attention_fits(const KvCache& cache, int64_t head_dim);

@@ -100,29 +100,32 @@ void CudaBackend::attention_layer(const DevLayer& L, int64_t l, int64_t n, const
         }
         float* out = d_.attn + part.row0 * nh * hd;
         const float* epilogue_gate = gate_in_epilogue ? gate : nullptr;
-        // Prefill steps on tensor cores where flash_attention_kv covers the cache (no window ring).
-        const bool flash = flash_attention_ && np > kMatvecRows && cuda::flash_attention_fits(cache, hd);
-        if (flash) {
-            if (!f32) cuda::kv_store(k, v, np, 0, pos, nkv, hd, cache, stream_);
-            cuda::flash_attention_kv(q, cache, np, 0, pos, nh, nkv, hd, scale, epilogue_gate, out,
-                                     ds.attn_split, ds.attn_split_floats, host_io_[i] + np, stream_);
-            continue;
-        }
         if (f32) {
-            cuda::attention_kv(q, cache, np, 0, pos, nh, nkv, hd, scale, epilogue_gate, out, ds.attn_split,
-                               ds.capacity(), stream_);
+            if (flash_attention_ && np > kMatvecRows && cuda::flash_attention_fits(cache, hd))
+                cuda::flash_attention_kv(q, cache, np, 0, pos, nh, nkv, hd, scale, epilogue_gate, out,
+                                         ds.attn_split, ds.attn_split_floats, host_io_[i] + np, stream_);
+            else
+                cuda::attention_kv(q, cache, np, 0, pos, nh, nkv, hd, scale, epilogue_gate, out,
+                                   ds.attn_split, ds.capacity(), stream_);
             continue;
         }
         // The rows into the cache in its type, then attention on the cache as stored (model/attention.cpp:
         // a token's own key is read back compressed too). With a window, in sub-steps of at most the
-        // ring's slack, so no write overwrites a ring row a query of its sub-step reads.
+        // ring's slack, so no write overwrites a ring row a query of its sub-step reads. Prefill steps
+        // on tensor cores where flash_attention_kv covers the head width.
+        const bool flash = flash_attention_ && np > kMatvecRows && cuda::flash_attention_fits(cache, hd);
         const int64_t step = cache.window > 0 ? model::kKvRingSlack : np;
         for (int64_t c0 = 0; c0 < np; c0 += step) {
             const int64_t c = std::min(step, np - c0);
+            const float* g = epilogue_gate != nullptr ? epilogue_gate + c0 * nh * hd : nullptr;
             cuda::kv_store(k + c0 * nkv * hd, v + c0 * nkv * hd, c, c0, pos, nkv, hd, cache, stream_);
-            cuda::attention_kv(q + c0 * nh * hd, cache, c, c0, pos, nh, nkv, hd, scale,
-                               epilogue_gate != nullptr ? epilogue_gate + c0 * nh * hd : nullptr,
-                               out + c0 * nh * hd, ds.attn_split, ds.capacity(), stream_);
+            if (flash)
+                cuda::flash_attention_kv(q + c0 * nh * hd, cache, c, c0, pos, nh, nkv, hd, scale, g,
+                                         out + c0 * nh * hd, ds.attn_split, ds.attn_split_floats,
+                                         host_io_[i] + c0 + c, stream_);
+            else
+                cuda::attention_kv(q + c0 * nh * hd, cache, c, c0, pos, nh, nkv, hd, scale, g,
+                                   out + c0 * nh * hd, ds.attn_split, ds.capacity(), stream_);
         }
     }
     if (gated && !gate_in_epilogue) cuda::mul_sigmoid(d_.attn, d_.gate, n * nh * hd, stream_);

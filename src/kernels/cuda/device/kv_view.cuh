@@ -49,5 +49,23 @@ __device__ __forceinline__ float q3_scale(const uint8_t* head, int64_t hd) {
     return f16_bits_to_f32(static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8));
 }
 
+// x ← H·x for `count` vectors of n floats at the given stride, by all threads of the block (x in
+// shared memory): the reference's butterflies stage by stage (independent within a stage), so the
+// same bits as kernels::reference's transform.
+__device__ void hadamard_block_many(float* x, int64_t n, int count, int64_t stride) {
+    for (int64_t h = 1; h < n; h *= 2) {
+        __syncthreads();
+        for (int64_t i = threadIdx.x; i < count * n / 2; i += blockDim.x) {
+            float* v = x + (i / (n / 2)) * stride;
+            const int64_t k = i % (n / 2);
+            const int64_t a = (k / h) * 2 * h + k % h;
+            const float u = v[a], w = v[a + h];
+            v[a] = __fadd_rn(u, w);
+            v[a + h] = __fsub_rn(u, w);
+        }
+    }
+    __syncthreads();
+}
+
 }  // namespace
 }  // namespace sluice::cuda
