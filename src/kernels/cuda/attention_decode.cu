@@ -438,8 +438,9 @@ void launch(const DecodeCall& a) {
                     static_cast<unsigned>(a.n_q));
     decode_attention_kernel<T, kRing, G, D><<<grid, 32 * kDecWarps, 0, a.s>>>(
         a.q, a.c, a.pos0, a.offset, a.nh, a.nkv, a.scale * 1.4426950408889634f, a.part, a.splits);
-    decode_combine_kernel<D> < <<static_cast<unsigned>(a.n_q * a.nh), D<128 ? 128 : D, 0, a.s>>>(
-                                   a.part, a.pos0, a.offset, a.nh, a.splits, a.gate, a.out);
+    constexpr int kCombineThreads = D < 128 ? 128 : D;  // a thread per dim, at least four warps
+    decode_combine_kernel<D><<<static_cast<unsigned>(a.n_q * a.nh), kCombineThreads, 0, a.s>>>(
+        a.part, a.pos0, a.offset, a.nh, a.splits, a.gate, a.out);
 }
 
 template <KvType T, bool kRing, int D>
