@@ -382,7 +382,8 @@ void run_verify_curve(Engine& engine, const BenchOptions& o) {
             check(session->checkpoint());
             engine.reset_expert_cache_stats();
             const auto t0 = std::chrono::steady_clock::now();
-            check(session->evaluate(tokens, true, 0));
+            // The verification step's own path (speculative.cpp verifies through evaluate_as_decode).
+            check(session->evaluate_as_decode(tokens, true));
             const double t =
                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             const uint64_t read =
