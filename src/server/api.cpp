@@ -24,12 +24,6 @@ std::string type_name(const ojson& v) {
     }
 }
 
-ApiError wrong_type(const std::string& param, const char* expected, const ojson& got) {
-    return invalid_request("'" + param + "' must be " + expected + ", got " + type_name(got) + " (" +
-                               got.dump().substr(0, 64) + ")",
-                           param, "invalid_type");
-}
-
 ApiError out_of_range(const std::string& param, const std::string& range, const ojson& got) {
     return invalid_request("'" + param + "' must be " + range + ", got " + got.dump().substr(0, 64), param,
                            "invalid_value");
@@ -319,13 +313,7 @@ std::optional<ApiError> parse_tools(const ojson& body, ChatRequest* r) {
             if (name == fn->end() || !name->is_string() || name->get<std::string>().empty())
                 return invalid_request("'" + param + ".function.name' must be a non-empty string",
                                        param + ".function.name", "invalid_value");
-            // OpenAI's rule for function names: what a template and the tool-call markup can carry.
-            const std::string n = name->get<std::string>();
-            const bool valid_name =
-                n.size() <= 64 && std::all_of(n.begin(), n.end(), [](char c) {
-                    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
-                });
-            if (!valid_name)
+            if (!valid_function_name(name->get<std::string>()))
                 return invalid_request(
                     "'" + param + ".function.name' must be 1 to 64 letters, digits, '_' or '-'",
                     param + ".function.name", "invalid_value");
@@ -388,6 +376,18 @@ nlohmann::json ApiError::to_json() const {
 
 ApiError invalid_request(std::string message, std::string param, std::string code) {
     return ApiError{400, std::move(message), "invalid_request_error", std::move(param), std::move(code)};
+}
+
+ApiError wrong_type(const std::string& param, const char* expected, const nlohmann::ordered_json& got) {
+    return invalid_request("'" + param + "' must be " + expected + ", got " + type_name(got) + " (" +
+                               got.dump().substr(0, 64) + ")",
+                           param, "invalid_type");
+}
+
+bool valid_function_name(std::string_view name) {
+    return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+    });
 }
 
 std::variant<nlohmann::ordered_json, ApiError> parse_body(const std::string& body) {

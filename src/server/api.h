@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -31,6 +32,12 @@ struct ApiError {
 };
 
 ApiError invalid_request(std::string message, std::string param = "", std::string code = "");
+// 400 invalid_type: "'param' must be <expected>, got <type> (<the value, cut>)".
+ApiError wrong_type(const std::string& param, const char* expected, const nlohmann::ordered_json& got);
+
+// OpenAI's rule for function and response-format names: 1 to 64 letters, digits, '_' or '-'. It is
+// also what the tool-call markup can carry: no valid name holds "</tool_call>".
+bool valid_function_name(std::string_view name);
 
 // Parses a request body. Rejects malformed JSON, nesting deeper than kMaxJsonDepth (the parser is
 // recursive; a body of a million '[' must not overflow the stack) and non-object bodies.

@@ -1,6 +1,7 @@
 // A chat request prepared for generation, shared by every route that speaks chat: OpenAI's
 // /v1/chat/completions (endpoint_chat.cpp) and the adapters that translate another API into the same
-// request (Ollama's /api/chat and /api/generate: endpoint_ollama.cpp).
+// request (OpenAI's /v1/responses: endpoint_responses.cpp; Anthropic's /v1/messages:
+// endpoint_anthropic.cpp; Ollama's /api/chat and /api/generate: endpoint_ollama.cpp).
 #pragma once
 
 #include <functional>
@@ -34,10 +35,19 @@ std::variant<std::shared_ptr<ChatJob>, ApiError> prepare_chat(ServerContext& ctx
                                                               const nlohmann::ordered_json& body,
                                                               const std::string& tenant);
 
+// What a caller of run_chat may want beside the parsed pieces: each token as it comes (before its
+// text is parsed; logprobs), and what the parse saw that GenerateResult does not say.
+struct ChatRunExtras {
+    std::function<void(const TokenEvent&)> on_token;  // in, optional
+    int64_t reasoning_tokens = 0;  // out: tokens inside <think>…</think>, the tags included
+    bool cut_call = false;         // out: the token limit cut a tool call short (dropped, never content)
+};
+
 // Generates a prepared job's reply, handing each parsed piece (reasoning, content, complete tool
 // calls) to on_delta as it forms (false stops the generation). The result, or the error (queued
 // client gone, engine failure, a kv_bits the plan cannot hold).
 std::variant<GenerateResult, ApiError> run_chat(ServerContext& ctx, ChatJob& job, Client* client,
-                                                const std::function<bool(const ParsedDelta&)>& on_delta);
+                                                const std::function<bool(const ParsedDelta&)>& on_delta,
+                                                ChatRunExtras* extras = nullptr);
 
 }  // namespace sluice::server

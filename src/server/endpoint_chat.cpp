@@ -159,7 +159,8 @@ std::variant<std::shared_ptr<ChatJob>, ApiError> prepare_chat(ServerContext& ctx
 }
 
 std::variant<GenerateResult, ApiError> run_chat(ServerContext& ctx, ChatJob& job, Client* client,
-                                                const std::function<bool(const ParsedDelta&)>& on_delta) {
+                                                const std::function<bool(const ParsedDelta&)>& on_delta,
+                                                ChatRunExtras* extras) {
     OutputParser parser(job.opens_reasoning, job.parse_tools);
     ParsedDelta first = parser.feed(job.forced_prefix);  // a forced call's opening: held by the parser
     if (!first.empty() && !on_delta(first))
@@ -169,13 +170,18 @@ std::variant<GenerateResult, ApiError> run_chat(ServerContext& ctx, ChatJob& job
     hooks.tenant = job.tenant;
     hooks.kv_bits = job.request.params.kv_bits.value_or(0);
     hooks.on_token = [&](const TokenEvent& e) {
+        if (extras && extras->on_token) extras->on_token(e);
+        const bool was_reasoning = parser.in_reasoning();
         ParsedDelta d = parser.feed(e.text);
+        // A token that opens, continues or closes the reasoning is a reasoning token.
+        if (extras && (was_reasoning || parser.in_reasoning())) ++extras->reasoning_tokens;
         return d.empty() || on_delta(d);
     };
     auto outcome = run_generation(ctx, job.prompt, job.request.params.generate, hooks);
     if (auto* e = std::get_if<ApiError>(&outcome)) return *e;
     ParsedDelta tail = parser.finish();
     if (!tail.empty()) on_delta(tail);
+    if (extras) extras->cut_call = parser.cut_call();
     return std::get<GenerateResult>(std::move(outcome));
 }
 

@@ -23,6 +23,10 @@ void handle_model(ServerContext& ctx, const HttpRequest& req, HttpResponse& res)
 // llama.cpp's server: GET /props (generation defaults, slots, chat template), GET /slots.
 void handle_props(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
 void handle_slots(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+// OpenAI's Responses API (endpoint_responses.cpp): POST /v1/responses, and GET / DELETE
+// /v1/responses/{id}, a 404 saying that no response is stored.
+void handle_responses(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+void handle_stored_response(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
 // Anthropic's Messages API (endpoint_anthropic.cpp).
 void handle_anthropic_messages(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
 // Ollama's API (endpoint_ollama.cpp).

@@ -49,6 +49,8 @@ class OutputParser {
     // inside it) is dropped — never handed back as markup in the content — and cut_call() says so.
     ParsedDelta finish();
     bool cut_call() const { return cut_call_; }
+    // Inside <think>…</think> now (the text fed so far opened the reasoning and has not closed it).
+    bool in_reasoning() const { return state_ == State::kReasoning; }
 
  private:
     enum class State { kStart, kReasoning, kContent, kToolCall };

@@ -33,6 +33,9 @@ struct Route {
 const Route kRoutes[] = {
     {"POST", "/v1/chat/completions", handle_chat_completions, true},
     {"POST", "/v1/completions", handle_completions, true},
+    {"POST", "/v1/responses", handle_responses, true},
+    {"GET", "/v1/responses/*", handle_stored_response, false},
+    {"DELETE", "/v1/responses/*", handle_stored_response, false},
     {"POST", "/v1/messages", handle_anthropic_messages, true},
     {"GET", "/v1/models", handle_models, false},
     {"GET", "/v1/models/*", handle_model, false},
@@ -121,7 +124,7 @@ class RouteService final : public HttpService {
         }
         if (req.method == "OPTIONS") {
             if (!ctx_.options.cors_origin.empty()) {
-                res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+                res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
                 res.set_header("Access-Control-Allow-Headers",
                                "Authorization, Content-Type, x-api-key, anthropic-version");
                 res.set_header("Access-Control-Max-Age", "600");

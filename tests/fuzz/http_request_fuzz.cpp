@@ -1,8 +1,9 @@
 // libFuzzer target for what the server takes from the network: the bytes of an HTTP request parsed
 // as the front parses them (Boost.Beast's request parser with the front's header and body limits,
 // its field-count limit), then the body through the OpenAI request validation (parse_body,
-// parse_chat_request, parse_completion_request). A first byte of 'J' skips the HTTP layer and
-// feeds the rest as a body, so mutations reach the validators without breaking Content-Length.
+// parse_chat_request, parse_completion_request, parse_responses_request and the chat validation of
+// the body it maps to). A first byte of 'J' skips the HTTP layer and feeds the rest as a body, so
+// mutations reach the validators without breaking Content-Length.
 // Any input must give a parsed request or a clear refusal (a Beast error code, an ApiError) —
 // never a crash, an uncaught exception or a sanitizer report.
 #include <boost/beast/core.hpp>
@@ -14,6 +15,7 @@
 
 #include "server/api.h"
 #include "server/http_front.h"
+#include "server/responses_api.h"
 
 namespace {
 
@@ -31,6 +33,15 @@ void validate(const std::string& body) {
     if (auto* e = std::get_if<sluice::server::ApiError>(&chat)) (void)e->to_json().dump();
     auto completion = sluice::server::parse_completion_request(json, defaults, 8192);
     if (auto* e = std::get_if<sluice::server::ApiError>(&completion)) (void)e->to_json().dump();
+    auto responses = sluice::server::parse_responses_request(json);
+    if (auto* e = std::get_if<sluice::server::ApiError>(&responses)) {
+        (void)e->to_json().dump();
+    } else {
+        const auto& r = std::get<sluice::server::ResponsesRequest>(responses);
+        auto mapped = sluice::server::parse_chat_request(r.chat, defaults, 8192);
+        if (auto* chat_error = std::get_if<sluice::server::ApiError>(&mapped))
+            (void)sluice::server::responses_error(*chat_error, r).to_json().dump();
+    }
 }
 
 }  // namespace
