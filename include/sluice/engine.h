@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -93,6 +94,15 @@ struct EngineOptions {
     // Sessions alive and generating at once (the server's --parallel): the plan reserves state
     // (KV, DeltaNet state and its turn checkpoints) and forward scratch for each.
     int max_sessions = 1;
+    // The prefix cache shared by every session of the engine (docs/ARCHITECTURE.md "The prefix
+    // cache"): copies of the sequence state a prefill computed, by token prefix in blocks of 64
+    // tokens, so a session whose prompt starts like an earlier one's (a shared system prompt, tool
+    // block or document; a regenerate) restores that prefix instead of computing it. Its budget comes
+    // out of memory_bytes (a streamed model's expert cache gets less); least recently used blocks go
+    // first. Unset: a modest share — a sixteenth of the budget, at most 1 GiB, and only what the
+    // budget leaves after weights, state and scratch; 0: off. A size the budget cannot hold is an
+    // error at load naming both.
+    std::optional<uint64_t> prefix_cache_bytes;
     // Run the model's multi-token-prediction head (the mtp.* tensors of Qwen3-Next / Qwen3.5
     // checkpoints) beside every session — one more attention layer's KV per session — so generations
     // can draft with it (SpeculativeOptions::mtp). An error at load when the model has no head or
@@ -124,11 +134,12 @@ struct MemoryPlan {
     uint64_t runtime_bytes = 0;       // code, tokenizer, thread stacks, IO buffers (estimate)
     uint64_t cache_bytes = 0;         // expert cache slots
     int64_t cache_slots = 0;
-    uint64_t slot_bytes = 0;         // one expert record
-    int64_t context_tokens = 0;      // each session's context
-    int64_t max_context_tokens = 0;  // the longest context this budget holds with these settings (a
-                                     // streamed model's expert cache shrunk to one slot; at most the
-                                     // model's max_position_embeddings)
+    uint64_t slot_bytes = 0;          // one expert record
+    uint64_t prefix_cache_bytes = 0;  // the prefix cache's budget (EngineOptions::prefix_cache_bytes; 0: off)
+    int64_t context_tokens = 0;       // each session's context
+    int64_t max_context_tokens = 0;   // the longest context this budget holds with these settings (a
+                                      // streamed model's expert cache shrunk to one slot; at most the
+                                      // model's max_position_embeddings)
     std::string describe() const;
 };
 
@@ -159,6 +170,21 @@ struct ExpertCacheStats {
         return hits + misses ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0;
     }
     double read_gb_s() const { return io_busy_s > 0 ? static_cast<double>(bytes_read) / io_busy_s / 1e9 : 0; }
+};
+
+// The prefix cache (EngineOptions::prefix_cache_bytes) since load or the last clear. A lookup is
+// made when a session's prompt could gain at least a block over what the session holds; a hit
+// restored some prefix, a miss found none longer.
+struct PrefixCacheStats {
+    uint64_t budget_bytes = 0;  // 0: off
+    uint64_t bytes = 0;         // held now (state copies and bookkeeping)
+    int64_t blocks = 0;         // blocks held now
+    int64_t block_tokens = 0;   // tokens per block
+    uint64_t lookups = 0, hits = 0, misses = 0;
+    uint64_t hit_tokens = 0;       // prompt tokens restored instead of computed
+    uint64_t inserted_blocks = 0;  // blocks stored
+    uint64_t evictions = 0;        // blocks dropped for room (least recently used first)
+    double hit_rate() const { return lookups ? static_cast<double>(hits) / static_cast<double>(lookups) : 0; }
 };
 
 // The expert cache's size under memory pressure (EngineOptions::adapt_to_memory_pressure).
@@ -243,6 +269,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
     MemoryPressureStatus memory_pressure() const;
     // How the forwards of concurrent sessions were batched (EngineOptions::max_sessions > 1).
     BatchingStats batching_stats() const;
+    // The prefix cache shared by the sessions (EngineOptions::prefix_cache_bytes); all zero when off.
+    PrefixCacheStats prefix_cache_stats() const;
+    // Drops every cached prefix and zeroes the counters (benchmarks that measure a cold prefill).
+    void clear_prefix_cache();
     // Waits until the expert store has no read queued or in flight (a preload done): for benchmarks
     // that must not measure while the experts are still arriving. Returns at once for resident models.
     void wait_for_expert_reads();

@@ -36,6 +36,9 @@ class Engine;
 struct GenerationStats {
     int64_t prompt_tokens = 0;     // tokens of the prompt given
     int64_t prefilled_tokens = 0;  // tokens actually computed (the rest came from the session's cache)
+    // Of the tokens not computed, those restored from the engine's prefix cache (another session's
+    // prefill) rather than found in this session's own timeline.
+    int64_t prefix_cache_tokens = 0;
     int64_t generated_tokens = 0;
     double ttft_ms = 0;  // call start → first generated token
     double prefill_ms = 0;
@@ -110,8 +113,14 @@ struct GenerateOptions {
     // the next turn from recomputing the whole history.
     std::vector<int64_t> checkpoint_positions;
     // Tokens per prefill forward: each chunk loads the union of its tokens' experts once per layer.
-    // 1 = token by token (for comparison).
+    // 1 = token by token (for comparison). A multiple of 64 (the default) lets the prompt use and fill
+    // the engine's prefix cache; chunks start at multiples of it from the prompt's start.
     int64_t prefill_chunk_tokens = 256;
+    // Restore the longest prefix of the prompt the engine's prefix cache holds (EngineOptions::
+    // prefix_cache_bytes) when it is longer than what the session holds, and store this prefill's
+    // state there. The logits are the same either way (bit for bit on the CPU: docs/ARCHITECTURE.md);
+    // false: neither (benchmarks that measure a cold prefill).
+    bool prefix_cache = true;
     // Optional hook over the final logits of each step (e.g. grammar-constrained decoding): may
     // set entries to -inf. Called after all sampling penalties, before temperature.
     std::function<void(std::span<float> logits, std::span<const int32_t> generated)> logits_filter;

@@ -34,6 +34,7 @@ struct BenchOptions {
     std::string stats_json;
     int64_t prefill_chunk = 256;
     int64_t history_tokens = 0;  // > 0: the multi-turn TTFT measurement instead
+    int64_t shared_prefix = 0;   // > 0: the prefix-cache TTFT measurement instead
     int sequences = 0;           // > 0: the batched-decode measurement instead
     int clients = 0;             // > 0: that many concurrent generations (continuous batching) instead
     int verify_curve = 0;        // > 0: the speculative step-cost curve instead, k = 1..this
@@ -148,6 +149,86 @@ void run_multi_turn(Engine& engine, const BenchOptions& o) {
                               {"later_turn_ttft_ms", {{"mean", b.mean}, {"sd", b.sd}}},
                               {"ratio", b.mean / a.mean},
                               {"reps", reps}};
+        write_output(o.json_path, out.dump(2) + "\n", "--json");
+    }
+}
+
+// The prefix cache (`--shared-prefix N`): conversations whose prompts share an N-token prefix (a
+// system prompt, tool block or document) and differ in a --prompt-tokens message after it, each in a
+// fresh session, as a server's new conversations are. Per rep, with the engine's prefix cache emptied:
+// the first conversation computes the prefix (and stores it), the second and the third restore it.
+// The second resumes at the last block boundary the first stored a running state at (for a hybrid
+// model: a multiple of the chunk, or the first prompt's last boundary more than 16 tokens before its
+// end); the first conversation that resumes inside the shared prefix stores a state where it leaves
+// the cached blocks, so the third resumes within a block of the shared end.
+void run_shared_prefix(Engine& engine, const BenchOptions& o) {
+    const int64_t vocab = engine.info().vocab_size;
+    const std::vector<int32_t> prefix = random_tokens(o.shared_prefix, 2468, vocab);
+    GenerateOptions go;
+    go.max_tokens = 1;
+    go.ignore_eos = true;
+    go.prefill_chunk_tokens = o.prefill_chunk;
+    go.sampling.temperature = 0.0f;
+    std::vector<double> ttft[3], computed[3];
+    nlohmann::json reps = nlohmann::json::array();
+    for (int r = -o.warmup; r < o.reps; ++r) {
+        engine.clear_prefix_cache();
+        double t[3] = {0, 0, 0};
+        int64_t c[3] = {0, 0, 0};
+        for (int k = 0; k < 3; ++k) {
+            std::vector<int32_t> prompt = prefix;
+            const std::vector<int32_t> message =
+                random_tokens(o.prompt_tokens, 5151u + static_cast<uint32_t>((r + o.warmup) * 3 + k), vocab);
+            prompt.insert(prompt.end(), message.begin(), message.end());
+            auto session = engine.new_session();
+            check(session->generate(prompt, go, nullptr));
+            t[k] = session->stats().ttft_ms;
+            c[k] = session->stats().prefilled_tokens;
+        }
+        std::fprintf(
+            stderr,
+            "%srep %d: first conversation TTFT %.0f ms (%lld computed), second %.0f ms (%lld), third "
+            "%.0f ms (%lld)\n",
+            r < 0 ? "warm-up " : "", r + 1, t[0], static_cast<long long>(c[0]), t[1],
+            static_cast<long long>(c[1]), t[2], static_cast<long long>(c[2]));
+        if (r < 0) continue;
+        for (int k = 0; k < 3; ++k) {
+            ttft[k].push_back(t[k]);
+            computed[k].push_back(static_cast<double>(c[k]));
+        }
+        reps.push_back({{"ttft_ms", {t[0], t[1], t[2]}}, {"computed_tokens", {c[0], c[1], c[2]}}});
+    }
+    const MeanSd a = mean_sd(ttft[0]), b = mean_sd(ttft[1]), c = mean_sd(ttft[2]);
+    const PrefixCacheStats cache = engine.prefix_cache_stats();
+    std::printf("model            %s (%s, %s) on %s\n", o.model_dir.c_str(), engine.info().family.c_str(),
+                engine.info().quantization.c_str(), engine.backend_name().c_str());
+    std::printf("prompts          a %lld-token shared prefix + a %lld-token message, fresh session each\n",
+                static_cast<long long>(o.shared_prefix), static_cast<long long>(o.prompt_tokens));
+    std::printf(
+        "prefix cache     %.1f MB budget, %.1f MB held after the last rep (%lld blocks of %lld tokens)\n",
+        static_cast<double>(cache.budget_bytes) / 1e6, static_cast<double>(cache.bytes) / 1e6,
+        static_cast<long long>(cache.blocks), static_cast<long long>(cache.block_tokens));
+    std::printf("first TTFT       %.0f ± %.0f ms (%.0f tokens computed)\n", a.mean, a.sd,
+                mean_sd(computed[0]).mean);
+    std::printf("second TTFT      %.0f ± %.0f ms (%.0f tokens computed) → %.1f%% of the first\n", b.mean,
+                b.sd, mean_sd(computed[1]).mean, 100 * b.mean / a.mean);
+    std::printf("third TTFT       %.0f ± %.0f ms (%.0f tokens computed) → %.1f%% of the first\n", c.mean,
+                c.sd, mean_sd(computed[2]).mean, 100 * c.mean / a.mean);
+    if (!o.json_path.empty()) {
+        nlohmann::json out = run_json(engine, o);
+        out.update({{"shared_prefix_tokens", o.shared_prefix},
+                    {"message_tokens", o.prompt_tokens},
+                    {"prefill_chunk_tokens", o.prefill_chunk},
+                    {"prefix_cache_budget_bytes", cache.budget_bytes},
+                    {"first_ttft_ms", {{"mean", a.mean}, {"sd", a.sd}}},
+                    {"second_ttft_ms", {{"mean", b.mean}, {"sd", b.sd}}},
+                    {"third_ttft_ms", {{"mean", c.mean}, {"sd", c.sd}}},
+                    {"second_over_first", b.mean / a.mean},
+                    {"third_over_first", c.mean / a.mean},
+                    {"computed_tokens",
+                     {mean_sd(computed[0]).mean, mean_sd(computed[1]).mean, mean_sd(computed[2]).mean}},
+                    {"peak_rss_bytes", peak_rss_bytes()},
+                    {"reps", reps}});
         write_output(o.json_path, out.dump(2) + "\n", "--json");
     }
 }
@@ -432,8 +513,8 @@ nlohmann::json run_bench(const BenchOptions& o) {
     EngineOptions eo;
     eo.model_dir = o.model_dir;
     o.engine.apply(eo);
-    eo.context_tokens =
-        o.history_tokens + o.prompt_tokens + std::max<int64_t>(o.gen_tokens, o.verify_curve + 1) + 8;
+    eo.context_tokens = o.history_tokens + o.shared_prefix + o.prompt_tokens +
+                        std::max<int64_t>(o.gen_tokens, o.verify_curve + 1) + 8;
     eo.max_sessions = o.clients > 0     ? o.clients
                       : o.sequences > 0 ? o.sequences
                                         : (o.history_tokens > 0 ? 2 : 1);  // the multi-turn mode holds two
@@ -461,6 +542,10 @@ nlohmann::json run_bench(const BenchOptions& o) {
 
     if (o.history_tokens > 0) {
         run_multi_turn(*engine, o);
+        return {};
+    }
+    if (o.shared_prefix > 0) {
+        run_shared_prefix(*engine, o);
         return {};
     }
     if (o.sequences > 0) {
@@ -701,8 +786,8 @@ nlohmann::json run_bench(const BenchOptions& o) {
 // generation) with the mean ± sd over the reps; --json gets {"sweep": [each run's record]}.
 void run_sweep(const BenchOptions& base) {
     const size_t runs = base.prompt_list.size() * base.gen_list.size() * base.chunk_list.size();
-    if (runs > 1 &&
-        (base.history_tokens > 0 || base.sequences > 0 || base.clients > 0 || base.verify_curve > 0))
+    if (runs > 1 && (base.history_tokens > 0 || base.shared_prefix > 0 || base.sequences > 0 ||
+                     base.clients > 0 || base.verify_curve > 0))
         throw CliError("bench: lists of -p / -n / --prefill-chunk sweep the default measurement only");
     std::vector<nlohmann::json> records;
     size_t i = 0;
@@ -780,6 +865,11 @@ SLUICE_COMMAND(bench, 50, [](CLI::App& app) {
     cmd->add_option("--history", o->history_tokens,
                     "Measure multi-turn reuse instead: TTFT of a --prompt-tokens message as a first turn vs "
                     "after a history of this many tokens");
+    cmd->add_option(
+           "--shared-prefix", o->shared_prefix,
+           "Measure the prefix cache instead: TTFT of conversations (fresh sessions) sharing a prefix "
+           "of this many tokens before a --prompt-tokens message, the first against the next two")
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
     cmd->add_option(
            "--sequences", o->sequences,
            "Measure batched decode instead: this many sequences decoded in one forward per step vs one "

@@ -53,6 +53,10 @@ void EngineFlags::add_to(CLI::App* cmd) {
                     "attention: the reference's accuracy)")
         ->capture_default_str()
         ->check(CLI::IsMember({"int8", "f32"}));
+    cmd->add_option("--prefix-cache", prefix_cache,
+                    "Memory for the prefix cache shared by every conversation, e.g. 512M (0: off; default: a "
+                    "sixteenth of --memory, at most 1G): a prompt that starts like an earlier one restores "
+                    "that prefix's state instead of computing it");
     cmd->add_option("--device", device, "Where the model runs: cpu, cuda or cuda:N")->capture_default_str();
     cmd->add_option("--gpu-memory", gpu_memory,
                     "GPU memory budget with --device cuda, e.g. 20G (default: 90% of what is free); routed "
@@ -80,6 +84,7 @@ void EngineFlags::apply(EngineOptions& options) const {
     options.kv_window = kv_window;
     options.cpu_int8_activations = cpu_activations == "int8";
     options.gpu_int8_prefill = gpu_prefill == "int8";
+    if (!prefix_cache.empty()) options.prefix_cache_bytes = check(parse_size(prefix_cache));
     if (!gpu_memory.empty()) options.gpu_memory_bytes = check(parse_size(gpu_memory));
     if (!gpu_expert_cache.empty()) options.gpu_expert_cache_bytes = check(parse_size(gpu_expert_cache));
 }

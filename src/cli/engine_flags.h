@@ -32,6 +32,7 @@ struct EngineFlags {
     int64_t kv_window = 256;
     std::string cpu_activations = "int8";
     std::string gpu_prefill = "int8";
+    std::string prefix_cache;  // empty: the engine's default share of --memory; "0": off
 
     void add_to(CLI::App* cmd);
     // Sets the EngineOptions fields these flags cover; exits with a message on a malformed size.

@@ -12,8 +12,6 @@
 namespace sluice::model {
 
 namespace {
-// Steps of at most this many tokens run the delta rule in its recurrent form (see the forward).
-constexpr int64_t kRecurrentMaxTokens = 16;
 
 // y = x / sqrt(Σx² + eps) · scale. transformers' l2norm uses eps = 1e-6; mlx-lm computes the same
 // normalisation as a scaled rms_norm, whose epsilon on Σx² is n·1e-6. The two differ only when
@@ -108,7 +106,7 @@ void Model::deltanet_layer(const DeltaNetPlan& P, const LayerWeights& lw, int64_
         // The recurrent form for short steps (a decode token, a speculative verification): a chunk
         // of 64 costs its full size in work whatever the tokens in it, and the recurrent form gives a
         // k-token step the numbers of k single steps.
-        if (part.n <= kRecurrentMaxTokens || part.decode_rows) {
+        if (part.n <= kRecurrentStepTokens || part.decode_rows) {
             kernels::gated_delta_recurrent(q + r0 * kd, k + r0 * kd, v + r0 * vd, b + r0 * nv, a + r0 * nv,
                                            part.n, nk, nv, dk, dv, st.recurrent.data(), state_out,
                                            o + r0 * vd, pool);

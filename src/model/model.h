@@ -35,6 +35,12 @@ namespace sluice::model {
 
 struct ModelState;
 
+// Steps of at most this many tokens of one sequence run the Gated DeltaNet in its recurrent form (a
+// decode token, a speculative verification), longer ones in the chunked form (chunks of 64 from the
+// step's first token): the two round differently, so where a prompt's forwards begin and end shows in
+// the last bits of a hybrid model's state (the prefix cache relies on it: runtime/prefix_cache.h).
+constexpr int64_t kRecurrentStepTokens = 16;
+
 // One sequence's part of a batched forward (Model::forward_batch): `tokens` (consecutive, from
 // state->n_past), and where its logits go — [tokens.size(), V] when all_logits, else the last
 // token's [V]; null when none are wanted.

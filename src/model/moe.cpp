@@ -7,10 +7,14 @@
 // to all its tokens — the per-chunk expert union that makes prefill fast when experts stream from
 // disk, and lets one expert read serve every sequence of a batched step.
 //
-// Exactness in a batch: alone, an expert that gets one token of a step runs it through matvec, one
-// that gets several a matmul. So each expert's rows are split by step: a step's lone token joins the
-// expert's matvec_batch, a step's several tokens its matmul (linear_rows), and every token gets
-// what it gets alone. Each token's experts add into it in ascending expert order, as alone.
+// Exactness in a batch: an expert that gets one token of a step's 64-position block (positions
+// [64 b, 64 b + 64) of its sequence) runs it through matvec, one that gets several a matmul. So each
+// expert's rows are split by step and block: a lone token joins the expert's matvec_batch, the others
+// its matmul (linear_rows), and every token gets what it gets alone. Each token's experts add into it
+// in ascending expert order, as alone. Deciding per block rather than per step also makes a prompt's
+// prefill give the same bits however it is cut into forwards at multiples of 64 positions (the matmul
+// computes each row alone, and the DeltaNet's chunks are those 64-position blocks): a prefix restored
+// from the engine's prefix cache then resumes a cold prefill exactly (runtime/prefix_cache.h).
 #include <algorithm>
 #include <cstring>
 
@@ -20,6 +24,10 @@
 namespace sluice::model {
 
 namespace {
+
+// Lone-token decisions are taken per block of this many sequence positions: the CPU DeltaNet's chunks
+// (kernels/cpu/isa_table.h kDeltaChunk) and the prefix cache's blocks (runtime/prefix_cache.h).
+constexpr int64_t kMoeBlockTokens = 64;
 
 // y[n, H] = down(silu(gate·x) ⊙ up·x) for a SwiGLU MLP with weights `w`; the first `singles` rows
 // take the matvec path (workspace.h, linear_rows).
@@ -35,18 +43,28 @@ void swiglu_mlp(const ExpertWeights& w, const float* x, int64_t n, int64_t singl
     linear_rows(w.down, act, n, singles, y, pool);
 }
 
+// The block of sequence positions a row's token is in (MoE lone-token decisions are taken per block).
+int64_t block_of_row(const BatchLayout& b, int32_t part, int32_t row) {
+    const BatchLayout::Part& p = b.parts[static_cast<size_t>(part)];
+    return (p.state->n_past + (row - p.row0)) / kMoeBlockTokens;
+}
+
 // Orders expert e's `count` rows (ascending, so each step's are consecutive) as indices into them,
-// in `order`: the rows that are their step's only token for this expert (or of a decode_rows step,
-// whose every row is alone) first, then the runs of two or more, each in row order. Returns how many
-// come first.
+// in `order`: the rows that are their step's only token in their 64-position block for this expert
+// (or of a decode_rows step, whose every row is alone) first, then the runs of two or more, each in
+// row order. Returns how many come first.
 int64_t order_expert_rows(const int32_t* rows, int64_t count, const BatchLayout& b, int32_t* order) {
     int64_t lone = 0, at = 0;
     for (int pass = 0; pass < 2; ++pass) {
         for (int64_t j = 0; j < count;) {
             int64_t end = j + 1;
             const int32_t part = b.part_of_row[static_cast<size_t>(rows[j])];
-            if (!b.parts[static_cast<size_t>(part)].decode_rows)
-                while (end < count && b.part_of_row[static_cast<size_t>(rows[end])] == part) ++end;
+            if (!b.parts[static_cast<size_t>(part)].decode_rows) {
+                const int64_t block = block_of_row(b, part, rows[j]);
+                while (end < count && b.part_of_row[static_cast<size_t>(rows[end])] == part &&
+                       block_of_row(b, part, rows[end]) == block)
+                    ++end;
+            }
             if ((end - j == 1) == (pass == 0))
                 for (int64_t i = j; i < end; ++i) order[at++] = static_cast<int32_t>(i);
             j = end;
@@ -182,14 +200,11 @@ void Model::moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t lay
         for (int64_t i = 0; i < count_ids; ++i) {
             const int32_t e = batch_ids[i];
             const int64_t begin = offsets[e], count = offsets[e + 1] - offsets[e];
-            // One step: its rows in order, as alone. Several: each step's lone rows first.
+            // Each step's rows that are alone in their block first (matvec), then the others (matmul).
             int32_t* order = grow(ws.expert_rows, count);
-            int64_t lone = count == 1 ? 1 : 0;
-            if (count > 1 && (ws.batch.parts.size() > 1 || ws.batch.parts[0].decode_rows)) {
-                lone = order_expert_rows(tok + begin, count, ws.batch, order);
-            } else {
-                for (int64_t j = 0; j < count; ++j) order[j] = static_cast<int32_t>(j);
-            }
+            int64_t lone = 1;
+            order[0] = 0;
+            if (count > 1) lone = order_expert_rows(tok + begin, count, ws.batch, order);
             auto row = [&](int64_t j) { return tok[begin + order[j]]; };
             float* in = grow(ws.expert_in, count * H);
             for (int64_t j = 0; j < count; ++j) std::memcpy(in + j * H, x + row(j) * H, sizeof(float) * H);

@@ -143,6 +143,28 @@ Expected<MemoryPlan> make_plan(const model::ModelConfig& c, const model::StateLa
                                  human_bytes(plan.kv_bytes_per_token), plan.sessions,
                                  human_bytes(plan.budget_bytes), plan.max_context_tokens));
     }
+    // The prefix cache (runtime/prefix_cache.h): what was asked for, which must fit beside the rest
+    // (and one expert slot), or by default a sixteenth of the budget, at most 1 GiB, within what the
+    // rest leaves. A streamed model's expert cache gets what remains after it.
+    const uint64_t least = fixed + (streaming ? w.record_bytes : 0);
+    const uint64_t spare = plan.budget_bytes > least ? plan.budget_bytes - least : 0;
+    if (options.prefix_cache_bytes) {
+        plan.prefix_cache_bytes = *options.prefix_cache_bytes;
+        // (A budget the rest alone exceeds fails below, naming the dense core, or holds a resident
+        // model's mapped weights as it does without a prefix cache.)
+        if (plan.prefix_cache_bytes > spare && plan.budget_bytes >= least)
+            return error(
+                ErrorCode::kOutOfMemory,
+                fmt::format("[engine] a prefix cache of {} does not fit: a budget of {} leaves {} beside "
+                            "the dense core {}, session state {}, scratch {} and the runtime {}{}; "
+                            "lower --prefix-cache or raise --memory",
+                            human_bytes(plan.prefix_cache_bytes), human_bytes(plan.budget_bytes),
+                            human_bytes(spare), human_bytes(plan.dense_bytes), human_bytes(plan.state_bytes),
+                            human_bytes(plan.scratch_bytes), human_bytes(plan.runtime_bytes),
+                            streaming ? " and one expert slot" : ""));
+    } else {
+        plan.prefix_cache_bytes = std::min({plan.budget_bytes / 16, uint64_t{1} << 30, spare});
+    }
     if (streaming) {
         const uint64_t slot = w.record_bytes;
         if (plan.budget_bytes < fixed + slot) {
@@ -157,7 +179,8 @@ Expected<MemoryPlan> make_plan(const model::ModelConfig& c, const model::StateLa
                     human_bytes(plan.runtime_bytes), human_bytes(fixed + slot)));
         }
         plan.slot_bytes = slot;
-        plan.cache_slots = static_cast<int64_t>((plan.budget_bytes - fixed) / slot);
+        plan.cache_slots = static_cast<int64_t>(
+            (plan.budget_bytes - fixed - std::min(plan.prefix_cache_bytes, spare)) / slot);
         plan.cache_slots = std::min(plan.cache_slots, w.expert_records);
         if (options.expert_cache_bytes > 0)
             plan.cache_slots = std::max<int64_t>(1, static_cast<int64_t>(options.expert_cache_bytes / slot));
@@ -358,6 +381,8 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     if (options.max_sessions > 1 && device_index < 0)
         im.batcher =
             std::make_unique<runtime::StepBatcher>(im.backend.get(), &im.compute_mutex, kBatchTokens);
+    if (plan.prefix_cache_bytes > 0)
+        im.prefix_cache = std::make_unique<runtime::PrefixCache>(plan.prefix_cache_bytes);
     if (options.mtp) {
         if (!im.model->has_mtp())
             return error(ErrorCode::kInvalidArgument,
@@ -497,6 +522,15 @@ BatchingStats Engine::batching_stats() const {
     if (!impl_->batcher) return {};
     const runtime::StepBatcher::Counters c = impl_->batcher->counters();
     return BatchingStats{c.forwards, c.steps, c.tokens};
+}
+
+PrefixCacheStats Engine::prefix_cache_stats() const {
+    if (!impl_->prefix_cache) return {};
+    return impl_->prefix_cache->stats();
+}
+
+void Engine::clear_prefix_cache() {
+    if (impl_->prefix_cache) impl_->prefix_cache->clear();
 }
 
 MemoryPressureStatus Engine::memory_pressure() const {

@@ -156,4 +156,90 @@ Status SequenceState::read(std::string_view in, size_t* at, int64_t position) {
     return Status::ok();
 }
 
+Status SequenceState::append_positions(int64_t row0, int64_t rows, std::string& out) const {
+    if (row0 < 0 || rows < 0 || row0 + rows > position_)
+        return error(ErrorCode::kInvalidArgument,
+                     fmt::format("[state] rows [{}, {}) are not all held (position {})", row0, row0 + rows,
+                                 position_));
+    for (size_t l = 0; l < layout_.layers.size(); ++l) {
+        const auto& buffers = layout_.layers[l].buffers;
+        for (size_t b = 0; b < buffers.size(); ++b) {
+            if (!buffers[b].per_position) continue;
+            const uint64_t n = buffers[b].bytes(rows);
+            if (n == 0) continue;
+            const size_t at = out.size();
+            out.resize(at + n);
+            SLUICE_RETURN_IF_ERROR(
+                read_rows(kLive, static_cast<int64_t>(l), static_cast<int>(b), row0, rows, out.data() + at));
+        }
+    }
+    return Status::ok();
+}
+
+Status SequenceState::append_running(std::string& out) const {
+    for (size_t l = 0; l < layout_.layers.size(); ++l) {
+        const auto& buffers = layout_.layers[l].buffers;
+        for (size_t b = 0; b < buffers.size(); ++b) {
+            if (buffers[b].per_position) continue;
+            const uint64_t n = buffers[b].bytes(0);
+            if (n == 0) continue;
+            const size_t at = out.size();
+            out.resize(at + n);
+            SLUICE_RETURN_IF_ERROR(
+                read_rows(kLive, static_cast<int64_t>(l), static_cast<int>(b), 0, 1, out.data() + at));
+        }
+    }
+    return Status::ok();
+}
+
+Status SequenceState::assign_prefix(std::span<const std::string_view> blocks, int64_t block_rows,
+                                    std::string_view running, int64_t position) {
+    SLUICE_RETURN_IF_ERROR(reset());
+    auto fail = [&](const std::string& what) {
+        (void)reset();
+        return error(ErrorCode::kInvalidArgument, "[state] " + what);
+    };
+    if (position < 0 || position > capacity_ || static_cast<int64_t>(blocks.size()) * block_rows != position)
+        return fail(fmt::format("{} blocks of {} rows for a state at {} (context {})", blocks.size(),
+                                block_rows, position, capacity_));
+    const uint64_t want_running = running_bytes();
+    if (running.size() != want_running)
+        return fail(
+            fmt::format("the running state is {} bytes; this layout's is {}", running.size(), want_running));
+    for (size_t i = 0; i < blocks.size(); ++i) {
+        if (blocks[i].size() != positions_bytes(block_rows))
+            return fail(fmt::format("block {} is {} bytes; {} rows are {}", i, blocks[i].size(), block_rows,
+                                    positions_bytes(block_rows)));
+        const int64_t row0 = static_cast<int64_t>(i) * block_rows;
+        size_t at = 0;
+        for (size_t l = 0; l < layout_.layers.size(); ++l) {
+            const auto& buffers = layout_.layers[l].buffers;
+            for (size_t b = 0; b < buffers.size(); ++b) {
+                if (!buffers[b].per_position) continue;
+                const uint64_t n = buffers[b].bytes(block_rows);
+                if (n == 0) continue;
+                const Status st = write_rows(kLive, static_cast<int64_t>(l), static_cast<int>(b), row0,
+                                             block_rows, blocks[i].data() + at);
+                if (!st.is_ok()) return fail(st.message());
+                at += n;
+            }
+        }
+    }
+    size_t at = 0;
+    for (size_t l = 0; l < layout_.layers.size(); ++l) {
+        const auto& buffers = layout_.layers[l].buffers;
+        for (size_t b = 0; b < buffers.size(); ++b) {
+            if (buffers[b].per_position) continue;
+            const uint64_t n = buffers[b].bytes(0);
+            if (n == 0) continue;
+            const Status st =
+                write_rows(kLive, static_cast<int64_t>(l), static_cast<int>(b), 0, 1, running.data() + at);
+            if (!st.is_ok()) return fail(st.message());
+            at += n;
+        }
+    }
+    position_ = position;
+    return Status::ok();
+}
+
 }  // namespace sluice::runtime

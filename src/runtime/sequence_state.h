@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,6 +63,22 @@ class SequenceState {
     // Reads what write() wrote for a state at `position` from in[*at...], advancing *at. On any error
     // the sequence is left reset (callers load into a fresh sequence and swap it in on success).
     Status read(std::string_view in, size_t* at, int64_t position);
+
+    // The prefix cache's copies (runtime/prefix_cache.h): the same bytes write() lays out, taken in
+    // pieces. append_positions: rows [row0, row0 + rows) (below position()) of every per-position
+    // buffer, layer by layer — positions_bytes(rows) bytes. append_running: every buffer that is not
+    // per-position (DeltaNet conv and recurrent state, a KV window's ring) of the live state, layer
+    // by layer — running_bytes() bytes; what a state at position() holds besides its rows.
+    uint64_t positions_bytes(int64_t rows) const { return layout_.per_position_bytes(rows); }
+    uint64_t running_bytes() const { return layout_.recurrent_bytes() + layout_.window_bytes(); }
+    Status append_positions(int64_t row0, int64_t rows, std::string& out) const;
+    Status append_running(std::string& out) const;
+    // Makes this the state at `position`: `blocks` are append_positions() copies of consecutive rows
+    // from row 0 (`block_rows` rows each; together `position` rows) and `running` an append_running()
+    // copy taken at `position` (empty when the layout has no such buffers). Snapshots are dropped. On
+    // error the sequence is left reset.
+    Status assign_prefix(std::span<const std::string_view> blocks, int64_t block_rows,
+                         std::string_view running, int64_t position);
 
  protected:
     static constexpr int kLive = -1;  // the slot argument naming the live (committed) buffers

@@ -23,6 +23,9 @@ double ms_since(Clock::time_point t0) {
 }
 
 constexpr size_t kMaxCheckpoints = runtime::kSessionCheckpoints;
+// Prefills also end at the block boundaries before this many of the prompt's last special tokens,
+// keeping a state there in the prefix cache (Session::Impl::prefill).
+constexpr int kTurnHints = 4;
 
 }  // namespace
 
@@ -80,6 +83,7 @@ void Session::cancel() {
 
 void Session::reset() {
     impl_->tokens.clear();
+    impl_->aligned_tokens = 0;
     if (impl_->seq == nullptr) return;
     {
         std::lock_guard<std::mutex> lock(impl_->engine->impl_->compute_mutex);
@@ -95,6 +99,7 @@ Expected<runtime::SequenceState*> Session::Impl::sequence() {
                                 e.backend->new_sequence(context_tokens, static_cast<int>(kMaxCheckpoints),
                                                         layout ? &*layout : nullptr));
         tokens.clear();
+        aligned_tokens = 0;
         mtp.reset();
         if (e.options.mtp) SLUICE_RETURN_IF_ERROR(make_mtp());
     }
@@ -176,6 +181,7 @@ Status Session::Impl::evaluate_into(std::span<const int32_t> tokens, bool all_lo
         }
         if (s.mtp) s.mtp->observe(from, s.hidden_rows);
         s.tokens.insert(s.tokens.end(), tokens.begin() + begin, tokens.begin() + begin + count);
+        s.note_forward(from, count, decode_rows);
     }
     if (!e.batcher && summary != nullptr) *summary = e.backend->logits_summary();
     return Status::ok();
@@ -215,6 +221,7 @@ Status Engine::evaluate_batch(std::span<BatchEvaluation> items) {
     for (size_t i = 0; i < items.size(); ++i) {
         Session::Impl& si = *items[i].session->impl_;
         si.tokens.insert(si.tokens.end(), items[i].tokens.begin(), items[i].tokens.end());
+        si.note_forward(froms[i], static_cast<int64_t>(items[i].tokens.size()), false);
         if (si.mtp) si.mtp->observe(froms[i], si.hidden_rows);
     }
     return Status::ok();
@@ -231,9 +238,156 @@ void Session::Impl::save_checkpoint() {
 Expected<int64_t> Session::Impl::rewind_to(int64_t keep) {
     if (seq == nullptr || keep >= seq->position()) return position();
     std::lock_guard<std::mutex> lock(engine->impl_->compute_mutex);
+    const int64_t from = seq->position();
     SLUICE_ASSIGN_OR_RETURN(const int64_t target, seq->truncate(keep));
     tokens.resize(static_cast<size_t>(target));
+    // A cut deeper than a KV window ring's slack loses ring rows that the next positions read in f16
+    // in a cold prefill (they read the compressed rows instead): nothing after it is a cold prefill's.
+    if (target == 0)
+        aligned_tokens = 0;
+    else if (seq->layout().kv_window > 0 && from - target > model::kKvRingSlack)
+        aligned_tokens = -1;
+    else
+        aligned_tokens = std::min(aligned_tokens, target);
     return target;
+}
+
+void Session::Impl::note_forward(int64_t from, int64_t count, bool decode_rows) {
+    constexpr int64_t B = runtime::PrefixCache::kBlockTokens;
+    // The chunked DeltaNet form runs chunks of 64 from a step's first token and a step of <= 16 tokens
+    // takes the recurrent form: a forward from one block boundary to another computes what a longer
+    // aligned forward over the same positions computes (model.h), bit for bit on the CPU.
+    if (aligned_tokens == from && from % B == 0 && (from + count) % B == 0 && !decode_rows)
+        aligned_tokens = from + count;
+}
+
+Expected<int64_t> Session::Impl::restore_cached_prefix(std::span<const int32_t> prompt, int64_t chunk_tokens,
+                                                       std::span<const int64_t> stops,
+                                                       int64_t* divergence_tokens) {
+    Engine::Impl& e = *engine->impl_;
+    const model::StateLayout& layout = state_layout();
+    const int64_t held = position();
+    runtime::PrefixCache::Query query;
+    query.prompt = prompt;
+    query.layout = runtime::PrefixCache::layout_key(layout);
+    query.needs_running = layout.recurrent_bytes() + layout.window_bytes() > 0;
+    query.held_tokens = held;
+    query.chunk_tokens = chunk_tokens;
+    query.stops = stops;
+    std::optional<runtime::PrefixCache::Match> match = e.prefix_cache->lookup(query, divergence_tokens);
+    if (!match) return held;
+    const int64_t n = match->tokens();
+    const std::vector<std::string_view> blocks = match->position_blocks();
+    {
+        std::lock_guard<std::mutex> lock(e.compute_mutex);
+        SLUICE_ASSIGN_OR_RETURN(runtime::SequenceState * sq, sequence());
+        const Status restored =
+            sq->assign_prefix(blocks, runtime::PrefixCache::kBlockTokens, match->running(), n);
+        if (!restored.is_ok()) {  // the sequence is empty now, and so is the timeline
+            tokens.clear();
+            aligned_tokens = 0;
+            return restored;
+        }
+    }
+    tokens.assign(prompt.begin(), prompt.begin() + n);
+    aligned_tokens = n;
+    stats.prefix_cache_tokens = n - held;
+    return n;
+}
+
+void Session::Impl::store_prefix(std::span<const int32_t> prompt) {
+    Engine::Impl& e = *engine->impl_;
+    runtime::SequenceState* sq = seq.get();
+    const model::StateLayout& layout = sq->layout();
+    const int64_t n = sq->position();
+    auto read_rows = [&](int64_t row0, int64_t rows, std::string& out) {
+        std::lock_guard<std::mutex> lock(e.compute_mutex);
+        return sq->append_positions(row0, rows, out);
+    };
+    auto read_running = [&](std::string& out) {
+        std::lock_guard<std::mutex> lock(e.compute_mutex);
+        return sq->append_running(out);
+    };
+    const bool running = layout.recurrent_bytes() + layout.window_bytes() > 0;
+    // A copy that fails (a device error) leaves this prefix out of the cache: later prompts compute it.
+    (void)e.prefix_cache->store(prompt.first(static_cast<size_t>(n)),
+                                runtime::PrefixCache::layout_key(layout), read_rows,
+                                running ? std::function<Status(std::string&)>(read_running) : nullptr);
+}
+
+// generate()'s prefill of prompt[*start, L) into `logits` (the last token's), with the prefix cache.
+//
+// Forward boundaries: each checkpoint position (a DeltaNet snapshot is kept there) and the chunk
+// size; while the state is aligned (note_forward: a cold prefill's), the chunks end at multiples of
+// the chunk size counted from position 0, as a prefill from the start has them, so what follows a
+// restored prefix is computed in a cold prefill's forwards. With the prefix cache, aligned forwards
+// also end at the block boundaries where a running state is worth keeping (the state is stored after
+// every aligned forward that ends on a block boundary): where this prompt leaves the cache's blocks
+// (a later prompt that shares as much resumes there), the last boundary more than
+// kRecurrentStepTokens before the end (a regenerate resumes there), and the boundary before each
+// checkpoint. Splitting an aligned forward at a block boundary computes the same bits.
+Status Session::Impl::prefill(std::span<const int32_t> prompt, const GenerateOptions& options, int64_t* start,
+                              std::vector<float>& logits) {
+    constexpr int64_t B = runtime::PrefixCache::kBlockTokens;
+    Engine::Impl& e = *engine->impl_;
+    const auto L = static_cast<int64_t>(prompt.size());
+    const int64_t chunk = options.prefill_chunk_tokens > 0 ? options.prefill_chunk_tokens : L;
+    const bool cacheable = e.prefix_cache != nullptr && options.prefix_cache && mtp == nullptr &&
+                           options.prefill_chunk_tokens > 0 && chunk % B == 0;
+    std::vector<int64_t> checkpoints;
+    for (int64_t p : options.checkpoint_positions)
+        if (p > *start && p < L) checkpoints.push_back(p);
+    std::sort(checkpoints.begin(), checkpoints.end());
+    int64_t divergence = 0;
+    if (cacheable && L - 1 - *start >= B) {
+        SLUICE_ASSIGN_OR_RETURN(*start, restore_cached_prefix(prompt, chunk, checkpoints, &divergence));
+        std::erase_if(checkpoints, [&](int64_t p) { return p <= *start; });
+    }
+    // Where the prefill stops next after position p besides the chunk grid: a checkpoint or the end.
+    auto next_stop = [&](int64_t p) {
+        const auto it = std::upper_bound(checkpoints.begin(), checkpoints.end(), p);
+        return it != checkpoints.end() ? *it : L;
+    };
+    std::vector<int64_t> cuts;
+    if (cacheable) {
+        std::vector<int64_t> wanted = {(L - model::kRecurrentStepTokens - 1) / B * B, divergence};
+        for (int64_t p : checkpoints) wanted.push_back(p / B * B);
+        // The block boundaries before the prompt's last few special tokens (a chat template's turn
+        // markers): a conversation that shares this one's system prompt, or its turns but the last,
+        // parts from it just after one of them.
+        if (e.tokenizer) {
+            int hints = 0;
+            for (int64_t p = L - 1; p > *start && hints < kTurnHints; --p) {
+                if (!e.tokenizer->is_special(prompt[static_cast<size_t>(p)])) continue;
+                const int64_t b = p / B * B;
+                if (std::find(wanted.begin(), wanted.end(), b) == wanted.end()) {
+                    wanted.push_back(b);
+                    ++hints;
+                }
+            }
+        }
+        // A cut must leave more than kRecurrentStepTokens before the next stop, so the forward after
+        // it takes the form a cold prefill gives those tokens.
+        for (int64_t c : wanted)
+            if (c > *start && next_stop(c) - c > model::kRecurrentStepTokens) cuts.push_back(c);
+    }
+    for (int64_t at = *start; at < L;) {
+        const auto checkpoint = std::upper_bound(checkpoints.begin(), checkpoints.end(), at);
+        int64_t end = checkpoint != checkpoints.end() ? *checkpoint : L;
+        if (aligned_tokens == at && at % B == 0 && chunk % B == 0) {
+            end = std::min(end, (at / chunk + 1) * chunk);
+            for (int64_t cut : cuts)
+                if (cut > at) end = std::min(end, cut);
+        } else {
+            end = std::min(end, at + chunk);
+        }
+        SLUICE_RETURN_IF_ERROR(evaluate_into(
+            prompt.subspan(static_cast<size_t>(at), static_cast<size_t>(end - at)), false, end - at, logits));
+        at = end;
+        if (cacheable && aligned_tokens == at && at % B == 0) store_prefix(prompt);
+        if (checkpoint != checkpoints.end() && *checkpoint == at) save_checkpoint();
+    }
+    return Status::ok();
 }
 
 Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, const GenerateOptions& options,
@@ -266,25 +420,16 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
     size_t lcp = 0;
     while (lcp < s.tokens.size() && lcp < prompt.size() && s.tokens[lcp] == prompt[lcp]) ++lcp;
     if (lcp == prompt.size()) --lcp;
-    SLUICE_ASSIGN_OR_RETURN(const int64_t start, s.rewind_to(static_cast<int64_t>(lcp)));
-    const auto fresh = prompt.subspan(static_cast<size_t>(start));
-    // Prefill, pausing at requested checkpoint positions to keep the DeltaNet state there.
-    std::vector<int64_t> stops;
-    for (int64_t p : options.checkpoint_positions)
-        if (p > start && p < static_cast<int64_t>(prompt.size())) stops.push_back(p);
-    std::sort(stops.begin(), stops.end());
-    stops.push_back(static_cast<int64_t>(prompt.size()));
+    // Inside the part of its state that a cold prefill would have computed, resume at a block
+    // boundary (at most a block's tokens more): the rest then runs in a cold prefill's forwards and
+    // gets its bits, as a prefix restored from the engine's prefix cache does.
+    auto resume = static_cast<int64_t>(lcp);
+    constexpr int64_t kBlock = runtime::PrefixCache::kBlockTokens;
+    if (resume <= s.aligned_tokens) resume = resume / kBlock * kBlock;
+    SLUICE_ASSIGN_OR_RETURN(int64_t start, s.rewind_to(resume));
     std::vector<float> logits;
-    int64_t at = start;
-    for (int64_t stop : stops) {
-        if (stop <= at) continue;
-        SLUICE_RETURN_IF_ERROR(
-            s.evaluate_into(prompt.subspan(static_cast<size_t>(at), static_cast<size_t>(stop - at)), false,
-                            options.prefill_chunk_tokens, logits));
-        at = stop;
-        if (stop < static_cast<int64_t>(prompt.size())) s.save_checkpoint();
-    }
-    s.stats.prefilled_tokens = static_cast<int64_t>(fresh.size());
+    SLUICE_RETURN_IF_ERROR(s.prefill(prompt, options, &start, logits));
+    s.stats.prefilled_tokens = static_cast<int64_t>(prompt.size()) - start;
     s.stats.prefill_ms = ms_since(t0);
     s.save_checkpoint();  // end of prompt
 
@@ -625,6 +770,7 @@ Status Session::load(const std::string& path) {
     if (r.pos != in.size()) return bad("trailing bytes after the state");
     s.seq = std::move(seq);
     s.tokens = std::move(tokens);
+    s.aligned_tokens = n_past == 0 ? 0 : -1;  // how the file's state was computed is not known
     // The head never saw the loaded positions: a fresh one, out of step until the session restarts.
     if (s.mtp) SLUICE_RETURN_IF_ERROR(s.make_mtp());
     return Status::ok();

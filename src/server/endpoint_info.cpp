@@ -122,6 +122,22 @@ json memory_pressure_json(const MemoryPressureStatus& p) {
             {"available_bytes", p.available_bytes}};
 }
 
+// The prefix cache shared by the pooled sessions (EngineOptions::prefix_cache_bytes).
+json prefix_cache_json(const PrefixCacheStats& p) {
+    return {{"enabled", p.budget_bytes > 0},
+            {"budget_bytes", p.budget_bytes},
+            {"bytes", p.bytes},
+            {"blocks", p.blocks},
+            {"block_tokens", p.block_tokens},
+            {"lookups", p.lookups},
+            {"hits", p.hits},
+            {"misses", p.misses},
+            {"hit_rate", p.hit_rate()},
+            {"hit_tokens", p.hit_tokens},
+            {"inserted_blocks", p.inserted_blocks},
+            {"evictions", p.evictions}};
+}
+
 }  // namespace
 
 void handle_health(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {
@@ -164,6 +180,7 @@ void handle_health(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {
            {"cache_bytes", plan.cache_bytes},
            {"cache_slots", plan.cache_slots},
            {"slot_bytes", plan.slot_bytes},
+           {"prefix_cache_bytes", plan.prefix_cache_bytes},
            {"description", plan.describe()}}},
          {"expert_cache",
           {{"hits", cache.hits},
@@ -174,10 +191,36 @@ void handle_health(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {
            {"read_gb_s", cache.read_gb_s()},
            {"evictions", cache.evictions}}},
          {"memory_pressure", memory_pressure_json(ctx.engine->memory_pressure())},
+         {"prefix_cache", prefix_cache_json(ctx.engine->prefix_cache_stats())},
          {"slots",
           {{"total", ctx.pool->size()}, {"active", ctx.pool->active()}, {"queued", ctx.pool->queue_depth()}}},
          {"stats", stats}});
 }
+
+namespace {
+// The prefix cache's counters (prefix_cache_json above, in Prometheus' names).
+template <typename Metric>
+void prefix_cache_metrics(const PrefixCacheStats& p, const Metric& metric) {
+    metric("sluice_prefix_cache_lookups_total", "counter",
+           "Prompts that looked for a prefix computed by another session or request",
+           static_cast<double>(p.lookups));
+    metric("sluice_prefix_cache_hits_total", "counter", "Lookups that restored a cached prefix",
+           static_cast<double>(p.hits));
+    metric("sluice_prefix_cache_misses_total", "counter", "Lookups that found no longer cached prefix",
+           static_cast<double>(p.misses));
+    metric("sluice_prefix_cache_hit_tokens_total", "counter",
+           "Prompt tokens restored from the prefix cache instead of computed",
+           static_cast<double>(p.hit_tokens));
+    metric("sluice_prefix_cache_bytes", "gauge", "Memory the prefix cache holds",
+           static_cast<double>(p.bytes));
+    metric("sluice_prefix_cache_budget_bytes", "gauge", "The prefix cache's budget (--prefix-cache; 0: off)",
+           static_cast<double>(p.budget_bytes));
+    metric("sluice_prefix_cache_blocks", "gauge", "Blocks of tokens the prefix cache holds",
+           static_cast<double>(p.blocks));
+    metric("sluice_prefix_cache_evictions_total", "counter", "Prefix-cache blocks dropped for room",
+           static_cast<double>(p.evictions));
+}
+}  // namespace
 
 void handle_metrics(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {
     std::string out;
@@ -202,7 +245,8 @@ void handle_metrics(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {
            static_cast<double>(m.generation_errors_total.load()));
     metric("sluice_prompt_tokens_total", "counter", "Prompt tokens of completed generations",
            static_cast<double>(m.prompt_tokens_total.load()));
-    metric("sluice_prefilled_tokens_total", "counter", "Prompt tokens computed (not reused from a session)",
+    metric("sluice_prefilled_tokens_total", "counter",
+           "Prompt tokens computed (not reused from a session or the prefix cache)",
            static_cast<double>(m.prefilled_tokens_total.load()));
     metric("sluice_generated_tokens_total", "counter", "Generated tokens",
            static_cast<double>(m.generated_tokens_total.load()));
@@ -261,6 +305,7 @@ void handle_metrics(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {
            static_cast<double>(pressure.bytes_returned));
     metric("sluice_memory_pressure_events_total", "counter", "Memory pressure signals seen",
            static_cast<double>(pressure.pressure_events));
+    prefix_cache_metrics(ctx.engine->prefix_cache_stats(), metric);
     res.set_content(out, "text/plain; version=0.0.4; charset=utf-8");
 }
 
