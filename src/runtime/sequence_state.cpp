@@ -156,16 +156,14 @@ Status SequenceState::read(std::string_view in, size_t* at, int64_t position) {
     return Status::ok();
 }
 
-Status SequenceState::append_positions(int64_t row0, int64_t rows, std::string& out) const {
-    if (row0 < 0 || rows < 0 || row0 + rows > position_)
-        return error(ErrorCode::kInvalidArgument,
-                     fmt::format("[state] rows [{}, {}) are not all held (position {})", row0, row0 + rows,
-                                 position_));
+// Appends, layer by layer, the bytes of every buffer of one kind: the per-position ones' rows
+// [row0, row0 + rows), or the running (recurrent) ones whole.
+Status SequenceState::append_buffers(bool per_position, int64_t row0, int64_t rows, std::string& out) const {
     for (size_t l = 0; l < layout_.layers.size(); ++l) {
         const auto& buffers = layout_.layers[l].buffers;
         for (size_t b = 0; b < buffers.size(); ++b) {
-            if (!buffers[b].per_position) continue;
-            const uint64_t n = buffers[b].bytes(rows);
+            if (buffers[b].per_position != per_position) continue;
+            const uint64_t n = buffers[b].bytes(per_position ? rows : 0);
             if (n == 0) continue;
             const size_t at = out.size();
             out.resize(at + n);
@@ -176,20 +174,16 @@ Status SequenceState::append_positions(int64_t row0, int64_t rows, std::string& 
     return Status::ok();
 }
 
+Status SequenceState::append_positions(int64_t row0, int64_t rows, std::string& out) const {
+    if (row0 < 0 || rows < 0 || row0 + rows > position_)
+        return error(ErrorCode::kInvalidArgument,
+                     fmt::format("[state] rows [{}, {}) are not all held (position {})", row0, row0 + rows,
+                                 position_));
+    return append_buffers(true, row0, rows, out);
+}
+
 Status SequenceState::append_running(std::string& out) const {
-    for (size_t l = 0; l < layout_.layers.size(); ++l) {
-        const auto& buffers = layout_.layers[l].buffers;
-        for (size_t b = 0; b < buffers.size(); ++b) {
-            if (buffers[b].per_position) continue;
-            const uint64_t n = buffers[b].bytes(0);
-            if (n == 0) continue;
-            const size_t at = out.size();
-            out.resize(at + n);
-            SLUICE_RETURN_IF_ERROR(
-                read_rows(kLive, static_cast<int64_t>(l), static_cast<int>(b), 0, 1, out.data() + at));
-        }
-    }
-    return Status::ok();
+    return append_buffers(false, 0, 1, out);
 }
 
 Status SequenceState::assign_prefix(std::span<const std::string_view> blocks, int64_t block_rows,

@@ -96,6 +96,8 @@ class SequenceState {
     void advance(int64_t n) { position_ += n; }
 
  private:
+    // The bytes of every per-position buffer's rows [row0, row0 + rows), or of every running buffer.
+    Status append_buffers(bool per_position, int64_t row0, int64_t rows, std::string& out) const;
     struct Snapshot {
         int64_t position;
         int slot;
