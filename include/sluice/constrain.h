@@ -75,6 +75,20 @@ class GrammarBuilder {
     // Any JSON value whose top level is an object (response_format json_object).
     RuleId add_json_object();
 
+    // A tool's arguments in the XML tool-call form of Qwen3.5 / Qwen3-Coder chat templates, for a
+    // tool whose parameters are `schema` (an object schema): "<parameter=KEY>\nVALUE\n</parameter>\n"
+    // per member, in declaration order (required members always, optional ones when the model
+    // chooses, no others). VALUE is a string's own text, unquoted and unescaped, for a member whose
+    // schema xml_value_is_text(), never holding "</parameter>" or "</tool_call>"; else the member's
+    // JSON. What this form cannot carry (patternProperties, a key with '>' or a line break, a required
+    // name not among the properties…) is kUnsupported; a broken schema is an error as from
+    // add_json_schema.
+    Expected<RuleId> add_xml_tool_arguments(const nlohmann::ordered_json& schema,
+                                            const std::string& where = "");
+    // Whether the XML form writes a value of `schema` as its text: `type` "string", or no `type`
+    // and an enum/const of strings only. A reader of the form types a value by the same rule.
+    static bool xml_value_is_text(const nlohmann::ordered_json& schema);
+
     // Checks and freezes the grammar with `root` as its start rule: alternatives that can never
     // derive a finite string are removed; an unproductive root or left recursion is an error.
     Expected<std::shared_ptr<const Grammar>> build(RuleId root) const;

@@ -2,7 +2,8 @@
 // split by kind of value: json_schema.cpp (dispatch, $ref, enum, numbers, arrays, the shared
 // helper rules), json_schema_strings.cpp (strings: pattern, format, lengths, and any automaton
 // written out as rules), json_schema_objects.cpp (objects: properties, additional and pattern
-// properties, property names and counts). What the grammar derives for each keyword is described
+// properties, property names and counts), json_schema_xml.cpp (a tool's arguments in the XML
+// tool-call form of Qwen3.5 / Qwen3-Coder). What the grammar derives for each keyword is described
 // at the top of json_schema.cpp and in docs/SERVER.md.
 //
 // Data lifetime: one compiler per add_json_schema call; helper rules shared between calls (and
@@ -66,6 +67,9 @@ class JsonSchemaCompiler {
         : b_(b), root_(root), where_(std::move(where)) {}
 
     Expected<RuleId> compile(const ojson& s, const std::string& path);
+    // A tool's arguments in the XML tool-call form (json_schema_xml.cpp,
+    // GrammarBuilder::add_xml_tool_arguments), `s` the parameters schema (the root).
+    Expected<RuleId> compile_xml_arguments(const ojson& s, const std::string& path);
 
     // ---- shared helper rules (json_schema.cpp) ----
     // Between tokens: nothing, one space, or a newline and up to kMaxIndent spaces.
@@ -117,9 +121,10 @@ class JsonSchemaCompiler {
     Expected<constrain::Dfa> pattern_automaton(const ojson& pattern, const std::string& path,
                                                const std::string& keyword);
     Expected<constrain::Dfa> format_automaton(const std::string& format, const std::string& path);
-    // A JSON string whose value is in `language` (the quotes included).
+    // A JSON string whose value is in `language` (the quotes included); with json_string false, the
+    // text itself (its UTF-8 bytes; `language` must have an automaton).
     Expected<RuleId> string_of(const StringLanguage& language, const std::string& path,
-                               const std::string& keyword);
+                               const std::string& keyword, bool json_string = true);
     // The texts of `dfa` with a length in [min, max], each code point as its JSON string
     // encodings inside quotes (`json_string`) or as its UTF-8 bytes.
     Expected<RuleId> emit_automaton(const constrain::Dfa& dfa, int64_t min, int64_t max, bool json_string,
@@ -149,6 +154,9 @@ class JsonSchemaCompiler {
     Expected<RuleId> members_rule(const std::vector<RuleId>& pair, const std::vector<bool>& required,
                                   std::optional<RuleId> extra, int64_t min_props, int64_t max_props,
                                   const std::string& path);
+
+    // json_schema_xml.cpp: a string, written as its text (the XML tool-call form)
+    Expected<RuleId> compile_xml_text(const ojson& s, const std::string& path);
 
     GrammarBuilder& b_;
     const ojson& root_;

@@ -25,6 +25,7 @@
 
 #include "constrain/json_schema_compiler.h"
 #include "constrain/regex.h"
+#include "core/assert.h"
 
 namespace sluice {
 
@@ -271,8 +272,9 @@ Expected<RuleId> JsonSchemaCompiler::compile_string(const ojson& s, const std::s
 }
 
 Expected<RuleId> JsonSchemaCompiler::string_of(const StringLanguage& lang, const std::string& path,
-                                               const std::string& keyword) {
+                                               const std::string& keyword, bool json_string) {
     int64_t min = lang.min_length, max = lang.max_length;
+    SLUICE_ASSERT(lang.dfa || json_string);
     if (!lang.dfa) return string_rule(min, max);
     const Dfa& dfa = *lang.dfa;
     const int64_t shortest = dfa.shortest_length(), longest = dfa.longest_length();
@@ -296,7 +298,7 @@ Expected<RuleId> JsonSchemaCompiler::string_of(const StringLanguage& lang, const
                                    std::to_string(kMaxAutomatonStates) + " states");
         max = fit;
     }
-    return emit_automaton(dfa, min, max, true, path, keyword);
+    return emit_automaton(dfa, min, max, json_string, path, keyword);
 }
 
 Expected<RuleId> JsonSchemaCompiler::emit_automaton(const Dfa& dfa, int64_t min, int64_t max,

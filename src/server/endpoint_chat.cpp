@@ -9,8 +9,9 @@
 //
 // tool_choice: "none" hides the tools from the template and disables parsing; "required" and a
 // named function append "<tool_call>\n" to the prompt and constrain the rest of the reply with a
-// grammar (sluice/constrain.h) to {"name": <an allowed tool>, "arguments": <matching its
-// parameters schema>}</tool_call>, repeated when parallel_tool_calls — a guarantee, not a hint.
+// grammar (tool_calls.h) to calls of the allowed tools with arguments matching their parameters
+// schemas, in the form the template prints calls in (Qwen3's JSON or the XML form of Qwen3.5 /
+// Qwen3-Coder), repeated when parallel_tool_calls — a guarantee, not a hint.
 // response_format json_object / json_schema constrain the whole reply the same way. Constrained
 // replies carry no reasoning: a <think> the template opened is closed in the prompt.
 #include <chrono>
@@ -20,20 +21,13 @@
 #include "server/generation.h"
 #include "server/output_parser.h"
 #include "server/sse.h"
+#include "server/tool_calls.h"
 #include "server/transport.h"
 
 namespace sluice::server {
 namespace {
 
 using json = nlohmann::json;
-
-// The Qwen tool-call block the forced grammar writes after the prompt's "<tool_call>\n".
-constexpr std::string_view kToolCallOpen = "<tool_call>\n";
-
-ApiError schema_error(const Status& status, const std::string& param) {
-    const bool unsupported = status.message().find("not supported") != std::string::npos;
-    return invalid_request(status.message(), param, unsupported ? "unsupported_schema" : "invalid_schema");
-}
 
 // response_format json_object / json_schema → the reply's grammar.
 std::variant<std::shared_ptr<const Grammar>, ApiError> response_grammar(const ChatRequest& r) {
@@ -48,46 +42,6 @@ std::variant<std::shared_ptr<const Grammar>, ApiError> response_grammar(const Ch
     }
     auto g = b.build(root);
     if (!g) return schema_error(g.status(), "response_format.json_schema.schema");
-    return *g;
-}
-
-// tool_choice required / named: the reply is one or more (parallel_tool_calls) Qwen tool calls,
-// {"name": <an allowed tool>, "arguments": <its parameters schema>}, each closed by
-// </tool_call>; the first "<tool_call>\n" is already in the prompt.
-std::variant<std::shared_ptr<const Grammar>, ApiError> tool_call_grammar(const ChatRequest& r) {
-    using Seq = GrammarBuilder::Sequence;
-    GrammarBuilder b;
-    const GrammarBuilder::RuleId body = b.add_rule();
-    for (size_t i = 0; i < r.tools.size(); ++i) {
-        const auto& fn = r.tools[i]["function"];
-        const std::string name = fn["name"].get<std::string>();
-        if (r.tool_choice == ToolChoiceMode::kNamed && name != r.tool_choice_name) continue;
-        const std::string param = "tools[" + std::to_string(i) + "].function.parameters";
-        static const nlohmann::ordered_json kNoParameters = {{"type", "object"},
-                                                             {"properties", nlohmann::ordered_json::object()},
-                                                             {"additionalProperties", false}};
-        auto p = fn.find("parameters");
-        auto args = b.add_json_schema(p == fn.end() || p->is_null() ? kNoParameters : *p, param);
-        if (!args) return schema_error(args.status(), param);
-        Seq seq = GrammarBuilder::literal("{\"name\": " + json(name).dump() + ", \"arguments\": ");
-        seq.push_back(GrammarBuilder::Symbol::ref(*args));
-        for (const auto& s : GrammarBuilder::literal("}\n</tool_call>")) seq.push_back(s);
-        b.add_alternative(body, std::move(seq));
-    }
-    GrammarBuilder::RuleId root = body;
-    if (r.parallel_tool_calls) {
-        // more = "" | "\n<tool_call>\n" body more
-        const GrammarBuilder::RuleId more = b.add_rule();
-        b.add_alternative(more, {});
-        Seq again = GrammarBuilder::literal("\n" + std::string(kToolCallOpen));
-        again.push_back(GrammarBuilder::Symbol::ref(body));
-        again.push_back(GrammarBuilder::Symbol::ref(more));
-        b.add_alternative(more, std::move(again));
-        root = b.add_rule();
-        b.add_alternative(root, {GrammarBuilder::Symbol::ref(body), GrammarBuilder::Symbol::ref(more)});
-    }
-    auto g = b.build(root);
-    if (!g) return schema_error(g.status(), "tools");
     return *g;
 }
 
@@ -128,7 +82,7 @@ std::variant<std::shared_ptr<ChatJob>, ApiError> prepare_chat(ServerContext& ctx
             "response_format", "invalid_value");
     std::shared_ptr<const Grammar> grammar;
     if (forced_call || r.response_format != ResponseFormat::kText) {
-        auto g = forced_call ? tool_call_grammar(r) : response_grammar(r);
+        auto g = forced_call ? forced_tool_call_grammar(r, ctx.tool_call_form) : response_grammar(r);
         if (auto* e = std::get_if<ApiError>(&g)) return *e;
         grammar = std::get<std::shared_ptr<const Grammar>>(g);
     }
@@ -161,7 +115,7 @@ std::variant<std::shared_ptr<ChatJob>, ApiError> prepare_chat(ServerContext& ctx
 std::variant<GenerateResult, ApiError> run_chat(ServerContext& ctx, ChatJob& job, Client* client,
                                                 const std::function<bool(const ParsedDelta&)>& on_delta,
                                                 ChatRunExtras* extras) {
-    OutputParser parser(job.opens_reasoning, job.parse_tools);
+    OutputParser parser(job.opens_reasoning, job.parse_tools, job.request.tools);
     ParsedDelta first = parser.feed(job.forced_prefix);  // a forced call's opening: held by the parser
     if (!first.empty() && !on_delta(first))
         return ApiError{503, "the client stopped the reply", "server_error", "", "cancelled"};
@@ -206,7 +160,7 @@ std::string finish_reason(const GenerateResult& result, bool had_tool_calls, boo
 // The whole reply, or the error (its own HTTP status: the response has not started).
 std::variant<json, ApiError> respond_whole(ServerContext& ctx, const std::shared_ptr<ChatJob>& job,
                                            Client* client) {
-    OutputParser parser(job->opens_reasoning, job->parse_tools);
+    OutputParser parser(job->opens_reasoning, job->parse_tools, job->request.tools);
     ParsedDelta all;
     auto absorb = [&](const ParsedDelta& d) { all.append(d); };
     absorb(parser.feed(job->forced_prefix));
@@ -269,7 +223,7 @@ std::optional<GenerationStats> stream_choice(ServerContext& ctx, const std::shar
     };
     if (!chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr)) return std::nullopt;
 
-    OutputParser parser(job->opens_reasoning, job->parse_tools);
+    OutputParser parser(job->opens_reasoning, job->parse_tools, job->request.tools);
     size_t n_tool_calls = 0;
     auto delta_json = [&](const ParsedDelta& d) {
         json delta = json::object();

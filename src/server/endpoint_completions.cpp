@@ -1,6 +1,9 @@
 // POST /v1/completions: the legacy text-completion API over a raw prompt (a string, tokenized
 // with special tokens parsed, or token ids), with the same sampling fields and streaming as chat.
-// logprobs follow the legacy shape: {tokens, token_logprobs, top_logprobs, text_offset}.
+// logprobs follow the legacy shape: {tokens, token_logprobs, top_logprobs, text_offset}. With echo
+// they cover the prompt's tokens too (the first one's null, as OpenAI's): the prompt is scored on
+// the leased session before generating (score_prompt), so a scoring request (`max_tokens: 0`)
+// costs one prefill; streamed, the echoed prompt's chunk waits for its scores.
 #include <chrono>
 
 #include "server/endpoints.h"
@@ -27,16 +30,38 @@ struct LegacyLogprobs {
     json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
     size_t offset = 0;  // where the next token starts in the returned text
     void add(const Tokenizer* tok, const TokenEvent& e) {
-        const int32_t ids[1] = {e.token};
-        std::string text = tok ? tok->decode(ids) : std::string();
-        tokens.push_back(text);
-        token_logprobs.push_back(e.logprob);
+        add_token(tok, e.token, e.logprob, top_json(tok, e.top_logprobs));
+    }
+    // The echoed prompt's tokens, from offset 0; the first has no logprob (nothing predicts it).
+    // The generated tokens then start at `text_start` (the prompt text's bytes).
+    void add_prompt(const Tokenizer* tok, std::span<const int32_t> prompt, const PromptScores& s,
+                    size_t text_start) {
+        offset = 0;
+        for (size_t i = 0; i < prompt.size(); ++i) {
+            if (i == 0) {
+                add_token(tok, prompt[i], json(), json());
+                continue;
+            }
+            add_token(tok, prompt[i], s.logprobs[i - 1],
+                      top_json(tok, s.top_logprobs.empty() ? std::span<const std::pair<int32_t, float>>()
+                                                           : std::span(s.top_logprobs[i - 1])));
+        }
+        offset = text_start;
+    }
+    static json top_json(const Tokenizer* tok, std::span<const std::pair<int32_t, float>> top) {
         json t = json::object();
-        for (const auto& [id, lp] : e.top_logprobs) {
+        for (const auto& [id, lp] : top) {
             const int32_t one[1] = {id};
             t[tok ? tok->decode(one) : std::to_string(id)] = lp;
         }
-        top.push_back(std::move(t));
+        return t;
+    }
+    void add_token(const Tokenizer* tok, int32_t id, json logprob, json top_entry) {
+        const int32_t ids[1] = {id};
+        std::string text = tok ? tok->decode(ids) : std::string();
+        tokens.push_back(text);
+        token_logprobs.push_back(std::move(logprob));
+        top.push_back(std::move(top_entry));
         offsets.push_back(offset);
         offset += text.size();
     }
@@ -103,6 +128,7 @@ void handle_completions(ServerContext& ctx, const HttpRequest& req, HttpResponse
     if (auto* e = std::get_if<ApiError>(&prepared)) return send_error(res, *e);
     auto job = std::get<std::shared_ptr<CompletionJob>>(prepared);
     const bool want_logprobs = job->request.params.logprobs;
+    const bool score_prompt = want_logprobs && job->request.echo;
     const size_t text_start = job->request.echo ? job->prompt_text.size() : 0;
     if (!job->request.params.stream) {
         LegacyLogprobs lp;
@@ -111,6 +137,13 @@ void handle_completions(ServerContext& ctx, const HttpRequest& req, HttpResponse
         hooks.client = req.client.get();
         hooks.tenant = job->tenant;
         hooks.kv_bits = job->request.params.kv_bits.value_or(0);
+        if (score_prompt) {
+            hooks.prompt_top_logprobs = job->request.params.generate.top_logprobs;
+            hooks.on_prompt_scores = [&](const PromptScores& s) {
+                lp.add_prompt(ctx.tokenizer.get(), job->prompt, s, text_start);
+                return true;
+            };
+        }
         hooks.on_token = [&](const TokenEvent& e) {
             if (want_logprobs) lp.add(ctx.tokenizer.get(), e);
             return true;
@@ -128,7 +161,7 @@ void handle_completions(ServerContext& ctx, const HttpRequest& req, HttpResponse
     }
     res.set_header("Cache-Control", "no-cache");
     res.set_stream("text/event-stream",
-                   [&ctx, job, want_logprobs, text_start, client = req.client](BodySink& sink) {
+                   [&ctx, job, want_logprobs, score_prompt, text_start, client = req.client](BodySink& sink) {
                        SseWriter writer(sink);
                        const bool include_usage = job->request.params.include_usage;
                        auto chunk = [&](const std::string& text, json finish, json logprobs) {
@@ -140,12 +173,22 @@ void handle_completions(ServerContext& ctx, const HttpRequest& req, HttpResponse
                            if (include_usage) c["usage"] = nullptr;
                            return writer.event(c);
                        };
-                       if (job->request.echo && !chunk(job->prompt_text, nullptr, nullptr)) return;
+                       if (job->request.echo && !score_prompt && !chunk(job->prompt_text, nullptr, nullptr))
+                           return;
                        KeepAlive keep_alive(writer, ctx.options.keep_alive_ms);
                        GenerationHooks hooks;
                        hooks.client = client.get();
                        hooks.tenant = job->tenant;
                        hooks.kv_bits = job->request.params.kv_bits.value_or(0);
+                       if (score_prompt) {
+                           hooks.prompt_top_logprobs = job->request.params.generate.top_logprobs;
+                           hooks.on_prompt_scores = [&](const PromptScores& s) {
+                               keep_alive.first_token();
+                               LegacyLogprobs echoed;
+                               echoed.add_prompt(ctx.tokenizer.get(), job->prompt, s, text_start);
+                               return chunk(job->prompt_text, nullptr, echoed.to_json());
+                           };
+                       }
                        size_t offset = text_start;
                        hooks.on_token = [&](const TokenEvent& e) {
                            keep_alive.first_token();

@@ -1,7 +1,51 @@
 // Pooled generation with metrics (see generation.h).
 #include "server/generation.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
 namespace sluice::server {
+
+Expected<PromptScores> score_prompt(Session& session, std::span<const int32_t> prompt, int32_t top,
+                                    int64_t vocab) {
+    PromptScores out;
+    if (Expected<int64_t> start = session.truncate(0); !start.has_value()) return start.status();
+    const auto scored = static_cast<int64_t>(prompt.size()) - 1;  // the last token predicts no prompt token
+    if (scored <= 0) return out;
+    out.logprobs.reserve(static_cast<size_t>(scored));
+    out.top_logprobs.resize(static_cast<size_t>(top > 0 ? scored : 0));
+    std::vector<int32_t> ids(static_cast<size_t>(top > 0 ? vocab : 0));
+    for (int64_t begin = 0; begin < scored; begin += kScoreChunkTokens) {
+        const int64_t count = std::min(kScoreChunkTokens, scored - begin);
+        SLUICE_ASSIGN_OR_RETURN(
+            std::vector<float> logits,
+            session.evaluate(prompt.subspan(static_cast<size_t>(begin), static_cast<size_t>(count)), true,
+                             count));
+        for (int64_t r = 0; r < count; ++r) {
+            const std::span<const float> row(logits.data() + r * vocab, static_cast<size_t>(vocab));
+            // log Σ exp, in double as the sampler's (sampler.cpp describe)
+            const float max = *std::max_element(row.begin(), row.end());
+            double sum = 0;
+            for (float v : row) sum += std::exp(static_cast<double>(v - max));
+            const double lse = max + std::log(sum);
+            auto logprob = [&](int32_t id) { return static_cast<float>(row[static_cast<size_t>(id)] - lse); };
+            const int64_t p = begin + r;  // row p predicts prompt[p + 1]
+            out.logprobs.push_back(logprob(prompt[static_cast<size_t>(p + 1)]));
+            if (top <= 0) continue;
+            std::iota(ids.begin(), ids.end(), 0);
+            const auto k = static_cast<long>(std::min<int64_t>(top, vocab));
+            std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+                return row[static_cast<size_t>(a)] > row[static_cast<size_t>(b)];
+            });
+            auto& t = out.top_logprobs[static_cast<size_t>(p)];
+            for (long i = 0; i < k; ++i)
+                t.emplace_back(ids[static_cast<size_t>(i)], logprob(ids[static_cast<size_t>(i)]));
+        }
+    }
+    return out;
+}
 
 std::optional<ApiError> fit_context(const ServerContext& ctx, size_t prompt_tokens, CommonParams* params) {
     const int64_t context = ctx.engine->options().context_tokens;
@@ -79,10 +123,38 @@ std::variant<GenerateResult, ApiError> run_generation(ServerContext& ctx, const 
             return ApiError{503, "the client disconnected", "server_error", "", "cancelled"};
         }
     }
+    // Echo with logprobs: the prompt's own tokens scored before generating. Their forwards are the
+    // request's prefill (usage counts no cached tokens; prefill time includes them).
+    std::optional<PromptScores> scores;
+    double score_ms = 0;
+    if (hooks.on_prompt_scores) {
+        const auto t0 = std::chrono::steady_clock::now();
+        Expected<PromptScores> s =
+            score_prompt(*session, prompt, hooks.prompt_top_logprobs, ctx.engine->info().vocab_size);
+        score_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        if (!s.has_value()) {
+            if (client) client->on_disconnect(nullptr);
+            ctx.metrics.generation_errors_total += 1;
+            return ApiError{500, "scoring the prompt failed: " + s.status().message(), "server_error", "",
+                            "generation_failed"};
+        }
+        if (!hooks.on_prompt_scores(*s) || (client && !client->connected())) {
+            if (client) client->on_disconnect(nullptr);
+            return ApiError{503, "the client disconnected", "server_error", "", "cancelled"};
+        }
+        scores = std::move(s).value();
+    }
     Expected<GenerateResult> result = session->generate(prompt, run_options, [&](const TokenEvent& e) {
         return (client == nullptr || client->connected()) && (!hooks.on_token || hooks.on_token(e));
     });
     if (client) client->on_disconnect(nullptr);  // before the lease returns the session
+    if (result.has_value() && scores) {
+        GenerationStats& st = result.value().stats;
+        st.prefilled_tokens = st.prompt_tokens;
+        st.prefix_cache_tokens = 0;
+        st.prefill_ms += score_ms;
+        st.ttft_ms += score_ms;
+    }
     if (!result.has_value()) {
         ctx.metrics.generation_errors_total += 1;
         return ApiError{500, "generation failed: " + result.status().message(), "server_error", "",

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "sluice/constrain.h"
+
 namespace sluice::server {
 namespace {
 
@@ -29,11 +31,28 @@ std::string_view trim(std::string_view s) {
     return s;
 }
 
+// The parameters schema of the tool named `name` among `tools` (OpenAI's array), or null.
+const nlohmann::ordered_json* parameters_of(const nlohmann::ordered_json& tools, const std::string& name) {
+    if (!tools.is_array()) return nullptr;
+    for (const auto& t : tools) {
+        auto fn = t.find("function");
+        if (fn == t.end() || !fn->is_object()) continue;
+        auto n = fn->find("name");
+        if (n == fn->end() || *n != name) continue;
+        auto p = fn->find("parameters");
+        return p == fn->end() || !p->is_object() ? nullptr : &*p;
+    }
+    return nullptr;
+}
+
 // The XML-style calls of Qwen3.5 / Qwen3-Coder templates:
 //   <function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n...</function>
-// A value is JSON when it parses as JSON (numbers, booleans, objects…), else a string — the way
-// those templates print arguments (strings raw, everything else with tojson).
-bool parse_xml_tool_call(std::string_view body, ParsedToolCall* out) {
+// Those templates print a string argument as its text and any other with tojson. A parameter the
+// tool's schema declares is read by that schema: a string's text as it is ("123" stays a string),
+// anything else as JSON, ended by the first "\n</parameter>" (a JSON value holds no raw newline
+// followed by '<', while a JSON string may hold "</parameter>"). An undeclared parameter (no schema)
+// is JSON when it parses as JSON, else a string.
+bool parse_xml_tool_call(std::string_view body, const nlohmann::ordered_json& tools, ParsedToolCall* out) {
     body = trim(body);
     constexpr std::string_view kOpen = "<function=", kClose = "</function>";
     constexpr std::string_view kParam = "<parameter=", kParamClose = "</parameter>";
@@ -42,21 +61,36 @@ bool parse_xml_tool_call(std::string_view body, ParsedToolCall* out) {
     if (name_end == std::string_view::npos) return false;
     out->name = std::string(trim(body.substr(kOpen.size(), name_end - kOpen.size())));
     if (out->name.empty()) return false;
+    const nlohmann::ordered_json* parameters = parameters_of(tools, out->name);
+    const nlohmann::ordered_json* properties = nullptr;
+    if (parameters)
+        if (auto p = parameters->find("properties"); p != parameters->end() && p->is_object())
+            properties = &*p;
     std::string_view rest = body.substr(name_end + 1, body.size() - kClose.size() - name_end - 1);
     nlohmann::ordered_json args = nlohmann::ordered_json::object();
     for (rest = trim(rest); !rest.empty(); rest = trim(rest)) {
         if (!rest.starts_with(kParam)) return false;
         const size_t key_end = rest.find('>');
-        const size_t value_end = rest.find(kParamClose);
-        if (key_end == std::string_view::npos || value_end == std::string_view::npos || value_end < key_end)
-            return false;
+        if (key_end == std::string_view::npos) return false;
         const std::string key(trim(rest.substr(kParam.size(), key_end - kParam.size())));
+        const nlohmann::ordered_json* schema = nullptr;
+        if (properties)
+            if (auto s = properties->find(key); s != properties->end()) schema = &*s;
+        const bool text = schema && GrammarBuilder::xml_value_is_text(*schema);
+        size_t value_end = std::string_view::npos;
+        if (schema && !text)
+            if (const size_t nl = rest.find("\n</parameter>", key_end); nl != std::string_view::npos)
+                value_end = nl + 1;
+        if (value_end == std::string_view::npos) value_end = rest.find(kParamClose, key_end);
+        if (value_end == std::string_view::npos) return false;
         std::string_view value = rest.substr(key_end + 1, value_end - key_end - 1);
         if (value.starts_with('\n')) value.remove_prefix(1);
         if (value.ends_with('\n')) value.remove_suffix(1);
-        nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(value, nullptr, false);
-        args[key] =
-            parsed.is_discarded() || value.empty() ? nlohmann::ordered_json(std::string(value)) : parsed;
+        nlohmann::ordered_json parsed =
+            text ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(value, nullptr, false);
+        args[key] = text || parsed.is_discarded() || value.empty()
+                        ? nlohmann::ordered_json(std::string(value))
+                        : parsed;
         rest = rest.substr(value_end + kParamClose.size());
     }
     out->arguments = args.dump();
@@ -65,8 +99,8 @@ bool parse_xml_tool_call(std::string_view body, ParsedToolCall* out) {
 
 // {"name": ..., "arguments": {...}} (Qwen3) or the XML form above → a tool call; false when the
 // body is neither.
-bool parse_tool_call(std::string_view body, ParsedToolCall* out) {
-    if (trim(body).starts_with("<function=")) return parse_xml_tool_call(body, out);
+bool parse_tool_call(std::string_view body, const nlohmann::ordered_json& tools, ParsedToolCall* out) {
+    if (trim(body).starts_with("<function=")) return parse_xml_tool_call(body, tools, out);
     nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
     if (j.is_discarded() || !j.is_object()) return false;
     auto name = j.find("name");
@@ -89,8 +123,10 @@ bool prompt_opens_reasoning(std::string_view prompt_text) {
     return prompt_text.ends_with(kThinkOpen);
 }
 
-OutputParser::OutputParser(bool start_in_reasoning, bool parse_tool_calls)
-    : state_(start_in_reasoning ? State::kReasoning : State::kStart), parse_tool_calls_(parse_tool_calls) {}
+OutputParser::OutputParser(bool start_in_reasoning, bool parse_tool_calls, nlohmann::ordered_json tools)
+    : state_(start_in_reasoning ? State::kReasoning : State::kStart),
+      parse_tool_calls_(parse_tool_calls),
+      tools_(std::move(tools)) {}
 
 ParsedDelta OutputParser::feed(std::string_view text) {
     buffer_ += text;
@@ -169,7 +205,8 @@ void OutputParser::process(ParsedDelta* out, bool final) {
                 const size_t end = pos + kToolClose.size();
                 ParsedToolCall call;
                 if (parse_tool_call(
-                        std::string_view(buffer_).substr(kToolOpen.size(), pos - kToolOpen.size()), &call))
+                        std::string_view(buffer_).substr(kToolOpen.size(), pos - kToolOpen.size()), tools_,
+                        &call))
                     out->tool_calls.push_back(std::move(call));
                 else
                     out->content += buffer_.substr(0, end);

@@ -1,8 +1,8 @@
 // Splits a model's streamed reply into what OpenAI clients expect: reasoning (Qwen3's
 // <think>…</think>) into `reasoning_content`, tool calls into `tool_calls` — Qwen3's
 // <tool_call>{json}</tool_call> and the XML form of Qwen3.5 / Qwen3-Coder templates,
-// <tool_call><function=NAME><parameter=P>VALUE</parameter></function></tool_call> — the rest
-// into `content`.
+// <tool_call><function=NAME><parameter=P>VALUE</parameter></function></tool_call>, its values
+// typed by the tool's parameters schema where the request gives one — the rest into `content`.
 //
 // Streaming: feed() takes text chunks as they are generated and returns only what is certain;
 // text that might be the start of a tag ("<thi", "</tool_") is held back until the next chunk
@@ -41,8 +41,11 @@ struct ParsedDelta {
 class OutputParser {
  public:
     // start_in_reasoning: the prompt already opened <think> (templates that end the generation
-    // prompt with "<think>\n"), so the reply begins inside the reasoning.
-    OutputParser(bool start_in_reasoning, bool parse_tool_calls);
+    // prompt with "<think>\n"), so the reply begins inside the reasoning. `tools`: the request's
+    // (OpenAI's array, or null): an XML-form argument is typed by its parameter's schema, a
+    // string's text kept as it is (GrammarBuilder::xml_value_is_text), any other value read as JSON.
+    OutputParser(bool start_in_reasoning, bool parse_tool_calls,
+                 nlohmann::ordered_json tools = nlohmann::ordered_json());
 
     ParsedDelta feed(std::string_view text);
     // The rest, at the end of the reply. A tool call still open (the generation ran out of tokens
@@ -58,6 +61,7 @@ class OutputParser {
 
     State state_;
     bool parse_tool_calls_;
+    nlohmann::ordered_json tools_;
     bool strip_leading_space_ = false;  // after </think> or </tool_call>: drop the "\n\n" separator
     std::string buffer_;                // text not yet emitted
     bool cut_call_ = false;

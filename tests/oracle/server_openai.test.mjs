@@ -3,13 +3,16 @@
 // Starts `sluice serve models/tiny-next` on a free port (with an API key and --parallel 2) and checks:
 // greedy completions against transformers' recorded greedy continuations (samples.json), streaming
 // equals non-streaming, usage (incl. cached tokens on a continued conversation), stop strings, seed
-// determinism, logprobs, cancellation when the client disconnects, concurrent requests, every error
-// case (OpenAI error objects with the right status), raw-HTTP abuse (bad JSON, wrong types, huge and
-// deeply nested bodies, a slow client), /health, /metrics, /tokenize, /detokenize and the web page.
+// determinism, logprobs (legacy echo's prompt logprobs against `sluice logits`), cancellation when
+// the client disconnects, concurrent requests, every error case (OpenAI error objects with the
+// right status), raw-HTTP abuse (bad JSON, wrong types, huge and deeply nested bodies, a slow
+// client), /health, /metrics, /tokenize, /detokenize and the web page.
 // The server is killed at the end, also on failure. Prints "N passed, M failed"; exits 1 on failure.
+import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import http from "node:http";
 import net from "node:net";
+import os from "node:os";
 import path from "node:path";
 import Ajv from "ajv";
 import OpenAI from "openai";
@@ -205,12 +208,13 @@ try {
     });
 
     await test("legacy echo and logprobs", async () => {
-        // text_offset indexes the returned text, which starts with the prompt when echo is on.
+        // text_offset indexes the returned text, which starts with the prompt when echo is on (and
+        // logprobs then cover the prompt's tokens too: "echo: the prompt's logprobs" below).
         const prompt = "The river flows";
         const r = await client.completions.create({ model: "tiny-next", prompt, max_tokens: 5, temperature: 0, echo: true, logprobs: 2, logit_bias: noEos });
         const c = r.choices[0], lp = c.logprobs;
         check("echo: the text starts with the prompt", c.text.startsWith(prompt), JSON.stringify(c.text));
-        check("echo: offsets index the returned text", lp.text_offset[0] === prompt.length &&
+        check("echo: offsets index the returned text", lp.text_offset[0] === 0 && lp.text_offset.at(-5) === prompt.length &&
             lp.tokens.every((t, i) => c.text.slice(lp.text_offset[i], lp.text_offset[i] + t.length) === t), JSON.stringify(lp));
         let text = "";
         const offsets = [];
@@ -223,6 +227,63 @@ try {
         }
         check("echo stream: the same text and offsets", text === c.text && JSON.stringify(offsets) === JSON.stringify(lp.text_offset),
             `${JSON.stringify(offsets)} vs ${JSON.stringify(lp.text_offset)}`);
+    });
+
+    await test("echo: the prompt's logprobs", async () => {
+        // OpenAI's (and vLLM's) scoring request: echo with logprobs and max_tokens 0 returns the prompt's
+        // tokens with the model's logprob of each given the ones before (the first: null).
+        const prompt = "The river flows past the old mill, under the stone bridge and out into the grey sea. ".repeat(3);
+        const ids = JSON.parse((await raw(port, "POST", "/tokenize", { body: JSON.stringify({ content: prompt }) })).body).tokens;
+        const r = await client.completions.create({ model: "tiny-next", prompt, max_tokens: 0, echo: true, logprobs: 2 });
+        const c = r.choices[0], lp = c.logprobs;
+        check("scoring: the text is the prompt, one entry per prompt token", c.text === prompt && lp.tokens.length === ids.length &&
+            lp.tokens.join("") === prompt && r.usage.prompt_tokens === ids.length && r.usage.completion_tokens === 0 &&
+            r.usage.prompt_tokens_details.cached_tokens === 0, JSON.stringify([c.text.length, lp.tokens.length, ids.length, r.usage]));
+        check("scoring: the first token has none", lp.token_logprobs[0] === null && lp.top_logprobs[0] === null && lp.text_offset[0] === 0,
+            JSON.stringify([lp.token_logprobs[0], lp.top_logprobs[0]]));
+        check("scoring: offsets index the prompt, top_logprobs hold 2", lp.tokens.every((t, i) => prompt.slice(lp.text_offset[i], lp.text_offset[i] + t.length) === t) &&
+            lp.top_logprobs.slice(1).every((t, i) => Object.keys(t).length >= 1 && Object.keys(t).length <= 2 &&
+                Math.max(...Object.values(t)) >= lp.token_logprobs[i + 1] - 1e-6), JSON.stringify(lp.top_logprobs.slice(0, 3)));
+        // The same numbers from `sluice logits` (the same forwards: chunks of 64 over the prompt but its
+        // last token), reduced here.
+        const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sluice-echo-"));
+        const out = path.join(tmp, "logits.npy");
+        execFileSync(bin, ["logits", modelDir, "--ids", ids.slice(0, -1).join(","), "--out", out, "--chunk", "64"], { stdio: ["ignore", "ignore", "pipe"] });
+        const b = fs.readFileSync(out);
+        const hl = b.readUInt16LE(8);
+        const cols = Number(b.subarray(10, 10 + hl).toString("latin1").match(/'shape': \((\d+), (\d+)\)/)[2]);
+        const data = new Float32Array(b.buffer.slice(b.byteOffset + 10 + hl, b.byteOffset + b.length));
+        fs.rmSync(tmp, { recursive: true, force: true });
+        let worst = 0;
+        for (let p = 0; p + 1 < ids.length; p++) {
+            const row = data.subarray(p * cols, (p + 1) * cols);
+            let max = -Infinity, sum = 0;
+            for (const v of row) max = Math.max(max, v);
+            for (const v of row) sum += Math.exp(v - max);
+            worst = Math.max(worst, Math.abs(row[ids[p + 1]] - max - Math.log(sum) - lp.token_logprobs[p + 1]));
+        }
+        check("scoring: each logprob equals sluice logits' log-softmax", worst < 1e-4 && ids.length > 64, `largest difference ${worst} over ${ids.length} tokens`);
+
+        // A greedy continuation, then scored as part of a prompt: the decode path's logprobs for the
+        // same tokens, close (other kernels: the prefill's int8 activations).
+        const g = await client.completions.create({ model: "tiny-next", prompt, max_tokens: 6, temperature: 0, logit_bias: noEos, echo: true, logprobs: 1 });
+        const glp = g.choices[0].logprobs;
+        const generated = glp.token_logprobs.slice(ids.length);
+        check("echo + generation: prompt entries equal the scoring request's", JSON.stringify(glp.token_logprobs.slice(0, ids.length)) ===
+            JSON.stringify(lp.token_logprobs) && generated.length === 6 && g.choices[0].text === prompt + glp.tokens.slice(ids.length).join(""),
+            JSON.stringify(glp.token_logprobs.slice(ids.length - 2)));
+        const s = await client.completions.create({ model: "tiny-next", prompt: g.choices[0].text, max_tokens: 0, echo: true, logprobs: 1 });
+        const scored = s.choices[0].logprobs.token_logprobs.slice(-6);
+        check("the generated tokens, scored as a prompt: the logprobs generation gave", s.choices[0].logprobs.tokens.slice(-6).join("") ===
+            glp.tokens.slice(-6).join("") && scored.every((v, i) => Math.abs(v - generated[i]) < 0.1), `${JSON.stringify(scored)} vs ${JSON.stringify(generated)}`);
+
+        // Streamed: the echoed prompt's chunk carries its logprobs.
+        const chunks = [];
+        for await (const chunk of await client.completions.create({ model: "tiny-next", prompt, max_tokens: 2, temperature: 0, echo: true, logprobs: 2, stream: true }))
+            if (chunk.choices[0]) chunks.push(chunk.choices[0]);
+        check("scoring stream: the first chunk is the prompt with its logprobs", chunks[0].text === prompt &&
+            JSON.stringify(chunks[0].logprobs.token_logprobs) === JSON.stringify(lp.token_logprobs) &&
+            chunks[1].logprobs.text_offset[0] === prompt.length, JSON.stringify(chunks[0].logprobs?.token_logprobs?.slice(0, 3)));
     });
 
     await test("n choices", async () => {

@@ -1,0 +1,266 @@
+// Forced tool calls in the template's own form (src/server/tool_calls.h) and their reading back
+// (output_parser.h): the form is told from a render of the template (XML for a Qwen3.5-style
+// template, JSON for Qwen3's); the XML grammar accepts exactly the bytes the template prints for
+// a call — parsed back to the same typed arguments — and refuses what breaks the schema or the
+// form (a missing required parameter, a string holding "</parameter>", the JSON form, another
+// tool when one is named, a second call without parallel_tool_calls); a tool the XML form cannot
+// carry is forced in the JSON form.
+#include <gtest/gtest.h>
+
+#include "server/api.h"
+#include "server/output_parser.h"
+#include "server/tool_calls.h"
+#include "sluice/chat_template.h"
+#include "sluice/constrain.h"
+
+namespace sluice::server {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+// The tool-call parts of the Qwen3.5 / Qwen3-Coder chat templates (their system prompt and
+// reasoning handling trimmed): arguments one <parameter=…> block each, a string as its text,
+// mappings and sequences with tojson, other values with `string`.
+constexpr const char* kQwen35Template = R"({%- if tools %}
+{{- '<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>' }}
+{%- for tool in tools %}{{- '\n' }}{{- tool | tojson }}{%- endfor %}
+{{- '\n</tools><|im_end|>\n' }}
+{%- endif %}
+{%- for message in messages %}
+{%- if message.role == 'user' %}
+{{- '<|im_start|>user\n' + message.content + '<|im_end|>\n' }}
+{%- elif message.role == 'assistant' %}
+{{- '<|im_start|>assistant\n' + (message.content or '') }}
+{%- if message.tool_calls %}
+{%- for tool_call in message.tool_calls %}
+{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}
+{%- if loop.first %}{{- '<tool_call>\n<function=' + tool_call.name + '>\n' }}
+{%- else %}{{- '\n<tool_call>\n<function=' + tool_call.name + '>\n' }}{%- endif %}
+{%- if tool_call.arguments is defined %}
+{%- for args_name, args_value in tool_call.arguments|items %}
+{{- '<parameter=' + args_name + '>\n' }}
+{%- set args_value = args_value | tojson | safe if args_value is mapping or (args_value is sequence and args_value is not string) else args_value | string %}
+{{- args_value }}
+{{- '\n</parameter>\n' }}
+{%- endfor %}
+{%- endif %}
+{{- '</function>\n</tool_call>' }}
+{%- endfor %}
+{%- endif %}
+{{- '<|im_end|>\n' }}
+{%- elif message.role == 'tool' %}
+{{- '<|im_start|>user\n<tool_response>\n' + message.content + '\n</tool_response><|im_end|>\n' }}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %})";
+
+// Qwen3's: the call as JSON.
+constexpr const char* kQwen3Template = R"({%- for message in messages %}
+{{- '<|im_start|>' + message.role + '\n' + (message.content or '') }}
+{%- for tool_call in message.tool_calls or [] %}
+{%- set tool_call = tool_call.function %}
+{{- '<tool_call>\n{"name": "' + tool_call.name + '", "arguments": ' + (tool_call.arguments | tojson) + '}\n</tool_call>' }}
+{%- endfor %}
+{{- '<|im_end|>\n' }}
+{%- endfor %})";
+
+const ojson& tools() {
+    static const ojson t = ojson::parse(R"([
+      {"type": "function", "function": {"name": "write_file", "description": "Write a file",
+        "parameters": {"type": "object", "properties": {
+          "path": {"type": "string", "maxLength": 40},
+          "content": {"type": "string"},
+          "mode": {"enum": ["create", "append"]},
+          "size": {"type": "integer", "minimum": 0, "maximum": 9999},
+          "id": {"type": "string", "pattern": "^[0-9]+$"},
+          "options": {"$ref": "#/$defs/options"},
+          "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3}},
+          "required": ["path", "content", "size"],
+          "$defs": {"options": {"type": "object", "properties": {"overwrite": {"type": "boolean"}},
+                                "required": ["overwrite"], "additionalProperties": false}}}}},
+      {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}},
+      {"type": "function", "function": {"name": "headers", "parameters": {"type": "object",
+        "patternProperties": {"^x-": {"type": "string"}}}}}])");
+    return t;
+}
+
+ChatRequest forced(const std::string& named = "", bool parallel = true) {
+    ChatRequest r;
+    r.tools = tools();
+    r.tool_choice = named.empty() ? ToolChoiceMode::kRequired : ToolChoiceMode::kNamed;
+    r.tool_choice_name = named;
+    r.parallel_tool_calls = parallel;
+    return r;
+}
+
+std::shared_ptr<const Grammar> grammar_of(const ChatRequest& r, ToolCallForm form) {
+    auto g = forced_tool_call_grammar(r, form);
+    if (auto* e = std::get_if<ApiError>(&g)) ADD_FAILURE() << e->message;
+    return std::holds_alternative<ApiError>(g) ? nullptr : std::get<std::shared_ptr<const Grammar>>(g);
+}
+
+// Whether `reply` (what follows the prompt's "<tool_call>\n") is a whole sentence of the grammar.
+bool accepts(const std::shared_ptr<const Grammar>& g, const std::string& reply) {
+    GrammarMatcher m(g);
+    return m.feed(reply) && m.complete();
+}
+
+// What the template prints after "<|im_start|>assistant\n" for an assistant turn with these calls,
+// from its first "<tool_call>\n" on (the part the forced prompt already holds left out).
+std::string rendered_calls(const ChatTemplate& t, const ojson& calls) {
+    ojson messages = ojson::array();
+    messages.push_back({{"role", "user"}, {"content", "q"}});
+    messages.push_back({{"role", "assistant"}, {"content", ""}, {"tool_calls", calls}});
+    auto text = t.render(messages, tools(), false, ojson::object());
+    EXPECT_TRUE(text.has_value()) << text.status().message();
+    const std::string s = text.has_value() ? *text : std::string();
+    const size_t begin = s.find(kToolCallOpen);
+    const size_t end = s.rfind("</tool_call>");
+    EXPECT_NE(begin, std::string::npos) << s;
+    return s.substr(begin + kToolCallOpen.size(), end + 12 - begin - kToolCallOpen.size());
+}
+
+ojson call(const std::string& name, ojson args) {
+    return {{"type", "function"}, {"function", {{"name", name}, {"arguments", std::move(args)}}}};
+}
+
+std::vector<ParsedToolCall> parse(const std::string& reply) {
+    OutputParser p(false, true, tools());
+    ParsedDelta all = p.feed(std::string(kToolCallOpen) + reply);
+    all.append(p.finish());
+    EXPECT_EQ(all.content, "") << reply;
+    return all.tool_calls;
+}
+
+TEST(ServerToolCalls, TheFormComesFromARenderOfTheTemplate) {
+    auto xml = ChatTemplate::from_string(kQwen35Template);
+    auto json = ChatTemplate::from_string(kQwen3Template);
+    ASSERT_TRUE(xml.has_value() && json.has_value());
+    EXPECT_EQ(tool_call_form(*xml), ToolCallForm::kXml);
+    EXPECT_EQ(tool_call_form(*json), ToolCallForm::kJson);
+    auto tiny = ChatTemplate::load(std::string(SLUICE_SOURCE_DIR) + "/models/tiny-next");
+    ASSERT_TRUE(tiny.has_value());
+    EXPECT_EQ(tool_call_form(*tiny), ToolCallForm::kJson);  // Qwen3's
+}
+
+TEST(ServerToolCalls, XmlGrammarAcceptsTheTemplatesOwnCallsAndReadsThemBackTyped) {
+    auto t = ChatTemplate::from_string(kQwen35Template);
+    ASSERT_TRUE(t.has_value());
+    auto g = grammar_of(forced(), ToolCallForm::kXml);
+    ASSERT_TRUE(g);
+    // Strings that look like other values stay strings; a multi-line text with markup-like bytes.
+    const ojson full = {
+        {"path", "123"},     {"content", "line 1\n<b>x</b> </parameter\n\"quoted\" {\"a\": 1}\n"},
+        {"mode", "append"},  {"size", 42},
+        {"id", "0077"},      {"options", {{"overwrite", true}}},
+        {"tags", {"a", "b"}}};
+    const ojson minimal = {{"path", "a.txt"}, {"content", ""}, {"size", 0}};
+    const ojson calls =
+        ojson::array({call("write_file", full), call("now", ojson::object()), call("write_file", minimal)});
+    const std::string reply = rendered_calls(*t, calls);
+    EXPECT_TRUE(accepts(g, reply)) << reply;
+    const auto parsed = parse(reply);
+    ASSERT_EQ(parsed.size(), 3u);
+    EXPECT_EQ(parsed[0].name, "write_file");
+    EXPECT_EQ(ojson::parse(parsed[0].arguments), full) << parsed[0].arguments;
+    EXPECT_EQ(parsed[1].name + parsed[1].arguments, "now{}");
+    EXPECT_EQ(ojson::parse(parsed[2].arguments), minimal) << parsed[2].arguments;
+
+    // Each call alone, and every prefix of the reply continues a sentence (no dead end).
+    EXPECT_TRUE(accepts(g, rendered_calls(*t, ojson::array({call("now", ojson::object())}))));
+    for (size_t i = 0; i < reply.size(); ++i) ASSERT_TRUE(GrammarMatcher(g).feed(reply.substr(0, i))) << i;
+}
+
+TEST(ServerToolCalls, XmlGrammarRefusesWhatBreaksTheSchemaOrTheForm) {
+    auto g = grammar_of(forced(), ToolCallForm::kXml);
+    ASSERT_TRUE(g);
+    const std::string head = "<function=write_file>\n<parameter=path>\na\n</parameter>\n";
+    const std::string tail = "<parameter=size>\n3\n</parameter>\n</function>\n</tool_call>";
+    auto with_content = [&](const std::string& c) {
+        return head + "<parameter=content>\n" + c + "\n</parameter>\n" + tail;
+    };
+    EXPECT_TRUE(accepts(g, with_content("ok")));
+    EXPECT_FALSE(accepts(g, head + tail)) << "a required parameter left out";
+    EXPECT_FALSE(accepts(g, with_content("a </parameter> b"))) << "a text holding the closing tag";
+    EXPECT_FALSE(accepts(g, with_content("a </tool_call> b"))) << "a text holding the call's end";
+    EXPECT_FALSE(accepts(g,
+                         "<function=write_file>\n<parameter=content>\nx\n</parameter>\n"
+                         "<parameter=path>\na\n</parameter>\n" +
+                             tail))
+        << "declaration order";
+    EXPECT_FALSE(accepts(g, head +
+                                "<parameter=content>\nx\n</parameter>\n<parameter=size>\n-1\n</parameter>\n"
+                                "</function>\n</tool_call>"))
+        << "an integer below its minimum";
+    EXPECT_FALSE(
+        accepts(g, head + "<parameter=content>\nx\n</parameter>\n<parameter=size>\n\"3\"\n</parameter>\n"
+                          "</function>\n</tool_call>"))
+        << "an integer as a JSON string";
+    EXPECT_FALSE(accepts(
+        g, head + "<parameter=content>\nx\n</parameter>\n<parameter=mode>\nremove\n</parameter>\n" + tail))
+        << "a value outside the enum";
+    EXPECT_FALSE(
+        accepts(g, head + "<parameter=content>\nx\n</parameter>\n<parameter=id>\n12a\n</parameter>\n" + tail))
+        << "a string outside its pattern";
+    EXPECT_FALSE(accepts(
+        g, head + "<parameter=content>\nx\n</parameter>\n<parameter=color>\nred\n</parameter>\n" + tail))
+        << "an undeclared parameter";
+    EXPECT_FALSE(accepts(g, "{\"name\": \"now\", \"arguments\": {}}\n</tool_call>")) << "the JSON form";
+    EXPECT_FALSE(accepts(g, "<function=delete>\n</function>\n</tool_call>")) << "an unknown tool";
+    EXPECT_FALSE(accepts(g, with_content("ok").substr(0, 60))) << "a cut call is not complete";
+
+    // A named tool: only it. Without parallel_tool_calls: one call.
+    const std::string now = "<function=now>\n</function>\n</tool_call>";
+    auto named = grammar_of(forced("now"), ToolCallForm::kXml);
+    EXPECT_TRUE(accepts(named, now));
+    EXPECT_FALSE(accepts(named, with_content("ok")));
+    auto single = grammar_of(forced("", false), ToolCallForm::kXml);
+    EXPECT_TRUE(accepts(single, now));
+    EXPECT_FALSE(accepts(single, now + "\n<tool_call>\n" + now));
+    EXPECT_TRUE(accepts(g, now + "\n<tool_call>\n" + now));
+}
+
+TEST(ServerToolCalls, WhatTheXmlFormCannotCarryIsForcedAsJson) {
+    // "headers" (patternProperties) has no XML rendering of its free keys: its calls are JSON,
+    // which the parser reads too; the other tools stay XML.
+    auto g = grammar_of(forced(), ToolCallForm::kXml);
+    ASSERT_TRUE(g);
+    const std::string as_json = "{\"name\": \"headers\", \"arguments\": {\"x-a\": \"1\"}}\n</tool_call>";
+    EXPECT_TRUE(accepts(g, as_json));
+    EXPECT_FALSE(
+        accepts(g, "<function=headers>\n<parameter=x-a>\n1\n</parameter>\n</function>\n</tool_call>"));
+    const auto parsed = parse(as_json);
+    ASSERT_EQ(parsed.size(), 1u);
+    EXPECT_EQ(parsed[0].name + parsed[0].arguments, R"(headers{"x-a":"1"})");
+    // In the JSON form (Qwen3's templates) every tool is JSON.
+    auto j = grammar_of(forced(), ToolCallForm::kJson);
+    EXPECT_TRUE(accepts(j, "{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
+    EXPECT_FALSE(accepts(j, "<function=now>\n</function>\n</tool_call>"));
+    // A broken schema is still the request's error.
+    ChatRequest bad = forced();
+    bad.tools[1]["function"]["parameters"] = {
+        {"type", "object"}, {"properties", {{"n", {{"type", "integer"}, {"minimum", "x"}}}}}};
+    auto e = forced_tool_call_grammar(bad, ToolCallForm::kXml);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(e));
+    EXPECT_EQ(std::get<ApiError>(e).param, "tools[1].function.parameters");
+}
+
+TEST(ServerToolCalls, XmlArgumentsAreTypedByTheSchema) {
+    // A declared string stays a string ("007", "1.5"); a JSON value holding "</parameter>" in a
+    // string ends at "\n</parameter>"; a declared non-string that is not JSON is kept as its text
+    // (the client's validation sees it); an undeclared parameter is JSON when it parses as JSON.
+    const auto parsed = parse(
+        "<function=write_file>\n<parameter=path>\n007\n</parameter>\n<parameter=content>\n1.5\n</parameter>\n"
+        "<parameter=size>\n12\n</parameter>\n<parameter=options>\n{\"overwrite\": True}\n</parameter>\n"
+        "<parameter=tags>\n[\"</parameter>\"]\n</parameter>\n<parameter=extra>\n[1]\n</parameter>\n"
+        "</function>\n</tool_call>");
+    ASSERT_EQ(parsed.size(), 1u);
+    EXPECT_EQ(
+        ojson::parse(parsed[0].arguments),
+        ojson::parse(R"({"path": "007", "content": "1.5", "size": 12, "options": "{\"overwrite\": True}",
+                              "tags": ["</parameter>"], "extra": [1]})"))
+        << parsed[0].arguments;
+}
+
+}  // namespace
+}  // namespace sluice::server
