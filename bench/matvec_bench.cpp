@@ -203,6 +203,47 @@ void row_vector_shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_RowVectors)->Apply(row_vector_shapes)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
+// One MoE layer of a decode step on Qwen3-30B-A3B's shapes (hidden 2048, expert 768, top-8), the
+// experts cold: every routed expert's gate and up [768, 2048] in one matvec_jobs over the token's one x,
+// then every down [2048, 768] in another over its own x, as model/moe.cpp's routed_decode runs them.
+// Arg: threads (1 = one core, 0 = all cores). Counter: the weight GB/s (codes, scales, biases) — the
+// number to read against BM_MemoryReadBandwidth, since a decode of this model is mostly this.
+void BM_DecodeExperts(benchmark::State& state) {
+    constexpr int64_t kHidden = 2048, kExpert = 768, kTopK = 8;
+    ThreadPool& tp = pool_for(state.range(0));
+    QuantSet gate(4, kExpert, kHidden, 64, true, true), up(4, kExpert, kHidden, 64, true, true),
+        down(4, kHidden, kExpert, 64, true, true);
+    std::vector<float> x(static_cast<size_t>(kHidden)), act(static_cast<size_t>(kTopK * kExpert));
+    std::vector<float> gu(static_cast<size_t>(2 * kTopK * kExpert)), y(static_cast<size_t>(kTopK * kHidden));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
+    for (size_t i = 0; i < act.size(); ++i) act[i] = 0.01f * static_cast<float>((i * 7) % 13) - 0.05f;
+    std::vector<MatvecJob> jobs(2 * kTopK);
+    const size_t copies = std::min({gate.views.size(), up.views.size(), down.views.size()});
+    size_t next = 0;
+    for (auto _ : state) {
+        for (int64_t e = 0; e < kTopK; ++e) {
+            const size_t c = (next + static_cast<size_t>(e)) % copies;
+            jobs[2 * e] = MatvecJob{&gate.views[c], x.data(), 1, gu.data() + 2 * e * kExpert};
+            jobs[2 * e + 1] = MatvecJob{&up.views[c], x.data(), 1, gu.data() + (2 * e + 1) * kExpert};
+        }
+        matvec_jobs(jobs.data(), 2 * kTopK, &tp);
+        for (int64_t e = 0; e < kTopK; ++e)
+            jobs[e] = MatvecJob{&down.views[(next + static_cast<size_t>(e)) % copies],
+                                act.data() + e * kExpert, 1, y.data() + e * kHidden};
+        matvec_jobs(jobs.data(), kTopK, &tp);
+        benchmark::DoNotOptimize(y.data());
+        next = (next + kTopK) % copies;
+    }
+    const double bytes =
+        static_cast<double>(kTopK) *
+        static_cast<double>(gate.bytes_per_matrix + up.bytes_per_matrix + down.bytes_per_matrix);
+    state.counters["GB/s"] = benchmark::Counter(bytes * static_cast<double>(state.iterations()) / 1e9,
+                                                benchmark::Counter::kIsRate);
+    state.counters["threads"] = tp.size();
+    state.SetLabel(std::string("Q4 cold int8 ") + cpu_int8_kernel_isa());
+}
+BENCHMARK(BM_DecodeExperts)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
 // Args: tokens, in, out, bits, int8.
 void BM_Matmul(benchmark::State& state) {
     const int64_t n = state.range(0), cols = state.range(1), rows = state.range(2);
