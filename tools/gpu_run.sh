@@ -29,9 +29,9 @@
 #   long35                 prefill and decode at 32K and 64K prompts per --kv-bits, --kv-window 0 (and q8 with
 #                          its default window); sanitize_flash: memcheck/racecheck of the flash attention test
 #   kv35                   decode at 4K and 32K depth and the prompt's prefill (TTFT) per --kv-bits, resident
-#   kvdeep35               prefill and decode at 4K, 32K, 100K and 128K per --kv-bits (KV_BITS, KV_EXTRA flags);
+#   kvdeep35               prefill and decode at 4K, 32K, 100K and 128K (KV_PROMPTS) per --kv-bits (KV_BITS, KV_EXTRA flags);
 #                          llamadeep35: llama.cpp -fa 1 at the same prompts and depths (LLAMA_CTK); gputests:
-#                          the GPU test binary alone
+#                          the GPU test binary alone (GPU_FILTER: a gtest filter)
 #   prep35                 llamabuild and gguf35 in the background while synth35, the flash attention test and
 #                          the CUDA goldens run; vs35: sluice and llama.cpp alternated (prefill 4096/512, 32K prompts)
 #   llamabuild             llama.cpp from .devcarry/llama/llama.tgz or .txz (../shared/peer/README.md) into /tmp/llb;
@@ -176,14 +176,14 @@ for s in "$@"; do
         done
         ;;
     gputests)
-        step gpu_tests 300 "$B/sluice_gpu_tests"
+        step gpu_tests 300 "$B/sluice_gpu_tests" --gtest_filter="${GPU_FILTER:-*}"
         ;;
     kvdeep35)
         # Per KV type (default --kv-window): prefill (TTFT) of 4K, 32K, 100K and 128K prompts and decode at
         # that depth after each, one process per type sweeping the prompts (page cache kept: resident runs).
         for b in ${KV_BITS:-16 3 8 4}; do
             step kvdeep35_b$b 400 "$B/sluice" bench /tmp/m35 --device cuda --json "$RES/kvdeep35_b$b.json" \
-                --kv-bits $b -p 4096,32768,102400,131072 -n 32 --prefill-chunk 4096 --reps 1 ${KV_EXTRA:-}
+                --kv-bits $b -p ${KV_PROMPTS:-4096,32768,102400,131072} -n 32 --prefill-chunk 4096 --reps 1 ${KV_EXTRA:-}
         done
         ;;
     llamadeep35)
