@@ -74,6 +74,13 @@ class GrammarBuilder {
     Expected<RuleId> add_json_schema(const nlohmann::ordered_json& schema, const std::string& where = "");
     // Any JSON value whose top level is an object (response_format json_object).
     RuleId add_json_object();
+    // From here on, no JSON string this builder writes (add_json_schema, add_json_object, the JSON
+    // values of add_xml_tool_arguments) holds the bytes of `tag`: where a string's text spells it,
+    // its last character is written as a \u escape ("</tool_call\u003e"), so the decoded strings
+    // are all still there. For a grammar whose reader ends its text at `tag` (a forced tool call and
+    // "</tool_call>"). `tag`: printable ASCII starting with '<', no other '<', no '"' or '\\'. Call
+    // it before adding any rule (shared helper rules are built once).
+    void guard_json_strings(std::string tag);
 
     // A tool's arguments in the XML tool-call form of Qwen3.5 / Qwen3-Coder chat templates, for a
     // tool whose parameters are `schema` (an object schema): "<parameter=KEY>\nVALUE\n</parameter>\n"
@@ -97,6 +104,7 @@ class GrammarBuilder {
     friend class JsonSchemaCompiler;
     std::vector<std::vector<Sequence>> rules_;
     std::unordered_map<std::string, RuleId> shared_rules_;  // helpers (whitespace, string chars, ...)
+    std::string json_string_guard_;                         // guard_json_strings (empty: none)
 };
 
 // Incremental recogniser of a grammar's sentences (the set of parse stacks alive so far).

@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "constrain/grammar_impl.h"
+#include "core/assert.h"
 
 namespace sluice {
 
@@ -62,6 +63,13 @@ GrammarBuilder::RuleId GrammarBuilder::add_rule() {
 
 void GrammarBuilder::add_alternative(RuleId rule, Sequence sequence) {
     rules_.at(rule).push_back(std::move(sequence));
+}
+
+void GrammarBuilder::guard_json_strings(std::string tag) {
+    SLUICE_ASSERT(rules_.empty());
+    SLUICE_ASSERT(tag.size() >= 2 && tag[0] == '<' && tag.find('<', 1) == std::string::npos);
+    for (char c : tag) SLUICE_ASSERT(c >= 0x20 && c < 0x7F && c != '"' && c != '\\');
+    json_string_guard_ = std::move(tag);
 }
 
 Expected<std::shared_ptr<const Grammar>> GrammarBuilder::build(RuleId root) const {

@@ -224,29 +224,36 @@ RuleId JsonSchemaCompiler::ws() {
     });
 }
 
+std::vector<Sequence> JsonSchemaCompiler::json_chars() {
+    // One character: an unescaped UTF-8 scalar or an escape, inlined into each position's rule
+    // (not a rule of its own), so that a character costs no extra stack frame in the trie walk.
+    const Symbol x = R(0x80, 0xBF);
+    const RuleId esc = shared("escape", [&](RuleId e) {
+        const Symbol hex = Symbol::byte_set("0123456789abcdefABCDEF");
+        b_.add_alternative(e, {Symbol::byte_set("\"\\/bfnrt")});
+        b_.add_alternative(e, {B('u'), Symbol::byte_set("0123456789abcABC"), hex, hex, hex});
+        b_.add_alternative(e, {B('u'), Symbol::byte_set("dD"), R('0', '7'), hex, hex});
+        b_.add_alternative(e, {B('u'), Symbol::byte_set("efEF"), hex, hex, hex});
+        return e;
+    });
+    return {{R(0x20, 0x7F).remove('"').remove('\\')},
+            {R(0xC2, 0xDF), x},
+            {B('\xE0'), R(0xA0, 0xBF), x},
+            {R(0xE1, 0xEC), x, x},
+            {B('\xED'), R(0x80, 0x9F), x},
+            {R(0xEE, 0xEF), x, x},
+            {B('\xF0'), R(0x90, 0xBF), x, x},
+            {R(0xF1, 0xF3), x, x, x},
+            {B('\xF4'), R(0x80, 0x8F), x, x},
+            {B('\\'), S(esc)}};
+}
+
 RuleId JsonSchemaCompiler::string_rule(int64_t min, int64_t max) {
+    // A string shorter than the guard cannot spell it.
+    if (!guard().empty() && (max < 0 || max >= static_cast<int64_t>(guard().size())))
+        return guarded_string_rule(min, max);
     return shared("str" + std::to_string(min) + "_" + std::to_string(max), [&](RuleId self) {
-        // One character: an unescaped UTF-8 scalar or an escape, inlined into each position's rule
-        // (not a rule of its own), so that a character costs no extra stack frame in the trie walk.
-        const Symbol x = R(0x80, 0xBF);
-        const RuleId esc = shared("escape", [&](RuleId e) {
-            const Symbol hex = Symbol::byte_set("0123456789abcdefABCDEF");
-            b_.add_alternative(e, {Symbol::byte_set("\"\\/bfnrt")});
-            b_.add_alternative(e, {B('u'), Symbol::byte_set("0123456789abcABC"), hex, hex, hex});
-            b_.add_alternative(e, {B('u'), Symbol::byte_set("dD"), R('0', '7'), hex, hex});
-            b_.add_alternative(e, {B('u'), Symbol::byte_set("efEF"), hex, hex, hex});
-            return e;
-        });
-        const std::vector<Sequence> chars = {{R(0x20, 0x7F).remove('"').remove('\\')},
-                                             {R(0xC2, 0xDF), x},
-                                             {B('\xE0'), R(0xA0, 0xBF), x},
-                                             {R(0xE1, 0xEC), x, x},
-                                             {B('\xED'), R(0x80, 0x9F), x},
-                                             {R(0xEE, 0xEF), x, x},
-                                             {B('\xF0'), R(0x90, 0xBF), x, x},
-                                             {R(0xF1, 0xF3), x, x, x},
-                                             {B('\xF4'), R(0x80, 0x8F), x, x},
-                                             {B('\\'), S(esc)}};
+        const std::vector<Sequence> chars = json_chars();
         const int64_t last = max < 0 ? min : max;
         std::vector<RuleId> s(static_cast<size_t>(last + 1));
         for (auto& r : s) r = b_.add_rule();
@@ -260,6 +267,76 @@ RuleId JsonSchemaCompiler::string_rule(int64_t min, int64_t max) {
         b_.add_alternative(self, {B('"'), S(s[0])});
         return self;
     });
+}
+
+// Under a guard G of n bytes, a rule per (k characters so far, the last m of them spelling G's first
+// m): G[m] leads to m + 1, except the last, G[n - 1], which is left to its escape (\u00XX, one of
+// the escapes) and so to 0; G[0] (nowhere else in G) leads to 1; any other character to 0. In state
+// 0 the characters are inline as in string_rule; inside a spelling of G (rare) the other characters
+// are one shared rule per m — a frame more per character there, 4 alternatives instead of 12.
+RuleId JsonSchemaCompiler::guarded_string_rule(int64_t min, int64_t max) {
+    const std::string& g = guard();
+    const auto n = static_cast<int64_t>(g.size());
+    const auto byte = [](char c) { return static_cast<uint8_t>(c); };
+    return shared("gstr" + std::to_string(min) + "_" + std::to_string(max), [&](RuleId self) {
+        const std::vector<Sequence> chars = json_chars();  // chars[0]: the one-byte characters
+        std::vector<RuleId> other(static_cast<size_t>(n));
+        for (int64_t m = 1; m < n; ++m)
+            other[static_cast<size_t>(m)] = shared("gchar" + std::to_string(m), [&](RuleId r) {
+                for (Sequence c : chars) {
+                    if (!c[0].is_rule && c.size() == 1)
+                        c[0].remove(byte(g[0])).remove(byte(g[static_cast<size_t>(m)]));
+                    b_.add_alternative(r, std::move(c));
+                }
+                return r;
+            });
+        const int64_t last = max < 0 ? min : max;
+        // Rule (k, m) exists where it is reachable: m <= k, or k at the saturated last layer.
+        std::vector<RuleId> s(static_cast<size_t>((last + 1) * n));
+        auto at = [&](int64_t k, int64_t m) { return s[static_cast<size_t>(k * n + m)]; };
+        for (int64_t k = 0; k <= last; ++k)
+            for (int64_t m = 0; m < n && (m <= k || k == last); ++m)
+                s[static_cast<size_t>(k * n + m)] = b_.add_rule();
+        for (int64_t k = 0; k <= last; ++k) {
+            for (int64_t m = 0; m < n && (m <= k || k == last); ++m) {
+                const RuleId r = at(k, m);
+                if (k >= min) b_.add_alternative(r, L("\""));
+                if (max >= 0 && k == last) continue;
+                const int64_t k_next = k < last ? k + 1 : k;
+                if (m == 0) {
+                    for (Sequence c : chars) {
+                        if (!c[0].is_rule && c.size() == 1) c[0].remove(byte(g[0]));
+                        c.push_back(S(at(k_next, 0)));
+                        b_.add_alternative(r, std::move(c));
+                    }
+                } else {
+                    if (m + 1 < n)
+                        b_.add_alternative(r, {B(g[static_cast<size_t>(m)]), S(at(k_next, m + 1))});
+                    b_.add_alternative(r, {S(other[static_cast<size_t>(m)]), S(at(k_next, 0))});
+                }
+                b_.add_alternative(r, {B(g[0]), S(at(k_next, 1))});
+            }
+        }
+        b_.add_alternative(self, {B('"'), S(at(0, 0))});
+        return self;
+    });
+}
+
+std::string json_escape(char c) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    const auto u = static_cast<uint8_t>(c);
+    return std::string("\\u00") + kHex[u >> 4] + kHex[u & 15];
+}
+
+std::string JsonSchemaCompiler::json_text(const ojson& v) const {
+    std::string text = v.dump();
+    const std::string& g = guard();
+    if (g.empty()) return text;
+    // '<' only occurs inside strings in JSON text, so each spelling of G is inside one string.
+    const std::string escaped = g.substr(0, g.size() - 1) + json_escape(g.back());
+    for (size_t at = text.find(g); at != std::string::npos; at = text.find(g, at + escaped.size()))
+        text.replace(at, g.size(), escaped);
+    return text;
 }
 
 RuleId JsonSchemaCompiler::digits_upto(int n) {
@@ -518,7 +595,7 @@ Expected<RuleId> JsonSchemaCompiler::compile_enum(const ojson& s, const std::str
     }
     if (values.empty()) return fail(path, "'enum'/'const' leaves no value (of the given type)");
     const RuleId self = b_.add_rule();
-    for (const auto& v : values) b_.add_alternative(self, L(v.dump()));
+    for (const auto& v : values) b_.add_alternative(self, L(json_text(v)));
     return self;
 }
 

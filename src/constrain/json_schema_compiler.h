@@ -76,6 +76,9 @@ class JsonSchemaCompiler {
     RuleId ws();
     // "..." with a length in [min, max] code points (max < 0: unbounded), any characters.
     RuleId string_rule(int64_t min, int64_t max);
+    // `v` as JSON text for a literal (an enum value, a property name), the guard's last character
+    // escaped wherever a string spells the guard (GrammarBuilder::guard_json_strings).
+    std::string json_text(const ojson& v) const;
     RuleId digits_upto(int n);  // zero to n digits
     RuleId integer();
     RuleId number();
@@ -91,6 +94,13 @@ class JsonSchemaCompiler {
         int64_t min_length = 0, max_length = -1;
     };
 
+    // The text no JSON string holds (GrammarBuilder::guard_json_strings; empty: none).
+    const std::string& guard() const { return b_.json_string_guard_; }
+    // string_rule under a guard: the length counter times the guard's match state.
+    RuleId guarded_string_rule(int64_t min, int64_t max);
+    // The ways to write one character inside a JSON string: the one-byte characters (one byte set)
+    // first, the UTF-8 sequences, then '\\' and an escape.
+    std::vector<Sequence> json_chars();
     RuleId shared(const std::string& name, const std::function<RuleId(RuleId)>& make);
     std::optional<RuleId> find_shared(const std::string& name) const;
     Status fail(const std::string& path, const std::string& message) const;
@@ -173,5 +183,7 @@ const std::set<std::string>& annotation_keywords();
 bool constrains_nothing(const nlohmann::ordered_json& schema);
 // One of the string formats json_schema_strings.cpp compiles.
 bool is_string_format(const std::string& format);
+// "\u00XX" for an ASCII character `c`.
+std::string json_escape(char c);
 
 }  // namespace sluice

@@ -226,7 +226,7 @@ Expected<RuleId> JsonSchemaCompiler::compile_object(const ojson& s, const std::s
         SLUICE_ASSIGN_OR_RETURN(RuleId value, compile(*members[i].schema, members[i].schema_path));
         pair[i] = b_.add_rule();
         b_.add_alternative(pair[i],
-                           cat({L(ojson(members[i].name).dump()), {S(ws()), B(':'), S(ws()), S(value)}}));
+                           cat({L(json_text(ojson(members[i].name))), {S(ws()), B(':'), S(ws()), S(value)}}));
     }
     if (n == 0 && !extras)
         return shared("{}", [&](RuleId self) {

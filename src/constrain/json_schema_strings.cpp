@@ -18,9 +18,13 @@
 // Encodings inside a JSON string: code points from U+0020 as raw UTF-8, except '"' and '\' which
 // are escaped (\" and \\); control characters as \u00XX or, where one exists, a short escape
 // (\b \t \n \f \r). A \u escape of any other character is not generated: the decoded language is
-// the automaton's, exactly; only the ways of spelling it are fewer.
+// the automaton's, exactly; only the ways of spelling it are fewer. The one exception is a guard
+// (GrammarBuilder::guard_json_strings, e.g. "</tool_call>" in a forced call): the character that
+// would complete a raw spelling of it is written as its \u escape, tracked by one more number per
+// state, how many of the guard's first bytes the text ends with.
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 
 #include "constrain/json_schema_compiler.h"
@@ -327,10 +331,9 @@ Expected<RuleId> JsonSchemaCompiler::emit_automaton(const Dfa& dfa, int64_t min,
     };
     // Each state's transitions, grouped by target.
     const size_t n = dfa.state_count();
-    std::vector<std::vector<std::pair<int32_t, const std::vector<Sequence>*>>> moves(n);
-    std::vector<std::pair<int32_t, CharSet>> by_target;
+    std::vector<std::vector<std::pair<int32_t, CharSet>>> groups(n);
     for (size_t q = 0; q < n; ++q) {
-        by_target.clear();
+        auto& by_target = groups[q];
         for (size_t c = 0; c < dfa.class_count(); ++c) {
             const int32_t t = dfa.next(static_cast<int32_t>(q), c);
             if (t == Dfa::kDead) continue;
@@ -339,38 +342,79 @@ Expected<RuleId> JsonSchemaCompiler::emit_automaton(const Dfa& dfa, int64_t min,
             if (group == by_target.end()) group = by_target.insert(by_target.end(), {t, CharSet()});
             group->second.add(dfa.class_set(c));
         }
-        for (const auto& [t, set] : by_target)
-            if (const std::vector<Sequence>& e = encodings(set); !e.empty()) moves[q].emplace_back(t, &e);
     }
-    // Rules by (state, length so far); the length saturates at min when there is no max.
-    const int64_t layers = (max >= 0 ? max : min) + 1;
-    std::unordered_map<int64_t, RuleId> rules;
-    std::vector<std::pair<int32_t, int64_t>> queue;
-    auto rule_of = [&](int32_t q, int64_t k) {
-        auto [it, fresh] = rules.emplace(static_cast<int64_t>(q) * layers + k, 0);
-        if (fresh) {
-            it->second = b_.add_rule();
-            queue.emplace_back(q, k);
+    // Under a guard G (GrammarBuilder::guard_json_strings, JSON strings only) a state is also the
+    // number m of G's first bytes the text ends with, as in guarded_string_rule: G[m] leads to m + 1,
+    // the last one written as its \u escape instead (back to 0), G[0] to 1, other characters to 0.
+    const std::string no_guard;
+    const std::string& g = json_string ? guard() : no_guard;
+    const int64_t spelled = g.empty() ? 1 : static_cast<int64_t>(g.size());
+    struct Move {
+        int32_t target;
+        int64_t matched;  // of the guard, after the move
+        std::vector<Sequence> ways;
+    };
+    std::map<int64_t, std::vector<Move>> moves;  // (state, matched) → moves, made on first use
+    auto moves_of = [&](int32_t q, int64_t m) -> const std::vector<Move>& {
+        auto [it, fresh] = moves.emplace(static_cast<int64_t>(q) * spelled + m, std::vector<Move>());
+        if (!fresh) return it->second;
+        for (const auto& [t, set] : groups[static_cast<size_t>(q)]) {
+            CharSet rest = set;
+            if (!g.empty()) {
+                const auto next = static_cast<uint32_t>(static_cast<uint8_t>(g[static_cast<size_t>(m)]));
+                const auto open = static_cast<uint32_t>(static_cast<uint8_t>(g[0]));
+                if (set.contains(next)) {
+                    if (m + 1 < spelled)
+                        it->second.push_back({t, m + 1, {L(std::string(1, g[static_cast<size_t>(m)]))}});
+                    else
+                        it->second.push_back({t, 0, {L(json_escape(g.back()))}});
+                }
+                if (m > 0 && set.contains(open)) it->second.push_back({t, 1, {L(std::string(1, g[0]))}});
+                rest = rest.intersect(CharSet::single(next).add(open, open).complement());
+            }
+            if (const std::vector<Sequence>& e = encodings(rest); !e.empty()) it->second.push_back({t, 0, e});
         }
         return it->second;
     };
-    const RuleId start = rule_of(0, 0);
+    // Rules by (state, length so far, guard matched); the length saturates at min when there is no max.
+    const int64_t layers = (max >= 0 ? max : min) + 1;
+    std::unordered_map<int64_t, RuleId> rules;
+    std::vector<std::tuple<int32_t, int64_t, int64_t>> queue;
+    // The guard's match states count 1/|G| each against the limits: a spelling of G is rare in a
+    // text, and such a state has 3 alternatives (so a pattern of '.' keeps its maxLength).
+    int64_t inside_guard = 0;
+    auto counted = [&] {
+        return static_cast<int64_t>(queue.size()) - inside_guard + (inside_guard + spelled - 1) / spelled;
+    };
+    auto key = [&](int32_t q, int64_t k, int64_t m) {
+        return (static_cast<int64_t>(q) * layers + k) * spelled + m;
+    };
+    auto rule_of = [&](int32_t q, int64_t k, int64_t m) {
+        auto [it, fresh] = rules.emplace(key(q, k, m), 0);
+        if (fresh) {
+            it->second = b_.add_rule();
+            queue.emplace_back(q, k, m);
+            inside_guard += m > 0 ? 1 : 0;
+        }
+        return it->second;
+    };
+    const RuleId start = rule_of(0, 0, 0);
     for (size_t i = 0; i < queue.size(); ++i) {
-        if (queue.size() > kMaxAutomatonStates)
+        if (counted() > static_cast<int64_t>(kMaxAutomatonStates))
             return unsupported(path, keyword,
                                "its automaton times the length counter passes " +
                                    std::to_string(kMaxAutomatonStates) + " states");
-        const auto [q, k] = queue[i];
-        const RuleId r = rules.at(static_cast<int64_t>(q) * layers + k);
+        const auto [q, k, m] = queue[i];
+        const RuleId r = rules.at(key(q, k, m));
         if (dfa.accepting(q) && k >= min) b_.add_alternative(r, json_string ? L("\"") : Sequence{});
         if (max >= 0 && k >= max) continue;
         const int64_t k_next = max >= 0 ? k + 1 : std::min(k + 1, min);
-        for (const auto& [t, ways] : moves[static_cast<size_t>(q)]) {
-            const RuleId next = rule_of(t, k_next);
-            for (const Sequence& e : *ways) b_.add_alternative(r, cat({e, {S(next)}}));
+        for (const Move& move : moves_of(q, m)) {
+            const RuleId next = rule_of(move.target, k_next, move.matched);
+            for (const Sequence& e : move.ways) b_.add_alternative(r, cat({e, {S(next)}}));
         }
     }
-    automaton_states_ += static_cast<int64_t>(queue.size());
+    automaton_states_ += counted();
     if (automaton_states_ > kMaxSchemaAutomatonStates)
         return unsupported(path, keyword,
                            "the schema's patterns, formats, property names and multipleOf need more than " +

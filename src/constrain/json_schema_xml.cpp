@@ -14,7 +14,10 @@
 // the first of them (the server's output parser does), so the grammar never writes one inside.
 // A JSON value is compiled by the JSON Schema compiler with the parameters schema as its root, so
 // `$ref`s into the tool's `$defs` resolve. A JSON value cannot hold "\n</parameter>" either: a raw
-// newline is never part of a JSON string, and between tokens it is not followed by '<'.
+// newline is never part of a JSON string, and between tokens it is not followed by '<'. It may hold
+// "</parameter>" inside a string (the reader ends a JSON value at "\n</parameter>"), but not
+// "</tool_call>" where the builder guards JSON strings against it (guard_json_strings: the
+// forced-call grammar does).
 //
 // What the form cannot carry is kUnsupported (the caller may fall back to the JSON form): a
 // schema that is not a plain object of named properties (patternProperties, propertyNames,

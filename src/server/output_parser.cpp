@@ -45,13 +45,23 @@ const nlohmann::ordered_json* parameters_of(const nlohmann::ordered_json& tools,
     return nullptr;
 }
 
+// True, False and None: how those templates print a boolean or null argument under Python's Jinja
+// (`args_value | string`), the spelling the model saw in training (sluice's renderer prints JSON's
+// true/false, as @huggingface/jinja does). Discarded for any other text.
+nlohmann::ordered_json python_literal(std::string_view value) {
+    if (value == "True") return true;
+    if (value == "False") return false;
+    if (value == "None") return nullptr;
+    return nlohmann::ordered_json(nlohmann::ordered_json::value_t::discarded);
+}
+
 // The XML-style calls of Qwen3.5 / Qwen3-Coder templates:
 //   <function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n...</function>
 // Those templates print a string argument as its text and any other with tojson. A parameter the
 // tool's schema declares is read by that schema: a string's text as it is ("123" stays a string),
-// anything else as JSON, ended by the first "\n</parameter>" (a JSON value holds no raw newline
-// followed by '<', while a JSON string may hold "</parameter>"). An undeclared parameter (no schema)
-// is JSON when it parses as JSON, else a string.
+// anything else as JSON (or Python's True, False, None), ended by the first "\n</parameter>" (a JSON
+// value holds no raw newline followed by '<', while a JSON string may hold "</parameter>"). An
+// undeclared parameter (no schema) is JSON when it parses as JSON, else a string.
 bool parse_xml_tool_call(std::string_view body, const nlohmann::ordered_json& tools, ParsedToolCall* out) {
     body = trim(body);
     constexpr std::string_view kOpen = "<function=", kClose = "</function>";
@@ -88,6 +98,7 @@ bool parse_xml_tool_call(std::string_view body, const nlohmann::ordered_json& to
         if (value.ends_with('\n')) value.remove_suffix(1);
         nlohmann::ordered_json parsed =
             text ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(value, nullptr, false);
+        if (schema && !text && parsed.is_discarded()) parsed = python_literal(value);
         args[key] = text || parsed.is_discarded() || value.empty()
                         ? nlohmann::ordered_json(std::string(value))
                         : parsed;
@@ -183,13 +194,23 @@ void OutputParser::process(ParsedDelta* out, bool final) {
                     const size_t pos = buffer_.find(kToolOpen);
                     if (pos != std::string::npos) {
                         out->content += buffer_.substr(0, pos);
+                        if (pos > 0) after_call_ = false;
                         buffer_.erase(0, pos);  // keep the tag: unparsable calls are given back as text
                         state_ = State::kToolCall;
                         continue;
                     }
                 }
+                if (final && after_call_ && parse_tool_calls_ && !buffer_.empty() &&
+                    kToolOpen.starts_with(buffer_)) {
+                    // The end came inside the tag of a further call (parallel forced calls go on
+                    // "\n<tool_call>\n…"): that call is cut, not content.
+                    cut_call_ = true;
+                    buffer_.clear();
+                    return;
+                }
                 const size_t hold = final || !parse_tool_calls_ ? 0 : partial_tag_suffix(buffer_, kToolOpen);
                 out->content += buffer_.substr(0, buffer_.size() - hold);
+                if (buffer_.size() > hold) after_call_ = false;
                 buffer_.erase(0, buffer_.size() - hold);
                 return;
             }
@@ -204,9 +225,10 @@ void OutputParser::process(ParsedDelta* out, bool final) {
                 }
                 const size_t end = pos + kToolClose.size();
                 ParsedToolCall call;
-                if (parse_tool_call(
-                        std::string_view(buffer_).substr(kToolOpen.size(), pos - kToolOpen.size()), tools_,
-                        &call))
+                after_call_ = parse_tool_call(
+                    std::string_view(buffer_).substr(kToolOpen.size(), pos - kToolOpen.size()), tools_,
+                    &call);
+                if (after_call_)
                     out->tool_calls.push_back(std::move(call));
                 else
                     out->content += buffer_.substr(0, end);

@@ -49,7 +49,8 @@ class OutputParser {
 
     ParsedDelta feed(std::string_view text);
     // The rest, at the end of the reply. A tool call still open (the generation ran out of tokens
-    // inside it) is dropped — never handed back as markup in the content — and cut_call() says so.
+    // inside it, or inside the "<tool_call>" of a call after a call) is dropped — never handed back
+    // as markup in the content — and cut_call() says so.
     ParsedDelta finish();
     bool cut_call() const { return cut_call_; }
     // Inside <think>…</think> now (the text fed so far opened the reasoning and has not closed it).
@@ -65,6 +66,7 @@ class OutputParser {
     bool strip_leading_space_ = false;  // after </think> or </tool_call>: drop the "\n\n" separator
     std::string buffer_;                // text not yet emitted
     bool cut_call_ = false;
+    bool after_call_ = false;  // a tool call was read and no content has come since
 };
 
 // True when `prompt_text` (a rendered generation prompt) leaves the reply inside <think>.

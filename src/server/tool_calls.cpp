@@ -28,6 +28,9 @@ std::variant<std::shared_ptr<const Grammar>, ApiError> forced_tool_call_grammar(
                                                                                 ToolCallForm form) {
     using Seq = GrammarBuilder::Sequence;
     GrammarBuilder b;
+    // The output parser ends a call at its first "</tool_call>": no JSON string may spell it (the
+    // XML form's text values are kept from it by add_xml_tool_arguments).
+    b.guard_json_strings(std::string(kToolCallClose));
     const GrammarBuilder::RuleId body = b.add_rule();
     for (size_t i = 0; i < r.tools.size(); ++i) {
         const auto& fn = r.tools[i]["function"];
@@ -43,7 +46,8 @@ std::variant<std::shared_ptr<const Grammar>, ApiError> forced_tool_call_grammar(
             if (args.has_value()) {
                 Seq seq = GrammarBuilder::literal("<function=" + name + ">\n");
                 seq.push_back(GrammarBuilder::Symbol::ref(*args));
-                for (const auto& s : GrammarBuilder::literal("</function>\n</tool_call>")) seq.push_back(s);
+                for (const auto& s : GrammarBuilder::literal("</function>\n" + std::string(kToolCallClose)))
+                    seq.push_back(s);
                 b.add_alternative(body, std::move(seq));
                 continue;
             }
@@ -55,7 +59,7 @@ std::variant<std::shared_ptr<const Grammar>, ApiError> forced_tool_call_grammar(
         if (!args) return schema_error(args.status(), param);
         Seq seq = GrammarBuilder::literal("{\"name\": " + json(name).dump() + ", \"arguments\": ");
         seq.push_back(GrammarBuilder::Symbol::ref(*args));
-        for (const auto& s : GrammarBuilder::literal("}\n</tool_call>")) seq.push_back(s);
+        for (const auto& s : GrammarBuilder::literal("}\n" + std::string(kToolCallClose))) seq.push_back(s);
         b.add_alternative(body, std::move(seq));
     }
     GrammarBuilder::RuleId root = body;

@@ -30,14 +30,18 @@ enum class ToolCallForm { kJson, kXml };
 
 // What the forced prompt ends with: the grammar writes the rest of the first call.
 inline constexpr std::string_view kToolCallOpen = "<tool_call>\n";
+// Where a call ends: a reader (output_parser.h) ends it at the first one, so the grammar never writes
+// one inside a call, not even in a JSON string (GrammarBuilder::guard_json_strings).
+inline constexpr std::string_view kToolCallClose = "</tool_call>";
 
 // The form `chat_template` prints an assistant's tool call in (kJson when it prints none).
 ToolCallForm tool_call_form(const ChatTemplate& chat_template);
 
 // tool_choice required / named: the reply after the prompt's "<tool_call>\n" is one call of an
 // allowed tool in `form`, its arguments valid against the tool's parameters schema, closed by
-// "</tool_call>"; repeated ("\n<tool_call>\n" call) when parallel_tool_calls. A schema error is a
-// 400 naming tools[i].function.parameters.
+// "</tool_call>" (the only one in it: a JSON string spelling it escapes its '>'); repeated
+// ("\n<tool_call>\n" call) when parallel_tool_calls. A schema error is a 400 naming
+// tools[i].function.parameters.
 std::variant<std::shared_ptr<const Grammar>, ApiError> forced_tool_call_grammar(const ChatRequest& request,
                                                                                 ToolCallForm form);
 

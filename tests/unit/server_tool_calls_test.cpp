@@ -4,7 +4,9 @@
 // a call — parsed back to the same typed arguments — and refuses what breaks the schema or the
 // form (a missing required parameter, a string holding "</parameter>", the JSON form, another
 // tool when one is named, a second call without parallel_tool_calls); a tool the XML form cannot
-// carry is forced in the JSON form.
+// carry is forced in the JSON form. No JSON string of a forced call spells "</tool_call>" (where
+// the parser ends the call), a call cut by the token limit is never content, and booleans are
+// forced as the template prints them and read back in Python's spelling too.
 #include <gtest/gtest.h>
 
 #include "server/api.h"
@@ -74,13 +76,19 @@ const ojson& tools() {
           "size": {"type": "integer", "minimum": 0, "maximum": 9999},
           "id": {"type": "string", "pattern": "^[0-9]+$"},
           "options": {"$ref": "#/$defs/options"},
-          "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3}},
+          "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+          "append": {"type": "boolean"}},
           "required": ["path", "content", "size"],
           "$defs": {"options": {"type": "object", "properties": {"overwrite": {"type": "boolean"}},
                                 "required": ["overwrite"], "additionalProperties": false}}}}},
       {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}},
       {"type": "function", "function": {"name": "headers", "parameters": {"type": "object",
-        "patternProperties": {"^x-": {"type": "string"}}}}}])");
+        "patternProperties": {"^x-": {"type": "string"}}}}},
+      {"type": "function", "function": {"name": "note", "parameters": {"type": "object", "properties": {
+          "line": {"type": "string", "pattern": "^[^\\n]*$"},
+          "short": {"type": "string", "maxLength": 20},
+          "kind": {"enum": ["</tool_call>", "plain"]},
+          "meta": {}}}}}])");
     return t;
 }
 
@@ -260,6 +268,127 @@ TEST(ServerToolCalls, XmlArgumentsAreTypedByTheSchema) {
         ojson::parse(R"({"path": "007", "content": "1.5", "size": 12, "options": "{\"overwrite\": True}",
                               "tags": ["</parameter>"], "extra": [1]})"))
         << parsed[0].arguments;
+}
+
+// Issue 22: a string argument holding "</tool_call>" ended the call there and it came back as
+// content with the markup in it. Under the forcing grammar no JSON string spells it — in the JSON
+// form and in the XML form's JSON values, with or without a pattern, as an enum literal, a free
+// value or a key — while every string is still there: the '>' that would complete the tag is
+// written \u003e, which reads back as the same text.
+TEST(ServerToolCalls, NoJsonStringOfAForcedCallSpellsTheCallsEnd) {
+    const std::string end = "</tool_call>", escaped = "</tool_call\\u003e";
+    auto json_form = grammar_of(forced(), ToolCallForm::kJson);
+    auto xml_form = grammar_of(forced(), ToolCallForm::kXml);
+    ASSERT_TRUE(json_form && xml_form);
+    auto note = [](const std::string& args) { return R"({"name": "note", "arguments": )" + args + "}"; };
+    auto param = [](const std::string& name, const std::string& value) {
+        return "<parameter=" + name + ">\n" + value + "\n</parameter>\n";
+    };
+    struct Case {
+        std::shared_ptr<const Grammar> g;
+        std::string reply;  // each '@' stands for the tag, spelled one way or another
+        ojson args;         // what the parser reads back
+        enum { kAnyText, kPattern, kEnum } kind = kAnyText;
+    };
+    const std::vector<Case> cases = {
+        {json_form,
+         R"({"name": "write_file", "arguments": {"path": "a", "content": "x @ y", "size": 1}})",
+         {{"path", "a"}, {"content", "x " + end + " y"}, {"size", 1}}},
+        {json_form, note(R"({"line": "a @ b"})"), {{"line", "a " + end + " b"}}, Case::kPattern},
+        {json_form, note(R"({"short": "@"})"), {{"short", end}}},
+        {json_form, note(R"({"kind": "@"})"), {{"kind", end}}, Case::kEnum},
+        {json_form, note(R"({"meta": {"@": ["@"]}})"), {{"meta", {{end, {end}}}}}},
+        // The XML form's JSON values, and a tool it writes as JSON (patternProperties).
+        {xml_form,
+         "<function=note>\n" + param("meta", R"({"@": ["@"]})") + "</function>",
+         {{"meta", {{end, {end}}}}}},
+        {xml_form,
+         "<function=write_file>\n" + param("path", "a") + param("content", "x") + param("size", "3") +
+             param("tags", R"(["@"])") + "</function>",
+         {{"path", "a"}, {"content", "x"}, {"size", 3}, {"tags", {end}}}},
+        {xml_form, R"({"name": "headers", "arguments": {"x-a": "@"}})", {{"x-a", end}}},
+    };
+    for (const Case& c : cases) {
+        auto spelled = [&](const std::string& as) {
+            std::string out = c.reply;
+            for (size_t at = out.find('@'); at != std::string::npos; at = out.find('@', at + as.size()))
+                out.replace(at, 1, as);
+            return out + "\n" + end;
+        };
+        EXPECT_FALSE(accepts(c.g, spelled(end))) << spelled(end);
+        EXPECT_TRUE(accepts(c.g, spelled(escaped))) << spelled(escaped);
+        // Other spellings: a pattern's or an enum's strings have one spelling each.
+        EXPECT_EQ(accepts(c.g, spelled("\\u003c/tool_call>")), c.kind == Case::kAnyText) << "'<' escaped";
+        EXPECT_EQ(accepts(c.g, spelled("</tool_call")), c.kind != Case::kEnum) << "a prefix of the tag";
+        // A model that began the tag is never stuck: its '>' has a way on.
+        const std::string raw = spelled(end);
+        const std::string upto = raw.substr(0, raw.find(end) + end.size() - 1);
+        EXPECT_TRUE(GrammarMatcher(c.g).feed(upto + "\\u003e")) << upto;
+        const auto parsed = parse(spelled(escaped));
+        ASSERT_EQ(parsed.size(), 1u);
+        // (The JSON form's arguments are read through an unordered json.)
+        EXPECT_EQ(nlohmann::json::parse(parsed[0].arguments), nlohmann::json(c.args)) << parsed[0].arguments;
+    }
+}
+
+// A call the token limit cuts is dropped, never content — also when the cut falls inside the tag
+// of a further call (parallel forced calls go on "\n<tool_call>\n…").
+TEST(ServerToolCalls, ACutCallIsNeverContent) {
+    const std::string now = "<function=now>\n</function>\n</tool_call>";
+    for (const std::string& cut : {std::string("<function=write_file>\n<parameter=path>\na"),
+                                   std::string("{\"name\": \"now\", \"argu"), now + "\n<tool_", now + "\n<",
+                                   now + "\n<tool_call>\n<function=n"}) {
+        OutputParser p(false, true, tools());
+        ParsedDelta all = p.feed(std::string(kToolCallOpen) + cut);
+        all.append(p.finish());
+        EXPECT_EQ(all.content, "") << cut;
+        EXPECT_TRUE(p.cut_call()) << cut;
+        EXPECT_EQ(all.tool_calls.size(), cut.starts_with(now) ? 1u : 0u) << cut;
+    }
+    // Text after a call is still content, and a lone '<' ending free text too.
+    OutputParser p(false, true, tools());
+    ParsedDelta all = p.feed(std::string(kToolCallOpen) + now + "\n\nso a <");
+    all.append(p.finish());
+    EXPECT_EQ(all.content, "so a <");
+    EXPECT_FALSE(p.cut_call());
+}
+
+// Qwen3.5 / Qwen3-Coder print a boolean argument with `| string`: "true" in sluice's renderer (as
+// in @huggingface/jinja), "True" under Python's Jinja, which the model saw in training. The grammar
+// forces what sluice renders the call as in later turns (JSON's spelling), and the parser reads
+// either back as a boolean (None as null).
+TEST(ServerToolCalls, XmlBooleansAreForcedAsTheTemplatePrintsThemAndReadInEitherSpelling) {
+    auto t = ChatTemplate::from_string(kQwen35Template);
+    ASSERT_TRUE(t.has_value());
+    auto g = grammar_of(forced(), ToolCallForm::kXml);
+    ASSERT_TRUE(g);
+    const ojson args = {{"path", "a"}, {"content", "x"}, {"size", 3}, {"append", true}};
+    const std::string reply = rendered_calls(*t, ojson::array({call("write_file", args)}));
+    EXPECT_NE(reply.find("<parameter=append>\ntrue\n</parameter>"), std::string::npos) << reply;
+    EXPECT_TRUE(accepts(g, reply)) << reply;
+    auto parsed = parse(reply);
+    ASSERT_EQ(parsed.size(), 1u);
+    EXPECT_EQ(ojson::parse(parsed[0].arguments), args);
+
+    const std::string head =
+        "<function=write_file>\n<parameter=path>\na\n</parameter>\n"
+        "<parameter=content>\nx\n</parameter>\n<parameter=size>\n3\n</parameter>\n";
+    for (const auto& [spelled, value] : std::vector<std::pair<std::string, bool>>{
+             {"True", true}, {"False", false}, {"true", true}, {"false", false}}) {
+        parsed = parse(head + "<parameter=append>\n" + spelled + "\n</parameter>\n</function>\n</tool_call>");
+        ASSERT_EQ(parsed.size(), 1u);
+        EXPECT_EQ(ojson::parse(parsed[0].arguments)["append"], value) << spelled;
+    }
+    EXPECT_FALSE(accepts(g, head + "<parameter=append>\nTrue\n</parameter>\n</function>\n</tool_call>"))
+        << "forced in the spelling sluice renders";
+    // A string parameter keeps "True" as its text; None is null for a non-string one.
+    parsed = parse(
+        "<function=write_file>\n<parameter=path>\nTrue\n</parameter>\n<parameter=content>\nNone\n</"
+        "parameter>\n"
+        "<parameter=size>\nNone\n</parameter>\n</function>\n</tool_call>");
+    ASSERT_EQ(parsed.size(), 1u);
+    EXPECT_EQ(ojson::parse(parsed[0].arguments),
+              ojson::parse(R"({"path": "True", "content": "None", "size": null})"));
 }
 
 }  // namespace
