@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "sluice/export.h"
 #include "sluice/status.h"
 
 namespace sluice {
@@ -30,7 +31,7 @@ namespace jinja {
 struct Node;
 }
 
-class ChatTemplate {
+class SLUICE_API ChatTemplate {
  public:
     // Reads `model_dir`/tokenizer_config.json: `chat_template` (a string, or a list of
     // {name, template}; `name` picks one, empty means "default" or the only entry), and

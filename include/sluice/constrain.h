@@ -35,6 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sluice/export.h"
 #include "sluice/status.h"
 
 namespace sluice {
@@ -42,7 +43,7 @@ namespace sluice {
 class Tokenizer;
 struct Grammar;  // compiled form; defined in src/constrain/grammar_impl.h
 
-class GrammarBuilder {
+class SLUICE_API GrammarBuilder {
  public:
     using RuleId = uint32_t;
     // One element of a sequence: a set of bytes (matches one byte) or a rule reference.
@@ -108,7 +109,7 @@ class GrammarBuilder {
 };
 
 // Incremental recogniser of a grammar's sentences (the set of parse stacks alive so far).
-class GrammarMatcher {
+class SLUICE_API GrammarMatcher {
  public:
     explicit GrammarMatcher(std::shared_ptr<const Grammar> grammar);
     // Feeds bytes; false (and the state unchanged) when they cannot continue a sentence.
@@ -126,7 +127,7 @@ class GrammarMatcher {
 };
 
 // A vocabulary as a byte trie: node 0 is the root; a node's children are contiguous edges.
-class TokenTrie {
+class SLUICE_API TokenTrie {
  public:
     // `bytes_by_id[id]`: the bytes token `id` contributes; empty excludes the id.
     static std::shared_ptr<const TokenTrie> build(std::span<const std::string> bytes_by_id);
@@ -161,7 +162,7 @@ class TokenTrie {
 
 // Grammar-constrained decoding for one generation. Plug into GenerateOptions: logits_filter →
 // filter(), on_accept → accept().
-class TokenConstraint {
+class SLUICE_API TokenConstraint {
  public:
     TokenConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie,
                     std::vector<int32_t> eos_ids);

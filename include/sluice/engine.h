@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "sluice/export.h"
 #include "sluice/session.h"
 #include "sluice/status.h"
 #include "sluice/types.h"
@@ -121,7 +122,7 @@ struct EngineOptions {
 };
 
 // How the memory budget is spent (printed at start, reported by `sluice info`).
-struct MemoryPlan {
+struct SLUICE_API MemoryPlan {
     bool streaming = false;  // routed experts streamed from disk (packed model)
     uint64_t budget_bytes = 0;
     uint64_t dense_bytes = 0;         // resident weights (mapped)
@@ -155,8 +156,8 @@ struct PlannedWeights {
 // What Engine::load would plan for the model of `config_path` (a config.json) with `weights`
 // streamed from disk, without reading any weight: the same plan and the same errors (a context
 // beyond the model's, a budget that cannot hold it, naming the numbers).
-Expected<MemoryPlan> plan_memory(const std::string& config_path, const PlannedWeights& weights,
-                                 const EngineOptions& options);
+SLUICE_API Expected<MemoryPlan> plan_memory(const std::string& config_path, const PlannedWeights& weights,
+                                            const EngineOptions& options);
 
 // Expert-cache counters since load (or the last reset).
 struct ExpertCacheStats {
@@ -244,7 +245,7 @@ struct ModelInfo {
     bool synthetic = false;  // random weights from `sluice synth` (routing ≈ uniform)
 };
 
-class Engine : public std::enable_shared_from_this<Engine> {
+class SLUICE_API Engine : public std::enable_shared_from_this<Engine> {
  public:
     static Expected<std::shared_ptr<Engine>> load(const EngineOptions& options);
     ~Engine();

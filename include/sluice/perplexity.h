@@ -9,6 +9,7 @@
 #include <span>
 
 #include "sluice/engine.h"
+#include "sluice/export.h"
 #include "sluice/status.h"
 
 namespace sluice {
@@ -23,8 +24,8 @@ struct PerplexityResult {
 };
 
 // `max_windows` > 0 evaluates only the first windows. progress(done, total) after each window.
-Expected<PerplexityResult> compute_perplexity(Engine& engine, std::span<const int32_t> tokens, int64_t ctx,
-                                              int64_t max_windows = 0,
-                                              const std::function<void(int64_t, int64_t)>& progress = {});
+SLUICE_API Expected<PerplexityResult> compute_perplexity(
+    Engine& engine, std::span<const int32_t> tokens, int64_t ctx, int64_t max_windows = 0,
+    const std::function<void(int64_t, int64_t)>& progress = {});
 
 }  // namespace sluice

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/export.h"
 #include "sluice/status.h"
 
 namespace sluice {
@@ -163,7 +164,7 @@ struct BatchEvaluation {
     std::vector<float> logits;  // out
 };
 
-class Session {
+class SLUICE_API Session {
  public:
     ~Session();
     Session(const Session&) = delete;

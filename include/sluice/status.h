@@ -15,6 +15,8 @@
 #include <utility>
 #include <variant>
 
+#include "sluice/export.h"
+
 namespace sluice {
 
 enum class ErrorCode {
@@ -29,9 +31,9 @@ enum class ErrorCode {
     kInternal,         // a bug in sluice
 };
 
-const char* error_code_name(ErrorCode code);
+SLUICE_API const char* error_code_name(ErrorCode code);
 
-class [[nodiscard]] Status {
+class [[nodiscard]] SLUICE_API Status {
  public:
     Status() = default;
     Status(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}

@@ -14,11 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "sluice/export.h"
 #include "sluice/tokenizer.h"
 
 namespace sluice {
 
-class TextStream {
+class SLUICE_API TextStream {
  public:
     // Empty stop strings are ignored.
     TextStream(std::shared_ptr<const Tokenizer> tokenizer, std::vector<std::string> stops);

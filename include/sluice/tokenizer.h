@@ -26,11 +26,12 @@
 #include <string_view>
 #include <vector>
 
+#include "sluice/export.h"
 #include "sluice/status.h"
 
 namespace sluice {
 
-class Tokenizer {
+class SLUICE_API Tokenizer {
  public:
     // Reads `model_dir`/tokenizer.json (required) and `model_dir`/tokenizer_config.json (optional:
     // added-token flags from `added_tokens_decoder` override tokenizer.json's, and it supplies the
@@ -80,7 +81,7 @@ class Tokenizer {
 // split across tokens (CJK, emoji, the parts of a ZWJ / skin-tone / flag / keycap sequence) are
 // held back until the code point is complete. The concatenation of every feed() plus flush()
 // equals tokenizer.decode(all ids, skip_special).
-class IncrementalDetokenizer {
+class SLUICE_API IncrementalDetokenizer {
  public:
     IncrementalDetokenizer(std::shared_ptr<const Tokenizer> tokenizer, bool skip_special = false);
 

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "sluice/export.h"
 #include "sluice/status.h"
 
 namespace sluice {
@@ -11,9 +12,9 @@ namespace sluice {
 // How the expert cache picks a victim: least frequently used with recency as tie-break (the
 // default; frequency history kept for evicted experts) or least recently used (for comparison).
 enum class CachePolicy { kLfu, kLru };
-const char* cache_policy_name(CachePolicy policy);  // "lfu", "lru"
+SLUICE_API const char* cache_policy_name(CachePolicy policy);  // "lfu", "lru"
 // "lfu" / "lru" → the policy; anything else is an error naming the value.
-Expected<CachePolicy> parse_cache_policy(const std::string& name);
+SLUICE_API Expected<CachePolicy> parse_cache_policy(const std::string& name);
 
 // Diagnostic switches of the CUDA backend, to bisect a device mismatch or take a kernel apart;
 // no setting changes what is computed, only which kernels compute it. The CLI reads them from the
@@ -25,6 +26,6 @@ struct CudaDiagnostics {
     bool timing = false;       // SLUICE_CUDA_TIMING=1: GPU time per decode step, logged at close
     bool no_dependent_launch = false;  // SLUICE_CUDA_PDL=0: no programmatic dependent launch
 };
-CudaDiagnostics cuda_diagnostics_from_env();
+SLUICE_API CudaDiagnostics cuda_diagnostics_from_env();
 
 }  // namespace sluice

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "sluice/export.h"
+
 namespace sluice {
 
 struct BuildInfo {
@@ -16,9 +18,9 @@ struct BuildInfo {
     std::string cuda_archs;   // its GPU architectures, e.g. "86-real,90-real,90-virtual"
 };
 
-BuildInfo build_info();
+SLUICE_API BuildInfo build_info();
 
 // "sluice 0.1.0 (commit 0238e6e1a2b3, Release, CPU kernels avx2, CUDA 86-real,90-real)".
-std::string version_line();
+SLUICE_API std::string version_line();
 
 }  // namespace sluice

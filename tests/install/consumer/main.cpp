@@ -1,6 +1,7 @@
 // A program an app would write against the installed sluice (include/sluice/ and libsluice only):
 // load a model, greedy-generate a few tokens from a prompt, print the text. tests/install/run.sh
-// builds it with find_package(sluice) and with pkg-config and compares both with `sluice generate`.
+// builds it against libsluice.so (find_package's sluice::sluice, pkg-config) and libsluice.a
+// (sluice::sluice_static) and compares each with `sluice generate`.
 #include <sluice/engine.h>
 #include <sluice/session.h>
 #include <sluice/tokenizer.h>
@@ -14,8 +15,15 @@ int main(int argc, char** argv) {
         return 2;
     }
     sluice::EngineOptions eo;
-    eo.model_dir = argv[1];
     eo.threads = 2;
+    // An error crosses the library's boundary as a Status naming the problem.
+    eo.model_dir = std::string(argv[1]) + "/no-such-model";
+    auto missing = sluice::Engine::load(eo);
+    if (missing.has_value() || missing.status().message().find("no-such-model") == std::string::npos) {
+        std::fprintf(stderr, "consumer: loading a missing model did not fail naming it\n");
+        return 1;
+    }
+    eo.model_dir = argv[1];
     auto engine = sluice::Engine::load(eo);
     if (!engine.has_value()) {
         std::fprintf(stderr, "consumer: %s\n", engine.status().message().c_str());
