@@ -108,3 +108,17 @@ export function errorCode(text) {
 export function sseEvents(body) {
     return body.split("\n\n").filter((e) => e.startsWith("data: ") && e !== "data: [DONE]").map((e) => JSON.parse(e.slice(6)));
 }
+
+// A fetch that records every request body it sends, by path, for clients that take a fetch
+// (the AI SDK's providers, LangChain's `configuration.fetch`): `lastBody(path)` is the latest one
+// sent there (`lastBody(path, 2)` the one before it), so a suite can replay a client's request
+// through another client.
+export function fetchRecorder() {
+    const sent = [];
+    const fetchAndRecord = async (url, init) => {
+        sent.push({ path: new URL(url).pathname, body: init?.body ? JSON.parse(init.body) : null });
+        return fetch(url, init);
+    };
+    const lastBody = (pathname, back = 1) => sent.filter((s) => s.path === pathname).at(-back)?.body;
+    return { fetch: fetchAndRecord, lastBody };
+}

@@ -18,7 +18,7 @@ import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { generateObject, generateText, Output, stepCountIs, streamObject, streamText, tool } from "ai";
 import OpenAI from "openai";
 import { z } from "zod";
-import { startServe, suite } from "./serve_util.mjs";
+import { fetchRecorder, startServe, suite } from "./serve_util.mjs";
 
 const bin = process.env.SLUICE_BIN;
 const src = process.env.SLUICE_SOURCE_DIR;
@@ -40,13 +40,8 @@ const watchdog = setTimeout(() => {
     process.exit(1);
 }, 180000);
 
-// Every request body the SDK sends, by path (the fetch wrapper both providers are given).
-const sent = [];
-const recordingFetch = async (url, init) => {
-    sent.push({ path: new URL(url).pathname, body: init?.body ? JSON.parse(init.body) : null });
-    return fetch(url, init);
-};
-const lastBody = (pathname) => sent.filter((s) => s.path === pathname).at(-1)?.body;
+// Every request body the client sends, by path (the fetch wrapper it is given).
+const { fetch: recordingFetch, lastBody } = fetchRecorder();
 const hasMarkup = (text) => /<\/?tool_call>|<function=|<parameter=/.test(text ?? "");
 
 try {
@@ -120,7 +115,7 @@ try {
             ran.every((i) => weatherInput.safeParse(i).success) && first.toolResults.length === first.toolCalls.length,
             JSON.stringify({ ran, results: first?.toolResults }));
         check("required: no markup in the text", first.text === "" && !hasMarkup(r.text), JSON.stringify(first.text));
-        const body = sent.filter((s) => s.path === "/v1/chat/completions").at(-1).body;
+        const body = lastBody("/v1/chat/completions");
         check("step 2: the tool result went back as a tool message after the assistant's tool_calls",
             body.messages.some((m) => m.role === "assistant" && m.tool_calls?.[0]?.id === call?.toolCallId) &&
             body.messages.some((m) => m.role === "tool" && m.tool_call_id === call?.toolCallId) && body.tool_choice === "none",
@@ -129,7 +124,7 @@ try {
             r.steps.length === 2, JSON.stringify(second && { finish: second.finishReason, text: second.text }));
 
         // The first step's body replayed through the openai client: the same calls.
-        const stepOne = sent.filter((s) => s.path === "/v1/chat/completions").at(-2).body;
+        const stepOne = lastBody("/v1/chat/completions", 2);
         const c = await client.chat.completions.create(stepOne);
         const calls = c.choices[0].message.tool_calls ?? [];
         check("required: the calls equal the openai client's for the same body", calls.length === first.toolCalls.length &&

@@ -16,7 +16,7 @@ import { tool } from "@langchain/core/tools";
 import { ChatOpenAI, OpenAI as OpenAILLM } from "@langchain/openai";
 import OpenAI from "openai";
 import { z } from "zod";
-import { startServe, suite } from "./serve_util.mjs";
+import { fetchRecorder, startServe, suite } from "./serve_util.mjs";
 
 const bin = process.env.SLUICE_BIN;
 const src = process.env.SLUICE_SOURCE_DIR;
@@ -38,13 +38,8 @@ const watchdog = setTimeout(() => {
     process.exit(1);
 }, 180000);
 
-// Every request body LangChain sends, by path.
-const sent = [];
-const recordingFetch = async (url, init) => {
-    sent.push({ path: new URL(url).pathname, body: init?.body ? JSON.parse(init.body) : null });
-    return fetch(url, init);
-};
-const lastBody = (pathname) => sent.filter((s) => s.path === pathname).at(-1)?.body;
+// Every request body the client sends, by path (the fetch wrapper it is given).
+const { fetch: recordingFetch, lastBody } = fetchRecorder();
 const hasMarkup = (text) => /<\/?tool_call>|<function=|<parameter=/.test(typeof text === "string" ? text : JSON.stringify(text ?? ""));
 
 try {
