@@ -1127,7 +1127,8 @@ TEST(CudaOps, AttentionOnCompressedKvMatchesReference) {
                               Case{5, 90, 4, 2, 64}, Case{9, 2000, 16, 2, 256}, Case{16, 700, 32, 4, 128},
                               Case{1, 1500, 12, 4, 128}, Case{1, 500, 8, 2, 96}}) {
             if (kernels::kv_shape_error(type, c.hd) != nullptr) continue;
-            for (int64_t window : {0, 48}) {
+            // Windows of one split's keys and of three (past some contexts' whole length).
+            for (int64_t window : {0, 48, 300}) {
                 if (window > 0 && (type == KvType::kF32 || type == KvType::kF16)) continue;
                 const int64_t rows = c.start + c.n_q, row = c.nkv * kernels::kv_head_bytes(type, c.hd);
                 std::vector<float> q = randn(static_cast<size_t>(c.n_q * c.nh * c.hd), 1),

@@ -22,6 +22,11 @@
 // into the window check tags. For q3 the ring's rows are in the plain domain: they meet the plain
 // queries and sum into a second accumulator, added after the rotation back.
 //
+// With a window the keys are two launches into one set of partials: the keys older than every
+// query's window straight from the cache (no tag to check; for q3 one accumulator, so 8 heads per
+// block and each key decoded once per KV head) and the window's at most W keys through the ring
+// (for q3 4 heads per block: two accumulators). The combine merges both launches' partials.
+//
 // Measured against attention_kv's first split kernel (one key per warp step, 64 keys per block, a
 // serial combine over up to 2048 partials): bench/results/kv/ (session 19).
 #include <algorithm>
@@ -48,6 +53,33 @@ __device__ __forceinline__ int64_t split_chunk(int64_t keys, int splits) {
     const int64_t per = (keys + splits - 1) / splits;
     return (per + kRoundKeys - 1) / kRoundKeys * kRoundKeys;
 }
+
+// Which of a query's keys a launch covers: all of them, those older than its window (kOld), or
+// those inside it (kWindow).
+enum class Keys { kAll, kOld, kWindow };
+
+// The keys [lo, hi) of `which` for the query at position P with a window of `window` keys.
+__device__ __forceinline__ void key_range(Keys which, int64_t P, int64_t window, int64_t* lo, int64_t* hi) {
+    const int64_t edge = P + 1 - window > 0 ? P + 1 - window : 0;  // the window's first key
+    *lo = which == Keys::kWindow ? edge : 0;
+    *hi = which == Keys::kOld ? edge : P + 1;
+}
+
+// The splits of `which` that hold keys for the query at P.
+__device__ __forceinline__ int splits_with_keys(Keys which, int64_t P, int64_t window, int splits) {
+    int64_t lo = 0, hi = 0;
+    key_range(which, P, window, &lo, &hi);
+    if (hi <= lo) return 0;
+    const int64_t chunk = split_chunk(hi - lo, splits);
+    return static_cast<int>((hi - lo + chunk - 1) / chunk);
+}
+
+// Where a launch's partials go: per (query · nh + head) row, `total` partials of D + 2 floats, this
+// launch's `splits` from index `first`.
+struct PartLayout {
+    Keys which;
+    int first, splits, total;
+};
 
 // Bytes a head of D elements of type T is aligned to in the cache (every head starts at a
 // multiple of its size from a 256-byte aligned base): the lowest set bit of its size, at most 16.
@@ -176,22 +208,26 @@ struct DecodeShared {
     float level[8];
 };
 
-// Grid: x KV head · head group, y the split, z the query (position *pos0 + offset + z). part: per
-// (query · nh + head) row, `splits` partials of D + 2 floats (O unnormalised, max in base 2, sum).
+// Grid: x KV head · head group, y the split, z the query (position *pos0 + offset + z). part: the
+// partials (O unnormalised, max in base 2, sum) as `layout` places them. A launch of kOld keys reads
+// the cache alone (kRing false); kRing reads the ring's rows for keys inside the window.
 template <KvType T, bool kRing, int G, int D>
 __global__ void __launch_bounds__(32 * kDecWarps)
     decode_attention_kernel(const float* __restrict__ q, KvView c, const int32_t* pos0, int64_t offset,
-                            int64_t nh, int64_t nkv, float scale_log2, float* part, int splits) {
+                            int64_t nh, int64_t nkv, float scale_log2, float* part, PartLayout layout) {
     using Sh = DecodeShared<T, kRing, G, D>;
     constexpr bool kRot = T == KvType::kQ3, kTwo = Sh::kTwo;
     constexpr int E = D / 32;  // value dims per lane
     const int64_t rep = nh / nkv, groups = rep / G;
     const int64_t kvh = blockIdx.x / groups, h0 = kvh * rep + (blockIdx.x % groups) * G;
     const int split = static_cast<int>(blockIdx.y);
-    const int64_t t = blockIdx.z, P = *pos0 + offset + t, keys = P + 1;
-    const int64_t chunk = split_chunk(keys, splits), k0 = split * chunk;
-    if (k0 >= keys) return;
-    const int64_t k1 = min(keys, k0 + chunk);
+    const int64_t t = blockIdx.z, P = *pos0 + offset + t;
+    int64_t lo = 0, hi = 0;
+    key_range(layout.which, P, c.window, &lo, &hi);
+    if (hi <= lo) return;
+    const int64_t chunk = split_chunk(hi - lo, layout.splits), k0 = lo + split * chunk;
+    if (k0 >= hi) return;
+    const int64_t k1 = min(hi, k0 + chunk);
     __shared__ Sh sh;
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
 
@@ -365,56 +401,49 @@ __global__ void __launch_bounds__(32 * kDecWarps)
                     if (sh.m[w][g] != -INFINITY) val += sh.l[w][g] * exp2f(sh.m[w][g] - mg);
             }
         }
-        part[((t * nh + h0 + g) * splits + split) * (D + 2) + d] = val;
+        part[((t * nh + h0 + g) * layout.total + layout.first + split) * (D + 2) + d] = val;
     }
 }
 
 // Block per (query · nh + head) row: out = Σ O·2^(m − M) / Σ l·2^(m − M) over the splits that had
-// keys, gated by sigmoid(gate) when there is one.
+// keys — those of `a` and, when b.splits > 0, of `b` — gated by sigmoid(gate) when there is one.
 template <int D>
 __global__ void __launch_bounds__(256)
-    decode_combine_kernel(const float* part, const int32_t* pos0, int64_t offset, int64_t nh, int splits,
-                          const float* gate, float* out) {
+    decode_combine_kernel(const float* part, const int32_t* pos0, int64_t offset, int64_t nh, int64_t window,
+                          PartLayout a, PartLayout b, const float* gate, float* out) {
     allow_dependents();  // the next decode product may start loading its weights
-    const int64_t row = blockIdx.x, t = row / nh;
-    const int64_t keys = *pos0 + offset + t + 1, chunk = split_chunk(keys, splits);
-    const int n = static_cast<int>((keys + chunk - 1) / chunk);
-    const float* ph = part + row * splits * (D + 2);
+    const int64_t row = blockIdx.x, t = row / nh, P = *pos0 + offset + t;
+    const int na = splits_with_keys(a.which, P, window, a.splits);
+    const int nb = b.splits > 0 ? splits_with_keys(b.which, P, window, b.splits) : 0;
+    const int n = na + nb;  // partials with keys: a's first na, then b's first nb
+    const float* ph = part + row * a.total * (D + 2);
+    const auto at = [&](int i) { return ph + (i < na ? i : b.first + i - na) * (D + 2); };
     __shared__ float w[kMaxSplits];
     __shared__ float mx_all, inv_l;
     const int lane = static_cast<int>(threadIdx.x) % 32;
     if (threadIdx.x < 32) {
         float mx = -INFINITY;
-        for (int sp = lane; sp < n; sp += 32) mx = fmaxf(mx, ph[sp * (D + 2) + D]);
+        for (int i = lane; i < n; i += 32) mx = fmaxf(mx, at(i)[D]);
         mx = warp_max(mx);
         if (lane == 0) mx_all = mx;
     }
     __syncthreads();
-    for (int sp = static_cast<int>(threadIdx.x); sp < n; sp += blockDim.x)
-        w[sp] = exp2f(ph[sp * (D + 2) + D] - mx_all);
+    for (int i = static_cast<int>(threadIdx.x); i < n; i += blockDim.x) w[i] = exp2f(at(i)[D] - mx_all);
     __syncthreads();
     if (threadIdx.x < 32) {
         float sum = 0.0f;
-        for (int sp = lane; sp < n; sp += 32) sum += ph[sp * (D + 2) + D + 1] * w[sp];
+        for (int i = lane; i < n; i += 32) sum += at(i)[D + 1] * w[i];
         sum = warp_sum(sum);
         if (lane == 0) inv_l = 1.0f / sum;
     }
     __syncthreads();
     for (int d = static_cast<int>(threadIdx.x); d < D; d += blockDim.x) {
         float o = 0.0f;
-        for (int sp = 0; sp < n; ++sp) o += ph[sp * (D + 2) + d] * w[sp];
+        for (int i = 0; i < n; ++i) o += at(i)[d] * w[i];
         const int64_t at = row * D + d;
         const float val = o * inv_l;
         out[at] = gate != nullptr ? val * sigmoid_f(gate[at]) : val;
     }
-}
-
-// Heads per block for a GQA group of `rep` query heads: 8 (4 for q3 with a ring: two accumulators),
-// or the largest power of two dividing rep below that.
-int heads_per_block(int64_t rep, bool two) {
-    for (int g = two ? 4 : 8; g > 1; g /= 2)
-        if (rep % g == 0) return g;
-    return 1;
 }
 
 struct DecodeCall {
@@ -431,46 +460,72 @@ struct DecodeCall {
     cudaStream_t s;
 };
 
+// Splits for the window's keys when a call's keys are two launches: a round of keys each, at most 8.
+constexpr int kMaxWindowSplits = 8;
+int window_splits(int64_t window) {
+    return static_cast<int>(std::clamp<int64_t>((window + kRoundKeys - 1) / kRoundKeys, 1, kMaxWindowSplits));
+}
+
 template <KvType T, bool kRing, int G, int D>
-void launch(const DecodeCall& a) {
+void launch_keys(const DecodeCall& a, const PartLayout& layout) {
     const int64_t blocks = a.nh / G;  // (KV head, head group) pairs
-    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(a.splits),
+    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(layout.splits),
                     static_cast<unsigned>(a.n_q));
     decode_attention_kernel<T, kRing, G, D><<<grid, 32 * kDecWarps, 0, a.s>>>(
-        a.q, a.c, a.pos0, a.offset, a.nh, a.nkv, a.scale * 1.4426950408889634f, a.part, a.splits);
-    constexpr int kCombineThreads = D < 128 ? 128 : D;  // a thread per dim, at least four warps
-    decode_combine_kernel<D><<<static_cast<unsigned>(a.n_q * a.nh), kCombineThreads, 0, a.s>>>(
-        a.part, a.pos0, a.offset, a.nh, a.splits, a.gate, a.out);
+        a.q, a.c, a.pos0, a.offset, a.nh, a.nkv, a.scale * 1.4426950408889634f, a.part, layout);
 }
 
+// The launch for `layout`'s keys with as many heads per block as the accumulators allow: 8 (4 for
+// q3 reading the ring: two accumulators), or the largest power of two dividing the GQA group below.
 template <KvType T, bool kRing, int D>
-void launch_groups(const DecodeCall& a) {
-    switch (heads_per_block(a.nh / a.nkv, T == KvType::kQ3 && kRing)) {
+void launch_groups(const DecodeCall& a, const PartLayout& layout) {
+    constexpr bool kTwo = T == KvType::kQ3 && kRing;
+    const int64_t rep = a.nh / a.nkv;
+    int g = kTwo ? 4 : 8;
+    while (g > 1 && rep % g != 0) g /= 2;
+    switch (g) {
         case 8:
-            if constexpr (!(T == KvType::kQ3 && kRing)) launch<T, kRing, 8, D>(a);
+            if constexpr (!kTwo) launch_keys<T, kRing, 8, D>(a, layout);
             return;
-        case 4: return launch<T, kRing, 4, D>(a);
-        case 2: return launch<T, kRing, 2, D>(a);
-        default: return launch<T, kRing, 1, D>(a);
+        case 4: return launch_keys<T, kRing, 4, D>(a, layout);
+        case 2: return launch_keys<T, kRing, 2, D>(a, layout);
+        default: return launch_keys<T, kRing, 1, D>(a, layout);
     }
 }
 
-template <KvType T, bool kRing>
-void launch_dim(const DecodeCall& a, int64_t head_dim) {
-    switch (head_dim) {  // decode_attention_fits admitted one of these
-        case 32: return launch_groups<T, kRing, 32>(a);
-        case 64: return launch_groups<T, kRing, 64>(a);
-        case 128: return launch_groups<T, kRing, 128>(a);
-        default: return launch_groups<T, kRing, 256>(a);
+// Every key in one launch, or — with a window and splits enough — the keys older than the window
+// from the cache alone and the window's through the ring; then the combine.
+template <KvType T, int D>
+void launch(const DecodeCall& a) {
+    PartLayout first{.which = Keys::kAll, .first = 0, .splits = a.splits, .total = a.splits};
+    PartLayout second{.which = Keys::kWindow, .first = 0, .splits = 0, .total = a.splits};
+    constexpr bool kHasRing = T == KvType::kQ8 || T == KvType::kQ4 || T == KvType::kQ3;
+    if (!kHasRing || a.c.window <= 0) {
+        launch_groups<T, false, D>(a, first);
+    } else if (const int ws = window_splits(a.c.window); a.splits <= ws) {
+        launch_groups<T, true, D>(a, first);
+    } else {
+        first.which = Keys::kOld;
+        first.splits = a.splits - ws;
+        second.first = first.splits;
+        second.splits = ws;
+        launch_groups<T, false, D>(a, first);
+        launch_groups<T, true, D>(a, second);
     }
+    constexpr int kCombineThreads = D < 128 ? 128 : D;  // a thread per dim, at least four warps
+    const unsigned rows = static_cast<unsigned>(a.n_q * a.nh);
+    decode_combine_kernel<D><<<rows, kCombineThreads, 0, a.s>>>(a.part, a.pos0, a.offset, a.nh, a.c.window,
+                                                                first, second, a.gate, a.out);
 }
 
 template <KvType T>
-void launch_ring(const DecodeCall& a, int64_t head_dim) {
-    if (a.c.window > 0)
-        launch_dim<T, true>(a, head_dim);
-    else
-        launch_dim<T, false>(a, head_dim);
+void launch_dim(const DecodeCall& a, int64_t head_dim) {
+    switch (head_dim) {  // decode_attention_fits admitted one of these
+        case 32: return launch<T, 32>(a);
+        case 64: return launch<T, 64>(a);
+        case 128: return launch<T, 128>(a);
+        default: return launch<T, 256>(a);
+    }
 }
 
 }  // namespace
@@ -505,11 +560,11 @@ bool decode_attention_kv(const float* q, const KvCache& cache, int64_t n_q, int6
                        .splits = splits,
                        .s = s};
     switch (cache.type) {
-        case KvType::kF32: launch_dim<KvType::kF32, false>(a, head_dim); break;
-        case KvType::kF16: launch_dim<KvType::kF16, false>(a, head_dim); break;
-        case KvType::kQ8: launch_ring<KvType::kQ8>(a, head_dim); break;
-        case KvType::kQ4: launch_ring<KvType::kQ4>(a, head_dim); break;
-        case KvType::kQ3: launch_ring<KvType::kQ3>(a, head_dim); break;
+        case KvType::kF32: launch_dim<KvType::kF32>(a, head_dim); break;
+        case KvType::kF16: launch_dim<KvType::kF16>(a, head_dim); break;
+        case KvType::kQ8: launch_dim<KvType::kQ8>(a, head_dim); break;
+        case KvType::kQ4: launch_dim<KvType::kQ4>(a, head_dim); break;
+        case KvType::kQ3: launch_dim<KvType::kQ3>(a, head_dim); break;
     }
     return true;
 }
