@@ -71,11 +71,11 @@ struct EngineOptions {
     // 0 = derived from the memory available. Streaming (packed) models size their expert cache
     // from what remains; load fails when the dense core alone does not fit.
     uint64_t memory_bytes = 0;
-    // A streamed model's expert cache (in host memory, for the CPU) follows memory pressure: it
-    // shrinks toward memory_floor_bytes when other programs need the RAM, handing the pages back,
-    // and grows back toward what memory_bytes planned once the pressure is gone
+    // A streamed model's expert cache in host memory (the CPU's, or a GPU's host tier when its
+    // experts are tiered) follows memory pressure: it shrinks toward memory_floor_bytes when other
+    // programs need the RAM, handing the pages back (a GPU's page-locked slots unlocked first), and
+    // grows back toward what memory_bytes planned once the pressure is gone
     // (runtime/memory_pressure.h); memory_bytes is then the ceiling. false: the planned size, held.
-    // (The GPU's host tier is page-locked for DMA and keeps its size.)
     bool adapt_to_memory_pressure = true;
     // The least the expert cache keeps under pressure; 0 = one layer's routed experts (top-k slots).
     uint64_t memory_floor_bytes = 0;

@@ -147,6 +147,10 @@ ExpertStore::~ExpertStore() {
     for (auto& t : io_threads_) t.join();
     for (auto& f : files_)
         if (f.fd >= 0) ::close(f.fd);
+    if (observer_ != nullptr) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        retire_observed_locked();
+    }
     if (memory_ != nullptr) ::munmap(memory_, static_cast<size_t>(n_slots_) * slot_bytes_);
 }
 
@@ -286,9 +290,12 @@ void ExpertStore::apply_capacity_locked(int64_t need) {
             stats_.evictions++;
             if (s.prefetched_unused) stats_.prefetch_wasted++;
         }
+        // Page-locked memory first goes back to its observer: the driver holds its pages, so madvise
+        // would free nothing, and the device's mapping of them would outlive the pages.
+        if (s.memory == SlotMemory::kObserved) observer_->on_retire(slot_memory(slot), slot_bytes_);
         s = Slot{};
         // The pages go back to the OS now; the mapping stays, and a later read faults in zeroed pages.
-        ::madvise(memory_ + static_cast<uint64_t>(slot) * slot_bytes_, slot_bytes_, MADV_DONTNEED);
+        ::madvise(slot_memory(slot), slot_bytes_, MADV_DONTNEED);
         stats_.bytes_returned += slot_bytes_;
     }
     while (table_->n_active() < want)
@@ -305,6 +312,32 @@ uint64_t ExpertStore::set_cache_bytes(uint64_t bytes) {
     }
     slot_cv_.notify_all();  // an acquire waiting for a slot may have one now
     return static_cast<uint64_t>(slots) * slot_bytes_;
+}
+
+bool ExpertStore::set_slot_observer(model::SlotMemoryObserver* observer) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    // A reader thread telling the previous observer of a slot finishes first (it holds no lock).
+    slot_cv_.wait(lock, [&] { return announcing_ == 0; });
+    retire_observed_locked();
+    observer_ = observer;
+    if (observer_ == nullptr) return true;
+    // Slots that already hold data (or are being read into: both page-locking and a read pin the
+    // pages, neither moves them) are announced now; the others before their first read.
+    for (int64_t i = 0; i < n_slots_; ++i) {
+        Slot& s = slots_[static_cast<size_t>(i)];
+        if (s.state == SlotState::kEmpty || table_->retired(i)) continue;
+        s.memory =
+            observer_->on_restore(slot_memory(i), slot_bytes_) ? SlotMemory::kObserved : SlotMemory::kIgnored;
+    }
+    return true;
+}
+
+void ExpertStore::retire_observed_locked() {
+    for (int64_t i = 0; i < n_slots_; ++i) {
+        Slot& s = slots_[static_cast<size_t>(i)];
+        if (s.memory == SlotMemory::kObserved) observer_->on_retire(slot_memory(i), slot_bytes_);
+        s.memory = SlotMemory::kUnannounced;
+    }
 }
 
 ExpertCacheCapacity ExpertStore::capacity() const {
@@ -365,6 +398,7 @@ void ExpertStore::wait_idle() {
 void ExpertStore::io_loop() {
     for (;;) {
         ReadJob job;
+        model::SlotMemoryObserver* announce = nullptr;  // told of the slot once this read is done
         {
             std::unique_lock<std::mutex> lock(mutex_);
             job_cv_.wait(lock, [&] { return stop_ || !jobs_.empty() || !prefetch_jobs_.empty(); });
@@ -373,11 +407,25 @@ void ExpertStore::io_loop() {
             job = queue.front();
             queue.pop_front();
             if (in_flight_++ == 0) busy_since_ = Clock::now();
+            if (observer_ != nullptr &&
+                slots_[static_cast<size_t>(job.slot)].memory == SlotMemory::kUnannounced) {
+                announce = observer_;
+                announcing_++;
+            }
         }
         Status st = read_record(job);
+        // After the read, which faulted the pages in (page-locking pages already there costs a
+        // quarter of locking fresh ones, measured on an H200), and before any view of the slot exists;
+        // outside the lock, so the forward and the other readers go on: the read's pin keeps the slot
+        // from being retired meanwhile, and set_slot_observer waits for us.
+        const bool observed = announce != nullptr && announce->on_restore(slot_memory(job.slot), slot_bytes_);
         {
             std::lock_guard<std::mutex> lock(mutex_);
             Slot& s = slots_[static_cast<size_t>(job.slot)];
+            if (announce != nullptr) {
+                s.memory = observed ? SlotMemory::kObserved : SlotMemory::kIgnored;
+                announcing_--;
+            }
             if (st.is_ok()) {
                 s.state = SlotState::kReady;
                 stats_.reads++;
@@ -406,7 +454,7 @@ void ExpertStore::io_loop() {
 Status ExpertStore::read_record(const ReadJob& job) {
     const LayerFile& lf = files_[static_cast<size_t>(job.key.layer)];
     const format::PackExpertFile& desc = *lf.desc;
-    uint8_t* dst = memory_ + static_cast<uint64_t>(job.slot) * slot_bytes_;
+    uint8_t* dst = slot_memory(job.slot);
     const uint64_t offset = static_cast<uint64_t>(job.key.expert) * desc.record_stride;
     uint64_t done = 0;
     while (done < desc.record_stride) {
@@ -446,7 +494,7 @@ Status ExpertStore::read_record(const ReadJob& job) {
 }
 
 model::ExpertWeights ExpertStore::views_for(int64_t slot, const format::PackExpertFile& desc) const {
-    const uint8_t* record = memory_ + static_cast<uint64_t>(slot) * slot_bytes_;
+    const uint8_t* record = slot_memory(slot);
     return {projection_view(record, desc.gate), projection_view(record, desc.up),
             projection_view(record, desc.down)};
 }

@@ -17,7 +17,11 @@
 // pinned; statistics tell how many were used before eviction and how many were wasted.
 //
 // Threading: acquire/release/prefetch are called from the forward thread; reads complete on the
-// IO threads; one mutex guards the slot table. Memory: n_slots × slot_bytes, allocated once.
+// IO threads; one mutex guards the slot table. Memory: n_slots × slot_bytes, one anonymous mapping
+// allocated once; memory pressure retires slots and hands their pages back (set_cache_bytes). A
+// device backend that page-locks the slots for DMA follows that through a slot observer
+// (set_slot_observer): a slot is announced once its first read fills it and retired before its
+// pages go.
 // Rejected alternatives: mmap of the expert files (page faults serialise reads and the page cache
 // ignores the budget; O_DIRECT was ~3.5× faster in a llama.cpp test, lessons.md); io_uring (a
 // candidate for later: the thread pool reaches the disk's queue depth already and works on every
@@ -101,9 +105,16 @@ class ExpertStore final : public model::ExpertSource {
     bool wants_prefetch() const override { return options_.prefetch; }
     int64_t max_pinned() const override { return target_slots_.load(std::memory_order_relaxed); }
     bool try_acquire(int64_t layer, int32_t id, model::ExpertWeights* out) override;
-    std::span<uint8_t> host_memory() override {
-        return {memory_, static_cast<size_t>(n_slots_) * slot_bytes_};
-    }
+    // The slot memory: n_slots() slots of slot_bytes(), slot i at i · slot_bytes().
+    std::span<uint8_t> host_memory() { return {memory_, static_cast<size_t>(n_slots_) * slot_bytes_}; }
+    // The observer (model::SlotMemoryObserver) is told of a slot's memory when the first read into it
+    // has filled it, before the slot is ready (from the reader thread, without the lock: the read's
+    // pin keeps the slot from being retired meanwhile), and of its retirement (under the lock, before
+    // madvise hands its pages back). Setting one waits for announcements to the previous one to
+    // finish, retires the previous one's slots and announces the slots already holding data (a
+    // preload under way). The observer must be removed (null) before it is destroyed; a store
+    // destroyed first retires its slots with it.
+    bool set_slot_observer(model::SlotMemoryObserver* observer) override;
 
     // Memory pressure: the cache's slot memory becomes `bytes` (clamped to [floor, the size it was
     // opened with], whole slots). Shrinking evicts the slots the policy values least and returns
@@ -124,8 +135,12 @@ class ExpertStore final : public model::ExpertSource {
 
  private:
     enum class SlotState : uint8_t { kEmpty, kLoading, kReady, kFailed };
+    // What the slot observer knows of a slot's memory: nothing yet (announced by its next read),
+    // announced and wanting on_retire, or announced and not interested.
+    enum class SlotMemory : uint8_t { kUnannounced, kObserved, kIgnored };
     struct Slot {
         SlotState state = SlotState::kEmpty;
+        SlotMemory memory = SlotMemory::kUnannounced;
         bool prefetched_unused = false;
         ExpertKey key;
         std::string error;
@@ -151,6 +166,9 @@ class ExpertStore final : public model::ExpertSource {
     void io_loop();
     Status read_record(const ReadJob& job);
     model::ExpertWeights views_for(int64_t slot, const format::PackExpertFile& desc) const;
+    uint8_t* slot_memory(int64_t slot) const { return memory_ + static_cast<uint64_t>(slot) * slot_bytes_; }
+    // Tells the observer every observed slot is retired, and forgets what it was told.
+    void retire_observed_locked();
 
     std::string dir_;
     format::PackLayout layout_;
@@ -173,6 +191,8 @@ class ExpertStore final : public model::ExpertSource {
     std::vector<std::thread> io_threads_;
     bool stop_ = false;
     int in_flight_ = 0;
+    model::SlotMemoryObserver* observer_ = nullptr;  // set_slot_observer
+    int announcing_ = 0;                             // on_restore calls running on reader threads
     std::chrono::steady_clock::time_point busy_since_;
     ExpertStoreStats stats_;
     uint64_t recent_used_ = 0, recent_wasted_ = 0, prefetch_calls_ = 0;  // adaptive prefetch

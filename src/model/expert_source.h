@@ -16,6 +16,27 @@
 
 namespace sluice::model {
 
+// Told which slots of a streaming cache's memory are in use, so a device backend can keep exactly
+// those page-locked for DMA (runtime/cuda/expert_tier.h, PinnedHostSlots) while memory pressure
+// hands the others back to the OS. A slot is reported restored when the first read into it since
+// the observer was set or the slot was last retired has filled it, before any view of it is handed
+// out (slots already holding data when the observer is set are reported then), and retired when the
+// cache takes it out of use.
+// Threading: on_restore runs on the source's reader threads, several at once, and on the thread
+// that sets the observer; on_retire on whichever thread shrinks the cache or releases its last pin.
+// Neither may call back into the source (it may hold its lock).
+class SlotMemoryObserver {
+ public:
+    virtual ~SlotMemoryObserver() = default;
+    // [data, data + bytes) comes into use. Returns whether it wants on_retire for it (false: it
+    // did nothing with it).
+    virtual bool on_restore(uint8_t* data, uint64_t bytes) = 0;
+    // [data, data + bytes), a slot on_restore returned true for, leaves use: no view into it is
+    // held and no read into it is in flight, and (under memory pressure) its pages go back to the
+    // OS once this returns. Also for every such slot when the observer is removed.
+    virtual void on_retire(uint8_t* data, uint64_t bytes) = 0;
+};
+
 class ExpertSource {
  public:
     virtual ~ExpertSource() = default;
@@ -36,9 +57,11 @@ class ExpertSource {
     virtual bool try_acquire(int64_t layer, int32_t id, ExpertWeights* out) {
         return acquire(layer, std::span<const int32_t>(&id, 1), out).is_ok();
     }
-    // The memory acquired views point into when the source owns it (a streaming cache), so a
-    // device backend can page-lock it once for direct copies; empty for mapped checkpoints.
-    virtual std::span<uint8_t> host_memory() { return {}; }
+    // Reports the slots of the memory acquired views point into, when the source owns it (a
+    // streaming cache), to `observer` from now on (SlotMemoryObserver); null removes the one set, its
+    // slots reported retired first. Returns false when there is no such memory (a mapped checkpoint):
+    // nothing is reported then.
+    virtual bool set_slot_observer(SlotMemoryObserver* /*observer*/) { return false; }
 };
 
 // Experts that are all in memory (mapped checkpoint): acquire is a lookup.

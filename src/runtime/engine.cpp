@@ -393,7 +393,11 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
             return error(ErrorCode::kUnsupported,
                          "[engine] " + im.backend->name() + " does not run multi-token-prediction heads yet");
     }
-    if (im.store && options.adapt_to_memory_pressure && device_index < 0) {
+    // The host cache follows memory pressure where the forward reads it: on the CPU, and on a GPU
+    // whose experts are tiered (its slots in use page-locked one by one, cuda::PinnedHostSlots). A GPU
+    // holding every expert read the store only to upload them.
+    const bool reads_store = device_index < 0 || im.backend->expert_tier_stats().tiered;
+    if (im.store && options.adapt_to_memory_pressure && reads_store) {
         const experts::ExpertCacheCapacity cap = im.store->capacity();
         runtime::PressureController::Options po;
         po.ceiling = static_cast<uint64_t>(cap.max_slots) * cap.slot_bytes;

@@ -107,26 +107,17 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
         to.policy = options.cache_policy;
         SLUICE_ASSIGN_OR_RETURN(tier_,
                                 cuda::ExpertTier::create(model_->expert_source(), std::move(tables), to));
-        // Page-lock the host expert cache so copies from it are DMA (and its O_DIRECT reads land in
-        // pinned memory); a mapped checkpoint is copied from pageable memory.
-        const std::span<uint8_t> host = model_->expert_source()->host_memory();
-        if (!host.empty()) {
-            const cudaError_t e = cudaHostRegister(host.data(), host.size(), cudaHostRegisterDefault);
-            if (e == cudaSuccess) {
-                registered_ = host.data();
-            } else {
-                cudaGetLastError();
-                log::warn(
-                    "[cuda] cannot page-lock the {} host expert cache ({}); copies to the GPU are staged",
-                    human_bytes(host.size()), cudaGetErrorString(e));
-            }
-        }
+        // Page-lock the host expert cache's slots in use, so copies from them are DMA, slot by slot
+        // as they fill and until memory pressure retires them (PinnedHostSlots); a mapped
+        // checkpoint is copied from pageable memory.
+        host_slots_ = std::make_unique<cuda::PinnedHostSlots>(device_);
+        if (!model_->expert_source()->set_slot_observer(host_slots_.get())) host_slots_.reset();
         log::info(
             "[cuda] routed experts ({}) exceed the GPU budget: {} VRAM slots of {} ({}), fed from the host "
             "expert cache{}",
             human_bytes(routed_bytes_), n_slots, human_bytes(expert_slot_bytes_),
             human_bytes(static_cast<uint64_t>(n_slots) * expert_slot_bytes_),
-            registered_ != nullptr ? " (page-locked)" : "");
+            host_slots_ ? " (its slots page-locked as they fill)" : "");
     }
     SLUICE_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream");
     SLUICE_CUDA_TRY(cudaMallocHost(&host_logits_, static_cast<size_t>(c.vocab) * sizeof(float)),

@@ -8,8 +8,9 @@
 // rounds and copied up. When the routed experts do not fit the GPU budget (or
 // CudaBackendOptions::expert_cache_bytes caps them), only the dense core goes into the arena and the
 // experts are tiered (cuda/expert_tier.h): a VRAM slot cache fed from the host's expert source, whose
-// streaming cache memory is page-locked here so its O_DIRECT reads land in pinned memory. The forward's
-// scratch is one block sized for the largest batch seen (grown, never shrunk). Each sequence's state
+// streaming cache slots are page-locked while in use (cuda::PinnedHostSlots), so memory pressure can
+// still shrink it. The forward's scratch is one block sized for the largest batch seen (grown, never
+// shrunk). Each sequence's state
 // (DeviceState: KV, the DeltaNet state twice for failure atomicity, snapshot slots) lives only on the
 // device. Decode (one token) is captured once per sequence and state parity as a CUDA graph:
 // positions and token ids are read from device memory that a captured copy fills from pinned host memory, so
@@ -257,8 +258,8 @@ class CudaBackend final : public Backend {
                       timed_ms_ / static_cast<double>(timed_steps_));
         if (timing_[0] != nullptr) cudaEventDestroy(timing_[0]);
         if (timing_[1] != nullptr) cudaEventDestroy(timing_[1]);
-        tier_.reset();  // releases its host views before the host memory is unregistered
-        if (registered_ != nullptr) cudaHostUnregister(registered_);
+        tier_.reset();  // releases its host views before the host slots are unregistered
+        if (host_slots_) model_->expert_source()->set_slot_observer(nullptr);
         if (host_ids_ != nullptr) cudaFreeHost(host_ids_);
         if (stream_ != nullptr) cudaStreamDestroy(stream_);
         if (ws_block_ != nullptr) cudaFree(ws_block_);
@@ -398,7 +399,8 @@ class CudaBackend final : public Backend {
     // 4 GB budget and 3.6% of its decode speed (bench/results/cuda/README.md, session 6).
     bool host_snapshots_ = false;
     std::unique_ptr<cuda::ExpertTier> tier_;
-    void* registered_ = nullptr;  // page-locked host expert cache (cudaHostRegister)
+    // Page-locks the host expert cache's slots in use (tiered, packed model); null otherwise.
+    std::unique_ptr<cuda::PinnedHostSlots> host_slots_;
     bool prefetch_ = true;
     std::unique_ptr<DevLayer[]> layers_;  // [n_layers]
     DevWeight embed_, lm_head_;

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/log.h"
+
 namespace sluice::cuda {
 namespace {
 
@@ -57,6 +59,25 @@ std::pair<uintptr_t, uintptr_t> span_of(const Part parts[9]) {
 }
 
 }  // namespace
+
+bool PinnedHostSlots::on_restore(uint8_t* data, uint64_t bytes) {
+    cudaError_t e = cudaSetDevice(device_);  // a reader thread's device is not the backend's by default
+    if (e == cudaSuccess) e = cudaHostRegister(data, bytes, cudaHostRegisterDefault);
+    if (e == cudaSuccess) return true;
+    cudaGetLastError();  // this thread's error state, cleared: the slot works unlocked
+    if (!warned_.exchange(true)) {
+        log::warn(
+            "[cuda] cannot page-lock host expert cache slots ({}); copies from them to the GPU are staged",
+            cudaGetErrorString(e));
+    }
+    return false;
+}
+
+void PinnedHostSlots::on_retire(uint8_t* data, uint64_t /*bytes*/) {
+    cudaError_t e = cudaSetDevice(device_);
+    if (e == cudaSuccess) e = cudaHostUnregister(data);
+    if (e != cudaSuccess) cudaGetLastError();
+}
 
 uint64_t ExpertTier::slot_bytes_for(const model::ExpertWeights& e) {
     Part parts[9];
@@ -184,6 +205,8 @@ Status ExpertTier::copy_batch(int64_t layer, std::span<const int32_t> ids, const
     return cuda_status(cudaGetLastError(), "enqueuing expert copies");
 }
 
+// The host views of a batch are released only here, after its end event: the store may retire
+// (unregister, hand back) a host slot as soon as its last pin goes (PinnedHostSlots).
 Status ExpertTier::retire(bool wait) {
     while (completed_seq_ + 1 < next_seq_) {
         Batch& b = ring_[(completed_seq_ + 1) % kRing];
