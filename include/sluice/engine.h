@@ -185,6 +185,7 @@ struct PrefixCacheStats {
     uint64_t hit_tokens = 0;       // prompt tokens restored instead of computed
     uint64_t inserted_blocks = 0;  // blocks stored
     uint64_t evictions = 0;        // blocks dropped for room (least recently used first)
+    uint64_t skipped_blocks = 0;   // blocks of prompts longer than the budget holds, not stored
     double hit_rate() const { return lookups ? static_cast<double>(hits) / static_cast<double>(lookups) : 0; }
 };
 

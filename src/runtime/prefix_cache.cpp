@@ -144,9 +144,7 @@ std::optional<PrefixCache::Match> PrefixCache::lookup(const Query& q, int64_t* m
     return m;
 }
 
-Status PrefixCache::store(std::span<const int32_t> tokens, uint64_t layout,
-                          const std::function<Status(int64_t, int64_t, std::string&)>& read_rows,
-                          const std::function<Status(std::string&)>& read_running) {
+Status PrefixCache::store(std::span<const int32_t> tokens, uint64_t layout, const StateReader& reader) {
     const auto n_blocks = static_cast<int64_t>(tokens.size()) / kBlockTokens;
     if (n_blocks == 0 || budget_bytes_ == 0) return Status::ok();
     auto block_of = [&](int64_t b) {
@@ -157,6 +155,7 @@ Status PrefixCache::store(std::span<const int32_t> tokens, uint64_t layout,
     std::vector<Node*> present;
     std::vector<uint64_t> keys(static_cast<size_t>(n_blocks));
     bool want_running = false;
+    int64_t last = n_blocks;  // the blocks stored are [present.size(), last)
     {
         std::lock_guard<std::mutex> lock(mu_);
         uint64_t key = layout;
@@ -175,29 +174,50 @@ Status PrefixCache::store(std::span<const int32_t> tokens, uint64_t layout,
             present.push_back(n);
             parent = n;
         }
-        want_running =
-            read_running && (static_cast<int64_t>(present.size()) < n_blocks || !present.back()->has_running);
-        if (static_cast<int64_t>(present.size()) == n_blocks && !want_running) {
+        const auto held = static_cast<int64_t>(present.size());
+        want_running = reader.running_bytes > 0 && (held < n_blocks || !present.back()->has_running);
+        if (held == n_blocks && !want_running) {
             touch(present);
             return Status::ok();
+        }
+        // What the budget can keep of this chain with every other block evicted. Reading more would
+        // copy blocks the store's own eviction drops again (at every later forward of a long prompt).
+        uint64_t chain_bytes = 0;
+        for (const Node* n : present) chain_bytes += node_bytes(*n);
+        const uint64_t per_block = reader.block_bytes + kNodeOverheadBytes;
+        const uint64_t whole = chain_bytes + static_cast<uint64_t>(n_blocks - held) * per_block +
+                               (want_running ? reader.running_bytes : 0);
+        if (whole > budget_bytes_) {
+            const uint64_t room = budget_bytes_ > chain_bytes ? budget_bytes_ - chain_bytes : 0;
+            last = reader.running_bytes > 0
+                       ? held  // no restore point without the running state
+                       : held + std::min<int64_t>(n_blocks - held, static_cast<int64_t>(room / per_block));
+            want_running = false;
+            stats_.skipped_blocks += static_cast<uint64_t>(n_blocks - last);
+            if (last == held) {
+                touch(present);
+                return Status::ok();
+            }
         }
         for (Node* n : present) n->pins++;
     }
     // 2. Read what is missing (the caller's locks, not ours).
     const auto first = static_cast<int64_t>(present.size());
-    std::vector<std::string> rows(static_cast<size_t>(n_blocks - first));
+    std::vector<std::string> rows;
     std::string running;
-    Status read = Status::ok();
-    for (int64_t b = first; b < n_blocks && read.is_ok(); ++b)
-        read = read_rows(b * kBlockTokens, kBlockTokens, rows[static_cast<size_t>(b - first)]);
-    if (read.is_ok() && want_running) read = read_running(running);
+    Status read = last > first ? reader.read_blocks(first, last - first, rows) : Status::ok();
+    if (read.is_ok() && static_cast<int64_t>(rows.size()) != last - first)
+        read = error(ErrorCode::kInternal, "[prefix cache] the state reader returned " +
+                                               std::to_string(rows.size()) + " blocks for " +
+                                               std::to_string(last - first));
+    if (read.is_ok() && want_running) read = reader.read_running(running);
     // 3. Insert them under the blocks present.
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<Node*> chain = present;
     for (Node* n : present) n->pins--;
     if (!read.is_ok()) return read;
     Node* parent = present.empty() ? nullptr : present.back();
-    for (int64_t b = first; b < n_blocks; ++b) {
+    for (int64_t b = first; b < last; ++b) {
         const uint64_t key = keys[static_cast<size_t>(b)];
         const auto block = block_of(b);
         if (const auto it = nodes_.find(key); it != nodes_.end()) {  // another session stored it meanwhile
@@ -226,10 +246,10 @@ Status PrefixCache::store(std::span<const int32_t> tokens, uint64_t layout,
         nodes_.emplace(key, std::move(node));
     }
     if (want_running && static_cast<int64_t>(chain.size()) == n_blocks && !chain.back()->has_running) {
-        Node* last = chain.back();
+        Node* tail = chain.back();
         bytes_ += running.size();
-        last->running = std::move(running);
-        last->has_running = true;
+        tail->running = std::move(running);
+        tail->has_running = true;
     }
     touch(chain);
     evict_locked();

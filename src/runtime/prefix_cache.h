@@ -96,12 +96,21 @@ class PrefixCache {
     // or miss.
     std::optional<Match> lookup(const Query& query, int64_t* matched_tokens);
 
+    // What a store reads from the sequence, outside the cache's lock.
+    struct StateReader {
+        uint64_t block_bytes = 0;    // one block's rows (SequenceState::positions_bytes(kBlockTokens))
+        uint64_t running_bytes = 0;  // the running state; 0: the layout has none
+        // Blocks [first, first + count) of the sequence, one string each (count >= 1).
+        std::function<Status(int64_t first, int64_t count, std::vector<std::string>& out)> read_blocks;
+        std::function<Status(std::string&)> read_running;  // the running state now (running_bytes > 0)
+    };
     // Stores the state of a sequence holding `tokens` (a multiple of kBlockTokens of them): the rows of
-    // every block not held yet, read by `read_rows(row0, rows, out)`, and with `read_running` (may be
-    // empty) the running state at tokens.size(), read by it. The reads run outside the lock.
-    Status store(std::span<const int32_t> tokens, uint64_t layout,
-                 const std::function<Status(int64_t, int64_t, std::string&)>& read_rows,
-                 const std::function<Status(std::string&)>& read_running);
+    // every block not held yet and, when the layout has one, the running state at tokens.size(). Only
+    // what the budget can hold is read: a chain is kept only if it fits the budget with everything
+    // else evicted, so a prompt longer than the cache stores its leading blocks (a layout without a
+    // running state) or, for a layout that needs one at the restore point, nothing beyond what is held
+    // (its deeper blocks would be evicted by the store itself; counted in skipped_blocks).
+    Status store(std::span<const int32_t> tokens, uint64_t layout, const StateReader& reader);
 
     PrefixCacheStats stats() const;
     void clear();

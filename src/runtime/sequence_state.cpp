@@ -182,6 +182,31 @@ Status SequenceState::append_positions(int64_t row0, int64_t rows, std::string& 
     return append_buffers(true, row0, rows, out);
 }
 
+Status SequenceState::read_position_blocks(int64_t row0, int64_t blocks, int64_t block_rows,
+                                           std::vector<std::string>& out) const {
+    if (row0 < 0 || blocks < 0 || block_rows < 0 || row0 + blocks * block_rows > position_)
+        return error(ErrorCode::kInvalidArgument,
+                     fmt::format("[state] rows [{}, {}) are not all held (position {})", row0,
+                                 row0 + blocks * block_rows, position_));
+    out.assign(static_cast<size_t>(blocks), std::string());
+    for (std::string& o : out) o.reserve(positions_bytes(block_rows));
+    std::vector<char> staging;
+    for (size_t l = 0; l < layout_.layers.size(); ++l) {
+        const auto& buffers = layout_.layers[l].buffers;
+        for (size_t b = 0; b < buffers.size(); ++b) {
+            if (!buffers[b].per_position) continue;
+            const uint64_t n = buffers[b].bytes(block_rows);  // one block's rows of this buffer
+            if (n == 0) continue;
+            staging.resize(n * static_cast<uint64_t>(blocks));
+            SLUICE_RETURN_IF_ERROR(read_rows(kLive, static_cast<int64_t>(l), static_cast<int>(b), row0,
+                                             blocks * block_rows, staging.data()));
+            for (int64_t i = 0; i < blocks; ++i)
+                out[static_cast<size_t>(i)].append(staging.data() + static_cast<uint64_t>(i) * n, n);
+        }
+    }
+    return Status::ok();
+}
+
 Status SequenceState::append_running(std::string& out) const {
     return append_buffers(false, 0, 1, out);
 }

@@ -73,6 +73,10 @@ class SequenceState {
     uint64_t running_bytes() const { return layout_.recurrent_bytes() + layout_.window_bytes(); }
     Status append_positions(int64_t row0, int64_t rows, std::string& out) const;
     Status append_running(std::string& out) const;
+    // append_positions() of `blocks` consecutive blocks of `block_rows` rows from row0, one string
+    // each, in one read per buffer (a GPU's copies: one per layer and buffer, not per block).
+    Status read_position_blocks(int64_t row0, int64_t blocks, int64_t block_rows,
+                                std::vector<std::string>& out) const;
     // Makes this the state at `position`: `blocks` are append_positions() copies of consecutive rows
     // from row 0 (`block_rows` rows each; together `position` rows) and `running` an append_running()
     // copy taken at `position` (empty when the layout has no such buffers). Snapshots are dropped. On

@@ -298,21 +298,34 @@ Expected<int64_t> Session::Impl::restore_cached_prefix(std::span<const int32_t> 
 void Session::Impl::store_prefix(std::span<const int32_t> prompt) {
     Engine::Impl& e = *engine->impl_;
     runtime::SequenceState* sq = seq.get();
-    const model::StateLayout& layout = sq->layout();
-    const int64_t n = sq->position();
-    auto read_rows = [&](int64_t row0, int64_t rows, std::string& out) {
-        std::lock_guard<std::mutex> lock(e.compute_mutex);
-        return sq->append_positions(row0, rows, out);
+    constexpr int64_t B = runtime::PrefixCache::kBlockTokens;
+    // Blocks are read in groups under the compute lock: other sessions' forwards wait for one group's
+    // copies at most.
+    constexpr int64_t kBlocksPerRead = 16;
+    runtime::PrefixCache::StateReader reader;
+    reader.block_bytes = sq->positions_bytes(B);
+    reader.running_bytes = sq->running_bytes();
+    reader.read_blocks = [&](int64_t first, int64_t count, std::vector<std::string>& out) -> Status {
+        out.clear();
+        out.reserve(static_cast<size_t>(count));
+        std::vector<std::string> group;
+        for (int64_t at = first; at < first + count; at += kBlocksPerRead) {
+            const int64_t n = std::min(kBlocksPerRead, first + count - at);
+            {
+                std::lock_guard<std::mutex> lock(e.compute_mutex);
+                SLUICE_RETURN_IF_ERROR(sq->read_position_blocks(at * B, n, B, group));
+            }
+            for (std::string& g : group) out.push_back(std::move(g));
+        }
+        return Status::ok();
     };
-    auto read_running = [&](std::string& out) {
+    reader.read_running = [&](std::string& out) {
         std::lock_guard<std::mutex> lock(e.compute_mutex);
         return sq->append_running(out);
     };
-    const bool running = layout.recurrent_bytes() + layout.window_bytes() > 0;
     // A copy that fails (a device error) leaves this prefix out of the cache: later prompts compute it.
-    (void)e.prefix_cache->store(prompt.first(static_cast<size_t>(n)),
-                                runtime::PrefixCache::layout_key(layout), read_rows,
-                                running ? std::function<Status(std::string&)>(read_running) : nullptr);
+    (void)e.prefix_cache->store(prompt.first(static_cast<size_t>(sq->position())),
+                                runtime::PrefixCache::layout_key(sq->layout()), reader);
 }
 
 // generate()'s prefill of prompt[*start, L) into `logits` (the last token's), with the prefix cache.

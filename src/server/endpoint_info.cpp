@@ -135,7 +135,8 @@ json prefix_cache_json(const PrefixCacheStats& p) {
             {"hit_rate", p.hit_rate()},
             {"hit_tokens", p.hit_tokens},
             {"inserted_blocks", p.inserted_blocks},
-            {"evictions", p.evictions}};
+            {"evictions", p.evictions},
+            {"skipped_blocks", p.skipped_blocks}};
 }
 
 }  // namespace
@@ -219,6 +220,9 @@ void prefix_cache_metrics(const PrefixCacheStats& p, const Metric& metric) {
            static_cast<double>(p.blocks));
     metric("sluice_prefix_cache_evictions_total", "counter", "Prefix-cache blocks dropped for room",
            static_cast<double>(p.evictions));
+    metric("sluice_prefix_cache_skipped_blocks_total", "counter",
+           "Prompt blocks not stored: the prompt was longer than the prefix cache holds",
+           static_cast<double>(p.skipped_blocks));
 }
 }  // namespace
 

@@ -174,6 +174,63 @@ TEST_P(CudaSession, SessionKvTypeMatchesAnEngineOfThatType) {
     }
 }
 
+// The engine's prefix cache on the device: a conversation sharing a 320-token prefix with an earlier
+// one restores it (host copies of the device's rows and running state, written back through the state's
+// row primitives) and then generates what a cold prefill of its whole prompt gives on the device: the
+// same greedy tokens, their log-probabilities within the backend's rounding (the GPU's prefill kernels
+// are not held row-independent as the CPU's are, so not bit for bit).
+TEST_P(CudaSession, PrefixCacheRestoresWhatAColdPrefillComputes) {
+    int n_devices = 0;
+    if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0) GTEST_SKIP() << "no CUDA device";
+    for (int bits : {32, 8}) {
+        EngineOptions eo;
+        eo.model_dir = sluice::testing::test_data_dir() + "/goldens/" + GetParam();
+        eo.threads = 2;
+        eo.device = "cuda";
+        eo.context_tokens = 1024;
+        eo.kv_bits = bits;
+        eo.prefix_cache_bytes = 256ull << 20;
+        auto loaded = Engine::load(eo);
+        ASSERT_TRUE(loaded.has_value()) << loaded.status().message();
+        Engine& engine = **loaded;
+        const std::string what = "kv_bits " + std::to_string(bits);
+        auto run = [&](const std::vector<int32_t>& p, bool cache, GenerationStats* stats) {
+            GenerateOptions go;
+            go.max_tokens = 6;
+            go.ignore_eos = true;
+            go.sampling.temperature = 0.0f;
+            go.prefill_chunk_tokens = 128;
+            go.prefix_cache = cache;
+            std::vector<std::pair<int32_t, float>> out;
+            auto r = engine.new_session().value()->generate(p, go, [&](const TokenEvent& ev) {
+                out.emplace_back(ev.token, ev.logprob);
+                return true;
+            });
+            EXPECT_TRUE(r.has_value()) << r.status().message();
+            if (r.has_value() && stats != nullptr) *stats = r->stats;
+            return out;
+        };
+        std::vector<int32_t> first = prompt(320, 5), second = first;
+        const auto tail1 = prompt(40, 9), tail2 = prompt(57, 13);
+        first.insert(first.end(), tail1.begin(), tail1.end());
+        second.insert(second.end(), tail2.begin(), tail2.end());
+        const auto cold = run(second, false, nullptr);
+        GenerationStats stats;
+        run(first, true, &stats);
+        EXPECT_EQ(stats.prefix_cache_tokens, 0) << what;
+        const auto warm = run(second, true, &stats);
+        EXPECT_GE(stats.prefix_cache_tokens, 256) << what << ": the shared prefix is restored";
+        ASSERT_EQ(warm.size(), cold.size()) << what;
+        for (size_t i = 0; i < warm.size(); ++i) {
+            EXPECT_EQ(warm[i].first, cold[i].first) << what << " token " << i;
+            EXPECT_NEAR(warm[i].second, cold[i].second, 2e-3f) << what << " token " << i;
+        }
+        const PrefixCacheStats ps = engine.prefix_cache_stats();
+        EXPECT_GE(ps.hits, 1u) << what;
+        EXPECT_LE(ps.bytes, ps.budget_bytes) << what;
+    }
+}
+
 // Largest difference between two schedules' logits (every sequence, every chunk).
 float max_diff(const std::vector<std::vector<std::vector<float>>>& a,
                const std::vector<std::vector<std::vector<float>>>& b) {

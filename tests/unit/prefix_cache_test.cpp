@@ -41,19 +41,25 @@ std::vector<int32_t> seq_tokens(int64_t n, int32_t first) {
 struct FakeSequence {
     int64_t position = 0;
     int reads = 0;
+    int64_t blocks_read = 0;
     Status store(PrefixCache& cache, std::span<const int32_t> tokens, uint64_t layout, bool running) {
         position = static_cast<int64_t>(tokens.size());
-        auto rows = [&](int64_t row0, int64_t n, std::string& out) {
+        PrefixCache::StateReader reader;
+        reader.block_bytes = B * 8;
+        reader.running_bytes = running ? 16 : 0;
+        reader.read_blocks = [&](int64_t first, int64_t count, std::vector<std::string>& out) {
             ++reads;
-            for (int64_t r = row0; r < row0 + n; ++r) out.append(reinterpret_cast<const char*>(&r), sizeof r);
+            blocks_read += count;
+            out.assign(static_cast<size_t>(count), std::string());
+            for (int64_t r = first * B; r < (first + count) * B; ++r)
+                out[static_cast<size_t>(r / B - first)].append(reinterpret_cast<const char*>(&r), sizeof r);
             return Status::ok();
         };
-        auto run = [&](std::string& out) {
+        reader.read_running = [&](std::string& out) {
             out = "running@" + std::to_string(position);
             return Status::ok();
         };
-        return cache.store(tokens, layout, rows,
-                           running ? std::function<Status(std::string&)>(run) : nullptr);
+        return cache.store(tokens, layout, reader);
     }
 };
 
@@ -194,6 +200,48 @@ TEST(PrefixCache, EvictsLeastRecentlyUsedLeavesAndNeverWhatARestoreCopies) {
     EXPECT_EQ(s.blocks, 0);
     EXPECT_EQ(s.bytes, 0u);
     EXPECT_EQ(s.lookups, 0u);
+}
+
+// A prompt longer than the budget holds: each forward of its prefill stores again, and the blocks
+// the budget cannot keep are never read (reading them only for the store's own eviction to drop them
+// made a long prefill's copies grow with the square of its length). Without a running state the
+// leading blocks that fit are kept; with one, whose restore point would be past the budget, nothing
+// beyond what is held.
+TEST(PrefixCache, APromptLongerThanTheBudgetReadsOnlyWhatItKeeps) {
+    FakeSequence seq;
+    PrefixCache probe(1 << 30);
+    const std::vector<int32_t> one = seq_tokens(B, 1);
+    ASSERT_TRUE(seq.store(probe, one, 1, false).is_ok());
+    const uint64_t block_bytes = probe.stats().bytes;
+    const std::vector<int32_t> a = seq_tokens(64 * B, 1);
+
+    for (bool running : {false, true}) {
+        SCOPED_TRACE(running ? "with a running state" : "rows only");
+        PrefixCache cache(10 * block_bytes + 100);
+        seq.blocks_read = 0;
+        for (int64_t n = 4; n <= 64; n += 4)  // forwards of 4 blocks
+            ASSERT_TRUE(seq.store(cache, std::span(a).first(static_cast<size_t>(n * B)), 1, running).is_ok());
+        const PrefixCacheStats s = cache.stats();
+        EXPECT_LE(s.bytes, 10 * block_bytes + 100);
+        EXPECT_EQ(s.evictions, 0u);  // nothing read was dropped again
+        // Rows only: the first 10 blocks, read once. With a running state: the chains of the forwards
+        // that fit whole (8 blocks, the running states at 4 and 8).
+        EXPECT_EQ(seq.blocks_read, running ? 8 : 10);
+        EXPECT_EQ(s.blocks, running ? 8 : 10);
+        int64_t matched = 0;
+        auto m = cache.lookup(query(a, 1, running), &matched);
+        ASSERT_TRUE(m.has_value());
+        EXPECT_EQ(matched, (running ? 8 : 10) * B);
+        EXPECT_EQ(m->tokens(), (running ? 8 : 10) * B);
+        if (running) {
+            EXPECT_EQ(m->running(), "running@512");
+        }
+        std::string row(m->position_blocks().back());
+        int64_t r = 0;
+        std::memcpy(&r, row.data(), sizeof r);
+        EXPECT_EQ(r, (running ? 7 : 9) * B);  // each block holds its own rows
+        EXPECT_GT(s.skipped_blocks, 0u);
+    }
 }
 
 // ---- through sessions -------------------------------------------------------------------------
