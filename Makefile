@@ -22,9 +22,14 @@ build: deps
 	@cmake -S . -B $(BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=Release -DSLUICE_WERROR=$(WERROR) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# Sanitized and fuzz builds: line tables only (-g1: file:line in every report, no variable info), which
+# compiles in two thirds of -g's time (the server's TUs under ASan: 35 s -> 23 s); the optimisation level,
+# and so every warning -Werror turns into an error, stays RelWithDebInfo's -O2.
+SAN_FLAGS := -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
+
 asan: deps
 	@# The sanitizer build is CPU-only: the Release build already compiles the CUDA backend.
-	@cmake -S . -B $(BUILD_ASAN) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_SANITIZE=ON \
+	@cmake -S . -B $(BUILD_ASAN) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(SAN_FLAGS) -DSLUICE_SANITIZE=ON \
 	  -DSLUICE_BUILD_BENCH=OFF -DSLUICE_CUDA=OFF -DSLUICE_WERROR=$(WERROR) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD_ASAN) -j $(JOBS) --target sluice_tests sluice
 
@@ -54,7 +59,7 @@ TSAN_TESTS ?= ThreadPool.*:Session.*:StepBatcher.*:ServerSessionPool.*:PackedBat
 TSAN_RUN = TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
   $(BUILD_TSAN)/bin/sluice_tests --gtest_brief=1 --gtest_filter='$(TSAN_TESTS)'
 tsan: deps
-	@cmake -S . -B $(BUILD_TSAN) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_TSAN=ON \
+	@cmake -S . -B $(BUILD_TSAN) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(SAN_FLAGS) -DSLUICE_TSAN=ON \
 	  -DSLUICE_BUILD_BENCH=OFF -DSLUICE_CUDA=OFF -DSLUICE_WERROR=$(WERROR) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD_TSAN) -j $(JOBS) --target sluice_tests
 test-tsan: tsan
@@ -69,7 +74,7 @@ demo: build
 # the end of the target's log.
 FUZZ_SECONDS ?= 60
 fuzz-build: deps
-	@CC=clang CXX=clang++ cmake -S . -B $(BUILD_FUZZ) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	@CC=clang CXX=clang++ cmake -S . -B $(BUILD_FUZZ) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(SAN_FLAGS) \
 	  -DSLUICE_FUZZ=ON -DSLUICE_BUILD_TESTS=OFF -DSLUICE_BUILD_BENCH=OFF -DSLUICE_CUDA=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_targets
 FUZZ_RUN = mkdir -p $(BUILD_FUZZ)/artifacts $(BUILD_FUZZ)/logs; \
