@@ -3,12 +3,12 @@
 
 Purpose
     sluice must produce the same logits as the reference implementation. This script builds tiny
-    dense Qwen3 / Qwen3-MoE / Qwen3-Next / Qwen3.5-MoE models with seeded random weights, writes each one as a
+    dense Qwen2 / Qwen3 / Qwen3-MoE / Qwen3-Next / Qwen3.5-MoE models with seeded random weights, writes each one as a
     checkpoint in the layout under test (HF bf16, or MLX affine-quantised as mlx-lm writes it), loads
     the exact stored values back into the transformers model (in float32, on the CPU), and records what
     transformers computes.
 
-How to run (needs torch, transformers >= 5 with qwen3 / qwen3_moe / qwen3_next / qwen3_5_moe, numpy)
+How to run (needs torch, transformers >= 5 with qwen2 / qwen3 / qwen3_moe / qwen3_next / qwen3_5_moe, numpy)
     python3 tools/make_goldens.py --out tests/data/goldens            # all goldens
     python3 tools/make_goldens.py --out DIR --only qwen3_next_hf_bf16  # one golden (the index keeps
                                                                        # the others listed)
@@ -266,6 +266,34 @@ def _qwen3_cfg(h, nh, nkv, hd, inter, v, layers, tied):
     }
 
 
+def _qwen2_cfg(h, nh, nkv, inter, v, layers, tied):
+    """Dense Qwen2 / Qwen2.5 (Qwen2ForCausalLM: Qwen2.5-0.5B ... 72B): biases on q/k/v (not o), no q/k
+    norm, head_dim = hidden / heads, a dense SwiGLU MLP; the small sizes tie the LM head."""
+    return {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "vocab_size": v,
+        "hidden_size": h,
+        "intermediate_size": inter,
+        "num_hidden_layers": layers,
+        "num_attention_heads": nh,
+        "num_key_value_heads": nkv,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "rope_scaling": None,
+        "max_position_embeddings": 4096,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "max_window_layers": layers,
+        "tie_word_embeddings": tied,
+        "use_cache": True,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": "bfloat16",
+    }
+
+
 def _qwen3_next_cfg(h, nh, nkv, hd, nk, nv, dk, dv, moe_i, sh_i, e, k, v, layers, interval):
     return {
         "architectures": ["Qwen3NextForCausalLM"],
@@ -394,6 +422,28 @@ GOLDENS = [
         "notes": "dense Qwen3 as mlx-lm writes a small one (Qwen3-0.6B..4B): tie_word_embeddings true, so no "
         "lm_head tensor and the quantised embed_tokens is also the LM head; 4-bit gs32, bf16 scales/biases; "
         "config.json as save_pretrained writes it plus mlx-lm's quantization block",
+    },
+    {
+        "name": "qwen2_hf_bf16",
+        "family": "qwen2",
+        "layout": "hf",
+        "config": _qwen2_cfg(h=128, nh=4, nkv=2, inter=192, v=256, layers=3, tied=False),
+        "config_writer": "save_pretrained",
+        "notes": "dense Qwen2/Qwen2.5: q/k/v projections with biases (drawn N(0, 0.5): real Qwen2.5 k biases "
+        "are large), no q/k norm, head_dim = hidden / heads = 32 (a multiple of the compressed KV types' "
+        "group), intermediate 192; config.json as save_pretrained writes it",
+    },
+    {
+        "name": "qwen2_mlx_q4",
+        "family": "qwen2",
+        "layout": "mlx",
+        "bits": 4,
+        "group_size": 32,
+        "config": _qwen2_cfg(h=128, nh=4, nkv=2, inter=256, v=256, layers=3, tied=True),
+        "config_writer": "save_pretrained",
+        "notes": "dense Qwen2.5 as mlx-lm writes a small one (Qwen2.5-0.5B..3B): tied embeddings (the quantised "
+        "embed_tokens is also the LM head), q/k/v .bias kept bf16 beside the quantised weight's "
+        ".scales/.biases; 4-bit gs32",
     },
     {
         "name": "qwen3_moe_hf_bf16",
@@ -557,6 +607,8 @@ def draw_param(golden: str, family: str, name: str, shape: tuple, current: np.nd
     if name.endswith("dt_bias"):
         return r.uniform(-3.0, 0.5, size=shape).astype(np.float32)
     if "conv1d.weight" in name:
+        return r.normal(0.0, 0.5, size=shape).astype(np.float32)
+    if name.endswith(".bias"):  # Qwen2's q/k/v biases
         return r.normal(0.0, 0.5, size=shape).astype(np.float32)
     if len(shape) == 1:  # norm weights
         zero_centred = family in ("qwen3_next", "qwen3_5_moe") and "linear_attn.norm" not in name
@@ -922,6 +974,8 @@ def build_model(golden: dict, cfg):
         cls = transformers.Qwen3NextForCausalLM
     elif fam == "qwen3":
         cls = transformers.Qwen3ForCausalLM
+    elif fam == "qwen2":
+        cls = transformers.Qwen2ForCausalLM
     else:
         cls = transformers.Qwen3MoeForCausalLM
     for c in (cfg, getattr(cfg, "text_config", None)):

@@ -217,8 +217,15 @@ Expected<PackResult> synth_model(const SynthOptions& options) {
             b.linear(att + "k_proj", cfg.n_kv_heads * hd, H, o.bits);
             b.linear(att + "v_proj", cfg.n_kv_heads * hd, H, o.bits);
             b.linear(att + "o_proj", H, cfg.n_heads * hd, o.bits);
-            b.vector(att + "q_norm.weight", {hd}, 1.0f, 0.05f, false);
-            b.vector(att + "k_norm.weight", {hd}, 1.0f, 0.05f, false);
+            if (cfg.attn_qk_norm) {
+                b.vector(att + "q_norm.weight", {hd}, 1.0f, 0.05f, false);
+                b.vector(att + "k_norm.weight", {hd}, 1.0f, 0.05f, false);
+            }
+            if (cfg.attn_qkv_bias) {
+                b.vector(att + "q_proj.bias", {cfg.n_heads * hd}, 0.0f, 0.5f, false);
+                b.vector(att + "k_proj.bias", {cfg.n_kv_heads * hd}, 0.0f, 0.5f, false);
+                b.vector(att + "v_proj.bias", {cfg.n_kv_heads * hd}, 0.0f, 0.5f, false);
+            }
         } else {
             const int64_t kd = cfg.linear_key_dim(), vd = cfg.linear_value_dim(), nv = cfg.linear_v_heads;
             const std::string q = p + Names::kDeltaNet;

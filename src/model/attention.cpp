@@ -1,7 +1,7 @@
-// Full (softmax) attention layers: Qwen3-MoE's plain GQA (models.md §2.2) and the gated variant of
+// Full (softmax) attention layers: Qwen3-MoE's plain GQA (models.md §2.2), the gated variant of
 // Qwen3-Next / Qwen3.5 (§3.4: q and a sigmoid gate interleaved per head in q_proj, zero-centred
-// q/k norms, partial NeoX RoPE). The KV cache holds keys (after norm and RoPE) and values in the
-// state layout's KV type (f32, or a compressed type of kernels/kv_format.h).
+// q/k norms, partial NeoX RoPE) and Qwen2's (biases on q/k/v, no q/k norm). The KV cache holds keys (after
+// norm and RoPE) and values in the state layout's KV type (f32, or a compressed type of kernels/kv_format.h).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -36,15 +36,30 @@ void Model::attention_layer(const AttentionPlan& P, const LayerWeights& lw, int6
         ModelState::Layer& st = p.state->layers[static_cast<size_t>(layer)];
         const int64_t pos0 = p.state->n_past;
         for (int64_t t = p.row0; t < p.row0 + p.n; ++t) {
+            if (P.qkv_bias) {  // Qwen2: q, k and v plus their biases (before RoPE, as the reference)
+                float* qr = qg + t * q_rows;
+                float* kr = k + t * nkv * hd;
+                float* vr = v + t * nkv * hd;
+                for (int64_t i = 0; i < nh * hd; ++i) qr[i] += a.q_bias[static_cast<size_t>(i)];
+                for (int64_t i = 0; i < nkv * hd; ++i) {
+                    kr[i] += a.k_bias[static_cast<size_t>(i)];
+                    vr[i] += a.v_bias[static_cast<size_t>(i)];
+                }
+            }
             for (int64_t h = 0; h < nh; ++h) {
                 const float* src = qg + t * q_rows + h * hd * (gated ? 2 : 1);
-                kernels::rms_norm(src, a.q_norm.data(), hd, P.qk_norm_eps, q + (t * nh + h) * hd);
+                if (P.qk_norm)
+                    kernels::rms_norm(src, a.q_norm.data(), hd, P.qk_norm_eps, q + (t * nh + h) * hd);
+                else
+                    std::memcpy(q + (t * nh + h) * hd, src, sizeof(float) * hd);
                 if (gated) std::memcpy(gate + (t * nh + h) * hd, src + hd, sizeof(float) * hd);
             }
-            for (int64_t h = 0; h < nkv; ++h) {
-                float* kh = k + (t * nkv + h) * hd;
-                kernels::rms_norm(kh, a.k_norm.data(), hd, P.qk_norm_eps, head);
-                std::memcpy(kh, head, sizeof(float) * hd);
+            if (P.qk_norm) {
+                for (int64_t h = 0; h < nkv; ++h) {
+                    float* kh = k + (t * nkv + h) * hd;
+                    kernels::rms_norm(kh, a.k_norm.data(), hd, P.qk_norm_eps, head);
+                    std::memcpy(kh, head, sizeof(float) * hd);
+                }
             }
             const int64_t pos = pos0 + t - p.row0;
             if (P.rope_inv_freq.empty()) {

@@ -16,6 +16,7 @@ using nlohmann::json;
 
 const char* family_name(Family family) {
     switch (family) {
+        case Family::kQwen2: return "qwen2";
         case Family::kQwen3: return "qwen3";
         case Family::kQwen3Moe: return "qwen3_moe";
         case Family::kQwen3Next: return "qwen3_next";
@@ -25,7 +26,7 @@ const char* family_name(Family family) {
 }
 
 const char* supported_model_types() {
-    return "qwen3, qwen3_moe, qwen3_next, qwen3_5_moe (text_config: qwen3_5_moe_text)";
+    return "qwen2, qwen3, qwen3_moe, qwen3_next, qwen3_5_moe (text_config: qwen3_5_moe_text)";
 }
 
 QuantSpec QuantConfig::for_module(const std::string& path) const {
@@ -226,7 +227,9 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
 
     // Nested configs (Qwen3.5/3.6 VLM wrapper): the text model's fields live in text_config.
     const json* text = &root;
-    if (cfg.model_type == "qwen3") {
+    if (cfg.model_type == "qwen2") {
+        cfg.family = Family::kQwen2;
+    } else if (cfg.model_type == "qwen3") {
         cfg.family = Family::kQwen3;
     } else if (cfg.model_type == "qwen3_moe") {
         cfg.family = Family::kQwen3Moe;
@@ -322,7 +325,7 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
     cfg.rotary_dim = static_cast<int64_t>(std::lround(static_cast<double>(cfg.head_dim) * partial));
 
     // MoE (a dense family has none: a dense MLP in every layer, is_moe_layer() false).
-    if (cfg.family == Family::kQwen3) {
+    if (cfg.is_dense_family()) {
         cfg.dense_ffn = r.required_int("intermediate_size");
     } else {
         cfg.n_experts = r.required_int({"num_experts", "num_local_experts"});
@@ -336,6 +339,7 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
     }
 
     switch (cfg.family) {
+        case Family::kQwen2:
         case Family::kQwen3: break;
         case Family::kQwen3Moe:
             // HF Qwen3MoeConfig defaults norm_topk_prob to false; the released checkpoints set it true.
@@ -358,13 +362,24 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
         cfg.shared_expert_ffn = r.int_or("shared_expert_intermediate_size", 0);
         cfg.split_linear_projections = cfg.family == Family::kQwen35Moe;
     }
+    // Attention biases and q/k norms: Qwen2's reference hard-wires biases on q/k/v (not o) and has no
+    // q/k norm; the Qwen3 families have the norms and, with attention_bias (false in every released
+    // checkpoint), biases on all four projections — not implemented, so refused rather than ignored.
+    if (cfg.family == Family::kQwen2) {
+        cfg.attn_qk_norm = false;
+        cfg.attn_qkv_bias = true;
+    } else if (r.bool_or("attention_bias", false)) {
+        SLUICE_RETURN_IF_ERROR(r.status());
+        return error(ErrorCode::kUnsupported,
+                     "[config] " + source + ": attention_bias true (biases on q/k/v/o) is not supported");
+    }
     SLUICE_RETURN_IF_ERROR(r.status());
 
     // Layer pattern.
     cfg.layer_types.assign(static_cast<size_t>(cfg.n_layers), LayerType::kFullAttention);
-    if (cfg.family == Family::kQwen3) {
-        // Qwen3's optional sliding window (off in every released checkpoint) is not implemented:
-        // refused rather than run as full attention.
+    if (cfg.is_dense_family()) {
+        // The optional sliding window of Qwen2 / Qwen3 (off in every released checkpoint) is not
+        // implemented: refused rather than run as full attention.
         bool sliding = r.bool_or("use_sliding_window", false);
         if (auto lt = text->find("layer_types"); lt != text->end() && lt->is_array())
             for (const auto& t : *lt)

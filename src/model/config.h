@@ -2,8 +2,9 @@
 // Every dimension used anywhere in the forward is a field here, with its glossary letter from
 // models.md §0 in the comment. Parsed once at load; immutable afterwards.
 //
-// Families: qwen3 (dense: Qwen3-MoE's attention, a dense MLP in every layer), qwen3_moe (models.md
-// §2), qwen3_next (§3), qwen3_5_moe (§4; nested `text_config`).
+// Families: qwen2 (dense Qwen2 / Qwen2.5: biases on q/k/v, no q/k norm, a dense MLP in every layer),
+// qwen3 (dense: Qwen3-MoE's attention, a dense MLP in every layer), qwen3_moe (models.md §2),
+// qwen3_next (§3), qwen3_5_moe (§4; nested `text_config`).
 // Family defaults are applied here and nowhere else (e.g. Qwen3.5/3.6 routers always renormalise).
 #pragma once
 
@@ -18,7 +19,7 @@
 
 namespace sluice::model {
 
-enum class Family { kQwen3, kQwen3Moe, kQwen3Next, kQwen35Moe };
+enum class Family { kQwen2, kQwen3, kQwen3Moe, kQwen3Next, kQwen35Moe };
 const char* family_name(Family family);
 
 enum class LayerType { kFullAttention, kLinearAttention };
@@ -79,6 +80,8 @@ struct ModelConfig {
         bool truncate = true;  // the correction range rounded outwards to whole dims
     } yarn;
     bool attn_output_gate = false;  // q_proj also yields a per-head sigmoid gate (Next, 3.5)
+    bool attn_qk_norm = true;       // per-head RMS norms of q and k (every family but Qwen2)
+    bool attn_qkv_bias = false;     // q_proj, k_proj and v_proj have biases (Qwen2)
 
     // Gated DeltaNet (§3.5).
     int64_t linear_k_heads = 0;             // nk
@@ -115,7 +118,8 @@ struct ModelConfig {
     }
     bool is_mtp_layer(int64_t layer) const { return layer >= n_layers; }
     bool is_moe_layer(int64_t layer) const;
-    bool has_experts() const { return n_experts > 0; }                          // false for a dense family
+    bool has_experts() const { return n_experts > 0; }  // false for a dense family
+    bool is_dense_family() const { return family == Family::kQwen2 || family == Family::kQwen3; }
     int64_t linear_key_dim() const { return linear_k_heads * linear_k_dim; }    // nk·dk
     int64_t linear_value_dim() const { return linear_v_heads * linear_v_dim; }  // nv·dv
     int64_t conv_dim() const { return 2 * linear_key_dim() + linear_value_dim(); }

@@ -25,7 +25,9 @@ ModelPlan make_plan(const ModelConfig& c, CheckpointLayout layout) {
             a.rope_theta = c.rope_theta;
             a.rope_inv_freq = c.rope_inv_freq();
             if (c.yarn.enabled) a.rope_mscale = static_cast<float>(c.yarn.attention_factor);
+            a.qk_norm = c.attn_qk_norm;
             a.qk_norm_eps = c.rms_eps;
+            a.qkv_bias = c.attn_qkv_bias;
             a.output_gate = c.attn_output_gate;
         } else {
             p.mixer = MixerKind::kGatedDeltaNet;

@@ -35,7 +35,9 @@ struct AttentionPlan {
     float rope_theta = 10000.0f;
     std::vector<float> rope_inv_freq;  // YaRN's frequencies [rotary_dim / 2]; empty: from rope_theta
     float rope_mscale = 1.0f;          // YaRN's attention factor on cos and sin
-    float qk_norm_eps = 1e-6f;         // per-head RMS norm of q and k (weights hold any +1)
+    bool qk_norm = true;               // per-head RMS norm of q and k (every family but Qwen2)
+    float qk_norm_eps = 1e-6f;         // its epsilon (weights hold any +1)
+    bool qkv_bias = false;             // q, k and v projections add a bias (Qwen2)
     bool output_gate = false;  // q_proj also yields a per-head sigmoid gate, interleaved with q per head
 };
 

@@ -210,8 +210,17 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
             SLUICE_ASSIGN_OR_RETURN(a.k_proj, b.linear(att + "k_proj", cfg.n_kv_heads * cfg.head_dim, H));
             SLUICE_ASSIGN_OR_RETURN(a.v_proj, b.linear(att + "v_proj", cfg.n_kv_heads * cfg.head_dim, H));
             SLUICE_ASSIGN_OR_RETURN(a.o_proj, b.linear(att + "o_proj", H, cfg.n_heads * cfg.head_dim));
-            SLUICE_ASSIGN_OR_RETURN(a.q_norm, b.floats(att + "q_norm.weight", cfg.head_dim, norm_add));
-            SLUICE_ASSIGN_OR_RETURN(a.k_norm, b.floats(att + "k_norm.weight", cfg.head_dim, norm_add));
+            if (cfg.attn_qk_norm) {
+                SLUICE_ASSIGN_OR_RETURN(a.q_norm, b.floats(att + "q_norm.weight", cfg.head_dim, norm_add));
+                SLUICE_ASSIGN_OR_RETURN(a.k_norm, b.floats(att + "k_norm.weight", cfg.head_dim, norm_add));
+            }
+            if (cfg.attn_qkv_bias) {
+                const int64_t kv = cfg.n_kv_heads * cfg.head_dim;
+                SLUICE_ASSIGN_OR_RETURN(a.q_bias,
+                                        b.floats(att + "q_proj.bias", cfg.n_heads * cfg.head_dim, 0.0f));
+                SLUICE_ASSIGN_OR_RETURN(a.k_bias, b.floats(att + "k_proj.bias", kv, 0.0f));
+                SLUICE_ASSIGN_OR_RETURN(a.v_bias, b.floats(att + "v_proj.bias", kv, 0.0f));
+            }
             for (const WeightView* v : {&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj})
                 mw.dense_bytes += view_bytes(*v);
         } else {
@@ -273,6 +282,7 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
     uint64_t floats = mw.final_norm.size();
     for (const LayerWeights& lw : mw.layers)
         floats += lw.input_norm.size() + lw.post_norm.size() + lw.attn.q_norm.size() + lw.attn.k_norm.size() +
+                  lw.attn.q_bias.size() + lw.attn.k_bias.size() + lw.attn.v_bias.size() +
                   lw.linear.conv.size() + lw.linear.neg_a.size() + lw.linear.dt_bias.size() +
                   lw.linear.norm.size();
     mw.dense_bytes += sizeof(float) * floats;

@@ -41,8 +41,11 @@ struct AttentionWeights {
     WeightView k_proj;          // [nkv·hd, H]
     WeightView v_proj;          // [nkv·hd, H]
     WeightView o_proj;          // [H, nh·hd]
-    std::vector<float> q_norm;  // [hd]
+    std::vector<float> q_norm;  // [hd]; empty without q/k norms (Qwen2)
     std::vector<float> k_norm;  // [hd]
+    std::vector<float> q_bias;  // [nh·hd], k_bias and v_bias [nkv·hd]: Qwen2's; empty without
+    std::vector<float> k_bias;
+    std::vector<float> v_bias;
 };
 
 struct DeltaNetWeights {

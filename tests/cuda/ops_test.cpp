@@ -892,6 +892,61 @@ TEST(CudaOps, FusedDecodeFormsMatchReference) {
 
 // ---- fused forms against the unfused kernel sequences they replace --------------------------------
 
+// Qwen2's prep: q/k/v biases and no q/k norm (PrepWeights with null norms), fused against the unfused
+// sequence (add_bias_rows ×3 + copy_heads + rope_neox ×2 + write_rows_at ×2) and the CPU reference.
+TEST(CudaOps, AttentionPrepWithBiasesAndNoNormMatchesReference) {
+    REQUIRE_GPU();
+    const int64_t nh = 4, nkv = 2, hd = 64, rot = 64, kvw = nkv * hd;
+    const float theta = 1e6f;
+    for (int64_t n : {1, 3}) {
+        for (int64_t pos0 : {0, 100}) {
+            const int64_t rows = pos0 + n;
+            std::vector<float> qg = randn(static_cast<size_t>(n * nh * hd), 11),
+                               k = randn(static_cast<size_t>(n * kvw), 12),
+                               v = randn(static_cast<size_t>(n * kvw), 13),
+                               qb = randn(static_cast<size_t>(nh * hd), 14),
+                               kb = randn(static_cast<size_t>(kvw), 15),
+                               vb = randn(static_cast<size_t>(kvw), 16),
+                               cache0 = randn(static_cast<size_t>(rows * kvw), 17);
+            Dev<float> dqg(qg), dk(k), dv(v), dqb(qb), dkb(kb), dvb(vb);
+            Dev<int32_t> dpos(std::vector<int32_t>{static_cast<int32_t>(pos0)});
+            Dev<float> fq(static_cast<size_t>(n * nh * hd)), fkc(cache0), fvc(cache0);
+            attention_prep(dqg.get(), dk.get(), dv.get(),
+                           PrepWeights{nullptr, nullptr, dqb.get(), dkb.get(), dvb.get()}, n, nh, nkv, hd,
+                           rot, false, 1e-6f, dpos.get(), RopeParams{theta}, fq.get(), nullptr, fkc.get(),
+                           fvc.get(), nullptr);
+            Dev<float> uqg(qg), uk(k), uv(v), uq(static_cast<size_t>(n * nh * hd)), ukc(cache0), uvc(cache0);
+            add_bias_rows(uqg.get(), dqb.get(), n, nh * hd, nullptr);
+            add_bias_rows(uk.get(), dkb.get(), n, kvw, nullptr);
+            add_bias_rows(uv.get(), dvb.get(), n, kvw, nullptr);
+            copy_heads(uqg.get(), HeadLayout{n, nh, hd, nh * hd, hd, nh * hd, hd}, uq.get(), nullptr);
+            rope_neox(uq.get(), n, nh, hd, rot, dpos.get(), RopeParams{theta}, nullptr);
+            rope_neox(uk.get(), n, nkv, hd, rot, dpos.get(), RopeParams{theta}, nullptr);
+            write_rows_at(uk.get(), n, kvw, dpos.get(), ukc.get(), nullptr);
+            write_rows_at(uv.get(), n, kvw, dpos.get(), uvc.get(), nullptr);
+            const std::string what = "n " + std::to_string(n) + " pos " + std::to_string(pos0);
+            const auto q_out = fq.host(), k_cache = fkc.host(), v_cache = fvc.host();
+            EXPECT_LT(rel_err(q_out, uq.host()), 1e-6) << what;
+            EXPECT_LT(rel_err(k_cache, ukc.host()), 1e-6) << what;
+            EXPECT_EQ(v_cache, uvc.host()) << what;
+            std::vector<float> ref_q(q_out.size()), ref_k(static_cast<size_t>(n * kvw)), ref_v(ref_k.size());
+            for (int64_t t = 0; t < n; ++t) {
+                for (int64_t i = 0; i < nh * hd; ++i) ref_q[t * nh * hd + i] = qg[t * nh * hd + i] + qb[i];
+                for (int64_t i = 0; i < kvw; ++i) {
+                    ref_k[t * kvw + i] = k[t * kvw + i] + kb[i];
+                    ref_v[t * kvw + i] = v[t * kvw + i] + vb[i];
+                }
+                kernels::reference::rope_neox(ref_q.data() + t * nh * hd, nh, hd, rot, pos0 + t, theta);
+                kernels::reference::rope_neox(ref_k.data() + t * kvw, nkv, hd, rot, pos0 + t, theta);
+            }
+            EXPECT_LT(rel_err(q_out, ref_q), 1e-5) << what;
+            EXPECT_LT(rel_err(std::vector<float>(k_cache.begin() + pos0 * kvw, k_cache.end()), ref_k), 1e-5)
+                << what;
+            EXPECT_EQ(std::vector<float>(v_cache.begin() + pos0 * kvw, v_cache.end()), ref_v) << what;
+        }
+    }
+}
+
 // attention_prep against row_norm(q) + copy_heads(gate) + row_norm(k) + rope_neox ×2 +
 // write_rows_at ×2 (and, for q and the written k rows, the CPU rms_norm + rope_neox).
 TEST(CudaOps, AttentionPrepMatchesUnfusedSequence) {
@@ -930,9 +985,9 @@ TEST(CudaOps, AttentionPrepMatchesUnfusedSequence) {
                 // Fused.
                 Dev<float> fq(static_cast<size_t>(n * c.nh * c.hd)),
                     fgate(static_cast<size_t>(n * c.nh * c.hd)), fkc(cache0), fvc(cache0);
-                attention_prep(dqg.get(), dk.get(), dv.get(), dqn.get(), dkn.get(), n, c.nh, c.nkv, c.hd,
-                               c.rot, c.gated, eps, dpos.get(), RopeParams{theta}, fq.get(), fgate.get(),
-                               fkc.get(), fvc.get(), nullptr);
+                attention_prep(dqg.get(), dk.get(), dv.get(), PrepWeights{dqn.get(), dkn.get()}, n, c.nh,
+                               c.nkv, c.hd, c.rot, c.gated, eps, dpos.get(), RopeParams{theta}, fq.get(),
+                               fgate.get(), fkc.get(), fvc.get(), nullptr);
                 const std::string what = "heads " + std::to_string(c.nh) + "/" + std::to_string(c.nkv) +
                                          " hd " + std::to_string(c.hd) + " n " + std::to_string(n) + " pos " +
                                          std::to_string(pos0);

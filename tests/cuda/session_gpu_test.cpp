@@ -202,7 +202,7 @@ TEST_P(CudaSession, PrefixCacheRestoresWhatAColdPrefillComputes) {
             go.prefill_chunk_tokens = 128;
             go.prefix_cache = cache;
             std::vector<std::pair<int32_t, float>> out;
-            auto r = engine.new_session().value()->generate(p, go, [&](const TokenEvent& ev) {
+            auto r = engine.new_session()->generate(p, go, [&](const TokenEvent& ev) {
                 out.emplace_back(ev.token, ev.logprob);
                 return true;
             });
@@ -387,7 +387,7 @@ TEST(CudaFailure, AFailedTieredForwardLeavesTheSessionAtItsLastPosition) {
 
 INSTANTIATE_TEST_SUITE_P(Goldens, CudaSession,
                          ::testing::Values("qwen3_next_mlx_q4", "qwen3_5_moe_hf_bf16", "qwen3_moe_mlx_q4",
-                                           "qwen3_mlx_q4"),
+                                           "qwen3_mlx_q4", "qwen2_mlx_q4"),
                          [](const auto& param_info) { return param_info.param; });
 
 }  // namespace

@@ -123,7 +123,8 @@ INSTANTIATE_TEST_SUITE_P(Goldens, PackGolden,
                                            PackCase{"qwen3_moe_hf_bf16", 16},
                                            PackCase{"qwen3_next_hf_bf16", 16},
                                            PackCase{"qwen3_5_moe_hf_bf16", 16}, PackCase{"qwen3_mlx_q4", 0},
-                                           PackCase{"qwen3_hf_bf16", 16}),
+                                           PackCase{"qwen3_hf_bf16", 16}, PackCase{"qwen2_mlx_q4", 0},
+                                           PackCase{"qwen2_hf_bf16", 16}),
                          [](const auto& param_info) { return std::string(param_info.param.golden); });
 
 // Relative RMS error between every quantized linear of a pack and its bf16 source.

@@ -106,10 +106,10 @@ __global__ void write_rows_kernel(const float* x, int64_t row_elems, const int32
 constexpr int kPrepThreads = 256;
 
 __global__ void __launch_bounds__(kPrepThreads)
-    attention_prep_kernel(const float* __restrict__ qg, const float* k, const float* v, const float* q_norm,
-                          const float* k_norm, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                          int64_t rot_dim, bool gated, float eps, const int32_t* pos0, RopeParams rope,
-                          float* q_out, float* gate_out, float* k_cache, float* v_cache, bool at_positions) {
+    attention_prep_kernel(const float* __restrict__ qg, const float* k, const float* v, PrepWeights w,
+                          int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t rot_dim, bool gated,
+                          float eps, const int32_t* pos0, RopeParams rope, float* q_out, float* gate_out,
+                          float* k_cache, float* v_cache, bool at_positions) {
     const int64_t slots = n_heads + n_kv_heads;
     const int64_t t = blockIdx.x / slots, slot = blockIdx.x % slots;
     const bool is_q = slot < n_heads;
@@ -117,13 +117,21 @@ __global__ void __launch_bounds__(kPrepThreads)
     const int64_t q_head_stride = head_dim * (gated ? 2 : 1);
     const float* xr = is_q ? qg + (t * n_heads + h) * q_head_stride : k + (t * n_kv_heads + h) * head_dim;
     const int64_t position = *pos0 + t, row = at_positions ? position : t;
-    const float* weight = is_q ? q_norm : k_norm;
+    const float* weight = is_q ? w.q_norm : w.k_norm;
+    const float* bias = is_q ? w.q_bias : w.k_bias;
+    if (bias != nullptr) bias += h * head_dim;
     __shared__ float normed[32 * kMaxHeadDimPerLane];
-    float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) ss += xr[i] * xr[i];
-    ss = block_sum(ss);
-    const float inv = rsqrtf(ss / static_cast<float>(head_dim) + eps);
-    for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) normed[i] = xr[i] * inv * weight[i];
+    // The head plus its bias (Qwen2), then its norm (every family but Qwen2); weight and bias are the
+    // same for every thread of the block, so block_sum is reached by all or none.
+    for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x)
+        normed[i] = bias != nullptr ? xr[i] + bias[i] : xr[i];
+    if (weight != nullptr) {
+        float ss = 0.0f;
+        for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) ss += normed[i] * normed[i];
+        ss = block_sum(ss);
+        const float inv = rsqrtf(ss / static_cast<float>(head_dim) + eps);
+        for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) normed[i] = normed[i] * inv * weight[i];
+    }
     __syncthreads();
     const int64_t half = rot_dim / 2;
     float* dst =
@@ -148,8 +156,15 @@ __global__ void __launch_bounds__(kPrepThreads)
     } else {
         const float* vr = v + (t * n_kv_heads + h) * head_dim;
         float* vd = v_cache + row * n_kv_heads * head_dim + h * head_dim;
-        for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) vd[i] = vr[i];
+        const float* vb = w.v_bias != nullptr ? w.v_bias + h * head_dim : nullptr;
+        for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x)
+            vd[i] = vb != nullptr ? vr[i] + vb[i] : vr[i];
     }
+}
+
+__global__ void add_bias_rows_kernel(float* x, const float* bias, int64_t cols) {
+    const int64_t i = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+    if (i < cols) x[blockIdx.x * cols + i] += bias[i];
 }
 
 // x += add; y = x / sqrt(mean(x²) + eps) · weight (the residual add fused with the next norm).
@@ -552,14 +567,20 @@ void write_rows_at(const float* x, int64_t n, int64_t row_elems, const int32_t* 
     write_rows_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(x, row_elems, pos0_dev, cache);
 }
 
-void attention_prep(const float* qg, const float* k, const float* v, const float* q_norm, const float* k_norm,
-                    int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t rot_dim,
-                    bool gated, float eps, const int32_t* pos0_dev, const RopeParams& rope, float* q_out,
-                    float* gate_out, float* k_cache, float* v_cache, cudaStream_t s, bool at_positions) {
+void attention_prep(const float* qg, const float* k, const float* v, const PrepWeights& w, int64_t n,
+                    int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t rot_dim, bool gated,
+                    float eps, const int32_t* pos0_dev, const RopeParams& rope, float* q_out, float* gate_out,
+                    float* k_cache, float* v_cache, cudaStream_t s, bool at_positions) {
     if (n == 0) return;
     attention_prep_kernel<<<static_cast<unsigned>(n * (n_heads + n_kv_heads)), kPrepThreads, 0, s>>>(
-        qg, k, v, q_norm, k_norm, n_heads, n_kv_heads, head_dim, rot_dim, gated, eps, pos0_dev, rope, q_out,
-        gate_out, k_cache, v_cache, at_positions);
+        qg, k, v, w, n_heads, n_kv_heads, head_dim, rot_dim, gated, eps, pos0_dev, rope, q_out, gate_out,
+        k_cache, v_cache, at_positions);
+}
+
+void add_bias_rows(float* x, const float* bias, int64_t rows, int64_t cols, cudaStream_t s) {
+    if (rows == 0) return;
+    const dim3 grid(static_cast<unsigned>(rows), grid_for(cols, 256));
+    add_bias_rows_kernel<<<grid, 256, 0, s>>>(x, bias, cols);
 }
 
 void add_rms_norm(float* x, const float* add, const float* weight, int64_t rows, int64_t dim, float eps,

@@ -240,18 +240,29 @@ void rope_neox(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, in
 // cache[(*pos0_dev + t), :] = x[t, :] for t < n (row = row_elems floats).
 void write_rows_at(const float* x, int64_t n, int64_t row_elems, const int32_t* pos0_dev, float* cache,
                    cudaStream_t s);
-// Attention prep for n tokens in one launch (the fused form of row_norm(q) + copy_heads(gate) +
-// row_norm(k) + rope_neox(q, k) + write_rows_at(k, v), numerically the same ops):
+// The per-head vectors of attention_prep: the q and k RMS-norm weights (null: no norm, Qwen2) and the
+// q/k/v projections' biases (null: none; [n_heads · head_dim] for q, [n_kv_heads · head_dim] for k, v).
+struct PrepWeights {
+    const float* q_norm = nullptr;
+    const float* k_norm = nullptr;
+    const float* q_bias = nullptr;
+    const float* k_bias = nullptr;
+    const float* v_bias = nullptr;
+};
+// Attention prep for n tokens in one launch (the fused form of add_bias(q, k, v) + row_norm(q) +
+// copy_heads(gate) + row_norm(k) + rope_neox(q, k) + write_rows_at(k, v), numerically the same ops):
 // qg [n, n_heads, head_dim · (gated ? 2 : 1)] (per head: q, then the output gate when gated),
-// k, v [n, n_kv_heads, head_dim]. Writes q_out [n, n_heads, head_dim] = rope(rms_norm(q) · q_norm),
-// gate_out [n, n_heads, head_dim] (gated only), and rows *pos0_dev + t of k_cache = rope(rms_norm(k)
-// · k_norm) and v_cache = v — or, with !at_positions, rows t (f32 rows staged for kv_store into a
-// compressed cache; k_cache and v_cache may then be k and v themselves). head_dim ≤ 256.
-void attention_prep(const float* qg, const float* k, const float* v, const float* q_norm, const float* k_norm,
-                    int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t rot_dim,
-                    bool gated, float eps, const int32_t* pos0_dev, const RopeParams& rope, float* q_out,
-                    float* gate_out, float* k_cache, float* v_cache, cudaStream_t s,
-                    bool at_positions = true);
+// k, v [n, n_kv_heads, head_dim]. Writes q_out [n, n_heads, head_dim] = rope(rms_norm(q + q_bias) ·
+// q_norm), gate_out [n, n_heads, head_dim] (gated only), and rows *pos0_dev + t of k_cache =
+// rope(rms_norm(k + k_bias) · k_norm) and v_cache = v + v_bias — or, with !at_positions, rows t (f32
+// rows staged for kv_store into a compressed cache; k_cache and v_cache may then be k and v
+// themselves). head_dim ≤ 256; a bias only without a gate.
+void attention_prep(const float* qg, const float* k, const float* v, const PrepWeights& w, int64_t n,
+                    int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t rot_dim, bool gated,
+                    float eps, const int32_t* pos0_dev, const RopeParams& rope, float* q_out, float* gate_out,
+                    float* k_cache, float* v_cache, cudaStream_t s, bool at_positions = true);
+// x[r, :] += bias for r < rows (row = cols floats): the unfused form of attention_prep's biases.
+void add_bias_rows(float* x, const float* bias, int64_t rows, int64_t cols, cudaStream_t s);
 
 // ---- the KV cache (kernels/kv_format.h; kv.cu) ---------------------------------------------------
 // One attention layer's cache in device memory: rows [positions][n_kv_heads] of heads stored as

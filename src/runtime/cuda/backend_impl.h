@@ -134,7 +134,8 @@ struct DevLayer {
     bool has_shared() const { return moe() && plan->moe.shared_expert; }
     float *input_norm = nullptr, *post_norm = nullptr;
     DevWeight q_proj, k_proj, v_proj, o_proj;
-    float *q_norm = nullptr, *k_norm = nullptr;
+    float *q_norm = nullptr, *k_norm = nullptr;                     // null without q/k norms (Qwen2)
+    float *q_bias = nullptr, *k_bias = nullptr, *v_bias = nullptr;  // Qwen2's, else null
     float* rope_inv_freq = nullptr;  // YaRN's frequencies (plan.attention.rope_inv_freq), or null
     DevWeight in_qkvz, in_ba, in_qkv, in_z, in_b, in_a, out_proj;
     float *conv = nullptr, *neg_a = nullptr, *dt_bias = nullptr, *dnorm = nullptr;

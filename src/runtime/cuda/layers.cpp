@@ -83,14 +83,23 @@ void CudaBackend::attention_layer(const DevLayer& L, int64_t l, int64_t n, const
         float* k_rows = f32 ? static_cast<float*>(cache.k) : k;
         float* v_rows = f32 ? static_cast<float*>(cache.v) : v;
         if (!unfused_) {
-            cuda::attention_prep(tmp, k, v, L.q_norm, L.k_norm, np, nh, nkv, hd, P.rotary_dim, gated,
-                                 P.qk_norm_eps, pos, rope, q, gate, k_rows, v_rows, stream_, f32);
+            const cuda::PrepWeights w{L.q_norm, L.k_norm, L.q_bias, L.k_bias, L.v_bias};
+            cuda::attention_prep(tmp, k, v, w, np, nh, nkv, hd, P.rotary_dim, gated, P.qk_norm_eps, pos, rope,
+                                 q, gate, k_rows, v_rows, stream_, f32);
         } else {
+            if (L.q_bias != nullptr) {  // Qwen2 (no gate: q rows are nh · hd)
+                cuda::add_bias_rows(tmp, L.q_bias, np, nh * hd, stream_);
+                cuda::add_bias_rows(k, L.k_bias, np, nkv * hd, stream_);
+                cuda::add_bias_rows(v, L.v_bias, np, nkv * hd, stream_);
+            }
             HeadLayout qh{np, nh, hd, q_rows, hd * (gated ? 2 : 1), nh * hd, hd};
-            cuda::row_norm(tmp, L.q_norm, qh, P.qk_norm_eps, false, 1.0f, q, stream_);
+            if (L.q_norm != nullptr)
+                cuda::row_norm(tmp, L.q_norm, qh, P.qk_norm_eps, false, 1.0f, q, stream_);
+            else
+                cuda::copy_heads(tmp, qh, q, stream_);
             if (gated) cuda::copy_heads(tmp + hd, qh, gate, stream_);
             HeadLayout kh{np, nkv, hd, nkv * hd, hd, nkv * hd, hd};
-            cuda::row_norm(k, L.k_norm, kh, P.qk_norm_eps, false, 1.0f, k, stream_);
+            if (L.k_norm != nullptr) cuda::row_norm(k, L.k_norm, kh, P.qk_norm_eps, false, 1.0f, k, stream_);
             cuda::rope_neox(q, np, nh, hd, P.rotary_dim, pos, rope, stream_);
             cuda::rope_neox(k, np, nkv, hd, P.rotary_dim, pos, rope, stream_);
             if (f32) {

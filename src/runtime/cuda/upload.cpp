@@ -101,8 +101,11 @@ Status CudaBackend::upload_weights(Arena& arena) {
             L.k_proj = put(arena, lw.attn.k_proj, st);
             L.v_proj = put(arena, lw.attn.v_proj, st);
             L.o_proj = put(arena, lw.attn.o_proj, st);
-            L.q_norm = put(arena, lw.attn.q_norm, st);
-            L.k_norm = put(arena, lw.attn.k_norm, st);
+            if (!lw.attn.q_norm.empty()) L.q_norm = put(arena, lw.attn.q_norm, st);
+            if (!lw.attn.k_norm.empty()) L.k_norm = put(arena, lw.attn.k_norm, st);
+            if (!lw.attn.q_bias.empty()) L.q_bias = put(arena, lw.attn.q_bias, st);
+            if (!lw.attn.k_bias.empty()) L.k_bias = put(arena, lw.attn.k_bias, st);
+            if (!lw.attn.v_bias.empty()) L.v_bias = put(arena, lw.attn.v_bias, st);
             if (!L.plan->attention.rope_inv_freq.empty())
                 L.rope_inv_freq = put(arena, L.plan->attention.rope_inv_freq, st);
         } else {
