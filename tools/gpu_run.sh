@@ -34,6 +34,7 @@
 #                          the GPU test binary alone (GPU_FILTER: a gtest filter)
 #   prep35                 llamabuild and gguf35 in the background while synth35, the flash attention test and
 #                          the CUDA goldens run; vs35: sluice and llama.cpp alternated (prefill 4096/512, 32K prompts)
+#   prefix35               prefill with the engine's prefix cache on (the default) against --prefix-cache 0, 32K and 128K
 #   llamabuild             llama.cpp from .devcarry/llama/llama.tgz or .txz (../shared/peer/README.md) into /tmp/llb;
 #                          gguf35: the 35B's GGUF of the same shapes (synth_gguf.py) at /tmp/m35.gguf;
 #                          llamakv35: llama-bench -fa 1 at f16 and q8_0 KV, the same depths and prompts
@@ -184,6 +185,18 @@ for s in "$@"; do
         for b in ${KV_BITS:-16 3 8 4}; do
             step kvdeep35_b$b 400 "$B/sluice" bench /tmp/m35 --device cuda --json "$RES/kvdeep35_b$b.json" \
                 --kv-bits $b -p ${KV_PROMPTS:-4096,32768,102400,131072} -n 32 --prefill-chunk 4096 --reps 1 ${KV_EXTRA:-}
+        done
+        ;;
+    prefix35)
+        # The prefix cache's cost on a long prefill: --prefix-cache default (stores at every chunk) against 0,
+        # alternated, f16 KV, at 32K and 128K (PREFIX_PROMPTS).
+        for r in $(seq 1 "${PREFIX_ROUNDS:-2}"); do
+            for pc in on off; do
+                f=()
+                [ "$pc" = off ] && f=(--prefix-cache 0)
+                step "prefix35_${pc}_r$r" 400 "$B/sluice" bench /tmp/m35 --device cuda --json "$RES/prefix35_${pc}_r$r.json" \
+                    --kv-bits 16 -p "${PREFIX_PROMPTS:-32768,131072}" -n 16 --prefill-chunk 4096 --reps 1 "${f[@]}"
+            done
         done
         ;;
     llamadeep35)
