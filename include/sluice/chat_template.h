@@ -38,6 +38,8 @@ class SLUICE_API ChatTemplate {
     // bos_token/eos_token (strings or {"content": ...}). Falls back to
     // `model_dir`/chat_template.jinja when the config has no template. kNotFound when neither exists
     // or `name` is not among the templates.
+    // `model_dir` may also be a .gguf file: `tokenizer.chat_template` (`name`:
+    // `tokenizer.chat_template.NAME`), with bos/eos as Tokenizer::load reads them from the same file.
     static Expected<ChatTemplate> load(const std::string& model_dir, const std::string& name = "");
 
     // Parses `source`. bos/eos are passed to the template as bos_token/eos_token when non-empty.

@@ -8,7 +8,8 @@
 //   Thread safety: every member is const and touches no shared mutable state, so any number of
 //   threads may call encode()/decode() on one instance at the same time.
 //   Errors: load() returns a Status naming the file and the problem (missing file, bad JSON,
-//   unsupported model/normalizer/pre-tokenizer type, merge naming a token not in the vocab, ...).
+//   unsupported model/normalizer/pre-tokenizer type, merge naming a token not in the vocab, a GGUF
+//   metadata key missing or of the wrong type, ...).
 //   encode()/decode() cannot fail: invalid UTF-8 input to encode() is first repaired to U+FFFD
 //   (HF takes a Rust &str, which is valid by construction); ids decode() does not know are skipped
 //   (HF does the same), and invalid UTF-8 produced by a token sequence becomes U+FFFD per maximal
@@ -33,12 +34,18 @@ namespace sluice {
 
 class SLUICE_API Tokenizer {
  public:
-    // Reads `model_dir`/tokenizer.json (required) and `model_dir`/tokenizer_config.json (optional:
+    // `path` is a model folder or a .gguf file.
+    // A folder: reads `path`/tokenizer.json (required) and `path`/tokenizer_config.json (optional:
     // added-token flags from `added_tokens_decoder` override tokenizer.json's, and it supplies the
-    // eos/bos/pad token strings). With `vocab_size` > 0 (the model's embedding rows) every token id
-    // must be below it, checked before the id tables are allocated.
-    static Expected<std::shared_ptr<const Tokenizer>> load(const std::string& model_dir,
-                                                           int64_t vocab_size = 0);
+    // eos/bos/pad token strings).
+    // A .gguf file (or the first file of a split set): the same tokenizer from its metadata as
+    // llama.cpp's converter writes it -- `tokenizer.ggml.model` "gpt2" with `tokenizer.ggml.pre`
+    // "qwen2" or "qwen35", the tokens, token types and merges; eos/pad from their ids, bos only when
+    // `tokenizer.ggml.add_bos_token` is true (docs/FORMATS.md, GGUF). Any other model or pre-tokenizer
+    // is refused naming the key and the value.
+    // With `vocab_size` > 0 (the model's embedding rows) every token id must be below it, checked
+    // before the id tables are allocated.
+    static Expected<std::shared_ptr<const Tokenizer>> load(const std::string& path, int64_t vocab_size = 0);
 
     ~Tokenizer();
     Tokenizer(const Tokenizer&) = delete;
@@ -65,7 +72,8 @@ class SLUICE_API Tokenizer {
     bool is_special(int32_t id) const;  // an added token flagged special: true
     bool is_added(int32_t id) const;    // any added token
 
-    // From tokenizer_config.json when present (and not null there).
+    // From tokenizer_config.json when present (and not null there); from a GGUF, the text of
+    // `tokenizer.ggml.{eos,bos,padding}_token_id`.
     const std::optional<std::string>& eos_token() const;
     const std::optional<std::string>& bos_token() const;
     const std::optional<std::string>& pad_token() const;

@@ -1,6 +1,7 @@
 // `sluice template MODEL_DIR --messages FILE.json [--tools FILE.json] [--kwargs JSON]
 // [--no-generation-prompt] [--template-name NAME]`: renders the model's chat template and prints
 // the prompt exactly (no newline added), for checking against transformers / @huggingface/jinja.
+// MODEL_DIR may be a .gguf file: its tokenizer.chat_template metadata.
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -60,8 +61,8 @@ void run_template(const TemplateOptions& opt) {
 SLUICE_COMMAND(template, 30, [](CLI::App& app) {
     auto opt = std::make_shared<TemplateOptions>();
     auto* cmd = app.add_subcommand("template", "Render a model's chat template for a conversation");
-    sluice::cli::add_model_arg(cmd, &opt->model_dir,
-                               "Model directory (tokenizer_config.json or chat_template.jinja)");
+    sluice::cli::add_model_arg(
+        cmd, &opt->model_dir, "Model directory (tokenizer_config.json or chat_template.jinja) or .gguf file");
     cmd->add_option("--messages", opt->messages_path, "JSON file with the messages array")->required();
     cmd->add_option("--tools", opt->tools_path, "JSON file with the tools array");
     cmd->add_option("--kwargs", opt->kwargs_json, "Extra template variables as a JSON object");

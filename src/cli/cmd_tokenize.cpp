@@ -2,6 +2,8 @@
 // interface the oracle test (tests/oracle/tokenizer.test.mjs) drives -- one process handles a
 // whole corpus through --jsonl instead of one spawn per document.
 //
+// MODEL is a folder with tokenizer.json or a .gguf file (its tokenizer.ggml.* metadata).
+//
 //   sluice tokenize MODEL_DIR (--text TEXT | --file FILE | --jsonl FILE) [--no-special]
 //     prints the ids as a JSON array (--jsonl: one JSON string per input line, one array per
 //     output line)
@@ -135,7 +137,7 @@ SLUICE_COMMAND(tokenize, 20, [](CLI::App& app) {
     auto opts = std::make_shared<sluice::cli::TokenizeOptions>();
     auto* cmd = app.add_subcommand("tokenize", "Encode text to token ids (printed as a JSON array)");
     sluice::cli::add_model_arg(cmd, &opts->model_dir,
-                               "Folder with tokenizer.json (and tokenizer_config.json)");
+                               "Folder with tokenizer.json (and tokenizer_config.json), or a .gguf file");
     auto* text = cmd->add_option("--text", opts->text, "Text to encode (default: none)");
     auto* file = cmd->add_option("--file", opts->file, "Encode the contents of this file (default: none)");
     auto* jsonl =
@@ -153,7 +155,7 @@ SLUICE_COMMAND(detokenize, 21, [](CLI::App& app) {
     auto opts = std::make_shared<sluice::cli::DetokenizeOptions>();
     auto* cmd = app.add_subcommand("detokenize", "Decode token ids to text");
     sluice::cli::add_model_arg(cmd, &opts->model_dir,
-                               "Folder with tokenizer.json (and tokenizer_config.json)");
+                               "Folder with tokenizer.json (and tokenizer_config.json), or a .gguf file");
     cmd->add_option("ids", opts->ids, "Token ids (default: none)");
     cmd->add_option("--jsonl", opts->jsonl,
                     "Batch: one JSON id array per line in, one JSON string per line out (default: none)");

@@ -55,4 +55,12 @@ Expected<TokenizerConfigJson> parse_tokenizer_config_json(std::string_view text,
 inline constexpr std::string_view kGpt2SplitRegex =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
+// The Split regexes of the Qwen families' tokenizer.json: Qwen2/3/3-Next, and Qwen3.5/3.6 (letters
+// joined by combining marks, \p{M}). tok::PreTokenizer recognises them by this exact text and runs
+// its hand-written matchers; a GGUF's `tokenizer.ggml.pre` "qwen2" / "qwen35" names them.
+inline constexpr std::string_view kQwen2SplitRegex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+inline constexpr std::string_view kQwen35SplitRegex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 }  // namespace sluice::format

@@ -52,7 +52,7 @@ void BpeModel::insert(int32_t a, int32_t b, int32_t rank, int32_t merged) {
 Expected<BpeModel> BpeModel::build(const std::vector<std::pair<std::string, int32_t>>& vocab,
                                    const std::vector<std::pair<std::string, std::string>>& merges,
                                    bool ignore_merges, const std::optional<std::string>& unk_token,
-                                   const std::string& path) {
+                                   const std::string& path, std::string_view merges_field) {
     static std::atomic<uint64_t> next_instance{1};
     BpeModel m;
     m.instance_ = next_instance++;
@@ -92,10 +92,9 @@ Expected<BpeModel> BpeModel::build(const std::vector<std::pair<std::string, int3
                                      : ij == ids.end() ? &joined
                                                        : nullptr;
         if (missing)
-            return error(ErrorCode::kCorrupt,
-                         fmt::format("[tokenizer] {}: model.merges[{}] ('{}' + '{}'): token '{}' "
-                                     "is not in the vocab",
-                                     path, r, a, b, *missing));
+            return error(ErrorCode::kCorrupt, fmt::format("[tokenizer] {}: {}[{}] ('{}' + '{}'): token '{}' "
+                                                          "is not in the vocab",
+                                                          path, merges_field, r, a, b, *missing));
         m.insert(ia->second, ib->second, static_cast<int32_t>(r), ij->second);
     }
 

@@ -29,11 +29,11 @@ namespace sluice::tok {
 class BpeModel {
  public:
     // `vocab` maps byte-level strings (GPT-2 alphabet) to ids; `merges` in rank order. `path`
-    // names the file in errors.
+    // names the file in errors, `merges_field` the merges' field in it.
     static Expected<BpeModel> build(const std::vector<std::pair<std::string, int32_t>>& vocab,
                                     const std::vector<std::pair<std::string, std::string>>& merges,
                                     bool ignore_merges, const std::optional<std::string>& unk_token,
-                                    const std::string& path);
+                                    const std::string& path, std::string_view merges_field = "model.merges");
 
     // Appends the ids of one pre-tokenized piece (raw UTF-8 bytes).
     void encode_piece(std::string_view piece, std::vector<int32_t>* out) const;

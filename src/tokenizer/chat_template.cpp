@@ -35,6 +35,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "format/gguf.h"
+#include "format/tokenizer_gguf.h"
+#include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/jinja/ast.h"
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/error.h"
@@ -105,7 +108,22 @@ Expected<ChatTemplate> ChatTemplate::from_string(const std::string& source, cons
     return ChatTemplate(std::move(impl));
 }
 
+Expected<ChatTemplate> tok::chat_template_from_gguf(const format::GgufMetadata& metadata,
+                                                    const std::string& path, const std::string& name) {
+    SLUICE_ASSIGN_OR_RETURN(std::string source, format::parse_gguf_chat_template(metadata, path, name));
+    SLUICE_ASSIGN_OR_RETURN(format::GgufSpecialTokens special,
+                            format::parse_gguf_special_tokens(metadata, path));
+    auto parsed =
+        ChatTemplate::from_string(source, special.bos_token.value_or(""), special.eos_token.value_or(""));
+    if (!parsed.has_value()) return parsed.status().with_context(path);
+    return parsed;
+}
+
 Expected<ChatTemplate> ChatTemplate::load(const std::string& model_dir, const std::string& name) {
+    if (tok::is_gguf_path(model_dir)) {
+        SLUICE_ASSIGN_OR_RETURN(auto gguf, format::GgufCheckpoint::open(model_dir));
+        return tok::chat_template_from_gguf(gguf->metadata(), model_dir, name);
+    }
     namespace fs = std::filesystem;
     fs::path dir(model_dir);
     fs::path config_path = dir / "tokenizer_config.json";

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "format/tokenizer_json.h"
 #include "sluice/status.h"
 
 namespace sluice::tok {
@@ -41,9 +42,8 @@ class PreTokenizer {
     std::shared_ptr<const Regex> regex_;
 };
 
-inline constexpr std::string_view kQwen2Regex =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-inline constexpr std::string_view kQwen35Regex =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// The regexes themselves live with the parsers that produce them (format/tokenizer_json.h).
+inline constexpr std::string_view kQwen2Regex = format::kQwen2SplitRegex;
+inline constexpr std::string_view kQwen35Regex = format::kQwen35SplitRegex;
 
 }  // namespace sluice::tok

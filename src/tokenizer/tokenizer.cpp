@@ -1,8 +1,9 @@
-// The Tokenizer behind include/sluice/tokenizer.h: loads the HF files (via src/format/), builds
-// the id tables, and runs the pipeline of docs/models.md 7.1 -- added tokens split out on the raw
-// text, NFC on the rest, added tokens flagged `normalized` split out of the normalised text, the
-// pre-tokenizer, then BPE per piece. Decoding concatenates every token's bytes and repairs invalid
-// UTF-8 once over the whole (HF's ByteLevel decoder calls String::from_utf8_lossy on all bytes).
+// The Tokenizer behind include/sluice/tokenizer.h: loads the HF files or a GGUF's tokenizer
+// metadata (both parsed by src/format/ into the same plain data), builds the id tables, and runs the pipeline
+// of docs/models.md 7.1 -- added tokens split out on the raw text, NFC on the rest, added tokens flagged
+// `normalized` split out of the normalised text, the pre-tokenizer, then BPE per piece. Decoding concatenates
+// every token's bytes and repairs invalid UTF-8 once over the whole (HF's ByteLevel decoder calls
+// String::from_utf8_lossy on all bytes).
 //
 // Lifetime: everything is built in load() and never modified, so concurrent encode/decode calls
 // need no locks; per-call scratch lives on the stack or in thread_local buffers.
@@ -20,11 +21,14 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "format/gguf.h"
+#include "format/tokenizer_gguf.h"
 #include "format/tokenizer_json.h"
 #include "io/mapped_file.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/byte_level.h"
+#include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/text.h"
 
@@ -53,54 +57,36 @@ struct Tokenizer::Impl {
     std::optional<std::string> eos, bos, pad;
 
     void encode_text(std::string_view text, std::vector<int32_t>* out) const;
+
+    // A nested class may call the private constructor: the one way a built Impl becomes a Tokenizer.
+    static std::shared_ptr<const Tokenizer> wrap(std::unique_ptr<Impl> impl) {
+        return std::shared_ptr<const Tokenizer>(new Tokenizer(std::move(impl)));
+    }
 };
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
 
-Expected<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::string& model_dir, int64_t vocab_size) {
-    const std::string json_path = model_dir + "/tokenizer.json";
-    if (!file_exists(json_path))
-        return error(ErrorCode::kNotFound, fmt::format("[tokenizer] {}: file not found", json_path));
-    SLUICE_ASSIGN_OR_RETURN(std::string json_text, io::read_text_file(json_path));
-    SLUICE_ASSIGN_OR_RETURN(format::TokenizerJson spec, format::parse_tokenizer_json(json_text, json_path));
-    json_text.clear();
-    json_text.shrink_to_fit();
+namespace {
 
-    std::optional<format::TokenizerConfigJson> config;
-    const std::string config_path = model_dir + "/tokenizer_config.json";
-    if (file_exists(config_path)) {
-        SLUICE_ASSIGN_OR_RETURN(std::string config_text, io::read_text_file(config_path));
-        SLUICE_ASSIGN_OR_RETURN(config, format::parse_tokenizer_config_json(config_text, config_path));
-    }
+// Where the parsed data came from, for error messages.
+struct SourceNames {
+    std::string file;          // tokenizer.json, or the .gguf
+    std::string vocab_field;   // "model.vocab" / "tokenizer.ggml.tokens"
+    std::string merges_field;  // "model.merges" / "tokenizer.ggml.merges"
+};
 
-    auto impl = std::make_unique<Impl>();
+// Builds the id tables from parsed data: tokenizer.json's (with tokenizer_config.json's flags
+// already applied to `added`) or a GGUF's metadata. One builder, so both sources give the same
+// tokenizer for the same data.
+Expected<std::unique_ptr<Tokenizer::Impl>> build_impl(format::TokenizerJson spec,
+                                                      const std::vector<format::AddedTokenSpec>& added,
+                                                      int64_t vocab_size, const SourceNames& names) {
+    auto impl = std::make_unique<Tokenizer::Impl>();
     impl->nfc = spec.normalize_nfc;
     SLUICE_ASSIGN_OR_RETURN(impl->pre, tok::PreTokenizer::create(spec.split_regex));
     SLUICE_ASSIGN_OR_RETURN(impl->bpe, tok::BpeModel::build(spec.vocab, spec.merges, spec.ignore_merges,
-                                                            spec.unk_token, json_path));
-
-    // Added tokens: tokenizer.json's list, with tokenizer_config.json's flags taking precedence
-    // (transformers re-registers added_tokens_decoder on the fast tokenizer at load).
-    std::vector<format::AddedTokenSpec> added = spec.added_tokens;
-    if (config) {
-        for (const auto& t : config->added_tokens_decoder) {
-            auto it = std::find_if(added.begin(), added.end(), [&](const auto& a) { return a.id == t.id; });
-            if (it == added.end()) {
-                added.push_back(t);
-            } else {
-                if (it->content != t.content)
-                    return error(
-                        ErrorCode::kCorrupt,
-                        fmt::format("[tokenizer] {}: added_tokens_decoder['{}'] is '{}' but {} says '{}'",
-                                    config_path, t.id, t.content, json_path, it->content));
-                *it = t;
-            }
-        }
-        impl->eos = config->eos_token;
-        impl->bos = config->bos_token;
-        impl->pad = config->pad_token;
-    }
+                                                            spec.unk_token, names.file, names.merges_field));
 
     int32_t max_id = -1;
     for (const auto& [text, id] : spec.vocab) max_id = std::max(max_id, id);
@@ -108,18 +94,15 @@ Expected<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::string& mo
     if (vocab_size > 0 && max_id >= vocab_size) {
         for (const auto& [text, id] : spec.vocab)
             if (id == max_id)
-                return error(
-                    ErrorCode::kCorrupt,
-                    fmt::format("[tokenizer] {}: model.vocab: '{}' has id {}, past the model's vocab_size {} "
-                                "(config.json)",
-                                json_path, text, id, vocab_size));
+                return error(ErrorCode::kCorrupt,
+                             fmt::format("[tokenizer] {}: {}: '{}' has id {}, past the model's vocab_size {}",
+                                         names.file, names.vocab_field, text, id, vocab_size));
         for (const auto& t : added)
             if (t.id == max_id)
-                return error(
-                    ErrorCode::kCorrupt,
-                    fmt::format("[tokenizer] {}: added token '{}' has id {}, past the model's vocab_size {} "
-                                "(config.json)",
-                                json_path, t.content, t.id, vocab_size));
+                return error(ErrorCode::kCorrupt,
+                             fmt::format("[tokenizer] {}: added token '{}' has id {}, past the model's "
+                                         "vocab_size {}",
+                                         names.file, t.content, t.id, vocab_size));
     }
     const size_t n = static_cast<size_t>(max_id + 1);
     impl->id_text.resize(n);
@@ -137,9 +120,8 @@ Expected<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::string& mo
     for (auto& [text, id] : spec.vocab) {
         if (impl->id_flags[id] & kKnown)
             return error(ErrorCode::kCorrupt,
-                         fmt::format("[tokenizer] {}: model.vocab: id {} is used by both '{}' "
-                                     "and '{}'",
-                                     json_path, id, impl->id_text[id], text));
+                         fmt::format("[tokenizer] {}: {}: id {} is used by both '{}' and '{}'", names.file,
+                                     names.vocab_field, id, impl->id_text[id], text));
         set_bytes(id, text);
         impl->id_flags[id] = kKnown;
         impl->vocab_ids.emplace(text, id);
@@ -151,7 +133,7 @@ Expected<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::string& mo
             return error(ErrorCode::kCorrupt,
                          fmt::format("[tokenizer] {}: added token '{}' has id {}, which the "
                                      "vocab gives to '{}'",
-                                     json_path, t.content, t.id, impl->id_text[t.id]));
+                                     names.file, t.content, t.id, impl->id_text[t.id]));
         impl->id_text[t.id] = t.content;
         set_bytes(t.id, t.content);
         impl->id_flags[t.id] = kKnown | kAdded | (t.special ? kSpecial : 0);
@@ -160,7 +142,79 @@ Expected<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::string& mo
     }
     impl->raw_matcher = tok::AddedTokenMatcher(std::move(raw));
     impl->normalized_matcher = tok::AddedTokenMatcher(std::move(normalized));
-    return std::shared_ptr<const Tokenizer>(new Tokenizer(std::move(impl)));
+    return impl;
+}
+
+}  // namespace
+
+bool tok::is_gguf_path(const std::string& path) {
+    constexpr std::string_view kExt = ".gguf";
+    struct stat st {};
+    return path.size() > kExt.size() && path.compare(path.size() - kExt.size(), kExt.size(), kExt) == 0 &&
+           !(::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode));
+}
+
+Expected<std::shared_ptr<const Tokenizer>> tok::tokenizer_from_gguf(const format::GgufMetadata& metadata,
+                                                                    const std::string& path,
+                                                                    int64_t vocab_size) {
+    SLUICE_ASSIGN_OR_RETURN(format::GgufTokenizerSpec spec, format::parse_gguf_tokenizer(metadata, path));
+    const std::vector<format::AddedTokenSpec> added = std::move(spec.tokenizer.added_tokens);
+    SLUICE_ASSIGN_OR_RETURN(auto impl,
+                            build_impl(std::move(spec.tokenizer), added, vocab_size,
+                                       SourceNames{path, fmt::format("key '{}'", format::kGgufTokens),
+                                                   fmt::format("key '{}'", format::kGgufMerges)}));
+    impl->eos = std::move(spec.special.eos_token);
+    impl->bos = std::move(spec.special.bos_token);
+    impl->pad = std::move(spec.special.pad_token);
+    return Tokenizer::Impl::wrap(std::move(impl));
+}
+
+Expected<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::string& path, int64_t vocab_size) {
+    if (tok::is_gguf_path(path)) {
+        SLUICE_ASSIGN_OR_RETURN(auto gguf, format::GgufCheckpoint::open(path));
+        return tok::tokenizer_from_gguf(gguf->metadata(), path, vocab_size);
+    }
+    const std::string json_path = path + "/tokenizer.json";
+    if (!file_exists(json_path))
+        return error(ErrorCode::kNotFound, fmt::format("[tokenizer] {}: file not found", json_path));
+    SLUICE_ASSIGN_OR_RETURN(std::string json_text, io::read_text_file(json_path));
+    SLUICE_ASSIGN_OR_RETURN(format::TokenizerJson spec, format::parse_tokenizer_json(json_text, json_path));
+    json_text.clear();
+    json_text.shrink_to_fit();
+
+    std::optional<format::TokenizerConfigJson> config;
+    const std::string config_path = path + "/tokenizer_config.json";
+    if (file_exists(config_path)) {
+        SLUICE_ASSIGN_OR_RETURN(std::string config_text, io::read_text_file(config_path));
+        SLUICE_ASSIGN_OR_RETURN(config, format::parse_tokenizer_config_json(config_text, config_path));
+    }
+
+    // Added tokens: tokenizer.json's list, with tokenizer_config.json's flags taking precedence
+    // (transformers re-registers added_tokens_decoder on the fast tokenizer at load).
+    std::vector<format::AddedTokenSpec> added = std::move(spec.added_tokens);
+    if (config) {
+        for (const auto& t : config->added_tokens_decoder) {
+            auto it = std::find_if(added.begin(), added.end(), [&](const auto& a) { return a.id == t.id; });
+            if (it == added.end()) {
+                added.push_back(t);
+            } else {
+                if (it->content != t.content)
+                    return error(
+                        ErrorCode::kCorrupt,
+                        fmt::format("[tokenizer] {}: added_tokens_decoder['{}'] is '{}' but {} says '{}'",
+                                    config_path, t.id, t.content, json_path, it->content));
+                *it = t;
+            }
+        }
+    }
+    SLUICE_ASSIGN_OR_RETURN(auto impl, build_impl(std::move(spec), added, vocab_size,
+                                                  SourceNames{json_path, "model.vocab", "model.merges"}));
+    if (config) {
+        impl->eos = std::move(config->eos_token);
+        impl->bos = std::move(config->bos_token);
+        impl->pad = std::move(config->pad_token);
+    }
+    return Impl::wrap(std::move(impl));
 }
 
 void Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>* out) const {

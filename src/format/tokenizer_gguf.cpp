@@ -1,0 +1,232 @@
+// See tokenizer_gguf.h. Mirrors of the writer: llama.cpp's conversion/base.py (get_vocab_base,
+// _set_vocab_gpt2) and gguf-py/gguf/vocab.py (SpecialVocab); of the reader: llama-vocab.cpp
+// (llama_vocab::impl::load: "gpt2" is LLAMA_VOCAB_TYPE_BPE, the pre names, the merge split).
+#include "format/tokenizer_gguf.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iterator>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace sluice::format {
+namespace {
+
+// gguf-py's TokenType (llama.h's llama_token_type).
+enum GgufTokenType : int64_t {
+    kNormal = 1,
+    kUnknown = 2,
+    kControl = 3,
+    kUserDefined = 4,
+    kUnused = 5,
+    kByte = 6,
+};
+
+// Added tokens the Qwen tokenizers flag not special (tokenizer_config.json's added_tokens_decoder, Qwen2.5
+// through Qwen3.5) although they look special, so the converter wrote them CONTROL (get_vocab_base:
+// CONTROL when special *or* "<|...|>"). HF keeps them in skip_special decodes, matches them with
+// split_special_tokens, and sluice's engine does not suppress them in sampling; read as HF has them.
+// Rejected alternative: CONTROL as special for these too — a FIM completion with a Qwen coder GGUF could
+// then never emit <|file_sep|>, and its decode would differ from the same model's HF files.
+constexpr std::string_view kQwenNotSpecial[] = {"<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+                                                "<|fim_pad|>",    "<|repo_name|>",  "<|file_sep|>"};
+
+// Same bound as tokenizer.json's ids (format/tokenizer_json.cpp): id-indexed tables stay small.
+constexpr int64_t kMaxTokens = int64_t{1} << 24;
+
+Status bad(const std::string& path, const std::string& what) {
+    return error(ErrorCode::kCorrupt, fmt::format("[tokenizer] {}: {}", path, what));
+}
+Status unsupported(const std::string& path, const std::string& what) {
+    return error(ErrorCode::kUnsupported, fmt::format("[tokenizer] {}: {}", path, what));
+}
+
+// The converter's filler for an id the HF tokenizer does not have (config.json's vocab_size is
+// larger): "[PAD{id}]", UNUSED (USER_DEFINED in converters before mid-2024).
+bool is_filler(std::string_view text, int64_t id) {
+    return text.size() > 6 && text.substr(0, 4) == "[PAD" && text.back() == ']' &&
+           text.substr(4, text.size() - 5) == std::to_string(id);
+}
+
+// tokenizer.ggml.tokens and token_type, checked against each other.
+struct TokenTable {
+    const std::vector<std::string>* texts = nullptr;
+    std::vector<int64_t> types;
+
+    bool is_token(int64_t id) const {
+        const int64_t t = types[static_cast<size_t>(id)];
+        return t != kUnused && !(t == kUserDefined && is_filler((*texts)[static_cast<size_t>(id)], id));
+    }
+};
+
+Expected<TokenTable> read_token_table(const GgufMetadata& md, const std::string& path) {
+    TokenTable table;
+    const GgufValue* tokens = md.find(kGgufTokens);
+    if (tokens == nullptr || !tokens->is_array() || tokens->element_type() != GgufValueType::kString) {
+        return md.get_strings(kGgufTokens).status();  // "[gguf] FILE: key '...' not found" / wrong type
+    }
+    table.texts = &tokens->strings();
+    const int64_t n = static_cast<int64_t>(table.texts->size());
+    if (n == 0) return bad(path, fmt::format("key '{}': no tokens", kGgufTokens));
+    if (n > kMaxTokens)
+        return bad(path, fmt::format("key '{}': {} tokens, more than the {} sluice accepts", kGgufTokens, n,
+                                     kMaxTokens));
+    SLUICE_ASSIGN_OR_RETURN(table.types, md.get_ints(kGgufTokenType));
+    if (static_cast<int64_t>(table.types.size()) != n)
+        return bad(path, fmt::format("key '{}' has {} entries but '{}' has {}", kGgufTokenType,
+                                     table.types.size(), kGgufTokens, n));
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t t = table.types[static_cast<size_t>(i)];
+        const std::string& text = (*table.texts)[static_cast<size_t>(i)];
+        if (t == kUnknown || t == kByte)
+            return unsupported(path,
+                               fmt::format("key '{}'[{}]: token '{}' is of type {} ({}), which a gpt2 "
+                                           "(byte-level BPE) vocabulary does not have",
+                                           kGgufTokenType, i, text, t, t == kUnknown ? "UNKNOWN" : "BYTE"));
+        if (t < kNormal || t > kByte)
+            return bad(path, fmt::format("key '{}'[{}]: {} is no token type (1 NORMAL .. 6 BYTE)",
+                                         kGgufTokenType, i, t));
+    }
+    return table;
+}
+
+// One of eos/bos/padding: nullopt when absent; an id past the tokens or naming a filler is an error.
+Expected<std::optional<std::string>> special_token(const GgufMetadata& md, const TokenTable& table,
+                                                   const char* key, const std::string& path) {
+    if (!md.has(key)) return std::optional<std::string>();
+    auto id = md.get_uint(key);
+    if (!id.has_value()) return id.status();
+    const uint64_t n = table.texts->size();
+    if (*id >= n) return bad(path, fmt::format("key '{}': id {} is past the {} tokens", key, *id, n));
+    const auto i = static_cast<int64_t>(*id);
+    if (!table.is_token(i))
+        return bad(path, fmt::format("key '{}': id {} is '{}', an unused filler, not a token", key, *id,
+                                     (*table.texts)[*id]));
+    return std::optional<std::string>((*table.texts)[*id]);
+}
+
+Expected<GgufSpecialTokens> read_special_tokens(const GgufMetadata& md, const TokenTable& table,
+                                                const std::string& path) {
+    GgufSpecialTokens out;
+    SLUICE_ASSIGN_OR_RETURN(out.eos_token, special_token(md, table, kGgufEosId, path));
+    SLUICE_ASSIGN_OR_RETURN(out.pad_token, special_token(md, table, kGgufPadId, path));
+    SLUICE_ASSIGN_OR_RETURN(auto bos, special_token(md, table, kGgufBosId, path));
+    bool add_bos = false;
+    if (md.has(kGgufAddBos)) {
+        SLUICE_ASSIGN_OR_RETURN(add_bos, md.get_bool(kGgufAddBos));
+    }
+    if (add_bos) {
+        if (!bos)
+            return bad(path, fmt::format("key '{}' is true but '{}' is missing", kGgufAddBos, kGgufBosId));
+        out.bos_token = std::move(bos);
+    }
+    return out;
+}
+
+}  // namespace
+
+Expected<GgufSpecialTokens> parse_gguf_special_tokens(const GgufMetadata& metadata, const std::string& path) {
+    SLUICE_ASSIGN_OR_RETURN(TokenTable table, read_token_table(metadata, path));
+    return read_special_tokens(metadata, table, path);
+}
+
+Expected<GgufTokenizerSpec> parse_gguf_tokenizer(const GgufMetadata& md, const std::string& path) {
+    GgufTokenizerSpec out;
+    TokenizerJson& tok = out.tokenizer;
+
+    SLUICE_ASSIGN_OR_RETURN(std::string model, md.get_string(kGgufTokenizerModel));
+    if (model != "gpt2")
+        return unsupported(path, fmt::format("key '{}' is '{}': sluice implements 'gpt2' (byte-level BPE)",
+                                             kGgufTokenizerModel, model));
+    SLUICE_ASSIGN_OR_RETURN(std::string pre, md.get_string(kGgufTokenizerPre));
+    if (pre == "qwen2") {
+        tok.split_regex = std::string(kQwen2SplitRegex);
+    } else if (pre == "qwen35") {
+        tok.split_regex = std::string(kQwen35SplitRegex);
+    } else {
+        return unsupported(path, fmt::format("key '{}' is '{}': sluice implements 'qwen2' and 'qwen35'",
+                                             kGgufTokenizerPre, pre));
+    }
+    // The Qwen tokenizer.json normaliser; a Lowercase / StripAccents one (BERT's) would be written here.
+    tok.normalize_nfc = true;
+    for (const char* key :
+         {"tokenizer.ggml.normalizer.lowercase", "tokenizer.ggml.normalizer.strip_accents"}) {
+        if (!md.has(key)) continue;
+        SLUICE_ASSIGN_OR_RETURN(bool on, md.get_bool(key));
+        if (on)
+            return unsupported(path, fmt::format("key '{}' is true: sluice's normaliser is NFC only", key));
+    }
+
+    SLUICE_ASSIGN_OR_RETURN(TokenTable table, read_token_table(md, path));
+    const auto& texts = *table.texts;
+    const int64_t n = static_cast<int64_t>(texts.size());
+    out.n_tokens = n;
+    std::unordered_map<std::string_view, int64_t> normal_ids, added_ids;
+    normal_ids.reserve(static_cast<size_t>(n));
+    tok.vocab.reserve(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+        const std::string& text = texts[static_cast<size_t>(i)];
+        const int64_t type = table.types[static_cast<size_t>(i)];
+        if (!table.is_token(i)) continue;
+        const auto id = static_cast<int32_t>(i);
+        if (type == kNormal) {
+            if (auto [it, fresh] = normal_ids.emplace(text, i); !fresh)
+                return bad(path, fmt::format("key '{}'[{}]: token '{}' is also token {}", kGgufTokens, i,
+                                             text, it->second));
+            tok.vocab.emplace_back(text, id);
+            continue;
+        }
+        // CONTROL or USER_DEFINED: an added token, matched on the raw text (get_vocab_base writes an
+        // added token's content; CONTROL when HF flags it special or it looks special, "<|...|>").
+        if (text.empty())
+            return bad(path, fmt::format("key '{}'[{}]: empty added token ({} {})", kGgufTokens, i,
+                                         kGgufTokenType, type));
+        if (auto [it, fresh] = added_ids.emplace(text, i); !fresh)
+            return bad(path, fmt::format("key '{}'[{}]: added token '{}' is also token {}", kGgufTokens, i,
+                                         text, it->second));
+        AddedTokenSpec a;
+        a.id = id;
+        a.content = text;
+        a.special = type == kControl && std::find(std::begin(kQwenNotSpecial), std::end(kQwenNotSpecial),
+                                                  text) == std::end(kQwenNotSpecial);
+        tok.added_tokens.push_back(std::move(a));
+    }
+
+    const GgufValue* merges = md.find(kGgufMerges);
+    if (merges == nullptr || !merges->is_array() || merges->element_type() != GgufValueType::kString)
+        return md.get_strings(kGgufMerges).status();
+    tok.merges.reserve(merges->strings().size());
+    for (size_t i = 0; i < merges->strings().size(); ++i) {
+        // "a b", split on the one space (byte-level tokens hold no space: it is 'Ġ'); llama.cpp splits at
+        // the first space after the first byte, HF tokenizers at the first space: the same on these.
+        const std::string& s = merges->strings()[i];
+        const size_t sp = s.find(' ');
+        if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() ||
+            s.find(' ', sp + 1) != std::string::npos)
+            return bad(path, fmt::format("key '{}'[{}]: expected \"a b\", got '{}'", kGgufMerges, i, s));
+        tok.merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+    }
+
+    SLUICE_ASSIGN_OR_RETURN(out.special, read_special_tokens(md, table, path));
+    return out;
+}
+
+Expected<std::string> parse_gguf_chat_template(const GgufMetadata& md, const std::string& path,
+                                               const std::string& name) {
+    const std::string key = name.empty() || name == "default" ? std::string(kGgufChatTemplate)
+                                                              : std::string(kGgufChatTemplate) + "." + name;
+    if (md.has(key)) return md.get_string(key);
+    std::string names;
+    if (md.has("tokenizer.chat_templates")) {
+        auto list = md.get_strings("tokenizer.chat_templates");
+        if (list.has_value())
+            for (const auto& n : *list) names += (names.empty() ? "" : ", ") + n;
+    }
+    return error(ErrorCode::kNotFound,
+                 fmt::format("[tokenizer] {}: no chat template: key '{}' not found{}", path, key,
+                             names.empty() ? std::string() : " (named templates: " + names + ")"));
+}
+
+}  // namespace sluice::format
