@@ -1,15 +1,18 @@
-// `sluice pack SRC_DIR OUT_DIR` and `sluice verify DIR`: convert a checkpoint into sluice's
-// streaming layout (resumable), and check every size and checksum of a packed folder.
+// `sluice pack SRC_DIR OUT_DIR` and `sluice verify DIR|FILE.gguf`: convert a checkpoint into sluice's
+// streaming layout (resumable), and check every size and checksum of a packed folder, or a GGUF's tensors
+// against the checksum manifest beside it (format/gguf_manifest.h).
 //
 // These are conversion tools, not inference: they call the packer in src/experts directly rather
 // than the Engine/Session API.
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "cli/model_arg.h"
 #include "cli/progress.h"
 #include "convert/packer.h"
+#include "format/gguf_manifest.h"
 
 namespace sluice::cli {
 namespace {
@@ -30,6 +33,48 @@ void run_pack(const convert::PackOptions& base) {
                  o.src_dir.c_str(), o.out_dir.c_str(), result.resumed ? " (resumed)" : "",
                  result.dense_bytes / 1e9, static_cast<long long>(result.expert_files),
                  result.expert_bytes / 1e9);
+}
+
+// A GGUF against the checksum manifest beside it (written on first use or with --rewrite).
+void run_verify_gguf(const std::string& path, bool as_json, bool rewrite) {
+    Progress progress("verify", false);
+    auto result =
+        format::verify_gguf(path, rewrite, [&](const std::string& phase, uint64_t done, uint64_t total) {
+            progress.update(phase, done, total);
+        });
+    progress.finish();
+    if (as_json) {
+        nlohmann::json out = {{"file", path}, {"ok", result.has_value() && result->problems.empty()}};
+        if (!result.has_value()) {
+            out["error"] = result.status().message();
+        } else {
+            out["manifest"] = result->manifest_path;
+            out["manifest_written"] = result->manifest_written;
+            out["tensors"] = result->tensors;
+            out["expert_slices"] = result->expert_slices;
+            out["problems"] = result->problems;
+        }
+        std::printf("%s\n", out.dump(2).c_str());
+        if (!result.has_value()) throw CliError(result.status().message());
+        if (!result->problems.empty())
+            throw CliError(std::to_string(result->problems.size()) + " problem(s) found in " + path);
+        return;
+    }
+    auto r = check(std::move(result));
+    if (r.manifest_written) {
+        std::printf("%s: checksums of %lld tensors (%lld expert slices) written to %s\n", path.c_str(),
+                    static_cast<long long>(r.tensors), static_cast<long long>(r.expert_slices),
+                    r.manifest_path.c_str());
+        return;
+    }
+    if (r.problems.empty()) {
+        std::printf("%s: OK (%lld tensors, %lld expert slices match %s)\n", path.c_str(),
+                    static_cast<long long>(r.tensors), static_cast<long long>(r.expert_slices),
+                    r.manifest_path.c_str());
+        return;
+    }
+    for (const auto& p : r.problems) std::printf("%s: %s\n", path.c_str(), p.c_str());
+    throw CliError(std::to_string(r.problems.size()) + " problem(s) found in " + path);
 }
 
 void run_verify(const std::string& dir, bool as_json) {
@@ -80,12 +125,22 @@ SLUICE_COMMAND(pack, 40, [](CLI::App& app) {
 
 SLUICE_COMMAND(verify, 41, [](CLI::App& app) {
     auto dir = std::make_shared<std::string>();
-    auto* cmd = app.add_subcommand("verify", "Check every size and checksum of a packed model");
-    sluice::cli::add_model_arg(cmd, dir.get(), "Packed model");
+    auto* cmd = app.add_subcommand(
+        "verify",
+        "Check every size and checksum of a packed model, or of a GGUF against the manifest beside it");
+    sluice::cli::add_model_arg(cmd, dir.get(), "Packed model, or a .gguf (the first file of a split set)");
     auto as_json = std::make_shared<bool>(false);
     cmd->add_flag("--json", *as_json,
                   "Print the verdict as JSON ({dir, ok, problems | error}); exit 1 unless ok");
-    cmd->callback([dir, as_json] { sluice::cli::run_verify(*dir, *as_json); });
+    auto rewrite = std::make_shared<bool>(false);
+    cmd->add_flag("--rewrite", *rewrite,
+                  "GGUF: write the manifest from the file as it is now (after a deliberate change)");
+    cmd->callback([dir, as_json, rewrite] {
+        if (std::filesystem::path(*dir).extension() == ".gguf")
+            sluice::cli::run_verify_gguf(*dir, *as_json, *rewrite);
+        else
+            sluice::cli::run_verify(*dir, *as_json);
+    });
 });
 
 namespace sluice::cli {
