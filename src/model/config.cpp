@@ -9,6 +9,7 @@
 
 #include "format/json_text.h"
 #include "io/mapped_file.h"
+#include "model/config_checks.h"
 
 namespace sluice::model {
 
@@ -43,13 +44,6 @@ bool ModelConfig::is_moe_layer(int64_t layer) const {
 }
 
 namespace {
-
-// Bounds on config values (far past any released model; see the consistency checks).
-constexpr int64_t kMaxVocab = int64_t{1} << 24;  // as the tokenizer's largest id (tokenizer_json.cpp)
-constexpr int64_t kMaxDim = int64_t{1} << 20;
-constexpr int64_t kMaxLayers = 4096;
-constexpr int64_t kMaxHeads = 4096;
-constexpr int64_t kMaxExperts = int64_t{1} << 16;
 
 // Field readers that turn a missing or mistyped field into a message naming it.
 class Reader {
@@ -417,10 +411,7 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
     }
 
     // Token ids (the outer config of a nested file may carry them too), each inside the vocabulary.
-    if (cfg.vocab <= 0 || cfg.vocab > kMaxVocab)
-        return error(ErrorCode::kInvalidArgument, "[config] " + source + ": vocab_size " +
-                                                      std::to_string(cfg.vocab) + " is outside 1.." +
-                                                      std::to_string(kMaxVocab));
+    SLUICE_RETURN_IF_ERROR(check_vocab_size(cfg.vocab, source, "vocab_size"));
     for (const json* obj : {text, static_cast<const json*>(&root)}) {
         if (cfg.eos_token_ids.empty())
             if (auto e = obj->find("eos_token_id"); e != obj->end())
@@ -452,74 +443,86 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
     }
 
     // Consistency checks: a wrong shape here would be a confusing error much later.
+    SLUICE_RETURN_IF_ERROR(check_model_config(cfg, source));
+    return cfg;
+}
+
+}  // namespace
+
+Status check_vocab_size(int64_t vocab, const std::string& source, const std::string& name) {
+    if (vocab <= 0 || vocab > kConfigMaxVocab)
+        return error(ErrorCode::kInvalidArgument, "[config] " + source + ": " + name + " " +
+                                                      std::to_string(vocab) + " is outside 1.." +
+                                                      std::to_string(kConfigMaxVocab));
+    return Status::ok();
+}
+
+Status check_model_config(const ModelConfig& cfg, const std::string& source, const ConfigFieldNames& n) {
     auto invalid = [&](const std::string& what) {
         return error(ErrorCode::kInvalidArgument, "[config] " + source + ": " + what);
     };
     if (cfg.hidden <= 0 || cfg.n_layers <= 0 || cfg.vocab <= 0)
-        return invalid("hidden_size, num_hidden_layers and vocab_size must be > 0");
+        return invalid(n.hidden + ", " + n.n_layers + " and " + n.vocab + " must be > 0");
+    SLUICE_RETURN_IF_ERROR(check_vocab_size(cfg.vocab, source, n.vocab));
     // Upper bounds far past any released model, so no product of dims overflows and no corrupt
     // value turns into a huge allocation before a shape check can refuse it.
     const struct {
-        const char* name;
+        const std::string& name;
         int64_t value, lo, hi;
-    } bounds[] = {{"hidden_size", cfg.hidden, 1, kMaxDim},
-                  {"num_hidden_layers", cfg.n_layers, 1, kMaxLayers},
-                  {"num_attention_heads", cfg.n_heads, 1, kMaxHeads},
-                  {"num_key_value_heads", cfg.n_kv_heads, 1, kMaxHeads},
-                  {"head_dim", cfg.head_dim, 1, kMaxDim},
-                  {"max_position_embeddings", cfg.max_positions, 0, int64_t{1} << 40},
-                  {"num_experts", cfg.n_experts, 0, kMaxExperts},
-                  {"moe_intermediate_size", cfg.expert_ffn, cfg.n_experts > 0 ? 1 : 0, kMaxDim},
-                  {"intermediate_size", cfg.dense_ffn, 0, kMaxDim},
-                  {"shared_expert_intermediate_size", cfg.shared_expert_ffn, 0, kMaxDim},
-                  {"decoder_sparse_step", cfg.decoder_sparse_step, 0, kMaxLayers}};
+    } bounds[] = {{n.hidden, cfg.hidden, 1, kConfigMaxDim},
+                  {n.n_layers, cfg.n_layers, 1, kConfigMaxLayers},
+                  {n.n_heads, cfg.n_heads, 1, kConfigMaxHeads},
+                  {n.n_kv_heads, cfg.n_kv_heads, 1, kConfigMaxHeads},
+                  {n.head_dim, cfg.head_dim, 1, kConfigMaxDim},
+                  {n.max_positions, cfg.max_positions, 0, int64_t{1} << 40},
+                  {n.n_experts, cfg.n_experts, 0, kConfigMaxExperts},
+                  {n.expert_ffn, cfg.expert_ffn, cfg.n_experts > 0 ? 1 : 0, kConfigMaxDim},
+                  {n.dense_ffn, cfg.dense_ffn, 0, kConfigMaxDim},
+                  {n.shared_expert_ffn, cfg.shared_expert_ffn, 0, kConfigMaxDim},
+                  {n.decoder_sparse_step, cfg.decoder_sparse_step, 0, kConfigMaxLayers}};
     for (const auto& b : bounds)
         if (b.value < b.lo || b.value > b.hi)
-            return invalid(std::string(b.name) + " = " + std::to_string(b.value) + " is outside " +
-                           std::to_string(b.lo) + ".." + std::to_string(b.hi));
+            return invalid(b.name + " = " + std::to_string(b.value) + " is outside " + std::to_string(b.lo) +
+                           ".." + std::to_string(b.hi));
     for (int64_t l : cfg.mlp_only_layers)
         if (l < 0 || l >= cfg.n_layers)
             return invalid("mlp_only_layers names layer " + std::to_string(l) + " of a " +
                            std::to_string(cfg.n_layers) + "-layer model");
     if (cfg.n_heads <= 0 || cfg.n_kv_heads <= 0 || cfg.n_heads % cfg.n_kv_heads != 0)
-        return invalid("num_attention_heads (" + std::to_string(cfg.n_heads) +
-                       ") must be a positive multiple of num_key_value_heads (" +
-                       std::to_string(cfg.n_kv_heads) + ")");
+        return invalid(n.n_heads + " (" + std::to_string(cfg.n_heads) + ") must be a positive multiple of " +
+                       n.n_kv_heads + " (" + std::to_string(cfg.n_kv_heads) + ")");
     if (cfg.rotary_dim <= 0 || cfg.rotary_dim > cfg.head_dim || cfg.rotary_dim % 2 != 0)
-        return invalid("rotary dim " + std::to_string(cfg.rotary_dim) + " must be even and within head_dim " +
-                       std::to_string(cfg.head_dim));
+        return invalid(n.rotary_dim + " " + std::to_string(cfg.rotary_dim) + " must be even and within " +
+                       n.head_dim + " " + std::to_string(cfg.head_dim));
     if (cfg.n_experts > 0 && (cfg.top_k <= 0 || cfg.top_k > cfg.n_experts))
-        return invalid("num_experts_per_tok (" + std::to_string(cfg.top_k) + ") must be in 1..num_experts (" +
+        return invalid(n.top_k + " (" + std::to_string(cfg.top_k) + ") must be in 1.." + n.n_experts + " (" +
                        std::to_string(cfg.n_experts) + ")");
     // Values a forward would turn into NaNs or silence rather than an error.
     if (!(cfg.rms_eps > 0.0f) || !std::isfinite(cfg.rms_eps))
-        return invalid("rms_norm_eps must be a positive number, got " + std::to_string(cfg.rms_eps));
+        return invalid(n.rms_eps + " must be a positive number, got " + std::to_string(cfg.rms_eps));
     if (!(cfg.rope_theta > 0.0f) || !std::isfinite(cfg.rope_theta))
-        return invalid("rope_theta must be a positive number, got " + std::to_string(cfg.rope_theta));
+        return invalid(n.rope_theta + " must be a positive number, got " + std::to_string(cfg.rope_theta));
     for (int64_t l = 0; l < cfg.n_layers; ++l)
         if (!cfg.is_moe_layer(l) && cfg.dense_ffn <= 0)
-            return invalid("layer " + std::to_string(l) +
-                           " has a dense MLP but intermediate_size is missing or 0");
-    if (hybrid) {
+            return invalid("layer " + std::to_string(l) + " has a dense MLP but " + n.dense_ffn +
+                           " is missing or 0");
+    if (cfg.family == Family::kQwen3Next || cfg.family == Family::kQwen35Moe) {
         if (cfg.linear_k_heads <= 0 || cfg.linear_v_heads % cfg.linear_k_heads != 0)
-            return invalid("linear_num_value_heads (" + std::to_string(cfg.linear_v_heads) +
-                           ") must be a multiple of linear_num_key_heads (" +
+            return invalid(n.linear_v_heads + " (" + std::to_string(cfg.linear_v_heads) +
+                           ") must be a multiple of " + n.linear_k_heads + " (" +
                            std::to_string(cfg.linear_k_heads) + ")");
-        if (cfg.conv_kernel < 1 || cfg.conv_kernel > 64)
-            return invalid("linear_conv_kernel_dim must be in 1..64");
+        if (cfg.conv_kernel < 1 || cfg.conv_kernel > 64) return invalid(n.conv_kernel + " must be in 1..64");
         for (const auto& [name, v] :
-             {std::pair<const char*, int64_t>{"linear_num_key_heads", cfg.linear_k_heads},
-              {"linear_num_value_heads", cfg.linear_v_heads},
-              {"linear_key_head_dim", cfg.linear_k_dim},
-              {"linear_value_head_dim", cfg.linear_v_dim}})
-            if (v <= 0 || v > kMaxHeads * 64)
-                return invalid(std::string(name) + " = " + std::to_string(v) + " is outside 1.." +
-                               std::to_string(kMaxHeads * 64));
+             {std::pair<const std::string&, int64_t>{n.linear_k_heads, cfg.linear_k_heads},
+              {n.linear_v_heads, cfg.linear_v_heads},
+              {n.linear_k_dim, cfg.linear_k_dim},
+              {n.linear_v_dim, cfg.linear_v_dim}})
+            if (v <= 0 || v > kConfigMaxHeads * 64)
+                return invalid(name + " = " + std::to_string(v) + " is outside 1.." +
+                               std::to_string(kConfigMaxHeads * 64));
     }
-    return cfg;
+    return Status::ok();
 }
-
-}  // namespace
 
 Expected<ModelConfig> load_model_config(const std::string& model_dir) {
     std::string path = (std::filesystem::path(model_dir) / "config.json").string();

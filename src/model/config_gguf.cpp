@@ -1,0 +1,309 @@
+// ModelConfig from a GGUF's metadata (config_gguf.h). Each key below is cited with the converter call
+// that writes it (llama.cpp conversion/base.py TextModel.set_gguf_parameters unless said otherwise) and,
+// where a key is optional, llama.cpp's default (src/llama-model.cpp load_hparams, src/models/*.cpp).
+#include "model/config_gguf.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+
+#include "model/config_checks.h"
+
+namespace sluice::model {
+
+using format::GgufMetadata;
+using format::GgufValue;
+
+namespace {
+
+struct ArchEntry {
+    const char* name;
+    Family family;
+};
+constexpr ArchEntry kArchitectures[] = {{"qwen2", Family::kQwen2},
+                                        {"qwen3", Family::kQwen3},
+                                        {"qwen3moe", Family::kQwen3Moe},
+                                        {"qwen3next", Family::kQwen3Next},
+                                        {"qwen35moe", Family::kQwen35Moe}};
+
+// The largest integer a count key may hold before it is narrowed (far past every bound checked later,
+// so the bound's message shows the value).
+constexpr uint64_t kMaxCount = uint64_t{1} << 40;
+
+// Reads `{arch}.NAME` keys: typed by GgufMetadata (its messages name the file and the key), counts
+// bounded before they are narrowed, optional keys with llama.cpp's defaults.
+class Keys {
+ public:
+    Keys(const GgufMetadata& md, std::string arch, std::string path)
+        : md_(md), arch_(std::move(arch)), path_(std::move(path)) {}
+
+    std::string key(const char* name) const { return arch_ + "." + name; }
+    // How messages name a key: "key 'qwen3moe.embedding_length'".
+    std::string quoted(const char* name) const { return "key '" + key(name) + "'"; }
+    bool has(const char* name) const { return md_.has(key(name)); }
+
+    Expected<int64_t> count(const char* name) const { return count_of(key(name)); }
+    Expected<int64_t> count_or(const char* name, int64_t fallback) const {
+        return has(name) ? count(name) : Expected<int64_t>(fallback);
+    }
+    Expected<int64_t> count_of(const std::string& full_key) const {
+        SLUICE_ASSIGN_OR_RETURN(const uint64_t v, md_.get_uint(full_key));
+        if (v > kMaxCount) return invalid("key '" + full_key + "' = " + std::to_string(v) + " is too large");
+        return static_cast<int64_t>(v);
+    }
+    Expected<double> real(const char* name) const { return md_.get_float(key(name)); }
+    Expected<double> real_or(const char* name, double fallback) const {
+        return has(name) ? real(name) : Expected<double>(fallback);
+    }
+
+    Status invalid(const std::string& what) const {
+        return error(ErrorCode::kInvalidArgument, "[config] " + path_ + ": " + what);
+    }
+    Status unsupported(const std::string& what) const {
+        return error(ErrorCode::kUnsupported, "[config] " + path_ + ": " + what);
+    }
+
+ private:
+    const GgufMetadata& md_;
+    std::string arch_;
+    std::string path_;
+};
+
+// RoPE scaling (base.py: add_rope_scaling_type / _factor / _orig_ctx_len / _yarn_*): none, or YaRN as
+// ModelConfig::Yarn holds it. llama.cpp reads a missing type as "linear" and a missing factor as 0,
+// which is no scaling.
+Status read_rope_scaling(const GgufMetadata& md, const Keys& k, ModelConfig* cfg) {
+    std::string type = "none";
+    if (k.has("rope.scaling.type")) {
+        SLUICE_ASSIGN_OR_RETURN(type, md.get_string(k.key("rope.scaling.type")));
+    }
+    SLUICE_ASSIGN_OR_RETURN(const double factor, k.real_or("rope.scaling.factor", 0.0));
+    if (type == "none" || (type == "linear" && (factor == 0.0 || factor == 1.0))) return Status::ok();
+    if (type != "yarn")
+        return k.unsupported(k.quoted("rope.scaling.type") + " is '" + type +
+                             (type == "linear" ? "' with a factor of " + std::to_string(factor) : "'") +
+                             ": sluice runs yarn or no scaling");
+    ModelConfig::Yarn& y = cfg->yarn;
+    y.enabled = true;
+    SLUICE_ASSIGN_OR_RETURN(y.factor, k.real("rope.scaling.factor"));
+    SLUICE_ASSIGN_OR_RETURN(y.original_max_positions,
+                            k.count_or("rope.scaling.original_context_length", cfg->max_positions));
+    SLUICE_ASSIGN_OR_RETURN(y.beta_fast, k.real_or("rope.scaling.yarn_beta_fast", 32.0));
+    SLUICE_ASSIGN_OR_RETURN(y.beta_slow, k.real_or("rope.scaling.yarn_beta_slow", 1.0));
+    if (!(y.factor >= 1.0) || !std::isfinite(y.factor))
+        return k.invalid(k.quoted("rope.scaling.factor") + " must be >= 1 for yarn, got " +
+                         std::to_string(y.factor));
+    if (y.original_max_positions <= 0)
+        return k.invalid(k.quoted("rope.scaling.original_context_length") + " must be > 0 for yarn");
+    if (!(y.beta_fast > 0.0) || !(y.beta_slow > 0.0))
+        return k.invalid(k.quoted("rope.scaling.yarn_beta_fast") + " and " +
+                         k.quoted("rope.scaling.yarn_beta_slow") + " must be positive");
+    // The converter copies HF's attention_factor here when config.json has one; else transformers'
+    // default, as config.cpp computes it.
+    const double fallback = y.factor <= 1.0 ? 1.0 : 0.1 * std::log(y.factor) + 1.0;
+    SLUICE_ASSIGN_OR_RETURN(y.attention_factor, k.real_or("rope.scaling.yarn_attn_factor", fallback));
+    if (!(y.attention_factor > 0.0) || !std::isfinite(y.attention_factor))
+        return k.invalid(k.quoted("rope.scaling.yarn_attn_factor") + " must be a positive number");
+    return Status::ok();
+}
+
+// A token id key (tokenizer.ggml.*_token_id, written by gguf-py's SpecialVocab), inside the vocabulary.
+Expected<std::optional<int32_t>> token_id(const GgufMetadata& md, const char* key, int64_t vocab,
+                                          const Keys& k) {
+    if (!md.has(key)) return std::optional<int32_t>{};
+    SLUICE_ASSIGN_OR_RETURN(const uint64_t id, md.get_uint(key));
+    if (id >= static_cast<uint64_t>(vocab))
+        return k.invalid("key '" + std::string(key) + "' " + std::to_string(id) +
+                         " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    return std::optional<int32_t>(static_cast<int32_t>(id));
+}
+
+// The names check_model_config uses for this file's keys.
+ConfigFieldNames field_names(const Keys& k, bool hybrid) {
+    ConfigFieldNames n;
+    n.hidden = k.quoted("embedding_length");
+    n.n_layers = k.quoted("block_count") +
+                 (k.has("nextn_predict_layers") ? " - " + k.quoted("nextn_predict_layers") : "");
+    n.vocab = "the vocabulary";
+    n.n_heads = k.quoted("attention.head_count");
+    n.n_kv_heads = k.quoted("attention.head_count_kv");
+    n.head_dim = k.quoted("attention.key_length");
+    n.rotary_dim = k.quoted("rope.dimension_count");
+    n.max_positions = k.quoted("context_length");
+    n.n_experts = k.quoted("expert_count");
+    n.top_k = k.quoted("expert_used_count");
+    n.expert_ffn = k.quoted("expert_feed_forward_length");
+    n.dense_ffn = k.quoted("feed_forward_length");
+    n.shared_expert_ffn = k.quoted("expert_shared_feed_forward_length");
+    n.decoder_sparse_step = "decoder_sparse_step";
+    n.rms_eps = k.quoted("attention.layer_norm_rms_epsilon");
+    n.rope_theta = k.quoted("rope.freq_base");
+    if (hybrid) {
+        n.linear_k_heads = k.quoted("ssm.group_count");
+        n.linear_v_heads = k.quoted("ssm.time_step_rank");
+        n.linear_k_dim = k.quoted("ssm.state_size");
+        n.linear_v_dim = k.quoted("ssm.inner_size") + " / " + k.quoted("ssm.time_step_rank");
+        n.conv_kernel = k.quoted("ssm.conv_kernel");
+    }
+    return n;
+}
+
+}  // namespace
+
+const char* supported_gguf_architectures() {
+    return "qwen2, qwen3, qwen3moe, qwen3next, qwen35moe (Qwen3.5 / Qwen3.6 MoE)";
+}
+
+const char* gguf_architecture_name(Family family) {
+    for (const ArchEntry& a : kArchitectures)
+        if (a.family == family) return a.name;
+    return "?";
+}
+
+Expected<Family> gguf_architecture_family(std::string_view architecture, const std::string& path) {
+    for (const ArchEntry& a : kArchitectures)
+        if (architecture == a.name) return a.family;
+    return error(ErrorCode::kUnsupported, "[config] " + path + ": key 'general.architecture' is '" +
+                                              std::string(architecture) + "': sluice runs " +
+                                              supported_gguf_architectures());
+}
+
+Expected<ModelConfig> parse_gguf_model_config(const GgufMetadata& md, bool has_output_tensor,
+                                              const std::string& path) {
+    SLUICE_ASSIGN_OR_RETURN(const std::string arch, md.get_string("general.architecture"));
+    ModelConfig cfg;
+    SLUICE_ASSIGN_OR_RETURN(cfg.family, gguf_architecture_family(arch, path));
+    cfg.model_type = family_name(cfg.family);
+    const Keys k(md, arch, path);
+    const bool hybrid = cfg.family == Family::kQwen3Next || cfg.family == Family::kQwen35Moe;
+
+    // Blocks: the converter's block_count includes the MTP blocks (qwen.py _QwenMtpMixin.__init__:
+    // block_count += n_mtp) and says how many with add_nextn_predict_layers.
+    SLUICE_ASSIGN_OR_RETURN(const int64_t blocks, k.count("block_count"));
+    SLUICE_ASSIGN_OR_RETURN(const int64_t nextn, k.count_or("nextn_predict_layers", 0));
+    if (nextn >= blocks)
+        return k.invalid(k.quoted("nextn_predict_layers") + " (" + std::to_string(nextn) +
+                         ") must be below " + k.quoted("block_count") + " (" + std::to_string(blocks) + ")");
+    cfg.n_layers = blocks - nextn;
+    cfg.mtp_layers = hybrid && nextn > 0 ? 1 : 0;  // sluice runs the first MTP block (as with HF)
+
+    SLUICE_ASSIGN_OR_RETURN(cfg.hidden, k.count("embedding_length"));
+    SLUICE_ASSIGN_OR_RETURN(cfg.max_positions, k.count("context_length"));
+    SLUICE_ASSIGN_OR_RETURN(const double eps, k.real("attention.layer_norm_rms_epsilon"));
+    cfg.rms_eps = static_cast<float>(eps);
+    cfg.tie_word_embeddings = !has_output_tensor;
+
+    // Attention. head_count_kv, key_length and rope.dimension_count default as llama.cpp defaults them.
+    SLUICE_ASSIGN_OR_RETURN(cfg.n_heads, k.count("attention.head_count"));
+    SLUICE_ASSIGN_OR_RETURN(cfg.n_kv_heads, k.count_or("attention.head_count_kv", cfg.n_heads));
+    SLUICE_ASSIGN_OR_RETURN(
+        cfg.head_dim, k.count_or("attention.key_length", cfg.n_heads > 0 ? cfg.hidden / cfg.n_heads : 0));
+    if (k.has("attention.value_length")) {
+        SLUICE_ASSIGN_OR_RETURN(const int64_t v, k.count("attention.value_length"));
+        if (v != cfg.head_dim)
+            return k.unsupported(k.quoted("attention.value_length") + " (" + std::to_string(v) +
+                                 ") differs from " + k.quoted("attention.key_length") + " (" +
+                                 std::to_string(cfg.head_dim) + "): sluice's attention has one head dim");
+    }
+    // Qwen3-Next / 3.5: qwen.py Qwen3NextModel.set_gguf_parameters writes head_dim × partial_rotary_factor.
+    SLUICE_ASSIGN_OR_RETURN(cfg.rotary_dim, k.count_or("rope.dimension_count", cfg.head_dim));
+    SLUICE_ASSIGN_OR_RETURN(const double theta, k.real_or("rope.freq_base", 10000.0));
+    cfg.rope_theta = static_cast<float>(theta);
+    SLUICE_RETURN_IF_ERROR(read_rope_scaling(md, k, &cfg));
+    cfg.attn_output_gate = hybrid;  // llama.cpp's qwen3next / qwen35moe graphs always gate
+    cfg.attn_qk_norm = cfg.family != Family::kQwen2;
+    cfg.attn_qkv_bias = cfg.family == Family::kQwen2;
+
+    // MLP / MoE (Qwen2MoeModel.set_gguf_parameters: expert_feed_forward_length,
+    // expert_shared_feed_forward_length; the base class: feed_forward_length from intermediate_size).
+    if (cfg.is_dense_family()) {
+        SLUICE_ASSIGN_OR_RETURN(cfg.dense_ffn, k.count("feed_forward_length"));
+    } else {
+        SLUICE_ASSIGN_OR_RETURN(cfg.n_experts, k.count("expert_count"));
+        SLUICE_ASSIGN_OR_RETURN(cfg.top_k, k.count("expert_used_count"));
+        SLUICE_ASSIGN_OR_RETURN(cfg.expert_ffn, k.count("expert_feed_forward_length"));
+        SLUICE_ASSIGN_OR_RETURN(cfg.dense_ffn, k.count_or("feed_forward_length", 0));
+        cfg.norm_topk_prob =
+            true;  // llama.cpp's qwen3moe / qwen3next / qwen35moe: build_moe_ffn(norm_w = true)
+    }
+
+    // Gated DeltaNet (Qwen3NextModel.set_gguf_parameters: ssm_conv_kernel, ssm_state_size =
+    // linear_key_head_dim, ssm_group_count = linear_num_key_heads, ssm_time_step_rank =
+    // linear_num_value_heads, ssm_inner_size = linear_value_head_dim × linear_num_value_heads).
+    if (hybrid) {
+        cfg.split_linear_projections = cfg.family == Family::kQwen35Moe;
+        SLUICE_ASSIGN_OR_RETURN(cfg.shared_expert_ffn, k.count_or("expert_shared_feed_forward_length", 0));
+        SLUICE_ASSIGN_OR_RETURN(cfg.conv_kernel, k.count("ssm.conv_kernel"));
+        SLUICE_ASSIGN_OR_RETURN(cfg.linear_k_dim, k.count("ssm.state_size"));
+        SLUICE_ASSIGN_OR_RETURN(cfg.linear_k_heads, k.count("ssm.group_count"));
+        SLUICE_ASSIGN_OR_RETURN(cfg.linear_v_heads, k.count("ssm.time_step_rank"));
+        SLUICE_ASSIGN_OR_RETURN(const int64_t inner, k.count("ssm.inner_size"));
+        if (cfg.linear_v_heads <= 0 || inner % cfg.linear_v_heads != 0)
+            return k.invalid(k.quoted("ssm.inner_size") + " (" + std::to_string(inner) +
+                             ") must be a positive multiple of " + k.quoted("ssm.time_step_rank") + " (" +
+                             std::to_string(cfg.linear_v_heads) + ")");
+        cfg.linear_v_dim = inner / cfg.linear_v_heads;
+    }
+
+    // The vocabulary: the token list's length (get_vocab_base pads it to config.json's vocab_size), or
+    // {arch}.vocab_size where a file has no token list; both present must agree.
+    const std::string tokens_key = "tokenizer.ggml.tokens";
+    if (const GgufValue* tokens = md.find(tokens_key)) {
+        if (!tokens->is_array() || tokens->element_type() != format::GgufValueType::kString)
+            return error(ErrorCode::kCorrupt, "[gguf] " + path + ": key '" + tokens_key +
+                                                  "': expected an array of STRING, got " +
+                                                  tokens->describe());
+        cfg.vocab = static_cast<int64_t>(std::min<uint64_t>(tokens->size(), kMaxCount));
+        if (k.has("vocab_size")) {
+            SLUICE_ASSIGN_OR_RETURN(const int64_t v, k.count("vocab_size"));
+            if (v != cfg.vocab)
+                return k.invalid(k.quoted("vocab_size") + " (" + std::to_string(v) + ") differs from the " +
+                                 std::to_string(cfg.vocab) + " entries of key '" + tokens_key + "'");
+        }
+    } else if (k.has("vocab_size")) {
+        SLUICE_ASSIGN_OR_RETURN(cfg.vocab, k.count("vocab_size"));
+    } else {
+        return error(ErrorCode::kNotFound, "[gguf] " + path + ": key '" + tokens_key + "' not found (nor " +
+                                               k.quoted("vocab_size") + "): the vocabulary size is unknown");
+    }
+    const std::string vocab_name =
+        md.has(tokens_key) ? "the vocabulary (key '" + tokens_key + "')" : k.quoted("vocab_size");
+    SLUICE_RETURN_IF_ERROR(check_vocab_size(cfg.vocab, path, vocab_name));
+    SLUICE_ASSIGN_OR_RETURN(const auto eos, token_id(md, "tokenizer.ggml.eos_token_id", cfg.vocab, k));
+    if (eos) cfg.eos_token_ids.push_back(*eos);
+    SLUICE_ASSIGN_OR_RETURN(cfg.bos_token_id, token_id(md, "tokenizer.ggml.bos_token_id", cfg.vocab, k));
+    SLUICE_ASSIGN_OR_RETURN(const auto pad, token_id(md, "tokenizer.ggml.padding_token_id", cfg.vocab, k));
+    (void)pad;  // checked as config.json's pad_token_id is; not kept
+
+    SLUICE_RETURN_IF_ERROR(check_model_config(cfg, path, field_names(k, hybrid)));
+
+    // The layer pattern, once n_layers is known to be bounded.
+    cfg.layer_types.assign(static_cast<size_t>(cfg.n_layers), LayerType::kFullAttention);
+    if (hybrid) {
+        // Which layers are linear: attention.recurrent_layers (a BOOL per block) when the file has it,
+        // else full_attention_interval (default 4), as llama.cpp's load_arch_hparams decides.
+        if (md.has(k.key("attention.recurrent_layers"))) {
+            const GgufValue& v = *md.find(k.key("attention.recurrent_layers"));
+            const auto flags = v.to_bools();
+            if (!flags || static_cast<int64_t>(flags->size()) != blocks)
+                return k.invalid(k.quoted("attention.recurrent_layers") + ": expected an array of " +
+                                 std::to_string(blocks) + " BOOL, got " + v.describe());
+            for (int64_t l = 0; l < cfg.n_layers; ++l)
+                if ((*flags)[static_cast<size_t>(l)]) cfg.layer_types[l] = LayerType::kLinearAttention;
+        } else {
+            SLUICE_ASSIGN_OR_RETURN(const int64_t interval, k.count_or("full_attention_interval", 4));
+            if (interval < 1) return k.invalid(k.quoted("full_attention_interval") + " must be >= 1");
+            for (int64_t l = 0; l < cfg.n_layers; ++l)
+                if ((l + 1) % interval != 0) cfg.layer_types[l] = LayerType::kLinearAttention;
+        }
+    }
+    return cfg;
+}
+
+Expected<ModelConfig> load_gguf_model_config(const format::GgufCheckpoint& checkpoint) {
+    const std::string& path = checkpoint.files().front()->path();
+    return parse_gguf_model_config(checkpoint.metadata(), checkpoint.find("output.weight") != nullptr, path);
+}
+
+}  // namespace sluice::model
