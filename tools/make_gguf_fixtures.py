@@ -30,7 +30,8 @@ What it writes
                                      a split pair as gguf-py writes one (split.no/count/tensors.count):
                                      4 F32/F16/Q8_0 tensors, 2 per file, values arange-based (the test
                                      knows them)
-    tests/fuzz/seeds/gguf_fuzz/*.gguf  small seeds for the fuzz target (tests/fuzz/gguf_fuzz.cpp); the
+    tests/fuzz/seeds/gguf_fuzz/*.gguf  small seeds for the fuzz target (tests/fuzz/gguf_fuzz.cpp; tokenizer.gguf a
+                                     whole tokenizer in seven tokens); the
                                      regress-* files beside them are the fuzzer's findings, kept by hand
     tests/data/gguf/qwen3-tokenizer.json
                                      the pin of a GGUF holding the real Qwen3 tokenizer's metadata (below):
@@ -250,6 +251,23 @@ def write_seeds(seeds: Path):
     w.add_key_value("tokenizer.ggml.token_type", [3, 1, 1], V.ARRAY, sub_type=V.INT32)
     w.add_tensor("e", random_blocks(rng, T.MXFP4, 2), raw_dtype=T.MXFP4)
     w.add_tensor("f", random_blocks(rng, T.IQ4_XS, 1), raw_dtype=T.IQ4_XS)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    # A whole tokenizer (format/tokenizer_gguf.h) in a few tokens, so the fuzzer's mutations reach the
+    # tokenizer reader past its first key: byte-level tokens, a merge, a special, an UNUSED filler.
+    w = gguf.GGUFWriter(str(seeds / "tokenizer.gguf"), arch="qwen3")
+    w.add_key_value("tokenizer.ggml.model", "gpt2", V.STRING)
+    w.add_key_value("tokenizer.ggml.pre", "qwen2", V.STRING)
+    w.add_key_value("tokenizer.ggml.tokens", ["a", "b", "ab", "\u0120", "\u0120a", "<|im_end|>", "[PAD6]"],
+                    V.ARRAY, sub_type=V.STRING)
+    w.add_key_value("tokenizer.ggml.token_type", [1, 1, 1, 1, 1, 3, 5], V.ARRAY, sub_type=V.INT32)
+    w.add_key_value("tokenizer.ggml.merges", ["a b", "\u0120 a"], V.ARRAY, sub_type=V.STRING)
+    w.add_key_value("tokenizer.ggml.eos_token_id", 5, V.UINT32)
+    w.add_key_value("tokenizer.ggml.add_bos_token", False, V.BOOL)
+    w.add_key_value("tokenizer.chat_template", "{% for m in messages %}{{ m.content }}{% endfor %}", V.STRING)
+    w.add_tensor("t", rng.standard_normal((1, 8)).astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
