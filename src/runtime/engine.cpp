@@ -145,7 +145,9 @@ Expected<MemoryPlan> make_plan(const model::ModelConfig& c, const model::StateLa
     }
     // The prefix cache (runtime/prefix_cache.h): what was asked for, which must fit beside the rest
     // (and one expert slot), or by default a sixteenth of the budget, at most 1 GiB, within what the
-    // rest leaves. A streamed model's expert cache gets what remains after it.
+    // rest leaves — for a streamed model, within a sixteenth of what the rest leaves: its expert cache,
+    // which gets what remains, is what makes a small budget run (a default of a sixteenth of the budget
+    // took all but one slot of an 86 MB budget's expert cache on the default model).
     const uint64_t least = fixed + (streaming ? w.record_bytes : 0);
     const uint64_t spare = plan.budget_bytes > least ? plan.budget_bytes - least : 0;
     if (options.prefix_cache_bytes) {
@@ -163,7 +165,8 @@ Expected<MemoryPlan> make_plan(const model::ModelConfig& c, const model::StateLa
                             human_bytes(plan.scratch_bytes), human_bytes(plan.runtime_bytes),
                             streaming ? " and one expert slot" : ""));
     } else {
-        plan.prefix_cache_bytes = std::min({plan.budget_bytes / 16, uint64_t{1} << 30, spare});
+        plan.prefix_cache_bytes =
+            std::min({plan.budget_bytes / 16, uint64_t{1} << 30, streaming ? spare / 16 : spare});
     }
     if (streaming) {
         const uint64_t slot = w.record_bytes;
