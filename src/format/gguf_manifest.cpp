@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "format/json_text.h"
 #include "io/mapped_file.h"
 
 namespace sluice::format {
@@ -22,18 +23,12 @@ namespace {
 constexpr const char* kFormat = "sluice-gguf-manifest";
 constexpr int kVersion = 1;
 
-std::string hex64(uint64_t v) {
-    char buf[17];
-    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-    return buf;
-}
-
-bool parse_hex64(const json& j, uint64_t* out) {
+// Exactly 16 lowercase hex digits, as serialize_gguf_manifest writes them.
+bool parse_json_hex64(const json& j, uint64_t* out) {
     if (!j.is_string()) return false;
-    const std::string s = j.get<std::string>();
-    if (s.size() != 16 || s.find_first_not_of("0123456789abcdef") != std::string::npos) return false;
-    *out = std::strtoull(s.c_str(), nullptr, 16);
-    return true;
+    const std::string& s = j.get_ref<const std::string&>();
+    return s.size() == 16 && s.find_first_not_of("0123456789abcdef") == std::string::npos &&
+           format::parse_hex64(s, out);
 }
 
 int64_t mtime_ns(const std::string& path) {
@@ -134,7 +129,7 @@ Expected<GgufManifest> parse_gguf_manifest(std::string_view text, const std::str
     if (tensors == j.end() || !tensors->is_object()) return fail("'tensors' is not an object");
     for (const auto& [name, h] : tensors->items()) {
         uint64_t v = 0;
-        if (!parse_hex64(h, &v)) return fail(fmt::format("tensors['{}'] is not 16 hex digits", name));
+        if (!parse_json_hex64(h, &v)) return fail(fmt::format("tensors['{}'] is not 16 hex digits", name));
         m.tensors[name] = v;
     }
     const auto experts = j.find("experts");
@@ -144,7 +139,7 @@ Expected<GgufManifest> parse_gguf_manifest(std::string_view text, const std::str
         std::vector<uint64_t>& hs = m.experts[name];
         for (size_t e = 0; e < list.size(); ++e) {
             uint64_t v = 0;
-            if (!parse_hex64(list[e], &v))
+            if (!parse_json_hex64(list[e], &v))
                 return fail(fmt::format("experts['{}'][{}] is not 16 hex digits", name, e));
             hs.push_back(v);
         }

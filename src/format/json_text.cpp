@@ -1,5 +1,7 @@
 #include "format/json_text.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 namespace sluice::format {
@@ -182,6 +184,20 @@ std::string JsonFields::string(const json& obj, const char* key, const std::stri
         return fallback;
     }
     return it->get<std::string>();
+}
+
+std::string hex64(uint64_t v) {
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+    return buf;
+}
+
+bool parse_hex64(std::string_view text, uint64_t* out) {
+    if (text.empty() || text.size() > 16) return false;
+    const std::string s(text);
+    char* end = nullptr;
+    *out = std::strtoull(s.c_str(), &end, 16);
+    return *end == '\0';
 }
 
 }  // namespace sluice::format

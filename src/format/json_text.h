@@ -28,6 +28,11 @@ Expected<nlohmann::json> parse_json_text(std::string_view text, const std::strin
 // The JSON type of `v` for messages: "a string", "an integer", "a number", ...
 std::string json_type_of(const nlohmann::json& v);
 
+// A 64-bit checksum as the JSON manifests write it (16 lowercase hex digits, XXH3), and read back:
+// 1 to 16 hex digits, false otherwise.
+std::string hex64(uint64_t v);
+bool parse_hex64(std::string_view text, uint64_t* out);
+
 // Field readers over one object, collecting the first failure (later ones are dropped): every
 // message is "<tag> <path>: <where>.<key>: expected ..., got ...".
 class JsonFields {

@@ -17,19 +17,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string hex64(uint64_t v) {
-    char buf[17];
-    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-    return buf;
-}
-
-bool parse_hex64(const json& j, uint64_t* out) {
-    if (!j.is_string()) return false;
-    const std::string s = j.get<std::string>();
-    if (s.empty() || s.size() > 16) return false;
-    char* end = nullptr;
-    *out = std::strtoull(s.c_str(), &end, 16);
-    return *end == '\0';
+bool parse_json_hex64(const json& j, uint64_t* out) {
+    return j.is_string() && format::parse_hex64(j.get_ref<const std::string&>(), out);
 }
 
 json section_json(const PackSection& s) {
@@ -127,7 +116,7 @@ class LayoutParser {
         s.size = f_.unsigned_integer(j, "size", where, true);
         s.bits = static_cast<int>(f_.integer(j, "bits", where, 0, kMaxBits, false));
         s.group_size = static_cast<int>(f_.integer(j, "group_size", where, 0, kMaxGroup, false));
-        if (auto x = j.find("xxh3"); x != j.end() && !parse_hex64(*x, &s.xxh3))
+        if (auto x = j.find("xxh3"); x != j.end() && !parse_json_hex64(*x, &s.xxh3))
             fail(where + ".xxh3", "expected 16 hex digits, got " + x->dump());
         uint64_t bytes = 0;
         if (f_.ok() && (!section_bytes(s, &bytes) || bytes != s.size))
@@ -297,7 +286,7 @@ Expected<PackLayout> parse_pack_layout(const std::string& json_text, const std::
                     ef.record_xxh3.reserve(checks->size());
                     for (size_t c = 0; c < checks->size() && f.ok(); ++c) {
                         uint64_t v = 0;
-                        if (!parse_hex64((*checks)[c], &v))
+                        if (!parse_json_hex64((*checks)[c], &v))
                             p.fail(where + ".record_xxh3[" + std::to_string(c) + "]",
                                    "expected 16 hex digits, got " + (*checks)[c].dump());
                         ef.record_xxh3.push_back(v);
@@ -400,7 +389,7 @@ Expected<PackManifest> parse_pack_manifest(const std::string& json_text, const s
         if (!files->contains(required)) return corrupt(source + ": files: '" + required + "' is not listed");
     for (auto it = sums->begin(); it != sums->end(); ++it) {
         uint64_t want = 0;
-        if (!parse_hex64(it.value(), &want))
+        if (!parse_json_hex64(it.value(), &want))
             return corrupt(source + ": xxh3." + it.key() + ": expected 16 hex digits, got " +
                            it.value().dump());
         if (!files->contains(it.key()))

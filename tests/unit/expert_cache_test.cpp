@@ -90,25 +90,45 @@ Expected<format::PackLayout> pack_golden(const std::string& out) {
     return format::open_packed_dir(out);
 }
 
-TEST(ExpertCache, StoreShrinksUnderPressureAndGrowsBack) {
-    testing::TempDir dir;
-    const std::string packed = dir.file("packed");
+// The golden packed into `packed` and its store opened over it with room for every expert of a layer
+// and a floor of two slots, no prefetch; `all` the ids of a layer's experts, `layer` the first MoE layer.
+struct LayerStore {
+    std::unique_ptr<experts::ExpertStore> store;
+    uint64_t slot = 0;
+    int64_t n_experts = 0;
+    int32_t layer = 0;
+    std::vector<int32_t> all;
+};
+
+void open_layer_store(const std::string& packed, LayerStore* out) {
     auto layout = pack_golden(packed);
     ASSERT_TRUE(layout.has_value()) << layout.status().message();
-    const uint64_t slot = experts::ExpertStore::slot_bytes_for(*layout);
-    const int64_t n_experts = layout->n_experts;
-    const int32_t layer = static_cast<int32_t>(layout->expert_files[0].layer);
-    ASSERT_GE(n_experts, 8);
+    out->slot = experts::ExpertStore::slot_bytes_for(*layout);
+    out->n_experts = layout->n_experts;
+    out->layer = static_cast<int32_t>(layout->expert_files[0].layer);
+    ASSERT_GE(out->n_experts, 8);
     experts::ExpertStoreOptions so;
-    so.cache_bytes = slot * static_cast<uint64_t>(n_experts);
-    so.floor_bytes = slot * 2;
+    so.cache_bytes = out->slot * static_cast<uint64_t>(out->n_experts);
+    so.floor_bytes = out->slot * 2;
     so.prefetch = false;
     so.io_threads = 2;
     auto opened = experts::ExpertStore::open(packed, *layout, so);
     ASSERT_TRUE(opened.has_value()) << opened.status().message();
-    experts::ExpertStore& store = **opened;
-    std::vector<int32_t> all(static_cast<size_t>(n_experts));
-    for (int32_t e = 0; e < n_experts; ++e) all[static_cast<size_t>(e)] = e;
+    out->store = std::move(opened).value();
+    out->all.resize(static_cast<size_t>(out->n_experts));
+    for (int32_t e = 0; e < out->n_experts; ++e) out->all[static_cast<size_t>(e)] = e;
+}
+
+TEST(ExpertCache, StoreShrinksUnderPressureAndGrowsBack) {
+    testing::TempDir dir;
+    const std::string packed = dir.file("packed");
+    LayerStore ls;
+    ASSERT_NO_FATAL_FAILURE(open_layer_store(packed, &ls));
+    experts::ExpertStore& store = *ls.store;
+    const uint64_t slot = ls.slot;
+    const int64_t n_experts = ls.n_experts;
+    const int32_t layer = ls.layer;
+    const std::vector<int32_t>& all = ls.all;
 
     // Every expert of the layer once: the bytes each view starts with, to compare after refills.
     std::vector<model::ExpertWeights> views(all.size());
@@ -236,22 +256,13 @@ std::set<int64_t> slots_of(experts::ExpertStore& store, std::span<const model::E
 TEST(ExpertCache, SlotObserverSeesExactlyTheSlotsInUse) {
     testing::TempDir dir;
     const std::string packed = dir.file("packed");
-    auto layout = pack_golden(packed);
-    ASSERT_TRUE(layout.has_value()) << layout.status().message();
-    const uint64_t slot = experts::ExpertStore::slot_bytes_for(*layout);
-    const int64_t n_experts = layout->n_experts;
-    const int32_t layer = static_cast<int32_t>(layout->expert_files[0].layer);
-    ASSERT_GE(n_experts, 8);
-    experts::ExpertStoreOptions so;
-    so.cache_bytes = slot * static_cast<uint64_t>(n_experts);
-    so.floor_bytes = slot * 2;
-    so.prefetch = false;
-    so.io_threads = 2;
-    auto opened = experts::ExpertStore::open(packed, *layout, so);
-    ASSERT_TRUE(opened.has_value()) << opened.status().message();
-    experts::ExpertStore& store = **opened;
-    std::vector<int32_t> all(static_cast<size_t>(n_experts));
-    for (int32_t e = 0; e < n_experts; ++e) all[static_cast<size_t>(e)] = e;
+    LayerStore ls;
+    ASSERT_NO_FATAL_FAILURE(open_layer_store(packed, &ls));
+    experts::ExpertStore& store = *ls.store;
+    const uint64_t slot = ls.slot;
+    const int64_t n_experts = ls.n_experts;
+    const int32_t layer = ls.layer;
+    const std::vector<int32_t>& all = ls.all;
     std::vector<model::ExpertWeights> views(all.size());
 
     // Three experts read before the observer is set: it is told of their slots when set.

@@ -28,6 +28,7 @@
 #include <random>
 #include <sstream>
 
+#include "gguf_bytes.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/ggml_quants.h"
 #include "kernels/kernels.h"
@@ -98,15 +99,9 @@ std::optional<Npy> read_npy_f32(const std::string& path) {
 
 // ---- hand-built GGUF bytes for the hostile cases -------------------------------------------------
 
-std::string le32(uint32_t v) {
-    return std::string(reinterpret_cast<const char*>(&v), 4);
-}
-std::string le64(uint64_t v) {
-    return std::string(reinterpret_cast<const char*>(&v), 8);
-}
-std::string gstr(std::string_view s) {
-    return le64(s.size()) + std::string(s);
-}
+using sluice::testing::gstr;
+using sluice::testing::le32;
+using sluice::testing::le64;
 std::string kv_u32(std::string_view key, uint32_t v) {
     return gstr(key) + le32(4) + le32(v);
 }

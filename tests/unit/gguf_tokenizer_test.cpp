@@ -29,6 +29,7 @@
 #include "core/sha256.h"
 #include "format/gguf.h"
 #include "format/tokenizer_gguf.h"
+#include "gguf_bytes.h"
 #include "sluice/chat_template.h"
 #include "sluice/tokenizer.h"
 #include "test_util.h"
@@ -52,15 +53,9 @@ std::string read_text(const std::string& path) {
 
 // ---- a GGUF writer: what gguf-py's GGUFWriter writes for metadata only ---------------------------
 
-std::string le32(uint32_t v) {
-    return std::string(reinterpret_cast<const char*>(&v), 4);
-}
-std::string le64(uint64_t v) {
-    return std::string(reinterpret_cast<const char*>(&v), 8);
-}
-std::string gstr(std::string_view s) {
-    return le64(s.size()) + std::string(s);
-}
+using sluice::testing::gstr;
+using sluice::testing::le32;
+using sluice::testing::le64;
 
 // Key-value pairs in insertion order; set() replaces a key's value in place (so a test can corrupt
 // one key of a valid file), remove() drops it. bytes(): "GGUF", version 3, no tensors, the pairs,
