@@ -46,6 +46,7 @@ import os
 import shutil
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 import numpy as np
@@ -82,8 +83,9 @@ def safetensors_names(path: Path):
     return sorted(k for k in header if k != "__metadata__")
 
 
-def make_model(gguf, conversion, src: Path, out: Path, no_mtp: bool, with_tokens: bool, mtp_names=0):
-    """The converter's model class for `src`, as convert_hf_to_gguf.py main() builds it (--outtype f32).
+def make_model(gguf, conversion, src: Path, out: Path, no_mtp: bool, with_tokens: bool, mtp_names=0, ftype=None):
+    """The converter's model class for `src`, as convert_hf_to_gguf.py main() builds it (--outtype f32, or
+    `ftype`: a gguf.LlamaFileType, as main()'s ftype_map gives it for --outtype).
     `mtp_names`: for a config run without its (MLX) weights, the MTP layers the checkpoint's names hold —
     what _QwenMtpMixin.filter_tensors would have counted from them (opt_num_mtp_layers)."""
     hparams = conversion.ModelBase.load_hparams(src, False)
@@ -98,7 +100,7 @@ def make_model(gguf, conversion, src: Path, out: Path, no_mtp: bool, with_tokens
             return tensors
         cls.index_tensors = counted
     try:
-        model = cls(src, gguf.LlamaFileType.ALL_F32, out, eager=True)
+        model = cls(src, gguf.LlamaFileType.ALL_F32 if ftype is None else ftype, out, eager=True)
     finally:
         cls.index_tensors = index_tensors
     text = {**hparams, **hparams.get("text_config", {})}
@@ -127,19 +129,23 @@ def write_metadata_only(gguf, conversion, src, path, no_mtp, with_tokens, mtp_na
     return arch, cls, model
 
 
+def write_model(model, cls, path):
+    """ModelBase.write() with progress=False (its tqdm bar needs a package this machine lacks)."""
+    model.prepare_tensors()
+    model.prepare_metadata(vocab_only=False)
+    model.gguf_writer.write_header_to_file(path=path)
+    model.gguf_writer.write_kv_data_to_file()
+    model.gguf_writer.write_tensors_to_file(progress=False)
+    model.gguf_writer.close()
+    cls.no_mtp = False
+
+
 def tensor_manifest(gguf, conversion, src, no_mtp):
     """Runs the whole conversion (--outtype f32) and reads the file back with gguf-py."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.gguf"
         _, cls, model = make_model(gguf, conversion, src, path, no_mtp, True)
-        # ModelBase.write() with progress=False (its tqdm bar needs a package this machine lacks)
-        model.prepare_tensors()
-        model.prepare_metadata(vocab_only=False)
-        model.gguf_writer.write_header_to_file(path=path)
-        model.gguf_writer.write_kv_data_to_file()
-        model.gguf_writer.write_tensors_to_file(progress=False)
-        model.gguf_writer.close()
-        cls.no_mtp = False
+        write_model(model, cls, path)
         reader = gguf.GGUFReader(path)
         tensors = []
         for t in reader.tensors:
@@ -151,6 +157,35 @@ def tensor_manifest(gguf, conversion, src, no_mtp):
                 entry["values"] = [float(v) for v in values.reshape(-1)]
             tensors.append(entry)
         return sorted(tensors, key=lambda e: e["name"])
+
+
+def stage_checkpoint(name: str, src: Path, tmp: Path):
+    """The folder the converter reads, made under `tmp`: NAME/config.json (with `architectures`) and, for a
+    Hugging Face bf16 golden, a link to its model.safetensors; and what the checkpoint's names tell. `src`:
+    a golden's folder or a config file."""
+    config = json.loads((src if src.is_file() else src / "config.json").read_text())
+    folder = tmp / name
+    folder.mkdir()
+    names = safetensors_names(src / "model.safetensors") if src.is_dir() else None
+    hf_bf16 = names is not None and name.endswith("_hf_bf16")
+    if hf_bf16:  # the converter cannot read MLX's U32 codes: those run from the config alone
+        os.symlink(src / "model.safetensors", folder / "model.safetensors")
+    config.setdefault("architectures", [ARCHITECTURES[config["model_type"]]])
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    text = {**config, **config.get("text_config", {})}
+    if names is not None:
+        has_mtp = any(n.startswith(("mtp.", "model.mtp.")) for n in names)
+        tied = not any(n.endswith("lm_head.weight") for n in names)
+    else:  # the released checkpoints ship the MTP head where the config declares it
+        has_mtp = "mtp_num_hidden_layers" in text
+        tied = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
+    no_mtp = not has_mtp and ("Qwen3Next" in config["architectures"][0] or
+                              "Qwen3_5" in config["architectures"][0])
+    mtp_names = 0
+    if names is not None and not hf_bf16:
+        mtp_names = len({n.split(".")[2] for n in names if n.startswith("mtp.layers.")})
+    return types.SimpleNamespace(folder=folder, config=config, text=text, names=names, hf_bf16=hf_bf16,
+                                 tied=tied, no_mtp=no_mtp, with_tokens=names is not None, mtp_names=mtp_names)
 
 
 def generate(out: Path, llama: Path):
@@ -166,30 +201,9 @@ def generate(out: Path, llama: Path):
             jobs.append((name, SHARED_CONFIGS / f"{name}.json", f"../shared/model-configs/{name}.json"))
     for name, src, config_ref in jobs:
         with tempfile.TemporaryDirectory() as tmp:
-            # The converter reads a folder: config.json (with `architectures`) and the weights, if any.
-            config = json.loads((src if src.is_file() else src / "config.json").read_text())
-            folder = Path(tmp) / name
-            folder.mkdir()
-            names = safetensors_names(src / "model.safetensors") if src.is_dir() else None
-            hf_bf16 = names is not None and name.endswith("_hf_bf16")
-            if hf_bf16:  # the converter cannot read MLX's U32 codes: those run from the config alone
-                os.symlink(src / "model.safetensors", folder / "model.safetensors")
-            config.setdefault("architectures", [ARCHITECTURES[config["model_type"]]])
-            (folder / "config.json").write_text(json.dumps(config, indent=2))
-            src = folder
-            text = {**config, **config.get("text_config", {})}
-            if names is not None:
-                has_mtp = any(n.startswith(("mtp.", "model.mtp.")) for n in names)
-                tied = not any(n.endswith("lm_head.weight") for n in names)
-            else:  # the released checkpoints ship the MTP head where the config declares it
-                has_mtp = "mtp_num_hidden_layers" in text
-                tied = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
-            no_mtp = not has_mtp and ("Qwen3Next" in config["architectures"][0] or
-                                      "Qwen3_5" in config["architectures"][0])
-            with_tokens = names is not None
-            mtp_names = 0
-            if names is not None and not hf_bf16:
-                mtp_names = len({n.split(".")[2] for n in names if n.startswith("mtp.layers.")})
+            st = stage_checkpoint(name, src, Path(tmp))
+            src, text, hf_bf16, tied = st.folder, st.text, st.hf_bf16, st.tied
+            no_mtp, with_tokens, mtp_names = st.no_mtp, st.with_tokens, st.mtp_names
             arch, cls, model = write_metadata_only(gguf, conversion, src, out / f"{name}.gguf", no_mtp,
                                                    with_tokens, mtp_names)
             if hf_bf16:
@@ -207,11 +221,17 @@ def generate(out: Path, llama: Path):
                 "mode": "--no-mtp" if no_mtp else "",
                 "tensors": f"{name}.tensors.json" if hf_bf16 else None,
             }
+    (out / "index.json").write_text(json.dumps({"converter": converter_versions(llama), "fixtures": index},
+                                               indent=2, sort_keys=True) + "\n")
+
+
+def converter_versions(llama: Path, files=("conversion/qwen.py", "conversion/base.py",
+                                           "gguf-py/gguf/tensor_mapping.py")):
+    """gguf-py's version and the SHA-256 of the llama.cpp files that decide the output."""
     converter = {"gguf-py": gguf_version(llama)}
-    for f in ("conversion/qwen.py", "conversion/base.py", "gguf-py/gguf/tensor_mapping.py"):
+    for f in files:
         converter[f + " sha256"] = hashlib.sha256((llama / f).read_bytes()).hexdigest()
-    (out / "index.json").write_text(json.dumps({"converter": converter, "fixtures": index}, indent=2,
-                                               sort_keys=True) + "\n")
+    return converter
 
 
 def gguf_version(llama: Path):
@@ -227,13 +247,19 @@ def main():
     ap.add_argument("--llama", default=os.environ.get("LLAMA_CPP", "/tmp/llama.cpp"))
     ap.add_argument("--check", action="store_true", help="regenerate into a temp folder and compare")
     args = ap.parse_args()
-    if not args.check:
-        generate(Path(args.out), Path(args.llama))
+    write_or_check(generate, Path(args.out), Path(args.llama), args.check)
+
+
+def write_or_check(generate_fn, out: Path, llama: Path, check: bool):
+    """generate_fn(folder, llama) into `out`, or (check) into a temp folder, comparing each file it writes
+    with out's byte for byte: prints the ones that differ or are missing, exits 1 if any."""
+    if not check:
+        generate_fn(out, llama)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        generate(Path(tmp), Path(args.llama))
+        generate_fn(Path(tmp), llama)
         bad = [f.name for f in sorted(Path(tmp).iterdir())
-               if not (Path(args.out) / f.name).is_file() or not filecmp.cmp(f, Path(args.out) / f.name, False)]
+               if not (out / f.name).is_file() or not filecmp.cmp(f, out / f.name, False)]
         print("\n".join(bad) if bad else "fixtures up to date")
         sys.exit(1 if bad else 0)
 

@@ -841,7 +841,7 @@ SLUICE_COMMAND(bench, 50, [](CLI::App& app) {
     auto* cmd = app.add_subcommand(
         "bench", "Measure prefill/decode speed, expert streaming and the speed-of-light bound");
     o->engine.add_to(cmd);
-    sluice::cli::add_model_arg(cmd, &o->model_dir, "Model folder");
+    sluice::cli::add_model_arg(cmd, &o->model_dir, "Model folder or .gguf");
     cmd->add_option("-p,--prompt-tokens", o->prompt_list,
                     "Prompt length (random ids); a comma list sweeps (llama-bench's -p)")
         ->delimiter(',')

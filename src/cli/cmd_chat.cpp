@@ -354,7 +354,7 @@ SLUICE_COMMAND(chat, 11, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::ChatOptions>();
     auto* cmd = app.add_subcommand("chat", "Interactive chat in the terminal (/help inside for commands)");
     o->engine.add_to(cmd);
-    sluice::cli::add_model_arg(cmd, &o->model_dir, "Model folder");
+    sluice::cli::add_model_arg(cmd, &o->model_dir, "Model folder or .gguf");
     cmd->add_option("--system", o->system, "System message");
     cmd->add_flag("--no-think", o->no_think, "Start with thinking off (enable_thinking=false)");
     cmd->add_flag("--hide-thinking", o->hide_thinking, "Do not print the model's reasoning");

@@ -145,7 +145,7 @@ SLUICE_COMMAND(generate, 10, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::GenerateCliOptions>();
     auto* cmd = app.add_subcommand("generate", "Generate text from a prompt, streaming to stdout");
     o->engine.add_to(cmd);
-    sluice::cli::add_model_arg(cmd, &o->model_dir, "Model folder (Hugging Face, MLX or packed)");
+    sluice::cli::add_model_arg(cmd, &o->model_dir, "Model folder (Hugging Face, MLX or packed) or .gguf");
     cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
     cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file (- for standard input)");
     cmd->add_option("--ids", o->ids, "Prompt as token ids, e.g. 1,2,3");

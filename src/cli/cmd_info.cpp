@@ -13,6 +13,7 @@
 #include "cli/model_arg.h"
 #include "cli/stats.h"
 #include "convert/packer.h"
+#include "format/gguf.h"
 #include "sluice/engine.h"
 
 namespace sluice::cli {
@@ -124,7 +125,7 @@ void run_info(const InfoOptions& o) {
     eo.kv_bits = o.kv_bits;
     eo.kv_window = o.kv_window;
     if (!o.memory.empty()) eo.memory_bytes = check(parse_size(o.memory));
-    if (std::filesystem::is_regular_file(o.model_dir)) {
+    if (std::filesystem::is_regular_file(o.model_dir) && !format::is_gguf_model_path(o.model_dir)) {
         run_info_config(o, eo);
         return;
     }
@@ -201,8 +202,9 @@ SLUICE_COMMAND(info, 30, [](CLI::App& app) {
     auto o = std::make_shared<sluice::cli::InfoOptions>();
     auto* cmd =
         app.add_subcommand("info", "Describe a model: architecture, sizes, bytes per token, memory plan");
-    sluice::cli::add_model_arg(cmd, &o->model_dir,
-                               "Model folder, or a config.json to plan for before the weights are here");
+    sluice::cli::add_model_arg(
+        cmd, &o->model_dir,
+        "Model folder or .gguf, or a config.json to plan for before the weights are here");
     cmd->add_option("--memory", o->memory, "Memory budget to plan for, e.g. 3G (default: 80% of available)");
     sluice::cli::add_ctx_size(cmd, &o->ctx, "Context tokens per session");
     cmd->add_option("--weight-bits", o->weight_bits, "With a config.json: the packed weights' bits")

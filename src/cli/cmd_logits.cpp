@@ -55,7 +55,7 @@ SLUICE_COMMAND(logits, 60, [](CLI::App& app) {
     auto* cmd =
         app.add_subcommand("logits", "Write the logits of every position as a float32 .npy [n_ids, vocab]");
     o->engine.add_to(cmd);
-    sluice::cli::add_model_arg(cmd, &o->model_dir, "Model folder (Hugging Face, MLX or packed)");
+    sluice::cli::add_model_arg(cmd, &o->model_dir, "Model folder (Hugging Face, MLX or packed) or .gguf");
     cmd->add_option("--ids", o->ids, "Token ids, e.g. 1,2,3")->required();
     cmd->add_option("--out", o->out, "Output .npy file")->required();
     cmd->add_flag("--stepwise", o->stepwise, "Feed the ids one at a time through the decode path");

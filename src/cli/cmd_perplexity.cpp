@@ -55,7 +55,7 @@ SLUICE_COMMAND(perplexity, 55, [](CLI::App& app) {
     auto* cmd =
         app.add_subcommand("perplexity", "Perplexity over a text file (sliding windows, second half scored)");
     o->engine.add_to(cmd);
-    sluice::cli::add_model_arg(cmd, &o->model_dir, "Model folder");
+    sluice::cli::add_model_arg(cmd, &o->model_dir, "Model folder or .gguf");
     cmd->add_option("file", o->file, "Text file")->required();
     cmd->add_option("-c,--ctx-size", o->ctx, "Window size in tokens")->capture_default_str();
     cmd->add_option("--max-windows", o->max_windows, "Evaluate only the first N windows (0 = all)")

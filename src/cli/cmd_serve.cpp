@@ -170,7 +170,7 @@ SLUICE_COMMAND(serve, 15, [](CLI::App& app) {
     auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with a web chat page");
     o->engine.add_to(cmd);
     o->spec.add_to(cmd);
-    sluice::cli::add_model_arg(cmd, &o->model_dir, "Model folder");
+    sluice::cli::add_model_arg(cmd, &o->model_dir, "Model folder or .gguf");
     cmd->add_option("--host", o->host, "Address to bind")->capture_default_str();
     cmd->add_option("--port", o->port, "Port to listen on")
         ->capture_default_str()

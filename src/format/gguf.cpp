@@ -766,6 +766,16 @@ Expected<std::optional<uint64_t>> split_key(const GgufFile& f, const char* key) 
 
 }  // namespace
 
+bool is_gguf_model_path(const std::string& path) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (fs::is_regular_file(path, ec)) return fs::path(path).extension() == ".gguf";
+    if (!fs::is_directory(path, ec) || fs::exists(fs::path(path) / "config.json", ec)) return false;
+    for (const auto& entry : fs::directory_iterator(path, ec))
+        if (entry.path().extension() == ".gguf") return true;
+    return false;
+}
+
 Expected<std::shared_ptr<GgufCheckpoint>> GgufCheckpoint::open(const std::string& path) {
     std::string first_path = path;
     std::error_code ec;

@@ -285,6 +285,10 @@ class GgufCheckpoint {
     std::map<std::string, const GgufTensor*, std::less<>> index_;
 };
 
+// Whether `path` names a GGUF model: a .gguf file, or a folder that holds .gguf files and no
+// config.json (GgufCheckpoint::open then picks the file). Nothing is parsed.
+bool is_gguf_model_path(const std::string& path);
+
 // "NAME-00002-of-00005.gguf" for split `no` (0-based) of `count`, given NAME (llama.cpp's
 // llama_split_path format).
 std::string gguf_split_path(const std::string& prefix, int no, int count);

@@ -34,6 +34,19 @@ enum class WeightType : uint8_t {
     kBF16,
     kQ4,  // MLX affine 4-bit: 8 codes per uint32
     kQ8,  // MLX affine 8-bit: 4 codes per uint32
+    // ggml's block formats as GGUF files store them (kernels/ggml_quants.h): each row is whole blocks
+    // carrying their own scales, so a view has `data` only.
+    kGgmlQ4_0,
+    kGgmlQ4_1,
+    kGgmlQ5_0,
+    kGgmlQ5_1,
+    kGgmlQ8_0,
+    kGgmlQ4_K,
+    kGgmlQ5_K,
+    kGgmlQ6_K,
+    kGgmlIQ4_NL,
+    kGgmlIQ4_XS,
+    kGgmlMXFP4,
 };
 
 enum class ScaleType : uint8_t { kF32, kF16, kBF16 };
@@ -58,6 +71,7 @@ struct WeightView {
     int64_t rows = 0;  // out features
     int64_t cols = 0;  // in features
     // kF32/kF16/kBF16: rows×cols elements, row-major. kQ4/kQ8: rows × (cols·bits/32) uint32 words.
+    // kGgml*: rows × (cols / block elements) blocks, row-major (ggml_quants.h).
     // May be unaligned for float types (safetensors offsets are not aligned); quantized words and
     // scales are read with memcpy-safe loads.
     const void* data = nullptr;
@@ -73,6 +87,7 @@ struct WeightView {
     // block-quantized, the bytes of one row of `data`.
     int bits() const;
     bool quantized() const;
+    bool ggml_blocks() const;  // a ggml block format (kGgml*): scales inside the blocks
     size_t row_bytes() const;
     // Whether products take the int8 path: activations kInt8 on a format with int8 kernels (its
     // registry entry says) whose group size is a power of two >= 32.

@@ -1,4 +1,5 @@
-// The weight-format registry's entries (weight_format.h): bf16/f16/f32 and MLX affine 4/8-bit.
+// The weight-format registry's entries (weight_format.h): bf16/f16/f32, MLX affine 4/8-bit, and ggml's
+// block formats as GGUF files hold them.
 #include "kernels/weight_format.h"
 
 #include <array>
@@ -55,7 +56,29 @@ float mlx_affine_element(const WeightView& w, int64_t r, int64_t i) {
            load_scale(w.biases, w.scale_type, g);
 }
 
-constexpr std::array<WeightFormat, 5> kFormats{{
+// A ggml block format (ggml_quants.h): element i of row r is element i % block of its block, dequantized
+// by the definition (reference::ggml_dequantize_row over that one block).
+template <GgmlType T>
+float ggml_element(const WeightView& w, int64_t r, int64_t i) {
+    const GgmlFormat& f = ggml_format(T);
+    float block[256];
+    const auto* row =
+        static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * ggml_row_bytes(f, w.cols);
+    reference::ggml_dequantize_row(T, row + (i / f.block_elems) * f.block_bytes, f.block_elems, block);
+    return block[i % f.block_elems];
+}
+
+template <GgmlType T>
+constexpr WeightFormat ggml_entry(WeightType type, const char* name, const char* description, int block_elems,
+                                  int block_bytes) {
+    WeightFormat f{type, name, description, 0, 0, ggml_element<T>, false, true, false, false};
+    f.block_elems = block_elems;
+    f.block_bytes = block_bytes;
+    f.ggml = T;
+    return f;
+}
+
+constexpr std::array<WeightFormat, 16> kFormats{{
     {WeightType::kF32, "F32", "32-bit float", 4, 0, f32_element, false, true, true},
     {WeightType::kF16, "F16", "IEEE half", 2, 0, f16_element, false, true, true},
     {WeightType::kBF16, "BF16", "bfloat16", 2, 0, bf16_element, false, true, true},
@@ -63,6 +86,28 @@ constexpr std::array<WeightFormat, 5> kFormats{{
      mlx_affine_element<4>, true, true, true, true},
     {WeightType::kQ8, "Q8", "MLX affine 8-bit (4 codes per u32, per-group scale and bias)", 0, 8,
      mlx_affine_element<8>, true, true, true, true},
+    ggml_entry<GgmlType::kQ4_0>(WeightType::kGgmlQ4_0, "Q4_0", "ggml 4-bit, blocks of 32 with an f16 scale",
+                                32, 18),
+    ggml_entry<GgmlType::kQ4_1>(WeightType::kGgmlQ4_1, "Q4_1",
+                                "ggml 4-bit, blocks of 32 with f16 scale and min", 32, 20),
+    ggml_entry<GgmlType::kQ5_0>(WeightType::kGgmlQ5_0, "Q5_0", "ggml 5-bit, blocks of 32 with an f16 scale",
+                                32, 22),
+    ggml_entry<GgmlType::kQ5_1>(WeightType::kGgmlQ5_1, "Q5_1",
+                                "ggml 5-bit, blocks of 32 with f16 scale and min", 32, 24),
+    ggml_entry<GgmlType::kQ8_0>(WeightType::kGgmlQ8_0, "Q8_0", "ggml 8-bit, blocks of 32 with an f16 scale",
+                                32, 34),
+    ggml_entry<GgmlType::kQ4_K>(WeightType::kGgmlQ4_K, "Q4_K", "ggml 4-bit k-quant, super-blocks of 256", 256,
+                                144),
+    ggml_entry<GgmlType::kQ5_K>(WeightType::kGgmlQ5_K, "Q5_K", "ggml 5-bit k-quant, super-blocks of 256", 256,
+                                176),
+    ggml_entry<GgmlType::kQ6_K>(WeightType::kGgmlQ6_K, "Q6_K", "ggml 6-bit k-quant, super-blocks of 256", 256,
+                                210),
+    ggml_entry<GgmlType::kIQ4_NL>(WeightType::kGgmlIQ4_NL, "IQ4_NL",
+                                  "ggml 4-bit non-linear codebook, blocks of 32", 32, 18),
+    ggml_entry<GgmlType::kIQ4_XS>(WeightType::kGgmlIQ4_XS, "IQ4_XS",
+                                  "ggml 4-bit non-linear codebook, super-blocks of 256", 256, 136),
+    ggml_entry<GgmlType::kMXFP4>(WeightType::kGgmlMXFP4, "MXFP4",
+                                 "OCP MX FP4 (e2m1), blocks of 32 with an e8m0 scale", 32, 17),
 }};
 
 }  // namespace
@@ -75,6 +120,8 @@ size_t WeightFormat::aux_row_bytes(int64_t cols, int32_t group_size, ScaleType s
 
 const char* WeightFormat::shape_error(int64_t cols, int32_t group_size) const {
     if (cols < 0) return "a negative column count";
+    if (ggml_blocks())
+        return cols % block_elems == 0 ? nullptr : "columns that are not a whole number of blocks";
     if (!quantized()) return nullptr;
     if (group_size <= 0) return "no group size";
     if (cols % group_size != 0) return "columns that are not a whole number of groups";
@@ -95,6 +142,18 @@ const WeightFormat& weight_format(WeightType type) {
 const WeightFormat* quantized_format(int bits) {
     for (const WeightFormat& f : kFormats)
         if (f.code_bits == bits && bits > 0) return &f;
+    return nullptr;
+}
+
+const WeightFormat* ggml_weight_format(uint32_t ggml_type) {
+    switch (static_cast<GgmlType>(ggml_type)) {
+        case GgmlType::kF32: return &kFormats[static_cast<size_t>(WeightType::kF32)];
+        case GgmlType::kF16: return &kFormats[static_cast<size_t>(WeightType::kF16)];
+        case GgmlType::kBF16: return &kFormats[static_cast<size_t>(WeightType::kBF16)];
+        default: break;
+    }
+    for (const WeightFormat& f : kFormats)
+        if (f.ggml_blocks() && static_cast<uint32_t>(f.ggml) == ggml_type) return &f;
     return nullptr;
 }
 
@@ -128,6 +187,10 @@ bool WeightView::int8_activations() const {
 
 bool WeightView::quantized() const {
     return weight_format(type).quantized();
+}
+
+bool WeightView::ggml_blocks() const {
+    return weight_format(type).ggml_blocks();
 }
 
 }  // namespace sluice::kernels

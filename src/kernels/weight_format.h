@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 
+#include "kernels/ggml_quants.h"
 #include "kernels/kernels.h"
 
 namespace sluice::kernels {
@@ -36,11 +37,20 @@ struct WeightFormat {
     bool cpu_kernels = false;   // kernels::* runs it (every ISA and the portable path)
     bool cuda_kernels = false;  // the CUDA backend runs it
     bool int8_kernels = false;  // the CPU has its int8-activation products (kernels.h, Activations::kInt8)
+    // ggml block formats (GGUF): each row is cols / block_elems blocks of block_bytes, scales inside the
+    // blocks (ggml_quants.h says the layouts); 0 for the others.
+    int block_elems = 0;
+    int block_bytes = 0;
+    GgmlType ggml = GgmlType::kF32;  // block formats: the ggml type it is
 
+    // Codes with separate per-group scales and biases (MLX affine); not the ggml block formats.
     bool quantized() const { return code_bits > 0; }
+    bool ggml_blocks() const { return block_elems > 0; }
     int codes_per_word() const { return code_bits > 0 ? 32 / code_bits : 0; }
     // Bytes of one row of `data` for `cols` inputs.
     size_t data_row_bytes(int64_t cols) const {
+        if (block_elems > 0)
+            return static_cast<size_t>(cols / block_elems) * static_cast<size_t>(block_bytes);
         return code_bits > 0 ? static_cast<size_t>(cols) * static_cast<size_t>(code_bits) / 8
                              : static_cast<size_t>(cols) * static_cast<size_t>(element_bytes);
     }
@@ -56,6 +66,9 @@ std::span<const WeightFormat> weight_formats();
 const WeightFormat& weight_format(WeightType type);
 // The block-quantized format with `bits`-bit codes, or null when none is registered.
 const WeightFormat* quantized_format(int bits);
+// The format storing ggml type number `ggml_type` as sluice binds it (F32/F16/BF16 are the float
+// formats), or null when sluice has no kernels for that type.
+const WeightFormat* ggml_weight_format(uint32_t ggml_type);
 // The code sizes the packer writes, for messages: "4 or 8".
 std::string packable_bits();
 

@@ -98,6 +98,24 @@ void Model::deltanet_layer(const DeltaNetPlan& P, const LayerWeights& lw, int64_
         }
     }
 
+    // Tiled value heads (DeltaNetPlan::v_heads_tiled): value head j takes key head j % nk. q and k are
+    // laid out per value head ([n, nv, dk], head j a copy of key head j % nk) and the delta rule runs
+    // with as many key heads as value heads, whose head-j-takes-key-head-j is then the same mapping.
+    int64_t n_kh = nk, q_stride = kd;
+    if (P.v_heads_tiled) {
+        float* qx = grow(ws.tmp, 2 * n * nv * dk);
+        float* kx = qx + n * nv * dk;
+        for (int64_t t = 0; t < n; ++t)
+            for (int64_t j = 0; j < nv; ++j) {
+                std::memcpy(qx + (t * nv + j) * dk, q + t * kd + (j % nk) * dk, sizeof(float) * dk);
+                std::memcpy(kx + (t * nv + j) * dk, k + t * kd + (j % nk) * dk, sizeof(float) * dk);
+            }
+        q = qx;
+        k = kx;
+        n_kh = nv;
+        q_stride = nv * dk;
+    }
+
     float* o = grow(ws.attn, n * vd);  // [n, nv, dv]
     for (const BatchLayout::Part& part : batch.parts) {
         ModelState::Layer& st = part.state->layers[static_cast<size_t>(layer)];
@@ -107,13 +125,13 @@ void Model::deltanet_layer(const DeltaNetPlan& P, const LayerWeights& lw, int64_
         // of 64 costs its full size in work whatever the tokens in it, and the recurrent form gives a
         // k-token step the numbers of k single steps.
         if (part.n <= kRecurrentStepTokens || part.decode_rows) {
-            kernels::gated_delta_recurrent(q + r0 * kd, k + r0 * kd, v + r0 * vd, b + r0 * nv, a + r0 * nv,
-                                           part.n, nk, nv, dk, dv, st.recurrent.data(), state_out,
-                                           o + r0 * vd, pool);
+            kernels::gated_delta_recurrent(q + r0 * q_stride, k + r0 * q_stride, v + r0 * vd, b + r0 * nv,
+                                           a + r0 * nv, part.n, n_kh, nv, dk, dv, st.recurrent.data(),
+                                           state_out, o + r0 * vd, pool);
         } else {
-            kernels::gated_delta_chunked(q + r0 * kd, k + r0 * kd, v + r0 * vd, b + r0 * nv, a + r0 * nv,
-                                         part.n, nk, nv, dk, dv, st.recurrent.data(), state_out, o + r0 * vd,
-                                         pool);
+            kernels::gated_delta_chunked(q + r0 * q_stride, k + r0 * q_stride, v + r0 * vd, b + r0 * nv,
+                                         a + r0 * nv, part.n, n_kh, nv, dk, dv, st.recurrent.data(),
+                                         state_out, o + r0 * vd, pool);
         }
     }
 

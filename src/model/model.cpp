@@ -6,7 +6,9 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "model/config_gguf.h"
 #include "model/tensor_map.h"
+#include "model/weights_gguf.h"
 #include "model/workspace.h"
 
 namespace sluice::model {
@@ -119,6 +121,12 @@ Status check_pack_dense(const format::PackLayout& layout, const format::Checkpoi
 
 Expected<std::shared_ptr<Model>> Model::load(const std::string& dir) {
     auto model = std::shared_ptr<Model>(new Model());
+    if (format::is_gguf_model_path(dir)) {
+        SLUICE_ASSIGN_OR_RETURN(auto gguf, format::GgufCheckpoint::open(dir));
+        SLUICE_ASSIGN_OR_RETURN(ModelConfig config, load_gguf_model_config(*gguf));
+        SLUICE_ASSIGN_OR_RETURN(ModelWeights weights, load_gguf_weights(config, std::move(gguf)));
+        return create(std::move(config), std::move(weights), dir);
+    }
     // A packed folder's manifest first: config.json is believed only once its checksum matches.
     const bool packed = format::is_packed_dir(dir);
     if (packed) {
@@ -147,6 +155,16 @@ Expected<std::shared_ptr<Model>> Model::load(const std::string& dir) {
     SLUICE_ASSIGN_OR_RETURN(ModelWeights weights,
                             load_weights(config, std::move(checkpoint), !model->packed_));
     model->dir_ = dir;
+    model->state_layout_ = model::state_layout(config);
+    model->plan_ = make_plan(config, weights.layout);
+    model->config_ = std::move(config);
+    model->weights_ = std::move(weights);
+    return model;
+}
+
+std::shared_ptr<Model> Model::create(ModelConfig config, ModelWeights weights, std::string dir) {
+    auto model = std::shared_ptr<Model>(new Model());
+    model->dir_ = std::move(dir);
     model->state_layout_ = model::state_layout(config);
     model->plan_ = make_plan(config, weights.layout);
     model->config_ = std::move(config);

@@ -183,8 +183,14 @@ class Model {
  public:
     // Loads config.json and the safetensors checkpoint in `dir` (Hugging Face or MLX layout), or a
     // packed folder (format/pack.h): then only the dense weights are bound, and the caller must
-    // set an expert source that streams the routed experts (packed_layout() describes them).
+    // set an expert source that streams the routed experts (packed_layout() describes them). A GGUF
+    // (format::is_gguf_model_path: a .gguf file, split set or folder of one) loads its config from
+    // the metadata (config_gguf.h) and binds every tensor in place (weights_gguf.h).
     static Expected<std::shared_ptr<Model>> load(const std::string& dir);
+
+    // A model over weights bound elsewhere (load_weights, load_gguf_weights, or views a caller made):
+    // its plan and state layout from `config` and the weights' layout. `dir` names it in messages.
+    static std::shared_ptr<Model> create(ModelConfig config, ModelWeights weights, std::string dir);
 
     bool packed() const { return packed_; }
     const format::PackLayout& packed_layout() const { return packed_layout_; }

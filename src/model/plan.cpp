@@ -37,8 +37,12 @@ ModelPlan make_plan(const ModelConfig& c, CheckpointLayout layout) {
             d.k_dim = c.linear_k_dim;
             d.v_dim = c.linear_v_dim;
             d.conv_kernel = c.conv_kernel;
-            d.projection =
-                c.split_linear_projections ? DeltaProjection::kSplit : DeltaProjection::kInterleavedQkvzBa;
+            // A GGUF holds Qwen3-Next's in_proj_qkvz split as Qwen3.5's are (model/weights_gguf.h).
+            d.projection = c.split_linear_projections || layout == CheckpointLayout::kGguf
+                               ? DeltaProjection::kSplit
+                               : DeltaProjection::kInterleavedQkvzBa;
+            d.v_heads_tiled = layout == CheckpointLayout::kGguf && c.split_linear_projections &&
+                              c.linear_k_heads != c.linear_v_heads;
             d.l2_eps = layout == CheckpointLayout::kMlx ? 1e-6f * static_cast<float>(c.linear_k_dim) : 1e-6f;
             d.norm_eps = c.rms_eps;
         }

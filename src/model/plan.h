@@ -49,6 +49,10 @@ struct DeltaNetPlan {
     // the case of tiny test models — so each checkpoint layout follows its own reference.
     float l2_eps = 1e-6f;
     float norm_eps = 1e-6f;  // the gated output RMS norm
+    // Value head j uses key head j / (v_heads / k_heads) (grouped, as Hugging Face orders them), or
+    // j % k_heads (tiled: llama.cpp's converter moves Qwen3.5's value heads to that order, in every
+    // tensor they index, when k_heads ≠ v_heads).
+    bool v_heads_tiled = false;
     int64_t key_dim() const { return k_heads * k_dim; }
     int64_t value_dim() const { return v_heads * v_dim; }
     int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }

@@ -16,7 +16,12 @@ using kernels::ScaleType;
 using kernels::WeightType;
 
 const char* layout_name(CheckpointLayout layout) {
-    return layout == CheckpointLayout::kMlx ? "mlx" : "huggingface";
+    switch (layout) {
+        case CheckpointLayout::kMlx: return "mlx";
+        case CheckpointLayout::kGguf: return "gguf";
+        case CheckpointLayout::kHuggingFace: break;
+    }
+    return "huggingface";
 }
 
 namespace {

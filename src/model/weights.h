@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "format/gguf.h"
 #include "format/safetensors.h"
 #include "kernels/kernels.h"
 #include "model/config.h"
@@ -28,7 +29,8 @@ namespace sluice::model {
 
 using kernels::WeightView;
 
-enum class CheckpointLayout { kHuggingFace, kMlx };
+// kGguf: llama.cpp's converter's output (model/weights_gguf.h); its math follows the Hugging Face reference.
+enum class CheckpointLayout { kHuggingFace, kMlx, kGguf };
 const char* layout_name(CheckpointLayout layout);
 
 // Which reference the checkpoint's math follows, from tensor names and shapes only (no data is
@@ -98,12 +100,16 @@ struct MtpWeights {
 
 struct ModelWeights {
     CheckpointLayout layout = CheckpointLayout::kHuggingFace;
-    WeightView embed;                  // [V, H]
-    std::vector<float> final_norm;     // [H]
-    WeightView lm_head;                // [V, H]
-    std::vector<LayerWeights> layers;  // [n_layers + mtp_layers]: the MTP layer last
-    MtpWeights mtp;                    // bound when config.mtp_layers > 0
-    std::shared_ptr<format::Checkpoint> checkpoint;
+    WeightView embed;                                // [V, H]
+    std::vector<float> final_norm;                   // [H]
+    WeightView lm_head;                              // [V, H]
+    std::vector<LayerWeights> layers;                // [n_layers + mtp_layers]: the MTP layer last
+    MtpWeights mtp;                                  // bound when config.mtp_layers > 0
+    std::shared_ptr<format::Checkpoint> checkpoint;  // safetensors (null for a GGUF)
+    std::shared_ptr<format::GgufCheckpoint> gguf;    // a GGUF's mapped files (null otherwise)
+    // Tensors rearranged at load (a GGUF's regrouped rows): views point into these buffers, whose heap
+    // storage moves with the ModelWeights.
+    std::vector<std::vector<uint8_t>> owned;
 
     // Bytes of all routed experts vs everything else (for plans and `info`).
     uint64_t expert_bytes = 0;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -51,6 +52,23 @@ Engine::~Engine() = default;
 namespace {
 
 std::string describe_quantization(const model::ModelWeights& w, const model::ModelConfig& c) {
+    if (w.gguf) {  // its tensors' ggml types, by the bytes they hold: "gguf q8_0 84%, f16 12%, f32 4%"
+        std::map<std::string, uint64_t> bytes;
+        uint64_t total = 0;
+        for (const format::GgufTensor* t : w.gguf->tensors()) {
+            bytes[format::ggml_type_name(t->type)] += t->size_bytes;
+            total += t->size_bytes;
+        }
+        std::vector<std::pair<uint64_t, std::string>> by_size;
+        for (const auto& [name, b] : bytes) by_size.emplace_back(b, name);
+        std::sort(by_size.rbegin(), by_size.rend());
+        std::string s = "gguf";
+        for (size_t i = 0; i < by_size.size(); ++i)
+            s += fmt::format(
+                "{} {} {:.0f}%", i ? "," : "", by_size[i].second,
+                total ? 100.0 * static_cast<double>(by_size[i].first) / static_cast<double>(total) : 0.0);
+        return s;
+    }
     if (!c.quantization.present) {
         const char* t = kernels::weight_type_name(w.embed.type);
         return t;
@@ -424,7 +442,21 @@ Status Engine::load_text_side() {
     namespace fs = std::filesystem;
     const std::string& dir = im.options.model_dir;
     std::error_code ec;
-    if (fs::exists(fs::path(dir) / "tokenizer.json", ec)) {
+    const model::ModelWeights& weights = im.model->weights();
+    if (weights.gguf) {
+        // A GGUF carries its tokenizer and chat template in its metadata (format/tokenizer_gguf.h); a file
+        // without tokenizer.ggml.model runs on token ids only, like a folder without tokenizer.json.
+        const std::string first = weights.gguf->files().front()->path();
+        if (weights.gguf->metadata().has("tokenizer.ggml.model")) {
+            SLUICE_ASSIGN_OR_RETURN(im.tokenizer, Tokenizer::load(first, im.info.vocab_size));
+            auto tmpl = ChatTemplate::load(first);
+            if (tmpl.has_value()) {
+                im.chat_template = std::make_shared<const ChatTemplate>(std::move(tmpl).value());
+            } else if (tmpl.status().code() != ErrorCode::kNotFound) {
+                return tmpl.status();
+            }
+        }
+    } else if (fs::exists(fs::path(dir) / "tokenizer.json", ec)) {
         SLUICE_ASSIGN_OR_RETURN(im.tokenizer, Tokenizer::load(dir, im.info.vocab_size));
         auto tmpl = ChatTemplate::load(dir);
         if (tmpl.has_value()) {
@@ -454,9 +486,17 @@ Status Engine::load_text_side() {
     std::sort(im.eos_ids.begin(), im.eos_ids.end());
     im.eos_ids.erase(std::unique(im.eos_ids.begin(), im.eos_ids.end()), im.eos_ids.end());
     auto config_text = io::read_text_file((fs::path(dir) / "config.json").string());
-    const std::string identity = (config_text.has_value() ? *config_text : std::string()) + "|" +
-                                 std::to_string(im.info.dense_bytes) + "|" +
-                                 std::to_string(im.info.expert_bytes);
+    std::string description = config_text.has_value() ? *config_text : std::string();
+    if (weights.gguf) {  // the metadata and tensor infos: what config.json is to a folder
+        const format::GgufFile& f = *weights.gguf->files().front();
+        const auto file = io::MappedFile::open(f.path());
+        if (file.has_value())
+            description.assign(
+                reinterpret_cast<const char*>((*file)->data()),
+                static_cast<size_t>(std::min<uint64_t>(f.header().data_start, (*file)->size())));
+    }
+    const std::string identity =
+        description + "|" + std::to_string(im.info.dense_bytes) + "|" + std::to_string(im.info.expert_bytes);
     im.fingerprint = XXH3_64bits(identity.data(), identity.size());
     if (config_text.has_value()) {
         auto cfg = nlohmann::json::parse(*config_text, nullptr, false);

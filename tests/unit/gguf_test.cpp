@@ -28,10 +28,12 @@
 #include <random>
 #include <sstream>
 
+#include "core/thread_pool.h"
 #include "gguf_bytes.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/ggml_quants.h"
 #include "kernels/kernels.h"
+#include "kernels/weight_format.h"
 #include "test_util.h"
 
 namespace sluice::format {
@@ -357,8 +359,8 @@ TEST(GgufFormats, KernelAndReaderTablesAgree) {
 
 // ---- the fast dot product against its twin ------------------------------------------------------
 
-// A row of random valid blocks: random codes, f16 scales of |d| in [1e-3, 1e-2], MXFP4 exponents
-// near 2^0.
+// A row of random valid blocks: random codes, f16 scales (and mins) of |d| in [1e-3, 1e-2], MXFP4
+// exponents near 2^0.
 std::vector<uint8_t> random_row(kernels::GgmlType type, int64_t cols, std::mt19937& rng) {
     const kernels::GgmlFormat& f = kernels::ggml_format(type);
     std::vector<uint8_t> row(kernels::ggml_row_bytes(f, cols));
@@ -372,6 +374,8 @@ std::vector<uint8_t> random_row(kernels::GgmlType type, int64_t cols, std::mt199
     for (size_t b = 0; b < row.size(); b += static_cast<size_t>(f.block_bytes)) {
         uint8_t* block = row.data() + b;
         switch (type) {
+            case kernels::GgmlType::kQ4_1:
+            case kernels::GgmlType::kQ5_1:
             case kernels::GgmlType::kQ4_K:
             case kernels::GgmlType::kQ5_K:
                 put_scale(block);
@@ -466,6 +470,78 @@ TEST_F(GgufQuantsFile, FastDotOnTheFixtureRows) {
             }
         }
     });
+}
+
+// ---- ggml formats as weights: every linear op (kernels.h) over a kGgml* view --------------------
+
+// What the model binds a GGUF tensor to (kernels/weight_format.h): every ggml block type the registry
+// holds runs dequantize_row (bit for bit the definition), matvec (the fast dot, within the dot's bound
+// of the double-summed reference), matvec_batch and matvec_jobs (bit for bit matvec, whatever n and
+// the other jobs) and matmul (the definition's weights in f32 GEMM tiles: within the same bound), on
+// every ISA and with and without a pool.
+TEST(GgufLinear, EveryOpOverEveryBlockFormatOnEveryIsa) {
+    std::mt19937 rng(261);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    ThreadPool two{2};
+    const int64_t rows = 37, cols = 512, n = 5;
+    int formats = 0;
+    for (const kernels::WeightFormat& f : kernels::weight_formats()) {
+        if (!f.ggml_blocks()) continue;
+        ++formats;
+        SCOPED_TRACE(f.name);
+        ASSERT_EQ(kernels::ggml_weight_format(static_cast<uint32_t>(f.ggml)), &f);
+        std::vector<uint8_t> data;
+        for (int64_t r = 0; r < rows; ++r) {
+            const auto row = random_row(f.ggml, cols, rng);
+            data.insert(data.end(), row.begin(), row.end());
+        }
+        // One byte in: GGUF rows are only block aligned.
+        std::vector<uint8_t> buf(data.size() + 1);
+        std::memcpy(buf.data() + 1, data.data(), data.size());
+        kernels::WeightView w;
+        w.type = f.type;
+        w.rows = rows;
+        w.cols = cols;
+        w.data = buf.data() + 1;
+        ASSERT_EQ(w.row_bytes(), kernels::ggml_row_bytes(kernels::ggml_format(f.ggml), cols));
+        std::vector<float> x(static_cast<size_t>(n * cols));
+        for (auto& v : x) v = normal(rng);
+        std::vector<float> ref(static_cast<size_t>(n * rows)), row(cols), ref_row(cols);
+        kernels::reference::matmul(w, x.data(), n, ref.data(), nullptr);
+        for (int64_t r = 0; r < rows; ++r) {
+            kernels::reference::dequantize_row(w, r, ref_row.data());
+            for (int64_t i = 0; i < cols; i += 97) ASSERT_EQ(ref_row[i], f.reference_element(w, r, i));
+        }
+        for_each_isa([&](const std::string&) {
+            for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two}) {
+                std::vector<float> one(static_cast<size_t>(rows)), batch(static_cast<size_t>(n * rows)),
+                    jobs_y(static_cast<size_t>(2 * n * rows)), mm(static_cast<size_t>(n * rows));
+                kernels::matvec_batch(w, x.data(), n, batch.data(), pool);
+                const kernels::MatvecJob jobs[2] = {{&w, x.data(), n, jobs_y.data()},
+                                                    {&w, x.data() + cols, 1, jobs_y.data() + n * rows}};
+                kernels::matvec_jobs(jobs, 2, pool);
+                kernels::matmul(w, x.data(), n, mm.data(), pool);
+                for (int64_t t = 0; t < n; ++t) {
+                    kernels::matvec(w, x.data() + t * cols, one.data(), pool);
+                    for (int64_t r = 0; r < rows; ++r) {
+                        const uint8_t* wr = static_cast<const uint8_t*>(w.data) + r * w.row_bytes();
+                        const double bound = 2e-6 * dot_bound(f.ggml, wr, x.data() + t * cols, cols);
+                        const size_t at = static_cast<size_t>(t * rows + r);
+                        ASSERT_NEAR(one[r], ref[at], bound) << "matvec row " << r << " vector " << t;
+                        ASSERT_EQ(batch[at], one[r]) << "matvec_batch row " << r << " vector " << t;
+                        ASSERT_EQ(jobs_y[at], one[r]) << "matvec_jobs row " << r << " vector " << t;
+                        ASSERT_NEAR(mm[at], ref[at], bound) << "matmul row " << r << " token " << t;
+                    }
+                }
+                ASSERT_EQ(std::vector<float>(jobs_y.begin() + n * rows, jobs_y.begin() + n * rows + rows),
+                          std::vector<float>(batch.begin() + rows, batch.begin() + 2 * rows));
+                kernels::dequantize_row(w, rows - 1, row.data());
+                kernels::reference::dequantize_row(w, rows - 1, ref_row.data());
+                ASSERT_EQ(row, ref_row);
+            }
+        });
+    }
+    EXPECT_EQ(formats, 11);
 }
 
 // ---- split files ------------------------------------------------------------------------------

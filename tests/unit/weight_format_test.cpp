@@ -32,9 +32,23 @@ TEST(WeightFormat, EntriesAreConsistent) {
         EXPECT_TRUE(names.insert(f.name).second) << f.name << " registered twice";
         EXPECT_STREQ(kernels::weight_type_name(f.type), f.name);
         EXPECT_NE(f.reference_element, nullptr) << f.name;
-        EXPECT_TRUE(f.quantized() ? f.element_bytes == 0 && 32 % f.code_bits == 0 : f.element_bytes > 0)
+        EXPECT_FALSE(f.quantized() && f.ggml_blocks()) << f.name;
+        EXPECT_TRUE(f.quantized()     ? f.element_bytes == 0 && 32 % f.code_bits == 0
+                    : f.ggml_blocks() ? f.element_bytes == 0 && f.code_bits == 0
+                                      : f.element_bytes > 0)
             << f.name;
-        if (f.quantized()) {
+        if (f.ggml_blocks()) {
+            // ggml's own numbers for the type (ggml_quants.h), and nothing beside the blocks.
+            const kernels::GgmlFormat& g = kernels::ggml_format(f.ggml);
+            EXPECT_EQ(f.block_elems, g.block_elems) << f.name;
+            EXPECT_EQ(f.block_bytes, g.block_bytes) << f.name;
+            EXPECT_EQ(kernels::ggml_weight_format(static_cast<uint32_t>(f.ggml)), &f);
+            EXPECT_EQ(f.data_row_bytes(512), static_cast<size_t>(512 / g.block_elems * g.block_bytes));
+            EXPECT_EQ(f.aux_row_bytes(512, 0, kernels::ScaleType::kBF16), 0u);
+            EXPECT_EQ(f.shape_error(512, 0), nullptr);
+            EXPECT_NE(f.shape_error(512 + 16, 0), nullptr);
+            EXPECT_FALSE(f.packable || f.int8_kernels) << f.name;
+        } else if (f.quantized()) {
             EXPECT_EQ(kernels::quantized_format(f.code_bits), &f);
             EXPECT_EQ(f.data_row_bytes(256), static_cast<size_t>(256 * f.code_bits / 8));
             EXPECT_EQ(f.aux_row_bytes(256, 64, kernels::ScaleType::kBF16), 2u * 4 * 2);
@@ -62,15 +76,22 @@ TEST(WeightFormat, EntriesAreConsistent) {
     }
     EXPECT_EQ(kernels::quantized_format(3), nullptr);
     EXPECT_EQ(kernels::packable_bits(), "4 or 8");
+    // GGUF's float types are the float formats; a type without kernels (Q2_K = 10) has none.
+    EXPECT_EQ(kernels::ggml_weight_format(0)->type, WeightType::kF32);
+    EXPECT_EQ(kernels::ggml_weight_format(1)->type, WeightType::kF16);
+    EXPECT_EQ(kernels::ggml_weight_format(30)->type, WeightType::kBF16);
+    EXPECT_EQ(kernels::ggml_weight_format(10), nullptr);
+    EXPECT_EQ(kernels::ggml_weight_format(15), nullptr);  // Q8_K: ggml's activation type, no weight
 }
 
 // Random storage of each format: the fast path's dequantize_row (every ISA this machine has picks
-// one) against the reference row and the format's element definition, bit for bit.
+// one) against the reference row and the format's element definition, bit for bit. (ggml's block
+// formats: GgufLinear.EveryOpOverEveryBlockFormatOnEveryIsa, over valid random blocks.)
 TEST(WeightFormat, FastDequantizationIsTheReferenceDefinition) {
     std::mt19937 rng(7);
     const int64_t rows = 3, cols = 256, group = 64;
     for (const WeightFormat& f : kernels::weight_formats()) {
-        if (!f.cpu_kernels) continue;
+        if (!f.cpu_kernels || f.ggml_blocks()) continue;
         std::vector<uint8_t> data(rows * f.data_row_bytes(cols));
         std::vector<uint16_t> scales(rows * cols / group), biases(rows * cols / group);
         kernels::WeightView v;

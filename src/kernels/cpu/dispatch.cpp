@@ -23,6 +23,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/isa_table.h"
+#include "kernels/ggml_quants.h"
 #include "kernels/kernels.h"
 #include "kernels/weight_format.h"
 
@@ -214,6 +215,30 @@ void linear_int8(const WeightView& w, const float* x, int64_t n, float* y, Threa
     });
 }
 
+// A ggml block format's rows [r0, r1) times n vectors (x + v·cols → y + v·ldy): each (row, vector) one
+// ggml_vec_dot of this ISA, so a result depends only on its row and its vector (matvec_batch's and
+// matvec_jobs' contract). The row's blocks stay in L1 while the vectors pass over them.
+void ggml_rows_times_vectors(const WeightView& w, const float* x, int64_t n, int64_t r0, int64_t r1, float* y,
+                             int64_t ldy) {
+    const GgmlDotFn dot = ggml_vec_dot_fn(weight_format(w.type).ggml);
+    const size_t row_bytes = w.row_bytes();
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* row = base + static_cast<size_t>(r) * row_bytes;
+        for (int64_t v = 0; v < n; ++v) y[v * ldy + r] = dot(row, x + v * w.cols, w.cols);
+    }
+}
+
+// Rows [r0, r1) of a ggml block format dequantized into out[(r − r0)·cols] by the definition.
+void ggml_dequant_rows(const WeightView& w, int64_t r0, int64_t r1, float* out) {
+    const GgmlType type = weight_format(w.type).ggml;
+    const size_t row_bytes = w.row_bytes();
+    for (int64_t r = r0; r < r1; ++r)
+        reference::ggml_dequantize_row(
+            type, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * row_bytes, w.cols,
+            out + (r - r0) * w.cols);
+}
+
 }  // namespace
 
 const char* cpu_kernel_isa() {
@@ -227,6 +252,10 @@ const char* cpu_int8_kernel_isa() {
 void dequantize_row(const WeightView& w, int64_t row, float* out) {
     check_view(w);
     SLUICE_ASSERT(row >= 0 && row < w.rows);
+    if (w.ggml_blocks()) {
+        ggml_dequant_rows(w, row, row + 1, out);
+        return;
+    }
     linear_isa(w).dequant_rows(w, row, row + 1, out);
 }
 
@@ -243,6 +272,11 @@ void matvec_batch(const WeightView& w, const float* x, int64_t n, float* y, Thre
     check_view(w);
     if (w.int8_activations()) {
         linear_int8(w, x, n, y, pool, false);
+        return;
+    }
+    if (w.ggml_blocks()) {
+        run(pool, w.rows, kMatvecGrainRows,
+            [&](int64_t r0, int64_t r1) { ggml_rows_times_vectors(w, x, n, r0, r1, y, w.rows); });
         return;
     }
     const IsaTable& t = linear_isa(w);
@@ -270,7 +304,7 @@ void matvec_batch(const WeightView& w, const float* x, int64_t n, float* y, Thre
 // several jobs whose weights take the same preparation of the same x (gate and up of one expert; q, k
 // and v) — then the same row kernels as matvec_batch, so every job gets matvec_batch's bits.
 void matvec_jobs(const MatvecJob* jobs, int64_t count, ThreadPool* pool) {
-    enum class Path : uint8_t { kFloat, kQuant, kInt8 };
+    enum class Path : uint8_t { kFloat, kQuant, kInt8, kGgml };
     struct Prepared {
         Path path;
         const IsaTable* t;
@@ -301,13 +335,14 @@ void matvec_jobs(const MatvecJob* jobs, int64_t count, ThreadPool* pool) {
             p.t = &linear_isa(w);
             p.stride = (p.t->prepared_x_floats(w) * static_cast<int64_t>(sizeof(float)) + 63) / 64 * 64;
         } else {
-            p.path = Path::kFloat;
+            // Float and ggml block weights read x as it is.
+            p.path = w.ggml_blocks() ? Path::kGgml : Path::kFloat;
             p.t = &linear_isa(w);
             p.stride = 0;
             p.groups = 0;
         }
         p.owner = true;
-        for (int64_t i = 0; i < j && p.path != Path::kFloat; ++i) {
+        for (int64_t i = 0; i < j && p.path != Path::kFloat && p.path != Path::kGgml; ++i) {
             const Prepared& q = prepared[static_cast<size_t>(i)];
             const WeightView& v = *jobs[i].w;
             if (q.owner && jobs[i].x == jobs[j].x && jobs[i].n == jobs[j].n && q.path == p.path &&
@@ -333,7 +368,7 @@ void matvec_jobs(const MatvecJob* jobs, int64_t count, ThreadPool* pool) {
     for (int64_t j = 0; j < count; ++j) {
         const MatvecJob& job = jobs[j];
         const Prepared& p = prepared[static_cast<size_t>(j)];
-        if (!p.owner || p.path == Path::kFloat) continue;
+        if (!p.owner || p.path == Path::kFloat || p.path == Path::kGgml) continue;
         for (int64_t v = 0; v < job.n; ++v) {
             const float* xv = job.x + v * job.w->cols;
             uint8_t* dst = base + p.at + static_cast<size_t>(v * p.stride);
@@ -359,7 +394,9 @@ void matvec_jobs(const MatvecJob* jobs, int64_t count, ThreadPool* pool) {
             const int64_t end = std::min(b1, first[j + 1]);
             const int64_t r0 = (b - first[j]) * kMatvecGrainRows;
             const int64_t r1 = std::min(w.rows, (end - first[j]) * kMatvecGrainRows);
-            if (p.path == Path::kFloat) {
+            if (p.path == Path::kGgml) {
+                ggml_rows_times_vectors(w, job.x, job.n, r0, r1, job.y, w.rows);
+            } else if (p.path == Path::kFloat) {
                 rows_times_vectors(p.t->matvec_float_rows, w, job.x,
                                    w.cols * static_cast<int64_t>(sizeof(float)), nullptr, 0, job.n, r0, r1,
                                    job.y + r0, w.rows);
@@ -401,7 +438,11 @@ void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool
                 if (tile == nullptr) {
                     wt = static_cast<const float*>(w.data) + r * cols;
                 } else {
-                    t.dequant_rows(w, r, r + nr, tile);
+                    if (w.ggml_blocks()) {
+                        ggml_dequant_rows(w, r, r + nr, tile);
+                    } else {
+                        t.dequant_rows(w, r, r + nr, tile);
+                    }
                     wt = tile;
                 }
                 t.gemm_tile(wt, nr, cols, x + t0 * cols, nt, cols, y + t0 * rows + r, rows);

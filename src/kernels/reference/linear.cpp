@@ -1,4 +1,5 @@
-// Reference (oracle) linear ops: dequantize_row, matvec, matmul over every registered format.
+// Reference (oracle) linear ops: dequantize_row, matvec, matmul over every registered format (ggml's
+// block formats included).
 // Element by element from the format's own definition, its registry entry's reference_element
 // (kernels/weight_format.cpp; MLX affine per models.md §5.1–5.3). Sums are
 // accumulated in double so the oracle's own rounding error is far below the test tolerance.
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "core/assert.h"
+#include "kernels/ggml_quants.h"
 #include "kernels/kernels.h"
 #include "kernels/weight_format.h"
 
@@ -84,7 +86,14 @@ void matvec_int8(const WeightView& w, const float* x, float* y) {
 void dequantize_row(const WeightView& w, int64_t row, float* out) {
     check_view(w);
     SLUICE_ASSERT(row >= 0 && row < w.rows);
-    const auto element = weight_format(w.type).reference_element;
+    const WeightFormat& f = weight_format(w.type);
+    if (f.ggml_blocks()) {  // the same definition as reference_element, a row at a time
+        ggml_dequantize_row(f.ggml,
+                            static_cast<const uint8_t*>(w.data) + static_cast<size_t>(row) * w.row_bytes(),
+                            w.cols, out);
+        return;
+    }
+    const auto element = f.reference_element;
     for (int64_t i = 0; i < w.cols; ++i) out[i] = element(w, row, i);
 }
 

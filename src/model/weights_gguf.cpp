@@ -1,0 +1,277 @@
+#include "model/weights_gguf.h"
+
+#include <cstring>
+#include <map>
+
+#include "core/log.h"
+#include "kernels/ggml_quants.h"
+#include "kernels/weight_format.h"
+#include "model/tensor_map_gguf.h"
+
+namespace sluice::model {
+
+using format::GgufTensor;
+using kernels::WeightFormat;
+using kernels::WeightView;
+
+namespace {
+
+std::string dims_text(const std::vector<int64_t>& dims) {
+    std::string s = "[";
+    for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+    return s + "]";
+}
+
+// The ggml types sluice binds, for errors: "F32, F16, BF16, Q4_0, ...".
+std::string bindable_types() {
+    std::string s;
+    for (const WeightFormat& f : kernels::weight_formats()) {
+        if (f.quantized() || !f.cpu_kernels) continue;  // MLX affine: not a ggml type
+        s += (s.empty() ? "" : ", ") + std::string(f.name);
+    }
+    return s;
+}
+
+class GgufBinder {
+ public:
+    GgufBinder(const ModelConfig& config, const format::GgufCheckpoint& ckpt) : ckpt_(ckpt) {
+        for (GgufTensorSource& s : gguf_tensor_map(config)) expected_[s.gguf] = std::move(s);
+        name_ = ckpt.files().front()->path();
+    }
+
+    Status fail(const std::string& tensor, const std::string& what) const {
+        return error(ErrorCode::kInvalidArgument, "[gguf] " + name_ + ": tensor '" + tensor + "' " + what);
+    }
+
+    bool has(const std::string& name) const { return ckpt_.find(name) != nullptr; }
+
+    // The tensor `name`, present, with the dims the tensor map expects, of a type with kernels and
+    // rows that are whole blocks of it.
+    Expected<std::pair<const GgufTensor*, const WeightFormat*>> tensor(const std::string& name) const {
+        const GgufTensor* t = ckpt_.find(name);
+        if (t == nullptr)
+            return error(ErrorCode::kNotFound, "[gguf] " + name_ + ": missing tensor '" + name + "'");
+        auto it = expected_.find(name);
+        if (it != expected_.end() && it->second.dims != t->dims)
+            return fail(name, "has dims " + dims_text(t->dims) + " (ggml order), expected " +
+                                  dims_text(it->second.dims) + " for this model's config");
+        const WeightFormat* f = kernels::ggml_weight_format(static_cast<uint32_t>(t->type));
+        if (f == nullptr || !f->cpu_kernels)
+            return fail(name, std::string("is of ggml type ") + format::ggml_type_name(t->type) +
+                                  ", which sluice has no kernels for (it runs " + bindable_types() + ")");
+        if (const char* bad = f->shape_error(t->cols(), 0))
+            return fail(name, std::string("has ") + bad + " of its type (" + format::describe(*t) + ")");
+        if (t->data == nullptr) return fail(name, "has no data (a header-only file)");
+        return std::make_pair(t, f);
+    }
+
+    // A 2-D tensor as a [rows, cols] view (GGUF dims {cols, rows}).
+    Expected<WeightView> matrix(const std::string& name) const {
+        SLUICE_ASSIGN_OR_RETURN(auto tf, tensor(name));
+        if (tf.first->dims.size() != 2) return fail(name, "is not 2-D: " + dims_text(tf.first->dims));
+        return gguf_matrix_view(*tf.first, tf.first->data, 0);
+    }
+
+    // A 1-D (or any) tensor of `numel` values, converted to f32 by its format's definition.
+    Expected<std::vector<float>> floats(const std::string& name, int64_t numel) const {
+        SLUICE_ASSIGN_OR_RETURN(auto tf, tensor(name));
+        const GgufTensor& t = *tf.first;
+        if (t.numel() != numel)
+            return fail(name,
+                        "holds " + std::to_string(t.numel()) + " values, expected " + std::to_string(numel));
+        WeightView v;
+        v.type = tf.second->type;
+        v.rows = t.rows();
+        v.cols = t.cols();
+        v.data = t.data;
+        std::vector<float> out(static_cast<size_t>(numel));
+        for (int64_t r = 0; r < v.rows; ++r)
+            kernels::reference::dequantize_row(v, r, out.data() + r * v.cols);
+        return out;
+    }
+
+    const std::string& file_name() const { return name_; }
+
+ private:
+    const format::GgufCheckpoint& ckpt_;
+    std::map<std::string, GgufTensorSource> expected_;
+    std::string name_;
+};
+
+uint64_t view_bytes(const WeightView& v) {
+    return static_cast<uint64_t>(v.rows) * v.row_bytes();
+}
+
+// Rows `rows` of `w`, in that order, copied into a buffer of `owned`: a view of them.
+WeightView gather_rows(const WeightView& w, const std::vector<int64_t>& rows,
+                       std::vector<std::vector<uint8_t>>* owned) {
+    const size_t rb = w.row_bytes();
+    std::vector<uint8_t>& buf = owned->emplace_back(rows.size() * rb);
+    for (size_t i = 0; i < rows.size(); ++i)
+        std::memcpy(buf.data() + i * rb,
+                    static_cast<const uint8_t*>(w.data) + static_cast<size_t>(rows[i]) * rb, rb);
+    WeightView out = w;
+    out.rows = static_cast<int64_t>(rows.size());
+    out.data = buf.data();
+    return out;
+}
+
+std::string blk(int64_t l) {
+    return "blk." + std::to_string(l) + ".";
+}
+
+}  // namespace
+
+WeightView gguf_matrix_view(const GgufTensor& tensor, const void* data, int64_t index) {
+    const WeightFormat* f = kernels::ggml_weight_format(static_cast<uint32_t>(tensor.type));
+    WeightView v;
+    v.type = f->type;
+    v.cols = tensor.cols();
+    v.rows = tensor.dims.size() >= 2 ? tensor.dims[1] : 1;
+    v.data = static_cast<const uint8_t*>(data) +
+             static_cast<size_t>(index) * static_cast<size_t>(v.rows) * f->data_row_bytes(v.cols);
+    return v;
+}
+
+Expected<ModelWeights> load_gguf_weights(const ModelConfig& cfg,
+                                         std::shared_ptr<format::GgufCheckpoint> checkpoint,
+                                         bool bind_experts) {
+    GgufBinder b(cfg, *checkpoint);
+    ModelWeights mw;
+    mw.layout = CheckpointLayout::kGguf;
+    const int64_t H = cfg.hidden;
+
+    // A file with more decoder blocks than its metadata describes would run a truncated model.
+    for (const GgufTensor* t : checkpoint->tensors()) {
+        if (t->name.compare(0, 4, "blk.") != 0) continue;
+        const int64_t index = std::strtoll(t->name.c_str() + 4, nullptr, 10);
+        if (index >= cfg.n_layers && cfg.mtp_layers == 0)  // (blocks past them: the MTP head's)
+            return b.fail(t->name, "is of block " + std::to_string(index) + ", but the metadata describes " +
+                                       std::to_string(cfg.n_layers) + " decoder blocks");
+    }
+
+    SLUICE_ASSIGN_OR_RETURN(mw.embed, b.matrix("token_embd.weight"));
+    SLUICE_ASSIGN_OR_RETURN(mw.final_norm, b.floats("output_norm.weight", H));
+    if (b.has("output.weight")) {
+        SLUICE_ASSIGN_OR_RETURN(mw.lm_head, b.matrix("output.weight"));
+    } else {
+        mw.lm_head = mw.embed;  // tied: the converter writes no output.weight
+    }
+    mw.dense_bytes += view_bytes(mw.embed) + (mw.lm_head.data != mw.embed.data ? view_bytes(mw.lm_head) : 0);
+
+    const int64_t n_layers = cfg.n_layers + cfg.mtp_layers;
+    mw.layers.resize(static_cast<size_t>(n_layers));
+    const char* post_norm = cfg.zero_centered_norms() ? "post_attention_norm.weight" : "ffn_norm.weight";
+    for (int64_t l = 0; l < n_layers; ++l) {
+        LayerWeights& lw = mw.layers[static_cast<size_t>(l)];
+        const std::string g = blk(l);
+        SLUICE_ASSIGN_OR_RETURN(lw.input_norm, b.floats(g + "attn_norm.weight", H));
+        SLUICE_ASSIGN_OR_RETURN(lw.post_norm, b.floats(g + post_norm, H));
+        if (cfg.is_full_attention(l)) {
+            AttentionWeights& a = lw.attn;
+            SLUICE_ASSIGN_OR_RETURN(a.q_proj, b.matrix(g + "attn_q.weight"));
+            SLUICE_ASSIGN_OR_RETURN(a.k_proj, b.matrix(g + "attn_k.weight"));
+            SLUICE_ASSIGN_OR_RETURN(a.v_proj, b.matrix(g + "attn_v.weight"));
+            SLUICE_ASSIGN_OR_RETURN(a.o_proj, b.matrix(g + "attn_output.weight"));
+            if (cfg.attn_qk_norm) {
+                SLUICE_ASSIGN_OR_RETURN(a.q_norm, b.floats(g + "attn_q_norm.weight", cfg.head_dim));
+                SLUICE_ASSIGN_OR_RETURN(a.k_norm, b.floats(g + "attn_k_norm.weight", cfg.head_dim));
+            }
+            if (cfg.attn_qkv_bias) {
+                const int64_t kv = cfg.n_kv_heads * cfg.head_dim;
+                SLUICE_ASSIGN_OR_RETURN(a.q_bias, b.floats(g + "attn_q.bias", cfg.n_heads * cfg.head_dim));
+                SLUICE_ASSIGN_OR_RETURN(a.k_bias, b.floats(g + "attn_k.bias", kv));
+                SLUICE_ASSIGN_OR_RETURN(a.v_bias, b.floats(g + "attn_v.bias", kv));
+            }
+            for (const WeightView* v : {&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj})
+                mw.dense_bytes += view_bytes(*v);
+        } else {
+            DeltaNetWeights& d = lw.linear;
+            const int64_t nk = cfg.linear_k_heads, nv = cfg.linear_v_heads, r = nv / nk;
+            SLUICE_ASSIGN_OR_RETURN(d.in_qkv, b.matrix(g + "attn_qkv.weight"));
+            SLUICE_ASSIGN_OR_RETURN(d.in_z, b.matrix(g + "attn_gate.weight"));
+            if (cfg.split_linear_projections) {
+                SLUICE_ASSIGN_OR_RETURN(d.in_b, b.matrix(g + "ssm_beta.weight"));
+                SLUICE_ASSIGN_OR_RETURN(d.in_a, b.matrix(g + "ssm_alpha.weight"));
+            } else {
+                // Qwen3-Next's ssm_ba keeps HF's rows, [b (r) | a (r)] per key head g: value head g·r + i
+                // takes b from row 2rg + i and a from row 2rg + r + i.
+                SLUICE_ASSIGN_OR_RETURN(const WeightView ba, b.matrix(g + "ssm_ba.weight"));
+                std::vector<int64_t> b_rows, a_rows;
+                for (int64_t kh = 0; kh < nk; ++kh)
+                    for (int64_t i = 0; i < r; ++i) {
+                        b_rows.push_back(2 * r * kh + i);
+                        a_rows.push_back(2 * r * kh + r + i);
+                    }
+                d.in_b = gather_rows(ba, b_rows, &mw.owned);
+                d.in_a = gather_rows(ba, a_rows, &mw.owned);
+            }
+            for (const WeightView* v : {&d.in_qkv, &d.in_z, &d.in_b, &d.in_a})
+                mw.dense_bytes += view_bytes(*v);
+            SLUICE_ASSIGN_OR_RETURN(d.conv,
+                                    b.floats(g + "ssm_conv1d.weight", cfg.conv_dim() * cfg.conv_kernel));
+            SLUICE_ASSIGN_OR_RETURN(d.neg_a, b.floats(g + "ssm_a", nv));  // −exp(A_log) already
+            SLUICE_ASSIGN_OR_RETURN(d.dt_bias, b.floats(g + "ssm_dt.bias", nv));
+            SLUICE_ASSIGN_OR_RETURN(d.norm, b.floats(g + "ssm_norm.weight", cfg.linear_v_dim));
+            SLUICE_ASSIGN_OR_RETURN(d.out_proj, b.matrix(g + "ssm_out.weight"));
+            mw.dense_bytes += view_bytes(d.out_proj);
+        }
+
+        if (!cfg.is_moe_layer(l)) {
+            SLUICE_ASSIGN_OR_RETURN(lw.dense_mlp.gate, b.matrix(g + "ffn_gate.weight"));
+            SLUICE_ASSIGN_OR_RETURN(lw.dense_mlp.up, b.matrix(g + "ffn_up.weight"));
+            SLUICE_ASSIGN_OR_RETURN(lw.dense_mlp.down, b.matrix(g + "ffn_down.weight"));
+            for (const WeightView* v : {&lw.dense_mlp.gate, &lw.dense_mlp.up, &lw.dense_mlp.down})
+                mw.dense_bytes += view_bytes(*v);
+        } else {
+            MoeWeights& m = lw.moe_w;
+            SLUICE_ASSIGN_OR_RETURN(m.router, b.matrix(g + "ffn_gate_inp.weight"));
+            mw.dense_bytes += view_bytes(m.router);
+            const GgufTensor* proj[3];
+            for (int p = 0; p < 3; ++p) {
+                static const char* const kNames[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight",
+                                                      "ffn_down_exps.weight"};
+                SLUICE_ASSIGN_OR_RETURN(auto tf, b.tensor(g + kNames[p]));
+                proj[p] = tf.first;
+                mw.expert_bytes += proj[p]->size_bytes;
+            }
+            if (bind_experts) {
+                m.experts.resize(static_cast<size_t>(cfg.n_experts));
+                for (int64_t e = 0; e < cfg.n_experts; ++e)
+                    m.experts[static_cast<size_t>(e)] = {gguf_matrix_view(*proj[0], proj[0]->data, e),
+                                                         gguf_matrix_view(*proj[1], proj[1]->data, e),
+                                                         gguf_matrix_view(*proj[2], proj[2]->data, e)};
+            }
+            if (cfg.shared_expert_ffn > 0) {
+                m.has_shared = true;
+                SLUICE_ASSIGN_OR_RETURN(m.shared.gate, b.matrix(g + "ffn_gate_shexp.weight"));
+                SLUICE_ASSIGN_OR_RETURN(m.shared.up, b.matrix(g + "ffn_up_shexp.weight"));
+                SLUICE_ASSIGN_OR_RETURN(m.shared.down, b.matrix(g + "ffn_down_shexp.weight"));
+                SLUICE_ASSIGN_OR_RETURN(m.shared_gate, b.matrix(g + "ffn_gate_inp_shexp.weight"));
+                for (const WeightView* v : {&m.shared.gate, &m.shared.up, &m.shared.down, &m.shared_gate})
+                    mw.dense_bytes += view_bytes(*v);
+            }
+        }
+        if (cfg.is_mtp_layer(l)) {
+            MtpWeights& t = mw.mtp;
+            SLUICE_ASSIGN_OR_RETURN(t.fc, b.matrix(g + "nextn.eh_proj.weight"));
+            SLUICE_ASSIGN_OR_RETURN(t.norm_embedding, b.floats(g + "nextn.enorm.weight", H));
+            SLUICE_ASSIGN_OR_RETURN(t.norm_hidden, b.floats(g + "nextn.hnorm.weight", H));
+            SLUICE_ASSIGN_OR_RETURN(t.norm, b.floats(g + "nextn.shared_head_norm.weight", H));
+            mw.dense_bytes += view_bytes(t.fc) + sizeof(float) * 3 * static_cast<uint64_t>(H);
+        }
+    }
+    uint64_t floats = mw.final_norm.size();
+    for (const LayerWeights& lw : mw.layers)
+        floats += lw.input_norm.size() + lw.post_norm.size() + lw.attn.q_norm.size() + lw.attn.k_norm.size() +
+                  lw.attn.q_bias.size() + lw.attn.k_bias.size() + lw.attn.v_bias.size() +
+                  lw.linear.conv.size() + lw.linear.neg_a.size() + lw.linear.dt_bias.size() +
+                  lw.linear.norm.size();
+    mw.dense_bytes += sizeof(float) * floats;
+    log::debug("[weights] gguf {}, dense {:.1f} MB, experts {:.1f} MB", b.file_name(), mw.dense_bytes / 1e6,
+               mw.expert_bytes / 1e6);
+    mw.gguf = std::move(checkpoint);
+    return mw;
+}
+
+}  // namespace sluice::model

@@ -1,0 +1,243 @@
+// GGUF models (issue 26): the goldens' checkpoints as llama.cpp's converter writes them
+// (tests/data/gguf/weights, tools/make_gguf_weight_fixtures.py), run from the file.
+//
+// The F16 files are checked against transformers in golden_test.cpp (GgufGolden). Here the block
+// formats: a quantized file's model must compute what its weights say — the same forward over the
+// same file with every view replaced by its f32 dequantization (the format's definition,
+// kernels/ggml_quants.h) gives the same logits within f32 rounding. Against transformers a
+// quantized tiny random model is only close (its measured distance is printed), so that comparison
+// cannot find a wrong kernel or binding; this one can: one wrong block, scale or row moves logits by
+// far more than the tolerance. And bad files: every problem an error naming the file and the tensor.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "format/gguf.h"
+#include "kernels/weight_format.h"
+#include "model/config_gguf.h"
+#include "model/model.h"
+#include "model/weights_gguf.h"
+#include "model/workspace.h"
+#include "test_util.h"
+
+namespace sluice {
+namespace {
+
+std::string weights_dir() {
+    return testing::test_data_dir() + "/gguf/weights";
+}
+
+std::vector<std::string> quantized_fixtures() {
+    std::ifstream in(weights_dir() + "/index.json");
+    nlohmann::json index = nlohmann::json::parse(in, nullptr, false);
+    std::vector<std::string> out;
+    if (!index.is_object() || !index.contains("files")) return out;
+    for (const auto& [file, e] : index["files"].items())
+        if (e.value("outtype", "") != "f16") out.push_back(file);
+    return out;
+}
+
+// Replaces `w` by an f32 copy of its rows (reference::dequantize_row), kept in `owned`.
+void dequantize_view(kernels::WeightView& w, std::vector<std::vector<uint8_t>>& owned) {
+    if (w.data == nullptr || w.type == kernels::WeightType::kF32) return;
+    std::vector<uint8_t>& buf = owned.emplace_back(static_cast<size_t>(w.rows * w.cols) * sizeof(float));
+    auto* f = reinterpret_cast<float*>(buf.data());
+    for (int64_t r = 0; r < w.rows; ++r) kernels::reference::dequantize_row(w, r, f + r * w.cols);
+    w.type = kernels::WeightType::kF32;
+    w.data = buf.data();
+}
+
+// Every matrix of the model dequantized (ties kept tied).
+int dequantize_all(model::ModelWeights& mw) {
+    int quantized = 0;
+    auto deq = [&](kernels::WeightView& w) {
+        quantized += w.ggml_blocks();
+        dequantize_view(w, mw.owned);
+    };
+    const bool tied = mw.lm_head.data == mw.embed.data;
+    deq(mw.embed);
+    if (tied) {
+        mw.lm_head = mw.embed;
+    } else {
+        deq(mw.lm_head);
+    }
+    for (model::LayerWeights& l : mw.layers) {
+        for (kernels::WeightView* w : {&l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj, &l.attn.o_proj,
+                                       &l.linear.in_qkv, &l.linear.in_z, &l.linear.in_b, &l.linear.in_a,
+                                       &l.linear.out_proj, &l.moe_w.router, &l.moe_w.shared_gate})
+            deq(*w);
+        for (model::ExpertWeights* e : {&l.moe_w.shared, &l.dense_mlp}) {
+            deq(e->gate);
+            deq(e->up);
+            deq(e->down);
+        }
+        for (model::ExpertWeights& e : l.moe_w.experts) {
+            deq(e.gate);
+            deq(e.up);
+            deq(e.down);
+        }
+    }
+    return quantized;
+}
+
+// Logits of every position of `ids` (prefill), then of 4 more tokens decoded one at a time.
+std::vector<float> run(const model::Model& m, const std::vector<int32_t>& ids) {
+    const int64_t V = m.config().vocab, T = static_cast<int64_t>(ids.size());
+    model::ModelState state = m.new_state(T + 8);
+    model::Workspace ws;
+    std::vector<float> out(static_cast<size_t>((T + 4) * V));
+    EXPECT_TRUE(m.forward(state, ids, out.data(), true, ws, nullptr).is_ok());
+    for (int64_t i = 0; i < 4; ++i) {
+        const int32_t next = static_cast<int32_t>((ids[static_cast<size_t>(i)] * 7 + 3) % V);
+        EXPECT_TRUE(
+            m.forward(state, std::span<const int32_t>(&next, 1), out.data() + (T + i) * V, false, ws, nullptr)
+                .is_ok());
+    }
+    return out;
+}
+
+class GgufQuantized : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GgufQuantized, ComputesWhatItsWeightsSay) {
+    const std::string path = weights_dir() + "/" + GetParam();
+    auto ckpt = format::GgufCheckpoint::open(path);
+    ASSERT_TRUE(ckpt.has_value()) << ckpt.status().message();
+    auto config = model::load_gguf_model_config(**ckpt);
+    ASSERT_TRUE(config.has_value()) << config.status().message();
+    auto fast = model::load_gguf_weights(*config, *ckpt);
+    auto twin = model::load_gguf_weights(*config, *ckpt);
+    ASSERT_TRUE(fast.has_value() && twin.has_value()) << fast.status().message();
+    EXPECT_GT(dequantize_all(*twin), 10) << "a quantized fixture with few block-format matrices";
+    auto a = model::Model::create(*config, std::move(*fast), path);
+    auto b = model::Model::create(*config, std::move(*twin), path + " (dequantized)");
+
+    std::mt19937 rng(26);
+    std::vector<int32_t> ids(40);
+    for (auto& t : ids) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(config->vocab));
+    const std::vector<float> got = run(*a, ids), want = run(*b, ids);
+    const int64_t V = config->vocab, rows = static_cast<int64_t>(got.size()) / V;
+    double worst = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+        float diff = 0, scale = 0;
+        for (int64_t i = 0; i < V; ++i) {
+            diff = std::max(diff, std::fabs(got[r * V + i] - want[r * V + i]));
+            scale = std::max(scale, std::fabs(want[r * V + i]));
+        }
+        // The fast dot products differ from the f32 dequantize-and-multiply by f32 roundings (gguf_test.cpp
+        // bounds one product at 2e-6 of its absolute sum); through the layers that stays far below 1e-4.
+        EXPECT_LE(diff, 1e-4f * std::max(scale, 1.0f)) << GetParam() << " row " << r;
+        worst = std::max(worst, static_cast<double>(diff) / std::max(scale, 1.0f));
+    }
+    std::printf("[ gguf ] %s: worst row max|fast − dequantized| / max|logit| = %.2e\n", GetParam().c_str(),
+                worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gguf, GgufQuantized, ::testing::ValuesIn(quantized_fixtures()),
+                         [](const auto& param_info) {
+                             std::string n =
+                                 param_info.param.substr(0, param_info.param.size() - 5);  // no ".gguf"
+                             for (char& c : n)
+                                 if (c == '.') c = '_';
+                             return n;
+                         });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GgufQuantized);
+
+// ---- bad files ----------------------------------------------------------------------------------
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+// The byte offset of tensor `name`'s info in a GGUF: just past its name string.
+size_t tensor_info_at(const std::string& bytes, const std::string& name) {
+    std::string key(8, '\0');
+    const uint64_t len = name.size();
+    std::memcpy(key.data(), &len, 8);
+    key += name;
+    const size_t at = bytes.find(key);
+    EXPECT_NE(at, std::string::npos) << name;
+    return at + key.size();
+}
+
+std::string load_error(const std::string& bytes) {
+    testing::TempDir dir;
+    const std::string path = dir.file("bad.gguf");
+    std::ofstream(path, std::ios::binary) << bytes;
+    auto m = model::Model::load(path);
+    EXPECT_FALSE(m.has_value());
+    return m.has_value() ? std::string() : m.status().message();
+}
+
+TEST(GgufBadFiles, EachProblemNamesTheTensor) {
+    const std::string good = read_file(weights_dir() + "/qwen3_moe_yarn_hf_bf16.q8_0.gguf");
+    ASSERT_FALSE(good.empty());
+    {
+        testing::TempDir dir;
+        std::ofstream(dir.file("ok.gguf"), std::ios::binary) << good;
+        auto m = model::Model::load(dir.file("ok.gguf"));
+        ASSERT_TRUE(m.has_value()) << m.status().message();
+    }
+    // A type sluice has no kernels for: blk.0.ffn_down_exps is F16 (rows of 48); I16 has the same size.
+    {
+        std::string bytes = good;
+        const size_t at = tensor_info_at(bytes, "blk.0.ffn_down_exps.weight");
+        uint32_t dims = 0;
+        std::memcpy(&dims, bytes.data() + at, 4);
+        const uint32_t i16 = 25;
+        std::memcpy(bytes.data() + at + 4 + 8 * dims, &i16, 4);
+        const std::string e = load_error(bytes);
+        EXPECT_NE(e.find("blk.0.ffn_down_exps.weight"), std::string::npos) << e;
+        EXPECT_NE(e.find("no kernels"), std::string::npos) << e;
+        EXPECT_NE(e.find("Q4_K"), std::string::npos) << e;  // the list of what it runs
+    }
+    // Other dims than the config implies: attn_q's two dims swapped (same size).
+    {
+        std::string bytes = good;
+        const size_t at = tensor_info_at(bytes, "blk.1.attn_q.weight");
+        int64_t d0 = 0, d1 = 0;
+        std::memcpy(&d0, bytes.data() + at + 4, 8);
+        std::memcpy(&d1, bytes.data() + at + 12, 8);
+        ASSERT_NE(d0, d1);
+        std::memcpy(bytes.data() + at + 4, &d1, 8);
+        std::memcpy(bytes.data() + at + 12, &d0, 8);
+        const std::string e = load_error(bytes);
+        EXPECT_NE(e.find("blk.1.attn_q.weight"), std::string::npos) << e;
+        EXPECT_NE(e.find("expected"), std::string::npos) << e;
+    }
+    // A tensor missing: attn_k renamed (the file is otherwise whole).
+    {
+        std::string bytes = good;
+        const size_t at = tensor_info_at(bytes, "blk.0.attn_k.weight");
+        bytes[at - std::string("k.weight").size()] = 'x';
+        const std::string e = load_error(bytes);
+        EXPECT_NE(e.find("missing tensor 'blk.0.attn_k.weight'"), std::string::npos) << e;
+    }
+    // An architecture sluice does not run.
+    {
+        std::string bytes = good;
+        const std::string key = "general.architecture";
+        const size_t at = bytes.find(key);
+        ASSERT_NE(at, std::string::npos);
+        ASSERT_EQ(bytes.substr(at + key.size() + 12, 8),
+                  "qwen3moe");  // after the type (u32) and length (u64)
+        bytes.replace(at + key.size() + 12, 8, "qwen9moe");
+        const std::string e = load_error(bytes);
+        EXPECT_NE(e.find("qwen9moe"), std::string::npos) << e;
+    }
+    // Truncated inside the tensor data.
+    {
+        const std::string e = load_error(good.substr(0, good.size() - 1000));
+        EXPECT_NE(e.find("bad.gguf"), std::string::npos) << e;
+    }
+}
+
+}  // namespace
+}  // namespace sluice
