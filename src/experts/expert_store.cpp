@@ -22,17 +22,32 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The projection's format was checked when the store opened (check_projection).
-kernels::WeightView projection_view(const uint8_t* record, const format::PackProjection& p) {
-    kernels::WeightView v;
+constexpr uint64_t kAlign = 4096;  // O_DIRECT's offset, length and buffer alignment
+
+uint64_t align_up(uint64_t v) {
+    return (v + kAlign - 1) / kAlign * kAlign;
+}
+
+// A piece read with covering reads when its experts do not all start on kAlign.
+bool misaligned(const ExpertLayerSource::Piece& p) {
+    return p.offset % kAlign != 0 || p.stride % kAlign != 0;
+}
+
+// The bytes a piece takes in a slot: its own, rounded up, plus a lead of up to kAlign − 1.
+uint64_t place_bytes(const ExpertLayerSource::Piece& p) {
+    return align_up(p.bytes) + (misaligned(p) ? kAlign : 0);
+}
+
+ExpertLayerSource::View projection_source(const format::PackProjection& p) {
+    ExpertLayerSource::View v;
     v.rows = p.rows;
     v.cols = p.cols;
-    v.data = record + p.weight.offset;
-    v.type = *model::weight_type_of(p.weight.dtype, p.bits);
+    v.type = *model::weight_type_of(p.weight.dtype, p.bits);  // checked by check_projection
+    v.data = p.weight.offset;
     if (p.bits == 0) return v;
     v.group_size = p.group_size;
-    v.scales = record + p.scales.offset;
-    v.biases = record + p.biases.offset;
+    v.scales = p.scales.offset;
+    v.biases = p.biases.offset;
     v.scale_type = model::scale_type_of(p.scales.dtype);
     return v;
 }
@@ -65,55 +80,156 @@ Status check_projection(const format::PackExpertFile& f, const format::PackProje
 
 }  // namespace
 
+Expected<std::vector<ExpertLayerSource>> expert_sources_from_pack(const std::string& dir,
+                                                                  const format::PackLayout& layout) {
+    std::vector<ExpertLayerSource> out;
+    for (const format::PackExpertFile& f : layout.expert_files) {
+        SLUICE_RETURN_IF_ERROR(check_projection(f, f.gate, "gate"));
+        SLUICE_RETURN_IF_ERROR(check_projection(f, f.up, "up"));
+        SLUICE_RETURN_IF_ERROR(check_projection(f, f.down, "down"));
+        ExpertLayerSource& src = out.emplace_back();
+        src.layer = f.layer;
+        src.n_experts = layout.n_experts;
+        src.name = "'" + f.file + "'";
+        ExpertLayerSource::Piece piece;
+        piece.file = (std::filesystem::path(dir) / f.file).string();
+        piece.stride = f.record_stride;
+        piece.bytes = f.record_stride;
+        piece.checked_bytes = f.record_bytes;
+        piece.xxh3 = f.record_xxh3;
+        src.pieces.push_back(std::move(piece));
+        src.views[0] = projection_source(f.gate);
+        src.views[1] = projection_source(f.up);
+        src.views[2] = projection_source(f.down);
+    }
+    return out;
+}
+
+Expected<std::vector<ExpertLayerSource>> expert_sources_from_gguf(
+    const format::GgufCheckpoint& gguf, int64_t n_layers,
+    const std::map<std::string, std::vector<uint64_t>>* manifest_experts) {
+    std::vector<ExpertLayerSource> out;
+    const std::string file = gguf.files().front()->path();
+    for (int64_t l = 0; l < n_layers; ++l) {
+        const std::string blk = "blk." + std::to_string(l) + ".";
+        if (gguf.find(blk + "ffn_gate_exps.weight") == nullptr) continue;  // a dense layer
+        ExpertLayerSource& src = out.emplace_back();
+        src.layer = l;
+        src.name = "'" + file + "' " + blk.substr(0, blk.size() - 1);
+        static const char* const kProj[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+        for (int p = 0; p < 3; ++p) {
+            const std::string name = blk + kProj[p] + ".weight";
+            const format::GgufTensor* t = gguf.find(name);
+            const auto bad = [&](const std::string& what) {
+                return error(ErrorCode::kInvalidArgument,
+                             "[experts] " + file + ": tensor '" + name + "' " + what);
+            };
+            if (t == nullptr) return bad("is missing");
+            const kernels::WeightFormat* f = kernels::ggml_weight_format(static_cast<uint32_t>(t->type));
+            if (f == nullptr || !f->cpu_kernels)
+                return bad(std::string("is of ggml type ") + format::ggml_type_name(t->type) +
+                           ", which sluice has no kernels for");
+            if (t->dims.size() != 3 || f->shape_error(t->cols(), 0) != nullptr)
+                return bad("is not [experts, rows, cols] of whole blocks: " + format::describe(*t));
+            const int64_t experts = t->dims[2];
+            if (p == 0) src.n_experts = experts;
+            if (experts != src.n_experts)
+                return bad("holds " + std::to_string(experts) + " experts, ffn_gate_exps " +
+                           std::to_string(src.n_experts));
+            ExpertLayerSource::Piece piece;
+            piece.file = gguf.files()[t->file_index]->path();
+            piece.stride = t->size_bytes / static_cast<uint64_t>(experts);
+            piece.offset = t->file_offset;
+            piece.bytes = piece.stride;
+            piece.checked_bytes = piece.stride;
+            if (manifest_experts != nullptr) {
+                auto it = manifest_experts->find(name);
+                if (it != manifest_experts->end() && static_cast<int64_t>(it->second.size()) == experts)
+                    piece.xxh3 = it->second;
+            }
+            src.pieces.push_back(std::move(piece));
+            ExpertLayerSource::View& v = src.views[p];
+            v.type = f->type;
+            v.rows = t->dims[1];
+            v.cols = t->dims[0];
+            v.piece = p;
+        }
+    }
+    return out;
+}
+
 uint64_t ExpertStore::slot_bytes_for(const format::PackLayout& layout) {
     uint64_t b = 0;
     for (const auto& f : layout.expert_files) b = std::max(b, f.record_stride);
     return b;
 }
 
+uint64_t ExpertStore::slot_bytes_for(const std::vector<ExpertLayerSource>& sources) {
+    uint64_t b = 0;
+    for (const ExpertLayerSource& s : sources) {
+        uint64_t layer = 0;
+        for (const auto& p : s.pieces) layer += place_bytes(p);
+        b = std::max(b, layer);
+    }
+    return b;
+}
+
 Expected<std::unique_ptr<ExpertStore>> ExpertStore::open(const std::string& dir,
                                                          const format::PackLayout& layout,
                                                          const ExpertStoreOptions& options) {
+    SLUICE_ASSIGN_OR_RETURN(auto sources, expert_sources_from_pack(dir, layout));
+    if (sources.empty()) return error(ErrorCode::kCorrupt, "[experts] packed model has no expert files");
+    return open(std::move(sources), options);
+}
+
+Expected<std::unique_ptr<ExpertStore>> ExpertStore::open(std::vector<ExpertLayerSource> sources,
+                                                         const ExpertStoreOptions& options) {
     auto store = std::unique_ptr<ExpertStore>(new ExpertStore());
-    store->dir_ = dir;
-    store->layout_ = layout;
+    store->sources_ = std::move(sources);
     store->options_ = options;
     auto policy = make_policy(options.policy);
 
     int64_t max_layer = -1;
-    for (const auto& f : store->layout_.expert_files) max_layer = std::max(max_layer, f.layer);
+    for (const auto& f : store->sources_) max_layer = std::max(max_layer, f.layer);
     store->files_.resize(static_cast<size_t>(max_layer + 1));
     store->direct_io_ = options.direct_io;
-    for (const auto& f : store->layout_.expert_files) {
-        SLUICE_RETURN_IF_ERROR(check_projection(f, f.gate, "gate"));
-        SLUICE_RETURN_IF_ERROR(check_projection(f, f.up, "up"));
-        SLUICE_RETURN_IF_ERROR(check_projection(f, f.down, "down"));
-        const std::string path = (std::filesystem::path(dir) / f.file).string();
-        int fd = -1;
-        if (store->direct_io_) {
-            fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-            if (fd < 0 && errno == EINVAL) {
-                log::warn("[experts] O_DIRECT is not supported for {}; using buffered reads", path);
-                store->direct_io_ = false;
+    for (const ExpertLayerSource& src : store->sources_) {
+        if (src.n_experts <= 0 || src.pieces.empty())
+            return error(ErrorCode::kCorrupt, "[experts] " + src.name + " holds no experts");
+        auto& lf = store->files_[static_cast<size_t>(src.layer)];
+        lf.src = &src;
+        uint64_t place = 0;
+        for (const ExpertLayerSource::Piece& piece : src.pieces) {
+            auto it = store->open_fds_.find(piece.file);
+            if (it == store->open_fds_.end()) {
+                int fd = -1;
+                if (store->direct_io_) {
+                    fd = ::open(piece.file.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+                    if (fd < 0 && errno == EINVAL) {
+                        log::warn("[experts] O_DIRECT is not supported for {}; using buffered reads",
+                                  piece.file);
+                        store->direct_io_ = false;
+                    }
+                }
+                if (fd < 0) fd = ::open(piece.file.c_str(), O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                    return error(ErrorCode::kIo,
+                                 "[experts] cannot open '" + piece.file + "': " + std::strerror(errno));
+                it = store->open_fds_.emplace(piece.file, fd).first;
             }
+            lf.fds.push_back(it->second);
+            lf.place.push_back(place);
+            place += place_bytes(piece);
+            lf.read_bytes += piece.bytes;
         }
-        if (fd < 0) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            return error(ErrorCode::kIo, "[experts] cannot open '" + path + "': " + std::strerror(errno));
-        auto& lf = store->files_[static_cast<size_t>(f.layer)];
-        lf.fd = fd;
-        lf.desc = &f;
         if (options.verify_first_reads) {
-            lf.verified =
-                std::make_unique<std::atomic<bool>[]>(static_cast<size_t>(store->layout_.n_experts));
-            for (int64_t e = 0; e < store->layout_.n_experts; ++e)
-                lf.verified[static_cast<size_t>(e)] = false;
+            lf.verified = std::make_unique<std::atomic<bool>[]>(static_cast<size_t>(src.n_experts));
+            for (int64_t e = 0; e < src.n_experts; ++e) lf.verified[static_cast<size_t>(e)] = false;
         }
     }
 
-    store->slot_bytes_ = slot_bytes_for(store->layout_);
-    if (store->slot_bytes_ == 0)
-        return error(ErrorCode::kCorrupt, "[experts] packed model has no expert files");
+    store->slot_bytes_ = slot_bytes_for(store->sources_);
+    if (store->slot_bytes_ == 0) return error(ErrorCode::kCorrupt, "[experts] the model has no expert files");
     store->n_slots_ = std::max<int64_t>(1, static_cast<int64_t>(options.cache_bytes / store->slot_bytes_));
     store->floor_slots_ = std::clamp<int64_t>(static_cast<int64_t>(options.floor_bytes / store->slot_bytes_),
                                               1, store->n_slots_);
@@ -145,8 +261,7 @@ ExpertStore::~ExpertStore() {
     }
     job_cv_.notify_all();
     for (auto& t : io_threads_) t.join();
-    for (auto& f : files_)
-        if (f.fd >= 0) ::close(f.fd);
+    for (const auto& [path, fd] : open_fds_) ::close(fd);
     if (observer_ != nullptr) {
         std::lock_guard<std::mutex> lock(mutex_);
         retire_observed_locked();
@@ -178,18 +293,17 @@ int64_t ExpertStore::start_read_locked(ExpertKey key, bool prefetch) {
 }
 
 Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> ids, model::ExpertWeights* out) {
-    if (layer < 0 || layer >= static_cast<int64_t>(files_.size()) ||
-        files_[static_cast<size_t>(layer)].fd < 0)
+    if (!has_layer(layer))
         return error(ErrorCode::kInternal,
                      "[experts] layer " + std::to_string(layer) + " has no expert file");
-    const format::PackExpertFile& desc = *files_[static_cast<size_t>(layer)].desc;
+    const int64_t n_experts = files_[static_cast<size_t>(layer)].src->n_experts;
     std::vector<int64_t> slots(ids.size(), -1);
     std::unique_lock<std::mutex> lock(mutex_);
     // A step sized by max_pinned() before a shrink may ask for more than the cache now holds: it
     // gets them (retired slots come back for it), and they are retired again when it releases.
     apply_capacity_locked(static_cast<int64_t>(ids.size()));
     for (size_t i = 0; i < ids.size(); ++i) {
-        if (ids[i] < 0 || ids[i] >= layout_.n_experts)
+        if (ids[i] < 0 || ids[i] >= n_experts)
             return error(ErrorCode::kInternal,
                          "[experts] expert id " + std::to_string(ids[i]) + " out of range");
         const ExpertKey key{static_cast<int32_t>(layer), ids[i]};
@@ -241,14 +355,13 @@ Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> ids, model::
         }
         return failure;
     }
-    for (size_t i = 0; i < ids.size(); ++i) out[i] = views_for(slots[i], desc);
+    for (size_t i = 0; i < ids.size(); ++i)
+        out[i] = views_for(slots[i], {static_cast<int32_t>(layer), ids[i]});
     return Status::ok();
 }
 
 bool ExpertStore::try_acquire(int64_t layer, int32_t id, model::ExpertWeights* out) {
-    if (layer < 0 || layer >= static_cast<int64_t>(files_.size()) ||
-        files_[static_cast<size_t>(layer)].fd < 0)
-        return false;
+    if (!has_layer(layer) || id < 0 || id >= files_[static_cast<size_t>(layer)].src->n_experts) return false;
     std::lock_guard<std::mutex> lock(mutex_);
     const ExpertKey key{static_cast<int32_t>(layer), id};
     const int64_t slot = table_->find(key);
@@ -263,7 +376,7 @@ bool ExpertStore::try_acquire(int64_t layer, int32_t id, model::ExpertWeights* o
         recent_used_++;
     }
     table_->pin(slot);
-    *out = views_for(slot, *files_[static_cast<size_t>(layer)].desc);
+    *out = views_for(slot, key);
     return true;
 }
 
@@ -347,9 +460,8 @@ ExpertCacheCapacity ExpertStore::capacity() const {
 }
 
 void ExpertStore::prefetch(int64_t layer, std::span<const int32_t> ids) {
-    if (!options_.prefetch || layer < 0 || layer >= static_cast<int64_t>(files_.size()) ||
-        files_[static_cast<size_t>(layer)].fd < 0)
-        return;
+    if (!options_.prefetch || !has_layer(layer)) return;
+    const int64_t n_experts = files_[static_cast<size_t>(layer)].src->n_experts;
     std::lock_guard<std::mutex> lock(mutex_);
     // Adaptive: prefetch pays only when it is accurate (lessons.md). When most recent prefetches
     // were evicted unused, issue only every 8th batch to keep measuring.
@@ -363,6 +475,7 @@ void ExpertStore::prefetch(int64_t layer, std::span<const int32_t> ids) {
         return;
     }
     for (int32_t id : ids) {
+        if (id < 0 || id >= n_experts) continue;
         const ExpertKey key{static_cast<int32_t>(layer), id};
         if (table_->find(key) >= 0) continue;
         if (start_read_locked(key, true) < 0) break;  // no free slot: a hint, not a requirement
@@ -372,19 +485,19 @@ void ExpertStore::prefetch(int64_t layer, std::span<const int32_t> ids) {
 
 uint64_t ExpertStore::preload() {
     int64_t records = 0;
-    for (const LayerFile& f : files_) records += f.fd >= 0 ? layout_.n_experts : 0;
+    for (const LayerFile& f : files_) records += f.src != nullptr ? f.src->n_experts : 0;
     if (records == 0 || n_slots_ < records) return 0;
     std::lock_guard<std::mutex> lock(mutex_);
     uint64_t bytes = 0;
     for (size_t layer = 0; layer < files_.size(); ++layer) {
-        if (files_[layer].fd < 0) continue;
-        for (int32_t id = 0; id < layout_.n_experts; ++id) {
+        if (files_[layer].src == nullptr) continue;
+        for (int32_t id = 0; id < files_[layer].src->n_experts; ++id) {
             const ExpertKey key{static_cast<int32_t>(layer), id};
             if (table_->find(key) >= 0) continue;
             const int64_t slot = start_read_locked(key, true);
             if (slot < 0) return bytes;
             slots_[static_cast<size_t>(slot)].prefetched_unused = false;  // not a prediction
-            bytes += files_[layer].desc->record_stride;
+            bytes += files_[layer].read_bytes;
         }
     }
     return bytes;
@@ -429,7 +542,7 @@ void ExpertStore::io_loop() {
             if (st.is_ok()) {
                 s.state = SlotState::kReady;
                 stats_.reads++;
-                stats_.bytes_read += files_[static_cast<size_t>(job.key.layer)].desc->record_stride;
+                stats_.bytes_read += files_[static_cast<size_t>(job.key.layer)].read_bytes;
             } else {
                 s.state = SlotState::kFailed;
                 s.error = st.message();
@@ -451,52 +564,83 @@ void ExpertStore::io_loop() {
     }
 }
 
+uint64_t ExpertStore::lead(const LayerFile& lf, size_t p, int32_t e) const {
+    const ExpertLayerSource::Piece& piece = lf.src->pieces[p];
+    return misaligned(piece) ? (piece.offset + static_cast<uint64_t>(e) * piece.stride) % kAlign : 0;
+}
+
 Status ExpertStore::read_record(const ReadJob& job) {
     const LayerFile& lf = files_[static_cast<size_t>(job.key.layer)];
-    const format::PackExpertFile& desc = *lf.desc;
-    uint8_t* dst = slot_memory(job.slot);
-    const uint64_t offset = static_cast<uint64_t>(job.key.expert) * desc.record_stride;
-    uint64_t done = 0;
-    while (done < desc.record_stride) {
-        const ssize_t n =
-            ::pread(lf.fd, dst + done, desc.record_stride - done, static_cast<off_t>(offset + done));
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return error(ErrorCode::kIo, "[experts] read of layer " + std::to_string(job.key.layer) +
-                                             " expert " + std::to_string(job.key.expert) + " from '" +
-                                             desc.file + "' failed: " + std::strerror(errno));
+    const ExpertLayerSource& src = *lf.src;
+    const int32_t e = job.key.expert;
+    auto where = [&] {
+        return "layer " + std::to_string(job.key.layer) + " expert " + std::to_string(e) + " from " +
+               src.name;
+    };
+    std::atomic<bool>* first = lf.verified ? &lf.verified[static_cast<size_t>(e)] : nullptr;
+    const bool check = options_.verify_reads || (first != nullptr && !first->load(std::memory_order_relaxed));
+    for (size_t p = 0; p < src.pieces.size(); ++p) {
+        const ExpertLayerSource::Piece& piece = src.pieces[p];
+        // From the kAlign boundary at or below the piece's first byte (its lead) to past its last.
+        const uint64_t at = piece.offset + static_cast<uint64_t>(e) * piece.stride;
+        const uint64_t skip = lead(lf, p, e), start = at - skip;
+        const uint64_t want = skip + piece.bytes, length = misaligned(piece) ? align_up(want) : want;
+        uint8_t* dst = slot_memory(job.slot) + lf.place[p];
+        uint64_t done = 0;
+        while (done < want) {
+            const ssize_t n = ::pread(lf.fds[p], dst + done, length - done, static_cast<off_t>(start + done));
+            if (n < 0) {
+                if (errno == EINTR) continue;
+                return error(ErrorCode::kIo,
+                             "[experts] read of " + where() + " failed: " + std::strerror(errno));
+            }
+            if (n == 0) {
+                return error(ErrorCode::kCorrupt, "[experts] short read of " + where() + ": got " +
+                                                      std::to_string(done > skip ? done - skip : 0) + " of " +
+                                                      std::to_string(piece.bytes) +
+                                                      " bytes (file truncated?)");
+            }
+            done += static_cast<uint64_t>(n);
         }
-        if (n == 0) {
-            return error(ErrorCode::kCorrupt,
-                         "[experts] short read of layer " + std::to_string(job.key.layer) + " expert " +
-                             std::to_string(job.key.expert) + " from '" + desc.file + "': got " +
-                             std::to_string(done) + " of " + std::to_string(desc.record_stride) +
-                             " bytes (file truncated?)");
+        if (check && !piece.xxh3.empty()) {
+            const uint64_t h = XXH3_64bits(dst + skip, piece.checked_bytes);
+            const uint64_t expected = piece.xxh3[static_cast<size_t>(e)];
+            if (h != expected) {
+                char hex[80];
+                std::snprintf(hex, sizeof hex, "xxh3 %016llx, expected %016llx",
+                              static_cast<unsigned long long>(h), static_cast<unsigned long long>(expected));
+                return error(ErrorCode::kCorrupt,
+                             "[experts] checksum mismatch in " + src.name + " layer " +
+                                 std::to_string(job.key.layer) + " expert " + std::to_string(e) +
+                                 (src.pieces.size() > 1 ? " (piece " + std::to_string(p) + ")" : "") + ": " +
+                                 hex);
+            }
         }
-        done += static_cast<uint64_t>(n);
     }
-    std::atomic<bool>* first = lf.verified ? &lf.verified[static_cast<size_t>(job.key.expert)] : nullptr;
-    if (options_.verify_reads || (first != nullptr && !first->load(std::memory_order_relaxed))) {
-        const uint64_t h = XXH3_64bits(dst, desc.record_bytes);
-        const uint64_t want = desc.record_xxh3[static_cast<size_t>(job.key.expert)];
-        if (h != want) {
-            char msg[256];
-            std::snprintf(
-                msg, sizeof msg,
-                "[experts] checksum mismatch in '%s' layer %d expert %d: xxh3 %016llx, expected %016llx",
-                desc.file.c_str(), job.key.layer, job.key.expert, static_cast<unsigned long long>(h),
-                static_cast<unsigned long long>(want));
-            return error(ErrorCode::kCorrupt, msg);
-        }
-        if (first != nullptr) first->store(true, std::memory_order_relaxed);
-    }
+    if (check && first != nullptr) first->store(true, std::memory_order_relaxed);
     return Status::ok();
 }
 
-model::ExpertWeights ExpertStore::views_for(int64_t slot, const format::PackExpertFile& desc) const {
-    const uint8_t* record = slot_memory(slot);
-    return {projection_view(record, desc.gate), projection_view(record, desc.up),
-            projection_view(record, desc.down)};
+model::ExpertWeights ExpertStore::views_for(int64_t slot, ExpertKey key) const {
+    const LayerFile& lf = files_[static_cast<size_t>(key.layer)];
+    const uint8_t* base = slot_memory(slot);
+    kernels::WeightView v[3];
+    for (int i = 0; i < 3; ++i) {
+        const ExpertLayerSource::View& d = lf.src->views[i];
+        const uint8_t* piece = base + lf.place[static_cast<size_t>(d.piece)] +
+                               lead(lf, static_cast<size_t>(d.piece), key.expert);
+        v[i].type = d.type;
+        v[i].rows = d.rows;
+        v[i].cols = d.cols;
+        v[i].data = piece + d.data;
+        if (kernels::weight_format(d.type).quantized()) {
+            v[i].group_size = d.group_size;
+            v[i].scale_type = d.scale_type;
+            v[i].scales = piece + d.scales;
+            v[i].biases = piece + d.biases;
+        }
+    }
+    return {v[0], v[1], v[2]};
 }
 
 ExpertStoreStats ExpertStore::stats() const {

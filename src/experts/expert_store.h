@@ -1,9 +1,13 @@
-// ExpertStore: routed experts streamed from a packed model's per-layer expert files into a
-// bounded cache of fixed-size slots, with O_DIRECT reads issued in parallel and next-layer
-// prefetch. It is the model's ExpertSource for packed models.
+// ExpertStore: routed experts streamed from disk into a bounded cache of fixed-size slots, with
+// O_DIRECT reads issued in parallel and next-layer prefetch. It is the model's ExpertSource for
+// packed models and GGUF files.
 //
-// Data path: experts/layer_NNN.bin → pread(O_DIRECT) of one whole record (4 KiB-aligned, one
-// expert) → a cache slot (4 KiB-aligned memory) → kernel WeightViews pointing into the slot.
+// Data path: an expert is one or more byte ranges ("pieces") of files — a packed model's whole record
+// in experts/layer_NNN.bin (4 KiB-aligned), or a GGUF's three slices of blk.N.ffn_{gate,up,down}_exps
+// (aligned only to the file's 32 bytes) — each read with pread(O_DIRECT) into its place in a cache slot
+// (4 KiB-aligned memory): a piece that does not start on 4 KiB is read from the 4 KiB boundary below it
+// to the one above its end (a covering read), its bytes then at that distance into its place. Kernel
+// WeightViews point into the slot.
 // All misses of a layer are queued at once; `io_threads` reader threads keep that many reads in
 // flight (the queue depth). Demand reads (a layer waiting) go before speculative prefetch reads,
 // so a wrong prediction never delays the experts the forward actually needs. A short read, an OS error or
@@ -32,6 +36,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -40,6 +45,7 @@
 #include <vector>
 
 #include "experts/expert_cache.h"
+#include "format/gguf.h"
 #include "format/pack.h"
 #include "model/expert_source.h"
 #include "sluice/status.h"
@@ -84,10 +90,50 @@ struct ExpertCacheCapacity {
     uint64_t slot_bytes = 0;
 };
 
+// Where one MoE layer's routed experts are on disk and how a slot holding one is viewed.
+struct ExpertLayerSource {
+    int64_t layer = 0;
+    int64_t n_experts = 0;
+    // A byte range of every expert: expert e's at offset + e · stride of `file`.
+    struct Piece {
+        std::string file;  // path
+        uint64_t offset = 0, stride = 0;
+        uint64_t bytes = 0;          // what is read (a packed record: its whole stride)
+        uint64_t checked_bytes = 0;  // what the checksum covers, from the piece's start
+        std::vector<uint64_t> xxh3;  // [n_experts] XXH3-64; empty: not checked
+    };
+    std::vector<Piece> pieces;
+    // gate, up, down: a view of `type` whose data (and scales, biases: MLX affine) are at these offsets
+    // into piece `piece`'s bytes.
+    struct View {
+        kernels::WeightType type = kernels::WeightType::kF32;
+        int64_t rows = 0, cols = 0;
+        int32_t group_size = 0;
+        kernels::ScaleType scale_type = kernels::ScaleType::kBF16;
+        int piece = 0;
+        uint64_t data = 0, scales = 0, biases = 0;
+    };
+    View views[3];
+    std::string name;  // in messages: "'experts/layer_003.bin'", "'m.gguf' blk.3"
+};
+
+// A packed model's expert files (layout.json) as sources, each projection checked against the
+// weight-format registry (errors name the layer and projection).
+Expected<std::vector<ExpertLayerSource>> expert_sources_from_pack(const std::string& dir,
+                                                                  const format::PackLayout& layout);
+// A GGUF's routed experts: per MoE layer N, its blk.N.ffn_{gate,up,down}_exps slices, with the
+// manifest's per-expert checksums when `manifest` is given (format/gguf_manifest.h). Errors name the
+// tensor (a missing one, a type without kernels, a shape that is not [E, rows, cols]).
+Expected<std::vector<ExpertLayerSource>> expert_sources_from_gguf(
+    const format::GgufCheckpoint& gguf, int64_t n_layers,
+    const std::map<std::string, std::vector<uint64_t>>* manifest_experts);
+
 class ExpertStore final : public model::ExpertSource {
  public:
     static Expected<std::unique_ptr<ExpertStore>> open(const std::string& dir,
                                                        const format::PackLayout& layout,
+                                                       const ExpertStoreOptions& options);
+    static Expected<std::unique_ptr<ExpertStore>> open(std::vector<ExpertLayerSource> sources,
                                                        const ExpertStoreOptions& options);
     ~ExpertStore() override;
 
@@ -132,6 +178,8 @@ class ExpertStore final : public model::ExpertSource {
 
     // Bytes of one expert record of the largest layer (the unit a slot holds).
     static uint64_t slot_bytes_for(const format::PackLayout& layout);
+    // The same for any sources: each piece in its place, 4 KiB-aligned, with room for a covering read.
+    static uint64_t slot_bytes_for(const std::vector<ExpertLayerSource>& sources);
 
  private:
     enum class SlotState : uint8_t { kEmpty, kLoading, kReady, kFailed };
@@ -146,8 +194,10 @@ class ExpertStore final : public model::ExpertSource {
         std::string error;
     };
     struct LayerFile {
-        int fd = -1;
-        const format::PackExpertFile* desc = nullptr;
+        const ExpertLayerSource* src = nullptr;  // null: no routed experts in this layer
+        std::vector<int> fds;                    // per piece (shared between pieces of one file)
+        std::vector<uint64_t> place;             // per piece: its offset in a slot
+        uint64_t read_bytes = 0;                 // what one expert's reads bring in
         // [n_experts]: records whose first read matched their checksum (verify_first_reads);
         // set by the IO threads, one record each at a time.
         std::unique_ptr<std::atomic<bool>[]> verified;
@@ -165,15 +215,21 @@ class ExpertStore final : public model::ExpertSource {
     void apply_capacity_locked(int64_t need = 0);
     void io_loop();
     Status read_record(const ReadJob& job);
-    model::ExpertWeights views_for(int64_t slot, const format::PackExpertFile& desc) const;
+    model::ExpertWeights views_for(int64_t slot, ExpertKey key) const;
+    // Where piece `p` of expert `e` starts in its slot place: past the covering read's lead.
+    uint64_t lead(const LayerFile& lf, size_t p, int32_t e) const;
+    bool has_layer(int64_t layer) const {
+        return layer >= 0 && layer < static_cast<int64_t>(files_.size()) &&
+               files_[static_cast<size_t>(layer)].src != nullptr;
+    }
     uint8_t* slot_memory(int64_t slot) const { return memory_ + static_cast<uint64_t>(slot) * slot_bytes_; }
     // Tells the observer every observed slot is retired, and forgets what it was told.
     void retire_observed_locked();
 
-    std::string dir_;
-    format::PackLayout layout_;
+    std::vector<ExpertLayerSource> sources_;
     ExpertStoreOptions options_;
-    std::vector<LayerFile> files_;  // by layer (fd -1 for non-MoE layers)
+    std::vector<LayerFile> files_;         // by layer (src null for non-MoE layers)
+    std::map<std::string, int> open_fds_;  // every file the pieces read, once
     bool direct_io_ = true;
     int64_t n_slots_ = 0;
     uint64_t slot_bytes_ = 0;

@@ -203,6 +203,28 @@ std::vector<std::string> compare_gguf_manifest(const GgufManifest& want, const G
     return problems;
 }
 
+Expected<std::optional<GgufManifest>> gguf_manifest_for_reads(const GgufCheckpoint& checkpoint,
+                                                              std::string* why) {
+    const std::string path = gguf_manifest_path(checkpoint);
+    std::error_code ec;
+    if (!fs::exists(path, ec)) {
+        *why = "no checksum manifest beside it (" + path + ")";
+        return std::optional<GgufManifest>();
+    }
+    SLUICE_ASSIGN_OR_RETURN(std::string text, io::read_text_file(path));
+    SLUICE_ASSIGN_OR_RETURN(GgufManifest m, parse_gguf_manifest(text, path));
+    const auto& files = checkpoint.files();
+    bool same = m.files.size() == files.size();
+    for (size_t i = 0; same && i < files.size(); ++i)
+        same = m.files[i].name == fs::path(files[i]->path()).filename().string() &&
+               m.files[i].size == files[i]->size_bytes();
+    if (!same) {
+        *why = "its checksum manifest (" + path + ") describes files of other names or sizes";
+        return std::optional<GgufManifest>();
+    }
+    return std::optional<GgufManifest>(std::move(m));
+}
+
 Expected<GgufVerifyResult> verify_gguf(const std::string& path, bool rewrite, const GgufProgress& progress) {
     SLUICE_ASSIGN_OR_RETURN(auto checkpoint, GgufCheckpoint::open(path));
     GgufVerifyResult r;

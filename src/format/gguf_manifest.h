@@ -11,7 +11,7 @@
 //   {"format": "sluice-gguf-manifest", "version": 1,
 //    "files": [{"name": "m-00001-of-00002.gguf", "size": 123, "mtime_ns": 1733000000000000000}, ...],
 //    "tensors": {"token_embd.weight": "16 hex digits", ...},          (every tensor but the experts')
-//    "experts": {"blk.0.ffn_up_exps": ["16 hex digits", ...], ...}}  (one per expert)
+//    "experts": {"blk.0.ffn_up_exps.weight": ["16 hex digits", ...], ...}}  (one per expert)
 //
 // Threading: none; the functions read the mapped files.
 #pragma once
@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,6 +56,12 @@ Expected<GgufManifest> parse_gguf_manifest(std::string_view text, const std::str
 // What differs between the manifest and a fresh computation: one sentence per tensor, expert or file
 // (empty: the same). Tensors the manifest lacks or that the file lacks are differences too.
 std::vector<std::string> compare_gguf_manifest(const GgufManifest& manifest, const GgufManifest& now);
+
+// The manifest beside `checkpoint`, for checking what a streamed forward reads: nullopt when there is
+// none, or when it describes other files than these (another name or size: the file changed since, and
+// its checksums would only cry wolf) — `why` then says which. An unreadable manifest is an error.
+Expected<std::optional<GgufManifest>> gguf_manifest_for_reads(const GgufCheckpoint& checkpoint,
+                                                              std::string* why);
 
 struct GgufVerifyResult {
     std::string manifest_path;

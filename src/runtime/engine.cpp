@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/log.h"
+#include "format/gguf_manifest.h"
 #include "format/json_text.h"
 #include "io/mapped_file.h"
 #include "kernels/kernels.h"
@@ -343,14 +344,30 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     info.dense_bytes = model->weights().dense_bytes;
     info.expert_bytes = model->weights().expert_bytes;
     info.eos_token_ids = c.eos_token_ids;
-    // A packed dense model (no routed experts) has nothing to stream: its weights are all mapped.
-    const bool streaming = model->packed() && !model->packed_layout().expert_files.empty();
+    // Routed experts stream from a packed folder's expert files or straight out of a GGUF (its
+    // blk.N.ffn_*_exps slices, read in place); a dense model (none) has nothing to stream.
+    std::vector<experts::ExpertLayerSource> sources;
+    if (model->packed()) {
+        SLUICE_ASSIGN_OR_RETURN(sources,
+                                experts::expert_sources_from_pack(options.model_dir, model->packed_layout()));
+    } else if (const auto& gguf = model->weights().gguf; gguf && c.n_experts > 0) {
+        std::string why;
+        SLUICE_ASSIGN_OR_RETURN(auto manifest, format::gguf_manifest_for_reads(*gguf, &why));
+        if (!manifest)
+            log::warn(
+                "[engine] {}: {}; streamed experts are not checked against checksums (`sluice verify {}` "
+                "writes the manifest)",
+                options.model_dir, why, options.model_dir);
+        SLUICE_ASSIGN_OR_RETURN(sources, experts::expert_sources_from_gguf(
+                                             *gguf, c.n_layers, manifest ? &manifest->experts : nullptr));
+    }
+    const bool streaming = !sources.empty();
     PlannedWeights w;
     w.dense_bytes = model->weights().dense_bytes;
     w.expert_bytes = model->weights().expert_bytes;
     if (streaming) {
-        w.record_bytes = experts::ExpertStore::slot_bytes_for(model->packed_layout());
-        w.expert_records = c.n_experts * static_cast<int64_t>(model->packed_layout().expert_files.size());
+        w.record_bytes = experts::ExpertStore::slot_bytes_for(sources);
+        for (const auto& s : sources) w.expert_records += s.n_experts;
     }
     SLUICE_ASSIGN_OR_RETURN(im.plan, plan_with_context(c, model->state_layout(), w, streaming, options));
     im.options.context_tokens = im.plan.context_tokens;
@@ -366,8 +383,7 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         so.floor_bytes = options.memory_floor_bytes > 0
                              ? options.memory_floor_bytes
                              : static_cast<uint64_t>(std::max<int64_t>(c.top_k, 1)) * plan.slot_bytes;
-        SLUICE_ASSIGN_OR_RETURN(im.store,
-                                experts::ExpertStore::open(options.model_dir, model->packed_layout(), so));
+        SLUICE_ASSIGN_OR_RETURN(im.store, experts::ExpertStore::open(std::move(sources), so));
         model->set_expert_source(im.store.get());
         if (options.preload_experts) {
             const uint64_t queued = im.store->preload();

@@ -149,7 +149,7 @@ TEST(GoldenIndex, ExistsAndCoversEveryFamily) {
 // With `int8`, the int8-activation products (the default for 4/8-bit weights: the CPU's, and the
 // GPU's prefill products) at their tolerance; without, the exact f32 arithmetic.
 void check_golden(const std::string& name, const std::string& device, bool tiered = false, bool int8 = false,
-                  const std::string& model_path = "") {
+                  const std::string& model_path = "", uint64_t expert_cache_bytes = 0) {
     const std::string dir = goldens_dir() + "/" + name;
     Reference ref = load_reference(dir);
     ASSERT_FALSE(ref.ids.empty());
@@ -158,6 +158,7 @@ void check_golden(const std::string& name, const std::string& device, bool tiere
     const Tolerance tol = int8 ? Tolerance{0.0f, kInt8DecisiveMargin, &relative, &top1_same} : Tolerance{};
     EngineOptions eo;
     eo.model_dir = model_path.empty() ? dir : model_path;
+    eo.expert_cache_bytes = expert_cache_bytes;
     eo.threads = 2;
     eo.device = device;
     eo.cpu_int8_activations = int8;
@@ -241,6 +242,12 @@ void check_golden(const std::string& name, const std::string& device, bool tiere
                 break;
             ASSERT_EQ(generated[g], ref.greedy_ids[g]) << "greedy step " << g;
         }
+    }
+    if (expert_cache_bytes > 0 && (*engine)->info().n_experts > 0) {  // streamed: experts were read, one slot
+        const ExpertCacheStats s = (*engine)->expert_cache_stats();
+        EXPECT_GT(s.evictions, 0u);  // one slot
+        EXPECT_GT(s.misses, 0u);
+        EXPECT_GT(s.bytes_read, 0u);
     }
     if (tiered) {
         const GpuExpertCacheStats s = (*engine)->gpu_expert_cache_stats();
@@ -409,6 +416,15 @@ TEST(GgufGoldenIndex, CoversEveryFamily) {
 TEST_P(GgufGolden, PrefillDecodeAndGreedyMatchTransformers) {
     check_golden(GetParam().second, "cpu", false, false,
                  sluice::testing::test_data_dir() + "/gguf/weights/" + GetParam().first);
+}
+
+// Routed experts streamed out of the file itself (their slices of blk.N.ffn_*_exps read in place, the
+// GGUF's 32-byte alignment met with covering O_DIRECT reads) through a one-slot expert cache: every
+// expert of every layer is a read, and the logits stay transformers'.
+TEST_P(GgufGolden, StreamedFromTheFileThroughAOneSlotCache) {
+    check_golden(GetParam().second, "cpu", false, false,
+                 sluice::testing::test_data_dir() + "/gguf/weights/" + GetParam().first,
+                 /*expert_cache_bytes=*/1);
 }
 
 TEST_P(GgufGolden, OnCudaPrefillDecodeAndGreedyMatchTransformers) {
