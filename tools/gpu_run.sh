@@ -35,6 +35,13 @@
 #   prep35                 llamabuild and gguf35 in the background while synth35, the flash attention test and
 #                          the CUDA goldens run; vs35: sluice and llama.cpp alternated (prefill 4096/512, 32K prompts)
 #   prefix35               prefill with the engine's prefix cache on (the default) against --prefix-cache 0, 32K and 128K
+#   gguftests              the GGUF goldens on CUDA (F16 files of the goldens' checkpoints, resident and through
+#                          a tiered expert cache) and the GPU op tests of ggml's block formats
+#   llamalogits            llama.cpp's logits (tools/llama_logits, built into the llama.cpp tree by llamabuild) at
+#                          every position of each golden's prompt, for every file of tests/data/gguf/weights, on the
+#                          CPU (-ngl 0) and the GPU (-ngl 99), beside sluice's own (--device cpu and cuda): $RES/logits/
+#   gguf35vs               the same GGUF (/tmp/m35.gguf, gguf35) in both engines, alternated: decode and prefill
+#                          512/4096 resident, and experts in host RAM (sluice --gpu-memory 4G, llama.cpp -ncmoe 99)
 #   llamabuild             llama.cpp from .devcarry/llama/llama.tgz or .txz (../shared/peer/README.md) into /tmp/llb;
 #                          gguf35: the 35B's GGUF of the same shapes (synth_gguf.py) at /tmp/m35.gguf;
 #                          llamakv35: llama-bench -fa 1 at f16 and q8_0 KV, the same depths and prompts
@@ -256,17 +263,57 @@ for s in "$@"; do
         if [ -z "${LLAMA_SRC_READY:-}" ]; then  # prep35 unpacks it first (gguf35 reads its gguf-py)
             rm -rf /tmp/llama && mkdir -p /tmp/llama && tar xf "$(ls .devcarry/llama/llama.t*z | head -n 1)" -C /tmp/llama
         fi
+        # tools/llama_logits joins llama.cpp's tools as llama-sluice-logits (its public API only).
+        mkdir -p /tmp/llama/tools/sluice-logits && cp tools/llama_logits/* /tmp/llama/tools/sluice-logits/
+        grep -q sluice-logits /tmp/llama/tools/CMakeLists.txt ||
+            sed -i 's/    add_subdirectory(tokenize)/    add_subdirectory(tokenize)\n    add_subdirectory(sluice-logits)/' \
+                /tmp/llama/tools/CMakeLists.txt
         gen=""
         command -v ninja >/dev/null && gen="-G Ninja"
         # shellcheck disable=SC2086
         step llamabuild 480 bash -c "cmake -S /tmp/llama -B /tmp/llb $gen -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
             -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
             -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null && \
-            cmake --build /tmp/llb -j $(nproc) --target llama-bench"
+            cmake --build /tmp/llb -j $(nproc) --target llama-bench llama-sluice-logits"
         ;;
     gguf35)
         step gguf35 540 env GGUF_PY=/tmp/llama/gguf-py python3 .devcarry/llama/synth_gguf.py \
             "$SHARED/qwen3.6-35b-a3b.json" /tmp/m35.gguf
+        ;;
+    gguftests)
+        step gguf_goldens_cuda 300 "$B/sluice_tests" --gtest_filter='Gguf/GgufGolden.OnCuda*'
+        step gguf_ops_cuda 300 "$B/sluice_gpu_tests" --gtest_filter='CudaOps.Matvec*:CudaOps.Matmul*:CudaOps.Dequantize*:CudaOps.GroupedMoe*:CudaOps.GatedDelta*'
+        ;;
+    llamalogits)
+        LL=$(ls /tmp/llb/bin/llama-sluice-logits /tmp/llb/llama-sluice-logits 2>/dev/null | head -n 1)
+        mkdir -p "$RES/logits"
+        for f in tests/data/gguf/weights/*.gguf; do
+            n=$(basename "$f" .gguf)
+            g=${n%.*}
+            ids=$(python3 -c "
+import json, struct, sys
+b = open('tests/data/goldens/$g/golden.safetensors', 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n]); s, e = h['input_ids']['data_offsets']
+print(','.join(str(v) for v in struct.unpack('<%di' % ((e - s) // 4), b[8 + n + s:8 + n + e])))")
+            step "ll_${n}_cpu" 60 "$LL" "$f" "$ids" "$RES/logits/$n.llama_cpu.npy" 0
+            step "ll_${n}_cuda" 60 "$LL" "$f" "$ids" "$RES/logits/$n.llama_cuda.npy" 99
+            step "sl_${n}_cuda" 60 "$B/sluice" logits -m "$f" --ids "$ids" --out "$RES/logits/$n.sluice_cuda.npy" \
+                --device cuda --gpu-prefill f32
+        done
+        ;;
+    gguf35vs)
+        # The same file in both engines, alternated (page cache dropped before each sluice run by bench()).
+        LB=$(ls /tmp/llb/bin/llama-bench /tmp/llb/llama-bench 2>/dev/null | head -n 1)
+        for r in 1 2; do
+            bench "gguf35_sluice_r$r" 300 /tmp/m35.gguf --prompt-tokens 512 --prefill-chunk 512 --gen-tokens 128 --reps 1
+            step "gguf35_llama_r$r" 300 "$LB" -m /tmp/m35.gguf -ngl 99 -fa 1 -p 512 -n 128 -r 1 -b 512 -ub 512 -o md
+        done
+        bench gguf35_sluice_p4096 300 /tmp/m35.gguf --prompt-tokens 4096 --prefill-chunk 4096 --gen-tokens 16 --reps 1
+        step gguf35_llama_p4096 300 "$LB" -m /tmp/m35.gguf -ngl 99 -fa 1 -p 4096 -n 16 -r 1 -b 4096 -ub 4096 -o md
+        bench gguf35_sluice_host 300 /tmp/m35.gguf --gpu-memory 4G --memory 60G --prompt-tokens 512 --prefill-chunk 512 \
+            --gen-tokens 64 --reps 1
+        step gguf35_llama_host 300 "$LB" -m /tmp/m35.gguf -ngl 99 -ncmoe 99 -fa 1 -p 512 -n 64 -r 1 -b 512 -ub 512 \
+            -t 16 -o md
         ;;
     llamakv35)
         LB=$(ls /tmp/llb/bin/llama-bench /tmp/llb/llama-bench 2>/dev/null | head -n 1)

@@ -56,10 +56,11 @@ struct EngineOptions {
     // by attention (positions are compressed as they age out of it); 0 = none. A ring of
     // kv_window + 64 rows per attention layer, counted in the plan's session state.
     int64_t kv_window = 256;
-    // On the CPU, 4/8-bit weights multiply activations quantised per block of 32 to int8 with integer
-    // dot products (VNNI / vpmaddubsw; as llama.cpp does): ~2x the decode speed, logits within the
-    // int8 tolerance of the reference (docs/ARCHITECTURE.md states it). false: f32 activations, the
-    // reference's arithmetic (logits within 2e-3). Float weights and the CUDA backend are unaffected.
+    // On the CPU, quantized weights (MLX 4/8-bit, GGUF's block formats) multiply activations quantised
+    // per block of 32 to int8 with integer dot products (VNNI / vpmaddubsw; as llama.cpp does): ~2x the
+    // decode speed, logits within the int8 tolerance of the reference (docs/ARCHITECTURE.md states it).
+    // false: f32 activations, the reference's arithmetic (logits within 2e-3). Float weights and the
+    // CUDA backend are unaffected.
     bool cpu_int8_activations = true;
     // On CUDA, the prefill (batches of more than 16 rows) on tensor cores: the products of 4/8-bit
     // weights on int8 ones, activations quantised as on the CPU above (the same definition), and

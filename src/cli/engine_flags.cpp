@@ -43,8 +43,9 @@ void EngineFlags::add_to(CLI::App* cmd) {
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
     cmd->add_option("--cpu-activations", cpu_activations,
-                    "How 4/8-bit weights take their activations on the CPU: int8 (quantised per 32, integer "
-                    "dot products, as llama.cpp) or f32 (exact: the reference's arithmetic)")
+                    "How quantized weights (MLX 4/8-bit, GGUF's block formats) take their activations on the "
+                    "CPU: int8 (quantised per 32, integer dot products, as llama.cpp) or f32 (exact: the "
+                    "reference's arithmetic)")
         ->capture_default_str()
         ->check(CLI::IsMember({"int8", "f32"}));
     cmd->add_option("--gpu-prefill", gpu_prefill,

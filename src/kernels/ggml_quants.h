@@ -92,12 +92,29 @@ inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22,
 // every e (e < 2: a subnormal f32).
 float e8m0_to_f32_half(uint8_t e);
 
+// The integer form of a block, which the int8-activation products read (kernels.h, Activations::kInt8):
+// element e of a block is scale_s·code_e + bias_s with s = e / ggml_int8_sub_elems(type), in f32 exactly
+// as the definition above rounds it (bit for bit the dequantised element). code is the integer the
+// layout stores — Q4_0: nibble − 8; Q4_1: nibble; Q5_0: q − 16; Q5_1: q; Q8_0: the int8; Q4_K/Q5_K: the
+// 4/5-bit unsigned q with scale d·sc_s and bias −dmin·m_s; Q6_K: q − 32 with scale d·scales[s];
+// IQ4_NL/IQ4_XS: the codebook's int8 value (scale d, d·(ls_s − 32)); MXFP4: the doubled e2m1 value
+// (scale 2^(e − 128)). bias is 0 but for Q4_1/Q5_1 (m) and Q4_K/Q5_K.
+// Sub-blocks: 16 elements for Q6_K (its scales), 32 for every other block type; 0 for float types.
+int ggml_int8_sub_elems(GgmlType type);
+
 namespace reference {
 // out[cols] = the row at `row` dequantized by the definition above (cols a multiple of the
 // type's block_elems).
 void ggml_dequantize_row(GgmlType type, const void* row, int64_t cols, float* out);
 // The twin of ggml_vec_dot: Σ_i w_i·x_i over the dequantized row, summed in double.
 float ggml_vec_dot(GgmlType type, const void* row, const float* x, int64_t cols);
+// One block in integer form (above): codes[block_elems], scales and biases [block_elems / sub_elems].
+void ggml_block_codes(GgmlType type, const void* block, int8_t* codes, float* scales, float* biases);
+// The int8-activation product of one row with x quantised per block of 32 (q[cols], d[cols / 32]), by
+// its definition (kernels.h, Activations::kInt8; written in reference/linear.cpp): per sub-block s of
+// the row, scale_s·d_b·Σ code·q + bias_s·d_b·Σ q (d_b: x's block holding s), integers exact, the rest
+// summed in double.
+float ggml_vec_dot_int8(GgmlType type, const void* row, const int8_t* q, const float* d, int64_t cols);
 }  // namespace reference
 
 // The same dot product on the best ISA this CPU runs (the one kernels::cpu_kernel_isa() names, so

@@ -56,11 +56,30 @@ enum class ScaleType : uint8_t { kF32, kF16, kBF16 };
 //          rounding).
 //   kInt8: x is quantised per block of 32 consecutive inputs to int8 — d = max|x| / 127,
 //          q = round-to-nearest-even(x · (127 / max|x|)) — and the weight's codes multiply it in
-//          integer arithmetic (VNNI / maddubs), each block's integer sum scaled by d once:
+//          integer arithmetic (VNNI / maddubs), each block's integer sum scaled by d once.
+//          MLX affine (groups g of group_size a power of two >= 32: MLX's 32/64/128):
 //            y_r = Σ_g [ s_g · Σ_{b∈g} d_b · Σ_{i∈b} code_i · q_i  +  bias_g · Σ_{b∈g} d_b · Σ_{i∈b} q_i ]
-//          (the bias term over the same quantised x, so the error is that of the weight times the
-//          activation's rounding, as llama.cpp's Q8 activations). Needs group_size a power of two
-//          >= 32 (MLX's 32/64/128); other weights (float formats, odd groups) take the f32 path.
+//          ggml blocks (ggml_quants.h): each block in its integer form (ggml_block_codes: element
+//          i = scale_s·code_i + bias_s over sub-blocks s of 32 elements — Q6_K's 16 — each inside one
+//          x block b), and
+//            y_r = Σ_s [ scale_s · d_b · Σ_{i∈s} code_i · q_i  +  bias_s · d_b · Σ_{i∈s} q_i ]
+//          with code_i the integer the block stores (Q4_0: nibble − 8; Q8_0: the int8; Q4_K/Q5_K: the
+//          4/5-bit unsigned code, bias −dmin·m_s; Q6_K: code − 32; IQ4_NL/IQ4_XS: the codebook's int8;
+//          MXFP4: the doubled e2m1 value) and scale_s the block's (sub-)block scale in f32 as the
+//          dequantisation forms it (reference/linear.cpp, ggml_vec_dot_int8: integers exact, the rest
+//          summed in double).
+//          The bias term runs over the same quantised x, so the error is that of the weight times the
+//          activation's rounding (within Σ_b d_b/2 · Σ_{i∈b} |w_i| of the f32 product), as with
+//          llama.cpp's Q8 activations. Where this differs from llama.cpp: its Q8_0 activations (for
+//          Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4; Q8_1 for Q4_1/Q5_1) are the same blocks of 32 but store d as f16,
+//          here d stays f32; for the K-quants and IQ4_XS it quantises x as Q8_K — one d per 256 inputs,
+//          the sub-block sums scaled in integers, one float product per 256 — here each sub-block's sum
+//          meets the d of its own 32 inputs. One activation format for every weight is enough: 32
+//          divides every ggml (sub-)block, so each integer sum is exact; a d per 32 inputs is never
+//          coarser than one per 256 (a block's max|x| is at most its 256's); and x is quantised once
+//          for every product reading it, whatever their formats (matvec_jobs: a Q4_K gate beside a Q6_K
+//          down). Its price, one float multiply per 32 products instead of per 256, is small beside
+//          the 32 integer products. Other weights (float formats, MLX's odd groups) take the f32 path.
 enum class Activations : uint8_t { kF32, kInt8 };
 
 const char* weight_type_name(WeightType type);
@@ -90,7 +109,7 @@ struct WeightView {
     bool ggml_blocks() const;  // a ggml block format (kGgml*): scales inside the blocks
     size_t row_bytes() const;
     // Whether products take the int8 path: activations kInt8 on a format with int8 kernels (its
-    // registry entry says) whose group size is a power of two >= 32.
+    // registry entry says): a ggml block format, or MLX affine with a group size a power of two >= 32.
     bool int8_activations() const;
 };
 

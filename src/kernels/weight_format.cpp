@@ -68,10 +68,11 @@ float ggml_element(const WeightView& w, int64_t r, int64_t i) {
     return block[i % f.block_elems];
 }
 
+// Every ggml block type has its int8-activation products on the CPU (cpu/ggml_int8*.cpp, every ISA).
 template <GgmlType T>
 constexpr WeightFormat ggml_entry(WeightType type, const char* name, const char* description, int block_elems,
                                   int block_bytes) {
-    WeightFormat f{type, name, description, 0, 0, ggml_element<T>, false, true, false, false};
+    WeightFormat f{type, name, description, 0, 0, ggml_element<T>, false, true, true, true};
     f.block_elems = block_elems;
     f.block_bytes = block_bytes;
     f.ggml = T;
@@ -181,8 +182,10 @@ int WeightView::bits() const {
 }
 
 bool WeightView::int8_activations() const {
-    return activations == Activations::kInt8 && weight_format(type).int8_kernels && group_size >= 32 &&
-           (group_size & (group_size - 1)) == 0;
+    const WeightFormat& f = weight_format(type);
+    if (activations != Activations::kInt8 || !f.int8_kernels) return false;
+    // ggml blocks carry their scales (group_size 0), and each is a whole number of x's 32-blocks.
+    return f.ggml_blocks() || (group_size >= 32 && (group_size & (group_size - 1)) == 0);
 }
 
 bool WeightView::quantized() const {

@@ -51,8 +51,14 @@ class GgufBinder {
         const GgufTensor* t = ckpt_.find(name);
         if (t == nullptr)
             return error(ErrorCode::kNotFound, "[gguf] " + name_ + ": missing tensor '" + name + "'");
+        // Trailing dims of 1 say nothing (ggml pads ne[] with 1s; the converter writes the shared-expert gate
+        // [1, H] as {H, 1}, other writers as {H}).
+        auto trimmed = [](std::vector<int64_t> d) {
+            while (d.size() > 1 && d.back() == 1) d.pop_back();
+            return d;
+        };
         auto it = expected_.find(name);
-        if (it != expected_.end() && it->second.dims != t->dims)
+        if (it != expected_.end() && trimmed(it->second.dims) != trimmed(t->dims))
             return fail(name, "has dims " + dims_text(t->dims) + " (ggml order), expected " +
                                   dims_text(it->second.dims) + " for this model's config");
         const WeightFormat* f = kernels::ggml_weight_format(static_cast<uint32_t>(t->type));
@@ -65,10 +71,10 @@ class GgufBinder {
         return std::make_pair(t, f);
     }
 
-    // A 2-D tensor as a [rows, cols] view (GGUF dims {cols, rows}).
+    // A 2-D tensor as a [rows, cols] view (GGUF dims {cols, rows}; {cols}: one row).
     Expected<WeightView> matrix(const std::string& name) const {
         SLUICE_ASSIGN_OR_RETURN(auto tf, tensor(name));
-        if (tf.first->dims.size() != 2) return fail(name, "is not 2-D: " + dims_text(tf.first->dims));
+        if (tf.first->dims.size() > 2) return fail(name, "is not 2-D: " + dims_text(tf.first->dims));
         return gguf_matrix_view(*tf.first, tf.first->data, 0);
     }
 

@@ -15,9 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "gguf_bytes.h"
 #include "kernels/cuda/attention_decode.h"
 #include "kernels/kernels.h"
 #include "kernels/quantize.h"
+#include "kernels/weight_format.h"
 
 namespace sluice::cuda {
 namespace {
@@ -109,6 +111,12 @@ std::unique_ptr<TestWeight> make_weight(kernels::WeightType type, int64_t rows, 
         for (size_t i = 0; i < f.size(); ++i)
             p[i] =
                 type == kernels::WeightType::kBF16 ? kernels::f32_to_bf16(f[i]) : kernels::f32_to_f16(f[i]);
+    } else if (kernels::weight_format(type).ggml_blocks()) {  // random valid blocks (GGUF)
+        std::mt19937 rng(seed);
+        for (int64_t r = 0; r < rows; ++r) {
+            const auto row = testing::random_ggml_row(kernels::weight_format(type).ggml, cols, rng);
+            w->data.insert(w->data.end(), row.begin(), row.end());
+        }
     } else {
         const int bits = type == kernels::WeightType::kQ4 ? 4 : 8;
         v.group_size = group;
@@ -152,9 +160,30 @@ struct LinearCase {
 const std::vector<LinearCase>& linear_cases() {
     using T = kernels::WeightType;
     static const std::vector<LinearCase> cases = {
-        {T::kF32, 37, 40, 0},   {T::kF32, 256, 2048, 0}, {T::kBF16, 67, 2048, 0},  {T::kBF16, 5, 36, 0},
-        {T::kF16, 130, 512, 0}, {T::kQ4, 100, 2048, 64}, {T::kQ4, 33, 64, 32},     {T::kQ4, 9, 48, 16},
-        {T::kQ8, 70, 512, 64},  {T::kQ8, 17, 96, 32},    {T::kQ4, 512, 4096, 128}, {T::kQ8, 3, 16, 8},
+        {T::kF32, 37, 40, 0},
+        {T::kF32, 256, 2048, 0},
+        {T::kBF16, 67, 2048, 0},
+        {T::kBF16, 5, 36, 0},
+        {T::kF16, 130, 512, 0},
+        {T::kQ4, 100, 2048, 64},
+        {T::kQ4, 33, 64, 32},
+        {T::kQ4, 9, 48, 16},
+        {T::kQ8, 70, 512, 64},
+        {T::kQ8, 17, 96, 32},
+        {T::kQ4, 512, 4096, 128},
+        {T::kQ8, 3, 16, 8},
+        // ggml's block formats (GGUF): every one, rows off the warp tile, 32-block and 256-block widths.
+        {T::kGgmlQ4_0, 70, 512, 0},
+        {T::kGgmlQ4_1, 9, 64, 0},
+        {T::kGgmlQ5_0, 33, 96, 0},
+        {T::kGgmlQ5_1, 5, 32, 0},
+        {T::kGgmlQ8_0, 130, 2048, 0},
+        {T::kGgmlQ4_K, 67, 512, 0},
+        {T::kGgmlQ5_K, 17, 256, 0},
+        {T::kGgmlQ6_K, 40, 768, 0},
+        {T::kGgmlIQ4_NL, 21, 128, 0},
+        {T::kGgmlIQ4_XS, 12, 512, 0},
+        {T::kGgmlMXFP4, 31, 2880, 0},
     };
     return cases;
 }
@@ -309,7 +338,8 @@ std::vector<float> composed_moe_reference(const std::vector<std::unique_ptr<Test
 TEST(CudaOps, GroupedMoeMatchesComposedReference) {
     REQUIRE_GPU();
     LaunchContext lc = launch_context();
-    for (auto type : {kernels::WeightType::kQ4, kernels::WeightType::kQ8, kernels::WeightType::kBF16})
+    for (auto type : {kernels::WeightType::kQ4, kernels::WeightType::kQ8, kernels::WeightType::kBF16,
+                      kernels::WeightType::kGgmlQ4_0, kernels::WeightType::kGgmlQ8_0})
         for (int64_t K : {4, 10}) {  // 10: more experts than a block has warps (the split down projection)
             const int64_t E = 16, H = 256, I = 128;
             std::vector<std::unique_ptr<TestWeight>> ws;
@@ -591,6 +621,24 @@ TEST(CudaOps, GatedDeltaMatchesRecurrentAndChunkedReference) {
         EXPECT_LT(rel_err(st, ref_state), 1e-4) << "n " << c.n;
         EXPECT_LT(rel_err(out, chk_out), 1e-4) << "chunked, n " << c.n;
         EXPECT_LT(rel_err(st, chk_state), 1e-4) << "chunked, n " << c.n;
+        if (c.nk == c.nv) continue;
+        // Tiled value heads (a GGUF of Qwen3.5): value head j takes key head j mod nk — the same as
+        // running with q and k laid out per value head (head j a copy of key head j mod nk), the CPU's form.
+        std::vector<float> qx(static_cast<size_t>(c.n * c.nv * c.dk)), kx(qx.size());
+        for (int64_t t = 0; t < c.n; ++t)
+            for (int64_t j = 0; j < c.nv; ++j)
+                for (int64_t i = 0; i < c.dk; ++i) {
+                    qx[(t * c.nv + j) * c.dk + i] = q[(t * c.nk + j % c.nk) * c.dk + i];
+                    kx[(t * c.nv + j) * c.dk + i] = k[(t * c.nk + j % c.nk) * c.dk + i];
+                }
+        Dev<float> dqx(qx), dkx(kx), dst(state0), dsx(state0), dot(v.size()), dox(v.size());
+        gated_delta(dq.get(), dk.get(), dv.get(), db.get(), dg.get(), c.n, c.nk, c.nv, c.dk, c.dv, dst.get(),
+                    dst.get(), dot.get(), nullptr, /*v_heads_tiled=*/true);
+        gated_delta(dqx.get(), dkx.get(), dv.get(), db.get(), dg.get(), c.n, c.nv, c.nv, c.dk, c.dv,
+                    dsx.get(), dsx.get(), dox.get(), nullptr);
+        EXPECT_EQ(dot.host(), dox.host()) << "tiled, n " << c.n;
+        EXPECT_EQ(dst.host(), dsx.host()) << "tiled, n " << c.n;
+        EXPECT_GT(rel_err(dot.host(), out), 1e-3) << "tiled and grouped heads differ, n " << c.n;
     }
 }
 

@@ -359,34 +359,8 @@ TEST(GgufFormats, KernelAndReaderTablesAgree) {
 
 // ---- the fast dot product against its twin ------------------------------------------------------
 
-// A row of random valid blocks: random codes, f16 scales (and mins) of |d| in [1e-3, 1e-2], MXFP4
-// exponents near 2^0.
 std::vector<uint8_t> random_row(kernels::GgmlType type, int64_t cols, std::mt19937& rng) {
-    const kernels::GgmlFormat& f = kernels::ggml_format(type);
-    std::vector<uint8_t> row(kernels::ggml_row_bytes(f, cols));
-    std::uniform_int_distribution<int> byte(0, 255);
-    for (auto& b : row) b = static_cast<uint8_t>(byte(rng));
-    std::uniform_real_distribution<float> mag(1e-3f, 1e-2f);
-    auto put_scale = [&](uint8_t* p) {
-        const uint16_t h = kernels::f32_to_f16(byte(rng) & 1 ? mag(rng) : -mag(rng));
-        std::memcpy(p, &h, 2);
-    };
-    for (size_t b = 0; b < row.size(); b += static_cast<size_t>(f.block_bytes)) {
-        uint8_t* block = row.data() + b;
-        switch (type) {
-            case kernels::GgmlType::kQ4_1:
-            case kernels::GgmlType::kQ5_1:
-            case kernels::GgmlType::kQ4_K:
-            case kernels::GgmlType::kQ5_K:
-                put_scale(block);
-                put_scale(block + 2);
-                break;
-            case kernels::GgmlType::kQ6_K: put_scale(block + 208); break;
-            case kernels::GgmlType::kMXFP4: block[0] = static_cast<uint8_t>(118 + byte(rng) % 16); break;
-            default: put_scale(block); break;
-        }
-    }
-    return row;
+    return testing::random_ggml_row(type, cols, rng);
 }
 
 // S of the tolerance (file comment): Σ over 32-element chunks of max|w| · Σ|x|.
@@ -542,6 +516,271 @@ TEST(GgufLinear, EveryOpOverEveryBlockFormatOnEveryIsa) {
         });
     }
     EXPECT_EQ(formats, 11);
+}
+
+// ---- int8 activations (kernels.h, Activations::kInt8) over every block format -----------------------
+//
+// The definition is reference::ggml_vec_dot_int8 (x quantised per block of 32; per weight sub-block the
+// integer Σ code·q, scaled by the sub-block's scale and x's d, summed in double). Tolerances:
+//   - the fast products against the definition: |fast − def| ≤ 2e-6 · S8, S8 = Σ_s (|scale_s|·d_b·Σ|code·q|
+//     + |bias_s|·d_b·Σ|q|) (the sum of the magnitudes every partial sum is made of). The integer sums are
+//     exact, so only f32 roundings remain: a lane's scale product, its FMA into the lane accumulator and
+//     the horizontal sum, each relative to a partial sum below S8. The test prints the observed worst
+//     (4.3e-8 of S8 on AVX-2, 5.2e-8 on AVX-512 VNNI, rows of up to 4096: a ~40× margin) — while one wrong
+//     code, nibble, offset or scale moves a product by ~d·|q| ≳ 1e-4 of S8;
+//   - the portable path is the definition, bit for bit; matvec_batch and matvec_jobs are matvec bit for bit
+//     (whatever n, the other jobs, and a job sharing x's preparation with another type); matmul within
+//     the fast bound;
+//   - against the f32 product (reference::matmul with f32 activations): the activation's rounding,
+//     |int8 − f32| ≤ Σ_b d_b/2 · Σ_{i∈b} |w_i| plus both products' own roundings (2e-6 of S8 and of the
+//     f32 dot's S). Printed as the worst share of that bound used (0.31: the rounding errors of a block's
+//     32 inputs are independent and partly cancel).
+
+// x quantised as the definition says (the bounds need q and d).
+void quantize_x(const float* x, int64_t cols, std::vector<int8_t>& q, std::vector<float>& d) {
+    q.resize(static_cast<size_t>(cols));
+    d.resize(static_cast<size_t>(cols / 32));
+    for (int64_t b = 0; b < cols / 32; ++b) {
+        float amax = 0.0f;
+        for (int64_t i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[b * 32 + i]));
+        d[b] = amax / 127.0f;
+        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        for (int64_t i = 0; i < 32; ++i)
+            q[b * 32 + i] = static_cast<int8_t>(std::nearbyint(x[b * 32 + i] * id));
+    }
+}
+
+// S8 of the fast bound (above).
+double int8_bound_sum(kernels::GgmlType type, const uint8_t* row, const float* x, int64_t cols) {
+    const kernels::GgmlFormat& f = kernels::ggml_format(type);
+    const int sub = kernels::ggml_int8_sub_elems(type);
+    std::vector<int8_t> q;
+    std::vector<float> d;
+    quantize_x(x, cols, q, d);
+    int8_t codes[256];
+    float scales[16], biases[16];
+    double s = 0.0;
+    for (int64_t i = 0; i < cols / f.block_elems; ++i) {
+        kernels::reference::ggml_block_codes(type, row + i * f.block_bytes, codes, scales, biases);
+        for (int e = 0; e < f.block_elems; ++e) {
+            const int64_t at = i * f.block_elems + e;
+            const double dx = d[static_cast<size_t>(at / 32)], qa = std::abs(q[static_cast<size_t>(at)]);
+            s += std::fabs(scales[e / sub]) * dx * std::abs(codes[e]) * qa +
+                 std::fabs(biases[e / sub]) * dx * qa;
+        }
+    }
+    return s;
+}
+
+// Σ_b d_b/2 · Σ_{i∈b} |w_i|: how far x's rounding can move the product.
+double activation_rounding_bound(kernels::GgmlType type, const uint8_t* row, const float* x, int64_t cols) {
+    std::vector<float> w(static_cast<size_t>(cols));
+    kernels::reference::ggml_dequantize_row(type, row, cols, w.data());
+    std::vector<int8_t> q;
+    std::vector<float> d;
+    quantize_x(x, cols, q, d);
+    double s = 0.0;
+    for (int64_t i = 0; i < cols; ++i) s += 0.5 * d[static_cast<size_t>(i / 32)] * std::fabs(w[i]);
+    return s;
+}
+
+kernels::WeightView int8_view(const kernels::WeightFormat& f, int64_t rows, int64_t cols,
+                              const uint8_t* data) {
+    kernels::WeightView w;
+    w.type = f.type;
+    w.rows = rows;
+    w.cols = cols;
+    w.data = data;
+    w.activations = kernels::Activations::kInt8;
+    return w;
+}
+
+// Rows of random blocks, one byte in (GGUF rows are only block aligned).
+std::vector<uint8_t> random_rows(kernels::GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+    std::vector<uint8_t> buf(1);
+    for (int64_t r = 0; r < rows; ++r) {
+        const auto row = random_row(type, cols, rng);
+        buf.insert(buf.end(), row.begin(), row.end());
+    }
+    return buf;
+}
+
+TEST(GgufInt8, EveryBlockFormatHasIntegerKernels) {
+    int formats = 0;
+    for (const kernels::WeightFormat& f : kernels::weight_formats()) {
+        if (!f.ggml_blocks()) continue;
+        ++formats;
+        EXPECT_TRUE(f.int8_kernels) << f.name;
+        kernels::WeightView w = int8_view(f, 1, 256, nullptr);
+        EXPECT_TRUE(w.int8_activations()) << f.name << ": group_size 0 is a ggml block's own";
+        w.activations = kernels::Activations::kF32;
+        EXPECT_FALSE(w.int8_activations()) << f.name;
+    }
+    EXPECT_EQ(formats, 11);
+}
+
+// The integer form of a block is the definition: scale_s·code + bias_s is the dequantised element, bit for
+// bit.
+TEST(GgufInt8, BlockCodesAreTheDequantisation) {
+    std::mt19937 rng(18);
+    for (const kernels::GgmlFormat& f : kernels::ggml_formats()) {
+        if (f.block_elems == 1 || f.type == kernels::GgmlType::kQ8_K) continue;
+        SCOPED_TRACE(f.name);
+        const int sub = kernels::ggml_int8_sub_elems(f.type);
+        for (int trial = 0; trial < 8; ++trial) {
+            const auto row = random_row(f.type, f.block_elems, rng);
+            std::vector<float> want(static_cast<size_t>(f.block_elems));
+            kernels::reference::ggml_dequantize_row(f.type, row.data(), f.block_elems, want.data());
+            int8_t codes[256];
+            float scales[16], biases[16];
+            kernels::reference::ggml_block_codes(f.type, row.data(), codes, scales, biases);
+            for (int e = 0; e < f.block_elems; ++e) {
+                const float scaled = scales[e / sub] * static_cast<float>(codes[e]);
+                ASSERT_EQ(scaled + biases[e / sub], want[static_cast<size_t>(e)]) << "element " << e;
+            }
+        }
+    }
+}
+
+// x's quantisation is the definition's on every ISA, element by element: a Q8_0 identity (row r has code 1
+// at column r, d = 1) returns d_b·q_r exactly, with x's ties (k + 0.5 after scaling) rounded to even.
+TEST(GgufInt8, EveryIsaQuantisesXAsTheDefinition) {
+    const int64_t n = 160;  // 5 blocks: an odd count leaves AVX-512 a lone block
+    const kernels::WeightFormat& f =
+        *kernels::ggml_weight_format(static_cast<uint32_t>(kernels::GgmlType::kQ8_0));
+    std::vector<uint8_t> data(static_cast<size_t>(n * f.data_row_bytes(n)), 0);
+    const uint16_t one = kernels::f32_to_f16(1.0f);
+    for (int64_t r = 0; r < n; ++r) {
+        uint8_t* row = data.data() + r * f.data_row_bytes(n);
+        for (int64_t b = 0; b < n / 32; ++b) std::memcpy(row + b * 34, &one, 2);
+        row[r / 32 * 34 + 2 + r % 32] = 1;
+    }
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = normal(rng);
+    for (int64_t i = 0; i < 32; ++i) x[static_cast<size_t>(32 + i)] = static_cast<float>(i % 8) - 3.5f;
+    x[63] = 127.0f;  // block 1: d = 1, so its other inputs are ties
+    x[64] = 0.0f;
+    for (int64_t i = 96; i < 128; ++i) x[static_cast<size_t>(i)] = 0.0f;  // an all-zero block
+    const kernels::WeightView w = int8_view(f, n, n, data.data());
+    std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+    kernels::reference::matvec(w, x.data(), want.data(), nullptr);
+    EXPECT_EQ(want[33], -2.0f);  // −2.5 → −2
+    EXPECT_EQ(want[37], 2.0f);   // 1.5 → 2
+    EXPECT_EQ(want[38], 2.0f);   // 2.5 → 2
+    for_each_isa([&](const std::string&) {
+        kernels::matvec(w, x.data(), got.data(), nullptr);
+        for (int64_t r = 0; r < n; ++r) ASSERT_EQ(got[r], want[r]) << "input " << r;
+    });
+}
+
+TEST(GgufInt8, FastMatchesTheDefinitionOnEveryIsa) {
+    std::mt19937 rng(27);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for_each_isa([&](const std::string& isa) {
+        double worst = 0.0;
+        for (const kernels::WeightFormat& f : kernels::weight_formats()) {
+            if (!f.ggml_blocks()) continue;
+            SCOPED_TRACE(f.name);
+            std::vector<int64_t> shapes = {256, 512, 2048, 4096};
+            if (f.block_elems == 32) shapes.insert(shapes.end(), {32, 96, 288});  // lone trailing blocks
+            for (int64_t cols : shapes) {
+                const int64_t rows = 6;
+                const auto buf = random_rows(f.ggml, rows, cols, rng);
+                const kernels::WeightView w = int8_view(f, rows, cols, buf.data() + 1);
+                std::vector<float> x_buf(static_cast<size_t>(cols) + 1);
+                for (auto& v : x_buf) v = normal(rng);
+                const float* x = x_buf.data() + 1;
+                std::vector<float> def(static_cast<size_t>(rows)), fast(static_cast<size_t>(rows));
+                kernels::reference::matvec(w, x, def.data(), nullptr);
+                kernels::matvec(w, x, fast.data(), nullptr);
+                for (int64_t r = 0; r < rows; ++r) {
+                    const auto* row = static_cast<const uint8_t*>(w.data) + r * w.row_bytes();
+                    const double s8 = int8_bound_sum(f.ggml, row, x, cols);
+                    const double err = std::fabs(static_cast<double>(fast[r]) - def[r]);
+                    EXPECT_LE(err, 2e-6 * s8) << "cols " << cols << " row " << r;
+                    worst = std::max(worst, err / s8);
+                    if (isa == "portable") {
+                        EXPECT_EQ(fast[r], def[r]) << "cols " << cols << " row " << r;
+                    }
+                }
+            }
+        }
+        std::cout << "[ gguf int8 ] " << isa << " (" << kernels::cpu_int8_kernel_isa()
+                  << "): worst |fast - definition| / S8 = " << worst << " (bound 2e-6)\n";
+    });
+}
+
+// Every linear op with int8 activations, as GgufLinear does with f32 ones: matvec against the definition,
+// matvec_batch and matvec_jobs bit for bit matvec (11 vectors: passes of the row kernels and two calls of
+// kRowVectors), matmul (11 tokens: the blocked loop) within the bound, and the whole against the f32
+// product within the activation's rounding; on every ISA, with and without a pool.
+TEST(GgufInt8, EveryOpOverEveryBlockFormatOnEveryIsa) {
+    std::mt19937 rng(262);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    ThreadPool two{2};
+    const int64_t rows = 37, n = 11;
+    const kernels::WeightFormat& q8 =
+        *kernels::ggml_weight_format(static_cast<uint32_t>(kernels::GgmlType::kQ8_0));
+    double worst_fast = 0.0, worst_act = 0.0;
+    for (const kernels::WeightFormat& f : kernels::weight_formats()) {
+        if (!f.ggml_blocks()) continue;
+        for (int64_t cols : {int64_t{512}, int64_t{f.block_elems == 32 ? 288 : 768}}) {
+            SCOPED_TRACE(std::string(f.name) + " cols " + std::to_string(cols));
+            const auto buf = random_rows(f.ggml, rows, cols, rng);
+            const kernels::WeightView w = int8_view(f, rows, cols, buf.data() + 1);
+            ASSERT_TRUE(w.int8_activations());
+            // A Q8_0 job on the same x: its preparation is shared with w's (one x form for every type).
+            const auto other_buf = random_rows(kernels::GgmlType::kQ8_0, 5, cols, rng);
+            const kernels::WeightView other = int8_view(q8, 5, cols, other_buf.data() + 1);
+            std::vector<float> x(static_cast<size_t>(n * cols));
+            for (auto& v : x) v = normal(rng);
+            std::vector<float> def(static_cast<size_t>(n * rows)), exact(static_cast<size_t>(n * rows));
+            kernels::reference::matmul(w, x.data(), n, def.data(), nullptr);
+            kernels::WeightView w_f32 = w;
+            w_f32.activations = kernels::Activations::kF32;
+            kernels::reference::matmul(w_f32, x.data(), n, exact.data(), nullptr);
+            for_each_isa([&](const std::string&) {
+                for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two}) {
+                    std::vector<float> one(static_cast<size_t>(rows)), batch(static_cast<size_t>(n * rows)),
+                        jobs_y(static_cast<size_t>(n * rows)), other_y(static_cast<size_t>(n * 5)),
+                        other_one(5), mm(static_cast<size_t>(n * rows));
+                    kernels::matvec_batch(w, x.data(), n, batch.data(), pool);
+                    const kernels::MatvecJob jobs[2] = {{&w, x.data(), n, jobs_y.data()},
+                                                        {&other, x.data(), n, other_y.data()}};
+                    kernels::matvec_jobs(jobs, 2, pool);
+                    kernels::matmul(w, x.data(), n, mm.data(), pool);
+                    for (int64_t t = 0; t < n; ++t) {
+                        const float* xt = x.data() + t * cols;
+                        kernels::matvec(w, xt, one.data(), pool);
+                        kernels::matvec(other, xt, other_one.data(), pool);
+                        for (int64_t r = 0; r < 5; ++r)
+                            ASSERT_EQ(other_y[static_cast<size_t>(t * 5 + r)], other_one[r])
+                                << "Q8_0 job, vector " << t;
+                        for (int64_t r = 0; r < rows; ++r) {
+                            const uint8_t* wr = static_cast<const uint8_t*>(w.data) + r * w.row_bytes();
+                            const size_t at = static_cast<size_t>(t * rows + r);
+                            const double s8 = int8_bound_sum(f.ggml, wr, xt, cols);
+                            ASSERT_NEAR(one[r], def[at], 2e-6 * s8) << "matvec row " << r << " vector " << t;
+                            ASSERT_EQ(batch[at], one[r]) << "matvec_batch row " << r << " vector " << t;
+                            ASSERT_EQ(jobs_y[at], one[r]) << "matvec_jobs row " << r << " vector " << t;
+                            ASSERT_NEAR(mm[at], def[at], 2e-6 * s8) << "matmul row " << r << " token " << t;
+                            worst_fast =
+                                std::max(worst_fast, std::fabs(static_cast<double>(one[r]) - def[at]) / s8);
+                            const double act = activation_rounding_bound(f.ggml, wr, xt, cols) + 2e-6 * s8 +
+                                               2e-6 * dot_bound(f.ggml, wr, xt, cols);
+                            const double moved = std::fabs(static_cast<double>(one[r]) - exact[at]);
+                            ASSERT_LE(moved, act) << "against f32 activations, row " << r << " vector " << t;
+                            worst_act = std::max(worst_act, moved / act);
+                        }
+                    }
+                }
+            });
+        }
+    }
+    std::cout << "[ gguf int8 ] every op: worst |fast - definition| / S8 = " << worst_fast
+              << " (bound 2e-6); worst |int8 - f32| / activation bound = " << worst_act << " (bound 1)\n";
 }
 
 // ---- split files ------------------------------------------------------------------------------

@@ -47,7 +47,8 @@ TEST(WeightFormat, EntriesAreConsistent) {
             EXPECT_EQ(f.aux_row_bytes(512, 0, kernels::ScaleType::kBF16), 0u);
             EXPECT_EQ(f.shape_error(512, 0), nullptr);
             EXPECT_NE(f.shape_error(512 + 16, 0), nullptr);
-            EXPECT_FALSE(f.packable || f.int8_kernels) << f.name;
+            EXPECT_FALSE(f.packable) << f.name;
+            EXPECT_TRUE(f.int8_kernels) << f.name << ": every ggml block type has its integer products";
         } else if (f.quantized()) {
             EXPECT_EQ(kernels::quantized_format(f.code_bits), &f);
             EXPECT_EQ(f.data_row_bytes(256), static_cast<size_t>(256 * f.code_bits / 8));
@@ -66,13 +67,15 @@ TEST(WeightFormat, EntriesAreConsistent) {
         EXPECT_EQ(v.quantized(), f.quantized());
         EXPECT_EQ(v.bits(), f.code_bits);
         // int8 activations: only where the format says it has the products, and only as asked.
-        EXPECT_TRUE(!f.int8_kernels || (f.quantized() && f.cpu_kernels)) << f.name;
-        v.group_size = 64;
+        EXPECT_TRUE(!f.int8_kernels || ((f.quantized() || f.ggml_blocks()) && f.cpu_kernels)) << f.name;
+        v.group_size = f.ggml_blocks() ? 0 : 64;
         EXPECT_FALSE(v.int8_activations()) << f.name << ": f32 activations unless asked";
         v.activations = kernels::Activations::kInt8;
         EXPECT_EQ(v.int8_activations(), f.int8_kernels) << f.name;
-        v.group_size = 48;
-        EXPECT_FALSE(v.int8_activations()) << f.name << ": a group that is not a power of two >= 32";
+        if (!f.ggml_blocks()) {  // a ggml block holds its own scales: no group
+            v.group_size = 48;
+            EXPECT_FALSE(v.int8_activations()) << f.name << ": a group that is not a power of two >= 32";
+        }
     }
     EXPECT_EQ(kernels::quantized_format(3), nullptr);
     EXPECT_EQ(kernels::packable_bits(), "4 or 8");

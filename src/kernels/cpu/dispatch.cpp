@@ -22,6 +22,7 @@
 #include "core/assert.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/ggml_int8_isa.h"
 #include "kernels/cpu/isa_table.h"
 #include "kernels/ggml_quants.h"
 #include "kernels/kernels.h"
@@ -175,7 +176,37 @@ void rows_times_vectors(RowKernel kernel, const WeightView& w, const void* x, in
     }
 }
 
+// A ggml block format's int8-activation products (ggml_int8_isa.h): every vector prepared once on the
+// calling thread, then the type's row kernel over rows × vectors — for matvec, matvec_batch and matmul
+// alike (no GEMM: a token's result is its matvec's bits, whatever n), matmul's rows in blocks of
+// kInt8BlockRows that stay in L2 while the tokens pass over them.
+void linear_int8_ggml(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool,
+                      bool blocked) {
+    const cpu::GgmlI8Kernels k = cpu::ggml_i8_kernels(weight_format(w.type).ggml, int8_isa().i8_name);
+    const int64_t rows = w.rows, cols = w.cols, bytes = cpu::ggml_i8_prepared_bytes(cols);
+    thread_local std::vector<uint8_t> prep_buf;
+    if (static_cast<int64_t>(prep_buf.size()) < n * bytes) prep_buf.resize(static_cast<size_t>(n * bytes));
+    uint8_t* prep = prep_buf.data();
+    for (int64_t v = 0; v < n; ++v) k.prepare(x + v * cols, cols, prep + v * bytes);
+    if (!blocked || n <= cpu::kRowVectors) {
+        run(pool, rows, kMatvecGrainRows, [&](int64_t r0, int64_t r1) {
+            rows_times_vectors(k.rows, w, prep, bytes, nullptr, 0, n, r0, r1, y + r0, rows);
+        });
+        return;
+    }
+    run(pool, (rows + kInt8BlockRows - 1) / kInt8BlockRows, 1, [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) {
+            const int64_t r0 = b * kInt8BlockRows, r1 = std::min(rows, r0 + kInt8BlockRows);
+            rows_times_vectors(k.rows, w, prep, bytes, nullptr, 0, n, r0, r1, y + r0, rows);
+        }
+    });
+}
+
 void linear_int8(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool, bool blocked) {
+    if (w.ggml_blocks()) {
+        linear_int8_ggml(w, x, n, y, pool, blocked);
+        return;
+    }
     const IsaTable& t = int8_isa();
     const int64_t rows = w.rows, cols = w.cols, groups = cols / w.group_size;
     thread_local std::vector<uint8_t> prep_buf;
@@ -304,14 +335,15 @@ void matvec_batch(const WeightView& w, const float* x, int64_t n, float* y, Thre
 // several jobs whose weights take the same preparation of the same x (gate and up of one expert; q, k
 // and v) — then the same row kernels as matvec_batch, so every job gets matvec_batch's bits.
 void matvec_jobs(const MatvecJob* jobs, int64_t count, ThreadPool* pool) {
-    enum class Path : uint8_t { kFloat, kQuant, kInt8, kGgml };
+    enum class Path : uint8_t { kFloat, kQuant, kInt8, kGgml, kGgmlInt8 };
     struct Prepared {
         Path path;
         const IsaTable* t;
-        int64_t stride;     // bytes of one prepared vector (0: float weights read x as it is)
-        int64_t groups;     // sums per vector
-        size_t at, sum_at;  // where the job's first prepared vector and its sums are
-        bool owner;         // prepares them (false: an earlier job of the same x did)
+        cpu::GgmlI8Kernels g;  // kGgmlInt8: the type's kernels
+        int64_t stride;        // bytes of one prepared vector (0: float weights read x as it is)
+        int64_t groups;        // sums per vector
+        size_t at, sum_at;     // where the job's first prepared vector and its sums are
+        bool owner;            // prepares them (false: an earlier job of the same x did)
     };
     thread_local std::vector<Prepared> prepared;
     thread_local std::vector<int64_t> first_block;
@@ -326,7 +358,13 @@ void matvec_jobs(const MatvecJob* jobs, int64_t count, ThreadPool* pool) {
         check_view(w);
         Prepared& p = prepared[static_cast<size_t>(j)];
         p.groups = w.quantized() ? w.cols / w.group_size : 0;
-        if (w.int8_activations()) {
+        p.g = {};
+        if (w.int8_activations() && w.ggml_blocks()) {
+            p.path = Path::kGgmlInt8;
+            p.t = &int8_isa();
+            p.g = cpu::ggml_i8_kernels(weight_format(w.type).ggml, p.t->i8_name);
+            p.stride = cpu::ggml_i8_prepared_bytes(w.cols);
+        } else if (w.int8_activations()) {
             p.path = Path::kInt8;
             p.t = &int8_isa();
             p.stride = (p.t->i8_prepared_bytes(w) + 63) / 64 * 64;
@@ -345,8 +383,12 @@ void matvec_jobs(const MatvecJob* jobs, int64_t count, ThreadPool* pool) {
         for (int64_t i = 0; i < j && p.path != Path::kFloat && p.path != Path::kGgml; ++i) {
             const Prepared& q = prepared[static_cast<size_t>(i)];
             const WeightView& v = *jobs[i].w;
+            // ggml's prepared x is the same for every block type (a Q4_K gate and a Q6_K down share it).
+            const bool same_preparation = p.path == Path::kGgmlInt8
+                                              ? q.g.prepare == p.g.prepare
+                                              : v.type == w.type && v.group_size == w.group_size;
             if (q.owner && jobs[i].x == jobs[j].x && jobs[i].n == jobs[j].n && q.path == p.path &&
-                q.t == p.t && v.type == w.type && v.cols == w.cols && v.group_size == w.group_size) {
+                q.t == p.t && v.cols == w.cols && same_preparation) {
                 p.at = q.at;
                 p.sum_at = q.sum_at;
                 p.owner = false;
@@ -373,7 +415,9 @@ void matvec_jobs(const MatvecJob* jobs, int64_t count, ThreadPool* pool) {
             const float* xv = job.x + v * job.w->cols;
             uint8_t* dst = base + p.at + static_cast<size_t>(v * p.stride);
             float* xs = sums.data() + p.sum_at + static_cast<size_t>(v * p.groups);
-            if (p.path == Path::kInt8) {
+            if (p.path == Path::kGgmlInt8) {
+                p.g.prepare(xv, job.w->cols, dst);
+            } else if (p.path == Path::kInt8) {
                 p.t->i8_prepare(*job.w, xv, dst, xs);
             } else {
                 p.t->prepare_x(*job.w, xv, reinterpret_cast<float*>(dst), xs);
@@ -396,6 +440,9 @@ void matvec_jobs(const MatvecJob* jobs, int64_t count, ThreadPool* pool) {
             const int64_t r1 = std::min(w.rows, (end - first[j]) * kMatvecGrainRows);
             if (p.path == Path::kGgml) {
                 ggml_rows_times_vectors(w, job.x, job.n, r0, r1, job.y, w.rows);
+            } else if (p.path == Path::kGgmlInt8) {
+                rows_times_vectors(p.g.rows, w, base + p.at, p.stride, nullptr, 0, job.n, r0, r1, job.y + r0,
+                                   w.rows);
             } else if (p.path == Path::kFloat) {
                 rows_times_vectors(p.t->matvec_float_rows, w, job.x,
                                    w.cols * static_cast<int64_t>(sizeof(float)), nullptr, 0, job.n, r0, r1,

@@ -239,8 +239,8 @@ template <int R>  // state rows per lane: dk ≤ 4·R
 __global__ void __launch_bounds__(kDeltaCols* kDeltaQuarters)
     gated_delta_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
                        const float* __restrict__ beta, const float* __restrict__ g, int64_t n, int64_t n_k,
-                       int64_t n_v, int64_t dk, int64_t dv, const float* state, float* state_out,
-                       float* out) {
+                       int64_t n_v, int64_t dk, int64_t dv, const float* state, float* state_out, float* out,
+                       bool v_tiled) {
     constexpr int kChunk = R <= 32 ? 16 : 8;  // tokens per stage (two stages: shared memory ≤ 48 KB)
     constexpr int kStride = R + 4;  // floats per quarter of a staged row: the 4 quarters' float4 reads
                                     // hit distinct banks
@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(kDeltaCols* kDeltaQuarters)
     const int cb = warp * (32 / kDeltaQuarters) + lane / kDeltaQuarters;  // column within the block
     const int64_t d = static_cast<int64_t>(blockIdx.y) * kDeltaCols + cb;
     const bool col = d < dv;
-    const int64_t kh = j / (n_v / n_k);
+    const int64_t kh = v_tiled ? j % n_k : j / (n_v / n_k);  // DeltaNetPlan::v_heads_tiled
     const float* S = state + j * dk * dv;
     float* S_out = state_out + j * dk * dv;
     // Chunk c's inputs into buffer buf (rows past dk and columns past dv zero-filled).
@@ -364,13 +364,14 @@ __global__ void __launch_bounds__(32 * kFusedDeltaWarps)
                           const float* __restrict__ a_in, const float* __restrict__ z, const float* neg_a,
                           const float* dt_bias, const float* norm_weight, int64_t n, int64_t n_k, int64_t n_v,
                           int64_t dk, int64_t dv, float l2_eps, float q_scale, float norm_eps,
-                          const float* state, float* state_out, float* raw, unsigned* counters, float* y) {
+                          const float* state, float* state_out, float* raw, unsigned* counters, float* y,
+                          bool v_tiled) {
     allow_dependents();  // the next decode product may start loading its weights
     const int64_t j = blockIdx.x;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int64_t d = static_cast<int64_t>(blockIdx.y) * 32 + lane;
     const bool col = d < dv;
-    const int64_t kh = j / (n_v / n_k);
+    const int64_t kh = v_tiled ? j % n_k : j / (n_v / n_k);  // DeltaNetPlan::v_heads_tiled
     const int64_t kd = n_k * dk, cd = 2 * kd + n_v * dv;
     const float* S = state + j * dk * dv;
     float* S_out = state_out + j * dk * dv;
@@ -604,21 +605,21 @@ void conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t kernel, co
 
 void gated_delta(const float* q, const float* k, const float* v, const float* beta, const float* g, int64_t n,
                  int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, const float* state, float* state_out,
-                 float* out, cudaStream_t s) {
+                 float* out, cudaStream_t s, bool v_heads_tiled) {
     const dim3 grid(static_cast<unsigned>(n_v), grid_for(dv, kDeltaCols));
     const dim3 block(kDeltaCols * kDeltaQuarters);
     if (dk <= 4 * 8) {
-        gated_delta_kernel<8>
-            <<<grid, block, 0, s>>>(q, k, v, beta, g, n, n_k, n_v, dk, dv, state, state_out, out);
+        gated_delta_kernel<8><<<grid, block, 0, s>>>(q, k, v, beta, g, n, n_k, n_v, dk, dv, state, state_out,
+                                                     out, v_heads_tiled);
     } else if (dk <= 4 * 16) {
-        gated_delta_kernel<16>
-            <<<grid, block, 0, s>>>(q, k, v, beta, g, n, n_k, n_v, dk, dv, state, state_out, out);
+        gated_delta_kernel<16><<<grid, block, 0, s>>>(q, k, v, beta, g, n, n_k, n_v, dk, dv, state, state_out,
+                                                      out, v_heads_tiled);
     } else if (dk <= 4 * 32) {
-        gated_delta_kernel<32>
-            <<<grid, block, 0, s>>>(q, k, v, beta, g, n, n_k, n_v, dk, dv, state, state_out, out);
+        gated_delta_kernel<32><<<grid, block, 0, s>>>(q, k, v, beta, g, n, n_k, n_v, dk, dv, state, state_out,
+                                                      out, v_heads_tiled);
     } else {
-        gated_delta_kernel<64>
-            <<<grid, block, 0, s>>>(q, k, v, beta, g, n, n_k, n_v, dk, dv, state, state_out, out);
+        gated_delta_kernel<64><<<grid, block, 0, s>>>(q, k, v, beta, g, n, n_k, n_v, dk, dv, state, state_out,
+                                                      out, v_heads_tiled);
     }
 }
 
@@ -630,12 +631,13 @@ bool deltanet_fused_fits(int64_t dk, int64_t dv) {
 void deltanet_fused(const float* conv_out, const float* b, const float* a, const float* z, const float* neg_a,
                     const float* dt_bias, const float* norm_weight, int64_t n, int64_t n_k, int64_t n_v,
                     int64_t dk, int64_t dv, float l2_eps, float q_scale, float norm_eps, const float* state,
-                    float* state_out, float* raw, unsigned* counters, float* y, cudaStream_t s) {
+                    float* state_out, float* raw, unsigned* counters, float* y, cudaStream_t s,
+                    bool v_heads_tiled) {
     if (n == 0) return;
     const dim3 grid(static_cast<unsigned>(n_v), grid_for(dv, 32));
     deltanet_fused_kernel<<<grid, 32 * kFusedDeltaWarps, 0, s>>>(
         conv_out, b, a, z, neg_a, dt_bias, norm_weight, n, n_k, n_v, dk, dv, l2_eps, q_scale, norm_eps, state,
-        state_out, raw, counters, y);
+        state_out, raw, counters, y, v_heads_tiled);
 }
 
 void router_topk(const float* logits, int64_t n, int64_t n_experts, int64_t k, bool renormalize, int32_t* ids,

@@ -319,10 +319,11 @@ void conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t kernel, co
                  const float* state, float* state_out, float* y, cudaStream_t s);
 // kernels::gated_delta_recurrent (also used for prefill: the state stays in registers over the
 // whole batch, which on a GPU beats the chunked form at the batch sizes sluice runs). state_out may
-// be state (in place).
+// be state (in place). v_heads_tiled: value head j takes key head j mod n_k (model::DeltaNetPlan), not
+// j / (n_v / n_k).
 void gated_delta(const float* q, const float* k, const float* v, const float* beta, const float* g, int64_t n,
                  int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, const float* state, float* state_out,
-                 float* out, cudaStream_t s);
+                 float* out, cudaStream_t s, bool v_heads_tiled = false);
 // The DeltaNet step after conv1d_silu, fused (numerically the same ops as row_norm(q, l2, q_scale) +
 // row_norm(k, l2) + copy_heads(v) + deltanet_gates + gated_delta + rms_norm_gated): conv_out
 // [n, q (n_k·dk) | k (n_k·dk) | v (n_v·dv)], b and a [n, n_v] raw (not overwritten), z [n, n_v·dv],
@@ -334,7 +335,8 @@ bool deltanet_fused_fits(int64_t dk, int64_t dv);
 void deltanet_fused(const float* conv_out, const float* b, const float* a, const float* z, const float* neg_a,
                     const float* dt_bias, const float* norm_weight, int64_t n, int64_t n_k, int64_t n_v,
                     int64_t dk, int64_t dv, float l2_eps, float q_scale, float norm_eps, const float* state,
-                    float* state_out, float* raw, unsigned* counters, float* y, cudaStream_t s);
+                    float* state_out, float* raw, unsigned* counters, float* y, cudaStream_t s,
+                    bool v_heads_tiled = false);
 // kernels::router_topk for n tokens: logits [n, E] → ids, weights [n, k].
 void router_topk(const float* logits, int64_t n, int64_t n_experts, int64_t k, bool renormalize, int32_t* ids,
                  float* weights, cudaStream_t s);

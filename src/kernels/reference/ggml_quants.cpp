@@ -221,7 +221,85 @@ BlockFn block_fn(GgmlType type) {
     return nullptr;
 }
 
+// Each block type in integer form (ggml_quants.h, ggml_block_codes): the same fields as block_* above
+// read the same way, the products left to the caller. codes[e] in natural element order.
+void codes_nibbles(const uint8_t* qs, int offset, const int8_t* table, int8_t* codes) {
+    for (int j = 0; j < 16; ++j) {
+        const int lo = qs[j] & 0x0F, hi = qs[j] >> 4;
+        codes[j] = static_cast<int8_t>(table != nullptr ? table[lo] : lo - offset);
+        codes[j + 16] = static_cast<int8_t>(table != nullptr ? table[hi] : hi - offset);
+    }
+}
+
+void codes_q5(const uint8_t* qh_bytes, const uint8_t* qs, int offset, int8_t* codes) {
+    uint32_t qh;
+    std::memcpy(&qh, qh_bytes, 4);
+    for (int j = 0; j < 16; ++j) {
+        const int lo = (qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4);
+        const int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+        codes[j] = static_cast<int8_t>(lo - offset);
+        codes[j + 16] = static_cast<int8_t>(hi - offset);
+    }
+}
+
+// Q4_K / Q5_K (qh null for Q4_K): 8 sub-blocks, scale d·sc_s, bias −dmin·m_s.
+void codes_k45(const uint8_t* b, const uint8_t* qh, const uint8_t* qs, int8_t* codes, float* scales,
+               float* biases) {
+    const float d = load_f16(b), dmin = load_f16(b + 2);
+    for (int s = 0; s < 8; ++s) {
+        int sc, m;
+        k4_scale_min(b + 4, s, &sc, &m);
+        scales[s] = d * static_cast<float>(sc);
+        biases[s] = -(dmin * static_cast<float>(m));
+    }
+    for (int c = 0; c < 4; ++c)
+        for (int l = 0; l < 32; ++l) {
+            int lo = qs[32 * c + l] & 0x0F, hi = qs[32 * c + l] >> 4;
+            if (qh != nullptr) {
+                lo |= ((qh[l] >> (2 * c)) & 1) << 4;
+                hi |= ((qh[l] >> (2 * c + 1)) & 1) << 4;
+            }
+            codes[64 * c + l] = static_cast<int8_t>(lo);
+            codes[64 * c + 32 + l] = static_cast<int8_t>(hi);
+        }
+}
+
+void codes_q6_k(const uint8_t* b, int8_t* codes, float* scales) {
+    const uint8_t* ql = b;
+    const uint8_t* qh = b + 128;
+    const float d = load_f16(b + 208);
+    for (int s = 0; s < 16; ++s) scales[s] = d * static_cast<float>(static_cast<int8_t>(b[192 + s]));
+    for (int h = 0; h < 2; ++h)
+        for (int l = 0; l < 32; ++l) {
+            const uint8_t lo = ql[64 * h + l], hi = ql[64 * h + l + 32], top = qh[32 * h + l];
+            const int q[4] = {(lo & 0x0F) | ((top & 3) << 4), (hi & 0x0F) | (((top >> 2) & 3) << 4),
+                              (lo >> 4) | (((top >> 4) & 3) << 4), (hi >> 4) | (((top >> 6) & 3) << 4)};
+            for (int k = 0; k < 4; ++k) codes[128 * h + 32 * k + l] = static_cast<int8_t>(q[k] - 32);
+        }
+}
+
+void codes_iq4_xs(const uint8_t* b, int8_t* codes, float* scales) {
+    const float d = load_f16(b);
+    uint16_t scales_h;
+    std::memcpy(&scales_h, b + 2, 2);
+    for (int s = 0; s < 8; ++s) {
+        const int ls = ((b[4 + s / 2] >> (4 * (s % 2))) & 0x0F) | (((scales_h >> (2 * s)) & 3) << 4);
+        scales[s] = d * static_cast<float>(ls - 32);
+        codes_nibbles(b + 8 + 16 * s, 0, kIq4nlValues, codes + 32 * s);
+    }
+}
+
 }  // namespace
+
+int ggml_int8_sub_elems(GgmlType type) {
+    switch (type) {
+        case GgmlType::kF32:
+        case GgmlType::kF16:
+        case GgmlType::kBF16: return 0;
+        case GgmlType::kQ6_K: return 16;
+        default: return 32;
+    }
+}
 
 std::span<const GgmlFormat> ggml_formats() {
     return kFormats;
@@ -254,6 +332,58 @@ void ggml_dequantize_row(GgmlType type, const void* row, int64_t cols, float* ou
     const BlockFn fn = block_fn(type);
     const auto* b = static_cast<const uint8_t*>(row);
     for (int64_t i = 0; i < cols / f.block_elems; ++i) fn(b + i * f.block_bytes, out + i * f.block_elems);
+}
+
+void ggml_block_codes(GgmlType type, const void* block, int8_t* codes, float* scales, float* biases) {
+    const auto* b = static_cast<const uint8_t*>(block);
+    const GgmlFormat& f = ggml_format(type);
+    const int subs = ggml_int8_sub_elems(type) > 0 ? f.block_elems / ggml_int8_sub_elems(type) : 0;
+    SLUICE_ASSERT(subs > 0);
+    for (int s = 0; s < subs; ++s) biases[s] = 0.0f;
+    switch (type) {
+        case GgmlType::kQ4_0:
+            scales[0] = load_f16(b);
+            codes_nibbles(b + 2, 8, nullptr, codes);
+            return;
+        case GgmlType::kQ4_1:
+            scales[0] = load_f16(b);
+            biases[0] = load_f16(b + 2);
+            codes_nibbles(b + 4, 0, nullptr, codes);
+            return;
+        case GgmlType::kQ5_0:
+            scales[0] = load_f16(b);
+            codes_q5(b + 2, b + 6, 16, codes);
+            return;
+        case GgmlType::kQ5_1:
+            scales[0] = load_f16(b);
+            biases[0] = load_f16(b + 2);
+            codes_q5(b + 4, b + 8, 0, codes);
+            return;
+        case GgmlType::kQ8_0:
+            scales[0] = load_f16(b);
+            std::memcpy(codes, b + 2, 32);
+            return;
+        case GgmlType::kQ4_K: codes_k45(b, nullptr, b + 16, codes, scales, biases); return;
+        case GgmlType::kQ5_K: codes_k45(b, b + 16, b + 48, codes, scales, biases); return;
+        case GgmlType::kQ6_K: codes_q6_k(b, codes, scales); return;
+        case GgmlType::kQ8_K: {
+            std::memcpy(&scales[0], b, 4);
+            for (int s = 1; s < 8; ++s) scales[s] = scales[0];
+            std::memcpy(codes, b + 4, 256);
+            return;
+        }
+        case GgmlType::kIQ4_NL:
+            scales[0] = load_f16(b);
+            codes_nibbles(b + 2, 0, kIq4nlValues, codes);
+            return;
+        case GgmlType::kIQ4_XS: codes_iq4_xs(b, codes, scales); return;
+        case GgmlType::kMXFP4:
+            scales[0] = e8m0_to_f32_half(b[0]);
+            codes_nibbles(b + 1, 0, kMxfp4Values, codes);
+            return;
+        default: break;
+    }
+    SLUICE_ASSERT(false && "a float type has no integer form");
 }
 
 float ggml_vec_dot(GgmlType type, const void* row, const float* x, int64_t cols) {

@@ -406,12 +406,6 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const model
         return error(
             ErrorCode::kInvalidArgument,
             fmt::format("[cuda] no device cuda:{} (this machine has {})", options.device_index, count));
-    for (const model::LayerPlan& layer : model->plan().layers)
-        if (layer.mixer == model::MixerKind::kGatedDeltaNet && layer.deltanet.v_heads_tiled)
-            return error(
-                ErrorCode::kUnsupported,
-                "[cuda] this GGUF's DeltaNet value heads are in llama.cpp's tiled order, which the CUDA "
-                "backend does not run yet (the CPU does: --device cpu)");
     auto backend = std::make_unique<cuda_impl::CudaBackend>(std::move(model), options.device_index);
     SLUICE_RETURN_IF_ERROR(backend->init(options));
     return std::unique_ptr<Backend>(std::move(backend));

@@ -187,7 +187,7 @@ void CudaBackend::deltanet_layer(const DevLayer& L, int64_t l, int64_t n, const 
         cuda::deltanet_fused(d_.conv_out, d_.beta, d_.g, d_.z, L.neg_a, L.dt_bias, L.dnorm, n, nk, nv, dk, dv,
                              eps, q_scale, P.norm_eps, ds.recurrent[ds.parity][li],
                              ds.recurrent[ds.parity ^ 1][li], d_.attn, d_.counters + kDeltaCounters, d_.y,
-                             stream_);
+                             stream_, P.v_heads_tiled);
     } else {
         HeadLayout qk{n, nk, dk, cd, dk, kd, dk};
         cuda::row_norm(d_.conv_out, nullptr, qk, eps, true, q_scale, d_.q, stream_);
@@ -199,7 +199,7 @@ void CudaBackend::deltanet_layer(const DevLayer& L, int64_t l, int64_t n, const 
             const int64_t r0 = part.row0;
             cuda::gated_delta(d_.q + r0 * kd, d_.k + r0 * kd, d_.v + r0 * vd, d_.beta + r0 * nv,
                               d_.g + r0 * nv, part.n, nk, nv, dk, dv, ds.recurrent[ds.parity][li],
-                              ds.recurrent[ds.parity ^ 1][li], d_.attn + r0 * vd, stream_);
+                              ds.recurrent[ds.parity ^ 1][li], d_.attn + r0 * vd, stream_, P.v_heads_tiled);
         }
         cuda::rms_norm_gated(d_.attn, d_.z, L.dnorm, n * nv, dv, P.norm_eps, d_.y, stream_);
     }

@@ -32,8 +32,151 @@ __device__ __forceinline__ float load_scale(const void* base, ScaleType type, in
     return 0.0f;
 }
 
+// ---- ggml's block formats (kernels/ggml_quants.h has the layouts) -------------------------------
+// Bytes of one block, and its elements (32, or 256 for the k-quants and IQ4_XS).
+__host__ __device__ __forceinline__ int ggml_block_bytes(WeightType t) {
+    switch (t) {
+        case WeightType::kGgmlQ4_0: return 18;
+        case WeightType::kGgmlQ4_1: return 20;
+        case WeightType::kGgmlQ5_0: return 22;
+        case WeightType::kGgmlQ5_1: return 24;
+        case WeightType::kGgmlQ8_0: return 34;
+        case WeightType::kGgmlQ4_K: return 144;
+        case WeightType::kGgmlQ5_K: return 176;
+        case WeightType::kGgmlQ6_K: return 210;
+        case WeightType::kGgmlIQ4_NL: return 18;
+        case WeightType::kGgmlIQ4_XS: return 136;
+        case WeightType::kGgmlMXFP4: return 17;
+        default: return 0;
+    }
+}
+
+__host__ __device__ __forceinline__ int ggml_block_elems(WeightType t) {
+    switch (t) {
+        case WeightType::kGgmlQ4_K:
+        case WeightType::kGgmlQ5_K:
+        case WeightType::kGgmlQ6_K:
+        case WeightType::kGgmlIQ4_XS: return 256;
+        default: return 32;
+    }
+}
+
+__host__ __device__ __forceinline__ bool is_ggml(WeightType t) {
+    return ggml_block_bytes(t) > 0;
+}
+
+__device__ __forceinline__ float ggml_f16(const uint8_t* p) {
+    return f16_bits_to_f32(static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8));
+}
+
+__device__ __forceinline__ void ggml_k4_scale_min(const uint8_t* q, int s, int* sc, int* m) {
+    if (s < 4) {
+        *sc = q[s] & 63;
+        *m = q[s + 4] & 63;
+    } else {
+        *sc = (q[s + 4] & 0x0F) | ((q[s - 4] >> 6) << 4);
+        *m = (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
+    }
+}
+
+__constant__ const int8_t kGgmlIq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+__constant__ const int8_t kGgmlMxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// Element j (< 32) of the 32-element sub-block `sb` of a ggml row: the sub-block is a whole block of the
+// 32-element types; of a 256-element block, elements 32·(sb mod 8) … of block sb / 8. Formed exactly as
+// the reference definition forms it (kernels/reference/ggml_quants.cpp: each product and sum rounded on
+// its own, no fused multiply-add), so dequantized rows are the CPU's bit for bit.
+__device__ __forceinline__ float ggml_value(WeightType t, const uint8_t* row, int64_t sb, int j) {
+    const int bb = ggml_block_bytes(t);
+    if (ggml_block_elems(t) == 32) {
+        const uint8_t* b = row + sb * bb;
+        switch (t) {
+            case WeightType::kGgmlQ4_0: {
+                const int q = j < 16 ? (b[2 + j] & 0x0F) : (b[2 + j - 16] >> 4);
+                return __fmul_rn(static_cast<float>(q - 8), ggml_f16(b));
+            }
+            case WeightType::kGgmlQ4_1: {
+                const int q = j < 16 ? (b[4 + j] & 0x0F) : (b[4 + j - 16] >> 4);
+                return __fadd_rn(__fmul_rn(static_cast<float>(q), ggml_f16(b)), ggml_f16(b + 2));
+            }
+            case WeightType::kGgmlQ5_0:
+            case WeightType::kGgmlQ5_1: {
+                const bool one = t == WeightType::kGgmlQ5_1;
+                const uint8_t* qhp = b + (one ? 4 : 2);
+                const uint32_t qh = static_cast<uint32_t>(qhp[0]) | (static_cast<uint32_t>(qhp[1]) << 8) |
+                                    (static_cast<uint32_t>(qhp[2]) << 16) |
+                                    (static_cast<uint32_t>(qhp[3]) << 24);
+                const uint8_t* qs = b + (one ? 8 : 6);
+                const int q =
+                    (j < 16 ? (qs[j] & 0x0F) : (qs[j - 16] >> 4)) | static_cast<int>(((qh >> j) & 1u) << 4);
+                if (one) return __fadd_rn(__fmul_rn(static_cast<float>(q), ggml_f16(b)), ggml_f16(b + 2));
+                return __fmul_rn(static_cast<float>(q - 16), ggml_f16(b));
+            }
+            case WeightType::kGgmlQ8_0:
+                return __fmul_rn(static_cast<float>(static_cast<int8_t>(b[2 + j])), ggml_f16(b));
+            case WeightType::kGgmlIQ4_NL: {
+                const int q = j < 16 ? (b[2 + j] & 0x0F) : (b[2 + j - 16] >> 4);
+                return __fmul_rn(ggml_f16(b), static_cast<float>(kGgmlIq4nl[q]));
+            }
+            case WeightType::kGgmlMXFP4: {
+                const int q = j < 16 ? (b[1 + j] & 0x0F) : (b[1 + j - 16] >> 4);
+                // 2^(e − 128): e8m0_to_f32_half (subnormal for e < 2).
+                const float d = b[0] >= 2 ? __uint_as_float(static_cast<uint32_t>(b[0] - 1) << 23)
+                                          : __uint_as_float(0x00200000u << b[0]);
+                return __fmul_rn(static_cast<float>(kGgmlMxfp4[q]), d);
+            }
+            default: return 0.0f;
+        }
+    }
+    const uint8_t* b = row + (sb / 8) * bb;
+    const int s = static_cast<int>(sb % 8);
+    switch (t) {
+        case WeightType::kGgmlQ4_K:
+        case WeightType::kGgmlQ5_K: {
+            int sc, m;
+            ggml_k4_scale_min(b + 4, s, &sc, &m);
+            const float d1 = __fmul_rn(ggml_f16(b), static_cast<float>(sc));
+            const float m1 = __fmul_rn(ggml_f16(b + 2), static_cast<float>(m));
+            const int c = s / 2;
+            const uint8_t* qs = b + (t == WeightType::kGgmlQ5_K ? 48 : 16);
+            int q = (s % 2 == 0) ? (qs[32 * c + j] & 0x0F) : (qs[32 * c + j] >> 4);
+            if (t == WeightType::kGgmlQ5_K) q |= ((b[16 + j] >> s) & 1) << 4;
+            return __fsub_rn(__fmul_rn(d1, static_cast<float>(q)), m1);
+        }
+        case WeightType::kGgmlQ6_K: {
+            const int h = s / 4, k = s % 4;
+            const uint8_t lo = b[64 * h + j + (k % 2 == 1 ? 32 : 0)];
+            const uint8_t top = b[128 + 32 * h + j];
+            const int q = ((k < 2 ? lo & 0x0F : lo >> 4) | (((top >> (2 * k)) & 3) << 4)) - 32;
+            const int e = 128 * h + 32 * k + j;
+            const float d = ggml_f16(b + 208);
+            return __fmul_rn(__fmul_rn(d, static_cast<float>(static_cast<int8_t>(b[192 + e / 16]))),
+                             static_cast<float>(q));
+        }
+        case WeightType::kGgmlIQ4_XS: {
+            const uint32_t scales_h = static_cast<uint32_t>(b[2]) | (static_cast<uint32_t>(b[3]) << 8);
+            const int ls =
+                ((b[4 + s / 2] >> (4 * (s % 2))) & 0x0F) | static_cast<int>(((scales_h >> (2 * s)) & 3) << 4);
+            const float dl = __fmul_rn(ggml_f16(b), static_cast<float>(ls - 32));
+            const uint8_t* qs = b + 8 + 16 * s;
+            const int q = j < 16 ? (qs[j] & 0x0F) : (qs[j - 16] >> 4);
+            return __fmul_rn(dl, static_cast<float>(kGgmlIq4nl[q]));
+        }
+        default: return 0.0f;
+    }
+}
+
+// Bytes of a ggml row of w.
+__device__ __forceinline__ int64_t ggml_row_bytes(const DevWeight& w) {
+    return w.cols / ggml_block_elems(w.type) * ggml_block_bytes(w.type);
+}
+
 // W[r, i] for any weight type (models.md §5: w = s·q + b for the affine formats).
 __device__ __forceinline__ float weight_at(const DevWeight& w, int64_t r, int64_t i) {
+    if (is_ggml(w.type))
+        return ggml_value(w.type, static_cast<const uint8_t*>(w.data) + r * ggml_row_bytes(w), i / 32,
+                          static_cast<int>(i % 32));
     switch (w.type) {
         case WeightType::kF32: return static_cast<const float*>(w.data)[r * w.cols + i];
         case WeightType::kF16: return f16_bits_to_f32(static_cast<const uint16_t*>(w.data)[r * w.cols + i]);

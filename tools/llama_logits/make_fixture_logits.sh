@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# llama.cpp's logits for every GGUF fixture llama.cpp loads (tests/data/gguf/weights/*.gguf), at every
+# position of its golden's prompt, on the CPU: tests/data/gguf/weights/llama/NAME.cpu.npy, which
+# tests/unit/gguf_weights_test.cpp (GgufLlamaCpp.*) compares sluice's logits of the same file with.
+# The Qwen3-Next / 3.5 fixtures are skipped: llama.cpp requires their DeltaNet key and value head dims
+# to be equal, and the goldens' are 16 and 24 (bench/results/gguf compares those families on full-width
+# files instead).
+#
+# Usage: tools/llama_logits/make_fixture_logits.sh LLAMA_SLUICE_LOGITS
+#   LLAMA_SLUICE_LOGITS: the llama-sluice-logits binary (tools/llama_logits/llama_logits.cpp built in
+#   llama.cpp's tree: ../shared/peer/README.md gets and builds llama.cpp; copy this folder to its
+#   tools/sluice-logits and add `add_subdirectory(sluice-logits)` to its tools/CMakeLists.txt).
+set -euo pipefail
+LL=${1:?usage: make_fixture_logits.sh LLAMA_SLUICE_LOGITS}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=$ROOT/tests/data/gguf/weights/llama
+mkdir -p "$OUT"
+for f in "$ROOT"/tests/data/gguf/weights/*.gguf; do
+    n=$(basename "$f" .gguf)
+    g=${n%.*}
+    case $g in qwen3_next* | qwen3_5_moe*) continue ;; esac
+    ids=$(python3 -c "
+import json, struct
+b = open('$ROOT/tests/data/goldens/$g/golden.safetensors', 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n]); s, e = h['input_ids']['data_offsets']
+print(','.join(str(v) for v in struct.unpack('<%di' % ((e - s) // 4), b[8 + n + s:8 + n + e])))")
+    "$LL" "$f" "$ids" "$OUT/$n.cpu.npy" 0
+    echo "$OUT/$n.cpu.npy"
+done
