@@ -63,7 +63,7 @@ RES=/tmp/gpu_res
 if [ -z "${GPU_RUN_NESTED:-}" ]; then  # prep35 runs steps of its own in the background
     rm -rf "$RES"                        # a warm machine keeps the last call's files
     mkdir -p "$OUT" "$RES" /tmp/sl
-    tar xJf .devcarry/c/carry.tar.xz -C /tmp/sl
+    for t in .devcarry/c*/carry.tar.xz; do [ -f "$t" ] && tar xJf "$t" -C /tmp/sl; done
 fi
 export LD_LIBRARY_PATH=/tmp/sl/lib
 B=/tmp/sl/bin
@@ -273,7 +273,7 @@ for s in "$@"; do
         # shellcheck disable=SC2086
         step llamabuild 480 bash -c "cmake -S /tmp/llama -B /tmp/llb $gen -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
             -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
-            -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null && \
+            -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF >/dev/null && \
             cmake --build /tmp/llb -j $(nproc) --target llama-bench llama-sluice-logits"
         ;;
     gguf35)

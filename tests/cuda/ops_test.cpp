@@ -638,7 +638,9 @@ TEST(CudaOps, GatedDeltaMatchesRecurrentAndChunkedReference) {
                     dsx.get(), dsx.get(), dox.get(), nullptr);
         EXPECT_EQ(dot.host(), dox.host()) << "tiled, n " << c.n;
         EXPECT_EQ(dst.host(), dsx.host()) << "tiled, n " << c.n;
-        EXPECT_GT(rel_err(dot.host(), out), 1e-3) << "tiled and grouped heads differ, n " << c.n;
+        if (c.nk > 1) {  // (one key head: both orders give every value head key head 0)
+            EXPECT_GT(rel_err(dot.host(), out), 1e-3) << "tiled and grouped heads differ, n " << c.n;
+        }
     }
 }
 
