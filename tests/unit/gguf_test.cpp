@@ -33,6 +33,7 @@
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/ggml_quants.h"
 #include "kernels/kernels.h"
+#include "kernels/quantize.h"
 #include "kernels/weight_format.h"
 #include "test_util.h"
 
@@ -781,6 +782,55 @@ TEST(GgufInt8, EveryOpOverEveryBlockFormatOnEveryIsa) {
     }
     std::cout << "[ gguf int8 ] every op: worst |fast - definition| / S8 = " << worst_fast
               << " (bound 2e-6); worst |int8 - f32| / activation bound = " << worst_act << " (bound 1)\n";
+}
+
+// GGUF's Q4_0, Q4_1 and Q8_0 as the MLX affine 4/8-bit they exactly are (kernels/quantize.h): every weight
+// of the converted view is the block format's, bit for bit, by each format's reference definition.
+TEST(GgufAsMlxAffine, Q4_0Q4_1AndQ8_0ConvertExactly) {
+    std::mt19937 rng(262);
+    for (kernels::GgmlType g :
+         {kernels::GgmlType::kQ4_0, kernels::GgmlType::kQ4_1, kernels::GgmlType::kQ8_0}) {
+        const kernels::WeightFormat* f = kernels::ggml_weight_format(static_cast<uint32_t>(g));
+        SCOPED_TRACE(f->name);
+        const int64_t rows = 5, cols = 96;
+        std::vector<uint8_t> data;
+        for (int64_t r = 0; r < rows; ++r) {
+            const auto row = random_row(g, cols, rng);
+            data.insert(data.end(), row.begin(), row.end());
+        }
+        kernels::WeightView w;
+        w.type = f->type;
+        w.rows = rows;
+        w.cols = cols;
+        w.data = data.data();
+        kernels::MlxAffineRows mlx;
+        ASSERT_TRUE(kernels::ggml_as_mlx_affine(w, &mlx));
+        EXPECT_EQ(mlx.view.type,
+                  g == kernels::GgmlType::kQ8_0 ? kernels::WeightType::kQ8 : kernels::WeightType::kQ4);
+        EXPECT_EQ(mlx.view.group_size, 32);
+        std::vector<float> a(cols), b(cols);
+        for (int64_t r = 0; r < rows; ++r) {
+            kernels::reference::dequantize_row(w, r, a.data());
+            kernels::reference::dequantize_row(mlx.view, r, b.data());
+            for (int64_t i = 0; i < cols; ++i) ASSERT_EQ(a[i], b[i]) << "row " << r << " col " << i;
+        }
+    }
+    // Another type, and a Q8_0 block whose bias −128·d would not fit f16: not converted.
+    std::vector<uint8_t> k = random_row(kernels::GgmlType::kQ4_K, 256, rng);
+    kernels::WeightView w;
+    w.type = kernels::WeightType::kGgmlQ4_K;
+    w.rows = 1;
+    w.cols = 256;
+    w.data = k.data();
+    kernels::MlxAffineRows mlx;
+    EXPECT_FALSE(kernels::ggml_as_mlx_affine(w, &mlx));
+    std::vector<uint8_t> q8 = random_row(kernels::GgmlType::kQ8_0, 32, rng);
+    const uint16_t big = kernels::f32_to_f16(1000.0f);
+    std::memcpy(q8.data(), &big, 2);
+    w.type = kernels::WeightType::kGgmlQ8_0;
+    w.cols = 32;
+    w.data = q8.data();
+    EXPECT_FALSE(kernels::ggml_as_mlx_affine(w, &mlx));
 }
 
 // ---- split files ------------------------------------------------------------------------------

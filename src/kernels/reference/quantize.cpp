@@ -42,4 +42,55 @@ void quantize_row_affine(const float* row, int64_t cols, int bits, int group_siz
     }
 }
 
+bool ggml_as_mlx_affine(const WeightView& w, MlxAffineRows* out) {
+    const bool q4_0 = w.type == WeightType::kGgmlQ4_0, q4_1 = w.type == WeightType::kGgmlQ4_1;
+    if (!q4_0 && !q4_1 && w.type != WeightType::kGgmlQ8_0) return false;
+    const int bits = q4_0 || q4_1 ? 4 : 8, block_bytes = q4_0 ? 18 : q4_1 ? 20 : 34;
+    const int64_t blocks = w.cols / 32, rows = w.rows;
+    const auto* data = static_cast<const uint8_t*>(w.data);
+    auto f16 = [](const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); };
+    // The biases first: refuse before writing anything when one does not fit f16.
+    std::vector<uint16_t> biases(static_cast<size_t>(rows * blocks));
+    for (int64_t b = 0; b < rows * blocks; ++b) {
+        const uint8_t* block = data + b * block_bytes;
+        if (q4_1) {
+            biases[static_cast<size_t>(b)] = f16(block + 2);
+            continue;
+        }
+        const float bias = -(q4_0 ? 8.0f : 128.0f) * f16_to_f32(f16(block));
+        if (!std::isfinite(bias) || std::fabs(bias) > 65504.0f) return false;
+        biases[static_cast<size_t>(b)] = f32_to_f16(bias);  // exact: a power of two times an f16
+    }
+    out->biases = std::move(biases);
+    out->scales.resize(static_cast<size_t>(rows * blocks));
+    out->words.assign(static_cast<size_t>(rows * w.cols * bits / 32), 0u);
+    for (int64_t b = 0; b < rows * blocks; ++b) {
+        const uint8_t* block = data + b * block_bytes;
+        out->scales[static_cast<size_t>(b)] = f16(block);
+        uint32_t* words = out->words.data() + b * (32 * bits / 32);
+        for (int j = 0; j < 32; ++j) {
+            uint32_t code;
+            if (bits == 8) {
+                code = static_cast<uint32_t>(static_cast<int>(static_cast<int8_t>(block[2 + j])) + 128);
+            } else {
+                const uint8_t* qs = block + (q4_1 ? 4 : 2);
+                code = j < 16 ? (qs[j] & 0x0Fu) : (qs[j - 16] >> 4);
+            }
+            words[j * bits / 32] |= code << (bits * (j % (32 / bits)));
+        }
+    }
+    WeightView& v = out->view;
+    v = WeightView{};
+    v.type = bits == 4 ? WeightType::kQ4 : WeightType::kQ8;
+    v.rows = rows;
+    v.cols = w.cols;
+    v.data = out->words.data();
+    v.scales = out->scales.data();
+    v.biases = out->biases.data();
+    v.scale_type = ScaleType::kF16;
+    v.group_size = 32;
+    v.activations = w.activations;
+    return true;
+}
+
 }  // namespace sluice::kernels

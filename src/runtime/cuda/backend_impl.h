@@ -306,7 +306,8 @@ class CudaBackend final : public Backend {
     void enqueue_mtp(int64_t n, const float* hidden);
     // Weights.
     Status upload_weights(Arena& arena);
-    DevWeight put(Arena& arena, const kernels::WeightView& w, Status& st);
+    // as_mlx: a GGUF Q4_0 / Q4_1 / Q8_0 weight goes up as MLX affine (upload.cpp); false for routed experts.
+    DevWeight put(Arena& arena, const kernels::WeightView& w, Status& st, bool as_mlx = true);
     float* put(Arena& arena, const std::vector<float>& v, Status& st);
     Status put_bytes(void* dst, const void* src, uint64_t bytes);
 

@@ -1,11 +1,20 @@
 // The CUDA backend's weights: the dense core and the routed experts into one device arena (backend_impl.h).
+#include "kernels/quantize.h"
 #include "kernels/weight_format.h"
 #include "runtime/cuda/backend_impl.h"
 
 namespace sluice::runtime::cuda_impl {
 
-DevWeight CudaBackend::put(Arena& arena, const kernels::WeightView& w, Status& st) {
+DevWeight CudaBackend::put(Arena& arena, const kernels::WeightView& w, Status& st, bool as_mlx) {
     if (w.data == nullptr) return cuda::dev_weight(w, nullptr, nullptr, nullptr);
+    // GGUF's Q4_0, Q4_1 and Q8_0 go up as the MLX affine 4/8-bit they exactly are (kernels/quantize.h),
+    // so they take the 16-byte chunk decode kernels and the int8 tensor-core prefill; the routed experts
+    // keep their own bytes (the expert tier copies them as the host holds them, and the MoE kernels are
+    // chosen once for every expert).
+    if (as_mlx && w.ggml_blocks()) {
+        kernels::MlxAffineRows rows;
+        if (kernels::ggml_as_mlx_affine(w, &rows)) return put(arena, rows.view, st, false);
+    }
     const kernels::WeightFormat& format = kernels::weight_format(w.type);
     if (!format.cuda_kernels && st.is_ok())
         st = error(ErrorCode::kUnsupported,
@@ -147,9 +156,9 @@ Status CudaBackend::upload_weights(Arena& arena) {
             SLUICE_RETURN_IF_ERROR(
                 source->acquire(static_cast<int64_t>(l), std::span<const int32_t>(&first, 1), &e));
             Arena one;
-            put(one, e.gate, st);
-            put(one, e.up, st);
-            put(one, e.down, st);
+            put(one, e.gate, st, false);
+            put(one, e.up, st, false);
+            put(one, e.down, st, false);
             expert_slot_bytes_ = std::max(expert_slot_bytes_, cuda::ExpertTier::slot_bytes_for(e));
             experts_vector_ = experts_vector_ && vector_mlp(e.gate, e.up, e.down);
             experts_int8_bits_ = int8_bits(e, experts_int8_bits_, experts_int8_group_);
@@ -169,9 +178,9 @@ Status CudaBackend::upload_weights(Arena& arena) {
                 SLUICE_RETURN_IF_ERROR(source->acquire(static_cast<int64_t>(l), ids, views.data()));
                 for (int64_t i = 0; i < count; ++i) {
                     const model::ExpertWeights& e = views[static_cast<size_t>(i)];
-                    table[static_cast<size_t>((first + i) * 3 + 0)] = put(arena, e.gate, st);
-                    table[static_cast<size_t>((first + i) * 3 + 1)] = put(arena, e.up, st);
-                    table[static_cast<size_t>((first + i) * 3 + 2)] = put(arena, e.down, st);
+                    table[static_cast<size_t>((first + i) * 3 + 0)] = put(arena, e.gate, st, false);
+                    table[static_cast<size_t>((first + i) * 3 + 1)] = put(arena, e.up, st, false);
+                    table[static_cast<size_t>((first + i) * 3 + 2)] = put(arena, e.down, st, false);
                 }
                 source->release(static_cast<int64_t>(l), ids);
                 SLUICE_RETURN_IF_ERROR(st);
