@@ -432,6 +432,13 @@ TEST_P(GgufGolden, OnCudaPrefillDecodeAndGreedyMatchTransformers) {
                  sluice::testing::test_data_dir() + "/gguf/weights/" + GetParam().first);
 }
 
+// Through the GPU's expert tier (2·k + 1 VRAM slots), fed by the host cache that streams the experts out of
+// the file: the routed experts reach the GPU in their GGUF bytes.
+TEST_P(GgufGolden, OnCudaTieredExpertsMatchTransformers) {
+    check_golden(GetParam().second, "cuda", /*tiered=*/true, false,
+                 sluice::testing::test_data_dir() + "/gguf/weights/" + GetParam().first);
+}
+
 INSTANTIATE_TEST_SUITE_P(Gguf, GgufGolden, ::testing::ValuesIn(gguf_f16_fixtures()),
                          [](const auto& param_info) {
                              std::string n =
