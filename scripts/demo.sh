@@ -2,7 +2,7 @@
 # The main job on the built-in default model (models/tiny-next, a small trained Qwen3-Next-
 # architecture MoE): pack it into sluice's streaming layout once, then complete a Python function
 # with the routed experts streamed from disk through a deliberately small expert cache (86M leaves
-# 158 of the 512 expert slots after dense weights, state, scratch, runtime and a prefix cache of a sixteenth
+# 147 of the 512 expert slots after dense weights, state, scratch, runtime and a prefix cache of a sixteenth
 # of what those leave), and print
 # the streaming statistics.
 set -euo pipefail
