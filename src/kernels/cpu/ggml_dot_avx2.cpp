@@ -15,6 +15,8 @@
 namespace sluice::kernels::cpu {
 namespace {
 
+#include "kernels/cpu/ggml_block_load.inc"
+
 inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -22,20 +24,7 @@ inline float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-inline float f16_at(const uint8_t* p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
 // kernels::e8m0_to_f32_half, inlined.
-inline float e8m0_half(uint8_t e) {
-    const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 // Bytes 0..7 / 8..15 of v (signed) as 8 floats.
 inline __m256 lo8_ps(__m128i v) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
@@ -59,10 +48,6 @@ inline __m128i low_nibbles(__m128i v) {
 }
 inline __m128i high_nibbles(__m128i v) {
     return _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
-}
-
-inline __m128i load16(const uint8_t* p) {
-    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
 }
 
 // The 6-bit scales and mins of a Q4_K / Q5_K block, times d and dmin.

@@ -13,26 +13,11 @@
 namespace sluice::kernels::cpu {
 namespace {
 
-inline float f16_at(const uint8_t* p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
-inline float e8m0_half(uint8_t e) {
-    const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
+#include "kernels/cpu/ggml_block_load.inc"
 
 // 16 signed bytes as 16 floats.
 inline __m512 ps16(__m128i v) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v));
-}
-
-inline __m128i load16(const uint8_t* p) {
-    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
 }
 
 inline __m128i low_nibbles(__m128i v) {

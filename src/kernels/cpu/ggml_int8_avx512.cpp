@@ -36,30 +36,16 @@
 namespace sluice::kernels::cpu {
 namespace {
 
-inline float f16_at(const uint8_t* p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
+#include "kernels/cpu/ggml_block_load.inc"
 
-inline float e8m0_half(uint8_t e) {
-    const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
+inline __m256i load32(const uint8_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 
 inline uint32_t u32_at(const uint8_t* p) {
     uint32_t v;
     memcpy(&v, p, 4);
     return v;
-}
-
-inline __m128i load16(const uint8_t* p) {
-    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-}
-inline __m256i load32(const uint8_t* p) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 
 // ---- x into its prepared form -------------------------------------------------------------------

@@ -1,0 +1,105 @@
+// Decode dot products of ggml's block formats (GGUF) on the device: one row against x, a lane per
+// 32-element sub-block (the generic product form row_dot takes for them; linear.cu). Each block's scale is
+// read once per sub-block and the codes summed against x before it multiplies (Q4_0, Q8_0, Q4_K, Q6_K);
+// the other types form each weight by the definition (ggml_value, common.cuh).
+#pragma once
+
+#include "kernels/cuda/device/common.cuh"
+
+namespace sluice::cuda {
+
+// Σ_j code_j · x_j over 32 4-bit codes packed as ggml packs them (byte j: element j in its low
+// nibble, element j + 16 in its high one), 16 bytes read as 8 aligned 16-bit words; `bias` is
+// subtracted from every code (Q4_0's 8).
+__device__ __forceinline__ float ggml_nibbles_dot(const uint8_t* qs, const float* __restrict__ x, int bias) {
+    const uint16_t* q16 = reinterpret_cast<const uint16_t*>(qs);
+    float lo = 0.0f, hi = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const uint32_t v = q16[i];
+        lo += static_cast<float>(static_cast<int>(v & 0x0F) - bias) * x[2 * i];
+        lo += static_cast<float>(static_cast<int>((v >> 8) & 0x0F) - bias) * x[2 * i + 1];
+        hi += static_cast<float>(static_cast<int>((v >> 4) & 0x0F) - bias) * x[16 + 2 * i];
+        hi += static_cast<float>(static_cast<int>(v >> 12) - bias) * x[16 + 2 * i + 1];
+    }
+    return lo + hi;
+}
+
+// Σ_j w_j · x_j over the 32-element sub-block sb of a ggml row, its scale read once: the fast forms
+// (Q4_0, Q8_0, Q4_K, Q6_K: the formats GGUF MoE files carry most) sum code·x and scale after, the others
+// form each weight by the definition (ggml_value). Within f32 rounding of the definition's dot product.
+__device__ __forceinline__ float ggml_sub32_dot(WeightType t, const uint8_t* row, int64_t sb,
+                                                const float* __restrict__ x) {
+    switch (t) {
+        case WeightType::kGgmlQ4_0: {  // blocks of 18 bytes: 2-byte aligned
+            const uint8_t* b = row + sb * 18;
+            return ggml_f16(b) * ggml_nibbles_dot(b + 2, x, 8);
+        }
+        case WeightType::kGgmlQ8_0: {  // blocks of 34 bytes: 2-byte aligned
+            const uint8_t* b = row + sb * 34;
+            const uint16_t* q16 = reinterpret_cast<const uint16_t*>(b + 2);
+            float acc = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                const uint32_t v = q16[i];
+                acc += static_cast<float>(static_cast<int8_t>(v & 0xFF)) * x[2 * i];
+                acc += static_cast<float>(static_cast<int8_t>(v >> 8)) * x[2 * i + 1];
+            }
+            return ggml_f16(b) * acc;
+        }
+        case WeightType::kGgmlQ4_K: {  // sub-block s of a 144-byte block: d·sc·Σq·x − dmin·m·Σx
+            const uint8_t* b = row + (sb / 8) * 144;
+            const int s = static_cast<int>(sb % 8);
+            int sc, m;
+            ggml_k4_scale_min(b + 4, s, &sc, &m);
+            const uint16_t* q16 = reinterpret_cast<const uint16_t*>(b + 16 + 32 * (s / 2));
+            const int shift = 4 * (s % 2);
+            float qx = 0.0f, sx = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                const uint32_t v = q16[i] >> shift;
+                qx += static_cast<float>(v & 0x0F) * x[2 * i] +
+                      static_cast<float>((v >> 8) & 0x0F) * x[2 * i + 1];
+                sx += x[2 * i] + x[2 * i + 1];
+            }
+            return ggml_f16(b) * static_cast<float>(sc) * qx - ggml_f16(b + 2) * static_cast<float>(m) * sx;
+        }
+        case WeightType::kGgmlQ6_K: {  // 32 elements of one quarter k of half h: two 16-element scales
+            const uint8_t* b = row + (sb / 8) * 210;
+            const int s = static_cast<int>(sb % 8), h = s / 4, k = s % 4;
+            const uint16_t* lo16 = reinterpret_cast<const uint16_t*>(b + 64 * h + (k % 2 == 1 ? 32 : 0));
+            const uint16_t* hi16 = reinterpret_cast<const uint16_t*>(b + 128 + 32 * h);
+            const int lshift = k < 2 ? 0 : 4, hshift = 2 * k;
+            float part[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                const uint32_t l = lo16[i] >> lshift, t = hi16[i] >> hshift;
+                const int q0 = static_cast<int>((l & 0x0F) | ((t & 3) << 4)) - 32;
+                const int q1 = static_cast<int>(((l >> 8) & 0x0F) | (((t >> 8) & 3) << 4)) - 32;
+                part[i / 8] += static_cast<float>(q0) * x[2 * i] + static_cast<float>(q1) * x[2 * i + 1];
+            }
+            const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
+            const int e0 = 128 * h + 32 * k;
+            return ggml_f16(b + 208) * (static_cast<float>(scales[e0 / 16]) * part[0] +
+                                        static_cast<float>(scales[e0 / 16 + 1]) * part[1]);
+        }
+        default: {
+            float acc = 0.0f;
+#pragma unroll 4
+            for (int j = 0; j < 32; ++j) acc += ggml_value(t, row, sb, j) * x[j];
+            return acc;
+        }
+    }
+}
+
+// A ggml block-format row: lane j takes 32-element sub-blocks j, j + 32, … (a whole block of the
+// 32-element types, an eighth of a k-quant's).
+template <bool kReduce = true>
+__device__ float row_dot_ggml(const DevWeight& w, int64_t r, const float* __restrict__ x, int lane) {
+    const uint8_t* row = static_cast<const uint8_t*>(w.data) + r * ggml_row_bytes(w);
+    float acc = 0.0f;
+    for (int64_t sb = lane; sb < w.cols / 32; sb += 32) acc += ggml_sub32_dot(w.type, row, sb, x + sb * 32);
+    return kReduce ? warp_sum(acc) : acc;
+}
+
+}  // namespace sluice::cuda
