@@ -1,6 +1,7 @@
-// The text <-> token id boundary: the exact HF `tokenizers` byte-level BPE used by the Qwen2/3,
-// Qwen3-Next and Qwen3.5/3.6 families (docs/models.md section 7), and a streaming detokenizer for
-// generation.
+// The text <-> token id boundary: the exact HF `tokenizers` BPE of tokenizer.json files -- byte-level
+// (Qwen2/3, Qwen3-Next, Qwen3.5/3.6, DeepSeek-V3, gpt-oss) and SentencePiece-style with byte fallback
+// (Llama 2, Mistral, Mixtral) (docs/models.md section 7, docs/FORMATS.md) -- and a streaming
+// detokenizer for generation.
 //
 // Tokenizer
 //   Ownership: load() returns a shared_ptr to an immutable tokenizer; share it freely (sessions,
@@ -19,6 +20,7 @@
 //   One per output stream. Not thread-safe (a plain mutable object); it keeps its tokenizer alive.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -54,7 +56,7 @@ class SLUICE_API Tokenizer {
     // Text -> ids. With parse_special = true every added token (special or not) found in the text
     // becomes its id; with false, tokens flagged `special` (e.g. <|im_start|>) are ordinary text and
     // get BPE'd, while non-special added tokens (<think>, <tool_call>) are still matched -- HF's
-    // `split_special_tokens=True`. No BOS/EOS is added.
+    // `split_special_tokens=True`. No BOS/EOS is added (see bos_id_to_add()).
     std::vector<int32_t> encode(std::string_view text, bool parse_special = true) const;
 
     // Ids -> text (HF fast-tokenizer decode, clean_up_tokenization_spaces = false).
@@ -78,16 +80,24 @@ class SLUICE_API Tokenizer {
     const std::optional<std::string>& bos_token() const;
     const std::optional<std::string>& pad_token() const;
 
+    // The id HF's encode(text, add_special_tokens=True) starts with: bos_token's when
+    // tokenizer_config.json's add_bos_token is true (absent counts as false) or a GGUF's
+    // tokenizer.ggml.add_bos_token is; nullopt otherwise. A caller encoding a whole prompt outside a
+    // chat template (whose text carries its own bos_token) prepends it.
+    std::optional<int32_t> bos_id_to_add() const;
+
     struct Impl;
 
  private:
+    friend class IncrementalDetokenizer;
     explicit Tokenizer(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;
 };
 
 // Turns a stream of ids into text chunks that are always complete UTF-8: bytes of a code point
 // split across tokens (CJK, emoji, the parts of a ZWJ / skin-tone / flag / keycap sequence) are
-// held back until the code point is complete. The concatenation of every feed() plus flush()
+// held back until the code point is complete -- with a byte-fallback vocabulary (Llama 2, Mistral),
+// until the run of <0xNN> tokens ends. The concatenation of every feed() plus flush()
 // equals tokenizer.decode(all ids, skip_special).
 class SLUICE_API IncrementalDetokenizer {
  public:
@@ -101,7 +111,11 @@ class SLUICE_API IncrementalDetokenizer {
  private:
     std::shared_ptr<const Tokenizer> tokenizer_;
     bool skip_special_;
-    std::string pending_bytes_;  // an incomplete UTF-8 tail (at most 3 bytes)
+    // ByteLevel decoder: an incomplete UTF-8 tail (at most 3 bytes). Byte-fallback decoder: the run
+    // of <0xNN> bytes not yet ended by another token.
+    std::string pending_bytes_;
+    size_t tokens_ = 0;      // tokens decoded so far (the Metaspace decoder treats the first apart)
+    size_t strip_left_ = 0;  // leading characters the Strip decoder may still remove
 };
 
 }  // namespace sluice

@@ -121,6 +121,7 @@ Expected<GgufSpecialTokens> read_special_tokens(const GgufMetadata& md, const To
         if (!bos)
             return bad(path, fmt::format("key '{}' is true but '{}' is missing", kGgufAddBos, kGgufBosId));
         out.bos_token = std::move(bos);
+        out.add_bos = true;
     }
     return out;
 }
@@ -142,15 +143,15 @@ Expected<GgufTokenizerSpec> parse_gguf_tokenizer(const GgufMetadata& md, const s
                                              kGgufTokenizerModel, model));
     SLUICE_ASSIGN_OR_RETURN(std::string pre, md.get_string(kGgufTokenizerPre));
     if (pre == "qwen2") {
-        tok.split_regex = std::string(kQwen2SplitRegex);
+        tok.split_regexes = {std::string(kQwen2SplitRegex)};
     } else if (pre == "qwen35") {
-        tok.split_regex = std::string(kQwen35SplitRegex);
+        tok.split_regexes = {std::string(kQwen35SplitRegex)};
     } else {
         return unsupported(path, fmt::format("key '{}' is '{}': sluice implements 'qwen2' and 'qwen35'",
                                              kGgufTokenizerPre, pre));
     }
     // The Qwen tokenizer.json normaliser; a Lowercase / StripAccents one (BERT's) would be written here.
-    tok.normalize_nfc = true;
+    tok.normalizer = {NormalizerStep{NormalizerStep::Kind::kNfc, "", ""}};
     for (const char* key :
          {"tokenizer.ggml.normalizer.lowercase", "tokenizer.ggml.normalizer.strip_accents"}) {
         if (!md.has(key)) continue;

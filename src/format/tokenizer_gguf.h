@@ -53,6 +53,7 @@ struct GgufSpecialTokens {
     std::optional<std::string> eos_token;  // text of tokenizer.ggml.eos_token_id
     std::optional<std::string> bos_token;  // text of bos_token_id when add_bos_token is true
     std::optional<std::string> pad_token;  // text of tokenizer.ggml.padding_token_id
+    bool add_bos = false;                  // tokenizer.ggml.add_bos_token
 };
 
 struct GgufTokenizerSpec {

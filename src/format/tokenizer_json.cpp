@@ -1,5 +1,6 @@
 // See tokenizer_json.h. Field names and defaults follow HF tokenizers' serde structs
-// (tokenizers/src/{models/bpe/serialization.rs, pre_tokenizers/*.rs, tokenizer/added_vocabulary.rs}).
+// (tokenizers/src/{models/bpe/serialization.rs, normalizers/*.rs, pre_tokenizers/*.rs, decoders/*.rs,
+// tokenizer/added_vocabulary.rs}).
 #include "format/tokenizer_json.h"
 
 #include <fmt/format.h>
@@ -59,19 +60,69 @@ Status parse_added_token(const json& j, AddedTokenSpec* t, const std::string& pa
     return Status::ok();
 }
 
-Status parse_normalizer(const json& j, TokenizerJson* out, const std::string& path) {
+// Reads a required string field.
+Status read_string(const json& obj, const char* key, std::string* out, const std::string& path,
+                   const std::string& where) {
+    auto it = obj.find(key);
+    if (it == obj.end() || !it->is_string())
+        return bad(path, fmt::format("{}.{}: expected a string, got {}", where, key,
+                                     it == obj.end() ? std::string("nothing") : type_of(*it)));
+    *out = it->get<std::string>();
+    return Status::ok();
+}
+
+// A field HF reads as a Rust `char`: a string of exactly one code point.
+Status read_char(const json& obj, const char* key, std::string* out, const std::string& path,
+                 const std::string& where) {
+    SLUICE_RETURN_IF_ERROR(read_string(obj, key, out, path, where));
+    const auto* u = reinterpret_cast<const unsigned char*>(out->data());
+    const size_t len = out->empty() ? 0 : u[0] < 0x80 ? 1 : u[0] < 0xE0 ? 2 : u[0] < 0xF0 ? 3 : 4;
+    if (len == 0 || len != out->size())
+        return bad(path, fmt::format("{}.{}: expected one character, got '{}'", where, key, *out));
+    return Status::ok();
+}
+
+// Replace's pattern: {"String": "..."} (a literal); a {"Regex": ...} pattern is refused.
+Status read_replace(const json& j, std::string* pattern, std::string* content, const std::string& path,
+                    const std::string& where) {
+    auto p = j.find("pattern");
+    if (p == j.end() || !p->is_object()) return bad(path, where + ".pattern: expected {\"String\": \"...\"}");
+    if (p->contains("Regex"))
+        return unsupported(path, where + ".pattern: a Regex pattern is not supported (only String)");
+    SLUICE_RETURN_IF_ERROR(read_string(*p, "String", pattern, path, where + ".pattern"));
+    if (pattern->empty()) return bad(path, where + ".pattern.String: empty");
+    return read_string(j, "content", content, path, where);
+}
+
+Status parse_normalizer(const json& j, TokenizerJson* out, const std::string& path, const std::string& where,
+                        int depth = 0) {
     if (j.is_null()) return Status::ok();
-    if (!j.is_object()) return bad(path, "normalizer: expected an object or null, got " + type_of(j));
+    if (depth > 8) return unsupported(path, where + ": Sequences nested deeper than 8");
+    if (!j.is_object()) return bad(path, where + ": expected an object or null, got " + type_of(j));
     const std::string type = j.value("type", "");
+    NormalizerStep step;
     if (type == "NFC") {
-        out->normalize_nfc = true;
+        step.kind = NormalizerStep::Kind::kNfc;
+    } else if (type == "Prepend") {
+        step.kind = NormalizerStep::Kind::kPrepend;
+        SLUICE_RETURN_IF_ERROR(read_string(j, "prepend", &step.content, path, where));
+    } else if (type == "Replace") {
+        step.kind = NormalizerStep::Kind::kReplace;
+        SLUICE_RETURN_IF_ERROR(read_replace(j, &step.pattern, &step.content, path, where));
+    } else if (type == "Sequence") {
+        auto list = j.find("normalizers");
+        if (list == j.end() || !list->is_array()) return bad(path, where + ".normalizers: expected an array");
+        for (size_t i = 0; i < list->size(); ++i)
+            SLUICE_RETURN_IF_ERROR(parse_normalizer((*list)[i], out, path,
+                                                    fmt::format("{}.normalizers[{}]", where, i), depth + 1));
         return Status::ok();
+    } else {
+        return unsupported(path, where + ": type '" + type +
+                                     "' is not supported (expected NFC, Prepend, Replace, a Sequence of "
+                                     "them, or null)");
     }
-    if (type == "Sequence" && j.contains("normalizers") && j["normalizers"].is_array()) {
-        for (const auto& n : j["normalizers"]) SLUICE_RETURN_IF_ERROR(parse_normalizer(n, out, path));
-        return Status::ok();
-    }
-    return unsupported(path, "normalizer: type '" + type + "' is not supported (expected NFC or null)");
+    out->normalizer.push_back(std::move(step));
+    return Status::ok();
 }
 
 Status parse_byte_level(const json& j, bool* use_regex, const std::string& path, const std::string& where) {
@@ -82,8 +133,36 @@ Status parse_byte_level(const json& j, bool* use_regex, const std::string& path,
     return read_bool(j, "use_regex", use_regex, path, where);
 }
 
+// Metaspace's prepend_scheme and the add_prefix_space it replaced, as HF's deserializer reads them:
+// prepend_scheme defaults to "always"; add_prefix_space false demands prepend_scheme "never".
+Status parse_prepend_scheme(const json& j, PrependScheme* out, const std::string& path,
+                            const std::string& where) {
+    *out = PrependScheme::kAlways;
+    if (auto it = j.find("prepend_scheme"); it != j.end() && !it->is_null()) {
+        const std::string s = it->is_string() ? it->get<std::string>() : it->dump();
+        if (s == "always") {
+            *out = PrependScheme::kAlways;
+        } else if (s == "first") {
+            *out = PrependScheme::kFirst;
+        } else if (s == "never") {
+            *out = PrependScheme::kNever;
+        } else {
+            return bad(path,
+                       where + ".prepend_scheme: expected \"always\", \"first\" or \"never\", got " + s);
+        }
+    }
+    bool add_prefix_space = true;
+    SLUICE_RETURN_IF_ERROR(read_bool(j, "add_prefix_space", &add_prefix_space, path, where));
+    if (!add_prefix_space && *out != PrependScheme::kNever)
+        return bad(path,
+                   where + ".add_prefix_space: false contradicts prepend_scheme (HF refuses this file)");
+    return Status::ok();
+}
+
 Status parse_pre_tokenizer(const json& j, TokenizerJson* out, const std::string& path) {
-    if (!j.is_object()) return bad(path, "pre_tokenizer: expected an object, got " + type_of(j));
+    out->byte_level = false;
+    if (j.is_null()) return Status::ok();  // the normalised text is one piece
+    if (!j.is_object()) return bad(path, "pre_tokenizer: expected an object or null, got " + type_of(j));
     std::vector<const json*> steps;
     const std::string type = j.value("type", "");
     if (type == "Sequence") {
@@ -94,42 +173,132 @@ Status parse_pre_tokenizer(const json& j, TokenizerJson* out, const std::string&
     } else {
         steps.push_back(&j);
     }
-    bool have_byte_level = false;
     for (size_t i = 0; i < steps.size(); ++i) {
         const json& s = *steps[i];
         const std::string where = fmt::format("pre_tokenizer step {}", i);
         const std::string t = s.is_object() ? s.value("type", "") : "";
+        if (out->byte_level || out->metaspace)
+            return unsupported(path, fmt::format("{}: type '{}' after {} is not supported", where, t,
+                                                 out->byte_level ? "ByteLevel" : "Metaspace"));
         if (t == "Split") {
-            if (!out->split_regex.empty() || have_byte_level)
-                return unsupported(path, where + ": only one Split before ByteLevel is supported");
             auto pattern = s.find("pattern");
             if (pattern == s.end() || !pattern->is_object() || !pattern->contains("Regex") ||
                 !(*pattern)["Regex"].is_string())
                 return unsupported(path, where + ".pattern: expected {\"Regex\": \"...\"}");
-            out->split_regex = (*pattern)["Regex"].get<std::string>();
-            if (out->split_regex.empty()) return bad(path, where + ".pattern.Regex: empty");
+            std::string regex = (*pattern)["Regex"].get<std::string>();
+            if (regex.empty()) return bad(path, where + ".pattern.Regex: empty");
             if (s.value("behavior", "") != "Isolated")
                 return unsupported(path, where + ".behavior: only Isolated is supported, got '" +
                                              s.value("behavior", "") + "'");
             bool invert = false;
             SLUICE_RETURN_IF_ERROR(read_bool(s, "invert", &invert, path, where));
             if (invert) return unsupported(path, where + ".invert: true is not supported");
+            out->split_regexes.push_back(std::move(regex));
         } else if (t == "ByteLevel") {
             bool use_regex = true;
             SLUICE_RETURN_IF_ERROR(parse_byte_level(s, &use_regex, path, where));
             if (use_regex) {
-                if (!out->split_regex.empty())
+                if (!out->split_regexes.empty())
                     return unsupported(path, where + ": ByteLevel use_regex after a Split is not supported");
-                out->split_regex = std::string(kGpt2SplitRegex);
+                out->split_regexes.emplace_back(kGpt2SplitRegex);
             }
-            have_byte_level = true;
+            out->byte_level = true;
+        } else if (t == "Metaspace") {
+            if (!out->split_regexes.empty())
+                return unsupported(path, where + ": Metaspace after a Split is not supported");
+            MetaspaceSpec m;
+            SLUICE_RETURN_IF_ERROR(read_char(s, "replacement", &m.replacement, path, where));
+            SLUICE_RETURN_IF_ERROR(parse_prepend_scheme(s, &m.prepend_scheme, path, where));
+            SLUICE_RETURN_IF_ERROR(read_bool(s, "split", &m.split, path, where));  // HF: true when absent
+            out->metaspace = std::move(m);
         } else {
-            return unsupported(path,
-                               where + ": type '" + t + "' is not supported (expected Split, ByteLevel)");
+            return unsupported(
+                path, where + ": type '" + t + "' is not supported (expected Split, ByteLevel, Metaspace)");
         }
     }
-    if (!have_byte_level)
-        return unsupported(path, "pre_tokenizer: no ByteLevel step (only byte-level BPE is supported)");
+    if (!out->byte_level && !out->split_regexes.empty())
+        return unsupported(path,
+                           "pre_tokenizer: Split without a ByteLevel step is not supported (byte-level BPE "
+                           "ends with ByteLevel)");
+    return Status::ok();
+}
+
+// decoder Sequence for SentencePiece-style BPE: Replace* ByteFallback? Fuse? Strip?, in that order
+// (the order LlamaConverter writes; another order means different text, so it is refused).
+Status parse_pieces_decoder(const json& list, DecoderSpec* out, const std::string& path) {
+    out->kind = DecoderSpec::Kind::kPieces;
+    enum Stage { kReplaces, kByteFallback, kFuse, kStrip } stage = kReplaces;
+    bool fused = false;
+    for (size_t i = 0; i < list.size(); ++i) {
+        const json& d = list[i];
+        const std::string where = fmt::format("decoder.decoders[{}]", i);
+        const std::string t = d.is_object() ? d.value("type", "") : "";
+        auto order = [&](Stage next) -> Status {
+            if (next < stage || (next == stage && next != kReplaces))
+                return unsupported(
+                    path,
+                    where + ": " + t + " out of order (expected Replace..., ByteFallback, Fuse, Strip)");
+            stage = next;
+            return Status::ok();
+        };
+        if (t == "Replace") {
+            SLUICE_RETURN_IF_ERROR(order(kReplaces));
+            std::pair<std::string, std::string> r;
+            SLUICE_RETURN_IF_ERROR(read_replace(d, &r.first, &r.second, path, where));
+            out->replacements.push_back(std::move(r));
+        } else if (t == "ByteFallback") {
+            SLUICE_RETURN_IF_ERROR(order(kByteFallback));
+            out->byte_fallback = true;
+        } else if (t == "Fuse") {
+            SLUICE_RETURN_IF_ERROR(order(kFuse));
+            fused = true;
+        } else if (t == "Strip") {
+            SLUICE_RETURN_IF_ERROR(order(kStrip));
+            // Without a Fuse before it, Strip would cut every token; only the fused text is supported.
+            if (!fused) return unsupported(path, where + ": Strip without a Fuse before it is not supported");
+            SLUICE_RETURN_IF_ERROR(read_char(d, "content", &out->strip_content, path, where));
+            for (const char* key : {"start", "stop"}) {
+                auto it = d.find(key);
+                if (it == d.end() || !it->is_number_unsigned() || it->get<uint64_t>() > 1024)
+                    return bad(path, fmt::format("{}.{}: expected an integer in 0..1024", where, key));
+            }
+            if (d["stop"].get<uint64_t>() != 0)
+                return unsupported(path, where +
+                                             ".stop: only 0 is supported (a streamed text cannot lose "
+                                             "its end)");
+            out->strip_start = static_cast<int32_t>(d["start"].get<uint64_t>());
+        } else {
+            return unsupported(path, where + ": type '" + t +
+                                         "' is not supported in a decoder Sequence (expected Replace, "
+                                         "ByteFallback, Fuse, Strip)");
+        }
+    }
+    return Status::ok();
+}
+
+Status parse_decoder(const json& j, TokenizerJson* out, const std::string& path) {
+    const std::string type = j.is_object() ? j.value("type", "") : "";
+    if (type == "ByteLevel") {
+        out->decoder.kind = DecoderSpec::Kind::kByteLevel;
+    } else if (type == "Metaspace") {
+        out->decoder.kind = DecoderSpec::Kind::kMetaspace;
+        SLUICE_RETURN_IF_ERROR(read_char(j, "replacement", &out->decoder.replacement, path, "decoder"));
+        SLUICE_RETURN_IF_ERROR(parse_prepend_scheme(j, &out->decoder.prepend_scheme, path, "decoder"));
+    } else if (type == "Sequence") {
+        auto list = j.find("decoders");
+        if (list == j.end() || !list->is_array()) return bad(path, "decoder.decoders: expected an array");
+        SLUICE_RETURN_IF_ERROR(parse_pieces_decoder(*list, &out->decoder, path));
+    } else {
+        return unsupported(path, "decoder: type '" + type +
+                                     "' is not supported (expected ByteLevel, Metaspace, or a Sequence of "
+                                     "Replace, ByteFallback, Fuse, Strip)");
+    }
+    const bool byte_level_decoder = out->decoder.kind == DecoderSpec::Kind::kByteLevel;
+    if (byte_level_decoder != out->byte_level)
+        return unsupported(
+            path, out->byte_level
+                      ? "decoder: a ByteLevel pre-tokenizer needs the ByteLevel decoder, got '" + type + "'"
+                      : "decoder: ByteLevel needs a ByteLevel pre-tokenizer step");
     return Status::ok();
 }
 
@@ -139,9 +308,8 @@ Status parse_model(const json& m, TokenizerJson* out, const std::string& path) {
     if (type != "BPE") return unsupported(path, "model.type: expected BPE, got '" + type + "'");
     if (m.contains("dropout") && !m["dropout"].is_null())
         return unsupported(path, "model.dropout: must be null");
-    bool byte_fallback = false;
-    SLUICE_RETURN_IF_ERROR(read_bool(m, "byte_fallback", &byte_fallback, path, "model"));
-    if (byte_fallback) return unsupported(path, "model.byte_fallback: true is not supported");
+    SLUICE_RETURN_IF_ERROR(read_bool(m, "byte_fallback", &out->byte_fallback, path, "model"));
+    SLUICE_RETURN_IF_ERROR(read_bool(m, "fuse_unk", &out->fuse_unk, path, "model"));
     SLUICE_RETURN_IF_ERROR(read_bool(m, "ignore_merges", &out->ignore_merges, path, "model"));
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
         auto it = m.find(key);
@@ -221,16 +389,20 @@ Expected<TokenizerJson> parse_tokenizer_json(std::string_view text, const std::s
             }
         }
         if (auto n = root.find("normalizer"); n != root.end())
-            SLUICE_RETURN_IF_ERROR(parse_normalizer(*n, &out, path));
+            SLUICE_RETURN_IF_ERROR(parse_normalizer(*n, &out, path, "normalizer"));
         auto pre = root.find("pre_tokenizer");
-        if (pre == root.end() || pre->is_null())
-            return unsupported(path, "pre_tokenizer: missing (expected ByteLevel)");
-        SLUICE_RETURN_IF_ERROR(parse_pre_tokenizer(*pre, &out, path));
+        SLUICE_RETURN_IF_ERROR(parse_pre_tokenizer(pre == root.end() ? json() : *pre, &out, path));
         if (auto d = root.find("decoder"); d != root.end() && !d->is_null()) {
-            const std::string type = d->is_object() ? d->value("type", "") : "";
-            if (type != "ByteLevel")
-                return unsupported(path, "decoder: expected type ByteLevel, got '" + type + "'");
+            SLUICE_RETURN_IF_ERROR(parse_decoder(*d, &out, path));
+        } else if (!out.byte_level) {
+            // HF joins the tokens with spaces when there is no decoder; no real file relies on that.
+            return unsupported(path,
+                               "decoder: missing (a tokenizer without a ByteLevel pre-tokenizer needs "
+                               "Metaspace or a Sequence of Replace, ByteFallback, Fuse, Strip)");
         }
+        if (out.byte_level && out.byte_fallback)
+            return unsupported(path,
+                               "model.byte_fallback: true with a ByteLevel pre-tokenizer is not supported");
     } catch (const json::exception& e) {
         return bad(path, std::string("unexpected structure: ") + e.what());
     }
@@ -258,6 +430,10 @@ Expected<TokenizerConfigJson> parse_tokenizer_config_json(std::string_view text,
     SLUICE_RETURN_IF_ERROR(token_field("eos_token", &out.eos_token));
     SLUICE_RETURN_IF_ERROR(token_field("bos_token", &out.bos_token));
     SLUICE_RETURN_IF_ERROR(token_field("pad_token", &out.pad_token));
+    if (auto it = root.find("add_bos_token"); it != root.end() && !it->is_null()) {
+        if (!it->is_boolean()) return bad(path, "add_bos_token: expected a boolean, got " + type_of(*it));
+        out.add_bos_token = it->get<bool>();
+    }
     if (auto dec = root.find("added_tokens_decoder"); dec != root.end() && !dec->is_null()) {
         if (!dec->is_object())
             return bad(path, "added_tokens_decoder: expected an object, got " + type_of(*dec));

@@ -1,10 +1,16 @@
 // Parser for HF `tokenizers` files: tokenizer.json (model, added tokens, normaliser,
 // pre-tokenizer, decoder) and the parts of tokenizer_config.json the tokenizer needs.
 //
-// A pure function over the file's text: it validates that the file describes the tokenizer sluice
-// implements (byte-level BPE, NFC or no normaliser, a Split regex and/or ByteLevel pre-tokenizer,
-// ByteLevel decoder) and returns plain data; anything else is a Status naming the file, the JSON
-// field and what was found. Building lookup tables is src/tokenizer/'s job.
+// A pure function over the file's text: it validates that the file describes a tokenizer sluice
+// implements and returns plain data; anything else is a Status naming the file, the JSON field and
+// what was found. Building lookup tables is src/tokenizer/'s job. Two families are implemented:
+//   byte-level BPE (GPT-2 / Qwen / DeepSeek-V3 / gpt-oss): a ByteLevel pre-tokenizer step, after
+//     any number of Split(Isolated) regex steps; a ByteLevel decoder; normaliser NFC or none.
+//   SentencePiece-style BPE (Llama 2, Mistral, Mixtral): no ByteLevel step; the BPE symbols are
+//     characters, with byte_fallback (<0xNN> tokens) and fuse_unk; spaces become "▁" either by a
+//     normaliser Sequence[Prepend "▁", Replace " " -> "▁"] or by a Metaspace pre-tokenizer
+//     (split false or true); decoder Sequence[Replace "▁" -> " ", ByteFallback, Fuse, Strip] or
+//     Metaspace.
 // Rejected alternative: accepting unknown component types and ignoring them -- a tokenizer that
 // silently differs from the reference is worse than one that refuses to load.
 #pragma once
@@ -30,13 +36,65 @@ struct AddedTokenSpec {
     bool special = false;
 };
 
+// One normaliser step, in file order (a Sequence is flattened). HF normalizers/{unicode,prepend,replace}.rs.
+struct NormalizerStep {
+    enum class Kind {
+        kNfc,      // Unicode NFC
+        kPrepend,  // `content` before a non-empty text
+        kReplace,  // every `pattern` (a literal, non-empty) replaced by `content`, left to right
+    };
+    Kind kind = Kind::kNfc;
+    std::string pattern;
+    std::string content;
+};
+
+// Metaspace's prepend_scheme (HF pre_tokenizers/metaspace.rs).
+enum class PrependScheme {
+    kAlways,  // prepend the replacement to every piece that does not start with it
+    kFirst,   // only to a piece that starts at offset 0 of the input text
+    kNever,
+};
+
+// The Metaspace pre-tokenizer: every ' ' becomes `replacement`, which is then prepended as the scheme
+// says; with `split` the text is cut before every replacement (HF's MergedWithNext).
+struct MetaspaceSpec {
+    std::string replacement;  // one code point (UTF-8), "▁" in every known file
+    PrependScheme prepend_scheme = PrependScheme::kAlways;
+    bool split = true;
+};
+
+// How a token sequence becomes text (HF decoders/).
+struct DecoderSpec {
+    enum class Kind {
+        kByteLevel,  // each character through the GPT-2 byte table; the bytes repaired once, lossily
+        kPieces,     // Sequence of Replace* (literal), ByteFallback?, Fuse?, Strip? -- in that order
+        kMetaspace,  // `replacement` -> ' ', except in the first token, where it is dropped
+    };
+    Kind kind = Kind::kByteLevel;
+    // kPieces
+    std::vector<std::pair<std::string, std::string>> replacements;  // (pattern, content), in order
+    bool byte_fallback = false;  // a token "<0xNN>" (after the replacements) is the byte NN
+    std::string strip_content;   // Strip's character (UTF-8), "" without a Strip step
+    int32_t strip_start = 0;     // at most this many leading strip_content characters of the text go
+    // kMetaspace
+    std::string replacement;
+    PrependScheme prepend_scheme = PrependScheme::kAlways;
+};
+
 struct TokenizerJson {
     std::vector<AddedTokenSpec> added_tokens;
-    bool normalize_nfc = false;  // normalizer NFC (or a Sequence of NFC); false for null
-    std::string split_regex;     // the pre-tokenizer regex (Split, or ByteLevel's GPT-2 default)
-    std::vector<std::pair<std::string, int32_t>> vocab;       // byte-level strings
+    std::vector<NormalizerStep> normalizer;  // empty for null
+    // The pre-tokenizer's Split regexes (or ByteLevel's GPT-2 default), in order: each splits every
+    // piece of the one before. None: the (normalised) text is one piece.
+    std::vector<std::string> split_regexes;
+    bool byte_level = true;                  // a ByteLevel step: BPE over the GPT-2 byte alphabet
+    std::optional<MetaspaceSpec> metaspace;  // a Metaspace pre-tokenizer (never with byte_level)
+    DecoderSpec decoder;
+    std::vector<std::pair<std::string, int32_t>> vocab;       // byte-level strings or raw pieces
     std::vector<std::pair<std::string, std::string>> merges;  // in rank order
     bool ignore_merges = false;
+    bool byte_fallback = false;  // characters with no token become their <0xNN> tokens
+    bool fuse_unk = false;       // consecutive unknown characters become one unk
     std::optional<std::string> unk_token;
 };
 
@@ -44,6 +102,7 @@ struct TokenizerConfigJson {
     std::optional<std::string> eos_token;
     std::optional<std::string> bos_token;
     std::optional<std::string> pad_token;
+    bool add_bos_token = false;  // HF's encode(add_special_tokens=True) starts with bos_token
     std::vector<AddedTokenSpec> added_tokens_decoder;  // flags that override tokenizer.json's
 };
 

@@ -51,28 +51,43 @@ void BpeModel::insert(int32_t a, int32_t b, int32_t rank, int32_t merged) {
 
 Expected<BpeModel> BpeModel::build(const std::vector<std::pair<std::string, int32_t>>& vocab,
                                    const std::vector<std::pair<std::string, std::string>>& merges,
-                                   bool ignore_merges, const std::optional<std::string>& unk_token,
-                                   const std::string& path, std::string_view merges_field) {
+                                   const BpeOptions& options, const std::string& path,
+                                   std::string_view merges_field) {
     static std::atomic<uint64_t> next_instance{1};
     BpeModel m;
     m.instance_ = next_instance++;
-    m.ignore_merges_ = ignore_merges;
+    m.byte_level_ = options.byte_level;
+    m.byte_fallback_ = options.byte_fallback && !options.byte_level;
+    m.fuse_unk_ = options.fuse_unk;
+    m.ignore_merges_ = options.ignore_merges;
     std::unordered_map<std::string_view, int32_t> ids;
     ids.reserve(vocab.size() * 2);
     for (const auto& [text, id] : vocab) ids.emplace(text, id);
 
     m.byte_token_.fill(-1);
-    for (int b = 0; b < 256; ++b) {
-        std::string s;
-        append_utf8(s, kByteToUnicode[b]);
-        if (auto it = ids.find(s); it != ids.end()) m.byte_token_[b] = it->second;
+    m.fallback_token_.fill(-1);
+    if (m.byte_level_) {
+        for (int b = 0; b < 256; ++b) {
+            std::string s;
+            append_utf8(s, kByteToUnicode[b]);
+            if (auto it = ids.find(s); it != ids.end()) m.byte_token_[b] = it->second;
+        }
+    } else {
+        for (const auto& [text, id] : vocab) {
+            uint32_t cp = 0;
+            if (!text.empty() && next_code_point(text.data(), &cp) == text.size())
+                m.char_token_.emplace(cp, id);
+        }
+        for (int b = 0; b < 256 && m.byte_fallback_; ++b)
+            if (auto it = ids.find(fmt::format("<0x{:02X}>", b)); it != ids.end())
+                m.fallback_token_[b] = it->second;
     }
-    if (unk_token) {
-        auto it = ids.find(*unk_token);
+    if (options.unk_token) {
+        auto it = ids.find(*options.unk_token);
         if (it == ids.end())
-            return error(
-                ErrorCode::kCorrupt,
-                fmt::format("[tokenizer] {}: model.unk_token '{}' is not in the vocab", path, *unk_token));
+            return error(ErrorCode::kCorrupt,
+                         fmt::format("[tokenizer] {}: model.unk_token '{}' is not in the vocab", path,
+                                     *options.unk_token));
         m.unk_id_ = it->second;
     }
 
@@ -98,12 +113,48 @@ Expected<BpeModel> BpeModel::build(const std::vector<std::pair<std::string, int3
         m.insert(ia->second, ib->second, static_cast<int32_t>(r), ij->second);
     }
 
-    if (ignore_merges) {
+    if (m.ignore_merges_) {
+        // Pieces arrive as raw UTF-8; a byte-level token's string is mapped back to its bytes.
         std::string bytes;
-        for (const auto& [text, id] : vocab)
-            if (byte_level_to_bytes(text, &bytes)) m.bytes_to_id_.emplace(bytes, id);
+        for (const auto& [text, id] : vocab) {
+            if (!m.byte_level_) {
+                m.piece_to_id_.emplace(text, id);
+            } else if (byte_level_to_bytes(text, &bytes)) {
+                m.piece_to_id_.emplace(bytes, id);
+            }
+        }
     }
     return m;
+}
+
+void BpeModel::character_symbols(std::string_view piece, std::vector<int32_t>* ids) const {
+    // HF merge_word: a pending unk is written before the next character that has a token, or at the
+    // end -- not before byte-fallback tokens, which therefore come first ("?<0x41>" gives <0x41>,
+    // unk when '?' has neither a token nor every byte token). Mirrored as is.
+    int32_t pending_unk = -1;
+    for (size_t i = 0; i < piece.size();) {
+        uint32_t cp = 0;
+        const size_t len = next_code_point(piece.data() + i, &cp);
+        if (auto it = char_token_.find(cp); it != char_token_.end()) {
+            if (pending_unk >= 0) ids->push_back(pending_unk);
+            pending_unk = -1;
+            ids->push_back(it->second);
+            i += len;
+            continue;
+        }
+        bool all_bytes = byte_fallback_;
+        for (size_t k = 0; k < len && all_bytes; ++k)
+            all_bytes = fallback_token_[static_cast<unsigned char>(piece[i + k])] >= 0;
+        if (all_bytes) {
+            for (size_t k = 0; k < len; ++k)
+                ids->push_back(fallback_token_[static_cast<unsigned char>(piece[i + k])]);
+        } else if (unk_id_ >= 0) {
+            if (pending_unk >= 0 && !fuse_unk_) ids->push_back(pending_unk);
+            pending_unk = unk_id_;
+        }  // else: HF drops a character with no token and no unk
+        i += len;
+    }
+    if (pending_unk >= 0) ids->push_back(pending_unk);
 }
 
 namespace {
@@ -141,21 +192,30 @@ void BpeModel::encode_piece(std::string_view piece, std::vector<int32_t>* out) c
 void BpeModel::encode_piece_uncached(std::string_view piece, std::vector<int32_t>* out) const {
     if (piece.empty()) return;
     if (ignore_merges_) {
-        if (auto it = bytes_to_id_.find(std::string(piece)); it != bytes_to_id_.end()) {
+        if (auto it = piece_to_id_.find(std::string(piece)); it != piece_to_id_.end()) {
             out->push_back(it->second);
             return;
         }
     }
     thread_local std::vector<int32_t> ids;
     ids.clear();
-    for (unsigned char b : piece) {
-        const int32_t id = byte_token_[b];
-        if (id >= 0) {
-            ids.push_back(id);
-        } else if (unk_id_ >= 0) {
-            // HF: unknown symbols become unk (consecutive ones are not fused: fuse_unk is false).
-            ids.push_back(unk_id_);
-        }  // else: HF drops a symbol with no token and no unk
+    if (!byte_level_) {
+        character_symbols(piece, &ids);
+    } else {
+        // Every byte's token exists in real vocabularies; an unknown one becomes unk as in HF.
+        bool unk_pending = false;
+        for (unsigned char b : piece) {
+            const int32_t id = byte_token_[b];
+            if (id >= 0) {
+                if (unk_pending) ids.push_back(unk_id_);
+                unk_pending = false;
+                ids.push_back(id);
+            } else if (unk_id_ >= 0) {
+                if (unk_pending && !fuse_unk_) ids.push_back(unk_id_);
+                unk_pending = true;
+            }  // else: HF drops a symbol with no token and no unk
+        }
+        if (unk_pending) ids.push_back(unk_id_);
     }
     if (ids.size() <= 1) {
         out->insert(out->end(), ids.begin(), ids.end());

@@ -21,6 +21,7 @@
 #include <pcre2.h>
 
 #include "core/log.h"
+#include "tokenizer/regex_classes.h"
 #include "tokenizer/text.h"
 
 namespace sluice::tok {
@@ -32,67 +33,105 @@ struct PreTokenizer::Regex {
     }
 };
 
-Expected<PreTokenizer> PreTokenizer::create(const std::string& regex) {
-    PreTokenizer p;
+Expected<PreTokenizer::Step> PreTokenizer::compile(const std::string& regex) {
+    Step step;
     if (regex == kQwen2Regex) {
-        p.kind_ = Kind::kQwen2;
-        return p;
+        step.kind = Kind::kQwen2;
+        return step;
     }
     if (regex == kQwen35Regex) {
-        p.kind_ = Kind::kQwen35;
-        return p;
+        step.kind = Kind::kQwen35;
+        return step;
     }
     log::debug("[tokenizer] pre-tokenizer regex is not a known Qwen pattern; matching it with PCRE2: {}",
                regex);
+    SLUICE_ASSIGN_OR_RETURN(const std::string spelled, spell_unicode_classes(regex));
     int err = 0;
     PCRE2_SIZE err_offset = 0;
     auto r = std::make_shared<Regex>();
-    r->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex.data()), regex.size(), PCRE2_UTF | PCRE2_UCP,
-                            &err, &err_offset, nullptr);
+    r->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(spelled.data()), spelled.size(),
+                            PCRE2_UTF | PCRE2_UCP, &err, &err_offset, nullptr);
     if (!r->code) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof(msg));
         return error(ErrorCode::kUnsupported,
                      fmt::format("[tokenizer] pre-tokenizer regex does not compile at offset "
-                                 "{}: {} (regex: {})",
+                                 "{} of its PCRE2 spelling: {} (regex: {})",
                                  err_offset, reinterpret_cast<const char*>(msg), regex));
     }
     pcre2_jit_compile(r->code, PCRE2_JIT_COMPLETE);  // optional: the interpreter is the fallback
-    p.kind_ = Kind::kRegex;
-    p.regex_ = std::move(r);
+    step.kind = Kind::kRegex;
+    step.regex = std::move(r);
+    return step;
+}
+
+Expected<PreTokenizer> PreTokenizer::create(const std::string& regex) {
+    return create(std::vector<std::string>{regex});
+}
+
+Expected<PreTokenizer> PreTokenizer::create(const std::vector<std::string>& regexes) {
+    PreTokenizer p;
+    for (const auto& regex : regexes) {
+        SLUICE_ASSIGN_OR_RETURN(Step step, compile(regex));
+        p.steps_.push_back(std::move(step));
+    }
     return p;
 }
 
 void PreTokenizer::split(std::string_view text, std::vector<std::string_view>* pieces) const {
     if (text.empty()) return;
-    if (kind_ != Kind::kRegex) {
-        split_qwen(text, kind_ == Kind::kQwen35, pieces);
+    if (steps_.empty()) {
+        pieces->push_back(text);
         return;
     }
-    pcre2_match_data* md = pcre2_match_data_create_from_pattern(regex_->code, nullptr);
-    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-    size_t pos = 0, last = 0;
-    while (pos <= text.size()) {
-        int rc = pcre2_match(regex_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
-        if (rc == PCRE2_ERROR_JIT_STACKLIMIT)  // the interpreter keeps its backtracking state on the heap
-            rc = pcre2_match(regex_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md,
-                             nullptr);
-        if (rc < 0) break;  // no more matches (or the heap limit: the rest becomes one piece)
-        const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-        const size_t start = ov[0], end = ov[1];
-        if (start > last) pieces->push_back(text.substr(last, start - last));
-        if (end > start) {
-            pieces->push_back(text.substr(start, end - start));
-            pos = last = end;
-        } else {
-            // Empty match: step one code point so the search progresses (HF keeps nothing for it).
-            last = start;
-            if (start >= text.size()) break;
-            uint32_t cp = 0;
-            pos = start + next_code_point(text.data() + start, &cp);
-        }
+    if (steps_.size() == 1) {
+        split_step(steps_[0], std::span<const std::string_view>(&text, 1), pieces);
+        return;
     }
-    if (last < text.size()) pieces->push_back(text.substr(last));
+    // A Sequence: every piece of step k is split by step k+1 (HF PreTokenizedString::split).
+    thread_local std::vector<std::string_view> current, next;
+    current.assign(1, text);
+    for (const Step& step : steps_) {
+        next.clear();
+        split_step(step, current, &next);
+        current.swap(next);
+    }
+    pieces->insert(pieces->end(), current.begin(), current.end());
+}
+
+void PreTokenizer::split_step(const Step& step, std::span<const std::string_view> texts,
+                              std::vector<std::string_view>* pieces) {
+    if (step.kind != Kind::kRegex) {
+        for (std::string_view text : texts) split_qwen(text, step.kind == Kind::kQwen35, pieces);
+        return;
+    }
+    const Regex& regex = *step.regex;
+    pcre2_match_data* md = pcre2_match_data_create_from_pattern(regex.code, nullptr);
+    for (std::string_view text : texts) {
+        const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+        size_t pos = 0, last = 0;
+        while (pos <= text.size()) {
+            int rc = pcre2_match(regex.code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
+            if (rc == PCRE2_ERROR_JIT_STACKLIMIT)  // the interpreter keeps its backtracking state on the heap
+                rc = pcre2_match(regex.code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md,
+                                 nullptr);
+            if (rc < 0) break;  // no more matches (or the heap limit: the rest becomes one piece)
+            const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+            const size_t start = ov[0], end = ov[1];
+            if (start > last) pieces->push_back(text.substr(last, start - last));
+            if (end > start) {
+                pieces->push_back(text.substr(start, end - start));
+                pos = last = end;
+            } else {
+                // Empty match: step one code point so the search progresses (HF keeps nothing for it).
+                last = start;
+                if (start >= text.size()) break;
+                uint32_t cp = 0;
+                pos = start + next_code_point(text.data() + start, &cp);
+            }
+        }
+        if (last < text.size()) pieces->push_back(text.substr(last));
+    }
     pcre2_match_data_free(md);
 }
 

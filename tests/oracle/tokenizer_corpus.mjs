@@ -215,6 +215,24 @@ export function buildCorpus(seed = 20261130) {
   return docs;
 }
 
+// Documents that interleave `specials` (one tokenizer's own added tokens; the corpus above inlines
+// Qwen's) with text: at the start and the end, back to back, with spaces and newlines around them --
+// where SentencePiece-style tokenizers prepend "▁" to a segment or not. Deterministic for a seed.
+export function specialTokenDocs(specials, seed = 20261206) {
+  const rng = mulberry32(seed);
+  const pick = (xs) => xs[Math.floor(rng() * xs.length)];
+  const fillers = ["Hello", " world", "  two spaces", "\n", " ", "\n\n ", "中文", " 😀", "123", "x", "\t",
+    "end.", " ▁x", "▁", "'s", "é"];
+  const docs = [];
+  for (let d = 0; d < 120; d++) {
+    let text = "";
+    const n = 1 + Math.floor(rng() * 8);
+    for (let i = 0; i < n; i++) text += rng() < 0.45 ? pick(specials) : pick(fillers);
+    docs.push({ name: `own specials ${d}`, text });
+  }
+  return docs;
+}
+
 if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {
   const out = process.argv[2];
   if (!out) {

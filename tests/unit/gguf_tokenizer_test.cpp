@@ -690,8 +690,11 @@ TEST(GgufTokenizer, ParserOnInMemoryMetadata) {
     md.add("tokenizer.ggml.merges", format::GgufValue::string_array({"a b"}));
     r = format::parse_gguf_tokenizer(md, "mem.gguf");
     ASSERT_TRUE(r.has_value()) << r.status().message();
-    EXPECT_EQ(r->tokenizer.split_regex, format::kQwen35SplitRegex);
-    EXPECT_TRUE(r->tokenizer.normalize_nfc);
+    EXPECT_EQ(r->tokenizer.split_regexes, std::vector<std::string>{std::string(format::kQwen35SplitRegex)});
+    ASSERT_EQ(r->tokenizer.normalizer.size(), 1u);
+    EXPECT_EQ(r->tokenizer.normalizer[0].kind, format::NormalizerStep::Kind::kNfc);
+    EXPECT_TRUE(r->tokenizer.byte_level);
+    EXPECT_EQ(r->tokenizer.decoder.kind, format::DecoderSpec::Kind::kByteLevel);
     EXPECT_EQ(r->tokenizer.vocab.size(), 3u);
     EXPECT_EQ(r->tokenizer.merges.size(), 1u);
     EXPECT_EQ(r->n_tokens, 3);
