@@ -3,12 +3,12 @@
 
 Purpose
     sluice must produce the same logits as the reference implementation. This script builds tiny
-    dense Qwen2 / Qwen3 / Qwen3-MoE / Qwen3-Next / Qwen3.5-MoE models with seeded random weights, writes each one as a
+    dense Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE / Qwen3-Next / Qwen3.5-MoE / GLM-4.5-MoE models with seeded random weights, writes each one as a
     checkpoint in the layout under test (HF bf16, or MLX affine-quantised as mlx-lm writes it), loads
     the exact stored values back into the transformers model (in float32, on the CPU), and records what
     transformers computes.
 
-How to run (needs torch, transformers >= 5 with qwen2 / qwen3 / qwen3_moe / qwen3_next / qwen3_5_moe, numpy)
+How to run (needs torch, transformers >= 5 with qwen2 / qwen2_moe / qwen3 / qwen3_moe / qwen3_next / qwen3_5_moe / glm4_moe, numpy)
     python3 tools/make_goldens.py --out tests/data/goldens            # all goldens
     python3 tools/make_goldens.py --out DIR --only qwen3_next_hf_bf16  # one golden (the index keeps
                                                                        # the others listed)
@@ -294,6 +294,84 @@ def _qwen2_cfg(h, nh, nkv, inter, v, layers, tied):
     }
 
 
+def _qwen2_moe_cfg(h, nh, nkv, inter, moe_i, sh_i, e, k, v, layers, norm_topk, sparse_step, mlp_only):
+    """Qwen1.5-MoE / Qwen2-57B-A14B (Qwen2MoeForCausalLM): Qwen2's attention (biases on q/k/v, no q/k norm,
+    head_dim = hidden / heads), a softmax router, a shared expert gated by sigmoid(shared_expert_gate);
+    decoder_sparse_step / mlp_only_layers make some layers dense (intermediate_size)."""
+    return {
+        "architectures": ["Qwen2MoeForCausalLM"],
+        "model_type": "qwen2_moe",
+        "vocab_size": v,
+        "hidden_size": h,
+        "intermediate_size": inter,
+        "moe_intermediate_size": moe_i,
+        "shared_expert_intermediate_size": sh_i,
+        "num_hidden_layers": layers,
+        "num_attention_heads": nh,
+        "num_key_value_heads": nkv,
+        "num_experts": e,
+        "num_experts_per_tok": k,
+        "norm_topk_prob": norm_topk,
+        "decoder_sparse_step": sparse_step,
+        "mlp_only_layers": mlp_only,
+        "qkv_bias": True,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "rope_scaling": None,
+        "max_position_embeddings": 4096,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "max_window_layers": layers,
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def _glm4_moe_cfg(h, nh, nkv, hd, inter, moe_i, e, k, groups, topk_groups, scale, v, layers, qk_norm, nextn):
+    """GLM-4.5 / 4.6 / 4.5-Air (Glm4MoeForCausalLM): q/k/v biases, optional q/k norms, RoPE on half of
+    each head, a sigmoid router whose e_score_correction_bias chooses (group-limited), one ungated
+    shared expert, a dense first layer; num_nextn_predict_layers MTP layers after the decoder's."""
+    return {
+        "architectures": ["Glm4MoeForCausalLM"],
+        "model_type": "glm4_moe",
+        "vocab_size": v,
+        "hidden_size": h,
+        "intermediate_size": inter,
+        "moe_intermediate_size": moe_i,
+        "num_hidden_layers": layers,
+        "num_attention_heads": nh,
+        "num_key_value_heads": nkv,
+        "head_dim": hd,
+        "partial_rotary_factor": 0.5,
+        "n_routed_experts": e,
+        "num_experts_per_tok": k,
+        "n_shared_experts": 1,
+        "n_group": groups,
+        "topk_group": topk_groups,
+        "routed_scaling_factor": scale,
+        "norm_topk_prob": True,
+        "first_k_dense_replace": 1,
+        "num_nextn_predict_layers": nextn,
+        "use_qk_norm": qk_norm,
+        "attention_bias": True,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 1000000.0,
+        "rope_scaling": None,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        "bos_token_id": None,
+        "eos_token_id": [2, 3],
+        "pad_token_id": 0,
+        "torch_dtype": "bfloat16",
+    }
+
+
 def _qwen3_next_cfg(h, nh, nkv, hd, nk, nv, dk, dv, moe_i, sh_i, e, k, v, layers, interval):
     return {
         "architectures": ["Qwen3NextForCausalLM"],
@@ -444,6 +522,58 @@ GOLDENS = [
         "notes": "dense Qwen2.5 as mlx-lm writes a small one (Qwen2.5-0.5B..3B): tied embeddings (the quantised "
         "embed_tokens is also the LM head), q/k/v .bias kept bf16 beside the quantised weight's "
         ".scales/.biases; 4-bit gs32",
+    },
+    {
+        "name": "qwen2_moe_hf_bf16",
+        "family": "qwen2_moe",
+        "layout": "hf",
+        "config": _qwen2_moe_cfg(h=128, nh=4, nkv=2, inter=160, moe_i=48, sh_i=96, e=8, k=2, v=256, layers=4,
+                                 norm_topk=False, sparse_step=1, mlp_only=[2]),
+        "config_writer": "save_pretrained",
+        "notes": "Qwen1.5-MoE shapes in miniature: q/k/v biases (N(0, 0.5)), no q/k norm, head_dim 32 = hidden/heads, "
+        "top-2 of 8 NOT renormalised, a shared expert (96) gated by sigmoid(shared_expert_gate), layer 2 dense "
+        "via mlp_only_layers (intermediate 160); per-expert tensors",
+    },
+    {
+        "name": "qwen2_moe_mlx_q4",
+        "family": "qwen2_moe",
+        "layout": "mlx",
+        "bits": 4,
+        "group_size": 64,
+        "config": _qwen2_moe_cfg(h=128, nh=4, nkv=2, inter=256, moe_i=64, sh_i=128, e=8, k=4, v=256, layers=3,
+                                 norm_topk=False, sparse_step=1, mlp_only=[]),
+        "config_writer": "save_pretrained",
+        "notes": "mlx-lm layout (qwen2_moe.py has no quant_predicate: the router and the shared-expert gate "
+        "are 4-bit gs64 like the rest); switch_mlp stacked experts; top-4 of 8",
+    },
+    {
+        "name": "glm4_moe_hf_bf16",
+        "family": "glm4_moe",
+        "layout": "hf",
+        "config": _glm4_moe_cfg(h=64, nh=4, nkv=2, hd=32, inter=96, moe_i=48, e=16, k=4, groups=4, topk_groups=2,
+                                scale=2.5, v=256, layers=3, qk_norm=True, nextn=1),
+        "config_writer": "save_pretrained",
+        "f32_tensors": ("e_score_correction_bias",),
+        "nextn_extra": True,
+        "notes": "GLM-4.5 style: q/k norms, q/k/v biases (N(0, 0.5)), half-rotary RoPE (16 of head_dim 32), "
+        "sigmoid router with e_score_correction_bias (F32, N(0, 0.2)) choosing top-4 of 16 experts in the 2 "
+        "best of 4 groups, routed_scaling_factor 2.5, one ungated shared expert (mlp.shared_experts), "
+        "layer 0 dense (intermediate 96); per-expert tensors; model.layers.3.* holds a stand-in MTP layer "
+        "(num_nextn_predict_layers 1) that must be ignored",
+    },
+    {
+        "name": "glm4_moe_mlx_q4",
+        "family": "glm4_moe",
+        "layout": "mlx",
+        "bits": 4,
+        "group_size": 64,
+        "config": _glm4_moe_cfg(h=128, nh=4, nkv=2, hd=32, inter=128, moe_i=64, e=8, k=2, groups=1, topk_groups=1,
+                                scale=1.0, v=256, layers=3, qk_norm=False, nextn=0),
+        "config_writer": "save_pretrained",
+        "f32_tensors": ("e_score_correction_bias",),
+        "notes": "GLM-4.5-Air style as mlx-lm writes it: no q/k norms, one group, routed_scaling_factor 1; "
+        "switch_mlp stacked experts, 4-bit gs64; the router (mlx-lm's MoEGate is not a Linear) kept bf16 "
+        "and its e_score_correction_bias F32 (cast_predicate)",
     },
     {
         "name": "qwen3_moe_hf_bf16",
@@ -608,7 +738,9 @@ def draw_param(golden: str, family: str, name: str, shape: tuple, current: np.nd
         return r.uniform(-3.0, 0.5, size=shape).astype(np.float32)
     if "conv1d.weight" in name:
         return r.normal(0.0, 0.5, size=shape).astype(np.float32)
-    if name.endswith(".bias"):  # Qwen2's q/k/v biases
+    if name.endswith("e_score_correction_bias"):  # a sigmoid router's selection bias (GLM)
+        return r.normal(0.0, 0.2, size=shape).astype(np.float32)
+    if name.endswith(".bias"):  # Qwen2's / GLM's q/k/v biases
         return r.normal(0.0, 0.5, size=shape).astype(np.float32)
     if len(shape) == 1:  # norm weights
         zero_centred = family in ("qwen3_next", "qwen3_5_moe") and "linear_attn.norm" not in name
@@ -635,7 +767,7 @@ def mem_to_hf(family: str, mem: dict) -> dict:
     for n, a in mem.items():
         m = _FUSED_RE.match(n)
         # The MTP layer's experts are stored per expert in Qwen3.5 checkpoints too (models.md §4, 8).
-        if m and (family in ("qwen3_moe", "qwen3_next") or n.startswith("mtp.")):
+        if m and (family in ("qwen3_moe", "qwen3_next", "glm4_moe", "qwen2_moe") or n.startswith("mtp.")):
             base, kind = m.groups()
             if kind == "gate_up_proj":
                 i = a.shape[1] // 2
@@ -747,9 +879,12 @@ def mlx_to_hf_names(family: str, mlx: dict) -> dict:
 
 
 def mlx_quant_override(family: str, name: str):
-    """mlx-lm quant_predicate: the router (and the shared-expert gate) stay at 8-bit gs64."""
+    """mlx-lm quant_predicate: the router (and the shared-expert gate) stay at 8-bit gs64; GLM's router
+    (MoEGate, not a Linear) is not quantised at all: False."""
+    if family == "qwen2_moe":  # mlx-lm's qwen2_moe.py has no quant_predicate
+        return None
     if name.endswith("mlp.gate.weight"):
-        return {"group_size": 64, "bits": 8}
+        return False if family == "glm4_moe" else {"group_size": 64, "bits": 8}
     if family in ("qwen3_next", "qwen3_5_moe") and name.endswith("mlp.shared_expert_gate.weight"):
         return {"group_size": 64, "bits": 8}
     return None
@@ -762,6 +897,8 @@ def build_mlx_checkpoint(family: str, mlx: dict, bits: int, gs: int, f32_tensors
     for n in sorted(mlx):
         a = mlx[n]
         quantisable = n.endswith(".weight") and a.ndim in (2, 3) and "conv1d" not in n
+        if quantisable and mlx_quant_override(family, n) is False:
+            quantisable = False
         if quantisable:
             ov = mlx_quant_override(family, n)
             b, g = (ov["bits"], ov["group_size"]) if ov else (bits, gs)
@@ -936,6 +1073,14 @@ def check_config(golden: dict, cfg) -> list:
         "num_key_value_heads",
         "head_dim",
         "num_experts",
+        "n_routed_experts",
+        "n_group",
+        "topk_group",
+        "routed_scaling_factor",
+        "first_k_dense_replace",
+        "n_shared_experts",
+        "use_qk_norm",
+        "attention_bias",
         "num_experts_per_tok",
         "moe_intermediate_size",
         "vocab_size",
@@ -945,6 +1090,9 @@ def check_config(golden: dict, cfg) -> list:
         "linear_value_head_dim",
         "shared_expert_intermediate_size",
         "norm_topk_prob",
+        "decoder_sparse_step",
+        "mlp_only_layers",
+        "qkv_bias",
     ):
         if k in src and getattr(tc, k, None) != src[k]:
             errs.append(f"{k}: config.json {src[k]} vs model {getattr(tc, k, None)}")
@@ -976,6 +1124,10 @@ def build_model(golden: dict, cfg):
         cls = transformers.Qwen3ForCausalLM
     elif fam == "qwen2":
         cls = transformers.Qwen2ForCausalLM
+    elif fam == "glm4_moe":
+        cls = transformers.Glm4MoeForCausalLM
+    elif fam == "qwen2_moe":
+        cls = transformers.Qwen2MoeForCausalLM
     else:
         cls = transformers.Qwen3MoeForCausalLM
     for c in (cfg, getattr(cfg, "text_config", None)):
@@ -1112,6 +1264,8 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
     gdn_modules = rewire_gdn_modules(model, counter)
 
     params = dict(model.named_parameters())
+    # A sigmoid router's selection bias is a buffer (GLM's e_score_correction_bias), stored in checkpoints.
+    params.update({n: b for n, b in model.named_buffers() if n.endswith("e_score_correction_bias")})
     head = make_mtp_head(model, cfg) if golden.get("mtp") else None
     head_params = head.checkpoint_parameters() if head is not None else {}
     params.update(head_params)
@@ -1119,6 +1273,18 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
     mem = {n: draw_param(name, fam, n, tuple(p.shape), p.detach().cpu().float().numpy()) for n, p in params.items()}
     hf = mem_to_hf(fam, mem)
     f32_tensors = golden.get("f32_tensors", ())
+    # A stand-in for the MTP layer GLM checkpoints store after the decoder's (model.layers.N: its own
+    # eh_proj / enorm / hnorm / shared_head plus a full MoE layer): loaders must leave it alone.
+    n_layers = text_config_of(cfg).num_hidden_layers
+    nextn_prefix = f"model.layers.{n_layers}."
+    if golden.get("nextn_extra"):
+        last = f"model.layers.{n_layers - 1}."
+        H = text_config_of(cfg).hidden_size
+        extra = {nextn_prefix + n[len(last):]: a for n, a in hf.items() if n.startswith(last)}
+        extra[nextn_prefix + "eh_proj.weight"] = np.zeros((H, 2 * H), np.float32)
+        for nm in ("enorm.weight", "hnorm.weight", "shared_head.norm.weight"):
+            extra[nextn_prefix + nm] = np.ones((H,), np.float32)
+        hf.update({n: draw_param(name, fam, n, a.shape, a) for n, a in extra.items()})
 
     if layout == "hf":  # qwen3_5_moe: the in-memory names are the checkpoint names
         stored = build_hf_checkpoint(hf, f32_tensors)
@@ -1133,7 +1299,7 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
         meta = {"format": "mlx"}
     back_mem = hf_to_mem(fam, back_hf, mem_names)
     missing = sorted(n for n in mem_names if n not in back_mem and ".visual." not in n and not n.startswith("model.visual"))
-    extra = sorted(n for n in back_mem if n not in mem_names)
+    extra = sorted(n for n in back_mem if n not in mem_names and not n.startswith(nextn_prefix))
     if missing or extra:
         raise RuntimeError(f"[make_goldens] {name}: layout round trip: missing {missing[:8]} extra {extra[:8]}")
     sd = model.state_dict()
@@ -1242,7 +1408,12 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
         if k is None:
             raise ValueError("no router (dense model)")
         margins = []
-        for p in router_logits[: len(capture_decoder_layers(model))]:
+        # A sigmoid router chooses on sigmoid(logit) + bias (groups aside): the margin in that space.
+        biases = [m.e_score_correction_bias.detach().float().numpy() for n, m in model.named_modules()
+                  if n.endswith("mlp.gate") and hasattr(m, "e_score_correction_bias")]
+        for i, p in enumerate(router_logits[: len(capture_decoder_layers(model))]):
+            if biases:
+                p = 1.0 / (1.0 + np.exp(-p)) + biases[i % len(biases)]
             ps = np.sort(p, axis=-1)[:, ::-1]
             margins.append(float((ps[:, k - 1] - ps[:, k]).min()))
         min_router_margin = min(margins) if margins else None
@@ -1320,7 +1491,7 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
         "attn_implementation": str(getattr(cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg, "_attn_implementation", None)),
         "versions": versions,
         "gdn_path": None
-        if fam == "qwen3_moe"
+        if fam not in ("qwen3_next", "qwen3_5_moe")
         else {
             "prefill": "torch_chunk_gated_delta_rule" if chunk_ran and not fast_ran else "UNKNOWN",
             "decode": "torch_recurrent_gated_delta_rule" if rec_ran and not fast_ran else "UNKNOWN",
@@ -1396,7 +1567,8 @@ def dump_sources(dst: str) -> None:
 
     root = os.path.dirname(transformers.__file__)
     os.makedirs(dst, exist_ok=True)
-    for fam in ("qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5", "qwen2_moe", "qwen3_vl_moe", "qwen3_vl"):
+    for fam in ("qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5", "qwen2_moe", "qwen3_vl_moe", "qwen3_vl",
+                "glm4_moe", "deepseek_v3", "mixtral", "gpt_oss", "olmoe"):
         d = os.path.join(root, "models", fam)
         if not os.path.isdir(d):
             continue

@@ -1,6 +1,7 @@
 #include "convert/pack_plan.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "convert/pack_writer.h"
 #include "kernels/weight_format.h"
@@ -148,13 +149,21 @@ Expected<PackPlan> plan_pack(const model::ModelConfig& cfg, const format::Checkp
         int bits;
     };
     std::vector<DenseSource> dense_sources;
+    // DeepSeek-style MTP layers after the decoder's (GLM's model.layers.46) are not run: left out.
+    auto is_nextn_layer = [&](const std::string& name) {
+        const std::string layers = prefix + "layers.";
+        return cfg.nextn_layers > 0 && name.starts_with(layers) &&
+               std::strtoll(name.c_str() + layers.size(), nullptr, 10) >= cfg.n_layers;
+    };
     for (const std::string& name : ckpt.names()) {
-        if (model::TensorNames::is_routed_expert(name) || model::TensorNames::is_auxiliary(name)) continue;
+        if (model::TensorNames::is_routed_expert(name) || model::TensorNames::is_auxiliary(name) ||
+            is_nextn_layer(name))
+            continue;
         const TensorInfo* t = ckpt.find(name);
         const std::string module = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : "";
-        const int b = model::TensorNames::module_bits(module, bits);
-        const bool quantize = plan.quantized_here && format::is_float_dtype(t->dtype) && !module.empty() &&
-                              t->shape.size() == 2 && t->shape[1] % group_size == 0;
+        const int b = model::TensorNames::module_bits(cfg, module, bits);
+        const bool quantize = plan.quantized_here && b != 16 && format::is_float_dtype(t->dtype) &&
+                              !module.empty() && t->shape.size() == 2 && t->shape[1] % group_size == 0;
         dense_sources.push_back({t, quantize, b});
         if (quantize) {
             const int64_t rows = t->shape[0], words = t->shape[1] * b / 32, groups = t->shape[1] / group_size;

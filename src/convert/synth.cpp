@@ -250,13 +250,21 @@ Expected<PackResult> synth_model(const SynthOptions& options) {
             b.linear(p + Names::kDenseMlp + "down_proj", H, cfg.dense_ffn, o.bits);
             continue;
         }
-        b.linear(p + Names::kRouter, cfg.n_experts, H, Names::module_bits(p + Names::kRouter, o.bits));
+        const int router_bits = Names::module_bits(cfg, p + Names::kRouter, o.bits);
+        if (router_bits == 16) {
+            b.vector(p + Names::kRouter + ".weight", {cfg.n_experts, H}, 0.0f, 0.02f, false, /*mapped=*/true);
+        } else {
+            b.linear(p + Names::kRouter, cfg.n_experts, H, router_bits);
+        }
+        if (cfg.router_sigmoid) b.vector(p + Names::kRouterBias, {cfg.n_experts}, 0.0f, 0.02f, true);
         if (cfg.shared_expert_ffn > 0) {
-            b.linear(p + Names::kSharedExpert + "gate_proj", cfg.shared_expert_ffn, H, o.bits);
-            b.linear(p + Names::kSharedExpert + "up_proj", cfg.shared_expert_ffn, H, o.bits);
-            b.linear(p + Names::kSharedExpert + "down_proj", H, cfg.shared_expert_ffn, o.bits);
-            b.linear(p + Names::kSharedExpertGate, 1, H,
-                     Names::module_bits(p + Names::kSharedExpertGate, o.bits));
+            const std::string sp = p + Names::shared_expert(cfg);
+            b.linear(sp + "gate_proj", cfg.shared_expert_ffn, H, o.bits);
+            b.linear(sp + "up_proj", cfg.shared_expert_ffn, H, o.bits);
+            b.linear(sp + "down_proj", H, cfg.shared_expert_ffn, o.bits);
+            if (cfg.shared_expert_gated)
+                b.linear(p + Names::kSharedExpertGate, 1, H,
+                         Names::module_bits(cfg, p + Names::kSharedExpertGate, o.bits));
         }
     }
 

@@ -146,9 +146,12 @@ Expected<GgufTokenizerSpec> parse_gguf_tokenizer(const GgufMetadata& md, const s
         tok.split_regexes = {std::string(kQwen2SplitRegex)};
     } else if (pre == "qwen35") {
         tok.split_regexes = {std::string(kQwen35SplitRegex)};
+    } else if (pre == "glm4" || pre == "chatglm-bpe") {
+        tok.split_regexes = {std::string(kGlm4SplitRegex)};
     } else {
-        return unsupported(path, fmt::format("key '{}' is '{}': sluice implements 'qwen2' and 'qwen35'",
-                                             kGgufTokenizerPre, pre));
+        return unsupported(path,
+                           fmt::format("key '{}' is '{}': sluice implements 'qwen2', 'qwen35' and 'glm4'",
+                                       kGgufTokenizerPre, pre));
     }
     // The Qwen tokenizer.json normaliser; a Lowercase / StripAccents one (BERT's) would be written here.
     tok.normalizer = {NormalizerStep{NormalizerStep::Kind::kNfc, "", ""}};

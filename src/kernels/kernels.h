@@ -121,6 +121,27 @@ struct MatvecJob {
     float* y = nullptr;
 };
 
+// How a router turns one token's logits [n_experts] into k experts and their weights (a layer's
+// model::MoePlan routing fields, with the layer's bias bound).
+//   kSoftmax (Qwen): p = softmax(logits); the k largest p; weights p, divided by their sum when
+//     `renormalize`.
+//   kSigmoid (GLM-4.5, DeepSeek-V3): s = σ(logits) and c = s + bias, both in f32 as the references
+//     compute them; c chooses, s weighs. With groups > 1 the experts form `groups` equal groups, each
+//     scored by the sum of its two largest c; experts outside the `topk_groups` best groups have
+//     c = 0 (transformers' masked_fill with 0.0, not −∞); then the k largest c. Weights s, divided
+//     by (their sum + 1e-20) when `renormalize`.
+// Both then multiply the weights by `scale` (routed_scaling_factor). Ties: the lower index first.
+// ids/weights [k] are ordered by the choosing score, largest first.
+struct RouterSpec {
+    enum class Scoring : uint8_t { kSoftmax, kSigmoid };
+    Scoring scoring = Scoring::kSoftmax;
+    int64_t n_experts = 0, k = 0;
+    bool renormalize = false;
+    float scale = 1.0f;
+    const float* bias = nullptr;  // [n_experts] or null (kSigmoid only); on the device for CUDA
+    int64_t groups = 1, topk_groups = 1;
+};
+
 // ---- conversions -------------------------------------------------------------------------
 float bf16_to_f32(uint16_t v);
 uint16_t f32_to_bf16(float v);  // round to nearest even (NaN preserved)
@@ -195,10 +216,9 @@ uint16_t f32_to_f16(float v);
     void gated_delta_chunked(const float* q, const float* k, const float* v, const float* beta,               \
                              const float* g, int64_t n, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv,     \
                              const float* state_in, float* state_out, float* out, ThreadPool* pool);          \
-    /* Router: p = softmax(logits[n_experts]) in f32; the k largest (ties: lower index first),                \
-       weights p_j, divided by their sum when renormalize. ids/weights: [k], sorted by weight desc. */        \
-    void router_topk(const float* logits, int64_t n_experts, int64_t k, bool renormalize, int32_t* ids,       \
-                     float* weights);                                                                         \
+    /* Router: the k experts and weights of logits[r.n_experts] as RouterSpec defines them.                   \
+       ids/weights: [r.k]. */                                                                                 \
+    void router_topk(const float* logits, const RouterSpec& r, int32_t* ids, float* weights);                 \
     /* out[i] = silu(gate[i]) * up[i]. */                                                                     \
     void swiglu(const float* gate, const float* up, int64_t n, float* out);                                   \
     /* y[i] += a * x[i]. */                                                                                   \

@@ -22,12 +22,15 @@ const char* family_name(Family family) {
         case Family::kQwen3Moe: return "qwen3_moe";
         case Family::kQwen3Next: return "qwen3_next";
         case Family::kQwen35Moe: return "qwen3_5_moe";
+        case Family::kGlm4Moe: return "glm4_moe";
+        case Family::kQwen2Moe: return "qwen2_moe";
     }
     return "?";
 }
 
 const char* supported_model_types() {
-    return "qwen2, qwen3, qwen3_moe, qwen3_next, qwen3_5_moe (text_config: qwen3_5_moe_text)";
+    return "qwen2, qwen2_moe, qwen3, qwen3_moe, qwen3_next, qwen3_5_moe (text_config: qwen3_5_moe_text), "
+           "glm4_moe";
 }
 
 QuantSpec QuantConfig::for_module(const std::string& path) const {
@@ -38,6 +41,7 @@ QuantSpec QuantConfig::for_module(const std::string& path) const {
 bool ModelConfig::is_moe_layer(int64_t layer) const {
     if (n_experts == 0) return false;
     if (is_mtp_layer(layer)) return true;  // the MTP layer of an MoE family is MoE
+    if (layer < first_k_dense) return false;
     for (int64_t l : mlp_only_layers)
         if (l == layer) return false;
     return decoder_sparse_step <= 1 || (layer + 1) % decoder_sparse_step == 0;
@@ -237,6 +241,10 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
                              "[config] " + source + ": 'text_config' is not an object");
             text = &*tc;
         }
+    } else if (cfg.model_type == "glm4_moe") {
+        cfg.family = Family::kGlm4Moe;
+    } else if (cfg.model_type == "qwen2_moe") {
+        cfg.family = Family::kQwen2Moe;
     } else {
         return error(ErrorCode::kUnsupported,
                      "[config] " + source + ": model_type '" + cfg.model_type +
@@ -249,15 +257,17 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
     cfg.vocab = r.required_int("vocab_size");
     cfg.n_heads = r.required_int("num_attention_heads");
     cfg.n_kv_heads = r.required_int("num_key_value_heads");
-    cfg.rms_eps = static_cast<float>(r.number_or("rms_norm_eps", 1e-6));
+    const bool glm = cfg.family == Family::kGlm4Moe;
+    // Glm4MoeConfig's defaults where a file leaves a field out: eps 1e-5, head_dim 128, half rotary.
+    cfg.rms_eps = static_cast<float>(r.number_or("rms_norm_eps", glm ? 1e-5 : 1e-6));
     cfg.max_positions = r.int_or("max_position_embeddings", 0);
     cfg.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
-    cfg.head_dim = r.int_or("head_dim", 0);
+    cfg.head_dim = r.int_or("head_dim", glm ? 128 : 0);
     if (cfg.head_dim == 0 && cfg.n_heads > 0) cfg.head_dim = cfg.hidden / cfg.n_heads;
 
     // RoPE: rope_theta at the top level (older files) or inside rope_parameters (newer ones).
     const bool hybrid = cfg.family == Family::kQwen3Next || cfg.family == Family::kQwen35Moe;
-    double default_partial = hybrid ? 0.25 : 1.0;
+    double default_partial = hybrid ? 0.25 : glm ? 0.5 : 1.0;
     double theta = r.number_or("rope_theta", 10000.0);
     double partial = r.number_or("partial_rotary_factor", default_partial);
     // The rope type and its parameters: rope_parameters (transformers 5) or rope_scaling (older).
@@ -322,7 +332,8 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
     if (cfg.is_dense_family()) {
         cfg.dense_ffn = r.required_int("intermediate_size");
     } else {
-        cfg.n_experts = r.required_int({"num_experts", "num_local_experts"});
+        cfg.n_experts = glm ? r.required_int({"n_routed_experts", "num_experts", "num_local_experts"})
+                            : r.required_int({"num_experts", "num_local_experts"});
         cfg.top_k = r.required_int("num_experts_per_tok");
         cfg.expert_ffn = r.required_int("moe_intermediate_size");
         cfg.dense_ffn = r.int_or("intermediate_size", 0);
@@ -344,6 +355,32 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
             // The Qwen3.5/3.6 router renormalises unconditionally, whatever the file says (models.md §4.2.3).
             cfg.norm_topk_prob = true;
             break;
+        case Family::kQwen2Moe:
+            // Qwen2MoeSparseMoeBlock: softmax top-k (renormalised only with norm_topk_prob, false by
+            // default) and a shared expert scaled by σ(shared_expert_gate · x).
+            cfg.norm_topk_prob = r.bool_or("norm_topk_prob", false);
+            cfg.shared_expert_ffn = r.int_or("shared_expert_intermediate_size", 0);
+            break;
+        case Family::kGlm4Moe: {
+            // Glm4MoeMoE: sigmoid + e_score_correction_bias, group-limited top-k, an ungated shared
+            // MLP of n_shared_experts × moe_intermediate_size, dense layers before first_k_dense_replace.
+            cfg.norm_topk_prob = r.bool_or("norm_topk_prob", true);
+            cfg.router_sigmoid = true;
+            cfg.router_groups = r.int_or("n_group", 1);
+            cfg.router_topk_groups = r.int_or("topk_group", 1);
+            cfg.routed_scaling = static_cast<float>(r.number_or("routed_scaling_factor", 1.0));
+            cfg.first_k_dense = r.int_or("first_k_dense_replace", 1);
+            const int64_t shared = r.int_or("n_shared_experts", 1);
+            if (shared < 0 || shared > 64)
+                return error(ErrorCode::kInvalidArgument, "[config] " + source + ": n_shared_experts = " +
+                                                              std::to_string(shared) + " is outside 0..64");
+            cfg.shared_expert_ffn = shared * cfg.expert_ffn;
+            cfg.shared_expert_gated = false;
+            cfg.nextn_layers = r.int_or("num_nextn_predict_layers", 0);
+            cfg.attn_qk_norm = r.bool_or("use_qk_norm", false);
+            cfg.attn_qkv_bias = r.bool_or("attention_bias", false);
+            break;
+        }
     }
 
     if (hybrid) {
@@ -362,6 +399,11 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
     if (cfg.family == Family::kQwen2) {
         cfg.attn_qk_norm = false;
         cfg.attn_qkv_bias = true;
+    } else if (cfg.family == Family::kQwen2Moe) {
+        cfg.attn_qk_norm = false;
+        cfg.attn_qkv_bias = r.bool_or("qkv_bias", true);  // Qwen2MoeAttention: biases on q/k/v unless false
+    } else if (glm) {
+        // GLM's attention_bias puts biases on q, k and v only (o_proj has none): read above.
     } else if (r.bool_or("attention_bias", false)) {
         SLUICE_RETURN_IF_ERROR(r.status());
         return error(ErrorCode::kUnsupported,
@@ -371,7 +413,7 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
 
     // Layer pattern.
     cfg.layer_types.assign(static_cast<size_t>(cfg.n_layers), LayerType::kFullAttention);
-    if (cfg.is_dense_family()) {
+    if (cfg.is_dense_family() || cfg.family == Family::kQwen2Moe) {
         // The optional sliding window of Qwen2 / Qwen3 (off in every released checkpoint) is not
         // implemented: refused rather than run as full attention.
         bool sliding = r.bool_or("use_sliding_window", false);
@@ -502,6 +544,26 @@ Status check_model_config(const ModelConfig& cfg, const std::string& source, con
         return invalid(n.rms_eps + " must be a positive number, got " + std::to_string(cfg.rms_eps));
     if (!(cfg.rope_theta > 0.0f) || !std::isfinite(cfg.rope_theta))
         return invalid(n.rope_theta + " must be a positive number, got " + std::to_string(cfg.rope_theta));
+    if (cfg.first_k_dense < 0 || cfg.first_k_dense > cfg.n_layers)
+        return invalid(n.first_k_dense + " = " + std::to_string(cfg.first_k_dense) + " is outside 0.." +
+                       std::to_string(cfg.n_layers));
+    if (cfg.nextn_layers < 0 || cfg.nextn_layers > 16)
+        return invalid(n.nextn_layers + " = " + std::to_string(cfg.nextn_layers) + " is outside 0..16");
+    if (cfg.n_experts > 0 && cfg.router_sigmoid) {
+        const int64_t g = cfg.router_groups;
+        if (g < 1 || cfg.n_experts % g != 0 || cfg.n_experts / g < 2)
+            return invalid(n.router_groups + " (" + std::to_string(g) + ") must divide " + n.n_experts +
+                           " (" + std::to_string(cfg.n_experts) + ") into groups of at least 2");
+        if (cfg.router_topk_groups < 1 || cfg.router_topk_groups > g)
+            return invalid(n.router_topk_groups + " (" + std::to_string(cfg.router_topk_groups) +
+                           ") must be in 1.." + n.router_groups + " (" + std::to_string(g) + ")");
+        if (cfg.top_k > cfg.router_topk_groups * (cfg.n_experts / g))
+            return invalid(n.top_k + " (" + std::to_string(cfg.top_k) + ") exceeds the experts of the " +
+                           std::to_string(cfg.router_topk_groups) + " groups kept");
+        if (!(cfg.routed_scaling > 0.0f) || !std::isfinite(cfg.routed_scaling))
+            return invalid(n.routed_scaling + " must be a positive number, got " +
+                           std::to_string(cfg.routed_scaling));
+    }
     for (int64_t l = 0; l < cfg.n_layers; ++l)
         if (!cfg.is_moe_layer(l) && cfg.dense_ffn <= 0)
             return invalid("layer " + std::to_string(l) + " has a dense MLP but " + n.dense_ffn +

@@ -4,8 +4,11 @@
 //
 // Families: qwen2 (dense Qwen2 / Qwen2.5: biases on q/k/v, no q/k norm, a dense MLP in every layer),
 // qwen3 (dense: Qwen3-MoE's attention, a dense MLP in every layer), qwen3_moe (models.md §2),
-// qwen3_next (§3), qwen3_5_moe (§4; nested `text_config`).
-// Family defaults are applied here and nowhere else (e.g. Qwen3.5/3.6 routers always renormalise).
+// qwen3_next (§3), qwen3_5_moe (§4; nested `text_config`), qwen2_moe (Qwen1.5-MoE / Qwen2-57B-A14B:
+// Qwen2's attention with Qwen3-Next's softmax router and gated shared expert), glm4_moe (GLM-4.5 / 4.6
+// / 4.5-Air: Qwen3-MoE's decoder with q/k/v biases, optional q/k norms, half-rotary RoPE, a sigmoid router
+// whose bias chooses, an ungated shared expert and dense first layers). Family defaults are applied here and
+// nowhere else (e.g. Qwen3.5/3.6 routers always renormalise).
 #pragma once
 
 #include <cstdint>
@@ -19,7 +22,7 @@
 
 namespace sluice::model {
 
-enum class Family { kQwen2, kQwen3, kQwen3Moe, kQwen3Next, kQwen35Moe };
+enum class Family { kQwen2, kQwen3, kQwen3Moe, kQwen3Next, kQwen35Moe, kGlm4Moe, kQwen2Moe };
 const char* family_name(Family family);
 
 enum class LayerType { kFullAttention, kLinearAttention };
@@ -92,14 +95,28 @@ struct ModelConfig {
     bool split_linear_projections = false;  // 3.5: in_proj_qkv/z/b/a; Next: interleaved qkvz/ba
 
     // MoE (§1.7, §3.6).
-    int64_t n_experts = 0;          // E
-    int64_t top_k = 0;              // num_experts_per_tok
-    int64_t expert_ffn = 0;         // I: moe_intermediate_size
-    int64_t shared_expert_ffn = 0;  // I_s: shared_expert_intermediate_size (0 = none)
-    int64_t dense_ffn = 0;          // intermediate_size: dense MLP of non-MoE layers
+    int64_t n_experts = 0;            // E
+    int64_t top_k = 0;                // num_experts_per_tok
+    int64_t expert_ffn = 0;           // I: moe_intermediate_size
+    int64_t shared_expert_ffn = 0;    // I_s: shared_expert_intermediate_size (0 = none); GLM:
+                                      // moe_intermediate_size × n_shared_experts
+    bool shared_expert_gated = true;  // scaled by σ(shared_expert_gate · x) (Qwen); GLM's is not
+    int64_t dense_ffn = 0;            // intermediate_size: dense MLP of non-MoE layers
     bool norm_topk_prob = false;
     int64_t decoder_sparse_step = 1;
     std::vector<int64_t> mlp_only_layers;
+    int64_t first_k_dense = 0;  // first_k_dense_replace: layers [0, first_k_dense) are dense
+    // The router (kernels::RouterSpec): softmax (Qwen) or sigmoid scores with a selection bias
+    // (`mlp.gate.e_score_correction_bias`, GLM / DeepSeek-V3), group-limited top-k over n_group
+    // groups keeping topk_group, weights times routed_scaling_factor.
+    bool router_sigmoid = false;
+    int64_t router_groups = 1;       // n_group
+    int64_t router_topk_groups = 1;  // topk_group
+    float routed_scaling = 1.0f;     // routed_scaling_factor
+    // DeepSeek-style multi-token-prediction layers stored after the decoder's layers
+    // (model.layers.N .. N + nextn_layers - 1: num_nextn_predict_layers). Not run; accepted in a
+    // checkpoint and left out of a pack.
+    int64_t nextn_layers = 0;
 
     std::vector<LayerType> layer_types;  // [n_layers]
     // Multi-token-prediction layers the checkpoint holds (models.md §3.7): 0 or 1, set at load from

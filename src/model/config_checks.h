@@ -43,6 +43,11 @@ struct ConfigFieldNames {
     std::string linear_k_dim = "linear_key_head_dim";
     std::string linear_v_dim = "linear_value_head_dim";
     std::string conv_kernel = "linear_conv_kernel_dim";
+    std::string first_k_dense = "first_k_dense_replace";
+    std::string nextn_layers = "num_nextn_predict_layers";
+    std::string router_groups = "n_group";
+    std::string router_topk_groups = "topk_group";
+    std::string routed_scaling = "routed_scaling_factor";
 };
 
 // "[config] SOURCE: vocab_size N is outside 1..2^24" unless 1 ≤ vocab ≤ kConfigMaxVocab (checked before

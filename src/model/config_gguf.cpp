@@ -21,11 +21,9 @@ struct ArchEntry {
     const char* name;
     Family family;
 };
-constexpr ArchEntry kArchitectures[] = {{"qwen2", Family::kQwen2},
-                                        {"qwen3", Family::kQwen3},
-                                        {"qwen3moe", Family::kQwen3Moe},
-                                        {"qwen3next", Family::kQwen3Next},
-                                        {"qwen35moe", Family::kQwen35Moe}};
+constexpr ArchEntry kArchitectures[] = {{"qwen2", Family::kQwen2},         {"qwen3", Family::kQwen3},
+                                        {"qwen3moe", Family::kQwen3Moe},   {"qwen3next", Family::kQwen3Next},
+                                        {"qwen35moe", Family::kQwen35Moe}, {"glm4moe", Family::kGlm4Moe}};
 
 // The largest integer a count key may hold before it is narrowed (far past every bound checked later,
 // so the bound's message shows the value).
@@ -139,6 +137,11 @@ ConfigFieldNames field_names(const Keys& k, bool hybrid) {
     n.decoder_sparse_step = "decoder_sparse_step";
     n.rms_eps = k.quoted("attention.layer_norm_rms_epsilon");
     n.rope_theta = k.quoted("rope.freq_base");
+    n.first_k_dense = k.quoted("leading_dense_block_count");
+    n.nextn_layers = k.quoted("nextn_predict_layers");
+    n.router_groups = k.quoted("expert_group_count");
+    n.router_topk_groups = k.quoted("expert_group_used_count");
+    n.routed_scaling = k.quoted("expert_weights_scale");
     if (hybrid) {
         n.linear_k_heads = k.quoted("ssm.group_count");
         n.linear_v_heads = k.quoted("ssm.time_step_rank");
@@ -152,7 +155,7 @@ ConfigFieldNames field_names(const Keys& k, bool hybrid) {
 }  // namespace
 
 const char* supported_gguf_architectures() {
-    return "qwen2, qwen3, qwen3moe, qwen3next, qwen35moe (Qwen3.5 / Qwen3.6 MoE)";
+    return "qwen2, qwen3, qwen3moe, qwen3next, qwen35moe (Qwen3.5 / Qwen3.6 MoE), glm4moe (GLM-4.5 / 4.6)";
 }
 
 const char* gguf_architecture_name(Family family) {
@@ -169,7 +172,7 @@ Expected<Family> gguf_architecture_family(std::string_view architecture, const s
                                               supported_gguf_architectures());
 }
 
-Expected<ModelConfig> parse_gguf_model_config(const GgufMetadata& md, bool has_output_tensor,
+Expected<ModelConfig> parse_gguf_model_config(const GgufMetadata& md, const GgufTensorFacts& facts,
                                               const std::string& path) {
     SLUICE_ASSIGN_OR_RETURN(const std::string arch, md.get_string("general.architecture"));
     ModelConfig cfg;
@@ -177,6 +180,7 @@ Expected<ModelConfig> parse_gguf_model_config(const GgufMetadata& md, bool has_o
     cfg.model_type = family_name(cfg.family);
     const Keys k(md, arch, path);
     const bool hybrid = cfg.family == Family::kQwen3Next || cfg.family == Family::kQwen35Moe;
+    const bool glm = cfg.family == Family::kGlm4Moe;
 
     // Blocks: the converter's block_count includes the MTP blocks (qwen.py _QwenMtpMixin.__init__:
     // block_count += n_mtp) and says how many with add_nextn_predict_layers.
@@ -187,12 +191,13 @@ Expected<ModelConfig> parse_gguf_model_config(const GgufMetadata& md, bool has_o
                          ") must be below " + k.quoted("block_count") + " (" + std::to_string(blocks) + ")");
     cfg.n_layers = blocks - nextn;
     cfg.mtp_layers = hybrid && nextn > 0 ? 1 : 0;  // sluice runs the first MTP block (as with HF)
+    if (glm) cfg.nextn_layers = nextn;             // glm.py Glm4MoeModel: blocks not run (as with HF)
 
     SLUICE_ASSIGN_OR_RETURN(cfg.hidden, k.count("embedding_length"));
     SLUICE_ASSIGN_OR_RETURN(cfg.max_positions, k.count("context_length"));
     SLUICE_ASSIGN_OR_RETURN(const double eps, k.real("attention.layer_norm_rms_epsilon"));
     cfg.rms_eps = static_cast<float>(eps);
-    cfg.tie_word_embeddings = !has_output_tensor;
+    cfg.tie_word_embeddings = !facts.output;
 
     // Attention. head_count_kv, key_length and rope.dimension_count default as llama.cpp defaults them.
     SLUICE_ASSIGN_OR_RETURN(cfg.n_heads, k.count("attention.head_count"));
@@ -212,8 +217,10 @@ Expected<ModelConfig> parse_gguf_model_config(const GgufMetadata& md, bool has_o
     cfg.rope_theta = static_cast<float>(theta);
     SLUICE_RETURN_IF_ERROR(read_rope_scaling(md, k, &cfg));
     cfg.attn_output_gate = hybrid;  // llama.cpp's qwen3next / qwen35moe graphs always gate
-    cfg.attn_qk_norm = cfg.family != Family::kQwen2;
-    cfg.attn_qkv_bias = cfg.family == Family::kQwen2;
+    // glm4moe: q/k norms and q/k/v biases where the tensors are (llama_model_glm4_moe::load_arch_tensors
+    // creates them optional).
+    cfg.attn_qk_norm = glm ? facts.attn_q_norm : cfg.family != Family::kQwen2;
+    cfg.attn_qkv_bias = glm ? facts.attn_q_bias : cfg.family == Family::kQwen2;
 
     // MLP / MoE (Qwen2MoeModel.set_gguf_parameters: expert_feed_forward_length,
     // expert_shared_feed_forward_length; the base class: feed_forward_length from intermediate_size).
@@ -226,6 +233,35 @@ Expected<ModelConfig> parse_gguf_model_config(const GgufMetadata& md, bool has_o
         SLUICE_ASSIGN_OR_RETURN(cfg.dense_ffn, k.count_or("feed_forward_length", 0));
         cfg.norm_topk_prob =
             true;  // llama.cpp's qwen3moe / qwen3next / qwen35moe: build_moe_ffn(norm_w = true)
+    }
+    if (glm) {
+        // glm.py Glm4MoeModel.set_gguf_parameters: expert_shared_count, leading_dense_block_count,
+        // expert_gating_func (SIGMOID), expert_weights_scale, expert_weights_norm; llama.cpp reads a
+        // missing gating func as sigmoid, a scale of 0 as none, the group counts (LLM_KV_EXPERT_GROUP_*)
+        // as one group.
+        SLUICE_ASSIGN_OR_RETURN(const int64_t shared, k.count_or("expert_shared_count", 0));
+        if (shared > 64)
+            return k.invalid(k.quoted("expert_shared_count") + " = " + std::to_string(shared) +
+                             " is outside 0..64");
+        cfg.shared_expert_ffn = shared * cfg.expert_ffn;
+        cfg.shared_expert_gated = false;
+        SLUICE_ASSIGN_OR_RETURN(cfg.first_k_dense, k.count_or("leading_dense_block_count", 0));
+        SLUICE_ASSIGN_OR_RETURN(const int64_t gating, k.count_or("expert_gating_func", 0));
+        if (gating != 0 && gating != 2)
+            return k.unsupported(k.quoted("expert_gating_func") + " = " + std::to_string(gating) +
+                                 ": sluice runs glm4moe's sigmoid router (2)");
+        cfg.router_sigmoid = true;
+        SLUICE_ASSIGN_OR_RETURN(const double scale, k.real_or("expert_weights_scale", 0.0));
+        cfg.routed_scaling = scale == 0.0 ? 1.0f : static_cast<float>(scale);
+        if (k.has("expert_weights_norm")) {
+            SLUICE_ASSIGN_OR_RETURN(cfg.norm_topk_prob, md.get_bool(k.key("expert_weights_norm")));
+        } else {
+            cfg.norm_topk_prob = false;
+        }
+        SLUICE_ASSIGN_OR_RETURN(cfg.router_groups, k.count_or("expert_group_count", 1));
+        SLUICE_ASSIGN_OR_RETURN(cfg.router_topk_groups, k.count_or("expert_group_used_count", 1));
+        if (cfg.router_groups == 0) cfg.router_groups = 1;
+        if (cfg.router_topk_groups == 0) cfg.router_topk_groups = 1;
     }
 
     // Gated DeltaNet (Qwen3NextModel.set_gguf_parameters: ssm_conv_kernel, ssm_state_size =
@@ -303,7 +339,11 @@ Expected<ModelConfig> parse_gguf_model_config(const GgufMetadata& md, bool has_o
 
 Expected<ModelConfig> load_gguf_model_config(const format::GgufCheckpoint& checkpoint) {
     const std::string& path = checkpoint.files().front()->path();
-    return parse_gguf_model_config(checkpoint.metadata(), checkpoint.find("output.weight") != nullptr, path);
+    GgufTensorFacts facts;
+    facts.output = checkpoint.find("output.weight") != nullptr;
+    facts.attn_q_norm = checkpoint.find("blk.0.attn_q_norm.weight") != nullptr;
+    facts.attn_q_bias = checkpoint.find("blk.0.attn_q.bias") != nullptr;
+    return parse_gguf_model_config(checkpoint.metadata(), facts, path);
 }
 
 }  // namespace sluice::model

@@ -75,10 +75,21 @@ Expected<Family> gguf_architecture_family(std::string_view architecture, const s
 // The general.architecture the converter writes for a family ("qwen35moe" for kQwen35Moe).
 const char* gguf_architecture_name(Family family);
 
-// `has_output_tensor`: whether the file holds output.weight (false: tied embeddings, as llama.cpp reads
-// it). `path` names the file in messages.
-Expected<ModelConfig> parse_gguf_model_config(const format::GgufMetadata& metadata, bool has_output_tensor,
-                                              const std::string& path);
+// What a file's tensors say that its metadata does not: llama.cpp decides these by the tensors'
+// presence.
+struct GgufTensorFacts {
+    bool output = true;        // output.weight (false: tied embeddings)
+    bool attn_q_norm = false;  // blk.0.attn_q_norm.weight: glm4moe's optional q/k norms (use_qk_norm)
+    bool attn_q_bias = false;  // blk.0.attn_q.bias: glm4moe's optional q/k/v biases (attention_bias)
+};
+// `path` names the file in messages.
+Expected<ModelConfig> parse_gguf_model_config(const format::GgufMetadata& metadata,
+                                              const GgufTensorFacts& facts, const std::string& path);
+// `has_output_tensor`: whether the file holds output.weight (false: tied embeddings, as llama.cpp reads it).
+inline Expected<ModelConfig> parse_gguf_model_config(const format::GgufMetadata& metadata,
+                                                     bool has_output_tensor, const std::string& path) {
+    return parse_gguf_model_config(metadata, GgufTensorFacts{has_output_tensor}, path);
+}
 // The same for an opened file or split set (its first file's metadata, output.weight looked up in all).
 Expected<ModelConfig> load_gguf_model_config(const format::GgufCheckpoint& checkpoint);
 

@@ -1,6 +1,7 @@
-// The feed-forward block (models.md §1.6, §1.7, §3.6): softmax top-k router over E experts
-// (renormalised when norm_topk_prob), routed SwiGLU experts, and for Qwen3-Next / Qwen3.5 a shared
-// expert scaled by σ(shared_expert_gate · x). Non-MoE layers run a dense SwiGLU MLP.
+// The feed-forward block (models.md §1.6, §1.7, §3.6): a top-k router over E experts (softmax,
+// renormalised when norm_topk_prob; or GLM's sigmoid with a selection bias and groups:
+// kernels::RouterSpec), routed SwiGLU experts, and a shared expert — for Qwen3-Next / Qwen3.5 scaled
+// by σ(shared_expert_gate · x), for GLM added as it is. Non-MoE layers run a dense SwiGLU MLP.
 //
 // A batch's tokens — of every sequence in a batched forward — are grouped by expert (counting sort
 // over expert ids), so each routed expert's weights are acquired and read once per batch and applied
@@ -146,8 +147,9 @@ void Model::moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t lay
     linear_rows(m.router, x, n, singles, logits, pool);
     int32_t* ids = grow(ws.topk_ids, n * K);        // [n, K]
     float* weights = grow(ws.topk_weights, n * K);  // [n, K]
+    const kernels::RouterSpec router = P.router_spec(m.router_bias.empty() ? nullptr : m.router_bias.data());
     for (int64_t t = 0; t < n; ++t)
-        kernels::router_topk(logits + t * E, E, K, P.renormalize, ids + t * K, weights + t * K);
+        kernels::router_topk(logits + t * E, router, ids + t * K, weights + t * K);
 
     // Group (token, weight) pairs by expert: counts → offsets → fill.
     int32_t* offsets = grow(ws.expert_offsets, E + 1);
@@ -251,8 +253,10 @@ void Model::predict_next_experts(int64_t layer, const float* x, Workspace& ws, T
     int32_t* seen = grow(ws.expert_fill, E);
     std::fill(seen, seen + E, 0);
     int64_t count = 0;
+    const std::vector<float>& bias = next.moe_w.router_bias;
+    const kernels::RouterSpec router = plan.moe.router_spec(bias.empty() ? nullptr : bias.data());
     for (int64_t t = 0; t < n; ++t) {
-        kernels::router_topk(logits + t * E, E, K, plan.moe.renormalize, ids + t * K, weights + t * K);
+        kernels::router_topk(logits + t * E, router, ids + t * K, weights + t * K);
         for (int64_t j = 0; j < K; ++j) {
             if (!seen[ids[t * K + j]]) {
                 seen[ids[t * K + j]] = 1;

@@ -49,13 +49,16 @@ ModelPlan make_plan(const ModelConfig& c, CheckpointLayout layout) {
         if (c.is_moe_layer(l)) {
             p.ffn = FfnKind::kMoe;
             MoePlan& m = p.moe;
-            m.router = RouterKind::kSoftmaxTopK;
+            m.router = c.router_sigmoid ? RouterKind::kSigmoidBiasTopK : RouterKind::kSoftmaxTopK;
             m.experts = c.n_experts;
             m.top_k = c.top_k;
             m.expert_ffn = c.expert_ffn;
             m.renormalize = c.norm_topk_prob;
+            m.scale = c.routed_scaling;
+            m.groups = c.router_groups;
+            m.topk_groups = c.router_topk_groups;
             m.shared_expert = c.shared_expert_ffn > 0;
-            m.shared_gate = m.shared_expert;  // the three families gate their shared expert
+            m.shared_gate = m.shared_expert && c.shared_expert_gated;
         } else {
             p.ffn = FfnKind::kDense;
         }

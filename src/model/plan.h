@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/kernels.h"
 #include "model/config.h"
 
 namespace sluice::model {
@@ -21,10 +22,10 @@ enum class CheckpointLayout;
 
 enum class MixerKind { kAttention, kGatedDeltaNet };
 enum class FfnKind { kDense, kMoe };
-// How routing probabilities are made: softmax over the router's logits, then the top k
-// (Qwen3-MoE / Next / 3.5). DeepSeek-V3's sigmoid with a bias and group-limited top-k is the next
-// entry.
-enum class RouterKind { kSoftmaxTopK };
+// How routing weights are made (kernels::RouterSpec has the exact definitions): softmax over the
+// router's logits, then the top k (Qwen3-MoE / Next / 3.5); or sigmoid scores, a bias
+// (e_score_correction_bias) added for the choice only, group-limited top-k (GLM-4.5, DeepSeek-V3).
+enum class RouterKind { kSoftmaxTopK, kSigmoidBiasTopK };
 // The DeltaNet input projections: Qwen3-Next's in_proj_qkvz / in_proj_ba interleaved per key-head
 // group, or Qwen3.5's separate head-major in_proj_qkv / z / b / a.
 enum class DeltaProjection { kInterleavedQkvzBa, kSplit };
@@ -61,9 +62,25 @@ struct DeltaNetPlan {
 struct MoePlan {
     RouterKind router = RouterKind::kSoftmaxTopK;
     int64_t experts = 0, top_k = 0, expert_ffn = 0;
-    bool renormalize = false;  // divide the k picked probabilities by their sum
+    bool renormalize = false;             // divide the k picked probabilities by their sum
+    float scale = 1.0f;                   // routed_scaling_factor on the k weights
+    int64_t groups = 1, topk_groups = 1;  // kSigmoidBiasTopK: the groups kept before the top k
     bool shared_expert = false;
     bool shared_gate = false;  // the shared expert's output scaled by σ(shared_expert_gate · x)
+    // The router's RouterSpec with `bias` (the layer's e_score_correction_bias, or null).
+    kernels::RouterSpec router_spec(const float* bias) const {
+        kernels::RouterSpec r;
+        r.scoring = router == RouterKind::kSoftmaxTopK ? kernels::RouterSpec::Scoring::kSoftmax
+                                                       : kernels::RouterSpec::Scoring::kSigmoid;
+        r.n_experts = experts;
+        r.k = top_k;
+        r.renormalize = renormalize;
+        r.scale = scale;
+        r.bias = bias;
+        r.groups = groups;
+        r.topk_groups = topk_groups;
+        return r;
+    }
 };
 
 struct LayerPlan {

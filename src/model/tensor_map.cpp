@@ -45,8 +45,9 @@ int64_t mtp_layers_in(const ModelConfig& config, const format::Checkpoint& check
     return checkpoint.find(std::string(TensorNames::kMtpFc) + ".weight") != nullptr ? 1 : 0;
 }
 
-int TensorNames::module_bits(const std::string& module, int bits) {
-    return module.ends_with(kRouter) || module.ends_with(kSharedExpertGate) ? 8 : bits;
+int TensorNames::module_bits(const ModelConfig& config, const std::string& module, int bits) {
+    if (module.ends_with(kRouter)) return config.router_sigmoid ? 16 : 8;
+    return module.ends_with(kSharedExpertGate) ? 8 : bits;
 }
 
 Expected<TensorNames> find_tensor_names(const format::Checkpoint& ck, int64_t n_layers) {

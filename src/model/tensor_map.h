@@ -54,6 +54,13 @@ struct TensorNames {
     static constexpr const char* kRouter = "mlp.gate";
     static constexpr const char* kSharedExpert = "mlp.shared_expert.";  // gate_proj up_proj down_proj
     static constexpr const char* kSharedExpertGate = "mlp.shared_expert_gate";
+    static constexpr const char* kSharedExperts = "mlp.shared_experts.";  // GLM / DeepSeek-V3 spelling
+    // The sigmoid router's selection bias (GLM / DeepSeek-V3), F32 [E].
+    static constexpr const char* kRouterBias = "mlp.gate.e_score_correction_bias";
+    // The shared expert's module path of `config`'s family.
+    static const char* shared_expert(const ModelConfig& config) {
+        return config.family == Family::kGlm4Moe ? kSharedExperts : kSharedExpert;
+    }
     // Routed experts in the three layouts (source_experts()).
     static constexpr const char* kStackedExperts = "mlp.switch_mlp.";  // MLX: [E, out, in] per projection
     static constexpr const char* kExperts =
@@ -65,8 +72,9 @@ struct TensorNames {
     // not auxiliary: speculative decoding drafts with it.
     static bool is_auxiliary(const std::string& tensor_name);
     static bool is_mtp(const std::string& tensor_name) { return tensor_name.rfind("mtp.", 0) == 0; }
-    // mlx-lm keeps routers and the shared-expert gate at 8 bits: the bits a module is quantized to.
-    static int module_bits(const std::string& module, int bits);
+    // The bits a module is quantized to where the rest get `bits`, as mlx-lm does it: Qwen's routers
+    // and shared-expert gate at 8 bits; GLM's router (not a Linear in mlx-lm) kept float: 16.
+    static int module_bits(const ModelConfig& config, const std::string& module, int bits);
 };
 
 // The names in a checkpoint: the prefix and lm_head path found by the embedding table (an error

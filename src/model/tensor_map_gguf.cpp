@@ -165,6 +165,8 @@ void MapBuilder::mlp(int64_t l) {
     }
     const int64_t E = c_.n_experts, I = c_.expert_ffn;
     copy(g + "ffn_gate_inp.weight", p + TensorNames::kRouter + std::string(".weight"), {E, H});
+    // glm4moe: e_score_correction_bias → exp_probs_b.bias (tensor_mapping.py FFN_EXP_PROBS_B).
+    if (c_.router_sigmoid) copy(g + "exp_probs_b.bias", p + TensorNames::kRouterBias, {E});
     // Routed experts: the per-expert matrices stacked (Qwen2MoeModel.modify_tensors), [E, out, in].
     for (const auto& [proj, out, in] :
          {std::tuple<const char*, int64_t, int64_t>{"gate", I, H}, {"up", I, H}, {"down", H, I}}) {
@@ -175,24 +177,34 @@ void MapBuilder::mlp(int64_t l) {
             {{Kind::kStackExperts}});
     }
     if (c_.shared_expert_ffn > 0) {
-        const std::string s = p + TensorNames::kSharedExpert;
+        const std::string s = p + TensorNames::shared_expert(c_);
         const int64_t Is = c_.shared_expert_ffn;
         copy(g + "ffn_gate_shexp.weight", s + "gate_proj.weight", {Is, H});
         copy(g + "ffn_up_shexp.weight", s + "up_proj.weight", {Is, H});
         copy(g + "ffn_down_shexp.weight", s + "down_proj.weight", {H, Is});
-        copy(g + "ffn_gate_inp_shexp.weight", p + TensorNames::kSharedExpertGate + std::string(".weight"),
-             {1, H});
+        if (c_.shared_expert_gated)
+            copy(g + "ffn_gate_inp_shexp.weight", p + TensorNames::kSharedExpertGate + std::string(".weight"),
+                 {1, H});
     }
 }
+
+}  // namespace
+
+// qwen2 / qwen3 / qwen3moe map post_attention_layernorm to FFN_NORM; qwen3next / qwen35moe / glm4moe
+// list ATTN_POST_NORM for it (constants.py MODEL_TENSORS; tensor_mapping.py).
+const char* gguf_post_norm_name(const ModelConfig& c) {
+    return c.zero_centered_norms() || c.family == Family::kGlm4Moe ? "post_attention_norm.weight"
+                                                                   : "ffn_norm.weight";
+}
+
+namespace {
 
 std::vector<GgufTensorSource> MapBuilder::build() {
     const int64_t H = c_.hidden, V = c_.vocab;
     copy("token_embd.weight", names_.embed() + ".weight", {V, H});
     norm("output_norm.weight", names_.final_norm(), H);
     if (!c_.tie_word_embeddings) copy("output.weight", names_.lm_head + ".weight", {V, H});
-    // qwen2 / qwen3 / qwen3moe map post_attention_layernorm to FFN_NORM; qwen3next / qwen35moe list
-    // ATTN_POST_NORM for it (constants.py MODEL_TENSORS; tensor_mapping.py).
-    const char* post_norm = c_.zero_centered_norms() ? "post_attention_norm.weight" : "ffn_norm.weight";
+    const char* post_norm = gguf_post_norm_name(c_);
     for (int64_t l = 0; l < c_.n_layers + c_.mtp_layers; ++l) {
         const std::string g = blk(l), p = names_.layer(l);
         norm(g + "attn_norm.weight", p + TensorNames::kInputNorm, H);

@@ -84,6 +84,9 @@ struct GgufTensorSource {
 // config.mtp_layers > 0; output.weight unless config.tie_word_embeddings). HF names as
 // tensor_names_for(config) spells them (model. / model.language_model. prefix, mtp.* for the MTP head).
 std::vector<GgufTensorSource> gguf_tensor_map(const ModelConfig& config);
+// The name of a block's post-attention RMS norm in `config`'s GGUF ("post_attention_norm.weight" or
+// "ffn_norm.weight": the converter's tensor_mapping for its architecture).
+const char* gguf_post_norm_name(const ModelConfig& config);
 
 // The values the converter writes for `source`, from its HF tensors' values (`hf[i]` row-major f32 of
 // shape source.hf_shape, in the order of source.hf): each step's definition, the test's oracle against

@@ -166,7 +166,8 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
         for (const format::TensorInfo& t : file->tensors()) {
             if (t.name.compare(0, layers_prefix.size(), layers_prefix) != 0) continue;
             const int64_t index = std::strtoll(t.name.c_str() + layers_prefix.size(), nullptr, 10);
-            if (index >= cfg.n_layers)
+            // DeepSeek-style MTP layers follow the decoder's (GLM's model.layers.46 of 46): not run.
+            if (index >= cfg.n_layers + cfg.nextn_layers)
                 return error(ErrorCode::kInvalidArgument, "[weights] " + ck.dir() + " holds tensor '" +
                                                               t.name + "' of layer " + std::to_string(index) +
                                                               ", but config.json says num_hidden_layers = " +
@@ -268,19 +269,24 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
         const int64_t E = cfg.n_experts;
         SLUICE_ASSIGN_OR_RETURN(m.router, b.linear(p + TensorNames::kRouter, E, H));
         mw.dense_bytes += view_bytes(m.router);
+        if (cfg.router_sigmoid) {
+            SLUICE_ASSIGN_OR_RETURN(m.router_bias, b.floats(p + TensorNames::kRouterBias, E));
+        }
         if (bind_experts) SLUICE_RETURN_IF_ERROR(bind_routed_experts(cfg, ck, names, l, &m));
         for (const auto& ex : m.experts) mw.expert_bytes += expert_bytes(ex);
 
         if (cfg.shared_expert_ffn > 0) {
             m.has_shared = true;
             const int64_t Is = cfg.shared_expert_ffn;
-            SLUICE_ASSIGN_OR_RETURN(m.shared.gate,
-                                    b.linear(p + TensorNames::kSharedExpert + "gate_proj", Is, H));
-            SLUICE_ASSIGN_OR_RETURN(m.shared.up, b.linear(p + TensorNames::kSharedExpert + "up_proj", Is, H));
-            SLUICE_ASSIGN_OR_RETURN(m.shared.down,
-                                    b.linear(p + TensorNames::kSharedExpert + "down_proj", H, Is));
-            SLUICE_ASSIGN_OR_RETURN(m.shared_gate, b.linear(p + TensorNames::kSharedExpertGate, 1, H));
-            mw.dense_bytes += expert_bytes(m.shared) + view_bytes(m.shared_gate);
+            const std::string sp = p + TensorNames::shared_expert(cfg);
+            SLUICE_ASSIGN_OR_RETURN(m.shared.gate, b.linear(sp + "gate_proj", Is, H));
+            SLUICE_ASSIGN_OR_RETURN(m.shared.up, b.linear(sp + "up_proj", Is, H));
+            SLUICE_ASSIGN_OR_RETURN(m.shared.down, b.linear(sp + "down_proj", H, Is));
+            mw.dense_bytes += expert_bytes(m.shared);
+            if (cfg.shared_expert_gated) {
+                SLUICE_ASSIGN_OR_RETURN(m.shared_gate, b.linear(p + TensorNames::kSharedExpertGate, 1, H));
+                mw.dense_bytes += view_bytes(m.shared_gate);
+            }
         }
     }
     // The small per-layer vectors (norms, conv, A, dt bias) are held as f32 copies: resident too.
@@ -289,7 +295,7 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
         floats += lw.input_norm.size() + lw.post_norm.size() + lw.attn.q_norm.size() + lw.attn.k_norm.size() +
                   lw.attn.q_bias.size() + lw.attn.k_bias.size() + lw.attn.v_bias.size() +
                   lw.linear.conv.size() + lw.linear.neg_a.size() + lw.linear.dt_bias.size() +
-                  lw.linear.norm.size();
+                  lw.linear.norm.size() + lw.moe_w.router_bias.size();
     mw.dense_bytes += sizeof(float) * floats;
     log::debug("[weights] {} layout, prefix '{}', dense {:.1f} MB, experts {:.1f} MB", layout_name(mw.layout),
                prefix, mw.dense_bytes / 1e6, mw.expert_bytes / 1e6);

@@ -74,6 +74,7 @@ struct ExpertWeights {
 
 struct MoeWeights {
     WeightView router;                   // [E, H]
+    std::vector<float> router_bias;      // [E]: a sigmoid router's selection bias, or empty
     std::vector<ExpertWeights> experts;  // [E] views into the checkpoint
     bool has_shared = false;
     ExpertWeights shared;    // [I_s, H] ...

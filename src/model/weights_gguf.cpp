@@ -151,7 +151,8 @@ Expected<ModelWeights> load_gguf_weights(const ModelConfig& cfg,
     for (const GgufTensor* t : checkpoint->tensors()) {
         if (t->name.compare(0, 4, "blk.") != 0) continue;
         const int64_t index = std::strtoll(t->name.c_str() + 4, nullptr, 10);
-        if (index >= cfg.n_layers && cfg.mtp_layers == 0)  // (blocks past them: the MTP head's)
+        // (blocks past them: the MTP head's, run for Qwen, left alone for GLM)
+        if (index >= cfg.n_layers && cfg.mtp_layers == 0 && index >= cfg.n_layers + cfg.nextn_layers)
             return b.fail(t->name, "is of block " + std::to_string(index) + ", but the metadata describes " +
                                        std::to_string(cfg.n_layers) + " decoder blocks");
     }
@@ -167,7 +168,7 @@ Expected<ModelWeights> load_gguf_weights(const ModelConfig& cfg,
 
     const int64_t n_layers = cfg.n_layers + cfg.mtp_layers;
     mw.layers.resize(static_cast<size_t>(n_layers));
-    const char* post_norm = cfg.zero_centered_norms() ? "post_attention_norm.weight" : "ffn_norm.weight";
+    const char* post_norm = gguf_post_norm_name(cfg);
     for (int64_t l = 0; l < n_layers; ++l) {
         LayerWeights& lw = mw.layers[static_cast<size_t>(l)];
         const std::string g = blk(l);
@@ -233,6 +234,9 @@ Expected<ModelWeights> load_gguf_weights(const ModelConfig& cfg,
             MoeWeights& m = lw.moe_w;
             SLUICE_ASSIGN_OR_RETURN(m.router, b.matrix(g + "ffn_gate_inp.weight"));
             mw.dense_bytes += view_bytes(m.router);
+            if (cfg.router_sigmoid) {
+                SLUICE_ASSIGN_OR_RETURN(m.router_bias, b.floats(g + "exp_probs_b.bias", cfg.n_experts));
+            }
             const GgufTensor* proj[3];
             for (int p = 0; p < 3; ++p) {
                 static const char* const kNames[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight",
@@ -253,9 +257,12 @@ Expected<ModelWeights> load_gguf_weights(const ModelConfig& cfg,
                 SLUICE_ASSIGN_OR_RETURN(m.shared.gate, b.matrix(g + "ffn_gate_shexp.weight"));
                 SLUICE_ASSIGN_OR_RETURN(m.shared.up, b.matrix(g + "ffn_up_shexp.weight"));
                 SLUICE_ASSIGN_OR_RETURN(m.shared.down, b.matrix(g + "ffn_down_shexp.weight"));
-                SLUICE_ASSIGN_OR_RETURN(m.shared_gate, b.matrix(g + "ffn_gate_inp_shexp.weight"));
-                for (const WeightView* v : {&m.shared.gate, &m.shared.up, &m.shared.down, &m.shared_gate})
+                for (const WeightView* v : {&m.shared.gate, &m.shared.up, &m.shared.down})
                     mw.dense_bytes += view_bytes(*v);
+                if (cfg.shared_expert_gated) {
+                    SLUICE_ASSIGN_OR_RETURN(m.shared_gate, b.matrix(g + "ffn_gate_inp_shexp.weight"));
+                    mw.dense_bytes += view_bytes(m.shared_gate);
+                }
             }
         }
         if (cfg.is_mtp_layer(l)) {
@@ -272,7 +279,7 @@ Expected<ModelWeights> load_gguf_weights(const ModelConfig& cfg,
         floats += lw.input_norm.size() + lw.post_norm.size() + lw.attn.q_norm.size() + lw.attn.k_norm.size() +
                   lw.attn.q_bias.size() + lw.attn.k_bias.size() + lw.attn.v_bias.size() +
                   lw.linear.conv.size() + lw.linear.neg_a.size() + lw.linear.dt_bias.size() +
-                  lw.linear.norm.size();
+                  lw.linear.norm.size() + lw.moe_w.router_bias.size();
     mw.dense_bytes += sizeof(float) * floats;
     log::debug("[weights] gguf {}, dense {:.1f} MB, experts {:.1f} MB", b.file_name(), mw.dense_bytes / 1e6,
                mw.expert_bytes / 1e6);

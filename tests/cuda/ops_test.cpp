@@ -646,20 +646,45 @@ TEST(CudaOps, GatedDeltaMatchesRecurrentAndChunkedReference) {
 
 TEST(CudaOps, RouterTopkMatchesReference) {
     REQUIRE_GPU();
-    for (int64_t E : {8, 64, 256, 512}) {
+    using Scoring = kernels::RouterSpec::Scoring;
+    for (int64_t E : {8, 64, 160, 256, 512, 1024}) {
         for (bool renorm : {false, true}) {
-            const int64_t n = 37, K = std::min<int64_t>(8, E);
-            std::vector<float> logits = randn(static_cast<size_t>(n * E), static_cast<uint32_t>(E), 2.0f);
-            std::vector<int32_t> ref_ids(static_cast<size_t>(n * K));
-            std::vector<float> ref_w(static_cast<size_t>(n * K));
-            for (int64_t t = 0; t < n; ++t)
-                kernels::reference::router_topk(logits.data() + t * E, E, K, renorm, ref_ids.data() + t * K,
-                                                ref_w.data() + t * K);
-            Dev<float> dl(logits), dw(ref_w.size());
-            Dev<int32_t> di(ref_ids.size());
-            router_topk(dl.get(), n, E, K, renorm, di.get(), dw.get(), nullptr);
-            EXPECT_EQ(di.host(), ref_ids) << "E " << E;
-            EXPECT_LT(rel_err(dw.host(), ref_w), 1e-6) << "E " << E;
+            for (Scoring scoring : {Scoring::kSoftmax, Scoring::kSigmoid}) {
+                for (int64_t groups : {1, 8}) {
+                    if (scoring == Scoring::kSoftmax && groups > 1) continue;
+                    const int64_t n = 37, K = std::min<int64_t>(8, E);
+                    const int64_t kept_groups = groups / 2 + (groups == 1);
+                    if (E / groups < 2 || K > kept_groups * (E / groups)) continue;
+                    std::vector<float> logits =
+                        randn(static_cast<size_t>(n * E), static_cast<uint32_t>(E), 2.0f);
+                    const std::vector<float> bias =
+                        randn(static_cast<size_t>(E), static_cast<uint32_t>(E + 1), 0.3f);
+                    Dev<float> db(bias);
+                    kernels::RouterSpec r;
+                    r.scoring = scoring;
+                    r.n_experts = E;
+                    r.k = K;
+                    r.renormalize = renorm;
+                    r.scale = renorm ? 2.5f : 1.0f;
+                    r.groups = groups;
+                    r.topk_groups = kept_groups;
+                    r.bias = scoring == Scoring::kSigmoid ? bias.data() : nullptr;
+                    std::vector<int32_t> ref_ids(static_cast<size_t>(n * K));
+                    std::vector<float> ref_w(static_cast<size_t>(n * K));
+                    for (int64_t t = 0; t < n; ++t)
+                        kernels::reference::router_topk(logits.data() + t * E, r, ref_ids.data() + t * K,
+                                                        ref_w.data() + t * K);
+                    if (r.bias != nullptr) r.bias = db.get();
+                    Dev<float> dl(logits), dw(ref_w.size());
+                    Dev<int32_t> di(ref_ids.size());
+                    router_topk(dl.get(), n, r, di.get(), dw.get(), nullptr);
+                    const std::string what = "E " + std::to_string(E) +
+                                             (scoring == Scoring::kSigmoid ? " sigmoid" : " softmax") +
+                                             " groups " + std::to_string(groups);
+                    EXPECT_EQ(di.host(), ref_ids) << what;
+                    EXPECT_LT(rel_err(dw.host(), ref_w), 1e-6) << what;
+                }
+            }
         }
     }
 }
@@ -679,6 +704,7 @@ TEST(CudaOps, MatvecMultiFusedTopkMatchesRouterTopk) {
                 dw2(static_cast<size_t>(K));
             Dev<int32_t> di(static_cast<size_t>(K)), di2(static_cast<size_t>(K));
             Dev<uint32_t> counter(1);
+            Dev<float> dbias(randn(static_cast<size_t>(E), 77, 0.3f));
             for (int rep = 0; rep < 3; ++rep) {
                 std::vector<float> x = randn(static_cast<size_t>(H), static_cast<uint32_t>(10 + rep));
                 Dev<float> dx(x);
@@ -686,14 +712,22 @@ TEST(CudaOps, MatvecMultiFusedTopkMatchesRouterTopk) {
                 m.add(wg->dev, dg.get());
                 m.add(wr->dev, dl.get());
                 m.topk.which = 1;
-                m.topk.n_experts = E;
-                m.topk.k = K;
-                m.topk.renormalize = rep % 2 == 0;
+                // Qwen's softmax router, then GLM / DeepSeek-V3's grouped sigmoid one with a bias.
+                m.topk.router.n_experts = E;
+                m.topk.router.k = K;
+                m.topk.router.renormalize = rep % 2 == 0;
+                if (rep == 2) {
+                    m.topk.router.scoring = kernels::RouterSpec::Scoring::kSigmoid;
+                    m.topk.router.bias = dbias.get();
+                    m.topk.router.groups = 8;
+                    m.topk.router.topk_groups = 4;
+                    m.topk.router.scale = 2.5f;
+                }
                 m.topk.ids = di.get();
                 m.topk.weights = dw.get();
                 m.topk.counter = counter.get();
                 matvec_multi(lc, m, dx.get(), nullptr);
-                router_topk(dl.get(), 1, E, K, rep % 2 == 0, di2.get(), dw2.get(), nullptr);
+                router_topk(dl.get(), 1, m.topk.router, di2.get(), dw2.get(), nullptr);
                 EXPECT_EQ(di.host(), di2.host()) << "E " << E << " split " << split;
                 EXPECT_EQ(dw.host(), dw2.host()) << "E " << E << " split " << split;
                 EXPECT_EQ(counter.host()[0], 0u);
@@ -748,8 +782,8 @@ TEST(CudaOps, MatvecMultiNormPrologueMatchesAddRmsNorm) {
                 m.norm = NormIn{fx.get(), fadd.get(), fw.get(), 1e-6f, fout.get(), fnorm.get()};
                 if (topk) {
                     m.topk.which = 1;
-                    m.topk.n_experts = 37;
-                    m.topk.k = K;
+                    m.topk.router.n_experts = 37;
+                    m.topk.router.k = K;
                     m.topk.ids = ti.get();
                     m.topk.weights = tw.get();
                     m.topk.counter = counter.get();
@@ -766,7 +800,7 @@ TEST(CudaOps, MatvecMultiNormPrologueMatchesAddRmsNorm) {
                 if (topk) {
                     Dev<float> w_ref(static_cast<size_t>(K));
                     Dev<int32_t> i_ref(static_cast<size_t>(K));
-                    router_topk(fy2.get(), 1, 37, K, false, i_ref.get(), w_ref.get(), nullptr);
+                    router_topk(fy2.get(), 1, m.topk.router, i_ref.get(), w_ref.get(), nullptr);
                     EXPECT_EQ(ti.host(), i_ref.host()) << what;
                     EXPECT_EQ(counter.host()[0], 0u) << what;
                 }

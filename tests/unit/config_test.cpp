@@ -283,6 +283,61 @@ TEST(ModelConfig, OutOfRangeValuesAreRefused) {
     }
 }
 
+// GLM-4.5-Air's config.json as the Hub ships it: every GLM field, and the defaults of Glm4MoeConfig
+// where a field is left out.
+TEST(ModelConfig, Glm4MoeAsTheHubWritesIt) {
+    const std::string air = R"({"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe",
+        "attention_bias": true, "eos_token_id": [151329, 151336, 151338], "first_k_dense_replace": 1,
+        "head_dim": 128, "hidden_size": 4096, "intermediate_size": 10944, "max_position_embeddings": 131072,
+        "moe_intermediate_size": 1408, "n_group": 1, "n_routed_experts": 128, "n_shared_experts": 1,
+        "norm_topk_prob": true, "num_attention_heads": 96, "num_experts_per_tok": 8, "num_hidden_layers": 46,
+        "num_key_value_heads": 8, "num_nextn_predict_layers": 1, "partial_rotary_factor": 0.5,
+        "rms_norm_eps": 1e-05, "rope_theta": 1000000, "routed_scaling_factor": 1.0, "topk_group": 1,
+        "use_qk_norm": false, "vocab_size": 151552})";
+    auto cfg = parse_model_config(air, "air.json");
+    ASSERT_TRUE(cfg.has_value()) << cfg.status().message();
+    EXPECT_EQ(cfg->family, Family::kGlm4Moe);
+    EXPECT_EQ(cfg->n_experts, 128);
+    EXPECT_EQ(cfg->rotary_dim, 64);
+    EXPECT_TRUE(cfg->attn_qkv_bias);
+    EXPECT_FALSE(cfg->attn_qk_norm);
+    EXPECT_TRUE(cfg->router_sigmoid);
+    EXPECT_EQ(cfg->shared_expert_ffn, 1408);
+    EXPECT_FALSE(cfg->shared_expert_gated);
+    EXPECT_FALSE(cfg->is_moe_layer(0));
+    EXPECT_TRUE(cfg->is_moe_layer(1));
+    EXPECT_EQ(cfg->dense_ffn, 10944);
+    EXPECT_EQ(cfg->nextn_layers, 1);
+    EXPECT_EQ(cfg->rms_eps, 1e-5f);
+    // Left out: Glm4MoeConfig's defaults (head_dim 128, half rotary, eps 1e-5, one shared expert).
+    auto bare = parse_model_config(R"({"model_type": "glm4_moe", "hidden_size": 256, "num_hidden_layers": 2,
+        "vocab_size": 100, "num_attention_heads": 4, "num_key_value_heads": 2, "n_routed_experts": 8,
+        "num_experts_per_tok": 2, "moe_intermediate_size": 32, "intermediate_size": 64})",
+                                   "bare.json");
+    ASSERT_TRUE(bare.has_value()) << bare.status().message();
+    EXPECT_EQ(bare->head_dim, 128);
+    EXPECT_EQ(bare->rotary_dim, 64);
+    EXPECT_EQ(bare->first_k_dense, 1);
+    EXPECT_EQ(bare->shared_expert_ffn, 32);
+    EXPECT_TRUE(bare->norm_topk_prob);
+    // Groups that do not divide the experts, or keep too few of them, are named.
+    for (const auto& [fields, expect] :
+         {std::pair<std::string, std::string>{R"("n_group": 3)", "n_group (3) must divide"},
+          {R"("n_group": 4, "topk_group": 5)", "topk_group (5) must be in 1..n_group"},
+          {R"("n_group": 4, "topk_group": 1, "num_experts_per_tok": 3)",
+           "exceeds the experts of the 1 groups"},
+          {R"("routed_scaling_factor": -1)", "routed_scaling_factor must be a positive number"},
+          {R"("first_k_dense_replace": 9)", "first_k_dense_replace = 9 is outside 0..2"}}) {
+        const std::string text = R"({"model_type": "glm4_moe", "hidden_size": 256, "num_hidden_layers": 2,
+            "vocab_size": 100, "num_attention_heads": 4, "num_key_value_heads": 2, "n_routed_experts": 8,
+            "num_experts_per_tok": 2, "moe_intermediate_size": 32, "intermediate_size": 64, )" +
+                                 fields + "}";
+        auto bad = parse_model_config(text, "g.json");
+        ASSERT_FALSE(bad.has_value()) << fields;
+        EXPECT_NE(bad.status().message().find(expect), std::string::npos) << bad.status().message();
+    }
+}
+
 // Every golden's config.json against the config transformers itself writes for the same model
 // (tools/make_goldens.py --save-configs: save_pretrained, the spelling of a checkpoint saved by
 // transformers 5, e.g. num_local_experts, rope_parameters, layer_types): both must read as the same
@@ -328,6 +383,15 @@ TEST(ModelConfig, ConfigsAsTransformersWritesThem) {
         EXPECT_EQ(a.expert_ffn, b.expert_ffn);
         EXPECT_EQ(a.shared_expert_ffn, b.shared_expert_ffn);
         EXPECT_EQ(a.norm_topk_prob, b.norm_topk_prob);
+        EXPECT_EQ(a.shared_expert_gated, b.shared_expert_gated);
+        EXPECT_EQ(a.router_sigmoid, b.router_sigmoid);
+        EXPECT_EQ(a.router_groups, b.router_groups);
+        EXPECT_EQ(a.router_topk_groups, b.router_topk_groups);
+        EXPECT_EQ(a.routed_scaling, b.routed_scaling);
+        EXPECT_EQ(a.first_k_dense, b.first_k_dense);
+        EXPECT_EQ(a.nextn_layers, b.nextn_layers);
+        EXPECT_EQ(a.attn_qk_norm, b.attn_qk_norm);
+        EXPECT_EQ(a.attn_qkv_bias, b.attn_qkv_bias);
         for (int64_t l = 0; l < a.n_layers && a.n_layers == b.n_layers; ++l) {
             EXPECT_EQ(a.is_moe_layer(l), b.is_moe_layer(l)) << "layer " << l;
             EXPECT_EQ(a.is_full_attention(l), b.is_full_attention(l)) << "layer " << l;

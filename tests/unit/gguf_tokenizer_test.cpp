@@ -555,7 +555,7 @@ TEST(GgufTokenizer, MalformedMetadataIsAnErrorNamingTheFileAndKey) {
         {"llama model", [](GgufWriter& w) { w.set_string("tokenizer.ggml.model", "llama"); },
          "tokenizer.ggml.model", "is 'llama': sluice implements 'gpt2'", ErrorCode::kUnsupported},
         {"other pre", [](GgufWriter& w) { w.set_string("tokenizer.ggml.pre", "llama-bpe"); },
-         "tokenizer.ggml.pre", "is 'llama-bpe': sluice implements 'qwen2' and 'qwen35'",
+         "tokenizer.ggml.pre", "is 'llama-bpe': sluice implements 'qwen2', 'qwen35' and 'glm4'",
          ErrorCode::kUnsupported},
         {"tokens of integers",
          [](GgufWriter& w) {

@@ -126,17 +126,74 @@ TEST(KernelsReference, RouterTopkWithAndWithoutRenormalisation) {
     // p = {1, 4, 2, 2, 1} / 10; top-3 = expert 1, then the tie 2 before 3.
     int32_t ids[3];
     float w[3];
-    reference::router_topk(logits, 5, 3, false, ids, w);
+    RouterSpec r;
+    r.n_experts = 5;
+    r.k = 3;
+    reference::router_topk(logits, r, ids, w);
     EXPECT_EQ(ids[0], 1);
     EXPECT_EQ(ids[1], 2);
     EXPECT_EQ(ids[2], 3);
     EXPECT_NEAR(w[0], 0.4f, 1e-6);
     EXPECT_NEAR(w[1], 0.2f, 1e-6);
     EXPECT_NEAR(w[2], 0.2f, 1e-6);
-    reference::router_topk(logits, 5, 3, true, ids, w);
+    r.renormalize = true;
+    reference::router_topk(logits, r, ids, w);
     EXPECT_NEAR(w[0], 0.5f, 1e-6);
     EXPECT_NEAR(w[1], 0.25f, 1e-6);
     EXPECT_NEAR(w[2], 0.25f, 1e-6);
+    r.scale = 2.5f;  // routed_scaling_factor multiplies after the renormalisation
+    reference::router_topk(logits, r, ids, w);
+    EXPECT_NEAR(w[0], 1.25f, 1e-6);
+}
+
+// GLM-4.5 / DeepSeek-V3 routing: the bias chooses, the sigmoid weighs; groups scored by their top two.
+TEST(KernelsReference, SigmoidRouterWithBiasAndGroups) {
+    auto logit = [](double s) { return static_cast<float>(std::log(s / (1.0 - s))); };  // σ⁻¹
+    // Sigmoid scores s and a bias that promotes expert 5 over expert 0.
+    const double s[8] = {0.9, 0.2, 0.3, 0.4, 0.8, 0.1, 0.7, 0.6};
+    float logits[8], bias[8] = {0, 0, 0, 0, 0, 0.5f, 0, 0};
+    for (int e = 0; e < 8; ++e) logits[e] = logit(s[e]);
+    RouterSpec r;
+    r.scoring = RouterSpec::Scoring::kSigmoid;
+    r.n_experts = 8;
+    r.k = 2;
+    r.bias = bias;
+    int32_t ids[2];
+    float w[2];
+    reference::router_topk(logits, r, ids, w);
+    // c = s + bias = {.9 .2 .3 .4 .8 .6 .7 .6}: experts 0 and 4; weights are s, not c.
+    EXPECT_EQ(ids[0], 0);
+    EXPECT_EQ(ids[1], 4);
+    EXPECT_NEAR(w[0], 0.9f, 1e-6);
+    EXPECT_NEAR(w[1], 0.8f, 1e-6);
+    bias[0] = -0.5f;  // c[0] = 0.4: now 4 (0.8), then 6 (0.7)
+    reference::router_topk(logits, r, ids, w);
+    EXPECT_EQ(ids[0], 4);
+    EXPECT_EQ(ids[1], 6);
+    EXPECT_NEAR(w[1], 0.7f, 1e-6);
+    // Four groups of two; group scores (top two of c) = {.6, .7, 1.4, 1.3}: the best two groups are
+    // 2 and 3, so expert 5 (c .6) competes and expert 1... is masked to 0.
+    r.groups = 4;
+    r.topk_groups = 2;
+    r.k = 3;
+    r.renormalize = true;
+    r.scale = 2.0f;
+    int32_t ids3[3];
+    float w3[3];
+    reference::router_topk(logits, r, ids3, w3);
+    EXPECT_EQ(ids3[0], 4);
+    EXPECT_EQ(ids3[1], 6);
+    EXPECT_TRUE(ids3[2] == 5 || ids3[2] == 7) << ids3[2];  // c 0.6 each: the lower index first
+    EXPECT_EQ(ids3[2], 5);
+    const double sum = 0.8 + 0.7 + 0.1;
+    EXPECT_NEAR(w3[0], 2.0 * 0.8 / sum, 1e-6);
+    EXPECT_NEAR(w3[2], 2.0 * 0.1 / sum, 1e-6);
+    // Masked experts score 0, not -inf: with every kept choice negative, a masked expert wins.
+    const float neg[8] = {-0.9f, -0.9f, -0.9f, -0.9f, -0.9f, -0.9f, -0.9f, -0.9f};
+    r.bias = neg;
+    r.k = 3;
+    reference::router_topk(logits, r, ids3, w3);
+    EXPECT_EQ(ids3[0], 0);  // group 0 is masked (its c are 0.0 > every kept c)
 }
 
 TEST(KernelsReference, SwigluAndAxpy) {

@@ -882,21 +882,39 @@ TEST(Kernels, RouterMatchesReference) {
         std::mt19937 rng(8);
         for (int64_t n_experts : {4, 64, 512})
             for (int64_t k : {1, 4, 10})
-                for (bool renorm : {false, true}) {
-                    if (k > n_experts) continue;
-                    const auto logits = random_vec(rng, n_experts, 2.0f);
-                    std::vector<int32_t> ref_ids(k), ids(k, -1);
-                    std::vector<float> ref_w(k), w(k, NAN);
-                    reference::router_topk(logits.data(), n_experts, k, renorm, ref_ids.data(), ref_w.data());
-                    router_topk(logits.data(), n_experts, k, renorm, ids.data(), w.data());
-                    EXPECT_EQ(ids, ref_ids) << n_experts << " " << k;
-                    expect_close(w, ref_w, 1e-6, "router");
-                }
+                for (bool renorm : {false, true})
+                    for (auto scoring : {RouterSpec::Scoring::kSoftmax, RouterSpec::Scoring::kSigmoid})
+                        for (int64_t groups : {1, 2, 8}) {
+                            if (k > n_experts || (scoring == RouterSpec::Scoring::kSoftmax && groups > 1) ||
+                                n_experts / groups < 2 || k > n_experts / groups)
+                                continue;
+                            const auto logits = random_vec(rng, n_experts, 2.0f);
+                            const auto bias = random_vec(rng, n_experts, 0.3f);
+                            RouterSpec r;
+                            r.scoring = scoring;
+                            r.n_experts = n_experts;
+                            r.k = k;
+                            r.renormalize = renorm;
+                            r.scale = renorm ? 2.5f : 1.0f;
+                            r.bias = scoring == RouterSpec::Scoring::kSigmoid ? bias.data() : nullptr;
+                            r.groups = groups;
+                            r.topk_groups = groups > 1 ? groups / 2 : 1;
+                            std::vector<int32_t> ref_ids(k), ids(k, -1);
+                            std::vector<float> ref_w(k), w(k, NAN);
+                            reference::router_topk(logits.data(), r, ref_ids.data(), ref_w.data());
+                            router_topk(logits.data(), r, ids.data(), w.data());
+                            EXPECT_EQ(ids, ref_ids) << n_experts << " " << k << " groups " << groups;
+                            expect_close(w, ref_w, 1e-6, "router");
+                        }
         // Ties keep the lower index first.
         const float tied[6] = {1, 3, 3, 0, 3, 2};
         int32_t ids[3];
         float w[3];
-        router_topk(tied, 6, 3, true, ids, w);
+        RouterSpec r;
+        r.n_experts = 6;
+        r.k = 3;
+        r.renormalize = true;
+        router_topk(tied, r, ids, w);
         EXPECT_EQ(ids[0], 1);
         EXPECT_EQ(ids[1], 2);
         EXPECT_EQ(ids[2], 4);
@@ -934,7 +952,15 @@ void run_decode_allocation_check(ThreadPool* pool_ptr) {
         std::vector<float> state = d.state, dout(4 * 16);
         std::vector<float> conv_state(3 * 256), conv_out(256);
         const auto conv_w = random_vec(rng, 256 * 4);  // [channels, kernel]
-        const auto logits = random_vec(rng, 64);
+        const auto logits = random_vec(rng, 64), router_bias = random_vec(rng, 64, 0.3f);
+        RouterSpec router, grouped;  // Qwen's softmax router; a DeepSeek-V3-style grouped sigmoid one
+        router.n_experts = grouped.n_experts = 64;
+        router.k = grouped.k = 8;
+        router.renormalize = grouped.renormalize = true;
+        grouped.scoring = RouterSpec::Scoring::kSigmoid;
+        grouped.bias = router_bias.data();
+        grouped.groups = 8;
+        grouped.topk_groups = 4;
         int32_t ids[8];
         float weights[8];
         auto step = [&] {
@@ -950,7 +976,8 @@ void run_decode_allocation_check(ThreadPool* pool_ptr) {
             gated_delta_recurrent(d.q.data(), d.k.data(), d.v.data(), d.beta.data(), d.g.data(), 1, 2, 4, 32,
                                   16, state.data(), state.data(), dout.data(), pool_ptr);
             rms_norm_gated(dout.data(), dout.data(), nw.data(), 16, 1e-6f, dout.data());
-            router_topk(logits.data(), 64, 8, true, ids, weights);
+            router_topk(logits.data(), router, ids, weights);
+            router_topk(logits.data(), grouped, ids, weights);
             swiglu(normed.data(), normed.data(), 256, conv_out.data());
             axpy(0.5f, normed.data(), 256, conv_out.data());
         };

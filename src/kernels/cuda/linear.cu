@@ -550,7 +550,7 @@ __device__ void topk_if_last(const MatvecTopk& t, const float* logits) {
     __syncthreads();
     if (!last) return;
     __threadfence();
-    if (threadIdx.x < 32) router_topk_warp(logits, t.n_experts, t.k, t.renormalize, t.ids, t.weights, true);
+    if (threadIdx.x < 32) router_topk_warp(logits, t.router, t.ids, t.weights, true);
     if (threadIdx.x == 0) *t.counter = 0;
 }
 

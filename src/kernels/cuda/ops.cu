@@ -464,12 +464,12 @@ __global__ void __launch_bounds__(32 * kFusedDeltaWarps)
     if (threadIdx.x == 0) counters[j] = 0;
 }
 
-// One warp per token: softmax in f32, then k rounds of arg-max (ties: lower index).
-__global__ void router_topk_kernel(const float* logits, int64_t n, int64_t n_experts, int64_t k, bool renorm,
-                                   int32_t* ids, float* weights) {
+// One warp per token: the scores in f32, then k rounds of arg-max (ties: lower index).
+__global__ void router_topk_kernel(const float* logits, int64_t n, kernels::RouterSpec r, int32_t* ids,
+                                   float* weights) {
     const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
     if (t >= n) return;
-    router_topk_warp(logits + t * n_experts, n_experts, k, renorm, ids + t * k, weights + t * k, false);
+    router_topk_warp(logits + t * r.n_experts, r, ids + t * r.k, weights + t * r.k, false);
 }
 
 __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, float* out) {
@@ -640,10 +640,10 @@ void deltanet_fused(const float* conv_out, const float* b, const float* a, const
         state_out, raw, counters, y, v_heads_tiled);
 }
 
-void router_topk(const float* logits, int64_t n, int64_t n_experts, int64_t k, bool renormalize, int32_t* ids,
-                 float* weights, cudaStream_t s) {
+void router_topk(const float* logits, int64_t n, const kernels::RouterSpec& r, int32_t* ids, float* weights,
+                 cudaStream_t s) {
     if (n == 0) return;
-    router_topk_kernel<<<grid_for(n, 4), 128, 0, s>>>(logits, n, n_experts, k, renormalize, ids, weights);
+    router_topk_kernel<<<grid_for(n, 4), 128, 0, s>>>(logits, n, r, ids, weights);
 }
 
 void swiglu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t s) {

@@ -117,8 +117,7 @@ void moe_matmul_int8(int bits, int64_t group_size, const DevWeight* table, int w
 // device word that is 0 before the launch; the kernel leaves it 0 again (graph replays reuse it).
 struct MatvecTopk {
     int which = -1;
-    int64_t n_experts = 0, k = 0;
-    bool renormalize = false;
+    kernels::RouterSpec router;  // its bias, if any, in device memory
     int32_t* ids = nullptr;
     float* weights = nullptr;
     unsigned* counter = nullptr;
@@ -337,9 +336,11 @@ void deltanet_fused(const float* conv_out, const float* b, const float* a, const
                     int64_t dk, int64_t dv, float l2_eps, float q_scale, float norm_eps, const float* state,
                     float* state_out, float* raw, unsigned* counters, float* y, cudaStream_t s,
                     bool v_heads_tiled = false);
-// kernels::router_topk for n tokens: logits [n, E] → ids, weights [n, k].
-void router_topk(const float* logits, int64_t n, int64_t n_experts, int64_t k, bool renormalize, int32_t* ids,
-                 float* weights, cudaStream_t s);
+// kernels::router_topk for n tokens: logits [n, r.n_experts] → ids, weights [n, r.k] (r.bias, if
+// any, in device memory). The sigmoid router takes at most 32 groups (kMaxRouterGroups).
+inline constexpr int64_t kMaxRouterGroups = 32;
+void router_topk(const float* logits, int64_t n, const kernels::RouterSpec& r, int32_t* ids, float* weights,
+                 cudaStream_t s);
 // out = silu(gate) ⊙ up.
 void swiglu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t s);
 // y += a · x.

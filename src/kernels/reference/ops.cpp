@@ -4,6 +4,7 @@
 // router_topk allocate small std::vectors per call, which the fast path must not do.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <vector>
 
@@ -133,26 +134,58 @@ void conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t kernel, co
     std::copy(next.begin(), next.end(), state_out);
 }
 
-void router_topk(const float* logits, int64_t n_experts, int64_t k, bool renormalize, int32_t* ids,
-                 float* weights) {
-    SLUICE_ASSERT(k >= 1 && k <= n_experts);
-    double max_logit = -INFINITY;
-    for (int64_t e = 0; e < n_experts; ++e) max_logit = std::max(max_logit, static_cast<double>(logits[e]));
-    std::vector<double> p(static_cast<size_t>(n_experts));
-    double sum = 0.0;
-    for (int64_t e = 0; e < n_experts; ++e) {
-        p[e] = std::exp(logits[e] - max_logit);
-        sum += p[e];
+void router_topk(const float* logits, const RouterSpec& r, int32_t* ids, float* weights) {
+    const int64_t E = r.n_experts, k = r.k;
+    SLUICE_ASSERT(k >= 1 && k <= E);
+    // The choosing score (double for softmax; f32 for sigmoid, as the references compute it) and the
+    // weight of each expert.
+    std::vector<double> choice(static_cast<size_t>(E)), weight(static_cast<size_t>(E));
+    if (r.scoring == RouterSpec::Scoring::kSoftmax) {
+        double max_logit = -INFINITY;
+        for (int64_t e = 0; e < E; ++e) max_logit = std::max(max_logit, static_cast<double>(logits[e]));
+        double sum = 0.0;
+        for (int64_t e = 0; e < E; ++e) {
+            weight[e] = std::exp(logits[e] - max_logit);
+            sum += weight[e];
+        }
+        for (int64_t e = 0; e < E; ++e) choice[e] = weight[e] /= sum;
+    } else {
+        for (int64_t e = 0; e < E; ++e) {
+            const float s = 1.0f / (1.0f + std::exp(-logits[e]));
+            weight[e] = s;
+            choice[e] = static_cast<float>(s + (r.bias != nullptr ? r.bias[e] : 0.0f));
+        }
+        if (r.groups > 1) {
+            SLUICE_ASSERT(E % r.groups == 0 && E / r.groups >= 2 && r.topk_groups >= 1 &&
+                          r.topk_groups <= r.groups);
+            const int64_t per = E / r.groups;
+            std::vector<double> group_score(static_cast<size_t>(r.groups));
+            for (int64_t g = 0; g < r.groups; ++g) {
+                std::vector<double> members(choice.begin() + g * per, choice.begin() + (g + 1) * per);
+                std::partial_sort(members.begin(), members.begin() + 2, members.end(), std::greater<>());
+                group_score[g] =
+                    static_cast<float>(static_cast<float>(members[0]) + static_cast<float>(members[1]));
+            }
+            std::vector<int64_t> groups(static_cast<size_t>(r.groups));
+            std::iota(groups.begin(), groups.end(), 0);
+            std::stable_sort(groups.begin(), groups.end(),
+                             [&](int64_t a, int64_t b) { return group_score[a] > group_score[b]; });
+            std::vector<bool> kept(static_cast<size_t>(r.groups), false);
+            for (int64_t j = 0; j < r.topk_groups; ++j) kept[groups[j]] = true;
+            for (int64_t e = 0; e < E; ++e)
+                if (!kept[e / per]) choice[e] = 0.0;
+        }
     }
-    for (double& v : p) v /= sum;
-    std::vector<int32_t> order(static_cast<size_t>(n_experts));
+    std::vector<int32_t> order(static_cast<size_t>(E));
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return choice[a] > choice[b]; });
     double selected = 0.0;
-    for (int64_t j = 0; j < k; ++j) selected += p[order[j]];
+    for (int64_t j = 0; j < k; ++j) selected += weight[order[j]];
+    if (r.scoring == RouterSpec::Scoring::kSigmoid) selected += 1e-20;
     for (int64_t j = 0; j < k; ++j) {
         ids[j] = order[j];
-        weights[j] = static_cast<float>(renormalize ? p[order[j]] / selected : p[order[j]]);
+        const double w = r.renormalize ? weight[order[j]] / selected : weight[order[j]];
+        weights[j] = static_cast<float>(w * r.scale);
     }
 }
 

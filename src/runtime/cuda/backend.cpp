@@ -36,8 +36,10 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
     if (c.n_experts > 1024)
         return error(ErrorCode::kUnsupported, fmt::format("[cuda] {} experts (at most 1024)", c.n_experts));
     for (const model::LayerPlan& p : model_->plan().layers)
-        if (p.ffn == model::FfnKind::kMoe && p.moe.shared_expert && !p.moe.shared_gate)
-            return error(ErrorCode::kUnsupported, "[cuda] a shared expert without its sigmoid gate");
+        if (p.ffn == model::FfnKind::kMoe && p.moe.groups > cuda::kMaxRouterGroups)
+            return error(ErrorCode::kUnsupported,
+                         fmt::format("[cuda] a router of {} expert groups (at most {})", p.moe.groups,
+                                     cuda::kMaxRouterGroups));
 
     Arena counter;
     SLUICE_RETURN_IF_ERROR(upload_weights(counter));

@@ -139,7 +139,9 @@ struct DevLayer {
     float* rope_inv_freq = nullptr;  // YaRN's frequencies (plan.attention.rope_inv_freq), or null
     DevWeight in_qkvz, in_ba, in_qkv, in_z, in_b, in_a, out_proj;
     float *conv = nullptr, *neg_a = nullptr, *dt_bias = nullptr, *dnorm = nullptr;
-    DevWeight router, shared_gate_proj, shared_up, shared_down, shared_gate;
+    DevWeight router, shared_gate_proj, shared_up, shared_down,
+        shared_gate;               // shared_gate: null ungated (GLM)
+    float* router_bias = nullptr;  // a sigmoid router's selection bias [E], or null
     DevWeight dense_gate, dense_up, dense_down;
     DevWeight* experts = nullptr;  // device [E][3]: gate, up, down
 };
@@ -358,8 +360,9 @@ class CudaBackend final : public Backend {
     bool fused_shared(const DevLayer& L, int64_t n) const;
     // Whether decode folds the shared expert into the routed down projection (moe_shared then skips).
     bool shared_folded(const DevLayer& L, int64_t n) const;
-    // The fused router top-k of a matvec_multi launch (slice `which`) into ids / weights.
-    cuda::MatvecTopk route_topk(const model::MoePlan& plan, int which, int32_t* ids, float* weights,
+    // The fused router top-k of layer L's router (slice `which` of a matvec_multi launch) into ids /
+    // weights.
+    cuda::MatvecTopk route_topk(const DevLayer& L, int which, int32_t* ids, float* weights,
                                 int counter) const;
     // Router logits (and the decode shared-expert projections) and top-k for n tokens.
     void moe_route(const DevLayer& L, int64_t n, const cuda::NormIn* in_norm);

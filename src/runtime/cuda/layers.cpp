@@ -232,8 +232,9 @@ void CudaBackend::moe_layer(const DevLayer& L, int64_t n, const cuda::NormIn* in
     moe_shared(L, n);
 }
 
+// (swiglu_down_matvec adds only a gated output; an ungated shared expert takes the general path.)
 bool CudaBackend::fused_shared(const DevLayer& L, int64_t n) const {
-    return n == 1 && L.has_shared() && cuda::swiglu_fits(L.shared_gate_proj.rows);
+    return n == 1 && L.has_shared() && L.plan->moe.shared_gate && cuda::swiglu_fits(L.shared_gate_proj.rows);
 }
 
 // Decode runs the router with the shared expert's input projections in one launch whose last block
@@ -243,30 +244,28 @@ void CudaBackend::moe_route(const DevLayer& L, int64_t n, const cuda::NormIn* in
         cuda::MatvecMulti m;
         m.add(L.router, d_.router);
         if (shared_folded(L, n)) {
-            m.add(L.shared_gate, d_.sg);  // its gate and up run with the routed experts'
+            if (L.plan->moe.shared_gate)
+                m.add(L.shared_gate, d_.sg);  // its gate and up run with the routed experts'
         } else if (fused_shared(L, n)) {
             m.add(L.shared_gate_proj, d_.sh_gate);
             m.add(L.shared_up, d_.sh_up);
             m.add(L.shared_gate, d_.sg);
         }
-        if (!unfused_) m.topk = route_topk(L.plan->moe, 0, d_.topk_ids, d_.topk_w, kRouteCounter);
+        if (!unfused_) m.topk = route_topk(L, 0, d_.topk_ids, d_.topk_w, kRouteCounter);
         if (in_norm != nullptr) m.norm = *in_norm;
         cuda::matvec_multi(launch_, m, d_.norm, stream_);
         if (!unfused_) return;
     } else {
         linear(L.router, d_.norm, n, d_.router, /*int8=*/false);
     }
-    const model::MoePlan& P = L.plan->moe;
-    cuda::router_topk(d_.router, n, P.experts, P.top_k, P.renormalize, d_.topk_ids, d_.topk_w, stream_);
+    cuda::router_topk(d_.router, n, L.plan->moe.router_spec(L.router_bias), d_.topk_ids, d_.topk_w, stream_);
 }
 
-cuda::MatvecTopk CudaBackend::route_topk(const model::MoePlan& plan, int which, int32_t* ids, float* weights,
+cuda::MatvecTopk CudaBackend::route_topk(const DevLayer& L, int which, int32_t* ids, float* weights,
                                          int counter) const {
     cuda::MatvecTopk t;
     t.which = which;
-    t.n_experts = plan.experts;
-    t.k = plan.top_k;
-    t.renormalize = plan.renormalize;
+    t.router = L.plan->moe.router_spec(L.router_bias);
     t.ids = ids;
     t.weights = weights;
     t.counter = d_.counters + counter;
@@ -356,8 +355,13 @@ void CudaBackend::moe_shared(const DevLayer& L, int64_t n) {
         return;
     }
     swiglu_mlp(L.shared_gate_proj, L.shared_up, L.shared_down, d_.norm, n, d_.sh_out);
+    const int64_t H = model_->config().hidden;
+    if (!L.plan->moe.shared_gate) {
+        cuda::axpy(1.0f, d_.sh_out, n * H, d_.mix, stream_);
+        return;
+    }
     linear(L.shared_gate, d_.norm, n, d_.sg, /*int8=*/false);
-    cuda::add_gated_rows(d_.sh_out, d_.sg, n, model_->config().hidden, d_.mix, stream_);
+    cuda::add_gated_rows(d_.sh_out, d_.sg, n, H, d_.mix, stream_);
 }
 
 cuda::NormIn CudaBackend::residual_norm(const float* weight, float eps) {
@@ -380,7 +384,7 @@ cuda::NormIn CudaBackend::residual_norm(const float* weight, float eps) {
 // logits are enqueued. With every expert resident the first segment is the whole forward.
 int64_t CudaBackend::enqueue_segment(int64_t n, int64_t after) {
     const model::ModelConfig& c = model_->config();
-    const int64_t H = c.hidden, E = c.n_experts, K = c.top_k;
+    const int64_t H = c.hidden, K = c.top_k;
     // Decode runs each residual add and norm in the prologue of the product that reads it (in_norm).
     const bool fuse_norms = n == 1 && !unfused_;
     std::optional<cuda::NormIn> in_norm;
@@ -439,12 +443,11 @@ int64_t CudaBackend::enqueue_segment(int64_t n, int64_t after) {
                                false, 1.0f, d_.tmp, stream_);
                 cuda::MatvecMulti m;
                 m.add(next.router, d_.pred_logits);
-                if (!unfused_)
-                    m.topk = route_topk(next.plan->moe, 0, d_.pred_ids, d_.pred_w, kPredictCounter);
+                if (!unfused_) m.topk = route_topk(next, 0, d_.pred_ids, d_.pred_w, kPredictCounter);
                 cuda::matvec_multi(launch_, m, d_.tmp, stream_);
                 if (unfused_)
-                    cuda::router_topk(d_.pred_logits, 1, E, K, next.plan->moe.renormalize, d_.pred_ids,
-                                      d_.pred_w, stream_);
+                    cuda::router_topk(d_.pred_logits, 1, next.plan->moe.router_spec(next.router_bias),
+                                      d_.pred_ids, d_.pred_w, stream_);
                 cudaMemcpyAsync(host_ids_ + n * K, d_.pred_ids, static_cast<size_t>(K) * sizeof(int32_t),
                                 cudaMemcpyDeviceToHost, stream_);
             }

@@ -139,6 +139,7 @@ Status CudaBackend::upload_weights(Arena& arena) {
         }
         const model::MoeWeights& m = lw.moe_w;
         L.router = put(arena, m.router, st);
+        L.router_bias = put(arena, m.router_bias, st);
         if (arena.counting() && m.has_shared)
             experts_vector_ = experts_vector_ && vector_mlp(m.shared.gate, m.shared.up, m.shared.down);
         if (m.has_shared) {

@@ -257,7 +257,7 @@ constexpr int kMaxExpertsPerLane = 32;  // router top-k: E ≤ 1024
 // are only ordered by their __threadfence().
 template <int kPerLane>
 __device__ __forceinline__ void router_topk_warp_n(const float* lt, int64_t n_experts, int64_t k, bool renorm,
-                                                   int32_t* ids, float* weights, bool uncached) {
+                                                   float scale, int32_t* ids, float* weights, bool uncached) {
     const int lane = threadIdx.x % 32;
     float p[kPerLane];
     float mx = -INFINITY;
@@ -315,26 +315,156 @@ __device__ __forceinline__ void router_topk_warp_n(const float* lt, int64_t n_ex
     }
     if (lane < k) {
         ids[lane] = my_id;
-        weights[lane] = renorm ? my_weight / selected : my_weight;
+        weights[lane] = (renorm ? my_weight / selected : my_weight) * scale;
     }
-    if (renorm && lane == 0)
-        for (int64_t r = 32; r < k; ++r) weights[r] /= selected;
+    if (lane == 0)
+        for (int64_t r = 32; r < k; ++r) weights[r] = (renorm ? weights[r] / selected : weights[r]) * scale;
 }
 
-// router_topk_warp_n with the fewest logits per lane that hold n_experts (E ≤ 1024): each of the k
-// rounds scans every lane's share, and the fused top-k runs on the decode's critical path.
-__device__ __forceinline__ void router_topk_warp(const float* lt, int64_t n_experts, int64_t k, bool renorm,
-                                                 int32_t* ids, float* weights, bool uncached) {
+// kernels::router_topk's sigmoid scoring (RouterSpec) for one token, by one warp: s = σ(logit) and
+// c = s + bias per expert (lane r holds experts i·32 + r); with groups > 1 each group's score is the
+// sum of its two largest c (merged across lanes as top-two pairs), the topk_groups best groups kept
+// and the others' c set to 0; then k rounds of arg-max over c carrying s. Lane r writes pick r.
+template <int kPerLane>
+__device__ __forceinline__ void router_sigmoid_warp_n(const float* lt, kernels::RouterSpec r, int32_t* ids,
+                                                      float* weights, bool uncached) {
+    const int lane = threadIdx.x % 32;
+    const int64_t n_experts = r.n_experts, k = r.k;
+    float s[kPerLane], c[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+        const int64_t e = i * 32 + lane;
+        if (e < n_experts) {
+            const float x = uncached ? __ldcg(lt + e) : lt[e];
+            s[i] = 1.0f / (1.0f + expf(-x));
+            c[i] = s[i] + (r.bias != nullptr ? r.bias[e] : 0.0f);
+        } else {
+            s[i] = 0.0f;
+            c[i] = -INFINITY;
+        }
+    }
+    if (r.groups > 1) {
+        const int64_t per = n_experts / r.groups;
+        float group_score = -INFINITY;  // lane g: group g's
+        for (int64_t g = 0; g < r.groups; ++g) {
+            float a = -INFINITY, b = -INFINITY;  // this lane's two largest c of group g
+#pragma unroll
+            for (int i = 0; i < kPerLane; ++i) {
+                const int64_t e = i * 32 + lane;
+                if (e < n_experts && e / per == g) {
+                    if (c[i] > a) {
+                        b = a;
+                        a = c[i];
+                    } else if (c[i] > b) {
+                        b = c[i];
+                    }
+                }
+            }
+            for (int o = 16; o > 0; o >>= 1) {
+                const float oa = __shfl_xor_sync(0xffffffffu, a, o), ob = __shfl_xor_sync(0xffffffffu, b, o);
+                b = fmaxf(fminf(a, oa), fmaxf(b, ob));
+                a = fmaxf(a, oa);
+            }
+            if (lane == g) group_score = a + b;
+        }
+        unsigned kept = 0;
+        for (int64_t j = 0; j < r.topk_groups; ++j) {
+            float best = group_score;
+            int best_g = lane;
+            for (int o = 16; o > 0; o >>= 1) {
+                const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+                const int og = __shfl_xor_sync(0xffffffffu, best_g, o);
+                if (ob > best || (ob == best && og < best_g)) {
+                    best = ob;
+                    best_g = og;
+                }
+            }
+            kept |= 1u << best_g;
+            if (lane == best_g) group_score = -INFINITY;
+        }
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+            const int64_t e = i * 32 + lane;
+            if (e < n_experts && !((kept >> (e / per)) & 1u)) c[i] = 0.0f;
+        }
+    }
+    float selected = 0.0f;
+    int32_t my_id = 0;
+    float my_weight = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+        float best = -INFINITY, best_s = 0.0f;
+        int best_e = 0x7fffffff;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+            const int e = i * 32 + lane;
+            if (c[i] > best) {  // strictly greater: the lower index of a tie within the lane wins
+                best = c[i];
+                best_s = s[i];
+                best_e = e;
+            }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            const float os = __shfl_xor_sync(0xffffffffu, best_s, o);
+            const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+            if (ob > best || (ob == best && oe < best_e)) {
+                best = ob;
+                best_s = os;
+                best_e = oe;
+            }
+        }
+        if (j < 32 && lane == j) {
+            my_id = best_e;
+            my_weight = best_s;
+        } else if (j >= 32 && lane == 0) {
+            ids[j] = best_e;
+            weights[j] = best_s;
+        }
+        selected += best_s;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i)
+            if (i * 32 + lane == best_e) c[i] = -INFINITY;
+    }
+    const float norm = r.renormalize ? r.scale / (selected + 1e-20f) : r.scale;
+    if (lane < k) {
+        ids[lane] = my_id;
+        weights[lane] = my_weight * norm;
+    }
+    if (lane == 0)
+        for (int64_t j = 32; j < k; ++j) weights[j] *= norm;
+}
+
+// router_topk_warp_n (softmax) or router_sigmoid_warp_n with the fewest logits per lane that hold
+// n_experts (E ≤ 1024): each of the k rounds scans every lane's share, and the fused top-k runs on
+// the decode's critical path.
+__device__ __forceinline__ void router_topk_warp(const float* lt, kernels::RouterSpec r, int32_t* ids,
+                                                 float* weights, bool uncached) {
+    const int64_t n_experts = r.n_experts, k = r.k;
+    const bool renorm = r.renormalize;
+    if (r.scoring == kernels::RouterSpec::Scoring::kSigmoid) {
+        if (n_experts <= 64) {
+            router_sigmoid_warp_n<2>(lt, r, ids, weights, uncached);
+        } else if (n_experts <= 128) {
+            router_sigmoid_warp_n<4>(lt, r, ids, weights, uncached);
+        } else if (n_experts <= 256) {
+            router_sigmoid_warp_n<8>(lt, r, ids, weights, uncached);
+        } else if (n_experts <= 512) {
+            router_sigmoid_warp_n<16>(lt, r, ids, weights, uncached);
+        } else {
+            router_sigmoid_warp_n<kMaxExpertsPerLane>(lt, r, ids, weights, uncached);
+        }
+        return;
+    }
     if (n_experts <= 64) {
-        router_topk_warp_n<2>(lt, n_experts, k, renorm, ids, weights, uncached);
+        router_topk_warp_n<2>(lt, n_experts, k, renorm, r.scale, ids, weights, uncached);
     } else if (n_experts <= 128) {
-        router_topk_warp_n<4>(lt, n_experts, k, renorm, ids, weights, uncached);
+        router_topk_warp_n<4>(lt, n_experts, k, renorm, r.scale, ids, weights, uncached);
     } else if (n_experts <= 256) {
-        router_topk_warp_n<8>(lt, n_experts, k, renorm, ids, weights, uncached);
+        router_topk_warp_n<8>(lt, n_experts, k, renorm, r.scale, ids, weights, uncached);
     } else if (n_experts <= 512) {
-        router_topk_warp_n<16>(lt, n_experts, k, renorm, ids, weights, uncached);
+        router_topk_warp_n<16>(lt, n_experts, k, renorm, r.scale, ids, weights, uncached);
     } else {
-        router_topk_warp_n<kMaxExpertsPerLane>(lt, n_experts, k, renorm, ids, weights, uncached);
+        router_topk_warp_n<kMaxExpertsPerLane>(lt, n_experts, k, renorm, r.scale, ids, weights, uncached);
     }
 }
 
