@@ -58,7 +58,8 @@ FULL_SIZE = ["qwen3-30b-a3b", "qwen3-next-80b-a3b.hf", "qwen3.5-397b-a17b", "qwe
 # What save_pretrained writes as `architectures` for a model_type: the converter picks its class by it,
 # and five goldens' config.json (written from a bare config) have none.
 ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
-                 "qwen3_next": "Qwen3NextForCausalLM", "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration"}
+                 "qwen3_next": "Qwen3NextForCausalLM", "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
+                 "glm4_moe": "Glm4MoeForCausalLM"}
 
 
 def load_converter(llama: Path):

@@ -5,12 +5,14 @@ Purpose
     tools/make_gguf_model_fixtures.py keeps only what the converter writes as metadata and a hash of each
     tensor's f32 values. Loading a GGUF model's weights (F32, F16, Q8_0 and the block formats) needs the
     files themselves, as users have them: this script runs the same converter code (conversion/qwen.py's
-    classes and base.py's `prepare_tensors`, `prepare_metadata`, through make_gguf_model_fixtures.py's
-    helpers) over the Hugging Face bf16 goldens with `--outtype f16` and `--outtype q8_0`, and writes the
-    files whole. prepare_tensors decides each tensor's type as it does for a user: F32 for 1-D tensors, norms,
-    ssm_a, ssm_conv1d, ffn_gate_inp(_shexp); the outtype for the other weights, and F16 where a row
-    (ne[0]) is not a multiple of Q8_0's 32-value block (the MoE goldens' ffn_down_exps, 48 wide, and
-    ffn_down_shexp, 40 wide).
+    and glm.py's classes and base.py's `prepare_tensors`, `prepare_metadata`, through
+    make_gguf_model_fixtures.py's helpers) over the Hugging Face bf16 checkpoints of SOURCES — the goldens,
+    and GLM-4.5 MoE's tiny checkpoints from tools/make_glm4_moe_checkpoints.py (tests/data/gguf/hf; no
+    transformers golden yet) — with `--outtype f16` and `--outtype q8_0`, and writes the files whole.
+    prepare_tensors decides each tensor's type as it does for a user: F32 for 1-D tensors, norms, ssm_a,
+    ssm_conv1d, ffn_gate_inp(_shexp), GLM's exp_probs_b; the outtype for the other weights, and F16 where a
+    row (ne[0]) is not a multiple of Q8_0's 32-value block (the MoE goldens' ffn_down_exps, 48 wide, and
+    ffn_down_shexp, 40 wide; GLM's experts are 32 wide, so Q8_0 there).
 
     For qwen3_moe_yarn_hf_bf16 it also writes Q4_0, Q5_0 and MXFP4 files, types the converter's --outtype does
     not offer (users make them with llama-quantize, whose per-tensor rules differ: see below). These run
@@ -36,16 +38,19 @@ How to run (numpy, llama.cpp's source; no torch, no transformers)
     Deterministic: re-running writes identical bytes; --check regenerates into a temp folder and compares.
 
 What it writes (tests/data/gguf/weights/)
-    NAME.OUTTYPE.gguf  a complete GGUF file (metadata, tensor infos, tensor data) for the golden NAME:
-                       OUTTYPE f16 and q8_0 for every golden in GOLDENS, and q4_0, q5_0, mxfp4 for those
-                       in EXTRA, with a working tokenizer (below), so llama.cpp loads it. Goldens without an
-                       MTP head convert with --no-mtp, as in make_gguf_model_fixtures.py.
+    NAME.OUTTYPE.gguf  a complete GGUF file (metadata, tensor infos, tensor data) for the checkpoint NAME:
+                       OUTTYPE f16 and q8_0 for every checkpoint in SOURCES, and q4_0, q5_0, mxfp4 for those
+                       in EXTRA, with a working tokenizer (below), so llama.cpp loads it. Qwen3-Next / 3.5
+                       goldens without an MTP head convert with --no-mtp, as in make_gguf_model_fixtures.py;
+                       GLM's stand-in MTP layer (model.layers.3) is converted, as for a released GLM, into
+                       block 3 with nextn_predict_layers 1.
     index.json         the converter's version (gguf-py's, and the SHA-256 of the files that decide the
                        output, gguf-py's quants.py and vocab.py among them), then per file: the golden it
                        came from, the outtype, how it was made, general.file_type, the converter class and
-                       architecture, the mode, its size and SHA-256, the tokenizer (pre, token / byte-token /
-                       merge counts, the special tokens' ids, the byte tokens left out) and the ggml type
-                       of every tensor (name → type name, in the file's order).
+                       architecture, the mode, its size and SHA-256, the source (its folder under
+                       tests/data, where the prompt the logits are taken over lives), the tokenizer (pre,
+                       token / byte-token / merge counts, the special tokens' ids, the byte tokens left
+                       out) and the ggml type of every tensor (name → type name, in the file's order).
 
 The tokenizer (the goldens ship none; llama.cpp refuses a "gpt2" vocabulary without tokenizer.ggml.merges)
     A GPT-2-style byte-level BPE, written into the staged checkpoint as tokenizer.json (Qwen's layout: NFC,
@@ -56,7 +61,8 @@ The tokenizer (the goldens ship none; llama.cpp refuses a "gpt2" vocabulary with
     tokenizer.json; bos from config.json, eos and pad from tokenizer_config.json). Besides AutoTokenizer, an
     empty `sentencepiece` module stands in (Qwen2Model.set_vocab imports it before looking for
     tokenizer.model), and get_vocab_base_pre is replaced: it names the pre-tokenizer from a hash of the ids
-    the real Qwen tokenizers give a test string; it returns "qwen2" ("qwen35" for Qwen3.5), as for those.
+    the real Qwen tokenizers give a test string; it returns "qwen2" ("qwen35" for Qwen3.5, "glm4" for GLM-4.5),
+    as for those.
     Id layout (design_tokenizer), config.json (text_config merged) vocab_size V, bos_token_id, eos_token_id:
       bos → "<|endoftext|>", eos → "<|im_end|>" (Qwen instruct's pair; "<|endoftext|>" when one id), CONTROL;
       the remaining of "<|endoftext|>", "<|im_start|>", "<|im_end|>" at the last ids below V, CONTROL;
@@ -70,6 +76,11 @@ The tokenizer (the goldens ship none; llama.cpp refuses a "gpt2" vocabulary with
                  (243: 13 left out); 10 merges' results at 245..254
         V 300 (qwen3_next):             1, 2, 299 (<|im_start|>); bytes at 0, 3..257; 41 merges at 258..298
         V 320 (qwen3_5_moe):            1, 2, 319 (<|im_start|>); bytes at 0, 3..257; 61 merges at 258..318
+    GLM (pre "glm4"): tokenizer.json as above with the glm4 Split regex and no normalizer, tokenizer_config.json
+    GLM-4.5's (eos and pad <|endoftext|>, no BOS), and the four specials base.py's _set_vocab_glm looks up
+    (bos [gMASK], eot <|user|>, unk <|endoftext|>, eom <|observation|>) placed by glm_special_ids: pad_token_id
+    0 <|endoftext|>, eos_token_id [2, 3] <|user|> and <|observation|>, [gMASK] at 255; 243 bytes (13 left out)
+    and 9 merges fill V 256. The converter's own _set_vocab_glm writes them (Glm4MoeModel.set_vocab).
     generate() checks each file's vocabulary read back (check_tokenizer): every merge's parts and result
     are NORMAL tokens, the specials CONTROL, bos/eos/pad ids on specials, the texts unique.
 """
@@ -92,10 +103,16 @@ ROOT = mf.ROOT
 GOLDENS = [
     "qwen2_hf_bf16", "qwen3_hf_bf16", "qwen3_moe_yarn_hf_bf16", "qwen3_next_hf_bf16", "qwen3_5_moe_hf_bf16"
 ]
+# The checkpoints converted, as folders under tests/data: the goldens', and GLM-4.5 MoE's from
+# tools/make_glm4_moe_checkpoints.py (no transformers golden yet; when tests/data/goldens/glm4_moe_hf_bf16
+# exists, "goldens/glm4_moe_hf_bf16" can take the first GLM entry's place: nothing else here changes).
+SOURCES = [f"goldens/{g}" for g in GOLDENS] + [
+    "gguf/hf/glm4_moe_tiny_hf_bf16", "gguf/hf/glm4_moe_air_tiny_hf_bf16"
+]
 OUTTYPES = ["f16", "q8_0"]  # the converter's own --outtype path
 EXTRA = {"qwen3_moe_yarn_hf_bf16": ["q4_0", "q5_0", "mxfp4"]}  # converter f32 tensors + gguf.quants.quantize
-CONVERTER_FILES = ("conversion/qwen.py", "conversion/base.py", "gguf-py/gguf/tensor_mapping.py",
-                   "gguf-py/gguf/quants.py", "gguf-py/gguf/vocab.py")
+CONVERTER_FILES = ("conversion/qwen.py", "conversion/glm.py", "conversion/base.py",
+                   "gguf-py/gguf/tensor_mapping.py", "gguf-py/gguf/quants.py", "gguf-py/gguf/vocab.py")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -103,6 +120,9 @@ CONVERTER_FILES = ("conversion/qwen.py", "conversion/base.py", "gguf-py/gguf/ten
 # tokenizer_config.json (the files a Qwen checkpoint ships), and read by the converter's own code.
 
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # Qwen's three, in Qwen's id order
+# GLM-4.5's: the four base.py _set_vocab_glm looks up (bos [gMASK], eot <|user|>, unk <|endoftext|>, eom
+# <|observation|>), in GLM's id order (151329, 151331, 151336, 151338).
+GLM_SPECIALS = ("<|endoftext|>", "[gMASK]", "<|user|>", "<|observation|>")
 # The bytes that never occur in UTF-8 text (0xC0, 0xC1 would start overlong forms, 0xF5..0xFF code points
 # past U+10FFFF): the only byte tokens a vocabulary can go without when the 256 do not fit (the 256-entry
 # goldens), left out from the end of this list.
@@ -120,6 +140,7 @@ ENGLISH = ("the of and to a in is you that it he was for on are as with his they
 SPLIT_REGEX = {
     "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
     "qwen35": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "glm4": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
 }
 # The stand-in's pre-tokenizer: the same regex in Python's `re` (\p{L} as [^\W\d_], \p{N} as \d, no \p{M});
 # the converter only encodes the added tokens' own text with it.
@@ -161,21 +182,26 @@ def design_tokenizer(gguf, text, pre):
     it): config.json's bos_token_id and eos_token_id are special tokens — bos "<|endoftext|>", eos
     "<|im_end|>" (both "<|endoftext|>" where they are one id), as in Qwen's instruct checkpoints — the other
     specials take the last ids below vocab_size, and the byte tokens (bytes_to_unicode order) then the
-    merges' results fill the remaining ids in order."""
+    merges' results fill the remaining ids in order. GLM (pre "glm4"): glm_special_ids places the specials,
+    and tokenizer_config.json is GLM-4.5's."""
     n_vocab, bos, eos = text["vocab_size"], text.get("bos_token_id"), text.get("eos_token_id")
     special = {}
-    if bos is not None:
-        special[bos] = "<|endoftext|>"
-    if eos is not None and eos not in special:
-        special[eos] = "<|im_end|>" if bos is not None else "<|endoftext|>"
+    if pre == "glm4":
+        special = glm_special_ids(text)
+    else:
+        if bos is not None:
+            special[bos] = "<|endoftext|>"
+        if eos is not None and eos not in special:
+            special[eos] = "<|im_end|>" if bos is not None else "<|endoftext|>"
     assert all(isinstance(i, int) and 0 <= i < n_vocab for i in special), (bos, eos, n_vocab)
-    rest = [t for t in SPECIALS if t not in special.values()]
+    rest = [t for t in (GLM_SPECIALS if pre == "glm4" else SPECIALS) if t not in special.values()]
     free = [i for i in range(n_vocab) if i not in special]
     special.update(zip(free[len(free) - len(rest):], rest))
     byte_enc = gguf.vocab.bytes_to_unicode()
     room = n_vocab - len(special) - 256
-    left_out = NON_UTF8_BYTES[len(NON_UTF8_BYTES) - max(0, MIN_MERGES - room):] if room < MIN_MERGES else ()
-    assert len(left_out) == max(0, MIN_MERGES - room), (n_vocab, "no room for the byte tokens")
+    n_out = min(len(NON_UTF8_BYTES), max(0, MIN_MERGES - room))  # GLM's 4 specials in 256 ids: 9 merges
+    left_out = NON_UTF8_BYTES[len(NON_UTF8_BYTES) - n_out:] if n_out else ()
+    assert room + n_out >= 1, (n_vocab, "no room for the byte tokens and a merge")
     byte_tokens = [c for b, c in byte_enc.items() if b not in left_out]
     merges, merged = train_merges(byte_enc, n_vocab - len(special) - len(byte_tokens))
     ids = iter(i for i in range(n_vocab) if i not in special)
@@ -194,6 +220,25 @@ def design_tokenizer(gguf, text, pre):
                   "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
                   "vocab": vocab, "merges": [f"{a} {b}" for a, b in merges]},
     }
+    summary = {"tokens": n_vocab, "byte_tokens": len(byte_tokens), "merges": len(merges),
+               "special": {str(i): special[i] for i in sorted(special)},
+               "bytes_left_out": [f"0x{b:02X}" for b in left_out]}
+    if pre == "glm4":
+        tokenizer["normalizer"] = None  # GLM-4.5's tokenizer.json has none
+        config = {  # as GLM-4.5's tokenizer_config.json: no BOS, eos and pad <|endoftext|>
+            "added_tokens_decoder": {str(a["id"]): {k: v for k, v in a.items() if k != "id"} for a in added},
+            "additional_special_tokens": [t for t in GLM_SPECIALS if t != "<|endoftext|>"],
+            "clean_up_tokenization_spaces": False,
+            "do_lower_case": False,
+            "eos_token": "<|endoftext|>",
+            "extra_special_tokens": {},
+            "model_max_length": 128000,
+            "pad_token": "<|endoftext|>",
+            "padding_side": "left",
+            "remove_space": False,
+            "tokenizer_class": "PreTrainedTokenizerFast",
+        }
+        return tokenizer, config, summary
     config = {  # as Qwen2.5/3's tokenizer_config.json: no BOS, eos_token the config's eos, pad <|endoftext|>
         "add_prefix_space": False,
         "added_tokens_decoder": {str(a["id"]): {k: v for k, v in a.items() if k != "id"} for a in added},
@@ -208,10 +253,25 @@ def design_tokenizer(gguf, text, pre):
         "tokenizer_class": "Qwen2Tokenizer",
         "unk_token": None,
     }
-    summary = {"tokens": n_vocab, "byte_tokens": len(byte_tokens), "merges": len(merges),
-               "special": {str(i): special[i] for i in sorted(special)},
-               "bytes_left_out": [f"0x{b:02X}" for b in left_out]}
     return tokenizer, config, summary
+
+
+def glm_special_ids(text):
+    """GLM-4.5's specials placed by config.json's ids, as in the released checkpoints (pad 151329
+    <|endoftext|>; eos [151329, 151336, 151338]: <|endoftext|>, <|user|>, <|observation|>): pad_token_id
+    <|endoftext|>, the eos ids in order the ones of those three still unplaced, bos_token_id (GLM has none)
+    [gMASK]; design_tokenizer puts the rest at the last ids."""
+    special = {}
+    pad, eos, bos = text.get("pad_token_id"), text.get("eos_token_id"), text.get("bos_token_id")
+    if isinstance(pad, int):
+        special[pad] = "<|endoftext|>"
+    eos_texts = [t for t in ("<|endoftext|>", "<|user|>", "<|observation|>") if t not in special.values()]
+    for i in ([eos] if isinstance(eos, int) else eos or []):
+        if i not in special and eos_texts:
+            special[i] = eos_texts.pop(0)
+    if isinstance(bos, int) and bos not in special:
+        special[bos] = "[gMASK]"
+    return special
 
 
 def write_tokenizer(gguf, st, pre):
@@ -288,7 +348,8 @@ def use_converter_vocab(gguf, model, pre):
     transformers.AutoTokenizer (StandInTokenizer); a `sentencepiece` module (installed for users: the
     converter imports it before it looks for tokenizer.model); and get_vocab_base_pre, which names the
     pre-tokenizer by hashing the token ids of a test string — ids of the real Qwen tokenizers, which no
-    tiny vocabulary reproduces — so it returns what it gives for them, "qwen2" ("qwen35" for Qwen3.5)."""
+    tiny vocabulary reproduces — so it returns what it gives for them, "qwen2" ("qwen35" for Qwen3.5, "glm4"
+    for GLM-4.5, whose class's set_vocab is _set_vocab_glm)."""
     cls_set_vocab = type(model).set_vocab
     StandInTokenizer.byte_enc = gguf.vocab.bytes_to_unicode()
 
@@ -330,8 +391,10 @@ def check_tokenizer(gguf, reader, summary):
     byte_chars = set(gguf.vocab.bytes_to_unicode().values())
     assert sum(t in byte_chars for t in tokens) == summary["byte_tokens"]
     assert all(set(t) <= byte_chars for t, ty in zip(tokens, ttypes) if ty == T.NORMAL)
-    for key in ("bos", "eos", "padding"):
-        tid = int(f[f"tokenizer.ggml.{key}_token_id"].contents())
+    ids = [k for k in f if k.startswith("tokenizer.ggml.") and k.endswith("_token_id")]
+    assert {f"tokenizer.ggml.{k}_token_id" for k in ("bos", "eos", "padding")} <= set(ids), ids
+    for key in ids:  # GLM's also unknown, eot, eom
+        tid = int(f[key].contents())
         assert str(tid) in summary["special"], (key, tid)
     assert f["tokenizer.ggml.model"].contents() == "gpt2"
 
@@ -396,12 +459,14 @@ def generate(out: Path, llama: Path):
     gguf, conversion = mf.load_converter(llama)
     out.mkdir(parents=True, exist_ok=True)
     files = {}
-    for name in GOLDENS:
+    for source in SOURCES:
+        name = Path(source).name
         for outtype in OUTTYPES + EXTRA.get(name, []):
             with tempfile.TemporaryDirectory() as tmp:
-                st = mf.stage_checkpoint(name, mf.GOLDENS / name, Path(tmp))
+                st = mf.stage_checkpoint(name, ROOT / "tests/data" / source, Path(tmp))
                 assert st.hf_bf16, name
-                pre = "qwen35" if "Qwen3_5" in st.config["architectures"][0] else "qwen2"
+                arch = st.config["architectures"][0]
+                pre = "glm4" if arch.startswith("Glm4Moe") else "qwen35" if "Qwen3_5" in arch else "qwen2"
                 tokenizer = write_tokenizer(gguf, st, pre)
                 fname = f"{name}.{outtype}.gguf"
                 cls = write_weights(gguf, conversion, st, outtype, out / fname, pre)
@@ -411,6 +476,7 @@ def generate(out: Path, llama: Path):
             file_type = int(reader.fields["general.file_type"].parts[-1][0])
             files[fname] = {
                 "golden": name,
+                "source": source,  # under tests/data: the checkpoint converted and the prompt's place
                 "outtype": outtype,
                 "how": (f"convert_hf_to_gguf --outtype {outtype}" if outtype in OUTTYPES else
                         f"convert_hf_to_gguf --outtype q8_0 with gguf.quants.quantize({outtype.upper()}) "

@@ -3,12 +3,12 @@
 
 Purpose
     sluice must produce the same logits as the reference implementation. This script builds tiny
-    dense Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE / Qwen3-Next / Qwen3.5-MoE / GLM-4.5-MoE models with seeded random weights, writes each one as a
+    dense Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE / Qwen3-Next / Qwen3.5-MoE / GLM-4.5-MoE / Mixtral models with seeded random weights, writes each one as a
     checkpoint in the layout under test (HF bf16, or MLX affine-quantised as mlx-lm writes it), loads
     the exact stored values back into the transformers model (in float32, on the CPU), and records what
     transformers computes.
 
-How to run (needs torch, transformers >= 5 with qwen2 / qwen2_moe / qwen3 / qwen3_moe / qwen3_next / qwen3_5_moe / glm4_moe, numpy)
+How to run (needs torch, transformers >= 5 with qwen2 / qwen2_moe / qwen3 / qwen3_moe / qwen3_next / qwen3_5_moe / glm4_moe / mixtral, numpy)
     python3 tools/make_goldens.py --out tests/data/goldens            # all goldens
     python3 tools/make_goldens.py --out DIR --only qwen3_next_hf_bf16  # one golden (the index keeps
                                                                        # the others listed)
@@ -331,6 +331,34 @@ def _qwen2_moe_cfg(h, nh, nkv, inter, moe_i, sh_i, e, k, v, layers, norm_topk, s
     }
 
 
+def _mixtral_cfg(h, nh, nkv, hd, inter, e, k, v, layers):
+    """Mixtral 8x7B / 8x22B (MixtralForCausalLM): Llama's attention (no biases, no q/k norm, full RoPE),
+    a softmax router whose top-k are renormalised, experts of intermediate_size, no shared expert."""
+    return {
+        "architectures": ["MixtralForCausalLM"],
+        "model_type": "mixtral",
+        "vocab_size": v,
+        "hidden_size": h,
+        "intermediate_size": inter,
+        "num_hidden_layers": layers,
+        "num_attention_heads": nh,
+        "num_key_value_heads": nkv,
+        "head_dim": hd,
+        "num_local_experts": e,
+        "num_experts_per_tok": k,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 1000000.0,
+        "max_position_embeddings": 4096,
+        "sliding_window": None,
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": "bfloat16",
+    }
+
+
 def _glm4_moe_cfg(h, nh, nkv, hd, inter, moe_i, e, k, groups, topk_groups, scale, v, layers, qk_norm, nextn):
     """GLM-4.5 / 4.6 / 4.5-Air (Glm4MoeForCausalLM): q/k/v biases, optional q/k norms, RoPE on half of
     each head, a sigmoid router whose e_score_correction_bias chooses (group-limited), one ungated
@@ -522,6 +550,26 @@ GOLDENS = [
         "notes": "dense Qwen2.5 as mlx-lm writes a small one (Qwen2.5-0.5B..3B): tied embeddings (the quantised "
         "embed_tokens is also the LM head), q/k/v .bias kept bf16 beside the quantised weight's "
         ".scales/.biases; 4-bit gs32",
+    },
+    {
+        "name": "mixtral_hf_bf16",
+        "family": "mixtral",
+        "layout": "hf",
+        "config": _mixtral_cfg(h=64, nh=4, nkv=2, hd=32, inter=48, e=8, k=2, v=256, layers=3),
+        "config_writer": "save_pretrained",
+        "notes": "Mixtral 8x7B in miniature: block_sparse_moe.experts.E.w1/w3/w2 per expert, block_sparse_moe.gate, "
+        "top-2 of 8 renormalised, head_dim 32 != hidden/heads 16, no q/k norm, no biases",
+    },
+    {
+        "name": "mixtral_mlx_q4",
+        "family": "mixtral",
+        "layout": "mlx",
+        "bits": 4,
+        "group_size": 64,
+        "config": _mixtral_cfg(h=128, nh=4, nkv=2, hd=32, inter=64, e=8, k=2, v=256, layers=3),
+        "config_writer": "save_pretrained",
+        "notes": "mlx-lm layout: block_sparse_moe.switch_mlp stacked experts (w1 -> gate_proj, w3 -> up_proj, "
+        "w2 -> down_proj), the router 4-bit like the rest (mixtral.py has no quant_predicate)",
     },
     {
         "name": "qwen2_moe_hf_bf16",
@@ -761,7 +809,7 @@ _FUSED_RE = re.compile(r"^(.*\.mlp\.experts)\.(gate_up_proj|down_proj)$")
 _PER_EXPERT_RE = re.compile(r"^(.*\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
 
 
-def mem_to_hf(family: str, mem: dict) -> dict:
+def _mem_to_hf_generic(family: str, mem: dict) -> dict:
     """In-memory f32 params -> HF checkpoint names (f32, not yet rounded)."""
     out = {}
     for n, a in mem.items():
@@ -782,7 +830,7 @@ def mem_to_hf(family: str, mem: dict) -> dict:
     return out
 
 
-def hf_to_mem(family: str, hf: dict, mem_names: set) -> dict:
+def _hf_to_mem_generic(family: str, hf: dict, mem_names: set) -> dict:
     """Inverse of mem_to_hf (what a loader of the real HF layout does)."""
     out, groups = {}, {}
     for n, a in hf.items():
@@ -801,7 +849,7 @@ def hf_to_mem(family: str, hf: dict, mem_names: set) -> dict:
     return out
 
 
-def hf_to_mlx_names(family: str, hf: dict) -> dict:
+def _hf_to_mlx_names_generic(family: str, hf: dict) -> dict:
     """HF checkpoint (bf16-representable f32 values) -> unquantised mlx-lm tensors (f32 values that
     are then rounded to bf16 exactly as mlx-lm's sanitize does in bf16)."""
     out, stacks = {}, {}
@@ -840,7 +888,7 @@ def hf_to_mlx_names(family: str, hf: dict) -> dict:
     return out
 
 
-def mlx_to_hf_names(family: str, mlx: dict) -> dict:
+def _mlx_to_hf_names_generic(family: str, mlx: dict) -> dict:
     """Inverse of hf_to_mlx_names (f32 values; quantised tensors already dequantised)."""
     out = {}
     for n, a in mlx.items():
@@ -878,10 +926,58 @@ def mlx_to_hf_names(family: str, mlx: dict) -> dict:
     return res
 
 
+# Mixtral names its MoE block block_sparse_moe and its experts w1 (gate), w3 (up), w2 (down); the
+# generic converters above take Qwen-style names, so Mixtral's are mapped onto them and back.
+_MIXTRAL_PROJ = (("w1", "gate_proj"), ("w3", "up_proj"), ("w2", "down_proj"))
+
+
+def _mixtral_to_q(n: str) -> str:
+    for w, proj in _MIXTRAL_PROJ:
+        n = re.sub(rf"\.block_sparse_moe\.experts\.(\d+)\.{w}\.", rf".mlp.experts.\1.{proj}.", n)
+    return n.replace(".block_sparse_moe.", ".mlp.")
+
+
+def _q_to_mixtral(n: str) -> str:
+    for w, proj in _MIXTRAL_PROJ:
+        n = re.sub(rf"\.mlp\.experts\.(\d+)\.{proj}\.", rf".block_sparse_moe.experts.\1.{w}.", n)
+    return n.replace(".mlp.", ".block_sparse_moe.")
+
+
+def mem_to_hf(family: str, mem: dict) -> dict:
+    if family != "mixtral":
+        return _mem_to_hf_generic(family, mem)
+    out = _mem_to_hf_generic("qwen3_moe", {_mixtral_to_q(n): a for n, a in mem.items()})
+    return {_q_to_mixtral(n): a for n, a in out.items()}
+
+
+def hf_to_mem(family: str, hf: dict, mem_names: set) -> dict:
+    if family != "mixtral":
+        return _hf_to_mem_generic(family, hf, mem_names)
+    out = _hf_to_mem_generic("qwen3_moe", {_mixtral_to_q(n): a for n, a in hf.items()},
+                             {_mixtral_to_q(n) for n in mem_names})
+    # back to the in-memory spelling (transformers 5 may keep block_sparse_moe or call it mlp)
+    back = {_mixtral_to_q(n): n for n in mem_names}
+    return {back.get(n, n): a for n, a in out.items()}
+
+
+def hf_to_mlx_names(family: str, hf: dict) -> dict:
+    if family != "mixtral":
+        return _hf_to_mlx_names_generic(family, hf)
+    out = _hf_to_mlx_names_generic("qwen3_moe", {_mixtral_to_q(n): a for n, a in hf.items()})
+    return {_q_to_mixtral(n): a for n, a in out.items()}
+
+
+def mlx_to_hf_names(family: str, mlx: dict) -> dict:
+    if family != "mixtral":
+        return _mlx_to_hf_names_generic(family, mlx)
+    out = _mlx_to_hf_names_generic("qwen3_moe", {_mixtral_to_q(n): a for n, a in mlx.items()})
+    return {_q_to_mixtral(n): a for n, a in out.items()}
+
+
 def mlx_quant_override(family: str, name: str):
     """mlx-lm quant_predicate: the router (and the shared-expert gate) stay at 8-bit gs64; GLM's router
     (MoEGate, not a Linear) is not quantised at all: False."""
-    if family == "qwen2_moe":  # mlx-lm's qwen2_moe.py has no quant_predicate
+    if family in ("qwen2_moe", "mixtral"):  # mlx-lm's qwen2_moe.py / mixtral.py have no quant_predicate
         return None
     if name.endswith("mlp.gate.weight"):
         return False if family == "glm4_moe" else {"group_size": 64, "bits": 8}
@@ -1093,6 +1189,7 @@ def check_config(golden: dict, cfg) -> list:
         "decoder_sparse_step",
         "mlp_only_layers",
         "qkv_bias",
+        "num_local_experts",
     ):
         if k in src and getattr(tc, k, None) != src[k]:
             errs.append(f"{k}: config.json {src[k]} vs model {getattr(tc, k, None)}")
@@ -1128,6 +1225,8 @@ def build_model(golden: dict, cfg):
         cls = transformers.Glm4MoeForCausalLM
     elif fam == "qwen2_moe":
         cls = transformers.Qwen2MoeForCausalLM
+    elif fam == "mixtral":
+        cls = transformers.MixtralForCausalLM
     else:
         cls = transformers.Qwen3MoeForCausalLM
     for c in (cfg, getattr(cfg, "text_config", None)):

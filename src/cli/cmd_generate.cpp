@@ -75,6 +75,8 @@ void run_generate(const GenerateCliOptions& o) {
             if (!o.json_schema.empty() && t.ends_with("<think>")) text += "\n</think>\n\n";
         }
         prompt = tokenizer->encode(text);
+        // A raw prompt gets the BOS a Llama / Mistral tokenizer adds (a chat template writes its own).
+        if (auto bos = tokenizer->bos_id_to_add(); bos && !o.chat) prompt.insert(prompt.begin(), *bos);
     }
     GenerateOptions go = o.sampling.options(engine->default_sampling());
     if (!o.json_schema.empty()) {

@@ -34,7 +34,9 @@ void run_perplexity(const PplOptions& o) {
     if (!in) throw CliError("cannot read " + o.file);
     std::stringstream ss;
     ss << in.rdbuf();
-    const std::vector<int32_t> tokens = engine->tokenizer()->encode(ss.str(), /*parse_special=*/false);
+    std::vector<int32_t> tokens = engine->tokenizer()->encode(ss.str(), /*parse_special=*/false);
+    // The BOS a Llama / Mistral tokenizer adds (HF's encode with add_special_tokens) starts the text.
+    if (auto bos = engine->tokenizer()->bos_id_to_add()) tokens.insert(tokens.begin(), *bos);
     Progress progress("perplexity", false);
     auto r =
         check(compute_perplexity(*engine, tokens, o.ctx, o.max_windows, [&](int64_t done, int64_t total) {

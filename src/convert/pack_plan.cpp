@@ -132,7 +132,7 @@ Expected<PackPlan> plan_pack(const model::ModelConfig& cfg, const format::Checkp
         for (const auto& t : f.tensors()) end = std::max(end, f.data_start() + t.offset + t.size_bytes);
         plan.shards[s].size_bytes = end;  // the caller checks this against the real file size
     }
-    SLUICE_ASSIGN_OR_RETURN(const model::TensorNames names, model::find_tensor_names(ckpt, cfg.n_layers));
+    SLUICE_ASSIGN_OR_RETURN(const model::TensorNames names, model::find_tensor_names(ckpt, cfg));
     // The multi-token-prediction head is kept: its dense tensors with the rest, its layer's routed
     // experts as the expert file of layer n_layers.
     const int64_t n_layers = cfg.n_layers + model::mtp_layers_in(cfg, ckpt);

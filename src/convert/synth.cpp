@@ -250,11 +250,11 @@ Expected<PackResult> synth_model(const SynthOptions& options) {
             b.linear(p + Names::kDenseMlp + "down_proj", H, cfg.dense_ffn, o.bits);
             continue;
         }
-        const int router_bits = Names::module_bits(cfg, p + Names::kRouter, o.bits);
+        const int router_bits = Names::module_bits(cfg, p + names.router(), o.bits);
         if (router_bits == 16) {
-            b.vector(p + Names::kRouter + ".weight", {cfg.n_experts, H}, 0.0f, 0.02f, false, /*mapped=*/true);
+            b.vector(p + names.router() + ".weight", {cfg.n_experts, H}, 0.0f, 0.02f, false, /*mapped=*/true);
         } else {
-            b.linear(p + Names::kRouter, cfg.n_experts, H, router_bits);
+            b.linear(p + names.router(), cfg.n_experts, H, router_bits);
         }
         if (cfg.router_sigmoid) b.vector(p + Names::kRouterBias, {cfg.n_experts}, 0.0f, 0.02f, true);
         if (cfg.shared_expert_ffn > 0) {

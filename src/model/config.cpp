@@ -24,6 +24,7 @@ const char* family_name(Family family) {
         case Family::kQwen35Moe: return "qwen3_5_moe";
         case Family::kGlm4Moe: return "glm4_moe";
         case Family::kQwen2Moe: return "qwen2_moe";
+        case Family::kMixtral: return "mixtral";
     }
     return "?";
 }
@@ -245,6 +246,8 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
         cfg.family = Family::kGlm4Moe;
     } else if (cfg.model_type == "qwen2_moe") {
         cfg.family = Family::kQwen2Moe;
+    } else if (cfg.model_type == "mixtral") {
+        cfg.family = Family::kMixtral;
     } else {
         return error(ErrorCode::kUnsupported,
                      "[config] " + source + ": model_type '" + cfg.model_type +
@@ -257,9 +260,10 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
     cfg.vocab = r.required_int("vocab_size");
     cfg.n_heads = r.required_int("num_attention_heads");
     cfg.n_kv_heads = r.required_int("num_key_value_heads");
-    const bool glm = cfg.family == Family::kGlm4Moe;
-    // Glm4MoeConfig's defaults where a file leaves a field out: eps 1e-5, head_dim 128, half rotary.
-    cfg.rms_eps = static_cast<float>(r.number_or("rms_norm_eps", glm ? 1e-5 : 1e-6));
+    const bool glm = cfg.family == Family::kGlm4Moe, mixtral = cfg.family == Family::kMixtral;
+    // Glm4MoeConfig's defaults where a file leaves a field out: eps 1e-5, head_dim 128, half rotary;
+    // MixtralConfig's: eps 1e-5, rope_theta 1e6.
+    cfg.rms_eps = static_cast<float>(r.number_or("rms_norm_eps", glm || mixtral ? 1e-5 : 1e-6));
     cfg.max_positions = r.int_or("max_position_embeddings", 0);
     cfg.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
     cfg.head_dim = r.int_or("head_dim", glm ? 128 : 0);
@@ -268,7 +272,7 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
     // RoPE: rope_theta at the top level (older files) or inside rope_parameters (newer ones).
     const bool hybrid = cfg.family == Family::kQwen3Next || cfg.family == Family::kQwen35Moe;
     double default_partial = hybrid ? 0.25 : glm ? 0.5 : 1.0;
-    double theta = r.number_or("rope_theta", 10000.0);
+    double theta = r.number_or("rope_theta", mixtral ? 1e6 : 10000.0);
     double partial = r.number_or("partial_rotary_factor", default_partial);
     // The rope type and its parameters: rope_parameters (transformers 5) or rope_scaling (older).
     // mrope with text-only input reduces exactly to plain RoPE (models.md §4.2 item 6).
@@ -335,8 +339,12 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
         cfg.n_experts = glm ? r.required_int({"n_routed_experts", "num_experts", "num_local_experts"})
                             : r.required_int({"num_experts", "num_local_experts"});
         cfg.top_k = r.required_int("num_experts_per_tok");
-        cfg.expert_ffn = r.required_int("moe_intermediate_size");
-        cfg.dense_ffn = r.int_or("intermediate_size", 0);
+        if (mixtral) {
+            cfg.expert_ffn = r.required_int("intermediate_size");  // every expert's; no dense MLP
+        } else {
+            cfg.expert_ffn = r.required_int("moe_intermediate_size");
+            cfg.dense_ffn = r.int_or("intermediate_size", 0);
+        }
         cfg.decoder_sparse_step = r.int_or("decoder_sparse_step", 1);
         if (auto m = text->find("mlp_only_layers"); m != text->end() && m->is_array())
             for (const auto& l : *m)
@@ -353,6 +361,10 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
         case Family::kQwen3Next: cfg.norm_topk_prob = r.bool_or("norm_topk_prob", true); break;
         case Family::kQwen35Moe:
             // The Qwen3.5/3.6 router renormalises unconditionally, whatever the file says (models.md §4.2.3).
+            cfg.norm_topk_prob = true;
+            break;
+        case Family::kMixtral:
+            // MixtralSparseMoeBlock: softmax over the router's logits, the top k, divided by their sum.
             cfg.norm_topk_prob = true;
             break;
         case Family::kQwen2Moe:
@@ -399,6 +411,8 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
     if (cfg.family == Family::kQwen2) {
         cfg.attn_qk_norm = false;
         cfg.attn_qkv_bias = true;
+    } else if (mixtral) {
+        cfg.attn_qk_norm = false;  // Llama's attention: no q/k norm, no biases
     } else if (cfg.family == Family::kQwen2Moe) {
         cfg.attn_qk_norm = false;
         cfg.attn_qkv_bias = r.bool_or("qkv_bias", true);  // Qwen2MoeAttention: biases on q/k/v unless false
@@ -413,6 +427,15 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
 
     // Layer pattern.
     cfg.layer_types.assign(static_cast<size_t>(cfg.n_layers), LayerType::kFullAttention);
+    if (mixtral) {
+        // Mistral-style sliding-window attention (sliding_window set below the context) is not
+        // implemented: refused rather than run as full attention. Mixtral's releases set it null.
+        if (auto sw = text->find("sliding_window");
+            sw != text->end() && sw->is_number_integer() && sw->get<int64_t>() > 0 &&
+            sw->get<int64_t>() < std::max<int64_t>(cfg.max_positions, 1))
+            return error(ErrorCode::kUnsupported, "[config] " + source + ": sliding_window " + sw->dump() +
+                                                      " (sliding-window attention) is not supported");
+    }
     if (cfg.is_dense_family() || cfg.family == Family::kQwen2Moe) {
         // The optional sliding window of Qwen2 / Qwen3 (off in every released checkpoint) is not
         // implemented: refused rather than run as full attention.

@@ -22,7 +22,7 @@
 
 namespace sluice::model {
 
-enum class Family { kQwen2, kQwen3, kQwen3Moe, kQwen3Next, kQwen35Moe, kGlm4Moe, kQwen2Moe };
+enum class Family { kQwen2, kQwen3, kQwen3Moe, kQwen3Next, kQwen35Moe, kGlm4Moe, kQwen2Moe, kMixtral };
 const char* family_name(Family family);
 
 enum class LayerType { kFullAttention, kLinearAttention };

@@ -308,6 +308,15 @@ Expected<ModelConfig> parse_gguf_model_config(const GgufMetadata& md, const Gguf
     SLUICE_RETURN_IF_ERROR(check_vocab_size(cfg.vocab, path, vocab_name));
     SLUICE_ASSIGN_OR_RETURN(const auto eos, token_id(md, "tokenizer.ggml.eos_token_id", cfg.vocab, k));
     if (eos) cfg.eos_token_ids.push_back(*eos);
+    // End of turn and end of message end a generation too (llama.cpp's special_eog_ids). GLM's
+    // _set_vocab_glm writes eos <|endoftext|>, eot <|user|> and eom <|observation|>: config.json's
+    // eos_token_id list [151329, 151336, 151338], which a GLM chat turn ends with.
+    for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+        SLUICE_ASSIGN_OR_RETURN(const auto id, token_id(md, key, cfg.vocab, k));
+        if (id &&
+            std::find(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end(), *id) == cfg.eos_token_ids.end())
+            cfg.eos_token_ids.push_back(*id);
+    }
     SLUICE_ASSIGN_OR_RETURN(cfg.bos_token_id, token_id(md, "tokenizer.ggml.bos_token_id", cfg.vocab, k));
     SLUICE_ASSIGN_OR_RETURN(const auto pad, token_id(md, "tokenizer.ggml.padding_token_id", cfg.vocab, k));
     (void)pad;  // checked as config.json's pad_token_id is; not kept

@@ -80,10 +80,11 @@ Status check_pack_layout(const ModelConfig& c, const format::PackLayout& layout,
                                std::to_string(cols) + "]");
             // The packer quantizes as config.json's quantization block says (keeping float only what
             // the group size does not divide); a pack without the block is float.
-            const QuantSpec spec = c.quantization.present
-                                       ? c.quantization.for_module(tensor_names_for(c).layer(f.layer) +
-                                                                   TensorNames::kStackedExperts + name)
-                                       : QuantSpec{};
+            const QuantSpec spec =
+                c.quantization.present
+                    ? c.quantization.for_module(tensor_names_for(c).layer(f.layer) +
+                                                tensor_names_for(c).stacked_experts() + name)
+                    : QuantSpec{};
             const bool as_config = p.bits == spec.bits && (p.bits == 0 || p.group_size == spec.group_size);
             const bool kept_float = p.bits == 0 && spec.group_size > 0 && cols % spec.group_size != 0;
             if (!as_config && !kept_float)

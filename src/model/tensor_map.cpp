@@ -31,9 +31,24 @@ Expected<const TensorInfo*> require(const format::Checkpoint& ck, const std::str
 }  // namespace
 
 bool TensorNames::is_routed_expert(const std::string& name) {
-    return name.find(std::string(".") + kExperts) != std::string::npos ||
-           name.find(std::string(".") + kStackedExperts) != std::string::npos;
+    for (const char* part :
+         {".mlp.experts.", ".mlp.switch_mlp.", ".block_sparse_moe.experts.", ".block_sparse_moe.switch_mlp."})
+        if (name.find(part) != std::string::npos) return true;
+    return false;
 }
+
+namespace {
+
+// The family's MoE module names on `names`.
+TensorNames with_family(TensorNames names, const ModelConfig& config) {
+    if (config.family == Family::kMixtral) {
+        names.moe = "block_sparse_moe.";
+        names.expert_projections = {"w1", "w3", "w2"};
+    }
+    return names;
+}
+
+}  // namespace
 
 bool TensorNames::is_auxiliary(const std::string& name) {
     return name.rfind("model.visual.", 0) == 0 || name.rfind("vision_tower.", 0) == 0 ||
@@ -46,15 +61,17 @@ int64_t mtp_layers_in(const ModelConfig& config, const format::Checkpoint& check
 }
 
 int TensorNames::module_bits(const ModelConfig& config, const std::string& module, int bits) {
-    if (module.ends_with(kRouter)) return config.router_sigmoid ? 16 : 8;
+    if (module.ends_with(".mlp.gate") || module.ends_with(".block_sparse_moe.gate"))
+        return config.router_sigmoid ? 16 : 8;
     return module.ends_with(kSharedExpertGate) ? 8 : bits;
 }
 
-Expected<TensorNames> find_tensor_names(const format::Checkpoint& ck, int64_t n_layers) {
+Expected<TensorNames> find_tensor_names(const format::Checkpoint& ck, const ModelConfig& config) {
     for (const auto& [p, head] : {std::pair<std::string, std::string>{"model.", "lm_head"},
                                   {"model.language_model.", "lm_head"},
                                   {"language_model.model.", "language_model.lm_head"}}) {
-        if (ck.find(p + "embed_tokens.weight") != nullptr) return TensorNames{p, head, n_layers};
+        if (ck.find(p + "embed_tokens.weight") != nullptr)
+            return with_family(TensorNames{p, head, config.n_layers}, config);
     }
     return error(ErrorCode::kNotFound,
                  "[tensors] no embedding table in " + ck.dir() +
@@ -63,8 +80,9 @@ Expected<TensorNames> find_tensor_names(const format::Checkpoint& ck, int64_t n_
 }
 
 TensorNames tensor_names_for(const ModelConfig& config) {
-    return TensorNames{config.family == Family::kQwen35Moe ? "model.language_model." : "model.", "lm_head",
-                       config.n_layers};
+    return with_family(TensorNames{config.family == Family::kQwen35Moe ? "model.language_model." : "model.",
+                                   "lm_head", config.n_layers},
+                       config);
 }
 
 Expected<kernels::WeightType> weight_type_of(DType dtype, int bits) {
@@ -163,7 +181,7 @@ Expected<std::vector<std::array<SourceMatrix, 3>>> source_experts(const ModelCon
     const int64_t E = cfg.n_experts, I = cfg.expert_ffn, H = cfg.hidden;
     const std::string p = names.layer(l);
     std::vector<std::array<SourceMatrix, 3>> out(static_cast<size_t>(E));
-    const std::string stacked = p + TensorNames::kStackedExperts, experts = p + TensorNames::kExperts;
+    const std::string stacked = p + names.stacked_experts(), experts = p + names.experts();
     if (ck.find(stacked + "gate_proj.weight") != nullptr) {
         SLUICE_ASSIGN_OR_RETURN(auto g, source_linear(cfg, ck, stacked + "gate_proj", E, I, H));
         SLUICE_ASSIGN_OR_RETURN(auto u, source_linear(cfg, ck, stacked + "up_proj", E, I, H));
@@ -184,9 +202,10 @@ Expected<std::vector<std::array<SourceMatrix, 3>>> source_experts(const ModelCon
     } else {
         for (int64_t e = 0; e < E; ++e) {
             const std::string ep = experts + std::to_string(e) + ".";
-            SLUICE_ASSIGN_OR_RETURN(auto g, source_linear(cfg, ck, ep + "gate_proj", 0, I, H));
-            SLUICE_ASSIGN_OR_RETURN(auto u, source_linear(cfg, ck, ep + "up_proj", 0, I, H));
-            SLUICE_ASSIGN_OR_RETURN(auto d, source_linear(cfg, ck, ep + "down_proj", 0, H, I));
+            const auto& [gate, up, down] = names.expert_projections;
+            SLUICE_ASSIGN_OR_RETURN(auto g, source_linear(cfg, ck, ep + gate, 0, I, H));
+            SLUICE_ASSIGN_OR_RETURN(auto u, source_linear(cfg, ck, ep + up, 0, I, H));
+            SLUICE_ASSIGN_OR_RETURN(auto d, source_linear(cfg, ck, ep + down, 0, H, I));
             out[static_cast<size_t>(e)] = {g[0], u[0], d[0]};
         }
     }

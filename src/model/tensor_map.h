@@ -23,8 +23,9 @@
 
 namespace sluice::model {
 
-// The module paths of one model's tensors (the three Qwen MoE families share their module names;
-// they differ in the text model's prefix, the DeltaNet projections and the expert layout).
+// The module paths of one model's tensors (the Qwen and GLM MoE families share their module names;
+// they differ in the text model's prefix, the DeltaNet projections and the expert layout; Mixtral
+// names its MoE block block_sparse_moe with experts w1 / w3 / w2).
 struct TensorNames {
     std::string prefix;               // "model.", "model.language_model." or "language_model.model."
     std::string lm_head = "lm_head";  // module path of the output projection
@@ -51,20 +52,25 @@ struct TensorNames {
     static constexpr const char* kDeltaNet =
         "linear_attn.";                               // in_proj_*, conv1d, A_log, dt_bias, norm, out_proj
     static constexpr const char* kDenseMlp = "mlp.";  // gate_proj up_proj down_proj (non-MoE layers)
-    static constexpr const char* kRouter = "mlp.gate";
-    static constexpr const char* kSharedExpert = "mlp.shared_expert.";  // gate_proj up_proj down_proj
+    // The MoE block's module, relative to layer(l): "mlp." (Qwen, GLM) or Mixtral's "block_sparse_moe.";
+    // its router, routed experts (HF per expert E.<proj>, or fused) and MLX stacked experts under it.
+    std::string moe = "mlp.";
+    // The per-expert projections' names in HF checkpoints, gate, up, down: Mixtral's w1, w3, w2.
+    std::array<const char*, 3> expert_projections = {"gate_proj", "up_proj", "down_proj"};
+    std::string router() const { return moe + "gate"; }
+    std::string experts() const { return moe + "experts."; }
+    std::string stacked_experts() const { return moe + "switch_mlp."; }  // MLX: [E, out, in] per projection
+    static constexpr const char* kSharedExpert = "mlp.shared_expert.";   // gate_proj up_proj down_proj
     static constexpr const char* kSharedExpertGate = "mlp.shared_expert_gate";
     static constexpr const char* kSharedExperts = "mlp.shared_experts.";  // GLM / DeepSeek-V3 spelling
     // The sigmoid router's selection bias (GLM / DeepSeek-V3), F32 [E].
     static constexpr const char* kRouterBias = "mlp.gate.e_score_correction_bias";
+    // Routed experts: under experts() per expert (E.<expert_projections>) or fused (gate_up_proj [E, 2I, H]
+    // / down_proj), or MLX's stacked_experts() (source_experts()).
     // The shared expert's module path of `config`'s family.
     static const char* shared_expert(const ModelConfig& config) {
         return config.family == Family::kGlm4Moe ? kSharedExperts : kSharedExpert;
     }
-    // Routed experts in the three layouts (source_experts()).
-    static constexpr const char* kStackedExperts = "mlp.switch_mlp.";  // MLX: [E, out, in] per projection
-    static constexpr const char* kExperts =
-        "mlp.experts.";  // HF: fused gate_up_proj / down_proj, or E.gate_proj...
 
     // Whether a tensor holds routed-expert weights (they go to the packed layout's expert files).
     static bool is_routed_expert(const std::string& tensor_name);
@@ -77,9 +83,10 @@ struct TensorNames {
     static int module_bits(const ModelConfig& config, const std::string& module, int bits);
 };
 
-// The names in a checkpoint: the prefix and lm_head path found by the embedding table (an error
-// naming the candidates when there is none); `n_layers` the config's, so layer() names MTP layers.
-Expected<TensorNames> find_tensor_names(const format::Checkpoint& checkpoint, int64_t n_layers = -1);
+// The names in a checkpoint of `config`: the prefix and lm_head path found by the embedding table (an
+// error naming the candidates when there is none), the family's MoE module names; layer() names MTP
+// layers after config.n_layers.
+Expected<TensorNames> find_tensor_names(const format::Checkpoint& checkpoint, const ModelConfig& config);
 // Multi-token-prediction layers `checkpoint` holds for a model of `config`'s family (0 or 1): the
 // Qwen3-Next / Qwen3.5 head is there when mtp.fc.weight is.
 int64_t mtp_layers_in(const ModelConfig& config, const format::Checkpoint& checkpoint);

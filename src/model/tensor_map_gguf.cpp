@@ -164,7 +164,7 @@ void MapBuilder::mlp(int64_t l) {
         return;
     }
     const int64_t E = c_.n_experts, I = c_.expert_ffn;
-    copy(g + "ffn_gate_inp.weight", p + TensorNames::kRouter + std::string(".weight"), {E, H});
+    copy(g + "ffn_gate_inp.weight", p + names_.router() + ".weight", {E, H});
     // glm4moe: e_score_correction_bias → exp_probs_b.bias (tensor_mapping.py FFN_EXP_PROBS_B).
     if (c_.router_sigmoid) copy(g + "exp_probs_b.bias", p + TensorNames::kRouterBias, {E});
     // Routed experts: the per-expert matrices stacked (Qwen2MoeModel.modify_tensors), [E, out, in].
@@ -172,7 +172,7 @@ void MapBuilder::mlp(int64_t l) {
          {std::tuple<const char*, int64_t, int64_t>{"gate", I, H}, {"up", I, H}, {"down", H, I}}) {
         std::vector<std::string> hf;
         for (int64_t e = 0; e < E; ++e)
-            hf.push_back(p + TensorNames::kExperts + std::to_string(e) + "." + proj + "_proj.weight");
+            hf.push_back(p + names_.experts() + std::to_string(e) + "." + proj + "_proj.weight");
         add(g + "ffn_" + proj + "_exps.weight", {E, out, in}, std::move(hf), {out, in},
             {{Kind::kStackExperts}});
     }

@@ -132,7 +132,7 @@ CheckpointLayout detect_checkpoint_layout(const ModelConfig& cfg, const format::
     // the norm weights; raw Hugging Face ones store [C, 1, K] (models.md §1.2). Decide once.
     bool mlx_layout = false;
     for (const auto& name : ck.names()) {
-        if (name.find(std::string(".") + TensorNames::kStackedExperts) != std::string::npos) {
+        if (name.find(".switch_mlp.") != std::string::npos) {
             mlx_layout = true;
             break;
         }
@@ -155,7 +155,7 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
     ModelWeights mw;
 
     // Name prefix of the text model, and of lm_head, by which embedding table exists.
-    SLUICE_ASSIGN_OR_RETURN(const TensorNames names, find_tensor_names(ck, cfg.n_layers));
+    SLUICE_ASSIGN_OR_RETURN(const TensorNames names, find_tensor_names(ck, cfg));
     const std::string& prefix = names.prefix;
     const std::string& lm_head_path = names.lm_head;
 
@@ -267,7 +267,7 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
         }
         MoeWeights& m = lw.moe_w;
         const int64_t E = cfg.n_experts;
-        SLUICE_ASSIGN_OR_RETURN(m.router, b.linear(p + TensorNames::kRouter, E, H));
+        SLUICE_ASSIGN_OR_RETURN(m.router, b.linear(p + names.router(), E, H));
         mw.dense_bytes += view_bytes(m.router);
         if (cfg.router_sigmoid) {
             SLUICE_ASSIGN_OR_RETURN(m.router_bias, b.floats(p + TensorNames::kRouterBias, E));

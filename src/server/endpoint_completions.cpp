@@ -96,6 +96,8 @@ std::variant<std::shared_ptr<CompletionJob>, ApiError> prepare(ServerContext& ct
                                    "no_tokenizer");
         if (auto e = fit_context_text(ctx, *text)) return *e;
         job->prompt = ctx.tokenizer->encode(*text, true);
+        // The BOS a Llama / Mistral tokenizer adds to a prompt (add_bos_token), as HF's encode does.
+        if (auto bos = ctx.tokenizer->bos_id_to_add()) job->prompt.insert(job->prompt.begin(), *bos);
         job->prompt_text = *text;
     } else {
         job->prompt = std::get<std::vector<int32_t>>(job->request.prompt);

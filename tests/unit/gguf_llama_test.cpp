@@ -1,6 +1,6 @@
 // sluice against llama.cpp on the same GGUF files (issue 26): the fixtures of tests/data/gguf/weights
-// run by llama.cpp's CPU backend at every position of their golden's prompt
-// (tools/llama_logits/make_fixture_logits.sh wrote tests/data/gguf/weights/llama/NAME.cpu.npy) and by
+// run by llama.cpp's CPU backend at every position of their checkpoint's prompt (gguf_fixture_prompt.h;
+// tools/llama_logits/make_fixture_logits.sh wrote tests/data/gguf/weights/llama/NAME.cpu.npy) and by
 // sluice here, f32 activations.
 //
 // What separates the two is arithmetic, not the model: llama.cpp's CPU products take F16 weights with
@@ -8,12 +8,16 @@
 // (Q8_0), where sluice's f32 path keeps them f32. Measured when the fixtures were written: F16 files
 // median row max|Δ|/max|logit| 3.7e-4 … 4.5e-4 (worst row 1.0e-3), every top-1 the same; Q8_0/Q5_0/Q4_0/
 // MXFP4 files median 0.9 … 1.3% (worst row 58% on one Q4_0 row whose logits are near-flat), top-1 on
-// 131–135 of 137 positions. The bounds below hold those with a margin; a wrong tensor, head or norm moves
-// every row (the one family setting the two engines read differently, norm_topk_prob false on a
-// Qwen3-MoE golden, moved the median to 28%), and on F32 files — where both engines multiply in
-// f32 — the engines agree to 2.4e-4 of the largest logit on full-width Qwen3-Next and Qwen3.6 models
-// (bench/results/gguf). The Qwen3-Next / 3.5 fixtures are not here: llama.cpp needs their DeltaNet key
-// and value head dims equal (the goldens' are 16 and 24).
+// 131–135 of 137 positions. GLM-4.5 / 4.5-Air (glm4moe, tools/make_glm4_moe_checkpoints.py's checkpoints,
+// 64 positions): F16 median 4.7e-4 / 4.6e-4 (worst row 8.2e-4 / 8.8e-4), Q8_0 1.4% / 1.3%, top-1 61/64 and
+// 64/64. The bounds below hold those with a margin; a wrong tensor, head or norm moves every row (the one
+// family setting the two engines read differently, norm_topk_prob false on a Qwen3-MoE golden, moved the
+// median to 28%; on the GLM-4.5 F16 file each GLM setting read wrong moves it to 25–65%:
+// routed_scaling_factor 1 for 2.5, all groups kept, no renormalisation, the selection bias zeroed, full
+// rotary, no shared expert), and on F32 files — where both engines multiply in f32 — the engines agree
+// to 2.4e-4 of the largest logit on full-width Qwen3-Next and Qwen3.6 models (bench/results/gguf). The
+// Qwen3-Next / 3.5 fixtures are not here: llama.cpp needs their DeltaNet key and value head dims equal (the
+// goldens' are 16 and 24).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "format/safetensors.h"
+#include "gguf_fixture_prompt.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
 #include "test_util.h"
@@ -68,25 +72,19 @@ std::vector<std::string> fixtures() {
 class GgufLlamaCpp : public ::testing::TestWithParam<std::string> {};
 
 TEST(GgufLlamaCppIndex, EveryFileLlamaCppLoadsHasItsLogits) {
-    EXPECT_EQ(fixtures().size(), 9u);  // qwen2, qwen3 (F16, Q8_0); Qwen3-MoE (F16, Q8_0, Q5_0, Q4_0, MXFP4)
+    // qwen2, qwen3 (F16, Q8_0); Qwen3-MoE (F16, Q8_0, Q5_0, Q4_0, MXFP4); GLM-4.5 and GLM-4.5-Air (F16, Q8_0)
+    EXPECT_EQ(fixtures().size(), 13u);
 }
 
 TEST_P(GgufLlamaCpp, LogitsOfTheSameFileMatchLlamaCpps) {
     const std::string npy = GetParam();                      // NAME.cpu.npy
     const std::string name = npy.substr(0, npy.size() - 8);  // golden.outtype
-    const std::string golden = name.substr(0, name.find('.'));
     const bool f16 = name.substr(name.find('.') + 1) == "f16";
     int64_t T = 0, V = 0;
     const std::vector<float> want = read_npy(testing::test_data_dir() + "/gguf/weights/llama/" + npy, &T, &V);
     ASSERT_FALSE(want.empty()) << npy;
 
-    auto ref = format::SafetensorsFile::open(testing::test_data_dir() + "/goldens/" + golden +
-                                             "/golden.safetensors");
-    ASSERT_TRUE(ref.has_value()) << ref.status().message();
-    const format::TensorInfo* t = (*ref)->find("input_ids");
-    ASSERT_NE(t, nullptr);
-    std::vector<int32_t> ids(t->size_bytes / 4);
-    std::memcpy(ids.data(), t->data, t->size_bytes);
+    const std::vector<int32_t> ids = testing::gguf_fixture_prompt(name + ".gguf");
     ASSERT_EQ(static_cast<int64_t>(ids.size()), T);
 
     EngineOptions eo;

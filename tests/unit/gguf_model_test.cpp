@@ -601,7 +601,7 @@ TEST(GgufTensorMap, NamesDimsAndValuesAreTheConvertersForEveryGolden) {
         const std::string golden = testing::test_data_dir() + "/goldens/" + f.name;
         auto ck = format::Checkpoint::open(golden);
         ASSERT_TRUE(ck.has_value()) << ck.status().message();
-        auto names = model::find_tensor_names(**ck, cfg->n_layers);
+        auto names = model::find_tensor_names(**ck, *cfg);
         ASSERT_TRUE(names.has_value()) << names.status().message();
         for (const auto& s : map) {
             auto it = written.find(s.gguf);
