@@ -55,6 +55,18 @@ nlohmann::ordered_json python_literal(std::string_view value) {
     return nlohmann::ordered_json(nlohmann::ordered_json::value_t::discarded);
 }
 
+// One argument's value as its parameter's schema reads it (the XML and GLM forms print a string as
+// its text, anything else with tojson): a declared string's text as it is, anything else as JSON (or
+// Python's True, False, None); an undeclared one JSON when it parses as JSON, else a string.
+nlohmann::ordered_json typed_value(std::string_view value, const nlohmann::ordered_json* schema) {
+    const bool text = schema && GrammarBuilder::xml_value_is_text(*schema);
+    nlohmann::ordered_json parsed =
+        text ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(value, nullptr, false);
+    if (schema && !text && parsed.is_discarded()) parsed = python_literal(value);
+    return text || parsed.is_discarded() || value.empty() ? nlohmann::ordered_json(std::string(value))
+                                                          : parsed;
+}
+
 // The XML-style calls of Qwen3.5 / Qwen3-Coder templates:
 //   <function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n...</function>
 // Those templates print a string argument as its text and any other with tojson. A parameter the
@@ -96,22 +108,77 @@ bool parse_xml_tool_call(std::string_view body, const nlohmann::ordered_json& to
         std::string_view value = rest.substr(key_end + 1, value_end - key_end - 1);
         if (value.starts_with('\n')) value.remove_prefix(1);
         if (value.ends_with('\n')) value.remove_suffix(1);
-        nlohmann::ordered_json parsed =
-            text ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(value, nullptr, false);
-        if (schema && !text && parsed.is_discarded()) parsed = python_literal(value);
-        args[key] = text || parsed.is_discarded() || value.empty()
-                        ? nlohmann::ordered_json(std::string(value))
-                        : parsed;
+        args[key] = typed_value(value, schema);
         rest = rest.substr(value_end + kParamClose.size());
     }
     out->arguments = args.dump();
     return true;
 }
 
-// {"name": ..., "arguments": {...}} (Qwen3) or the XML form above → a tool call; false when the
-// body is neither.
+// Whether `tools` (OpenAI's array) has a function named `name`.
+bool has_tool(const nlohmann::ordered_json& tools, std::string_view name) {
+    if (!tools.is_array()) return false;
+    for (const auto& t : tools)
+        if (auto fn = t.find("function"); fn != t.end() && fn->is_object())
+            if (auto n = fn->find("name"); n != fn->end() && n->is_string() && n->get<std::string>() == name)
+                return true;
+    return false;
+}
+
+// A tool name as OpenAI allows it: ^[a-zA-Z0-9_-]{1,64}$ (dots too, as some clients send them).
+bool is_tool_name(std::string_view name) {
+    if (name.empty() || name.size() > 64) return false;
+    return std::all_of(name.begin(), name.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+               c == '-' || c == '.';
+    });
+}
+
+// The calls of GLM-4.5 / 4.6 templates:
+//   NAME\n<arg_key>K</arg_key>\n<arg_value>VALUE</arg_value>\n...
+// a string VALUE as its text, any other with tojson (typed_value). The name is the first line (up to
+// the first <arg_key> when the template wrote none) and must be one of the request's tools.
+bool parse_glm_tool_call(std::string_view body, const nlohmann::ordered_json& tools, ParsedToolCall* out) {
+    constexpr std::string_view kKey = "<arg_key>", kKeyClose = "</arg_key>";
+    constexpr std::string_view kValue = "<arg_value>", kValueClose = "</arg_value>";
+    body = trim(body);
+    const size_t name_end = std::min(body.find('\n'), body.find(kKey));
+    const std::string_view name = trim(body.substr(0, name_end));
+    // A bare word is a call only when it names one of the request's tools (else "<tool_call>oops
+    // </tool_call>" would be read as a call of "oops").
+    if (!is_tool_name(name) || !has_tool(tools, name)) return false;
+    out->name = std::string(name);
+    const nlohmann::ordered_json* parameters = parameters_of(tools, out->name);
+    const nlohmann::ordered_json* properties = nullptr;
+    if (parameters)
+        if (auto p = parameters->find("properties"); p != parameters->end() && p->is_object())
+            properties = &*p;
+    nlohmann::ordered_json args = nlohmann::ordered_json::object();
+    std::string_view rest = name_end == std::string_view::npos ? std::string_view() : body.substr(name_end);
+    for (rest = trim(rest); !rest.empty(); rest = trim(rest)) {
+        if (!rest.starts_with(kKey)) return false;
+        const size_t key_end = rest.find(kKeyClose);
+        if (key_end == std::string_view::npos) return false;
+        const std::string key(trim(rest.substr(kKey.size(), key_end - kKey.size())));
+        rest = trim(rest.substr(key_end + kKeyClose.size()));
+        if (!rest.starts_with(kValue)) return false;
+        const size_t value_end = rest.find(kValueClose);
+        if (value_end == std::string_view::npos) return false;
+        const nlohmann::ordered_json* schema = nullptr;
+        if (properties)
+            if (auto sc = properties->find(key); sc != properties->end()) schema = &*sc;
+        args[key] = typed_value(rest.substr(kValue.size(), value_end - kValue.size()), schema);
+        rest = rest.substr(value_end + kValueClose.size());
+    }
+    out->arguments = args.dump();
+    return true;
+}
+
+// {"name": ..., "arguments": {...}} (Qwen3), the XML form or GLM's form above → a tool call; false
+// when the body is none of them.
 bool parse_tool_call(std::string_view body, const nlohmann::ordered_json& tools, ParsedToolCall* out) {
     if (trim(body).starts_with("<function=")) return parse_xml_tool_call(body, tools, out);
+    if (!trim(body).starts_with("{")) return parse_glm_tool_call(body, tools, out);
     nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
     if (j.is_discarded() || !j.is_object()) return false;
     auto name = j.find("name");

@@ -1,7 +1,8 @@
 // Splits a model's streamed reply into what OpenAI clients expect: reasoning (Qwen3's
 // <think>…</think>) into `reasoning_content`, tool calls into `tool_calls` — Qwen3's
-// <tool_call>{json}</tool_call> and the XML form of Qwen3.5 / Qwen3-Coder templates,
-// <tool_call><function=NAME><parameter=P>VALUE</parameter></function></tool_call>, its values
+// <tool_call>{json}</tool_call>, the XML form of Qwen3.5 / Qwen3-Coder templates,
+// <tool_call><function=NAME><parameter=P>VALUE</parameter></function></tool_call>, and GLM-4.5's,
+// <tool_call>NAME\n<arg_key>P</arg_key>\n<arg_value>VALUE</arg_value>\n</tool_call>, their values
 // typed by the tool's parameters schema where the request gives one — the rest into `content`.
 //
 // Streaming: feed() takes text chunks as they are generated and returns only what is certain;

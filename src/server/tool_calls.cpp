@@ -15,8 +15,9 @@ ToolCallForm tool_call_form(const ChatTemplate& chat_template) {
         {"role": "tool", "tool_call_id": "call_0", "content": "r"}])");
     Expected<std::string> text = chat_template.render(kMessages, kTools, false, ojson::object());
     if (!text.has_value()) return ToolCallForm::kJson;
-    return text->find("<function=probe_tool>") != std::string::npos ? ToolCallForm::kXml
-                                                                    : ToolCallForm::kJson;
+    if (text->find("<function=probe_tool>") != std::string::npos) return ToolCallForm::kXml;
+    if (text->find("<arg_key>probe_arg</arg_key>") != std::string::npos) return ToolCallForm::kGlm;
+    return ToolCallForm::kJson;
 }
 
 ApiError schema_error(const Status& status, const std::string& param) {

@@ -7,6 +7,9 @@
 //   kXml   Qwen3.5 / Qwen3-Coder: <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n
 //          ...</function>\n</tool_call>, a string VALUE as its text, others as JSON
 //          (GrammarBuilder::add_xml_tool_arguments)
+//   kGlm   GLM-4.5 / 4.6: <tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n...
+//          </tool_call>. Read by the output parser; a forced call is written in the JSON form (which
+//          the parser reads as well), there being no grammar of GLM's form yet.
 // A tool whose parameters the XML form cannot carry (patternProperties, a key with '>') is written
 // in the JSON form, which the parser reads as well.
 //
@@ -26,7 +29,7 @@
 
 namespace sluice::server {
 
-enum class ToolCallForm { kJson, kXml };
+enum class ToolCallForm { kJson, kXml, kGlm };
 
 // What the forced prompt ends with: the grammar writes the rest of the first call.
 inline constexpr std::string_view kToolCallOpen = "<tool_call>\n";

@@ -140,6 +140,88 @@ std::vector<ParsedToolCall> parse(const std::string& reply) {
     return all.tool_calls;
 }
 
+// GLM-4.5 / 4.6's tool-call part (its chat_template.jinja trimmed to the calls): the name on the first
+// line, then one <arg_key>/<arg_value> pair per argument, a string as its text, anything else tojson.
+constexpr const char* kGlmTemplate = R"([gMASK]<sop>
+{%- for m in messages %}
+{%- if m.role == 'user' %}<|user|>
+{{ m.content }}
+{%- elif m.role == 'assistant' %}<|assistant|>
+{{ m.content or '' }}
+{%- for tc in m.tool_calls or [] %}
+{%- if tc.function is defined %}{%- set tc = tc.function %}{%- endif %}
+<tool_call>{{ tc.name }}
+{% for k, v in (tc.arguments or {}) | items %}<arg_key>{{ k }}</arg_key>
+<arg_value>{{ v | tojson if v is not string else v }}</arg_value>
+{% endfor %}</tool_call>
+{%- endfor %}
+{%- elif m.role == 'tool' %}<|observation|>
+<tool_response>
+{{ m.content }}
+</tool_response>
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|assistant|>{%- endif %})";
+
+TEST(ServerToolCalls, GlmFormIsToldFromTheTemplateAndItsCallsReadBackTyped) {
+    auto glm = ChatTemplate::from_string(kGlmTemplate);
+    ASSERT_TRUE(glm.has_value()) << glm.status().message();
+    EXPECT_EQ(tool_call_form(*glm), ToolCallForm::kGlm);
+    // The calls the template prints for an assistant turn, read back as the same typed arguments.
+    const ojson args = {
+        {"path", "007"}, {"content", "x\n<b>y</b>"}, {"size", 12}, {"options", {{"overwrite", true}}}};
+    const ojson messages = ojson::array(
+        {{{"role", "user"}, {"content", "q"}},
+         {{"role", "assistant"},
+          {"content", ""},
+          {"tool_calls",
+           ojson::array(
+               {{{"type", "function"}, {"function", {{"name", "write_file"}, {"arguments", args}}}},
+                {{"type", "function"}, {"function", {{"name", "now"}, {"arguments", ojson::object()}}}}})}}});
+    auto text = glm->render(messages, tools(), false, ojson::object());
+    ASSERT_TRUE(text.has_value()) << text.status().message();
+    const size_t at = text->find("<tool_call>");
+    ASSERT_NE(at, std::string::npos) << *text;
+    // Fed one byte at a time, as a stream: every call, nothing left as content but the separator.
+    OutputParser p(false, true, tools());
+    ParsedDelta all;
+    for (char c : text->substr(at)) all.append(p.feed(std::string(1, c)));
+    all.append(p.finish());
+    ASSERT_EQ(all.tool_calls.size(), 2u) << *text << "\ncontent: " << all.content;
+    EXPECT_EQ(all.tool_calls[0].name, "write_file");
+    EXPECT_EQ(ojson::parse(all.tool_calls[0].arguments), args) << all.tool_calls[0].arguments;
+    EXPECT_EQ(all.tool_calls[1].name, "now");
+    EXPECT_EQ(ojson::parse(all.tool_calls[1].arguments), ojson::object());
+}
+
+TEST(ServerToolCalls, GlmArgumentsAreTypedByTheSchema) {
+    const auto parsed = parse(
+        "write_file\n<arg_key>path</arg_key>\n<arg_value>007</arg_value>\n<arg_key>size</arg_key>\n"
+        "<arg_value>12</arg_value>\n<arg_key>options</arg_key>\n<arg_value>{\"overwrite\": "
+        "True}</arg_value>\n"
+        "<arg_key>extra</arg_key>\n<arg_value>[1]</arg_value>\n</tool_call>");
+    ASSERT_EQ(parsed.size(), 1u);
+    EXPECT_EQ(
+        ojson::parse(parsed[0].arguments),
+        ojson::parse(R"({"path": "007", "size": 12, "options": "{\"overwrite\": True}", "extra": [1]})"))
+        << parsed[0].arguments;
+    const auto bare = parse("now\n</tool_call>");
+    ASSERT_EQ(bare.size(), 1u);
+    EXPECT_EQ(bare[0].name, "now");
+    EXPECT_EQ(bare[0].arguments, "{}");
+    // Not a call: a name OpenAI would refuse, a word that names no tool of the request, a value
+    // without its key, an unclosed pair: given back as content.
+    for (const std::string bad :
+         {"not a name\n</tool_call>", "oops</tool_call>", "now\n<arg_value>1</arg_value>\n</tool_call>",
+          "now\n<arg_key>a</arg_key>\n</tool_call>"}) {
+        OutputParser p(false, true, tools());
+        ParsedDelta all = p.feed(std::string(kToolCallOpen) + bad);
+        all.append(p.finish());
+        EXPECT_TRUE(all.tool_calls.empty()) << bad;
+        EXPECT_EQ(all.content, std::string(kToolCallOpen) + bad) << bad;
+    }
+}
+
 TEST(ServerToolCalls, TheFormComesFromARenderOfTheTemplate) {
     auto xml = ChatTemplate::from_string(kQwen35Template);
     auto json = ChatTemplate::from_string(kQwen3Template);
