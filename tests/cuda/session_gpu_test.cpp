@@ -387,7 +387,8 @@ TEST(CudaFailure, AFailedTieredForwardLeavesTheSessionAtItsLastPosition) {
 
 INSTANTIATE_TEST_SUITE_P(Goldens, CudaSession,
                          ::testing::Values("qwen3_next_mlx_q4", "qwen3_5_moe_hf_bf16", "qwen3_moe_mlx_q4",
-                                           "qwen3_mlx_q4", "qwen2_mlx_q4"),
+                                           "qwen3_mlx_q4", "qwen2_mlx_q4", "glm4_moe_mlx_q4",
+                                           "qwen2_moe_mlx_q4", "mixtral_mlx_q4"),
                          [](const auto& param_info) { return param_info.param; });
 
 }  // namespace

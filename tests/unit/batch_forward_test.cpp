@@ -68,7 +68,9 @@ TEST(BatchForwardKv, CompressedCachesGiveEverySequenceItsLogitsAlone) {
 INSTANTIATE_TEST_SUITE_P(Goldens, BatchForward,
                          ::testing::Values("qwen3_next_hf_bf16", "qwen3_next_mlx_q4", "qwen3_moe_hf_bf16",
                                            "qwen3_moe_mlx_q4", "qwen3_5_moe_hf_bf16", "qwen3_5_moe_mlx_q4",
-                                           "qwen3_hf_bf16", "qwen3_mlx_q4", "qwen2_hf_bf16", "qwen2_mlx_q4"));
+                                           "qwen3_hf_bf16", "qwen3_mlx_q4", "qwen2_hf_bf16", "qwen2_mlx_q4",
+                                           "glm4_moe_hf_bf16", "glm4_moe_mlx_q4", "qwen2_moe_hf_bf16",
+                                           "qwen2_moe_mlx_q4", "mixtral_hf_bf16", "mixtral_mlx_q4"));
 
 class PackedBatch : public ::testing::Test {
  protected:
