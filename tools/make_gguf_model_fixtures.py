@@ -59,7 +59,7 @@ FULL_SIZE = ["qwen3-30b-a3b", "qwen3-next-80b-a3b.hf", "qwen3.5-397b-a17b", "qwe
 # and five goldens' config.json (written from a bare config) have none.
 ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
                  "qwen3_next": "Qwen3NextForCausalLM", "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
-                 "glm4_moe": "Glm4MoeForCausalLM"}
+                 "glm4_moe": "Glm4MoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM"}
 
 
 def load_converter(llama: Path):

@@ -7,8 +7,9 @@ Purpose
     files themselves, as users have them: this script runs the same converter code (conversion/qwen.py's
     and glm.py's classes and base.py's `prepare_tensors`, `prepare_metadata`, through
     make_gguf_model_fixtures.py's helpers) over the Hugging Face bf16 checkpoints of SOURCES — the goldens,
-    and GLM-4.5 MoE's tiny checkpoints from tools/make_glm4_moe_checkpoints.py (tests/data/gguf/hf; no
-    transformers golden yet) — with `--outtype f16` and `--outtype q8_0`, and writes the files whole.
+    GLM-4.5 MoE's tiny checkpoints from tools/make_glm4_moe_checkpoints.py and Qwen2-MoE's from
+    tools/make_qwen2_moe_checkpoints.py (tests/data/gguf/hf; no transformers golden yet) — with
+    `--outtype f16` and `--outtype q8_0`, and writes the files whole.
     prepare_tensors decides each tensor's type as it does for a user: F32 for 1-D tensors, norms, ssm_a,
     ssm_conv1d, ffn_gate_inp(_shexp), GLM's exp_probs_b; the outtype for the other weights, and F16 where a
     row (ne[0]) is not a multiple of Q8_0's 32-value block (the MoE goldens' ffn_down_exps, 48 wide, and
@@ -103,11 +104,12 @@ ROOT = mf.ROOT
 GOLDENS = [
     "qwen2_hf_bf16", "qwen3_hf_bf16", "qwen3_moe_yarn_hf_bf16", "qwen3_next_hf_bf16", "qwen3_5_moe_hf_bf16"
 ]
-# The checkpoints converted, as folders under tests/data: the goldens', and GLM-4.5 MoE's from
+# The checkpoints converted, as folders under tests/data: the goldens', GLM-4.5 MoE's from
 # tools/make_glm4_moe_checkpoints.py (no transformers golden yet; when tests/data/goldens/glm4_moe_hf_bf16
-# exists, "goldens/glm4_moe_hf_bf16" can take the first GLM entry's place: nothing else here changes).
+# exists, "goldens/glm4_moe_hf_bf16" can take the first GLM entry's place: nothing else here changes), and
+# Qwen2-MoE's from tools/make_qwen2_moe_checkpoints.py (Qwen2MoeModel, architecture qwen2moe).
 SOURCES = [f"goldens/{g}" for g in GOLDENS] + [
-    "gguf/hf/glm4_moe_tiny_hf_bf16", "gguf/hf/glm4_moe_air_tiny_hf_bf16"
+    "gguf/hf/glm4_moe_tiny_hf_bf16", "gguf/hf/glm4_moe_air_tiny_hf_bf16", "gguf/hf/qwen2_moe_tiny_hf_bf16"
 ]
 OUTTYPES = ["f16", "q8_0"]  # the converter's own --outtype path
 EXTRA = {"qwen3_moe_yarn_hf_bf16": ["q4_0", "q5_0", "mxfp4"]}  # converter f32 tensors + gguf.quants.quantize

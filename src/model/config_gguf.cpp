@@ -23,7 +23,8 @@ struct ArchEntry {
 };
 constexpr ArchEntry kArchitectures[] = {{"qwen2", Family::kQwen2},         {"qwen3", Family::kQwen3},
                                         {"qwen3moe", Family::kQwen3Moe},   {"qwen3next", Family::kQwen3Next},
-                                        {"qwen35moe", Family::kQwen35Moe}, {"glm4moe", Family::kGlm4Moe}};
+                                        {"qwen35moe", Family::kQwen35Moe}, {"glm4moe", Family::kGlm4Moe},
+                                        {"qwen2moe", Family::kQwen2Moe}};
 
 // The largest integer a count key may hold before it is narrowed (far past every bound checked later,
 // so the bound's message shows the value).
@@ -155,7 +156,8 @@ ConfigFieldNames field_names(const Keys& k, bool hybrid) {
 }  // namespace
 
 const char* supported_gguf_architectures() {
-    return "qwen2, qwen3, qwen3moe, qwen3next, qwen35moe (Qwen3.5 / Qwen3.6 MoE), glm4moe (GLM-4.5 / 4.6)";
+    return "qwen2, qwen3, qwen3moe, qwen3next, qwen35moe (Qwen3.5 / Qwen3.6 MoE), glm4moe (GLM-4.5 / 4.6), "
+           "qwen2moe (Qwen1.5-MoE / Qwen2-57B-A14B)";
 }
 
 const char* gguf_architecture_name(Family family) {
@@ -181,6 +183,7 @@ Expected<ModelConfig> parse_gguf_model_config(const GgufMetadata& md, const Gguf
     const Keys k(md, arch, path);
     const bool hybrid = cfg.family == Family::kQwen3Next || cfg.family == Family::kQwen35Moe;
     const bool glm = cfg.family == Family::kGlm4Moe;
+    const bool qwen2moe = cfg.family == Family::kQwen2Moe;
 
     // Blocks: the converter's block_count includes the MTP blocks (qwen.py _QwenMtpMixin.__init__:
     // block_count += n_mtp) and says how many with add_nextn_predict_layers.
@@ -218,9 +221,10 @@ Expected<ModelConfig> parse_gguf_model_config(const GgufMetadata& md, const Gguf
     SLUICE_RETURN_IF_ERROR(read_rope_scaling(md, k, &cfg));
     cfg.attn_output_gate = hybrid;  // llama.cpp's qwen3next / qwen35moe graphs always gate
     // glm4moe: q/k norms and q/k/v biases where the tensors are (llama_model_glm4_moe::load_arch_tensors
-    // creates them optional).
-    cfg.attn_qk_norm = glm ? facts.attn_q_norm : cfg.family != Family::kQwen2;
-    cfg.attn_qkv_bias = glm ? facts.attn_q_bias : cfg.family == Family::kQwen2;
+    // creates them optional). qwen2moe: Qwen2's attention, no q/k norm, q/k/v biases where the tensors are
+    // (create_tensor_qkv loads them optional; HF's qkv_bias, true in every release).
+    cfg.attn_qk_norm = glm ? facts.attn_q_norm : cfg.family != Family::kQwen2 && !qwen2moe;
+    cfg.attn_qkv_bias = glm || qwen2moe ? facts.attn_q_bias : cfg.family == Family::kQwen2;
 
     // MLP / MoE (Qwen2MoeModel.set_gguf_parameters: expert_feed_forward_length,
     // expert_shared_feed_forward_length; the base class: feed_forward_length from intermediate_size).
@@ -231,8 +235,19 @@ Expected<ModelConfig> parse_gguf_model_config(const GgufMetadata& md, const Gguf
         SLUICE_ASSIGN_OR_RETURN(cfg.top_k, k.count("expert_used_count"));
         SLUICE_ASSIGN_OR_RETURN(cfg.expert_ffn, k.count("expert_feed_forward_length"));
         SLUICE_ASSIGN_OR_RETURN(cfg.dense_ffn, k.count_or("feed_forward_length", 0));
-        cfg.norm_topk_prob =
-            true;  // llama.cpp's qwen3moe / qwen3next / qwen35moe: build_moe_ffn(norm_w = true)
+        // llama.cpp's qwen3moe / qwen3next / qwen35moe: build_moe_ffn(norm_w = true); qwen2moe: norm_w =
+        // false (Qwen2MoeSparseMoeBlock's norm_topk_prob, false in every release; the converter writes no
+        // key for it).
+        cfg.norm_topk_prob = !qwen2moe;
+    }
+    if (qwen2moe) {
+        // Qwen2MoeModel.set_gguf_parameters: expert_shared_feed_forward_length from
+        // shared_expert_intermediate_size; llama_model_qwen2moe::load_arch_tensors defaults it to n_ff. The
+        // shared expert is scaled by σ(ffn_gate_inp_shexp · x), every block is MoE (no
+        // decoder_sparse_step / mlp_only_layers in the graph), the router is softmax.
+        SLUICE_ASSIGN_OR_RETURN(cfg.shared_expert_ffn,
+                                k.count_or("expert_shared_feed_forward_length", cfg.dense_ffn));
+        cfg.shared_expert_gated = true;
     }
     if (glm) {
         // glm.py Glm4MoeModel.set_gguf_parameters: expert_shared_count, leading_dense_block_count,

@@ -190,8 +190,8 @@ void MapBuilder::mlp(int64_t l) {
 
 }  // namespace
 
-// qwen2 / qwen3 / qwen3moe map post_attention_layernorm to FFN_NORM; qwen3next / qwen35moe / glm4moe
-// list ATTN_POST_NORM for it (constants.py MODEL_TENSORS; tensor_mapping.py).
+// qwen2 / qwen3 / qwen3moe / qwen2moe map post_attention_layernorm to FFN_NORM; qwen3next / qwen35moe /
+// glm4moe list ATTN_POST_NORM for it (constants.py MODEL_TENSORS; tensor_mapping.py).
 const char* gguf_post_norm_name(const ModelConfig& c) {
     return c.zero_centered_norms() || c.family == Family::kGlm4Moe ? "post_attention_norm.weight"
                                                                    : "ffn_norm.weight";

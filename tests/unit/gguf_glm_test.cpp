@@ -25,6 +25,7 @@
 #include "format/gguf.h"
 #include "format/gguf_manifest.h"
 #include "format/safetensors.h"
+#include "gguf_compare.h"
 #include "gguf_fixture_prompt.h"
 #include "kernels/kernels.h"
 #include "model/config_gguf.h"
@@ -99,61 +100,10 @@ std::string load_error(const std::string& bytes) {
     return m.has_value() ? std::string() : m.status().message();
 }
 
-// Row r's max |a − b| over max |b|, per row of V logits.
-std::vector<double> row_distances(const std::vector<float>& a, const std::vector<float>& b, int64_t V,
-                                  int64_t* same_top1) {
-    std::vector<double> out;
-    *same_top1 = 0;
-    for (size_t r = 0; r * static_cast<size_t>(V) < b.size(); ++r) {
-        const float* x = a.data() + r * V;
-        const float* y = b.data() + r * V;
-        float diff = 0, scale = 0;
-        for (int64_t i = 0; i < V; ++i) {
-            diff = std::max(diff, std::fabs(x[i] - y[i]));
-            scale = std::max(scale, std::fabs(y[i]));
-        }
-        out.push_back(static_cast<double>(diff) / std::max(scale, 1e-6f));
-        *same_top1 += std::max_element(x, x + V) - x == std::max_element(y, y + V) - y;
-    }
-    return out;
-}
-
-double median(std::vector<double> v) {
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-}
-
-// Every position's logits after prefill, then the same tokens fed one at a time (decode kernels).
-struct Logits {
-    std::vector<float> prefill, decode;
-    int64_t vocab = 0;
-};
-
-Logits engine_logits(const std::string& model_dir, const std::vector<int32_t>& ids,
-                     uint64_t expert_cache_bytes = 0) {
-    Logits out;
-    EngineOptions eo;
-    eo.model_dir = model_dir;
-    eo.threads = 2;
-    eo.cpu_int8_activations = false;
-    eo.context_tokens = static_cast<int64_t>(ids.size()) + 1;
-    eo.expert_cache_bytes = expert_cache_bytes;
-    auto engine = Engine::load(eo);
-    EXPECT_TRUE(engine.has_value()) << engine.status().message();
-    if (!engine.has_value()) return out;
-    out.vocab = (*engine)->info().vocab_size;
-    auto prefill = (*engine)->new_session()->evaluate(ids, true);
-    EXPECT_TRUE(prefill.has_value()) << prefill.status().message();
-    auto decode = (*engine)->new_session()->evaluate_as_decode(ids, true);
-    EXPECT_TRUE(decode.has_value()) << decode.status().message();
-    if (prefill.has_value()) out.prefill = std::move(*prefill);
-    if (decode.has_value()) out.decode = std::move(*decode);
-    if (expert_cache_bytes > 0) {
-        EXPECT_TRUE((*engine)->memory_plan().streaming);
-        EXPECT_GT((*engine)->expert_cache_stats().evictions, 0u);  // one slot: every expert was a read
-    }
-    return out;
-}
+using testing::engine_logits;
+using testing::Logits;
+using testing::median;
+using testing::row_distances;
 
 class GgufGlm : public ::testing::TestWithParam<std::string> {};
 

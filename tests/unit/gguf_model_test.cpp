@@ -23,6 +23,7 @@
 #include "core/sha256.h"
 #include "format/gguf.h"
 #include "format/safetensors.h"
+#include "gguf_compare.h"
 #include "io/mapped_file.h"
 #include "kernels/kernels.h"
 #include "model/config.h"
@@ -41,6 +42,7 @@ using format::GgufValueType;
 using model::Family;
 using model::ModelConfig;
 using nlohmann::json;
+using testing::expect_same_config;
 
 std::string fixture_dir() {
     return testing::test_data_dir() + "/gguf/model";
@@ -104,54 +106,6 @@ ModelConfig expected_from_json(ModelConfig c, const Fixture& f) {
     c.quantization = {};
     if (c.has_experts()) c.norm_topk_prob = true;
     return c;
-}
-
-void expect_same_config(const ModelConfig& want, const ModelConfig& got, const std::string& what) {
-    SCOPED_TRACE(what);
-    EXPECT_EQ(model::family_name(want.family), model::family_name(got.family));
-    EXPECT_EQ(want.model_type, got.model_type);
-    EXPECT_EQ(want.hidden, got.hidden);
-    EXPECT_EQ(want.n_layers, got.n_layers);
-    EXPECT_EQ(want.vocab, got.vocab);
-    EXPECT_EQ(want.rms_eps, got.rms_eps);
-    EXPECT_EQ(want.max_positions, got.max_positions);
-    EXPECT_EQ(want.tie_word_embeddings, got.tie_word_embeddings);
-    EXPECT_EQ(want.n_heads, got.n_heads);
-    EXPECT_EQ(want.n_kv_heads, got.n_kv_heads);
-    EXPECT_EQ(want.head_dim, got.head_dim);
-    EXPECT_EQ(want.rotary_dim, got.rotary_dim);
-    EXPECT_EQ(want.rope_theta, got.rope_theta);
-    EXPECT_EQ(want.yarn.enabled, got.yarn.enabled);
-    EXPECT_EQ(want.yarn.factor, got.yarn.factor);
-    EXPECT_EQ(want.yarn.original_max_positions, got.yarn.original_max_positions);
-    EXPECT_EQ(want.yarn.beta_fast, got.yarn.beta_fast);
-    EXPECT_EQ(want.yarn.beta_slow, got.yarn.beta_slow);
-    EXPECT_EQ(want.yarn.attention_factor, got.yarn.attention_factor);
-    EXPECT_EQ(want.yarn.truncate, got.yarn.truncate);
-    EXPECT_EQ(want.attn_output_gate, got.attn_output_gate);
-    EXPECT_EQ(want.attn_qk_norm, got.attn_qk_norm);
-    EXPECT_EQ(want.attn_qkv_bias, got.attn_qkv_bias);
-    EXPECT_EQ(want.linear_k_heads, got.linear_k_heads);
-    EXPECT_EQ(want.linear_v_heads, got.linear_v_heads);
-    EXPECT_EQ(want.linear_k_dim, got.linear_k_dim);
-    EXPECT_EQ(want.linear_v_dim, got.linear_v_dim);
-    EXPECT_EQ(want.conv_kernel, got.conv_kernel);
-    EXPECT_EQ(want.split_linear_projections, got.split_linear_projections);
-    EXPECT_EQ(want.n_experts, got.n_experts);
-    EXPECT_EQ(want.top_k, got.top_k);
-    EXPECT_EQ(want.expert_ffn, got.expert_ffn);
-    EXPECT_EQ(want.shared_expert_ffn, got.shared_expert_ffn);
-    EXPECT_EQ(want.dense_ffn, got.dense_ffn);
-    EXPECT_EQ(want.norm_topk_prob, got.norm_topk_prob);
-    EXPECT_EQ(want.decoder_sparse_step, got.decoder_sparse_step);
-    EXPECT_EQ(want.mlp_only_layers, got.mlp_only_layers);
-    EXPECT_TRUE(want.layer_types == got.layer_types);
-    EXPECT_EQ(want.mtp_layers, got.mtp_layers);
-    EXPECT_EQ(want.eos_token_ids, got.eos_token_ids);
-    EXPECT_EQ(want.bos_token_id, got.bos_token_id);
-    EXPECT_EQ(want.quantization.present, got.quantization.present);
-    EXPECT_EQ(want.context_limit(), got.context_limit());
-    EXPECT_EQ(want.rope_inv_freq(), got.rope_inv_freq());
 }
 
 Expected<ModelConfig> fixture_config(const Fixture& f, int64_t vocab) {
@@ -337,9 +291,9 @@ TEST(GgufModelConfig, MalformedMetadataIsAnErrorNamingTheKey) {
          {"'qwen35'"}},
         {"qwen3_hf_bf16",
          "",
-         kv("general.architecture", str("qwen2moe")),
+         kv("general.architecture", str("deepseek2")),
          ErrorCode::kUnsupported,
-         {"'qwen2moe'"}},
+         {"'deepseek2'", "glm4moe", "qwen2moe"}},
         // Inconsistent or out-of-range values.
         {"qwen3_moe_hf_bf16",
          "",

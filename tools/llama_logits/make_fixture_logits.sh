@@ -3,7 +3,7 @@
 # position of its checkpoint's prompt, on the CPU: tests/data/gguf/weights/llama/NAME.cpu.npy, which
 # tests/unit/gguf_llama_test.cpp (GgufLlamaCpp.*) compares sluice's logits of the same file with. The
 # prompt: index.json's "source" for the file (under tests/data) — a golden's golden.safetensors input_ids,
-# or the prompt.json of tools/make_glm4_moe_checkpoints.py's checkpoints.
+# or the prompt.json of tools/make_glm4_moe_checkpoints.py's and make_qwen2_moe_checkpoints.py's checkpoints.
 # The Qwen3-Next / 3.5 fixtures are skipped: llama.cpp requires their DeltaNet key and value head dims
 # to be equal, and the goldens' are 16 and 24 (bench/results/gguf compares those families on full-width
 # files instead).
