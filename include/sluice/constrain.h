@@ -41,7 +41,11 @@
 namespace sluice {
 
 class Tokenizer;
-struct Grammar;  // compiled form; defined in src/constrain/grammar_impl.h
+struct Grammar;       // compiled form; defined in src/constrain/grammar_impl.h
+struct TokenClasses;  // what a vocabulary's tokens hold; defined in src/constrain/token_classes.h
+namespace constrain {
+class MemoDfa;  // the mask walk's automaton; defined in src/constrain/token_classes.h
+}
 
 class SLUICE_API GrammarBuilder {
  public:
@@ -158,6 +162,9 @@ class SLUICE_API TokenTrie {
     std::string blob_;               // every token's bytes, by id
     std::vector<uint32_t> offsets_;  // [vocab_size + 1] into blob_
     int32_t vocab_size_ = 0;
+    // Built with the trie: per edge, a summary of the tokens below it, and token bitsets by content
+    // (the token-class shortcut of TokenConstraint's mask walk; ~8 MB for Qwen3's vocabulary).
+    std::shared_ptr<const TokenClasses> classes_;
 };
 
 // Grammar-constrained decoding for one generation. Plug into GenerateOptions: logits_filter →
@@ -166,6 +173,9 @@ class SLUICE_API TokenConstraint {
  public:
     TokenConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie,
                     std::vector<int32_t> eos_ids);
+    ~TokenConstraint();
+    TokenConstraint(TokenConstraint&&) noexcept;
+    TokenConstraint& operator=(TokenConstraint&&) noexcept;
 
     // Bit id set: token id may come next. Cached per matcher state.
     const std::vector<uint64_t>& allowed();
@@ -184,22 +194,32 @@ class SLUICE_API TokenConstraint {
         int64_t masks = 0;  // allowed() calls
         int64_t mask_cache_hits = 0;
         int64_t trie_nodes_visited = 0;
-        double mask_ms = 0;  // time spent computing masks (cache misses)
+        int64_t class_masks = 0;       // computed masks that took the token-class shortcut
+        int64_t class_subtrees = 0;    // classes found below the trie's root (subtrees decided whole)
+        int64_t automaton_resets = 0;  // the mask walk's automaton dropped when full
+        double mask_ms = 0;            // time spent computing masks (cache misses)
     };
     const Stats& stats() const { return stats_; }
     // The mask of the current state computed afresh, bypassing the cache (benchmarks, tests);
-    // compute_mask_reference() is the same without memoized transitions (the test oracle).
+    // compute_mask_reference() is the same by the plain trie walk, without memoized transitions or
+    // token classes (the test oracle).
     void compute_mask(std::vector<uint64_t>* bits);
     void compute_mask_reference(std::vector<uint64_t>* bits);
 
  private:
     bool compute_mask_memo(std::vector<uint64_t>* bits);
+    // The tokens of a class (TokenClasses::class_bits), kept for the last few classes.
+    std::shared_ptr<const std::vector<uint64_t>> class_bits(const std::array<uint64_t, 2>& allowed);
     std::shared_ptr<const TokenTrie> trie_;
     std::vector<int32_t> eos_ids_;
     GrammarMatcher matcher_;
     std::unordered_map<std::string, std::vector<uint64_t>> cache_;  // state_key → mask
-    const std::vector<uint64_t>* current_ = nullptr;                // mask of the current state
-    size_t accepted_ = 0;  // tokens accept()ed (end-of-sequence ids not counted)
+    std::vector<std::pair<std::array<uint64_t, 2>, std::shared_ptr<const std::vector<uint64_t>>>> class_bits_;
+    // The grammar's states met by the mask walks so far, with their byte transitions (kept from
+    // mask to mask; dropped and restarted when full).
+    std::unique_ptr<constrain::MemoDfa> dfa_;
+    const std::vector<uint64_t>* current_ = nullptr;  // mask of the current state
+    size_t accepted_ = 0;                             // tokens accept()ed (end-of-sequence ids not counted)
     Stats stats_;
 };
 

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "sluice/constrain.h"
@@ -63,13 +64,33 @@ class Stepper {
     std::vector<Frame> frames;
     std::vector<Head> heads;  // levels of a walk are ranges of this vector
 
+    // With share_frames on (set before the first push), equal frames — the same position over the
+    // same parent — are one frame, so equal stacks have equal heads: MemoDfa interns states by
+    // their heads, and the same state reached along two paths (an ASCII character and a multi-byte
+    // one, two stacks pushed with the same bottom) must be recognised as one. Frames are then
+    // dropped with truncate_frames(), which forgets them too.
+    bool share_frames = false;
+
+    int32_t push_frame(uint32_t pos, int32_t parent) {
+        if (share_frames) {
+            const auto [it, fresh] =
+                frame_ids_.try_emplace(frame_key(pos, parent), static_cast<int32_t>(frames.size()));
+            if (!fresh) return it->second;
+        }
+        frames.push_back({pos, parent});
+        return static_cast<int32_t>(frames.size() - 1);
+    }
+    void truncate_frames(size_t size) {
+        if (share_frames)
+            for (size_t i = size; i < frames.size(); ++i)
+                frame_ids_.erase(frame_key(frames[i].pos, frames[i].parent));
+        frames.resize(size);
+    }
+
     // Pushes a stack given bottom..top positions (top at a kBytes element).
     void push_stack(const std::vector<uint32_t>& positions) {
         int32_t parent = -1;
-        for (size_t i = 0; i + 1 < positions.size(); ++i) {
-            frames.push_back({positions[i], parent});
-            parent = static_cast<int32_t>(frames.size() - 1);
-        }
+        for (size_t i = 0; i + 1 < positions.size(); ++i) parent = push_frame(positions[i], parent);
         heads.push_back({positions.back(), parent});
     }
 
@@ -112,11 +133,8 @@ class Stepper {
                 continue;
             }
             // kRule: expand each alternative with the continuation after the reference.
-            int32_t cont = parent;
-            if (g_.elems[pos + 1].kind != Grammar::kEnd) {
-                frames.push_back({pos + 1, parent});
-                cont = static_cast<int32_t>(frames.size() - 1);
-            }
+            const int32_t cont =
+                g_.elems[pos + 1].kind != Grammar::kEnd ? push_frame(pos + 1, parent) : parent;
             const auto& alts = g_.rule_alts[e.arg];
             for (size_t a = 0; a + 1 < alts.size(); ++a) advance(alts[a], cont, accept);
             pos = alts.back();
@@ -133,7 +151,11 @@ class Stepper {
     }
 
  private:
+    static uint64_t frame_key(uint32_t pos, int32_t parent) {
+        return (static_cast<uint64_t>(pos) << 32) | static_cast<uint32_t>(parent);
+    }
     const Grammar& g_;
+    std::unordered_map<uint64_t, int32_t> frame_ids_;  // share_frames: (pos, parent) → frame
 };
 
 }  // namespace constrain
