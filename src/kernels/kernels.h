@@ -127,9 +127,10 @@ struct MatvecJob {
 //     `renormalize`.
 //   kSigmoid (GLM-4.5, DeepSeek-V3): s = σ(logits) and c = s + bias, both in f32 as the references
 //     compute them; c chooses, s weighs. With groups > 1 the experts form `groups` equal groups, each
-//     scored by the sum of its two largest c; experts outside the `topk_groups` best groups have
-//     c = 0 (transformers' masked_fill with 0.0, not −∞); then the k largest c. Weights s, divided
-//     by (their sum + 1e-20) when `renormalize`.
+//     scored by the sum of its two largest c; experts outside the `topk_groups` best groups are
+//     out (c = −∞: transformers 5's masked_fill and llama.cpp's build_moe_ffn; mlx-lm's 0.0 differs
+//     only when every kept c is negative); then the k largest c. Weights s, divided by (their sum
+//     + 1e-20) when `renormalize`.
 // Both then multiply the weights by `scale` (routed_scaling_factor). Ties: the lower index first.
 // ids/weights [k] are ordered by the choosing score, largest first.
 struct RouterSpec {

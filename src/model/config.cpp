@@ -261,12 +261,13 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
     cfg.n_heads = r.required_int("num_attention_heads");
     cfg.n_kv_heads = r.required_int("num_key_value_heads");
     const bool glm = cfg.family == Family::kGlm4Moe, mixtral = cfg.family == Family::kMixtral;
-    // Glm4MoeConfig's defaults where a file leaves a field out: eps 1e-5, head_dim 128, half rotary;
-    // MixtralConfig's: eps 1e-5, rope_theta 1e6.
+    // Glm4MoeConfig's defaults where a file leaves a field out: eps 1e-5, half rotary (transformers 5.17
+    // has no head_dim default for it: hidden / heads, as for the others); MixtralConfig's: eps 1e-5,
+    // rope_theta 1e6.
     cfg.rms_eps = static_cast<float>(r.number_or("rms_norm_eps", glm || mixtral ? 1e-5 : 1e-6));
     cfg.max_positions = r.int_or("max_position_embeddings", 0);
     cfg.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
-    cfg.head_dim = r.int_or("head_dim", glm ? 128 : 0);
+    cfg.head_dim = r.int_or("head_dim", 0);
     if (cfg.head_dim == 0 && cfg.n_heads > 0) cfg.head_dim = cfg.hidden / cfg.n_heads;
 
     // RoPE: rope_theta at the top level (older files) or inside rope_parameters (newer ones).
@@ -388,7 +389,8 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
                                                               std::to_string(shared) + " is outside 0..64");
             cfg.shared_expert_ffn = shared * cfg.expert_ffn;
             cfg.shared_expert_gated = false;
-            cfg.nextn_layers = r.int_or("num_nextn_predict_layers", 0);
+            // num_mtp_layers is transformers 5's other name for it (Glm4MoeConfig.attribute_map).
+            cfg.nextn_layers = r.int_or("num_nextn_predict_layers", r.int_or("num_mtp_layers", 0));
             cfg.attn_qk_norm = r.bool_or("use_qk_norm", false);
             cfg.attn_qkv_bias = r.bool_or("attention_bias", false);
             break;

@@ -309,14 +309,16 @@ TEST(ModelConfig, Glm4MoeAsTheHubWritesIt) {
     EXPECT_EQ(cfg->dense_ffn, 10944);
     EXPECT_EQ(cfg->nextn_layers, 1);
     EXPECT_EQ(cfg->rms_eps, 1e-5f);
-    // Left out: Glm4MoeConfig's defaults (head_dim 128, half rotary, eps 1e-5, one shared expert).
+    // Left out: Glm4MoeConfig's defaults (head_dim hidden / heads, half rotary, eps 1e-5, one shared
+    // expert, one dense layer).
     auto bare = parse_model_config(R"({"model_type": "glm4_moe", "hidden_size": 256, "num_hidden_layers": 2,
         "vocab_size": 100, "num_attention_heads": 4, "num_key_value_heads": 2, "n_routed_experts": 8,
         "num_experts_per_tok": 2, "moe_intermediate_size": 32, "intermediate_size": 64})",
                                    "bare.json");
     ASSERT_TRUE(bare.has_value()) << bare.status().message();
-    EXPECT_EQ(bare->head_dim, 128);
-    EXPECT_EQ(bare->rotary_dim, 64);
+    EXPECT_EQ(bare->head_dim, 64);
+    EXPECT_EQ(bare->rotary_dim, 32);
+    EXPECT_EQ(bare->rms_eps, 1e-5f);
     EXPECT_EQ(bare->first_k_dense, 1);
     EXPECT_EQ(bare->shared_expert_ffn, 32);
     EXPECT_TRUE(bare->norm_topk_prob);

@@ -188,12 +188,15 @@ TEST(KernelsReference, SigmoidRouterWithBiasAndGroups) {
     const double sum = 0.8 + 0.7 + 0.1;
     EXPECT_NEAR(w3[0], 2.0 * 0.8 / sum, 1e-6);
     EXPECT_NEAR(w3[2], 2.0 * 0.1 / sum, 1e-6);
-    // Masked experts score 0, not -inf: with every kept choice negative, a masked expert wins.
+    // Masked experts are out (−∞, as transformers 5 and llama.cpp mask them). c = s − 0.9 =
+    // {0, −.7, −.6, −.5, −.1, −.8, −.2, −.3}: groups score {−.7, −1.1, −.9, −.5}, so groups 3 and 0 are
+    // kept and the picks are 0, 6, 7 — not expert 4 (−.1), whose group is out; masking with 0.0
+    // instead would have picked the masked experts over 6 and 7.
     const float neg[8] = {-0.9f, -0.9f, -0.9f, -0.9f, -0.9f, -0.9f, -0.9f, -0.9f};
     r.bias = neg;
     r.k = 3;
     reference::router_topk(logits, r, ids3, w3);
-    EXPECT_EQ(ids3[0], 0);  // group 0 is masked (its c are 0.0 > every kept c)
+    EXPECT_EQ(std::vector<int32_t>(ids3, ids3 + 3), (std::vector<int32_t>{0, 6, 7}));
 }
 
 TEST(KernelsReference, SwigluAndAxpy) {

@@ -789,7 +789,7 @@ void router_topk(const float* logits, const RouterSpec& r, int32_t* ids, float* 
                 r.groups, r.topk_groups, [&](int64_t g) { return scores[g]; }, kept.data());
             for (int64_t g = 0; g < r.groups; ++g)
                 if (std::find(kept.begin(), kept.end(), static_cast<int32_t>(g)) == kept.end())
-                    std::fill(choice + g * per, choice + (g + 1) * per, 0.0f);
+                    std::fill(choice + g * per, choice + (g + 1) * per, -INFINITY);
         }
         pick_top_k(
             E, k, [&](int64_t e) { return choice[e]; }, ids);

@@ -173,7 +173,7 @@ void router_topk(const float* logits, const RouterSpec& r, int32_t* ids, float* 
             std::vector<bool> kept(static_cast<size_t>(r.groups), false);
             for (int64_t j = 0; j < r.topk_groups; ++j) kept[groups[j]] = true;
             for (int64_t e = 0; e < E; ++e)
-                if (!kept[e / per]) choice[e] = 0.0;
+                if (!kept[e / per]) choice[e] = -INFINITY;
         }
     }
     std::vector<int32_t> order(static_cast<size_t>(E));

@@ -324,7 +324,7 @@ __device__ __forceinline__ void router_topk_warp_n(const float* lt, int64_t n_ex
 // kernels::router_topk's sigmoid scoring (RouterSpec) for one token, by one warp: s = σ(logit) and
 // c = s + bias per expert (lane r holds experts i·32 + r); with groups > 1 each group's score is the
 // sum of its two largest c (merged across lanes as top-two pairs), the topk_groups best groups kept
-// and the others' c set to 0; then k rounds of arg-max over c carrying s. Lane r writes pick r.
+// and the others' c set to −∞; then k rounds of arg-max over c carrying s. Lane r writes pick r.
 template <int kPerLane>
 __device__ __forceinline__ void router_sigmoid_warp_n(const float* lt, kernels::RouterSpec r, int32_t* ids,
                                                       float* weights, bool uncached) {
@@ -385,7 +385,7 @@ __device__ __forceinline__ void router_sigmoid_warp_n(const float* lt, kernels::
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
             const int64_t e = i * 32 + lane;
-            if (e < n_experts && !((kept >> (e / per)) & 1u)) c[i] = 0.0f;
+            if (e < n_experts && !((kept >> (e / per)) & 1u)) c[i] = -INFINITY;
         }
     }
     float selected = 0.0f;
