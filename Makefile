@@ -11,7 +11,7 @@ GENERATOR   := -G Ninja
 CMAKE_FLAGS ?=
 DEMO_MODEL  ?= models/tiny-next
 
-.PHONY: all deps build asan tsan fuzz-build test test-unit test-asan test-tsan demo fuzz bench format format-check clean
+.PHONY: all deps build asan tsan fuzz-build fixtures test test-unit test-asan test-tsan demo fuzz bench format format-check clean
 
 all: build
 
@@ -33,10 +33,15 @@ asan: deps
 	  -DSLUICE_BUILD_BENCH=OFF -DSLUICE_CUDA=OFF -DSLUICE_WERROR=$(WERROR) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD_ASAN) -j $(JOBS) --target sluice_tests sluice
 
+# The generated test fixtures (GGUFs by llama.cpp's converter, tiny HF checkpoints): made once, at the
+# paths the tests read, and checked against tests/data/gguf/weights/index.json (scripts/gguf-fixtures.sh).
+fixtures: deps
+	@scripts/gguf-fixtures.sh
+
 # Every test: unit and oracle suites on the Release build; the unit tests and the oracle suites
 # that start `sluice serve` under ASan+UBSan; the threaded unit tests under TSan; every fuzz target
 # for FUZZ_SECONDS on its accumulated corpus.
-test: build asan tsan fuzz-build
+test: build asan tsan fuzz-build fixtures
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	@cd $(BUILD_ASAN) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) -L unit
 	@cd $(BUILD_ASAN) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) -L oracle-asan
@@ -47,7 +52,7 @@ test: build asan tsan fuzz-build
 # new(nothrow) with a sized delete that ASan reports as a mismatch (a library false positive).
 ASAN_ENV = ASAN_OPTIONS=detect_leaks=1:alloc_dealloc_mismatch=0 UBSAN_OPTIONS=print_stacktrace=1
 
-test-unit: build
+test-unit: build fixtures
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L unit
 
 # ThreadSanitizer over the unit tests that run threads: the thread pool, sessions and the server's
@@ -62,7 +67,7 @@ tsan: deps
 	@cmake -S . -B $(BUILD_TSAN) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(SAN_FLAGS) -DSLUICE_TSAN=ON \
 	  -DSLUICE_BUILD_BENCH=OFF -DSLUICE_CUDA=OFF -DSLUICE_WERROR=$(WERROR) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD_TSAN) -j $(JOBS) --target sluice_tests
-test-tsan: tsan
+test-tsan: tsan fixtures
 	@$(TSAN_RUN)
 
 demo: build

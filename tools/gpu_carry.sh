@@ -8,6 +8,10 @@
 # (NAME c1, c2, … each with some of sluice, sluice_tests, sluice_gpu_tests) and carry one per call:
 # gpu_run.sh unpacks every .devcarry/c*/carry.tar.xz it finds, and a warm machine keeps what an
 # earlier call unpacked.
+# FIXTURES=GLOB also packs the generated GGUF test fixtures tests/data/gguf/weights/GLOB (git-ignored, so
+# not in the device call's tree; scripts/gguf-fixtures.sh makes them) as .devcarry/fixtures/gguf-fixtures.tar
+# (xz hardly shrinks them): carry ".devcarry/fixtures". gpu_run.sh's gguftests reads the F16 files
+# (FIXTURES='*.f16.gguf', 6.0 MB); llamalogits every file ('*.gguf', 10.1 MB).
 set -euo pipefail
 BUILD=${1:-build}
 NAME=${2:-c}
@@ -27,4 +31,10 @@ if [ -z "${NOLIBS:-}" ]; then  # NOLIBS=1: the libraries came with an earlier ca
 fi
 tar cf - -C "$STAGE" bin lib | xz -T2 -6 >"$ROOT/.devcarry/$NAME/carry.tar.xz"
 cp "$ROOT"/../shared/model-configs/*.json "$ROOT/.devcarry/model-configs/"
+if [ -n "${FIXTURES:-}" ]; then
+    "$ROOT/scripts/gguf-fixtures.sh"
+    mkdir -p "$ROOT/.devcarry/fixtures"
+    (cd "$ROOT" && tar cf .devcarry/fixtures/gguf-fixtures.tar tests/data/gguf/weights/$FIXTURES)
+    ls -la "$ROOT/.devcarry/fixtures"
+fi
 ls -la "$ROOT/.devcarry/$NAME"

@@ -64,6 +64,8 @@ if [ -z "${GPU_RUN_NESTED:-}" ]; then  # prep35 runs steps of its own in the bac
     rm -rf "$RES"                        # a warm machine keeps the last call's files
     mkdir -p "$OUT" "$RES" /tmp/sl
     for t in .devcarry/c*/carry.tar.xz; do [ -f "$t" ] && tar xJf "$t" -C /tmp/sl; done
+    # The generated GGUF fixtures (git-ignored), when carried: FIXTURES=1 tools/gpu_carry.sh.
+    [ -f .devcarry/fixtures/gguf-fixtures.tar ] && tar xf .devcarry/fixtures/gguf-fixtures.tar
 fi
 export LD_LIBRARY_PATH=/tmp/sl/lib
 B=/tmp/sl/bin

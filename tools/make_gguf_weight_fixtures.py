@@ -37,6 +37,11 @@ How to run (numpy, llama.cpp's source; no torch, no transformers)
     (main()'s --no-lazy; its default lazy mode runs the same operations, deferred). The one value torch
     would compute differently is ssm_a (−exp(A_log), F32): numpy's exp, within an ulp of torch's.
     Deterministic: re-running writes identical bytes; --check regenerates into a temp folder and compares.
+    The GGUFs are not committed (git-ignored): scripts/gguf-fixtures.sh, which `make test` runs, fetches
+    llama.cpp's converter source (npm package node-llama-cpp) once, runs this script into a scratch folder
+    and checks every file against the committed index.json's SHA-256 before moving it into place. Run
+    this script by hand only to change the fixtures: it rewrites index.json, the record the tests and
+    scripts/gguf-fixtures.sh go by (then remake llama.cpp's logits, tools/llama_logits).
 
 What it writes (tests/data/gguf/weights/)
     NAME.OUTTYPE.gguf  a complete GGUF file (metadata, tensor infos, tensor data) for the checkpoint NAME:
@@ -49,7 +54,8 @@ What it writes (tests/data/gguf/weights/)
                        output, gguf-py's quants.py and vocab.py among them), then per file: the golden it
                        came from, the outtype, how it was made, general.file_type, the converter class and
                        architecture, the mode, its size and SHA-256, the source (its folder under
-                       tests/data, where the prompt the logits are taken over lives), the tokenizer (pre,
+                       tests/data, where the prompt the logits are taken over lives) and the SHA-256 of
+                       its model.safetensors (source_sha256), the tokenizer (pre,
                        token / byte-token / merge counts, the special tokens' ids, the byte tokens left
                        out) and the ggml type of every tensor (name → type name, in the file's order).
 
@@ -479,6 +485,10 @@ def generate(out: Path, llama: Path):
             files[fname] = {
                 "golden": name,
                 "source": source,  # under tests/data: the checkpoint converted and the prompt's place
+                # The checkpoint's weights as converted: scripts/gguf-fixtures.sh checks the generated
+                # tests/data/gguf/hf checkpoints against it before it converts them.
+                "source_sha256": hashlib.sha256(
+                    (ROOT / "tests/data" / source / "model.safetensors").read_bytes()).hexdigest(),
                 "outtype": outtype,
                 "how": (f"convert_hf_to_gguf --outtype {outtype}" if outtype in OUTTYPES else
                         f"convert_hf_to_gguf --outtype q8_0 with gguf.quants.quantize({outtype.upper()}) "

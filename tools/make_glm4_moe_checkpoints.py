@@ -15,7 +15,10 @@ How to run (numpy only)
     /usr/bin/python3 tools/make_glm4_moe_checkpoints.py [--check]
     Deterministic: each tensor's values come from a generator seeded by a hash of the checkpoint's and the
     tensor's names, so re-running writes identical bytes (--check regenerates into a temp folder and
-    compares).
+    compares). model.safetensors is not committed (git-ignored): scripts/gguf-fixtures.sh, which `make
+    test` runs, writes it with this script and checks it against the source_sha256 that
+    tests/data/gguf/weights/index.json records for the GGUFs converted from it; config.json and prompt.json
+    stay committed (rewritten here with the same bytes).
 
 What it writes (tests/data/gguf/hf/NAME/)
     config.json        Glm4MoeConfig's fields (rope_parameters as transformers 5 nests them)

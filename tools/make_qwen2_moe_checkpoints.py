@@ -13,7 +13,9 @@ Purpose
 How to run (numpy only)
     /usr/bin/python3 tools/make_qwen2_moe_checkpoints.py [--check]
     Deterministic: each tensor's values come from a generator seeded by a hash of the checkpoint's and the
-    tensor's names; --check regenerates into a temp folder and compares.
+    tensor's names; --check regenerates into a temp folder and compares. As for
+    make_glm4_moe_checkpoints.py, model.safetensors is git-ignored and made by scripts/gguf-fixtures.sh
+    (checked against index.json's source_sha256); config.json and prompt.json stay committed.
 
 What it writes (tests/data/gguf/hf/qwen2_moe_tiny_hf_bf16/)
     config.json        Qwen2MoeConfig's fields as transformers 5 writes them (rope_parameters nested)
