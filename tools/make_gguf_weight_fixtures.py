@@ -108,12 +108,13 @@ ROOT = mf.ROOT
 # Qwen3-MoE from its YaRN golden: norm_topk_prob true there, as in every Qwen3-MoE release and as llama.cpp's
 # qwen3moe graph always computes (the converter writes no key for it), so the file runs what transformers ran.
 GOLDENS = [
-    "qwen2_hf_bf16", "qwen3_hf_bf16", "qwen3_moe_yarn_hf_bf16", "qwen3_next_hf_bf16", "qwen3_5_moe_hf_bf16"
+    "qwen2_hf_bf16", "qwen3_hf_bf16", "qwen3_moe_yarn_hf_bf16", "qwen3_next_hf_bf16", "qwen3_5_moe_hf_bf16",
+    "glm4_moe_hf_bf16",
 ]
-# The checkpoints converted, as folders under tests/data: the goldens', GLM-4.5 MoE's from
-# tools/make_glm4_moe_checkpoints.py (no transformers golden yet; when tests/data/goldens/glm4_moe_hf_bf16
-# exists, "goldens/glm4_moe_hf_bf16" can take the first GLM entry's place: nothing else here changes), and
-# Qwen2-MoE's from tools/make_qwen2_moe_checkpoints.py (Qwen2MoeModel, architecture qwen2moe).
+# The checkpoints converted, as folders under tests/data: the goldens' (GgufGolden checks their F16 files
+# against transformers), and the tiny GLM-4.5 MoE ones of tools/make_glm4_moe_checkpoints.py and Qwen2-MoE
+# one of tools/make_qwen2_moe_checkpoints.py (gguf_glm_test / gguf_qwen2_moe_test are written against them;
+# the qwen2_moe golden has a dense layer, mlp_only_layers, which llama.cpp's qwen2moe cannot hold).
 SOURCES = [f"goldens/{g}" for g in GOLDENS] + [
     "gguf/hf/glm4_moe_tiny_hf_bf16", "gguf/hf/glm4_moe_air_tiny_hf_bf16", "gguf/hf/qwen2_moe_tiny_hf_bf16"
 ]

@@ -107,9 +107,12 @@ using testing::row_distances;
 
 class GgufGlm : public ::testing::TestWithParam<std::string> {};
 
-TEST(GgufGlmIndex, BothCheckpointsInF16AndQ8_0) {
+// The two tiny checkpoints and the transformers golden glm4_moe_hf_bf16 (whose F16 file GgufGolden
+// also checks against transformers), each in F16 and Q8_0.
+TEST(GgufGlmIndex, EveryCheckpointInF16AndQ8_0) {
     EXPECT_EQ(glm_fixtures(), (std::vector<std::string>{
                                   "glm4_moe_air_tiny_hf_bf16.f16.gguf", "glm4_moe_air_tiny_hf_bf16.q8_0.gguf",
+                                  "glm4_moe_hf_bf16.f16.gguf", "glm4_moe_hf_bf16.q8_0.gguf",
                                   "glm4_moe_tiny_hf_bf16.f16.gguf", "glm4_moe_tiny_hf_bf16.q8_0.gguf"}));
 }
 

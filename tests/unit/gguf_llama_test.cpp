@@ -76,7 +76,7 @@ class GgufLlamaCpp : public ::testing::TestWithParam<std::string> {};
 TEST(GgufLlamaCppIndex, EveryFileLlamaCppLoadsHasItsLogits) {
     // qwen2, qwen3 (F16, Q8_0); Qwen3-MoE (F16, Q8_0, Q5_0, Q4_0, MXFP4); GLM-4.5 and GLM-4.5-Air (F16,
     // Q8_0); Qwen2-MoE (F16, Q8_0)
-    EXPECT_EQ(fixtures().size(), 15u);
+    EXPECT_EQ(fixtures().size(), 17u);
 }
 
 TEST_P(GgufLlamaCpp, LogitsOfTheSameFileMatchLlamaCpps) {

@@ -135,7 +135,8 @@ class Golden : public ::testing::TestWithParam<std::string> {};
 TEST(GoldenIndex, ExistsAndCoversEveryFamily) {
     auto names = golden_names();
     ASSERT_FALSE(names.empty()) << "no goldens in " << goldens_dir();
-    for (const char* family : {"qwen3_hf", "qwen3_mlx", "qwen3_moe", "qwen3_next", "qwen3_5_moe"}) {
+    for (const char* family : {"qwen3_hf", "qwen3_mlx", "qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen2_hf",
+                               "qwen2_moe", "glm4_moe", "mixtral"}) {
         EXPECT_TRUE(std::any_of(names.begin(), names.end(),
                                 [&](const std::string& n) { return n.rfind(family, 0) == 0; }))
             << "no golden for " << family;
@@ -411,8 +412,8 @@ class GgufGolden : public ::testing::TestWithParam<std::pair<std::string, std::s
 TEST(GgufGoldenIndex, CoversEveryFamily) {
     std::set<std::string> archs;
     for (const auto& [file, golden] : gguf_f16_fixtures()) archs.insert(golden.substr(0, golden.find("_hf")));
-    EXPECT_EQ(archs,
-              (std::set<std::string>{"qwen2", "qwen3", "qwen3_moe_yarn", "qwen3_next", "qwen3_5_moe"}));
+    EXPECT_EQ(archs, (std::set<std::string>{"qwen2", "qwen3", "qwen3_moe_yarn", "qwen3_next", "qwen3_5_moe",
+                                            "glm4_moe"}));
 }
 
 TEST_P(GgufGolden, PrefillDecodeAndGreedyMatchTransformers) {
