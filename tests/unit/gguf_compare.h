@@ -1,6 +1,7 @@
 // What the GGUF tests compare: two configs field by field (a GGUF's metadata against config.json, or
 // two GGUF readers), and two engines' logits row by row (a GGUF file against the Hugging Face checkpoint it
-// was converted from). Header-only, included by gguf_model_test.cpp, gguf_glm_test.cpp and
+// was converted from), and a GGUF's tensors against the tensor map and the checkpoint it came from.
+// Header-only, included by gguf_model_test.cpp, gguf_glm_test.cpp and
 // gguf_qwen2_moe_test.cpp.
 #pragma once
 
@@ -9,10 +10,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "format/gguf.h"
+#include "format/safetensors.h"
+#include "kernels/kernels.h"
 #include "model/config.h"
+#include "model/tensor_map_gguf.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
 
@@ -123,6 +130,58 @@ inline Logits engine_logits(const std::string& model_dir, const std::vector<int3
         EXPECT_GT((*engine)->expert_cache_stats().evictions, 0u);  // one slot: every expert was a read
     }
     return out;
+}
+
+// sluice's tensor map of `config` (model/tensor_map_gguf.h) against what the converter wrote into `gguf`:
+// every tensor the map names is in the file with its dims and the values it derives from the Hugging
+// Face checkpoint `hf` (F32 or BF16 tensors; the file's F32 or F16: within 3e-8, f16's subnormals below
+// 6.1e-5 rounded to 2^-24). `mapped` gets the names the map covers (the caller checks the rest).
+inline void expect_tensor_map_matches(const format::GgufCheckpoint& gguf, const model::ModelConfig& config,
+                                      const format::SafetensorsFile& hf, std::set<std::string>* mapped) {
+    auto hf_values = [&](const std::string& n) {
+        std::vector<float> v;
+        const format::TensorInfo* t = hf.find(n);
+        if (t == nullptr) return v;
+        v.resize(static_cast<size_t>(t->numel()));
+        for (size_t i = 0; i < v.size(); ++i) {
+            if (t->dtype == format::DType::kF32) {
+                std::memcpy(&v[i], t->data + 4 * i, 4);
+            } else {
+                uint16_t b = 0;
+                std::memcpy(&b, t->data + 2 * i, 2);
+                v[i] = kernels::bf16_to_f32(b);
+            }
+        }
+        return v;
+    };
+    for (const model::GgufTensorSource& s : model::gguf_tensor_map(config)) {
+        mapped->insert(s.gguf);
+        const format::GgufTensor* t = gguf.find(s.gguf);
+        ASSERT_NE(t, nullptr) << "the map names " << s.gguf << ", which the converter did not write";
+        EXPECT_EQ(t->dims, s.dims) << s.gguf;
+        std::vector<std::vector<float>> in;
+        for (const std::string& h : s.hf) {
+            in.push_back(hf_values(h));
+            ASSERT_FALSE(in.back().empty()) << s.gguf << ": no HF tensor " << h;
+        }
+        auto want = model::gguf_values_from_hf(s, in);
+        ASSERT_TRUE(want.has_value()) << want.status().message();
+        ASSERT_EQ(static_cast<int64_t>(want->size()), t->numel()) << s.gguf;
+        float worst = 0;
+        for (int64_t i = 0; i < t->numel(); ++i) {
+            float got = 0;
+            if (t->type == format::GgmlType::kF32) {
+                std::memcpy(&got, t->data + 4 * i, 4);
+            } else {
+                ASSERT_EQ(t->type, format::GgmlType::kF16) << s.gguf;
+                uint16_t h = 0;
+                std::memcpy(&h, t->data + 2 * i, 2);
+                got = kernels::f16_to_f32(h);
+            }
+            worst = std::max(worst, std::fabs(got - (*want)[static_cast<size_t>(i)]));
+        }
+        EXPECT_LE(worst, 3e-8f) << s.gguf;
+    }
 }
 
 }  // namespace sluice::testing

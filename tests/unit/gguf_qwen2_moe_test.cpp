@@ -151,47 +151,9 @@ TEST(GgufQwen2MoeFile, TensorMapIsWhatTheConverterWrote) {
     ASSERT_TRUE(config.has_value()) << config.status().message();
     auto hf = format::SafetensorsFile::open(testing::gguf_fixture_source(name) + "/model.safetensors");
     ASSERT_TRUE(hf.has_value()) << hf.status().message();
-    auto hf_values = [&](const std::string& n) {
-        std::vector<float> v;
-        const format::TensorInfo* t = (*hf)->find(n);
-        if (t == nullptr) return v;
-        v.resize(static_cast<size_t>(t->numel()));
-        for (size_t i = 0; i < v.size(); ++i) {
-            uint16_t b = 0;
-            std::memcpy(&b, t->data + 2 * i, 2);
-            v[i] = kernels::bf16_to_f32(b);
-        }
-        return v;
-    };
     std::set<std::string> mapped;
-    for (const model::GgufTensorSource& s : model::gguf_tensor_map(*config)) {
-        mapped.insert(s.gguf);
-        const format::GgufTensor* t = (*ckpt)->find(s.gguf);
-        ASSERT_NE(t, nullptr) << "the map names " << s.gguf << ", which the converter did not write";
-        EXPECT_EQ(t->dims, s.dims) << s.gguf;
-        std::vector<std::vector<float>> in;
-        for (const std::string& h : s.hf) {
-            in.push_back(hf_values(h));
-            ASSERT_FALSE(in.back().empty()) << s.gguf << ": no HF tensor " << h;
-        }
-        auto want = model::gguf_values_from_hf(s, in);
-        ASSERT_TRUE(want.has_value()) << want.status().message();
-        ASSERT_EQ(static_cast<int64_t>(want->size()), t->numel()) << s.gguf;
-        float worst = 0;
-        for (int64_t i = 0; i < t->numel(); ++i) {
-            float got = 0;
-            if (t->type == format::GgmlType::kF32) {
-                std::memcpy(&got, t->data + 4 * i, 4);
-            } else {
-                ASSERT_EQ(t->type, format::GgmlType::kF16) << s.gguf;
-                uint16_t h = 0;
-                std::memcpy(&h, t->data + 2 * i, 2);
-                got = kernels::f16_to_f32(h);
-            }
-            worst = std::max(worst, std::fabs(got - (*want)[static_cast<size_t>(i)]));
-        }
-        EXPECT_LE(worst, 3e-8f) << s.gguf;
-    }
+    testing::expect_tensor_map_matches(**ckpt, *config, **hf, &mapped);
+    if (::testing::Test::HasFatalFailure()) return;
     EXPECT_TRUE(mapped.contains("blk.0.ffn_gate_inp_shexp.weight"));
     EXPECT_TRUE(mapped.contains("blk.2.ffn_norm.weight"));
     for (const format::GgufTensor* t : (*ckpt)->tensors())
