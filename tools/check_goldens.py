@@ -76,18 +76,21 @@ class Model:
         rp = c.get("rope_parameters", {})
         self.theta = rp.get("rope_theta", c.get("rope_theta", 10000.0))
         prf = rp.get("partial_rotary_factor", c.get("partial_rotary_factor", 0.25 if self.zc else 1.0))
-        self.rot = int(c["head_dim"] * prf)
+        self.mla = family == "deepseek_v3"
+        self.rot = c["qk_rope_head_dim"] if self.mla else int(c["head_dim"] * prf)
         self.yarn = rp if rp.get("rope_type") == "yarn" else None
+        if self.yarn is None and isinstance(c.get("rope_scaling"), dict) and c["rope_scaling"].get("type", c["rope_scaling"].get("rope_type")) == "yarn":
+            self.yarn = c["rope_scaling"]
         n = c["num_hidden_layers"]
         if "layer_types" in c:
             self.types = c["layer_types"]
-        elif family in ("qwen3_moe", "qwen3"):
+        elif family in ("qwen3_moe", "qwen3", "deepseek_v3"):
             self.types = ["full_attention"] * n
         else:
             k = c.get("full_attention_interval", 4)
             self.types = ["full_attention" if (i + 1) % k == 0 else "linear_attention" for i in range(n)]
         # norm_topk_prob: Qwen3.5 always renormalises; Qwen3-MoE defaults to false, Qwen3-Next to true
-        self.renorm = True if family == "qwen3_5_moe" else c.get("norm_topk_prob", family == "qwen3_next")
+        self.renorm = True if family == "qwen3_5_moe" else c.get("norm_topk_prob", family in ("qwen3_next", "deepseek_v3"))
 
     def W(self, name):
         return self.w[name]
@@ -118,7 +121,15 @@ class Model:
                 high += 0.001
             ramp = np.clip((np.arange(half, dtype=np.float64) - low) / (high - low), 0, 1)
             inv = inv / factor * ramp + inv * (1 - ramp)
-            mscale = y.get("attention_factor") or (0.1 * np.log(factor) + 1.0)
+            def get_mscale(scale, m=1.0):
+                return 1.0 if scale <= 1 else 0.1 * m * np.log(scale) + 1.0
+
+            if y.get("attention_factor"):
+                mscale = y["attention_factor"]
+            elif y.get("mscale") and y.get("mscale_all_dim"):
+                mscale = get_mscale(factor, y["mscale"]) / get_mscale(factor, y["mscale_all_dim"])
+            else:
+                mscale = get_mscale(factor)
         ang = pos[:, None].astype(np.float64) * inv[None, :]
         c = (np.cos(ang) * mscale).astype(np.float32)[:, None, :]
         s = (np.sin(ang) * mscale).astype(np.float32)[:, None, :]
@@ -153,6 +164,43 @@ class Model:
         if gate is not None:
             out = out * sigmoid(gate)
         return out @ self.W(p + "o_proj.weight").T
+
+    def mla_attention(self, x, p):
+        """Multi-head latent attention (DeepSeek-V3), in the expanded form: every head's key is
+        [k_nope(latent) | k_rope], its value v(latent); RoPE (interleaved pairs with rope_interleave, which
+        only permutes the dims q and k share) on the rope part; the softmax scaled by qk_head_dim^-1/2 and,
+        under YaRN with mscale_all_dim, by that mscale squared."""
+        c = self.c
+        T = x.shape[0]
+        nh, nope, R, dv, L = c["num_attention_heads"], c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"], c["kv_lora_rank"]
+        if c.get("q_lora_rank"):
+            q = self.norm(x @ self.W(p + "q_a_proj.weight").T, p + "q_a_layernorm.weight", False) @ self.W(p + "q_b_proj.weight").T
+        else:
+            q = x @ self.W(p + "q_proj.weight").T
+        q = q.reshape(T, nh, nope + R)
+        ckv = x @ self.W(p + "kv_a_proj_with_mqa.weight").T
+        lat, kr = self.norm(ckv[:, :L], p + "kv_a_layernorm.weight", False), ckv[:, L:].reshape(T, 1, R)
+        kv = (lat @ self.W(p + "kv_b_proj.weight").T).reshape(T, nh, nope + dv)
+        kn, v = kv[..., :nope], kv[..., nope:]
+        qn, qr = q[..., :nope], q[..., nope:]
+        if c.get("rope_interleave", True):  # pairs (2i, 2i+1) -> halves, then NeoX
+            perm = np.concatenate([np.arange(0, R, 2), np.arange(1, R, 2)])
+            qr, kr = qr[..., perm], kr[..., perm]
+        pos = np.arange(T)
+        qr, kr = self.rope(qr, pos), self.rope(kr, pos)
+        scale = (nope + R) ** -0.5
+        y = self.yarn
+        if y is not None and y.get("mscale_all_dim"):
+            m = 0.1 * y["mscale_all_dim"] * np.log(y["factor"]) + 1.0 if y["factor"] > 1 else 1.0
+            scale = scale * m * m
+        out = np.zeros((T, nh, dv), np.float32)
+        mask = np.triu(np.full((T, T), -np.inf, np.float32), 1)
+        for h in range(nh):
+            s = (qn[:, h] @ kn[:, h].T + qr[:, h] @ kr[:, 0].T) * scale + mask
+            s = np.exp(s - s.max(-1, keepdims=True))
+            s /= s.sum(-1, keepdims=True)
+            out[:, h] = s @ v[:, h]
+        return out.reshape(T, nh * dv) @ self.W(p + "o_proj.weight").T
 
     def gdn(self, x, p):
         c = self.c
@@ -206,16 +254,31 @@ class Model:
     def moe(self, x, p):
         c = self.c
         E, k = c.get("num_experts", c.get("num_local_experts")), c["num_experts_per_tok"]  # transformers 5 writes the latter
+        if E is None:
+            E = c["n_routed_experts"]
         logits = x @ self.W(p + "gate.weight").T
-        pr = np.exp(logits - logits.max(-1, keepdims=True))
-        pr /= pr.sum(-1, keepdims=True)
+        sig = (p + "gate.e_score_correction_bias") in self.w
+        if sig:  # sigmoid scores; the bias and the groups choose (each group scored by its two best)
+            pr = sigmoid(logits)
+            choice = pr + self.W(p + "gate.e_score_correction_bias")[None, :]
+            G, kg = c.get("n_group", 1), c.get("topk_group", 1)
+            grp = np.sort(choice.reshape(-1, G, E // G), axis=-1)[..., -2:].sum(-1)
+            keep = np.argsort(-grp, axis=-1, kind="stable")[:, :kg]
+            gmask = np.zeros((x.shape[0], G), bool)
+            np.put_along_axis(gmask, keep, True, axis=-1)
+            choice = np.where(np.repeat(gmask, E // G, axis=-1), choice, -np.inf)
+        else:
+            pr = np.exp(logits - logits.max(-1, keepdims=True))
+            pr /= pr.sum(-1, keepdims=True)
+            choice = pr
         out = np.zeros_like(x)
         fused = (p + "experts.gate_up_proj") in self.w
         for t in range(x.shape[0]):
-            top = np.argsort(-pr[t], kind="stable")[:k]
+            top = np.argsort(-choice[t], kind="stable")[:k]
             wts = pr[t, top]
             if self.renorm:
-                wts = wts / wts.sum()
+                wts = wts / (wts.sum() + (1e-20 if sig else 0.0))
+            wts = wts * c.get("routed_scaling_factor", 1.0)
             for e, wt in zip(top, wts):
                 if fused:
                     gu = self.W(p + "experts.gate_up_proj")[e]
@@ -231,6 +294,10 @@ class Model:
             sh = silu(x @ self.W(s + "gate_proj.weight").T) * (x @ self.W(s + "up_proj.weight").T)
             sh = sh @ self.W(s + "down_proj.weight").T
             out += sigmoid(x @ self.W(p + "shared_expert_gate.weight").T) * sh
+        if (p + "shared_experts.gate_proj.weight") in self.w:  # ungated (GLM, DeepSeek-V3)
+            s = p + "shared_experts."
+            sh = silu(x @ self.W(s + "gate_proj.weight").T) * (x @ self.W(s + "up_proj.weight").T)
+            out += sh @ self.W(s + "down_proj.weight").T
         return out
 
     def forward(self, ids):
@@ -240,7 +307,9 @@ class Model:
         for i, typ in enumerate(self.types):
             L = f"{pre}layers.{i}."
             h = self.norm(x, L + "input_layernorm.weight", self.zc)
-            if typ == "full_attention":
+            if self.mla:
+                x = x + self.mla_attention(h, L + "self_attn.")
+            elif typ == "full_attention":
                 x = x + self.attention(h, L + "self_attn.")
             else:
                 x = x + self.gdn(h, L + "linear_attn.")

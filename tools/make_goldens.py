@@ -3,12 +3,12 @@
 
 Purpose
     sluice must produce the same logits as the reference implementation. This script builds tiny
-    dense Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE / Qwen3-Next / Qwen3.5-MoE / GLM-4.5-MoE / Mixtral models with seeded random weights, writes each one as a
+    dense Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE / Qwen3-Next / Qwen3.5-MoE / GLM-4.5-MoE / Mixtral / DeepSeek-V3 models with seeded random weights, writes each one as a
     checkpoint in the layout under test (HF bf16, or MLX affine-quantised as mlx-lm writes it), loads
     the exact stored values back into the transformers model (in float32, on the CPU), and records what
     transformers computes.
 
-How to run (needs torch, transformers >= 5 with qwen2 / qwen2_moe / qwen3 / qwen3_moe / qwen3_next / qwen3_5_moe / glm4_moe / mixtral, numpy)
+How to run (needs torch, transformers >= 5 with qwen2 / qwen2_moe / qwen3 / qwen3_moe / qwen3_next / qwen3_5_moe / glm4_moe / mixtral / deepseek_v3, numpy)
     python3 tools/make_goldens.py --out tests/data/goldens            # all goldens
     python3 tools/make_goldens.py --out DIR --only qwen3_next_hf_bf16  # one golden (the index keeps
                                                                        # the others listed)
@@ -400,6 +400,61 @@ def _glm4_moe_cfg(h, nh, nkv, hd, inter, moe_i, e, k, groups, topk_groups, scale
     }
 
 
+def _deepseek_v3_cfg(h, nh, q_lora, kv_lora, nope, rope, vdim, inter, moe_i, e, k, groups, topk_groups, scale,
+                     shared, norm_topk, first_dense, interleave, v, layers, nextn, yarn):
+    """DeepSeek-V3 / R1 / V3.1 and Kimi K2 (DeepseekV3ForCausalLM): multi-head latent attention — q through
+    q_a_proj -> q_a_layernorm -> q_b_proj (or a plain q_proj when q_lora_rank is null), keys and values
+    through kv_a_proj_with_mqa -> a kv_lora_rank latent (kv_a_layernorm) + one shared rope key -> kv_b_proj;
+    RoPE on the qk_rope_head_dim part only (interleaved pairs with rope_interleave); a sigmoid router whose
+    e_score_correction_bias chooses, group-limited top-k, routed_scaling_factor; n_shared_experts ungated
+    shared experts; dense layers before first_k_dense_replace. yarn: a rope_parameters block (YaRN with
+    DeepSeek's mscale / mscale_all_dim, which also scale the softmax) or None."""
+    d = {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3",
+        "vocab_size": v,
+        "hidden_size": h,
+        "intermediate_size": inter,
+        "moe_intermediate_size": moe_i,
+        "num_hidden_layers": layers,
+        "num_attention_heads": nh,
+        "num_key_value_heads": nh,
+        "q_lora_rank": q_lora,
+        "kv_lora_rank": kv_lora,
+        "qk_nope_head_dim": nope,
+        "qk_rope_head_dim": rope,
+        "v_head_dim": vdim,
+        "n_routed_experts": e,
+        "num_experts_per_tok": k,
+        "n_shared_experts": shared,
+        "n_group": groups,
+        "topk_group": topk_groups,
+        "topk_method": "noaux_tc",
+        "scoring_func": "sigmoid",
+        "routed_scaling_factor": scale,
+        "norm_topk_prob": norm_topk,
+        "first_k_dense_replace": first_dense,
+        "moe_layer_freq": 1,
+        "num_nextn_predict_layers": nextn,
+        "rope_interleave": interleave,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "torch_dtype": "bfloat16",
+    }
+    if yarn is None:
+        d["rope_theta"] = 10000.0
+    else:
+        d["max_position_embeddings"] = 256
+        d["rope_parameters"] = yarn
+    return d
+
+
 def _qwen3_next_cfg(h, nh, nkv, hd, nk, nv, dk, dv, moe_i, sh_i, e, k, v, layers, interval):
     return {
         "architectures": ["Qwen3NextForCausalLM"],
@@ -624,6 +679,40 @@ GOLDENS = [
         "and its e_score_correction_bias F32 (cast_predicate)",
     },
     {
+        "name": "deepseek_v3_hf_bf16",
+        "family": "deepseek_v3",
+        "layout": "hf",
+        "config": _deepseek_v3_cfg(h=64, nh=4, q_lora=48, kv_lora=48, nope=32, rope=16, vdim=24, inter=96, moe_i=32,
+                                   e=16, k=4, groups=4, topk_groups=2, scale=2.5, shared=1, norm_topk=True,
+                                   first_dense=1, interleave=True, v=256, layers=3, nextn=1,
+                                   yarn={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                         "original_max_position_embeddings": 64, "beta_fast": 32.0,
+                                         "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.707}),
+        "config_writer": "save_pretrained",
+        "f32_tensors": ("e_score_correction_bias",),
+        "nextn_extra": True,
+        "notes": "DeepSeek-V3 in miniature: q_lora_rank 48 (q_a_proj / q_a_layernorm / q_b_proj), kv_lora_rank 48 "
+        "+ a 16-dim rope key (the latent cache row: 64 values), qk_nope 32, v_head_dim 24 != nope, interleaved "
+        "RoPE, YaRN factor 4 over 64 positions with mscale 1 / mscale_all_dim 0.707 (cos/sin scaled by their "
+        "ratio, the softmax by mscale_all_dim's squared), sigmoid router + e_score_correction_bias (F32) "
+        "choosing top-4 of 16 in the 2 best of 4 groups, routed_scaling_factor 2.5, one shared expert, layer 0 "
+        "dense (intermediate 96); per-expert tensors; model.layers.3.* a stand-in MTP layer to be ignored",
+    },
+    {
+        "name": "deepseek_v3_nolora_hf_bf16",
+        "family": "deepseek_v3",
+        "layout": "hf",
+        "config": _deepseek_v3_cfg(h=64, nh=4, q_lora=None, kv_lora=48, nope=32, rope=16, vdim=32, inter=96,
+                                   moe_i=32, e=8, k=2, groups=1, topk_groups=1, scale=1.0, shared=2,
+                                   norm_topk=False, first_dense=0, interleave=False, v=256, layers=2, nextn=0,
+                                   yarn=None),
+        "config_writer": "save_pretrained",
+        "f32_tensors": ("e_score_correction_bias",),
+        "notes": "DeepSeek-V2-Lite style attention: q_lora_rank null (a plain q_proj), NeoX (non-interleaved) RoPE "
+        "without scaling, v_head_dim 32 = nope; every layer MoE (first_k_dense_replace 0), top-2 of 8 in one "
+        "group NOT renormalised, scale 1, two shared experts (one MLP of 2 x 32)",
+    },
+    {
         "name": "qwen3_moe_hf_bf16",
         "family": "qwen3_moe",
         "layout": "hf",
@@ -815,7 +904,7 @@ def _mem_to_hf_generic(family: str, mem: dict) -> dict:
     for n, a in mem.items():
         m = _FUSED_RE.match(n)
         # The MTP layer's experts are stored per expert in Qwen3.5 checkpoints too (models.md §4, 8).
-        if m and (family in ("qwen3_moe", "qwen3_next", "glm4_moe", "qwen2_moe") or n.startswith("mtp.")):
+        if m and (family in ("qwen3_moe", "qwen3_next", "glm4_moe", "qwen2_moe", "deepseek_v3") or n.startswith("mtp.")):
             base, kind = m.groups()
             if kind == "gate_up_proj":
                 i = a.shape[1] // 2
@@ -1190,6 +1279,12 @@ def check_config(golden: dict, cfg) -> list:
         "mlp_only_layers",
         "qkv_bias",
         "num_local_experts",
+        "q_lora_rank",
+        "kv_lora_rank",
+        "qk_nope_head_dim",
+        "qk_rope_head_dim",
+        "v_head_dim",
+        "rope_interleave",
     ):
         if k in src and getattr(tc, k, None) != src[k]:
             errs.append(f"{k}: config.json {src[k]} vs model {getattr(tc, k, None)}")
@@ -1227,6 +1322,8 @@ def build_model(golden: dict, cfg):
         cls = transformers.Qwen2MoeForCausalLM
     elif fam == "mixtral":
         cls = transformers.MixtralForCausalLM
+    elif fam == "deepseek_v3":
+        cls = transformers.DeepseekV3ForCausalLM
     else:
         cls = transformers.Qwen3MoeForCausalLM
     for c in (cfg, getattr(cfg, "text_config", None)):

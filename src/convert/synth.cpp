@@ -211,7 +211,20 @@ Expected<PackResult> synth_model(const SynthOptions& options) {
         // the loader detects the MLX layout from conv1d's [C, K, 1] shape.
         b.vector(p + Names::kInputNorm, {H}, 1.0f, 0.05f, false);
         b.vector(p + Names::kPostNorm, {H}, 1.0f, 0.05f, false);
-        if (cfg.is_full_attention(l)) {
+        if (cfg.is_full_attention(l) && cfg.latent_attention()) {
+            const int64_t nh = cfg.n_heads, qd = cfg.qk_nope_dim + cfg.qk_rope_dim;
+            if (cfg.q_lora_rank > 0) {
+                b.linear(att + "q_a_proj", cfg.q_lora_rank, H, o.bits);
+                b.vector(att + "q_a_layernorm.weight", {cfg.q_lora_rank}, 1.0f, 0.05f, false);
+                b.linear(att + "q_b_proj", nh * qd, cfg.q_lora_rank, o.bits);
+            } else {
+                b.linear(att + "q_proj", nh * qd, H, o.bits);
+            }
+            b.linear(att + "kv_a_proj_with_mqa", cfg.kv_lora_rank + cfg.qk_rope_dim, H, o.bits);
+            b.vector(att + "kv_a_layernorm.weight", {cfg.kv_lora_rank}, 1.0f, 0.05f, false);
+            b.linear(att + "kv_b_proj", nh * (cfg.qk_nope_dim + cfg.v_head_dim), cfg.kv_lora_rank, o.bits);
+            b.linear(att + "o_proj", H, nh * cfg.v_head_dim, o.bits);
+        } else if (cfg.is_full_attention(l)) {
             const int64_t hd = cfg.head_dim;
             b.linear(att + "q_proj", cfg.n_heads * hd * (cfg.attn_output_gate ? 2 : 1), H, o.bits);
             b.linear(att + "k_proj", cfg.n_kv_heads * hd, H, o.bits);

@@ -113,6 +113,19 @@ constexpr std::array<WeightFormat, 16> kFormats{{
 
 }  // namespace
 
+WeightView row_slice(const WeightView& w, int64_t row0, int64_t rows) {
+    const WeightFormat& f = weight_format(w.type);
+    WeightView v = w;
+    v.rows = rows;
+    v.data = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(row0) * f.data_row_bytes(w.cols);
+    if (f.quantized()) {
+        const size_t half = f.aux_row_bytes(w.cols, w.group_size, w.scale_type) / 2;  // scales or biases
+        v.scales = static_cast<const uint8_t*>(w.scales) + static_cast<size_t>(row0) * half;
+        v.biases = static_cast<const uint8_t*>(w.biases) + static_cast<size_t>(row0) * half;
+    }
+    return v;
+}
+
 size_t WeightFormat::aux_row_bytes(int64_t cols, int32_t group_size, ScaleType scale_type) const {
     if (!quantized() || group_size <= 0) return 0;
     const size_t scale_bytes = scale_type == ScaleType::kF32 ? 4 : 2;

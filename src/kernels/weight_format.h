@@ -69,6 +69,9 @@ const WeightFormat* quantized_format(int bits);
 // The format storing ggml type number `ggml_type` as sluice binds it (F32/F16/BF16 are the float
 // formats), or null when sluice has no kernels for that type.
 const WeightFormat* ggml_weight_format(uint32_t ggml_type);
+// Rows [row0, row0 + rows) of `w` as a view of their own (every format stores rows one after another:
+// the codes or elements, and a quantized format's scales and biases, row by row).
+WeightView row_slice(const WeightView& w, int64_t row0, int64_t rows);
 // The code sizes the packer writes, for messages: "4 or 8".
 std::string packable_bits();
 

@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <numbers>
+#include <tuple>
 
 #include "format/json_text.h"
 #include "io/mapped_file.h"
@@ -25,13 +26,14 @@ const char* family_name(Family family) {
         case Family::kGlm4Moe: return "glm4_moe";
         case Family::kQwen2Moe: return "qwen2_moe";
         case Family::kMixtral: return "mixtral";
+        case Family::kDeepseekV3: return "deepseek_v3";
     }
     return "?";
 }
 
 const char* supported_model_types() {
     return "qwen2, qwen2_moe, qwen3, qwen3_moe, qwen3_next, qwen3_5_moe (text_config: qwen3_5_moe_text), "
-           "glm4_moe";
+           "glm4_moe, mixtral, deepseek_v3 (and kimi_k2)";
 }
 
 QuantSpec QuantConfig::for_module(const std::string& path) const {
@@ -96,6 +98,15 @@ class Reader {
             return fallback;
         }
         return it->get<double>();
+    }
+    std::string string_or(const char* key, const std::string& fallback) {
+        auto it = obj_.find(key);
+        if (it == obj_.end() || it->is_null()) return fallback;
+        if (!it->is_string()) {
+            fail(std::string("field '") + key + "' must be a string, got " + it->dump());
+            return fallback;
+        }
+        return it->get<std::string>();
     }
     bool bool_or(const char* key, bool fallback) {
         auto it = obj_.find(key);
@@ -248,6 +259,8 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
         cfg.family = Family::kQwen2Moe;
     } else if (cfg.model_type == "mixtral") {
         cfg.family = Family::kMixtral;
+    } else if (cfg.model_type == "deepseek_v3" || cfg.model_type == "kimi_k2") {
+        cfg.family = Family::kDeepseekV3;  // Kimi K2 ships DeepSeek-V3's architecture
     } else {
         return error(ErrorCode::kUnsupported,
                      "[config] " + source + ": model_type '" + cfg.model_type +
@@ -259,8 +272,11 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
     cfg.n_layers = r.required_int("num_hidden_layers");
     cfg.vocab = r.required_int("vocab_size");
     cfg.n_heads = r.required_int("num_attention_heads");
-    cfg.n_kv_heads = r.required_int("num_key_value_heads");
     const bool glm = cfg.family == Family::kGlm4Moe, mixtral = cfg.family == Family::kMixtral;
+    const bool deepseek = cfg.family == Family::kDeepseekV3;
+    // MLA's heads all read one latent: num_key_value_heads (= the heads, when written) does not matter.
+    cfg.n_kv_heads =
+        deepseek ? r.int_or("num_key_value_heads", cfg.n_heads) : r.required_int("num_key_value_heads");
     // Glm4MoeConfig's defaults where a file leaves a field out: eps 1e-5, half rotary (transformers 5.17
     // has no head_dim default for it: hidden / heads, as for the others); MixtralConfig's: eps 1e-5,
     // rope_theta 1e6.
@@ -269,6 +285,17 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
     cfg.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
     cfg.head_dim = r.int_or("head_dim", 0);
     if (cfg.head_dim == 0 && cfg.n_heads > 0) cfg.head_dim = cfg.hidden / cfg.n_heads;
+    if (deepseek) {
+        // DeepseekV3Config's defaults; its head_dim (written as qk_rope_head_dim) is not the q·k dim.
+        const auto ql = text->find("q_lora_rank");  // null: a plain q_proj (0)
+        cfg.q_lora_rank = ql != text->end() && ql->is_null() ? 0 : r.int_or("q_lora_rank", 1536);
+        cfg.kv_lora_rank = r.int_or("kv_lora_rank", 512);
+        cfg.qk_nope_dim = r.int_or("qk_nope_head_dim", 128);
+        cfg.qk_rope_dim = r.int_or("qk_rope_head_dim", 64);
+        cfg.v_head_dim = r.int_or("v_head_dim", 128);
+        cfg.rope_interleave = r.bool_or("rope_interleave", true);
+        cfg.head_dim = cfg.qk_nope_dim + cfg.qk_rope_dim;
+    }
 
     // RoPE: rope_theta at the top level (older files) or inside rope_parameters (newer ones).
     const bool hybrid = cfg.family == Family::kQwen3Next || cfg.family == Family::kQwen35Moe;
@@ -309,6 +336,10 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
         auto get_mscale = [](double scale, double m) {
             return scale <= 1.0 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;
         };
+        if (deepseek && mscale_all_dim != 0.0) {
+            const double m = get_mscale(y.factor, mscale_all_dim);
+            y.softmax_mscale = m * m;
+        }
         if (auto af = block.find("attention_factor"); af != block.end() && af->is_number()) {
             y.attention_factor = af->get<double>();
         } else if (mscale != 0.0 && mscale_all_dim != 0.0) {
@@ -332,12 +363,14 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
         SLUICE_RETURN_IF_ERROR(read_scaling(*rs, "rope_scaling"));
     cfg.rope_theta = static_cast<float>(theta);
     cfg.rotary_dim = static_cast<int64_t>(std::lround(static_cast<double>(cfg.head_dim) * partial));
+    if (deepseek) cfg.rotary_dim = cfg.qk_rope_dim;  // RoPE on the rope part only
 
     // MoE (a dense family has none: a dense MLP in every layer, is_moe_layer() false).
     if (cfg.is_dense_family()) {
         cfg.dense_ffn = r.required_int("intermediate_size");
     } else {
-        cfg.n_experts = glm ? r.required_int({"n_routed_experts", "num_experts", "num_local_experts"})
+        cfg.n_experts = glm || deepseek
+                            ? r.required_int({"n_routed_experts", "num_experts", "num_local_experts"})
                             : r.required_int({"num_experts", "num_local_experts"});
         cfg.top_k = r.required_int("num_experts_per_tok");
         if (mixtral) {
@@ -374,9 +407,24 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
             cfg.norm_topk_prob = r.bool_or("norm_topk_prob", false);
             cfg.shared_expert_ffn = r.int_or("shared_expert_intermediate_size", 0);
             break;
-        case Family::kGlm4Moe: {
-            // Glm4MoeMoE: sigmoid + e_score_correction_bias, group-limited top-k, an ungated shared
-            // MLP of n_shared_experts × moe_intermediate_size, dense layers before first_k_dense_replace.
+        case Family::kGlm4Moe:
+        case Family::kDeepseekV3: {
+            // Glm4MoeMoE / DeepseekV3MoE: sigmoid + e_score_correction_bias, group-limited top-k, an
+            // ungated shared MLP of n_shared_experts × moe_intermediate_size, dense layers before
+            // first_k_dense_replace.
+            if (deepseek) {
+                const std::string scoring = r.string_or("scoring_func", "sigmoid");
+                const std::string method = r.string_or("topk_method", "noaux_tc");
+                if (scoring != "sigmoid" ||
+                    (method != "noaux_tc" && method != "greedy" && method != "group_limited_greedy"))
+                    return error(ErrorCode::kUnsupported,
+                                 "[config] " + source + ": scoring_func '" + scoring +
+                                     "' with topk_method '" + method +
+                                     "' is not supported (DeepSeek-V3's sigmoid + noaux_tc)");
+                if (r.int_or("moe_layer_freq", 1) != 1)
+                    return error(ErrorCode::kUnsupported,
+                                 "[config] " + source + ": moe_layer_freq other than 1 is not supported");
+            }
             cfg.norm_topk_prob = r.bool_or("norm_topk_prob", true);
             cfg.router_sigmoid = true;
             cfg.router_groups = r.int_or("n_group", 1);
@@ -391,8 +439,12 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
             cfg.shared_expert_gated = false;
             // num_mtp_layers is transformers 5's other name for it (Glm4MoeConfig.attribute_map).
             cfg.nextn_layers = r.int_or("num_nextn_predict_layers", r.int_or("num_mtp_layers", 0));
-            cfg.attn_qk_norm = r.bool_or("use_qk_norm", false);
-            cfg.attn_qkv_bias = r.bool_or("attention_bias", false);
+            if (glm) {
+                cfg.attn_qk_norm = r.bool_or("use_qk_norm", false);
+                cfg.attn_qkv_bias = r.bool_or("attention_bias", false);
+            } else {
+                cfg.attn_qk_norm = false;  // MLA normalises the q and kv latents instead
+            }
             break;
         }
     }
@@ -420,6 +472,14 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
         cfg.attn_qkv_bias = r.bool_or("qkv_bias", true);  // Qwen2MoeAttention: biases on q/k/v unless false
     } else if (glm) {
         // GLM's attention_bias puts biases on q, k and v only (o_proj has none): read above.
+    } else if (deepseek) {
+        if (r.bool_or("attention_bias", false)) {
+            SLUICE_RETURN_IF_ERROR(r.status());
+            return error(ErrorCode::kUnsupported,
+                         "[config] " + source +
+                             ": attention_bias true (biases on q_a / kv_a / o) is not "
+                             "supported for deepseek_v3");
+        }
     } else if (r.bool_or("attention_bias", false)) {
         SLUICE_RETURN_IF_ERROR(r.status());
         return error(ErrorCode::kUnsupported,
@@ -588,6 +648,19 @@ Status check_model_config(const ModelConfig& cfg, const std::string& source, con
         if (!(cfg.routed_scaling > 0.0f) || !std::isfinite(cfg.routed_scaling))
             return invalid(n.routed_scaling + " must be a positive number, got " +
                            std::to_string(cfg.routed_scaling));
+    }
+    if (cfg.latent_attention() || cfg.family == Family::kDeepseekV3) {
+        for (const auto& [name, v, lo] :
+             {std::tuple<const char*, int64_t, int64_t>{"q_lora_rank", cfg.q_lora_rank, 0},
+              {"kv_lora_rank", cfg.kv_lora_rank, 1},
+              {"qk_nope_head_dim", cfg.qk_nope_dim, 1},
+              {"qk_rope_head_dim", cfg.qk_rope_dim, 2},
+              {"v_head_dim", cfg.v_head_dim, 1}})
+            if (v < lo || v > kConfigMaxDim)
+                return invalid(std::string(name) + " = " + std::to_string(v) + " is outside " +
+                               std::to_string(lo) + ".." + std::to_string(kConfigMaxDim));
+        if (cfg.qk_rope_dim % 2 != 0)
+            return invalid("qk_rope_head_dim " + std::to_string(cfg.qk_rope_dim) + " must be even");
     }
     for (int64_t l = 0; l < cfg.n_layers; ++l)
         if (!cfg.is_moe_layer(l) && cfg.dense_ffn <= 0)

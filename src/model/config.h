@@ -7,8 +7,9 @@
 // qwen3_next (§3), qwen3_5_moe (§4; nested `text_config`), qwen2_moe (Qwen1.5-MoE / Qwen2-57B-A14B:
 // Qwen2's attention with Qwen3-Next's softmax router and gated shared expert), glm4_moe (GLM-4.5 / 4.6
 // / 4.5-Air: Qwen3-MoE's decoder with q/k/v biases, optional q/k norms, half-rotary RoPE, a sigmoid router
-// whose bias chooses, an ungated shared expert and dense first layers). Family defaults are applied here and
-// nowhere else (e.g. Qwen3.5/3.6 routers always renormalise).
+// whose bias chooses, an ungated shared expert and dense first layers), deepseek_v3 (DeepSeek-V3 / R1 /
+// V3.1 and Kimi K2: GLM's router and experts under multi-head latent attention). Family defaults are applied
+// here and nowhere else (e.g. Qwen3.5/3.6 routers always renormalise).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,17 @@
 
 namespace sluice::model {
 
-enum class Family { kQwen2, kQwen3, kQwen3Moe, kQwen3Next, kQwen35Moe, kGlm4Moe, kQwen2Moe, kMixtral };
+enum class Family {
+    kQwen2,
+    kQwen3,
+    kQwen3Moe,
+    kQwen3Next,
+    kQwen35Moe,
+    kGlm4Moe,
+    kQwen2Moe,
+    kMixtral,
+    kDeepseekV3
+};
 const char* family_name(Family family);
 
 enum class LayerType { kFullAttention, kLinearAttention };
@@ -81,7 +92,21 @@ struct ModelConfig {
         double beta_fast = 32.0, beta_slow = 1.0;
         double attention_factor = 1.0;
         bool truncate = true;  // the correction range rounded outwards to whole dims
+        // DeepSeek's attention also multiplies the softmax scale by mscale(factor, mscale_all_dim)²
+        // (0.1·mscale_all_dim·ln(factor) + 1, squared); 1 elsewhere.
+        double softmax_mscale = 1.0;
     } yarn;
+    // Multi-head latent attention (DeepSeek-V3, Kimi K2; kv_lora_rank > 0): q through a rank-q_lora_rank
+    // bottleneck (q_a_proj → RMS norm → q_b_proj; 0: a plain q_proj) into heads of qk_nope_dim + qk_rope_dim
+    // (head_dim is their sum, rotary_dim = qk_rope_dim); keys and values from one kv_lora_rank latent (its
+    // RMS norm) through kv_b_proj, plus one rope key shared by every head; values of v_head_dim. The cache
+    // holds only the normed latent and the roped key: one row of kv_lora_rank + qk_rope_dim per position.
+    int64_t q_lora_rank = 0;
+    int64_t kv_lora_rank = 0;
+    int64_t qk_nope_dim = 0;
+    int64_t qk_rope_dim = 0;
+    int64_t v_head_dim = 0;
+    bool rope_interleave = false;   // RoPE rotates pairs (2i, 2i+1) of the rope dims (DeepSeek), not halves
     bool attn_output_gate = false;  // q_proj also yields a per-head sigmoid gate (Next, 3.5)
     bool attn_qk_norm = true;       // per-head RMS norms of q and k (every family but Qwen2)
     bool attn_qkv_bias = false;     // q_proj, k_proj and v_proj have biases (Qwen2)
@@ -135,6 +160,10 @@ struct ModelConfig {
     }
     bool is_mtp_layer(int64_t layer) const { return layer >= n_layers; }
     bool is_moe_layer(int64_t layer) const;
+    bool latent_attention() const { return kv_lora_rank > 0; }
+    // The geometry of one position's cached keys: n heads of this many values each (MLA: one latent row).
+    int64_t kv_cache_heads() const { return latent_attention() ? 1 : n_kv_heads; }
+    int64_t kv_cache_dim() const { return latent_attention() ? kv_lora_rank + qk_rope_dim : head_dim; }
     bool has_experts() const { return n_experts > 0; }  // false for a dense family
     bool is_dense_family() const { return family == Family::kQwen2 || family == Family::kQwen3; }
     int64_t linear_key_dim() const { return linear_k_heads * linear_k_dim; }    // nk·dk

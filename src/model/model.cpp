@@ -174,10 +174,10 @@ std::shared_ptr<Model> Model::create(ModelConfig config, ModelWeights weights, s
 }
 
 Expected<StateLayout> Model::layout_for(kernels::KvType type, int64_t kv_window) const {
-    if (const char* bad = kernels::kv_shape_error(type, config_.head_dim))
+    if (const char* bad = kernels::kv_shape_error(type, config_.kv_cache_dim()))
         return error(ErrorCode::kInvalidArgument, std::string("[model] a ") + kernels::kv_type_name(type) +
                                                       " KV cache cannot hold head_dim " +
-                                                      std::to_string(config_.head_dim) + ": " + bad);
+                                                      std::to_string(config_.kv_cache_dim()) + ": " + bad);
     if (kv_window < 0)
         return error(ErrorCode::kInvalidArgument, "[model] --kv-window " + std::to_string(kv_window) +
                                                       ": a window is 0 (none) or more positions");
@@ -220,7 +220,8 @@ ModelState Model::new_state(int64_t max_positions, const StateLayout& layout) co
     s.kv = layout.kv;
     s.kv_window = layout.kv_window;
     s.ring_slots = layout.kv_ring_slots;
-    s.ring_row_bytes = config_.n_kv_heads * kernels::kv_head_bytes(kernels::KvType::kF16, config_.head_dim);
+    s.ring_row_bytes =
+        config_.kv_cache_heads() * kernels::kv_head_bytes(kernels::KvType::kF16, config_.kv_cache_dim());
     s.layers.resize(layout.layers.size());
     for (size_t l = 0; l < layout.layers.size(); ++l) {
         const auto& buffers = layout.layers[l].buffers;
@@ -331,6 +332,7 @@ Status Model::run_layer(int64_t l, bool out_of_place, float* x, Workspace& ws, T
     switch (P.mixer) {
         case MixerKind::kAttention: attention_layer(P.attention, lw, l, ws, pool); break;
         case MixerKind::kGatedDeltaNet: deltanet_layer(P.deltanet, lw, l, out_of_place, ws, pool); break;
+        case MixerKind::kLatentAttention: latent_attention_layer(P.latent, lw, l, ws, pool); break;
     }
     for (int64_t i = 0; i < n * H; ++i) x[i] += mix[i];
     predict_next_experts(l, x, ws, pool);

@@ -131,7 +131,8 @@ struct Workspace {
     std::vector<kernels::MatvecJob> jobs;  // a decode step's grouped products (moe.cpp)
     std::vector<ExpertWeights> expert_views;
     std::vector<float> expert_token_weights;
-    std::vector<int32_t> expert_rows;  // one expert's rows, single-step rows first
+    std::vector<int32_t> expert_rows;            // one expert's rows, single-step rows first
+    std::vector<kernels::WeightView> latent_uv;  // latent attention: each head's value rows of kv_b
     BatchLayout batch;
     Status moe_status;  // first error of a streaming expert read in the running forward
 
@@ -166,6 +167,7 @@ struct Workspace {
                               &predicted_ids, &expert_rows})
             b += v->capacity() * sizeof(int32_t);
         return b + expert_views.capacity() * sizeof(ExpertWeights) +
+               latent_uv.capacity() * sizeof(kernels::WeightView) +
                jobs.capacity() * sizeof(kernels::MatvecJob);
     }
 };
@@ -264,6 +266,8 @@ class Model {
     // The layer program over ws.batch's rows: ws.norm [rows, H] in, ws.mix [rows, H] out.
     void attention_layer(const AttentionPlan& plan, const LayerWeights& lw, int64_t layer, Workspace& ws,
                          ThreadPool* pool) const;
+    void latent_attention_layer(const LatentAttentionPlan& plan, const LayerWeights& lw, int64_t layer,
+                                Workspace& ws, ThreadPool* pool) const;
     void deltanet_layer(const DeltaNetPlan& plan, const LayerWeights& lw, int64_t layer, bool out_of_place,
                         Workspace& ws, ThreadPool* pool) const;
     void moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t layer, Workspace& ws,

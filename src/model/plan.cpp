@@ -1,6 +1,8 @@
 // make_plan (plan.h): the config and the checkpoint layout, turned into per-layer decisions.
 #include "model/plan.h"
 
+#include <cmath>
+
 #include "model/weights.h"
 
 namespace sluice::model {
@@ -15,7 +17,23 @@ ModelPlan make_plan(const ModelConfig& c, CheckpointLayout layout) {
     for (int64_t l = 0; l < c.n_layers + c.mtp_layers; ++l) {
         LayerPlan& p = plan.layers[static_cast<size_t>(l)];
         p.norm_eps = c.rms_eps;
-        if (c.is_full_attention(l)) {
+        if (c.is_full_attention(l) && c.latent_attention()) {
+            p.mixer = MixerKind::kLatentAttention;
+            LatentAttentionPlan& a = p.latent;
+            a.heads = c.n_heads;
+            a.q_lora_rank = c.q_lora_rank;
+            a.kv_lora_rank = c.kv_lora_rank;
+            a.nope_dim = c.qk_nope_dim;
+            a.rope_dim = c.qk_rope_dim;
+            a.v_dim = c.v_head_dim;
+            a.rope_interleaved = c.rope_interleave;
+            a.rope_theta = c.rope_theta;
+            a.rope_inv_freq = c.rope_inv_freq();
+            if (c.yarn.enabled) a.rope_mscale = static_cast<float>(c.yarn.attention_factor);
+            a.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.q_dim())) *
+                                                 (c.yarn.enabled ? c.yarn.softmax_mscale : 1.0));
+            a.norm_eps = c.rms_eps;
+        } else if (c.is_full_attention(l)) {
             p.mixer = MixerKind::kAttention;
             AttentionPlan& a = p.attention;
             a.heads = c.n_heads;

@@ -20,7 +20,9 @@ namespace sluice::model {
 
 enum class CheckpointLayout;
 
-enum class MixerKind { kAttention, kGatedDeltaNet };
+// kLatentAttention: DeepSeek-V3's multi-head latent attention (LatentAttentionPlan), run in the absorbed
+// form.
+enum class MixerKind { kAttention, kGatedDeltaNet, kLatentAttention };
 enum class FfnKind { kDense, kMoe };
 // How routing weights are made (kernels::RouterSpec has the exact definitions): softmax over the
 // router's logits, then the top k (Qwen3-MoE / Next / 3.5); or sigmoid scores, a bias
@@ -40,6 +42,27 @@ struct AttentionPlan {
     float qk_norm_eps = 1e-6f;         // its epsilon (weights hold any +1)
     bool qkv_bias = false;             // q, k and v projections add a bias (Qwen2)
     bool output_gate = false;  // q_proj also yields a per-head sigmoid gate, interleaved with q per head
+};
+
+// Multi-head latent attention (DeepSeek-V3 / Kimi K2; models.md-style notes in docs/models-verified.md).
+// Per token: q = q_b(norm(q_a(x))) (or q_proj(x)) in heads of [nope | rope]; c = kv_a(x) = [latent | k_rope];
+// the cache row is [rms_norm(latent) | rope(k_rope)] (cache_dim values, one "head" shared by all heads).
+// Absorbed form, as decode is meant to run: q_lat[h] = W_UK[h]ᵀ q_nope[h] (W_UK[h]: the head's nope rows
+// of kv_b), scores = scale · ([q_lat | rope(q_rope)] · cache row), o_lat[h] = Σ p · latent,
+// out[h] = W_UV[h] o_lat[h] (its v rows of kv_b), then o_proj. The same numbers as the expanded form
+// (k_nope = W_UK latent, v = W_UV latent per position), up to rounding.
+struct LatentAttentionPlan {
+    int64_t heads = 0;
+    int64_t q_lora_rank = 0;  // 0: a plain q_proj
+    int64_t kv_lora_rank = 0, nope_dim = 0, rope_dim = 0, v_dim = 0;
+    bool rope_interleaved = false;  // pairs (2i, 2i+1) rotate (DeepSeek), not halves
+    float rope_theta = 10000.0f;
+    std::vector<float> rope_inv_freq;  // YaRN's [rope_dim / 2]; empty: from rope_theta
+    float rope_mscale = 1.0f;          // YaRN's attention factor on cos and sin
+    float softmax_scale = 1.0f;        // (nope + rope)^-1/2 · DeepSeek's YaRN mscale²
+    float norm_eps = 1e-6f;            // the q and kv latents' RMS norms
+    int64_t q_dim() const { return nope_dim + rope_dim; }
+    int64_t cache_dim() const { return kv_lora_rank + rope_dim; }
 };
 
 struct DeltaNetPlan {
@@ -85,8 +108,9 @@ struct MoePlan {
 
 struct LayerPlan {
     MixerKind mixer = MixerKind::kAttention;
-    AttentionPlan attention;  // when mixer == kAttention
-    DeltaNetPlan deltanet;    // when mixer == kGatedDeltaNet
+    AttentionPlan attention;     // when mixer == kAttention
+    LatentAttentionPlan latent;  // when mixer == kLatentAttention
+    DeltaNetPlan deltanet;       // when mixer == kGatedDeltaNet
     FfnKind ffn = FfnKind::kMoe;
     MoePlan moe;             // when ffn == kMoe
     float norm_eps = 1e-6f;  // the layer's two residual RMS norms

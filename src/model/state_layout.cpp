@@ -78,14 +78,14 @@ StateLayout state_layout(const ModelConfig& c, StateElem kv_elem, int64_t kv_win
         auto& buffers = layout.layers[static_cast<size_t>(l)].buffers;
         if (c.is_full_attention(l)) {
             // After k-norm and RoPE; row = position.
-            buffers.push_back({"keys", kv_elem, {c.n_kv_heads, c.head_dim}, true});
-            buffers.push_back({"values", kv_elem, {c.n_kv_heads, c.head_dim}, true});
+            // Latent attention caches one row per position, [normed latent | roped key], that its
+            // attention reads as keys and as values: its "values" buffer holds nothing.
+            const int64_t heads = c.kv_cache_heads(), dim = c.kv_cache_dim();
+            buffers.push_back({"keys", kv_elem, {heads, dim}, true});
+            buffers.push_back({"values", kv_elem, {c.latent_attention() ? 0 : heads, dim}, true});
             if (layout.kv_ring_slots > 0)
-                buffers.push_back({"recent",
-                                   StateElem::kF16,
-                                   {layout.kv_ring_slots, c.n_kv_heads, c.head_dim},
-                                   false,
-                                   true});
+                buffers.push_back(
+                    {"recent", StateElem::kF16, {layout.kv_ring_slots, heads, dim}, false, true});
         } else {
             // The K-1 previous raw conv inputs (oldest first) and the delta-rule state per value head.
             buffers.push_back({"conv", StateElem::kF32, {c.conv_kernel - 1, c.conv_dim()}, false});

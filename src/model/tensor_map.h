@@ -69,7 +69,8 @@ struct TensorNames {
     // / down_proj), or MLX's stacked_experts() (source_experts()).
     // The shared expert's module path of `config`'s family.
     static const char* shared_expert(const ModelConfig& config) {
-        return config.family == Family::kGlm4Moe ? kSharedExperts : kSharedExpert;
+        return config.family == Family::kGlm4Moe || config.family == Family::kDeepseekV3 ? kSharedExperts
+                                                                                         : kSharedExpert;
     }
 
     // Whether a tensor holds routed-expert weights (they go to the packed layout's expert files).

@@ -209,7 +209,27 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
         SLUICE_ASSIGN_OR_RETURN(lw.input_norm, b.floats(p + TensorNames::kInputNorm, H, norm_add));
         SLUICE_ASSIGN_OR_RETURN(lw.post_norm, b.floats(p + TensorNames::kPostNorm, H, norm_add));
 
-        if (cfg.is_full_attention(l)) {
+        if (cfg.is_full_attention(l) && cfg.latent_attention()) {
+            AttentionWeights& a = lw.attn;
+            const int64_t nh = cfg.n_heads, q_rows = nh * (cfg.qk_nope_dim + cfg.qk_rope_dim);
+            if (cfg.q_lora_rank > 0) {
+                SLUICE_ASSIGN_OR_RETURN(a.q_a_proj, b.linear(att + "q_a_proj", cfg.q_lora_rank, H));
+                SLUICE_ASSIGN_OR_RETURN(a.q_a_norm, b.floats(att + "q_a_layernorm.weight", cfg.q_lora_rank));
+                SLUICE_ASSIGN_OR_RETURN(a.q_b_proj, b.linear(att + "q_b_proj", q_rows, cfg.q_lora_rank));
+            } else {
+                SLUICE_ASSIGN_OR_RETURN(a.q_proj, b.linear(att + "q_proj", q_rows, H));
+            }
+            SLUICE_ASSIGN_OR_RETURN(
+                a.kv_a_proj, b.linear(att + "kv_a_proj_with_mqa", cfg.kv_lora_rank + cfg.qk_rope_dim, H));
+            SLUICE_ASSIGN_OR_RETURN(a.kv_a_norm, b.floats(att + "kv_a_layernorm.weight", cfg.kv_lora_rank));
+            SLUICE_ASSIGN_OR_RETURN(
+                a.kv_b_proj,
+                b.linear(att + "kv_b_proj", nh * (cfg.qk_nope_dim + cfg.v_head_dim), cfg.kv_lora_rank));
+            SLUICE_ASSIGN_OR_RETURN(a.o_proj, b.linear(att + "o_proj", H, nh * cfg.v_head_dim));
+            for (const WeightView* v :
+                 {&a.q_a_proj, &a.q_b_proj, &a.q_proj, &a.kv_a_proj, &a.kv_b_proj, &a.o_proj})
+                if (v->data != nullptr) mw.dense_bytes += view_bytes(*v);
+        } else if (cfg.is_full_attention(l)) {
             AttentionWeights& a = lw.attn;
             const int64_t q_rows = cfg.n_heads * cfg.head_dim * (cfg.attn_output_gate ? 2 : 1);
             SLUICE_ASSIGN_OR_RETURN(a.q_proj, b.linear(att + "q_proj", q_rows, H));
@@ -295,7 +315,8 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
         floats += lw.input_norm.size() + lw.post_norm.size() + lw.attn.q_norm.size() + lw.attn.k_norm.size() +
                   lw.attn.q_bias.size() + lw.attn.k_bias.size() + lw.attn.v_bias.size() +
                   lw.linear.conv.size() + lw.linear.neg_a.size() + lw.linear.dt_bias.size() +
-                  lw.linear.norm.size() + lw.moe_w.router_bias.size();
+                  lw.linear.norm.size() + lw.moe_w.router_bias.size() + lw.attn.q_a_norm.size() +
+                  lw.attn.kv_a_norm.size();
     mw.dense_bytes += sizeof(float) * floats;
     log::debug("[weights] {} layout, prefix '{}', dense {:.1f} MB, experts {:.1f} MB", layout_name(mw.layout),
                prefix, mw.dense_bytes / 1e6, mw.expert_bytes / 1e6);

@@ -48,6 +48,14 @@ struct AttentionWeights {
     std::vector<float> q_bias;  // [nh·hd], k_bias and v_bias [nkv·hd]: Qwen2's; empty without
     std::vector<float> k_bias;
     std::vector<float> v_bias;
+    // Multi-head latent attention (plan.h LatentAttentionPlan; q_proj [nh·(nope+rope), H] when there is no
+    // q bottleneck, o_proj [H, nh·v]).
+    WeightView q_a_proj;           // [q_lora_rank, H]
+    WeightView q_b_proj;           // [nh·(nope+rope), q_lora_rank]
+    WeightView kv_a_proj;          // [kv_lora_rank + rope, H] (kv_a_proj_with_mqa)
+    WeightView kv_b_proj;          // [nh·(nope+v), kv_lora_rank]: per head its nope rows, then its v rows
+    std::vector<float> q_a_norm;   // [q_lora_rank]
+    std::vector<float> kv_a_norm;  // [kv_lora_rank]
 };
 
 struct DeltaNetWeights {

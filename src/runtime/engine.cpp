@@ -152,6 +152,17 @@ Expected<MemoryPlan> make_plan(const model::ModelConfig& c, const model::StateLa
         plan.budget_bytes > others + fixed_state ? plan.budget_bytes - others - fixed_state : 0;
     plan.max_context_tokens = per_token > 0 ? static_cast<int64_t>(room / per_token) : context;
     if (c.context_limit() > 0) plan.max_context_tokens = std::min(plan.max_context_tokens, c.context_limit());
+    if (streaming &&
+        plan.budget_bytes < plan.scratch_bytes + plan.runtime_bytes + plan.dense_bytes + w.record_bytes)
+        return error(
+            ErrorCode::kOutOfMemory,
+            fmt::format("[engine] the dense core ({}: attention, routers, shared experts, embeddings — "
+                        "always in memory) with one expert slot ({}) and the forward's scratch ({}) "
+                        "exceed the budget of {}, before any context: raise --memory or store the "
+                        "weights in fewer bits",
+                        human_bytes(plan.dense_bytes), human_bytes(w.record_bytes),
+                        human_bytes(plan.scratch_bytes + plan.runtime_bytes),
+                        human_bytes(plan.budget_bytes)));
     if (plan.budget_bytes <
         plan.scratch_bytes + plan.runtime_bytes + (streaming ? plan.dense_bytes : 0) + plan.state_bytes) {
         return error(ErrorCode::kOutOfMemory,
@@ -312,10 +323,10 @@ Expected<MemoryPlan> plan_memory(const std::string& config_path, const PlannedWe
     SLUICE_ASSIGN_OR_RETURN(const kernels::KvType kv_type, kv_type_of(options));
     SLUICE_ASSIGN_OR_RETURN(std::string text, io::read_text_file(config_path));
     SLUICE_ASSIGN_OR_RETURN(const model::ModelConfig c, model::parse_model_config(text, config_path));
-    if (const char* bad = kernels::kv_shape_error(kv_type, c.head_dim))
+    if (const char* bad = kernels::kv_shape_error(kv_type, c.kv_cache_dim()))
         return error(ErrorCode::kInvalidArgument,
                      std::string("[engine] a ") + kernels::kv_type_name(kv_type) +
-                         " KV cache cannot hold head_dim " + std::to_string(c.head_dim) + ": " + bad);
+                         " KV cache cannot hold head_dim " + std::to_string(c.kv_cache_dim()) + ": " + bad);
     const model::StateLayout layout = model::state_layout(c, kv_type, options.kv_window);
     return plan_with_context(c, layout, weights, weights.record_bytes > 0, options);
 }

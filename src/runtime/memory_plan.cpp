@@ -60,8 +60,13 @@ uint64_t scratch_bytes_estimate(const model::ModelConfig& c, int64_t chunk_token
     int64_t ffn = std::max(c.expert_ffn, c.shared_expert_ffn);
     for (int64_t l = 0; l < c.n_layers; ++l)
         if (!c.is_moe_layer(l)) ffn = std::max(ffn, c.dense_ffn);
+    // Latent attention's: q, the latents, the absorbed queries and their outputs (cache_dim per head).
+    const int64_t mla = c.latent_attention()
+                            ? c.q_lora_rank + c.kv_cache_dim() + 2 * c.n_heads * c.kv_cache_dim() +
+                                  c.n_heads * (c.head_dim + c.v_head_dim)
+                            : 0;
     const int64_t per_token = 10 * c.hidden + 2 * qkvz + 3 * c.conv_dim() + 4 * c.linear_value_dim() +
-                              2 * c.n_experts + 4 * c.n_heads * c.head_dim + 3 * ffn + 2 * c.top_k;
+                              2 * c.n_experts + 4 * c.n_heads * c.head_dim + 3 * ffn + 2 * c.top_k + mla;
     return static_cast<uint64_t>(per_token * chunk_tokens + 3 * c.vocab) * 4;
 }
 

@@ -70,7 +70,8 @@ INSTANTIATE_TEST_SUITE_P(Goldens, BatchForward,
                                            "qwen3_moe_mlx_q4", "qwen3_5_moe_hf_bf16", "qwen3_5_moe_mlx_q4",
                                            "qwen3_hf_bf16", "qwen3_mlx_q4", "qwen2_hf_bf16", "qwen2_mlx_q4",
                                            "glm4_moe_hf_bf16", "glm4_moe_mlx_q4", "qwen2_moe_hf_bf16",
-                                           "qwen2_moe_mlx_q4", "mixtral_hf_bf16", "mixtral_mlx_q4"));
+                                           "qwen2_moe_mlx_q4", "mixtral_hf_bf16", "mixtral_mlx_q4",
+                                           "deepseek_v3_hf_bf16", "deepseek_v3_nolora_hf_bf16"));
 
 class PackedBatch : public ::testing::Test {
  protected:

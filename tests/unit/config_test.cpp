@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "io/mapped_file.h"
 #include "test_util.h"
@@ -336,6 +338,88 @@ TEST(ModelConfig, Glm4MoeAsTheHubWritesIt) {
                                  fields + "}";
         auto bad = parse_model_config(text, "g.json");
         ASSERT_FALSE(bad.has_value()) << fields;
+        EXPECT_NE(bad.status().message().find(expect), std::string::npos) << bad.status().message();
+    }
+}
+
+// DeepSeek-V3 and Kimi K2 as transformers 5 writes them (../shared/model-configs): multi-head latent
+// attention's dims, the cache row of one latent, and DeepSeek's router fields.
+TEST(ModelConfig, DeepseekV3AndKimiK2) {
+    SKIP_WITHOUT_SHARED();
+    auto v3 = load_shared("model-configs/deepseek-v3-671b.json");
+    ASSERT_TRUE(v3.has_value()) << v3.status().message();
+    EXPECT_EQ(v3->family, Family::kDeepseekV3);
+    EXPECT_TRUE(v3->latent_attention());
+    EXPECT_EQ(v3->q_lora_rank, 1536);
+    EXPECT_EQ(v3->kv_lora_rank, 512);
+    EXPECT_EQ(v3->head_dim, 192);  // q·k per head: nope 128 + rope 64 (the file's head_dim is the rope part)
+    EXPECT_EQ(v3->rotary_dim, 64);
+    EXPECT_EQ(v3->v_head_dim, 128);
+    EXPECT_TRUE(v3->rope_interleave);
+    EXPECT_EQ(v3->kv_cache_heads(), 1);
+    EXPECT_EQ(v3->kv_cache_dim(), 576);  // the 576 values per token and layer of the issue
+    EXPECT_EQ(v3->n_experts, 256);
+    EXPECT_EQ(v3->router_groups, 8);
+    EXPECT_EQ(v3->router_topk_groups, 4);
+    EXPECT_FLOAT_EQ(v3->routed_scaling, 2.5f);
+    EXPECT_TRUE(v3->router_sigmoid);
+    EXPECT_FALSE(v3->shared_expert_gated);
+    EXPECT_EQ(v3->shared_expert_ffn, 2048);
+    EXPECT_EQ(v3->first_k_dense, 3);
+    EXPECT_FALSE(v3->is_moe_layer(2));
+    EXPECT_TRUE(v3->is_moe_layer(3));
+    EXPECT_EQ(v3->nextn_layers, 1);
+    auto k2 = load_shared("model-configs/kimi-k2-1t.json");
+    ASSERT_TRUE(k2.has_value()) << k2.status().message();
+    EXPECT_EQ(k2->n_experts, 384);
+    EXPECT_EQ(k2->n_heads, 64);
+    EXPECT_EQ(k2->router_groups, 1);
+    EXPECT_FLOAT_EQ(k2->routed_scaling, 2.827f);
+}
+
+// DeepSeek-V3's config.json as the Hub ships it (rope_scaling YaRN with mscale / mscale_all_dim, no
+// transformers keys), Kimi K2's model_type, a null q_lora_rank (a plain q_proj), and what is refused.
+TEST(ModelConfig, DeepseekV3AsTheHubWritesIt) {
+    const std::string hub = R"({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+        "hidden_size": 7168, "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 163840,
+        "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256,
+        "n_shared_experts": 1, "norm_topk_prob": true, "num_attention_heads": 128, "num_experts_per_tok": 8,
+        "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1, "q_lora_rank": 1536,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06, "first_k_dense_replace": 3,
+        "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                         "original_max_position_embeddings": 4096, "type": "yarn"},
+        "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "topk_group": 4,
+        "topk_method": "noaux_tc", "v_head_dim": 128, "vocab_size": 129280, "bos_token_id": 0,
+        "eos_token_id": 1})";
+    auto cfg = parse_model_config(hub, "v3.json");
+    ASSERT_TRUE(cfg.has_value()) << cfg.status().message();
+    EXPECT_TRUE(cfg->yarn.enabled);
+    EXPECT_EQ(cfg->yarn.original_max_positions, 4096);
+    EXPECT_DOUBLE_EQ(cfg->yarn.attention_factor, 1.0);  // mscale / mscale_all_dim
+    const double m = 0.1 * std::log(40.0) + 1.0;
+    EXPECT_NEAR(cfg->yarn.softmax_mscale, m * m, 1e-12);
+    EXPECT_EQ(cfg->context_limit(), 163840);
+    EXPECT_EQ(cfg->rope_inv_freq().size(), 32u);
+
+    std::string kimi = hub;
+    kimi.replace(kimi.find("\"deepseek_v3\""), 13, "\"kimi_k2\"");
+    kimi.replace(kimi.find("\"q_lora_rank\": 1536"), 19, "\"q_lora_rank\": null");
+    auto k = parse_model_config(kimi, "k.json");
+    ASSERT_TRUE(k.has_value()) << k.status().message();
+    EXPECT_EQ(k->family, Family::kDeepseekV3);
+    EXPECT_EQ(k->q_lora_rank, 0);
+
+    for (const auto& [from, to, expect] :
+         {std::tuple<std::string, std::string, std::string>{
+              "\"scoring_func\": \"sigmoid\"", "\"scoring_func\": \"softmax\"", "scoring_func 'softmax'"},
+          {"\"moe_layer_freq\": 1", "\"moe_layer_freq\": 2", "moe_layer_freq"},
+          {"\"qk_rope_head_dim\": 64", "\"qk_rope_head_dim\": 63", "rotary dim 63 must be even"},
+          {"\"kv_lora_rank\": 512", "\"kv_lora_rank\": 0", "kv_lora_rank = 0 is outside"},
+          {"\"n_group\": 8", "\"n_group\": 7", "n_group (7) must divide"}}) {
+        std::string text = hub;
+        text.replace(text.find(from), from.size(), to);
+        auto bad = parse_model_config(text, "bad.json");
+        ASSERT_FALSE(bad.has_value()) << to;
         EXPECT_NE(bad.status().message().find(expect), std::string::npos) << bad.status().message();
     }
 }

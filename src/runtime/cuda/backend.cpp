@@ -1,5 +1,6 @@
 // The CUDA backend: init (budget, tiering, launch context), the forward's entry with the resident
 // decode graphs, statistics; make_cuda_backend. The design is described in backend_impl.h.
+#include "kernels/cuda/latent_attention.h"
 #include "runtime/cuda/backend_impl.h"
 
 namespace sluice::runtime::cuda_impl {
@@ -24,8 +25,14 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
     SLUICE_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes), "reading free memory");
     name_ = fmt::format("cuda:{} ({}, {}, sm_{}{})", device_, prop.name, human_bytes(total_bytes), prop.major,
                         prop.minor);
+    if (c.latent_attention()) {
+        const cuda::MlaShape s{c.n_heads,      c.qk_nope_dim, c.qk_rope_dim,   c.v_head_dim,
+                               c.kv_lora_rank, c.head_dim,    c.kv_cache_dim()};
+        if (const char* bad = cuda::latent_attention_shape_error(s))
+            return error(ErrorCode::kUnsupported, fmt::format("[cuda] latent attention: {}", bad));
+    }
     for (int64_t l = 0; l < c.n_layers; ++l) {
-        if (c.is_full_attention(l) && c.head_dim > 256)
+        if (c.is_full_attention(l) && !c.latent_attention() && c.head_dim > 256)
             return error(ErrorCode::kUnsupported,
                          fmt::format("[cuda] head_dim {} (at most 256)", c.head_dim));
         if (!c.is_full_attention(l) && (c.linear_k_dim > 256 || c.conv_kernel > 8))

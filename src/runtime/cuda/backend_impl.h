@@ -130,13 +130,18 @@ class Arena {
 struct DevLayer {
     const model::LayerPlan* plan = nullptr;  // what this layer computes (model/plan.h)
     bool attention() const { return plan->mixer == model::MixerKind::kAttention; }
+    bool latent() const { return plan->mixer == model::MixerKind::kLatentAttention; }
     bool moe() const { return plan->ffn == model::FfnKind::kMoe; }
     bool has_shared() const { return moe() && plan->moe.shared_expert; }
     float *input_norm = nullptr, *post_norm = nullptr;
     DevWeight q_proj, k_proj, v_proj, o_proj;
     float *q_norm = nullptr, *k_norm = nullptr;                     // null without q/k norms (Qwen2)
     float *q_bias = nullptr, *k_bias = nullptr, *v_bias = nullptr;  // Qwen2's, else null
-    float* rope_inv_freq = nullptr;  // YaRN's frequencies (plan.attention.rope_inv_freq), or null
+    float* rope_inv_freq = nullptr;  // YaRN's frequencies (plan.attention / latent.rope_inv_freq), or null
+    // Latent attention (plan.latent): q_proj above without a q bottleneck; kv_b read in place by the
+    // absorption (cuda/latent_attention.h).
+    DevWeight q_a_proj, q_b_proj, kv_a_proj, kv_b_proj;
+    float *q_a_norm = nullptr, *kv_a_norm = nullptr;
     DevWeight in_qkvz, in_ba, in_qkv, in_z, in_b, in_a, out_proj;
     float *conv = nullptr, *neg_a = nullptr, *dt_bias = nullptr, *dnorm = nullptr;
     DevWeight router, shared_gate_proj, shared_up, shared_down,
@@ -353,6 +358,7 @@ class CudaBackend final : public Backend {
     // The projections run over all n rows; the cores per part of parts_, on its own state.
     void attention_layer(const DevLayer& L, int64_t l, int64_t n, const cuda::NormIn* in_norm);
     void deltanet_layer(const DevLayer& L, int64_t l, int64_t n, const cuda::NormIn* in_norm);
+    void latent_attention_layer(const DevLayer& L, int64_t l, int64_t n, const cuda::NormIn* in_norm);
     void moe_layer(const DevLayer& L, int64_t n, const cuda::NormIn* in_norm);
     // The decode NormIn that adds d_.mix to the residual stream (resid_) and norms it with `weight`
     // into d_.norm; the residual moves to the other of d_.x / d_.x2.

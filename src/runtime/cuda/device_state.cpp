@@ -19,7 +19,9 @@ CudaBackend::ScratchPlan CudaBackend::scratch_plan(int64_t n, int64_t logit_rows
     const int64_t nv = std::max<int64_t>(c.linear_v_heads, 1);
     const int64_t qkvz = 2 * kd + 2 * vd;
     // 2H: the MTP head's [embedding; hidden] rows before its fc.
-    const int64_t wide = std::max({q_rows, qkvz, c.n_heads * c.head_dim, 2 * H, kd, vd, cd});
+    // Latent attention: the absorbed queries [heads, kv_lora + rope] per token.
+    const int64_t latent = c.latent_attention() ? c.n_heads * c.kv_cache_dim() : 0;
+    const int64_t wide = std::max({q_rows, qkvz, c.n_heads * c.head_dim, 2 * H, kd, vd, cd, latent});
     ScratchPlan plan;
     auto add = [&](auto*& p, int64_t elems) {
         plan.emplace_back(reinterpret_cast<void**>(&p),
@@ -122,6 +124,12 @@ Expected<std::unique_ptr<SequenceState>> CudaBackend::new_sequence(int64_t max_p
     SLUICE_CUDA_TRY(cudaSetDevice(device_), "selecting the device");
     const model::ModelConfig& c = model_->config();
     const model::StateLayout& layout = seq_layout != nullptr ? *seq_layout : model_->state_layout();
+    if (c.latent_attention() && layout.kv != kernels::KvType::kF32 && layout.kv != kernels::KvType::kF16)
+        return error(
+            ErrorCode::kUnsupported,
+            fmt::format("[cuda] a {} KV cache for latent attention (deepseek_v3) has no CUDA kernels "
+                        "yet: --kv-bits 32 or 16",
+                        kernels::kv_type_name(layout.kv)));
     auto ds = std::make_unique<DeviceState>(layout, max_positions, max_snapshots, stream_);
     const int slots = ds->max_snapshots();
     const uint64_t bytes = state_bytes(max_positions, slots, layout);

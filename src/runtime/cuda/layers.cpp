@@ -1,5 +1,6 @@
 // The CUDA backend's layer program: attention, Gated DeltaNet and MoE layers as kernel launches, the
 // fused residual norms, and enqueue_segment (the forward between expert-tier stops).
+#include "kernels/cuda/latent_attention.h"
 #include "runtime/cuda/backend_impl.h"
 
 namespace sluice::runtime::cuda_impl {
@@ -139,6 +140,74 @@ void CudaBackend::attention_layer(const DevLayer& L, int64_t l, int64_t n, const
     }
     if (gated && !gate_in_epilogue) cuda::mul_sigmoid(d_.attn, d_.gate, n * nh * hd, stream_);
     linear(L.o_proj, d_.attn, n, d_.mix);
+}
+
+// model/latent_attention.cpp on the GPU, op for op: the q and kv projections, the latents' norms, the
+// absorbed queries with their roped part, the cache rows, attention over the latent cache per part, the
+// value products and o_proj. Scratch: tmp the q latent, q the queries, k the cache rows of the step,
+// gate the absorbed queries, attn the latent outputs, y the heads' values.
+void CudaBackend::latent_attention_layer(const DevLayer& L, int64_t l, int64_t n,
+                                         const cuda::NormIn* in_norm) {
+    const model::LatentAttentionPlan& P = L.plan->latent;
+    const cuda::MlaShape s{P.heads,        P.nope_dim, P.rope_dim,   P.v_dim,
+                           P.kv_lora_rank, P.q_dim(),  P.cache_dim()};
+    const int64_t nh = s.heads, cd = s.cache_dim, R = s.rope, lat = s.latent, ql = P.q_lora_rank;
+    const bool bottleneck = ql > 0;
+    float* qa = d_.tmp;
+    float* q = d_.q;
+    float* rows = d_.k;
+    float* qabs = d_.gate;
+    float* olat = d_.attn;
+    float* values = d_.y;
+    const DevWeight& q_in = bottleneck ? L.q_a_proj : L.q_proj;
+    if (n == 1) {
+        cuda::MatvecMulti m;
+        m.add(q_in, bottleneck ? qa : q);
+        m.add(L.kv_a_proj, rows);
+        if (in_norm != nullptr) m.norm = *in_norm;
+        cuda::matvec_multi(launch_, m, d_.norm, stream_);
+    } else {
+        linears(d_.norm, n, {{&q_in, bottleneck ? qa : q}, {&L.kv_a_proj, rows}});
+    }
+    if (bottleneck) {
+        cuda::row_norm(qa, L.q_a_norm, HeadLayout{n, 1, ql, ql, 0, ql, 0}, P.norm_eps, false, 1.0f, qa,
+                       stream_);
+        linear(L.q_b_proj, qa, n, q);
+    }
+    cuda::row_norm(rows, L.kv_a_norm, HeadLayout{n, 1, lat, cd, 0, cd, 0}, P.norm_eps, false, 1.0f, rows,
+                   stream_);
+    cuda::copy_heads(q + s.nope, HeadLayout{n, nh, R, nh * s.q_dim, s.q_dim, nh * cd, cd}, qabs + lat,
+                     stream_);
+    if (P.rope_interleaved) {
+        cuda::deinterleave_pairs(rows + lat, n, cd, R, stream_);
+        cuda::deinterleave_pairs(qabs + lat, n * nh, cd, R, stream_);
+    }
+    cuda::latent_absorb(q, s, L.kv_b_proj, n, qabs, stream_);
+    const cuda::RopeParams rope{P.rope_theta, L.rope_inv_freq, P.rope_mscale};
+    for (size_t i = 0; i < parts_.size(); ++i) {
+        const Part& part = parts_[i];
+        DeviceState& ds = *part.ds;
+        const int32_t* pos = d_.io + i;
+        const int64_t np = part.n;
+        float* part_rows = rows + part.row0 * cd;
+        float* part_q = qabs + part.row0 * nh * cd;
+        cuda::rope_neox(part_q + lat, np, nh, cd, R, pos, rope, stream_);
+        cuda::rope_neox(part_rows + lat, np, 1, cd, R, pos, rope, stream_);
+        const kernels::KvType type = ds.layout().kv;
+        void* cache = ds.k[static_cast<size_t>(l)];
+        if (type == kernels::KvType::kF32) {
+            cuda::write_rows_at(part_rows, np, cd, pos, static_cast<float*>(cache), stream_);
+        } else {  // f16 (new_sequence admits no other): the one row as keys and as values
+            cuda::KvCache kv;
+            kv.type = type;
+            kv.k = kv.v = cache;
+            cuda::kv_store(part_rows, part_rows, np, 0, pos, 1, cd, kv, stream_);
+        }
+        cuda::latent_attention(part_q, cache, type, s, np, 0, pos, P.softmax_scale,
+                               olat + part.row0 * nh * lat, stream_);
+    }
+    cuda::latent_unabsorb(olat, s, L.kv_b_proj, n, values, stream_);
+    linear(L.o_proj, values, n, d_.mix);
 }
 
 void CudaBackend::deltanet_layer(const DevLayer& L, int64_t l, int64_t n, const cuda::NormIn* in_norm) {
@@ -422,6 +491,8 @@ int64_t CudaBackend::enqueue_segment(int64_t n, int64_t after) {
         const cuda::NormIn* mixer_in = in_norm ? &*in_norm : nullptr;
         if (L.attention()) {
             attention_layer(L, l, n, mixer_in);
+        } else if (L.latent()) {
+            latent_attention_layer(L, l, n, mixer_in);
         } else {
             deltanet_layer(L, l, n, mixer_in);
         }

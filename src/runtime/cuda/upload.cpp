@@ -105,7 +105,19 @@ Status CudaBackend::upload_weights(Arena& arena) {
         L.plan = &model_->plan().layers[l];
         L.input_norm = put(arena, lw.input_norm, st);
         L.post_norm = put(arena, lw.post_norm, st);
-        if (L.attention()) {
+        if (L.latent()) {
+            const model::AttentionWeights& a = lw.attn;
+            L.q_proj = put(arena, a.q_proj, st);
+            L.q_a_proj = put(arena, a.q_a_proj, st);
+            L.q_b_proj = put(arena, a.q_b_proj, st);
+            L.kv_a_proj = put(arena, a.kv_a_proj, st);
+            L.kv_b_proj = put(arena, a.kv_b_proj, st, false);  // read element by element (weight_at)
+            L.o_proj = put(arena, a.o_proj, st);
+            L.q_a_norm = put(arena, a.q_a_norm, st);
+            L.kv_a_norm = put(arena, a.kv_a_norm, st);
+            if (!L.plan->latent.rope_inv_freq.empty())
+                L.rope_inv_freq = put(arena, L.plan->latent.rope_inv_freq, st);
+        } else if (L.attention()) {
             L.q_proj = put(arena, lw.attn.q_proj, st);
             L.k_proj = put(arena, lw.attn.k_proj, st);
             L.v_proj = put(arena, lw.attn.v_proj, st);

@@ -1,0 +1,161 @@
+// Multi-head latent attention (DeepSeek-V3 / Kimi K2), plan.h LatentAttentionPlan: the absorbed form for
+// every step, prefill and decode alike. The cache holds one row per position, [rms_norm(latent) |
+// rope(k_rope)] in the state layout's KV type, read by the attention as the keys of one shared head
+// and — its first kv_lora_rank values — as the values: the output's rope dims are computed and dropped.
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/weight_format.h"
+#include "model/model.h"
+#include "model/workspace.h"
+
+namespace sluice::model {
+
+namespace {
+
+// DeepSeek's interleaved RoPE rotates pairs (2i, 2i+1); transformers de-interleaves them into halves
+// and rotates those (NeoX). q and k get the same permutation, so their products are the reference's.
+void deinterleave(float* x, int64_t dim, float* tmp) {
+    for (int64_t i = 0; i < dim / 2; ++i) {
+        tmp[i] = x[2 * i];
+        tmp[dim / 2 + i] = x[2 * i + 1];
+    }
+    std::memcpy(x, tmp, sizeof(float) * static_cast<size_t>(dim));
+}
+
+void rope(const LatentAttentionPlan& P, float* x, int64_t n_heads, int64_t stride, int64_t pos) {
+    if (P.rope_inv_freq.empty())
+        kernels::rope_neox(x, n_heads, stride, P.rope_dim, pos, P.rope_theta);
+    else
+        kernels::rope_neox_table(x, n_heads, stride, P.rope_dim, pos, P.rope_inv_freq.data(), P.rope_mscale);
+}
+
+void for_heads(int64_t heads, ThreadPool* pool, const std::function<void(int64_t, int64_t)>& fn) {
+    if (pool != nullptr)
+        pool->parallel_for(heads, fn);
+    else
+        fn(0, heads);
+}
+
+}  // namespace
+
+void Model::latent_attention_layer(const LatentAttentionPlan& P, const LayerWeights& lw, int64_t layer,
+                                   Workspace& ws, ThreadPool* pool) const {
+    const AttentionWeights& a = lw.attn;
+    const BatchLayout& b = ws.batch;
+    const int64_t n = b.rows, singles = b.singles;
+    const int64_t nh = P.heads, qd = P.q_dim(), L = P.kv_lora_rank, R = P.rope_dim, cd = P.cache_dim();
+    const int64_t nope = P.nope_dim, vd = P.v_dim, unit = P.nope_dim + P.v_dim;
+    const float* norm = ws.norm.data();  // [n, H]
+
+    float* q = grow(ws.q, n * nh * qd);  // [n, nh, nope | rope]
+    float* ckv = grow(ws.k, n * cd);     // [n, latent | k_rope]
+    float* qa = grow(ws.tmp, n * std::max<int64_t>(P.q_lora_rank, 1));
+    float* qabs = grow(ws.gate, n * nh * cd);           // [n, nh, q_lat | rope(q_rope)]
+    float* out = grow(ws.attn, n * nh * cd);            // [n, nh, o_lat | (dropped)]
+    float* olat = grow(ws.v, nh * n * L);               // [nh, n, L]: head-major for the per-head products
+    float* vout = grow(ws.z, nh * n * vd);              // [nh, n, vd]
+    float* heads_out = grow(ws.conv_out, n * nh * vd);  // [n, nh·vd]: o_proj's input
+    float* tmp = grow(ws.y, std::max(R, L));
+
+    if (P.q_lora_rank > 0) {
+        linear_rows_shared({{&a.q_a_proj, qa}, {&a.kv_a_proj, ckv}}, norm, n, singles, pool);
+        for (int64_t t = 0; t < n; ++t)
+            kernels::rms_norm(qa + t * P.q_lora_rank, a.q_a_norm.data(), P.q_lora_rank, P.norm_eps,
+                              qa + t * P.q_lora_rank);
+        linear_rows(a.q_b_proj, qa, n, singles, q, pool);
+    } else {
+        linear_rows_shared({{&a.q_proj, q}, {&a.kv_a_proj, ckv}}, norm, n, singles, pool);
+    }
+
+    // The cache rows of the step: the normed latent and the roped key, at each token's position.
+    for (const BatchLayout::Part& p : b.parts) {
+        for (int64_t t = p.row0; t < p.row0 + p.n; ++t) {
+            const int64_t pos = p.state->n_past + t - p.row0;
+            float* row = ckv + t * cd;
+            kernels::rms_norm(row, a.kv_a_norm.data(), L, P.norm_eps, row);
+            if (P.rope_interleaved) deinterleave(row + L, R, tmp);
+            rope(P, row + L, 1, R, pos);
+            float* qt = q + t * nh * qd;
+            for (int64_t h = 0; h < nh; ++h) {
+                float* dst = qabs + (t * nh + h) * cd + L;
+                std::memcpy(dst, qt + h * qd + nope, sizeof(float) * static_cast<size_t>(R));
+                if (P.rope_interleaved) deinterleave(dst, R, tmp);
+            }
+            rope(P, qabs + t * nh * cd + L, nh, cd, pos);
+        }
+    }
+
+    // Absorb W_UK into the queries: q_lat[t, h] = Σ_j q_nope[t, h, j] · kv_b[h·unit + j, :], each weight
+    // row dequantized once for every token of the step (and each token's sum in the same order
+    // whatever the step's size).
+    for_heads(nh, pool, [&](int64_t h0, int64_t h1) {
+        thread_local std::vector<float> wrow;
+        if (wrow.size() < static_cast<size_t>(L)) wrow.resize(static_cast<size_t>(L));
+        for (int64_t h = h0; h < h1; ++h) {
+            for (int64_t t = 0; t < n; ++t) std::fill_n(qabs + (t * nh + h) * cd, L, 0.0f);
+            for (int64_t j = 0; j < nope; ++j) {
+                kernels::dequantize_row(a.kv_b_proj, h * unit + j, wrow.data());
+                for (int64_t t = 0; t < n; ++t)
+                    kernels::axpy(q[(t * nh + h) * qd + j], wrow.data(), L, qabs + (t * nh + h) * cd);
+            }
+        }
+    });
+
+    for (const BatchLayout::Part& p : b.parts) {
+        ModelState::Layer& st = p.state->layers[static_cast<size_t>(layer)];
+        const int64_t pos0 = p.state->n_past;
+        const kernels::KvType type = p.state->kv;
+        const int64_t row_bytes = kernels::kv_head_bytes(type, cd);
+        kernels::kv_store(type, ckv + p.row0 * cd, p.n, 1, cd, st.k_cache.data() + pos0 * row_bytes);
+        if (st.recent.empty()) {
+            kernels::attention_kv(type, qabs + p.row0 * nh * cd, st.k_cache.data(), st.k_cache.data(),
+                                  nullptr, p.n, pos0, nh, 1, cd, P.softmax_scale, out + p.row0 * nh * cd,
+                                  pool);
+            continue;
+        }
+        // --kv-window: as attention_layer, in sub-steps of at most the ring's slack (its V rows unused).
+        const ModelState::Ring r = p.state->ring(st);
+        const int64_t slots = p.state->ring_slots, ring_row = p.state->ring_row_bytes;
+        const kernels::KvRing ring{p.state->kv_window, slots, r.tags, r.k, r.k};
+        for (int64_t c0 = 0; c0 < p.n; c0 += kKvRingSlack) {
+            const int64_t c = std::min(kKvRingSlack, p.n - c0);
+            for (int64_t t = 0; t < c; ++t) {
+                const int64_t pos = pos0 + c0 + t, slot = pos % slots, row = p.row0 + c0 + t;
+                kernels::kv_store(kernels::KvType::kF16, ckv + row * cd, 1, 1, cd, r.k + slot * ring_row);
+                r.tags[slot] = pos;
+            }
+            kernels::attention_kv(type, qabs + (p.row0 + c0) * nh * cd, st.k_cache.data(), st.k_cache.data(),
+                                  &ring, c, pos0 + c0, nh, 1, cd, P.softmax_scale,
+                                  out + (p.row0 + c0) * nh * cd, pool);
+        }
+    }
+
+    // Per head, its values from its latent output: W_UV[h] (its v rows of kv_b) over the head's rows.
+    for (int64_t h = 0; h < nh; ++h)
+        for (int64_t t = 0; t < n; ++t)
+            std::memcpy(olat + (h * n + t) * L, out + (t * nh + h) * cd,
+                        sizeof(float) * static_cast<size_t>(L));
+    std::vector<kernels::WeightView>& uv = ws.latent_uv;
+    uv.resize(static_cast<size_t>(nh));
+    for (int64_t h = 0; h < nh; ++h)
+        uv[static_cast<size_t>(h)] = kernels::row_slice(a.kv_b_proj, h * unit + nope, vd);
+    if (singles > 0) {
+        std::vector<kernels::MatvecJob>& jobs = ws.jobs;
+        jobs.clear();
+        for (int64_t h = 0; h < nh; ++h)
+            jobs.push_back({&uv[static_cast<size_t>(h)], olat + h * n * L, singles, vout + h * n * vd});
+        kernels::matvec_jobs(jobs.data(), static_cast<int64_t>(jobs.size()), pool);
+    }
+    if (n > singles)
+        for (int64_t h = 0; h < nh; ++h)
+            kernels::matmul(uv[static_cast<size_t>(h)], olat + (h * n + singles) * L, n - singles,
+                            vout + (h * n + singles) * vd, pool);
+    for (int64_t t = 0; t < n; ++t)
+        for (int64_t h = 0; h < nh; ++h)
+            std::memcpy(heads_out + (t * nh + h) * vd, vout + (h * n + t) * vd,
+                        sizeof(float) * static_cast<size_t>(vd));
+    linear_rows(a.o_proj, heads_out, n, singles, ws.mix.data(), pool);
+}
+
+}  // namespace sluice::model
