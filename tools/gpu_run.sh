@@ -18,6 +18,10 @@
 #   batch35 / batch80      batched decode (bench --sequences): 4 and 16 resident sequences, 8 through the
 #                          host tier; one forward per step against one forward per sequence
 #   rm35 / rm80            delete a synthetic model (the disk holds one of them at a time)
+#   synthds                DeepSeek-V3's real layer shapes (deepseek-v3-671b.json) truncated to DS_LAYERS layers
+#                          (default 4: one dense, the rest MoE), 4-bit, into /tmp/mds; residentds: decode and
+#                          prefill 512 resident; hostds: experts in host RAM (--gpu-memory 8G); diskds: streamed
+#                          from disk (--gpu-memory 8G --memory 6G); cpuds: the CPU streamed from disk (--memory 6G)
 #   useb                   the steps after it run the binaries of .devcarry/b (carried beside .devcarry/c for
 #                          an A/B comparison; only bin/sluice is needed there), their results named b_*;
 #                          usea goes back to .devcarry/c (results a2_*); host35pdl0: host35 without
@@ -462,6 +466,37 @@ PY
         for c in 2 4 16; do
             bench chunks35_c$c 120 /tmp/m35 --prompt-tokens 64 --prefill-chunk $c --gen-tokens 4 --reps 2
         done
+        ;;
+    synthds)
+        python3 - "$SHARED/deepseek-v3-671b.json" /tmp/ds_trunc.json "${DS_LAYERS:-4}" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["num_hidden_layers"] = int(sys.argv[3])
+c["first_k_dense_replace"] = 1
+c["num_nextn_predict_layers"] = 0
+json.dump(c, open(sys.argv[2], "w"), indent=2)
+PY
+        rm -rf /tmp/mds
+        step synthds 400 "$B/sluice" synth /tmp/ds_trunc.json /tmp/mds --bits 4
+        step infods 60 "$B/sluice" info /tmp/mds --no-measure
+        ;;
+    residentds)
+        bench residentds_p512 300 /tmp/mds --prompt-tokens 512 --prefill-chunk 512 --gen-tokens 64 --reps 2 --kv-bits 16
+        bench residentds_p3584 300 /tmp/mds --prompt-tokens 3584 --prefill-chunk 3584 --gen-tokens 16 --reps 1 --kv-bits 16
+        ;;
+    hostds)
+        bench hostds 300 /tmp/mds --gpu-memory 8G --memory 60G --prompt-tokens 512 --prefill-chunk 512 \
+            --gen-tokens 64 --reps 2 --warmup 1 --kv-bits 16
+        ;;
+    diskds)
+        bench diskds 300 /tmp/mds --gpu-memory 8G --memory 6G --prompt-tokens 64 --gen-tokens 32 --reps 2 \
+            --warmup 1 --kv-bits 16
+        ;;
+    cpuds)
+        sync
+        echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
+        step cpuds 400 "$B/sluice" bench /tmp/mds --device cpu --memory 6G --prompt-tokens 64 --gen-tokens 16 \
+            --reps 1 --warmup 1 --json "$RES/cpuds.json"
         ;;
     disk35 | disk80)
         m=/tmp/m${s#disk}
