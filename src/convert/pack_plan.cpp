@@ -55,7 +55,8 @@ class Planner {
     }
 
     void add_quantize(const TensorInfo* t, uint64_t within, int64_t rows, int64_t cols, int bits, int group,
-                      uint32_t out_file, uint64_t dst, uint64_t dst_scales, uint64_t dst_biases) {
+                      uint32_t out_file, uint64_t dst, uint64_t dst_scales, uint64_t dst_biases,
+                      const TensorInfo* block_scales = nullptr) {
         PlanPiece p;
         p.kind = PlanPiece::Kind::kQuantizeRows;
         p.src_dtype = t->dtype;
@@ -68,6 +69,14 @@ class Planner {
         p.dst = dst;
         p.dst_scales = dst_scales;
         p.dst_biases = dst_biases;
+        if (block_scales != nullptr) {
+            p.scale_shard = static_cast<uint32_t>(shard_of_.at(block_scales->name));
+            p.scale_begin = abs_offset(block_scales, 0);
+            p.scale_rows = block_scales->shape[0];
+            p.scale_cols = block_scales->shape[1];
+            p.fp8_block_rows = cfg_.fp8_block_rows;
+            p.fp8_block_cols = cfg_.fp8_block_cols;
+        }
         plan_.shards[shard_of_.at(t->name)].pieces.push_back(p);
     }
 
@@ -78,6 +87,33 @@ class Planner {
     std::map<std::string, size_t> shard_of_;
     std::map<std::string, uint64_t> data_start_;
 };
+
+// An FP8 tensor packs only by quantization (nothing runs e4m3 as stored): 4 or 8 bits, columns a whole
+// number of groups, its weight_scale_inv beside it with one f32 per block.
+Status check_fp8(const model::ModelConfig& cfg, const format::Checkpoint& ckpt, const TensorInfo* t,
+                 bool quantized, int bits) {
+    if (cfg.fp8_block_rows <= 0)
+        return error(
+            ErrorCode::kUnsupported,
+            "[pack] tensor '" + t->name + "' is F8_E4M3 but config.json declares no fp8 quantization_config");
+    if (!quantized)
+        return error(ErrorCode::kInvalidArgument,
+                     "[pack] tensor '" + t->name +
+                         "' is FP8 (e4m3): it packs only quantized, to 4 or 8 bits" +
+                         (bits == 16 ? " (not --bits 16)" : " with columns a multiple of --group-size") +
+                         ", and only where sluice quantizes that module");
+    const TensorInfo* s = ckpt.find(t->name + "_scale_inv");
+    const int64_t rows = t->shape.size() == 2 ? t->shape[0] : 0,
+                  cols = t->shape.size() == 2 ? t->shape[1] : 0;
+    const std::vector<int64_t> grid = {(rows + cfg.fp8_block_rows - 1) / cfg.fp8_block_rows,
+                                       (cols + cfg.fp8_block_cols - 1) / cfg.fp8_block_cols};
+    if (s == nullptr || s->dtype != DType::kF32 || s->shape != grid)
+        return error(ErrorCode::kInvalidArgument,
+                     "[pack] tensor '" + t->name + "_scale_inv' must be F32 [" + std::to_string(grid[0]) +
+                         "," + std::to_string(grid[1]) + "] beside the FP8 weight" +
+                         (s == nullptr ? " (missing)" : ", got " + format::describe(s->dtype, s->shape)));
+    return Status::ok();
+}
 
 format::PackProjection projection_for(const SrcMatrix& src, int bits, int group_size) {
     if (src.bits != 0)  // MLX source: verbatim, with its own bits, group and scale dtype
@@ -155,15 +191,18 @@ Expected<PackPlan> plan_pack(const model::ModelConfig& cfg, const format::Checkp
         return cfg.nextn_layers > 0 && name.starts_with(layers) &&
                std::strtoll(name.c_str() + layers.size(), nullptr, 10) >= cfg.n_layers;
     };
+    const bool fp8 = cfg.fp8_block_rows > 0;
     for (const std::string& name : ckpt.names()) {
         if (model::TensorNames::is_routed_expert(name) || model::TensorNames::is_auxiliary(name) ||
-            is_nextn_layer(name))
+            is_nextn_layer(name) || (fp8 && name.ends_with(".weight_scale_inv")))
             continue;
         const TensorInfo* t = ckpt.find(name);
         const std::string module = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : "";
         const int b = model::TensorNames::module_bits(cfg, module, bits);
-        const bool quantize = plan.quantized_here && b != 16 && format::is_float_dtype(t->dtype) &&
+        const bool quantize = plan.quantized_here && b != 16 &&
+                              (format::is_float_dtype(t->dtype) || t->dtype == DType::kF8E4M3) &&
                               !module.empty() && t->shape.size() == 2 && t->shape[1] % group_size == 0;
+        if (t->dtype == DType::kF8E4M3) SLUICE_RETURN_IF_ERROR(check_fp8(cfg, ckpt, t, quantize, bits));
         dense_sources.push_back({t, quantize, b});
         if (quantize) {
             const int64_t rows = t->shape[0], words = t->shape[1] * b / 32, groups = t->shape[1] / group_size;
@@ -195,9 +234,10 @@ Expected<PackPlan> plan_pack(const model::ModelConfig& cfg, const format::Checkp
     for (const auto& d : dense_sources) {
         if (d.quantize) {
             const auto& w = layout.dense[section];
-            planner.add_quantize(d.t, 0, d.t->shape[0], d.t->shape[1], d.bits, group_size, 0,
-                                 dense_data + w.offset, dense_data + layout.dense[section + 1].offset,
-                                 dense_data + layout.dense[section + 2].offset);
+            planner.add_quantize(
+                d.t, 0, d.t->shape[0], d.t->shape[1], d.bits, group_size, 0, dense_data + w.offset,
+                dense_data + layout.dense[section + 1].offset, dense_data + layout.dense[section + 2].offset,
+                d.t->dtype == DType::kF8E4M3 ? ckpt.find(d.t->name + "_scale_inv") : nullptr);
             section += 3;
         } else {
             planner.add_copy(d.t, 0, d.t->size_bytes, 0, dense_data + layout.dense[section].offset);
@@ -209,6 +249,11 @@ Expected<PackPlan> plan_pack(const model::ModelConfig& cfg, const format::Checkp
     for (int64_t l = 0; l < n_layers; ++l) {
         if (!cfg.is_moe_layer(l)) continue;
         SLUICE_ASSIGN_OR_RETURN(auto experts, planner.experts(names, l));
+        for (const auto& projections : experts)
+            for (const SrcMatrix& m : projections)
+                if (m.block_scales != nullptr)
+                    SLUICE_RETURN_IF_ERROR(
+                        check_fp8(cfg, ckpt, m.w, bits != 16 && m.cols % group_size == 0, bits));
         format::PackExpertFile file = make_expert_file_layout(
             l, projection_for(experts[0][0], bits, group_size),
             projection_for(experts[0][1], bits, group_size), projection_for(experts[0][2], bits, group_size));
@@ -229,7 +274,7 @@ Expected<PackPlan> plan_pack(const model::ModelConfig& cfg, const format::Checkp
                 } else {
                     planner.add_quantize(m.w, m.offset, m.rows, m.cols, p.bits, p.group_size, out_index,
                                          base + p.weight.offset, base + p.scales.offset,
-                                         base + p.biases.offset);
+                                         base + p.biases.offset, m.block_scales);
                 }
             }
         }

@@ -4,7 +4,8 @@
 //
 // A piece is a contiguous byte range of one source shard and what to do with it: copy it verbatim
 // to an offset of an output file (MLX sources, float tensors), or quantize it row by row into
-// the MLX affine words/scales/biases at their offsets (bf16/f16/f32 sources). Because a piece
+// the MLX affine words/scales/biases at their offsets (bf16/f16/f32 sources, and FP8 e4m3 ones with their
+// block scales, read ahead of the stream). Because a piece
 // needs only whole rows, not whole tensors, the same pieces run over an mmapped file (pack) or a
 // byte stream arriving over HTTP (pull) with memory bounded by one row and the read buffer; and
 // because both commands run the same pieces, `sluice pull` produces byte-for-byte what `sluice
@@ -42,6 +43,14 @@ struct PlanPiece {
     int group_size = 0;
     uint64_t dst_scales = 0;
     uint64_t dst_biases = 0;
+    // An FP8 (e4m3) source (src_dtype kF8E4M3): the piece is a whole [rows, cols] tensor, each
+    // fp8_block_rows × fp8_block_cols block scaled by an f32 of its weight_scale_inv tensor — bytes
+    // [scale_begin, scale_begin + 4·scale_rows·scale_cols) of shard scale_shard, read before the stream
+    // (run_pack_plan) so the rows dequantize as they arrive.
+    uint32_t scale_shard = 0;
+    uint64_t scale_begin = 0;
+    int64_t scale_rows = 0, scale_cols = 0;
+    int64_t fp8_block_rows = 0, fp8_block_cols = 0;
 
     uint64_t src_end() const { return src_begin + src_bytes; }
     uint64_t row_bytes() const { return static_cast<uint64_t>(cols) * format::dtype_size(src_dtype); }

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -116,9 +117,17 @@ Status PlanWriter::write_at(uint32_t file, const void* data, uint64_t size, uint
 Status PlanWriter::quantize_rows(ShardState& st, const PlanPiece& pc, uint64_t first_row, const uint8_t* src,
                                  uint64_t rows) {
     // The same arithmetic as the MLX affine quantizer over a mapped tensor: each row to f32, then
-    // quantize_row_affine (kernels/quantize.h).
+    // quantize_row_affine (kernels/quantize.h). FP8 rows: each e4m3 value times its block's f32 scale.
     kernels::WeightView v;
-    SLUICE_ASSIGN_OR_RETURN(v.type, model::weight_type_of(pc.src_dtype, 0));
+    const std::vector<float>* block_scales = nullptr;
+    if (pc.src_dtype == format::DType::kF8E4M3) {
+        auto it = fp8_scales_.find({pc.scale_shard, pc.scale_begin});
+        if (it == fp8_scales_.end())
+            return error(ErrorCode::kInternal, "[pack] the block scales of an FP8 tensor were not read");
+        block_scales = &it->second;
+    } else {
+        SLUICE_ASSIGN_OR_RETURN(v.type, model::weight_type_of(pc.src_dtype, 0));
+    }
     v.rows = static_cast<int64_t>(rows);
     v.cols = pc.cols;
     v.data = src;
@@ -129,7 +138,16 @@ Status PlanWriter::quantize_rows(ShardState& st, const PlanPiece& pc, uint64_t f
     st.scales.resize(rows * groups);
     st.biases.resize(rows * groups);
     for (uint64_t r = 0; r < rows; ++r) {
-        kernels::reference::dequantize_row(v, static_cast<int64_t>(r), st.row.data());
+        if (block_scales != nullptr) {
+            const uint8_t* codes = src + r * static_cast<uint64_t>(pc.cols);
+            const float* scale_row = block_scales->data() +
+                                     static_cast<int64_t>(first_row + r) / pc.fp8_block_rows * pc.scale_cols;
+            for (int64_t c = 0; c < pc.cols; ++c)
+                st.row[static_cast<size_t>(c)] =
+                    kernels::f8e4m3_to_f32(codes[c]) * scale_row[c / pc.fp8_block_cols];
+        } else {
+            kernels::reference::dequantize_row(v, static_cast<int64_t>(r), st.row.data());
+        }
         kernels::quantize_row_affine(st.row.data(), pc.cols, pc.bits, pc.group_size,
                                      st.words.data() + r * wpr, st.scales.data() + r * groups,
                                      st.biases.data() + r * groups);
@@ -139,6 +157,62 @@ Status PlanWriter::quantize_rows(ShardState& st, const PlanPiece& pc, uint64_t f
     SLUICE_RETURN_IF_ERROR(
         write_at(pc.out_file, st.scales.data(), rows * groups * 2, pc.dst_scales + first_row * groups * 2));
     return write_at(pc.out_file, st.biases.data(), rows * groups * 2, pc.dst_biases + first_row * groups * 2);
+}
+
+Status PlanWriter::load_fp8_scales(
+    const std::function<Status(size_t, uint64_t, uint64_t,
+                               const std::function<Status(std::span<const uint8_t>)>&)>& reader) {
+    // The scale tensors each shard's FP8 pieces need, read in as few ranges as the file allows: safetensors
+    // writers put tensors of one dtype together (F32 before F8), so a shard's scales are usually one range
+    // — one request per shard for `sluice pull`, not one per tensor. Gaps up to 1 MiB are read through.
+    struct Need {
+        uint64_t begin, bytes;
+        int64_t rows, cols;
+    };
+    std::map<uint32_t, std::map<uint64_t, Need>> needs;  // shard → begin → scales
+    for (const PlanShard& shard : plan_.shards)
+        for (const PlanPiece& pc : shard.pieces)
+            if (pc.src_dtype == format::DType::kF8E4M3)
+                needs[pc.scale_shard][pc.scale_begin] = {
+                    pc.scale_begin, static_cast<uint64_t>(pc.scale_rows * pc.scale_cols) * sizeof(float),
+                    pc.scale_rows, pc.scale_cols};
+    constexpr uint64_t kGap = 1ull << 20;
+    for (const auto& [shard, by_begin] : needs) {
+        auto it = by_begin.begin();
+        while (it != by_begin.end()) {
+            const uint64_t begin = it->second.begin;
+            uint64_t end = begin + it->second.bytes;
+            auto last = it;
+            for (auto next = std::next(it); next != by_begin.end() && next->second.begin <= end + kGap;
+                 ++next) {
+                end = std::max(end, next->second.begin + next->second.bytes);
+                last = next;
+            }
+            std::vector<uint8_t> raw;
+            raw.reserve(end - begin);
+            SLUICE_RETURN_IF_ERROR(reader(shard, begin, end, [&](std::span<const uint8_t> b) -> Status {
+                raw.insert(raw.end(), b.begin(), b.end());
+                return Status::ok();
+            }));
+            if (raw.size() != end - begin)
+                return error(ErrorCode::kIo, "[pack] '" + plan_.shards[shard].file +
+                                                 "': " + std::to_string(raw.size()) + " of the " +
+                                                 std::to_string(end - begin) + " bytes of FP8 block scales");
+            for (auto n = it;; ++n) {
+                const Need& need = n->second;
+                std::vector<float> scales(static_cast<size_t>(need.rows * need.cols));
+                std::memcpy(scales.data(), raw.data() + (need.begin - begin), need.bytes);
+                for (float f : scales)
+                    if (!std::isfinite(f))
+                        return error(ErrorCode::kInvalidArgument, "[pack] '" + plan_.shards[shard].file +
+                                                                      "': an FP8 block scale is not finite");
+                fp8_scales_[{shard, need.begin}] = std::move(scales);
+                if (n == last) break;
+            }
+            it = std::next(last);
+        }
+    }
+    return Status::ok();
 }
 
 Status PlanWriter::consume(size_t shard, std::span<const uint8_t> bytes) {
@@ -402,6 +476,7 @@ Expected<PackResult> run_pack_plan(const PackPlan& plan, const ShardReader& read
         writer = PlanWriter::open(o.out_dir, plan, true);
     }
     if (!writer.has_value()) return writer.status();
+    SLUICE_RETURN_IF_ERROR((*writer)->load_fp8_scales(reader));
     result.resumed = !fresh;
     SLUICE_RETURN_IF_ERROR(io::write_file_atomic(record_path, serialize_stream_record(record)));
 

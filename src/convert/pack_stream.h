@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -54,6 +55,11 @@ class PlanWriter {
     uint64_t cursor(size_t shard) const;
     Status flush();   // fdatasync of every output
     Status commit();  // fsync, close and rename every output to its final name
+    // Reads the block scales of the plan's FP8 pieces through `reader` (their weight_scale_inv bytes), which
+    // quantize_rows needs before those pieces' rows arrive; a no-op for a plan without FP8 sources.
+    Status load_fp8_scales(
+        const std::function<Status(size_t shard, uint64_t begin, uint64_t end,
+                                   const std::function<Status(std::span<const uint8_t>)>&)>& reader);
 
  private:
     struct ShardState {
@@ -66,6 +72,8 @@ class PlanWriter {
         std::vector<uint16_t> scales, biases;
     };
     PlanWriter(std::string out_dir, const PackPlan& plan);
+    // Block scales of FP8 pieces by (scale_shard, scale_begin), read once before the stream.
+    std::map<std::pair<uint32_t, uint64_t>, std::vector<float>> fp8_scales_;
     Status write_at(uint32_t file, const void* data, uint64_t size, uint64_t offset);
     Status quantize_rows(ShardState& st, const PlanPiece& piece, uint64_t first_row, const uint8_t* src,
                          uint64_t rows);

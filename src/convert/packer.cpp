@@ -24,7 +24,7 @@ Expected<PackResult> pack_model(const PackOptions& o) {
     SLUICE_ASSIGN_OR_RETURN(model::ModelConfig cfg, model::load_model_config(o.src_dir));
     SLUICE_ASSIGN_OR_RETURN(auto ckpt, format::Checkpoint::open(o.src_dir));
     // Binding every tensor checks names, dtypes and shapes before anything is written.
-    SLUICE_RETURN_IF_ERROR(model::load_weights(cfg, ckpt).status());
+    SLUICE_RETURN_IF_ERROR(model::load_weights(cfg, ckpt, true, /*check_only=*/true).status());
     SLUICE_ASSIGN_OR_RETURN(const int bits, resolve_pack_bits(cfg, o.bits, o.group_size, o.src_dir));
     SLUICE_ASSIGN_OR_RETURN(PackPlan plan, plan_pack(cfg, *ckpt, bits, o.group_size));
 

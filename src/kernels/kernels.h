@@ -148,6 +148,9 @@ float bf16_to_f32(uint16_t v);
 uint16_t f32_to_bf16(float v);  // round to nearest even (NaN preserved)
 float f16_to_f32(uint16_t v);
 uint16_t f32_to_f16(float v);
+// OCP FP8 E4M3 (the "fn" variant of DeepSeek-V3's and other FP8 checkpoints): 1 sign, 4 exponent bits
+// (bias 7), 3 mantissa bits, subnormals, no infinities, 0x7F / 0xFF NaN; largest finite 448.
+float f8e4m3_to_f32(uint8_t v);
 
 // ---- the op set (declared twice: reference:: and the dispatched fast path) ------------------
 #define SLUICE_KERNEL_OPS                                                                                     \

@@ -561,11 +561,28 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
             SLUICE_RETURN_IF_ERROR(parse_quantization(*q, source, &cfg.quantization));
             break;
         }
+        if (auto q = root.find(key);
+            q != root.end() && q->is_object() && q->value("quant_method", "") == "fp8") {
+            // DeepSeek-V3's FP8: e4m3 weights with an f32 weight_scale_inv per block (pack converts them).
+            const std::string fmt = q->value("fmt", "e4m3");
+            const json block = q->value("weight_block_size", json::array({128, 128}));
+            if (fmt != "e4m3" || !block.is_array() || block.size() != 2 || !block[0].is_number_integer() ||
+                !block[1].is_number_integer() || block[0].get<int64_t>() <= 0 ||
+                block[1].get<int64_t>() <= 0 || block[0].get<int64_t>() > 4096 ||
+                block[1].get<int64_t>() > 4096)
+                return error(ErrorCode::kUnsupported,
+                             "[config] " + source + ": " + key + " fp8 with fmt " + json(fmt).dump() +
+                                 " and weight_block_size " + block.dump() +
+                                 " is not supported (e4m3 with [rows, cols] blocks)");
+            cfg.fp8_block_rows = block[0].get<int64_t>();
+            cfg.fp8_block_cols = block[1].get<int64_t>();
+            break;
+        }
         if (auto q = root.find(key); q != root.end() && q->is_object() && q->contains("quant_method")) {
             return error(ErrorCode::kUnsupported,
                          "[config] " + source + ": " + key + " with quant_method " +
                              (*q)["quant_method"].dump() +
-                             " is not supported (sluice reads bf16/f16/f32 or MLX affine)");
+                             " is not supported (sluice reads bf16/f16/f32, MLX affine, or packs fp8)");
         }
     }
 

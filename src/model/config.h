@@ -153,6 +153,10 @@ struct ModelConfig {
     std::optional<int32_t> bos_token_id;
 
     QuantConfig quantization;  // MLX checkpoints only
+    // An FP8 checkpoint (quantization_config quant_method "fp8", DeepSeek-V3's): e4m3 weights, each block of
+    // fp8_block_rows × fp8_block_cols scaled by its f32 `weight_scale_inv`; 0 otherwise. `sluice pack` and
+    // `pull` convert them to MLX affine 4/8-bit (convert/pack_plan.h); they do not run as stored.
+    int64_t fp8_block_rows = 0, fp8_block_cols = 0;
 
     // Derived helpers.
     bool is_full_attention(int64_t layer) const {

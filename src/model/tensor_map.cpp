@@ -126,6 +126,23 @@ Expected<std::vector<SourceMatrix>> source_linear(const ModelConfig& cfg, const 
     const int64_t n = count > 0 ? count : 1;
     std::vector<SourceMatrix> out(static_cast<size_t>(n));
     const TensorInfo* scales = ck.find(path + ".scales");
+    if (w->dtype == DType::kF8E4M3 && cfg.fp8_block_rows > 0) {
+        if (count > 0 || w->shape != with(rows, cols))
+            return mismatch(wname, "F8_E4M3 " + shape_str(with(rows, cols)) + " (one matrix per tensor)", *w);
+        const std::string sname = wname + "_scale_inv";
+        SLUICE_ASSIGN_OR_RETURN(const TensorInfo* s, require(ck, sname));
+        const std::vector<int64_t> grid = {(rows + cfg.fp8_block_rows - 1) / cfg.fp8_block_rows,
+                                           (cols + cfg.fp8_block_cols - 1) / cfg.fp8_block_cols};
+        if (s->dtype != DType::kF32 || s->shape != grid)
+            return mismatch(sname,
+                            "F32 " + shape_str(grid) + " (one scale per " +
+                                std::to_string(cfg.fp8_block_rows) + "x" +
+                                std::to_string(cfg.fp8_block_cols) + " block)",
+                            *s);
+        out[0] = {w, 0, rows, cols};
+        out[0].block_scales = s;
+        return out;
+    }
     if (scales == nullptr) {
         if (!format::is_float_dtype(w->dtype) || w->shape != with(rows, cols))
             return mismatch(wname, "F32, F16 or BF16 " + shape_str(with(rows, cols)), *w);

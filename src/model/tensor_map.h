@@ -112,6 +112,9 @@ struct SourceMatrix {
     const format::TensorInfo* biases = nullptr;
     uint64_t sb_offset = 0;
     kernels::WeightType type = kernels::WeightType::kF32;  // weight_type_of(w->dtype, bits)
+    // An FP8 (e4m3) source matrix (ModelConfig::fp8_block_rows): its F32 `weight_scale_inv`, one per
+    // block; `type` is then meaningless — no kernel reads FP8, the packer converts it (pack_plan.h).
+    const format::TensorInfo* block_scales = nullptr;
 };
 
 // `count` stacked matrices [rows, cols] under module `path` (count 0: one plain matrix), float or

@@ -34,7 +34,8 @@ Status mismatch(const std::string& name, const std::string& expected, const Tens
 // Binds tensor names to kernel views for one checkpoint.
 class Binder {
  public:
-    Binder(const ModelConfig& cfg, const format::Checkpoint& ckpt) : cfg_(cfg), ckpt_(ckpt) {}
+    Binder(const ModelConfig& cfg, const format::Checkpoint& ckpt, bool check_only)
+        : cfg_(cfg), ckpt_(ckpt), check_only_(check_only) {}
 
     const TensorInfo* find(const std::string& name) const { return ckpt_.find(name); }
 
@@ -54,7 +55,19 @@ class Binder {
                                 source_linear(cfg_, ckpt_, path, count, rows, cols, weight_suffix));
         std::vector<WeightView> views;
         views.reserve(sources.size());
-        for (const SourceMatrix& m : sources) views.push_back(view_of(m));
+        for (const SourceMatrix& m : sources) {
+            if (m.block_scales != nullptr && check_only_) {
+                views.emplace_back();
+                continue;
+            }
+            if (m.block_scales != nullptr)
+                return error(ErrorCode::kUnsupported,
+                             "[weights] tensor '" + path + weight_suffix +
+                                 "' is FP8 (e4m3 with block scales), which sluice does not run as stored: "
+                                 "convert the checkpoint with `sluice pack " +
+                                 ckpt_.dir() + " OUT --bits 8` (or 4)");
+            views.push_back(view_of(m));
+        }
         return views;
     }
 
@@ -101,6 +114,7 @@ class Binder {
  private:
     const ModelConfig& cfg_;
     const format::Checkpoint& ckpt_;
+    bool check_only_;
 };
 
 uint64_t view_bytes(const WeightView& v) {
@@ -149,9 +163,9 @@ CheckpointLayout detect_checkpoint_layout(const ModelConfig& cfg, const format::
 }
 
 Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<format::Checkpoint> checkpoint,
-                                    bool bind_experts) {
+                                    bool bind_experts, bool check_only) {
     const format::Checkpoint& ck = *checkpoint;
-    Binder b(cfg, ck);
+    Binder b(cfg, ck, check_only);
     ModelWeights mw;
 
     // Name prefix of the text model, and of lm_head, by which embedding table exists.

@@ -128,7 +128,9 @@ struct ModelWeights {
 // Binds every tensor of `checkpoint` (the MTP head too when config.mtp_layers says it is there).
 // With bind_experts false (packed models, whose routed experts
 // live in expert files and are streamed), MoeWeights::experts stays empty.
+// check_only (sluice pack's check of a source before anything is written): FP8 matrices, which no kernel
+// runs as stored, are checked (shape, block scales) and bound as empty views instead of refused.
 Expected<ModelWeights> load_weights(const ModelConfig& config, std::shared_ptr<format::Checkpoint> checkpoint,
-                                    bool bind_experts = true);
+                                    bool bind_experts = true, bool check_only = false);
 
 }  // namespace sluice::model

@@ -15,6 +15,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <tuple>
 
 #include "convert/packer.h"
 #include "experts/expert_cache.h"
@@ -212,6 +213,152 @@ TEST(Pack, QuantizesHuggingFaceSourcesWithTheMlxAlgorithm) {
         // but 8-bit must stay closer to bf16 than 4-bit.
         EXPECT_LT(end_to_end[0], end_to_end[1]) << name;
     }
+}
+
+// The e4m3 code nearest to x (every finite code tried; test-only).
+uint8_t nearest_e4m3(float x) {
+    uint8_t best = 0;
+    float err = INFINITY;
+    for (int c = 0; c < 256; ++c) {
+        const float v = kernels::f8e4m3_to_f32(static_cast<uint8_t>(c));
+        if (std::isfinite(v) && std::fabs(v - x) < err) {
+            err = std::fabs(v - x);
+            best = static_cast<uint8_t>(c);
+        }
+    }
+    return best;
+}
+
+TEST(Pack, Fp8E4m3DecodesAsTheOcpFormat) {
+    EXPECT_EQ(kernels::f8e4m3_to_f32(0x00), 0.0f);
+    EXPECT_EQ(kernels::f8e4m3_to_f32(0x38), 1.0f);    // exponent 7 = bias
+    EXPECT_EQ(kernels::f8e4m3_to_f32(0x7E), 448.0f);  // the largest finite
+    EXPECT_EQ(kernels::f8e4m3_to_f32(0xFE), -448.0f);
+    EXPECT_EQ(kernels::f8e4m3_to_f32(0x08), std::ldexp(1.0f, -6));  // the smallest normal
+    EXPECT_EQ(kernels::f8e4m3_to_f32(0x01), std::ldexp(1.0f, -9));  // the smallest subnormal
+    EXPECT_EQ(kernels::f8e4m3_to_f32(0x07), 7.0f * std::ldexp(1.0f, -9));
+    EXPECT_EQ(kernels::f8e4m3_to_f32(0x3C), 1.5f);
+    EXPECT_TRUE(std::isnan(kernels::f8e4m3_to_f32(0x7F)) && std::isnan(kernels::f8e4m3_to_f32(0xFF)));
+}
+
+// DeepSeek-V3's FP8 checkpoints (e4m3 + an f32 weight_scale_inv per block) pack through the same rows as a
+// float source: the FP8 form of a golden and its twin holding the dequantized values in F32 give the same
+// packed bytes. Partial blocks at the edges (blocks of 24 × 32); linears whose inputs are no whole number
+// of 64-groups stay BF16 (the pack keeps them float — an FP8 one would be refused).
+TEST(Pack, Fp8SourcesPackAsTheirDequantizedValues) {
+    const std::string name = "deepseek_v3_hf_bf16";
+    auto ck = format::Checkpoint::open(golden(name));
+    ASSERT_TRUE(ck.has_value()) << ck.status().message();
+    const int64_t br = 24, bc = 32;
+    std::vector<std::string> blobs;  // owns the bytes the TensorToWrite views point into
+    blobs.reserve(4 * (*ck)->names().size());
+    std::vector<format::TensorToWrite> fp8, twin;
+    int converted = 0;
+    for (const std::string& n : (*ck)->names()) {
+        const format::TensorInfo* t = (*ck)->find(n);
+        const std::string_view raw(reinterpret_cast<const char*>(t->data), t->size_bytes);
+        // Every linear the pack quantizes (its inputs a whole number of 64-groups: not the q/kv
+        // up-projections' 48 or the dense MLP's 96, which it keeps float); the embedding, LM head and router
+        // stay BF16.
+        const bool linear = t->shape.size() == 2 && n.ends_with(".weight") && t->shape[1] % 64 == 0 &&
+                            n.find("embed_tokens") == std::string::npos &&
+                            n.find("lm_head") == std::string::npos && !n.ends_with("mlp.gate.weight");
+        if (!linear || t->dtype != format::DType::kBF16) {
+            fp8.push_back({n, t->dtype, t->shape, raw});
+            twin.push_back({n, t->dtype, t->shape, raw});
+            continue;
+        }
+        ++converted;
+        const int64_t rows = t->shape[0], cols = t->shape[1];
+        const int64_t gr = (rows + br - 1) / br, gc = (cols + bc - 1) / bc;
+        std::vector<float> w(static_cast<size_t>(rows * cols));
+        for (int64_t i = 0; i < rows * cols; ++i) {
+            uint16_t h;
+            std::memcpy(&h, t->data + 2 * i, 2);
+            w[static_cast<size_t>(i)] = kernels::bf16_to_f32(h);
+        }
+        std::string codes(static_cast<size_t>(rows * cols), '\0'),
+            scales(static_cast<size_t>(gr * gc) * 4, '\0'), deq(static_cast<size_t>(rows * cols) * 4, '\0');
+        for (int64_t a = 0; a < gr; ++a)
+            for (int64_t b = 0; b < gc; ++b) {
+                float amax = 0;
+                for (int64_t r = a * br; r < std::min(rows, (a + 1) * br); ++r)
+                    for (int64_t c = b * bc; c < std::min(cols, (b + 1) * bc); ++c)
+                        amax = std::max(amax, std::fabs(w[static_cast<size_t>(r * cols + c)]));
+                const float scale = amax > 0 ? amax / 448.0f : 1.0f;
+                std::memcpy(scales.data() + (a * gc + b) * 4, &scale, 4);
+                for (int64_t r = a * br; r < std::min(rows, (a + 1) * br); ++r)
+                    for (int64_t c = b * bc; c < std::min(cols, (b + 1) * bc); ++c) {
+                        const uint8_t code = nearest_e4m3(w[static_cast<size_t>(r * cols + c)] / scale);
+                        codes[static_cast<size_t>(r * cols + c)] = static_cast<char>(code);
+                        const float v = kernels::f8e4m3_to_f32(code) * scale;
+                        std::memcpy(deq.data() + (r * cols + c) * 4, &v, 4);
+                    }
+            }
+        blobs.push_back(std::move(codes));
+        fp8.push_back({n, format::DType::kF8E4M3, t->shape, blobs.back()});
+        blobs.push_back(std::move(scales));
+        fp8.push_back({n + "_scale_inv", format::DType::kF32, {gr, gc}, blobs.back()});
+        blobs.push_back(std::move(deq));
+        twin.push_back({n, format::DType::kF32, t->shape, blobs.back()});
+    }
+    EXPECT_GT(converted, 10);
+    TempDir dir;
+    auto config = io::read_text_file(golden(name) + "/config.json");
+    ASSERT_TRUE(config.has_value());
+    nlohmann::json fp8_config = nlohmann::json::parse(*config);
+    fp8_config["quantization_config"] = {{"quant_method", "fp8"},
+                                         {"fmt", "e4m3"},
+                                         {"activation_scheme", "dynamic"},
+                                         {"weight_block_size", {br, bc}}};
+    for (const auto& [sub, tensors, cfg] :
+         {std::tuple<std::string, const std::vector<format::TensorToWrite>*, std::string>{"fp8", &fp8,
+                                                                                          fp8_config.dump()},
+          {"twin", &twin, *config}}) {
+        fs::create_directories(dir.file(sub));
+        ASSERT_TRUE(io::write_file_atomic(dir.file(sub + "/config.json"), cfg).is_ok());
+        ASSERT_TRUE(format::write_safetensors(dir.file(sub + "/model.safetensors"), *tensors).is_ok());
+    }
+
+    // As stored, the FP8 folder is refused by name; packed, it is its twin's pack byte for byte.
+    EngineOptions eo;
+    eo.model_dir = dir.file("fp8");
+    auto direct = Engine::load(eo);
+    ASSERT_FALSE(direct.has_value());
+    EXPECT_NE(direct.status().message().find("FP8"), std::string::npos) << direct.status().message();
+    EXPECT_NE(direct.status().message().find("sluice pack"), std::string::npos) << direct.status().message();
+    for (const std::string& sub : {std::string("fp8"), std::string("twin")}) {
+        convert::PackOptions o;
+        o.src_dir = dir.file(sub);
+        o.out_dir = dir.file(sub + "_packed");
+        o.bits = 8;
+        auto packed = convert::pack_model(o);
+        ASSERT_TRUE(packed.has_value()) << sub << ": " << packed.status().message();
+    }
+    std::vector<std::string> files = {"dense.safetensors"};
+    for (const auto& e : fs::directory_iterator(dir.file("twin_packed/experts")))
+        files.push_back("experts/" + e.path().filename().string());
+    EXPECT_EQ(files.size(), 3u);  // the dense file and layers 1 and 2's experts
+    for (const std::string& f : files) {
+        auto a = io::read_text_file(dir.file("fp8_packed/" + f));
+        auto b = io::read_text_file(dir.file("twin_packed/" + f));
+        ASSERT_TRUE(a.has_value() && b.has_value()) << f;
+        EXPECT_TRUE(*a == *b) << f << " differs between the FP8 source's pack and its dequantized twin's";
+    }
+    const auto ids = golden_ids(name);
+    auto logits = run_logits(dir.file("fp8_packed"), ids, 1);
+    ASSERT_TRUE(logits.has_value()) << logits.status().message();
+    for (float v : *logits) ASSERT_TRUE(std::isfinite(v));
+
+    // --bits 16 cannot keep e4m3 (nothing runs it as stored): refused, naming the tensor.
+    convert::PackOptions o;
+    o.src_dir = dir.file("fp8");
+    o.out_dir = dir.file("fp8_16");
+    o.bits = 16;
+    auto refused = convert::pack_model(o);
+    ASSERT_FALSE(refused.has_value());
+    EXPECT_NE(refused.status().message().find("is FP8 (e4m3)"), std::string::npos)
+        << refused.status().message();
 }
 
 TEST(Pack, AffineQuantizerRepresentsTheLargerEdgeExactly) {

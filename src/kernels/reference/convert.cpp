@@ -3,12 +3,22 @@
 // one definition of each). bf16 rounding is round-to-nearest-even with NaN kept quiet; f16 conversion is the
 // exact IEEE half <-> single mapping including subnormals, infinities and NaN (no F16C dependency here, so it
 // works in the portable build; the vectorised paths use F16C/AVX-512 instead).
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/assert.h"
 #include "kernels/kernels.h"
 
 namespace sluice::kernels {
+
+float f8e4m3_to_f32(uint8_t v) {
+    const float sign = (v & 0x80u) != 0 ? -1.0f : 1.0f;
+    const int exp = (v >> 3) & 0xf, mant = v & 0x7;
+    if (exp == 0xf && mant == 0x7) return std::numeric_limits<float>::quiet_NaN();
+    if (exp == 0) return sign * std::ldexp(static_cast<float>(mant), -9);  // subnormal: mant · 2^-6 / 8
+    return sign * std::ldexp(1.0f + static_cast<float>(mant) / 8.0f, exp - 7);
+}
 
 float bf16_to_f32(uint16_t v) {
     uint32_t bits = static_cast<uint32_t>(v) << 16;
