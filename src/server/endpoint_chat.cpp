@@ -8,10 +8,11 @@
 // the client sees the response start at once; keep-alive comments follow while queued/prefilling.
 //
 // tool_choice: "none" hides the tools from the template and disables parsing; "required" and a
-// named function append "<tool_call>\n" to the prompt and constrain the rest of the reply with a
-// grammar (tool_calls.h) to calls of the allowed tools with arguments matching their parameters
-// schemas, in the form the template prints calls in (Qwen3's JSON or the XML form of Qwen3.5 /
-// Qwen3-Coder), repeated when parallel_tool_calls — a guarantee, not a hint.
+// named function append a call's opening ("<tool_call>\n", or DeepSeek's) to the prompt and
+// constrain the rest of the reply with a grammar (tool_calls.h) to calls of the allowed tools with
+// arguments matching their parameters schemas, in the form the template prints calls in (Qwen3's
+// JSON, the XML form of Qwen3.5 / Qwen3-Coder, DeepSeek's), repeated when parallel_tool_calls — a
+// guarantee, not a hint. Earlier calls reach the template shaped as it prints them (ToolCallStyle).
 // response_format json_object / json_schema constrain the whole reply the same way. Constrained
 // replies carry no reasoning: a <think> the template opened is closed in the prompt.
 #include <chrono>
@@ -64,8 +65,11 @@ std::variant<std::shared_ptr<ChatJob>, ApiError> prepare_chat(ServerContext& ctx
     if (auto e = resolve_speculative(ctx, &r.params)) return *e;
 
     const bool tools_on = !r.tools.is_null() && r.tool_choice != ToolChoiceMode::kNone;
+    const auto request_messages = body.find("messages");
     Expected<std::string> text = ctx.chat_template->render(
-        r.messages, tools_on ? r.tools : nlohmann::ordered_json(), true, r.template_kwargs);
+        messages_for_template(ctx.tool_call_style, r.messages,
+                              request_messages == body.end() ? nlohmann::ordered_json() : *request_messages),
+        tools_on ? r.tools : nlohmann::ordered_json(), true, r.template_kwargs);
     if (!text.has_value())
         return invalid_request("the chat template failed on these messages: " + text.status().message(),
                                "messages", "template_error");
@@ -82,14 +86,14 @@ std::variant<std::shared_ptr<ChatJob>, ApiError> prepare_chat(ServerContext& ctx
             "response_format", "invalid_value");
     std::shared_ptr<const Grammar> grammar;
     if (forced_call || r.response_format != ResponseFormat::kText) {
-        auto g = forced_call ? forced_tool_call_grammar(r, ctx.tool_call_form) : response_grammar(r);
+        auto g = forced_call ? forced_tool_call_grammar(r, ctx.tool_call_style.form) : response_grammar(r);
         if (auto* e = std::get_if<ApiError>(&g)) return *e;
         grammar = std::get<std::shared_ptr<const Grammar>>(g);
     }
     if (grammar) {
         // The grammar admits no reasoning: close a <think> the template opened.
         if (prompt_opens_reasoning(prompt_text)) prompt_text += "\n</think>\n\n";
-        if (forced_call) job->forced_prefix = std::string(kToolCallOpen);
+        if (forced_call) job->forced_prefix = std::string(forced_call_open(ctx.tool_call_style.form));
         job->parse_tools = forced_call;
         auto constraint =
             std::make_shared<TokenConstraint>(grammar, ctx.token_trie, ctx.engine->eos_token_ids());

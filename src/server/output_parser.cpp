@@ -1,4 +1,4 @@
-// The reply splitter (see output_parser.h): a four-state machine over a text buffer.
+// The reply splitter (see output_parser.h): a six-state machine over a text buffer.
 #include "server/output_parser.h"
 
 #include <algorithm>
@@ -12,6 +12,12 @@ constexpr std::string_view kThinkOpen = "<think>";
 constexpr std::string_view kThinkClose = "</think>";
 constexpr std::string_view kToolOpen = "<tool_call>";
 constexpr std::string_view kToolClose = "</tool_call>";
+// DeepSeek's calls block (tokens of their own in its vocabulary, printed as this text).
+constexpr std::string_view kDsCallsBegin = "<｜tool▁calls▁begin｜>";
+constexpr std::string_view kDsCallsEnd = "<｜tool▁calls▁end｜>";
+constexpr std::string_view kDsCallBegin = "<｜tool▁call▁begin｜>";
+constexpr std::string_view kDsCallEnd = "<｜tool▁call▁end｜>";
+constexpr std::string_view kDsSep = "<｜tool▁sep｜>";
 
 // Length of the longest suffix of `text` that is a proper prefix of `tag` (it may become the tag).
 size_t partial_tag_suffix(std::string_view text, std::string_view tag) {
@@ -194,6 +200,58 @@ bool parse_tool_call(std::string_view body, const nlohmann::ordered_json& tools,
     return true;
 }
 
+// How much of a call the text before a <｜tool▁call▁end｜> is.
+enum class CallRead {
+    kCall,  // a whole call
+    kCut,   // a call so far, its JSON arguments unfinished: the tag was inside a JSON string
+    kBad,   // no call
+};
+
+// `text` as one JSON value: kCall when it is one, kCut when it is the start of one (the parse ran
+// off its end), kBad otherwise.
+CallRead read_json(std::string_view text, nlohmann::ordered_json* out) {
+    try {
+        *out = nlohmann::ordered_json::parse(text);
+        return CallRead::kCall;
+    } catch (const nlohmann::ordered_json::parse_error& e) {
+        return e.byte > text.size() ? CallRead::kCut : CallRead::kBad;  // byte: 1-based, where it stopped
+    }
+}
+
+// One call of DeepSeek's block, the text between <｜tool▁call▁begin｜> and <｜tool▁call▁end｜>:
+//   V3 / R1:  function<｜tool▁sep｜>NAME\n```json\nARGS\n```
+//   V3.1:     NAME<｜tool▁sep｜>ARGS
+// ARGS a JSON object, kept as the model wrote it (a client sends it back as it got it, and V3's
+// template prints it as it is). The closing fence may be missing. kCut when the text stops inside
+// the arguments: a JSON string there may spell <｜tool▁call▁end｜>, so the call goes on to the next.
+CallRead parse_deepseek_tool_call(std::string_view body, ParsedToolCall* out) {
+    const size_t sep = body.find(kDsSep);
+    if (sep == std::string_view::npos) return CallRead::kBad;
+    const std::string_view head = trim(body.substr(0, sep));
+    std::string_view tail = body.substr(sep + kDsSep.size());
+    std::string_view name = head, args = tail;
+    if (!trim(tail).starts_with('{')) {
+        if (head != "function") return CallRead::kBad;
+        const size_t nl = tail.find('\n');
+        if (nl == std::string_view::npos) return CallRead::kBad;
+        name = trim(tail.substr(0, nl));
+        args = trim(tail.substr(nl + 1));
+        if (!args.starts_with("```")) return CallRead::kBad;
+        args.remove_prefix(args.starts_with("```json") ? 7 : 3);
+        args = trim(args);
+        if (args.ends_with("```")) args = trim(args.substr(0, args.size() - 3));
+    }
+    if (!is_tool_name(name)) return CallRead::kBad;
+    args = trim(args);
+    nlohmann::ordered_json parsed;
+    const CallRead read = read_json(args, &parsed);
+    if (read != CallRead::kCall) return read;
+    if (!parsed.is_object()) return CallRead::kBad;
+    out->name = std::string(name);
+    out->arguments = std::string(args);
+    return CallRead::kCall;
+}
+
 }  // namespace
 
 bool prompt_opens_reasoning(std::string_view prompt_text) {
@@ -258,10 +316,18 @@ void OutputParser::process(ParsedDelta* out, bool final) {
             }
             case State::kContent: {
                 if (parse_tool_calls_) {
-                    const size_t pos = buffer_.find(kToolOpen);
+                    const size_t pos = std::min(buffer_.find(kToolOpen), buffer_.find(kDsCallsBegin));
                     if (pos != std::string::npos) {
                         out->content += buffer_.substr(0, pos);
                         if (pos > 0) after_call_ = false;
+                        if (std::string_view(buffer_).substr(pos).starts_with(kDsCallsBegin)) {
+                            // Held until a call in the block reads whole: given back with the
+                            // first text in it that is no call.
+                            block_opener_ = std::string(kDsCallsBegin);
+                            buffer_.erase(0, pos + kDsCallsBegin.size());
+                            state_ = State::kCallBlock;
+                            continue;
+                        }
                         buffer_.erase(0, pos);  // keep the tag: unparsable calls are given back as text
                         state_ = State::kToolCall;
                         continue;
@@ -275,11 +341,86 @@ void OutputParser::process(ParsedDelta* out, bool final) {
                     buffer_.clear();
                     return;
                 }
-                const size_t hold = final || !parse_tool_calls_ ? 0 : partial_tag_suffix(buffer_, kToolOpen);
+                const size_t hold = final || !parse_tool_calls_
+                                        ? 0
+                                        : std::max(partial_tag_suffix(buffer_, kToolOpen),
+                                                   partial_tag_suffix(buffer_, kDsCallsBegin));
                 out->content += buffer_.substr(0, buffer_.size() - hold);
                 if (buffer_.size() > hold) after_call_ = false;
                 buffer_.erase(0, buffer_.size() - hold);
                 return;
+            }
+            case State::kCallBlock: {
+                // Between DeepSeek's calls: whitespace, the next <｜tool▁call▁begin｜> or the block's end.
+                size_t n = 0;
+                while (n < buffer_.size() && is_space(buffer_[n])) ++n;
+                const std::string_view rest = std::string_view(buffer_).substr(n);
+                if (rest.starts_with(kDsCallBegin)) {
+                    buffer_.erase(0, n);
+                    state_ = State::kDsCall;
+                    continue;
+                }
+                if (rest.starts_with(kDsCallsEnd)) {
+                    buffer_.erase(0, n + kDsCallsEnd.size());
+                    out->content += block_opener_;  // a block without a call is text
+                    block_opener_.clear();
+                    state_ = State::kContent;
+                    strip_leading_space_ = true;
+                    continue;
+                }
+                const bool may_be_tag = kDsCallBegin.starts_with(rest) || kDsCallsEnd.starts_with(rest);
+                if (may_be_tag && !final) return;
+                if (may_be_tag) {
+                    // The end came in the block's markup: nothing to give back. A call was cut when
+                    // the markup could open one, or the block holds none yet; the calls before stand.
+                    if (kDsCallBegin.starts_with(rest) && (!rest.empty() || !block_opener_.empty()))
+                        cut_call_ = true;
+                    buffer_.clear();
+                    return;
+                }
+                // Text in the block that is no call: the block is over, the text is content (the
+                // whitespace before it a separator after a call, the model's text after the opening).
+                if (block_opener_.empty()) buffer_.erase(0, n);
+                out->content += block_opener_;
+                block_opener_.clear();
+                state_ = State::kContent;
+                continue;
+            }
+            case State::kDsCall: {
+                // buffer_ starts with <｜tool▁call▁begin｜>. The call ends at the first
+                // <｜tool▁call▁end｜> before which it reads whole; one inside its JSON arguments
+                // (kCut) is passed over.
+                ParsedToolCall call;
+                CallRead read = CallRead::kCut;
+                size_t end = kDsCallBegin.size();
+                for (;;) {
+                    const size_t pos = buffer_.find(kDsCallEnd, end);
+                    if (pos == std::string::npos) break;
+                    end = pos + kDsCallEnd.size();
+                    read = parse_deepseek_tool_call(
+                        std::string_view(buffer_).substr(kDsCallBegin.size(), pos - kDsCallBegin.size()),
+                        &call);
+                    if (read != CallRead::kCut) break;
+                }
+                if (read == CallRead::kCut) {
+                    if (final) {
+                        cut_call_ = true;
+                        buffer_.clear();
+                    }
+                    return;
+                }
+                if (read == CallRead::kCall) {
+                    out->tool_calls.push_back(std::move(call));
+                    block_opener_.clear();
+                    after_call_ = true;
+                } else {
+                    out->content += block_opener_ + buffer_.substr(0, end);
+                    block_opener_.clear();
+                    after_call_ = false;
+                }
+                buffer_.erase(0, end);
+                state_ = State::kCallBlock;
+                continue;
             }
             case State::kToolCall: {
                 const size_t pos = buffer_.find(kToolClose);

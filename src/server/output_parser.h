@@ -1,14 +1,20 @@
-// Splits a model's streamed reply into what OpenAI clients expect: reasoning (Qwen3's
+// Splits a model's streamed reply into what OpenAI clients expect: reasoning (Qwen3's, DeepSeek-R1's
 // <think>…</think>) into `reasoning_content`, tool calls into `tool_calls` — Qwen3's
 // <tool_call>{json}</tool_call>, the XML form of Qwen3.5 / Qwen3-Coder templates,
 // <tool_call><function=NAME><parameter=P>VALUE</parameter></function></tool_call>, and GLM-4.5's,
 // <tool_call>NAME\n<arg_key>P</arg_key>\n<arg_value>VALUE</arg_value>\n</tool_call>, their values
-// typed by the tool's parameters schema where the request gives one — the rest into `content`.
+// typed by the tool's parameters schema where the request gives one; DeepSeek's block
+// <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>…<｜tool▁call▁end｜>…<｜tool▁calls▁end｜>, a call
+// "function<｜tool▁sep｜>NAME\n```json\nARGS\n```" (V3, R1) or "NAME<｜tool▁sep｜>ARGS" (V3.1), ARGS
+// as the model wrote them — the rest into `content`. Every form is read whatever the template's.
 //
 // Streaming: feed() takes text chunks as they are generated and returns only what is certain;
 // text that might be the start of a tag ("<thi", "</tool_") is held back until the next chunk
 // decides it. finish() releases what is held: an unterminated <think> stays reasoning, an
-// unterminated or unparsable <tool_call> becomes plain content (nothing the model wrote is lost).
+// unparsable <tool_call> becomes plain content (nothing the model wrote is lost). A DeepSeek call
+// ends at the first <｜tool▁call▁end｜> before which it reads whole (one inside a JSON string of its
+// arguments is passed over); one that cannot become a call is content, with the block's opening when
+// no call of the block read before it; text in the block that is no call ends the block.
 //
 // Data lifetime: one parser per generated choice. Threading: a plain value, one thread.
 // Rejected alternative: parsing the whole reply at the end — streaming clients would then see no
@@ -50,15 +56,17 @@ class OutputParser {
 
     ParsedDelta feed(std::string_view text);
     // The rest, at the end of the reply. A tool call still open (the generation ran out of tokens
-    // inside it, or inside the "<tool_call>" of a call after a call) is dropped — never handed back
-    // as markup in the content — and cut_call() says so.
+    // inside it, or inside the "<tool_call>" of a call after a call, or in DeepSeek's block before
+    // a call read) is dropped — never handed back as markup in the content — and cut_call() says so.
     ParsedDelta finish();
     bool cut_call() const { return cut_call_; }
     // Inside <think>…</think> now (the text fed so far opened the reasoning and has not closed it).
     bool in_reasoning() const { return state_ == State::kReasoning; }
 
  private:
-    enum class State { kStart, kReasoning, kContent, kToolCall };
+    // kCallBlock: inside DeepSeek's <｜tool▁calls▁begin｜>…<｜tool▁calls▁end｜>, between calls;
+    // kDsCall: in one of its calls, from its <｜tool▁call▁begin｜>.
+    enum class State { kStart, kReasoning, kContent, kToolCall, kCallBlock, kDsCall };
     void process(ParsedDelta* out, bool final);
 
     State state_;
@@ -67,7 +75,8 @@ class OutputParser {
     bool strip_leading_space_ = false;  // after </think> or </tool_call>: drop the "\n\n" separator
     std::string buffer_;                // text not yet emitted
     bool cut_call_ = false;
-    bool after_call_ = false;  // a tool call was read and no content has come since
+    bool after_call_ = false;   // a tool call was read and no content has come since
+    std::string block_opener_;  // DeepSeek's <｜tool▁calls▁begin｜> while no call in its block has read
 };
 
 // True when `prompt_text` (a rendered generation prompt) leaves the reply inside <think>.

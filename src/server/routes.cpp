@@ -239,7 +239,7 @@ Server::Server(std::shared_ptr<Engine> engine, ServerOptions options, std::share
     ctx.engine = std::move(engine);
     ctx.tokenizer = ctx.engine->tokenizer();
     ctx.chat_template = ctx.engine->chat_template();
-    if (ctx.chat_template) ctx.tool_call_form = tool_call_form(*ctx.chat_template);
+    if (ctx.chat_template) ctx.tool_call_style = tool_call_style(*ctx.chat_template);
     if (ctx.tokenizer) {
         ctx.token_trie = TokenTrie::from_tokenizer(*ctx.tokenizer);
         for (int32_t id = 0; id < ctx.tokenizer->vocab_size(); ++id)

@@ -75,7 +75,7 @@ struct ServerContext {
     std::shared_ptr<const Tokenizer> tokenizer;         // may be null (token-id endpoints only)
     std::shared_ptr<const ChatTemplate> chat_template;  // may be null (no chat endpoint)
     std::shared_ptr<const TokenTrie> token_trie;        // the vocabulary for constrained decoding
-    ToolCallForm tool_call_form = ToolCallForm::kJson;  // how the template prints tool calls
+    ToolCallStyle tool_call_style;                      // how the template prints tool calls
     ServerOptions options;
     std::unique_ptr<SessionPool> pool;
     std::shared_ptr<Engine> draft;  // speculative decoding's draft model, or null

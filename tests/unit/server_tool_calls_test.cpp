@@ -166,7 +166,7 @@ constexpr const char* kGlmTemplate = R"([gMASK]<sop>
 TEST(ServerToolCalls, GlmFormIsToldFromTheTemplateAndItsCallsReadBackTyped) {
     auto glm = ChatTemplate::from_string(kGlmTemplate);
     ASSERT_TRUE(glm.has_value()) << glm.status().message();
-    EXPECT_EQ(tool_call_form(*glm), ToolCallForm::kGlm);
+    EXPECT_EQ(tool_call_style(*glm).form, ToolCallForm::kGlm);
     // The calls the template prints for an assistant turn, read back as the same typed arguments.
     const ojson args = {
         {"path", "007"}, {"content", "x\n<b>y</b>"}, {"size", 12}, {"options", {{"overwrite", true}}}};
@@ -226,11 +226,11 @@ TEST(ServerToolCalls, TheFormComesFromARenderOfTheTemplate) {
     auto xml = ChatTemplate::from_string(kQwen35Template);
     auto json = ChatTemplate::from_string(kQwen3Template);
     ASSERT_TRUE(xml.has_value() && json.has_value());
-    EXPECT_EQ(tool_call_form(*xml), ToolCallForm::kXml);
-    EXPECT_EQ(tool_call_form(*json), ToolCallForm::kJson);
+    EXPECT_EQ(tool_call_style(*xml).form, ToolCallForm::kXml);
+    EXPECT_EQ(tool_call_style(*json).form, ToolCallForm::kJson);
     auto tiny = ChatTemplate::load(std::string(SLUICE_SOURCE_DIR) + "/models/tiny-next");
     ASSERT_TRUE(tiny.has_value());
-    EXPECT_EQ(tool_call_form(*tiny), ToolCallForm::kJson);  // Qwen3's
+    EXPECT_EQ(tool_call_style(*tiny).form, ToolCallForm::kJson);  // Qwen3's
 }
 
 TEST(ServerToolCalls, XmlGrammarAcceptsTheTemplatesOwnCallsAndReadsThemBackTyped) {
