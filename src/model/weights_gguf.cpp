@@ -26,7 +26,7 @@ std::string dims_text(const std::vector<int64_t>& dims) {
 std::string bindable_types() {
     std::string s;
     for (const WeightFormat& f : kernels::weight_formats()) {
-        if (f.quantized() || !f.cpu_kernels) continue;  // MLX affine: not a ggml type
+        if (f.quantized() || !f.cpu_kernels || f.row_tiles()) continue;  // MLX affine, tiles: not ggml types
         s += (s.empty() ? "" : ", ") + std::string(f.name);
     }
     return s;
