@@ -336,7 +336,7 @@ void BM_MatmulGgml(benchmark::State& state) {
     state.SetLabel(std::string(state.range(3) ? "Q4_0x16" : "Q4_0") + " int8 " + cpu_int8_kernel_isa());
 }
 BENCHMARK(BM_MatmulGgml)
-    ->ArgsProduct({{8, 128}, {2048}, {768}, {0, 1}})
+    ->ArgsProduct({{1, 8, 128}, {2048}, {768}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
