@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/ggml_tiles.h"
 #include "kernels/kernels.h"
+#include "kernels/weight_format.h"
 
 namespace {
 
@@ -243,6 +245,100 @@ void BM_DecodeExperts(benchmark::State& state) {
     state.SetLabel(std::string("Q4 cold int8 ") + cpu_int8_kernel_isa());
 }
 BENCHMARK(BM_DecodeExperts)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// `copies` (cold: >= 1 GiB) back-to-back GGUF Q4_0 matrices [rows, cols] of random blocks (f16 scales
+// near 0.01), in the natural layout or as row tiles (kernels/ggml_tiles.h), int8 activations.
+struct GgmlQ4Set {
+    std::vector<uint8_t> bytes;
+    std::vector<WeightView> views;
+    size_t bytes_per_matrix = 0;
+
+    GgmlQ4Set(int64_t rows, int64_t cols, bool cold, bool tiled) {
+        bytes_per_matrix = static_cast<size_t>(rows * (cols / 32) * 18);
+        const size_t copies =
+            cold ? std::max<size_t>(1, (kColdBytes + bytes_per_matrix - 1) / bytes_per_matrix) : 1;
+        bytes.resize(bytes_per_matrix * copies);
+        fill_random(bytes.data(), bytes.size(), 3);
+        for (size_t b = 0; b < bytes.size(); b += 18) {
+            const uint16_t d = f32_to_f16(0.01f + 0.001f * static_cast<float>((b / 18) % 7));
+            std::memcpy(bytes.data() + b, &d, 2);
+        }
+        std::vector<uint8_t> scratch(ggml_tile_scratch_bytes(WeightType::kGgmlQ4_0, cols));
+        for (size_t c = 0; c < copies; ++c) {
+            WeightView w;
+            w.type = WeightType::kGgmlQ4_0;
+            w.rows = rows;
+            w.cols = cols;
+            w.data = bytes.data() + c * bytes_per_matrix;
+            w.activations = Activations::kInt8;
+            if (tiled) {
+                ggml_tile_in_place(w.type, bytes.data() + c * bytes_per_matrix, rows, cols, scratch.data());
+                w.type = tiled_type(w);
+            }
+            views.push_back(w);
+        }
+    }
+};
+
+// BM_DecodeExperts on a GGUF's Q4_0 experts (Qwen3-30B-A3B: 8 of hidden 2048, expert width 768), as
+// model/moe.cpp's routed_decode runs them. Args: threads (1 = one core, 0 = all cores), row tiles (0: the
+// natural layout, 1: Q4_0x16).
+void BM_DecodeExpertsGgml(benchmark::State& state) {
+    constexpr int64_t kHidden = 2048, kExpert = 768, kTopK = 8;
+    ThreadPool& tp = pool_for(state.range(0));
+    const bool tiled = state.range(1) != 0;
+    GgmlQ4Set gate(kExpert, kHidden, true, tiled), up(kExpert, kHidden, true, tiled),
+        down(kHidden, kExpert, true, tiled);
+    std::vector<float> x(static_cast<size_t>(kHidden)), act(static_cast<size_t>(kTopK * kExpert));
+    std::vector<float> gu(static_cast<size_t>(2 * kTopK * kExpert)), y(static_cast<size_t>(kTopK * kHidden));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
+    for (size_t i = 0; i < act.size(); ++i) act[i] = 0.01f * static_cast<float>((i * 7) % 13) - 0.05f;
+    std::vector<MatvecJob> jobs(2 * kTopK);
+    const size_t copies = std::min({gate.views.size(), up.views.size(), down.views.size()});
+    size_t next = 0;
+    for (auto _ : state) {
+        for (int64_t e = 0; e < kTopK; ++e) {
+            const size_t c = (next + static_cast<size_t>(e)) % copies;
+            jobs[2 * e] = MatvecJob{&gate.views[c], x.data(), 1, gu.data() + 2 * e * kExpert};
+            jobs[2 * e + 1] = MatvecJob{&up.views[c], x.data(), 1, gu.data() + (2 * e + 1) * kExpert};
+        }
+        matvec_jobs(jobs.data(), 2 * kTopK, &tp);
+        for (int64_t e = 0; e < kTopK; ++e)
+            jobs[e] = MatvecJob{&down.views[(next + static_cast<size_t>(e)) % copies],
+                                act.data() + e * kExpert, 1, y.data() + e * kHidden};
+        matvec_jobs(jobs.data(), kTopK, &tp);
+        benchmark::DoNotOptimize(y.data());
+        next = (next + kTopK) % copies;
+    }
+    const double bytes =
+        static_cast<double>(kTopK) *
+        static_cast<double>(gate.bytes_per_matrix + up.bytes_per_matrix + down.bytes_per_matrix);
+    state.counters["GB/s"] = benchmark::Counter(bytes * static_cast<double>(state.iterations()) / 1e9,
+                                                benchmark::Counter::kIsRate);
+    state.counters["threads"] = tp.size();
+    state.SetLabel(std::string(tiled ? "Q4_0x16" : "Q4_0") + " cold int8 " + cpu_int8_kernel_isa());
+}
+BENCHMARK(BM_DecodeExpertsGgml)->ArgsProduct({{0, 1}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// A prefill chunk through one GGUF Q4_0 matrix, hot (the expert-sized products of a 128-token prefill:
+// each routed expert sees ~8 tokens). Args: tokens, in, out, row tiles.
+void BM_MatmulGgml(benchmark::State& state) {
+    const int64_t n = state.range(0), cols = state.range(1), rows = state.range(2);
+    GgmlQ4Set set(rows, cols, false, state.range(3) != 0);
+    std::vector<float> x(static_cast<size_t>(n * cols)), y(static_cast<size_t>(n * rows));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
+    for (auto _ : state) {
+        matmul(set.views[0], x.data(), n, y.data(), &pool());
+        benchmark::DoNotOptimize(y.data());
+    }
+    const double flops = 2.0 * static_cast<double>(n * rows * cols) * static_cast<double>(state.iterations());
+    state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
+    state.SetLabel(std::string(state.range(3) ? "Q4_0x16" : "Q4_0") + " int8 " + cpu_int8_kernel_isa());
+}
+BENCHMARK(BM_MatmulGgml)
+    ->ArgsProduct({{1, 8, 128}, {2048}, {768}, {0, 1}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // Args: tokens, in, out, bits, int8.
 void BM_Matmul(benchmark::State& state) {

@@ -2,8 +2,8 @@
 //
 // parallel_for(n, fn) calls fn(begin, end) over disjoint ranges covering [0, n), using the
 // calling thread as one of the workers, and returns when all ranges are done. Ranges are
-// contiguous blocks (one per thread, or finer when `grain` asks for it), so per-thread
-// data stays cache-local.
+// contiguous blocks of at least `grain` items (up to 4 per thread, each claimed by whichever thread
+// is free), so per-thread data stays cache-local and a preempted thread does not stall the call.
 //
 // Thread safety: one parallel_for at a time per pool (the forward pass owns its pool); fn must be
 // safe to call concurrently on disjoint ranges. Nested parallel_for from inside fn runs inline.

@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "core/log.h"
+#include "kernels/ggml_tiles.h"
 #include "kernels/weight_format.h"
 #include "model/tensor_map.h"
 
@@ -221,6 +222,19 @@ Expected<std::unique_ptr<ExpertStore>> ExpertStore::open(std::vector<ExpertLayer
             lf.place.push_back(place);
             place += place_bytes(piece);
             lf.read_bytes += piece.bytes;
+        }
+        for (int i = 0; i < 3; ++i) {
+            const ExpertLayerSource::View& d = src.views[i];
+            lf.bound[i] = d.type;
+            if (!options.cpu_row_tiles) continue;
+            kernels::WeightView probe;
+            probe.type = d.type;
+            probe.rows = d.rows;
+            probe.cols = d.cols;
+            lf.bound[i] = kernels::tiled_type(probe);
+            if (lf.bound[i] != d.type)
+                store->tile_scratch_bytes_ =
+                    std::max(store->tile_scratch_bytes_, kernels::ggml_tile_scratch_bytes(d.type, d.cols));
         }
         if (options.verify_first_reads) {
             lf.verified = std::make_unique<std::atomic<bool>[]>(static_cast<size_t>(src.n_experts));
@@ -618,6 +632,16 @@ Status ExpertStore::read_record(const ReadJob& job) {
         }
     }
     if (check && first != nullptr) first->store(true, std::memory_order_relaxed);
+    // Row tiles, in place, once the bytes are checked (cpu_row_tiles).
+    for (int i = 0; i < 3; ++i) {
+        const ExpertLayerSource::View& d = src.views[i];
+        if (lf.bound[i] == d.type) continue;
+        thread_local std::vector<uint8_t> scratch;
+        if (scratch.size() < tile_scratch_bytes_) scratch.resize(tile_scratch_bytes_);
+        uint8_t* data = slot_memory(job.slot) + lf.place[static_cast<size_t>(d.piece)] +
+                        lead(lf, static_cast<size_t>(d.piece), e) + d.data;
+        kernels::ggml_tile_in_place(d.type, data, d.rows, d.cols, scratch.data());
+    }
     return Status::ok();
 }
 
@@ -629,7 +653,7 @@ model::ExpertWeights ExpertStore::views_for(int64_t slot, ExpertKey key) const {
         const ExpertLayerSource::View& d = lf.src->views[i];
         const uint8_t* piece = base + lf.place[static_cast<size_t>(d.piece)] +
                                lead(lf, static_cast<size_t>(d.piece), key.expert);
-        v[i].type = d.type;
+        v[i].type = lf.bound[i];
         v[i].rows = d.rows;
         v[i].cols = d.cols;
         v[i].data = piece + d.data;

@@ -26,6 +26,10 @@
 // device backend that page-locks the slots for DMA follows that through a slot observer
 // (set_slot_observer): a slot is announced once its first read fills it and retired before its
 // pages go.
+// Layout: with cpu_row_tiles, a record's Q4_0 projections whose rows fill whole tiles are rewritten in
+// place as row tiles (kernels/ggml_tiles.h, the CPU's decode layout) by the reader thread that filled the
+// slot, after the checksum and before the slot is ready; their views then have the tiled type. The
+// bytes a slot holds stay the record's size (a permutation inside each tile): no second copy.
 // Rejected alternatives: mmap of the expert files (page faults serialise reads and the page cache
 // ignores the budget; O_DIRECT was ~3.5× faster in a llama.cpp test, lessons.md); io_uring (a
 // candidate for later: the thread pool reaches the disk's queue depth already and works on every
@@ -62,6 +66,9 @@ struct ExpertStoreOptions {
     CachePolicy policy = CachePolicy::kLfu;
     // The least the cache keeps when memory pressure shrinks it (set_cache_bytes); at least one slot.
     uint64_t floor_bytes = 0;
+    // Q4_0 projections as row tiles (kernels/ggml_tiles.h), written as each read lands: for a forward
+    // on the CPU with int8 activations. Never for a GPU tier (it copies slots as the file holds them).
+    bool cpu_row_tiles = false;
 };
 
 struct ExpertStoreStats {
@@ -198,6 +205,9 @@ class ExpertStore final : public model::ExpertSource {
         std::vector<int> fds;                    // per piece (shared between pieces of one file)
         std::vector<uint64_t> place;             // per piece: its offset in a slot
         uint64_t read_bytes = 0;                 // what one expert's reads bring in
+        // gate, up, down: the type their views have (src->views' type, or its row tiles written after
+        // each read: cpu_row_tiles).
+        kernels::WeightType bound[3] = {};
         // [n_experts]: records whose first read matched their checksum (verify_first_reads);
         // set by the IO threads, one record each at a time.
         std::unique_ptr<std::atomic<bool>[]> verified;
@@ -245,6 +255,7 @@ class ExpertStore final : public model::ExpertSource {
     std::vector<Slot> slots_;
     std::unique_ptr<SlotTable> table_;
     std::vector<std::thread> io_threads_;
+    size_t tile_scratch_bytes_ = 0;  // what one reader thread needs to write row tiles (cpu_row_tiles)
     bool stop_ = false;
     int in_flight_ = 0;
     model::SlotMemoryObserver* observer_ = nullptr;  // set_slot_observer

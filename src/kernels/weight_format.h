@@ -42,10 +42,14 @@ struct WeightFormat {
     int block_elems = 0;
     int block_bytes = 0;
     GgmlType ggml = GgmlType::kF32;  // block formats: the ggml type it is
+    // Row-tiled block formats (ggml_tiles.h): rows per tile, the blocks of that many rows interleaved
+    // (a view's rows are a multiple of it); 0: rows one after another. Not a GGUF type: written at load.
+    int tile_rows = 0;
 
     // Codes with separate per-group scales and biases (MLX affine); not the ggml block formats.
     bool quantized() const { return code_bits > 0; }
     bool ggml_blocks() const { return block_elems > 0; }
+    bool row_tiles() const { return tile_rows > 0; }
     int codes_per_word() const { return code_bits > 0 ? 32 / code_bits : 0; }
     // Bytes of one row of `data` for `cols` inputs.
     size_t data_row_bytes(int64_t cols) const {
@@ -67,7 +71,7 @@ const WeightFormat& weight_format(WeightType type);
 // The block-quantized format with `bits`-bit codes, or null when none is registered.
 const WeightFormat* quantized_format(int bits);
 // The format storing ggml type number `ggml_type` as sluice binds it (F32/F16/BF16 are the float
-// formats), or null when sluice has no kernels for that type.
+// formats; never a row-tiled one), or null when sluice has no kernels for that type.
 const WeightFormat* ggml_weight_format(uint32_t ggml_type);
 // Rows [row0, row0 + rows) of `w` as a view of their own (every format stores rows one after another:
 // the codes or elements, and a quantized format's scales and biases, row by row).

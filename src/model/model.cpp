@@ -214,6 +214,10 @@ void Model::use_activations(kernels::Activations activations) {
     }
 }
 
+uint64_t Model::use_row_tiles() {
+    return use_dense_row_tiles(&weights_);
+}
+
 ModelState Model::new_state(int64_t max_positions, const StateLayout& layout) const {
     ModelState s;
     s.max_positions = max_positions;

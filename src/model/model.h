@@ -213,6 +213,10 @@ class Model {
     // Activations): every bound view and every expert view the expert source hands out. kF32 (the
     // default) is the reference arithmetic; kInt8 the integer dot products.
     void use_activations(kernels::Activations activations);
+    // The dense core's products in the CPU's decode layout (row tiles, kernels/ggml_tiles.h;
+    // model/weights_gguf.h use_dense_row_tiles): for a forward on the CPU with int8 activations, before
+    // any forward. Returns the bytes rewritten (0: no weight has row tiles).
+    uint64_t use_row_tiles();
     kernels::Activations activations() const { return activations_; }
     // The state layout of a sequence whose attention cache is `type` with `kv_window` positions also
     // in f16 (state_layout() is the model's default, use_kv_type()); an error naming the problem when

@@ -1,10 +1,14 @@
 #include "model/weights_gguf.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <map>
 
 #include "core/log.h"
 #include "kernels/ggml_quants.h"
+#include "kernels/ggml_tiles.h"
 #include "kernels/weight_format.h"
 #include "model/tensor_map_gguf.h"
 
@@ -26,7 +30,7 @@ std::string dims_text(const std::vector<int64_t>& dims) {
 std::string bindable_types() {
     std::string s;
     for (const WeightFormat& f : kernels::weight_formats()) {
-        if (f.quantized() || !f.cpu_kernels) continue;  // MLX affine: not a ggml type
+        if (f.quantized() || !f.cpu_kernels || f.row_tiles()) continue;  // MLX affine, tiles: not ggml types
         s += (s.empty() ? "" : ", ") + std::string(f.name);
     }
     return s;
@@ -126,7 +130,47 @@ std::string blk(int64_t l) {
     return "blk." + std::to_string(l) + ".";
 }
 
+// `w` as row tiles in a buffer of `owned` (the view unchanged when its format has none); the whole pages
+// of the mapping it was read from are dropped from this process (MADV_DONTNEED on a read-only file
+// mapping: a later read faults them in again from the file, so nothing that reads the file breaks).
+uint64_t tile_view(WeightView* w, std::vector<std::vector<uint8_t>>* owned) {
+    const kernels::WeightType tiled = kernels::tiled_type(*w);
+    if (tiled == w->type || w->data == nullptr) return 0;
+    const uint64_t bytes = view_bytes(*w);
+    std::vector<uint8_t>& buf = owned->emplace_back(bytes);
+    const auto* src = static_cast<const uint8_t*>(w->data);
+    kernels::ggml_tile_rows(w->type, src, w->rows, w->cols, buf.data());
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t first = (reinterpret_cast<uintptr_t>(src) + page - 1) / page * page;
+    const uintptr_t last = (reinterpret_cast<uintptr_t>(src) + bytes) / page * page;
+    if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+    w->type = tiled;
+    w->data = buf.data();
+    return bytes;
+}
+
 }  // namespace
+
+uint64_t use_dense_row_tiles(ModelWeights* weights) {
+    uint64_t bytes = 0;
+    auto tile = [&](WeightView& w) { bytes += tile_view(&w, &weights->owned); };
+    auto tile_mlp = [&](ExpertWeights& e) {
+        tile(e.gate);
+        tile(e.up);
+        tile(e.down);
+    };
+    if (weights->lm_head.data != weights->embed.data) tile(weights->lm_head);
+    tile(weights->mtp.fc);
+    for (LayerWeights& l : weights->layers) {
+        for (WeightView* w : {&l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj, &l.attn.o_proj,
+                              &l.linear.in_qkvz, &l.linear.in_ba, &l.linear.in_qkv, &l.linear.in_z,
+                              &l.linear.in_b, &l.linear.in_a, &l.linear.out_proj})
+            tile(*w);
+        tile_mlp(l.moe_w.shared);
+        tile_mlp(l.dense_mlp);
+    }
+    return bytes;
+}
 
 WeightView gguf_matrix_view(const GgufTensor& tensor, const void* data, int64_t index) {
     const WeightFormat* f = kernels::ggml_weight_format(static_cast<uint32_t>(tensor.type));

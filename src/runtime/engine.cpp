@@ -336,8 +336,14 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     SLUICE_ASSIGN_OR_RETURN(const int device_index, runtime::parse_device(options.device));
     SLUICE_ASSIGN_OR_RETURN(auto model, model::Model::load(options.model_dir));
     SLUICE_RETURN_IF_ERROR(model->use_kv_type(kv_type, options.kv_window));
-    model->use_activations(options.cpu_int8_activations && device_index < 0 ? kernels::Activations::kInt8
-                                                                            : kernels::Activations::kF32);
+    // On the CPU with int8 activations the Q4_0 products take row tiles (kernels/ggml_tiles.h): the dense
+    // core's now, each routed expert's as its read lands (cpu_row_tiles below).
+    const bool cpu_int8 = options.cpu_int8_activations && device_index < 0;
+    model->use_activations(cpu_int8 ? kernels::Activations::kInt8 : kernels::Activations::kF32);
+    if (cpu_int8) {
+        if (const uint64_t tiled = model->use_row_tiles(); tiled > 0)
+            log::debug("[engine] {:.1f} MB of dense weights as row tiles", static_cast<double>(tiled) / 1e6);
+    }
     auto engine = std::shared_ptr<Engine>(new Engine());
     Impl& im = *engine->impl_;
     im.options = options;
@@ -391,6 +397,7 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         so.verify_reads = options.verify_reads;
         so.verify_first_reads = options.verify_first_reads;
         so.policy = options.cache_policy;
+        so.cpu_row_tiles = cpu_int8;
         so.floor_bytes = options.memory_floor_bytes > 0
                              ? options.memory_floor_bytes
                              : static_cast<uint64_t>(std::max<int64_t>(c.top_k, 1)) * plan.slot_bytes;

@@ -461,7 +461,7 @@ TEST(GgufLinear, EveryOpOverEveryBlockFormatOnEveryIsa) {
     const int64_t rows = 37, cols = 512, n = 5;
     int formats = 0;
     for (const kernels::WeightFormat& f : kernels::weight_formats()) {
-        if (!f.ggml_blocks()) continue;
+        if (!f.ggml_blocks() || f.row_tiles()) continue;  // tiles: ggml_tiles_test.cpp
         ++formats;
         SCOPED_TRACE(f.name);
         ASSERT_EQ(kernels::ggml_weight_format(static_cast<uint32_t>(f.ggml)), &f);
@@ -609,7 +609,7 @@ std::vector<uint8_t> random_rows(kernels::GgmlType type, int64_t rows, int64_t c
 TEST(GgufInt8, EveryBlockFormatHasIntegerKernels) {
     int formats = 0;
     for (const kernels::WeightFormat& f : kernels::weight_formats()) {
-        if (!f.ggml_blocks()) continue;
+        if (!f.ggml_blocks() || f.row_tiles()) continue;  // tiles: ggml_tiles_test.cpp
         ++formats;
         EXPECT_TRUE(f.int8_kernels) << f.name;
         kernels::WeightView w = int8_view(f, 1, 256, nullptr);
@@ -682,7 +682,7 @@ TEST(GgufInt8, FastMatchesTheDefinitionOnEveryIsa) {
     for_each_isa([&](const std::string& isa) {
         double worst = 0.0;
         for (const kernels::WeightFormat& f : kernels::weight_formats()) {
-            if (!f.ggml_blocks()) continue;
+            if (!f.ggml_blocks() || f.row_tiles()) continue;  // tiles: ggml_tiles_test.cpp
             SCOPED_TRACE(f.name);
             std::vector<int64_t> shapes = {256, 512, 2048, 4096};
             if (f.block_elems == 32) shapes.insert(shapes.end(), {32, 96, 288});  // lone trailing blocks
@@ -726,7 +726,7 @@ TEST(GgufInt8, EveryOpOverEveryBlockFormatOnEveryIsa) {
         *kernels::ggml_weight_format(static_cast<uint32_t>(kernels::GgmlType::kQ8_0));
     double worst_fast = 0.0, worst_act = 0.0;
     for (const kernels::WeightFormat& f : kernels::weight_formats()) {
-        if (!f.ggml_blocks()) continue;
+        if (!f.ggml_blocks() || f.row_tiles()) continue;  // tiles: ggml_tiles_test.cpp
         for (int64_t cols : {int64_t{512}, int64_t{f.block_elems == 32 ? 288 : 768}}) {
             SCOPED_TRACE(std::string(f.name) + " cols " + std::to_string(cols));
             const auto buf = random_rows(f.ggml, rows, cols, rng);

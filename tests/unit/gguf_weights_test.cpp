@@ -21,6 +21,7 @@
 #include "experts/expert_store.h"
 #include "format/gguf.h"
 #include "format/gguf_manifest.h"
+#include "kernels/ggml_tiles.h"
 #include "kernels/weight_format.h"
 #include "model/config_gguf.h"
 #include "model/model.h"
@@ -358,6 +359,40 @@ TEST(GgufStreamedExperts, EverySliceReadInPlaceAndADamagedOneNamed) {
         }
     }
     EXPECT_GT(misaligned, 0) << "no slice needed a covering read: the test proves less than it says";
+
+    // With cpu_row_tiles the Q4_0 slices are handed out as row tiles (kernels/ggml_tiles.h) whose rows are
+    // the file's, byte for byte.
+    so.cpu_row_tiles = true;
+    auto tiled = experts::ExpertStore::open(*sources, so);
+    ASSERT_TRUE(tiled.has_value()) << tiled.status().message();
+    int tiled_views = 0;
+    for (int64_t l = 0; l < config->n_layers; ++l) {
+        const std::string blk = "blk." + std::to_string(l) + ".ffn_";
+        for (int32_t e = 0; e < config->n_experts; e += 3) {
+            model::ExpertWeights got;
+            ASSERT_TRUE((*tiled)->acquire(l, std::span<const int32_t>(&e, 1), &got).is_ok());
+            const kernels::WeightView* views[3] = {&got.gate, &got.up, &got.down};
+            const char* names[3] = {"gate_exps.weight", "up_exps.weight", "down_exps.weight"};
+            for (int p = 0; p < 3; ++p) {
+                const format::GgufTensor* t = (*resident)->find(blk + names[p]);
+                const kernels::WeightView want = model::gguf_matrix_view(*t, t->data, e);
+                ASSERT_EQ(views[p]->type, kernels::tiled_type(want));
+                if (views[p]->type == want.type) continue;
+                ++tiled_views;
+                std::vector<uint8_t> row(want.row_bytes());
+                for (int64_t r = 0; r < want.rows; ++r) {
+                    kernels::ggml_untile_row(*views[p], r, row.data());
+                    ASSERT_EQ(std::memcmp(row.data(), static_cast<const uint8_t*>(want.data) + r * row.size(),
+                                          row.size()),
+                              0)
+                        << blk << names[p] << " expert " << e << " row " << r;
+                }
+            }
+            (*tiled)->release(l, std::span<const int32_t>(&e, 1));
+        }
+    }
+    EXPECT_GT(tiled_views, 0) << "no Q4_0 slice had row tiles: the test proves less than it says";
+    so.cpu_row_tiles = false;
 
     // One byte of layer 1's expert 3, up projection, flipped on disk.
     const format::GgufTensor* up = (*resident)->find("blk.1.ffn_up_exps.weight");

@@ -1027,7 +1027,7 @@ TEST(ThreadPool, CoversRangeExactlyOnceAndRunsNestedInline) {
                     grain);
                 for (int64_t i = 0; i < n; ++i)
                     ASSERT_EQ(hits[i].load(), 1) << threads << " " << n << " " << i;
-                EXPECT_LE(calls.load(), threads);
+                EXPECT_LE(calls.load(), 4 * threads);  // a few chunks per thread (kChunksPerThread)
             }
         }
     }

@@ -25,6 +25,7 @@
 #include "kernels/cpu/ggml_int8_isa.h"
 #include "kernels/cpu/isa_table.h"
 #include "kernels/ggml_quants.h"
+#include "kernels/ggml_tiles.h"
 #include "kernels/kernels.h"
 #include "kernels/weight_format.h"
 
@@ -134,10 +135,13 @@ void check_view(const WeightView& w) {
     const WeightFormat& f = weight_format(w.type);
     SLUICE_ASSERT(f.cpu_kernels && f.shape_error(w.cols, w.group_size) == nullptr);
     if (f.quantized()) SLUICE_ASSERT(w.scales != nullptr && w.biases != nullptr);
+    if (f.row_tiles()) SLUICE_ASSERT(w.rows % f.tile_rows == 0);
 }
 
-// Rows per task: enough work to amortise the dispatch, contiguous for the hardware prefetcher.
+// Rows per task: enough work to amortise the dispatch, contiguous for the hardware prefetcher; whole
+// row tiles (matvec_jobs' blocks of rows are never split).
 constexpr int64_t kMatvecGrainRows = 16;
+static_assert(kMatvecGrainRows % kQ4_0TileRows == 0);
 // matmul: rows dequantized per tile, and tokens per block (the activations of one block stay in L2
 // while every row tile of the thread's range passes over them).
 constexpr int64_t kTileRows = 4;
@@ -182,18 +186,22 @@ void rows_times_vectors(RowKernel kernel, const WeightView& w, const void* x, in
 // kInt8BlockRows that stay in L2 while the tokens pass over them.
 void linear_int8_ggml(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool,
                       bool blocked) {
-    const cpu::GgmlI8Kernels k = cpu::ggml_i8_kernels(weight_format(w.type).ggml, int8_isa().i8_name);
+    const cpu::GgmlI8Kernels k = cpu::ggml_i8_kernels(w.type, int8_isa().i8_name);
     const int64_t rows = w.rows, cols = w.cols, bytes = cpu::ggml_i8_prepared_bytes(cols);
     thread_local std::vector<uint8_t> prep_buf;
     if (static_cast<int64_t>(prep_buf.size()) < n * bytes) prep_buf.resize(static_cast<size_t>(n * bytes));
     uint8_t* prep = prep_buf.data();
     for (int64_t v = 0; v < n; ++v) k.prepare(x + v * cols, cols, prep + v * bytes);
     if (!blocked || n <= cpu::kRowVectors) {
-        run(pool, rows, kMatvecGrainRows, [&](int64_t r0, int64_t r1) {
+        // Split in whole tiles (1 row where rows are not tiled).
+        const int64_t unit = std::max(1, weight_format(w.type).tile_rows);
+        run(pool, rows / unit, kMatvecGrainRows / unit, [&](int64_t u0, int64_t u1) {
+            const int64_t r0 = u0 * unit, r1 = u1 * unit;
             rows_times_vectors(k.rows, w, prep, bytes, nullptr, 0, n, r0, r1, y + r0, rows);
         });
         return;
     }
+    static_assert(kInt8BlockRows % kQ4_0TileRows == 0);
     run(pool, (rows + kInt8BlockRows - 1) / kInt8BlockRows, 1, [&](int64_t b0, int64_t b1) {
         for (int64_t b = b0; b < b1; ++b) {
             const int64_t r0 = b * kInt8BlockRows, r1 = std::min(rows, r0 + kInt8BlockRows);
@@ -249,13 +257,22 @@ void linear_int8(const WeightView& w, const float* x, int64_t n, float* y, Threa
 // A ggml block format's rows [r0, r1) times n vectors (x + v·cols → y + v·ldy): each (row, vector) one
 // ggml_vec_dot of this ISA, so a result depends only on its row and its vector (matvec_batch's and
 // matvec_jobs' contract). The row's blocks stay in L1 while the vectors pass over them.
+// Row r of a ggml block view in the natural layout: in place, or (row tiles) put back into a thread_local
+// buffer — the f32 products and dequantisation of tiled weights (their int8 products have kernels).
+const uint8_t* ggml_natural_row(const WeightView& w, int64_t r) {
+    if (!weight_format(w.type).row_tiles())
+        return static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * w.row_bytes();
+    thread_local std::vector<uint8_t> buf;
+    if (buf.size() < w.row_bytes()) buf.resize(w.row_bytes());
+    ggml_untile_row(w, r, buf.data());
+    return buf.data();
+}
+
 void ggml_rows_times_vectors(const WeightView& w, const float* x, int64_t n, int64_t r0, int64_t r1, float* y,
                              int64_t ldy) {
     const GgmlDotFn dot = ggml_vec_dot_fn(weight_format(w.type).ggml);
-    const size_t row_bytes = w.row_bytes();
-    const auto* base = static_cast<const uint8_t*>(w.data);
     for (int64_t r = r0; r < r1; ++r) {
-        const uint8_t* row = base + static_cast<size_t>(r) * row_bytes;
+        const uint8_t* row = ggml_natural_row(w, r);
         for (int64_t v = 0; v < n; ++v) y[v * ldy + r] = dot(row, x + v * w.cols, w.cols);
     }
 }
@@ -263,11 +280,8 @@ void ggml_rows_times_vectors(const WeightView& w, const float* x, int64_t n, int
 // Rows [r0, r1) of a ggml block format dequantized into out[(r − r0)·cols] by the definition.
 void ggml_dequant_rows(const WeightView& w, int64_t r0, int64_t r1, float* out) {
     const GgmlType type = weight_format(w.type).ggml;
-    const size_t row_bytes = w.row_bytes();
     for (int64_t r = r0; r < r1; ++r)
-        reference::ggml_dequantize_row(
-            type, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * row_bytes, w.cols,
-            out + (r - r0) * w.cols);
+        reference::ggml_dequantize_row(type, ggml_natural_row(w, r), w.cols, out + (r - r0) * w.cols);
 }
 
 }  // namespace
@@ -362,7 +376,7 @@ void matvec_jobs(const MatvecJob* jobs, int64_t count, ThreadPool* pool) {
         if (w.int8_activations() && w.ggml_blocks()) {
             p.path = Path::kGgmlInt8;
             p.t = &int8_isa();
-            p.g = cpu::ggml_i8_kernels(weight_format(w.type).ggml, p.t->i8_name);
+            p.g = cpu::ggml_i8_kernels(w.type, p.t->i8_name);
             p.stride = cpu::ggml_i8_prepared_bytes(w.cols);
         } else if (w.int8_activations()) {
             p.path = Path::kInt8;

@@ -3,12 +3,16 @@
 // prepared codes and block scales — so a run on the portable ISA gives the reference's bits; the AVX-2
 // and AVX-512 VNNI tables hold the fast loops. The table follows the int8 IsaTable the dispatch uses
 // (kernels::cpu_int8_kernel_isa(): AVX-512 without VNNI takes AVX-2's), so testing::force_isa selects it.
+// Row tiles (Q4_0x16) are the exception: their portable path is the twin of the SIMD loops, the same
+// operations in the same order (ggml_int8_isa.h), so every ISA gives the same bits.
 #include <math.h>
 #include <string.h>
 
 #include "core/assert.h"
 #include "kernels/cpu/ggml_int8_isa.h"
 #include "kernels/ggml_quants.h"
+#include "kernels/ggml_tiles.h"
+#include "kernels/weight_format.h"
 
 namespace sluice::kernels::cpu {
 namespace {
@@ -21,6 +25,7 @@ void prepare_portable(const float* x, int64_t cols, uint8_t* prep) {
     auto* nls = reinterpret_cast<int32_t*>(prep + ggml_i8_nls_at(cols));
     auto* d = reinterpret_cast<float*>(prep + ggml_i8_d_at(cols));
     auto* xsb = reinterpret_cast<float*>(prep + ggml_i8_xsb_at(cols));
+    auto* qs = reinterpret_cast<int32_t*>(prep + ggml_i8_qs_at(cols));
     for (int64_t b = 0; b < cols / 32; ++b) {
         float amax = 0.0f;
         for (int64_t i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
@@ -35,6 +40,7 @@ void prepare_portable(const float* x, int64_t cols, uint8_t* prep) {
         }
         for (int64_t lane = 8 * b; lane < 8 * b + 8; ++lane) dl[lane] = d[b];
         xsb[b] = d[b] * static_cast<float>(sum);
+        qs[b] = sum;
     }
 }
 
@@ -53,6 +59,41 @@ void rows_portable(const WeightView& w, const RowVectors& v, int64_t r0, int64_t
     }
 }
 
+// Q4_0 row tiles (ggml_tiles.h): the twin of the AVX-2 and AVX-512 VNNI loops, their arithmetic written
+// out — per (row, vector) and block, in block order, the exact Σ code·q = Σ nibble·q − 8·qs_b, then
+// acc = fma((float)Σ, d_row · d_b, acc).
+void rows_q4_0x16(const WeightView& w, const RowVectors& v, int64_t r0, int64_t r1) {
+    const int64_t cols = w.cols, blocks = cols / 32;
+    const size_t row_bytes = w.row_bytes();
+    SLUICE_ASSERT(r0 % kQ4_0TileRows == 0 && r1 % kQ4_0TileRows == 0);
+    for (int64_t t0 = r0; t0 < r1; t0 += kQ4_0TileRows) {
+        const uint8_t* tile = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(t0) * row_bytes;
+        for (int64_t j = 0; j < v.n; ++j) {
+            const uint8_t* prep = static_cast<const uint8_t*>(v.x) + j * v.x_stride_bytes;
+            const auto* q = reinterpret_cast<const int8_t*>(prep);
+            const auto* d = reinterpret_cast<const float*>(prep + ggml_i8_d_at(cols));
+            const auto* qs = reinterpret_cast<const int32_t*>(prep + ggml_i8_qs_at(cols));
+            for (int64_t i = 0; i < kQ4_0TileRows; ++i) {
+                float acc = 0.0f;
+                for (int64_t b = 0; b < blocks; ++b) {
+                    const uint8_t* blk = tile + b * kQ4_0TileBlockBytes;
+                    const int8_t* qb = q + 32 * b;
+                    int32_t s = -8 * qs[b];
+                    for (int64_t k = 0; k < 4; ++k)
+                        for (int64_t e = 0; e < 4; ++e) {
+                            const uint8_t c = blk[32 + 64 * k + 4 * i + e];
+                            s += (c & 0x0F) * qb[4 * k + e] + (c >> 4) * qb[16 + 4 * k + e];
+                        }
+                    uint16_t h;
+                    memcpy(&h, blk + 2 * i, 2);
+                    acc = fmaf(static_cast<float>(s), f16_to_f32(h) * d[b], acc);
+                }
+                v.y[j * v.ldy + (t0 - r0) + i] = acc;
+            }
+        }
+    }
+}
+
 const GgmlI8Table kPortable = {
     "portable",
     prepare_portable,
@@ -67,6 +108,7 @@ const GgmlI8Table kPortable = {
     rows_portable<GgmlType::kIQ4_NL>,
     rows_portable<GgmlType::kIQ4_XS>,
     rows_portable<GgmlType::kMXFP4>,
+    rows_q4_0x16,
 };
 
 const GgmlI8Table& table_named(const char* i8_name) {
@@ -77,8 +119,9 @@ const GgmlI8Table& table_named(const char* i8_name) {
     return kPortable;
 }
 
-GgmlI8RowsFn rows_of(const GgmlI8Table& t, GgmlType type) {
-    switch (type) {
+GgmlI8RowsFn rows_of(const GgmlI8Table& t, WeightType wt) {
+    if (wt == WeightType::kGgmlQ4_0x16) return t.q4_0x16;
+    switch (weight_format(wt).ggml) {
         case GgmlType::kQ4_0: return t.q4_0;
         case GgmlType::kQ4_1: return t.q4_1;
         case GgmlType::kQ5_0: return t.q5_0;
@@ -96,7 +139,7 @@ GgmlI8RowsFn rows_of(const GgmlI8Table& t, GgmlType type) {
 
 }  // namespace
 
-GgmlI8Kernels ggml_i8_kernels(GgmlType type, const char* i8_name) {
+GgmlI8Kernels ggml_i8_kernels(WeightType type, const char* i8_name) {
     const GgmlI8Table& t = table_named(i8_name);
     const GgmlI8RowsFn rows = rows_of(t, type);
     SLUICE_ASSERT(rows != nullptr && "a ggml type without int8 kernels");

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "kernels/cpu/ggml_int8_isa.h"
+#include "kernels/ggml_tiles.h"
 
 #if defined(__x86_64__)
 namespace sluice::kernels::cpu {
@@ -40,12 +41,14 @@ void prepare(const float* x, int64_t cols, uint8_t* prep) {
     auto* nls = reinterpret_cast<int32_t*>(prep + ggml_i8_nls_at(cols));
     auto* d = reinterpret_cast<float*>(prep + ggml_i8_d_at(cols));
     auto* xsb = reinterpret_cast<float*>(prep + ggml_i8_xsb_at(cols));
+    auto* qs = reinterpret_cast<int32_t*>(prep + ggml_i8_qs_at(cols));
     const int64_t codes = ggml_i8_codes_bytes(cols), padded = ggml_i8_blocks_padded(cols);
     memset(q + cols, 0, static_cast<size_t>(codes - cols));
     memset(dl + cols / 4, 0, static_cast<size_t>(codes - cols));
     memset(nls + cols / 4, 0, static_cast<size_t>(codes - cols));
     memset(d + blocks, 0, static_cast<size_t>(4 * (padded - blocks)));
     memset(xsb + blocks, 0, static_cast<size_t>(4 * (padded - blocks)));
+    memset(qs + blocks, 0, static_cast<size_t>(4 * (padded - blocks)));
     const __m256 sign = _mm256_set1_ps(-0.0f);
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -78,7 +81,8 @@ void prepare(const float* x, int64_t cols, uint8_t* prep) {
         s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
         s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
         d[b] = db;
-        xsb[b] = db * static_cast<float>(_mm_cvtsi128_si32(s));
+        qs[b] = _mm_cvtsi128_si32(s);
+        xsb[b] = db * static_cast<float>(qs[b]);
     }
 }
 
@@ -417,12 +421,94 @@ void rows(const WeightView& w, const RowVectors& v, int64_t r0, int64_t r1) {
     }
 }
 
+// ---- row tiles (Q4_0x16, ggml_tiles.h) --------------------------------------------------------------
+//
+// As on AVX-512 (ggml_int8_avx512.cpp), 8 rows to a ymm: a tile is two passes over its blocks, rows 0-7
+// then 8-15 (the second half of each 64-byte chunk; the tile, 18 KB at 2048 inputs, is in L1/L2 for the
+// second pass), vectors in passes of up to 4 (16 ymm registers). Per block and vector the 8 vpmaddubsw of
+// the low and high nibbles against x's broadcast 4-code groups add up in int16 — each is at most
+// 2·15·127 in magnitude, their sum 30480 < 32767, so it is exact — and one vpmaddwd makes each row's
+// int32 Σ nibble·q; then −8·qs_b, one convert and one FMA, as the portable twin in its order.
+
+struct TileX {
+    const int8_t* q;
+    const float* d;
+    const int32_t* qs;
+};
+
+inline __m256i bcast4(const int8_t* p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+template <int kV>
+void tile_half_q4_0(const uint8_t* tile, int64_t blocks, int half, const TileX* x, float* y, int64_t ldy) {
+    __m256 acc[kV];
+    for (int j = 0; j < kV; ++j) acc[j] = _mm256_setzero_ps();
+    const __m256i low = _mm256_set1_epi8(0x0F), ones16 = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t* blk = tile + b * kQ4_0TileBlockBytes;
+        if (half == 0)
+            for (int o = 0; o < kQ4_0TileBlockBytes; o += 64)
+                _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + o), _MM_HINT_T0);
+        const __m256 dw = _mm256_cvtph_ps(load16(blk + 16 * half));
+        __m256i p[kV];
+        for (int j = 0; j < kV; ++j) p[j] = _mm256_setzero_si256();
+        for (int k = 0; k < 4; ++k) {
+            const __m256i c = load32(blk + 32 + 64 * k + 32 * half);
+            const __m256i lo = _mm256_and_si256(c, low), hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), low);
+            for (int j = 0; j < kV; ++j) {
+                const int8_t* xq = x[j].q + 32 * b;
+                p[j] = _mm256_add_epi16(p[j],
+                                        _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xq + 4 * k)),
+                                                         _mm256_maddubs_epi16(hi, bcast4(xq + 16 + 4 * k))));
+            }
+        }
+        for (int j = 0; j < kV; ++j) {
+            const __m256i s =
+                _mm256_add_epi32(_mm256_madd_epi16(p[j], ones16), _mm256_set1_epi32(-8 * x[j].qs[b]));
+            acc[j] =
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(x[j].d[b])), acc[j]);
+        }
+    }
+    for (int j = 0; j < kV; ++j) _mm256_storeu_ps(y + j * ldy + 8 * half, acc[j]);
+}
+
+void tile_q4_0(const uint8_t* tile, int64_t blocks, const TileX* x, int64_t n, float* y, int64_t ldy) {
+    for (int64_t j0 = 0; j0 < n; j0 += 4) {
+        const int64_t k = n - j0 < 4 ? n - j0 : 4;
+        for (int half = 0; half < 2; ++half) {
+            switch (k) {
+                case 1: tile_half_q4_0<1>(tile, blocks, half, x + j0, y + j0 * ldy, ldy); break;
+                case 2: tile_half_q4_0<2>(tile, blocks, half, x + j0, y + j0 * ldy, ldy); break;
+                case 3: tile_half_q4_0<3>(tile, blocks, half, x + j0, y + j0 * ldy, ldy); break;
+                default: tile_half_q4_0<4>(tile, blocks, half, x + j0, y + j0 * ldy, ldy); break;
+            }
+        }
+    }
+}
+
+void rows_q4_0x16(const WeightView& w, const RowVectors& v, int64_t r0, int64_t r1) {
+    const int64_t cols = w.cols, blocks = cols / 32;
+    const size_t row_bytes = w.row_bytes();
+    TileX x[kRowVectors];
+    for (int64_t j = 0; j < v.n; ++j) {
+        const uint8_t* p = static_cast<const uint8_t*>(v.x) + j * v.x_stride_bytes;
+        x[j] = {reinterpret_cast<const int8_t*>(p), reinterpret_cast<const float*>(p + ggml_i8_d_at(cols)),
+                reinterpret_cast<const int32_t*>(p + ggml_i8_qs_at(cols))};
+    }
+    for (int64_t t0 = r0; t0 < r1; t0 += kQ4_0TileRows)
+        tile_q4_0(static_cast<const uint8_t*>(w.data) + static_cast<size_t>(t0) * row_bytes, blocks, x, v.n,
+                  v.y + (t0 - r0), v.ldy);
+}
+
 }  // namespace
 
 const GgmlI8Table kGgmlI8Avx2 = {
     "avx2",      prepare,     rows<Q4_0>,        rows<Q4_1>,       rows<Q5_0>,
     rows<Q5_1>,  rows<Q8_0>,  rows<Q45K<false>>, rows<Q45K<true>>, rows<Q6K>,
-    rows<Iq4Nl>, rows<Iq4Xs>, rows<Mxfp4>,
+    rows<Iq4Nl>, rows<Iq4Xs>, rows<Mxfp4>,       rows_q4_0x16,
 };
 
 }  // namespace sluice::kernels::cpu

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "kernels/cpu/ggml_int8_isa.h"
+#include "kernels/ggml_tiles.h"
 
 #if defined(__x86_64__)
 #define SLUICE_VNNI __attribute__((target("avx512vnni")))
@@ -57,12 +58,14 @@ SLUICE_VNNI void prepare(const float* x, int64_t cols, uint8_t* prep) {
     auto* nls = reinterpret_cast<int32_t*>(prep + ggml_i8_nls_at(cols));
     auto* d = reinterpret_cast<float*>(prep + ggml_i8_d_at(cols));
     auto* xsb = reinterpret_cast<float*>(prep + ggml_i8_xsb_at(cols));
+    auto* qs = reinterpret_cast<int32_t*>(prep + ggml_i8_qs_at(cols));
     const int64_t codes = ggml_i8_codes_bytes(cols), padded = ggml_i8_blocks_padded(cols);
     memset(q + cols, 0, static_cast<size_t>(codes - cols));
     memset(dl + cols / 4, 0, static_cast<size_t>(codes - cols));
     memset(nls + cols / 4, 0, static_cast<size_t>(codes - cols));
     memset(d + blocks, 0, static_cast<size_t>(4 * (padded - blocks)));
     memset(xsb + blocks, 0, static_cast<size_t>(4 * (padded - blocks)));
+    memset(qs + blocks, 0, static_cast<size_t>(4 * (padded - blocks)));
     const __m256i ones8 = _mm256_set1_epi8(1);
     const __m256i ones16 = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < blocks; ++b) {
@@ -80,7 +83,8 @@ SLUICE_VNNI void prepare(const float* x, int64_t cols, uint8_t* prep) {
                             _mm256_sub_epi32(_mm256_setzero_si256(), lanes));
         _mm256_storeu_ps(dl + 8 * b, _mm256_set1_ps(db));
         d[b] = db;
-        xsb[b] = db * static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
+        qs[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        xsb[b] = db * static_cast<float>(qs[b]);
     }
 }
 
@@ -504,11 +508,86 @@ SLUICE_VNNI void rows(const WeightView& w, const RowVectors& v, int64_t r0, int6
     for (; r < r1; ++r) passes<T, 1>(base + r * row_bytes, row_bytes, cols, p, v.n, v.y + (r - r0), v.ldy);
 }
 
+// ---- row tiles (Q4_0x16, ggml_tiles.h) --------------------------------------------------------------
+//
+// A tile's 16 rows in the 16 lanes. Per block: the 16 rows' scales by one f16 -> f32 convert, 4 loads of
+// 64 code bytes (16 rows x 8 nibbles), low and high nibbles by mask and shift; per vector 8 vpdpbusd
+// against x's 4-code groups broadcast to every lane (chunk k's low nibbles meet the block's x[4k..4k+3],
+// its high ones x[16+4k..16+4k+3]) in two chains, one from -8·qs_b; then one convert and one FMA with
+// the rows' scales x x's d. Each (row, vector) lane sees the operations of the portable twin
+// (ggml_int8.cpp), in its order. No horizontal sums: a tile's 16 results are one store.
+
+// Vector j's prepared arrays for the tiles.
+struct TileX {
+    const int8_t* q;
+    const float* d;
+    const int32_t* qs;
+};
+
+template <int kV>
+SLUICE_VNNI void tile_q4_0(const uint8_t* tile, int64_t blocks, const TileX* x, float* y, int64_t ldy) {
+    __m512 acc[kV];
+    for (int j = 0; j < kV; ++j) acc[j] = _mm512_setzero_ps();
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t* blk = tile + b * kQ4_0TileBlockBytes;
+        for (int o = 0; o < kQ4_0TileBlockBytes; o += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + o), _MM_HINT_T0);
+        const __m512 dw = _mm512_cvtph_ps(load32(blk));
+        __m512i lo[4], hi[4];
+        for (int k = 0; k < 4; ++k) {
+            const __m512i c = _mm512_loadu_si512(blk + 32 + 64 * k);
+            lo[k] = _mm512_and_si512(c, low);
+            hi[k] = _mm512_and_si512(_mm512_srli_epi16(c, 4), low);
+        }
+        for (int j = 0; j < kV; ++j) {
+            const int8_t* xq = x[j].q + 32 * b;
+            __m512i s0 = _mm512_set1_epi32(-8 * x[j].qs[b]), s1 = _mm512_setzero_si512();
+            for (int k = 0; k < 4; ++k) {
+                s0 = _mm512_dpbusd_epi32(s0, lo[k],
+                                         _mm512_set1_epi32(static_cast<int>(
+                                             u32_at(reinterpret_cast<const uint8_t*>(xq + 4 * k)))));
+                s1 = _mm512_dpbusd_epi32(s1, hi[k],
+                                         _mm512_set1_epi32(static_cast<int>(
+                                             u32_at(reinterpret_cast<const uint8_t*>(xq + 16 + 4 * k)))));
+            }
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
+                                     _mm512_mul_ps(dw, _mm512_set1_ps(x[j].d[b])), acc[j]);
+        }
+    }
+    for (int j = 0; j < kV; ++j) _mm512_storeu_ps(y + j * ldy, acc[j]);
+}
+
+SLUICE_VNNI void rows_q4_0x16(const WeightView& w, const RowVectors& v, int64_t r0, int64_t r1) {
+    const int64_t cols = w.cols, blocks = cols / 32;
+    const size_t row_bytes = w.row_bytes();
+    TileX x[kRowVectors];
+    for (int64_t j = 0; j < v.n; ++j) {
+        const uint8_t* p = static_cast<const uint8_t*>(v.x) + j * v.x_stride_bytes;
+        x[j] = {reinterpret_cast<const int8_t*>(p), reinterpret_cast<const float*>(p + ggml_i8_d_at(cols)),
+                reinterpret_cast<const int32_t*>(p + ggml_i8_qs_at(cols))};
+    }
+    for (int64_t t0 = r0; t0 < r1; t0 += kQ4_0TileRows) {
+        const uint8_t* tile = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(t0) * row_bytes;
+        float* y = v.y + (t0 - r0);
+        switch (v.n) {
+            case 1: tile_q4_0<1>(tile, blocks, x, y, v.ldy); break;
+            case 2: tile_q4_0<2>(tile, blocks, x, y, v.ldy); break;
+            case 3: tile_q4_0<3>(tile, blocks, x, y, v.ldy); break;
+            case 4: tile_q4_0<4>(tile, blocks, x, y, v.ldy); break;
+            case 5: tile_q4_0<5>(tile, blocks, x, y, v.ldy); break;
+            case 6: tile_q4_0<6>(tile, blocks, x, y, v.ldy); break;
+            case 7: tile_q4_0<7>(tile, blocks, x, y, v.ldy); break;
+            default: tile_q4_0<8>(tile, blocks, x, y, v.ldy); break;
+        }
+    }
+}
+
 }  // namespace
 
 const GgmlI8Table kGgmlI8Avx512Vnni = {
     "avx512-vnni",     prepare,          rows<Q4_0>, rows<Q4_1>,  rows<Q5_0>,  rows<Q5_1>,  rows<Q8_0>,
-    rows<Q45K<false>>, rows<Q45K<true>>, rows<Q6K>,  rows<Iq4Nl>, rows<Iq4Xs>, rows<Mxfp4>,
+    rows<Q45K<false>>, rows<Q45K<true>>, rows<Q6K>,  rows<Iq4Nl>, rows<Iq4Xs>, rows<Mxfp4>, rows_q4_0x16,
 };
 
 }  // namespace sluice::kernels::cpu

@@ -12,11 +12,18 @@
 //   nls  int32[P / 4]    −(q[4L] + q[4L+1] + q[4L+2] + q[4L+3])
 //   d    f32  [B]        d per block
 //   xsb  f32  [B]        d_b · Σ_{i∈b} q_i, rounded to f32
+//   qs   int32[B]        Σ_{i∈b} q_i (the row tiles' offset term, −8·Σq, in integers)
 // A row kernel takes each 4 codes' integer dot in a lane (vpdpbusd and vpmaddubsw + vpmaddwd both sum
 // bytes 4L..4L+3 into lane L), so the per-lane arrays line up with the integer sums of either ISA.
 // A code stored unsigned with an offset (Q4_0: nibble = code + 8) starts its lane at offset·nls, so the
 // lane holds Σ code·q exactly; a per-block bias (Q4_1/Q5_1: m; Q4_K/Q5_K: −dmin·m_s) meets Σq through
 // nls or xsb.
+//
+// Row tiles (Q4_0x16, ggml_tiles.h) have kernels of their own (`q4_0x16`): a tile's 16 rows in the lanes,
+// each block's integer sum Σ code·q = Σ nibble·q − 8·qs_b exact, then per block, in block order, one f32
+// FMA acc += (float)(Σ code·q) · (d_row · d_b) per (row, vector) — the same operations on every ISA, so
+// the portable twin (ggml_int8.cpp) and the AVX-2 and AVX-512 VNNI loops give the same bits. Their rows
+// [r0, r1) are whole tiles.
 #pragma once
 
 #include <cstdint>
@@ -45,9 +52,12 @@ static inline int64_t ggml_i8_d_at(int64_t cols) {
 static inline int64_t ggml_i8_xsb_at(int64_t cols) {
     return 3 * ggml_i8_codes_bytes(cols) + 4 * ggml_i8_blocks_padded(cols);
 }
+static inline int64_t ggml_i8_qs_at(int64_t cols) {
+    return 3 * ggml_i8_codes_bytes(cols) + 8 * ggml_i8_blocks_padded(cols);
+}
 // Bytes of one prepared vector (a multiple of 64).
 static inline int64_t ggml_i8_prepared_bytes(int64_t cols) {
-    return 3 * ggml_i8_codes_bytes(cols) + 8 * ggml_i8_blocks_padded(cols);
+    return 3 * ggml_i8_codes_bytes(cols) + 12 * ggml_i8_blocks_padded(cols);
 }
 
 // Rows [r0, r1) of a ggml block view times each prepared vector (RowVectors: x the prepared vectors,
@@ -62,6 +72,7 @@ struct GgmlI8Table {
     const char* i8_name;  // the int8 IsaTable it goes with: "avx512-vnni", "avx2"
     GgmlI8PrepareFn prepare;
     GgmlI8RowsFn q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4;
+    GgmlI8RowsFn q4_0x16;  // row tiles: rows [r0, r1) whole tiles
 };
 
 #if defined(__x86_64__)
@@ -69,12 +80,13 @@ extern const GgmlI8Table kGgmlI8Avx2;
 extern const GgmlI8Table kGgmlI8Avx512Vnni;
 #endif
 
-// The prepare and rows functions of `type` on the int8 ISA named i8_name (IsaTable::i8_name): its
-// table's, or the portable path's (the definition).
+// The prepare and rows functions of weight format `type` (a ggml block format) on the int8 ISA named
+// i8_name (IsaTable::i8_name): its table's, or the portable path's (the definition; for row tiles their
+// twin).
 struct GgmlI8Kernels {
     GgmlI8PrepareFn prepare;
     GgmlI8RowsFn rows;
 };
-GgmlI8Kernels ggml_i8_kernels(GgmlType type, const char* i8_name);
+GgmlI8Kernels ggml_i8_kernels(WeightType type, const char* i8_name);
 
 }  // namespace sluice::kernels::cpu

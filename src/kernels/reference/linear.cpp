@@ -11,6 +11,7 @@
 
 #include "core/assert.h"
 #include "kernels/ggml_quants.h"
+#include "kernels/ggml_tiles.h"
 #include "kernels/kernels.h"
 #include "kernels/weight_format.h"
 
@@ -88,16 +89,24 @@ void matvec_int8(const WeightView& w, const float* x, float* y) {
     }
 }
 
+// Row r of a ggml block view in the natural layout: in place, or (row tiles) put back into `buf`.
+const uint8_t* ggml_row(const WeightView& w, int64_t r, std::vector<uint8_t>& buf) {
+    if (!weight_format(w.type).row_tiles())
+        return static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * w.row_bytes();
+    buf.resize(w.row_bytes());
+    ggml_untile_row(w, r, buf.data());
+    return buf.data();
+}
+
 // A ggml block format's int8-activation product, each row by ggml_vec_dot_int8 (the definition).
 void matvec_int8_ggml(const WeightView& w, const float* x, float* y) {
     std::vector<int8_t> q(static_cast<size_t>(w.cols));
     std::vector<float> d(static_cast<size_t>(w.cols / 32));
+    std::vector<uint8_t> buf;
     quantize_int8(x, w.cols, q.data(), d.data());
     const GgmlType type = weight_format(w.type).ggml;
     for (int64_t r = 0; r < w.rows; ++r)
-        y[r] = ggml_vec_dot_int8(type,
-                                 static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * w.row_bytes(),
-                                 q.data(), d.data(), w.cols);
+        y[r] = ggml_vec_dot_int8(type, ggml_row(w, r, buf), q.data(), d.data(), w.cols);
 }
 
 }  // namespace
@@ -136,9 +145,8 @@ void dequantize_row(const WeightView& w, int64_t row, float* out) {
     SLUICE_ASSERT(row >= 0 && row < w.rows);
     const WeightFormat& f = weight_format(w.type);
     if (f.ggml_blocks()) {  // the same definition as reference_element, a row at a time
-        ggml_dequantize_row(f.ggml,
-                            static_cast<const uint8_t*>(w.data) + static_cast<size_t>(row) * w.row_bytes(),
-                            w.cols, out);
+        std::vector<uint8_t> buf;
+        ggml_dequantize_row(f.ggml, ggml_row(w, row, buf), w.cols, out);
         return;
     }
     const auto element = f.reference_element;
