@@ -713,6 +713,21 @@ GOLDENS = [
         "group NOT renormalised, scale 1, two shared experts (one MLP of 2 x 32)",
     },
     {
+        "name": "deepseek_v3_mlx_q4",
+        "family": "deepseek_v3",
+        "layout": "mlx",
+        "bits": 4,
+        "group_size": 64,
+        "config": _deepseek_v3_cfg(h=128, nh=4, q_lora=64, kv_lora=64, nope=64, rope=32, vdim=32, inter=128,
+                                   moe_i=64, e=8, k=2, groups=2, topk_groups=1, scale=1.5, shared=1, norm_topk=True,
+                                   first_dense=1, interleave=True, v=256, layers=3, nextn=0, yarn=None),
+        "config_writer": "save_pretrained",
+        "f32_tensors": ("e_score_correction_bias",),
+        "notes": "DeepSeek-V3 as current mlx-lm writes it: kv_b_proj split into self_attn.embed_q [heads, latent, "
+        "nope] and self_attn.unembed_out [heads, v, latent] (MultiLinear, 4-bit gs64 along their last axes), "
+        "switch_mlp stacked experts, the router (MoEGate) bf16 and its bias F32; 2 groups keep 1",
+    },
+    {
         "name": "qwen3_moe_hf_bf16",
         "family": "qwen3_moe",
         "layout": "hf",
@@ -1049,7 +1064,47 @@ def hf_to_mem(family: str, hf: dict, mem_names: set) -> dict:
     return {back.get(n, n): a for n, a in out.items()}
 
 
-def hf_to_mlx_names(family: str, hf: dict) -> dict:
+# DeepSeek-V3 in mlx-lm (deepseek_v3.py sanitize): kv_b_proj [heads·(nope + v), latent] becomes two
+# MultiLinear weights, embed_q [heads, latent, nope] (W_UKᵀ per head: the absorbed query's) and
+# unembed_out [heads, v, latent] (W_UV), each quantized along its last axis like any Linear.
+_KV_B_RE = re.compile(r"^(.*\.self_attn)\.kv_b_proj\.weight$")
+
+
+def _split_kv_b(hf: dict, dims: dict) -> dict:
+    out = {}
+    nh, nope, v = dims["heads"], dims["nope"], dims["v"]
+    for n, a in hf.items():
+        m = _KV_B_RE.match(n)
+        if not m:
+            out[n] = a
+            continue
+        w = a.reshape(nh, nope + v, a.shape[-1])
+        out[m.group(1) + ".embed_q.weight"] = np.ascontiguousarray(w[:, :nope, :].transpose(0, 2, 1))
+        out[m.group(1) + ".unembed_out.weight"] = np.ascontiguousarray(w[:, nope:, :])
+    return out
+
+
+def _join_kv_b(mlx: dict) -> dict:
+    out = dict(mlx)
+    for n in list(mlx):
+        if n.endswith(".self_attn.embed_q.weight"):
+            base = n[: -len(".embed_q.weight")]
+            wk = out.pop(n).transpose(0, 2, 1)  # [heads, nope, latent]
+            wv = out.pop(base + ".unembed_out.weight")  # [heads, v, latent]
+            out[base + ".kv_b_proj.weight"] = np.concatenate([wk, wv], axis=1).reshape(-1, wk.shape[-1])
+    return out
+
+
+def mla_dims(config: dict) -> dict | None:
+    c = config.get("text_config", config)
+    if "kv_lora_rank" not in c:
+        return None
+    return {"heads": c["num_attention_heads"], "nope": c["qk_nope_head_dim"], "v": c["v_head_dim"]}
+
+
+def hf_to_mlx_names(family: str, hf: dict, dims: dict | None = None) -> dict:
+    if family == "deepseek_v3":
+        return _hf_to_mlx_names_generic(family, _split_kv_b(hf, dims))
     if family != "mixtral":
         return _hf_to_mlx_names_generic(family, hf)
     out = _hf_to_mlx_names_generic("qwen3_moe", {_mixtral_to_q(n): a for n, a in hf.items()})
@@ -1057,6 +1112,8 @@ def hf_to_mlx_names(family: str, hf: dict) -> dict:
 
 
 def mlx_to_hf_names(family: str, mlx: dict) -> dict:
+    if family == "deepseek_v3":
+        return _mlx_to_hf_names_generic(family, _join_kv_b(mlx))
     if family != "mixtral":
         return _mlx_to_hf_names_generic(family, mlx)
     out = _mlx_to_hf_names_generic("qwen3_moe", {_mixtral_to_q(n): a for n, a in mlx.items()})
@@ -1068,8 +1125,8 @@ def mlx_quant_override(family: str, name: str):
     (MoEGate, not a Linear) is not quantised at all: False."""
     if family in ("qwen2_moe", "mixtral"):  # mlx-lm's qwen2_moe.py / mixtral.py have no quant_predicate
         return None
-    if name.endswith("mlp.gate.weight"):
-        return False if family == "glm4_moe" else {"group_size": 64, "bits": 8}
+    if name.endswith("mlp.gate.weight"):  # GLM's and DeepSeek's MoEGate is no Linear: kept float
+        return False if family in ("glm4_moe", "deepseek_v3") else {"group_size": 64, "bits": 8}
     if family in ("qwen3_next", "qwen3_5_moe") and name.endswith("mlp.shared_expert_gate.weight"):
         return {"group_size": 64, "bits": 8}
     return None
@@ -1489,7 +1546,7 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
         qblock = None
     else:
         hf_rounded = {n: (a if any(n.endswith(t) for t in f32_tensors) else round_bf16(a)) for n, a in hf.items()}
-        mlx = hf_to_mlx_names(fam, hf_rounded)
+        mlx = hf_to_mlx_names(fam, hf_rounded, mla_dims(golden["config"]))
         stored, qblock = build_mlx_checkpoint(fam, mlx, golden["bits"], golden["group_size"], f32_tensors)
         back_hf = mlx_to_hf_names(fam, read_mlx_checkpoint(stored, qblock))
         meta = {"format": "mlx"}

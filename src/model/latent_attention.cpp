@@ -86,21 +86,54 @@ void Model::latent_attention_layer(const LatentAttentionPlan& P, const LayerWeig
         }
     }
 
-    // Absorb W_UK into the queries: q_lat[t, h] = Σ_j q_nope[t, h, j] · kv_b[h·unit + j, :], each weight
-    // row dequantized once for every token of the step (and each token's sum in the same order
-    // whatever the step's size).
-    for_heads(nh, pool, [&](int64_t h0, int64_t h1) {
-        thread_local std::vector<float> wrow;
-        if (wrow.size() < static_cast<size_t>(L)) wrow.resize(static_cast<size_t>(L));
-        for (int64_t h = h0; h < h1; ++h) {
-            for (int64_t t = 0; t < n; ++t) std::fill_n(qabs + (t * nh + h) * cd, L, 0.0f);
-            for (int64_t j = 0; j < nope; ++j) {
-                kernels::dequantize_row(a.kv_b_proj, h * unit + j, wrow.data());
-                for (int64_t t = 0; t < n; ++t)
-                    kernels::axpy(q[(t * nh + h) * qd + j], wrow.data(), L, qabs + (t * nh + h) * cd);
-            }
+    // Absorb W_UK into the queries. From kv_b: q_lat[t, h] = Σ_j q_nope[t, h, j] · kv_b[h·unit + j, :], each
+    // weight row dequantized once for every token of the step (and each token's sum in the same order
+    // whatever the step's size). From mlx-lm's embed_q (W_UKᵀ stored per head): a product per head.
+    std::vector<kernels::WeightView>& views = ws.latent_uv;
+    views.resize(static_cast<size_t>(nh));
+    std::vector<kernels::MatvecJob>& jobs = ws.jobs;
+    // Per head over the step's rows, head-major in and out: x [nh, n, cols] → y [nh, n, rows]; the
+    // single-token rows through one matvec_jobs dispatch, the rest through matmul (workspace.h linear_rows).
+    auto per_head = [&](const float* x, int64_t cols, float* y, int64_t rows) {
+        if (singles > 0) {
+            jobs.clear();
+            for (int64_t h = 0; h < nh; ++h)
+                jobs.push_back({&views[static_cast<size_t>(h)], x + h * n * cols, singles, y + h * n * rows});
+            kernels::matvec_jobs(jobs.data(), static_cast<int64_t>(jobs.size()), pool);
         }
-    });
+        if (n > singles)
+            for (int64_t h = 0; h < nh; ++h)
+                kernels::matmul(views[static_cast<size_t>(h)], x + (h * n + singles) * cols, n - singles,
+                                y + (h * n + singles) * rows, pool);
+    };
+    if (a.embed_q.data != nullptr) {
+        float* qn = grow(ws.expert_in, nh * n * nope);  // [nh, n, nope]
+        float* ql = grow(ws.expert_out, nh * n * L);    // [nh, n, L]
+        for (int64_t h = 0; h < nh; ++h) {
+            views[static_cast<size_t>(h)] = kernels::row_slice(a.embed_q, h * L, L);
+            for (int64_t t = 0; t < n; ++t)
+                std::memcpy(qn + (h * n + t) * nope, q + (t * nh + h) * qd,
+                            sizeof(float) * static_cast<size_t>(nope));
+        }
+        per_head(qn, nope, ql, L);
+        for (int64_t h = 0; h < nh; ++h)
+            for (int64_t t = 0; t < n; ++t)
+                std::memcpy(qabs + (t * nh + h) * cd, ql + (h * n + t) * L,
+                            sizeof(float) * static_cast<size_t>(L));
+    } else {
+        for_heads(nh, pool, [&](int64_t h0, int64_t h1) {
+            thread_local std::vector<float> wrow;
+            if (wrow.size() < static_cast<size_t>(L)) wrow.resize(static_cast<size_t>(L));
+            for (int64_t h = h0; h < h1; ++h) {
+                for (int64_t t = 0; t < n; ++t) std::fill_n(qabs + (t * nh + h) * cd, L, 0.0f);
+                for (int64_t j = 0; j < nope; ++j) {
+                    kernels::dequantize_row(a.kv_b_proj, h * unit + j, wrow.data());
+                    for (int64_t t = 0; t < n; ++t)
+                        kernels::axpy(q[(t * nh + h) * qd + j], wrow.data(), L, qabs + (t * nh + h) * cd);
+                }
+            }
+        });
+    }
 
     for (const BatchLayout::Part& p : b.parts) {
         ModelState::Layer& st = p.state->layers[static_cast<size_t>(layer)];
@@ -131,26 +164,17 @@ void Model::latent_attention_layer(const LatentAttentionPlan& P, const LayerWeig
         }
     }
 
-    // Per head, its values from its latent output: W_UV[h] (its v rows of kv_b) over the head's rows.
+    // Per head, its values from its latent output: W_UV[h] (its v rows of kv_b, or unembed_out's) over the
+    // head's rows.
     for (int64_t h = 0; h < nh; ++h)
         for (int64_t t = 0; t < n; ++t)
             std::memcpy(olat + (h * n + t) * L, out + (t * nh + h) * cd,
                         sizeof(float) * static_cast<size_t>(L));
-    std::vector<kernels::WeightView>& uv = ws.latent_uv;
-    uv.resize(static_cast<size_t>(nh));
     for (int64_t h = 0; h < nh; ++h)
-        uv[static_cast<size_t>(h)] = kernels::row_slice(a.kv_b_proj, h * unit + nope, vd);
-    if (singles > 0) {
-        std::vector<kernels::MatvecJob>& jobs = ws.jobs;
-        jobs.clear();
-        for (int64_t h = 0; h < nh; ++h)
-            jobs.push_back({&uv[static_cast<size_t>(h)], olat + h * n * L, singles, vout + h * n * vd});
-        kernels::matvec_jobs(jobs.data(), static_cast<int64_t>(jobs.size()), pool);
-    }
-    if (n > singles)
-        for (int64_t h = 0; h < nh; ++h)
-            kernels::matmul(uv[static_cast<size_t>(h)], olat + (h * n + singles) * L, n - singles,
-                            vout + (h * n + singles) * vd, pool);
+        views[static_cast<size_t>(h)] = a.unembed_out.data != nullptr
+                                            ? kernels::row_slice(a.unembed_out, h * vd, vd)
+                                            : kernels::row_slice(a.kv_b_proj, h * unit + nope, vd);
+    per_head(olat, L, vout, vd);
     for (int64_t t = 0; t < n; ++t)
         for (int64_t h = 0; h < nh; ++h)
             std::memcpy(heads_out + (t * nh + h) * vd, vout + (h * n + t) * vd,

@@ -206,7 +206,8 @@ void Model::use_activations(kernels::Activations activations) {
         // discretely (llama.cpp keeps router weights in f32 for the same reason).
         for (WeightView* w : {&l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj, &l.attn.o_proj,
                               &l.linear.in_qkvz, &l.linear.in_ba, &l.linear.in_qkv, &l.linear.in_z,
-                              &l.linear.in_b, &l.linear.in_a, &l.linear.out_proj})
+                              &l.linear.in_b, &l.linear.in_a, &l.linear.out_proj, &l.attn.q_a_proj,
+                              &l.attn.q_b_proj, &l.attn.kv_a_proj, &l.attn.embed_q, &l.attn.unembed_out})
             set(*w);
         for (ExpertWeights& e : l.moe_w.experts) set_mlp(e);
         set_mlp(l.moe_w.shared);

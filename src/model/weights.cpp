@@ -236,12 +236,27 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
             SLUICE_ASSIGN_OR_RETURN(
                 a.kv_a_proj, b.linear(att + "kv_a_proj_with_mqa", cfg.kv_lora_rank + cfg.qk_rope_dim, H));
             SLUICE_ASSIGN_OR_RETURN(a.kv_a_norm, b.floats(att + "kv_a_layernorm.weight", cfg.kv_lora_rank));
-            SLUICE_ASSIGN_OR_RETURN(
-                a.kv_b_proj,
-                b.linear(att + "kv_b_proj", nh * (cfg.qk_nope_dim + cfg.v_head_dim), cfg.kv_lora_rank));
+            if (b.find(att + "embed_q.weight") != nullptr) {
+                // mlx-lm's per-head MultiLinear pair [nh, rows, cols]: one view over the stacked heads.
+                auto stacked = [&](const std::string& path, int64_t rows,
+                                   int64_t cols) -> Expected<WeightView> {
+                    SLUICE_ASSIGN_OR_RETURN(auto heads, b.linear_stack(path, nh, rows, cols));
+                    WeightView all = heads[0];
+                    all.rows = nh * rows;
+                    return all;
+                };
+                SLUICE_ASSIGN_OR_RETURN(a.embed_q,
+                                        stacked(att + "embed_q", cfg.kv_lora_rank, cfg.qk_nope_dim));
+                SLUICE_ASSIGN_OR_RETURN(a.unembed_out,
+                                        stacked(att + "unembed_out", cfg.v_head_dim, cfg.kv_lora_rank));
+            } else {
+                SLUICE_ASSIGN_OR_RETURN(
+                    a.kv_b_proj,
+                    b.linear(att + "kv_b_proj", nh * (cfg.qk_nope_dim + cfg.v_head_dim), cfg.kv_lora_rank));
+            }
             SLUICE_ASSIGN_OR_RETURN(a.o_proj, b.linear(att + "o_proj", H, nh * cfg.v_head_dim));
-            for (const WeightView* v :
-                 {&a.q_a_proj, &a.q_b_proj, &a.q_proj, &a.kv_a_proj, &a.kv_b_proj, &a.o_proj})
+            for (const WeightView* v : {&a.q_a_proj, &a.q_b_proj, &a.q_proj, &a.kv_a_proj, &a.kv_b_proj,
+                                        &a.embed_q, &a.unembed_out, &a.o_proj})
                 if (v->data != nullptr) mw.dense_bytes += view_bytes(*v);
         } else if (cfg.is_full_attention(l)) {
             AttentionWeights& a = lw.attn;

@@ -50,10 +50,13 @@ struct AttentionWeights {
     std::vector<float> v_bias;
     // Multi-head latent attention (plan.h LatentAttentionPlan; q_proj [nh·(nope+rope), H] when there is no
     // q bottleneck, o_proj [H, nh·v]).
-    WeightView q_a_proj;           // [q_lora_rank, H]
-    WeightView q_b_proj;           // [nh·(nope+rope), q_lora_rank]
-    WeightView kv_a_proj;          // [kv_lora_rank + rope, H] (kv_a_proj_with_mqa)
-    WeightView kv_b_proj;          // [nh·(nope+v), kv_lora_rank]: per head its nope rows, then its v rows
+    WeightView q_a_proj;   // [q_lora_rank, H]
+    WeightView q_b_proj;   // [nh·(nope+rope), q_lora_rank]
+    WeightView kv_a_proj;  // [kv_lora_rank + rope, H] (kv_a_proj_with_mqa)
+    WeightView kv_b_proj;  // [nh·(nope+v), kv_lora_rank]: per head its nope rows, then its v rows
+    // mlx-lm's split of kv_b_proj (its deepseek_v3 sanitize), when the checkpoint has it instead:
+    WeightView embed_q;            // [nh·kv_lora_rank, nope]: per head W_UKᵀ (the absorbed query's rows)
+    WeightView unembed_out;        // [nh·v, kv_lora_rank]: per head W_UV
     std::vector<float> q_a_norm;   // [q_lora_rank]
     std::vector<float> kv_a_norm;  // [kv_lora_rank]
 };

@@ -62,11 +62,55 @@ TEST(CudaLatent, AbsorbAndValueProductsMatchTheHostInEveryFormat) {
                         }
                     }
                 Dev<float> dq(q), dabs(want_abs.size()), dolat(olat), dv(want_v.size());
-                latent_absorb(dq.get(), s, kv_b->dev, n, dabs.get(), nullptr);
-                latent_unabsorb(dolat.get(), s, kv_b->dev, n, dv.get(), nullptr);
+                latent_absorb(dq.get(), s, kv_b->dev, false, n, dabs.get(), nullptr);
+                latent_unabsorb(dolat.get(), s, kv_b->dev, false, n, dv.get(), nullptr);
                 EXPECT_LT(rel_err(dabs.host(), want_abs), 1e-5) << what;
                 EXPECT_LT(rel_err(dv.host(), want_v), 1e-5) << what;
             }
+        }
+    }
+}
+
+// mlx-lm's split of kv_b: embed_q [heads·latent, nope] (W_UKᵀ per head) and unembed_out [heads·v, latent].
+TEST(CudaLatent, AbsorbAndValueProductsFromMlxSplitWeights) {
+    REQUIRE_GPU();
+    const MlaShape s = shape(8, 128, 64, 128, 512);
+    for (kernels::WeightType type : {kernels::WeightType::kBF16, kernels::WeightType::kQ4}) {
+        auto embed_q = make_weight(type, s.heads * s.latent, s.nope, 64, 5);
+        auto unembed_out = make_weight(type, s.heads * s.v_dim, s.latent, 64, 6);
+        const std::vector<float> wq = rows_of(embed_q->view), wv = rows_of(unembed_out->view);
+        for (int64_t n : {1, 9}) {
+            const std::vector<float> q = randn(static_cast<size_t>(n * s.heads * s.q_dim), 13);
+            const std::vector<float> olat = randn(static_cast<size_t>(n * s.heads * s.latent), 14);
+            std::vector<float> want_abs(static_cast<size_t>(n * s.heads * s.cache_dim), 0.0f);
+            std::vector<float> want_v(static_cast<size_t>(n * s.heads * s.v_dim), 0.0f);
+            for (int64_t t = 0; t < n; ++t)
+                for (int64_t h = 0; h < s.heads; ++h) {
+                    for (int64_t c = 0; c < s.latent; ++c) {
+                        double acc = 0;
+                        for (int64_t j = 0; j < s.nope; ++j)
+                            acc += static_cast<double>(
+                                       wq[static_cast<size_t>((h * s.latent + c) * s.nope + j)]) *
+                                   q[static_cast<size_t>((t * s.heads + h) * s.q_dim + j)];
+                        want_abs[static_cast<size_t>((t * s.heads + h) * s.cache_dim + c)] =
+                            static_cast<float>(acc);
+                    }
+                    for (int64_t r = 0; r < s.v_dim; ++r) {
+                        double acc = 0;
+                        for (int64_t c = 0; c < s.latent; ++c)
+                            acc += static_cast<double>(
+                                       wv[static_cast<size_t>((h * s.v_dim + r) * s.latent + c)]) *
+                                   olat[static_cast<size_t>((t * s.heads + h) * s.latent + c)];
+                        want_v[static_cast<size_t>((t * s.heads + h) * s.v_dim + r)] =
+                            static_cast<float>(acc);
+                    }
+                }
+            Dev<float> dq(q), dabs(want_abs.size()), dolat(olat), dv(want_v.size());
+            latent_absorb(dq.get(), s, embed_q->dev, true, n, dabs.get(), nullptr);
+            latent_unabsorb(dolat.get(), s, unembed_out->dev, true, n, dv.get(), nullptr);
+            const std::string what = std::string(kernels::weight_type_name(type)) + " n " + std::to_string(n);
+            EXPECT_LT(rel_err(dabs.host(), want_abs), 1e-5) << what;
+            EXPECT_LT(rel_err(dv.host(), want_v), 1e-5) << what;
         }
     }
 }

@@ -14,8 +14,10 @@ constexpr int kTokensPerBlock = 8;  // tokens sharing each kv_b row a block read
 constexpr int kAttnWarps = 4;
 constexpr int kAttnHeads = 4;  // heads sharing each cache row a warp reads
 
-// qabs[t, h, :L] = Σ_j q[t, h, j] · kv_b[h·unit + j, :] for j < nope (W_UKᵀ q_nope), in j order.
-__global__ void absorb_kernel(const float* q, MlaShape s, DevWeight kv_b, int64_t n, float* qabs) {
+// qabs[t, h, :L] = Σ_j q[t, h, j] · W_UK[h][j, :] for j < nope (W_UKᵀ q_nope), in j order: W_UK[h][j, c] is
+// kv_b[h·unit + j, c], or embed_q[h·latent + c, j] (mlx-lm's per-head transpose).
+__global__ void absorb_kernel(const float* q, MlaShape s, DevWeight kv_b, bool embed_q, int64_t n,
+                              float* qabs) {
     extern __shared__ float q_s[];  // [kTokensPerBlock][nope]
     const int64_t h = blockIdx.x, t0 = static_cast<int64_t>(blockIdx.y) * kTokensPerBlock;
     const int64_t nt = (n - t0 < kTokensPerBlock ? n - t0 : int64_t{kTokensPerBlock});
@@ -28,7 +30,7 @@ __global__ void absorb_kernel(const float* q, MlaShape s, DevWeight kv_b, int64_
     for (int64_t c = threadIdx.x; c < s.latent; c += blockDim.x) {
         float acc[kTokensPerBlock] = {};
         for (int64_t j = 0; j < s.nope; ++j) {
-            const float w = weight_at(kv_b, h * unit + j, c);
+            const float w = embed_q ? weight_at(kv_b, h * s.latent + c, j) : weight_at(kv_b, h * unit + j, c);
 #pragma unroll
             for (int tt = 0; tt < kTokensPerBlock; ++tt) acc[tt] = fmaf(q_s[tt * s.nope + j], w, acc[tt]);
         }
@@ -36,8 +38,9 @@ __global__ void absorb_kernel(const float* q, MlaShape s, DevWeight kv_b, int64_
     }
 }
 
-// out[t, h·v + r] = kv_b[h·unit + nope + r, :] · olat[t, h, :] (W_UV o_lat), one warp per row.
-__global__ void unabsorb_kernel(const float* olat, MlaShape s, DevWeight kv_b, int64_t n, float* out) {
+// out[t, h·v + r] = w[h·head_rows + row0 + r, :] · olat[t, h, :] (W_UV o_lat), one warp per row.
+__global__ void unabsorb_kernel(const float* olat, MlaShape s, DevWeight kv_b, int64_t head_rows,
+                                int64_t row0, int64_t n, float* out) {
     extern __shared__ float o_s[];  // [kTokensPerBlock][latent]
     const int64_t h = blockIdx.x, t0 = static_cast<int64_t>(blockIdx.y) * kTokensPerBlock;
     const int64_t nt = (n - t0 < kTokensPerBlock ? n - t0 : int64_t{kTokensPerBlock});
@@ -48,11 +51,10 @@ __global__ void unabsorb_kernel(const float* olat, MlaShape s, DevWeight kv_b, i
     __syncthreads();
     const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
     const int warps = static_cast<int>(blockDim.x / 32);
-    const int64_t unit = s.nope + s.v_dim;
     for (int64_t r = warp; r < s.v_dim; r += warps) {
         float acc[kTokensPerBlock] = {};
         for (int64_t c = lane; c < s.latent; c += 32) {
-            const float w = weight_at(kv_b, h * unit + s.nope + r, c);
+            const float w = weight_at(kv_b, h * head_rows + row0 + r, c);
 #pragma unroll
             for (int tt = 0; tt < kTokensPerBlock; ++tt) acc[tt] = fmaf(w, o_s[tt * s.latent + c], acc[tt]);
         }
@@ -171,20 +173,21 @@ const char* latent_attention_shape_error(const MlaShape& s) {
     return nullptr;
 }
 
-void latent_absorb(const float* q, const MlaShape& s, const DevWeight& kv_b, int64_t n, float* qabs,
-                   cudaStream_t st) {
+void latent_absorb(const float* q, const MlaShape& s, const DevWeight& w, bool embed_q, int64_t n,
+                   float* qabs, cudaStream_t st) {
     if (n == 0) return;
     const dim3 grid(static_cast<unsigned>(s.heads), grid_for(n, kTokensPerBlock));
     const size_t smem = sizeof(float) * static_cast<size_t>(kTokensPerBlock * s.nope);
-    absorb_kernel<<<grid, 256, smem, st>>>(q, s, kv_b, n, qabs);
+    absorb_kernel<<<grid, 256, smem, st>>>(q, s, w, embed_q, n, qabs);
 }
 
-void latent_unabsorb(const float* olat, const MlaShape& s, const DevWeight& kv_b, int64_t n, float* out,
-                     cudaStream_t st) {
+void latent_unabsorb(const float* olat, const MlaShape& s, const DevWeight& w, bool unembed_out, int64_t n,
+                     float* out, cudaStream_t st) {
     if (n == 0) return;
     const dim3 grid(static_cast<unsigned>(s.heads), grid_for(n, kTokensPerBlock));
     const size_t smem = sizeof(float) * static_cast<size_t>(kTokensPerBlock * s.latent);
-    unabsorb_kernel<<<grid, 256, smem, st>>>(olat, s, kv_b, n, out);
+    const int64_t head_rows = unembed_out ? s.v_dim : s.nope + s.v_dim, row0 = unembed_out ? 0 : s.nope;
+    unabsorb_kernel<<<grid, 256, smem, st>>>(olat, s, w, head_rows, row0, n, out);
 }
 
 void deinterleave_pairs(float* x, int64_t rows, int64_t stride, int64_t dim, cudaStream_t st) {

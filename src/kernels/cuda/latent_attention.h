@@ -22,12 +22,14 @@ constexpr int kMaxLatentPerLane = 16;  // the attention keeps latent / 32 output
 const char* latent_attention_shape_error(const MlaShape& s);
 
 // qabs[t, h, :latent] = Σ_j q[t, h, j] · kv_b[h·(nope + v) + j, :] over j < nope (q [n, heads, q_dim];
-// qabs [n, heads, cache_dim], its rope part untouched).
-void latent_absorb(const float* q, const MlaShape& s, const DevWeight& kv_b, int64_t n, float* qabs,
-                   cudaStream_t st);
-// out[t, h·v_dim + r] = kv_b[h·(nope + v) + nope + r, :] · olat[t, h, :] (olat [n, heads, latent]).
-void latent_unabsorb(const float* olat, const MlaShape& s, const DevWeight& kv_b, int64_t n, float* out,
-                     cudaStream_t st);
+// qabs [n, heads, cache_dim], its rope part untouched); with embed_q, w is mlx-lm's embed_q [heads·latent,
+// nope] (the same matrices transposed per head) and the term is w[h·latent + c, j].
+void latent_absorb(const float* q, const MlaShape& s, const DevWeight& w, bool embed_q, int64_t n,
+                   float* qabs, cudaStream_t st);
+// out[t, h·v_dim + r] = kv_b[h·(nope + v) + nope + r, :] · olat[t, h, :] (olat [n, heads, latent]); with
+// unembed_out, w is mlx-lm's unembed_out [heads·v, latent] and the row h·v + r.
+void latent_unabsorb(const float* olat, const MlaShape& s, const DevWeight& w, bool unembed_out, int64_t n,
+                     float* out, cudaStream_t st);
 // For each of `rows` rows (at x + r·stride): dim values from pairs (2i, 2i+1) to halves (i, dim/2 + i).
 void deinterleave_pairs(float* x, int64_t rows, int64_t stride, int64_t dim, cudaStream_t st);
 // Causal attention of qabs [n_q, heads, cache_dim] (queries at positions *pos0_dev + offset + t) over the

@@ -140,7 +140,7 @@ struct DevLayer {
     float* rope_inv_freq = nullptr;  // YaRN's frequencies (plan.attention / latent.rope_inv_freq), or null
     // Latent attention (plan.latent): q_proj above without a q bottleneck; kv_b read in place by the
     // absorption (cuda/latent_attention.h).
-    DevWeight q_a_proj, q_b_proj, kv_a_proj, kv_b_proj;
+    DevWeight q_a_proj, q_b_proj, kv_a_proj, kv_b_proj, embed_q, unembed_out;
     float *q_a_norm = nullptr, *kv_a_norm = nullptr;
     DevWeight in_qkvz, in_ba, in_qkv, in_z, in_b, in_a, out_proj;
     float *conv = nullptr, *neg_a = nullptr, *dt_bias = nullptr, *dnorm = nullptr;

@@ -182,7 +182,8 @@ void CudaBackend::latent_attention_layer(const DevLayer& L, int64_t l, int64_t n
         cuda::deinterleave_pairs(rows + lat, n, cd, R, stream_);
         cuda::deinterleave_pairs(qabs + lat, n * nh, cd, R, stream_);
     }
-    cuda::latent_absorb(q, s, L.kv_b_proj, n, qabs, stream_);
+    const bool split = L.embed_q.data != nullptr;  // mlx-lm's embed_q / unembed_out instead of kv_b
+    cuda::latent_absorb(q, s, split ? L.embed_q : L.kv_b_proj, split, n, qabs, stream_);
     const cuda::RopeParams rope{P.rope_theta, L.rope_inv_freq, P.rope_mscale};
     for (size_t i = 0; i < parts_.size(); ++i) {
         const Part& part = parts_[i];
@@ -206,7 +207,7 @@ void CudaBackend::latent_attention_layer(const DevLayer& L, int64_t l, int64_t n
         cuda::latent_attention(part_q, cache, type, s, np, 0, pos, P.softmax_scale,
                                olat + part.row0 * nh * lat, stream_);
     }
-    cuda::latent_unabsorb(olat, s, L.kv_b_proj, n, values, stream_);
+    cuda::latent_unabsorb(olat, s, split ? L.unembed_out : L.kv_b_proj, split, n, values, stream_);
     linear(L.o_proj, values, n, d_.mix);
 }
 

@@ -112,6 +112,8 @@ Status CudaBackend::upload_weights(Arena& arena) {
             L.q_b_proj = put(arena, a.q_b_proj, st);
             L.kv_a_proj = put(arena, a.kv_a_proj, st);
             L.kv_b_proj = put(arena, a.kv_b_proj, st, false);  // read element by element (weight_at)
+            L.embed_q = put(arena, a.embed_q, st, false);
+            L.unembed_out = put(arena, a.unembed_out, st, false);
             L.o_proj = put(arena, a.o_proj, st);
             L.q_a_norm = put(arena, a.q_a_norm, st);
             L.kv_a_norm = put(arena, a.kv_a_norm, st);
