@@ -71,7 +71,8 @@ INSTANTIATE_TEST_SUITE_P(Goldens, BatchForward,
                                            "qwen3_hf_bf16", "qwen3_mlx_q4", "qwen2_hf_bf16", "qwen2_mlx_q4",
                                            "glm4_moe_hf_bf16", "glm4_moe_mlx_q4", "qwen2_moe_hf_bf16",
                                            "qwen2_moe_mlx_q4", "mixtral_hf_bf16", "mixtral_mlx_q4",
-                                           "deepseek_v3_hf_bf16", "deepseek_v3_nolora_hf_bf16"));
+                                           "deepseek_v3_hf_bf16", "deepseek_v3_nolora_hf_bf16",
+                                           "deepseek_v3_mlx_q4"));
 
 class PackedBatch : public ::testing::Test {
  protected:
