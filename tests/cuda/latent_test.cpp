@@ -136,7 +136,8 @@ TEST(CudaLatent, AttentionOverTheLatentCacheMatchesTheReference) {
     REQUIRE_GPU();
     for (const MlaShape& s : {shape(4, 32, 16, 24, 48), shape(6, 128, 64, 128, 512)}) {
         for (kernels::KvType type : {kernels::KvType::kF32, kernels::KvType::kF16}) {
-            for (const auto& [pos0, n] : {std::pair<int64_t, int64_t>{0, 1}, {0, 23}, {130, 1}, {57, 6}}) {
+            for (const auto& [pos0, n] :
+                 {std::pair<int64_t, int64_t>{0, 1}, {0, 23}, {130, 1}, {57, 6}, {1300, 1}}) {
                 const std::string what = "latent " + std::to_string(s.latent) + " " +
                                          kernels::kv_type_name(type) + " pos0 " + std::to_string(pos0) +
                                          " n " + std::to_string(n);
@@ -158,6 +159,16 @@ TEST(CudaLatent, AttentionOverTheLatentCacheMatchesTheReference) {
                 Dev<int32_t> dpos(std::vector<int32_t>{static_cast<int32_t>(pos0)});
                 latent_attention(dq.get(), dc.get(), type, s, n, 0, dpos.get(), scale, dout.get(), nullptr);
                 EXPECT_LT(rel_err(dout.host(), want), 2e-5) << what;
+                if (n == 1) {  // decode: the keys split over blocks (a capacity of several chunks)
+                    for (int64_t capacity : {keys, keys + 700, int64_t{40000}}) {
+                        Dev<float> scratch(static_cast<size_t>(latent_split_scratch_floats(s, capacity)));
+                        Dev<float> dsplit(want.size());
+                        latent_attention(dq.get(), dc.get(), type, s, n, 0, dpos.get(), scale, dsplit.get(),
+                                         nullptr, scratch.get(), capacity);
+                        EXPECT_LT(rel_err(dsplit.host(), want), 2e-5)
+                            << what << " split, capacity " << capacity;
+                    }
+                }
             }
         }
     }

@@ -4,6 +4,8 @@
 //
 // kv_b (the absorption's W_UK and W_UV) is read in its stored format through weight_at, so the dense
 // core keeps its one copy; its rows are reused across a block's tokens from registers and shared memory.
+#include <algorithm>
+
 #include "kernels/cuda/device/common.cuh"
 #include "kernels/cuda/latent_attention.h"
 
@@ -84,9 +86,13 @@ __device__ __forceinline__ float cache_at(const void* cache, bool f16, int64_t i
 // One query row and up to kAttnHeads heads per block; each warp takes every kAttnWarps-th key, scores it
 // against its heads (the cache row read once for all of them), and keeps an online softmax and its
 // weighted sum of the key's first `latent` values (LPL per lane); the warps are merged at the end.
+// Split (part != null, decode): block z takes keys [z·chunk, (z + 1)·chunk) and writes its unnormalised
+// partial — max, sum of exponentials, weighted sum — to part [n_q, heads, splits, latent + 2] for
+// combine_kernel; otherwise it takes every key and writes the output.
 template <int LPL>
 __global__ void attention_kernel(const float* qabs, const void* cache, bool f16, MlaShape s, int64_t offset,
-                                 const int32_t* pos0_dev, float scale, float* olat) {
+                                 const int32_t* pos0_dev, float scale, float* olat, int64_t chunk,
+                                 float* part) {
     extern __shared__ float sh[];
     float* q_s = sh;                               // [kAttnHeads][cache_dim]
     float* m_s = q_s + kAttnHeads * s.cache_dim;   // [kAttnWarps][kAttnHeads]
@@ -109,7 +115,9 @@ __global__ void attention_kernel(const float* qabs, const void* cache, bool f16,
 #pragma unroll
         for (int j = 0; j < LPL; ++j) acc[g][j] = 0.0f;
     }
-    for (int64_t key = warp; key <= pos; key += kAttnWarps) {
+    const int64_t k0 = part != nullptr ? static_cast<int64_t>(blockIdx.z) * chunk : 0;
+    const int64_t k1 = part != nullptr ? min(pos + 1, k0 + chunk) : pos + 1;
+    for (int64_t key = k0 + warp; key < k1; key += kAttnWarps) {
         const int64_t row = key * s.cache_dim;
         float dot[kAttnHeads] = {};
         for (int64_t d = lane; d < s.cache_dim; d += 32) {
@@ -160,7 +168,36 @@ __global__ void attention_kernel(const float* qabs, const void* cache, bool f16,
             num += f * acc_s[(w * kAttnHeads + g) * s.latent + d];
             den += f * l_s[w * kAttnHeads + g];
         }
-        olat[(t * s.heads + h0 + g) * s.latent + d] = num / den;
+        if (part == nullptr) {
+            olat[(t * s.heads + h0 + g) * s.latent + d] = num / den;
+            continue;
+        }
+        float* p = part + ((t * s.heads + h0 + g) * gridDim.z + blockIdx.z) * (s.latent + 2);
+        p[2 + d] = mx == -INFINITY ? 0.0f : num;
+        if (d == 0) {
+            p[0] = mx;
+            p[1] = mx == -INFINITY ? 0.0f : den;
+        }
+    }
+}
+
+// The splits' partials of one (query, head) merged: the output of the unsplit kernel up to rounding.
+__global__ void combine_kernel(const float* part, int64_t splits, int64_t latent, float* olat) {
+    const float* p = part + static_cast<int64_t>(blockIdx.x) * splits * (latent + 2);
+    float mx = -INFINITY;
+    for (int64_t z = 0; z < splits; ++z) mx = fmaxf(mx, p[z * (latent + 2)]);
+    float den = 0.0f;
+    for (int64_t z = 0; z < splits; ++z) {
+        const float m = p[z * (latent + 2)];
+        if (m != -INFINITY) den += expf(m - mx) * p[z * (latent + 2) + 1];
+    }
+    for (int64_t d = threadIdx.x; d < latent; d += blockDim.x) {
+        float num = 0.0f;
+        for (int64_t z = 0; z < splits; ++z) {
+            const float m = p[z * (latent + 2)];
+            if (m != -INFINITY) num += expf(m - mx) * p[z * (latent + 2) + 2 + d];
+        }
+        olat[static_cast<int64_t>(blockIdx.x) * latent + d] = num / den;
     }
 }
 
@@ -196,20 +233,38 @@ void deinterleave_pairs(float* x, int64_t rows, int64_t stride, int64_t dim, cud
         x, stride, dim);
 }
 
+int64_t latent_split_keys(int64_t max_keys) {
+    // At most kMaxSplits partials: longer contexts take longer chunks, not more scratch.
+    constexpr int64_t kChunk = 256, kMaxSplits = 64;
+    return std::max(kChunk, (max_keys + kMaxSplits - 1) / kMaxSplits);
+}
+
+int64_t latent_split_scratch_floats(const MlaShape& s, int64_t max_keys) {
+    const int64_t chunk = latent_split_keys(max_keys);
+    return s.heads * ((max_keys + chunk - 1) / chunk) * (s.latent + 2);
+}
+
 void latent_attention(const float* qabs, const void* cache, kernels::KvType type, const MlaShape& s,
                       int64_t n_q, int64_t offset, const int32_t* pos0_dev, float scale, float* olat,
-                      cudaStream_t st) {
+                      cudaStream_t st, float* split_scratch, int64_t max_keys) {
     if (n_q == 0) return;
     const bool f16 = type == kernels::KvType::kF16;
-    const dim3 grid(static_cast<unsigned>(n_q), grid_for(s.heads, kAttnHeads));
+    // One query (decode) over a context that spans several chunks: the keys split over blocks
+    // (flash-decoding), so a step of V3's 128 heads fills the GPU instead of 32 blocks.
+    const int64_t chunk = latent_split_keys(max_keys), splits = (max_keys + chunk - 1) / chunk;
+    const bool split = n_q == 1 && split_scratch != nullptr && splits > 1;
+    const dim3 grid(static_cast<unsigned>(n_q), grid_for(s.heads, kAttnHeads),
+                    static_cast<unsigned>(split ? splits : 1));
     const size_t smem =
         sizeof(float) * static_cast<size_t>(kAttnHeads * s.cache_dim + 2 * kAttnWarps * kAttnHeads +
                                             kAttnWarps * kAttnHeads * s.latent);
     const int lpl = static_cast<int>((s.latent + 31) / 32);
+    float* part = split ? split_scratch : nullptr;
     auto launch = [&](auto kernel) {
         if (smem > 48 * 1024)
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-        kernel<<<grid, 32 * kAttnWarps, smem, st>>>(qabs, cache, f16, s, offset, pos0_dev, scale, olat);
+        kernel<<<grid, 32 * kAttnWarps, smem, st>>>(qabs, cache, f16, s, offset, pos0_dev, scale, olat, chunk,
+                                                    part);
     };
     if (lpl <= 2)
         launch(attention_kernel<2>);
@@ -219,6 +274,8 @@ void latent_attention(const float* qabs, const void* cache, kernels::KvType type
         launch(attention_kernel<8>);
     else
         launch(attention_kernel<kMaxLatentPerLane>);
+    if (split)
+        combine_kernel<<<static_cast<unsigned>(n_q * s.heads), 128, 0, st>>>(part, splits, s.latent, olat);
 }
 
 }  // namespace sluice::cuda

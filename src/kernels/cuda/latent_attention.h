@@ -34,9 +34,13 @@ void latent_unabsorb(const float* olat, const MlaShape& s, const DevWeight& w, b
 void deinterleave_pairs(float* x, int64_t rows, int64_t stride, int64_t dim, cudaStream_t st);
 // Causal attention of qabs [n_q, heads, cache_dim] (queries at positions *pos0_dev + offset + t) over the
 // latent cache rows [positions, cache_dim] (f32 or f16): scores against whole rows, values their first
-// `latent` entries; olat [n_q, heads, latent].
+// `latent` entries; olat [n_q, heads, latent]. A single query with split_scratch (latent_split_scratch_floats
+// of max_keys, the context's capacity) splits its keys over blocks and merges their partials.
 void latent_attention(const float* qabs, const void* cache, kernels::KvType type, const MlaShape& s,
                       int64_t n_q, int64_t offset, const int32_t* pos0_dev, float scale, float* olat,
-                      cudaStream_t st);
+                      cudaStream_t st, float* split_scratch = nullptr, int64_t max_keys = 0);
+// Keys per split for a context of max_keys, and the floats of scratch a split decode step needs.
+int64_t latent_split_keys(int64_t max_keys);
+int64_t latent_split_scratch_floats(const MlaShape& s, int64_t max_keys);
 
 }  // namespace sluice::cuda

@@ -5,13 +5,21 @@
 
 namespace sluice::runtime::cuda_impl {
 
+int64_t CudaBackend::split_scratch_floats(int64_t max_positions) const {
+    const model::ModelConfig& c = model_->config();
+    if (c.latent_attention())
+        return cuda::latent_split_scratch_floats(
+            cuda::MlaShape{c.n_heads, c.qk_nope_dim, c.qk_rope_dim, c.v_head_dim, c.kv_lora_rank, c.head_dim,
+                           c.kv_cache_dim()},
+            max_positions);
+    return cuda::attention_split_scratch_floats(c.n_heads, c.head_dim, max_positions);
+}
+
 uint64_t CudaBackend::state_bytes(int64_t max_positions, int max_snapshots,
                                   const model::StateLayout& layout) const {
-    const model::ModelConfig& c = model_->config();
     const int on_device = host_snapshots_ ? 0 : max_snapshots;
     const uint64_t buffers = static_cast<uint64_t>(layout.layers.size()) * 2 * (3 + on_device);
-    const uint64_t split_floats =
-        static_cast<uint64_t>(cuda::attention_split_scratch_floats(c.n_heads, c.head_dim, max_positions));
+    const uint64_t split_floats = static_cast<uint64_t>(split_scratch_floats(max_positions));
     return layout.sequence_bytes(max_positions, on_device) + split_floats * 4 + (buffers + 1) * 256;
 }
 

@@ -322,6 +322,8 @@ class CudaBackend final : public Backend {
     // Device bytes of one sequence (state_layout sizes, alignment, the split-attention partials);
     // without the snapshot slots when they live on the host (host_snapshots_).
     uint64_t state_bytes(int64_t max_positions, int max_snapshots, const model::StateLayout& layout) const;
+    // Floats of split-attention scratch a sequence of this capacity needs (standard or latent heads).
+    int64_t split_scratch_floats(int64_t max_positions) const;
     // The scratch buffers for n tokens with logit_rows rows of logits: placed into d_ (plan only
     // lists them), and their total size.
     using ScratchPlan = std::vector<std::pair<void**, uint64_t>>;

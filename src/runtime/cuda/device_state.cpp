@@ -142,7 +142,7 @@ Expected<std::unique_ptr<SequenceState>> CudaBackend::new_sequence(int64_t max_p
         at += (n + 255) / 256 * 256;
         return p;
     };
-    ds->attn_split_floats = cuda::attention_split_scratch_floats(c.n_heads, c.head_dim, max_positions);
+    ds->attn_split_floats = split_scratch_floats(max_positions);
     ds->attn_split = take(static_cast<uint64_t>(ds->attn_split_floats) * 4);
     ds->snap_conv.resize(static_cast<size_t>(slots));
     ds->snap_recurrent.resize(static_cast<size_t>(slots));

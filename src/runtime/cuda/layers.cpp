@@ -205,7 +205,7 @@ void CudaBackend::latent_attention_layer(const DevLayer& L, int64_t l, int64_t n
             cuda::kv_store(part_rows, part_rows, np, 0, pos, 1, cd, kv, stream_);
         }
         cuda::latent_attention(part_q, cache, type, s, np, 0, pos, P.softmax_scale,
-                               olat + part.row0 * nh * lat, stream_);
+                               olat + part.row0 * nh * lat, stream_, ds.attn_split, ds.capacity());
     }
     cuda::latent_unabsorb(olat, s, split ? L.unembed_out : L.kv_b_proj, split, n, values, stream_);
     linear(L.o_proj, values, n, d_.mix);
