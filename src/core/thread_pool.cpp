@@ -58,13 +58,16 @@ void ThreadPool::run_chunks(uint64_t gen) {
     for (;;) {
         uint64_t cur = claim_.load(std::memory_order_acquire);
         if ((cur >> 32) != (gen & 0xffffffffu)) return;
-        const int64_t chunks = job_chunks_.load(std::memory_order_relaxed);
-        const int64_t n = job_n_.load(std::memory_order_relaxed);
-        const auto* fn = job_.load(std::memory_order_relaxed);
+        const int64_t chunks = job_chunks_.load(std::memory_order_acquire);
+        const int64_t n = job_n_.load(std::memory_order_acquire);
+        const auto* fn = job_.load(std::memory_order_acquire);
         const int64_t c = static_cast<int64_t>(cur & 0xffffffffu);
         if (c >= chunks) return;
         // Success proves the job was still `gen` (chunk c unclaimed, so not finished), hence the
-        // fields read above belong to it.
+        // fields read above belong to it: a caller closes the claim word before it writes the next
+        // job's fields (parallel_for), so a field of the next job read here (acquire) makes this CAS see
+        // the closed word and fail — without that, a worker holding the finished word (gen, chunks) and
+        // reading a next job's larger chunk count claimed a chunk of a job not yet published.
         if (!claim_.compare_exchange_weak(cur, cur + 1, std::memory_order_acq_rel)) continue;
         (*fn)(c * n / chunks, (c + 1) * n / chunks);  // balanced: every range >= floor(n/chunks)
         if (pending_chunks_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
@@ -83,9 +86,11 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
         return;
     }
     const uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;
-    job_.store(&fn, std::memory_order_relaxed);
-    job_n_.store(n, std::memory_order_relaxed);
-    job_chunks_.store(chunks, std::memory_order_relaxed);
+    // Close the previous job's claim word (no chunk index can reach 2^32 - 1), then publish the fields.
+    claim_.store(((gen - 1) & 0xffffffffu) << 32 | 0xffffffffu, std::memory_order_relaxed);
+    job_.store(&fn, std::memory_order_release);
+    job_n_.store(n, std::memory_order_release);
+    job_chunks_.store(chunks, std::memory_order_release);
     pending_chunks_.store(chunks, std::memory_order_relaxed);
     claim_.store((gen & 0xffffffffu) << 32, std::memory_order_release);
     {
