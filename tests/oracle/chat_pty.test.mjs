@@ -66,9 +66,12 @@ try {
   type('/think off\r');
   check(await waitFor(/\(thinking off\)/, 5000, before), '/think off acknowledged');
 
+  // Ctrl-C once the reply streams: this one runs to 1,415 tokens, and a fixed wait (1.5 s before) lost
+  // the race to a decode that now finishes it in about a second.
+  const opened = chat.screen.length;
   type('def add(a, b):\r');
-  await sleep(1500);              // the reply streams (up to 4000 tokens)...
-  type('\x03');                   // ...Ctrl-C stops it
+  check(await waitFor(/def add\(a, b\):[^\n]*\n[\s\S]*\S/, 20000, opened), 'the first reply streams');
+  type('\x03');
   check(await waitFor(/\(stopped\)/, 20000), 'Ctrl-C stops the reply');
   before = chat.screen.length;
   type('/stats\r');
