@@ -4,6 +4,7 @@
 // and — its first kv_lora_rank values — as the values: the output's rope dims are computed and dropped.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "kernels/weight_format.h"
 #include "model/model.h"
