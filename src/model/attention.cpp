@@ -11,6 +11,42 @@
 
 namespace sluice::model {
 
+// The new rows into the cache in its type, then attention on the cache as stored: a token's own key is
+// read back compressed too, so a position's result does not depend on whether it was computed in prefill
+// or in decode. With a --kv-window, the rows also go into the f16 ring, in sub-steps of at most the
+// ring's slack — a sub-step's writes then never overwrite a row one of its queries reads inside its
+// window, so every query sees its window in f16 however the step was batched.
+void attend_step(ModelState& state, ModelState::Layer& st, const float* k, const float* v, const float* q,
+                 int64_t n, int64_t nh, int64_t nkv, int64_t hd, float scale, float* out, ThreadPool* pool) {
+    const int64_t pos0 = state.n_past, kv = nkv * hd;
+    const kernels::KvType type = state.kv;
+    const int64_t row_bytes = nkv * kernels::kv_head_bytes(type, hd);
+    const bool latent = v == nullptr;  // the keys' rows are the values
+    const uint8_t* v_cache = latent ? st.k_cache.data() : st.v_cache.data();
+    kernels::kv_store(type, k, n, nkv, hd, st.k_cache.data() + pos0 * row_bytes);
+    if (!latent) kernels::kv_store(type, v, n, nkv, hd, st.v_cache.data() + pos0 * row_bytes);
+    if (st.recent.empty()) {
+        kernels::attention_kv(type, q, st.k_cache.data(), v_cache, nullptr, n, pos0, nh, nkv, hd, scale, out,
+                              pool);
+        return;
+    }
+    const ModelState::Ring r = state.ring(st);
+    const int64_t slots = state.ring_slots, ring_row = state.ring_row_bytes;
+    const kernels::KvRing ring{state.kv_window, slots, r.tags, r.k, latent ? r.k : r.v};
+    for (int64_t c0 = 0; c0 < n; c0 += kKvRingSlack) {
+        const int64_t c = std::min(kKvRingSlack, n - c0);
+        for (int64_t t = 0; t < c; ++t) {
+            const int64_t pos = pos0 + c0 + t, slot = pos % slots, row = c0 + t;
+            kernels::kv_store(kernels::KvType::kF16, k + row * kv, 1, nkv, hd, r.k + slot * ring_row);
+            if (!latent)
+                kernels::kv_store(kernels::KvType::kF16, v + row * kv, 1, nkv, hd, r.v + slot * ring_row);
+            r.tags[slot] = pos;
+        }
+        kernels::attention_kv(type, q + c0 * nh * hd, st.k_cache.data(), v_cache, &ring, c, pos0 + c0, nh,
+                              nkv, hd, scale, out + c0 * nh * hd, pool);
+    }
+}
+
 // Over a batch (model.h BatchLayout): the projections over every row at once; norms, RoPE, the KV
 // write and the attention per sequence, each at its own positions in its own cache.
 void Model::attention_layer(const AttentionPlan& P, const LayerWeights& lw, int64_t layer, Workspace& ws,
@@ -72,38 +108,8 @@ void Model::attention_layer(const AttentionPlan& P, const LayerWeights& lw, int6
                                          P.rope_mscale);
             }
         }
-        // The new rows into the cache in its type, then attention on the cache as stored: a token's
-        // own key is read back compressed too, so a position's result does not depend on whether it
-        // was computed in prefill or in decode.
-        const int64_t kv = nkv * hd;
-        const kernels::KvType type = p.state->kv;
-        const int64_t row_bytes = nkv * kernels::kv_head_bytes(type, hd);
-        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        kernels::kv_store(type, k + p.row0 * kv, p.n, nkv, hd, st.k_cache.data() + pos0 * row_bytes);
-        kernels::kv_store(type, v + p.row0 * kv, p.n, nkv, hd, st.v_cache.data() + pos0 * row_bytes);
-        if (st.recent.empty()) {
-            kernels::attention_kv(type, q + p.row0 * nh * hd, st.k_cache.data(), st.v_cache.data(), nullptr,
-                                  p.n, pos0, nh, nkv, hd, scale, out + p.row0 * nh * hd, pool);
-            continue;
-        }
-        // --kv-window: the rows also into the f16 ring, in sub-steps of at most the ring's slack —
-        // a sub-step's writes then never overwrite a row one of its queries reads inside its
-        // window, so every query sees its window in f16 however the step was batched.
-        const ModelState::Ring r = p.state->ring(st);
-        const int64_t slots = p.state->ring_slots, ring_row = p.state->ring_row_bytes;
-        const kernels::KvRing ring{p.state->kv_window, slots, r.tags, r.k, r.v};
-        for (int64_t c0 = 0; c0 < p.n; c0 += kKvRingSlack) {
-            const int64_t c = std::min(kKvRingSlack, p.n - c0);
-            for (int64_t t = 0; t < c; ++t) {
-                const int64_t pos = pos0 + c0 + t, slot = pos % slots, row = p.row0 + c0 + t;
-                kernels::kv_store(kernels::KvType::kF16, k + row * kv, 1, nkv, hd, r.k + slot * ring_row);
-                kernels::kv_store(kernels::KvType::kF16, v + row * kv, 1, nkv, hd, r.v + slot * ring_row);
-                r.tags[slot] = pos;
-            }
-            kernels::attention_kv(type, q + (p.row0 + c0) * nh * hd, st.k_cache.data(), st.v_cache.data(),
-                                  &ring, c, pos0 + c0, nh, nkv, hd, scale, out + (p.row0 + c0) * nh * hd,
-                                  pool);
-        }
+        attend_step(*p.state, st, k + p.row0 * nkv * hd, v + p.row0 * nkv * hd, q + p.row0 * nh * hd, p.n, nh,
+                    nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd)), out + p.row0 * nh * hd, pool);
     }
     if (gated) {
         for (int64_t i = 0; i < n * nh * hd; ++i) out[i] *= sigmoid(gate[i]);

@@ -136,34 +136,10 @@ void Model::latent_attention_layer(const LatentAttentionPlan& P, const LayerWeig
         });
     }
 
-    for (const BatchLayout::Part& p : b.parts) {
-        ModelState::Layer& st = p.state->layers[static_cast<size_t>(layer)];
-        const int64_t pos0 = p.state->n_past;
-        const kernels::KvType type = p.state->kv;
-        const int64_t row_bytes = kernels::kv_head_bytes(type, cd);
-        kernels::kv_store(type, ckv + p.row0 * cd, p.n, 1, cd, st.k_cache.data() + pos0 * row_bytes);
-        if (st.recent.empty()) {
-            kernels::attention_kv(type, qabs + p.row0 * nh * cd, st.k_cache.data(), st.k_cache.data(),
-                                  nullptr, p.n, pos0, nh, 1, cd, P.softmax_scale, out + p.row0 * nh * cd,
-                                  pool);
-            continue;
-        }
-        // --kv-window: as attention_layer, in sub-steps of at most the ring's slack (its V rows unused).
-        const ModelState::Ring r = p.state->ring(st);
-        const int64_t slots = p.state->ring_slots, ring_row = p.state->ring_row_bytes;
-        const kernels::KvRing ring{p.state->kv_window, slots, r.tags, r.k, r.k};
-        for (int64_t c0 = 0; c0 < p.n; c0 += kKvRingSlack) {
-            const int64_t c = std::min(kKvRingSlack, p.n - c0);
-            for (int64_t t = 0; t < c; ++t) {
-                const int64_t pos = pos0 + c0 + t, slot = pos % slots, row = p.row0 + c0 + t;
-                kernels::kv_store(kernels::KvType::kF16, ckv + row * cd, 1, 1, cd, r.k + slot * ring_row);
-                r.tags[slot] = pos;
-            }
-            kernels::attention_kv(type, qabs + (p.row0 + c0) * nh * cd, st.k_cache.data(), st.k_cache.data(),
-                                  &ring, c, pos0 + c0, nh, 1, cd, P.softmax_scale,
-                                  out + (p.row0 + c0) * nh * cd, pool);
-        }
-    }
+    // The rows into the cache (as keys only: they are their own values), attention over it per sequence.
+    for (const BatchLayout::Part& p : b.parts)
+        attend_step(*p.state, p.state->layers[static_cast<size_t>(layer)], ckv + p.row0 * cd, nullptr,
+                    qabs + p.row0 * nh * cd, p.n, nh, 1, cd, P.softmax_scale, out + p.row0 * nh * cd, pool);
 
     // Per head, its values from its latent output: W_UV[h] (its v rows of kv_b, or unembed_out's) over the
     // head's rows.
