@@ -18,9 +18,13 @@
 #include "server/tool_calls.h"
 #include "sluice/chat_template.h"
 #include "sluice/constrain.h"
+#include "tool_call_grammar.h"
 
 namespace sluice::server {
 namespace {
+
+using tool_call_testing::accepts;
+using tool_call_testing::grammar_of;
 
 using ojson = nlohmann::ordered_json;
 
@@ -100,17 +104,6 @@ Read read(const std::string& reply, size_t step = 0, bool in_reasoning = false) 
     r.all.append(p.finish());
     r.cut = p.cut_call();
     return r;
-}
-
-std::shared_ptr<const Grammar> grammar_of(const ChatRequest& r, ToolCallForm form) {
-    auto g = forced_tool_call_grammar(r, form);
-    if (auto* e = std::get_if<ApiError>(&g)) ADD_FAILURE() << e->message;
-    return std::holds_alternative<ApiError>(g) ? nullptr : std::get<std::shared_ptr<const Grammar>>(g);
-}
-
-bool accepts(const std::shared_ptr<const Grammar>& g, const std::string& reply) {
-    GrammarMatcher m(g);
-    return m.feed(reply) && m.complete();
 }
 
 ChatRequest forced(const std::string& named = "", bool parallel = true) {

@@ -14,9 +14,13 @@
 #include "server/tool_calls.h"
 #include "sluice/chat_template.h"
 #include "sluice/constrain.h"
+#include "tool_call_grammar.h"
 
 namespace sluice::server {
 namespace {
+
+using tool_call_testing::accepts;
+using tool_call_testing::grammar_of;
 
 using ojson = nlohmann::ordered_json;
 
@@ -99,18 +103,6 @@ ChatRequest forced(const std::string& named = "", bool parallel = true) {
     r.tool_choice_name = named;
     r.parallel_tool_calls = parallel;
     return r;
-}
-
-std::shared_ptr<const Grammar> grammar_of(const ChatRequest& r, ToolCallForm form) {
-    auto g = forced_tool_call_grammar(r, form);
-    if (auto* e = std::get_if<ApiError>(&g)) ADD_FAILURE() << e->message;
-    return std::holds_alternative<ApiError>(g) ? nullptr : std::get<std::shared_ptr<const Grammar>>(g);
-}
-
-// Whether `reply` (what follows the prompt's "<tool_call>\n") is a whole sentence of the grammar.
-bool accepts(const std::shared_ptr<const Grammar>& g, const std::string& reply) {
-    GrammarMatcher m(g);
-    return m.feed(reply) && m.complete();
 }
 
 // What the template prints after "<|im_start|>assistant\n" for an assistant turn with these calls,
