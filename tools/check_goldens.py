@@ -84,7 +84,7 @@ class Model:
         n = c["num_hidden_layers"]
         if "layer_types" in c:
             self.types = c["layer_types"]
-        elif family in ("qwen3_moe", "qwen3", "deepseek_v3"):
+        elif family in ("qwen3_moe", "qwen3", "deepseek_v3", "glm4_moe", "qwen2_moe", "mixtral", "qwen2"):
             self.types = ["full_attention"] * n
         else:
             k = c.get("full_attention_interval", 4)
@@ -140,16 +140,17 @@ class Model:
         c = self.c
         T = x.shape[0]
         nh, nkv, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
-        qp = x @ self.W(p + "q_proj.weight").T
+        qp = x @ self.W(p + "q_proj.weight").T + self.w.get(p + "q_proj.bias", 0.0)
         if self.zc:  # per-head [q | gate] interleave (models.md §3.4)
             qp = qp.reshape(T, nh, 2 * hd)
             q, gate = qp[..., :hd], qp[..., hd:].reshape(T, nh * hd)
         else:
             q, gate = qp.reshape(T, nh, hd), None
-        k = (x @ self.W(p + "k_proj.weight").T).reshape(T, nkv, hd)
-        v = (x @ self.W(p + "v_proj.weight").T).reshape(T, nkv, hd)
-        q = self.norm(q, p + "q_norm.weight", self.zc)
-        k = self.norm(k, p + "k_norm.weight", self.zc)
+        k = (x @ self.W(p + "k_proj.weight").T + self.w.get(p + "k_proj.bias", 0.0)).reshape(T, nkv, hd)
+        v = (x @ self.W(p + "v_proj.weight").T + self.w.get(p + "v_proj.bias", 0.0)).reshape(T, nkv, hd)
+        if (p + "q_norm.weight") in self.w:  # q/k norms (Qwen3; GLM with use_qk_norm)
+            q = self.norm(q, p + "q_norm.weight", self.zc)
+            k = self.norm(k, p + "k_norm.weight", self.zc)
         pos = np.arange(T)
         q, k = self.rope(q, pos), self.rope(k, pos)
         rep = nh // nkv
@@ -300,24 +301,51 @@ class Model:
             out += sh @ self.W(s + "down_proj.weight").T
         return out
 
+    def layer(self, x, L, typ):
+        h = self.norm(x, L + "input_layernorm.weight", self.zc)
+        if self.mla:
+            x = x + self.mla_attention(h, L + "self_attn.")
+        elif typ == "full_attention":
+            x = x + self.attention(h, L + "self_attn.")
+        else:
+            x = x + self.gdn(h, L + "linear_attn.")
+        return x + self.mlp(self.norm(x, L + "post_attention_layernorm.weight", self.zc), L + "mlp.")
+
+    def head(self):
+        return self.W("lm_head.weight" if "lm_head.weight" in self.w else self.pre + "embed_tokens.weight")  # tied
+
     def forward(self, ids):
         pre = self.pre
         x = self.W(pre + "embed_tokens.weight")[ids].astype(np.float32)
         hidden = []
         for i, typ in enumerate(self.types):
-            L = f"{pre}layers.{i}."
-            h = self.norm(x, L + "input_layernorm.weight", self.zc)
-            if self.mla:
-                x = x + self.mla_attention(h, L + "self_attn.")
-            elif typ == "full_attention":
-                x = x + self.attention(h, L + "self_attn.")
-            else:
-                x = x + self.gdn(h, L + "linear_attn.")
-            x = x + self.mlp(self.norm(x, L + "post_attention_layernorm.weight", self.zc), L + "mlp.")
+            x = self.layer(x, f"{pre}layers.{i}.", typ)
             hidden.append(x.copy())
         x = self.norm(x, pre + "norm.weight", self.zc)
-        head = "lm_head.weight" if "lm_head.weight" in self.w else pre + "embed_tokens.weight"  # tied
-        return x @ self.W(head).T, hidden
+        self.final_normed = x
+        return x @ self.head().T, hidden
+
+    def mtp(self, next_ids, hidden):
+        """The multi-token-prediction head over rows at positions 0..n-1 (models.md §3.7): row p reads the
+        token after p and the hidden row h_p. Qwen3-Next / Qwen3.5: x = mtp.fc([norm_e(embed); norm_h(h)]),
+        the head's full-attention layer, mtp.norm; its normed output is the next chained h. A nextn head
+        (GLM-4.5, DeepSeek-V3: model.layers.N after the decoder's) names them eh_proj / enorm / hnorm /
+        shared_head.norm, zeroes the embedding of the row at position 0 and chains the layer's output
+        before its norm (vLLM deepseek_mtp.py). Returns (the chained rows, logits)."""
+        nextn = self.family in ("glm4_moe", "deepseek_v3")
+        if nextn:
+            L = f"{self.pre}layers.{len(self.types)}."
+            fc, ne, nh, fn = L + "eh_proj.weight", L + "enorm.weight", L + "hnorm.weight", L + "shared_head.norm.weight"
+        else:
+            L = "mtp.layers.0."
+            fc, ne, nh, fn = "mtp.fc.weight", "mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"
+        emb = self.W(self.pre + "embed_tokens.weight")[next_ids].astype(np.float32)
+        if nextn:
+            emb[0] = 0.0
+        x = np.concatenate([self.norm(emb, ne, self.zc), self.norm(hidden, nh, self.zc)], axis=-1) @ self.W(fc).T
+        z = self.layer(x, L, "full_attention")
+        out = self.norm(z, fn, self.zc)
+        return (z if nextn else out), out @ self.head().T
 
 
 def check(gdir: str, tol: float) -> bool:
@@ -332,7 +360,17 @@ def check(gdir: str, tol: float) -> bool:
     lg, _ = model.forward(full)
     d_greedy = float(np.abs(lg[len(ids) - 1 :] - gold["greedy_logits"]).max())
     ok = d_logits <= tol and d_hidden <= tol and d_greedy <= tol
-    print(f"{'ok  ' if ok else 'FAIL'} {info['name']}: logits {d_logits:.2e}, hidden (rel) {d_hidden:.2e}, greedy {d_greedy:.2e}")
+    line = f"logits {d_logits:.2e}, hidden (rel) {d_hidden:.2e}, greedy {d_greedy:.2e}"
+    if "mtp_logits" in gold:  # the head over the prompt, then chained on its own rows (make_goldens' mtp_reference)
+        d_final = float(np.abs(model.final_normed[: len(ids)] - gold["final_hidden"]).max())
+        toks, hid = gold["mtp_tokens"].astype(np.int64), model.final_normed[: len(ids)]
+        for _ in range(len(toks) - len(ids) + 1):
+            chain, mtp_logits = model.mtp(toks[: hid.shape[0]], hid)
+            hid = np.concatenate([hid, chain[-1:]], axis=0)
+        d_mtp = float(np.abs(mtp_logits - gold["mtp_logits"]).max())
+        ok = ok and d_final <= tol and d_mtp <= tol
+        line += f", final hidden {d_final:.2e}, MTP head {d_mtp:.2e}"
+    print(f"{'ok  ' if ok else 'FAIL'} {info['name']}: {line}")
     return ok
 
 

@@ -657,12 +657,13 @@ GOLDENS = [
                                 scale=2.5, v=256, layers=3, qk_norm=True, nextn=1),
         "config_writer": "save_pretrained",
         "f32_tensors": ("e_score_correction_bias",),
-        "nextn_extra": True,
+        "mtp": True,
         "notes": "GLM-4.5 style: q/k norms, q/k/v biases (N(0, 0.5)), half-rotary RoPE (16 of head_dim 32), "
         "sigmoid router with e_score_correction_bias (F32, N(0, 0.2)) choosing top-4 of 16 experts in the 2 "
         "best of 4 groups, routed_scaling_factor 2.5, one ungated shared expert (mlp.shared_experts), "
-        "layer 0 dense (intermediate 96); per-expert tensors; model.layers.3.* holds a stand-in MTP layer "
-        "(num_nextn_predict_layers 1) that must be ignored",
+        "layer 0 dense (intermediate 96); per-expert tensors; model.layers.3.* the MTP layer as GLM stores it "
+        "(eh_proj, enorm, hnorm, shared_head.norm, a full layer; num_nextn_predict_layers 1), mtp_logits from "
+        "make_mtp_head's nextn form (vLLM glm4_moe_mtp.py)",
     },
     {
         "name": "glm4_moe_mlx_q4",
@@ -690,13 +691,16 @@ GOLDENS = [
                                          "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.707}),
         "config_writer": "save_pretrained",
         "f32_tensors": ("e_score_correction_bias",),
-        "nextn_extra": True,
+        "mtp": True,
         "notes": "DeepSeek-V3 in miniature: q_lora_rank 48 (q_a_proj / q_a_layernorm / q_b_proj), kv_lora_rank 48 "
         "+ a 16-dim rope key (the latent cache row: 64 values), qk_nope 32, v_head_dim 24 != nope, interleaved "
         "RoPE, YaRN factor 4 over 64 positions with mscale 1 / mscale_all_dim 0.707 (cos/sin scaled by their "
         "ratio, the softmax by mscale_all_dim's squared), sigmoid router + e_score_correction_bias (F32) "
         "choosing top-4 of 16 in the 2 best of 4 groups, routed_scaling_factor 2.5, one shared expert, layer 0 "
-        "dense (intermediate 96); per-expert tensors; model.layers.3.* a stand-in MTP layer to be ignored",
+        "dense (intermediate 96); per-expert tensors; model.layers.3.* the MTP layer as DeepSeek-V3 stores it (eh_proj, "
+        "enorm, hnorm, shared_head.norm, a full MLA + MoE layer; no copies of the embedding or lm_head), mtp_logits "
+        "from make_mtp_head's nextn form (vLLM deepseek_mtp.py: position 0's embedding zeroed, chained on the "
+        "layer's output before shared_head.norm)",
     },
     {
         "name": "deepseek_v3_nolora_hf_bf16",
@@ -1425,10 +1429,21 @@ def text_model_of(model):
     return getattr(m, "language_model", m)
 
 
-def make_mtp_head(model, cfg):
+# DeepSeek-style "nextn" heads (GLM-4.5, DeepSeek-V3: model.layers.{N} after the decoder's), as vLLM's
+# deepseek_mtp.py / glm4_moe_mtp.py compute them: the same row with eh_proj / enorm / hnorm for fc and
+# its norms, the embedding of the row at position 0 zeroed (`inputs_embeds[positions == 0] = 0`), the
+# layer's output z before shared_head.norm returned as the next chained hidden state (eagle.py feeds
+# what the head's forward returns), and logits = lm_head(shared_head.norm(z)) (the head shares the
+# model's lm_head and embedding, DeepSeek-V3 report §2.2).
+NEXTN_FAMILIES = ("glm4_moe", "deepseek_v3")
+
+
+def make_mtp_head(model, cfg, family: str = ""):
     import copy
 
     import torch
+
+    nextn = family in NEXTN_FAMILIES
 
     class MtpHead(torch.nn.Module):
         def __init__(self):
@@ -1440,6 +1455,10 @@ def make_mtp_head(model, cfg):
             c1.layer_types = ["full_attention"]
             if hasattr(c1, "mlp_only_layers"):
                 c1.mlp_only_layers = []
+            if hasattr(c1, "first_k_dense_replace"):
+                c1.first_k_dense_replace = 0  # the head's layer is an MoE layer
+            if getattr(c1, "mlp_layer_types", None):
+                c1.mlp_layer_types = [tc.mlp_layer_types[-1]]
             try:
                 c1._attn_implementation = "eager"
             except Exception:  # noqa: BLE001
@@ -1447,17 +1466,29 @@ def make_mtp_head(model, cfg):
             self.block = type(text)(c1)
             norm_cls = type(text.norm)
             h = tc.hidden_size
+            self.n_layers = tc.num_hidden_layers
             self.pre_fc_norm_embedding = norm_cls(h, eps=tc.rms_norm_eps)
             self.pre_fc_norm_hidden = norm_cls(h, eps=tc.rms_norm_eps)
             self.fc = torch.nn.Linear(2 * h, h, bias=False)
+            if nextn:  # shared_head.norm after the layer, outside the block so z is seen before it
+                self.head_norm = norm_cls(h, eps=tc.rms_norm_eps)
+                self.block.norm = torch.nn.Identity()
 
         def checkpoint_parameters(self) -> dict:
             """{checkpoint name: parameter} (the block's unused embedding left out)."""
             out = {}
-            for n, prm in self.named_parameters():
+            if nextn:
+                p = f"model.layers.{self.n_layers}."
+                names = {"fc.weight": p + "eh_proj.weight", "pre_fc_norm_embedding.weight": p + "enorm.weight",
+                         "pre_fc_norm_hidden.weight": p + "hnorm.weight", "head_norm.weight": p + "shared_head.norm.weight"}
+            # A sigmoid router's selection bias is a buffer (e_score_correction_bias), stored in checkpoints.
+            bias = [(n, b) for n, b in self.named_buffers() if n.endswith("e_score_correction_bias")]
+            for n, prm in list(self.named_parameters()) + bias:
                 if n.startswith("block.embed_tokens"):
                     continue
-                if n.startswith("block."):
+                if nextn:
+                    out[p + n[len("block.layers.0."):] if n.startswith("block.layers.0.") else names[n]] = prm
+                elif n.startswith("block."):
                     out["mtp." + n[len("block."):]] = prm
                 else:
                     out["mtp." + n] = prm
@@ -1465,15 +1496,21 @@ def make_mtp_head(model, cfg):
 
         def forward(self, next_ids, hidden):
             """next_ids [n] (t_{p+1} per row), hidden [n, H] (h_p per row), rows at positions 0..n-1.
-            Returns (out [n, H] after mtp.norm, logits [n, V]). A batch of such sequences, each from
-            position 0 (tools/train_tiny.py trains and evaluates the head so): next_ids [B, n], hidden
-            [B, n, H] -> out [B, n, H], logits [B, n, V]."""
+            Returns (the next chained hidden rows [n, H]: after mtp.norm, or before shared_head.norm for a
+            nextn head; logits [n, V]). A batch of such sequences, each from position 0
+            (tools/train_tiny.py trains and evaluates the head so): next_ids [B, n], hidden [B, n, H] ->
+            out [B, n, H], logits [B, n, V]."""
             emb = text_model_of(model).embed_tokens(next_ids)
+            if nextn:
+                emb = emb.clone()
+                emb[..., 0, :] = 0.0  # the row at position 0
             x = self.fc(torch.cat([self.pre_fc_norm_embedding(emb), self.pre_fc_norm_hidden(hidden)], dim=-1))
             batched = next_ids.dim() == 2
             out = self.block(inputs_embeds=x if batched else x[None], use_cache=False).last_hidden_state
             if not batched:
                 out = out[0]
+            if nextn:
+                return out, model.lm_head(self.head_norm(out))
             return out, model.lm_head(out)
 
     return MtpHead().to(torch.float32).eval()
@@ -1519,25 +1556,16 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
     params = dict(model.named_parameters())
     # A sigmoid router's selection bias is a buffer (GLM's e_score_correction_bias), stored in checkpoints.
     params.update({n: b for n, b in model.named_buffers() if n.endswith("e_score_correction_bias")})
-    head = make_mtp_head(model, cfg) if golden.get("mtp") else None
+    head = make_mtp_head(model, cfg, fam) if golden.get("mtp") else None
     head_params = head.checkpoint_parameters() if head is not None else {}
     params.update(head_params)
     mem_names = set(params)
     mem = {n: draw_param(name, fam, n, tuple(p.shape), p.detach().cpu().float().numpy()) for n, p in params.items()}
     hf = mem_to_hf(fam, mem)
     f32_tensors = golden.get("f32_tensors", ())
-    # A stand-in for the MTP layer GLM checkpoints store after the decoder's (model.layers.N: its own
-    # eh_proj / enorm / hnorm / shared_head plus a full MoE layer): loaders must leave it alone.
+    # A nextn head's layer (model.layers.N after the decoder's): transformers' model does not hold it.
     n_layers = text_config_of(cfg).num_hidden_layers
     nextn_prefix = f"model.layers.{n_layers}."
-    if golden.get("nextn_extra"):
-        last = f"model.layers.{n_layers - 1}."
-        H = text_config_of(cfg).hidden_size
-        extra = {nextn_prefix + n[len(last):]: a for n, a in hf.items() if n.startswith(last)}
-        extra[nextn_prefix + "eh_proj.weight"] = np.zeros((H, 2 * H), np.float32)
-        for nm in ("enorm.weight", "hnorm.weight", "shared_head.norm.weight"):
-            extra[nextn_prefix + nm] = np.ones((H,), np.float32)
-        hf.update({n: draw_param(name, fam, n, a.shape, a) for n, a in extra.items()})
 
     if layout == "hf":  # qwen3_5_moe: the in-memory names are the checkpoint names
         stored = build_hf_checkpoint(hf, f32_tensors)

@@ -82,6 +82,16 @@ struct EngineOptions {
     uint64_t memory_floor_bytes = 0;
     int io_threads = 16;   // expert reads in flight (queue depth)
     bool prefetch = true;  // next-layer expert prefetch
+    // A streamed model's dense core (attention, routers, shared experts: each layer's own weights) read
+    // layer by layer from its mapped file instead of held whole: the next layers' pages are asked
+    // for ahead of the forward (madvise WILLNEED) and each layer's handed back after it ran
+    // (MADV_DONTNEED), so only the embedding rows touched, lm_head and a window of layers stay
+    // resident — a model whose dense core alone exceeds memory_bytes (DeepSeek-V3's 9.8 GB at 4 bits)
+    // runs in the rest. kAuto streams it when the dense core with the sessions' state, the scratch
+    // and an expert cache of two layers' routed experts would not fit the budget; the CPU only (a GPU
+    // holds its dense core in VRAM).
+    enum class DenseStreaming { kAuto, kOff, kOn };
+    DenseStreaming dense_streaming = DenseStreaming::kAuto;
     // A packed model whose every expert fits the expert cache: read them all in the background at
     // load (behind the forward's own reads), so it runs from memory without paying each expert's
     // first use. The CLI turns it on (--no-preload off); the library leaves it off.
@@ -126,7 +136,12 @@ struct EngineOptions {
 struct SLUICE_API MemoryPlan {
     bool streaming = false;  // routed experts streamed from disk (packed model)
     uint64_t budget_bytes = 0;
-    uint64_t dense_bytes = 0;         // resident weights (mapped)
+    uint64_t dense_bytes = 0;  // resident weights (mapped)
+    // Streamed dense core (EngineOptions::dense_streaming): the layers' own weights read per forward
+    // from their file, of which dense_bytes counts the window held (dense_window_layers layers) besides
+    // what stays (embeddings, lm_head, norms); 0: the whole dense core held.
+    uint64_t dense_streamed_bytes = 0;
+    int64_t dense_window_layers = 0;
     uint64_t state_bytes = 0;         // KV cache + DeltaNet state and checkpoints, all sessions
     std::string kv_type = "f32";      // the attention KV cache's element type (--kv-bits)
     int64_t kv_window = 0;            // recent positions kept in f16 besides (--kv-window; 0: none)
@@ -152,6 +167,10 @@ struct PlannedWeights {
     uint64_t expert_bytes = 0;   // every routed expert
     uint64_t record_bytes = 0;   // one routed expert's record (a cache slot); 0: a dense model
     int64_t expert_records = 0;  // routed experts in all (experts × MoE layers)
+    // Of dense_bytes, the decoder layers' own mapped weights (what streaming the dense core reads per
+    // token) and the largest one layer's share.
+    uint64_t layers_dense_bytes = 0;
+    uint64_t max_layer_dense_bytes = 0;
 };
 
 // What Engine::load would plan for the model of `config_path` (a config.json) with `weights`

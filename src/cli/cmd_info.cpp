@@ -35,6 +35,8 @@ nlohmann::json plan_json(const MemoryPlan& p) {
     return {{"streaming", p.streaming},
             {"budget_bytes", p.budget_bytes},
             {"dense_bytes", p.dense_bytes},
+            {"dense_streamed_bytes", p.dense_streamed_bytes},
+            {"dense_window_layers", p.dense_window_layers},
             {"state_bytes", p.state_bytes},
             {"kv_type", p.kv_type},
             {"kv_window", p.kv_window},
@@ -92,6 +94,8 @@ void run_info_config(const InfoOptions& o, const EngineOptions& eo) {
     w.expert_bytes = sizes.expert_bytes;
     w.record_bytes = sizes.record_bytes;
     w.expert_records = sizes.expert_records;
+    w.layers_dense_bytes = sizes.layers_dense_bytes;
+    w.max_layer_dense_bytes = sizes.max_layer_dense_bytes;
     const MemoryPlan plan = check(plan_memory(o.model_dir, w, eo));
     if (o.json) {
         const nlohmann::json out = {{"config", o.model_dir},

@@ -176,6 +176,7 @@ SLUICE_COMMAND(synth, 42, [](CLI::App& app) {
     cmd->add_option("--tokenizer", o->tokenizer_dir, "Copy tokenizer/template files from this folder");
     cmd->add_flag("!--no-mtp", o->mtp,
                   "Leave out the multi-token-prediction head (written for Qwen3-Next / Qwen3.5 configs, as "
-                  "their checkpoints have one)");
+                  "their checkpoints have one, and GLM-4.5 / DeepSeek-V3 ones declaring "
+                  "num_nextn_predict_layers)");
     cmd->callback([o] { sluice::cli::run_synth(*o); });
 });

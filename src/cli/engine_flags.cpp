@@ -30,6 +30,13 @@ void EngineFlags::add_to(CLI::App* cmd) {
         "Check every streamed expert record read against its xxh3 in layout.json, not only each "
         "record's first read (the default; a corrupt record is an error naming the file, layer and "
         "expert). --no-verify-reads checks none");
+    cmd->add_option(
+           "--stream-dense", stream_dense,
+           "Read the dense core (attention, routers, shared experts) layer by layer from the model's "
+           "files instead of holding it: auto (when it does not fit --memory beside two layers' "
+           "experts), on or off")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"auto", "on", "off"}));
     cmd->add_option("--cache-policy", cache_policy, "Expert cache policy: lfu or lru")
         ->capture_default_str()
         ->check(CLI::IsMember({"lfu", "lru"}));
@@ -79,6 +86,10 @@ void EngineFlags::apply(EngineOptions& options) const {
         options.verify_first_reads = *verify_reads;
     }
     options.cache_policy = check(parse_cache_policy(cache_policy));  // IsMember above: always one of them
+    using DenseStreaming = EngineOptions::DenseStreaming;
+    options.dense_streaming = stream_dense == "on"    ? DenseStreaming::kOn
+                              : stream_dense == "off" ? DenseStreaming::kOff
+                                                      : DenseStreaming::kAuto;
     options.cuda_diagnostics = cuda_diagnostics_from_env();
     options.device = device;
     options.kv_bits = kv_bits;

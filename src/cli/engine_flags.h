@@ -25,6 +25,7 @@ struct EngineFlags {
     // (EngineOptions::verify_first_reads).
     std::optional<bool> verify_reads;
     std::string cache_policy = "lfu";
+    std::string stream_dense = "auto";
     std::string device = "cpu";
     std::string gpu_memory;
     std::string gpu_expert_cache;

@@ -185,11 +185,14 @@ Expected<PackPlan> plan_pack(const model::ModelConfig& cfg, const format::Checkp
         int bits;
     };
     std::vector<DenseSource> dense_sources;
-    // DeepSeek-style MTP layers after the decoder's (GLM's model.layers.46) are not run: left out.
+    // DeepSeek-style MTP layers after the decoder's (GLM's model.layers.46): the first is kept as the
+    // drafting head (n_layers above counts it) but for its copies of the embedding table and lm_head,
+    // which it shares with the model; a head without eh_proj, and any further layers, are left out.
     auto is_nextn_layer = [&](const std::string& name) {
         const std::string layers = prefix + "layers.";
-        return cfg.nextn_layers > 0 && name.starts_with(layers) &&
-               std::strtoll(name.c_str() + layers.size(), nullptr, 10) >= cfg.n_layers;
+        return (cfg.nextn_layers > 0 && name.starts_with(layers) &&
+                std::strtoll(name.c_str() + layers.size(), nullptr, 10) >= n_layers) ||
+               names.is_nextn_copy_of_shared(name);
     };
     const bool fp8 = cfg.fp8_block_rows > 0;
     for (const std::string& name : ckpt.names()) {

@@ -37,6 +37,9 @@ struct PackResult {
     int64_t expert_files = 0;
     uint64_t record_bytes = 0;   // the largest expert record (stride included): one cache slot
     int64_t expert_records = 0;  // routed experts in all (synth)
+    // synth's dry run: the decoder layers' own mapped dense weights, all and the largest layer's
+    // (PlannedWeights: what streaming the dense core reads).
+    uint64_t layers_dense_bytes = 0, max_layer_dense_bytes = 0;
 };
 
 Expected<PackResult> pack_model(const PackOptions& options);

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "convert/pack_writer.h"
@@ -101,6 +102,16 @@ struct Builder {
     // What the loaded model holds of these tensors: linears mapped as they are, the small vectors
     // (norms, conv, A, dt bias) as f32 copies (model/weights.cpp's dense_bytes).
     uint64_t resident_bytes = 0;
+    // Of those, each decoder layer's own mapped weights (the MTP head's not counted): what streaming
+    // the dense core reads per layer (Model::layer_mapped_ranges).
+    std::map<int64_t, uint64_t> layer_mapped_bytes;
+
+    void count_mapped(const std::string& name, uint64_t bytes) {
+        resident_bytes += bytes;
+        const size_t at = name.find("layers.");
+        if (at == std::string::npos || name.starts_with("mtp.")) return;
+        layer_mapped_bytes[std::strtoll(name.c_str() + at + 7, nullptr, 10)] += bytes;
+    }
 
     void linear(const std::string& module, int64_t rows, int64_t cols, int module_bits) {
         if (cols % group != 0) {
@@ -130,7 +141,8 @@ struct Builder {
                              return Status::ok();
                          }});
         if (module_bits != bits) overrides[module] = module_bits;
-        for (size_t i = specs.size() - 3; i < specs.size(); ++i) resident_bytes += specs[i].size_bytes();
+        for (size_t i = specs.size() - 3; i < specs.size(); ++i)
+            count_mapped(specs[i].name, specs[i].size_bytes());
     }
 
     // A bf16 (or f32) tensor of N(mean, std) values.
@@ -153,7 +165,7 @@ struct Builder {
                              return Status::ok();
                          }});
         if (mapped) {
-            resident_bytes += specs.back().size_bytes();
+            count_mapped(name, specs.back().size_bytes());
         } else {
             int64_t n = 1;
             for (int64_t d : shape) n *= d;
@@ -197,12 +209,15 @@ Expected<PackResult> synth_model(const SynthOptions& options) {
     b.linear(names.embed(), V, H, o.bits);
     b.vector(names.final_norm(), {H}, 1.0f, 0.05f, false);
     b.linear(names.lm_head, V, H, o.bits);
-    const bool mtp_family =
-        cfg.family == model::Family::kQwen3Next || cfg.family == model::Family::kQwen35Moe;
+    // The MTP head: Qwen3-Next / Qwen3.5 checkpoints have one; GLM-4.5 and DeepSeek-V3 ones when the
+    // config declares num_nextn_predict_layers (the first of them, as the loader runs it).
+    const bool mtp_family = cfg.family == model::Family::kQwen3Next ||
+                            cfg.family == model::Family::kQwen35Moe || (names.nextn && cfg.nextn_layers > 0);
     const int64_t n_layers = cfg.n_layers + (o.mtp && mtp_family ? 1 : 0);  // the MTP layer last
     if (n_layers > cfg.n_layers) {
-        b.linear(std::string(Names::kMtpFc), H, 2 * H, o.bits);
-        for (const char* norm : {Names::kMtpNormEmbedding, Names::kMtpNormHidden, Names::kMtpNorm})
+        b.linear(names.mtp_fc(), H, 2 * H, o.bits);
+        for (const std::string& norm :
+             {names.mtp_norm_embedding(), names.mtp_norm_hidden(), names.mtp_norm()})
             b.vector(norm, {H}, 1.0f, 0.05f, false);
     }
     for (int64_t l = 0; l < n_layers; ++l) {
@@ -290,6 +305,11 @@ Expected<PackResult> synth_model(const SynthOptions& options) {
     };
     if (o.dry_run) {
         result.dense_bytes = b.resident_bytes;  // what the model will hold, as Engine::load counts it
+        for (const auto& [layer, bytes] : b.layer_mapped_bytes) {
+            if (layer >= cfg.n_layers) continue;  // a nextn MTP layer: not streamed with the rest
+            result.layers_dense_bytes += bytes;
+            result.max_layer_dense_bytes = std::max(result.max_layer_dense_bytes, bytes);
+        }
     } else {
         SLUICE_ASSIGN_OR_RETURN(
             layout.dense,

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "kernels/weight_format.h"
 #include "model/config_gguf.h"
 #include "model/tensor_map.h"
 #include "model/weights_gguf.h"
@@ -326,6 +327,14 @@ Status Model::lay_out_steps(std::span<const SequenceStep> steps, size_t layers, 
 }
 
 Status Model::run_layer(int64_t l, bool out_of_place, float* x, Workspace& ws, ThreadPool* pool) const {
+    if (layer_observer_ != nullptr) layer_observer_->before_layer(l);
+    Status status = run_layer_program(l, out_of_place, x, ws, pool);
+    if (layer_observer_ != nullptr) layer_observer_->after_layer(l);
+    return status;
+}
+
+Status Model::run_layer_program(int64_t l, bool out_of_place, float* x, Workspace& ws,
+                                ThreadPool* pool) const {
     const int64_t H = config_.hidden, n = ws.batch.rows;
     const LayerPlan& P = plan_.layers[static_cast<size_t>(l)];
     const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
@@ -390,7 +399,8 @@ Status Model::forward_mtp(ModelState& state, std::span<const int32_t> tokens, co
         return error(ErrorCode::kUnsupported, "[model] " + dir_ + " has no multi-token-prediction head");
     const int64_t H = c.hidden;
     SequenceStep step{&state, tokens, logits, all_logits};
-    step.hidden = hidden_out;
+    step.hidden = plan_.mtp_chain_normed ? hidden_out : nullptr;
+    const int64_t first_position = state.n_past;
     const std::span<const SequenceStep> steps(&step, 1);
     SLUICE_RETURN_IF_ERROR(lay_out_steps(steps, static_cast<size_t>(c.n_layers + c.mtp_layers), ws));
     const int64_t n = ws.batch.rows;
@@ -404,6 +414,7 @@ Status Model::forward_mtp(ModelState& state, std::span<const int32_t> tokens, co
     float* row = grow(ws.y, H);
     for (int64_t t = 0; t < n; ++t) {
         kernels::dequantize_row(weights_.embed, tokens[t], row);
+        if (plan_.mtp_zero_first_embedding && first_position + t == 0) std::fill(row, row + H, 0.0f);
         kernels::rms_norm(row, m.norm_embedding.data(), H, eps, joined + t * 2 * H);
         kernels::rms_norm(hidden + t * H, m.norm_hidden.data(), H, eps, joined + t * 2 * H + H);
     }
@@ -411,6 +422,7 @@ Status Model::forward_mtp(ModelState& state, std::span<const int32_t> tokens, co
     linear_rows(m.fc, joined, n, ws.batch.singles, x, pool);
     SLUICE_RETURN_IF_ERROR(run_layer(c.n_layers, false, x, ws, pool));
     state.commit(n, false);
+    if (hidden_out != nullptr && !plan_.mtp_chain_normed) std::copy(x, x + n * H, hidden_out);
     lm_head(steps, x, m.norm, eps, ws, pool);
     return Status::ok();
 }
@@ -484,6 +496,66 @@ void Model::lm_head(std::span<const SequenceStep> steps, const float* x, const s
         kernels::matmul(weights_.lm_head, norm + at * H, rows, logits, pool);
         at += rows;
     }
+}
+
+}  // namespace sluice::model
+
+namespace sluice::model {
+
+std::vector<MappedRange> Model::layer_mapped_ranges(int64_t l) const {
+    std::vector<MappedRange> out;
+    if (!weights_.checkpoint || l < 0 || l >= static_cast<int64_t>(weights_.layers.size())) return out;
+    // Each mapped file's span of tensor bytes: a view points into one of them, or was made at load.
+    std::vector<std::pair<const uint8_t*, const uint8_t*>> files;
+    for (const auto& f : weights_.checkpoint->files()) {
+        const uint8_t *lo = nullptr, *hi = nullptr;
+        for (const format::TensorInfo& t : f->tensors()) {
+            if (t.data == nullptr) continue;
+            if (lo == nullptr || t.data < lo) lo = t.data;
+            if (hi == nullptr || t.data + t.size_bytes > hi) hi = t.data + t.size_bytes;
+        }
+        if (lo != nullptr) files.emplace_back(lo, hi);
+    }
+    auto add = [&](const void* p, uint64_t bytes) {
+        const auto* b = static_cast<const uint8_t*>(p);
+        if (b == nullptr || bytes == 0) return;
+        for (const auto& [lo, hi] : files)
+            if (b >= lo && b + bytes <= hi) out.push_back({b, bytes});
+    };
+    auto view = [&](const WeightView& v) {
+        if (v.data == nullptr) return;
+        const kernels::WeightFormat& f = kernels::weight_format(v.type);
+        const auto rows = static_cast<uint64_t>(v.rows);
+        add(v.data, rows * f.data_row_bytes(v.cols));
+        if (v.quantized() && !v.ggml_blocks()) {
+            const uint64_t aux = rows * f.aux_row_bytes(v.cols, v.group_size, v.scale_type) / 2;
+            add(v.scales, aux);
+            add(v.biases, aux);
+        }
+    };
+    const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+    for (const WeightView* v :
+         {&w.attn.q_proj,       &w.attn.k_proj,       &w.attn.v_proj,       &w.attn.o_proj,
+          &w.attn.q_a_proj,     &w.attn.q_b_proj,     &w.attn.kv_a_proj,    &w.attn.kv_b_proj,
+          &w.attn.embed_q,      &w.attn.unembed_out,  &w.linear.in_qkvz,    &w.linear.in_ba,
+          &w.linear.in_qkv,     &w.linear.in_z,       &w.linear.in_b,       &w.linear.in_a,
+          &w.linear.out_proj,   &w.moe_w.router,      &w.moe_w.shared.gate, &w.moe_w.shared.up,
+          &w.moe_w.shared.down, &w.moe_w.shared_gate, &w.dense_mlp.gate,    &w.dense_mlp.up,
+          &w.dense_mlp.down})
+        view(*v);
+    // In address order, merged where they touch or overlap.
+    std::sort(out.begin(), out.end(),
+              [](const MappedRange& a, const MappedRange& b) { return a.begin < b.begin; });
+    std::vector<MappedRange> merged;
+    for (const MappedRange& r : out) {
+        if (!merged.empty() && r.begin <= merged.back().begin + merged.back().bytes) {
+            const uint8_t* end = std::max(merged.back().begin + merged.back().bytes, r.begin + r.bytes);
+            merged.back().bytes = static_cast<uint64_t>(end - merged.back().begin);
+        } else {
+            merged.push_back(r);
+        }
+    }
+    return merged;
 }
 
 }  // namespace sluice::model

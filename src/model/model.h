@@ -128,6 +128,20 @@ void attend_step(ModelState& state, ModelState::Layer& layer, const float* k, co
                  int64_t n, int64_t nh, int64_t nkv, int64_t hd, float scale, float* out, ThreadPool* pool);
 
 // Scratch buffers of the forward, grown on demand and reused.
+// A byte range of a mapped checkpoint file.
+struct MappedRange {
+    const uint8_t* begin = nullptr;
+    uint64_t bytes = 0;
+};
+
+// Told before and after each decoder layer of a forward (from the forward's thread).
+class LayerObserver {
+ public:
+    virtual ~LayerObserver() = default;
+    virtual void before_layer(int64_t layer) = 0;
+    virtual void after_layer(int64_t layer) = 0;
+};
+
 struct Workspace {
     std::vector<float> x, norm, mix, tmp, q, k, v, z, gate, beta, g, conv_in, conv_out, attn, y;
     std::vector<float> router, expert_in, expert_gate, expert_up, expert_act, expert_out;
@@ -249,7 +263,8 @@ class Model {
     // takes token tokens[i] (the one after position n_past + i) and `hidden` row i ([n, H]: the
     // target's final-normed hidden state at that position, or the head's own `hidden_out` row of the
     // position before, for a chained draft). Writes logits as forward() does (the draft of the token
-    // after tokens[i]) and, when hidden_out is not null, every row's output after mtp.norm [n, H].
+    // after tokens[i]) and, when hidden_out is not null, every row's output [n, H] as the next chained
+    // proposal reads it: after mtp.norm, or before it for a nextn head (ModelPlan::mtp_chain_normed).
     // Advances state.n_past; on failure leaves `state` as it was.
     Status forward_mtp(ModelState& state, std::span<const int32_t> tokens, const float* hidden, float* logits,
                        bool all_logits, float* hidden_out, Workspace& ws, ThreadPool* pool) const;
@@ -266,6 +281,15 @@ class Model {
     // source is set (packed models). The source must outlive the model's use of it.
     void set_expert_source(ExpertSource* source) { experts_ = source != nullptr ? source : &resident_; }
     ExpertSource* expert_source() const { return experts_; }
+
+    // Told around each decoder layer a forward runs (the dense core's layer streamer,
+    // runtime/dense_stream.h); null: none. Must outlive the model's use of it.
+    void set_layer_observer(LayerObserver* observer) { layer_observer_ = observer; }
+    // Where layer l's own weights (projections, router, shared and dense MLPs; not routed experts,
+    // not the small f32 copies) lie in the mapped safetensors files, merged where adjacent — what
+    // streaming the dense core reads per layer. Weights held elsewhere (row tiles made at load, a
+    // GGUF's) are not in it.
+    std::vector<MappedRange> layer_mapped_ranges(int64_t l) const;
 
     // Hidden states after each layer for the last forward call's tokens, when `capture` is set
     // (tests and debugging: per-layer comparison against the reference).
@@ -288,6 +312,7 @@ class Model {
     // One decoder layer over ws.batch's rows of the residual stream x [rows, H]; an expert read's
     // failure is returned (the states' committed parts untouched).
     Status run_layer(int64_t l, bool out_of_place, float* x, Workspace& ws, ThreadPool* pool) const;
+    Status run_layer_program(int64_t l, bool out_of_place, float* x, Workspace& ws, ThreadPool* pool) const;
     // `norm` [H] over the rows each step wants, then lm_head; each step's `hidden` gets all its
     // rows normed.
     void lm_head(std::span<const SequenceStep> steps, const float* x, const std::vector<float>& norm,
@@ -303,6 +328,7 @@ class Model {
     ModelWeights weights_;
     ResidentExperts resident_{weights_};
     ExpertSource* experts_ = &resident_;
+    LayerObserver* layer_observer_ = nullptr;
 };
 
 }  // namespace sluice::model

@@ -12,6 +12,9 @@ ModelPlan make_plan(const ModelConfig& c, CheckpointLayout layout) {
     plan.hidden = c.hidden;
     plan.vocab = c.vocab;
     plan.final_norm_eps = c.rms_eps;
+    const bool nextn_head = c.family == Family::kGlm4Moe || c.family == Family::kDeepseekV3;
+    plan.mtp_zero_first_embedding = nextn_head;
+    plan.mtp_chain_normed = !nextn_head;
     // The main layers, then the multi-token-prediction layer (a full-attention MoE layer).
     plan.layers.resize(static_cast<size_t>(c.n_layers + c.mtp_layers));
     for (int64_t l = 0; l < c.n_layers + c.mtp_layers; ++l) {

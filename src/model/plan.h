@@ -120,6 +120,12 @@ struct ModelPlan {
     int64_t hidden = 0, vocab = 0;
     float final_norm_eps = 1e-6f;
     std::vector<LayerPlan> layers;  // [n_layers + mtp_layers]: the multi-token-prediction layer last
+    // The multi-token-prediction head's two conventions, as vLLM runs each family's head
+    // (docs/models-verified.md §16): a DeepSeek-style nextn head (GLM-4.5, DeepSeek-V3) zeroes the
+    // embedding of the row at position 0 and chains its output before the shared head's norm; the
+    // Qwen3-Next / Qwen3.5 head keeps that embedding and chains its normed output.
+    bool mtp_zero_first_embedding = false;
+    bool mtp_chain_normed = true;
 };
 
 ModelPlan make_plan(const ModelConfig& config, CheckpointLayout layout);

@@ -41,6 +41,7 @@ namespace {
 
 // The family's MoE module names on `names`.
 TensorNames with_family(TensorNames names, const ModelConfig& config) {
+    names.nextn = config.family == Family::kGlm4Moe || config.family == Family::kDeepseekV3;
     if (config.family == Family::kMixtral) {
         names.moe = "block_sparse_moe.";
         names.expert_projections = {"w1", "w3", "w2"};
@@ -56,6 +57,11 @@ bool TensorNames::is_auxiliary(const std::string& name) {
 }
 
 int64_t mtp_layers_in(const ModelConfig& config, const format::Checkpoint& checkpoint) {
+    if (config.family == Family::kGlm4Moe || config.family == Family::kDeepseekV3) {
+        if (config.nextn_layers == 0) return 0;
+        const TensorNames names = with_family(TensorNames{"model.", "lm_head", config.n_layers}, config);
+        return checkpoint.find(names.mtp_fc() + ".weight") != nullptr ? 1 : 0;
+    }
     if (config.family != Family::kQwen3Next && config.family != Family::kQwen35Moe) return 0;
     return checkpoint.find(std::string(TensorNames::kMtpFc) + ".weight") != nullptr ? 1 : 0;
 }

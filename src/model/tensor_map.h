@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -32,19 +33,41 @@ struct TensorNames {
     // The main decoder's layer count: layer indices from here on are the multi-token-prediction
     // layers, "mtp.layers.N." at the checkpoint's top level (-1: not known, no MTP layers named).
     int64_t n_layers = -1;
+    // DeepSeek-style MTP layers (GLM-4.5, DeepSeek-V3: "nextn"): the layers after the decoder's are
+    // prefix.layers.N like the rest, and the head's own tensors live inside the first of them.
+    bool nextn = false;
 
     std::string embed() const { return prefix + "embed_tokens"; }
     std::string final_norm() const { return prefix + "norm.weight"; }
     std::string layer(int64_t l) const {
-        if (n_layers >= 0 && l >= n_layers) return "mtp.layers." + std::to_string(l - n_layers) + ".";
+        if (!nextn && n_layers >= 0 && l >= n_layers)
+            return "mtp.layers." + std::to_string(l - n_layers) + ".";
         return prefix + "layers." + std::to_string(l) + ".";
     }
     // The MTP head's own tensors (models.md §3.7): fc [H, 2H] over [norm(embedding); norm(hidden)],
-    // those two norms, and the norm before the shared lm_head.
+    // those two norms, and the norm before the shared lm_head. Qwen3-Next / Qwen3.5 spell them at the
+    // top level (kMtp*); a nextn layer as eh_proj, enorm, hnorm and shared_head.norm.
     static constexpr const char* kMtpFc = "mtp.fc";
     static constexpr const char* kMtpNormEmbedding = "mtp.pre_fc_norm_embedding.weight";
     static constexpr const char* kMtpNormHidden = "mtp.pre_fc_norm_hidden.weight";
     static constexpr const char* kMtpNorm = "mtp.norm.weight";
+    std::string mtp_fc() const { return nextn ? layer(n_layers) + "eh_proj" : kMtpFc; }
+    std::string mtp_norm_embedding() const {
+        return nextn ? layer(n_layers) + "enorm.weight" : kMtpNormEmbedding;
+    }
+    std::string mtp_norm_hidden() const { return nextn ? layer(n_layers) + "hnorm.weight" : kMtpNormHidden; }
+    std::string mtp_norm() const { return nextn ? layer(n_layers) + "shared_head.norm.weight" : kMtpNorm; }
+    // A nextn layer's copies of the embedding table and lm_head (shared_head.head): the main model's
+    // own, which the head reads instead (DeepSeek-V3 report §2.2: "shared embedding and output head").
+    bool is_nextn_copy_of_shared(const std::string& tensor_name) const {
+        if (!nextn || n_layers < 0) return false;
+        const std::string p = prefix + "layers.";
+        if (!tensor_name.starts_with(p) ||
+            std::strtoll(tensor_name.c_str() + p.size(), nullptr, 10) < n_layers)
+            return false;
+        return tensor_name.ends_with(".embed_tokens.weight") ||
+               tensor_name.ends_with(".shared_head.head.weight");
+    }
     // Per layer, relative to layer(l).
     static constexpr const char* kInputNorm = "input_layernorm.weight";
     static constexpr const char* kPostNorm = "post_attention_layernorm.weight";
@@ -89,7 +112,8 @@ struct TensorNames {
 // layers after config.n_layers.
 Expected<TensorNames> find_tensor_names(const format::Checkpoint& checkpoint, const ModelConfig& config);
 // Multi-token-prediction layers `checkpoint` holds for a model of `config`'s family (0 or 1): the
-// Qwen3-Next / Qwen3.5 head is there when mtp.fc.weight is.
+// Qwen3-Next / Qwen3.5 head is there when mtp.fc.weight is, GLM-4.5's and DeepSeek-V3's when the layer
+// after the decoder's has its eh_proj (mlx-lm drops it; the checkpoint may declare it all the same).
 int64_t mtp_layers_in(const ModelConfig& config, const format::Checkpoint& checkpoint);
 // The names a new checkpoint of `config` gets (synthesis).
 TensorNames tensor_names_for(const ModelConfig& config);

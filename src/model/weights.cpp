@@ -180,7 +180,8 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
         for (const format::TensorInfo& t : file->tensors()) {
             if (t.name.compare(0, layers_prefix.size(), layers_prefix) != 0) continue;
             const int64_t index = std::strtoll(t.name.c_str() + layers_prefix.size(), nullptr, 10);
-            // DeepSeek-style MTP layers follow the decoder's (GLM's model.layers.46 of 46): not run.
+            // DeepSeek-style MTP layers follow the decoder's (GLM's model.layers.46 of 46): the first
+            // one is the drafting head when it is there (mtp_layers), any others are not run.
             if (index >= cfg.n_layers + cfg.nextn_layers)
                 return error(ErrorCode::kInvalidArgument, "[weights] " + ck.dir() + " holds tensor '" +
                                                               t.name + "' of layer " + std::to_string(index) +
@@ -208,10 +209,10 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
 
     if (cfg.mtp_layers > 0) {
         MtpWeights& m = mw.mtp;
-        SLUICE_ASSIGN_OR_RETURN(m.fc, b.linear(TensorNames::kMtpFc, H, 2 * H));
-        SLUICE_ASSIGN_OR_RETURN(m.norm_embedding, b.floats(TensorNames::kMtpNormEmbedding, H, norm_add));
-        SLUICE_ASSIGN_OR_RETURN(m.norm_hidden, b.floats(TensorNames::kMtpNormHidden, H, norm_add));
-        SLUICE_ASSIGN_OR_RETURN(m.norm, b.floats(TensorNames::kMtpNorm, H, norm_add));
+        SLUICE_ASSIGN_OR_RETURN(m.fc, b.linear(names.mtp_fc(), H, 2 * H));
+        SLUICE_ASSIGN_OR_RETURN(m.norm_embedding, b.floats(names.mtp_norm_embedding(), H, norm_add));
+        SLUICE_ASSIGN_OR_RETURN(m.norm_hidden, b.floats(names.mtp_norm_hidden(), H, norm_add));
+        SLUICE_ASSIGN_OR_RETURN(m.norm, b.floats(names.mtp_norm(), H, norm_add));
         mw.dense_bytes += view_bytes(m.fc) + sizeof(float) * 3 * static_cast<uint64_t>(H);
     }
     const int64_t n_layers = cfg.n_layers + cfg.mtp_layers;

@@ -16,6 +16,7 @@
 #include "format/json_text.h"
 #include "io/mapped_file.h"
 #include "kernels/kernels.h"
+#include "runtime/dense_stream.h"
 #include "runtime/engine_impl.h"
 #include "runtime/memory_plan.h"
 #include "sluice/chat_template.h"
@@ -140,6 +141,27 @@ Expected<MemoryPlan> make_plan(const model::ModelConfig& c, const model::StateLa
         plan.budget_bytes = runtime::available_memory_bytes() / 10 * 8;
     }
     plan.runtime_bytes = 64ull << 20;
+    // A dense core the budget cannot hold beside the rest and two layers' routed experts is streamed
+    // layer by layer (EngineOptions::dense_streaming; the CPU only): it then holds its embeddings,
+    // lm_head and norms, and a window of layers — the one running and the ones read ahead.
+    using DenseStreaming = EngineOptions::DenseStreaming;
+    constexpr int64_t kDenseWindowLayers = 3;
+    const bool can_stream_dense = streaming && w.layers_dense_bytes > 0 && options.device == "cpu";
+    if (options.dense_streaming == DenseStreaming::kOn && !can_stream_dense)
+        return error(ErrorCode::kInvalidArgument,
+                     "[engine] streaming the dense core needs a packed (streamed) model on the CPU");
+    const uint64_t held_layers =
+        std::min<uint64_t>(w.layers_dense_bytes, kDenseWindowLayers * w.max_layer_dense_bytes);
+    const uint64_t two_layers_experts =
+        2 * static_cast<uint64_t>(std::max<int64_t>(c.top_k, 1)) * w.record_bytes;
+    if (can_stream_dense && (options.dense_streaming == DenseStreaming::kOn ||
+                             (options.dense_streaming == DenseStreaming::kAuto &&
+                              plan.budget_bytes < plan.dense_bytes + plan.state_bytes + plan.scratch_bytes +
+                                                      plan.runtime_bytes + two_layers_experts))) {
+        plan.dense_streamed_bytes = w.layers_dense_bytes;
+        plan.dense_window_layers = kDenseWindowLayers;
+        plan.dense_bytes = plan.dense_bytes - w.layers_dense_bytes + held_layers;
+    }
     const uint64_t fixed = plan.dense_bytes + plan.state_bytes + plan.scratch_bytes + plan.runtime_bytes;
     // The sessions' state is allocated up front: a context it cannot hold is an error naming what
     // fits, not an allocation failure later (a streamed model's dense core is in RAM too, and so
@@ -157,11 +179,13 @@ Expected<MemoryPlan> make_plan(const model::ModelConfig& c, const model::StateLa
         return error(
             ErrorCode::kOutOfMemory,
             fmt::format("[engine] the dense core ({}: attention, routers, shared experts, embeddings — "
-                        "always in memory) with one expert slot ({}) and the forward's scratch ({}) "
+                        "{}) with one expert slot ({}) and the forward's scratch ({}) "
                         "exceed the budget of {}, before any context: raise --memory or store the "
                         "weights in fewer bits",
-                        human_bytes(plan.dense_bytes), human_bytes(w.record_bytes),
-                        human_bytes(plan.scratch_bytes + plan.runtime_bytes),
+                        human_bytes(plan.dense_bytes),
+                        plan.dense_streamed_bytes > 0 ? "what stays in memory while its layers stream"
+                                                      : "always in memory",
+                        human_bytes(w.record_bytes), human_bytes(plan.scratch_bytes + plan.runtime_bytes),
                         human_bytes(plan.budget_bytes)));
     if (plan.budget_bytes <
         plan.scratch_bytes + plan.runtime_bytes + (streaming ? plan.dense_bytes : 0) + plan.state_bytes) {
@@ -382,6 +406,18 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     PlannedWeights w;
     w.dense_bytes = model->weights().dense_bytes;
     w.expert_bytes = model->weights().expert_bytes;
+    // The decoder layers' own mapped weights: what streaming the dense core would read per token.
+    std::vector<std::vector<model::MappedRange>> layer_ranges;
+    if (streaming && device_index < 0) {
+        for (int64_t l = 0; l < c.n_layers + c.mtp_layers; ++l) {
+            layer_ranges.push_back(model->layer_mapped_ranges(l));
+            uint64_t bytes = 0;
+            for (const model::MappedRange& r : layer_ranges.back()) bytes += r.bytes;
+            if (l >= c.n_layers) continue;  // the MTP head's layer stays with the rest
+            w.layers_dense_bytes += bytes;
+            w.max_layer_dense_bytes = std::max(w.max_layer_dense_bytes, bytes);
+        }
+    }
     if (streaming) {
         w.record_bytes = experts::ExpertStore::slot_bytes_for(sources);
         for (const auto& s : sources) w.expert_records += s.n_experts;
@@ -409,6 +445,15 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
                 log::debug("[engine] every expert fits the cache: reading all {} MB in the background",
                            queued >> 20);
         }
+    }
+    if (plan.dense_streamed_bytes > 0) {
+        im.dense_streamer = std::make_unique<runtime::DenseLayerStreamer>(std::move(layer_ranges), c.n_layers,
+                                                                          plan.dense_window_layers);
+        model->set_layer_observer(im.dense_streamer.get());
+        log::info(
+            "[engine] the dense core streams layer by layer: {} of its layers' weights read per token, "
+            "{} layers resident at a time",
+            human_bytes(plan.dense_streamed_bytes), plan.dense_window_layers);
     }
     im.model = std::move(model);
     int threads =

@@ -10,6 +10,7 @@
 #include "experts/expert_store.h"
 #include "model/model.h"
 #include "runtime/backend.h"
+#include "runtime/dense_stream.h"
 #include "runtime/memory_pressure.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/speculative.h"
@@ -22,6 +23,9 @@ namespace sluice {
 struct Engine::Impl {
     EngineOptions options;
     ModelInfo info;
+    // Streams the dense core layer by layer when the plan says so (runtime/dense_stream.h); null
+    // otherwise. Declared before the model, so it outlives the model's use of it.
+    std::unique_ptr<runtime::DenseLayerStreamer> dense_streamer;
     std::shared_ptr<model::Model> model;
     std::shared_ptr<const Tokenizer> tokenizer;
     std::shared_ptr<const ChatTemplate> chat_template;

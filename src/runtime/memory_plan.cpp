@@ -23,6 +23,9 @@ std::string MemoryPlan::describe() const {
         kv_window > 0 ? fmt::format(" + last {} in f16", kv_window) : std::string(),
         human_bytes(kv_bytes_per_token), human_bytes(scratch_bytes),
         sessions > 1 ? fmt::format(" ({} sessions)", sessions) : std::string(), human_bytes(runtime_bytes));
+    if (dense_streamed_bytes > 0)
+        s += fmt::format(" [dense core streamed: {} of layers read per token, {} layers held at a time]",
+                         human_bytes(dense_streamed_bytes), dense_window_layers);
     if (prefix_cache_bytes > 0) s += fmt::format(" + prefix cache {}", human_bytes(prefix_cache_bytes));
     if (streaming) {
         s += fmt::format(" + expert cache {} ({} slots of {})", human_bytes(cache_bytes), cache_slots,

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -119,6 +121,124 @@ TEST(MemoryPlan, AConfigIsPlannedAsItsPackedModelLoads) {
     ASSERT_FALSE(short_of_context.has_value());
     EXPECT_NE(short_of_context.status().message().find("holds about"), std::string::npos)
         << short_of_context.status().message();
+}
+
+// Resident bytes of this process's mappings of files named `suffix` (/proc/self/smaps).
+uint64_t mapped_rss(const std::string& suffix) {
+    std::ifstream in("/proc/self/smaps");
+    std::string line;
+    bool ours = false;
+    uint64_t kb = 0;
+    while (std::getline(in, line)) {
+        if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) &&
+            line.find('-') != std::string::npos && line.find(' ') > line.find('-')) {
+            ours = line.size() >= suffix.size() &&
+                   line.compare(line.size() - suffix.size(), suffix.size(), suffix) == 0;
+        } else if (ours && line.rfind("Rss:", 0) == 0) {
+            kb += std::stoull(line.substr(4));
+        }
+    }
+    return kb << 10;
+}
+
+// A dense core the budget cannot hold streams layer by layer (EngineOptions::dense_streaming): the
+// config's dry run plans it as the loaded pack does; the logits are those of the held core bit for bit
+// (the same bytes, read later); and after a forward the dense file's resident pages are the window's,
+// not the whole core's.
+TEST(MemoryPlan, ADenseCoreTooBigForTheBudgetStreamsLayerByLayer) {
+    testing::TempDir dir;
+    // Qwen3-MoE shapes with a dense core of many layers and few, small experts.
+    const nlohmann::json cfg = {{"model_type", "qwen3_moe"},
+                                {"architectures", {"Qwen3MoeForCausalLM"}},
+                                {"hidden_size", 512},
+                                {"intermediate_size", 1024},
+                                {"moe_intermediate_size", 64},
+                                {"num_hidden_layers", 12},
+                                {"num_attention_heads", 8},
+                                {"num_key_value_heads", 2},
+                                {"head_dim", 64},
+                                {"num_experts", 4},
+                                {"num_experts_per_tok", 2},
+                                {"norm_topk_prob", true},
+                                {"vocab_size", 512},
+                                {"max_position_embeddings", 1024},
+                                {"rms_norm_eps", 1e-6},
+                                {"rope_theta", 1000000.0},
+                                {"tie_word_embeddings", false},
+                                {"eos_token_id", 1}};
+    const std::string config = dir.file("config.json");
+    ASSERT_TRUE(io::write_file_atomic(config, cfg.dump()).is_ok());
+    convert::SynthOptions so;
+    so.config_path = config;
+    so.bits = 4;
+    so.group_size = 64;
+    so.dry_run = true;
+    auto sizes = convert::synth_model(so);
+    ASSERT_TRUE(sizes.has_value()) << sizes.status().message();
+    ASSERT_GT(sizes->layers_dense_bytes, sizes->dense_bytes / 2);  // the layers are most of the core
+    so.dry_run = false;
+    so.out_dir = dir.file("packed");
+    ASSERT_TRUE(convert::synth_model(so).has_value());
+
+    EngineOptions eo;
+    eo.model_dir = so.out_dir;
+    eo.context_tokens = 256;
+    eo.threads = 2;
+    eo.prefix_cache_bytes = 0;
+    PlannedWeights w{sizes->dense_bytes,    sizes->expert_bytes,       sizes->record_bytes,
+                     sizes->expert_records, sizes->layers_dense_bytes, sizes->max_layer_dense_bytes};
+    auto held = plan_memory(config, w, eo);
+    ASSERT_TRUE(held.has_value()) << held.status().message();
+    EXPECT_EQ(held->dense_streamed_bytes, 0u);  // an ample budget holds it
+    // Four layers short of holding the core with the rest.
+    eo.memory_bytes = held->dense_bytes + held->state_bytes + held->scratch_bytes + held->runtime_bytes -
+                      4 * sizes->max_layer_dense_bytes;
+    auto planned = plan_memory(config, w, eo);
+    ASSERT_TRUE(planned.has_value()) << planned.status().message();
+    EXPECT_EQ(planned->dense_streamed_bytes, sizes->layers_dense_bytes);
+    EXPECT_EQ(planned->dense_window_layers, 3);
+    EXPECT_LT(planned->dense_bytes, held->dense_bytes);
+    EXPECT_GT(planned->cache_slots, 2);  // what the streamed layers left goes to the expert cache
+    auto streamed = Engine::load(eo);
+    ASSERT_TRUE(streamed.has_value()) << streamed.status().message();
+    const MemoryPlan& loaded = (*streamed)->memory_plan();
+    EXPECT_EQ(loaded.dense_streamed_bytes, planned->dense_streamed_bytes);
+    EXPECT_EQ(loaded.dense_bytes, planned->dense_bytes);
+    EXPECT_EQ(loaded.cache_slots, planned->cache_slots);
+    EXPECT_EQ(loaded.describe(), planned->describe());
+
+    // Told to hold the core in a budget that cannot, it is refused by name; and a GPU never streams it.
+    eo.dense_streaming = EngineOptions::DenseStreaming::kOff;
+    auto refused = plan_memory(config, w, eo);
+    ASSERT_FALSE(refused.has_value());
+    EXPECT_NE(refused.status().message().find("raise --memory"), std::string::npos)
+        << refused.status().message();
+    eo.dense_streaming = EngineOptions::DenseStreaming::kAuto;
+
+    std::vector<int32_t> prompt;
+    for (int32_t i = 0; i < 40; ++i) prompt.push_back((7 + 31 * i) % 512);
+    Expected<std::vector<float>> a = std::vector<float>{};
+    uint64_t held_rss = 0;
+    {
+        EngineOptions ho = eo;
+        ho.memory_bytes = 0;  // the whole core held
+        ho.dense_streaming = EngineOptions::DenseStreaming::kOff;
+        auto holding = Engine::load(ho);
+        ASSERT_TRUE(holding.has_value()) << holding.status().message();
+        a = (*holding)->new_session()->evaluate(prompt, true);
+        held_rss = mapped_rss("/dense.safetensors");
+    }  // its mapping gone, what stays resident is the streamed engine's
+    auto s = (*streamed)->new_session();
+    auto b = s->evaluate(prompt, true);
+    ASSERT_TRUE(a.has_value() && b.has_value());
+    EXPECT_EQ(*a, *b) << "streaming the dense core changed the logits";
+    auto c = s->evaluate(std::span<const int32_t>(prompt.data(), 1), false);  // one decode step
+    ASSERT_TRUE(c.has_value());
+    // The window (3 of 12 layers) and what stays (lm_head, the embedding rows touched), not the core.
+    const uint64_t streamed_rss = mapped_rss("/dense.safetensors");
+    EXPECT_GT(held_rss, sizes->layers_dense_bytes * 9 / 10) << "the held core is not resident?";
+    EXPECT_LT(streamed_rss, sizes->dense_bytes - sizes->layers_dense_bytes + 5 * sizes->max_layer_dense_bytes)
+        << "held " << held_rss << ", streamed " << streamed_rss;
 }
 
 }  // namespace

@@ -340,7 +340,7 @@ TEST(Pack, Fp8SourcesPackAsTheirDequantizedValues) {
     std::vector<std::string> files = {"dense.safetensors"};
     for (const auto& e : fs::directory_iterator(dir.file("twin_packed/experts")))
         files.push_back("experts/" + e.path().filename().string());
-    EXPECT_EQ(files.size(), 3u);  // the dense file and layers 1 and 2's experts
+    EXPECT_EQ(files.size(), 4u);  // the dense file and layers 1 and 2's experts, and the MTP layer 3's
     for (const std::string& f : files) {
         auto a = io::read_text_file(dir.file("fp8_packed/" + f));
         auto b = io::read_text_file(dir.file("twin_packed/" + f));

@@ -126,11 +126,11 @@ std::shared_ptr<Engine> load(const std::string& dir, int64_t ctx = 1024) {
 }
 
 // `src` packed at 4 bits into `dir`: a different model with the same vocabulary, for a draft.
-std::string packed(const std::string& src, const std::string& dir) {
+std::string packed(const std::string& src, const std::string& dir, int bits = 4) {
     convert::PackOptions o;
     o.src_dir = src;
     o.out_dir = dir;
-    o.bits = 4;
+    o.bits = bits;
     auto r = convert::pack_model(o);
     EXPECT_TRUE(r.has_value()) << r.status().message();
     return dir;
@@ -190,7 +190,9 @@ TEST(Speculative, GreedyOutputIsPlainGreedyForEveryK) {
     }
 }
 
-std::shared_ptr<Engine> load_mtp(const std::string& dir, int64_t ctx = 1024) {
+// The goldens' contexts are short (DeepSeek-V3's YaRN golden holds 256 positions): 256 is what the
+// tests below use of them; the default model gets more.
+std::shared_ptr<Engine> load_mtp(const std::string& dir, int64_t ctx = 256) {
     EngineOptions eo;
     eo.model_dir = dir;
     eo.threads = 2;
@@ -203,7 +205,9 @@ std::shared_ptr<Engine> load_mtp(const std::string& dir, int64_t ctx = 1024) {
 
 std::vector<std::string> mtp_goldens() {
     const std::string g = testing::test_data_dir() + "/goldens/";
-    return {g + "qwen3_next_mtp_hf_bf16", g + "qwen3_next_mtp_mlx_q4", g + "qwen3_5_moe_mtp_hf_bf16"};
+    // Qwen's heads (mtp.*), then GLM-4.5's and DeepSeek-V3's nextn layers (model.layers.3).
+    return {g + "qwen3_next_mtp_hf_bf16", g + "qwen3_next_mtp_mlx_q4", g + "qwen3_5_moe_mtp_hf_bf16",
+            g + "glm4_moe_hf_bf16", g + "deepseek_v3_hf_bf16"};
 }
 
 // Drafting with the model's own multi-token-prediction head: greedy output is plain greedy output
@@ -213,7 +217,7 @@ TEST(Speculative, MtpGreedyOutputIsPlainGreedyForEveryK) {
     std::vector<std::string> dirs = mtp_goldens();
     dirs.insert(dirs.begin(), tiny_next());  // the default model's trained head
     for (const std::string& dir : dirs) {
-        auto engine = load_mtp(dir);
+        auto engine = load_mtp(dir, dir == tiny_next() ? 1024 : 256);
         ASSERT_TRUE(engine);
         const bool trained = dir == tiny_next();
         std::vector<int32_t> prompt;
@@ -313,7 +317,7 @@ TEST(Speculative, MtpOnCudaGreedyOutputIsPlainGreedy) {
         EngineOptions eo;
         eo.model_dir = dir;
         eo.device = "cuda";
-        eo.context_tokens = 512;
+        eo.context_tokens = 256;
         eo.mtp = true;
         auto engine = Engine::load(eo);
         if (!engine.has_value() && engine.status().code() == ErrorCode::kUnsupported)
@@ -339,16 +343,16 @@ TEST(Speculative, MtpOnCudaGreedyOutputIsPlainGreedy) {
 }
 
 // Packed, the head is kept (its layer's experts streamed as the expert file of layer n_layers): an
-// MLX checkpoint's bytes are copied, so the packed model drafts exactly what the checkpoint does.
-TEST(Speculative, MtpHeadSurvivesPacking) {
+// MLX checkpoint's bytes are copied, and a bf16 one's packed at 16 bits, so the packed model drafts
+// exactly what the checkpoint does — for Qwen's mtp.* head and for DeepSeek-V3's nextn layer.
+void check_head_survives_packing(const std::string& src, int bits) {
     testing::TempDir tmp;
-    const std::string src = mtp_goldens()[1];  // qwen3_next_mtp_mlx_q4
-    const std::string dir = packed(src, tmp.file("packed"));
+    const std::string dir = packed(src, tmp.file("packed"), bits);
     auto original = load_mtp(src);
     auto streamed = load_mtp(dir);
     ASSERT_TRUE(original && streamed);
     std::vector<int32_t> prompt;
-    for (int32_t i = 0; i < 20; ++i) prompt.push_back(9 + 13 * i);
+    for (int32_t i = 0; i < 19; ++i) prompt.push_back(9 + 13 * i);  // inside the goldens' 256 ids
     GenerateOptions o;
     o.max_tokens = 40;
     o.sampling.temperature = 0.0f;
@@ -363,6 +367,13 @@ TEST(Speculative, MtpHeadSurvivesPacking) {
     EXPECT_EQ(a->stats.draft_tokens, b->stats.draft_tokens);
     EXPECT_EQ(a->stats.accepted_tokens, b->stats.accepted_tokens);
     EXPECT_GT(b->stats.draft_tokens, 0);
+}
+
+TEST(Speculative, MtpHeadSurvivesPacking) {
+    for (const auto& [src, bits] : {std::pair{mtp_goldens()[1], 4}, std::pair{mtp_goldens()[4], 16}}) {
+        SCOPED_TRACE(src);
+        check_head_survives_packing(src, bits);
+    }
 }
 
 // A model without a head, or an engine not running it, is refused by name.

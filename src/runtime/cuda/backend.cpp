@@ -357,7 +357,7 @@ Status CudaBackend::forward_mtp(SequenceState& seq, std::span<const int32_t> tok
     parts_.assign(1, Part{ds, 0, n, logit_rows});
     host_io_[0] = static_cast<int32_t>(seq.position());
     std::memcpy(host_io_ + 1, tokens.data(), tokens.size() * sizeof(int32_t));
-    enqueue_mtp(n, hidden);
+    enqueue_mtp(n, seq.position(), hidden);
     SLUICE_CUDA_TRY(cudaGetLastError(), "launching the MTP head");
     SLUICE_CUDA_TRY(cudaStreamSynchronize(stream_), "MTP head");
     if (logits != nullptr)
@@ -366,8 +366,8 @@ Status CudaBackend::forward_mtp(SequenceState& seq, std::span<const int32_t> tok
                        cudaMemcpyDeviceToHost),
             "copying logits");
     if (hidden_out != nullptr)
-        SLUICE_CUDA_TRY(cudaMemcpy(hidden_out, d_.norm, static_cast<size_t>(n * c.hidden) * sizeof(float),
-                                   cudaMemcpyDeviceToHost),
+        SLUICE_CUDA_TRY(cudaMemcpy(hidden_out, model_->plan().mtp_chain_normed ? d_.norm : resid_,
+                                   static_cast<size_t>(n * c.hidden) * sizeof(float), cudaMemcpyDeviceToHost),
                         "copying the head's rows");
     ds->commit(n);
     return Status::ok();

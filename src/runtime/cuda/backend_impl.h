@@ -310,7 +310,7 @@ class CudaBackend final : public Backend {
     Status copy_hidden(int64_t row0, int64_t n, float* hidden);
     // The head over parts_[0]'s n rows: input rows from the embedding and `hidden` (host), its
     // layer, mtp.norm into d_.norm (every row) and lm_head over the part's logit rows.
-    void enqueue_mtp(int64_t n, const float* hidden);
+    void enqueue_mtp(int64_t n, int64_t position, const float* hidden);
     // Weights.
     Status upload_weights(Arena& arena);
     // as_mlx: a GGUF Q4_0 / Q4_1 / Q8_0 weight goes up as MLX affine (upload.cpp); false for routed experts.

@@ -552,8 +552,9 @@ int64_t CudaBackend::enqueue_segment(int64_t n, int64_t after) {
 
 // The multi-token-prediction head over parts_[0]'s n rows (model.cpp forward_mtp): row i is
 // fc([norm_embedding(embed(token i)); norm_hidden(hidden row i)]) through the head's layer, then
-// mtp.norm (every row, into d_.norm: the chained drafts' next hidden rows) and lm_head.
-void CudaBackend::enqueue_mtp(int64_t n, const float* hidden) {
+// mtp.norm (every row, into d_.norm) and lm_head. The chained drafts' next hidden rows are d_.norm,
+// or resid_ for a nextn head (ModelPlan::mtp_chain_normed).
+void CudaBackend::enqueue_mtp(int64_t n, int64_t position, const float* hidden) {
     const model::ModelConfig& c = model_->config();
     const int64_t H = c.hidden, l = c.n_layers;
     const DevLayer& L = layers_[static_cast<size_t>(l)];
@@ -564,13 +565,19 @@ void CudaBackend::enqueue_mtp(int64_t n, const float* hidden) {
     cudaMemcpyAsync(d_.mix, hidden, static_cast<size_t>(n * H) * sizeof(float), cudaMemcpyHostToDevice,
                     stream_);
     cuda::dequantize_rows(embed_, d_.io + 1, n, d_.x, stream_);
+    if (position == 0 && model_->plan().mtp_zero_first_embedding)
+        cudaMemsetAsync(d_.x, 0, static_cast<size_t>(H) * sizeof(float), stream_);
     const cuda::HeadLayout half{n, 1, H, H, 0, 2 * H, 0};  // into one half of [n, 2H] rows
     cuda::row_norm(d_.x, mtp_norm_embedding_, half, eps, false, 1.0f, d_.tmp, stream_);
     cuda::row_norm(d_.mix, mtp_norm_hidden_, half, eps, false, 1.0f, d_.tmp + H, stream_);
     linear(mtp_fc_, d_.tmp, n, d_.x);
     const cuda::HeadLayout rows{n, 1, H, H, 0, H, 0};
     cuda::row_norm(d_.x, L.input_norm, rows, eps, false, 1.0f, d_.norm, stream_);
-    attention_layer(L, l, n, nullptr);
+    if (L.latent()) {
+        latent_attention_layer(L, l, n, nullptr);
+    } else {
+        attention_layer(L, l, n, nullptr);
+    }
     cuda::add_rms_norm(resid_, d_.mix, L.post_norm, n, H, eps, d_.norm, stream_);
     moe_layer(L, n, nullptr);
     cuda::axpy(1.0f, d_.mix, n * H, resid_, stream_);
