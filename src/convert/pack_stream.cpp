@@ -385,9 +385,22 @@ Expected<PackResult> finish_pack(const PackPlan& plan, const StreamOptions& o) {
     }
     SLUICE_RETURN_IF_ERROR(io::write_file_atomic((fs::path(o.out_dir) / "layout.json").string(),
                                                  format::serialize_pack_layout(layout)));
-    SLUICE_RETURN_IF_ERROR(
-        write_packed_config((fs::path(o.side_dir) / "config.json").string(), o.out_dir, plan));
-    SLUICE_ASSIGN_OR_RETURN(auto side, copy_model_side_files(o.side_dir, o.out_dir));
+    std::vector<std::string> side;
+    if (!o.generated_files.empty()) {
+        bool config = false;
+        for (const auto& [name, contents] : o.generated_files) {
+            SLUICE_RETURN_IF_ERROR(io::write_file_atomic((fs::path(o.out_dir) / name).string(), contents));
+            if (name == "config.json")
+                config = true;
+            else
+                side.push_back(name);
+        }
+        if (!config) return error(ErrorCode::kInternal, "[pack] no config.json among the files made");
+    } else {
+        SLUICE_RETURN_IF_ERROR(
+            write_packed_config((fs::path(o.side_dir) / "config.json").string(), o.out_dir, plan));
+        SLUICE_ASSIGN_OR_RETURN(side, copy_model_side_files(o.side_dir, o.out_dir));
+    }
     for (const auto& extra : o.extra_files) {
         if (std::find(side.begin(), side.end(), extra) != side.end()) continue;
         const fs::path dst = fs::path(o.out_dir) / extra;
