@@ -8,8 +8,9 @@
 // U8 rows of its blocks, layout.json's ggml_type saying which; an element type as its own dtype), and
 // each expert's slice of blk.N.ffn_{gate,up,down}_exps (expert e: bytes [e·slice, (e+1)·slice) of the
 // tensor) to its section of record e of experts/layer_NNN.bin. So run_pack_plan (pack_stream.h) streams
-// it like a checkpoint's: memory bounded by one read slice, outputs preallocated under ".partial" names
-// and renamed only once every byte is there, resumable after a kill. What the metadata says becomes the
+// it like a checkpoint's: the files read in order by pread into one 8 MiB buffer (not mapped: the
+// process never holds more of the model than that), outputs preallocated under ".partial" names and
+// renamed only once every byte is there, resumable after a kill. What the metadata says becomes the
 // files a packed folder has: config.json (model_config_json of the config a GGUF load derives) and, when
 // the file has a tokenizer, tokenizer.json and tokenizer_config.json with its chat template
 // (format::hf_tokenizer_files_from_gguf) — the pack needs nothing of the GGUF afterwards and tokenizes as
@@ -29,6 +30,12 @@
 // binder — the converter reorders rows and columns (Qwen3.5's tiled value heads, Qwen3-Next's qkvz
 // split) in ways a block format cannot undo column-wise, and norms hold a folded +1; the GGUF binder
 // already absorbs all of it.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "convert/pack_plan.h"
@@ -36,7 +43,6 @@
 #include "convert/pack_writer.h"
 #include "convert/packer.h"
 #include "format/tokenizer_gguf.h"
-#include "io/mapped_file.h"
 #include "model/config_gguf.h"
 #include "model/weights_gguf.h"
 
@@ -67,6 +73,40 @@ format::PackProjection projection_of(const GgufTensor& t) {
     const int64_t rows = t.dims[1], cols = t.dims[0];
     if (auto dtype = format::ggml_element_dtype(t.type)) return make_projection(rows, cols, 0, 0, *dtype);
     return make_ggml_projection(rows, cols, t.type);
+}
+
+constexpr uint64_t kReadSliceBytes = 8ull << 20;
+
+// Bytes [begin, end) of `path` handed to `sink` in slices of `buffer`, by pread (sequential: the kernel
+// reads ahead). A file shorter than `end` — changed since it was parsed — is an error naming it.
+Status read_slices(const std::string& path, uint64_t begin, uint64_t end, std::vector<uint8_t>& buffer,
+                   const ShardSink& sink) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return error(ErrorCode::kIo, "[pack] cannot open '" + path + "': " + std::strerror(errno));
+    struct Closer {
+        int fd;
+        ~Closer() { ::close(fd); }
+    } closer{fd};
+    ::posix_fadvise(fd, static_cast<off_t>(begin), static_cast<off_t>(end - begin), POSIX_FADV_SEQUENTIAL);
+    for (uint64_t at = begin; at < end;) {
+        const uint64_t want = std::min<uint64_t>(buffer.size(), end - at);
+        uint64_t got = 0;
+        while (got < want) {
+            const ssize_t n = ::pread(fd, buffer.data() + got, want - got, static_cast<off_t>(at + got));
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0)
+                return error(ErrorCode::kIo, "[pack] cannot read '" + path + "': " + std::strerror(errno));
+            if (n == 0)
+                return error(ErrorCode::kIo, "[pack] '" + path + "' ends at byte " +
+                                                 std::to_string(at + got) + ", before its " +
+                                                 std::to_string(end) +
+                                                 " bytes: it changed while it was packed");
+            got += static_cast<uint64_t>(n);
+        }
+        SLUICE_RETURN_IF_ERROR(sink({buffer.data(), want}));
+        at += want;
+    }
+    return Status::ok();
 }
 
 }  // namespace
@@ -177,19 +217,13 @@ Expected<PackResult> pack_gguf_model(const PackOptions& o) {
         so.generated_files.emplace_back("tokenizer_config.json", std::move(tokenizer.tokenizer_config_json));
     }
 
-    // The source bytes: each file mapped, handed over in slices (the pieces need no more).
-    std::vector<std::shared_ptr<io::MappedFile>> files(gguf->files().size());
-    for (size_t i = 0; i < files.size(); ++i) {
-        SLUICE_ASSIGN_OR_RETURN(files[i], io::MappedFile::open(gguf->files()[i]->path()));
-        if (files[i]->size() != plan.shards[i].size_bytes)
-            return error(ErrorCode::kIo,
-                         "[pack] '" + gguf->files()[i]->path() + "' changed while it was read");
-    }
+    // The source bytes: each file read in order in slices of one buffer (the pieces need no more), so
+    // the process holds one slice of the model, not the pages of a mapping of all of it.
+    std::vector<std::string> paths;
+    for (const auto& f : gguf->files()) paths.push_back(f->path());
+    std::vector<uint8_t> buffer(kReadSliceBytes);
     const ShardReader reader = [&](size_t s, uint64_t begin, uint64_t end, const ShardSink& sink) -> Status {
-        constexpr uint64_t kSliceBytes = 8ull << 20;
-        for (uint64_t at = begin; at < end; at += kSliceBytes)
-            SLUICE_RETURN_IF_ERROR(sink({files[s]->data() + at, std::min(kSliceBytes, end - at)}));
-        return Status::ok();
+        return read_slices(paths[s], begin, end, buffer, sink);
     };
     std::error_code ec;
     so.out_dir = o.out_dir;
