@@ -1,6 +1,6 @@
-// `sluice pack SRC_DIR OUT_DIR` and `sluice verify DIR|FILE.gguf`: convert a checkpoint into sluice's
-// streaming layout (resumable), and check every size and checksum of a packed folder, or a GGUF's tensors
-// against the checksum manifest beside it (format/gguf_manifest.h).
+// `sluice pack SRC OUT_DIR` and `sluice verify DIR|FILE.gguf`: convert a checkpoint folder or a GGUF into
+// sluice's streaming layout (resumable), and check every size and checksum of a packed folder, or a GGUF's
+// tensors against the checksum manifest beside it (format/gguf_manifest.h).
 //
 // These are conversion tools, not inference: they call the packer in src/experts directly rather
 // than the Engine/Session API.
@@ -108,13 +108,17 @@ void run_verify(const std::string& dir, bool as_json) {
 
 SLUICE_COMMAND(pack, 40, [](CLI::App& app) {
     auto o = std::make_shared<sluice::convert::PackOptions>();
-    auto* cmd =
-        app.add_subcommand("pack", "Convert a Hugging Face or MLX checkpoint into sluice's streaming layout");
-    cmd->add_option("src_dir", o->src_dir, "Source checkpoint folder")->required();
+    auto* cmd = app.add_subcommand(
+        "pack", "Convert a Hugging Face or MLX checkpoint, or a GGUF, into sluice's streaming layout");
+    cmd->add_option("src_dir", o->src_dir,
+                    "Source checkpoint folder, or a .gguf (the first file of a split set): its tensors are "
+                    "packed as they are, in their ggml types")
+        ->required();
     cmd->add_option("out_dir", o->out_dir, "Output folder (re-run to resume an interrupted pack)")
         ->required();
     cmd->add_option("--bits", o->bits,
-                    "4 or 8 (MLX affine), 16 = keep float weights; default 4 (MLX sources: as stored)")
+                    "4 or 8 (MLX affine), 16 = keep float weights; default 4 (MLX sources: as stored; a "
+                    "GGUF is always packed as stored)")
         ->check(CLI::IsMember({0, 4, 8, 16}))
         ->capture_default_str();
     cmd->add_option("--group-size", o->group_size, "Quantization group size")

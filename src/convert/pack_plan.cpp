@@ -283,14 +283,19 @@ Expected<PackPlan> plan_pack(const model::ModelConfig& cfg, const format::Checkp
         }
         layout.expert_files.push_back(std::move(file));
     }
-    for (auto& s : plan.shards) {
+    SLUICE_RETURN_IF_ERROR(order_plan_pieces(&plan));
+    return plan;
+}
+
+Status order_plan_pieces(PackPlan* plan) {
+    for (auto& s : plan->shards) {
         std::sort(s.pieces.begin(), s.pieces.end(),
                   [](const PlanPiece& a, const PlanPiece& b) { return a.src_begin < b.src_begin; });
         for (size_t i = 1; i < s.pieces.size(); ++i)
             if (s.pieces[i].src_begin < s.pieces[i - 1].src_end())
                 return error(ErrorCode::kInternal, "[pack] overlapping source pieces in " + s.file);
     }
-    return plan;
+    return Status::ok();
 }
 
 }  // namespace sluice::convert

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "format/gguf.h"
 #include "format/pack.h"
 #include "format/safetensors.h"
 #include "model/config.h"
@@ -90,5 +91,13 @@ Expected<int> resolve_pack_bits(const model::ModelConfig& cfg, int requested, in
 // Checks the dtype and shape of every routed-expert tensor it slices.
 Expected<PackPlan> plan_pack(const model::ModelConfig& cfg, const format::Checkpoint& ckpt, int bits,
                              int group_size);
+
+// Plans the pack of a GGUF (one file or a split set; its files are the shards) whose tensors were
+// bound for `cfg` (model::load_gguf_weights): every piece a verbatim copy, each tensor in its own ggml
+// type (convert/pack_gguf.cpp says what is packed where). The plan's bits and group size are 0.
+Expected<PackPlan> plan_gguf_pack(const model::ModelConfig& cfg, const format::GgufCheckpoint& gguf);
+
+// Sorts each shard's pieces by source offset and checks that none overlap (the stream's precondition).
+Status order_plan_pieces(PackPlan* plan);
 
 }  // namespace sluice::convert

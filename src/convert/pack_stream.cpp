@@ -1,6 +1,7 @@
 #include "convert/pack_stream.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -367,6 +368,18 @@ Status write_packed_config(const std::string& src_config, const std::string& out
     return io::write_file_atomic((fs::path(out_dir) / "config.json").string(), cfg.dump(2));
 }
 
+// The xxh3 of `bytes` of a read-only file mapping, whose whole pages are then handed back (a later read
+// faults them in again from the file): hashing a packed file holds one tensor or record of it in the
+// process, not the whole file.
+uint64_t hash_and_drop(const uint8_t* bytes, uint64_t size) {
+    const uint64_t h = XXH3_64bits(bytes, size);
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t first = (reinterpret_cast<uintptr_t>(bytes) + page - 1) / page * page;
+    const uintptr_t last = (reinterpret_cast<uintptr_t>(bytes) + size) / page * page;
+    if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+    return h;
+}
+
 // Checksums from the written files, then layout.json, config.json, side files, manifest last.
 Expected<PackResult> finish_pack(const PackPlan& plan, const StreamOptions& o) {
     format::PackLayout layout = plan.layout;
@@ -374,20 +387,33 @@ Expected<PackResult> finish_pack(const PackPlan& plan, const StreamOptions& o) {
         SLUICE_ASSIGN_OR_RETURN(auto dense,
                                 io::MappedFile::open((fs::path(o.out_dir) / layout.dense_file).string()));
         const uint8_t* data = dense->data() + plan.dense_header.size();
-        for (auto& s : layout.dense) s.xxh3 = XXH3_64bits(data + s.offset, s.size);
+        for (auto& s : layout.dense) s.xxh3 = hash_and_drop(data + s.offset, s.size);
     }
     for (auto& f : layout.expert_files) {
         SLUICE_ASSIGN_OR_RETURN(auto mapped, io::MappedFile::open((fs::path(o.out_dir) / f.file).string()));
         f.record_xxh3.assign(static_cast<size_t>(layout.n_experts), 0);
         for (int64_t e = 0; e < layout.n_experts; ++e)
             f.record_xxh3[static_cast<size_t>(e)] =
-                XXH3_64bits(mapped->data() + static_cast<uint64_t>(e) * f.record_stride, f.record_bytes);
+                hash_and_drop(mapped->data() + static_cast<uint64_t>(e) * f.record_stride, f.record_bytes);
     }
     SLUICE_RETURN_IF_ERROR(io::write_file_atomic((fs::path(o.out_dir) / "layout.json").string(),
                                                  format::serialize_pack_layout(layout)));
-    SLUICE_RETURN_IF_ERROR(
-        write_packed_config((fs::path(o.side_dir) / "config.json").string(), o.out_dir, plan));
-    SLUICE_ASSIGN_OR_RETURN(auto side, copy_model_side_files(o.side_dir, o.out_dir));
+    std::vector<std::string> side;
+    if (!o.generated_files.empty()) {
+        bool config = false;
+        for (const auto& [name, contents] : o.generated_files) {
+            SLUICE_RETURN_IF_ERROR(io::write_file_atomic((fs::path(o.out_dir) / name).string(), contents));
+            if (name == "config.json")
+                config = true;
+            else
+                side.push_back(name);
+        }
+        if (!config) return error(ErrorCode::kInternal, "[pack] no config.json among the files made");
+    } else {
+        SLUICE_RETURN_IF_ERROR(
+            write_packed_config((fs::path(o.side_dir) / "config.json").string(), o.out_dir, plan));
+        SLUICE_ASSIGN_OR_RETURN(side, copy_model_side_files(o.side_dir, o.out_dir));
+    }
     for (const auto& extra : o.extra_files) {
         if (std::find(side.begin(), side.end(), extra) != side.end()) continue;
         const fs::path dst = fs::path(o.out_dir) / extra;

@@ -10,7 +10,8 @@
 // fdatasync of the outputs) every `flush_every_bytes` or `flush_every_s`. A cursor never points
 // inside a row being quantized: the writer holds at most one partial row per shard, and the
 // cursor stays at that row's start. After the last shard: checksums (xxh3, read back from the
-// written files), layout.json, config.json, side files, and the manifest last.
+// written files), layout.json, config.json, side files (or the files made for the pack: a GGUF's), and
+// the manifest last.
 //
 // Threading: shards may be streamed on several threads at once (StreamOptions::parallel_shards):
 // a PlanWriter's per-shard calls (seek/consume/position/cursor) touch only that shard's state and
@@ -108,9 +109,12 @@ using ShardReader = std::function<Status(size_t shard, uint64_t begin, uint64_t 
 
 struct StreamOptions {
     std::string out_dir;
-    std::string record_name;                // ".pack-progress.json" or ".pull-progress.json"
-    std::string source;                     // the record's identity of what is packed
-    std::string side_dir;                   // holds config.json and the tokenizer/template files
+    std::string record_name;  // ".pack-progress.json" or ".pull-progress.json"
+    std::string source;       // the record's identity of what is packed
+    std::string side_dir;     // holds config.json and the tokenizer/template files
+    // Description files made here rather than copied from side_dir (a GGUF's config.json and tokenizer
+    // files, from its metadata): (name, contents). When set, side_dir is not read.
+    std::vector<std::pair<std::string, std::string>> generated_files;
     std::vector<std::string> shard_sha256;  // per plan shard, "" = unknown
     std::vector<std::string> extra_files;   // more files of side_dir to copy (pull --include)
     int parallel_shards = 1;                // shards streamed at once (pull: one connection each)

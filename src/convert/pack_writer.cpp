@@ -154,6 +154,18 @@ format::PackProjection make_projection(int64_t rows, int64_t cols, int bits, int
     return p;
 }
 
+format::PackProjection make_ggml_projection(int64_t rows, int64_t cols, format::GgmlType type) {
+    const format::GgmlTypeInfo& t = *format::ggml_type_info(static_cast<uint32_t>(type));
+    const int64_t row_bytes = cols / t.block_elems * t.block_bytes;
+    format::PackProjection p;
+    p.rows = rows;
+    p.cols = cols;
+    p.ggml_type = type;
+    p.weight = {"weight", format::DType::kU8, {rows, row_bytes}, 0, static_cast<uint64_t>(rows * row_bytes)};
+    p.weight.ggml_type = type;
+    return p;
+}
+
 format::PackExpertFile make_expert_file_layout(int64_t layer, const format::PackProjection& gate,
                                                const format::PackProjection& up,
                                                const format::PackProjection& down) {

@@ -43,6 +43,10 @@ format::PackProjection make_projection(int64_t rows, int64_t cols, int bits, int
                                        format::DType float_dtype,
                                        format::DType scale_dtype = format::DType::kBF16);
 
+// The record layout of one projection of ggml blocks (a GGUF's routed experts, copied as they are): U8
+// [rows, row bytes] carrying its ggml type; `cols` a whole number of the type's blocks.
+format::PackProjection make_ggml_projection(int64_t rows, int64_t cols, format::GgmlType type);
+
 // Lays out gate, up, down in a record (64-byte aligned sections, 4 KiB-aligned stride).
 format::PackExpertFile make_expert_file_layout(int64_t layer, const format::PackProjection& gate,
                                                const format::PackProjection& up,

@@ -3,10 +3,13 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "convert/pack_plan.h"
 #include "convert/pack_stream.h"
+#include "format/gguf.h"
 #include "format/pack.h"
 #include "io/mapped_file.h"
 #include "model/config.h"
@@ -16,7 +19,28 @@ namespace sluice::convert {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// A GGUF by its name (a .gguf, a folder of one) or, for a file named otherwise, by its magic.
+bool is_gguf_source(const std::string& path) {
+    if (format::is_gguf_model_path(path)) return true;
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) return false;
+    std::ifstream in(path, std::ios::binary);
+    char magic[4] = {};
+    return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+}  // namespace
+
 Expected<PackResult> pack_model(const PackOptions& o) {
+    if (is_gguf_source(o.src_dir)) return pack_gguf_model(o);
+    std::error_code file_ec;
+    if (fs::is_regular_file(o.src_dir, file_ec))
+        return error(ErrorCode::kInvalidArgument,
+                     "[pack] '" + o.src_dir +
+                         "' is a file but not a GGUF (no 'GGUF' magic): pack takes a checkpoint folder "
+                         "(config.json and safetensors) or a .gguf");
     if (format::is_packed_dir(o.src_dir))
         return error(ErrorCode::kInvalidArgument, "[pack] '" + o.src_dir + "' is already a packed model");
     std::error_code ec;

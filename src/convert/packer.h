@@ -1,10 +1,10 @@
 // `sluice pack` and `sluice synth`: producing packed (streaming) model folders.
 //
 // pack: a Hugging Face checkpoint (bf16/f16/f32; quantized with the MLX affine algorithm unless
-// bits = 16, routers and shared-expert gates at 8-bit as mlx-lm does) or an MLX checkpoint (bytes
-// copied verbatim) → dense.safetensors + one expert file per MoE layer + layout.json +
-// manifest.json. The plan and the byte transform are shared with `sluice pull` (pack_plan.h,
-// pack_stream.h). Resumable: a progress record (.pack-progress.json) holds a cursor per shard,
+// bits = 16, routers and shared-expert gates at 8-bit as mlx-lm does), an MLX checkpoint (bytes
+// copied verbatim) or a GGUF (its ggml blocks copied verbatim) → dense.safetensors + one expert file
+// per MoE layer + layout.json + manifest.json. The plan and the byte transform are shared with `sluice pull`
+// (pack_plan.h, pack_stream.h). Resumable: a progress record (.pack-progress.json) holds a cursor per shard,
 // and a re-run with the same source and options continues from it. Vision tensors are not packed;
 // a multi-token-prediction head is (its layer's experts as the expert file of layer n_layers).
 //
@@ -42,7 +42,13 @@ struct PackResult {
     uint64_t layers_dense_bytes = 0, max_layer_dense_bytes = 0;
 };
 
+// src_dir may also be a GGUF (a .gguf file, a file starting with the GGUF magic, the first of a split
+// set, or a folder holding one): then pack_gguf_model.
 Expected<PackResult> pack_model(const PackOptions& options);
+
+// A GGUF into the packed layout, every tensor's bytes verbatim in its own ggml type (pack_gguf.cpp);
+// options.bits must be 0 (no requantisation), group_size is not used.
+Expected<PackResult> pack_gguf_model(const PackOptions& options);
 
 struct SynthOptions {
     std::string config_path;  // a config.json (any supported family)

@@ -43,7 +43,7 @@ ExpertLayerSource::View projection_source(const format::PackProjection& p) {
     ExpertLayerSource::View v;
     v.rows = p.rows;
     v.cols = p.cols;
-    v.type = *model::weight_type_of(p.weight.dtype, p.bits);  // checked by check_projection
+    v.type = *model::weight_type_of(p);  // checked by check_projection
     v.data = p.weight.offset;
     if (p.bits == 0) return v;
     v.group_size = p.group_size;
@@ -53,12 +53,13 @@ ExpertLayerSource::View projection_source(const format::PackProjection& p) {
     return v;
 }
 
-// layout.json's description of one projection against the format registry: a registered format,
+// layout.json's description of one projection against the format registry (float, MLX affine, or a
+// GGUF pack's ggml blocks, whose scales are inside the blocks): a registered format,
 // a well-formed shape for it, sections as large as rows × row bytes — so no view of a record can
 // reach past it. Errors name the layer and projection.
 Status check_projection(const format::PackExpertFile& f, const format::PackProjection& p, const char* which) {
     const std::string where = "[experts] layout.json, layer " + std::to_string(f.layer) + " " + which + ": ";
-    auto type = model::weight_type_of(p.weight.dtype, p.bits);
+    auto type = model::weight_type_of(p);
     if (!type.has_value()) return error(ErrorCode::kCorrupt, where + type.status().message());
     const kernels::WeightFormat& fmt = kernels::weight_format(*type);
     if (p.rows <= 0 || p.cols <= 0) return error(ErrorCode::kCorrupt, where + "empty shape");

@@ -614,6 +614,12 @@ const GgmlTypeInfo* ggml_type_info(uint32_t type) {
     return nullptr;
 }
 
+const GgmlTypeInfo* ggml_type_by_name(std::string_view name) {
+    for (const auto& e : kGgmlTypes)
+        if (name == e.name) return &e;
+    return nullptr;
+}
+
 const char* ggml_type_name(GgmlType type) {
     const GgmlTypeInfo* info = ggml_type_info(static_cast<uint32_t>(type));
     return info ? info->name : "?";

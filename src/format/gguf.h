@@ -201,6 +201,8 @@ struct GgmlTypeInfo {
 // Null for a number that is no ggml type (or a removed one: 4, 5, 31–33, 36–38).
 const GgmlTypeInfo* ggml_type_info(uint32_t type);
 const char* ggml_type_name(GgmlType type);
+// The type ggml spells `name` ("q4_K", "mxfp4"; case-sensitive, as ggml_type_name writes it), or null.
+const GgmlTypeInfo* ggml_type_by_name(std::string_view name);
 
 // The largest metadata + tensor-info section sluice accepts. Real files stay far below it (a
 // 262k-token vocabulary with its merges is ~30 MB); hostile counts fail against it before their

@@ -31,6 +31,7 @@ json section_json(const PackSection& s) {
         j["bits"] = s.bits;
         j["group_size"] = s.group_size;
     }
+    if (s.ggml_type) j["ggml_type"] = ggml_type_name(*s.ggml_type);
     if (s.xxh3) j["xxh3"] = hex64(s.xxh3);
     return j;
 }
@@ -41,6 +42,7 @@ json projection_json(const PackProjection& p) {
               {"bits", p.bits},
               {"group_size", p.group_size},
               {"weight", section_json(p.weight)}};
+    if (p.ggml_type) j["ggml_type"] = ggml_type_name(*p.ggml_type);
     if (p.bits) {
         j["scales"] = section_json(p.scales);
         j["biases"] = section_json(p.biases);
@@ -88,12 +90,46 @@ Status version_error(const std::string& source, int version) {
                  : " (a newer pack): upgrade sluice, or re-pack the model with this one"));
 }
 
+std::string ggml_block_text(const GgmlTypeInfo& t) {
+    return std::string(t.name) + " blocks (" + std::to_string(t.block_elems) + " values in " +
+           std::to_string(t.block_bytes) + " bytes)";
+}
+
 class LayoutParser {
  public:
     explicit LayoutParser(const std::string& source) : f_("[pack]", source, ErrorCode::kCorrupt) {}
     Status status() const { return f_.status(); }
     void fail(const std::string& where, const std::string& what) { f_.fail(where, what); }
     JsonFields& fields() { return f_; }
+    // ggml blocks are a GGUF's bytes, bound by the GGUF binder: only a "gguf" pack holds them.
+    void set_source_layout(const std::string& layout) { source_layout_ = layout; }
+
+    // An optional "ggml_type" of `j`: a known ggml block type of a gguf pack.
+    std::optional<GgmlType> ggml_type(const json& j, const std::string& where) {
+        auto it = j.find("ggml_type");
+        if (it == j.end()) return std::nullopt;
+        if (!it->is_string()) {
+            fail(where + ".ggml_type", "expected a string, got " + it->dump());
+            return std::nullopt;
+        }
+        const std::string& name = it->get_ref<const std::string&>();
+        const GgmlTypeInfo* info = ggml_type_by_name(name);
+        if (info == nullptr) {
+            fail(where + ".ggml_type", "unknown ggml type '" + name + "'");
+            return std::nullopt;
+        }
+        if (ggml_element_dtype(info->type)) {
+            fail(where + ".ggml_type", "'" + name + "' is an element type: its values are stored as dtype " +
+                                           dtype_name(*ggml_element_dtype(info->type)) + ", not as blocks");
+            return std::nullopt;
+        }
+        if (source_layout_ != "gguf") {
+            fail(where + ".ggml_type", "ggml " + name + " blocks in a pack whose source_layout is '" +
+                                           source_layout_ + "' (only a pack of a GGUF, 'gguf', holds them)");
+            return std::nullopt;
+        }
+        return info->type;
+    }
 
     PackSection section(const json& j, const std::string& where) {
         PackSection s;
@@ -118,6 +154,21 @@ class LayoutParser {
         s.group_size = static_cast<int>(f_.integer(j, "group_size", where, 0, kMaxGroup, false));
         if (auto x = j.find("xxh3"); x != j.end() && !parse_json_hex64(*x, &s.xxh3))
             fail(where + ".xxh3", "expected 16 hex digits, got " + x->dump());
+        s.ggml_type = ggml_type(j, where);
+        if (f_.ok() && s.ggml_type) {
+            // The blocks' bytes: U8 rows, each a whole number of blocks.
+            const GgmlTypeInfo& t = *ggml_type_info(static_cast<uint32_t>(*s.ggml_type));
+            if (s.dtype != DType::kU8)
+                fail(where + ".dtype", "'" + s.name + "' holds " + t.name + " blocks, stored as U8, not " +
+                                           dtype_name(s.dtype));
+            else if (s.bits != 0)
+                fail(where + ".bits", "'" + s.name + "' holds " + t.name + " blocks and bits " +
+                                          std::to_string(s.bits) + " (MLX affine codes)");
+            else if (s.shape.empty() || s.shape.back() % t.block_bytes != 0)
+                fail(where + ".shape", "'" + s.name + "' is " + shape_str(s.shape) + " bytes, but rows of " +
+                                           ggml_block_text(t) + " are a whole number of " +
+                                           std::to_string(t.block_bytes) + "-byte blocks");
+        }
         uint64_t bytes = 0;
         if (f_.ok() && (!section_bytes(s, &bytes) || bytes != s.size))
             fail(where, "'" + s.name + "' is " + dtype_name(s.dtype) + " " + shape_str(s.shape) + " = " +
@@ -139,7 +190,9 @@ class LayoutParser {
         p.cols = f_.integer(j, "cols", where, 1, kMaxDim, true);
         p.bits = static_cast<int>(f_.integer(j, "bits", where, 0, kMaxBits, true));
         p.group_size = static_cast<int>(f_.integer(j, "group_size", where, 0, kMaxGroup, true));
+        p.ggml_type = ggml_type(j, where);
         p.weight = section(j.value("weight", json()), where + ".weight");
+        if (f_.ok() && (p.ggml_type || p.weight.ggml_type)) return ggml_projection(p, where);
         if (p.bits) {
             p.scales = section(j.value("scales", json()), where + ".scales");
             p.biases = section(j.value("biases", json()), where + ".biases");
@@ -181,10 +234,58 @@ class LayoutParser {
     }
 
  private:
+    // A projection of ggml blocks: no bits or group, the weight's type the projection's, and the weight
+    // exactly rows × (cols / block_elems) blocks.
+    PackProjection ggml_projection(PackProjection& p, const std::string& where) {
+        if (p.ggml_type != p.weight.ggml_type) {
+            auto name = [](const std::optional<GgmlType>& t) {
+                return t ? std::string(ggml_type_name(*t)) : std::string("none");
+            };
+            fail(where + ".weight",
+                 "ggml_type " + name(p.weight.ggml_type) + ", but the projection says " + name(p.ggml_type));
+            return p;
+        }
+        const GgmlTypeInfo& t = *ggml_type_info(static_cast<uint32_t>(*p.ggml_type));
+        if (p.bits != 0 || p.group_size != 0)
+            fail(where, "a projection of " + std::string(t.name) + " blocks with bits " +
+                            std::to_string(p.bits) + " group_size " + std::to_string(p.group_size) +
+                            " (the blocks carry their scales)");
+        else if (p.cols % t.block_elems != 0)
+            fail(where, "cols " + std::to_string(p.cols) + " is not a whole number of " + ggml_block_text(t));
+        if (!f_.ok()) return p;
+        const std::vector<int64_t> want = {p.rows, p.cols / t.block_elems * t.block_bytes};
+        if (p.weight.shape != want)
+            fail(where + ".weight", "shape " + shape_str(p.weight.shape) + ", but a projection of [" +
+                                        std::to_string(p.rows) + ", " + std::to_string(p.cols) + "] in " +
+                                        ggml_block_text(t) + " needs U8 " + shape_str(want));
+        return p;
+    }
+
     JsonFields f_;
+    std::string source_layout_;
 };
 
 }  // namespace
+
+int64_t PackSection::ggml_cols() const {
+    const GgmlTypeInfo* t = ggml_type ? ggml_type_info(static_cast<uint32_t>(*ggml_type)) : nullptr;
+    if (t == nullptr || shape.empty()) return 0;
+    return shape.back() / t->block_bytes * t->block_elems;
+}
+
+std::optional<DType> ggml_element_dtype(GgmlType type) {
+    switch (type) {
+        case GgmlType::kF32: return DType::kF32;
+        case GgmlType::kF16: return DType::kF16;
+        case GgmlType::kBF16: return DType::kBF16;
+        case GgmlType::kF64: return DType::kF64;
+        case GgmlType::kI8: return DType::kI8;
+        case GgmlType::kI16: return DType::kI16;
+        case GgmlType::kI32: return DType::kI32;
+        case GgmlType::kI64: return DType::kI64;
+        default: return std::nullopt;
+    }
+}
 
 const PackExpertFile* PackLayout::for_layer(int64_t layer) const {
     for (const auto& f : expert_files)
@@ -240,9 +341,11 @@ Expected<PackLayout> parse_pack_layout(const std::string& json_text, const std::
     if (layout.version != kPackFormatVersion) return version_error(source, layout.version);
     try {
         layout.source_layout = f.string(j, "source_layout", "", true);
-        if (f.ok() && layout.source_layout != "huggingface" && layout.source_layout != "mlx")
+        if (f.ok() && layout.source_layout != "huggingface" && layout.source_layout != "mlx" &&
+            layout.source_layout != "gguf")
             p.fail("source_layout",
-                   "expected \"huggingface\" or \"mlx\", got \"" + layout.source_layout + "\"");
+                   "expected \"huggingface\", \"mlx\" or \"gguf\", got \"" + layout.source_layout + "\"");
+        p.set_source_layout(layout.source_layout);
         layout.dense_file = f.string(j, "dense_file", "", false, "dense.safetensors");
         if (!safe_relative_name(layout.dense_file))
             p.fail("dense_file", "bad file name '" + layout.dense_file + "'");

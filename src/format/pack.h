@@ -6,8 +6,9 @@
 //   experts/layer_NNN.bin     one file per MoE layer: n_experts fixed-stride records, 4 KiB aligned,
 //                             record e = expert e's gate, up and down projections (weights, scales,
 //                             biases), so one expert is one aligned read
-//   layout.json               every section: name, dtype, shape, offset, size, bits, group size,
-//                             xxh3-64 of each dense tensor and of each expert record
+//   layout.json               every section: name, dtype, shape, offset, size, bits, group size (or
+//                             the ggml block type of a GGUF's bytes), xxh3-64 of each dense tensor and
+//                             of each expert record
 //   tokenizer files, chat template, generation_config.json (copied, symlinks resolved)
 //   manifest.json             format magic + version + file sizes; written LAST — its presence
 //                             means the folder is complete
@@ -16,9 +17,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "format/gguf.h"
 #include "format/safetensors.h"
 #include "sluice/status.h"
 
@@ -39,13 +42,23 @@ struct PackSection {
     int bits = 0;  // 0 = not quantized
     int group_size = 0;
     uint64_t xxh3 = 0;  // dense tensors only (records carry one checksum for the whole record)
+    // A GGUF tensor of a ggml block type (`sluice pack FILE.gguf`), its blocks as the file holds them:
+    // dtype U8, shape [.., rows, row_bytes] with row_bytes a whole number of blocks. The tensor's
+    // logical row length is ggml_cols(). Element types (f32, f16, bf16, ...) are stored as their own
+    // dtype instead, and never carry this.
+    std::optional<GgmlType> ggml_type;
+
+    // Elements per row of a ggml-typed section: its row bytes / block_bytes × block_elems.
+    int64_t ggml_cols() const;
 };
 
-// One projection of an expert record.
+// One projection of an expert record: a float weight, MLX affine codes with their scales and biases,
+// or (a GGUF's) ggml blocks.
 struct PackProjection {
     int64_t rows = 0, cols = 0;  // logical [out, in]
-    int bits = 0;                // 0 = float weight of `weight.dtype`
+    int bits = 0;                // 0 = float weight of `weight.dtype`, or ggml blocks
     int group_size = 0;
+    std::optional<GgmlType> ggml_type;   // the blocks' type (then weight is U8 [rows, row_bytes])
     PackSection weight, scales, biases;  // scales/biases unused when bits == 0
 };
 
@@ -60,7 +73,10 @@ struct PackExpertFile {
 
 struct PackLayout {
     int version = kPackFormatVersion;
-    std::string source_layout;  // "huggingface" or "mlx": which reference the math follows
+    // "huggingface" or "mlx": which reference the math follows, and so how the dense tensors are named
+    // and bound; "gguf": a GGUF's tensors under their GGUF names, bound as a GGUF's are
+    // (model/weights_gguf.h) — the only layout whose sections may carry ggml_type.
+    std::string source_layout;
     std::string dense_file = "dense.safetensors";
     std::vector<PackSection> dense;
     int64_t n_experts = 0;
@@ -69,6 +85,11 @@ struct PackLayout {
     const PackExpertFile* for_layer(int64_t layer) const;
     uint64_t expert_record_bytes_total() const;
 };
+
+// How a GGUF tensor of ggml type `type` is stored in a pack: an element type (f32, f16, bf16, f64, i8 …
+// i64) as that dtype, the same bytes; nullopt for a block type, stored as U8 rows of its blocks with the
+// section's ggml_type saying which.
+std::optional<DType> ggml_element_dtype(GgmlType type);
 
 std::string serialize_pack_layout(const PackLayout& layout);
 Expected<PackLayout> parse_pack_layout(const std::string& json_text, const std::string& source);

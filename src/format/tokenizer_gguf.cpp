@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -231,6 +232,91 @@ Expected<std::string> parse_gguf_chat_template(const GgufMetadata& md, const std
     return error(ErrorCode::kNotFound,
                  fmt::format("[tokenizer] {}: no chat template: key '{}' not found{}", path, key,
                              names.empty() ? std::string() : " (named templates: " + names + ")"));
+}
+
+Expected<HfTokenizerFiles> hf_tokenizer_files_from_gguf(const GgufMetadata& md, const std::string& path) {
+    using nlohmann::json;
+    SLUICE_ASSIGN_OR_RETURN(GgufTokenizerSpec spec, parse_gguf_tokenizer(md, path));
+    const TokenizerJson& tok = spec.tokenizer;
+    // parse_gguf_tokenizer's one shape: NFC, Split regexes then ByteLevel, BPE, ByteLevel decoding.
+    if (!tok.byte_level || tok.split_regexes.size() != 1 || tok.normalizer.size() != 1)
+        return error(ErrorCode::kInternal, "[tokenizer] " + path + ": not a byte-level BPE with one Split");
+    const json byte_level = {
+        {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+    json vocab = json::object();
+    for (const auto& [text, id] : tok.vocab) vocab[text] = id;
+    json merges = json::array();
+    for (const auto& [a, b] : tok.merges) merges.push_back({a, b});
+    json added = json::array();
+    json added_decoder = json::object();
+    for (const AddedTokenSpec& a : tok.added_tokens) {
+        const json entry = {{"content", a.content}, {"single_word", a.single_word}, {"lstrip", a.lstrip},
+                            {"rstrip", a.rstrip},   {"normalized", a.normalized},   {"special", a.special}};
+        json with_id = {{"id", a.id}};
+        with_id.update(entry);
+        added.push_back(with_id);
+        added_decoder[std::to_string(a.id)] = entry;
+    }
+    json tokenizer = {{"version", "1.0"},
+                      {"truncation", nullptr},
+                      {"padding", nullptr},
+                      {"added_tokens", added},
+                      {"normalizer", {{"type", "NFC"}}},
+                      {"pre_tokenizer",
+                       {{"type", "Sequence"},
+                        {"pretokenizers", json::array({{{"type", "Split"},
+                                                        {"pattern", {{"Regex", tok.split_regexes[0]}}},
+                                                        {"behavior", "Isolated"},
+                                                        {"invert", false}},
+                                                       byte_level})}}},
+                      {"post_processor", byte_level},
+                      {"decoder", byte_level},
+                      {"model",
+                       {{"type", "BPE"},
+                        {"dropout", nullptr},
+                        {"unk_token", nullptr},
+                        {"continuing_subword_prefix", ""},
+                        {"end_of_word_suffix", ""},
+                        {"fuse_unk", false},
+                        {"byte_fallback", false},
+                        {"ignore_merges", tok.ignore_merges},
+                        {"vocab", vocab},
+                        {"merges", merges}}}};
+
+    auto text_or_null = [](const std::optional<std::string>& t) { return t ? json(*t) : json(nullptr); };
+    json config = {{"add_bos_token", spec.special.add_bos},
+                   {"bos_token", text_or_null(spec.special.bos_token)},
+                   {"eos_token", text_or_null(spec.special.eos_token)},
+                   {"pad_token", text_or_null(spec.special.pad_token)},
+                   {"added_tokens_decoder", added_decoder},
+                   {"model_max_length", 1ull << 30},
+                   {"tokenizer_class", "PreTrainedTokenizerFast"}};
+    // The chat templates: the default alone as a string, or every named one beside it as a list.
+    std::vector<std::string> names;
+    if (md.has("tokenizer.chat_templates")) {
+        SLUICE_ASSIGN_OR_RETURN(names, md.get_strings("tokenizer.chat_templates"));
+    }
+    if (md.has(kGgufChatTemplate) && names.empty()) {
+        SLUICE_ASSIGN_OR_RETURN(const std::string t, md.get_string(kGgufChatTemplate));
+        config["chat_template"] = t;
+    } else if (!names.empty()) {
+        json list = json::array();
+        if (md.has(kGgufChatTemplate)) {
+            SLUICE_ASSIGN_OR_RETURN(const std::string t, md.get_string(kGgufChatTemplate));
+            list.push_back({{"name", "default"}, {"template", t}});
+        }
+        for (const std::string& name : names) {
+            if (name == "default") continue;
+            SLUICE_ASSIGN_OR_RETURN(const std::string t, parse_gguf_chat_template(md, path, name));
+            list.push_back({{"name", name}, {"template", t}});
+        }
+        config["chat_template"] = list;
+    }
+    try {
+        return HfTokenizerFiles{tokenizer.dump(1) + "\n", config.dump(2) + "\n"};
+    } catch (const json::exception& e) {  // a token or template that is not UTF-8, which JSON cannot hold
+        return bad(path, std::string("cannot be written as tokenizer.json: ") + e.what());
+    }
 }
 
 }  // namespace sluice::format

@@ -73,6 +73,21 @@ Expected<GgufSpecialTokens> parse_gguf_special_tokens(const GgufMetadata& metada
 Expected<std::string> parse_gguf_chat_template(const GgufMetadata& metadata, const std::string& path,
                                                const std::string& name = "");
 
+// The same tokenizer and chat templates as Hugging Face `tokenizers` files: tokenizer.json (the NFC
+// normaliser, the Split regex and ByteLevel, the BPE vocabulary of the NORMAL tokens with the merges in
+// rank order, the added tokens with their special flags, the ByteLevel decoder) and tokenizer_config.json
+// (eos / bos / pad as GgufSpecialTokens has them, add_bos_token, the chat template — a list of {name,
+// template} when the file names more than the default). Tokenizer::load and ChatTemplate::load of a folder
+// holding them give what the metadata gives, id for id: what `sluice pack FILE.gguf` writes, so a pack
+// tokenizes as its GGUF does and needs nothing of the GGUF to do so. The fillers (UNUSED ids) are in
+// neither file, as in the HF files the converter read.
+struct HfTokenizerFiles {
+    std::string tokenizer_json;
+    std::string tokenizer_config_json;
+};
+Expected<HfTokenizerFiles> hf_tokenizer_files_from_gguf(const GgufMetadata& metadata,
+                                                        const std::string& path);
+
 // Metadata keys (gguf-py's Keys.Tokenizer).
 inline constexpr const char* kGgufTokenizerModel = "tokenizer.ggml.model";
 inline constexpr const char* kGgufTokenizerPre = "tokenizer.ggml.pre";

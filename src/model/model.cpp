@@ -80,7 +80,8 @@ Status check_pack_layout(const ModelConfig& c, const format::PackLayout& layout,
                                std::to_string(p.cols) + "], config.json [" + std::to_string(rows) + ", " +
                                std::to_string(cols) + "]");
             // The packer quantizes as config.json's quantization block says (keeping float only what
-            // the group size does not divide); a pack without the block is float.
+            // the group size does not divide); a pack without the block is float, or (a GGUF's) the
+            // file's ggml blocks, whose registry check is the expert store's.
             const QuantSpec spec =
                 c.quantization.present
                     ? c.quantization.for_module(tensor_names_for(c).layer(f.layer) +
@@ -91,8 +92,9 @@ Status check_pack_layout(const ModelConfig& c, const format::PackLayout& layout,
             if (!as_config && !kept_float)
                 return corrupt(
                     "says " + what + " is " +
-                    (p.bits ? std::to_string(p.bits) + "-bit group " + std::to_string(p.group_size)
-                            : std::string("float")) +
+                    (p.bits        ? std::to_string(p.bits) + "-bit group " + std::to_string(p.group_size)
+                     : p.ggml_type ? std::string("ggml ") + format::ggml_type_name(*p.ggml_type)
+                                   : std::string("float")) +
                     ", config.json's quantization " +
                     (spec.bits ? std::to_string(spec.bits) + "-bit group " + std::to_string(spec.group_size)
                                : std::string("none")));
@@ -136,11 +138,14 @@ Expected<std::shared_ptr<Model>> Model::load(const std::string& dir) {
     }
     SLUICE_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir));
     std::shared_ptr<format::Checkpoint> checkpoint;
+    // A pack of a GGUF holds the GGUF's tensors under their own names, bound as a GGUF's are.
+    const bool gguf_pack = packed && model->packed_layout_.source_layout == "gguf";
     if (packed) {
         model->packed_ = true;
         SLUICE_ASSIGN_OR_RETURN(checkpoint,
                                 format::Checkpoint::open_files(dir, {model->packed_layout_.dense_file}));
-        config.mtp_layers = mtp_layers_in(config, *checkpoint);
+        config.mtp_layers = gguf_pack ? gguf_pack_mtp_layers(config, model->packed_layout_)
+                                      : mtp_layers_in(config, *checkpoint);
         SLUICE_RETURN_IF_ERROR(check_pack_layout(config, model->packed_layout_, dir));
         SLUICE_RETURN_IF_ERROR(check_pack_dense(model->packed_layout_, *checkpoint, dir));
         if (model->packed_layout_.n_experts != config.n_experts) {
@@ -155,7 +160,9 @@ Expected<std::shared_ptr<Model>> Model::load(const std::string& dir) {
         config.mtp_layers = mtp_layers_in(config, *checkpoint);
     }
     SLUICE_ASSIGN_OR_RETURN(ModelWeights weights,
-                            load_weights(config, std::move(checkpoint), !model->packed_));
+                            gguf_pack
+                                ? load_gguf_pack_weights(config, model->packed_layout_, std::move(checkpoint))
+                                : load_weights(config, std::move(checkpoint), !model->packed_));
     model->dir_ = dir;
     model->state_layout_ = model::state_layout(config);
     model->plan_ = make_plan(config, weights.layout);

@@ -110,6 +110,15 @@ Expected<kernels::WeightType> weight_type_of(DType dtype, int bits) {
     return f->type;
 }
 
+Expected<kernels::WeightType> weight_type_of(const format::PackProjection& p) {
+    if (!p.ggml_type) return weight_type_of(p.weight.dtype, p.bits);
+    const kernels::WeightFormat* f = kernels::ggml_weight_format(static_cast<uint32_t>(*p.ggml_type));
+    if (f == nullptr || !f->cpu_kernels)
+        return error(ErrorCode::kUnsupported, std::string("[tensors] no weight format runs ggml type ") +
+                                                  format::ggml_type_name(*p.ggml_type));
+    return f->type;
+}
+
 kernels::ScaleType scale_type_of(DType dtype) {
     return dtype == DType::kF32   ? kernels::ScaleType::kF32
            : dtype == DType::kF16 ? kernels::ScaleType::kF16

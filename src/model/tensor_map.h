@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "format/pack.h"
 #include "format/safetensors.h"
 #include "kernels/kernels.h"
 #include "model/config.h"
@@ -126,6 +127,9 @@ TensorNames tensor_names_for(const ModelConfig& config);
 // what is not registered.
 Expected<kernels::WeightType> weight_type_of(format::DType dtype, int bits);
 kernels::ScaleType scale_type_of(format::DType dtype);
+// The same for a packed projection: its ggml blocks' format (a pack of a GGUF), else weight_type_of(its
+// weight's dtype, its bits). A ggml type sluice has no kernels for is kUnsupported naming it.
+Expected<kernels::WeightType> weight_type_of(const format::PackProjection& projection);
 
 struct SourceMatrix {
     const format::TensorInfo* w = nullptr;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <map>
 
 #include "core/log.h"
@@ -36,25 +37,41 @@ std::string bindable_types() {
     return s;
 }
 
+// The tensors a binding reads, by their GGUF names: a GGUF's own, or a GGUF pack's dense file. `file`
+// names them in messages.
+struct GgufTensorSet {
+    std::string file;
+    std::map<std::string, const GgufTensor*, std::less<>> by_name;
+
+    const GgufTensor* find(std::string_view name) const {
+        auto it = by_name.find(name);
+        return it == by_name.end() ? nullptr : it->second;
+    }
+};
+
+// What becomes of the routed experts (blk.N.ffn_*_exps): views into the file, only checked (streamed from
+// the file by an expert store), or not there at all (a pack's, in its expert files).
+enum class GgufExperts { kBind, kCheck, kElsewhere };
+
 class GgufBinder {
  public:
-    GgufBinder(const ModelConfig& config, const format::GgufCheckpoint& ckpt) : ckpt_(ckpt) {
+    GgufBinder(const ModelConfig& config, const GgufTensorSet& tensors) : tensors_(tensors) {
         for (GgufTensorSource& s : gguf_tensor_map(config)) expected_[s.gguf] = std::move(s);
-        name_ = ckpt.files().front()->path();
     }
 
     Status fail(const std::string& tensor, const std::string& what) const {
-        return error(ErrorCode::kInvalidArgument, "[gguf] " + name_ + ": tensor '" + tensor + "' " + what);
+        return error(ErrorCode::kInvalidArgument,
+                     "[gguf] " + tensors_.file + ": tensor '" + tensor + "' " + what);
     }
 
-    bool has(const std::string& name) const { return ckpt_.find(name) != nullptr; }
+    bool has(const std::string& name) const { return tensors_.find(name) != nullptr; }
 
     // The tensor `name`, present, with the dims the tensor map expects, of a type with kernels and
     // rows that are whole blocks of it.
     Expected<std::pair<const GgufTensor*, const WeightFormat*>> tensor(const std::string& name) const {
-        const GgufTensor* t = ckpt_.find(name);
+        const GgufTensor* t = tensors_.find(name);
         if (t == nullptr)
-            return error(ErrorCode::kNotFound, "[gguf] " + name_ + ": missing tensor '" + name + "'");
+            return error(ErrorCode::kNotFound, "[gguf] " + tensors_.file + ": missing tensor '" + name + "'");
         // Trailing dims of 1 say nothing (ggml pads ne[] with 1s; the converter writes the shared-expert gate
         // [1, H] as {H, 1}, other writers as {H}).
         auto trimmed = [](std::vector<int64_t> d) {
@@ -100,12 +117,11 @@ class GgufBinder {
         return out;
     }
 
-    const std::string& file_name() const { return name_; }
+    const std::string& file_name() const { return tensors_.file; }
 
  private:
-    const format::GgufCheckpoint& ckpt_;
+    const GgufTensorSet& tensors_;
     std::map<std::string, GgufTensorSource> expected_;
-    std::string name_;
 };
 
 uint64_t view_bytes(const WeightView& v) {
@@ -183,16 +199,17 @@ WeightView gguf_matrix_view(const GgufTensor& tensor, const void* data, int64_t 
     return v;
 }
 
-Expected<ModelWeights> load_gguf_weights(const ModelConfig& cfg,
-                                         std::shared_ptr<format::GgufCheckpoint> checkpoint,
-                                         bool bind_experts) {
-    GgufBinder b(cfg, *checkpoint);
+namespace {
+
+// Every tensor of the map bound from `tensors` (see load_gguf_weights).
+Expected<ModelWeights> bind_gguf(const ModelConfig& cfg, const GgufTensorSet& tensors, GgufExperts experts) {
+    GgufBinder b(cfg, tensors);
     ModelWeights mw;
     mw.layout = CheckpointLayout::kGguf;
     const int64_t H = cfg.hidden;
 
     // A file with more decoder blocks than its metadata describes would run a truncated model.
-    for (const GgufTensor* t : checkpoint->tensors()) {
+    for (const auto& [name, t] : tensors.by_name) {
         if (t->name.compare(0, 4, "blk.") != 0) continue;
         const int64_t index = std::strtoll(t->name.c_str() + 4, nullptr, 10);
         // (blocks past them: the MTP head's, run for Qwen, left alone for GLM)
@@ -282,14 +299,14 @@ Expected<ModelWeights> load_gguf_weights(const ModelConfig& cfg,
                 SLUICE_ASSIGN_OR_RETURN(m.router_bias, b.floats(g + "exp_probs_b.bias", cfg.n_experts));
             }
             const GgufTensor* proj[3];
-            for (int p = 0; p < 3; ++p) {
+            for (int p = 0; p < 3 && experts != GgufExperts::kElsewhere; ++p) {
                 static const char* const kNames[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight",
                                                       "ffn_down_exps.weight"};
                 SLUICE_ASSIGN_OR_RETURN(auto tf, b.tensor(g + kNames[p]));
                 proj[p] = tf.first;
                 mw.expert_bytes += proj[p]->size_bytes;
             }
-            if (bind_experts) {
+            if (experts == GgufExperts::kBind) {
                 m.experts.resize(static_cast<size_t>(cfg.n_experts));
                 for (int64_t e = 0; e < cfg.n_experts; ++e)
                     m.experts[static_cast<size_t>(e)] = {gguf_matrix_view(*proj[0], proj[0]->data, e),
@@ -327,8 +344,89 @@ Expected<ModelWeights> load_gguf_weights(const ModelConfig& cfg,
     mw.dense_bytes += sizeof(float) * floats;
     log::debug("[weights] gguf {}, dense {:.1f} MB, experts {:.1f} MB", b.file_name(), mw.dense_bytes / 1e6,
                mw.expert_bytes / 1e6);
+    return mw;
+}
+
+}  // namespace
+
+Expected<ModelWeights> load_gguf_weights(const ModelConfig& cfg,
+                                         std::shared_ptr<format::GgufCheckpoint> checkpoint,
+                                         bool bind_experts) {
+    GgufTensorSet tensors;
+    tensors.file = checkpoint->files().front()->path();
+    for (const GgufTensor* t : checkpoint->tensors()) tensors.by_name.emplace(t->name, t);
+    SLUICE_ASSIGN_OR_RETURN(ModelWeights mw,
+                            bind_gguf(cfg, tensors, bind_experts ? GgufExperts::kBind : GgufExperts::kCheck));
     mw.gguf = std::move(checkpoint);
     return mw;
+}
+
+namespace {
+
+// A GGUF pack's dense section as the GGUF tensor it was: a block type's from its ggml_type (the U8 row
+// bytes back to elements), an element type's from its dtype. No data yet.
+Expected<GgufTensor> gguf_tensor_of_pack_section(const format::PackSection& s) {
+    GgufTensor t;
+    t.name = s.name;
+    std::vector<int64_t> shape = s.shape;
+    if (s.ggml_type) {
+        t.type = *s.ggml_type;
+        if (!shape.empty()) shape.back() = s.ggml_cols();
+    } else {
+        using format::DType;
+        using format::GgmlType;
+        switch (s.dtype) {
+            case DType::kF32: t.type = GgmlType::kF32; break;
+            case DType::kF16: t.type = GgmlType::kF16; break;
+            case DType::kBF16: t.type = GgmlType::kBF16; break;
+            case DType::kF64: t.type = GgmlType::kF64; break;
+            case DType::kI8: t.type = GgmlType::kI8; break;
+            case DType::kI16: t.type = GgmlType::kI16; break;
+            case DType::kI32: t.type = GgmlType::kI32; break;
+            case DType::kI64: t.type = GgmlType::kI64; break;
+            default:
+                return error(ErrorCode::kCorrupt, "[pack] dense tensor '" + s.name + "' is " +
+                                                      format::dtype_name(s.dtype) +
+                                                      " without a ggml_type: no GGUF tensor is stored so");
+        }
+    }
+    t.dims.assign(shape.rbegin(), shape.rend());
+    t.size_bytes = s.size;
+    return t;
+}
+
+}  // namespace
+
+Expected<ModelWeights> load_gguf_pack_weights(const ModelConfig& cfg, const format::PackLayout& layout,
+                                              std::shared_ptr<format::Checkpoint> dense) {
+    // The dense sections as the GGUF tensors they were, their bytes in the mapped dense file (the
+    // layout was checked against its header: model::check_pack_dense).
+    std::vector<GgufTensor> owned;
+    owned.reserve(layout.dense.size());
+    for (const format::PackSection& s : layout.dense) {
+        SLUICE_ASSIGN_OR_RETURN(GgufTensor t, gguf_tensor_of_pack_section(s));
+        const format::TensorInfo* info = dense->find(s.name);
+        if (info == nullptr || info->size_bytes != s.size)
+            return error(ErrorCode::kCorrupt, "[pack] dense tensor '" + s.name + "' is not in " +
+                                                  dense->dir() + "'s " + layout.dense_file +
+                                                  " as layout.json says");
+        t.data = info->data;
+        owned.push_back(std::move(t));
+    }
+    GgufTensorSet tensors;
+    tensors.file = (std::filesystem::path(dense->dir()) / layout.dense_file).string();
+    for (const GgufTensor& t : owned) tensors.by_name.emplace(t.name, &t);
+    SLUICE_ASSIGN_OR_RETURN(ModelWeights mw, bind_gguf(cfg, tensors, GgufExperts::kElsewhere));
+    mw.checkpoint = std::move(dense);
+    return mw;
+}
+
+int64_t gguf_pack_mtp_layers(const ModelConfig& cfg, const format::PackLayout& layout) {
+    if (cfg.family != Family::kQwen3Next && cfg.family != Family::kQwen35Moe) return 0;
+    const std::string fc = "blk." + std::to_string(cfg.n_layers) + ".nextn.eh_proj.weight";
+    for (const format::PackSection& s : layout.dense)
+        if (s.name == fc) return 1;
+    return 0;
 }
 
 }  // namespace sluice::model

@@ -15,13 +15,16 @@
 // Errors name the file and the tensor: a tensor missing, of other dims than the config implies, of a
 // ggml type sluice has no kernels for (listing those it has), or with rows that are not whole blocks.
 //
-// Lifetime: views point into the mapped files, which ModelWeights::gguf keeps open, or into
-// ModelWeights::owned (the regrouped rows). Immutable after load; safe to read from any thread.
+// Lifetime: views point into the mapped files, which ModelWeights::gguf keeps open (a GGUF pack's dense
+// file: ModelWeights::checkpoint), or into ModelWeights::owned (the regrouped rows). Immutable after
+// load; safe to read from any thread.
 #pragma once
 
 #include <memory>
 
 #include "format/gguf.h"
+#include "format/pack.h"
+#include "format/safetensors.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "sluice/status.h"
@@ -33,6 +36,18 @@ namespace sluice::model {
 Expected<ModelWeights> load_gguf_weights(const ModelConfig& config,
                                          std::shared_ptr<format::GgufCheckpoint> checkpoint,
                                          bool bind_experts = true);
+
+// ModelWeights of a pack of a GGUF (`sluice pack FILE.gguf`; layout.json's source_layout "gguf"): the
+// dense file's tensors under their GGUF names, each in its ggml type (layout.json's ggml_type over its U8
+// blocks, or its own float dtype), bound exactly as load_gguf_weights binds a GGUF's — the same views of
+// the same bytes. The routed experts are the pack's expert files' (MoeWeights::experts stays empty). The
+// views point into `dense` (its dense.safetensors, mapped), which ModelWeights::checkpoint keeps; `layout`
+// must have been checked against it (model::check_pack_dense).
+Expected<ModelWeights> load_gguf_pack_weights(const ModelConfig& config, const format::PackLayout& layout,
+                                              std::shared_ptr<format::Checkpoint> dense);
+// The multi-token-prediction layers a GGUF pack holds (0 or 1): Qwen3-Next / 3.5's MTP block,
+// blk.{n_layers}.nextn.*, is there when its eh_proj is (a GGUF's config counts it from the metadata).
+int64_t gguf_pack_mtp_layers(const ModelConfig& config, const format::PackLayout& layout);
 
 // The CPU's decode layout for the dense core (kernels/ggml_tiles.h): every bound product weight whose
 // format has row tiles (Q4_0 with rows a multiple of 16) is rewritten as them into a buffer of

@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -53,23 +54,48 @@ Engine::~Engine() = default;
 
 namespace {
 
-std::string describe_quantization(const model::ModelWeights& w, const model::ModelConfig& c) {
-    if (w.gguf) {  // its tensors' ggml types, by the bytes they hold: "gguf q8_0 84%, f16 12%, f32 4%"
+// "gguf q8_0 84%, f16 12%, f32 4%": ggml types by the bytes they hold.
+std::string describe_ggml_types(const std::string& what, const std::map<std::string, uint64_t>& bytes) {
+    uint64_t total = 0;
+    std::vector<std::pair<uint64_t, std::string>> by_size;
+    for (const auto& [name, b] : bytes) {
+        by_size.emplace_back(b, name);
+        total += b;
+    }
+    std::sort(by_size.rbegin(), by_size.rend());
+    std::string s = what;
+    for (size_t i = 0; i < by_size.size(); ++i)
+        s += fmt::format(
+            "{} {} {:.0f}%", i ? "," : "", by_size[i].second,
+            total ? 100.0 * static_cast<double>(by_size[i].first) / static_cast<double>(total) : 0.0);
+    return s;
+}
+
+std::string describe_quantization(const model::Model& m) {
+    const model::ModelWeights& w = m.weights();
+    const model::ModelConfig& c = m.config();
+    if (w.gguf) {  // its tensors' ggml types
         std::map<std::string, uint64_t> bytes;
-        uint64_t total = 0;
-        for (const format::GgufTensor* t : w.gguf->tensors()) {
+        for (const format::GgufTensor* t : w.gguf->tensors())
             bytes[format::ggml_type_name(t->type)] += t->size_bytes;
-            total += t->size_bytes;
-        }
-        std::vector<std::pair<uint64_t, std::string>> by_size;
-        for (const auto& [name, b] : bytes) by_size.emplace_back(b, name);
-        std::sort(by_size.rbegin(), by_size.rend());
-        std::string s = "gguf";
-        for (size_t i = 0; i < by_size.size(); ++i)
-            s += fmt::format(
-                "{} {} {:.0f}%", i ? "," : "", by_size[i].second,
-                total ? 100.0 * static_cast<double>(by_size[i].first) / static_cast<double>(total) : 0.0);
-        return s;
+        return describe_ggml_types("gguf", bytes);
+    }
+    // A pack of a GGUF: the same, from layout.json (its experts are in their files, not in weights).
+    if (m.packed() && m.packed_layout().source_layout == "gguf") {
+        const format::PackLayout& layout = m.packed_layout();
+        std::map<std::string, uint64_t> bytes;
+        auto add = [&](const format::PackSection& s, uint64_t count) {
+            std::string type =
+                s.ggml_type ? format::ggml_type_name(*s.ggml_type) : format::dtype_name(s.dtype);
+            if (!s.ggml_type)  // F32 → f32, as ggml spells the element types
+                for (char& ch : type) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+            bytes[type] += s.size * count;
+        };
+        for (const format::PackSection& s : layout.dense) add(s, 1);
+        for (const format::PackExpertFile& f : layout.expert_files)
+            for (const format::PackProjection* p : {&f.gate, &f.up, &f.down})
+                add(p->weight, static_cast<uint64_t>(layout.n_experts));
+        return describe_ggml_types("gguf pack", bytes);
     }
     if (!c.quantization.present) {
         const char* t = kernels::weight_type_name(w.embed.type);
@@ -375,7 +401,7 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     ModelInfo& info = im.info;
     info.family = model::family_name(c.family);
     info.layout = model::layout_name(model->weights().layout);
-    info.quantization = describe_quantization(model->weights(), c);
+    info.quantization = describe_quantization(*model);
     info.vocab_size = c.vocab;
     info.hidden_size = c.hidden;
     info.n_layers = c.n_layers;

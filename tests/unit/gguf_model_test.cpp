@@ -140,6 +140,65 @@ TEST(GgufModelConfig, EveryConfigAsTheConverterWritesIt) {
     EXPECT_EQ(renormalised, std::set<std::string>{"qwen3_moe_hf_bf16"});
 }
 
+// What `sluice pack FILE.gguf` writes as config.json (model::model_config_json) reads back, through the
+// ordinary config.json parser, as the config the GGUF gave — for every converter config, the full-size
+// ones (YaRN, MTP, GLM's groups and dense layers, Qwen3.5's layer pattern) too. mtp_layers is a load's to
+// count from the weights, not the config's.
+TEST(GgufModelConfig, WrittenAsConfigJsonReadsBackTheSame) {
+    int compared = 0;
+    std::set<Family> families;
+    auto round_trip = [&](const ModelConfig& gguf, const std::string& name) {
+        SCOPED_TRACE(name);
+        auto written = model::model_config_json(gguf);
+        ASSERT_TRUE(written.has_value()) << written.status().message();
+        auto back = model::parse_model_config(*written, name + "/config.json");
+        ASSERT_TRUE(back.has_value()) << back.status().message() << "\n" << *written;
+        ModelConfig want = gguf;
+        want.mtp_layers = 0;
+        expect_same_config(want, *back, name);
+        EXPECT_EQ(back->nextn_layers, gguf.nextn_layers);
+        EXPECT_EQ(back->first_k_dense, gguf.first_k_dense);
+        EXPECT_EQ(back->router_sigmoid, gguf.router_sigmoid);
+        EXPECT_EQ(back->router_groups, gguf.router_groups);
+        EXPECT_EQ(back->router_topk_groups, gguf.router_topk_groups);
+        EXPECT_EQ(back->routed_scaling, gguf.routed_scaling);
+        EXPECT_EQ(back->shared_expert_gated, gguf.shared_expert_gated);
+        families.insert(gguf.family);
+        ++compared;
+    };
+    for (const Fixture& f : fixtures()) {
+        int64_t vocab = 0;
+        if (!f.entry["tokens"].get<bool>()) {
+            if (f.config_path.empty()) continue;  // a full-size config without ../shared: no vocab size
+            auto text = io::read_text_file(f.config_path);
+            ASSERT_TRUE(text.has_value());
+            auto from_json = model::parse_model_config(*text, f.config_path);
+            ASSERT_TRUE(from_json.has_value()) << from_json.status().message();
+            vocab = from_json->vocab;
+        }
+        auto gguf = fixture_config(f, vocab);
+        ASSERT_TRUE(gguf.has_value()) << f.name << ": " << gguf.status().message();
+        round_trip(*gguf, f.name);
+    }
+    EXPECT_GE(compared, 15);
+    // The weight fixtures (make fixtures) add GLM-4.5 and Qwen2-MoE.
+    const std::string weights = testing::test_data_dir() + "/gguf/weights";
+    for (const char* name : {"glm4_moe_hf_bf16.q8_0.gguf", "glm4_moe_air_tiny_hf_bf16.f16.gguf",
+                             "qwen2_moe_tiny_hf_bf16.q8_0.gguf"}) {
+        if (!testing::exists(weights + "/" + name)) continue;
+        auto ckpt = format::GgufCheckpoint::open(weights + "/" + name);
+        ASSERT_TRUE(ckpt.has_value()) << ckpt.status().message();
+        auto gguf = model::load_gguf_model_config(**ckpt);
+        ASSERT_TRUE(gguf.has_value()) << gguf.status().message();
+        round_trip(*gguf, name);
+    }
+    EXPECT_GE(families.size(), 5u);
+    // The families no GGUF of sluice's holds are refused, not half written.
+    ModelConfig mixtral;
+    mixtral.family = Family::kMixtral;
+    EXPECT_EQ(model::model_config_json(mixtral).status().code(), ErrorCode::kUnsupported);
+}
+
 // load_gguf_model_config reads an opened file: the same config, tied because a metadata-only file has no
 // output.weight.
 TEST(GgufModelConfig, TheCheckpointReaderGivesTheSameConfig) {

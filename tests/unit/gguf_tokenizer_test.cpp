@@ -390,6 +390,56 @@ TEST(GgufTokenizer, Qwen3ChatTemplateIsThePackages) {
     }
 }
 
+// What `sluice pack FILE.gguf` writes for the text side (format::hf_tokenizer_files_from_gguf): the real
+// Qwen3 tokenizer's metadata as tokenizer.json and tokenizer_config.json. Loaded as any folder's, it is the
+// metadata's tokenizer on every id and on the corpus (multilingual, code, emoji, CRLF, special tokens in
+// text), with the same special tokens and chat template.
+TEST(GgufTokenizer, Qwen3WrittenAsTokenizerJsonIsTheSameTokenizer) {
+    REQUIRE_QWEN3_PAIR();
+    auto gguf = format::GgufCheckpoint::open(pair->gguf_path);
+    ASSERT_TRUE(gguf.has_value()) << gguf.status().message();
+    auto files = format::hf_tokenizer_files_from_gguf((*gguf)->metadata(), pair->gguf_path);
+    ASSERT_TRUE(files.has_value()) << files.status().message();
+    TempDir dir;
+    dir.write("tokenizer.json", files->tokenizer_json);
+    dir.write("tokenizer_config.json", files->tokenizer_config_json);
+    auto loaded = Tokenizer::load(dir.path(), 151936);
+    ASSERT_TRUE(loaded.has_value()) << loaded.status().message();
+    const Tokenizer& wr = **loaded;
+    ASSERT_EQ(wr.vocab_size(), gg.vocab_size());
+    for (int32_t id = 0; id < gg.vocab_size() + 300; ++id) {
+        ASSERT_EQ(wr.token_text(id), gg.token_text(id)) << id;
+        ASSERT_EQ(wr.token_bytes(id), gg.token_bytes(id)) << id;
+        ASSERT_EQ(wr.is_special(id), gg.is_special(id)) << id;
+        ASSERT_EQ(wr.is_added(id), gg.is_added(id)) << id;
+    }
+    EXPECT_EQ(wr.eos_token(), gg.eos_token());
+    EXPECT_EQ(wr.bos_token(), gg.bos_token());
+    EXPECT_EQ(wr.pad_token(), gg.pad_token());
+    EXPECT_EQ(wr.bos_id_to_add(), gg.bos_id_to_add());
+    size_t tokens = 0;
+    for (const auto& doc : corpus()) {
+        for (bool parse_special : {true, false}) {
+            const auto want = gg.encode(doc, parse_special);
+            ASSERT_EQ(wr.encode(doc, parse_special), want) << doc.substr(0, 80);
+            ASSERT_EQ(wr.decode(want), gg.decode(want)) << doc.substr(0, 80);
+            ASSERT_EQ(wr.decode(want, true), gg.decode(want, true)) << doc.substr(0, 80);
+            tokens += want.size();
+        }
+    }
+    EXPECT_GT(tokens, 40000u);
+    auto from_dir = ChatTemplate::load(dir.path());
+    auto from_gguf = ChatTemplate::load(pair->gguf_path);
+    ASSERT_TRUE(from_dir.has_value() && from_gguf.has_value());
+    EXPECT_EQ(from_dir->source(), from_gguf->source());
+    const auto messages = nlohmann::ordered_json::parse(
+        R"([{"role": "system", "content": "Sé breve."}, {"role": "user", "content": "你好"}])");
+    auto want = from_gguf->render(messages, nullptr, true, nullptr);
+    auto got = from_dir->render(messages, nullptr, true, nullptr);
+    ASSERT_TRUE(want.has_value() && got.has_value());
+    EXPECT_EQ(*got, *want);
+}
+
 // ---- a tiny byte-level vocabulary, and everything that can be wrong with it ------------------------
 
 std::string bl(std::string_view bytes) {
