@@ -161,7 +161,16 @@ ojson tools_for_template(const ToolCallStyle& style, const ojson& tools) {
     ojson out = tools;
     for (ojson& t : out) {
         auto fn = t.find("function");
-        if (fn != t.end() && fn->is_object() && !fn->contains("description")) (*fn)["description"] = "";
+        if (fn == t.end() || !fn->is_object()) continue;
+        if (!fn->contains("description")) (*fn)["description"] = "";
+        // The first revision also adds each parameter's description to a string (the current one
+        // tests it first, and skips an empty one).
+        auto params = fn->find("parameters");
+        if (params == fn->end() || !params->is_object()) continue;
+        auto props = params->find("properties");
+        if (props == params->end() || !props->is_object()) continue;
+        for (auto& [name, schema] : props->items())
+            if (schema.is_object() && !schema.contains("description")) schema["description"] = "";
     }
     return out;
 }

@@ -99,7 +99,9 @@ nlohmann::ordered_json messages_for_template(const ToolCallStyle& style,
                                              const nlohmann::ordered_json& request_messages);
 
 // `tools` (the request's, or null) as the template wants them: in kHarmony a tool without a
-// description gets an empty one (gpt-oss's template adds it to a string, and fails on none).
+// description gets an empty one (gpt-oss's template adds it to a string, and fails on none), and so
+// does each of its parameters (the template's first revision does the same with theirs; the current
+// one prints no empty one).
 nlohmann::ordered_json tools_for_template(const ToolCallStyle& style, const nlohmann::ordered_json& tools);
 
 // tool_choice required / named: the reply after the prompt's forced_call_open(form) is one call of

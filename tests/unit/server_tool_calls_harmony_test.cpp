@@ -287,6 +287,22 @@ TEST(ServerToolCallsHarmony, AToolWithoutADescriptionGetsAnEmptyOne) {
     EXPECT_EQ(shaped[1]["function"]["description"], "");
     const std::string text = render(messages, shaped);
     EXPECT_TRUE(has(text, "// \ntype now = () => any;")) << text;
+    EXPECT_EQ(shaped[0]["function"]["parameters"]["properties"]["city"]["description"], "");
+    // An empty parameter description prints nothing in the current template (the render with tools
+    // given their descriptions only is the same); the first revision added it to a string too.
+    ojson tool_only = tools();
+    tool_only[1]["function"]["description"] = "";
+    EXPECT_EQ(render(messages, tool_only), text);
+    auto early = ChatTemplate::from_string(
+        "{%- for tool in tools %}{%- set tool = tool.function %}{{- '// ' + tool.description + '\n' }}"
+        "{%- for name, spec in tool.parameters.properties.items() %}{{- '// ' + spec.description + '\n' + "
+        "name }}"
+        "{%- endfor %}{%- endfor %}");
+    ASSERT_TRUE(early.has_value()) << early.status().message();
+    EXPECT_FALSE(early->render(messages, tool_only, true, ojson::object()).has_value());
+    auto early_text = early->render(messages, shaped, true, ojson::object());
+    ASSERT_TRUE(early_text.has_value()) << early_text.status().message();
+    EXPECT_EQ(*early_text, "// Weather of a city\n// \ncity// \nunit// \n");
     // Other templates get the tools as given.
     EXPECT_EQ(tools_for_template(ToolCallStyle{}, tools()), tools());
     EXPECT_TRUE(tools_for_template(style, nullptr).is_null());
