@@ -13,7 +13,8 @@
 //     @huggingface/jinja's render of the conversation as gpt-oss's template wants it — earlier
 //     reasoning as `thinking`, one call to a message with its results after it, a tool without a
 //     description given an empty one, reasoning_effort from the request;
-//   - free replies (tool_choice auto) of any noise are answered 200, reasoning and content strings.
+//   - free replies (tool_choice auto) of any noise are answered 200, reasoning and content strings;
+//   - `sluice generate --chat --json-schema` writes the JSON alone (its prompt opens the final message).
 // Env: SLUICE_BIN, SLUICE_SOURCE_DIR. Prints "N passed, M failed".
 import { Template } from "@huggingface/jinja";
 import Ajv from "ajv";
@@ -217,6 +218,29 @@ await test("free replies", async () => {
   }
   const r = await post("/v1/responses", { input: "Hi", reasoning: { effort: "low" }, max_output_tokens: 8 });
   check("responses: 200", r.status === 200, r.body.slice(0, 300));
+});
+
+// `sluice generate --chat --json-schema`: the prompt opens the final message as the server's does,
+// and the reply (printed as it is) is the JSON alone.
+await test("generate --chat --json-schema", async () => {
+  const schema = { type: "object", properties: { a: { type: "integer" } }, required: ["a"], additionalProperties: false };
+  const file = path.join(work, "schema.json");
+  fs.writeFileSync(file, JSON.stringify(schema));
+  const stats = path.join(work, "stats.json");
+  const g = spawnSync(bin, ["generate", model, "--chat", "-p", "JSON", "--json-schema", file, "-n", "48", "--temperature", "0",
+    "--memory", "1G", "--quiet-stats", "--stats-json", stats], { encoding: "utf8" });
+  const text = template.render({ messages: [{ role: "user", content: "JSON" }], tools: null, add_generation_prompt: true }) +
+    "<|channel|>final<|message|>";
+  const want = (await post("/tokenize", { content: text })).json.tokens.length;
+  const got = JSON.parse(fs.readFileSync(stats, "utf8")).prompt_tokens;
+  check("generate --json-schema: the prompt opens the final message", got === want, `${got} vs ${want}`);
+  let ok = false;
+  try {
+    ok = ajv.compile(schema)(JSON.parse(g.stdout));
+  } catch {
+    ok = false;
+  }
+  check("generate --json-schema: the reply is valid JSON", g.status === 0 && ok, `${g.status} ${JSON.stringify(g.stdout)} ${g.stderr}`);
 });
 
 server.kill();
