@@ -1,6 +1,7 @@
 // The harmony reply reader (see harmony_parser.h): a four-state machine over a text buffer.
 #include "server/harmony_parser.h"
 
+#include <algorithm>
 #include <array>
 #include <span>
 #include <vector>
@@ -27,6 +28,7 @@ constexpr std::string_view kFunctions = "functions.";
 
 // What ends a message's text: its end tags, and <|start|> (the next message, <|end|> left out).
 constexpr std::array<std::string_view, 4> kBodyEnds = {kEnd, kCall, kReturn, kStart};
+constexpr size_t kLongestTag = kReturn.size();
 // How a reply's first header can begin (the prompt wrote "<|start|>assistant").
 constexpr std::array<std::string_view, 3> kOpeners = {kChannel, "to=", kConstrain};
 
@@ -150,7 +152,13 @@ void HarmonyParser::read_header(std::string_view header) {
 void HarmonyParser::process_call(ParsedDelta* out, bool final) {
     for (;;) {
         const auto [pos, tag] = find_first(buffer_, call_scan_, kBodyEnds);
-        if (pos == std::string::npos && !final) return;
+        if (pos == std::string::npos && !final) {
+            // No tag before the last few bytes (where one may still be arriving): the next search
+            // starts there, so long arguments fed token by token are scanned once.
+            if (buffer_.size() >= kLongestTag)
+                call_scan_ = std::max(call_scan_, buffer_.size() - kLongestTag + 1);
+            return;
+        }
         const std::string_view body = std::string_view(buffer_).substr(0, pos);
         const std::string_view args = trim(body);
         nlohmann::ordered_json parsed;

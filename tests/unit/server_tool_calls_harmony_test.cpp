@@ -7,6 +7,7 @@
 // forced calls written in the template's own form and read back.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -353,6 +354,20 @@ TEST(ServerToolCallsHarmony, RepliesSplitIntoReasoningContentAndCalls) {
         "<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>analysis<|message|>b<|end|>"
         "<|start|>assistant<|channel|>final<|message|>c<|end|><|start|>assistant<|channel|>final<|message|>d",
         "ab", "cd", {});
+}
+
+// Long arguments fed a byte at a time are scanned once for end tags (the reader remembers how far
+// it looked), and read back whole.
+TEST(ServerToolCallsHarmony, LongArgumentsReadBackFedAByteAtATime) {
+    std::string code;
+    for (int i = 0; i < 4000; ++i) code += "x = " + std::to_string(i) + "  # <|en\\n";
+    const std::string args = ojson{{"code", code}}.dump();
+    const auto t0 = std::chrono::steady_clock::now();
+    const Read r = read("<|channel|>commentary to=functions.run <|constrain|>json<|message|>" + args, 1);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_EQ(r.all.tool_calls.size(), 1u);
+    EXPECT_EQ(r.all.tool_calls[0].arguments, args);
+    EXPECT_LT(s, 2.0) << args.size() << " bytes";
 }
 
 TEST(ServerToolCallsHarmony, MarkupSpelledInTextStaysText) {
