@@ -136,8 +136,10 @@ class SLUICE_API TokenTrie {
     // `bytes_by_id[id]`: the bytes token `id` contributes; empty excludes the id.
     static std::shared_ptr<const TokenTrie> build(std::span<const std::string> bytes_by_id);
     // Every token of `tokenizer` except special tokens (added tokens flagged special) and ids
-    // without bytes.
-    static std::shared_ptr<const TokenTrie> from_tokenizer(const Tokenizer& tokenizer);
+    // without bytes; the special tokens among `keep_special` are kept (a chat format's markup a
+    // grammar writes: harmony's <|channel|> and <|message|> in a forced call's header).
+    static std::shared_ptr<const TokenTrie> from_tokenizer(const Tokenizer& tokenizer,
+                                                           std::span<const int32_t> keep_special = {});
 
     int32_t vocab_size() const { return vocab_size_; }
     size_t node_count() const { return nodes_.size(); }

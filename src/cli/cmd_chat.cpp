@@ -4,8 +4,10 @@
 // tokens to Session::generate, which reuses the state of everything already computed (DeltaNet
 // turn checkpoints included), so turn N only computes its new tokens. Line editing and history
 // come from libedit on a terminal; with stdin not a terminal, lines are read plainly (scripted
-// use). A line ending in a backslash continues on the next line. Reasoning (<think>…</think>) is
-// shown dimmed, or hidden with --hide-thinking.
+// use). A line ending in a backslash continues on the next line. Reasoning (<think>…</think>, or a
+// harmony reply's analysis) is shown dimmed, or hidden with --hide-thinking; of a harmony reply the
+// conversation keeps the answer (gpt-oss's template refuses its markup in an earlier turn, and drops
+// earlier reasoning anyway).
 //
 // Keys, as in python or bash: Ctrl-C while a reply streams stops the reply; Ctrl-C at the prompt
 // discards the line being typed (with its continuation lines) and shows a fresh prompt; Ctrl-D at
@@ -42,6 +44,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/args.h"
 #include "cli/command.h"
@@ -50,6 +53,8 @@
 #include "cli/sampling_flags.h"
 #include "cli/spec_flags.h"
 #include "cli/stats.h"
+#include "server/output_parser.h"
+#include "server/tool_calls.h"
 #include "sluice/chat_template.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
@@ -100,16 +105,25 @@ struct ChatOptions {
     int64_t ctx = 0;  // the model's context up to 8192 (EngineOptions::context_tokens)
     bool hide_thinking = false;
     bool no_think = false;
+    std::string reasoning_effort;  // gpt-oss's template: low, medium, high (empty: its default)
     SamplingFlags sampling;
     SpecFlags spec;
 };
 
 // Prints streamed reply text, dimming (or hiding) what is inside <think>…</think>. Tags split
-// across chunks are held back until they are complete.
+// across chunks are held back until they are complete. A harmony reply (gpt-oss) is split by the
+// server's reader (server/harmony_parser.h): its analysis dimmed as the reasoning, its final
+// messages plain, the markup not printed.
 class ReplyPrinter {
  public:
-    ReplyPrinter(bool tty, bool hide) : tty_(tty), hide_(hide) {}
+    ReplyPrinter(bool tty, bool hide, bool harmony) : tty_(tty), hide_(hide) {
+        if (harmony) harmony_.emplace(false, false, nlohmann::ordered_json(), /*harmony=*/true);
+    }
     void feed(const std::string& text) {
+        if (harmony_) {
+            print(harmony_->feed(text));
+            return;
+        }
         pending_ += text;
         for (;;) {
             const std::string tag = thinking_ ? "</think>" : "<think>";
@@ -129,20 +143,41 @@ class ReplyPrinter {
             }
             emit(pending_.substr(0, at));
             pending_.erase(0, at + tag.size());
-            thinking_ = !thinking_;
-            if (thinking_ && tty_ && !hide_) std::fputs("\033[2m", stdout);
-            if (!thinking_ && tty_ && !hide_) std::fputs("\033[0m", stdout);
+            set_thinking(!thinking_);
         }
     }
     void finish() {
+        if (harmony_) print(harmony_->finish());
         emit(pending_);
         pending_.clear();
         if (tty_) std::fputs("\033[0m", stdout);
         std::fputs("\n", stdout);
         std::fflush(stdout);
     }
+    // A harmony reply's answer (its final messages' text): what the conversation keeps of it, the
+    // template refusing a reply's markup in an earlier turn.
+    const std::string& answer() const { return answer_; }
 
  private:
+    void set_thinking(bool on) {
+        thinking_ = on;
+        if (tty_ && !hide_) std::fputs(on ? "\033[2m" : "\033[0m", stdout);
+    }
+    void print(const server::ParsedDelta& d) {
+        if (!d.reasoning.empty()) {
+            if (!thinking_) set_thinking(true);
+            emit(d.reasoning);
+            reasoned_ = true;
+        }
+        if (!d.content.empty()) {
+            if (thinking_) {
+                set_thinking(false);
+                if (reasoned_ && !hide_) emit("\n\n");
+            }
+            emit(d.content);
+            answer_ += d.content;
+        }
+    }
     void emit(const std::string& s) {
         if (s.empty() || (thinking_ && hide_)) return;
         std::fwrite(s.data(), 1, s.size(), stdout);
@@ -151,6 +186,9 @@ class ReplyPrinter {
     bool tty_, hide_;
     bool thinking_ = false;
     std::string pending_;
+    std::optional<server::OutputParser> harmony_;
+    bool reasoned_ = false;
+    std::string answer_;
 };
 
 enum class Input { kLine, kInterrupted, kEnd };
@@ -199,6 +237,7 @@ void print_help() {
         "  /reset            start a new conversation (keeps the system message)\n"
         "  /system TEXT      set the system message and start over\n"
         "  /think on|off     let the model reason before answering (template enable_thinking)\n"
+        "  /effort LEVEL     how much it reasons: low, medium or high (gpt-oss's reasoning_effort)\n"
         "  /stats            statistics of the last reply and the expert cache\n"
         "  /save FILE        save the conversation and its model state\n"
         "  /load FILE        restore a saved conversation\n"
@@ -227,6 +266,14 @@ void run_chat(const ChatOptions& o) {
     const bool tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
     std::string system = o.system;
     bool thinking = !o.no_think;
+    std::string effort = o.reasoning_effort;
+    // gpt-oss's harmony template: its replies are split as the server splits them (ReplyPrinter).
+    const bool harmony = server::tool_call_style(*tmpl).form == server::ToolCallForm::kHarmony;
+    auto kwargs = [&] {
+        nlohmann::ordered_json k = {{"enable_thinking", thinking}};
+        if (!effort.empty()) k["reasoning_effort"] = effort;
+        return k;
+    };
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     GenerationStats last;
     install_sigint_handler();
@@ -261,6 +308,13 @@ void run_chat(const ChatOptions& o) {
                 } else {
                     thinking = arg == "on";
                     std::printf("(thinking %s)\n", thinking ? "on" : "off");
+                }
+            } else if (cmd == "/effort") {
+                if (arg != "low" && arg != "medium" && arg != "high") {
+                    std::printf("usage: /effort low|medium|high\n");
+                } else {
+                    effort = arg;
+                    std::printf("(reasoning effort %s)\n", effort.c_str());
                 }
             } else if (cmd == "/stats") {
                 const ExpertCacheStats c = engine->expert_cache_stats();
@@ -307,8 +361,7 @@ void run_chat(const ChatOptions& o) {
         nlohmann::ordered_json all = nlohmann::ordered_json::array();
         if (!system.empty()) all.push_back({{"role", "system"}, {"content", system}});
         for (const auto& m : messages) all.push_back(m);
-        auto rendered =
-            tmpl->render(all, nullptr, true, nlohmann::ordered_json{{"enable_thinking", thinking}});
+        auto rendered = tmpl->render(all, nullptr, true, kwargs());
         if (!rendered.has_value()) {
             std::printf("error: %s\n", rendered.status().message().c_str());
             messages.erase(messages.end() - 1);
@@ -319,14 +372,12 @@ void run_chat(const ChatOptions& o) {
         o.spec.apply(draft, go);
         // A checkpoint where the conversation ends and the generation prompt begins (see
         // GenerateOptions::checkpoint_positions).
-        if (auto base =
-                tmpl->render(all, nullptr, false, nlohmann::ordered_json{{"enable_thinking", thinking}});
-            base.has_value()) {
+        if (auto base = tmpl->render(all, nullptr, false, kwargs()); base.has_value()) {
             const std::vector<int32_t> head = tok->encode(*base);
             if (head.size() < prompt.size() && std::equal(head.begin(), head.end(), prompt.begin()))
                 go.checkpoint_positions.push_back(static_cast<int64_t>(head.size()));
         }
-        ReplyPrinter printer(tty, o.hide_thinking);
+        ReplyPrinter printer(tty, o.hide_thinking, harmony);
         g_generating.store(session.get());
         auto result = session->generate(prompt, go, [&](const TokenEvent& ev) {
             printer.feed(ev.text);
@@ -341,7 +392,7 @@ void run_chat(const ChatOptions& o) {
         }
         last = result->stats;
         if (result->finish_reason == FinishReason::kCancelled) std::printf("(stopped)\n");
-        messages.push_back({{"role", "assistant"}, {"content", result->text}});
+        messages.push_back({{"role", "assistant"}, {"content", harmony ? printer.answer() : result->text}});
         std::fflush(stdout);
     }
     if (tty) std::printf("\n");
@@ -358,6 +409,9 @@ SLUICE_COMMAND(chat, 11, [](CLI::App& app) {
     cmd->add_option("--system", o->system, "System message");
     cmd->add_flag("--no-think", o->no_think, "Start with thinking off (enable_thinking=false)");
     cmd->add_flag("--hide-thinking", o->hide_thinking, "Do not print the model's reasoning");
+    cmd->add_option("--reasoning-effort", o->reasoning_effort,
+                    "How much the model reasons (template reasoning_effort: gpt-oss's low, medium, high)")
+        ->check(CLI::IsMember({"low", "medium", "high"}));
     sluice::cli::add_ctx_size(cmd, &o->ctx, "Context tokens");
     o->sampling.add_to(cmd);
     o->spec.add_to(cmd);

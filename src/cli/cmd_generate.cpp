@@ -14,6 +14,7 @@
 #include "cli/sampling_flags.h"
 #include "cli/spec_flags.h"
 #include "cli/stats.h"
+#include "server/tool_calls.h"
 #include "sluice/chat_template.h"
 #include "sluice/constrain.h"
 #include "sluice/engine.h"
@@ -69,10 +70,14 @@ void run_generate(const GenerateCliOptions& o) {
             nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
             if (o.no_think) kwargs["enable_thinking"] = false;
             text = check(tmpl->render(messages, nullptr, true, kwargs));
-            // A constrained reply has no reasoning: close a <think> the template opened.
+            // A constrained reply has no reasoning: close a <think> the template opened; a harmony
+            // reply (gpt-oss) is one final message, opened here (as the server does).
             std::string_view t = text;
             while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.remove_suffix(1);
             if (!o.json_schema.empty() && t.ends_with("<think>")) text += "\n</think>\n\n";
+            if (!o.json_schema.empty() &&
+                server::tool_call_style(*tmpl).form == server::ToolCallForm::kHarmony)
+                text += server::kHarmonyFinalOpen;
         }
         prompt = tokenizer->encode(text);
         // A raw prompt gets the BOS a Llama / Mistral tokenizer adds (a chat template writes its own).

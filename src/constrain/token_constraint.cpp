@@ -85,10 +85,12 @@ std::shared_ptr<const TokenTrie> TokenTrie::build(std::span<const std::string> b
     return trie;
 }
 
-std::shared_ptr<const TokenTrie> TokenTrie::from_tokenizer(const Tokenizer& tokenizer) {
+std::shared_ptr<const TokenTrie> TokenTrie::from_tokenizer(const Tokenizer& tokenizer,
+                                                           std::span<const int32_t> keep_special) {
     std::vector<std::string> bytes(static_cast<size_t>(tokenizer.vocab_size()));
     for (int32_t id = 0; id < tokenizer.vocab_size(); ++id)
-        if (!tokenizer.is_special(id))
+        if (!tokenizer.is_special(id) ||
+            std::find(keep_special.begin(), keep_special.end(), id) != keep_special.end())
             bytes[static_cast<size_t>(id)] = std::string(tokenizer.token_bytes(id));
     return build(bytes);
 }

@@ -20,6 +20,7 @@
 #include "runtime/dense_stream.h"
 #include "runtime/engine_impl.h"
 #include "runtime/memory_plan.h"
+#include "runtime/output_tokens.h"
 #include "sluice/chat_template.h"
 #include "sluice/tokenizer.h"
 
@@ -578,18 +579,12 @@ Status Engine::load_text_side() {
         SLUICE_RETURN_IF_ERROR(read_generation_config(text, gen_path.string(), im.info.vocab_size,
                                                       &im.eos_ids, &im.default_sampling));
     }
-    if (im.tokenizer) {
-        if (im.tokenizer->eos_token())
-            if (auto id = im.tokenizer->token_id(*im.tokenizer->eos_token())) im.eos_ids.push_back(*id);
-        for (int32_t id = 0; id < static_cast<int32_t>(im.info.vocab_size); ++id) {
-            const bool eos = std::find(im.eos_ids.begin(), im.eos_ids.end(), id) != im.eos_ids.end();
-            // Rows past the tokenizer's vocabulary are padding: never a valid output.
-            if (!eos && (id >= im.tokenizer->vocab_size() || im.tokenizer->is_special(id)))
-                im.suppressed_ids.push_back(id);
-        }
-    }
-    std::sort(im.eos_ids.begin(), im.eos_ids.end());
-    im.eos_ids.erase(std::unique(im.eos_ids.begin(), im.eos_ids.end()), im.eos_ids.end());
+    // The tokenizer's eos token ends a sequence too; other special tokens are suppressed, except the
+    // markup of harmony's replies (runtime/output_tokens.h).
+    runtime::OutputTokens ends =
+        runtime::output_tokens(im.tokenizer.get(), std::move(im.eos_ids), im.info.vocab_size);
+    im.eos_ids = std::move(ends.eos_ids);
+    im.suppressed_ids = std::move(ends.suppressed_ids);
     auto config_text = io::read_text_file((fs::path(dir) / "config.json").string());
     std::string description = config_text.has_value() ? *config_text : std::string();
     if (weights.gguf) {  // the metadata and tensor infos: what config.json is to a folder

@@ -384,6 +384,13 @@ ApiError wrong_type(const std::string& param, const char* expected, const nlohma
                            param, "invalid_type");
 }
 
+ojson reasoning_effort_kwargs(std::string_view effort) {
+    const char* level = effort == "none" || effort == "minimal" || effort == "low" ? "low"
+                        : effort == "medium"                                       ? "medium"
+                                                                                   : "high";
+    return {{"enable_thinking", effort != "none"}, {"reasoning_effort", level}};
+}
+
 bool valid_function_name(std::string_view name) {
     return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
         return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
@@ -442,9 +449,23 @@ std::variant<ChatRequest, ApiError> parse_chat_request(const nlohmann::ordered_j
                                "invalid_value");
     if (top) r.params.generate.top_logprobs = static_cast<int32_t>(*top);
     SLUICE_API_CHECK(parse_tools(body, &r));
+    if (auto it = body.find("reasoning_effort"); it != body.end() && !it->is_null()) {
+        std::string list;
+        for (const char* e : kReasoningEfforts) list += (list.empty() ? "" : ", ") + std::string(e);
+        const bool known =
+            it->is_string() && std::any_of(std::begin(kReasoningEfforts), std::end(kReasoningEfforts),
+                                           [&](const char* e) { return *it == e; });
+        if (!it->is_string()) return wrong_type("reasoning_effort", ("one of " + list).c_str(), *it);
+        if (!known)
+            return invalid_request(
+                "'reasoning_effort' must be one of " + list + "; got '" + it->get<std::string>() + "'",
+                "reasoning_effort", "invalid_value");
+        r.template_kwargs = reasoning_effort_kwargs(it->get<std::string>());
+    }
     if (auto it = body.find("chat_template_kwargs"); it != body.end() && !it->is_null()) {
         if (!it->is_object()) return wrong_type("chat_template_kwargs", "an object", *it);
-        r.template_kwargs = *it;
+        if (!r.template_kwargs.is_object()) r.template_kwargs = ojson::object();
+        for (auto& [key, value] : it->items()) r.template_kwargs[key] = value;  // explicit arguments win
     }
     if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
         if (!it->is_object()) return wrong_type("response_format", "an object", *it);

@@ -35,6 +35,15 @@ ApiError invalid_request(std::string message, std::string param = "", std::strin
 // 400 invalid_type: "'param' must be <expected>, got <type> (<the value, cut>)".
 ApiError wrong_type(const std::string& param, const char* expected, const nlohmann::ordered_json& got);
 
+// The reasoning efforts OpenAI's APIs take (chat's `reasoning_effort`, the Responses API's
+// `reasoning.effort`), and what the templates are given for one: `enable_thinking` (the switch of
+// Qwen3's and most templates: off for "none") and `reasoning_effort` (gpt-oss's template prints it as
+// "Reasoning: low|medium|high", the three it was trained on: "none" and "minimal" give low, "xhigh"
+// and "max" high). Other templates ignore what they do not read.
+inline constexpr const char* kReasoningEfforts[] = {"none", "minimal", "low", "medium",
+                                                    "high", "xhigh",   "max"};
+nlohmann::ordered_json reasoning_effort_kwargs(std::string_view effort);
+
 // OpenAI's rule for function and response-format names: 1 to 64 letters, digits, '_' or '-'. It is
 // also what the tool-call markup can carry: no valid name holds "</tool_call>".
 bool valid_function_name(std::string_view name);
@@ -76,9 +85,10 @@ struct ChatRequest {
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // content flattened to strings
     nlohmann::ordered_json tools;                                       // null or the array given
     ToolChoiceMode tool_choice = ToolChoiceMode::kAuto;
-    std::string tool_choice_name;            // kNamed
-    bool parallel_tool_calls = true;         // several calls in one reply (enforced when forced)
-    nlohmann::ordered_json template_kwargs;  // chat_template_kwargs (object or null)
+    std::string tool_choice_name;     // kNamed
+    bool parallel_tool_calls = true;  // several calls in one reply (enforced when forced)
+    // chat_template_kwargs (object or null), over what reasoning_effort gives (reasoning_effort_kwargs)
+    nlohmann::ordered_json template_kwargs;
     ResponseFormat response_format = ResponseFormat::kText;
     nlohmann::ordered_json json_schema = true;  // kJsonSchema: response_format.json_schema.schema
 };

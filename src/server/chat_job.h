@@ -24,6 +24,7 @@ struct ChatJob {
     std::string forced_prefix;  // appended to the rendered prompt (tool_choice required/named)
     bool opens_reasoning = false;
     bool parse_tools = false;
+    bool harmony = false;  // the reply is gpt-oss's harmony messages (harmony_parser.h)
     std::string id;
     int64_t created = 0;
     std::string tenant;  // whose turn it is in the session queue (the client's address)

