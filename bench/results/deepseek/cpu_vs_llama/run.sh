@@ -17,7 +17,8 @@ LLAMA=${LLAMA:-/tmp/llama-cpu/bin/llama-bench}
 SM=${SM:-/work/models/ds8}
 GM=${GM:-/work/models/ds8-q4_0.gguf}
 OUT=${OUT:-$(dirname "$0")/raw}
-ROUNDS=${ROUNDS:-3}
+FIRST=${FIRST:-1}
+ROUNDS=${ROUNDS:-3}   # rounds FIRST..ROUNDS
 mkdir -p "$OUT"
 hi() { setsid bash -c 'echo -10 > /proc/self/autogroup; exec "$@"' _ "$@"; }
 warm() { cat "$@" > /dev/null; }
@@ -35,7 +36,7 @@ llama_run() {  # name
     > "$OUT/$1.txt" 2>&1
   uptime >> "$OUT/load_$1.txt"
 }
-for round in $(seq 1 "$ROUNDS"); do
+for round in $(seq "$FIRST" "$ROUNDS"); do
   if (( round % 2 )); then
     sluice_run "sluice_r$round"; llama_run "llama_r$round"
   else
