@@ -12,11 +12,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/ggml_tiles.h"
 #include "kernels/kernels.h"
 #include "kernels/weight_format.h"
@@ -506,4 +509,25 @@ BENCHMARK(BM_AttentionDecodeKv)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
-BENCHMARK_MAIN();
+// --isa=NAME (portable, avx2, avx512) runs the kernels of that ISA (kernels::testing::force_isa), e.g. the
+// AVX-2 loops on an AVX-512 machine; the labels name the int8 ISA that ran.
+int main(int argc, char** argv) {
+    int kept = 1;
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (arg.rfind("--isa=", 0) == 0) {
+            if (!sluice::kernels::testing::force_isa(arg.substr(6))) {
+                std::fprintf(stderr, "matvec_bench: unknown or unsupported ISA '%s'\n", arg.c_str() + 6);
+                return 1;
+            }
+            continue;
+        }
+        argv[kept++] = argv[i];
+    }
+    argc = kept;
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}
