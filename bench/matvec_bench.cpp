@@ -12,11 +12,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/ggml_tiles.h"
 #include "kernels/kernels.h"
 #include "kernels/weight_format.h"
@@ -246,27 +249,31 @@ void BM_DecodeExperts(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeExperts)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
-// `copies` (cold: >= 1 GiB) back-to-back GGUF Q4_0 matrices [rows, cols] of random blocks (f16 scales
-// near 0.01), in the natural layout or as row tiles (kernels/ggml_tiles.h), int8 activations.
-struct GgmlQ4Set {
+// `copies` (cold: >= 1 GiB) back-to-back GGUF matrices [rows, cols] of `type` (Q4_0, Q6_K or Q8_0) of
+// random blocks (f16 scales near 0.01), in the natural layout or as row tiles (kernels/ggml_tiles.h), int8
+// activations.
+struct GgmlSet {
     std::vector<uint8_t> bytes;
     std::vector<WeightView> views;
     size_t bytes_per_matrix = 0;
 
-    GgmlQ4Set(int64_t rows, int64_t cols, bool cold, bool tiled) {
-        bytes_per_matrix = static_cast<size_t>(rows * (cols / 32) * 18);
+    GgmlSet(WeightType type, int64_t rows, int64_t cols, bool cold, bool tiled) {
+        const WeightFormat& f = weight_format(type);
+        bytes_per_matrix = static_cast<size_t>(rows) * f.data_row_bytes(cols);
         const size_t copies =
             cold ? std::max<size_t>(1, (kColdBytes + bytes_per_matrix - 1) / bytes_per_matrix) : 1;
         bytes.resize(bytes_per_matrix * copies);
         fill_random(bytes.data(), bytes.size(), 3);
-        for (size_t b = 0; b < bytes.size(); b += 18) {
-            const uint16_t d = f32_to_f16(0.01f + 0.001f * static_cast<float>((b / 18) % 7));
-            std::memcpy(bytes.data() + b, &d, 2);
+        const size_t block = static_cast<size_t>(f.block_bytes);
+        const size_t d_at = f.ggml == GgmlType::kQ6_K ? 208 : 0;  // the block's f16 scale
+        for (size_t b = 0; b < bytes.size(); b += block) {
+            const uint16_t d = f32_to_f16(0.01f + 0.001f * static_cast<float>((b / block) % 7));
+            std::memcpy(bytes.data() + b + d_at, &d, 2);
         }
-        std::vector<uint8_t> scratch(ggml_tile_scratch_bytes(WeightType::kGgmlQ4_0, cols));
+        std::vector<uint8_t> scratch(tiled ? ggml_tile_scratch_bytes(type, cols) : 0);
         for (size_t c = 0; c < copies; ++c) {
             WeightView w;
-            w.type = WeightType::kGgmlQ4_0;
+            w.type = type;
             w.rows = rows;
             w.cols = cols;
             w.data = bytes.data() + c * bytes_per_matrix;
@@ -278,6 +285,11 @@ struct GgmlQ4Set {
             views.push_back(w);
         }
     }
+};
+
+struct GgmlQ4Set : GgmlSet {
+    GgmlQ4Set(int64_t rows, int64_t cols, bool cold, bool tiled)
+        : GgmlSet(WeightType::kGgmlQ4_0, rows, cols, cold, tiled) {}
 };
 
 // BM_DecodeExperts on a GGUF's Q4_0 experts (Qwen3-30B-A3B: 8 of hidden 2048, expert width 768), as
@@ -337,6 +349,42 @@ void BM_MatmulGgml(benchmark::State& state) {
 }
 BENCHMARK(BM_MatmulGgml)
     ->ArgsProduct({{1, 8, 128}, {2048}, {768}, {0, 1}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// One cold decode matvec of a GGUF matrix, natural or row-tiled: the Q6_K lm_head of Qwen3-30B-A3B
+// (151936 × 2048: 255 MB, ~12% of a decode token), its Q8_0 attention projections where a file has them
+// (q 4096 × 2048, o 2048 × 4096), and a Q6_K expert down (2048 × 768, as Q4_K_M files store some).
+// Hot (a 256 × 2048 matrix that stays in L2, one core): the kernel's arithmetic alone, its ceiling.
+// Args: ggml type (2 Q4_0, 8 Q8_0, 14 Q6_K), rows, cols, threads (1 = one core, 0 = all), row tiles, cold.
+// Counter: the weight GB/s, to read against BM_MemoryReadBandwidth.
+void BM_MatvecGgml(benchmark::State& state) {
+    const WeightType type = ggml_weight_format(static_cast<uint32_t>(state.range(0)))->type;
+    const int64_t rows = state.range(1), cols = state.range(2);
+    ThreadPool& tp = pool_for(state.range(3));
+    const bool tiled = state.range(4) != 0;
+    GgmlSet set(type, rows, cols, state.range(5) != 0, tiled);
+    std::vector<float> x(static_cast<size_t>(cols)), y(static_cast<size_t>(rows));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
+    size_t next = 0;
+    for (auto _ : state) {
+        matvec(set.views[next], x.data(), y.data(), &tp);
+        benchmark::DoNotOptimize(y.data());
+        next = (next + 1) % set.views.size();
+    }
+    state.counters["GB/s"] = benchmark::Counter(
+        static_cast<double>(set.bytes_per_matrix) * static_cast<double>(state.iterations()) / 1e9,
+        benchmark::Counter::kIsRate);
+    state.counters["threads"] = tp.size();
+    state.SetLabel(std::string(weight_type_name(set.views[0].type)) + (state.range(5) ? " cold" : " hot") +
+                   " int8 " + cpu_int8_kernel_isa());
+}
+BENCHMARK(BM_MatvecGgml)
+    ->ArgsProduct({{14}, {151936}, {2048}, {0, 1}, {0, 1}, {1}})
+    ->ArgsProduct({{14}, {2048}, {768}, {0, 1}, {0, 1}, {1}})
+    ->ArgsProduct({{8}, {4096}, {2048}, {0, 1}, {0, 1}, {1}})
+    ->ArgsProduct({{8}, {2048}, {4096}, {0, 1}, {0, 1}, {1}})
+    ->ArgsProduct({{2, 8, 14}, {256}, {2048}, {1}, {0, 1}, {0}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -461,4 +509,25 @@ BENCHMARK(BM_AttentionDecodeKv)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
-BENCHMARK_MAIN();
+// --isa=NAME (portable, avx2, avx512) runs the kernels of that ISA (kernels::testing::force_isa), e.g. the
+// AVX-2 loops on an AVX-512 machine; the labels name the int8 ISA that ran.
+int main(int argc, char** argv) {
+    int kept = 1;
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (arg.rfind("--isa=", 0) == 0) {
+            if (!sluice::kernels::testing::force_isa(arg.substr(6))) {
+                std::fprintf(stderr, "matvec_bench: unknown or unsupported ISA '%s'\n", arg.c_str() + 6);
+                return 1;
+            }
+            continue;
+        }
+        argv[kept++] = argv[i];
+    }
+    argc = kept;
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}

@@ -1,23 +1,36 @@
-// Row tiles: the CPU's decode layout of ggml's Q4_0 (WeightType::kGgmlQ4_0x16), written once, when a
-// weight is loaded (the dense core) or lands in an expert-cache slot, never per product.
+// Row tiles: the CPU's decode layouts of ggml's Q4_0, Q6_K and Q8_0 (WeightType::kGgmlQ4_0x16,
+// kGgmlQ6_Kx16, kGgmlQ8_0x16), written once, when a weight is loaded (the dense core) or lands in an
+// expert-cache slot, never per product.
 //
 // Why: a decode product streams each weight byte once, and its cost is the work done per byte. In the
-// natural layout (a row is its blocks back to back) the int8 row kernel unpacks a row's nibbles into
-// element order, puts each block's scale in its lanes and ends every row with a horizontal sum. With 16
-// rows side by side, lane i of a 32-bit integer dot (vpdpbusd; vpmaddubsw + vpmaddwd) is row i: a
-// 64-byte load is 16 rows × 8 codes that meet x's 4 codes broadcast to every lane, the 16 rows' scales of
-// a block are one f16 → f32 convert, and a tile's 16 results leave as one store. llama.cpp's repacked
-// Q4_0 (block_q4_0x8 / x16) is the same idea in its own layout.
+// natural layout (a row is its blocks back to back) the int8 row kernel unpacks a row's codes into
+// element order, puts each (sub-)block's scale in its lanes and ends every row with a horizontal sum.
+// With 16 rows side by side, lane i of a 32-bit integer dot (vpdpbusd; vpmaddubsw + vpmaddwd) is row i: a
+// 64-byte operand is 16 rows × 4 codes that meet x's 4 codes broadcast to every lane, the 16 rows' scales
+// of a block are one convert, and a tile's 16 results leave as one store. llama.cpp's repacked layouts
+// (block_q4_0x8 / x16, block_q6_Kx8) are the same idea in their own byte orders.
 //
-// The layout. Tile t holds rows 16t..16t+15 in exactly the bytes those rows take in the natural layout
-// ([16 · row_bytes] at t · 16 · row_bytes), so tiling is a permutation inside each tile, done in place.
-// In a tile, block column b (elements 32b..32b+31 of each row) takes kQ4_0TileBlockBytes = 288 bytes at
-// 288·b:
-//   f16   d[16]        row i's block scale at 2i
-//   u8    codes[4][64] chunk k holds, at 4i..4i+3, row i's qs[4k..4k+3]: its low nibbles are elements
-//                      4k..4k+3 of the block, its high nibbles 16+4k..16+4k+3 (ggml's nibble order, kept)
-// A view of the tiled type has rows a multiple of 16; every op reads it (kernels.h), the int8
-// products by their own kernels (cpu/ggml_int8*.cpp), the rest through ggml_untile_row.
+// The layouts. Tile t holds rows 16t..16t+15 in exactly the bytes those rows take in the natural layout
+// ([16 · row_bytes] at t · 16 · row_bytes), so tiling is a bijection inside each tile, done in place. In
+// a tile, block column b (block b of each of the 16 rows) takes 16 · block_bytes bytes at that times b:
+//
+//   Q4_0x16 (kQ4_0TileBlockBytes = 288):
+//     f16 d[16]          row i's block scale at 2i
+//     u8  codes[4][64]   chunk k holds, at 4i..4i+3, row i's qs[4k..4k+3]: its low nibbles are elements
+//                        4k..4k+3 of the block, its high nibbles 16+4k..16+4k+3 (ggml's nibble order, kept)
+//   Q8_0x16 (kQ8_0TileBlockBytes = 544):
+//     f16 d[16]          row i's block scale at 2i
+//     u8  codes[8][64]   chunk k holds, at 4i..4i+3, row i's codes of elements 4k..4k+3 plus 128 (the
+//                        int8 with its sign bit flipped: the unsigned operand of vpdpbusd as stored)
+//   Q6_Kx16 (kQ6_KTileBlockBytes = 3360; the 256-block's codes c = q + 32 in 0..63):
+//     f16 d[16]          row i's super-block scale at 2i
+//     i8  sc[16][16]     sub-block s's scales of the 16 rows at 32 + 16s (row i at + i)
+//     u8  codes[16][3][64]  sub-block s (elements 16s..16s+15) at 288 + 192s, three chunks k = 0, 1, 2:
+//                        byte 4i + e of chunk k is row i's c of element 16s + 4k + e in bits 0..5, and
+//                        bits 2k, 2k+1 of row i's c of element 16s + 12 + e in bits 6..7 (so elements
+//                        16s..16s+11 are one AND each, the fourth group three shifts and two selects)
+// A view of a tiled type has rows a multiple of 16; every op reads it (kernels.h), the int8 products by
+// their own kernels (cpu/ggml_int8*.cpp), the rest through ggml_untile_row.
 //
 // Thread safety: pure functions over the caller's memory. No allocation (the caller gives scratch).
 #pragma once
@@ -29,12 +42,18 @@
 
 namespace sluice::kernels {
 
-constexpr int64_t kQ4_0TileRows = 16;
-constexpr int64_t kQ4_0TileBlockBytes = 288;  // 16 rows × 18 bytes
+constexpr int64_t kGgmlTileRows = 16;  // rows per tile, every tiled type
+constexpr int64_t kQ4_0TileRows = kGgmlTileRows;
+constexpr int64_t kQ4_0TileBlockBytes = 288;   // 16 rows × 18 bytes
+constexpr int64_t kQ8_0TileBlockBytes = 544;   // 16 rows × 34 bytes
+constexpr int64_t kQ6_KTileBlockBytes = 3360;  // 16 rows × 210 bytes
+constexpr int64_t kQ6_KTileCodesAt = 288;      // the codes after d[16] and sc[16][16]
 
-// The tiled form of a weight's format, when it has one and the weight's shape allows it (Q4_0 with
-// rows a multiple of 16); else the weight's own type.
+// The tiled form of a weight's format, when it has one and the weight's shape allows it (Q4_0, Q6_K or
+// Q8_0 with rows a multiple of 16); else the weight's own type.
 WeightType tiled_type(const WeightView& w);
+// The natural (GGUF) type of a tiled type; any other type is its own.
+WeightType untiled_type(WeightType type);
 
 // Scratch bytes ggml_tile_in_place needs for a [rows, cols] weight of `natural` type: one tile.
 size_t ggml_tile_scratch_bytes(WeightType natural, int64_t cols);
@@ -48,5 +67,7 @@ void ggml_tile_rows(WeightType natural, const uint8_t* src, int64_t rows, int64_
 
 // Row r of a tiled view in the natural layout: w.row_bytes() bytes at `out`.
 void ggml_untile_row(const WeightView& w, int64_t r, uint8_t* out);
+// Block b of row r of a tiled view in the natural layout (one block's bytes at `out`).
+void ggml_untile_block(const WeightView& w, int64_t r, int64_t b, uint8_t* out);
 
 }  // namespace sluice::kernels

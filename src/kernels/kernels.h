@@ -47,8 +47,11 @@ enum class WeightType : uint8_t {
     kGgmlIQ4_NL,
     kGgmlIQ4_XS,
     kGgmlMXFP4,
-    // Q4_0 with 16 rows interleaved per tile: the CPU's decode layout, written at load (ggml_tiles.h).
+    // Q4_0, Q6_K and Q8_0 with 16 rows interleaved per tile: the CPU's decode layouts, written at load
+    // (ggml_tiles.h).
     kGgmlQ4_0x16,
+    kGgmlQ6_Kx16,
+    kGgmlQ8_0x16,
 };
 
 enum class ScaleType : uint8_t { kF32, kF16, kBF16 };
@@ -92,8 +95,8 @@ struct WeightView {
     int64_t rows = 0;  // out features
     int64_t cols = 0;  // in features
     // kF32/kF16/kBF16: rows×cols elements, row-major. kQ4/kQ8: rows × (cols·bits/32) uint32 words.
-    // kGgml*: rows × (cols / block elements) blocks, row-major (ggml_quants.h); kGgmlQ4_0x16: the
-    // same bytes as tiles of 16 rows (ggml_tiles.h).
+    // kGgml*: rows × (cols / block elements) blocks, row-major (ggml_quants.h); kGgml*x16: the same
+    // bytes as tiles of 16 rows (ggml_tiles.h).
     // May be unaligned for float types (safetensors offsets are not aligned); quantized words and
     // scales are read with memcpy-safe loads.
     const void* data = nullptr;

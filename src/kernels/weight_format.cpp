@@ -69,19 +69,16 @@ float ggml_element(const WeightView& w, int64_t r, int64_t i) {
     return block[i % f.block_elems];
 }
 
-// Q4_0 in row tiles (ggml_tiles.h): element i of row r by the definition, over row r's block of it put
+// A row-tiled type (ggml_tiles.h): element i of row r by the definition, over row r's block of it put
 // back in the natural layout.
-float q4_0x16_element(const WeightView& w, int64_t r, int64_t i) {
-    const int64_t lane = r % kQ4_0TileRows, b = i / 32;
-    const uint8_t* in = static_cast<const uint8_t*>(w.data) +
-                        static_cast<size_t>(r - lane) * ggml_row_bytes(ggml_format(GgmlType::kQ4_0), w.cols) +
-                        b * kQ4_0TileBlockBytes;
-    uint8_t blk[18];
-    std::memcpy(blk, in + 2 * lane, 2);
-    for (int64_t k = 0; k < 4; ++k) std::memcpy(blk + 2 + 4 * k, in + 32 + 64 * k + 4 * lane, 4);
-    float block[32];
-    reference::ggml_dequantize_row(GgmlType::kQ4_0, blk, 32, block);
-    return block[i % 32];
+template <GgmlType T>
+float tiled_element(const WeightView& w, int64_t r, int64_t i) {
+    const GgmlFormat& f = ggml_format(T);
+    uint8_t blk[256];  // one block of any tiled type (Q6_K's 210 bytes at most)
+    ggml_untile_block(w, r, i / f.block_elems, blk);
+    float block[256];
+    reference::ggml_dequantize_row(T, blk, f.block_elems, block);
+    return block[i % f.block_elems];
 }
 
 // Every ggml block type has its int8-activation products on the CPU (cpu/ggml_int8*.cpp, every ISA).
@@ -95,17 +92,18 @@ constexpr WeightFormat ggml_entry(WeightType type, const char* name, const char*
     return f;
 }
 
-constexpr WeightFormat q4_0x16_entry() {
-    WeightFormat f =
-        ggml_entry<GgmlType::kQ4_0>(WeightType::kGgmlQ4_0x16, "Q4_0x16",
-                                    "ggml Q4_0 in tiles of 16 interleaved rows (the CPU's layout)", 32, 18);
-    f.reference_element = q4_0x16_element;
+// A row-tiled form of ggml type T (ggml_tiles.h): no CUDA kernels, tiles of kGgmlTileRows rows.
+template <GgmlType T>
+constexpr WeightFormat tiled_entry(WeightType type, const char* name, const char* description,
+                                   int block_elems, int block_bytes) {
+    WeightFormat f = ggml_entry<T>(type, name, description, block_elems, block_bytes);
+    f.reference_element = tiled_element<T>;
     f.cuda_kernels = false;
-    f.tile_rows = 16;
+    f.tile_rows = static_cast<int>(kGgmlTileRows);
     return f;
 }
 
-constexpr std::array<WeightFormat, 17> kFormats{{
+constexpr std::array<WeightFormat, 19> kFormats{{
     {WeightType::kF32, "F32", "32-bit float", 4, 0, f32_element, false, true, true},
     {WeightType::kF16, "F16", "IEEE half", 2, 0, f16_element, false, true, true},
     {WeightType::kBF16, "BF16", "bfloat16", 2, 0, bf16_element, false, true, true},
@@ -135,7 +133,12 @@ constexpr std::array<WeightFormat, 17> kFormats{{
                                   "ggml 4-bit non-linear codebook, super-blocks of 256", 256, 136),
     ggml_entry<GgmlType::kMXFP4>(WeightType::kGgmlMXFP4, "MXFP4",
                                  "OCP MX FP4 (e2m1), blocks of 32 with an e8m0 scale", 32, 17),
-    q4_0x16_entry(),
+    tiled_entry<GgmlType::kQ4_0>(WeightType::kGgmlQ4_0x16, "Q4_0x16",
+                                 "ggml Q4_0 in tiles of 16 interleaved rows (the CPU's layout)", 32, 18),
+    tiled_entry<GgmlType::kQ6_K>(WeightType::kGgmlQ6_Kx16, "Q6_Kx16",
+                                 "ggml Q6_K in tiles of 16 interleaved rows (the CPU's layout)", 256, 210),
+    tiled_entry<GgmlType::kQ8_0>(WeightType::kGgmlQ8_0x16, "Q8_0x16",
+                                 "ggml Q8_0 in tiles of 16 interleaved rows (the CPU's layout)", 32, 34),
 }};
 
 }  // namespace

@@ -175,7 +175,15 @@ uint64_t use_dense_row_tiles(ModelWeights* weights) {
         tile(e.up);
         tile(e.down);
     };
-    if (weights->lm_head.data != weights->embed.data) tile(weights->lm_head);
+    if (weights->lm_head.data != weights->embed.data) {
+        tile(weights->lm_head);
+    } else {
+        // The lm_head is the embedding table: the table itself in tiles, so the product that reads all of
+        // it every token takes the tiles' kernels; a lookup reads its row back untiled (dequantize_row).
+        tile(weights->embed);
+        weights->lm_head.type = weights->embed.type;
+        weights->lm_head.data = weights->embed.data;
+    }
     tile(weights->mtp.fc);
     for (LayerWeights& l : weights->layers) {
         for (WeightView* w : {&l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj, &l.attn.o_proj,

@@ -21,6 +21,7 @@
 #include "experts/expert_store.h"
 #include "format/gguf.h"
 #include "format/gguf_manifest.h"
+#include "gguf_bytes.h"
 #include "kernels/ggml_tiles.h"
 #include "kernels/weight_format.h"
 #include "model/config_gguf.h"
@@ -464,6 +465,64 @@ TEST(GgufStreamedExperts, TakeTheModelsInt8Activations) {
     EXPECT_GE(int8, 0.0);
     EXPECT_LE(int8, 1e-5);
     EXPECT_GE(f32, 1e-3) << "f32 activations gave the int8 logits: the test cannot tell the two apart";
+}
+
+// The dense core in row tiles (use_dense_row_tiles): an lm_head of its own is tiled and the embedding table
+// left natural; an lm_head tied to the table tiles the table itself, both views reading the one copy, and a
+// lookup reads each row back as the file holds it.
+TEST(GgufDenseTiles, AnLmHeadTiedToTheEmbeddingTilesTheTable) {
+    std::mt19937 rng(26);
+    const int64_t vocab = 48, hidden = 512;
+    auto rows_of = [&](kernels::GgmlType type) {
+        std::vector<uint8_t> out;
+        for (int64_t r = 0; r < vocab; ++r) {
+            const auto row = testing::random_ggml_row(type, hidden, rng);
+            out.insert(out.end(), row.begin(), row.end());
+        }
+        return out;
+    };
+    auto view_of = [&](kernels::WeightType type, const std::vector<uint8_t>& bytes) {
+        kernels::WeightView w;
+        w.type = type;
+        w.rows = vocab;
+        w.cols = hidden;
+        w.data = bytes.data();
+        w.activations = kernels::Activations::kInt8;
+        return w;
+    };
+    // use_dense_row_tiles hands the source's pages back (madvise): the views read copies of the rows.
+    const std::vector<uint8_t> table = rows_of(kernels::GgmlType::kQ6_K),
+                               head = rows_of(kernels::GgmlType::kQ8_0);
+    for (bool tied : {true, false}) {
+        SCOPED_TRACE(tied ? "tied" : "untied");
+        const std::vector<uint8_t> table_src = table, head_src = head;
+        model::ModelWeights mw;
+        mw.embed = view_of(kernels::WeightType::kGgmlQ6_K, table_src);
+        mw.lm_head = tied ? mw.embed : view_of(kernels::WeightType::kGgmlQ8_0, head_src);
+        const uint64_t bytes = model::use_dense_row_tiles(&mw);
+        EXPECT_EQ(bytes, static_cast<uint64_t>(vocab) *
+                             (tied ? 2 * 210 : 16 * 34));  // a row: 2 Q6_K or 16 Q8_0 blocks
+        if (tied) {
+            EXPECT_EQ(mw.embed.type, kernels::WeightType::kGgmlQ6_Kx16);
+            EXPECT_EQ(mw.lm_head.data, mw.embed.data);
+            EXPECT_EQ(mw.lm_head.type, mw.embed.type);
+        } else {
+            EXPECT_EQ(mw.embed.type, kernels::WeightType::kGgmlQ6_K);
+            EXPECT_EQ(mw.embed.data, table_src.data());
+            EXPECT_EQ(mw.lm_head.type, kernels::WeightType::kGgmlQ8_0x16);
+        }
+        const kernels::WeightView natural_table = view_of(kernels::WeightType::kGgmlQ6_K, table);
+        const kernels::WeightView natural_head = view_of(kernels::WeightType::kGgmlQ8_0, head);
+        std::vector<float> want(static_cast<size_t>(hidden)), got(static_cast<size_t>(hidden));
+        for (int64_t r = 0; r < vocab; ++r) {
+            kernels::reference::dequantize_row(natural_table, r, want.data());
+            kernels::dequantize_row(mw.embed, r, got.data());
+            ASSERT_EQ(got, want) << "embedding row " << r;
+            kernels::reference::dequantize_row(tied ? natural_table : natural_head, r, want.data());
+            kernels::dequantize_row(mw.lm_head, r, got.data());
+            ASSERT_EQ(got, want) << "lm_head row " << r;
+        }
+    }
 }
 
 }  // namespace

@@ -42,6 +42,7 @@ void prepare(const float* x, int64_t cols, uint8_t* prep) {
     auto* d = reinterpret_cast<float*>(prep + ggml_i8_d_at(cols));
     auto* xsb = reinterpret_cast<float*>(prep + ggml_i8_xsb_at(cols));
     auto* qs = reinterpret_cast<int32_t*>(prep + ggml_i8_qs_at(cols));
+    auto* qs16 = reinterpret_cast<int32_t*>(prep + ggml_i8_qs16_at(cols));
     const int64_t codes = ggml_i8_codes_bytes(cols), padded = ggml_i8_blocks_padded(cols);
     memset(q + cols, 0, static_cast<size_t>(codes - cols));
     memset(dl + cols / 4, 0, static_cast<size_t>(codes - cols));
@@ -49,6 +50,7 @@ void prepare(const float* x, int64_t cols, uint8_t* prep) {
     memset(d + blocks, 0, static_cast<size_t>(4 * (padded - blocks)));
     memset(xsb + blocks, 0, static_cast<size_t>(4 * (padded - blocks)));
     memset(qs + blocks, 0, static_cast<size_t>(4 * (padded - blocks)));
+    memset(qs16 + 2 * blocks, 0, static_cast<size_t>(8 * (padded - blocks)));
     const __m256 sign = _mm256_set1_ps(-0.0f);
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -77,11 +79,16 @@ void prepare(const float* x, int64_t cols, uint8_t* prep) {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(nls + 8 * b),
                             _mm256_sub_epi32(_mm256_setzero_si256(), lanes));
         _mm256_storeu_ps(dl + 8 * b, _mm256_set1_ps(db));
-        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
-        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+        // Lanes 0-3 are the block's first 16 codes, 4-7 its last 16.
+        __m128i lo = _mm256_castsi256_si128(lanes), hi = _mm256_extracti128_si256(lanes, 1);
+        lo = _mm_add_epi32(lo, _mm_shuffle_epi32(lo, 0x4E));
+        lo = _mm_add_epi32(lo, _mm_shuffle_epi32(lo, 0xB1));
+        hi = _mm_add_epi32(hi, _mm_shuffle_epi32(hi, 0x4E));
+        hi = _mm_add_epi32(hi, _mm_shuffle_epi32(hi, 0xB1));
         d[b] = db;
-        qs[b] = _mm_cvtsi128_si32(s);
+        qs16[2 * b] = _mm_cvtsi128_si32(lo);
+        qs16[2 * b + 1] = _mm_cvtsi128_si32(hi);
+        qs[b] = qs16[2 * b] + qs16[2 * b + 1];
         xsb[b] = db * static_cast<float>(qs[b]);
     }
 }
@@ -421,25 +428,35 @@ void rows(const WeightView& w, const RowVectors& v, int64_t r0, int64_t r1) {
     }
 }
 
-// ---- row tiles (Q4_0x16, ggml_tiles.h) --------------------------------------------------------------
+// ---- row tiles (ggml_tiles.h) ----------------------------------------------------------------------
 //
 // As on AVX-512 (ggml_int8_avx512.cpp), 8 rows to a ymm: a tile is two passes over its blocks, rows 0-7
-// then 8-15 (the second half of each 64-byte chunk; the tile, 18 KB at 2048 inputs, is in L1/L2 for the
-// second pass), vectors in passes of up to 4 (16 ymm registers). Per block and vector the 8 vpmaddubsw of
-// the low and high nibbles against x's broadcast 4-code groups add up in int16 — each is at most
-// 2·15·127 in magnitude, their sum 30480 < 32767, so it is exact — and one vpmaddwd makes each row's
-// int32 Σ nibble·q; then −8·qs_b, one convert and one FMA, as the portable twin in its order.
+// then 8-15 (the second half of each 64-byte chunk; the tile, 18–34 KB at 2048 inputs, is in L1/L2 for the
+// second pass), vectors in passes of up to 4 (16 ymm registers). vpmaddubsw sums two u8·s8 products in
+// an int16 that saturates past 32767, so each type adds up in int16 only what fits, then vpmaddwd makes
+// each row's int32 sum; then the offset term, one convert and one FMA, as the portable twin in its order.
+//   Q4_0: the 8 vpmaddubsw of a block's low and high nibbles (each at most 2·15·127) add up in int16:
+//         30480 < 32767.
+//   Q6_K: codes up to 63, so two vpmaddubsw (2·2·63·127 = 32004) per vpmaddwd, two per sub-block.
+//   Q8_0: the stored code + 128 is taken back to the int8 code, its magnitude against x with the code's
+//         sign (vpsignb; 2·128·127 fits), one vpmaddwd per chunk.
 
 struct TileX {
     const int8_t* q;
     const float* d;
     const int32_t* qs;
+    const int32_t* qs16;
 };
 
 inline __m256i bcast4(const int8_t* p) {
     int32_t v;
     memcpy(&v, p, 4);
     return _mm256_set1_epi32(v);
+}
+
+inline void prefetch_tile(const uint8_t* p, int bytes) {
+    for (int o = 0; o < bytes; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + o), _MM_HINT_T0);
 }
 
 template <int kV>
@@ -449,9 +466,7 @@ void tile_half_q4_0(const uint8_t* tile, int64_t blocks, int half, const TileX* 
     const __m256i low = _mm256_set1_epi8(0x0F), ones16 = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < blocks; ++b) {
         const uint8_t* blk = tile + b * kQ4_0TileBlockBytes;
-        if (half == 0)
-            for (int o = 0; o < kQ4_0TileBlockBytes; o += 64)
-                _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + o), _MM_HINT_T0);
+        if (half == 0) prefetch_tile(blk, kQ4_0TileBlockBytes);
         const __m256 dw = _mm256_cvtph_ps(load16(blk + 16 * half));
         __m256i p[kV];
         for (int j = 0; j < kV; ++j) p[j] = _mm256_setzero_si256();
@@ -475,40 +490,151 @@ void tile_half_q4_0(const uint8_t* tile, int64_t blocks, int half, const TileX* 
     for (int j = 0; j < kV; ++j) _mm256_storeu_ps(y + j * ldy + 8 * half, acc[j]);
 }
 
-void tile_q4_0(const uint8_t* tile, int64_t blocks, const TileX* x, int64_t n, float* y, int64_t ldy) {
+template <int kV>
+void tile_half_q8_0(const uint8_t* tile, int64_t blocks, int half, const TileX* x, float* y, int64_t ldy) {
+    __m256 acc[kV];
+    for (int j = 0; j < kV; ++j) acc[j] = _mm256_setzero_ps();
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones16 = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t* blk = tile + b * kQ8_0TileBlockBytes;
+        if (half == 0) prefetch_tile(blk, kQ8_0TileBlockBytes);
+        const __m256 dw = _mm256_cvtph_ps(load16(blk + 16 * half));
+        __m256i s[kV];
+        for (int j = 0; j < kV; ++j) s[j] = _mm256_setzero_si256();
+        for (int k = 0; k < 8; ++k) {
+            const __m256i code = _mm256_xor_si256(load32(blk + 32 + 64 * k + 32 * half), flip);
+            const __m256i mag = _mm256_abs_epi8(code);
+            for (int j = 0; j < kV; ++j) {
+                const __m256i xs = _mm256_sign_epi8(bcast4(x[j].q + 32 * b + 4 * k), code);
+                s[j] = _mm256_add_epi32(s[j], _mm256_madd_epi16(_mm256_maddubs_epi16(mag, xs), ones16));
+            }
+        }
+        // The codes were taken as they are (no +128), so no offset term.
+        for (int j = 0; j < kV; ++j)
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[j]), _mm256_mul_ps(dw, _mm256_set1_ps(x[j].d[b])),
+                                     acc[j]);
+    }
+    for (int j = 0; j < kV; ++j) _mm256_storeu_ps(y + j * ldy + 8 * half, acc[j]);
+}
+
+template <int kV>
+void tile_half_q6_k(const uint8_t* tile, int64_t blocks, int half, const TileX* x, float* y, int64_t ldy) {
+    __m256 acc[kV];
+    for (int j = 0; j < kV; ++j) acc[j] = _mm256_setzero_ps();
+    const __m256i six = _mm256_set1_epi8(0x3F), ones16 = _mm256_set1_epi16(1);
+    const __m256i m01 = _mm256_set1_epi8(0x03), m23 = _mm256_set1_epi8(0x0C), m45 = _mm256_set1_epi8(0x30);
+    for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t* blk = tile + b * kQ6_KTileBlockBytes;
+        if (half == 0) prefetch_tile(blk, kQ6_KTileCodesAt);
+        const __m256 dw = _mm256_cvtph_ps(load16(blk + 16 * half));
+        for (int s = 0; s < 16; ++s) {
+            const uint8_t* ch = blk + kQ6_KTileCodesAt + 192 * s + 32 * half;
+            if (half == 0) prefetch_tile(ch, 192);
+            const __m256i a = load32(ch), bb = load32(ch + 64), c = load32(ch + 128);
+            const __m256i top =
+                _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 6), m01),
+                                                _mm256_and_si256(_mm256_srli_epi16(bb, 4), m23)),
+                                _mm256_and_si256(_mm256_srli_epi16(c, 2), m45));
+            const __m256i op0 = _mm256_and_si256(a, six), op1 = _mm256_and_si256(bb, six),
+                          op2 = _mm256_and_si256(c, six);
+            __m128i sc8;
+            {
+                int64_t v;
+                memcpy(&v, blk + 32 + 16 * s + 8 * half, 8);
+                sc8 = _mm_cvtsi64_si128(v);
+            }
+            const __m256 ws = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc8)));
+            const int64_t e0 = 256 * b + 16 * s;
+            for (int j = 0; j < kV; ++j) {
+                const int8_t* xq = x[j].q + e0;
+                const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(op0, bcast4(xq)),
+                                                     _mm256_maddubs_epi16(op1, bcast4(xq + 4)));
+                const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(op2, bcast4(xq + 8)),
+                                                     _mm256_maddubs_epi16(top, bcast4(xq + 12)));
+                const __m256i sum = _mm256_add_epi32(
+                    _mm256_add_epi32(_mm256_madd_epi16(p01, ones16), _mm256_madd_epi16(p23, ones16)),
+                    _mm256_set1_epi32(-32 * x[j].qs16[e0 / 16]));
+                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum),
+                                         _mm256_mul_ps(ws, _mm256_set1_ps(x[j].d[e0 / 32])), acc[j]);
+            }
+        }
+    }
+    for (int j = 0; j < kV; ++j) _mm256_storeu_ps(y + j * ldy + 8 * half, acc[j]);
+}
+
+// The tiled types: their elements per block and their half-tile loop for kV vectors.
+struct Q4_0Tiles {
+    static constexpr int64_t kElems = 32;
+    template <int kV>
+    static void half(const uint8_t* t, int64_t blocks, int h, const TileX* x, float* y, int64_t ldy) {
+        tile_half_q4_0<kV>(t, blocks, h, x, y, ldy);
+    }
+};
+struct Q8_0Tiles {
+    static constexpr int64_t kElems = 32;
+    template <int kV>
+    static void half(const uint8_t* t, int64_t blocks, int h, const TileX* x, float* y, int64_t ldy) {
+        tile_half_q8_0<kV>(t, blocks, h, x, y, ldy);
+    }
+};
+struct Q6_KTiles {
+    static constexpr int64_t kElems = 256;
+    template <int kV>
+    static void half(const uint8_t* t, int64_t blocks, int h, const TileX* x, float* y, int64_t ldy) {
+        tile_half_q6_k<kV>(t, blocks, h, x, y, ldy);
+    }
+};
+
+template <typename T>
+void tile_of(const uint8_t* tile, int64_t blocks, const TileX* x, int64_t n, float* y, int64_t ldy) {
     for (int64_t j0 = 0; j0 < n; j0 += 4) {
         const int64_t k = n - j0 < 4 ? n - j0 : 4;
         for (int half = 0; half < 2; ++half) {
             switch (k) {
-                case 1: tile_half_q4_0<1>(tile, blocks, half, x + j0, y + j0 * ldy, ldy); break;
-                case 2: tile_half_q4_0<2>(tile, blocks, half, x + j0, y + j0 * ldy, ldy); break;
-                case 3: tile_half_q4_0<3>(tile, blocks, half, x + j0, y + j0 * ldy, ldy); break;
-                default: tile_half_q4_0<4>(tile, blocks, half, x + j0, y + j0 * ldy, ldy); break;
+                case 1: T::template half<1>(tile, blocks, half, x + j0, y + j0 * ldy, ldy); break;
+                case 2: T::template half<2>(tile, blocks, half, x + j0, y + j0 * ldy, ldy); break;
+                case 3: T::template half<3>(tile, blocks, half, x + j0, y + j0 * ldy, ldy); break;
+                default: T::template half<4>(tile, blocks, half, x + j0, y + j0 * ldy, ldy); break;
             }
         }
     }
 }
 
-void rows_q4_0x16(const WeightView& w, const RowVectors& v, int64_t r0, int64_t r1) {
-    const int64_t cols = w.cols, blocks = cols / 32;
+template <typename T>
+void rows_tiled(const WeightView& w, const RowVectors& v, int64_t r0, int64_t r1) {
+    const int64_t cols = w.cols, blocks = cols / T::kElems;
     const size_t row_bytes = w.row_bytes();
     TileX x[kRowVectors];
     for (int64_t j = 0; j < v.n; ++j) {
         const uint8_t* p = static_cast<const uint8_t*>(v.x) + j * v.x_stride_bytes;
         x[j] = {reinterpret_cast<const int8_t*>(p), reinterpret_cast<const float*>(p + ggml_i8_d_at(cols)),
-                reinterpret_cast<const int32_t*>(p + ggml_i8_qs_at(cols))};
+                reinterpret_cast<const int32_t*>(p + ggml_i8_qs_at(cols)),
+                reinterpret_cast<const int32_t*>(p + ggml_i8_qs16_at(cols))};
     }
-    for (int64_t t0 = r0; t0 < r1; t0 += kQ4_0TileRows)
-        tile_q4_0(static_cast<const uint8_t*>(w.data) + static_cast<size_t>(t0) * row_bytes, blocks, x, v.n,
-                  v.y + (t0 - r0), v.ldy);
+    for (int64_t t0 = r0; t0 < r1; t0 += kGgmlTileRows)
+        tile_of<T>(static_cast<const uint8_t*>(w.data) + static_cast<size_t>(t0) * row_bytes, blocks, x, v.n,
+                   v.y + (t0 - r0), v.ldy);
 }
 
 }  // namespace
 
 const GgmlI8Table kGgmlI8Avx2 = {
-    "avx2",      prepare,     rows<Q4_0>,        rows<Q4_1>,       rows<Q5_0>,
-    rows<Q5_1>,  rows<Q8_0>,  rows<Q45K<false>>, rows<Q45K<true>>, rows<Q6K>,
-    rows<Iq4Nl>, rows<Iq4Xs>, rows<Mxfp4>,       rows_q4_0x16,
+    "avx2",
+    prepare,
+    rows<Q4_0>,
+    rows<Q4_1>,
+    rows<Q5_0>,
+    rows<Q5_1>,
+    rows<Q8_0>,
+    rows<Q45K<false>>,
+    rows<Q45K<true>>,
+    rows<Q6K>,
+    rows<Iq4Nl>,
+    rows<Iq4Xs>,
+    rows<Mxfp4>,
+    rows_tiled<Q4_0Tiles>,
+    rows_tiled<Q6_KTiles>,
+    rows_tiled<Q8_0Tiles>,
 };
 
 }  // namespace sluice::kernels::cpu

@@ -59,6 +59,7 @@ SLUICE_VNNI void prepare(const float* x, int64_t cols, uint8_t* prep) {
     auto* d = reinterpret_cast<float*>(prep + ggml_i8_d_at(cols));
     auto* xsb = reinterpret_cast<float*>(prep + ggml_i8_xsb_at(cols));
     auto* qs = reinterpret_cast<int32_t*>(prep + ggml_i8_qs_at(cols));
+    auto* qs16 = reinterpret_cast<int32_t*>(prep + ggml_i8_qs16_at(cols));
     const int64_t codes = ggml_i8_codes_bytes(cols), padded = ggml_i8_blocks_padded(cols);
     memset(q + cols, 0, static_cast<size_t>(codes - cols));
     memset(dl + cols / 4, 0, static_cast<size_t>(codes - cols));
@@ -66,6 +67,7 @@ SLUICE_VNNI void prepare(const float* x, int64_t cols, uint8_t* prep) {
     memset(d + blocks, 0, static_cast<size_t>(4 * (padded - blocks)));
     memset(xsb + blocks, 0, static_cast<size_t>(4 * (padded - blocks)));
     memset(qs + blocks, 0, static_cast<size_t>(4 * (padded - blocks)));
+    memset(qs16 + 2 * blocks, 0, static_cast<size_t>(8 * (padded - blocks)));
     const __m256i ones8 = _mm256_set1_epi8(1);
     const __m256i ones16 = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < blocks; ++b) {
@@ -83,7 +85,9 @@ SLUICE_VNNI void prepare(const float* x, int64_t cols, uint8_t* prep) {
                             _mm256_sub_epi32(_mm256_setzero_si256(), lanes));
         _mm256_storeu_ps(dl + 8 * b, _mm256_set1_ps(db));
         d[b] = db;
-        qs[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        qs16[2 * b] = _mm512_reduce_add_epi32(q0);
+        qs16[2 * b + 1] = _mm512_reduce_add_epi32(q1);
+        qs[b] = qs16[2 * b] + qs16[2 * b + 1];
         xsb[b] = db * static_cast<float>(qs[b]);
     }
 }
@@ -508,21 +512,35 @@ SLUICE_VNNI void rows(const WeightView& w, const RowVectors& v, int64_t r0, int6
     for (; r < r1; ++r) passes<T, 1>(base + r * row_bytes, row_bytes, cols, p, v.n, v.y + (r - r0), v.ldy);
 }
 
-// ---- row tiles (Q4_0x16, ggml_tiles.h) --------------------------------------------------------------
+// ---- row tiles (ggml_tiles.h) ----------------------------------------------------------------------
 //
-// A tile's 16 rows in the 16 lanes. Per block: the 16 rows' scales by one f16 -> f32 convert, 4 loads of
-// 64 code bytes (16 rows x 8 nibbles), low and high nibbles by mask and shift; per vector 8 vpdpbusd
-// against x's 4-code groups broadcast to every lane (chunk k's low nibbles meet the block's x[4k..4k+3],
-// its high ones x[16+4k..16+4k+3]) in two chains, one from -8·qs_b; then one convert and one FMA with
-// the rows' scales x x's d. Each (row, vector) lane sees the operations of the portable twin
-// (ggml_int8.cpp), in its order. No horizontal sums: a tile's 16 results are one store.
+// A tile's 16 rows in the 16 lanes; per vector one vpdpbusd per 64-byte chunk of codes (16 rows × 4
+// codes) against x's 4 codes of those elements broadcast to every lane, the chunks of a (sub-)block in two
+// chains, one from the stored codes' offset term (−8·qs_b, −128·qs_b, −32·qs16_s); then one convert and
+// one FMA with the rows' scales × x's d. Each (row, vector) lane sees the operations of the portable twin
+// (ggml_int8.cpp), in its order. No horizontal sums: a tile's 16 results are one store. The chunks are
+// unpacked once per tile and serve every vector (up to 8: decode's 1, a verification's or a batch's few).
+//   Q4_0: 4 chunks of nibbles per block, the low and high by mask and shift (8 operands).
+//   Q8_0: 8 chunks of code + 128 per block, as stored.
+//   Q6_K: 3 chunks per sub-block of 16: elements 0..11 one AND each, 12..15 gathered from the chunks'
+//         top bits (three shifts, two bit selects, one AND).
 
 // Vector j's prepared arrays for the tiles.
 struct TileX {
     const int8_t* q;
     const float* d;
     const int32_t* qs;
+    const int32_t* qs16;
 };
+
+inline __m512i bcast4(const int8_t* p) {
+    return _mm512_set1_epi32(static_cast<int>(u32_at(reinterpret_cast<const uint8_t*>(p))));
+}
+
+inline void prefetch_tile(const uint8_t* p, int bytes) {
+    for (int o = 0; o < bytes; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + o), _MM_HINT_T0);
+}
 
 template <int kV>
 SLUICE_VNNI void tile_q4_0(const uint8_t* tile, int64_t blocks, const TileX* x, float* y, int64_t ldy) {
@@ -531,8 +549,7 @@ SLUICE_VNNI void tile_q4_0(const uint8_t* tile, int64_t blocks, const TileX* x, 
     const __m512i low = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < blocks; ++b) {
         const uint8_t* blk = tile + b * kQ4_0TileBlockBytes;
-        for (int o = 0; o < kQ4_0TileBlockBytes; o += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + o), _MM_HINT_T0);
+        prefetch_tile(blk, kQ4_0TileBlockBytes);
         const __m512 dw = _mm512_cvtph_ps(load32(blk));
         __m512i lo[4], hi[4];
         for (int k = 0; k < 4; ++k) {
@@ -544,12 +561,8 @@ SLUICE_VNNI void tile_q4_0(const uint8_t* tile, int64_t blocks, const TileX* x, 
             const int8_t* xq = x[j].q + 32 * b;
             __m512i s0 = _mm512_set1_epi32(-8 * x[j].qs[b]), s1 = _mm512_setzero_si512();
             for (int k = 0; k < 4; ++k) {
-                s0 = _mm512_dpbusd_epi32(s0, lo[k],
-                                         _mm512_set1_epi32(static_cast<int>(
-                                             u32_at(reinterpret_cast<const uint8_t*>(xq + 4 * k)))));
-                s1 = _mm512_dpbusd_epi32(s1, hi[k],
-                                         _mm512_set1_epi32(static_cast<int>(
-                                             u32_at(reinterpret_cast<const uint8_t*>(xq + 16 + 4 * k)))));
+                s0 = _mm512_dpbusd_epi32(s0, lo[k], bcast4(xq + 4 * k));
+                s1 = _mm512_dpbusd_epi32(s1, hi[k], bcast4(xq + 16 + 4 * k));
             }
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
                                      _mm512_mul_ps(dw, _mm512_set1_ps(x[j].d[b])), acc[j]);
@@ -558,27 +571,120 @@ SLUICE_VNNI void tile_q4_0(const uint8_t* tile, int64_t blocks, const TileX* x, 
     for (int j = 0; j < kV; ++j) _mm512_storeu_ps(y + j * ldy, acc[j]);
 }
 
-SLUICE_VNNI void rows_q4_0x16(const WeightView& w, const RowVectors& v, int64_t r0, int64_t r1) {
-    const int64_t cols = w.cols, blocks = cols / 32;
+template <int kV>
+SLUICE_VNNI void tile_q8_0(const uint8_t* tile, int64_t blocks, const TileX* x, float* y, int64_t ldy) {
+    __m512 acc[kV];
+    for (int j = 0; j < kV; ++j) acc[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t* blk = tile + b * kQ8_0TileBlockBytes;
+        prefetch_tile(blk, kQ8_0TileBlockBytes);
+        const __m512 dw = _mm512_cvtph_ps(load32(blk));
+        __m512i c[8];
+        for (int k = 0; k < 8; ++k) c[k] = _mm512_loadu_si512(blk + 32 + 64 * k);
+        for (int j = 0; j < kV; ++j) {
+            const int8_t* xq = x[j].q + 32 * b;
+            __m512i s0 = _mm512_set1_epi32(-128 * x[j].qs[b]), s1 = _mm512_setzero_si512();
+            for (int k = 0; k < 8; k += 2) {
+                s0 = _mm512_dpbusd_epi32(s0, c[k], bcast4(xq + 4 * k));
+                s1 = _mm512_dpbusd_epi32(s1, c[k + 1], bcast4(xq + 4 * k + 4));
+            }
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
+                                     _mm512_mul_ps(dw, _mm512_set1_ps(x[j].d[b])), acc[j]);
+        }
+    }
+    for (int j = 0; j < kV; ++j) _mm512_storeu_ps(y + j * ldy, acc[j]);
+}
+
+// Q6_K: per sub-block s the chunks a, b, c hold elements 0..3, 4..7, 8..11 in bits 0..5 and the bit pairs
+// 0-1, 2-3, 4-5 of elements 12..15 in bits 6..7. The fourth operand: (a >> 6) | (b >> 4) | (c >> 2), each
+// piece's bits picked by a select against a constant mask (the 16-bit shifts carry the next byte's bits
+// into the top; the selects and the last AND drop them).
+template <int kV>
+SLUICE_VNNI void tile_q6_k(const uint8_t* tile, int64_t blocks, const TileX* x, float* y, int64_t ldy) {
+    __m512 acc[kV];
+    for (int j = 0; j < kV; ++j) acc[j] = _mm512_setzero_ps();
+    const __m512i six = _mm512_set1_epi8(0x3F), two = _mm512_set1_epi8(0x03), four = _mm512_set1_epi8(0x0F);
+    for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t* blk = tile + b * kQ6_KTileBlockBytes;
+        const __m512 dw = _mm512_cvtph_ps(load32(blk));
+        prefetch_tile(blk, kQ6_KTileCodesAt);
+        for (int s = 0; s < 16; ++s) {
+            const uint8_t* ch = blk + kQ6_KTileCodesAt + 192 * s;
+            prefetch_tile(ch, 192);
+            const __m512i a = _mm512_loadu_si512(ch), bb = _mm512_loadu_si512(ch + 64),
+                          c = _mm512_loadu_si512(ch + 128);
+            // ternarylogic(x, y, mask, 0xE4) is the bit select mask ? x : y.
+            const __m512i top01 =
+                _mm512_ternarylogic_epi32(_mm512_srli_epi16(a, 6), _mm512_srli_epi16(bb, 4), two, 0xE4);
+            const __m512i top =
+                _mm512_and_si512(_mm512_ternarylogic_epi32(top01, _mm512_srli_epi16(c, 2), four, 0xE4), six);
+            const __m512i op[4] = {_mm512_and_si512(a, six), _mm512_and_si512(bb, six),
+                                   _mm512_and_si512(c, six), top};
+            const __m512 ws =
+                _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(blk + 32 + 16 * s))));
+            const int64_t e0 = 256 * b + 16 * s;
+            for (int j = 0; j < kV; ++j) {
+                const int8_t* xq = x[j].q + e0;
+                __m512i s0 = _mm512_set1_epi32(-32 * x[j].qs16[e0 / 16]), s1 = _mm512_setzero_si512();
+                s0 = _mm512_dpbusd_epi32(s0, op[0], bcast4(xq));
+                s1 = _mm512_dpbusd_epi32(s1, op[1], bcast4(xq + 4));
+                s0 = _mm512_dpbusd_epi32(s0, op[2], bcast4(xq + 8));
+                s1 = _mm512_dpbusd_epi32(s1, op[3], bcast4(xq + 12));
+                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
+                                         _mm512_mul_ps(ws, _mm512_set1_ps(x[j].d[e0 / 32])), acc[j]);
+            }
+        }
+    }
+    for (int j = 0; j < kV; ++j) _mm512_storeu_ps(y + j * ldy, acc[j]);
+}
+
+// The tiled types: their elements per block and their tile loop for kV vectors.
+struct Q4_0Tiles {
+    static constexpr int64_t kElems = 32;
+    template <int kV>
+    SLUICE_VNNI static void tile(const uint8_t* t, int64_t blocks, const TileX* x, float* y, int64_t ldy) {
+        tile_q4_0<kV>(t, blocks, x, y, ldy);
+    }
+};
+struct Q8_0Tiles {
+    static constexpr int64_t kElems = 32;
+    template <int kV>
+    SLUICE_VNNI static void tile(const uint8_t* t, int64_t blocks, const TileX* x, float* y, int64_t ldy) {
+        tile_q8_0<kV>(t, blocks, x, y, ldy);
+    }
+};
+struct Q6_KTiles {
+    static constexpr int64_t kElems = 256;
+    template <int kV>
+    SLUICE_VNNI static void tile(const uint8_t* t, int64_t blocks, const TileX* x, float* y, int64_t ldy) {
+        tile_q6_k<kV>(t, blocks, x, y, ldy);
+    }
+};
+
+// Rows [r0, r1) (whole tiles) of a tiled view: every vector through each tile in turn.
+template <typename T>
+SLUICE_VNNI void rows_tiled(const WeightView& w, const RowVectors& v, int64_t r0, int64_t r1) {
+    const int64_t cols = w.cols, blocks = cols / T::kElems;
     const size_t row_bytes = w.row_bytes();
     TileX x[kRowVectors];
     for (int64_t j = 0; j < v.n; ++j) {
         const uint8_t* p = static_cast<const uint8_t*>(v.x) + j * v.x_stride_bytes;
         x[j] = {reinterpret_cast<const int8_t*>(p), reinterpret_cast<const float*>(p + ggml_i8_d_at(cols)),
-                reinterpret_cast<const int32_t*>(p + ggml_i8_qs_at(cols))};
+                reinterpret_cast<const int32_t*>(p + ggml_i8_qs_at(cols)),
+                reinterpret_cast<const int32_t*>(p + ggml_i8_qs16_at(cols))};
     }
-    for (int64_t t0 = r0; t0 < r1; t0 += kQ4_0TileRows) {
+    for (int64_t t0 = r0; t0 < r1; t0 += kGgmlTileRows) {
         const uint8_t* tile = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(t0) * row_bytes;
         float* y = v.y + (t0 - r0);
         switch (v.n) {
-            case 1: tile_q4_0<1>(tile, blocks, x, y, v.ldy); break;
-            case 2: tile_q4_0<2>(tile, blocks, x, y, v.ldy); break;
-            case 3: tile_q4_0<3>(tile, blocks, x, y, v.ldy); break;
-            case 4: tile_q4_0<4>(tile, blocks, x, y, v.ldy); break;
-            case 5: tile_q4_0<5>(tile, blocks, x, y, v.ldy); break;
-            case 6: tile_q4_0<6>(tile, blocks, x, y, v.ldy); break;
-            case 7: tile_q4_0<7>(tile, blocks, x, y, v.ldy); break;
-            default: tile_q4_0<8>(tile, blocks, x, y, v.ldy); break;
+            case 1: T::template tile<1>(tile, blocks, x, y, v.ldy); break;
+            case 2: T::template tile<2>(tile, blocks, x, y, v.ldy); break;
+            case 3: T::template tile<3>(tile, blocks, x, y, v.ldy); break;
+            case 4: T::template tile<4>(tile, blocks, x, y, v.ldy); break;
+            case 5: T::template tile<5>(tile, blocks, x, y, v.ldy); break;
+            case 6: T::template tile<6>(tile, blocks, x, y, v.ldy); break;
+            case 7: T::template tile<7>(tile, blocks, x, y, v.ldy); break;
+            default: T::template tile<8>(tile, blocks, x, y, v.ldy); break;
         }
     }
 }
@@ -586,8 +692,22 @@ SLUICE_VNNI void rows_q4_0x16(const WeightView& w, const RowVectors& v, int64_t 
 }  // namespace
 
 const GgmlI8Table kGgmlI8Avx512Vnni = {
-    "avx512-vnni",     prepare,          rows<Q4_0>, rows<Q4_1>,  rows<Q5_0>,  rows<Q5_1>,  rows<Q8_0>,
-    rows<Q45K<false>>, rows<Q45K<true>>, rows<Q6K>,  rows<Iq4Nl>, rows<Iq4Xs>, rows<Mxfp4>, rows_q4_0x16,
+    "avx512-vnni",
+    prepare,
+    rows<Q4_0>,
+    rows<Q4_1>,
+    rows<Q5_0>,
+    rows<Q5_1>,
+    rows<Q8_0>,
+    rows<Q45K<false>>,
+    rows<Q45K<true>>,
+    rows<Q6K>,
+    rows<Iq4Nl>,
+    rows<Iq4Xs>,
+    rows<Mxfp4>,
+    rows_tiled<Q4_0Tiles>,
+    rows_tiled<Q6_KTiles>,
+    rows_tiled<Q8_0Tiles>,
 };
 
 }  // namespace sluice::kernels::cpu

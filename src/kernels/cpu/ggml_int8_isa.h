@@ -12,18 +12,21 @@
 //   nls  int32[P / 4]    −(q[4L] + q[4L+1] + q[4L+2] + q[4L+3])
 //   d    f32  [B]        d per block
 //   xsb  f32  [B]        d_b · Σ_{i∈b} q_i, rounded to f32
-//   qs   int32[B]        Σ_{i∈b} q_i (the row tiles' offset term, −8·Σq, in integers)
+//   qs   int32[B]        Σ_{i∈b} q_i (the row tiles' offset term, −8·Σq or −128·Σq, in integers)
+//   qs16 int32[2B]       Σ q_i over each 16 inputs (Q6_K tiles' offset term per sub-block, −32·Σq)
 // A row kernel takes each 4 codes' integer dot in a lane (vpdpbusd and vpmaddubsw + vpmaddwd both sum
 // bytes 4L..4L+3 into lane L), so the per-lane arrays line up with the integer sums of either ISA.
 // A code stored unsigned with an offset (Q4_0: nibble = code + 8) starts its lane at offset·nls, so the
 // lane holds Σ code·q exactly; a per-block bias (Q4_1/Q5_1: m; Q4_K/Q5_K: −dmin·m_s) meets Σq through
 // nls or xsb.
 //
-// Row tiles (Q4_0x16, ggml_tiles.h) have kernels of their own (`q4_0x16`): a tile's 16 rows in the lanes,
-// each block's integer sum Σ code·q = Σ nibble·q − 8·qs_b exact, then per block, in block order, one f32
-// FMA acc += (float)(Σ code·q) · (d_row · d_b) per (row, vector) — the same operations on every ISA, so
-// the portable twin (ggml_int8.cpp) and the AVX-2 and AVX-512 VNNI loops give the same bits. Their rows
-// [r0, r1) are whole tiles.
+// Row tiles (ggml_tiles.h) have kernels of their own (`q4_0x16`, `q6_kx16`, `q8_0x16`): a tile's 16 rows in
+// the lanes, each (sub-)block's integer sum Σ code·q exact (the stored codes' offset taken out through
+// qs or qs16), then per (sub-)block, in element order, one f32 FMA per (row, vector):
+//   Q4_0x16, Q8_0x16: per block b          acc = fma((float)Σ code·q, d_row · d_b, acc)
+//   Q6_Kx16: per sub-block s (16 inputs)   acc = fma((float)Σ code·q, (d_row · (float)sc_s) · d_b, acc)
+// — the same operations on every ISA, so the portable twin (ggml_int8.cpp) and the AVX-2 and AVX-512 VNNI
+// loops give the same bits. Their rows [r0, r1) are whole tiles.
 #pragma once
 
 #include <cstdint>
@@ -55,9 +58,12 @@ static inline int64_t ggml_i8_xsb_at(int64_t cols) {
 static inline int64_t ggml_i8_qs_at(int64_t cols) {
     return 3 * ggml_i8_codes_bytes(cols) + 8 * ggml_i8_blocks_padded(cols);
 }
+static inline int64_t ggml_i8_qs16_at(int64_t cols) {
+    return 3 * ggml_i8_codes_bytes(cols) + 12 * ggml_i8_blocks_padded(cols);
+}
 // Bytes of one prepared vector (a multiple of 64).
 static inline int64_t ggml_i8_prepared_bytes(int64_t cols) {
-    return 3 * ggml_i8_codes_bytes(cols) + 12 * ggml_i8_blocks_padded(cols);
+    return 3 * ggml_i8_codes_bytes(cols) + 20 * ggml_i8_blocks_padded(cols);
 }
 
 // Rows [r0, r1) of a ggml block view times each prepared vector (RowVectors: x the prepared vectors,
@@ -72,7 +78,7 @@ struct GgmlI8Table {
     const char* i8_name;  // the int8 IsaTable it goes with: "avx512-vnni", "avx2"
     GgmlI8PrepareFn prepare;
     GgmlI8RowsFn q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4;
-    GgmlI8RowsFn q4_0x16;  // row tiles: rows [r0, r1) whole tiles
+    GgmlI8RowsFn q4_0x16, q6_kx16, q8_0x16;  // row tiles: rows [r0, r1) whole tiles
 };
 
 #if defined(__x86_64__)
