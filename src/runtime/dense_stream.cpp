@@ -7,8 +7,8 @@
 
 namespace sluice::runtime {
 
-DenseLayerStreamer::DenseLayerStreamer(std::vector<std::vector<model::MappedRange>> layers, int64_t main_layers,
-                                       int64_t window)
+DenseLayerStreamer::DenseLayerStreamer(std::vector<std::vector<model::MappedRange>> layers,
+                                       int64_t main_layers, int64_t window)
     : layers_(std::move(layers)), main_layers_(main_layers), window_(std::max<int64_t>(window, 1)) {
     const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
     for (auto& ranges : layers_) {

@@ -22,7 +22,8 @@ class DenseLayerStreamer final : public model::LayerObserver {
     // `layers`: each layer's mapped ranges (Model::layer_mapped_ranges), the decoder's `main_layers`
     // first (any after them: the MTP head's); `window`: layers resident at once (the one running and
     // window − 1 read ahead, wrapping from the last main layer to the first for the next token).
-    DenseLayerStreamer(std::vector<std::vector<model::MappedRange>> layers, int64_t main_layers, int64_t window);
+    DenseLayerStreamer(std::vector<std::vector<model::MappedRange>> layers, int64_t main_layers,
+                       int64_t window);
 
     void before_layer(int64_t layer) override;
     void after_layer(int64_t layer) override;
