@@ -52,6 +52,24 @@ TEST(MemoryPlan, ScratchEstimateCoversDefaultModel) {
     check_estimate(std::string(SLUICE_SOURCE_DIR) + "/models/tiny-next", 256);
 }
 
+// The sizes synth's dry run plans for `config` (4-bit g64) and those of the pack it then writes at `out`.
+void synth_planned_and_written(const std::string& config, const std::string& out,
+                               convert::PackResult* planned, convert::PackResult* written) {
+    convert::SynthOptions so;
+    so.config_path = config;
+    so.bits = 4;
+    so.group_size = 64;
+    so.dry_run = true;
+    auto sizes = convert::synth_model(so);
+    ASSERT_TRUE(sizes.has_value()) << sizes.status().message();
+    *planned = *sizes;
+    so.dry_run = false;
+    so.out_dir = out;
+    auto made = convert::synth_model(so);
+    ASSERT_TRUE(made.has_value()) << made.status().message();
+    *written = *made;
+}
+
 // `sluice info CONFIG.json` plans before the weights exist: the dry run of synth must give the sizes
 // the packed model really has, and plan_memory the plan Engine::load then makes — the same dense,
 // state, slot and cache numbers, the same longest context — and the same refusals.
@@ -66,21 +84,14 @@ TEST(MemoryPlan, AConfigIsPlannedAsItsPackedModelLoads) {
     const std::string config = dir.file("config.json");
     ASSERT_TRUE(io::write_file_atomic(config, cfg.dump()).is_ok());
 
-    convert::SynthOptions so;
-    so.config_path = config;
-    so.bits = 4;
-    so.group_size = 64;
-    so.dry_run = true;
-    auto sizes = convert::synth_model(so);
-    ASSERT_TRUE(sizes.has_value()) << sizes.status().message();
-    so.dry_run = false;
-    so.out_dir = dir.file("packed");
-    auto written = convert::synth_model(so);
-    ASSERT_TRUE(written.has_value()) << written.status().message();
-    EXPECT_EQ(sizes->expert_bytes, written->expert_bytes);
+    convert::PackResult planned_sizes, written_sizes;
+    synth_planned_and_written(config, dir.file("packed"), &planned_sizes, &written_sizes);
+    if (HasFatalFailure()) return;
+    const convert::PackResult* sizes = &planned_sizes;
+    EXPECT_EQ(sizes->expert_bytes, written_sizes.expert_bytes);
 
     EngineOptions eo;
-    eo.model_dir = so.out_dir;
+    eo.model_dir = dir.file("packed");
     eo.memory_bytes = 160ull << 20;
     eo.context_tokens = 2048;
     eo.kv_bits = 3;
@@ -168,20 +179,14 @@ TEST(MemoryPlan, ADenseCoreTooBigForTheBudgetStreamsLayerByLayer) {
                                 {"eos_token_id", 1}};
     const std::string config = dir.file("config.json");
     ASSERT_TRUE(io::write_file_atomic(config, cfg.dump()).is_ok());
-    convert::SynthOptions so;
-    so.config_path = config;
-    so.bits = 4;
-    so.group_size = 64;
-    so.dry_run = true;
-    auto sizes = convert::synth_model(so);
-    ASSERT_TRUE(sizes.has_value()) << sizes.status().message();
+    convert::PackResult planned_sizes, written_sizes;
+    synth_planned_and_written(config, dir.file("packed"), &planned_sizes, &written_sizes);
+    if (HasFatalFailure()) return;
+    const convert::PackResult* sizes = &planned_sizes;
     ASSERT_GT(sizes->layers_dense_bytes, sizes->dense_bytes / 2);  // the layers are most of the core
-    so.dry_run = false;
-    so.out_dir = dir.file("packed");
-    ASSERT_TRUE(convert::synth_model(so).has_value());
 
     EngineOptions eo;
-    eo.model_dir = so.out_dir;
+    eo.model_dir = dir.file("packed");
     eo.context_tokens = 256;
     eo.threads = 2;
     eo.prefix_cache_bytes = 0;
