@@ -43,8 +43,10 @@ die() { echo "gguf-fixtures: error: $*" >&2; exit 1; }
 scratch=()  # removed on exit, however it comes
 trap 'rm -rf "${scratch[@]}"' EXIT
 
-# "SHA256  PATH" for every generated file, from the committed index: the GGUFs, and the checkpoints under
-# tests/data/gguf/hf they were converted from (sha256sum -c's input).
+# "SHA256  PATH" for every file the fixtures stand on, from the committed index: the GGUFs, and the
+# checkpoints they were converted from: generated ones under tests/data/gguf/hf and the committed goldens'
+# (a golden regenerated without rerunning tools/make_gguf_weight_fixtures.py fails here, locally, rather
+# than only where CI regenerates the GGUFs from scratch).
 expected_sums() {
     "$PY" - "$INDEX" <<'EOF'
 import json, sys
@@ -52,8 +54,7 @@ files = json.load(open(sys.argv[1]))["files"]
 sources = {}
 for name, e in files.items():
     print(f"{e['sha256']}  tests/data/gguf/weights/{name}")
-    if e["source"].startswith("gguf/hf/"):
-        sources[f"tests/data/{e['source']}/model.safetensors"] = e["source_sha256"]
+    sources[f"tests/data/{e['source']}/model.safetensors"] = e["source_sha256"]
 for path, sha in sorted(sources.items()):
     print(f"{sha}  {path}")
 EOF
