@@ -43,8 +43,12 @@ def load_weights(gdir: str, family: str) -> dict:
     cfg = json.load(open(os.path.join(gdir, "config.json")))
     stored, _meta = mg.read_safetensors(os.path.join(gdir, "model.safetensors"))
     if "quantization" in cfg:
-        return mg.mlx_to_hf_names(family, mg.read_mlx_checkpoint(stored, cfg["quantization"]))
-    return mg.read_hf_checkpoint(stored)
+        w = mg.mlx_to_hf_names(family, mg.read_mlx_checkpoint(stored, cfg["quantization"]))
+    else:
+        w = mg.read_hf_checkpoint(stored)
+    if family == "mixtral":  # block_sparse_moe.experts.E.w1/w3/w2, .gate -> the Qwen-style names used below
+        w = {mg._mixtral_to_q(n): a for n, a in w.items()}
+    return w
 
 
 def rms(x, eps):
@@ -73,11 +77,13 @@ class Model:
         c = self.c
         self.zc = family in ("qwen3_next", "qwen3_5_moe")
         self.eps = c["rms_norm_eps"]
+        # Qwen2's config carries no head_dim (transformers derives it as hidden / heads)
+        self.hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
         rp = c.get("rope_parameters", {})
         self.theta = rp.get("rope_theta", c.get("rope_theta", 10000.0))
         prf = rp.get("partial_rotary_factor", c.get("partial_rotary_factor", 0.25 if self.zc else 1.0))
         self.mla = family == "deepseek_v3"
-        self.rot = c["qk_rope_head_dim"] if self.mla else int(c["head_dim"] * prf)
+        self.rot = c["qk_rope_head_dim"] if self.mla else int(self.hd * prf)
         self.yarn = rp if rp.get("rope_type") == "yarn" else None
         if self.yarn is None and isinstance(c.get("rope_scaling"), dict) and c["rope_scaling"].get("type", c["rope_scaling"].get("rope_type")) == "yarn":
             self.yarn = c["rope_scaling"]
@@ -89,8 +95,8 @@ class Model:
         else:
             k = c.get("full_attention_interval", 4)
             self.types = ["full_attention" if (i + 1) % k == 0 else "linear_attention" for i in range(n)]
-        # norm_topk_prob: Qwen3.5 always renormalises; Qwen3-MoE defaults to false, Qwen3-Next to true
-        self.renorm = True if family == "qwen3_5_moe" else c.get("norm_topk_prob", family in ("qwen3_next", "deepseek_v3"))
+        # norm_topk_prob: Qwen3.5 and Mixtral always renormalise; Qwen3-MoE defaults to false, Qwen3-Next to true
+        self.renorm = True if family in ("qwen3_5_moe", "mixtral") else c.get("norm_topk_prob", family in ("qwen3_next", "deepseek_v3"))
 
     def W(self, name):
         return self.w[name]
@@ -139,7 +145,7 @@ class Model:
     def attention(self, x, p):
         c = self.c
         T = x.shape[0]
-        nh, nkv, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+        nh, nkv, hd = c["num_attention_heads"], c["num_key_value_heads"], self.hd
         qp = x @ self.W(p + "q_proj.weight").T + self.w.get(p + "q_proj.bias", 0.0)
         if self.zc:  # per-head [q | gate] interleave (models.md §3.4)
             qp = qp.reshape(T, nh, 2 * hd)
