@@ -16,7 +16,12 @@ How to run (needs only numpy)
 
 Design notes
     * Layout handling (MLX dequantisation, folded +1 norms, conv transpose, expert stacking) reuses the
-      reader in tools/make_goldens.py, which is the inverse of its writer; the math below does not.
+      reader in tools/make_goldens.py, which is the inverse of its writer; the math below does not. The
+      MXFP4 experts of gpt-oss are decoded here, from the format (read_mxfp4_experts).
+    * gpt-oss (attention sinks, sliding-window layers, YaRN with truncate false, biased router and experts,
+      the clamped swiglu) is written from transformers' definition as stated in moe_gpt_oss / attention.
+    * Goldens listed under the index's "provisional" were made by make_goldens --numpy-reference from this
+      very model: they pass trivially and only prove the files read back; transformers replaces them.
     * The recurrent GDN form (models.md §3.5.6) is used for every token, while the goldens' prompt logits
       come from transformers' chunked kernel: agreement also checks chunked == recurrent.
     * Rejected alternative: comparing only argmax tokens — too weak to catch a wrong norm or gate.
@@ -38,13 +43,43 @@ mg = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(mg)
 
 
+# MXFP4 (gpt-oss's Hub experts), read here from the format's definition rather than with make_goldens'
+# reader: E2M1 code -> value, two codes a byte (element 2j low nibble, 2j+1 high), 32 a block sharing a
+# scale byte s meaning 2^(s - 127); NAME_blocks [E, out, in/32, 16] is the transpose of the model's NAME.
+_E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+def read_mxfp4_experts(stored: dict) -> dict:
+    out = {}
+    for n, (dt, a) in stored.items():
+        if n.endswith("_scales"):
+            continue
+        if not n.endswith("_blocks"):
+            out[n] = mg.bf16_bits_to_f32(a) if dt == "BF16" else a.astype(np.float32)
+            continue
+        base = n[: -len("_blocks")]
+        scales = stored[base + "_scales"][1].astype(np.float64)
+        E, rows, nb, _ = a.shape
+        nib = np.stack([a & 15, a >> 4], axis=-1).reshape(E, rows, nb, 32)  # [.., j, 0] = low nibble = element 2j
+        mag = np.array(_E2M1)[nib & 7] * np.where(nib & 8, -1.0, 1.0)
+        w = (mag * 2.0 ** (scales - 127.0)[..., None]).reshape(E, rows, nb * 32)
+        out[base] = np.ascontiguousarray(w.transpose(0, 2, 1)).astype(np.float32)
+    return out
+
+
 def load_weights(gdir: str, family: str) -> dict:
     """-> f32 arrays under the HF checkpoint names (raw zero-centred norm offsets for Next/3.5)."""
     cfg = json.load(open(os.path.join(gdir, "config.json")))
     stored, _meta = mg.read_safetensors(os.path.join(gdir, "model.safetensors"))
+    if (cfg.get("quantization_config") or {}).get("quant_method") == "mxfp4":
+        return read_mxfp4_experts(stored)
     if "quantization" in cfg:
-        return mg.mlx_to_hf_names(family, mg.read_mlx_checkpoint(stored, cfg["quantization"]))
-    return mg.read_hf_checkpoint(stored)
+        w = mg.mlx_to_hf_names(family, mg.read_mlx_checkpoint(stored, cfg["quantization"]))
+    else:
+        w = mg.read_hf_checkpoint(stored)
+    if family == "mixtral":  # block_sparse_moe.experts.E.w1/w3/w2, .gate -> the Qwen-style names used below
+        w = {mg._mixtral_to_q(n): a for n, a in w.items()}
+    return w
 
 
 def rms(x, eps):
@@ -73,24 +108,26 @@ class Model:
         c = self.c
         self.zc = family in ("qwen3_next", "qwen3_5_moe")
         self.eps = c["rms_norm_eps"]
+        # Qwen2's config carries no head_dim (transformers derives it as hidden / heads)
+        self.hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
         rp = c.get("rope_parameters", {})
         self.theta = rp.get("rope_theta", c.get("rope_theta", 10000.0))
         prf = rp.get("partial_rotary_factor", c.get("partial_rotary_factor", 0.25 if self.zc else 1.0))
         self.mla = family == "deepseek_v3"
-        self.rot = c["qk_rope_head_dim"] if self.mla else int(c["head_dim"] * prf)
+        self.rot = c["qk_rope_head_dim"] if self.mla else int(self.hd * prf)
         self.yarn = rp if rp.get("rope_type") == "yarn" else None
         if self.yarn is None and isinstance(c.get("rope_scaling"), dict) and c["rope_scaling"].get("type", c["rope_scaling"].get("rope_type")) == "yarn":
             self.yarn = c["rope_scaling"]
         n = c["num_hidden_layers"]
         if "layer_types" in c:
             self.types = c["layer_types"]
-        elif family in ("qwen3_moe", "qwen3", "deepseek_v3", "glm4_moe", "qwen2_moe", "mixtral", "qwen2"):
+        elif family in ("qwen3_moe", "qwen3", "deepseek_v3", "glm4_moe", "qwen2_moe", "mixtral", "qwen2", "gpt_oss"):
             self.types = ["full_attention"] * n
         else:
             k = c.get("full_attention_interval", 4)
             self.types = ["full_attention" if (i + 1) % k == 0 else "linear_attention" for i in range(n)]
-        # norm_topk_prob: Qwen3.5 always renormalises; Qwen3-MoE defaults to false, Qwen3-Next to true
-        self.renorm = True if family == "qwen3_5_moe" else c.get("norm_topk_prob", family in ("qwen3_next", "deepseek_v3"))
+        # norm_topk_prob: Qwen3.5 and Mixtral always renormalise; Qwen3-MoE defaults to false, Qwen3-Next to true
+        self.renorm = True if family in ("qwen3_5_moe", "mixtral") else c.get("norm_topk_prob", family in ("qwen3_next", "deepseek_v3"))
 
     def W(self, name):
         return self.w[name]
@@ -107,7 +144,8 @@ class Model:
         if self.yarn is not None:
             # YaRN as transformers defines it: dims with more than beta_fast rotations over the original
             # context keep their frequency, those with fewer than beta_slow are divided by the factor,
-            # a linear ramp in the dim index between (the range rounded outwards); cos/sin scaled.
+            # a linear ramp in the dim index between (the range rounded outwards unless truncate is
+            # false); cos/sin scaled.
             y = self.yarn
             factor = y["factor"]
             orig = y.get("original_max_position_embeddings", self.c["max_position_embeddings"])
@@ -115,8 +153,10 @@ class Model:
             def dim_of(rotations):
                 return R * np.log(orig / (rotations * 2 * np.pi)) / (2 * np.log(self.theta))
 
-            low = max(np.floor(dim_of(y.get("beta_fast") or 32)), 0)
-            high = min(np.ceil(dim_of(y.get("beta_slow") or 1)), R - 1)
+            low, high = dim_of(y.get("beta_fast") or 32), dim_of(y.get("beta_slow") or 1)
+            if y.get("truncate", True):  # gpt-oss: truncate false keeps the fractional ends
+                low, high = np.floor(low), np.ceil(high)
+            low, high = max(low, 0), min(high, R - 1)
             if low == high:
                 high += 0.001
             ramp = np.clip((np.arange(half, dtype=np.float64) - low) / (high - low), 0, 1)
@@ -136,10 +176,12 @@ class Model:
         a, b = x[..., :half], x[..., half:R]
         return np.concatenate([a * c - b * s, b * c + a * s, x[..., R:]], axis=-1)
 
-    def attention(self, x, p):
+    def attention(self, x, p, window=None):
+        """window: a sliding layer's span (query at P sees keys P-window+1..P). gpt-oss adds a learned sink
+        logit per head (self_attn.sinks, unscaled) to the softmax denominator only, and an o_proj bias."""
         c = self.c
         T = x.shape[0]
-        nh, nkv, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+        nh, nkv, hd = c["num_attention_heads"], c["num_key_value_heads"], self.hd
         qp = x @ self.W(p + "q_proj.weight").T + self.w.get(p + "q_proj.bias", 0.0)
         if self.zc:  # per-head [q | gate] interleave (models.md §3.4)
             qp = qp.reshape(T, nh, 2 * hd)
@@ -156,15 +198,25 @@ class Model:
         rep = nh // nkv
         out = np.zeros((T, nh, hd), np.float32)
         mask = np.triu(np.full((T, T), -np.inf, np.float32), 1)
+        if window is not None:
+            mask = mask + np.tril(np.full((T, T), -np.inf, np.float32), -window)
+        sinks = self.w.get(p + "sinks")
         for h in range(nh):
             s = (q[:, h] @ k[:, h // rep].T) * hd**-0.5 + mask
-            s = np.exp(s - s.max(-1, keepdims=True))
-            s /= s.sum(-1, keepdims=True)
-            out[:, h] = s @ v[:, h // rep]
+            m = s.max(-1, keepdims=True)
+            if sinks is not None:
+                m = np.maximum(m, sinks[h])
+            e = np.exp(s - m)
+            den = e.sum(-1, keepdims=True)
+            if sinks is not None:
+                sink_e = np.exp(sinks[h] - m)
+                den = den + sink_e
+                self.stats["sink_share"][p + str(h)] = float((sink_e / den).mean())
+            out[:, h] = (e / den) @ v[:, h // rep]
         out = out.reshape(T, nh * hd)
         if gate is not None:
             out = out * sigmoid(gate)
-        return out @ self.W(p + "o_proj.weight").T
+        return out @ self.W(p + "o_proj.weight").T + self.w.get(p + "o_proj.bias", 0.0)
 
     def mla_attention(self, x, p):
         """Multi-head latent attention (DeepSeek-V3), in the expanded form: every head's key is
@@ -250,7 +302,33 @@ class Model:
         if (p + "gate_proj.weight") in self.w:  # a dense layer (dense Qwen3: every layer)
             h = silu(x @ self.W(p + "gate_proj.weight").T) * (x @ self.W(p + "up_proj.weight").T)
             return h @ self.W(p + "down_proj.weight").T
+        if (p + "router.weight") in self.w:
+            return self.moe_gpt_oss(x, p)
         return self.moe(x, p)
+
+    def moe_gpt_oss(self, x, p, alpha=1.702, limit=7.0):
+        """gpt-oss: router logits = x W^T + b; the top-k logits softmaxed among themselves; each expert
+        input-major (y = x @ W + b) with gate j in column 2j and up j in 2j+1 of gate_up_proj; gate clamped
+        above at limit, up to [-limit, limit]; (up + 1) * gate * sigmoid(alpha * gate) @ down_proj + bias."""
+        k = self.c["num_experts_per_tok"]
+        logits = x @ self.W(p + "router.weight").T + self.W(p + "router.bias")
+        self.router_logits.append(logits)
+        wgu, bgu = self.W(p + "experts.gate_up_proj"), self.W(p + "experts.gate_up_proj_bias")  # [E, H, 2I], [E, 2I]
+        wd, bd = self.W(p + "experts.down_proj"), self.W(p + "experts.down_proj_bias")  # [E, I, H], [E, H]
+        out = np.zeros_like(x)
+        for t in range(x.shape[0]):
+            top = np.argsort(-logits[t], kind="stable")[:k]
+            wts = np.exp(logits[t, top] - logits[t, top].max())
+            wts /= wts.sum()
+            for e, wt in zip(top, wts):
+                gu = x[t] @ wgu[e] + bgu[e]
+                gate, up = gu[0::2], gu[1::2]
+                self.stats["gate_clipped"] += int((gate > limit).sum())
+                self.stats["up_clipped"] += int((np.abs(up) > limit).sum())
+                self.stats["expert_rows"] += 1
+                gate, up = np.minimum(gate, limit), np.clip(up, -limit, limit)
+                out[t] += wt * (((up + 1.0) * gate * sigmoid(alpha * gate)) @ wd[e] + bd[e])
+        return out
 
     def moe(self, x, p):
         c = self.c
@@ -307,6 +385,8 @@ class Model:
             x = x + self.mla_attention(h, L + "self_attn.")
         elif typ == "full_attention":
             x = x + self.attention(h, L + "self_attn.")
+        elif typ == "sliding_attention":
+            x = x + self.attention(h, L + "self_attn.", window=self.c["sliding_window"])
         else:
             x = x + self.gdn(h, L + "linear_attn.")
         return x + self.mlp(self.norm(x, L + "post_attention_layernorm.weight", self.zc), L + "mlp.")
@@ -315,6 +395,10 @@ class Model:
         return self.W("lm_head.weight" if "lm_head.weight" in self.w else self.pre + "embed_tokens.weight")  # tied
 
     def forward(self, ids):
+        # what the last forward saw (make_goldens' provisional goldens report it): clamped gpt-oss expert
+        # values, each head's mean sink share, the router logits per MoE layer
+        self.stats = {"gate_clipped": 0, "up_clipped": 0, "expert_rows": 0, "sink_share": {}}
+        self.router_logits = []
         pre = self.pre
         x = self.W(pre + "embed_tokens.weight")[ids].astype(np.float32)
         hidden = []
@@ -381,7 +465,10 @@ def main() -> int:
     ap.add_argument("--tol", type=float, default=1e-4)
     args = ap.parse_args()
     index = json.load(open(os.path.join(args.dir, "index.json")))
-    results = [check(os.path.join(args.dir, g["dir"]), args.tol) for g in index["goldens"] if not args.only or g["name"] in args.only]
+    # "provisional": goldens whose reference is this script's own numpy model (make_goldens --numpy-reference)
+    # until transformers regenerates them; checked too (they prove the files read back and the script runs)
+    listed = index["goldens"] + index.get("provisional", [])
+    results = [check(os.path.join(args.dir, g["dir"]), args.tol) for g in listed if not args.only or g["name"] in args.only]
     print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
     return 0 if all(results) else 1
 

@@ -3,19 +3,25 @@
 
 Purpose
     sluice must produce the same logits as the reference implementation. This script builds tiny
-    dense Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE / Qwen3-Next / Qwen3.5-MoE / GLM-4.5-MoE / Mixtral / DeepSeek-V3 models with seeded random weights, writes each one as a
-    checkpoint in the layout under test (HF bf16, or MLX affine-quantised as mlx-lm writes it), loads
+    dense Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE / Qwen3-Next / Qwen3.5-MoE / GLM-4.5-MoE / Mixtral / DeepSeek-V3 /
+    gpt-oss models with seeded random weights, writes each one as a
+    checkpoint in the layout under test (HF bf16, MLX affine-quantised as mlx-lm writes it, or gpt-oss's
+    MXFP4 experts as the Hub ships them), loads
     the exact stored values back into the transformers model (in float32, on the CPU), and records what
     transformers computes.
 
-How to run (needs torch, transformers >= 5 with qwen2 / qwen2_moe / qwen3 / qwen3_moe / qwen3_next / qwen3_5_moe / glm4_moe / mixtral / deepseek_v3, numpy)
+How to run (needs torch, transformers >= 5 with qwen2 / qwen2_moe / qwen3 / qwen3_moe / qwen3_next / qwen3_5_moe / glm4_moe / mixtral / deepseek_v3 / gpt_oss, numpy)
     python3 tools/make_goldens.py --out tests/data/goldens            # all goldens
     python3 tools/make_goldens.py --out DIR --only qwen3_next_hf_bf16  # one golden (the index keeps
                                                                        # the others listed)
     python3 tools/make_goldens.py --save-configs tests/data/configs/transformers --only none
                                       # every golden's config as save_pretrained writes it
     python3 tools/make_goldens.py --selftest                           # numpy-only checks of the
-                                                                       # quantiser, packer, writer
+                                                                       # quantisers, packers, writer
+    python3 tools/make_goldens.py --numpy-reference --only NAME        # PROVISIONAL golden without
+        # transformers (families in NUMPY_PARAM_SHAPES: gpt_oss): the same checkpoint, the reference from
+        # tools/check_goldens.py's numpy model, golden.json "reference" saying so, listed under the index's
+        # "provisional" (the C++ tests iterate "goldens" only); a transformers run replaces every file
     Optional: --dump-sources DIR copies the installed modeling_/configuration_ files of the three
     families (for reading the reference source where transformers is not installed).
     Outputs are deterministic for a given transformers/torch version (fixed seeds; weights are drawn
@@ -25,7 +31,8 @@ What it writes, per golden NAME (under --out):
     NAME/config.json          the config in the layout under test (HF style, or mlx-lm style with a
                               "quantization" block and its "quantization_config" copy)
     NAME/model.safetensors    the checkpoint (HF: per-expert or fused experts as the real checkpoints;
-                              MLX: stacked switch_mlp experts, U32 codes + BF16 scales/biases)
+                              MLX: stacked switch_mlp experts, U32 codes + BF16 scales/biases;
+                              MXFP4: gpt-oss's NAME_blocks / NAME_scales U8 experts, the rest BF16)
     NAME/golden.safetensors   input_ids I32 [T]; logits F32 [T,V] (one prefill); greedy_ids I32 [12];
                               greedy_logits F32 [12,V] (row 0 = last prefill row, rows 1..11 from
                               step-by-step decode with the cache, via generate()); hidden_L F32 [T,H]
@@ -42,7 +49,8 @@ Design notes
     * The reference weights are read back from the stored checkpoint through an independent reader
       (dequantise, un-stack, undo the folded +1, un-transpose conv1d) — the same inverse a loader
       does — so a layout bug shows up as a mismatch between this script's reader and writer, and the
-      HF-layout checkpoints are additionally re-loaded with from_pretrained and compared.
+      HF-layout checkpoints are additionally re-loaded with from_pretrained and compared (MXFP4: through
+      transformers' Mxfp4Config(dequantize=True) loader, whose experts must equal ours bit for bit).
     * Rejected alternative: save_pretrained(). transformers 5 keeps experts fused in memory and its
       save path may or may not undo that; writing the safetensors by hand pins the layout exactly.
 """
@@ -51,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import platform
@@ -146,10 +155,50 @@ def mlx_dequantize(words, scales_bits, biases_bits, bits, group_size) -> np.ndar
 
 
 # ----------------------------------------------------------------------------------------------
+# MXFP4 (OCP microscaling FP4, as the gpt-oss Hub checkpoints store their experts): blocks of 32 values
+# along a weight row share one E8M0 scale byte (2^(s - 127)); each value is an FP4 E2M1 code, two per
+# byte, element 2j in the low nibble and 2j+1 in the high one. transformers' convert_moe_packed_tensors
+# decodes them with the lookup table below.
+# ----------------------------------------------------------------------------------------------
+
+FP4_VALUES = np.array([+0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0],
+                      dtype=np.float32)
+MXFP4_BLOCK = 32
+
+
+def mxfp4_quantize(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """w: float [..., cols] (cols % 32 == 0) -> (blocks U8 [..., cols/32, 16], scales U8 [..., cols/32]).
+    Each block takes the smallest power of two that brings its largest magnitude within FP4's 6, and
+    each value the nearest FP4 magnitude (ties to the smaller) with the input's sign bit."""
+    assert w.shape[-1] % MXFP4_BLOCK == 0, w.shape
+    g = w.astype(np.float64).reshape(*w.shape[:-1], w.shape[-1] // MXFP4_BLOCK, MXFP4_BLOCK)
+    amax = np.abs(g).max(axis=-1)
+    e = np.where(amax > 0, np.ceil(np.log2(np.maximum(amax, 1e-300) / 6.0)), 0.0)
+    e = np.clip(e, -127, 127).astype(np.int32)
+    x = g / np.exp2(e.astype(np.float64))[..., None]
+    mags = FP4_VALUES[:8].astype(np.float64)
+    idx = np.abs(np.abs(x)[..., None] - mags).argmin(axis=-1).astype(np.uint8)  # first = smaller on ties
+    codes = idx | np.where(np.signbit(x), np.uint8(8), np.uint8(0)).astype(np.uint8)
+    blocks = (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+    return blocks, (e + 127).astype(np.uint8)
+
+
+def mxfp4_dequantize(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """Inverse of mxfp4_quantize, from the spec: [..., n, 16] bytes + [..., n] scales -> f32 [..., n*32];
+    value = ldexp(FP4_VALUES[nibble], scale - 127)."""
+    assert blocks.shape[:-1] == scales.shape and blocks.shape[-1] == MXFP4_BLOCK // 2, (blocks.shape, scales.shape)
+    codes = np.empty(blocks.shape[:-1] + (MXFP4_BLOCK,), dtype=np.uint8)
+    codes[..., 0::2] = blocks & 0x0F
+    codes[..., 1::2] = blocks >> 4
+    vals = np.ldexp(FP4_VALUES[codes], (scales.astype(np.int32) - 127)[..., None])
+    return vals.reshape(*blocks.shape[:-2], blocks.shape[-2] * MXFP4_BLOCK).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------------------------
 # safetensors writer / reader (little-endian, header padded with spaces to 8 bytes)
 # ----------------------------------------------------------------------------------------------
 
-_NP_OF = {"F32": np.float32, "BF16": np.uint16, "U32": np.uint32, "I32": np.int32}
+_NP_OF = {"F32": np.float32, "BF16": np.uint16, "U32": np.uint32, "I32": np.int32, "U8": np.uint8}
 
 
 def write_safetensors(path: str, tensors: dict, metadata: dict | None) -> None:
@@ -562,6 +611,69 @@ def _qwen3_5_moe_cfg(h, nh, nkv, hd, nk, nv, dk, dv, moe_i, sh_i, e, k, v, layer
     }
 
 
+def _gpt_oss_cfg(h, nh, nkv, hd, inter, e, k, v, layers, window):
+    """gpt-oss-20b / 120b (GptOssForCausalLM): q/k/v/o biases, a learned per-head attention sink in the
+    softmax denominator, layers alternating sliding-window / full attention (layer 0 sliding), NeoX RoPE
+    over the whole head with YaRN (factor 32 over 4096 positions, truncate false), a router with a bias
+    whose top-k logits are softmaxed, experts of intermediate_size with biases, interleaved gate/up columns
+    and the clamped (up + 1) * gate * sigmoid(1.702 gate) activation. experts_per_token and swiglu_limit
+    as the Hub's config.json carries them beside transformers' names."""
+    return {
+        "architectures": ["GptOssForCausalLM"],
+        "model_type": "gpt_oss",
+        "vocab_size": v,
+        "hidden_size": h,
+        "intermediate_size": inter,
+        "num_hidden_layers": layers,
+        "num_attention_heads": nh,
+        "num_key_value_heads": nkv,
+        "head_dim": hd,
+        "num_local_experts": e,
+        "num_experts_per_tok": k,
+        "experts_per_token": k,
+        "swiglu_limit": 7.0,
+        "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)],
+        "sliding_window": window,
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "factor": 32.0,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "truncate": False,
+            "original_max_position_embeddings": 4096,
+            "rope_theta": 150000.0,
+        },
+        "max_position_embeddings": 131072,
+        "rms_norm_eps": 1e-5,
+        "attention_bias": True,
+        "attention_dropout": 0.0,
+        "hidden_act": "silu",
+        "router_aux_loss_coef": 0.9,
+        "output_router_logits": False,
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        "bos_token_id": None,
+        "eos_token_id": 2,
+        "pad_token_id": 1,
+        "torch_dtype": "bfloat16",
+    }
+
+
+# The Hub's gpt-oss config.json: experts MXFP4, everything else bf16.
+GPT_OSS_MXFP4_QUANT = {
+    "quant_method": "mxfp4",
+    "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"],
+}
+
+GPT_OSS_NOTES = (
+    "q/k/v/o biases and the router bias N(0, 0.5), expert biases N(0, 0.5), self_attn.sinks N(0, 1) (a raw "
+    "logit in each head's softmax denominator), head_dim 16, GQA 4/2, layers 0 and 2 sliding_attention with "
+    "sliding_window 6 < the 137-token prompt, 1 and 3 full; YaRN factor 32 (truncate false: the ramp's "
+    "ends not rounded; cos/sin x 0.1 ln 32 + 1); top-4 of 8 experts, softmax over the 4 chosen logits; "
+    "gate_up_proj [E, H, 2I] input-major with gate j in column 2j and up j in 2j+1, drawn N(0, 3/sqrt(H)) so "
+    "the clamp at 7 clips some gate and up values"
+)
+
 GOLDENS = [
     {
         "name": "qwen3_hf_bf16",
@@ -871,11 +983,42 @@ GOLDENS = [
         "notes": "qwen3_5_moe_hf_bf16's shapes plus the MTP head at top level (mtp.*, the MTP layer's "
         "experts per expert while the main layers' are fused)",
     },
+    {
+        "name": "gpt_oss_hf_bf16",
+        "family": "gpt_oss",
+        "layout": "hf",
+        "config": _gpt_oss_cfg(h=64, nh=4, nkv=2, hd=16, inter=64, e=8, k=4, v=256, layers=4, window=6),
+        "config_writer": "save_pretrained",
+        "notes": "gpt-oss as transformers stores a bf16 GptOss model (mlp.experts.gate_up_proj [E, H, 2I], "
+        "gate_up_proj_bias, down_proj [E, I, H], down_proj_bias, mlp.router.weight/bias, self_attn.sinks): "
+        + GPT_OSS_NOTES,
+    },
+    {
+        "name": "gpt_oss_hf_mxfp4",
+        "family": "gpt_oss",
+        "layout": "mxfp4",
+        "bits": 4,
+        "group_size": 32,
+        "config": _gpt_oss_cfg(h=64, nh=4, nkv=2, hd=16, inter=64, e=8, k=4, v=256, layers=4, window=6),
+        "config_writer": "save_pretrained",
+        "quantization_config": GPT_OSS_MXFP4_QUANT,
+        "notes": "gpt-oss as the Hub ships it: experts as mlp.experts.gate_up_proj_blocks U8 [E, 2I, H/32, 16] + "
+        "gate_up_proj_scales U8 [E, 2I, H/32], down_proj_blocks U8 [E, H, I/32, 16] + down_proj_scales U8 "
+        "[E, H, I/32] (rows = output features, MXFP4 along the input; the model's [E, H, 2I] / [E, I, H] are "
+        "their dequantised transposes), expert biases and every other tensor bf16; the expert weights are FP4 "
+        "codes + E8M0 scales (the nearest MXFP4 of a normal draw), so their dequantised values are exact in "
+        "bf16 and are what the reference runs; config.json with the Hub's quantization_config. "
+        + GPT_OSS_NOTES,
+    },
 ]
 
 # ----------------------------------------------------------------------------------------------
 # Random weights (keyed by in-memory parameter name, independent of transformers' init order)
 # ----------------------------------------------------------------------------------------------
+
+
+GPT_OSS_GATE_UP_STD = 3.0
+GPT_OSS_DOWN_STD = 0.25
 
 
 def _rng_for(golden: str, name: str) -> np.random.Generator:
@@ -894,6 +1037,17 @@ def draw_param(golden: str, family: str, name: str, shape: tuple, current: np.nd
         return r.uniform(-3.0, 0.5, size=shape).astype(np.float32)
     if "conv1d.weight" in name:
         return r.normal(0.0, 0.5, size=shape).astype(np.float32)
+    if family == "gpt_oss":
+        if name.endswith("self_attn.sinks"):  # raw logits beside the scores: N(0, 1) gives some heads a visible share
+            return r.normal(0.0, 1.0, size=shape).astype(np.float32)
+        if name.endswith(("experts.gate_up_proj_bias", "experts.down_proj_bias")):
+            return r.normal(0.0, 0.5, size=shape).astype(np.float32)
+        # Experts are input-major ([E, in, out]: y = x @ W). gate/up pre-activations of std ~3 so the clamp
+        # at swiglu_limit 7 clips a few per cent; down_proj small enough that the output stays O(1).
+        if name.endswith("experts.gate_up_proj"):
+            return r.normal(0.0, GPT_OSS_GATE_UP_STD / np.sqrt(shape[-2]), size=shape).astype(np.float32)
+        if name.endswith("experts.down_proj"):
+            return r.normal(0.0, GPT_OSS_DOWN_STD / np.sqrt(shape[-2]), size=shape).astype(np.float32)
     if name.endswith("e_score_correction_bias"):  # a sigmoid router's selection bias (GLM)
         return r.normal(0.0, 0.2, size=shape).astype(np.float32)
     if name.endswith(".bias"):  # Qwen2's / GLM's q/k/v biases
@@ -1197,6 +1351,128 @@ def read_hf_checkpoint(stored: dict) -> dict:
     return {n: (bf16_bits_to_f32(a) if dt == "BF16" else a.astype(np.float32)) for n, (dt, a) in stored.items()}
 
 
+# gpt-oss's Hub layout: the model's input-major experts ([E, in, out]) are stored transposed, one MXFP4
+# row per output feature: NAME_blocks [E, out, in/32, 16], NAME_scales [E, out, in/32].
+_MXFP4_EXPERTS_RE = re.compile(r"^(.*\.mlp\.experts)\.(gate_up_proj|down_proj)$")
+
+
+def build_mxfp4_checkpoint(hf: dict, f32_tensors) -> dict:
+    stored = {}
+    for n, a in hf.items():
+        if _MXFP4_EXPERTS_RE.match(n):
+            blocks, scales = mxfp4_quantize(np.ascontiguousarray(np.swapaxes(a, 1, 2)))
+            stored[n + "_blocks"] = ("U8", blocks)
+            stored[n + "_scales"] = ("U8", scales)
+        elif any(n.endswith(t) for t in f32_tensors):
+            stored[n] = ("F32", np.ascontiguousarray(a, dtype=np.float32))
+        else:
+            stored[n] = ("BF16", f32_to_bf16_bits(a))
+    return stored
+
+
+def read_mxfp4_checkpoint(stored: dict) -> dict:
+    """Independent reader: dequantise NAME_blocks/NAME_scales and transpose back to [E, in, out]."""
+    out = {}
+    for n, (dt, a) in stored.items():
+        if n.endswith("_scales"):
+            continue
+        if n.endswith("_blocks"):
+            base = n[: -len("_blocks")]
+            out[base] = np.ascontiguousarray(np.swapaxes(mxfp4_dequantize(a, stored[base + "_scales"][1]), 1, 2))
+        else:
+            out[n] = bf16_bits_to_f32(a) if dt == "BF16" else a.astype(np.float32)
+    return out
+
+
+def layout_checkpoint(golden: dict, mem: dict, mem_names: set) -> tuple[dict, dict, dict | None, dict]:
+    """In-memory f32 params -> (stored tensors in the golden's layout, safetensors metadata, MLX quantization
+    block or None, the in-memory params read back from the stored tensors by the independent readers)."""
+    name, fam, layout = golden["name"], golden["family"], golden["layout"]
+    hf = mem_to_hf(fam, mem)
+    f32_tensors = golden.get("f32_tensors", ())
+    # A nextn head's layer (model.layers.N after the decoder's): transformers' model does not hold it.
+    n_layers = golden["config"].get("text_config", golden["config"])["num_hidden_layers"]
+    nextn_prefix = f"model.layers.{n_layers}."
+    qblock = None
+    if layout == "hf":  # qwen3_5_moe: the in-memory names are the checkpoint names
+        stored = build_hf_checkpoint(hf, f32_tensors)
+        back_hf = read_hf_checkpoint(stored)
+        meta = {"format": "pt"}
+    elif layout == "mxfp4":
+        stored = build_mxfp4_checkpoint(hf, f32_tensors)
+        back_hf = read_mxfp4_checkpoint(stored)
+        meta = {"format": "pt"}
+    else:
+        hf_rounded = {n: (a if any(n.endswith(t) for t in f32_tensors) else round_bf16(a)) for n, a in hf.items()}
+        mlx = hf_to_mlx_names(fam, hf_rounded, mla_dims(golden["config"]))
+        stored, qblock = build_mlx_checkpoint(fam, mlx, golden["bits"], golden["group_size"], f32_tensors)
+        back_hf = mlx_to_hf_names(fam, read_mlx_checkpoint(stored, qblock))
+        meta = {"format": "mlx"}
+    back_mem = hf_to_mem(fam, back_hf, mem_names)
+    missing = sorted(n for n in mem_names if n not in back_mem and ".visual." not in n and not n.startswith("model.visual"))
+    extra = sorted(n for n in back_mem if n not in mem_names and not n.startswith(nextn_prefix))
+    if missing or extra:
+        raise RuntimeError(f"[make_goldens] {name}: layout round trip: missing {missing[:8]} extra {extra[:8]}")
+    return stored, meta, qblock, back_mem
+
+
+def write_config_json(golden: dict, gdir: str, cfg_json: dict, qblock: dict | None) -> dict:
+    """config.json in the golden's layout: MLX adds mlx-lm's quantization block (and its copy), MXFP4
+    the Hub's quantization_config."""
+    layout = golden["layout"]
+    if layout == "mlx":
+        cfg_json["quantization"] = qblock
+        cfg_json["quantization_config"] = dict(qblock)
+        cfg_json = dict(sorted(cfg_json.items()))
+    elif layout == "mxfp4":
+        cfg_json["quantization_config"] = json.loads(json.dumps(golden["quantization_config"]))
+        cfg_json = dict(sorted(cfg_json.items()))
+    with open(os.path.join(gdir, "config.json"), "w") as f:
+        json.dump(cfg_json, f, indent=4 if layout == "mlx" else 2)
+        f.write("\n")
+    return cfg_json
+
+
+def prompt_ids(name: str, vocab: int) -> np.ndarray:
+    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(f"{MASTER_SEED}/{name}/prompt".encode()).digest()[:8], "little"))
+    return rng.integers(0, vocab - 8, size=PROMPT_LEN).astype(np.int64)  # keep clear of the vision ids
+
+
+def weight_dtype_of(golden: dict) -> str:
+    if golden["layout"] == "hf":
+        return "bf16"
+    if golden["layout"] == "mxfp4":
+        return "mxfp4 experts (U8 FP4 E2M1 codes, 32 per U8 E8M0 scale), bf16 elsewhere"
+    return f"mlx affine {golden['bits']}-bit gs{golden['group_size']}, bf16 scales/biases"
+
+
+# The in-memory parameters (name -> shape) of a family's transformers model, for the numpy reference
+# (--numpy-reference), which has no model to list them; the transformers run checks the table against
+# named_parameters(), so a provisional checkpoint is the one the transformers run writes.
+def gpt_oss_param_shapes(c: dict) -> dict:
+    h, nh, nkv, hd = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    e, i, v = c["num_local_experts"], c["intermediate_size"], c["vocab_size"]
+    shapes = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,), "lm_head.weight": (v, h)}
+    for li in range(c["num_hidden_layers"]):
+        p = f"model.layers.{li}."
+        for proj, rows, cols in (("q_proj", nh * hd, h), ("k_proj", nkv * hd, h), ("v_proj", nkv * hd, h), ("o_proj", h, nh * hd)):
+            shapes[f"{p}self_attn.{proj}.weight"] = (rows, cols)
+            shapes[f"{p}self_attn.{proj}.bias"] = (rows,)
+        shapes[f"{p}self_attn.sinks"] = (nh,)
+        shapes[f"{p}mlp.router.weight"] = (e, h)
+        shapes[f"{p}mlp.router.bias"] = (e,)
+        shapes[f"{p}mlp.experts.gate_up_proj"] = (e, h, 2 * i)
+        shapes[f"{p}mlp.experts.gate_up_proj_bias"] = (e, 2 * i)
+        shapes[f"{p}mlp.experts.down_proj"] = (e, i, h)
+        shapes[f"{p}mlp.experts.down_proj_bias"] = (e, h)
+        shapes[f"{p}input_layernorm.weight"] = (h,)
+        shapes[f"{p}post_attention_layernorm.weight"] = (h,)
+    return shapes
+
+
+NUMPY_PARAM_SHAPES = {"gpt_oss": gpt_oss_param_shapes}
+
+
 # ----------------------------------------------------------------------------------------------
 # transformers side
 # ----------------------------------------------------------------------------------------------
@@ -1385,6 +1661,8 @@ def build_model(golden: dict, cfg):
         cls = transformers.MixtralForCausalLM
     elif fam == "deepseek_v3":
         cls = transformers.DeepseekV3ForCausalLM
+    elif fam == "gpt_oss":  # its eager attention is the reference form with the sinks
+        cls = transformers.GptOssForCausalLM
     else:
         cls = transformers.Qwen3MoeForCausalLM
     for c in (cfg, getattr(cfg, "text_config", None)):
@@ -1554,6 +1832,12 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
     gdn_modules = rewire_gdn_modules(model, counter)
 
     params = dict(model.named_parameters())
+    if fam in NUMPY_PARAM_SHAPES:  # the provisional numpy goldens drew from this table: it must be the model's
+        table = NUMPY_PARAM_SHAPES[fam](golden["config"])
+        got = {n: tuple(p.shape) for n, p in params.items()}
+        if got != table:
+            diff = sorted(set(got.items()) ^ set(table.items()))[:8]
+            raise RuntimeError(f"[make_goldens] {name}: NUMPY_PARAM_SHAPES['{fam}'] differs from the model: {diff}")
     # A sigmoid router's selection bias is a buffer (GLM's e_score_correction_bias), stored in checkpoints.
     params.update({n: b for n, b in model.named_buffers() if n.endswith("e_score_correction_bias")})
     head = make_mtp_head(model, cfg, fam) if golden.get("mtp") else None
@@ -1561,28 +1845,8 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
     params.update(head_params)
     mem_names = set(params)
     mem = {n: draw_param(name, fam, n, tuple(p.shape), p.detach().cpu().float().numpy()) for n, p in params.items()}
-    hf = mem_to_hf(fam, mem)
     f32_tensors = golden.get("f32_tensors", ())
-    # A nextn head's layer (model.layers.N after the decoder's): transformers' model does not hold it.
-    n_layers = text_config_of(cfg).num_hidden_layers
-    nextn_prefix = f"model.layers.{n_layers}."
-
-    if layout == "hf":  # qwen3_5_moe: the in-memory names are the checkpoint names
-        stored = build_hf_checkpoint(hf, f32_tensors)
-        back_hf = read_hf_checkpoint(stored)
-        meta = {"format": "pt"}
-        qblock = None
-    else:
-        hf_rounded = {n: (a if any(n.endswith(t) for t in f32_tensors) else round_bf16(a)) for n, a in hf.items()}
-        mlx = hf_to_mlx_names(fam, hf_rounded, mla_dims(golden["config"]))
-        stored, qblock = build_mlx_checkpoint(fam, mlx, golden["bits"], golden["group_size"], f32_tensors)
-        back_hf = mlx_to_hf_names(fam, read_mlx_checkpoint(stored, qblock))
-        meta = {"format": "mlx"}
-    back_mem = hf_to_mem(fam, back_hf, mem_names)
-    missing = sorted(n for n in mem_names if n not in back_mem and ".visual." not in n and not n.startswith("model.visual"))
-    extra = sorted(n for n in back_mem if n not in mem_names and not n.startswith(nextn_prefix))
-    if missing or extra:
-        raise RuntimeError(f"[make_goldens] {name}: layout round trip: missing {missing[:8]} extra {extra[:8]}")
+    stored, meta, qblock, back_mem = layout_checkpoint(golden, mem, mem_names)
     sd = model.state_dict()
     for n in list(sd):
         if n in back_mem:
@@ -1607,19 +1871,12 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
     cfg_json = json.loads(json.dumps(golden["config"]))
     if golden.get("config_writer") == "save_pretrained":
         cfg_json = saved_config(cfg)
-    if layout == "mlx":
-        cfg_json["quantization"] = qblock
-        cfg_json["quantization_config"] = dict(qblock)
-        cfg_json = dict(sorted(cfg_json.items()))
-    with open(os.path.join(gdir, "config.json"), "w") as f:
-        json.dump(cfg_json, f, indent=4 if layout == "mlx" else 2)
-        f.write("\n")
+    write_config_json(golden, gdir, cfg_json, qblock)
     write_safetensors(os.path.join(gdir, "model.safetensors"), stored, meta)
 
     # reference run
     V = cfg.get_text_config().vocab_size if hasattr(cfg, "get_text_config") else cfg.vocab_size
-    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(f"{MASTER_SEED}/{name}/prompt".encode()).digest()[:8], "little"))
-    ids = rng.integers(0, V - 8, size=PROMPT_LEN).astype(np.int64)  # keep clear of the vision ids
+    ids = prompt_ids(name, V)
     input_ids = torch.from_numpy(ids)[None]
     hidden = {}
     hooks = []
@@ -1636,7 +1893,7 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
         router_logits.append(t.detach().float().reshape(-1, t.shape[-1]).numpy().copy())
 
     for n, m in model.named_modules():
-        if n.endswith("mlp.gate") and "visual" not in n:
+        if n.endswith(("mlp.gate", "mlp.router")) and "visual" not in n:  # gpt-oss: mlp.router
             hooks.append(m.register_forward_hook(rhook))
     final_hidden = {}
 
@@ -1719,6 +1976,19 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
             }
         except Exception as e:  # noqa: BLE001
             roundtrip = {"error": f"{type(e).__name__}: {e}"}
+    notes = golden["notes"]
+    if layout == "mxfp4":
+        roundtrip = mxfp4_from_pretrained_check(type(model), gdir, back_mem, input_ids, logits)
+        if "error" in roundtrip:
+            notes += (". transformers' MXFP4 loader could not run here (" + roundtrip["error"] + "): the reference "
+                      "uses this script's dequantised experts loaded into the float32 model")
+        else:
+            notes += (". transformers' own loader (from_pretrained with Mxfp4Config(dequantize=True)) dequantises "
+                      "the experts to exactly this script's values (checks.from_pretrained_roundtrip)")
+    clip = gpt_oss_clip_counts(model, input_ids) if fam == "gpt_oss" else None
+    if clip is not None:
+        notes += (f". The clamp at {clip['limit']} clipped {clip['gate_clipped']} gate and {clip['up_clipped']} up "
+                  f"values of the prompt's {clip['expert_rows']} (token, expert) rows x {clip['intermediate']}")
 
     tensors = {
         "input_ids": ("I32", ids.astype(np.int32)),
@@ -1758,8 +2028,8 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
         "layout": layout,
         "bits": golden.get("bits", 16),
         "group_size": golden.get("group_size"),
-        "quantization": qblock,
-        "weight_dtype": "bf16" if layout == "hf" else f"mlx affine {golden['bits']}-bit gs{golden['group_size']}, bf16 scales/biases",
+        "quantization": qblock if qblock is not None else golden.get("quantization_config"),
+        "weight_dtype": weight_dtype_of(golden),
         "f32_tensors": list(f32_tensors),
         "prompt_len": PROMPT_LEN,
         "n_greedy": N_GREEDY,
@@ -1790,11 +2060,219 @@ def run_golden(golden: dict, out_dir: str, versions: dict) -> dict:
             "logits_std": float(logits.std()),
             "from_pretrained_roundtrip": roundtrip,
             "mtp": mtp_checks,
+            **({"swiglu_clamp": clip} if clip is not None else {}),
+        },
+        "seconds": round(time.time() - t0, 2),
+        "notes": notes
+        + ". greedy_logits[0] is the last prefill row (from generate's prefill); rows 1..11 come from "
+        "single-token decode steps with the cache.",
+    }
+    with open(os.path.join(gdir, "golden.json"), "w") as f:
+        json.dump(info, f, indent=2)
+        f.write("\n")
+    return info
+
+
+def mxfp4_from_pretrained_check(cls, gdir: str, back_mem: dict, input_ids, logits) -> dict:
+    """Load the MXFP4 checkpoint as users do (transformers' Mxfp4 quantizer, dequantize=True) and require
+    its dequantised experts to equal this script's reader bit for bit. Returns the check's record, or
+    {"error": ...} when the loader cannot run here (the caller says so in the notes)."""
+    import torch
+
+    try:
+        from transformers import Mxfp4Config
+
+        m2, info = None, None
+        errors = []
+        for kw in ({"device_map": "cpu"}, {}):
+            try:
+                m2, info = cls.from_pretrained(gdir, quantization_config=Mxfp4Config(dequantize=True), torch_dtype=torch.bfloat16,
+                                               attn_implementation="eager", output_loading_info=True, **kw)
+                break
+            except Exception as e:  # noqa: BLE001
+                errors.append(f"{kw}: {type(e).__name__}: {e}")
+        if m2 is None:
+            return {"error": "; ".join(errors)[:600]}
+    except Exception as e:  # noqa: BLE001
+        return {"error": f"{type(e).__name__}: {e}"[:600]}
+    sd2 = m2.state_dict()
+    compared, differ = 0, []
+    for n, a in back_mem.items():
+        if ".mlp.experts." not in n:
+            continue
+        got = sd2[n].detach().to("cpu").float().numpy()
+        compared += 1
+        if got.shape != a.shape or not np.array_equal(got, a):
+            differ.append(n)
+    if differ:
+        raise RuntimeError(f"[make_goldens] transformers' MXFP4 dequantisation differs from ours: {differ[:6]} "
+                           f"(loader's missing keys {sorted(info.get('missing_keys', []))[:6]}, unexpected "
+                           f"{sorted(info.get('unexpected_keys', []))[:6]})")
+    try:  # the loaded model's own logits, in float32 (a quantized model may refuse the cast: recorded)
+        m2 = m2.to(torch.float32).eval()
+        with torch.no_grad():
+            l2 = m2(input_ids=input_ids.to(next(m2.parameters()).device), use_cache=False).logits[0].float().cpu().numpy()
+        logit_diff = float(np.abs(l2 - logits).max())
+    except Exception as e:  # noqa: BLE001
+        logit_diff = f"unavailable: {type(e).__name__}: {e}"[:300]
+    return {
+        "loader": "from_pretrained(quantization_config=Mxfp4Config(dequantize=True))",
+        "experts_compared": compared,
+        "experts_bit_exact": True,
+        "max_abs_logit_diff": logit_diff,
+        "missing_keys": sorted(info.get("missing_keys", []))[:20],
+        "unexpected_keys": sorted(info.get("unexpected_keys", []))[:20],
+        "mismatched_keys": [str(x) for x in info.get("mismatched_keys", [])][:20],
+    }
+
+
+def gpt_oss_clip_counts(model, input_ids) -> dict:
+    """How many gate/up values the swiglu clamp changes in a prefill of the prompt: every experts module's
+    _apply_gate wrapped (the eager and grouped_mm experts forwards both call it)."""
+    import torch
+
+    counts = {"gate_clipped": 0, "up_clipped": 0, "expert_rows": 0}
+    patched = []
+    for _n, m in model.named_modules():
+        if hasattr(m, "_apply_gate") and hasattr(m, "limit"):
+            orig = m._apply_gate
+
+            def wrapped(gate_up, orig=orig, m=m):
+                gate, up = gate_up[..., ::2], gate_up[..., 1::2]
+                counts["gate_clipped"] += int((gate > m.limit).sum())
+                counts["up_clipped"] += int((up.abs() > m.limit).sum())
+                counts["expert_rows"] += int(gate_up.reshape(-1, gate_up.shape[-1]).shape[0])
+                return orig(gate_up)
+
+            m._apply_gate = wrapped
+            patched.append(m)
+    with torch.no_grad():
+        model(input_ids=input_ids, use_cache=False)
+    for m in patched:
+        del m._apply_gate
+    tc = text_config_of(model.config)
+    counts.update({"limit": 7.0, "intermediate": int(tc.intermediate_size), "source": "transformers prefill"})
+    if counts["expert_rows"] == 0:
+        counts["note"] = "_apply_gate was not called: the experts implementation bypasses it"
+    return counts
+
+
+# ----------------------------------------------------------------------------------------------
+# Provisional goldens (--numpy-reference): where transformers is not installed, the same checkpoint
+# with reference tensors from tools/check_goldens.py's numpy Model. They only stand in until the
+# transformers run: golden.json says so in "reference", the index lists them under "provisional" (the
+# C++ tests iterate "goldens" only), and a transformers run rewrites every file, dropping both marks.
+# Rejected: a numpy reference as a permanent source — it is the oracle the goldens are meant to check.
+# ----------------------------------------------------------------------------------------------
+
+PROVISIONAL_REFERENCE = ("PROVISIONAL numpy (tools/check_goldens.py); regenerate with transformers on the GPU machine: "
+                         "python3 tools/make_goldens.py --only gpt_oss_hf_bf16 --only gpt_oss_hf_mxfp4")
+
+# GptOssConfig's fields that save_pretrained writes beside the golden's own (transformers 5.17 defaults)
+_SAVED_DEFAULTS = {"gpt_oss": {"initializer_range": 0.02, "output_router_logits": False, "router_aux_loss_coef": 0.001}}
+
+
+def predicted_saved_config(golden: dict) -> dict:
+    """config.json as save_pretrained is expected to write it (sorted keys, no architectures / torch_dtype,
+    the config class's defaults filled in); the transformers run replaces it with the real one."""
+    d = json.loads(json.dumps(golden["config"]))
+    d.pop("architectures", None)
+    d.pop("torch_dtype", None)
+    for k, v in _SAVED_DEFAULTS.get(golden["family"], {}).items():
+        d.setdefault(k, v)
+    d["transformers_version"] = "5.17.0"
+    return dict(sorted(d.items()))
+
+
+def run_golden_numpy(golden: dict, out_dir: str) -> dict:
+    """The golden's files with check_goldens' numpy Model as the reference (provisional; see above)."""
+    name, fam = golden["name"], golden["family"]
+    if fam not in NUMPY_PARAM_SHAPES:
+        raise SystemExit(f"[make_goldens] --numpy-reference: no parameter table for family '{fam}' ({name}); "
+                         f"it is only for provisional goldens of {sorted(NUMPY_PARAM_SHAPES)}")
+    spec = importlib.util.spec_from_file_location("check_goldens", os.path.join(os.path.dirname(os.path.abspath(__file__)), "check_goldens.py"))
+    cg = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cg)
+    gdir = os.path.join(out_dir, name)
+    os.makedirs(gdir, exist_ok=True)
+    t0 = time.time()
+    shapes = NUMPY_PARAM_SHAPES[fam](golden["config"])
+    mem = {n: draw_param(name, fam, n, shp, np.zeros(shp, np.float32)) for n, shp in shapes.items()}
+    stored, meta, qblock, back_mem = layout_checkpoint(golden, mem, set(mem))
+    write_config_json(golden, gdir, predicted_saved_config(golden), qblock)
+    write_safetensors(os.path.join(gdir, "model.safetensors"), stored, meta)
+
+    model = cg.Model(gdir, fam)
+    for n, a in back_mem.items():  # check_goldens' own reader must see the values this script's reader does
+        if not np.array_equal(model.w[n], a):
+            raise RuntimeError(f"[make_goldens] {name}: check_goldens reads {n} differently")
+    c = golden["config"]
+    V = c["vocab_size"]
+    ids = prompt_ids(name, V)
+    logits, hidden = model.forward(ids)
+    stats = json.loads(json.dumps(model.stats))
+    router_logits = [r.copy() for r in model.router_logits]
+    seq, rows = ids, [logits[-1]]
+    greedy = [int(np.argmax(logits[-1]))]
+    while len(greedy) < N_GREEDY:  # no cache here: each step one forward over prompt + tokens so far
+        seq = np.concatenate([ids, np.array(greedy, np.int64)])
+        rows.append(model.forward(seq)[0][-1])
+        greedy.append(int(np.argmax(rows[-1])))
+    greedy_ids = np.array(greedy, np.int32)
+    greedy_logits = np.stack(rows).astype(np.float32)
+    srt = np.sort(greedy_logits, axis=-1)
+    k = c["num_experts_per_tok"]
+    router_margin = min(float((np.sort(r, -1)[:, ::-1][:, k - 1] - np.sort(r, -1)[:, ::-1][:, k]).min()) for r in router_logits)
+
+    tensors = {
+        "input_ids": ("I32", ids.astype(np.int32)),
+        "logits": ("F32", logits.astype(np.float32)),
+        "greedy_ids": ("I32", greedy_ids),
+        "greedy_logits": ("F32", greedy_logits),
+    }
+    for li, h in enumerate(hidden):
+        tensors[f"hidden_{li}"] = ("F32", h.astype(np.float32))
+    write_safetensors(os.path.join(gdir, "golden.safetensors"), tensors, {"format": "pt"})
+    clip = {"gate_clipped": stats["gate_clipped"], "up_clipped": stats["up_clipped"], "expert_rows": stats["expert_rows"],
+            "limit": 7.0, "intermediate": c["intermediate_size"], "source": "numpy prefill"}
+    info = {
+        "name": name,
+        "family": fam,
+        "layout": golden["layout"],
+        "bits": golden.get("bits", 16),
+        "group_size": golden.get("group_size"),
+        "quantization": qblock if qblock is not None else golden.get("quantization_config"),
+        "weight_dtype": weight_dtype_of(golden),
+        "f32_tensors": list(golden.get("f32_tensors", ())),
+        "prompt_len": PROMPT_LEN,
+        "n_greedy": N_GREEDY,
+        "vocab_size": int(V),
+        "num_decoder_layers": len(hidden),
+        "reference": PROVISIONAL_REFERENCE,
+        "model_class": golden["config"]["architectures"][0],
+        "experts_implementation": None,
+        "attn_implementation": None,
+        "versions": {"python": platform.python_version(), "numpy": np.__version__, "torch": None, "transformers": None},
+        "gdn_path": None,
+        "checks": {
+            "greedy_argmax_consistent": bool((greedy_logits.argmax(-1) == greedy_ids).all()),
+            "decode_vs_full_forward_max_abs_diff": None,
+            "prefill_last_vs_generate_first_max_abs_diff": None,
+            "min_greedy_top2_margin": float((srt[:, -1] - srt[:, -2]).min()),
+            "min_router_topk_logit_margin": router_margin,
+            "logits_std": float(logits.std()),
+            "from_pretrained_roundtrip": None,
+            "mtp": None,
+            "swiglu_clamp": clip,
+            "sink_share": stats["sink_share"],
         },
         "seconds": round(time.time() - t0, 2),
         "notes": golden["notes"]
-        + ". greedy_logits[0] is the last prefill row (from generate's prefill); rows 1..11 come from "
-        "single-token decode steps with the cache.",
+        + f". The clamp at 7 clipped {clip['gate_clipped']} gate and {clip['up_clipped']} up values of the prompt's "
+        f"{clip['expert_rows']} (token, expert) rows x {clip['intermediate']}. PROVISIONAL: logits, hidden states and "
+        "greedy rows from check_goldens' numpy forward (greedy rows 1..11 from full forwards over the prompt and the "
+        "tokens so far, not a cached decode); config.json is this script's prediction of save_pretrained's; no "
+        "transformers load was checked",
     }
     with open(os.path.join(gdir, "golden.json"), "w") as f:
         json.dump(info, f, indent=2)
@@ -1996,8 +2474,80 @@ def selftest() -> int:
             if not np.array_equal(back[n], mem[n] if n.endswith("A_log") else round_bf16(mem[n])):
                 print("FAIL hf round trip", fam, n)
                 fails += 1
+    # MXFP4: codes + scales -> values -> codes + scales is the identity when every block holds a +-6 (the
+    # encoder picks the smallest scale that fits, so only then is the encoding unique), bit for bit
+    codes = rng.integers(0, 16, size=(3, 6, 4, 32)).astype(np.uint8)
+    codes[..., 5] = rng.choice([7, 15], size=codes.shape[:-1])
+    blocks = (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+    scales = rng.integers(127 - 10, 127 + 4, size=(3, 6, 4)).astype(np.uint8)
+    vals = mxfp4_dequantize(blocks, scales)
+    b2, s2 = mxfp4_quantize(vals)
+    if vals.shape != (3, 6, 128) or not (np.array_equal(b2, blocks) and np.array_equal(s2, scales)):
+        print("FAIL mxfp4 round trip (codes -> values -> codes)")
+        fails += 1
+    # element order, per element from the spec: byte j of a block = element 2j (low nibble) | 2j+1 (high)
+    for (e, r, blk, i) in ((0, 0, 0, 0), (1, 2, 3, 1), (2, 5, 1, 30), (2, 5, 3, 31)):
+        byte = int(blocks[e, r, blk, i // 2])
+        nib = (byte >> 4) if i % 2 else (byte & 15)
+        want = FP4_VALUES[nib] * 2.0 ** (int(scales[e, r, blk]) - 127)
+        if vals[e, r, blk * 32 + i] != np.float32(want) or np.signbit(vals[e, r, blk * 32 + i]) != np.signbit(want):
+            print("FAIL mxfp4 element", e, r, blk, i)
+            fails += 1
+    if not np.array_equal(vals, round_bf16(vals)):
+        print("FAIL mxfp4 values not bf16-exact")
+        fails += 1
+    # quantising a normal draw: within half an FP4 step of the value (step <= 2 * 2^e), idempotent
+    w = rng.normal(0, 0.3, size=(2, 8, 64)).astype(np.float32)
+    b3, s3 = mxfp4_quantize(w)
+    d3 = mxfp4_dequantize(b3, s3)
+    step = np.repeat(np.exp2(s3.astype(np.float64) - 127), 32, axis=-1)
+    if not (np.abs(d3 - w) <= step + 1e-12).all():  # the widest FP4 gap is 2 (4 -> 6): half of it is 1 step
+        print("FAIL mxfp4 quantisation error")
+        fails += 1
+    b4, s4 = mxfp4_quantize(d3)
+    if not np.array_equal(mxfp4_dequantize(b4, s4), d3):
+        print("FAIL mxfp4 not idempotent")
+        fails += 1
+    # the gpt-oss layout: [E, in, out] experts <-> NAME_blocks [E, out, in/32, 16] and back
+    hf = {"model.layers.0.mlp.experts.gate_up_proj": d3.reshape(2, 8, 64).transpose(0, 2, 1).copy(),
+          "model.layers.0.mlp.experts.gate_up_proj_bias": round_bf16(rng.normal(size=(2, 8)).astype(np.float32))}
+    st = build_mxfp4_checkpoint(hf, ())
+    if st["model.layers.0.mlp.experts.gate_up_proj_blocks"][1].shape != (2, 8, 2, 16) or \
+            st["model.layers.0.mlp.experts.gate_up_proj_scales"][1].shape != (2, 8, 2):
+        print("FAIL mxfp4 checkpoint shapes")
+        fails += 1
+    back = read_mxfp4_checkpoint(st)
+    if any(not np.array_equal(back[n], hf[n]) for n in hf):
+        print("FAIL mxfp4 checkpoint round trip")
+        fails += 1
     print(f"selftest: {fails} failed")
     return 1 if fails else 0
+
+
+def main_numpy_reference(args) -> int:
+    if not args.only:
+        raise SystemExit("[make_goldens] --numpy-reference needs --only NAME (provisional goldens are made one by one)")
+    os.makedirs(args.out, exist_ok=True)
+    index_path = os.path.join(args.out, "index.json")
+    index = {"generator": "tools/make_goldens.py", "goldens": []}
+    if os.path.exists(index_path):
+        with open(index_path) as f:
+            index = json.load(f)
+    listed = {g["name"] for g in index.get("goldens", [])}
+    for g in GOLDENS:
+        if g["name"] not in args.only:
+            continue
+        if g["name"] in listed:
+            raise SystemExit(f"[make_goldens] --numpy-reference: {g['name']} already has a transformers golden; refusing to replace it")
+        print(f"== {g['name']} (PROVISIONAL numpy reference)", flush=True)
+        info = run_golden_numpy(g, args.out)
+        print(json.dumps({k: info[k] for k in ("checks", "seconds")}, default=str), flush=True)
+        entry = {k: info[k] for k in ("name", "family", "layout", "bits", "group_size", "prompt_len", "vocab_size")} | {"dir": g["name"]}
+        index["provisional"] = [e for e in index.get("provisional", []) if e["name"] != g["name"]] + [entry]
+    with open(index_path, "w") as f:
+        json.dump(index, f, indent=2)
+        f.write("\n")
+    return 0
 
 
 def main() -> int:
@@ -2007,9 +2557,15 @@ def main() -> int:
     ap.add_argument("--dump-sources", default=None)
     ap.add_argument("--selftest", action="store_true")
     ap.add_argument("--save-configs", default=None, help="write every golden's config as save_pretrained writes it into DIR")
+    ap.add_argument("--numpy-reference", action="store_true",
+                    help="PROVISIONAL goldens without transformers: the reference from tools/check_goldens.py's numpy "
+                    "model; only with --only, only for families in NUMPY_PARAM_SHAPES; listed under the index's "
+                    "'provisional', never 'goldens'")
     args = ap.parse_args()
     if args.selftest:
         return selftest()
+    if args.numpy_reference:
+        return main_numpy_reference(args)
     import torch
 
     torch.set_num_threads(max(1, min(8, os.cpu_count() or 1)))
@@ -2045,8 +2601,15 @@ def main() -> int:
             failed.append(g["name"])
     order = [g["name"] for g in GOLDENS]
     index.sort(key=lambda g: order.index(g["name"]) if g["name"] in order else len(order))
+    # provisional goldens this run did not replace stay listed as provisional
+    provisional = []
+    if os.path.exists(index_path):
+        with open(index_path) as f:
+            made = {g["name"] for g in index}
+            provisional = [g for g in json.load(f).get("provisional", []) if g["name"] not in made]
     with open(index_path, "w") as f:
-        json.dump({"generator": "tools/make_goldens.py", "versions": versions, "goldens": index, "failed": failed}, f, indent=2)
+        json.dump({"generator": "tools/make_goldens.py", "versions": versions, "goldens": index, "failed": failed}
+                  | ({"provisional": provisional} if provisional else {}), f, indent=2)
         f.write("\n")
     print(f"done: {len(index)} ok, failed: {failed}", flush=True)
     return 1 if failed else 0
