@@ -149,6 +149,14 @@ struct RouterSpec {
     int64_t groups = 1, topk_groups = 1;
 };
 
+// gpt-oss's attention terms: a sliding window (a query at position P sees keys max(0, P - window + 1) .. P;
+// 0: every key up to P) and per-head sink logits (one more logit per query head in the softmax's
+// denominator, not scaled, with no value; null: none).
+struct AttentionExtras {
+    int64_t window = 0;
+    const float* sinks = nullptr;  // [n_heads]
+};
+
 // ---- conversions -------------------------------------------------------------------------
 float bf16_to_f32(uint16_t v);
 uint16_t f32_to_bf16(float v);  // round to nearest even (NaN preserved)
@@ -191,10 +199,14 @@ float f8e4m3_to_f32(uint8_t v);
        start_pos..start_pos+n_q-1 against keys/values for positions 0..start_pos+n_q-1.                       \
        q: [n_q, n_heads, head_dim]; k, v: [n_kv_rows, n_kv_heads, head_dim] (row = position);                 \
        out: [n_q, n_heads, head_dim]. Query head h uses KV head h / (n_heads / n_kv_heads).                   \
+       The query at position P attends to keys lo..P, lo = max(0, P - extras.window + 1) (0 with no           \
+       window), with scores s_j = scale · q·k_j; with extras.sinks, head h's softmax also counts            \
+       sinks[h] (unscaled) in its denominator: out = Σ_j exp(s_j − M) v_j / (Σ_j exp(s_j − M) +         \
+       exp(sinks[h] − M)), M = max(max_j s_j, sinks[h]) (transformers' gpt-oss eager attention).            \
        Softmax in f32. Any scratch is per-thread and reused (thread_local), not allocated per call. */        \
     void attention(const float* q, const float* k, const float* v, int64_t n_q, int64_t start_pos,            \
                    int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, float* out,            \
-                   ThreadPool* pool);                                                                         \
+                   ThreadPool* pool, const AttentionExtras& extras = {});                                     \
     /* n rows [n, n_kv_heads, head_dim] of f32 stored as KV cache rows of `type` (kv_format.h): row t         \
        at dst + t · n_kv_heads · kv_head_bytes(type, head_dim). */                                          \
     void kv_store(KvType type, const float* x, int64_t n, int64_t n_kv_heads, int64_t head_dim, void* dst);   \
@@ -203,10 +215,11 @@ float f8e4m3_to_f32(uint8_t v);
     /* attention() over a KV cache of `type`: k, v hold the cache rows of positions                           \
        0..start_pos+n_q-1; each key and value is read as kv_load gives it, one head at a time (the            \
        cache is never decoded as a whole), or from the f16 ring when `ring` (may be null) holds it            \
-       inside its window (KvRing). kF32 without a ring is attention() itself. */                              \
+       inside its window (KvRing: the f16 copy of recent rows, independent of extras.window — both may      \
+       be on). kF32 without a ring is attention() itself, extras included. */                                 \
     void attention_kv(KvType type, const float* q, const void* k, const void* v, const KvRing* ring,          \
                       int64_t n_q, int64_t start_pos, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,  \
-                      float scale, float* out, ThreadPool* pool);                                             \
+                      float scale, float* out, ThreadPool* pool, const AttentionExtras& extras = {});         \
     /* Causal depthwise conv1d + SiLU over channels, kernel K, with a state of the K-1 previous               \
        raw inputs (oldest first), for n tokens. x: [n, channels] raw inputs; weight: [channels, K]            \
        (weight[c*K + K-1] multiplies the current token); state_in: [K-1, channels]; state_out (may be         \

@@ -1,8 +1,11 @@
 // Hand-checked cases for the reference kernels (kernels::reference::*), so the oracle the fast
 // paths are compared against is itself verified against values worked out by hand, and the
-// recurrent and chunked Gated DeltaNet references are checked against each other.
+// recurrent and chunked Gated DeltaNet references are checked against each other; gpt-oss's attention
+// (sliding window, sinks) against transformers' eager formulation written out in the test.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -245,6 +248,96 @@ TEST(KernelsReference, AttentionOfKnownCase) {
     EXPECT_NEAR(out2[0], 1.0f, 1e-6);
     EXPECT_NEAR(out2[1], 2.0f, 1e-6);
     EXPECT_NEAR(out2[2], 2.5f, 1e-6);
+}
+
+// gpt-oss's terms by hand: one head, head_dim 2, scores {0, ln 3} as above.
+TEST(KernelsReference, AttentionWindowAndSinkOfKnownCase) {
+    const float q[2] = {1, 0}, k[4] = {0, 0, 1, 0}, v[4] = {1, 2, 3, 4};
+    float out[2];
+    // A window of 1: the query at position 1 sees only itself.
+    reference::attention(q, k, v, 1, 1, 1, 1, 2, std::log(3.0f), out, nullptr, {1, nullptr});
+    EXPECT_NEAR(out[0], 3.0f, 1e-6);
+    EXPECT_NEAR(out[1], 4.0f, 1e-6);
+    // A sink of ln 4, not scaled: weights exp{0, ln 3, ln 4} / 8 = {1/8, 3/8, (4/8 dropped)}.
+    const float sink = std::log(4.0f);
+    reference::attention(q, k, v, 1, 1, 1, 1, 2, std::log(3.0f), out, nullptr, {0, &sink});
+    EXPECT_NEAR(out[0], (1.0f * 1 + 3.0f * 3) / 8, 1e-6);
+    EXPECT_NEAR(out[1], (1.0f * 2 + 3.0f * 4) / 8, 1e-6);
+    // Both: key 1 alone against the sink: weights {3/7, (4/7 dropped)}.
+    reference::attention(q, k, v, 1, 1, 1, 1, 2, std::log(3.0f), out, nullptr, {1, &sink});
+    EXPECT_NEAR(out[0], 3.0f * 3 / 7, 1e-6);
+    EXPECT_NEAR(out[1], 3.0f * 4 / 7, 1e-6);
+}
+
+// The reference against transformers' eager_attention_forward of modeling_gpt_oss.py, written out
+// as it is there (in double): scores q·kᵀ·scaling, the causal and sliding mask (kv_idx > q_idx −
+// sliding_window), cat with the head's sink, minus the row max, softmax, the sink's column dropped,
+// times v. Over GQA rep 1 and 3, windows 0 (none), 1, 3 and longer than the context, sinks none,
+// moderate, very negative (no effect) and large (the sink takes nearly all the mass), several
+// queries after a prefix.
+TEST(KernelsReference, AttentionWindowAndSinksMatchTransformers) {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    auto random = [&](int64_t n) {
+        std::vector<float> x(static_cast<size_t>(n));
+        for (float& e : x) e = nd(rng);
+        return x;
+    };
+    const int64_t hd = 16;
+    const float scaling = 0.25f;
+    for (const auto& hp : {std::array<int64_t, 2>{2, 2}, std::array<int64_t, 2>{6, 2}})
+        for (const auto& qs :
+             {std::array<int64_t, 2>{1, 0}, std::array<int64_t, 2>{4, 5}, std::array<int64_t, 2>{9, 0}})
+            for (int64_t window : {0, 1, 3, 100})
+                for (int sink_kind = 0; sink_kind < 4; ++sink_kind) {
+                    const int64_t nh = hp[0], nkv = hp[1], n_q = qs[0], start = qs[1], rows = start + n_q;
+                    const auto q = random(n_q * nh * hd), k = random(rows * nkv * hd),
+                               v = random(rows * nkv * hd);
+                    std::vector<float> sinks(static_cast<size_t>(nh));
+                    for (int64_t h = 0; h < nh; ++h)
+                        sinks[h] = sink_kind == 1   ? 0.5f * static_cast<float>(h) - 1.0f
+                                   : sink_kind == 2 ? -1e4f
+                                                    : 40.0f + static_cast<float>(h);
+                    const AttentionExtras extras{window, sink_kind == 0 ? nullptr : sinks.data()};
+                    std::vector<float> got(q.size(), NAN);
+                    reference::attention(q.data(), k.data(), v.data(), n_q, start, nh, nkv, hd, scaling,
+                                         got.data(), nullptr, extras);
+                    std::vector<float> want(q.size());
+                    for (int64_t t = 0; t < n_q; ++t)
+                        for (int64_t h = 0; h < nh; ++h) {
+                            const int64_t q_idx = start + t, kvh = h / (nh / nkv);
+                            std::vector<double> combined;  // [rows + 1]: the masked scores, then the sink
+                            for (int64_t kv_idx = 0; kv_idx < rows; ++kv_idx) {
+                                double w = 0.0;
+                                for (int64_t d = 0; d < hd; ++d)
+                                    w += double(q[(t * nh + h) * hd + d]) * k[(kv_idx * nkv + kvh) * hd + d];
+                                const bool seen = kv_idx <= q_idx && (window == 0 || kv_idx > q_idx - window);
+                                combined.push_back(seen ? w * scaling : -INFINITY);
+                            }
+                            combined.push_back(sink_kind == 0 ? -INFINITY : double(sinks[h]));
+                            const double mx = *std::max_element(combined.begin(), combined.end());
+                            double total = 0.0;
+                            for (double& c : combined) total += (c = std::exp(c - mx));
+                            for (int64_t d = 0; d < hd; ++d) {
+                                double o = 0.0;
+                                for (int64_t kv_idx = 0; kv_idx < rows; ++kv_idx)
+                                    o += combined[kv_idx] / total * v[(kv_idx * nkv + kvh) * hd + d];
+                                want[(t * nh + h) * hd + d] = static_cast<float>(o);
+                            }
+                        }
+                    for (size_t i = 0; i < want.size(); ++i)
+                        ASSERT_NEAR(got[i], want[i], 1e-5 * (1.0 + std::fabs(want[i])))
+                            << "nh=" << nh << " n_q=" << n_q << " start=" << start << " window=" << window
+                            << " sinks=" << sink_kind << " i=" << i;
+                    if (sink_kind == 3) {  // the sink dominates: almost nothing of the values is left
+                        for (float o : got) ASSERT_LT(std::fabs(o), 1e-10f);
+                    }
+                    // attention_kv over an f32 cache without a ring is attention() itself, extras included.
+                    std::vector<float> kv(q.size(), NAN);
+                    reference::attention_kv(KvType::kF32, q.data(), k.data(), v.data(), nullptr, n_q, start,
+                                            nh, nkv, hd, scaling, kv.data(), nullptr, extras);
+                    ASSERT_EQ(0, std::memcmp(kv.data(), got.data(), got.size() * sizeof(float)));
+                }
 }
 
 TEST(KernelsReference, GatedDeltaOneStepByHand) {

@@ -2,7 +2,8 @@
 // ISA built into the binary and supported by this CPU (testing::force_isa), over shape sweeps with
 // random data: odd row counts, token counts 1/3/17/65, head dims 8…256, partial RoPE, GQA ratios,
 // value heads ≠ key heads, dv ≠ dk, Q4/Q8 with group sizes 32/64/128 and f32/f16/bf16 scales,
-// unaligned float weights, with and without a thread pool. Tolerance: max |fast − ref| ≤
+// unaligned float weights, with and without a thread pool; attention over every KV cache type, with
+// the f16 ring and gpt-oss's sliding window and sinks. Tolerance: max |fast − ref| ≤
 // tol·(1 + max |ref|). Also the ThreadPool's contract.
 #include "kernels/kernels.h"
 
@@ -624,10 +625,6 @@ TEST(Kernels, KvCacheTypesMatchReference) {
     });
 }
 
-// The q3 type is a rotated Lloyd–Max quantizer: on Gaussian heads its distortion is the
-// quantizer's (0.03455 of the energy for 3 bits; uniform levels or no least-squares scale give
-// more), and the rotation makes it hold for heads whose energy sits in a few channels too (without
-// it, a one-hot head is coded by a single level and its neighbours' zeros).
 // The recent window: keys inside a query's window that the ring holds are read as its f16 rows,
 // the rest (older, or rows the ring lost) from the compressed cache; kernels agree with the
 // reference, and a ring that holds a query's whole history makes a compressed cache read as f16.
@@ -726,6 +723,162 @@ TEST(Kernels, LongAttentionIsTheSameOnEveryPath) {
     });
 }
 
+// A KV cache of `type` over random keys and values [rows, nkv, hd], and (ring_window > 0) its f16 ring of
+// ring_window + 8 slots holding the last rows but every 7th (rows the ring lost), as a session keeps one.
+struct TestKvCache {
+    std::vector<uint8_t> k, v, ring_k, ring_v;
+    std::vector<int64_t> tags;
+    KvRing ring;
+};
+
+TestKvCache make_kv_cache(std::mt19937& rng, KvType type, int64_t rows, int64_t nkv, int64_t hd,
+                          int64_t ring_window) {
+    TestKvCache c;
+    const auto k = random_vec(rng, rows * nkv * hd), v = random_vec(rng, rows * nkv * hd);
+    c.k.resize(static_cast<size_t>(rows * nkv * kv_head_bytes(type, hd)));
+    c.v.resize(c.k.size());
+    reference::kv_store(type, k.data(), rows, nkv, hd, c.k.data());
+    reference::kv_store(type, v.data(), rows, nkv, hd, c.v.data());
+    const int64_t slots = ring_window + 8, ring_row = nkv * kv_head_bytes(KvType::kF16, hd);
+    c.ring_k.resize(static_cast<size_t>(slots * ring_row));
+    c.ring_v.resize(c.ring_k.size());
+    c.tags.assign(static_cast<size_t>(slots), -1);
+    for (int64_t s = std::max<int64_t>(0, rows - slots); s < rows && ring_window > 0; ++s) {
+        if (s % 7 == 3) continue;
+        const int64_t slot = s % slots;
+        reference::kv_store(KvType::kF16, k.data() + s * nkv * hd, 1, nkv, hd,
+                            c.ring_k.data() + slot * ring_row);
+        reference::kv_store(KvType::kF16, v.data() + s * nkv * hd, 1, nkv, hd,
+                            c.ring_v.data() + slot * ring_row);
+        c.tags[static_cast<size_t>(slot)] = s;
+    }
+    c.ring = KvRing{ring_window, slots, c.tags.data(), c.ring_k.data(), c.ring_v.data()};
+    return c;
+}
+
+// attention_kv with gpt-oss's extras against the reference, on every pool; and the same bits on every
+// pool (so on every path: per row, per chunk and merged after, grouped or per head).
+void check_attention_extras(const TestKvCache& c, KvType type, bool with_ring, const std::vector<float>& q,
+                            int64_t n_q, int64_t start, int64_t nh, int64_t nkv, int64_t hd,
+                            const AttentionExtras& extras, const std::vector<ThreadPool*>& pools,
+                            const std::string& what) {
+    const KvRing* ring = with_ring ? &c.ring : nullptr;
+    std::vector<float> ref(q.size()), first;
+    reference::attention_kv(type, q.data(), c.k.data(), c.v.data(), ring, n_q, start, nh, nkv, hd, 0.125f,
+                            ref.data(), nullptr, extras);
+    for (ThreadPool* pool : pools) {
+        std::vector<float> got(q.size(), NAN);
+        attention_kv(type, q.data(), c.k.data(), c.v.data(), ring, n_q, start, nh, nkv, hd, 0.125f,
+                     got.data(), pool, extras);
+        const std::string tag =
+            what + (pool != nullptr ? " pool " + std::to_string(pool->size()) : " no pool");
+        expect_close(got, ref, 1e-5, tag);
+        if (first.empty()) {
+            first = got;
+        } else {
+            EXPECT_EQ(0, std::memcmp(first.data(), got.data(), got.size() * sizeof(float)))
+                << tag << ": the pool changed the result";
+        }
+    }
+}
+
+std::string extras_tag(KvType type, bool with_ring, int64_t nh, int64_t n_q, int64_t start, int64_t window,
+                       bool sinks) {
+    return std::string(kv_type_name(type)) + (with_ring ? " ring" : "") + " nh=" + std::to_string(nh) +
+           " n_q=" + std::to_string(n_q) + " start=" + std::to_string(start) +
+           " window=" + std::to_string(window) + (sinks ? " sinks" : "");
+}
+
+// gpt-oss's sliding window and sinks on every cache type, with and without the f16 ring (its own
+// window of 16 or 300, unrelated to the sliding one: both on at once), against the reference.
+// Prefill-like: the last 7 of 50 positions, or all 50 from position 0, GQA rep 1 and 4, windows 1, 3,
+// 16, 49, 50 and past the context. Decode-like: 1 or 3 queries at the end of 3000 positions, a few
+// chunks of kAttentionChunk = 1024 keys, on a pool of 8 threads so a decode's chunks are separate
+// items merged after: windows that are whole chunks (1024, 2048), one key more (1025, 2049)
+// or less, that begin on the absolute 1024-grid (952: keys 2048.., 1976: 1024..) or inside a chunk,
+// and longer than the context; and 3 queries at 2046..2048, whose rows have 2 or 3 chunks (the
+// split items past a row's last chunk compute nothing and are not merged). Sinks per head span moderate, very
+// negative and dominating values. Also: a prefill's rows are each the decode of that row alone, bit for bit,
+// and attention() is attention_kv over f32 without a ring.
+TEST(Kernels, AttentionWindowAndSinksMatchReference) {
+    Pools pools;
+    ThreadPool eight(8);
+    const KvType types[] = {KvType::kF32, KvType::kF16, KvType::kQ8, KvType::kQ4, KvType::kQ3};
+    for_each_isa([&] {
+        std::mt19937 rng(41);
+        const int64_t nkv = 2, hd = 64;
+        for (KvType type : types)
+            for (bool with_ring : {false, true}) {
+                SCOPED_TRACE(std::string(kv_type_name(type)) + (with_ring ? " ring" : ""));
+                {  // prefill-like
+                    const int64_t rows = 50;
+                    const TestKvCache c = make_kv_cache(rng, type, rows, nkv, hd, 16);
+                    for (int64_t nh : {2, 8})
+                        for (int64_t n_q : {7, 50}) {
+                            const int64_t start = rows - n_q;
+                            const auto q = random_vec(rng, n_q * nh * hd, 3.0f);
+                            const auto sinks = random_vec(rng, nh, 2.0f);
+                            for (int64_t window : {0, 1, 3, 16, 49, 50, 200})
+                                for (bool with_sinks : {false, true}) {
+                                    if (window == 0 && !with_sinks) continue;  // the existing tests' case
+                                    const AttentionExtras extras{window, with_sinks ? sinks.data() : nullptr};
+                                    const std::string tag =
+                                        extras_tag(type, with_ring, nh, n_q, start, window, with_sinks);
+                                    check_attention_extras(c, type, with_ring, q, n_q, start, nh, nkv, hd,
+                                                           extras, pools.all(), tag);
+                                    // Each row alone, as a decode step would run it: the same bits.
+                                    std::vector<float> batch(q.size()), alone(q.size());
+                                    const KvRing* ring = with_ring ? &c.ring : nullptr;
+                                    attention_kv(type, q.data(), c.k.data(), c.v.data(), ring, n_q, start, nh,
+                                                 nkv, hd, 0.125f, batch.data(), &pools.two, extras);
+                                    for (int64_t t = 0; t < n_q; ++t)
+                                        attention_kv(type, q.data() + t * nh * hd, c.k.data(), c.v.data(),
+                                                     ring, 1, start + t, nh, nkv, hd, 0.125f,
+                                                     alone.data() + t * nh * hd, nullptr, extras);
+                                    EXPECT_EQ(
+                                        0, std::memcmp(batch.data(), alone.data(), q.size() * sizeof(float)))
+                                        << tag << ": batching changed the result";
+                                    if (type == KvType::kF32 && !with_ring) {
+                                        std::vector<float> plain(q.size(), NAN);
+                                        attention(q.data(), reinterpret_cast<const float*>(c.k.data()),
+                                                  reinterpret_cast<const float*>(c.v.data()), n_q, start, nh,
+                                                  nkv, hd, 0.125f, plain.data(), &pools.two, extras);
+                                        EXPECT_EQ(0, std::memcmp(batch.data(), plain.data(), q.size() * 4))
+                                            << tag;
+                                    }
+                                }
+                        }
+                }
+                {  // decode-like: long rows in chunks
+                    const int64_t rows = 3000, nh = 4;
+                    const TestKvCache c = make_kv_cache(rng, type, rows, nkv, hd, 300);
+                    // One sink per head: moderate, very negative (no effect), dominating, moderate.
+                    const std::vector<float> sinks = {0.5f, -1e4f, 30.0f, -1.5f};
+                    for (const auto& qs :
+                         {std::array<int64_t, 2>{1, rows - 1}, std::array<int64_t, 2>{3, rows - 3},
+                          std::array<int64_t, 2>{3, 2046}}) {
+                        const int64_t n_q = qs[0], start = qs[1];
+                        const auto q = random_vec(rng, n_q * nh * hd, 3.0f);  // peaked: chunk maxima differ
+                        // The sinks touch only the finish, so a few windows without them suffice.
+                        for (int64_t window : {0, 100, 952, 1023, 1024, 1025, 1976, 2048, 2049, 2999, 5000})
+                            for (bool with_sinks : {false, true}) {
+                                if (!with_sinks && window != 100 && window != 1025 && window != 1976)
+                                    continue;
+                                const AttentionExtras extras{window, with_sinks ? sinks.data() : nullptr};
+                                check_attention_extras(
+                                    c, type, with_ring, q, n_q, start, nh, nkv, hd, extras, {nullptr, &eight},
+                                    extras_tag(type, with_ring, nh, n_q, start, window, with_sinks));
+                            }
+                    }
+                }
+            }
+    });
+}
+
+// The q3 type is a rotated Lloyd–Max quantizer: on Gaussian heads its distortion is the
+// quantizer's (0.03455 of the energy for 3 bits; uniform levels or no least-squares scale give
+// more), and the rotation makes it hold for heads whose energy sits in a few channels too (without
+// it, a one-hot head is coded by a single level and its neighbours' zeros).
 TEST(Kernels, KvQ3IsTheRotatedLloydMaxQuantizer) {
     std::mt19937 rng(5);
     std::normal_distribution<float> normal(0.0f, 1.0f);

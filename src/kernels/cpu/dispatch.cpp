@@ -542,6 +542,12 @@ namespace {
 // a short query with too few groups takes (query row, head) items instead. Every path computes the same chunk
 // terms and merges them in the same order, so a head's result depends on its position and the cache only: not
 // on the pool, the batching, or the path taken, bit for bit.
+// A sliding window (AttentionExtras) moves where a query's keys begin: its chunks start at its first
+// key lo, chunk c covering [lo + c·kAttentionChunk, …) up to its own position, so a window of W keys is
+// ceil(W / kAttentionChunk) chunks and keys before it are never read; no chunk is empty. Rejected:
+// chunks on the absolute grid (c·kAttentionChunk) with the first cut at lo — one more chunk and merge
+// whenever the window straddles a boundary, and gpt-oss's 128-key windows would straddle one in 1 decode
+// step of 8. The sinks join the denominator once, when a head's terms are finished.
 constexpr int64_t kAttentionChunk = 1024;
 
 struct ChunkTerms {  // one chunk's (or the running) softmax terms of `heads` query heads
@@ -563,16 +569,23 @@ void merge_terms(ChunkTerms run, ChunkTerms chunk, int64_t heads, int64_t head_d
     }
 }
 
-void finish_terms(ChunkTerms run, int64_t heads, int64_t head_dim, float* out) {
+// out = acc / l, per head; with sinks [heads] (null: none) the head's sink logit also counts in l:
+// both terms rescaled to M = max(m, sink), l gains exp(sink − M), and the sink brings no value.
+void finish_terms(ChunkTerms run, int64_t heads, int64_t head_dim, const float* sinks, float* out) {
     for (int64_t r = 0; r < heads; ++r) {
-        const float inv = 1.0f / run.l[r];
+        float inv = 1.0f / run.l[r];
+        if (sinks != nullptr) {
+            const float mx = std::max(run.m[r], sinks[r]);
+            const float alpha = std::exp(run.m[r] - mx);
+            inv = alpha / (run.l[r] * alpha + std::exp(sinks[r] - mx));
+        }
         for (int64_t d = 0; d < head_dim; ++d) out[r * head_dim + d] = run.acc[r * head_dim + d] * inv;
     }
 }
 
 void attention_cache(KvType type, const float* q, const uint8_t* k, const uint8_t* v, const KvRing* ring,
                      int64_t n_q, int64_t start_pos, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                     float scale, float* out, ThreadPool* pool) {
+                     float scale, float* out, ThreadPool* pool, const AttentionExtras& extras) {
     const IsaTable& t = isa();
     const int64_t rep = n_heads / n_kv_heads;
     const int64_t head_bytes = kv_head_bytes(type, head_dim);
@@ -588,7 +601,16 @@ void attention_cache(KvType type, const float* q, const uint8_t* k, const uint8_
                         n_kv_heads * ring_head_bytes};
     };
     const int64_t threads = pool != nullptr ? pool->size() : 1;
-    const int64_t max_chunks = (start_pos + n_q + kAttentionChunk - 1) / kAttentionChunk;
+    // Query row `row` (position start_pos + row) attends to keys first_key(row)..start_pos + row, in
+    // chunks_of(row) chunks; the last row has the most.
+    const int64_t window = extras.window;
+    auto first_key = [&](int64_t row) {
+        return window > 0 ? std::max<int64_t>(0, start_pos + row - window + 1) : int64_t{0};
+    };
+    auto chunks_of = [&](int64_t row) {
+        return (start_pos + row + 1 - first_key(row) + kAttentionChunk - 1) / kAttentionChunk;
+    };
+    const int64_t max_chunks = chunks_of(n_q - 1);
     // Grouped unless that leaves the pool idle and there are no chunks to spread instead.
     const bool grouped = rep > 1 && rep <= 64 && (n_q * n_kv_heads >= threads || max_chunks > 1);
     const int64_t hpi = grouped ? rep : 1;  // query heads per work item
@@ -604,7 +626,7 @@ void attention_cache(KvType type, const float* q, const uint8_t* k, const uint8_
         const int64_t kvh = h0 / rep;
         const int64_t n_keys = start_pos + row + 1;
         const RingHead rh = has_ring ? ring_head(kvh) : RingHead{};
-        const int64_t s0 = c * kAttentionChunk, s1 = std::min(n_keys, s0 + kAttentionChunk);
+        const int64_t s0 = first_key(row) + c * kAttentionChunk, s1 = std::min(n_keys, s0 + kAttentionChunk);
         t.attention_group_kv(type, q + (row * n_heads + h0) * head_dim, hpi, k + kvh * head_bytes,
                              v + kvh * head_bytes, has_ring ? &rh : nullptr, n_keys, s0, s1, row_bytes,
                              head_dim, scale, queries_rotated, scores, tmp, terms.acc, terms.m, terms.l);
@@ -615,6 +637,9 @@ void attention_cache(KvType type, const float* q, const uint8_t* k, const uint8_
     auto out_of = [&](int64_t row, int64_t group) {
         return out + (row * n_heads + (grouped ? group * rep : group)) * head_dim;
     };
+    auto sinks_of = [&](int64_t group) {  // the item's heads' sinks, or null
+        return extras.sinks != nullptr ? extras.sinks + (grouped ? group * rep : group) : nullptr;
+    };
     if (n_q * groups >= threads || max_chunks == 1) {
         run(pool, n_q * groups, 1, [&](int64_t i0, int64_t i1) {
             thread_local std::vector<float> terms_buf;
@@ -622,12 +647,12 @@ void attention_cache(KvType type, const float* q, const uint8_t* k, const uint8_
             const ChunkTerms running = view(buf), chunk = view(buf + terms_floats);
             for (int64_t i = i0; i < i1; ++i) {
                 const int64_t row = i / groups, group = i % groups;
-                const int64_t chunks = (start_pos + row + kAttentionChunk) / kAttentionChunk;
+                const int64_t chunks = chunks_of(row);
                 for (int64_t c = 0; c < chunks; ++c) {
                     chunk_terms(row, group, c, c == 0 ? running : chunk, c > 0);
                     if (c > 0) merge_terms(running, chunk, hpi, head_dim);
                 }
-                finish_terms(running, hpi, head_dim, out_of(row, group));
+                finish_terms(running, hpi, head_dim, sinks_of(group), out_of(row, group));
             }
         });
         return;
@@ -641,17 +666,16 @@ void attention_cache(KvType type, const float* q, const uint8_t* k, const uint8_
     run(pool, n_q * groups * max_chunks, 1, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
             const int64_t c = i % max_chunks, rg = i / max_chunks, row = rg / groups, group = rg % groups;
-            if (c * kAttentionChunk < start_pos + row + 1)
-                chunk_terms(row, group, c, terms_at(row, group, c), false);
+            if (c < chunks_of(row)) chunk_terms(row, group, c, terms_at(row, group, c), false);
         }
     });
     run(pool, n_q * groups, 1, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
             const int64_t row = i / groups, group = i % groups;
-            const int64_t chunks = (start_pos + row + kAttentionChunk) / kAttentionChunk;
+            const int64_t chunks = chunks_of(row);  // the items past them computed nothing
             const ChunkTerms running = terms_at(row, group, 0);
             for (int64_t c = 1; c < chunks; ++c) merge_terms(running, terms_at(row, group, c), hpi, head_dim);
-            finish_terms(running, hpi, head_dim, out_of(row, group));
+            finish_terms(running, hpi, head_dim, sinks_of(group), out_of(row, group));
         }
     });
 }
@@ -660,10 +684,10 @@ void attention_cache(KvType type, const float* q, const uint8_t* k, const uint8_
 
 void attention(const float* q, const float* k, const float* v, int64_t n_q, int64_t start_pos,
                int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, float* out,
-               ThreadPool* pool) {
-    SLUICE_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0);
+               ThreadPool* pool, const AttentionExtras& extras) {
+    SLUICE_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && extras.window >= 0);
     attention_cache(KvType::kF32, q, reinterpret_cast<const uint8_t*>(k), reinterpret_cast<const uint8_t*>(v),
-                    nullptr, n_q, start_pos, n_heads, n_kv_heads, head_dim, scale, out, pool);
+                    nullptr, n_q, start_pos, n_heads, n_kv_heads, head_dim, scale, out, pool, extras);
 }
 
 // Storing is once per token and layer, a few hundred elements: the reference definition itself.
@@ -682,12 +706,13 @@ void kv_load(KvType type, const void* src, int64_t n, int64_t n_kv_heads, int64_
 
 void attention_kv(KvType type, const float* q, const void* k, const void* v, const KvRing* ring, int64_t n_q,
                   int64_t start_pos, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
-                  float* out, ThreadPool* pool) {
-    SLUICE_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && kv_shape_error(type, head_dim) == nullptr);
+                  float* out, ThreadPool* pool, const AttentionExtras& extras) {
+    SLUICE_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && kv_shape_error(type, head_dim) == nullptr &&
+                  extras.window >= 0);
     SLUICE_ASSERT(ring == nullptr || ring->window <= 0 ||
                   (ring->slots >= ring->window && ring->tags != nullptr));
     attention_cache(type, q, static_cast<const uint8_t*>(k), static_cast<const uint8_t*>(v), ring, n_q,
-                    start_pos, n_heads, n_kv_heads, head_dim, scale, out, pool);
+                    start_pos, n_heads, n_kv_heads, head_dim, scale, out, pool, extras);
 }
 
 void conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,

@@ -173,7 +173,7 @@ void kv_load(KvType type, const void* src, int64_t n, int64_t n_kv_heads, int64_
 
 void attention_kv(KvType type, const float* q, const void* k, const void* v, const KvRing* ring, int64_t n_q,
                   int64_t start_pos, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
-                  float* out, ThreadPool* pool) {
+                  float* out, ThreadPool* pool, const AttentionExtras& extras) {
     const int64_t rows = start_pos + n_q;
     std::vector<float> kf(static_cast<size_t>(rows * n_kv_heads * head_dim));
     std::vector<float> vf(kf.size());
@@ -182,10 +182,11 @@ void attention_kv(KvType type, const float* q, const void* k, const void* v, con
     if (ring == nullptr || ring->window <= 0) {
         // The oracle may decode the whole cache: attention over what kv_load reads.
         reference::attention(q, kf.data(), vf.data(), n_q, start_pos, n_heads, n_kv_heads, head_dim, scale,
-                             out, pool);
+                             out, pool, extras);
         return;
     }
-    // Each query row over the keys as it reads them: the ring's f16 rows inside its window.
+    // Each query row over the keys as it reads them: the ring's f16 rows inside its window. The
+    // ring's window and extras.window are unrelated; the row's own attention applies the latter.
     const int64_t row = n_kv_heads * head_dim;
     const int64_t ring_row = n_kv_heads * kv_head_bytes(KvType::kF16, head_dim);
     std::vector<float> kt(kf.size()), vt(vf.size());
@@ -202,7 +203,7 @@ void attention_kv(KvType type, const float* q, const void* k, const void* v, con
                                n_kv_heads, head_dim, vt.data() + s * row);
         }
         reference::attention(q + t * n_heads * head_dim, kt.data(), vt.data(), 1, P, n_heads, n_kv_heads,
-                             head_dim, scale, out + t * n_heads * head_dim, pool);
+                             head_dim, scale, out + t * n_heads * head_dim, pool, extras);
     }
 }
 

@@ -78,33 +78,40 @@ void rope_neox_table(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_di
 
 void attention(const float* q, const float* k, const float* v, int64_t n_q, int64_t start_pos,
                int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, float* out,
-               ThreadPool* /*pool*/) {
-    SLUICE_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0);
+               ThreadPool* /*pool*/, const AttentionExtras& extras) {
+    SLUICE_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && extras.window >= 0);
     const int64_t rep = n_heads / n_kv_heads;
     const int64_t kv_stride = n_kv_heads * head_dim;  // one position's row
     std::vector<double> scores(static_cast<size_t>(start_pos + n_q));
     for (int64_t t = 0; t < n_q; ++t) {
-        const int64_t n_keys = start_pos + t + 1;  // causal: positions 0..start_pos+t
+        const int64_t P = start_pos + t;
+        // causal: positions lo..P; a sliding window keeps its last `window` (modeling_gpt_oss.py's
+        // mask: kv_idx > q_idx - sliding_window).
+        const int64_t lo = extras.window > 0 ? std::max<int64_t>(0, P - extras.window + 1) : 0;
         for (int64_t h = 0; h < n_heads; ++h) {
             const int64_t kvh = h / rep;
             const float* qh = q + (t * n_heads + h) * head_dim;
             double max_score = -INFINITY;
-            for (int64_t s = 0; s < n_keys; ++s) {
+            for (int64_t s = lo; s <= P; ++s) {
                 const float* ks = k + s * kv_stride + kvh * head_dim;
                 double dot = 0.0;
                 for (int64_t d = 0; d < head_dim; ++d) dot += static_cast<double>(qh[d]) * ks[d];
                 scores[s] = dot * scale;
                 max_score = std::max(max_score, scores[s]);
             }
-            double sum = 0.0;
-            for (int64_t s = 0; s < n_keys; ++s) {
+            // The sink: one more logit in the softmax (unscaled), whose probability is dropped —
+            // modeling_gpt_oss.py's cat([attn_weights, sinks], -1), softmax, [..., :-1].
+            const double sink = extras.sinks != nullptr ? extras.sinks[h] : -INFINITY;
+            max_score = std::max(max_score, sink);
+            double sum = extras.sinks != nullptr ? std::exp(sink - max_score) : 0.0;
+            for (int64_t s = lo; s <= P; ++s) {
                 scores[s] = std::exp(scores[s] - max_score);
                 sum += scores[s];
             }
             float* oh = out + (t * n_heads + h) * head_dim;
             for (int64_t d = 0; d < head_dim; ++d) {
                 double acc = 0.0;
-                for (int64_t s = 0; s < n_keys; ++s) acc += scores[s] * v[s * kv_stride + kvh * head_dim + d];
+                for (int64_t s = lo; s <= P; ++s) acc += scores[s] * v[s * kv_stride + kvh * head_dim + d];
                 oh[d] = static_cast<float>(acc / sum);
             }
         }
