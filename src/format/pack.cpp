@@ -101,7 +101,9 @@ class LayoutParser {
     Status status() const { return f_.status(); }
     void fail(const std::string& where, const std::string& what) { f_.fail(where, what); }
     JsonFields& fields() { return f_; }
-    // ggml blocks are a GGUF's bytes, bound by the GGUF binder: only a "gguf" pack holds them.
+    // ggml blocks in the dense file are a GGUF's bytes, bound by the GGUF binder: only a "gguf" pack holds
+    // them there. Expert records may hold them in any pack (gpt-oss's MXFP4 experts, repacked from the Hub's
+    // blocks): the expert store binds a projection by its ggml type whatever the source.
     void set_source_layout(const std::string& layout) { source_layout_ = layout; }
 
     // An optional "ggml_type" of `j`: a known ggml block type of a gguf pack.
@@ -123,7 +125,7 @@ class LayoutParser {
                                            dtype_name(*ggml_element_dtype(info->type)) + ", not as blocks");
             return std::nullopt;
         }
-        if (source_layout_ != "gguf") {
+        if (source_layout_ != "gguf" && !in_expert_) {
             fail(where + ".ggml_type", "ggml " + name + " blocks in a pack whose source_layout is '" +
                                            source_layout_ + "' (only a pack of a GGUF, 'gguf', holds them)");
             return std::nullopt;
@@ -181,6 +183,11 @@ class LayoutParser {
     // bits and group size take (`U32 [rows, cols·bits/32]`, scales and biases `[rows, cols/group]`,
     // or a float `[rows, cols]`).
     PackProjection projection(const json& j, const std::string& where) {
+        struct InExpert {
+            bool& flag;
+            explicit InExpert(bool& f) : flag(f) { flag = true; }
+            ~InExpert() { flag = false; }
+        } in_expert(in_expert_);
         PackProjection p;
         if (!j.is_object()) {
             fail(where, "expected an object, got " + json_type_of(j));
@@ -263,6 +270,7 @@ class LayoutParser {
 
     JsonFields f_;
     std::string source_layout_;
+    bool in_expert_ = false;  // parsing an expert record's projection
 };
 
 }  // namespace

@@ -244,6 +244,10 @@ float f8e4m3_to_f32(uint8_t v);
     void router_topk(const float* logits, const RouterSpec& r, int32_t* ids, float* weights);                 \
     /* out[i] = silu(gate[i]) * up[i]. */                                                                     \
     void swiglu(const float* gate, const float* up, int64_t n, float* out);                                   \
+    /* gpt-oss's clamped SwiGLU: g = min(gate[i], limit), u = clamp(up[i], -limit, limit),                    \
+       out[i] = (u + 1) · g · σ(alpha · g). */                                                            \
+    void swiglu_clamped(const float* gate, const float* up, int64_t n, float alpha, float limit,              \
+                        float* out);                                                                          \
     /* y[i] += a * x[i]. */                                                                                   \
     void axpy(float a, const float* x, int64_t n, float* y);
 

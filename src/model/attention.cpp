@@ -1,6 +1,7 @@
 // Full (softmax) attention layers: Qwen3-MoE's plain GQA (models.md §2.2), the gated variant of
 // Qwen3-Next / Qwen3.5 (§3.4: q and a sigmoid gate interleaved per head in q_proj, zero-centred
-// q/k norms, partial NeoX RoPE) and Qwen2's (biases on q/k/v, no q/k norm). The KV cache holds keys (after
+// q/k norms, partial NeoX RoPE), Qwen2's (biases on q/k/v, no q/k norm) and gpt-oss's (biases on q/k/v/o,
+// a sink logit per head, a sliding window on alternate layers). The KV cache holds keys (after
 // norm and RoPE) and values in the state layout's KV type (f32, or a compressed type of kernels/kv_format.h).
 #include <algorithm>
 #include <cmath>
@@ -17,7 +18,8 @@ namespace sluice::model {
 // ring's slack — a sub-step's writes then never overwrite a row one of its queries reads inside its
 // window, so every query sees its window in f16 however the step was batched.
 void attend_step(ModelState& state, ModelState::Layer& st, const float* k, const float* v, const float* q,
-                 int64_t n, int64_t nh, int64_t nkv, int64_t hd, float scale, float* out, ThreadPool* pool) {
+                 int64_t n, int64_t nh, int64_t nkv, int64_t hd, float scale, float* out, ThreadPool* pool,
+                 const kernels::AttentionExtras& extras) {
     const int64_t pos0 = state.n_past, kv = nkv * hd;
     const kernels::KvType type = state.kv;
     const int64_t row_bytes = nkv * kernels::kv_head_bytes(type, hd);
@@ -27,7 +29,7 @@ void attend_step(ModelState& state, ModelState::Layer& st, const float* k, const
     if (!latent) kernels::kv_store(type, v, n, nkv, hd, st.v_cache.data() + pos0 * row_bytes);
     if (st.recent.empty()) {
         kernels::attention_kv(type, q, st.k_cache.data(), v_cache, nullptr, n, pos0, nh, nkv, hd, scale, out,
-                              pool);
+                              pool, extras);
         return;
     }
     const ModelState::Ring r = state.ring(st);
@@ -43,7 +45,7 @@ void attend_step(ModelState& state, ModelState::Layer& st, const float* k, const
             r.tags[slot] = pos;
         }
         kernels::attention_kv(type, q + c0 * nh * hd, st.k_cache.data(), v_cache, &ring, c, pos0 + c0, nh,
-                              nkv, hd, scale, out + c0 * nh * hd, pool);
+                              nkv, hd, scale, out + c0 * nh * hd, pool, extras);
     }
 }
 
@@ -67,6 +69,8 @@ void Model::attention_layer(const AttentionPlan& P, const LayerWeights& lw, int6
     float* head = grow(ws.y, hd);
     float* out = grow(ws.attn, n * nh * hd);  // [n, nh, hd]
     linear_rows_shared({{&a.q_proj, qg}, {&a.k_proj, k}, {&a.v_proj, v}}, norm, n, singles, pool);
+    // gpt-oss: the layer's sliding window and its heads' sink logits.
+    const kernels::AttentionExtras extras{P.window, P.sinks ? a.sinks.data() : nullptr};
 
     for (const BatchLayout::Part& p : b.parts) {
         ModelState::Layer& st = p.state->layers[static_cast<size_t>(layer)];
@@ -109,12 +113,18 @@ void Model::attention_layer(const AttentionPlan& P, const LayerWeights& lw, int6
             }
         }
         attend_step(*p.state, st, k + p.row0 * nkv * hd, v + p.row0 * nkv * hd, q + p.row0 * nh * hd, p.n, nh,
-                    nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd)), out + p.row0 * nh * hd, pool);
+                    nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd)), out + p.row0 * nh * hd, pool, extras);
     }
     if (gated) {
         for (int64_t i = 0; i < n * nh * hd; ++i) out[i] *= sigmoid(gate[i]);
     }
     linear_rows(a.o_proj, out, n, singles, ws.mix.data(), pool);
+    if (P.o_bias) {  // gpt-oss
+        const int64_t H = a.o_proj.rows;
+        for (int64_t t = 0; t < n; ++t)
+            for (int64_t i = 0; i < H; ++i)
+                ws.mix[static_cast<size_t>(t * H + i)] += a.o_bias[static_cast<size_t>(i)];
+    }
 }
 
 }  // namespace sluice::model

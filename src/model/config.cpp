@@ -26,6 +26,7 @@ const char* family_name(Family family) {
         case Family::kGlm4Moe: return "glm4_moe";
         case Family::kQwen2Moe: return "qwen2_moe";
         case Family::kMixtral: return "mixtral";
+        case Family::kGptOss: return "gpt_oss";
         case Family::kDeepseekV3: return "deepseek_v3";
     }
     return "?";
@@ -33,7 +34,7 @@ const char* family_name(Family family) {
 
 const char* supported_model_types() {
     return "qwen2, qwen2_moe, qwen3, qwen3_moe, qwen3_next, qwen3_5_moe (text_config: qwen3_5_moe_text), "
-           "glm4_moe, mixtral, deepseek_v3 (and kimi_k2)";
+           "glm4_moe, mixtral, deepseek_v3 (and kimi_k2), gpt_oss";
 }
 
 QuantSpec QuantConfig::for_module(const std::string& path) const {
@@ -261,6 +262,8 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
         cfg.family = Family::kMixtral;
     } else if (cfg.model_type == "deepseek_v3" || cfg.model_type == "kimi_k2") {
         cfg.family = Family::kDeepseekV3;  // Kimi K2 ships DeepSeek-V3's architecture
+    } else if (cfg.model_type == "gpt_oss") {
+        cfg.family = Family::kGptOss;
     } else {
         return error(ErrorCode::kUnsupported,
                      "[config] " + source + ": model_type '" + cfg.model_type +
@@ -273,14 +276,14 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
     cfg.vocab = r.required_int("vocab_size");
     cfg.n_heads = r.required_int("num_attention_heads");
     const bool glm = cfg.family == Family::kGlm4Moe, mixtral = cfg.family == Family::kMixtral;
-    const bool deepseek = cfg.family == Family::kDeepseekV3;
+    const bool deepseek = cfg.family == Family::kDeepseekV3, gpt_oss = cfg.family == Family::kGptOss;
     // MLA's heads all read one latent: num_key_value_heads (= the heads, when written) does not matter.
     cfg.n_kv_heads =
         deepseek ? r.int_or("num_key_value_heads", cfg.n_heads) : r.required_int("num_key_value_heads");
     // Glm4MoeConfig's defaults where a file leaves a field out: eps 1e-5, half rotary (transformers 5.17
     // has no head_dim default for it: hidden / heads, as for the others); MixtralConfig's: eps 1e-5,
     // rope_theta 1e6.
-    cfg.rms_eps = static_cast<float>(r.number_or("rms_norm_eps", glm || mixtral ? 1e-5 : 1e-6));
+    cfg.rms_eps = static_cast<float>(r.number_or("rms_norm_eps", glm || mixtral || gpt_oss ? 1e-5 : 1e-6));
     cfg.max_positions = r.int_or("max_position_embeddings", 0);
     cfg.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
     cfg.head_dim = r.int_or("head_dim", 0);
@@ -300,7 +303,7 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
     // RoPE: rope_theta at the top level (older files) or inside rope_parameters (newer ones).
     const bool hybrid = cfg.family == Family::kQwen3Next || cfg.family == Family::kQwen35Moe;
     double default_partial = hybrid ? 0.25 : glm ? 0.5 : 1.0;
-    double theta = r.number_or("rope_theta", mixtral ? 1e6 : 10000.0);
+    double theta = r.number_or("rope_theta", mixtral ? 1e6 : gpt_oss ? 150000.0 : 10000.0);
     double partial = r.number_or("partial_rotary_factor", default_partial);
     // The rope type and its parameters: rope_parameters (transformers 5) or rope_scaling (older).
     // mrope with text-only input reduces exactly to plain RoPE (models.md §4.2 item 6).
@@ -361,6 +364,15 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
     }
     if (auto rs = text->find("rope_scaling"); rs != text->end() && rs->is_object() && !cfg.yarn.enabled)
         SLUICE_RETURN_IF_ERROR(read_scaling(*rs, "rope_scaling"));
+    if (gpt_oss && text->find("rope_parameters") == text->end() &&
+        text->find("rope_scaling") == text->end()) {
+        // GptOssConfig's default when a file names no RoPE parameters: YaRN ×32 over 4096 positions,
+        // untruncated.
+        const json yarn = {{"rope_type", "yarn"}, {"factor", 32.0},
+                           {"beta_fast", 32.0},   {"beta_slow", 1.0},
+                           {"truncate", false},   {"original_max_position_embeddings", 4096}};
+        SLUICE_RETURN_IF_ERROR(read_scaling(yarn, "rope_parameters (GptOssConfig's default)"));
+    }
     cfg.rope_theta = static_cast<float>(theta);
     cfg.rotary_dim = static_cast<int64_t>(std::lround(static_cast<double>(cfg.head_dim) * partial));
     if (deepseek) cfg.rotary_dim = cfg.qk_rope_dim;  // RoPE on the rope part only
@@ -372,8 +384,9 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
         cfg.n_experts = glm || deepseek
                             ? r.required_int({"n_routed_experts", "num_experts", "num_local_experts"})
                             : r.required_int({"num_experts", "num_local_experts"});
-        cfg.top_k = r.required_int("num_experts_per_tok");
-        if (mixtral) {
+        cfg.top_k = gpt_oss ? r.required_int({"num_experts_per_tok", "experts_per_token"})
+                            : r.required_int("num_experts_per_tok");
+        if (mixtral || gpt_oss) {
             cfg.expert_ffn = r.required_int("intermediate_size");  // every expert's; no dense MLP
         } else {
             cfg.expert_ffn = r.required_int("moe_intermediate_size");
@@ -401,6 +414,24 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
             // MixtralSparseMoeBlock: softmax over the router's logits, the top k, divided by their sum.
             cfg.norm_topk_prob = true;
             break;
+        case Family::kGptOss: {
+            // GptOssTopKRouter: logits = W·x + b, the top k of them, a softmax over those k — the same
+            // weights as a softmax over all E renormalised over the k (monotone, and the sum cancels).
+            cfg.norm_topk_prob = true;
+            cfg.router_logit_bias = true;
+            cfg.expert_bias = true;
+            // GptOssExperts hard-wires alpha 1.702 and limit 7.0; the Hub's config.json writes the limit.
+            cfg.swiglu_limit = static_cast<float>(r.number_or("swiglu_limit", 7.0));
+            cfg.swiglu_alpha = 1.702f;
+            if (!(cfg.swiglu_limit > 0.0f) || !std::isfinite(cfg.swiglu_limit))
+                return error(ErrorCode::kInvalidArgument, "[config] " + source + ": swiglu_limit " +
+                                                              std::to_string(cfg.swiglu_limit) +
+                                                              " must be a positive number");
+            cfg.attn_qk_norm = false;
+            cfg.attn_qkv_bias = cfg.attn_o_bias = r.bool_or("attention_bias", true);
+            cfg.attn_sinks = true;
+            break;
+        }
         case Family::kQwen2Moe:
             // Qwen2MoeSparseMoeBlock: softmax top-k (renormalised only with norm_topk_prob, false by
             // default) and a shared expert scaled by σ(shared_expert_gate · x).
@@ -470,8 +501,9 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
     } else if (cfg.family == Family::kQwen2Moe) {
         cfg.attn_qk_norm = false;
         cfg.attn_qkv_bias = r.bool_or("qkv_bias", true);  // Qwen2MoeAttention: biases on q/k/v unless false
-    } else if (glm) {
-        // GLM's attention_bias puts biases on q, k and v only (o_proj has none): read above.
+    } else if (glm || gpt_oss) {
+        // GLM's attention_bias puts biases on q, k and v only (o_proj has none); gpt-oss's on all four:
+        // read above.
     } else if (deepseek) {
         if (r.bool_or("attention_bias", false)) {
             SLUICE_RETURN_IF_ERROR(r.status());
@@ -497,6 +529,33 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
             sw->get<int64_t>() < std::max<int64_t>(cfg.max_positions, 1))
             return error(ErrorCode::kUnsupported, "[config] " + source + ": sliding_window " + sw->dump() +
                                                       " (sliding-window attention) is not supported");
+    }
+    if (gpt_oss) {
+        // layer_types (GptOssConfig's default: sliding on even layers, full on odd ones) and the window.
+        cfg.sliding_window = r.int_or("sliding_window", 128);
+        cfg.layer_sliding.assign(static_cast<size_t>(cfg.n_layers), false);
+        auto lt = text->find("layer_types");
+        if (lt != text->end() && lt->is_array()) {
+            if (static_cast<int64_t>(lt->size()) != cfg.n_layers)
+                return error(ErrorCode::kInvalidArgument,
+                             "[config] " + source + ": layer_types has " + std::to_string(lt->size()) +
+                                 " entries, expected " + std::to_string(cfg.n_layers));
+            for (size_t i = 0; i < lt->size(); ++i) {
+                const std::string t = (*lt)[i].is_string() ? (*lt)[i].get<std::string>() : "";
+                if (t != "sliding_attention" && t != "full_attention")
+                    return error(ErrorCode::kUnsupported,
+                                 "[config] " + source + ": layer_types[" + std::to_string(i) + "] = " +
+                                     (*lt)[i].dump() + " (expected sliding_attention or full_attention)");
+                cfg.layer_sliding[i] = t == "sliding_attention";
+            }
+        } else {
+            for (int64_t i = 0; i < cfg.n_layers; ++i)
+                cfg.layer_sliding[static_cast<size_t>(i)] = (i + 1) % 2 != 0;
+        }
+        if (cfg.sliding_window < 1 || cfg.sliding_window > (int64_t{1} << 40))
+            return error(ErrorCode::kInvalidArgument, "[config] " + source + ": sliding_window " +
+                                                          std::to_string(cfg.sliding_window) +
+                                                          " must be a positive number of positions");
     }
     if (cfg.is_dense_family() || cfg.family == Family::kQwen2Moe) {
         // The optional sliding window of Qwen2 / Qwen3 (off in every released checkpoint) is not
@@ -576,6 +635,12 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
                                  " is not supported (e4m3 with [rows, cols] blocks)");
             cfg.fp8_block_rows = block[0].get<int64_t>();
             cfg.fp8_block_cols = block[1].get<int64_t>();
+            break;
+        }
+        if (auto q = root.find(key);
+            gpt_oss && q != root.end() && q->is_object() && q->value("quant_method", "") == "mxfp4") {
+            // The Hub's gpt-oss: routed experts in MXFP4 blocks (modules_to_not_convert: everything else).
+            cfg.mxfp4_experts = true;
             break;
         }
         if (auto q = root.find(key); q != root.end() && q->is_object() && q->contains("quant_method")) {

@@ -8,8 +8,10 @@
 // Qwen2's attention with Qwen3-Next's softmax router and gated shared expert), glm4_moe (GLM-4.5 / 4.6
 // / 4.5-Air: Qwen3-MoE's decoder with q/k/v biases, optional q/k norms, half-rotary RoPE, a sigmoid router
 // whose bias chooses, an ungated shared expert and dense first layers), deepseek_v3 (DeepSeek-V3 / R1 /
-// V3.1 and Kimi K2: GLM's router and experts under multi-head latent attention). Family defaults are applied
-// here and nowhere else (e.g. Qwen3.5/3.6 routers always renormalise).
+// V3.1 and Kimi K2: GLM's router and experts under multi-head latent attention), gpt_oss (gpt-oss-20b /
+// 120b: biases on every attention projection, per-head sinks, sliding-window layers alternating with full
+// ones, a biased router, experts with biases and a clamped SwiGLU, MXFP4 experts on the Hub). Family defaults
+// are applied here and nowhere else (e.g. Qwen3.5/3.6 routers always renormalise).
 #pragma once
 
 #include <cstdint>
@@ -32,7 +34,8 @@ enum class Family {
     kGlm4Moe,
     kQwen2Moe,
     kMixtral,
-    kDeepseekV3
+    kDeepseekV3,
+    kGptOss
 };
 const char* family_name(Family family);
 
@@ -110,6 +113,12 @@ struct ModelConfig {
     bool attn_output_gate = false;  // q_proj also yields a per-head sigmoid gate (Next, 3.5)
     bool attn_qk_norm = true;       // per-head RMS norms of q and k (every family but Qwen2)
     bool attn_qkv_bias = false;     // q_proj, k_proj and v_proj have biases (Qwen2)
+    bool attn_o_bias = false;       // o_proj has a bias too (gpt-oss)
+    bool attn_sinks = false;        // self_attn.sinks [nh]: a logit per head in the softmax (gpt-oss)
+    // Sliding-window attention (gpt-oss's "sliding_attention" layers): a query at position P sees keys
+    // P - sliding_window + 1 .. P on the layers layer_sliding marks; 0: none.
+    int64_t sliding_window = 0;
+    std::vector<bool> layer_sliding;  // [n_layers] (empty: none)
 
     // Gated DeltaNet (§3.5).
     int64_t linear_k_heads = 0;             // nk
@@ -142,6 +151,18 @@ struct ModelConfig {
     // (model.layers.N .. N + nextn_layers - 1: num_nextn_predict_layers). Not run; accepted in a
     // checkpoint and left out of a pack.
     int64_t nextn_layers = 0;
+    // gpt-oss's MoE: the router's own bias added to its logits (choosing and weighting, unlike the
+    // selection bias above); experts with biases on gate, up and down; the clamped SwiGLU of the
+    // reference, out = (clamp(up, ±limit) + 1) · g·σ(alpha·g) with g = min(gate, limit); the gate and up
+    // rows of its fused gate_up_proj interleaved (2j gate, 2j + 1 up).
+    bool router_logit_bias = false;
+    bool expert_bias = false;
+    float swiglu_limit = 0.0f;  // 0: the plain SwiGLU
+    float swiglu_alpha = 1.0f;
+    // The Hub's gpt-oss checkpoints: quantization_config quant_method "mxfp4", the routed experts stored as
+    // gate_up_proj_blocks / _scales and down_proj_blocks / _scales (OCP MXFP4: e2m1 codes, an e8m0 scale per
+    // 32), which sluice repacks into ggml's MXFP4 blocks (model/gpt_oss_experts.h).
+    bool mxfp4_experts = false;
 
     std::vector<LayerType> layer_types;  // [n_layers]
     // Multi-token-prediction layers the checkpoint holds (models.md §3.7): 0 or 1, set at load from
@@ -163,6 +184,12 @@ struct ModelConfig {
         return layer >= n_layers || layer_types[layer] == LayerType::kFullAttention;  // MTP: attention
     }
     bool is_mtp_layer(int64_t layer) const { return layer >= n_layers; }
+    // The layer's attention window (0: full attention).
+    int64_t window_of(int64_t layer) const {
+        return layer < static_cast<int64_t>(layer_sliding.size()) && layer_sliding[static_cast<size_t>(layer)]
+                   ? sliding_window
+                   : 0;
+    }
     bool is_moe_layer(int64_t layer) const;
     bool latent_attention() const { return kv_lora_rank > 0; }
     // The geometry of one position's cached keys: n heads of this many values each (MLA: one latent row).

@@ -124,8 +124,10 @@ struct ModelState {
 // One sequence's step of an attention layer on its cache (attention.cpp): k, v [n, nkv, hd] stored at
 // positions state.n_past.. in the cache's type (and the --kv-window ring), then attention_kv of
 // q [n, nh, hd] over the cache into out. v null: latent attention, whose key rows are also its values.
+// `extras`: gpt-oss's sliding window and sink logits.
 void attend_step(ModelState& state, ModelState::Layer& layer, const float* k, const float* v, const float* q,
-                 int64_t n, int64_t nh, int64_t nkv, int64_t hd, float scale, float* out, ThreadPool* pool);
+                 int64_t n, int64_t nh, int64_t nkv, int64_t hd, float scale, float* out, ThreadPool* pool,
+                 const kernels::AttentionExtras& extras = {});
 
 // Scratch buffers of the forward, grown on demand and reused.
 // A byte range of a mapped checkpoint file.

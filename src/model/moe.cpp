@@ -1,6 +1,7 @@
 // The feed-forward block (models.md §1.6, §1.7, §3.6): a top-k router over E experts (softmax,
 // renormalised when norm_topk_prob; or GLM's sigmoid with a selection bias and groups:
-// kernels::RouterSpec), routed SwiGLU experts, and a shared expert — for Qwen3-Next / Qwen3.5 scaled
+// kernels::RouterSpec; gpt-oss's logits with a bias of their own), routed SwiGLU experts (gpt-oss's with
+// biases and a clamped activation), and a shared expert — for Qwen3-Next / Qwen3.5 scaled
 // by σ(shared_expert_gate · x), for GLM added as it is. Non-MoE layers run a dense SwiGLU MLP.
 //
 // A batch's tokens — of every sequence in a batched forward — are grouped by expert (counting sort
@@ -30,18 +31,60 @@ namespace {
 // (kernels/cpu/isa_table.h kDeltaChunk) and the prefix cache's blocks (runtime/prefix_cache.h).
 constexpr int64_t kMoeBlockTokens = 64;
 
-// y[n, H] = down(silu(gate·x) ⊙ up·x) for a SwiGLU MLP with weights `w`; the first `singles` rows
-// take the matvec path (workspace.h, linear_rows).
+// What a routed expert adds to the plain SwiGLU (gpt-oss): its biases after gate, up and down (null: none)
+// and the clamped activation (limit > 0).
+struct ExpertExtras {
+    const float* gate_bias = nullptr;  // [I]
+    const float* up_bias = nullptr;    // [I]
+    const float* down_bias = nullptr;  // [H]
+    float limit = 0.0f, alpha = 1.0f;
+
+    // Expert e's under plan P with the layer's weights m.
+    static ExpertExtras of(const MoePlan& P, const MoeWeights& m, int32_t e) {
+        ExpertExtras x;
+        x.limit = P.swiglu_limit;
+        x.alpha = P.swiglu_alpha;
+        if (P.expert_bias) {
+            x.gate_bias = m.expert_gate_bias.data() + static_cast<int64_t>(e) * P.expert_ffn;
+            x.up_bias = m.expert_up_bias.data() + static_cast<int64_t>(e) * P.expert_ffn;
+            x.down_bias =
+                m.expert_down_bias.data() +
+                static_cast<int64_t>(e) * (m.expert_down_bias.size() / static_cast<size_t>(P.experts));
+        }
+        return x;
+    }
+};
+
+// y[rows, n] += bias[n] per row (null: nothing).
+void add_bias(float* y, int64_t rows, int64_t n, const float* bias) {
+    if (bias == nullptr) return;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < n; ++i) y[r * n + i] += bias[i];
+}
+
+// The activation of `count` rows of I values: silu(g) · u, or the clamped variant.
+void activate(const float* g, const float* u, int64_t count, const ExpertExtras& x, float* act) {
+    if (x.limit > 0.0f)
+        kernels::swiglu_clamped(g, u, count, x.alpha, x.limit, act);
+    else
+        kernels::swiglu(g, u, count, act);
+}
+
+// y[n, H] = down(silu(gate·x) ⊙ up·x) for a SwiGLU MLP with weights `w` (with a routed expert's
+// extras, when given); the first `singles` rows take the matvec path (workspace.h, linear_rows).
 void swiglu_mlp(const ExpertWeights& w, const float* x, int64_t n, int64_t singles, float* y, Workspace& ws,
-                ThreadPool* pool) {
+                ThreadPool* pool, const ExpertExtras& extras = {}) {
     const int64_t I = w.gate.rows;
     float* g = grow(ws.expert_gate, n * I);
     float* u = grow(ws.expert_up, n * I);
     float* act = grow(ws.expert_act, n * I);
     linear_rows(w.gate, x, n, singles, g, pool);
     linear_rows(w.up, x, n, singles, u, pool);
-    kernels::swiglu(g, u, n * I, act);
+    add_bias(g, n, I, extras.gate_bias);
+    add_bias(u, n, I, extras.up_bias);
+    activate(g, u, n * I, extras, act);
     linear_rows(w.down, act, n, singles, y, pool);
+    add_bias(y, n, w.down.rows, extras.down_bias);
 }
 
 // The block of sequence positions a row's token is in (MoE lone-token decisions are taken per block).
@@ -83,7 +126,7 @@ constexpr int64_t kDecodeGroupRows = 16;
 // ascending, rows in order) as the per-expert path.
 void routed_decode(const ExpertWeights* views, std::span<const int32_t> ids, const int32_t* offsets,
                    const int32_t* tok, const float* tok_w, const float* x, float* mix, int64_t H,
-                   Workspace& ws, ThreadPool* pool) {
+                   const MoePlan& P, const MoeWeights& m, Workspace& ws, ThreadPool* pool) {
     const auto count_ids = static_cast<int64_t>(ids.size());
     int64_t total = 0;
     for (int32_t e : ids) total += offsets[e + 1] - offsets[e];
@@ -109,7 +152,20 @@ void routed_decode(const ExpertWeights* views, std::span<const int32_t> ids, con
         at += count;
     }
     kernels::matvec_jobs(jobs, 2 * count_ids, pool);
-    kernels::swiglu(g, u, total * I, act);
+    const bool extras = P.expert_bias || P.swiglu_limit > 0.0f;
+    if (!extras) {
+        kernels::swiglu(g, u, total * I, act);
+    } else {
+        at = 0;
+        for (int64_t i = 0; i < count_ids; ++i) {
+            const int64_t count = offsets[ids[i] + 1] - offsets[ids[i]];
+            const ExpertExtras x_e = ExpertExtras::of(P, m, ids[i]);
+            add_bias(g + at * I, count, I, x_e.gate_bias);
+            add_bias(u + at * I, count, I, x_e.up_bias);
+            activate(g + at * I, u + at * I, count * I, x_e, act + at * I);
+            at += count;
+        }
+    }
     at = 0;
     for (int64_t i = 0; i < count_ids; ++i) {
         const int64_t count = offsets[ids[i] + 1] - offsets[ids[i]];
@@ -120,6 +176,7 @@ void routed_decode(const ExpertWeights* views, std::span<const int32_t> ids, con
     at = 0;
     for (int64_t i = 0; i < count_ids; ++i) {
         const int64_t begin = offsets[ids[i]], count = offsets[ids[i] + 1] - begin;
+        if (extras) add_bias(out + at * H, count, H, ExpertExtras::of(P, m, ids[i]).down_bias);
         for (int64_t j = 0; j < count; ++j)
             kernels::axpy(tok_w[begin + j], out + (at + j) * H, H, mix + tok[begin + j] * H);
         at += count;
@@ -145,6 +202,7 @@ void Model::moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t lay
 
     float* logits = grow(ws.router, n * E);  // [n, E]
     linear_rows(m.router, x, n, singles, logits, pool);
+    add_bias(logits, n, E, m.router_logit_bias.empty() ? nullptr : m.router_logit_bias.data());
     int32_t* ids = grow(ws.topk_ids, n * K);        // [n, K]
     float* weights = grow(ws.topk_weights, n * K);  // [n, K]
     const kernels::RouterSpec router = P.router_spec(m.router_bias.empty() ? nullptr : m.router_bias.data());
@@ -195,7 +253,7 @@ void Model::moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t lay
             for (WeightView* w : {&views[i].gate, &views[i].up, &views[i].down})
                 w->activations = activations_;
         if (decode) {
-            routed_decode(views, batch_ids, offsets, tok, tok_w, x, mix, H, ws, pool);
+            routed_decode(views, batch_ids, offsets, tok, tok_w, x, mix, H, P, m, ws, pool);
             experts_->release(layer, batch_ids);
             continue;
         }
@@ -211,7 +269,7 @@ void Model::moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t lay
             float* in = grow(ws.expert_in, count * H);
             for (int64_t j = 0; j < count; ++j) std::memcpy(in + j * H, x + row(j) * H, sizeof(float) * H);
             float* out = grow(ws.expert_out, count * H);
-            swiglu_mlp(views[i], in, count, lone, out, ws, pool);
+            swiglu_mlp(views[i], in, count, lone, out, ws, pool, ExpertExtras::of(P, m, e));
             for (int64_t j = 0; j < count; ++j)
                 kernels::axpy(tok_w[begin + order[j]], out + j * H, H, mix + row(j) * H);
         }
@@ -247,6 +305,8 @@ void Model::predict_next_experts(int64_t layer, const float* x, Workspace& ws, T
         kernels::rms_norm(x + t * H, next.post_norm.data(), H, plan.norm_eps, normed + t * H);
     float* logits = grow(ws.router, n * E);
     linear_rows(next.moe_w.router, normed, n, ws.batch.singles, logits, pool);
+    const std::vector<float>& logit_bias = next.moe_w.router_logit_bias;
+    add_bias(logits, n, E, logit_bias.empty() ? nullptr : logit_bias.data());
     int32_t* ids = grow(ws.topk_ids, n * K);
     float* weights = grow(ws.topk_weights, n * K);
     int32_t* predicted = grow(ws.predicted_ids, E);

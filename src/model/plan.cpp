@@ -50,6 +50,9 @@ ModelPlan make_plan(const ModelConfig& c, CheckpointLayout layout) {
             a.qk_norm_eps = c.rms_eps;
             a.qkv_bias = c.attn_qkv_bias;
             a.output_gate = c.attn_output_gate;
+            a.o_bias = c.attn_o_bias;
+            a.sinks = c.attn_sinks;
+            a.window = c.window_of(l);
         } else {
             p.mixer = MixerKind::kGatedDeltaNet;
             DeltaNetPlan& d = p.deltanet;
@@ -80,6 +83,10 @@ ModelPlan make_plan(const ModelConfig& c, CheckpointLayout layout) {
             m.topk_groups = c.router_topk_groups;
             m.shared_expert = c.shared_expert_ffn > 0;
             m.shared_gate = m.shared_expert && c.shared_expert_gated;
+            m.router_logit_bias = c.router_logit_bias;
+            m.expert_bias = c.expert_bias;
+            m.swiglu_limit = c.swiglu_limit;
+            m.swiglu_alpha = c.swiglu_alpha;
         } else {
             p.ffn = FfnKind::kDense;
         }

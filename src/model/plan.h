@@ -42,6 +42,9 @@ struct AttentionPlan {
     float qk_norm_eps = 1e-6f;         // its epsilon (weights hold any +1)
     bool qkv_bias = false;             // q, k and v projections add a bias (Qwen2)
     bool output_gate = false;  // q_proj also yields a per-head sigmoid gate, interleaved with q per head
+    bool o_bias = false;       // o_proj adds a bias (gpt-oss)
+    bool sinks = false;        // a per-head sink logit in the softmax (kernels::AttentionExtras; gpt-oss)
+    int64_t window = 0;        // sliding window: a query at P sees keys P - window + 1 .. P (0: all)
 };
 
 // Multi-head latent attention (DeepSeek-V3 / Kimi K2; models.md-style notes in docs/models-verified.md).
@@ -89,7 +92,13 @@ struct MoePlan {
     float scale = 1.0f;                   // routed_scaling_factor on the k weights
     int64_t groups = 1, topk_groups = 1;  // kSigmoidBiasTopK: the groups kept before the top k
     bool shared_expert = false;
-    bool shared_gate = false;  // the shared expert's output scaled by σ(shared_expert_gate · x)
+    bool shared_gate = false;        // the shared expert's output scaled by σ(shared_expert_gate · x)
+    bool router_logit_bias = false;  // the router's bias added to its logits before the top k (gpt-oss)
+    bool expert_bias = false;        // routed experts add biases after gate, up and down (gpt-oss)
+    // The routed experts' activation: silu(gate) · up, or with swiglu_limit > 0 gpt-oss's clamped variant
+    // (kernels::swiglu_clamped): g = min(gate, limit), (clamp(up, ±limit) + 1) · g · σ(alpha · g).
+    float swiglu_limit = 0.0f;
+    float swiglu_alpha = 1.0f;
     // The router's RouterSpec with `bias` (the layer's e_score_correction_bias, or null).
     kernels::RouterSpec router_spec(const float* bias) const {
         kernels::RouterSpec r;

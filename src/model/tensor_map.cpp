@@ -31,6 +31,9 @@ Expected<const TensorInfo*> require(const format::Checkpoint& ck, const std::str
 }  // namespace
 
 bool TensorNames::is_routed_expert(const std::string& name) {
+    // gpt-oss's expert biases stay with the dense core (model/gpt_oss_experts.h).
+    if (name.ends_with(".mlp.experts.gate_up_proj_bias") || name.ends_with(".mlp.experts.down_proj_bias"))
+        return false;
     for (const char* part :
          {".mlp.experts.", ".mlp.switch_mlp.", ".block_sparse_moe.experts.", ".block_sparse_moe.switch_mlp."})
         if (name.find(part) != std::string::npos) return true;
@@ -46,6 +49,7 @@ TensorNames with_family(TensorNames names, const ModelConfig& config) {
         names.moe = "block_sparse_moe.";
         names.expert_projections = {"w1", "w3", "w2"};
     }
+    if (config.family == Family::kGptOss) names.router_name = "router";
     return names;
 }
 
@@ -67,7 +71,8 @@ int64_t mtp_layers_in(const ModelConfig& config, const format::Checkpoint& check
 }
 
 int TensorNames::module_bits(const ModelConfig& config, const std::string& module, int bits) {
-    if (module.ends_with(".mlp.gate") || module.ends_with(".block_sparse_moe.gate"))
+    if (module.ends_with(".mlp.gate") || module.ends_with(".block_sparse_moe.gate") ||
+        module.ends_with(".mlp.router"))
         return config.router_sigmoid ? 16 : 8;
     return module.ends_with(kSharedExpertGate) ? 8 : bits;
 }
@@ -211,6 +216,10 @@ Expected<std::vector<std::array<SourceMatrix, 3>>> source_experts(const ModelCon
                                                                   const format::Checkpoint& ck,
                                                                   const TensorNames& names, int64_t l) {
     const int64_t E = cfg.n_experts, I = cfg.expert_ffn, H = cfg.hidden;
+    if (cfg.family == Family::kGptOss)
+        return error(ErrorCode::kInternal,
+                     "[tensors] gpt-oss's experts are converted, not sliced "
+                     "(model/gpt_oss_experts.h)");
     const std::string p = names.layer(l);
     std::vector<std::array<SourceMatrix, 3>> out(static_cast<size_t>(E));
     const std::string stacked = p + names.stacked_experts(), experts = p + names.experts();

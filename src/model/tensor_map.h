@@ -81,7 +81,8 @@ struct TensorNames {
     std::string moe = "mlp.";
     // The per-expert projections' names in HF checkpoints, gate, up, down: Mixtral's w1, w3, w2.
     std::array<const char*, 3> expert_projections = {"gate_proj", "up_proj", "down_proj"};
-    std::string router() const { return moe + "gate"; }
+    std::string router_name = "gate";  // the router's module under moe: gpt-oss's "router"
+    std::string router() const { return moe + router_name; }
     std::string experts() const { return moe + "experts."; }
     std::string stacked_experts() const { return moe + "switch_mlp."; }  // MLX: [E, out, in] per projection
     static constexpr const char* kSharedExpert = "mlp.shared_expert.";   // gate_proj up_proj down_proj
@@ -153,7 +154,8 @@ Expected<std::vector<SourceMatrix>> source_linear(const ModelConfig& config,
                                                   int64_t cols, const std::string& weight_suffix = ".weight");
 // The routed experts of layer `l`, [E] × {gate, up, down}, in whichever layout the checkpoint has:
 // MLX stacked switch_mlp, Qwen3.5/3.6 fused gate_up_proj [E, 2I, H] (gate rows first), or one tensor
-// per expert and projection.
+// per expert and projection. Not gpt-oss's (input-major, interleaved, or MXFP4 blocks):
+// model/gpt_oss_experts.h.
 Expected<std::vector<std::array<SourceMatrix, 3>>> source_experts(const ModelConfig& config,
                                                                   const format::Checkpoint& checkpoint,
                                                                   const TensorNames& names, int64_t l);

@@ -6,6 +6,7 @@
 
 #include "core/log.h"
 #include "kernels/weight_format.h"
+#include "model/gpt_oss_experts.h"
 #include "model/tensor_map.h"
 
 namespace sluice::model {
@@ -138,6 +139,71 @@ Status bind_routed_experts(const ModelConfig& cfg, const format::Checkpoint& ck,
     return Status::ok();
 }
 
+// gpt-oss's routed experts of layer l converted into buffers of `owned` (gpt_oss_experts.h): MXFP4 blocks
+// repacked into ggml's MXFP4, float matrices transposed out of their input-major, interleaved layout.
+Status bind_gpt_oss_experts(const ModelConfig& cfg, const GptOssExpertTensors& t, MoeWeights* moe,
+                            std::vector<std::vector<uint8_t>>* owned) {
+    const int64_t E = cfg.n_experts, I = cfg.expert_ffn, H = cfg.hidden;
+    moe->experts.resize(static_cast<size_t>(E));
+    if (t.mxfp4) {
+        const int64_t gu_row = H / kMxfp4Block * kMxfp4BlockBytes, d_row = I / kMxfp4Block * kMxfp4BlockBytes;
+        const int64_t per_expert = 2 * I * gu_row + H * d_row;
+        std::vector<uint8_t>& buf = owned->emplace_back(static_cast<size_t>(E * per_expert));
+        for (int64_t e = 0; e < E; ++e) {
+            uint8_t* gate = buf.data() + e * per_expert;
+            uint8_t* up = gate + I * gu_row;
+            uint8_t* down = up + I * gu_row;
+            for (int64_t r = 0; r < 2 * I; ++r)  // rows interleave: 2j gate j, 2j + 1 up j
+                mxfp4_row_hub_to_ggml(t.gate_up->data + (e * 2 * I + r) * (H / kMxfp4Block) * 16,
+                                      t.gate_up_scales->data + (e * 2 * I + r) * (H / kMxfp4Block), H,
+                                      (r % 2 == 0 ? gate : up) + (r / 2) * gu_row);
+            for (int64_t r = 0; r < H; ++r)
+                mxfp4_row_hub_to_ggml(t.down->data + (e * H + r) * (I / kMxfp4Block) * 16,
+                                      t.down_scales->data + (e * H + r) * (I / kMxfp4Block), I,
+                                      down + r * d_row);
+            auto view = [](uint8_t* data, int64_t rows, int64_t cols) {
+                WeightView v;
+                v.rows = rows;
+                v.cols = cols;
+                v.data = data;
+                v.type = WeightType::kGgmlMXFP4;
+                return v;
+            };
+            moe->experts[static_cast<size_t>(e)] = {view(gate, I, H), view(up, I, H), view(down, H, I)};
+        }
+        return Status::ok();
+    }
+    if (t.gate_up->dtype != t.down->dtype)
+        return mismatch(t.down->name, format::dtype_name(t.gate_up->dtype), *t.down);
+    SLUICE_ASSIGN_OR_RETURN(const WeightType type, weight_type_of(t.gate_up->dtype, 0));
+    const size_t eb = format::dtype_size(t.gate_up->dtype);
+    const int64_t per_expert = 3 * I * H;  // elements: gate, up [I, H], down [H, I]
+    std::vector<uint8_t>& buf = owned->emplace_back(static_cast<size_t>(E * per_expert) * eb);
+    for (int64_t e = 0; e < E; ++e) {
+        uint8_t* gate = buf.data() + static_cast<size_t>(e * per_expert) * eb;
+        uint8_t* up = gate + static_cast<size_t>(I * H) * eb;
+        uint8_t* down = up + static_cast<size_t>(I * H) * eb;
+        const uint8_t* gu = t.gate_up->data + static_cast<size_t>(e * H * 2 * I) * eb;
+        const uint8_t* dn = t.down->data + static_cast<size_t>(e * I * H) * eb;
+        for (int64_t j = 0; j < I; ++j) {
+            gpt_oss_column(gu, H, 2 * I, 2 * j, eb, gate + static_cast<size_t>(j * H) * eb);
+            gpt_oss_column(gu, H, 2 * I, 2 * j + 1, eb, up + static_cast<size_t>(j * H) * eb);
+        }
+        for (int64_t r = 0; r < H; ++r)
+            gpt_oss_column(dn, I, H, r, eb, down + static_cast<size_t>(r * I) * eb);
+        auto view = [&](uint8_t* data, int64_t rows, int64_t cols) {
+            WeightView v;
+            v.rows = rows;
+            v.cols = cols;
+            v.data = data;
+            v.type = type;
+            return v;
+        };
+        moe->experts[static_cast<size_t>(e)] = {view(gate, I, H), view(up, I, H), view(down, H, I)};
+    }
+    return Status::ok();
+}
+
 }  // namespace
 
 CheckpointLayout detect_checkpoint_layout(const ModelConfig& cfg, const format::Checkpoint& ck,
@@ -266,6 +332,12 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
             SLUICE_ASSIGN_OR_RETURN(a.k_proj, b.linear(att + "k_proj", cfg.n_kv_heads * cfg.head_dim, H));
             SLUICE_ASSIGN_OR_RETURN(a.v_proj, b.linear(att + "v_proj", cfg.n_kv_heads * cfg.head_dim, H));
             SLUICE_ASSIGN_OR_RETURN(a.o_proj, b.linear(att + "o_proj", H, cfg.n_heads * cfg.head_dim));
+            if (cfg.attn_o_bias) {
+                SLUICE_ASSIGN_OR_RETURN(a.o_bias, b.floats(att + "o_proj.bias", H));
+            }
+            if (cfg.attn_sinks) {
+                SLUICE_ASSIGN_OR_RETURN(a.sinks, b.floats(att + "sinks", cfg.n_heads));
+            }
             if (cfg.attn_qk_norm) {
                 SLUICE_ASSIGN_OR_RETURN(a.q_norm, b.floats(att + "q_norm.weight", cfg.head_dim, norm_add));
                 SLUICE_ASSIGN_OR_RETURN(a.k_norm, b.floats(att + "k_norm.weight", cfg.head_dim, norm_add));
@@ -322,7 +394,28 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
         if (cfg.router_sigmoid) {
             SLUICE_ASSIGN_OR_RETURN(m.router_bias, b.floats(p + TensorNames::kRouterBias, E));
         }
-        if (bind_experts) SLUICE_RETURN_IF_ERROR(bind_routed_experts(cfg, ck, names, l, &m));
+        if (cfg.router_logit_bias) {
+            SLUICE_ASSIGN_OR_RETURN(m.router_logit_bias, b.floats(p + names.router() + ".bias", E));
+        }
+        if (cfg.expert_bias) {
+            const int64_t I = cfg.expert_ffn;
+            const std::string ep = p + names.experts();
+            SLUICE_ASSIGN_OR_RETURN(auto gate_up, b.floats(ep + "gate_up_proj_bias", E * 2 * I));
+            SLUICE_ASSIGN_OR_RETURN(m.expert_down_bias, b.floats(ep + "down_proj_bias", E * H));
+            m.expert_gate_bias.resize(static_cast<size_t>(E * I));
+            m.expert_up_bias.resize(static_cast<size_t>(E * I));
+            for (int64_t i = 0; i < E * I; ++i) {  // interleaved: 2j gate j, 2j + 1 up j
+                m.expert_gate_bias[static_cast<size_t>(i)] = gate_up[static_cast<size_t>(2 * i)];
+                m.expert_up_bias[static_cast<size_t>(i)] = gate_up[static_cast<size_t>(2 * i + 1)];
+            }
+        }
+        if (bind_experts && cfg.family == Family::kGptOss) {
+            // A pack's source check (check_only) checks them; the pack converts them as it streams.
+            SLUICE_ASSIGN_OR_RETURN(const GptOssExpertTensors t, gpt_oss_expert_tensors(cfg, ck, names, l));
+            if (!check_only) SLUICE_RETURN_IF_ERROR(bind_gpt_oss_experts(cfg, t, &m, &mw.owned));
+        } else if (bind_experts) {
+            SLUICE_RETURN_IF_ERROR(bind_routed_experts(cfg, ck, names, l, &m));
+        }
         for (const auto& ex : m.experts) mw.expert_bytes += expert_bytes(ex);
 
         if (cfg.shared_expert_ffn > 0) {
@@ -344,9 +437,11 @@ Expected<ModelWeights> load_weights(const ModelConfig& cfg, std::shared_ptr<form
     for (const LayerWeights& lw : mw.layers)
         floats += lw.input_norm.size() + lw.post_norm.size() + lw.attn.q_norm.size() + lw.attn.k_norm.size() +
                   lw.attn.q_bias.size() + lw.attn.k_bias.size() + lw.attn.v_bias.size() +
-                  lw.linear.conv.size() + lw.linear.neg_a.size() + lw.linear.dt_bias.size() +
-                  lw.linear.norm.size() + lw.moe_w.router_bias.size() + lw.attn.q_a_norm.size() +
-                  lw.attn.kv_a_norm.size();
+                  lw.attn.o_bias.size() + lw.attn.sinks.size() + lw.moe_w.router_logit_bias.size() +
+                  lw.moe_w.expert_gate_bias.size() + lw.moe_w.expert_up_bias.size() +
+                  lw.moe_w.expert_down_bias.size() + lw.linear.conv.size() + lw.linear.neg_a.size() +
+                  lw.linear.dt_bias.size() + lw.linear.norm.size() + lw.moe_w.router_bias.size() +
+                  lw.attn.q_a_norm.size() + lw.attn.kv_a_norm.size();
     mw.dense_bytes += sizeof(float) * floats;
     log::debug("[weights] {} layout, prefix '{}', dense {:.1f} MB, experts {:.1f} MB", layout_name(mw.layout),
                prefix, mw.dense_bytes / 1e6, mw.expert_bytes / 1e6);

@@ -48,6 +48,8 @@ struct AttentionWeights {
     std::vector<float> q_bias;  // [nh·hd], k_bias and v_bias [nkv·hd]: Qwen2's; empty without
     std::vector<float> k_bias;
     std::vector<float> v_bias;
+    std::vector<float> o_bias;  // [H]: gpt-oss's; empty without
+    std::vector<float> sinks;   // [nh]: gpt-oss's per-head sink logits; empty without
     // Multi-head latent attention (plan.h LatentAttentionPlan; q_proj [nh·(nope+rope), H] when there is no
     // q bottleneck, o_proj [H, nh·v]).
     WeightView q_a_proj;   // [q_lora_rank, H]
@@ -84,9 +86,13 @@ struct ExpertWeights {
 };
 
 struct MoeWeights {
-    WeightView router;                   // [E, H]
-    std::vector<float> router_bias;      // [E]: a sigmoid router's selection bias, or empty
-    std::vector<ExpertWeights> experts;  // [E] views into the checkpoint
+    WeightView router;                     // [E, H]
+    std::vector<float> router_bias;        // [E]: a sigmoid router's selection bias, or empty
+    std::vector<float> router_logit_bias;  // [E]: gpt-oss's router bias, added to the logits; or empty
+    std::vector<ExpertWeights> experts;    // [E] views into the checkpoint
+    // gpt-oss's expert biases, resident with the dense core (not in the expert records): gate and up
+    // [E, I] (de-interleaved from gate_up_proj_bias), down [E, H]; empty without.
+    std::vector<float> expert_gate_bias, expert_up_bias, expert_down_bias;
     bool has_shared = false;
     ExpertWeights shared;    // [I_s, H] ...
     WeightView shared_gate;  // [1, H]

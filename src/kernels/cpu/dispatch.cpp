@@ -846,6 +846,12 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out) {
     isa().swiglu(gate, up, n, out);
 }
 
+// Once per routed expert and token over I values, next to products over I·H weights: the reference
+// definition itself.
+void swiglu_clamped(const float* gate, const float* up, int64_t n, float alpha, float limit, float* out) {
+    reference::swiglu_clamped(gate, up, n, alpha, limit, out);
+}
+
 void axpy(float a, const float* x, int64_t n, float* y) {
     isa().axpy(a, x, n, y);
 }

@@ -200,6 +200,13 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out) {
     for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(silu(gate[i]) * up[i]);
 }
 
+void swiglu_clamped(const float* gate, const float* up, int64_t n, float alpha, float limit, float* out) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = std::min(gate[i], limit), u = std::clamp(up[i], -limit, limit);
+        out[i] = (u + 1.0f) * (g / (1.0f + std::exp(-alpha * g)));
+    }
+}
+
 void axpy(float a, const float* x, int64_t n, float* y) {
     for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
