@@ -258,6 +258,8 @@ struct ModelInfo {
     int64_t hidden_size = 0;
     int64_t n_layers = 0;
     int64_t n_full_attention_layers = 0;
+    int64_t n_sliding_window_layers = 0;  // attention over the last sliding_window positions (gpt-oss)
+    int64_t sliding_window = 0;
     int64_t n_experts = 0;
     int64_t experts_per_token = 0;
     uint64_t dense_bytes = 0;   // everything but routed experts

@@ -148,6 +148,8 @@ void run_info(const InfoOptions& o) {
                               {"family", m.family},
                               {"layers", m.n_layers},
                               {"full_attention_layers", m.n_full_attention_layers},
+                              {"sliding_window_layers", m.n_sliding_window_layers},
+                              {"sliding_window", m.sliding_window},
                               {"hidden_size", m.hidden_size},
                               {"vocab_size", m.vocab_size},
                               {"experts_per_layer", m.n_experts},
@@ -171,10 +173,14 @@ void run_info(const InfoOptions& o) {
         return;
     }
     std::printf("model             %s\n", o.model_dir.c_str());
-    std::printf("architecture      %s, %lld layers (%lld full attention), hidden %lld, vocab %lld\n",
+    const std::string sliding = m.n_sliding_window_layers > 0
+                                    ? ", " + std::to_string(m.n_sliding_window_layers) + " sliding window " +
+                                          std::to_string(m.sliding_window)
+                                    : "";
+    std::printf("architecture      %s, %lld layers (%lld full attention%s), hidden %lld, vocab %lld\n",
                 m.family.c_str(), static_cast<long long>(m.n_layers),
-                static_cast<long long>(m.n_full_attention_layers), static_cast<long long>(m.hidden_size),
-                static_cast<long long>(m.vocab_size));
+                static_cast<long long>(m.n_full_attention_layers), sliding.c_str(),
+                static_cast<long long>(m.hidden_size), static_cast<long long>(m.vocab_size));
     std::printf("experts           %lld per layer, %lld per token\n", static_cast<long long>(m.n_experts),
                 static_cast<long long>(m.experts_per_token));
     std::printf("weights           %s (%s layout%s)\n", m.quantization.c_str(), m.layout.c_str(),

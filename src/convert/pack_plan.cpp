@@ -5,6 +5,7 @@
 
 #include "convert/pack_writer.h"
 #include "kernels/weight_format.h"
+#include "model/gpt_oss_experts.h"
 #include "model/tensor_map.h"
 #include "model/weights.h"
 
@@ -80,6 +81,12 @@ class Planner {
         plan_.shards[shard_of_.at(t->name)].pieces.push_back(p);
     }
 
+    // A piece of another kind over bytes [within, within + p.src_bytes) of tensor t.
+    void add_piece(const TensorInfo* t, uint64_t within, PlanPiece p) {
+        p.src_begin = abs_offset(t, within);
+        plan_.shards[shard_of_.at(t->name)].pieces.push_back(p);
+    }
+
  private:
     const model::ModelConfig& cfg_;
     const format::Checkpoint& ckpt_;
@@ -121,6 +128,77 @@ format::PackProjection projection_for(const SrcMatrix& src, int bits, int group_
     if (bits == 16 || src.cols % group_size != 0)
         return make_projection(src.rows, src.cols, 0, 0, src.w->dtype);
     return make_projection(src.rows, src.cols, bits, group_size, src.w->dtype);
+}
+
+// gpt-oss's experts of layer l (model/gpt_oss_experts.h): the Hub's MXFP4 kept as ggml MXFP4 (its codes and
+// scales each patched into the output rows), or the float layout transposed per expert and copied (bits 16)
+// or quantized like any float source.
+Status plan_gpt_oss_experts(const model::ModelConfig& cfg, const format::Checkpoint& ckpt,
+                            const model::TensorNames& names, int64_t l, Planner& planner, PackPlan& plan,
+                            int group_size) {
+    SLUICE_ASSIGN_OR_RETURN(const model::GptOssExpertTensors t,
+                            model::gpt_oss_expert_tensors(cfg, ckpt, names, l));
+    const int64_t E = cfg.n_experts, I = cfg.expert_ffn, H = cfg.hidden;
+    const int bits = plan.bits;
+    auto float_projection = [&](int64_t rows, int64_t cols) {
+        return bits == 16 || cols % group_size != 0
+                   ? make_projection(rows, cols, 0, 0, t.gate_up->dtype)
+                   : make_projection(rows, cols, bits, group_size, t.gate_up->dtype);
+    };
+    format::PackExpertFile file =
+        t.mxfp4 ? make_expert_file_layout(l, make_ggml_projection(I, H, format::GgmlType::kMXFP4),
+                                          make_ggml_projection(I, H, format::GgmlType::kMXFP4),
+                                          make_ggml_projection(H, I, format::GgmlType::kMXFP4))
+                : make_expert_file_layout(l, float_projection(I, H), float_projection(I, H),
+                                          float_projection(H, I));
+    if (!t.mxfp4 && t.down->dtype != t.gate_up->dtype)
+        return error(ErrorCode::kInvalidArgument,
+                     "[pack] '" + t.down->name + "' is " + format::dtype_name(t.down->dtype) + ", '" +
+                         t.gate_up->name + "' " + format::dtype_name(t.gate_up->dtype) +
+                         ": gpt-oss's two expert tensors must share a dtype");
+    const auto out_index = static_cast<uint32_t>(plan.out_files.size());
+    plan.out_files.push_back({file.file, file.record_stride * static_cast<uint64_t>(E)});
+    for (int64_t e = 0; e < E; ++e) {
+        const uint64_t base = static_cast<uint64_t>(e) * file.record_stride;
+        // gate_up (interleaved into gate and up), then down.
+        for (const bool gate_up : {true, false}) {
+            const format::PackProjection& out = gate_up ? file.gate : file.down;
+            PlanPiece p;
+            p.out_file = out_index;
+            p.interleaved = gate_up;
+            p.dst = base + out.weight.offset;
+            p.dst_scales = base + out.scales.offset;
+            p.dst_biases = base + out.biases.offset;
+            if (gate_up) {
+                p.dst2 = base + file.up.weight.offset;
+                p.dst2_scales = base + file.up.scales.offset;
+                p.dst2_biases = base + file.up.biases.offset;
+            }
+            const int64_t rows = gate_up ? 2 * I : H, cols = gate_up ? H : I;  // the [out, in] matrix
+            if (t.mxfp4) {
+                p.kind = PlanPiece::Kind::kMxfp4Codes;
+                p.src_dtype = DType::kU8;
+                p.cols = cols;
+                p.src_bytes = static_cast<uint64_t>(rows) * p.row_bytes();
+                planner.add_piece(gate_up ? t.gate_up : t.down, static_cast<uint64_t>(e) * p.src_bytes, p);
+                p.kind = PlanPiece::Kind::kMxfp4Scales;
+                p.src_bytes = static_cast<uint64_t>(rows) * p.row_bytes();
+                planner.add_piece(gate_up ? t.gate_up_scales : t.down_scales,
+                                  static_cast<uint64_t>(e) * p.src_bytes, p);
+            } else {
+                p.kind = PlanPiece::Kind::kTransposeRows;
+                p.src_dtype = t.gate_up->dtype;
+                p.src_rows = cols;  // input-major: [in, out]
+                p.cols = rows;
+                p.bits = out.bits;
+                p.group_size = out.group_size;
+                p.src_bytes = static_cast<uint64_t>(rows * cols) * format::dtype_size(p.src_dtype);
+                planner.add_piece(gate_up ? t.gate_up : t.down, static_cast<uint64_t>(e) * p.src_bytes, p);
+            }
+        }
+    }
+    plan.layout.expert_files.push_back(std::move(file));
+    return Status::ok();
 }
 
 }  // namespace
@@ -251,6 +329,10 @@ Expected<PackPlan> plan_pack(const model::ModelConfig& cfg, const format::Checkp
     // Experts: one file per MoE layer, record e = expert e's gate, up, down.
     for (int64_t l = 0; l < n_layers; ++l) {
         if (!cfg.is_moe_layer(l)) continue;
+        if (cfg.family == model::Family::kGptOss) {
+            SLUICE_RETURN_IF_ERROR(plan_gpt_oss_experts(cfg, ckpt, names, l, planner, plan, group_size));
+            continue;
+        }
         SLUICE_ASSIGN_OR_RETURN(auto experts, planner.experts(names, l));
         for (const auto& projections : experts)
             for (const SrcMatrix& m : projections)

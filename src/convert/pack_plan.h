@@ -30,7 +30,12 @@
 namespace sluice::convert {
 
 struct PlanPiece {
-    enum class Kind : uint8_t { kCopy, kQuantizeRows };
+    // kMxfp4Codes / kMxfp4Scales: gpt-oss's experts as the Hub stores them (model/gpt_oss_experts.h), rows of
+    // MXFP4 codes or of their e8m0 scales, each written into its half of the same ggml MXFP4 rows (read,
+    // patched, written back), so the two tensors may arrive in either order and nothing is read ahead.
+    // kTransposeRows: gpt-oss's float experts, input-major: the whole piece (one expert's matrix) is one
+    // "row", transposed into output rows, then copied or quantized.
+    enum class Kind : uint8_t { kCopy, kQuantizeRows, kMxfp4Codes, kMxfp4Scales, kTransposeRows };
     Kind kind = Kind::kCopy;
     uint64_t src_begin = 0;  // absolute byte offset in the shard file
     uint64_t src_bytes = 0;
@@ -53,8 +58,22 @@ struct PlanPiece {
     int64_t scale_rows = 0, scale_cols = 0;
     int64_t fp8_block_rows = 0, fp8_block_cols = 0;
 
+    // gpt-oss's pieces: source row r goes to output row r of dst, or with `interleaved` (gate_up) row r / 2
+    // of dst (r even: gate) or of dst2 (odd: up), each with its own scales and biases (dst2_*) when
+    // quantized. kTransposeRows: the source is [src_rows, cols] and its output rows are its columns.
+    bool interleaved = false;
+    uint64_t dst2 = 0, dst2_scales = 0, dst2_biases = 0;
+    int64_t src_rows = 0;
+
     uint64_t src_end() const { return src_begin + src_bytes; }
-    uint64_t row_bytes() const { return static_cast<uint64_t>(cols) * format::dtype_size(src_dtype); }
+    uint64_t row_bytes() const {
+        switch (kind) {
+            case Kind::kMxfp4Codes: return static_cast<uint64_t>(cols / 32 * 16);
+            case Kind::kMxfp4Scales: return static_cast<uint64_t>(cols / 32);
+            case Kind::kTransposeRows: return src_bytes;
+            default: return static_cast<uint64_t>(cols) * format::dtype_size(src_dtype);
+        }
+    }
 };
 
 struct PlanShard {

@@ -21,6 +21,7 @@
 #include "io/mapped_file.h"
 #include "kernels/kernels.h"
 #include "kernels/quantize.h"
+#include "model/gpt_oss_experts.h"
 #include "model/tensor_map.h"
 
 namespace sluice::convert {
@@ -111,6 +112,92 @@ Status PlanWriter::write_at(uint32_t file, const void* data, uint64_t size, uint
             return os_error("cannot write", plan_.out_files[file].path + ".partial", errno);
         }
         done += static_cast<uint64_t>(n);
+    }
+    return Status::ok();
+}
+
+Status PlanWriter::read_at(uint32_t file, void* data, uint64_t size, uint64_t offset) {
+    auto* p = static_cast<uint8_t*>(data);
+    uint64_t done = 0;
+    while (done < size) {
+        const ssize_t n = ::pread(fds_[file], p + done, size - done, static_cast<off_t>(offset + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0)
+            return os_error("cannot read back", plan_.out_files[file].path + ".partial", n < 0 ? errno : EIO);
+        done += static_cast<uint64_t>(n);
+    }
+    return Status::ok();
+}
+
+Status PlanWriter::process_rows(ShardState& st, const PlanPiece& pc, uint64_t first_row, const uint8_t* src,
+                                uint64_t rows) {
+    switch (pc.kind) {
+        case PlanPiece::Kind::kMxfp4Codes:
+        case PlanPiece::Kind::kMxfp4Scales: return mxfp4_rows(st, pc, first_row, src, rows);
+        case PlanPiece::Kind::kTransposeRows: return transpose_rows(st, pc, src);
+        default: return quantize_rows(st, pc, first_row, src, rows);
+    }
+}
+
+Status PlanWriter::mxfp4_rows(ShardState& st, const PlanPiece& pc, uint64_t first_row, const uint8_t* src,
+                              uint64_t rows) {
+    // Each source row patches its half of one output row of ggml blocks (block_mxfp4: the scale byte, then
+    // 16 code bytes): read back, patched, written. Rows bound for one destination (gate's, up's) are
+    // consecutive there, so each run is one read and one write.
+    const int64_t blocks = pc.cols / model::kMxfp4Block;
+    const uint64_t out_rb = static_cast<uint64_t>(blocks * model::kMxfp4BlockBytes), in_rb = pc.row_bytes();
+    const int parities = pc.interleaved ? 2 : 1;
+    for (int parity = 0; parity < parities; ++parity) {
+        // The source rows of this parity among [first_row, first_row + rows), and their output rows.
+        uint64_t r0 = first_row;
+        if (pc.interleaved && r0 % 2 != static_cast<uint64_t>(parity)) ++r0;
+        if (r0 >= first_row + rows) continue;
+        const uint64_t step = pc.interleaved ? 2 : 1, n = (first_row + rows - r0 + step - 1) / step;
+        const uint64_t out_row0 = pc.interleaved ? r0 / 2 : r0;
+        const uint64_t at = (parity == 1 ? pc.dst2 : pc.dst) + out_row0 * out_rb;
+        st.out.resize(n * out_rb);
+        SLUICE_RETURN_IF_ERROR(read_at(pc.out_file, st.out.data(), n * out_rb, at));
+        for (uint64_t i = 0; i < n; ++i) {
+            const uint8_t* in = src + (r0 + i * step - first_row) * in_rb;
+            uint8_t* out = st.out.data() + i * out_rb;
+            if (pc.kind == PlanPiece::Kind::kMxfp4Scales) {
+                for (int64_t b = 0; b < blocks; ++b) out[b * model::kMxfp4BlockBytes] = in[b];
+            } else {
+                // The codes of each block in ggml's nibble order; the scale bytes are left as they are.
+                for (int64_t b = 0; b < blocks; ++b) {
+                    uint8_t* o = out + b * model::kMxfp4BlockBytes;
+                    const uint8_t scale = o[0];
+                    model::mxfp4_row_hub_to_ggml(in + b * 16, &scale, model::kMxfp4Block, o);
+                }
+            }
+        }
+        SLUICE_RETURN_IF_ERROR(write_at(pc.out_file, st.out.data(), n * out_rb, at));
+    }
+    return Status::ok();
+}
+
+Status PlanWriter::transpose_rows(ShardState& st, const PlanPiece& pc, const uint8_t* src) {
+    // The piece is one expert's matrix stored input-major, [src_rows, cols]: its output rows are its columns
+    // (column 2j of an interleaved gate_up is gate row j, 2j + 1 up row j).
+    const size_t eb = format::dtype_size(pc.src_dtype);
+    const int64_t in = pc.src_rows, outs = pc.cols, per = pc.interleaved ? outs / 2 : outs;
+    for (int parity = 0; parity < (pc.interleaved ? 2 : 1); ++parity) {
+        std::vector<uint8_t> rows(static_cast<size_t>(per * in) * eb);
+        for (int64_t j = 0; j < per; ++j)
+            model::gpt_oss_column(src, in, outs, pc.interleaved ? 2 * j + parity : j, eb,
+                                  rows.data() + static_cast<size_t>(j * in) * eb);
+        PlanPiece q = pc;
+        q.kind = PlanPiece::Kind::kQuantizeRows;
+        q.cols = in;
+        if (parity == 1) {
+            q.dst = pc.dst2;
+            q.dst_scales = pc.dst2_scales;
+            q.dst_biases = pc.dst2_biases;
+        }
+        if (q.bits == 0)
+            SLUICE_RETURN_IF_ERROR(write_at(q.out_file, rows.data(), rows.size(), q.dst));
+        else
+            SLUICE_RETURN_IF_ERROR(quantize_rows(st, q, 0, rows.data(), static_cast<uint64_t>(per)));
     }
     return Status::ok();
 }
@@ -251,7 +338,7 @@ Status PlanWriter::consume(size_t shard, std::span<const uint8_t> bytes) {
             advance(t, false);
             if (st.carry.size() == rb) {
                 const uint64_t row = (st.pos - rb - pc.src_begin) / rb;
-                SLUICE_RETURN_IF_ERROR(quantize_rows(st, pc, row, st.carry.data(), 1));
+                SLUICE_RETURN_IF_ERROR(process_rows(st, pc, row, st.carry.data(), 1));
                 if (st.hash) st.hash->update(st.carry.data(), rb);
                 st.carry.clear();
             }
@@ -259,7 +346,7 @@ Status PlanWriter::consume(size_t shard, std::span<const uint8_t> bytes) {
         }
         const uint64_t rows = take / rb;
         if (rows > 0) {
-            SLUICE_RETURN_IF_ERROR(quantize_rows(st, pc, (st.pos - pc.src_begin) / rb, p, rows));
+            SLUICE_RETURN_IF_ERROR(process_rows(st, pc, (st.pos - pc.src_begin) / rb, p, rows));
             advance(rows * rb, true);
             continue;
         }
@@ -363,7 +450,10 @@ Status write_packed_config(const std::string& src_config, const std::string& out
         for (const auto& [module, b] : plan.module_bits_used)
             if (b != plan.bits) q[module] = {{"group_size", plan.group_size}, {"bits", b}};
         cfg["quantization"] = q;
-        cfg["quantization_config"] = q;
+        // gpt-oss's Hub quantization_config (quant_method mxfp4) stays: its experts stay MXFP4.
+        const json* hub = cfg.contains("quantization_config") ? &cfg["quantization_config"] : nullptr;
+        if (hub == nullptr || !hub->is_object() || hub->value("quant_method", "") != "mxfp4")
+            cfg["quantization_config"] = q;
     }
     return io::write_file_atomic((fs::path(out_dir) / "config.json").string(), cfg.dump(2));
 }

@@ -71,11 +71,19 @@ class PlanWriter {
         std::vector<float> row;  // quantization scratch
         std::vector<uint32_t> words;
         std::vector<uint16_t> scales, biases;
+        std::vector<uint8_t> out;  // gpt-oss pieces' output rows
     };
     PlanWriter(std::string out_dir, const PackPlan& plan);
     // Block scales of FP8 pieces by (scale_shard, scale_begin), read once before the stream.
     std::map<std::pair<uint32_t, uint64_t>, std::vector<float>> fp8_scales_;
     Status write_at(uint32_t file, const void* data, uint64_t size, uint64_t offset);
+    Status read_at(uint32_t file, void* data, uint64_t size, uint64_t offset);
+    // `rows` whole source rows of a non-copy piece, starting at row `first_row` of it: by its kind.
+    Status process_rows(ShardState& st, const PlanPiece& piece, uint64_t first_row, const uint8_t* src,
+                        uint64_t rows);
+    Status mxfp4_rows(ShardState& st, const PlanPiece& piece, uint64_t first_row, const uint8_t* src,
+                      uint64_t rows);
+    Status transpose_rows(ShardState& st, const PlanPiece& piece, const uint8_t* src);
     Status quantize_rows(ShardState& st, const PlanPiece& piece, uint64_t first_row, const uint8_t* src,
                          uint64_t rows);
 

@@ -614,8 +614,14 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
         }
     }
 
+    // The Hub's gpt-oss: routed experts in MXFP4 blocks (modules_to_not_convert: everything else); a pack of
+    // it keeps that block beside the MLX one of its dense weights.
+    if (auto q = root.find("quantization_config");
+        gpt_oss && q != root.end() && q->is_object() && q->value("quant_method", "") == "mxfp4")
+        cfg.mxfp4_experts = true;
     // MLX quantization block (top level, mirrored as quantization_config).
     for (const char* key : {"quantization", "quantization_config"}) {
+        if (cfg.mxfp4_experts && std::string(key) == "quantization_config") break;
         if (auto q = root.find(key); q != root.end() && q->is_object() && q->contains("bits")) {
             SLUICE_RETURN_IF_ERROR(parse_quantization(*q, source, &cfg.quantization));
             break;
@@ -635,12 +641,6 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
                                  " is not supported (e4m3 with [rows, cols] blocks)");
             cfg.fp8_block_rows = block[0].get<int64_t>();
             cfg.fp8_block_cols = block[1].get<int64_t>();
-            break;
-        }
-        if (auto q = root.find(key);
-            gpt_oss && q != root.end() && q->is_object() && q->value("quant_method", "") == "mxfp4") {
-            // The Hub's gpt-oss: routed experts in MXFP4 blocks (modules_to_not_convert: everything else).
-            cfg.mxfp4_experts = true;
             break;
         }
         if (auto q = root.find(key); q != root.end() && q->is_object() && q->contains("quant_method")) {

@@ -89,7 +89,9 @@ Status check_pack_layout(const ModelConfig& c, const format::PackLayout& layout,
                     : QuantSpec{};
             const bool as_config = p.bits == spec.bits && (p.bits == 0 || p.group_size == spec.group_size);
             const bool kept_float = p.bits == 0 && spec.group_size > 0 && cols % spec.group_size != 0;
-            if (!as_config && !kept_float)
+            // gpt-oss's MXFP4 experts stay MXFP4 (ggml blocks) whatever the dense weights were packed to.
+            const bool mxfp4 = c.mxfp4_experts && p.ggml_type == format::GgmlType::kMXFP4;
+            if (!as_config && !kept_float && !mxfp4)
                 return corrupt(
                     "says " + what + " is " +
                     (p.bits        ? std::to_string(p.bits) + "-bit group " + std::to_string(p.group_size)

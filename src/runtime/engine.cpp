@@ -98,15 +98,13 @@ std::string describe_quantization(const model::Model& m) {
                 add(p->weight, static_cast<uint64_t>(layout.n_experts));
         return describe_ggml_types("gguf pack", bytes);
     }
-    if (!c.quantization.present) {
-        const char* t = kernels::weight_type_name(w.embed.type);
-        return t;
-    }
+    const std::string experts = c.mxfp4_experts ? ", routed experts MXFP4" : "";
+    if (!c.quantization.present) return kernels::weight_type_name(w.embed.type) + experts;
     std::string s = "mlx affine " + std::to_string(c.quantization.global.bits) + "-bit g" +
                     std::to_string(c.quantization.global.group_size);
     if (!c.quantization.overrides.empty())
         s += " (+" + std::to_string(c.quantization.overrides.size()) + " per-module overrides)";
-    return s;
+    return s + experts;
 }
 
 // The context a session gets: 0 takes the model's (max_position_embeddings, or what its YaRN
@@ -407,7 +405,11 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     info.vocab_size = c.vocab;
     info.hidden_size = c.hidden;
     info.n_layers = c.n_layers;
-    for (int64_t l = 0; l < c.n_layers; ++l) info.n_full_attention_layers += c.is_full_attention(l);
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+        info.n_full_attention_layers += c.is_full_attention(l) && c.window_of(l) == 0;
+        info.n_sliding_window_layers += c.window_of(l) > 0;
+    }
+    info.sliding_window = c.sliding_window;
     info.n_experts = c.n_experts;
     info.experts_per_token = c.top_k;
     info.dense_bytes = model->weights().dense_bytes;

@@ -119,16 +119,15 @@ TEST_P(PackGolden, PackedLogitsEqualUnpacked) {
 
 INSTANTIATE_TEST_SUITE_P(
     Goldens, PackGolden,
-    ::testing::Values(PackCase{"qwen3_moe_mlx_q4", 0}, PackCase{"qwen3_next_mlx_q4", 0},
-                      PackCase{"qwen3_next_mlx_q8", 0}, PackCase{"qwen3_5_moe_mlx_q4", 0},
-                      PackCase{"qwen3_moe_hf_bf16", 16}, PackCase{"qwen3_next_hf_bf16", 16},
-                      PackCase{"qwen3_5_moe_hf_bf16", 16}, PackCase{"qwen3_mlx_q4", 0},
-                      PackCase{"qwen3_hf_bf16", 16}, PackCase{"qwen2_mlx_q4", 0},
-                      PackCase{"qwen2_hf_bf16", 16}, PackCase{"glm4_moe_mlx_q4", 0},
-                      PackCase{"glm4_moe_hf_bf16", 16}, PackCase{"qwen2_moe_mlx_q4", 0},
-                      PackCase{"qwen2_moe_hf_bf16", 16}, PackCase{"mixtral_mlx_q4", 0},
-                      PackCase{"mixtral_hf_bf16", 16}, PackCase{"deepseek_v3_hf_bf16", 16},
-                      PackCase{"deepseek_v3_nolora_hf_bf16", 16}, PackCase{"deepseek_v3_mlx_q4", 0}),
+    ::testing::Values(
+        PackCase{"qwen3_moe_mlx_q4", 0}, PackCase{"qwen3_next_mlx_q4", 0}, PackCase{"qwen3_next_mlx_q8", 0},
+        PackCase{"qwen3_5_moe_mlx_q4", 0}, PackCase{"qwen3_moe_hf_bf16", 16},
+        PackCase{"qwen3_next_hf_bf16", 16}, PackCase{"qwen3_5_moe_hf_bf16", 16}, PackCase{"qwen3_mlx_q4", 0},
+        PackCase{"qwen3_hf_bf16", 16}, PackCase{"qwen2_mlx_q4", 0}, PackCase{"qwen2_hf_bf16", 16},
+        PackCase{"glm4_moe_mlx_q4", 0}, PackCase{"glm4_moe_hf_bf16", 16}, PackCase{"qwen2_moe_mlx_q4", 0},
+        PackCase{"qwen2_moe_hf_bf16", 16}, PackCase{"mixtral_mlx_q4", 0}, PackCase{"mixtral_hf_bf16", 16},
+        PackCase{"deepseek_v3_hf_bf16", 16}, PackCase{"deepseek_v3_nolora_hf_bf16", 16},
+        PackCase{"deepseek_v3_mlx_q4", 0}, PackCase{"gpt_oss_hf_bf16", 16}, PackCase{"gpt_oss_hf_mxfp4", 16}),
     [](const auto& param_info) { return std::string(param_info.param.golden); });
 
 // Relative RMS error between every quantized linear of a pack and its bf16 source.
