@@ -533,6 +533,7 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
     if (gpt_oss) {
         // layer_types (GptOssConfig's default: sliding on even layers, full on odd ones) and the window.
         cfg.sliding_window = r.int_or("sliding_window", 128);
+        SLUICE_RETURN_IF_ERROR(r.status());  // read after the check above: a non-integer is named here
         cfg.layer_sliding.assign(static_cast<size_t>(cfg.n_layers), false);
         auto lt = text->find("layer_types");
         if (lt != text->end() && lt->is_array()) {

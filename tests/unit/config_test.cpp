@@ -424,6 +424,164 @@ TEST(ModelConfig, DeepseekV3AsTheHubWritesIt) {
     }
 }
 
+// gpt-oss-120b as transformers 5 writes it (../shared/model-configs: rope_parameters, layer_types, no
+// swiglu_limit, no quantization_config).
+TEST(ModelConfig, GptOss120b) {
+    SKIP_WITHOUT_SHARED();
+    auto cfg = load_shared("model-configs/gpt-oss-120b.json");
+    ASSERT_TRUE(cfg.has_value()) << cfg.status().message();
+    EXPECT_EQ(cfg->family, Family::kGptOss);
+    EXPECT_EQ(cfg->hidden, 2880);
+    EXPECT_EQ(cfg->n_layers, 36);
+    EXPECT_EQ(cfg->n_heads, 64);
+    EXPECT_EQ(cfg->n_kv_heads, 8);
+    EXPECT_EQ(cfg->head_dim, 64);
+    EXPECT_EQ(cfg->rotary_dim, 64);
+    EXPECT_EQ(cfg->vocab, 201088);
+    EXPECT_EQ(cfg->n_experts, 128);
+    EXPECT_EQ(cfg->top_k, 4);
+    EXPECT_EQ(cfg->expert_ffn, 2880);
+    EXPECT_EQ(cfg->shared_expert_ffn, 0);
+    EXPECT_TRUE(cfg->is_moe_layer(0));
+    EXPECT_TRUE(cfg->norm_topk_prob);
+    EXPECT_FALSE(cfg->router_sigmoid);
+    EXPECT_TRUE(cfg->router_logit_bias);
+    EXPECT_TRUE(cfg->expert_bias);
+    EXPECT_FLOAT_EQ(cfg->swiglu_limit, 7.0f);
+    EXPECT_FLOAT_EQ(cfg->swiglu_alpha, 1.702f);
+    EXPECT_TRUE(cfg->attn_qkv_bias);
+    EXPECT_TRUE(cfg->attn_o_bias);
+    EXPECT_TRUE(cfg->attn_sinks);
+    EXPECT_FALSE(cfg->attn_qk_norm);
+    EXPECT_EQ(cfg->rms_eps, 1e-5f);
+    EXPECT_FLOAT_EQ(cfg->rope_theta, 150000.0f);
+    EXPECT_EQ(cfg->sliding_window, 128);
+    ASSERT_EQ(cfg->layer_sliding.size(), 36u);
+    for (int64_t l = 0; l < 36; ++l) {
+        EXPECT_EQ(cfg->layer_sliding[static_cast<size_t>(l)], l % 2 == 0) << l;
+        EXPECT_EQ(cfg->window_of(l), l % 2 == 0 ? 128 : 0) << l;
+        EXPECT_TRUE(cfg->is_full_attention(l)) << l;  // softmax attention on every layer
+    }
+    EXPECT_TRUE(cfg->yarn.enabled);
+    EXPECT_DOUBLE_EQ(cfg->yarn.factor, 32.0);
+    EXPECT_EQ(cfg->yarn.original_max_positions, 4096);
+    EXPECT_FALSE(cfg->yarn.truncate);
+    EXPECT_NEAR(cfg->yarn.attention_factor, 0.1 * std::log(32.0) + 1.0, 1e-12);
+    EXPECT_EQ(cfg->context_limit(), 131072);
+    EXPECT_EQ(cfg->rope_inv_freq().size(), 32u);
+    EXPECT_FALSE(cfg->mxfp4_experts);  // no quantization_config in this file
+    EXPECT_FALSE(cfg->quantization.present);
+}
+
+// A gpt-oss-20b config.json as the Hub ships it (transformers 4.55: rope_scaling with a top-level
+// rope_theta, experts_per_token beside num_experts_per_tok, swiglu_limit, the mxfp4 quantization_config),
+// GptOssConfig's defaults where fields are left out, and what is refused.
+TEST(ModelConfig, GptOssAsTheHubWritesIt) {
+    std::string layer_types;
+    for (int l = 0; l < 24; ++l)
+        layer_types +=
+            std::string(l ? ", " : "") + (l % 2 == 0 ? "\"sliding_attention\"" : "\"full_attention\"");
+    const std::string hub = R"({"architectures": ["GptOssForCausalLM"], "attention_bias": true,
+        "attention_dropout": 0.0, "eos_token_id": 200002, "experts_per_token": 4, "head_dim": 64,
+        "hidden_act": "silu", "hidden_size": 2880, "initial_context_length": 4096, "initializer_range": 0.02,
+        "intermediate_size": 2880, "layer_types": [)" +
+                            layer_types + R"(], "max_position_embeddings": 131072, "model_type": "gpt_oss",
+        "num_attention_heads": 64, "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_key_value_heads": 8,
+        "num_local_experts": 32, "output_router_logits": false, "pad_token_id": 199999,
+        "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn",
+            "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"},
+        "rms_norm_eps": 1e-05, "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+            "original_max_position_embeddings": 4096, "rope_type": "yarn", "truncate": false},
+        "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128, "swiglu_limit": 7.0,
+        "tie_word_embeddings": false, "transformers_version": "4.55.0.dev0", "use_cache": true,
+        "vocab_size": 201088})";
+    auto cfg = parse_model_config(hub, "20b.json");
+    ASSERT_TRUE(cfg.has_value()) << cfg.status().message();
+    EXPECT_EQ(cfg->family, Family::kGptOss);
+    EXPECT_EQ(cfg->n_layers, 24);
+    EXPECT_EQ(cfg->n_experts, 32);
+    EXPECT_EQ(cfg->top_k, 4);
+    EXPECT_EQ(cfg->expert_ffn, 2880);
+    EXPECT_EQ(cfg->rotary_dim, 64);
+    EXPECT_FLOAT_EQ(cfg->rope_theta, 150000.0f);
+    EXPECT_TRUE(cfg->mxfp4_experts);
+    EXPECT_FALSE(cfg->quantization.present);
+    EXPECT_FLOAT_EQ(cfg->swiglu_limit, 7.0f);
+    EXPECT_TRUE(cfg->attn_o_bias);
+    EXPECT_TRUE(cfg->attn_sinks);
+    EXPECT_EQ(cfg->sliding_window, 128);
+    for (int64_t l = 0; l < 24; ++l) EXPECT_EQ(cfg->window_of(l), l % 2 == 0 ? 128 : 0) << l;
+    EXPECT_TRUE(cfg->yarn.enabled);
+    EXPECT_DOUBLE_EQ(cfg->yarn.factor, 32.0);
+    EXPECT_FALSE(cfg->yarn.truncate);
+    EXPECT_NEAR(cfg->yarn.attention_factor, 0.1 * std::log(32.0) + 1.0, 1e-12);
+    EXPECT_EQ(cfg->eos_token_ids, std::vector<int32_t>{200002});
+    // experts_per_token alone names the top k.
+    std::string only_experts_per_token = hub;
+    only_experts_per_token.erase(only_experts_per_token.find("\"num_experts_per_tok\": 4, "), 26);
+    auto k = parse_model_config(only_experts_per_token, "k.json");
+    ASSERT_TRUE(k.has_value()) << k.status().message();
+    EXPECT_EQ(k->top_k, 4);
+
+    // Left out: GptOssConfig's defaults — sliding on even layers, window 128, YaRN ×32 over 4096
+    // untruncated, theta 150000, eps 1e-5, limit 7, biases on the attention projections.
+    auto bare = parse_model_config(R"({"model_type": "gpt_oss", "hidden_size": 64, "num_hidden_layers": 5,
+        "vocab_size": 100, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 32})",
+                                   "bare.json");
+    ASSERT_TRUE(bare.has_value()) << bare.status().message();
+    EXPECT_EQ(bare->sliding_window, 128);
+    EXPECT_EQ(bare->layer_sliding, (std::vector<bool>{true, false, true, false, true}));
+    EXPECT_TRUE(bare->yarn.enabled);
+    EXPECT_DOUBLE_EQ(bare->yarn.factor, 32.0);
+    EXPECT_EQ(bare->yarn.original_max_positions, 4096);
+    EXPECT_FALSE(bare->yarn.truncate);
+    EXPECT_DOUBLE_EQ(bare->yarn.beta_fast, 32.0);
+    EXPECT_DOUBLE_EQ(bare->yarn.beta_slow, 1.0);
+    EXPECT_NEAR(bare->yarn.attention_factor, 0.1 * std::log(32.0) + 1.0, 1e-12);
+    EXPECT_FLOAT_EQ(bare->rope_theta, 150000.0f);
+    EXPECT_EQ(bare->rms_eps, 1e-5f);
+    EXPECT_FLOAT_EQ(bare->swiglu_limit, 7.0f);
+    EXPECT_TRUE(bare->attn_qkv_bias);
+    EXPECT_TRUE(bare->attn_o_bias);
+    EXPECT_FALSE(bare->mxfp4_experts);
+    EXPECT_EQ(bare->expert_ffn, 32);
+    EXPECT_EQ(bare->rotary_dim, 16);
+
+    const std::string small = R"({"model_type": "gpt_oss", "hidden_size": 64, "num_hidden_layers": 2,
+        "vocab_size": 100, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 32)";
+    for (const auto& [fields, expect] : {
+             std::pair<std::string, std::string>{R"("layer_types": ["sliding_attention"])",
+                                                 "layer_types has 1 entries, expected 2"},
+             {R"("layer_types": ["sliding_attention", "linear_attention"])",
+              "layer_types[1] = \"linear_attention\" (expected sliding_attention or full_attention)"},
+             {R"("layer_types": ["sliding_attention", 3])", "layer_types[1] = 3"},
+             {R"("sliding_window": 0)", "sliding_window 0 must be a positive number of positions"},
+             {R"("sliding_window": -128)", "sliding_window -128 must be a positive number of positions"},
+             {R"("sliding_window": 12.5)", "'sliding_window' must be an integer"},
+             {R"("swiglu_limit": 0)", "swiglu_limit 0.000000 must be a positive number"},
+             {R"("swiglu_limit": -7)", "swiglu_limit -7.000000 must be a positive number"},
+             {R"("quantization_config": {"quant_method": "awq"})",
+              "quantization_config with quant_method \"awq\" is not supported"},
+             {R"("quantization_config": {"quant_method": "mxfp4 "})",
+              "quant_method \"mxfp4 \" is not supported"},
+         }) {
+        auto bad = parse_model_config(small + ", " + fields + "}", "o.json");
+        ASSERT_FALSE(bad.has_value()) << fields;
+        EXPECT_NE(bad.status().message().find(expect), std::string::npos) << bad.status().message();
+        EXPECT_NE(bad.status().message().find("o.json"), std::string::npos) << bad.status().message();
+    }
+    // The Hub's mxfp4 quantization_config is gpt-oss's alone: elsewhere it is still refused.
+    auto qwen = parse_model_config(R"({"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 2,
+        "vocab_size": 100, "num_attention_heads": 4, "num_key_value_heads": 2, "num_experts": 8,
+        "num_experts_per_tok": 2, "moe_intermediate_size": 16, "quantization_config": {"quant_method": "mxfp4"}})",
+                                   "q.json");
+    ASSERT_FALSE(qwen.has_value());
+    EXPECT_NE(qwen.status().message().find("quant_method \"mxfp4\" is not supported"), std::string::npos)
+        << qwen.status().message();
+}
+
 // Every golden's config.json against the config transformers itself writes for the same model
 // (tools/make_goldens.py --save-configs: save_pretrained, the spelling of a checkpoint saved by
 // transformers 5, e.g. num_local_experts, rope_parameters, layer_types): both must read as the same

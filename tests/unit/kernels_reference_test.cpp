@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -384,6 +385,48 @@ TEST(KernelsReference, GatedDeltaRecurrentMatchesChunked) {
     double diff = 0;
     for (size_t i = 0; i < s0.size(); ++i) diff += std::abs(s0[i] - s_rec[i]);
     EXPECT_GT(diff, 1.0);
+}
+
+// gpt-oss's clamped SwiGLU against GptOssExperts' lines written out in double: gate = gate.clamp(max=limit),
+// up = up.clamp(-limit, limit), glu = gate · sigmoid(gate · alpha), out = (up + 1) · glu. Gates and ups
+// at, just inside and just outside ±limit, and far beyond it; past the clamp the output is exactly the
+// one at the limit.
+TEST(KernelsReference, SwigluClampedIsGptOssExpertsFormula) {
+    const float alpha = 1.702f, limit = 7.0f;
+    const float above = std::nextafter(limit, INFINITY), below = std::nextafter(limit, 0.0f);
+    const std::vector<float> values = {-1e30f, -100.0f, -7.5f, -above, -limit, -below, -3.0f,
+                                       -1.0f,  -0.0f,   0.0f,  0.25f,  1.0f,   3.0f,   below,
+                                       limit,  above,   7.5f,  100.0f, 1e30f};
+    std::vector<float> gate, up;
+    for (float g : values)
+        for (float u : values) {
+            gate.push_back(g);
+            up.push_back(u);
+        }
+    const auto n = static_cast<int64_t>(gate.size());
+    std::vector<float> out(gate.size(), NAN);
+    reference::swiglu_clamped(gate.data(), up.data(), n, alpha, limit, out.data());
+    for (size_t i = 0; i < gate.size(); ++i) {
+        const double g = std::min(static_cast<double>(gate[i]), static_cast<double>(limit));
+        const double u =
+            std::clamp(static_cast<double>(up[i]), -static_cast<double>(limit), static_cast<double>(limit));
+        const double want = (u + 1.0) * (g / (1.0 + std::exp(-static_cast<double>(alpha) * g)));
+        EXPECT_NEAR(out[i], want, 1e-6 * (1.0 + std::fabs(want))) << "gate " << gate[i] << " up " << up[i];
+        // Clamped inputs give the output of the limit itself, bit for bit.
+        const float gc = std::min(gate[i], limit), uc = std::clamp(up[i], -limit, limit);
+        float at_limit = NAN;
+        reference::swiglu_clamped(&gc, &uc, 1, alpha, limit, &at_limit);
+        EXPECT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(at_limit))
+            << "gate " << gate[i] << " up " << up[i];
+    }
+    // The values named: a gate past the limit is the limit (7 · σ(11.914) · (u + 1)), an up past −limit
+    // is −limit (out = −6 · glu), and a very negative gate gives 0, not NaN.
+    const float g[] = {1e30f, 1.0f, -1e30f}, u[] = {0.0f, -1e30f, 2.0f};
+    float o[3];
+    reference::swiglu_clamped(g, u, 3, alpha, limit, o);
+    EXPECT_NEAR(o[0], 7.0 / (1.0 + std::exp(-7.0 * 1.702)), 1e-5);
+    EXPECT_NEAR(o[1], -6.0 / (1.0 + std::exp(-1.702)), 1e-6);
+    EXPECT_EQ(o[2], 0.0f);
 }
 
 }  // namespace

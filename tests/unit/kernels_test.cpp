@@ -452,6 +452,23 @@ TEST(Kernels, NormsSwigluAxpyMatchReference) {
     });
 }
 
+// swiglu_clamped's dispatched form against the reference on every ISA, over gates and ups spread across
+// ±limit, held to swiglu's tolerance (today dispatch.cpp runs the reference itself; a SIMD twin with its
+// own exp must stay within it).
+TEST(Kernels, SwigluClampedMatchesReference) {
+    for_each_isa([] {
+        std::mt19937 rng(7);
+        for (int64_t n : {1, 7, 16, 1000, 2880}) {
+            const auto gate = random_vec(rng, static_cast<size_t>(n), 8.0f);
+            const auto up = random_vec(rng, static_cast<size_t>(n), 8.0f);
+            std::vector<float> ref(static_cast<size_t>(n), NAN), got(static_cast<size_t>(n), NAN);
+            reference::swiglu_clamped(gate.data(), up.data(), n, 1.702f, 7.0f, ref.data());
+            swiglu_clamped(gate.data(), up.data(), n, 1.702f, 7.0f, got.data());
+            expect_close(got, ref, 1e-5, "swiglu_clamped n=" + std::to_string(n));
+        }
+    });
+}
+
 TEST(Kernels, RopeMatchesReference) {
     for_each_isa([] {
         std::mt19937 rng(4);
