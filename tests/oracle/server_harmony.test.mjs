@@ -88,7 +88,9 @@ const validCall = (call) => {
     return false;
   }
 };
-const spelled = (logprobs) => logprobs.content.map((t) => t.token).join("");
+// The text the tokens spell: their bytes joined, then decoded (a token's own `token` string shows a character
+// split across tokens as U+FFFD, as OpenAI's does, so joining those would not spell it).
+const spelled = (logprobs) => Buffer.from(logprobs.content.flatMap((t) => t.bytes)).toString("utf8");
 const user = [{ role: "user", content: "Weather in Paris?" }];
 
 // A request and its streamed twin give the same reply only from the same session state (a prompt

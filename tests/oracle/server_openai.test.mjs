@@ -169,7 +169,8 @@ try {
         check("logprobs: top 3, greedy token is the most likely",
             lp.every((e) => e.top_logprobs.length === 3 && e.logprob <= 0 && e.top_logprobs[0].token === e.token &&
                 Math.abs(e.top_logprobs[0].logprob - e.logprob) < 1e-4), JSON.stringify(lp[0]));
-        check("logprobs: tokens spell the content", lp.map((e) => e.token).join("") === r.choices[0].message.content);
+        check("logprobs: tokens spell the content",  // by their bytes: a split character's `token` strings are U+FFFD
+            Buffer.from(lp.flatMap((e) => e.bytes)).toString("utf8") === r.choices[0].message.content);
     });
 
     await test("multi-turn prefix reuse", async () => {

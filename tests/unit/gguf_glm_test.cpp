@@ -129,6 +129,8 @@ TEST_P(GgufGlm, GivesTheLogitsOfTheCheckpointItCameFrom) {
     ASSERT_GE(ids.size(), 32u);
     const Logits hf = engine_logits(source_dir(file), ids);
     const Logits gguf = engine_logits(weights_dir() + "/" + file, ids);
+    ASSERT_GT(hf.vocab, 0);  // both loaded (a missing fixture fails above, not as an empty comparison)
+    ASSERT_GT(gguf.vocab, 0);
     ASSERT_EQ(hf.vocab, gguf.vocab);
     ASSERT_EQ(hf.prefill.size(), ids.size() * static_cast<size_t>(hf.vocab));
     ASSERT_EQ(gguf.prefill.size(), hf.prefill.size());

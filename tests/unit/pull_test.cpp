@@ -221,5 +221,16 @@ TEST(PackStream, ResumedVerbatimStreamEqualsPack) {
     expect_resumed_stream_equals_pack("qwen3_next_mlx_q4", 0);
 }
 
+// gpt-oss's pieces (convert/pack_plan.h): the Hub's MXFP4 codes and scales patched into ggml rows (dense
+// weights quantized to 4 bits beside them), and float experts transposed a whole expert at a time (the
+// piece is one "row", held back from the cursor until it is complete), each cut at odd places and resumed.
+TEST(PackStream, ResumedGptOssMxfp4StreamEqualsPack) {
+    expect_resumed_stream_equals_pack("gpt_oss_hf_mxfp4", 0);
+}
+
+TEST(PackStream, ResumedGptOssTransposingStreamEqualsPack) {
+    expect_resumed_stream_equals_pack("gpt_oss_hf_bf16", 4);
+}
+
 }  // namespace
 }  // namespace sluice
