@@ -318,7 +318,8 @@ Expected<PackResult> synth_model(const SynthOptions& options) {
             b.linear(p + names.router(), cfg.n_experts, H, router_bits);
         }
         if (cfg.router_sigmoid) b.vector(p + Names::kRouterBias, {cfg.n_experts}, 0.0f, 0.02f, true);
-        if (cfg.router_logit_bias) b.vector(p + names.router() + ".bias", {cfg.n_experts}, 0.0f, 0.02f, false);
+        if (cfg.router_logit_bias)
+            b.vector(p + names.router() + ".bias", {cfg.n_experts}, 0.0f, 0.02f, false);
         if (cfg.expert_bias) {  // gpt-oss: kept with the dense core, gate and up interleaved
             const std::string ep = p + names.experts();
             b.vector(ep + "gate_up_proj_bias", {cfg.n_experts, 2 * cfg.expert_ffn}, 0.0f, 0.02f, false);
@@ -365,7 +366,8 @@ Expected<PackResult> synth_model(const SynthOptions& options) {
         constexpr format::GgmlType kMxfp4 = format::GgmlType::kMXFP4;
         format::PackExpertFile file =
             gpt_oss ? make_expert_file_layout(l, make_ggml_projection(I, H, kMxfp4),
-                                              make_ggml_projection(I, H, kMxfp4), make_ggml_projection(H, I, kMxfp4))
+                                              make_ggml_projection(I, H, kMxfp4),
+                                              make_ggml_projection(H, I, kMxfp4))
                     : make_expert_file_layout(l, make_projection(I, H, o.bits, o.group_size, DType::kBF16),
                                               make_projection(I, H, o.bits, o.group_size, DType::kBF16),
                                               make_projection(H, I, o.bits, o.group_size, DType::kBF16));
@@ -408,7 +410,8 @@ Expected<PackResult> synth_model(const SynthOptions& options) {
     config["quantization"] = q;
     // gpt-oss: the Hub's block (its experts MXFP4, config.mxfp4_experts), as a pack of the Hub's checkpoint
     // keeps it; the MLX block above describes the dense weights.
-    const nlohmann::json* hub = config.contains("quantization_config") ? &config["quantization_config"] : nullptr;
+    const nlohmann::json* hub =
+        config.contains("quantization_config") ? &config["quantization_config"] : nullptr;
     if (!gpt_oss) {
         config["quantization_config"] = q;
     } else if (hub == nullptr || !hub->is_object() || hub->value("quant_method", "") != "mxfp4") {

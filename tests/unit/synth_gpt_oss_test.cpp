@@ -92,7 +92,7 @@ TEST(SynthGptOss, PackLoadsAndRunsAndIsPlannedAsWritten) {
         ASSERT_TRUE(engine.has_value()) << engine.status().message();
         // The dry run counts what the loaded model holds: biases, sinks and expert biases as f32.
         PlannedWeights w{planned->dense_bytes, planned->expert_bytes, planned->record_bytes,
-                                  planned->expert_records};
+                         planned->expert_records};
         auto plan = plan_memory(config, w, eo);
         ASSERT_TRUE(plan.has_value()) << plan.status().message();
         EXPECT_EQ(plan->dense_bytes, (*engine)->memory_plan().dense_bytes);
