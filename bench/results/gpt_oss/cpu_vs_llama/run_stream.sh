@@ -37,3 +37,7 @@ for round in $(seq "$FIRST" "$ROUNDS"); do
   if (( round % 2 )); then sluice_run "sluice_r$round"; llama_run "llama_r$round"
   else llama_run "llama_r$round"; sluice_run "sluice_r$round"; fi
 done
+# Once, to show it: llama-bench's default path (repacked CPU buffer) under the same limit.
+if [[ "${LLAMA_DEFAULT:-0}" == 1 ]]; then
+  LD_LIBRARY_PATH=/tmp/llama-cpu/bin incg llama_default /tmp/llama-cpu/bin/llama-bench -m "$GM" -t 2 -fa 1 -p 128 -n 16 -r 1
+fi
