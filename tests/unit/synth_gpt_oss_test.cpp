@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "convert/packer.h"
 #include "format/pack.h"
 #include "io/mapped_file.h"
+#include "kernels/ggml_quants.h"
 #include "sluice/engine.h"
 #include "test_util.h"
 
@@ -83,6 +85,32 @@ TEST(SynthGptOss, PackLoadsAndRunsAndIsPlannedAsWritten) {
                 EXPECT_EQ(*p->ggml_type, format::GgmlType::kMXFP4);
                 EXPECT_EQ(p->weight.size, static_cast<uint64_t>(p->rows) * 2 * 17);
             }
+        // The random blocks decode to weights like the affine synth's: zero-centred, rms about 0.018.
+        {
+            const format::PackExpertFile& f = layout->expert_files[0];
+            std::ifstream in(dir.file("packed/" + f.file), std::ios::binary);
+            std::vector<uint8_t> record(f.record_stride);
+            ASSERT_TRUE(
+                in.read(reinterpret_cast<char*>(record.data()), static_cast<std::streamsize>(record.size())));
+            double sum = 0, sq = 0;
+            int64_t n = 0;
+            for (const format::PackProjection* p : {&f.gate, &f.up, &f.down})
+                for (uint64_t b = 0; b < p->weight.size; b += 17) {
+                    const uint8_t* block = record.data() + p->weight.offset + b;
+                    for (int j = 0; j < 32; ++j) {
+                        const uint8_t byte = block[1 + j % 16];
+                        const int code = j < 16 ? byte & 0x0F : byte >> 4;
+                        const double v = std::ldexp(kernels::kMxfp4Values[code], block[0] - 128);
+                        sum += v;
+                        sq += v * v;
+                        ++n;
+                    }
+                }
+            const double rms = std::sqrt(sq / static_cast<double>(n));
+            EXPECT_GT(rms, 0.012);
+            EXPECT_LT(rms, 0.025);
+            EXPECT_LT(std::abs(sum / static_cast<double>(n)), 0.1 * rms);
+        }
 
         EngineOptions eo;
         eo.model_dir = dir.file("packed");
