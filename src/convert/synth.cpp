@@ -5,6 +5,11 @@
 // gate parameters in their trained ranges, so activations stay finite through every layer.
 // Routers are random too, so routing is close to uniform: cache hit rates measured on these
 // models are a pessimistic bound (say so next to every number).
+//
+// gpt-oss is written as a pack of the Hub's MXFP4 checkpoint is (convert/pack_plan.cpp,
+// plan_gpt_oss_experts): routed experts as ggml MXFP4 blocks whatever --bits says, the expert biases
+// (gate_up_proj_bias [E, 2I] interleaved, down_proj_bias [E, H]) with the dense core, and the Hub's
+// quantization_config (quant_method mxfp4) in config.json beside the MLX block of the dense weights.
 #include <xxhash.h>
 
 #include <algorithm>
@@ -20,6 +25,7 @@
 #include "kernels/kernels.h"
 #include "kernels/weight_format.h"
 #include "model/config.h"
+#include "model/gpt_oss_experts.h"
 #include "model/tensor_map.h"
 
 namespace sluice::convert {
@@ -89,6 +95,22 @@ void fill_random_quantized(uint64_t seed, int64_t rows, int64_t cols, int bits, 
         const float scale = 0.07f / levels * (0.9f + 0.2f * rng.uniform());
         s[g] = kernels::f32_to_bf16(scale);
         b[g] = kernels::f32_to_bf16(-scale * levels * 0.5f);
+    }
+}
+
+// Random ggml MXFP4 rows (block_mxfp4: an e8m0 scale byte, 16 bytes of e2m1 codes). Uniform codes have
+// rms 2.93 in e2m1 units (values 0, ±0.5 … ±6); a scale of 2^-7 or 2^-8 (e8m0 120 or 119) gives an rms
+// of about 0.018, like the affine synth weights and gpt-oss's trained experts.
+void fill_random_mxfp4(uint64_t seed, int64_t rows, int64_t cols, uint8_t* dst) {
+    Rng rng(seed);
+    const int64_t blocks = rows * (cols / model::kMxfp4Block);
+    for (int64_t b = 0; b < blocks; ++b) {
+        uint8_t* block = dst + b * model::kMxfp4BlockBytes;
+        const uint64_t r0 = rng.next(), r1 = rng.next();
+        block[0] = static_cast<uint8_t>(119 + (r0 >> 63));
+        std::memcpy(block + 1, &r1, 8);
+        const uint64_t r2 = rng.next();
+        std::memcpy(block + 9, &r2, 8);
     }
 }
 
@@ -205,6 +227,12 @@ Expected<PackResult> synth_model(const SynthOptions& options) {
     using Names = model::TensorNames;
     const Names names = model::tensor_names_for(cfg);
     const int64_t H = cfg.hidden, V = cfg.vocab;
+    const bool gpt_oss = cfg.family == model::Family::kGptOss;
+    if (gpt_oss && (H % model::kMxfp4Block != 0 || cfg.expert_ffn % model::kMxfp4Block != 0))
+        return error(ErrorCode::kInvalidArgument,
+                     "[synth] " + o.config_path + ": gpt-oss's MXFP4 experts need hidden_size (" +
+                         std::to_string(H) + ") and intermediate_size (" + std::to_string(cfg.expert_ffn) +
+                         ") to be multiples of 32");
     Builder b{cfg, o.bits, o.group_size, o.seed, {}, {}};
     b.linear(names.embed(), V, H, o.bits);
     b.vector(names.final_norm(), {H}, 1.0f, 0.05f, false);
@@ -249,11 +277,16 @@ Expected<PackResult> synth_model(const SynthOptions& options) {
                 b.vector(att + "q_norm.weight", {hd}, 1.0f, 0.05f, false);
                 b.vector(att + "k_norm.weight", {hd}, 1.0f, 0.05f, false);
             }
+            // Qwen2's q/k/v biases are large (trained ones reach ±10s); gpt-oss's are small.
+            const float bias_std = gpt_oss ? 0.02f : 0.5f;
             if (cfg.attn_qkv_bias) {
-                b.vector(att + "q_proj.bias", {cfg.n_heads * hd}, 0.0f, 0.5f, false);
-                b.vector(att + "k_proj.bias", {cfg.n_kv_heads * hd}, 0.0f, 0.5f, false);
-                b.vector(att + "v_proj.bias", {cfg.n_kv_heads * hd}, 0.0f, 0.5f, false);
+                b.vector(att + "q_proj.bias", {cfg.n_heads * hd}, 0.0f, bias_std, false);
+                b.vector(att + "k_proj.bias", {cfg.n_kv_heads * hd}, 0.0f, bias_std, false);
+                b.vector(att + "v_proj.bias", {cfg.n_kv_heads * hd}, 0.0f, bias_std, false);
             }
+            if (cfg.attn_o_bias) b.vector(att + "o_proj.bias", {H}, 0.0f, bias_std, false);
+            // Attention sinks: one logit per head, near 0 (a sink as likely as one key).
+            if (cfg.attn_sinks) b.vector(att + "sinks", {cfg.n_heads}, 0.0f, 0.1f, false);
         } else {
             const int64_t kd = cfg.linear_key_dim(), vd = cfg.linear_value_dim(), nv = cfg.linear_v_heads;
             const std::string q = p + Names::kDeltaNet;
@@ -285,6 +318,13 @@ Expected<PackResult> synth_model(const SynthOptions& options) {
             b.linear(p + names.router(), cfg.n_experts, H, router_bits);
         }
         if (cfg.router_sigmoid) b.vector(p + Names::kRouterBias, {cfg.n_experts}, 0.0f, 0.02f, true);
+        if (cfg.router_logit_bias)
+            b.vector(p + names.router() + ".bias", {cfg.n_experts}, 0.0f, 0.02f, false);
+        if (cfg.expert_bias) {  // gpt-oss: kept with the dense core, gate and up interleaved
+            const std::string ep = p + names.experts();
+            b.vector(ep + "gate_up_proj_bias", {cfg.n_experts, 2 * cfg.expert_ffn}, 0.0f, 0.02f, false);
+            b.vector(ep + "down_proj_bias", {cfg.n_experts, H}, 0.0f, 0.02f, false);
+        }
         if (cfg.shared_expert_ffn > 0) {
             const std::string sp = p + Names::shared_expert(cfg);
             b.linear(sp + "gate_proj", cfg.shared_expert_ffn, H, o.bits);
@@ -323,10 +363,14 @@ Expected<PackResult> synth_model(const SynthOptions& options) {
     uint64_t layers_done = 0;
     for (int64_t l = 0; l < n_layers; ++l) {
         if (!cfg.is_moe_layer(l)) continue;
+        constexpr format::GgmlType kMxfp4 = format::GgmlType::kMXFP4;
         format::PackExpertFile file =
-            make_expert_file_layout(l, make_projection(I, H, o.bits, o.group_size, DType::kBF16),
-                                    make_projection(I, H, o.bits, o.group_size, DType::kBF16),
-                                    make_projection(H, I, o.bits, o.group_size, DType::kBF16));
+            gpt_oss ? make_expert_file_layout(l, make_ggml_projection(I, H, kMxfp4),
+                                              make_ggml_projection(I, H, kMxfp4),
+                                              make_ggml_projection(H, I, kMxfp4))
+                    : make_expert_file_layout(l, make_projection(I, H, o.bits, o.group_size, DType::kBF16),
+                                              make_projection(I, H, o.bits, o.group_size, DType::kBF16),
+                                              make_projection(H, I, o.bits, o.group_size, DType::kBF16));
         result.record_bytes = std::max(result.record_bytes, file.record_stride);
         result.expert_records += cfg.n_experts;
         if (o.dry_run) {
@@ -340,6 +384,11 @@ Expected<PackResult> synth_model(const SynthOptions& options) {
                     o.seed ^ (static_cast<uint64_t>(l) << 40) ^ (static_cast<uint64_t>(e) << 8);
                 int k = 0;
                 for (const format::PackProjection* p : {&file.gate, &file.up, &file.down}) {
+                    if (p->ggml_type) {
+                        fill_random_mxfp4(s + static_cast<uint64_t>(k++), p->rows, p->cols,
+                                          record + p->weight.offset);
+                        continue;
+                    }
                     fill_random_quantized(s + static_cast<uint64_t>(k++), p->rows, p->cols, p->bits,
                                           p->group_size, record + p->weight.offset, record + p->scales.offset,
                                           record + p->biases.offset);
@@ -359,7 +408,18 @@ Expected<PackResult> synth_model(const SynthOptions& options) {
     nlohmann::json q = {{"group_size", o.group_size}, {"bits", o.bits}, {"mode", "affine"}};
     for (const auto& [module, bits] : b.overrides) q[module] = {{"group_size", o.group_size}, {"bits", bits}};
     config["quantization"] = q;
-    config["quantization_config"] = q;
+    // gpt-oss: the Hub's block (its experts MXFP4, config.mxfp4_experts), as a pack of the Hub's checkpoint
+    // keeps it; the MLX block above describes the dense weights.
+    const nlohmann::json* hub =
+        config.contains("quantization_config") ? &config["quantization_config"] : nullptr;
+    if (!gpt_oss) {
+        config["quantization_config"] = q;
+    } else if (hub == nullptr || !hub->is_object() || hub->value("quant_method", "") != "mxfp4") {
+        config["quantization_config"] = {
+            {"quant_method", "mxfp4"},
+            {"modules_to_not_convert",
+             {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}}};
+    }
     config["sluice_synthetic"] = {{"seed", o.seed}, {"note", "random weights made by sluice synth"}};
     SLUICE_RETURN_IF_ERROR(
         io::write_file_atomic((fs::path(o.out_dir) / "config.json").string(), config.dump(2)));
