@@ -156,6 +156,8 @@ Status PlanWriter::mxfp4_rows(ShardState& st, const PlanPiece& pc, uint64_t firs
         const uint64_t out_row0 = pc.interleaved ? r0 / 2 : r0;
         const uint64_t at = (parity == 1 ? pc.dst2 : pc.dst) + out_row0 * out_rb;
         st.out.resize(n * out_rb);
+        // The codes and the scales of these rows may be patched from two shards' threads at once.
+        std::lock_guard<std::mutex> lock(patch_mu_);
         SLUICE_RETURN_IF_ERROR(read_at(pc.out_file, st.out.data(), n * out_rb, at));
         for (uint64_t i = 0; i < n; ++i) {
             const uint8_t* in = src + (r0 + i * step - first_row) * in_rb;

@@ -16,13 +16,16 @@
 // Threading: shards may be streamed on several threads at once (StreamOptions::parallel_shards):
 // a PlanWriter's per-shard calls (seek/consume/position/cursor) touch only that shard's state and
 // pwrite to disjoint ranges, so different shards may be fed concurrently; one shard is fed by one
-// thread. run_pack_plan serialises the progress record and progress reports.
+// thread. The exception is gpt-oss's MXFP4 pieces: a tensor's codes and its scales (which may sit in
+// different shards) patch the same output rows by read-modify-write, under `patch_mu_`.
+// run_pack_plan serialises the progress record and progress reports.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -76,6 +79,7 @@ class PlanWriter {
     PlanWriter(std::string out_dir, const PackPlan& plan);
     // Block scales of FP8 pieces by (scale_shard, scale_begin), read once before the stream.
     std::map<std::pair<uint32_t, uint64_t>, std::vector<float>> fp8_scales_;
+    std::mutex patch_mu_;  // mxfp4_rows' read-modify-write of output rows shared by two shards' pieces
     Status write_at(uint32_t file, const void* data, uint64_t size, uint64_t offset);
     Status read_at(uint32_t file, void* data, uint64_t size, uint64_t offset);
     // `rows` whole source rows of a non-copy piece, starting at row `first_row` of it: by its kind.
