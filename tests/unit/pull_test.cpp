@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "convert/pack_plan.h"
@@ -13,6 +15,7 @@
 #include "convert/packer.h"
 #include "core/sha256.h"
 #include "format/hub_api.h"
+#include "format/safetensors.h"
 #include "io/http.h"
 #include "io/mapped_file.h"
 #include "model/config.h"
@@ -230,6 +233,91 @@ TEST(PackStream, ResumedGptOssMxfp4StreamEqualsPack) {
 
 TEST(PackStream, ResumedGptOssTransposingStreamEqualsPack) {
     expect_resumed_stream_equals_pack("gpt_oss_hf_bf16", 4);
+}
+
+// The MXFP4 golden split in two shards, its experts' codes in one and their scales in the other, streamed on
+// two threads (as `pull` streams shards, one connection each): the two shards' pieces patch the same output
+// rows, and the expert files must be those of a pack of the unsplit checkpoint.
+TEST(PackStream, Mxfp4CodesAndScalesInTwoShardsOnTwoThreadsEqualPack) {
+    const std::string src = sluice::testing::test_data_dir() + "/goldens/gpt_oss_hf_mxfp4";
+    TempDir dir;
+    const std::string split = dir.file("split");
+    fs::create_directories(split);
+    fs::copy_file(src + "/config.json", split + "/config.json");
+    auto whole = format::Checkpoint::open(src);
+    ASSERT_TRUE(whole.has_value()) << whole.status().message();
+    std::vector<format::TensorToWrite> shards[2];
+    nlohmann::json weight_map;
+    const char* names[2] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+    for (const std::string& name : (*whole)->names()) {
+        const format::TensorInfo* t = (*whole)->find(name);
+        const int s = name.ends_with("_scales") ? 1 : 0;
+        shards[s].push_back({name, t->dtype, t->shape,
+                             std::string_view(reinterpret_cast<const char*>(t->data), t->size_bytes)});
+        weight_map[name] = names[s];
+    }
+    ASSERT_FALSE(shards[1].empty());
+    for (int s = 0; s < 2; ++s)
+        ASSERT_TRUE(format::write_safetensors(split + "/" + names[s], shards[s]).is_ok());
+    ASSERT_TRUE(io::write_file_atomic(split + "/model.safetensors.index.json",
+                                      nlohmann::json{{"weight_map", weight_map}}.dump())
+                    .is_ok());
+
+    convert::PackOptions po;
+    po.src_dir = src;
+    po.out_dir = dir.file("pack");
+    po.bits = 16;
+    auto packed = convert::pack_model(po);
+    ASSERT_TRUE(packed.has_value()) << packed.status().message();
+
+    auto cfg = model::load_model_config(split);
+    ASSERT_TRUE(cfg.has_value());
+    auto ckpt = format::Checkpoint::open(split);
+    ASSERT_TRUE(ckpt.has_value()) << ckpt.status().message();
+    auto plan = convert::plan_pack(*cfg, **ckpt, 16, 64);
+    ASSERT_TRUE(plan.has_value()) << plan.status().message();
+    ASSERT_EQ(plan->shards.size(), 2u);
+    std::vector<std::shared_ptr<io::MappedFile>> files;
+    for (auto& shard : plan->shards) {
+        auto m = io::MappedFile::open(split + "/" + shard.file);
+        ASSERT_TRUE(m.has_value());
+        shard.size_bytes = (*m)->size();
+        files.push_back(std::move(*m));
+    }
+    std::mt19937 rng(11);
+    std::mutex rng_mu;
+    convert::ShardReader reader = [&](size_t s, uint64_t begin, uint64_t end,
+                                      const convert::ShardSink& sink) {
+        for (uint64_t at = begin; at < end;) {
+            uint64_t n;
+            {
+                std::lock_guard<std::mutex> lock(rng_mu);
+                n = std::min<uint64_t>(end - at, 1 + rng() % 3000);
+            }
+            SLUICE_RETURN_IF_ERROR(sink({files[s]->data() + at, n}));
+            at += n;
+        }
+        return Status::ok();
+    };
+    convert::StreamOptions so;
+    so.out_dir = dir.file("stream");
+    so.record_name = ".pack-progress.json";
+    so.source = "test";
+    so.side_dir = split;
+    so.parallel_shards = 2;
+    so.shard_sha256 = {"", ""};
+    auto streamed = convert::run_pack_plan(*plan, reader, so);
+    ASSERT_TRUE(streamed.has_value()) << streamed.status().message();
+    int compared = 0;
+    for (const auto& entry : fs::directory_iterator(po.out_dir + "/experts")) {
+        const std::string rel = "experts/" + entry.path().filename().string();
+        auto a = io::read_text_file(entry.path().string());
+        auto b = io::read_text_file(so.out_dir + "/" + rel);
+        ASSERT_TRUE(a.has_value() && b.has_value()) << rel;
+        EXPECT_TRUE(*a == *b) << rel << " differs between the pack and the two-shard stream";
+        ++compared;
+    }
+    EXPECT_EQ(compared, 4);
 }
 
 }  // namespace
