@@ -119,12 +119,7 @@ void Model::attention_layer(const AttentionPlan& P, const LayerWeights& lw, int6
         for (int64_t i = 0; i < n * nh * hd; ++i) out[i] *= sigmoid(gate[i]);
     }
     linear_rows(a.o_proj, out, n, singles, ws.mix.data(), pool);
-    if (P.o_bias) {  // gpt-oss
-        const int64_t H = a.o_proj.rows;
-        for (int64_t t = 0; t < n; ++t)
-            for (int64_t i = 0; i < H; ++i)
-                ws.mix[static_cast<size_t>(t * H + i)] += a.o_bias[static_cast<size_t>(i)];
-    }
+    if (P.o_bias) add_bias(ws.mix.data(), n, a.o_proj.rows, a.o_bias.data());  // gpt-oss
 }
 
 }  // namespace sluice::model

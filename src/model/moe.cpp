@@ -55,13 +55,6 @@ struct ExpertExtras {
     }
 };
 
-// y[rows, n] += bias[n] per row (null: nothing).
-void add_bias(float* y, int64_t rows, int64_t n, const float* bias) {
-    if (bias == nullptr) return;
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t i = 0; i < n; ++i) y[r * n + i] += bias[i];
-}
-
 // The activation of `count` rows of I values: silu(g) · u, or the clamped variant.
 void activate(const float* g, const float* u, int64_t count, const ExpertExtras& x, float* act) {
     if (x.limit > 0.0f)

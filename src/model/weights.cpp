@@ -139,6 +139,16 @@ Status bind_routed_experts(const ModelConfig& cfg, const format::Checkpoint& ck,
     return Status::ok();
 }
 
+// A plain (unscaled) view of `rows` × `cols` weights of `type` at `data`.
+WeightView expert_view(uint8_t* data, int64_t rows, int64_t cols, WeightType type) {
+    WeightView v;
+    v.rows = rows;
+    v.cols = cols;
+    v.data = data;
+    v.type = type;
+    return v;
+}
+
 // gpt-oss's routed experts of layer l converted into buffers of `owned` (gpt_oss_experts.h): MXFP4 blocks
 // repacked into ggml's MXFP4, float matrices transposed out of their input-major, interleaved layout.
 Status bind_gpt_oss_experts(const ModelConfig& cfg, const GptOssExpertTensors& t, MoeWeights* moe,
@@ -161,15 +171,9 @@ Status bind_gpt_oss_experts(const ModelConfig& cfg, const GptOssExpertTensors& t
                 mxfp4_row_hub_to_ggml(t.down->data + (e * H + r) * (I / kMxfp4Block) * 16,
                                       t.down_scales->data + (e * H + r) * (I / kMxfp4Block), I,
                                       down + r * d_row);
-            auto view = [](uint8_t* data, int64_t rows, int64_t cols) {
-                WeightView v;
-                v.rows = rows;
-                v.cols = cols;
-                v.data = data;
-                v.type = WeightType::kGgmlMXFP4;
-                return v;
-            };
-            moe->experts[static_cast<size_t>(e)] = {view(gate, I, H), view(up, I, H), view(down, H, I)};
+            moe->experts[static_cast<size_t>(e)] = {expert_view(gate, I, H, WeightType::kGgmlMXFP4),
+                                                    expert_view(up, I, H, WeightType::kGgmlMXFP4),
+                                                    expert_view(down, H, I, WeightType::kGgmlMXFP4)};
         }
         return Status::ok();
     }
@@ -191,15 +195,8 @@ Status bind_gpt_oss_experts(const ModelConfig& cfg, const GptOssExpertTensors& t
         }
         for (int64_t r = 0; r < H; ++r)
             gpt_oss_column(dn, I, H, r, eb, down + static_cast<size_t>(r * I) * eb);
-        auto view = [&](uint8_t* data, int64_t rows, int64_t cols) {
-            WeightView v;
-            v.rows = rows;
-            v.cols = cols;
-            v.data = data;
-            v.type = type;
-            return v;
-        };
-        moe->experts[static_cast<size_t>(e)] = {view(gate, I, H), view(up, I, H), view(down, H, I)};
+        moe->experts[static_cast<size_t>(e)] = {expert_view(gate, I, H, type), expert_view(up, I, H, type),
+                                                expert_view(down, H, I, type)};
     }
     return Status::ok();
 }

@@ -23,6 +23,13 @@ inline float sigmoid(float x) {
     return 1.0f / (1.0f + std::exp(-x));
 }
 
+// y[rows, n] += bias[n] per row (null: nothing).
+inline void add_bias(float* y, int64_t rows, int64_t n, const float* bias) {
+    if (bias == nullptr) return;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < n; ++i) y[r * n + i] += bias[i];
+}
+
 // PyTorch's softplus (beta 1, threshold 20): linear above the threshold.
 inline float softplus(float x) {
     return x > 20.0f ? x : std::log1p(std::exp(x));
