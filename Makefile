@@ -43,11 +43,15 @@ fixtures: deps
 # for FUZZ_SECONDS on its accumulated corpus.
 test: build asan tsan fuzz-build fixtures
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
-	@cd $(BUILD_ASAN) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) -L unit
+	@cd $(BUILD_ASAN) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) -L unit -E '$(ASAN_SKIP)'
 	@cd $(BUILD_ASAN) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) -L oracle-asan
 	@$(TSAN_RUN)
 	@$(FUZZ_RUN)
 
+# Left out under ASan: the planted-fact retrieval through every KV type (a quality measurement over
+# 50K-token haystacks, 6 minutes under ASan; its code is the compressed-cache attention that the KvCache
+# tests run under ASan too). It runs in the Release suite.
+ASAN_SKIP = ^KvRetrieval\.
 # alloc_dealloc_mismatch=0: libstdc++ 12's std::stable_sort temporary buffer pairs operator
 # new(nothrow) with a sized delete that ASan reports as a mismatch (a library false positive).
 ASAN_ENV = ASAN_OPTIONS=detect_leaks=1:alloc_dealloc_mismatch=0 UBSAN_OPTIONS=print_stacktrace=1
@@ -73,25 +77,16 @@ test-tsan: tsan fixtures
 demo: build
 	@scripts/demo.sh $(BUILD)/bin/sluice $(DEMO_MODEL)
 
-# libFuzzer targets (clang, CPU-only, ASan+UBSan): `make fuzz FUZZ_SECONDS=300`. Each target runs
-# on its corpus (build-fuzz/corpus/NAME, kept between runs) plus the committed seeds
-# (tests/fuzz/seeds/NAME); a finding is written to build-fuzz/artifacts/ and fails the run with
-# the end of the target's log.
+# libFuzzer targets (clang, CPU-only, ASan+UBSan): `make fuzz FUZZ_SECONDS=300`, JOBS targets at a
+# time. Each target runs on its corpus (build-fuzz/corpus/NAME, kept between runs) plus the committed
+# seeds (tests/fuzz/seeds/NAME); a finding is written to build-fuzz/artifacts/ and fails the run with
+# the end of the target's log (scripts/fuzz.sh).
 FUZZ_SECONDS ?= 60
 fuzz-build: deps
 	@CC=clang CXX=clang++ cmake -S . -B $(BUILD_FUZZ) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(SAN_FLAGS) \
 	  -DSLUICE_FUZZ=ON -DSLUICE_BUILD_TESTS=OFF -DSLUICE_BUILD_BENCH=OFF -DSLUICE_CUDA=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_targets
-FUZZ_RUN = mkdir -p $(BUILD_FUZZ)/artifacts $(BUILD_FUZZ)/logs; \
-  for f in $(BUILD_FUZZ)/bin/*_fuzz; do \
-    name=$$(basename $$f); mkdir -p $(BUILD_FUZZ)/corpus/$$name tests/fuzz/seeds/$$name; \
-    echo "fuzz: $$name for $(FUZZ_SECONDS)s"; \
-    $$f -max_total_time=$(FUZZ_SECONDS) -timeout=25 -print_final_stats=1 \
-      -artifact_prefix=$(BUILD_FUZZ)/artifacts/$$name- \
-      $(BUILD_FUZZ)/corpus/$$name tests/fuzz/seeds/$$name >$(BUILD_FUZZ)/logs/$$name.log 2>&1 \
-      || { tail -n 60 $(BUILD_FUZZ)/logs/$$name.log; echo "fuzz: $$name FAILED (log: $(BUILD_FUZZ)/logs/$$name.log)"; exit 1; }; \
-    grep -E '^stat::number_of_executed_units' $(BUILD_FUZZ)/logs/$$name.log | sed "s/^/fuzz: $$name /"; \
-  done
+FUZZ_RUN = scripts/fuzz.sh $(BUILD_FUZZ) $(FUZZ_SECONDS) $(JOBS)
 fuzz: fuzz-build
 	@$(FUZZ_RUN)
 
