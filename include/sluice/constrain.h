@@ -97,6 +97,27 @@ class SLUICE_API GrammarBuilder {
     // add_json_schema.
     Expected<RuleId> add_xml_tool_arguments(const nlohmann::ordered_json& schema,
                                             const std::string& where = "");
+    // How a tool-call form that writes each argument as tagged text spells one (add_tagged_tool_arguments):
+    //   key_open NAME key_to_value VALUE value_close
+    // VALUE a string's own text for a member whose schema xml_value_is_text(), never holding a match
+    // of `text_ends` (a regex of what ends the text for the form's reader), else the member's JSON.
+    // A NAME holding any of `name_excludes`, or surrounded by spaces, is a schema the form cannot
+    // carry (kUnsupported).
+    struct ArgumentMarkup {
+        std::string key_open, key_to_value, value_close, text_ends, name_excludes;
+        // Qwen3.5 / Qwen3-Coder: "<parameter=KEY>\nVALUE\n</parameter>\n" (add_xml_tool_arguments).
+        static ArgumentMarkup qwen_xml();
+        // GLM-4.5 and later: "<arg_key>KEY</arg_key>" key_to_value "<arg_value>VALUE</arg_value>"
+        // after_value, the separators as the model's template prints them ("\n" in GLM-4.5 / 4.6,
+        // none in GLM-4.7 / 5). Its reader ends every value, JSON ones too, at the first
+        // "</arg_value>": the caller guards JSON strings against it (guard_json_strings("</")).
+        static ArgumentMarkup glm(std::string_view key_to_value, std::string_view after_value);
+    };
+    // A tool's arguments in a tagged form: one block per member of the parameters `schema`, in
+    // declaration order (required members always, optional ones when the model chooses, no others),
+    // as add_xml_tool_arguments, which is this with ArgumentMarkup::qwen_xml().
+    Expected<RuleId> add_tagged_tool_arguments(const nlohmann::ordered_json& schema,
+                                               const ArgumentMarkup& markup, const std::string& where = "");
     // Whether the XML form writes a value of `schema` as its text: `type` "string", or no `type`
     // and an enum/const of strings only. A reader of the form types a value by the same rule.
     static bool xml_value_is_text(const nlohmann::ordered_json& schema);

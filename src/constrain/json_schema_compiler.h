@@ -67,9 +67,10 @@ class JsonSchemaCompiler {
         : b_(b), root_(root), where_(std::move(where)) {}
 
     Expected<RuleId> compile(const ojson& s, const std::string& path);
-    // A tool's arguments in the XML tool-call form (json_schema_xml.cpp,
-    // GrammarBuilder::add_xml_tool_arguments), `s` the parameters schema (the root).
-    Expected<RuleId> compile_xml_arguments(const ojson& s, const std::string& path);
+    // A tool's arguments in a tagged tool-call form (json_schema_xml.cpp,
+    // GrammarBuilder::add_tagged_tool_arguments), `s` the parameters schema (the root).
+    Expected<RuleId> compile_tagged_arguments(const ojson& s, const GrammarBuilder::ArgumentMarkup& markup,
+                                              const std::string& path);
 
     // ---- shared helper rules (json_schema.cpp) ----
     // Between tokens: nothing, one space, or a newline and up to kMaxIndent spaces.
@@ -166,7 +167,7 @@ class JsonSchemaCompiler {
                                   const std::string& path);
 
     // json_schema_xml.cpp: a string, written as its text (the XML tool-call form)
-    Expected<RuleId> compile_xml_text(const ojson& s, const std::string& path);
+    Expected<RuleId> compile_tagged_text(const ojson& s, std::string_view text_ends, const std::string& path);
 
     GrammarBuilder& b_;
     const ojson& root_;

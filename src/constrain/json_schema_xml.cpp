@@ -1,29 +1,34 @@
-// A tool's arguments in the XML tool-call form of Qwen3.5 / Qwen3-Coder chat templates
-// (GrammarBuilder::add_xml_tool_arguments, see sluice/constrain.h). Those templates write a call as
+// A tool's arguments in the tagged tool-call forms (GrammarBuilder::add_tagged_tool_arguments, see
+// sluice/constrain.h). Qwen3.5 / Qwen3-Coder chat templates (add_xml_tool_arguments) write a call as
 //
 //   <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n...</function>\n</tool_call>
 //
-// with a string VALUE as its own text (no quotes, no escapes) and any other value as JSON
-// (`args_value | string if args_value is string else args_value | tojson`). This file makes the
-// part between "<function=NAME>\n" and "</function>": one parameter block per member of the
-// tool's parameters schema, in declaration order, required members always and optional ones when
-// the model chooses, no others (a subset of what the schema accepts, as for JSON objects).
+// GLM-4.5 and later as
+//
+//   <tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n...</tool_call>
+//
+// (GLM-4.7 / 5 without the newlines), both with a string VALUE as its own text (no quotes, no
+// escapes) and any other value as JSON (`args_value | string if args_value is string else args_value
+// | tojson`). This file makes the argument blocks: one per member of the tool's parameters schema,
+// in declaration order, required members always and optional ones when the model chooses, no others
+// (a subset of what the schema accepts, as for JSON objects).
 //
 // A text value is the string's language (minLength, maxLength, pattern, format, enum/const) minus
-// every text holding "</parameter>" or "</tool_call>": a reader ends the value, or the call, at
-// the first of them (the server's output parser does), so the grammar never writes one inside.
-// A JSON value is compiled by the JSON Schema compiler with the parameters schema as its root, so
-// `$ref`s into the tool's `$defs` resolve. A JSON value cannot hold "\n</parameter>" either: a raw
-// newline is never part of a JSON string, and between tokens it is not followed by '<'. It may hold
-// "</parameter>" inside a string (the reader ends a JSON value at "\n</parameter>"), but not
-// "</tool_call>" where the builder guards JSON strings against it (guard_json_strings: the
-// forced-call grammar does).
+// every text holding what ends it for the form's reader ("</parameter>" or "</tool_call>"; GLM's:
+// "</arg_value>" or "</tool_call>"), so the grammar never writes one inside. A JSON value is compiled
+// by the JSON Schema compiler with the parameters schema as its root, so `$ref`s into the tool's
+// `$defs` resolve. In the XML form a JSON value cannot hold "\n</parameter>" (a raw newline is never
+// part of a JSON string, and between tokens it is not followed by '<'); it may hold "</parameter>"
+// inside a string (the reader ends a JSON value at "\n</parameter>"), but not "</tool_call>" where the
+// builder guards JSON strings against it (guard_json_strings: the forced-call grammar does). GLM's
+// reader ends a JSON value at the first "</arg_value>" too: its forced-call grammar guards "</".
 //
-// What the form cannot carry is kUnsupported (the caller may fall back to the JSON form): a
+// What a form cannot carry is kUnsupported (the caller may fall back to the JSON form): a
 // schema that is not a plain object of named properties (patternProperties, propertyNames,
 // min/maxProperties, anyOf at the top…), a required name not among the properties, a name holding
-// '>' or a line break or surrounded by spaces (the reader trims names). A broken schema is
-// kInvalidArgument, as from add_json_schema.
+// what the form's reader ends a name at ('>' in the XML form, '<' in GLM's) or a line break, or
+// surrounded by spaces (the readers trim names). A broken schema is kInvalidArgument, as from
+// add_json_schema.
 // Rejected alternative: every value as JSON (quoted strings) — the model's template prints strings
 // raw, so a forced call would be written in a form the model never saw in its prompt, and a string
 // argument "123" would read back as a number.
@@ -44,12 +49,9 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-// What ends a text value or the call for a reader (the server's output parser).
-constexpr std::string_view kXmlValueTerminators = "</parameter>|</tool_call>";
-
 Status form_refuses(const std::string& where, const std::string& path, const std::string& why) {
     return error(ErrorCode::kUnsupported, "[json_schema] " + (where.empty() ? std::string() : where + " ") +
-                                              "at '" + path + "': the XML tool-call form cannot carry " +
+                                              "at '" + path + "': the tagged tool-call form cannot carry " +
                                               why);
 }
 
@@ -85,8 +87,19 @@ bool GrammarBuilder::xml_value_is_text(const nlohmann::ordered_json& schema) {
     return true;
 }
 
-Expected<RuleId> JsonSchemaCompiler::compile_xml_text(const ojson& s, const std::string& path) {
-    auto contains_terminator = constrain::pattern_dfa(kXmlValueTerminators, kMaxAutomatonStates);
+GrammarBuilder::ArgumentMarkup GrammarBuilder::ArgumentMarkup::qwen_xml() {
+    return {"<parameter=", ">\n", "\n</parameter>\n", "</parameter>|</tool_call>", ">\n\r\t"};
+}
+
+GrammarBuilder::ArgumentMarkup GrammarBuilder::ArgumentMarkup::glm(std::string_view key_to_value,
+                                                                   std::string_view after_value) {
+    return {"<arg_key>", "</arg_key>" + std::string(key_to_value) + "<arg_value>",
+            "</arg_value>" + std::string(after_value), "</arg_value>|</tool_call>", "<\n\r\t"};
+}
+
+Expected<RuleId> JsonSchemaCompiler::compile_tagged_text(const ojson& s, std::string_view text_ends,
+                                                         const std::string& path) {
+    auto contains_terminator = constrain::pattern_dfa(text_ends, kMaxAutomatonStates);
     if (!contains_terminator) return contains_terminator.status();
     if (auto strings = enumerated_strings(s)) {
         for (const auto& item : s.items()) {
@@ -122,7 +135,9 @@ Expected<RuleId> JsonSchemaCompiler::compile_xml_text(const ojson& s, const std:
     return string_of(lang, path, keyword, /*json_string=*/false);
 }
 
-Expected<RuleId> JsonSchemaCompiler::compile_xml_arguments(const ojson& s, const std::string& path) {
+Expected<RuleId> JsonSchemaCompiler::compile_tagged_arguments(const ojson& s,
+                                                              const GrammarBuilder::ArgumentMarkup& markup,
+                                                              const std::string& path) {
     if (!s.is_object()) return form_refuses(where_, path, "parameters that are not an object schema");
     for (const auto& item : s.items()) {
         const std::string& k = item.key();
@@ -154,13 +169,14 @@ Expected<RuleId> JsonSchemaCompiler::compile_xml_arguments(const ojson& s, const
     for (const auto& [name, schema] : properties.items()) {
         const std::string at = path + "/properties/" + name;
         const bool trimmed = !name.empty() && name.front() != ' ' && name.back() != ' ';
-        if (!trimmed || name.find_first_of(">\n\r\t") != std::string::npos)
+        if (!trimmed || name.find_first_of(markup.name_excludes) != std::string::npos)
             return form_refuses(where_, at, "the parameter name " + ojson(name).dump());
         SLUICE_ASSIGN_OR_RETURN(RuleId value, GrammarBuilder::xml_value_is_text(schema)
-                                                  ? compile_xml_text(schema, at)
+                                                  ? compile_tagged_text(schema, markup.text_ends, at)
                                                   : compile(schema, at));
         const RuleId block = b_.add_rule();
-        b_.add_alternative(block, cat({L("<parameter=" + name + ">\n"), {S(value)}, L("\n</parameter>\n")}));
+        b_.add_alternative(
+            block, cat({L(markup.key_open + name + markup.key_to_value), {S(value)}, L(markup.value_close)}));
         if (required.count(name)) {
             all.push_back(S(block));
         } else {
@@ -177,8 +193,13 @@ Expected<RuleId> JsonSchemaCompiler::compile_xml_arguments(const ojson& s, const
 
 Expected<GrammarBuilder::RuleId> GrammarBuilder::add_xml_tool_arguments(const nlohmann::ordered_json& schema,
                                                                         const std::string& where) {
+    return add_tagged_tool_arguments(schema, ArgumentMarkup::qwen_xml(), where);
+}
+
+Expected<GrammarBuilder::RuleId> GrammarBuilder::add_tagged_tool_arguments(
+    const nlohmann::ordered_json& schema, const ArgumentMarkup& markup, const std::string& where) {
     JsonSchemaCompiler c(*this, schema, where);
-    return c.compile_xml_arguments(schema, "#");
+    return c.compile_tagged_arguments(schema, markup, "#");
 }
 
 }  // namespace sluice

@@ -90,7 +90,7 @@ std::variant<std::shared_ptr<ChatJob>, ApiError> prepare_chat(ServerContext& ctx
             "response_format", "invalid_value");
     std::shared_ptr<const Grammar> grammar;
     if (forced_call || r.response_format != ResponseFormat::kText) {
-        auto g = forced_call ? forced_tool_call_grammar(r, ctx.tool_call_style.form) : response_grammar(r);
+        auto g = forced_call ? forced_tool_call_grammar(r, ctx.tool_call_style) : response_grammar(r);
         if (auto* e = std::get_if<ApiError>(&g)) return *e;
         grammar = std::get<std::shared_ptr<const Grammar>>(g);
     }
@@ -99,7 +99,7 @@ std::variant<std::shared_ptr<ChatJob>, ApiError> prepare_chat(ServerContext& ctx
         // final message (a forced call's prefix opens its own).
         if (prompt_opens_reasoning(prompt_text)) prompt_text += "\n</think>\n\n";
         if (forced_call)
-            job->forced_prefix = forced_call_prefix(r, ctx.tool_call_style.form);
+            job->forced_prefix = forced_call_prefix(r, ctx.tool_call_style);
         else if (job->harmony)
             job->forced_prefix = std::string(kHarmonyFinalOpen);
         job->parse_tools = forced_call;

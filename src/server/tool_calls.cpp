@@ -121,6 +121,57 @@ ojson harmony_messages(const ojson& messages) {
     return out;
 }
 
+// Whether a separator is whitespace only (what a forced GLM call may be written with).
+bool blank(std::string_view s) {
+    return s.find_first_not_of(" \t\r\n") == std::string_view::npos;
+}
+
+// The text between the first `from` at or after `*at` and the next `to`, `*at` moved past `to`; none
+// when either is missing.
+std::optional<std::string> between(const std::string& text, std::string_view from, std::string_view to,
+                                   size_t* at) {
+    const size_t a = text.find(from, *at);
+    if (a == std::string::npos) return std::nullopt;
+    const size_t b = text.find(to, a + from.size());
+    if (b == std::string::npos) return std::nullopt;
+    *at = b + to.size();
+    return text.substr(a + from.size(), b - a - from.size());
+}
+
+// GLM's separators, from a render of two calls, the first with two arguments, given in the shape the
+// probe call was printed in. Not known when the render fails, or a separator is not whitespace or
+// differs between its two places.
+GlmLayout glm_layout(const ChatTemplate& chat_template, const ojson& tools, bool null_content) {
+    ojson messages = ojson::parse(R"([{"role": "user", "content": "q"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_0", "type": "function",
+             "function": {"name": "probe_tool", "arguments": {"probe_arg": "v", "probe_more": "w"}}},
+            {"id": "call_1", "type": "function", "function": {"name": "probe_tool", "arguments": {"probe_arg": "u"}}}]},
+        {"role": "tool", "tool_call_id": "call_0", "content": "r"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "s"}])");
+    if (null_content) messages[1]["content"] = nullptr;
+    GlmLayout layout;
+    layout.known = false;
+    Expected<std::string> text = chat_template.render(messages, tools, false, ojson::object());
+    if (!text.has_value()) return layout;
+    size_t at = 0;
+    auto after_name = between(*text, "<tool_call>probe_tool", "<arg_key>probe_arg</arg_key>", &at);
+    auto key_to_value = between(*text, "", "<arg_value>v</arg_value>", &at);
+    auto after_value = between(*text, "", "<arg_key>probe_more</arg_key>", &at);
+    auto key_to_value_2 = between(*text, "", "<arg_value>w</arg_value>", &at);
+    auto after_last = between(*text, "", "</tool_call>", &at);
+    auto between_calls = between(*text, "", "<tool_call>probe_tool", &at);
+    auto after_name_2 = between(*text, "", "<arg_key>probe_arg</arg_key>", &at);
+    if (!after_name || !key_to_value || !after_value || !key_to_value_2 || !after_last || !between_calls ||
+        !after_name_2)
+        return layout;
+    for (const std::string* s : {&*after_name, &*key_to_value, &*after_value, &*between_calls})
+        if (!blank(*s)) return layout;
+    if (*key_to_value_2 != *key_to_value || *after_last != *after_value || *after_name_2 != *after_name)
+        return layout;
+    return {*after_name, *key_to_value, *after_value, *between_calls, true};
+}
+
 }  // namespace
 
 ToolCallStyle tool_call_style(const ChatTemplate& chat_template) {
@@ -137,7 +188,11 @@ ToolCallStyle tool_call_style(const ChatTemplate& chat_template) {
             if (as_text) assistant["tool_calls"][0]["function"]["arguments"] = R"({"probe_arg": "v"})";
             Expected<std::string> text = chat_template.render(messages, kTools, false, ojson::object());
             if (!text.has_value()) continue;
-            if (auto form = probe_form(*text)) return {*form, as_text, null_content};
+            auto form = probe_form(*text);
+            if (!form) continue;
+            ToolCallStyle style{*form, as_text, null_content, {}};
+            if (*form == ToolCallForm::kGlm) style.glm = glm_layout(chat_template, kTools, null_content);
+            return style;
         }
     }
     return {};
@@ -145,13 +200,15 @@ ToolCallStyle tool_call_style(const ChatTemplate& chat_template) {
 
 std::string_view forced_call_open(ToolCallForm form) {
     if (form == ToolCallForm::kHarmony) return kHarmonyCallOpen;
+    if (form == ToolCallForm::kGlm) return kGlmCallOpen;
     const bool deepseek = form == ToolCallForm::kDeepSeek || form == ToolCallForm::kDeepSeekV31;
     return deepseek ? kDeepSeekCallsOpen : kToolCallOpen;
 }
 
-std::string forced_call_prefix(const ChatRequest& request, ToolCallForm form) {
-    std::string prefix(forced_call_open(form));
-    if (form == ToolCallForm::kHarmony)
+std::string forced_call_prefix(const ChatRequest& request, const ToolCallStyle& style) {
+    if (style.form == ToolCallForm::kGlm && !style.glm.known) return std::string(kToolCallOpen);
+    std::string prefix(forced_call_open(style.form));
+    if (style.form == ToolCallForm::kHarmony)
         if (auto name = single_tool(request)) prefix += *name + std::string(kHarmonyCallHeader);
     return prefix;
 }
@@ -203,20 +260,28 @@ ApiError schema_error(const Status& status, const std::string& param) {
 }
 
 std::variant<std::shared_ptr<const Grammar>, ApiError> forced_tool_call_grammar(const ChatRequest& r,
-                                                                                ToolCallForm form) {
+                                                                                const ToolCallStyle& style) {
     using Seq = GrammarBuilder::Sequence;
     const auto append = [](Seq& seq, std::string_view text) {
         for (const auto& s : GrammarBuilder::literal(text)) seq.push_back(s);
     };
+    // GLM with separators that are not whitespace: its calls in the JSON form (forced_call_prefix).
+    const ToolCallForm form =
+        style.form == ToolCallForm::kGlm && !style.glm.known ? ToolCallForm::kJson : style.form;
     const bool deepseek = form == ToolCallForm::kDeepSeek || form == ToolCallForm::kDeepSeekV31;
     const bool harmony = form == ToolCallForm::kHarmony;
+    const bool glm = form == ToolCallForm::kGlm;
     // Harmony with one tool allowed: its header is in the prompt (forced_call_prefix), ARGS follow.
     const std::optional<std::string> harmony_tool = harmony ? single_tool(r) : std::nullopt;
     GrammarBuilder b;
     // The output parser ends a call at its first "</tool_call>": no JSON string may spell it (the
-    // XML form's text values are kept from it by add_xml_tool_arguments). DeepSeek's and harmony's
-    // readers pass over an end tag inside the arguments (see tool_calls.h).
-    if (!deepseek && !harmony) b.guard_json_strings(std::string(kToolCallClose));
+    // tagged forms' text values are kept from it by add_tagged_tool_arguments), nor, in GLM's form,
+    // "</arg_value>", where its reader ends a JSON value too: there no JSON string holds "</".
+    // DeepSeek's and harmony's readers pass over an end tag inside the arguments (see tool_calls.h).
+    if (glm)
+        b.guard_json_strings("</");
+    else if (!deepseek && !harmony)
+        b.guard_json_strings(std::string(kToolCallClose));
     const GrammarBuilder::RuleId body = b.add_rule();
     for (size_t i = 0; i < r.tools.size(); ++i) {
         const auto& fn = r.tools[i]["function"];
@@ -227,17 +292,22 @@ std::variant<std::shared_ptr<const Grammar>, ApiError> forced_tool_call_grammar(
             {"type", "object"}, {"properties", ojson::object()}, {"additionalProperties", false}};
         auto p = fn.find("parameters");
         const ojson& parameters = p == fn.end() || p->is_null() ? kNoParameters : *p;
-        if (form == ToolCallForm::kXml) {
-            auto args = b.add_xml_tool_arguments(parameters, param);
+        if (form == ToolCallForm::kXml || glm) {
+            const GlmLayout& l = style.glm;
+            auto args = b.add_tagged_tool_arguments(
+                parameters,
+                glm ? GrammarBuilder::ArgumentMarkup::glm(l.key_to_value, l.after_value)
+                    : GrammarBuilder::ArgumentMarkup::qwen_xml(),
+                param);
             if (args.has_value()) {
-                Seq seq = GrammarBuilder::literal("<function=" + name + ">\n");
+                Seq seq = GrammarBuilder::literal(glm ? name + l.after_name : "<function=" + name + ">\n");
                 seq.push_back(GrammarBuilder::Symbol::ref(*args));
-                append(seq, "</function>\n" + std::string(kToolCallClose));
+                append(seq, (glm ? "" : "</function>\n") + std::string(kToolCallClose));
                 b.add_alternative(body, std::move(seq));
                 continue;
             }
-            // What the XML form cannot carry is written in the JSON form below; other errors are the
-            // schema's.
+            // What the tagged form cannot carry is written in the JSON form below; other errors are
+            // the schema's.
             if (args.status().code() != ErrorCode::kUnsupported) return schema_error(args.status(), param);
         }
         auto args = b.add_json_schema(parameters, param);
@@ -282,10 +352,11 @@ std::variant<std::shared_ptr<const Grammar>, ApiError> forced_tool_call_grammar(
         root = b.add_rule();
         b.add_alternative(root, {GrammarBuilder::Symbol::ref(body), GrammarBuilder::Symbol::ref(more)});
     } else if (r.parallel_tool_calls) {
-        // more = "" | "\n<tool_call>\n" body more
+        // more = "" | "\n<tool_call>\n" body more   (GLM: between_calls "<tool_call>")
         const GrammarBuilder::RuleId more = b.add_rule();
         b.add_alternative(more, {});
-        Seq again = GrammarBuilder::literal("\n" + std::string(kToolCallOpen));
+        Seq again = GrammarBuilder::literal(glm ? style.glm.between_calls + std::string(kGlmCallOpen)
+                                                : "\n" + std::string(kToolCallOpen));
         again.push_back(GrammarBuilder::Symbol::ref(body));
         again.push_back(GrammarBuilder::Symbol::ref(more));
         b.add_alternative(more, std::move(again));

@@ -8,8 +8,10 @@
 //          ...</function>\n</tool_call>, a string VALUE as its text, others as JSON
 //          (GrammarBuilder::add_xml_tool_arguments)
 //   kGlm   GLM-4.5 / 4.6: <tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n...
-//          </tool_call>. Read by the output parser; a forced call is written in the JSON form (which
-//          the parser reads as well), there being no grammar of GLM's form yet.
+//          </tool_call>; GLM-4.7 / 5 the same without the newlines. A string VALUE as its text,
+//          others as JSON (GrammarBuilder::ArgumentMarkup::glm). The separators are read from the
+//          probe renders (GlmLayout); a template whose separators are not whitespace gets its forced
+//          calls in the JSON form, which the parser reads as well.
 //   kDeepSeek     DeepSeek-V3 / R1: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
 //                 \n```json\nARGS\n```<｜tool▁call▁end｜>, more calls after a "\n", then
 //                 <｜tool▁calls▁end｜>
@@ -51,15 +53,26 @@ namespace sluice::server {
 
 enum class ToolCallForm { kJson, kXml, kGlm, kDeepSeek, kDeepSeekV31, kHarmony };
 
+// GLM's separators, as its template prints a call (GLM-4.5 / 4.6's by default; none in GLM-4.7 / 5):
+//   <tool_call>NAME after_name (<arg_key>K</arg_key> key_to_value <arg_value>V</arg_value> after_value)*
+//   </tool_call>, then between_calls before the next <tool_call>.
+struct GlmLayout {
+    std::string after_name = "\n", key_to_value = "\n", after_value = "\n", between_calls = "\n";
+    bool known = true;  // false: a separator is not whitespace (forced calls are written as JSON)
+};
+
 // How a chat template prints an assistant's tool calls, and wants them given.
 struct ToolCallStyle {
     ToolCallForm form = ToolCallForm::kJson;
     bool arguments_as_text = false;  // function.arguments as its JSON text, not an object
     bool null_content = false;       // an assistant message with calls and no text has content null
+    GlmLayout glm;                   // kGlm's separators
 };
 
 // What the forced prompt ends with: the grammar writes the rest of the first call.
 inline constexpr std::string_view kToolCallOpen = "<tool_call>\n";
+// GLM's: the name follows the tag on its line.
+inline constexpr std::string_view kGlmCallOpen = "<tool_call>";
 // Where a call ends: a reader (output_parser.h) ends it at the first one, so the grammar never writes
 // one inside a call, not even in a JSON string (GrammarBuilder::guard_json_strings).
 inline constexpr std::string_view kToolCallClose = "</tool_call>";
@@ -75,16 +88,18 @@ inline constexpr std::string_view kHarmonyFinalOpen = "<|channel|>final<|message
 
 // How `chat_template` prints an assistant's tool call: the first of the shapes the probe call can be
 // given in (content "" or null, arguments an object or text, in that order) that the render prints
-// the call of, and the form it prints it in. kJson as given by the request when it prints none.
+// the call of, and the form it prints it in (in kGlm, with the separators of a render of one call
+// with two arguments and of two calls). kJson as given by the request when it prints none.
 ToolCallStyle tool_call_style(const ChatTemplate& chat_template);
 
-// The opening a forced call's prompt ends with in `form` (kToolCallOpen, kDeepSeekCallsOpen or
-// kHarmonyCallOpen).
+// The opening a forced call's prompt ends with in `form` (kToolCallOpen, kGlmCallOpen,
+// kDeepSeekCallsOpen or kHarmonyCallOpen).
 std::string_view forced_call_open(ToolCallForm form);
-// What `request`'s forced call's prompt ends with: forced_call_open(form) — in kHarmony, when one tool
-// only is allowed (tool_choice named, or required with one tool), its whole header
+// What `request`'s forced call's prompt ends with: forced_call_open(style.form) — kToolCallOpen for
+// kGlm whose layout is not known (its calls forced as JSON) — and in kHarmony, when one tool only is
+// allowed (tool_choice named, or required with one tool), its whole header
 // " to=functions.NAME<|channel|>commentary json<|message|>", the grammar writing ARGS alone.
-std::string forced_call_prefix(const ChatRequest& request, ToolCallForm form);
+std::string forced_call_prefix(const ChatRequest& request, const ToolCallStyle& style);
 
 // `messages` (as parse_chat_request normalised them) shaped as `style` says the template wants them.
 // `request_messages`: the request's own, one for each (a call's arguments text is taken from there
@@ -104,17 +119,20 @@ nlohmann::ordered_json messages_for_template(const ToolCallStyle& style,
 // one prints no empty one).
 nlohmann::ordered_json tools_for_template(const ToolCallStyle& style, const nlohmann::ordered_json& tools);
 
-// tool_choice required / named: the reply after the prompt's forced_call_open(form) is one call of
-// an allowed tool in `form`, its arguments valid against the tool's parameters schema, closed by
+// tool_choice required / named: the reply after the prompt's forced_call_prefix(style) is one call of
+// an allowed tool in `style.form`, its arguments valid against the tool's parameters schema, closed by
 // "</tool_call>" (the only one in it: a JSON string spelling it escapes its '>'); repeated
-// ("\n<tool_call>\n" call) when parallel_tool_calls. In DeepSeek's forms the call is closed by
+// ("\n<tool_call>\n" call) when parallel_tool_calls. In kGlm the call is NAME, the arguments as
+// ArgumentMarkup::glm with style.glm's separators, then "</tool_call>", a further one after
+// between_calls + "<tool_call>"; no JSON string holds "</" (its '/' is escaped): GLM's reader ends a
+// value at the first "</arg_value>". In DeepSeek's forms the call is closed by
 // <｜tool▁call▁end｜>, a further one opened by <｜tool▁call▁begin｜> (after a "\n" in kDeepSeek), and
 // the block by <｜tool▁calls▁end｜>. In kHarmony the reply is one call, NAME (when several tools are
 // allowed) then kHarmonyCallHeader then ARGS, the generation ending at <|call|> (an end-of-sequence
 // id; one call to a message, parallel_tool_calls or not). A schema error is a 400 naming
 // tools[i].function.parameters.
 std::variant<std::shared_ptr<const Grammar>, ApiError> forced_tool_call_grammar(const ChatRequest& request,
-                                                                                ToolCallForm form);
+                                                                                const ToolCallStyle& style);
 
 // A JSON Schema compilation error as an OpenAI error: unsupported_schema when the schema uses what
 // the compiler does not support, else invalid_schema.

@@ -1,12 +1,12 @@
 // The fast token mask (TokenConstraint::compute_mask: memoized transitions and the token-class
 // shortcut of src/constrain/token_classes.h) against the plain trie walk
 // (compute_mask_reference), state by state: random walks over real schemas (zod- and pydantic-style,
-// free-form JSON, forced tool calls in the JSON form with guarded strings and in the XML form with
-// text values, bounded and pattern strings) on a synthetic vocabulary of adversarial tokens (quotes
-// and backslashes in the middle, partial and invalid UTF-8, control bytes, pieces of the guards,
-// tokens longer than the chain is followed) and on the real Qwen3 vocabulary. Each test also
-// checks that the shortcut was taken, so a shortcut that silently stopped applying fails too.
-// The vocabulary side (TokenClasses) is checked against a brute-force reading of each token.
+// free-form JSON, forced tool calls in the JSON form with guarded strings, in the XML form with
+// text values and in GLM's with both, bounded and pattern strings) on a synthetic vocabulary of adversarial
+// tokens (quotes and backslashes in the middle, partial and invalid UTF-8, control bytes, pieces of the
+// guards, tokens longer than the chain is followed) and on the real Qwen3 vocabulary. Each test also checks
+// that the shortcut was taken, so a shortcut that silently stopped applying fails too. The vocabulary side
+// (TokenClasses) is checked against a brute-force reading of each token.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -44,16 +44,25 @@ std::shared_ptr<const Grammar> object_grammar() {
 }
 
 // The forced tool call of src/server/tool_calls.cpp for one tool: JSON strings guarded against
-// "</tool_call>" (JSON form) or text values (XML form).
-std::shared_ptr<const Grammar> tool_grammar(const ojson& parameters, bool xml) {
+// "</tool_call>" (JSON form) or text values (XML form); in GLM's form text values and JSON strings
+// guarded against "</".
+enum class Form { kJson, kXml, kGlm };
+std::shared_ptr<const Grammar> tool_grammar(const ojson& parameters, Form form) {
     Builder b;
-    b.guard_json_strings("</tool_call>");
+    b.guard_json_strings(form == Form::kGlm ? "</" : "</tool_call>");
     const Builder::RuleId body = b.add_rule();
-    Builder::Sequence seq = Builder::literal(xml ? "<function=f>\n" : "{\"name\": \"f\", \"arguments\": ");
-    auto args = xml ? b.add_xml_tool_arguments(parameters) : b.add_json_schema(parameters);
+    Builder::Sequence seq = Builder::literal(form == Form::kXml   ? "<function=f>\n"
+                                             : form == Form::kGlm ? "f\n"
+                                                                  : "{\"name\": \"f\", \"arguments\": ");
+    auto args = form == Form::kXml ? b.add_xml_tool_arguments(parameters)
+                : form == Form::kGlm
+                    ? b.add_tagged_tool_arguments(parameters, Builder::ArgumentMarkup::glm("\n", "\n"))
+                    : b.add_json_schema(parameters);
     EXPECT_TRUE(args.has_value()) << args.status().message();
     seq.push_back(Builder::Symbol::ref(*args));
-    for (const auto& s : Builder::literal(xml ? "</function>\n</tool_call>" : "}\n</tool_call>"))
+    for (const auto& s : Builder::literal(form == Form::kXml   ? "</function>\n</tool_call>"
+                                          : form == Form::kGlm ? "</tool_call>"
+                                                               : "}\n</tool_call>"))
         seq.push_back(s);
     b.add_alternative(body, std::move(seq));
     return *b.build(body);
@@ -107,6 +116,13 @@ const ojson kTool = ojson::parse(R"({"type":"object","properties":{
     "query":{"type":"string"},"path":{"type":"string","maxLength":12},"count":{"type":"integer"},
     "code":{"type":"string","pattern":"^[A-Z]{2}\\d+$"}},"required":["query","path"]})");
 
+// The same with a list of strings (JSON values in the tagged forms).
+const ojson kToolWithList = [] {
+    ojson t = kTool;
+    t["properties"]["tags"] = {{"type", "array"}, {"items", {{"type", "string"}}}};
+    return t;
+}();
+
 struct NamedGrammar {
     const char* name;
     std::shared_ptr<const Grammar> grammar;
@@ -137,8 +153,9 @@ std::vector<NamedGrammar> grammars() {
             {"zod", schema_grammar(kZod)},
             {"pydantic", schema_grammar(kPydantic)},
             {"json_object", object_grammar()},
-            {"tool, JSON form", tool_grammar(kTool, false)},
-            {"tool, XML form", tool_grammar(kTool, true)},
+            {"tool, JSON form", tool_grammar(kTool, Form::kJson)},
+            {"tool, XML form", tool_grammar(kTool, Form::kXml)},
+            {"tool, GLM form", tool_grammar(kToolWithList, Form::kGlm)},
             {"any bytes", bytes_grammar(-1)},
             {"six bytes", bytes_grammar(6)}};
 }
@@ -174,9 +191,9 @@ std::shared_ptr<const TokenTrie> synthetic_vocabulary() {
         "y",
         "\r\n", "\t",
         // the guards and their pieces
-        "<", "</", "</tool_call>", "</tool", "_call>", "<tool_call>", "</parameter>", "\n</parameter>\n",
-        "\n<", "<parameter=", "query>\n", "path>\n", "</function>\n", "<function=f>\n", "param", ">", "ter>",
-        "</par"};
+        "<", "</", "</tool_call>", "</arg_value>", "</arg", "_value>", "<arg_key>", "\\u002f", "</tool",
+        "_call>", "<tool_call>", "</parameter>", "\n</parameter>\n", "\n<", "<parameter=", "query>\n",
+        "path>\n", "</function>\n", "<function=f>\n", "param", ">", "ter>", "</par"};
     for (const char* t : fixed) v.emplace_back(t);
     v.emplace_back(std::string("\0x", 2));
     // Long tokens: past the chain's 32 steps and past any maxLength above.
@@ -308,8 +325,8 @@ TEST(ConstrainMask, FastEqualsReferenceOnAdversarialVocabulary) {
 // patterns, at every length of a short string.
 TEST(ConstrainMask, FastEqualsReferenceAtChosenStates) {
     auto trie = synthetic_vocabulary();
-    const auto xml = tool_grammar(kTool, true);
-    const auto json = tool_grammar(kTool, false);
+    const auto xml = tool_grammar(kTool, Form::kXml);
+    const auto json = tool_grammar(kTool, Form::kJson);
     const auto strings = schema_grammar(kStrings);
     const auto any = bytes_grammar(-1), six = bytes_grammar(6);
     const std::string x = "<function=f>\n<parameter=query>\nif a ";
@@ -414,10 +431,15 @@ TEST(ConstrainMask, FastEqualsReferenceAlongDocumentsOnQwen3Vocabulary) {
     const std::vector<std::pair<NamedGrammar, std::string>> docs = {
         {{"strings", schema_grammar(kStrings)}, strings.dump()},
         {{"strings, indented", schema_grammar(kStrings)}, strings.dump(2)},
-        {{"tool, XML form", tool_grammar(kTool, true)},
+        {{"tool, XML form", tool_grammar(kTool, Form::kXml)},
          "<function=f>\n<parameter=query>\nif (a < b && s == \"</par\") {\n\treturn x;\n}\n</parameter>\n"
          "<parameter=path>\nsrc/a.py\n</parameter>\n</function>\n</tool_call>"},
-        {{"tool, JSON form", tool_grammar(kTool, false)},
+        {{"tool, GLM form", tool_grammar(kToolWithList, Form::kGlm)},
+         "f\n<arg_key>query</arg_key>\n<arg_value>if (a < b && s == \"</arg\") {\n\treturn "
+         "x;\n}</arg_value>\n"
+         "<arg_key>path</arg_key>\n<arg_value>src/a.py</arg_value>\n<arg_key>tags</arg_key>\n<arg_value>"
+         "[\"<\\u002farg_value>\", \"a<\\u002fb\"]</arg_value>\n</tool_call>"},
+        {{"tool, JSON form", tool_grammar(kTool, Form::kJson)},
          "{\"name\": \"f\", \"arguments\": {\"query\": \"</tool_call\\u003e and <b>\\\"quoted\\\"</b>\", "
          "\"path\": \"a/b\", \"code\": \"AB12\"}}\n</tool_call>"},
     };

@@ -536,7 +536,7 @@ TEST(ServerToolCallsHarmony, ForcedCallsAreWrittenInTheTemplatesForm) {
 
     // tool_choice required, two tools: the name is the model's, then the header, then the arguments.
     const ChatRequest required = forced();
-    EXPECT_EQ(forced_call_prefix(required, style.form), kHarmonyCallOpen);
+    EXPECT_EQ(forced_call_prefix(required, style), kHarmonyCallOpen);
     auto g = grammar_of(required, style.form);
     ASSERT_TRUE(g);
     EXPECT_TRUE(accepts(g, printed)) << printed;
@@ -557,9 +557,9 @@ TEST(ServerToolCallsHarmony, ForcedCallsAreWrittenInTheTemplatesForm) {
 
     // A named tool (or required with one tool): its whole header in the prompt, the arguments alone.
     const ChatRequest named = forced("get_weather");
-    const std::string prefix = forced_call_prefix(named, style.form);
+    const std::string prefix = forced_call_prefix(named, style);
     EXPECT_EQ(prefix, " to=functions.get_weather<|channel|>commentary json<|message|>");
-    EXPECT_EQ(forced_call_prefix(forced("", ojson::array({tools()[1]})), style.form),
+    EXPECT_EQ(forced_call_prefix(forced("", ojson::array({tools()[1]})), style),
               " to=functions.now<|channel|>commentary json<|message|>");
     auto gn = grammar_of(named, style.form);
     ASSERT_TRUE(gn);

@@ -322,7 +322,7 @@ TEST(ServerToolCalls, WhatTheXmlFormCannotCarryIsForcedAsJson) {
     ChatRequest bad = forced();
     bad.tools[1]["function"]["parameters"] = {
         {"type", "object"}, {"properties", {{"n", {{"type", "integer"}, {"minimum", "x"}}}}}};
-    auto e = forced_tool_call_grammar(bad, ToolCallForm::kXml);
+    auto e = forced_tool_call_grammar(bad, ToolCallStyle{.form = ToolCallForm::kXml});
     ASSERT_TRUE(std::holds_alternative<ApiError>(e));
     EXPECT_EQ(std::get<ApiError>(e).param, "tools[1].function.parameters");
 }

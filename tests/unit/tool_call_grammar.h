@@ -13,10 +13,14 @@
 
 namespace sluice::server::tool_call_testing {
 
-inline std::shared_ptr<const Grammar> grammar_of(const ChatRequest& r, ToolCallForm form) {
-    auto g = forced_tool_call_grammar(r, form);
+inline std::shared_ptr<const Grammar> grammar_of(const ChatRequest& r, const ToolCallStyle& style) {
+    auto g = forced_tool_call_grammar(r, style);
     if (auto* e = std::get_if<ApiError>(&g)) ADD_FAILURE() << e->message;
     return std::holds_alternative<ApiError>(g) ? nullptr : std::get<std::shared_ptr<const Grammar>>(g);
+}
+
+inline std::shared_ptr<const Grammar> grammar_of(const ChatRequest& r, ToolCallForm form) {
+    return grammar_of(r, ToolCallStyle{.form = form});
 }
 
 // Whether `reply` (what follows the prompt's opening of the call) is a whole sentence of the grammar.
