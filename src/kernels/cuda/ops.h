@@ -274,6 +274,12 @@ struct KvCache {
     void* v = nullptr;
     int64_t window = 0, slots = 0;
     void* ring = nullptr;
+    // What the layer's attention adds to the softmax (kernels::AttentionExtras; gpt-oss), read by
+    // attention_kv and flash_attention_kv: a sliding window — a query at P sees keys P − sliding + 1 .. P
+    // (0: every key; unrelated to the ring's `window`) — and a sink logit per query head (device
+    // [n_heads], unscaled; null: none), one more term of the softmax's denominator.
+    int64_t sliding = 0;
+    const float* sinks = nullptr;
 };
 // Rows *pos0_dev + offset + t (t < n) of the cache from k, v [n, n_kv_heads, head_dim] f32:
 // kernels::kv_store bit for bit, and into the ring (f16, tagged with its position) when there is one.
