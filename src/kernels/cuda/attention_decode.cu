@@ -27,6 +27,10 @@
 // block and each key decoded once per KV head) and the window's at most W keys through the ring
 // (for q3 4 heads per block: two accumulators). The combine merges both launches' partials.
 //
+// gpt-oss's sliding window (KvCache::sliding) narrows every launch's key range to the query's window
+// (key_range: the splits spread over the window's keys only), and its sinks join the combine's max and
+// denominator.
+//
 // Measured against attention_kv's first split kernel (one key per warp step, 64 keys per block, a
 // serial combine over up to 2048 partials): bench/results/kv/ (session 19).
 #include <algorithm>
@@ -58,17 +62,21 @@ __device__ __forceinline__ int64_t split_chunk(int64_t keys, int splits) {
 // those inside it (kWindow).
 enum class Keys { kAll, kOld, kWindow };
 
-// The keys [lo, hi) of `which` for the query at position P with a window of `window` keys.
-__device__ __forceinline__ void key_range(Keys which, int64_t P, int64_t window, int64_t* lo, int64_t* hi) {
+// The keys [lo, hi) of `which` for the query at position P with a ring window of `window` keys,
+// from the first key its sliding window (KvCache::sliding; 0: none) lets it see.
+__device__ __forceinline__ void key_range(Keys which, int64_t P, int64_t window, int64_t sliding, int64_t* lo,
+                                          int64_t* hi) {
     const int64_t edge = P + 1 - window > 0 ? P + 1 - window : 0;  // the window's first key
-    *lo = which == Keys::kWindow ? edge : 0;
+    const int64_t seen = first_key(sliding, P);
+    *lo = which == Keys::kWindow ? (edge > seen ? edge : seen) : seen;
     *hi = which == Keys::kOld ? edge : P + 1;
 }
 
 // The splits of `which` that hold keys for the query at P.
-__device__ __forceinline__ int splits_with_keys(Keys which, int64_t P, int64_t window, int splits) {
+__device__ __forceinline__ int splits_with_keys(Keys which, int64_t P, int64_t window, int64_t sliding,
+                                                int splits) {
     int64_t lo = 0, hi = 0;
-    key_range(which, P, window, &lo, &hi);
+    key_range(which, P, window, sliding, &lo, &hi);
     if (hi <= lo) return 0;
     const int64_t chunk = split_chunk(hi - lo, splits);
     return static_cast<int>((hi - lo + chunk - 1) / chunk);
@@ -223,7 +231,7 @@ __global__ void __launch_bounds__(32 * kDecWarps)
     const int split = static_cast<int>(blockIdx.y);
     const int64_t t = blockIdx.z, P = *pos0 + offset + t;
     int64_t lo = 0, hi = 0;
-    key_range(layout.which, P, c.window, &lo, &hi);
+    key_range(layout.which, P, c.window, c.sliding, &lo, &hi);
     if (hi <= lo) return;
     const int64_t chunk = split_chunk(hi - lo, layout.splits), k0 = lo + split * chunk;
     if (k0 >= hi) return;
@@ -406,15 +414,18 @@ __global__ void __launch_bounds__(32 * kDecWarps)
 }
 
 // Block per (query · nh + head) row: out = Σ O·2^(m − M) / Σ l·2^(m − M) over the splits that had
-// keys — those of `a` and, when b.splits > 0, of `b` — gated by sigmoid(gate) when there is one.
+// keys — those of `a` and, when b.splits > 0, of `b` — gated by sigmoid(gate) when there is one. With
+// sinks ([nh], unscaled logits) the head's sink joins the max M and adds 2^(sink·log2 e − M) to the
+// denominator.
 template <int D>
 __global__ void __launch_bounds__(256)
     decode_combine_kernel(const float* part, const int32_t* pos0, int64_t offset, int64_t nh, int64_t window,
-                          PartLayout a, PartLayout b, const float* gate, float* out) {
+                          int64_t sliding, const float* sinks, PartLayout a, PartLayout b, const float* gate,
+                          float* out) {
     allow_dependents();  // the next decode product may start loading its weights
     const int64_t row = blockIdx.x, t = row / nh, P = *pos0 + offset + t;
-    const int na = splits_with_keys(a.which, P, window, a.splits);
-    const int nb = b.splits > 0 ? splits_with_keys(b.which, P, window, b.splits) : 0;
+    const int na = splits_with_keys(a.which, P, window, sliding, a.splits);
+    const int nb = b.splits > 0 ? splits_with_keys(b.which, P, window, sliding, b.splits) : 0;
     const int n = na + nb;  // partials with keys: a's first na, then b's first nb
     const float* ph = part + row * a.total * (D + 2);
     const auto at = [&](int i) { return ph + (i < na ? i : b.first + i - na) * (D + 2); };
@@ -425,6 +436,7 @@ __global__ void __launch_bounds__(256)
         float mx = -INFINITY;
         for (int i = lane; i < n; i += 32) mx = fmaxf(mx, at(i)[D]);
         mx = warp_max(mx);
+        if (sinks != nullptr) mx = fmaxf(mx, sinks[row % nh] * 1.4426950408889634f);
         if (lane == 0) mx_all = mx;
     }
     __syncthreads();
@@ -434,6 +446,7 @@ __global__ void __launch_bounds__(256)
         float sum = 0.0f;
         for (int i = lane; i < n; i += 32) sum += at(i)[D + 1] * w[i];
         sum = warp_sum(sum);
+        if (sinks != nullptr) sum += exp2f(sinks[row % nh] * 1.4426950408889634f - mx_all);
         if (lane == 0) inv_l = 1.0f / sum;
     }
     __syncthreads();
@@ -514,8 +527,8 @@ void launch(const DecodeCall& a) {
     }
     constexpr int kCombineThreads = D < 128 ? 128 : D;  // a thread per dim, at least four warps
     const unsigned rows = static_cast<unsigned>(a.n_q * a.nh);
-    decode_combine_kernel<D><<<rows, kCombineThreads, 0, a.s>>>(a.part, a.pos0, a.offset, a.nh, a.c.window,
-                                                                first, second, a.gate, a.out);
+    decode_combine_kernel<D><<<rows, kCombineThreads, 0, a.s>>>(
+        a.part, a.pos0, a.offset, a.nh, a.c.window, a.c.sliding, a.c.sinks, first, second, a.gate, a.out);
 }
 
 template <KvType T>

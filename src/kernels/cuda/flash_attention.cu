@@ -20,6 +20,10 @@
 // the keys outside each row's window, the ring's f16 rows (rotated into q3's domain on load) for
 // those inside — the keys kernels::KvRing says each query reads.
 //
+// gpt-oss's sliding window (KvCache::sliding): a block starts at the tile of its first row's first
+// key and the mask drops the keys before each row's window; its sinks (KvCache::sinks) join each row's
+// denominator in the kernel's epilogue, or in the combine when the keys were split.
+//
 // Arithmetic: q, k, v and p are rounded to f16 and the products accumulate in f32, as llama.cpp's
 // and FlashAttention's kernels do — within ~1e-3 of the f32 reference (attention_kv's kernels stay
 // the exact path: --gpu-prefill f32, decode, and steps of at most 16 tokens).
@@ -315,8 +319,10 @@ __global__ void __launch_bounds__(32 * kFaWarps, 2)
     const int64_t row0 = rb * kFaRows;
     const int64_t base = *pos0 + offset;  // the position of token 0
     const int64_t n_keys = base + min(n_q - 1, (row0 + kFaRows - 1) / G) + 1;
-    const int64_t tiles = (n_keys + BN - 1) / BN, per = (tiles + splits - 1) / splits;
-    const int64_t tile0 = blockIdx.z * per, tile1 = min(tiles, tile0 + per);
+    // From the tile of the first key the block's first row sees (its sliding window's, else key 0).
+    const int64_t tiles = (n_keys + BN - 1) / BN, tile_lo = first_key(c.sliding, base + row0 / G) / BN;
+    const int64_t per = (tiles - tile_lo + splits - 1) / splits;
+    const int64_t tile0 = tile_lo + blockIdx.z * per, tile1 = min(tiles, tile0 + per);
 
     load_queries<T == KvType::kQ3, D>(q, n_q, nh, row0, G, h0, qs);
     // This lane's two rows: warp·16 + lane/4 and 8 below it; their positions (rows past the last
@@ -336,6 +342,7 @@ __global__ void __launch_bounds__(32 * kFaWarps, 2)
     // The block's rows lie at positions p_lo .. p_hi (a ring's window: kRing).
     const int64_t p_lo = base + row0 / G, p_hi = n_keys - 1;
     const int window = kRing ? static_cast<int>(c.window) : 0;
+    const int sliding = static_cast<int>(c.sliding);  // a row at P sees keys P − sliding + 1 .. P (0: all)
     // A key s is inside the window of some row (some P in p_lo .. p_hi with s ≤ P < s + window) when
     // s ≤ p_hi and p_lo − s < window, and outside that of some row when p_hi − s ≥ window; tiles with
     // a key of the first kind read their tags, then take the cache's pass for the keys outside a
@@ -398,7 +405,7 @@ __global__ void __launch_bounds__(32 * kFaWarps, 2)
                 for (int i = 0; i < 4; ++i) {
                     const int r = i / 2;
                     const int key = key0 + nt * 8 + i % 2;
-                    bool keep = key <= P[r];
+                    bool keep = key <= P[r] && (sliding == 0 || P[r] - key < sliding);
                     if (mode != 0) {
                         const bool in_ring = ring_ok[key - static_cast<int>(kt) * BN] && P[r] - key < window;
                         keep = keep && in_ring == (mode == 2);
@@ -459,7 +466,8 @@ __global__ void __launch_bounds__(32 * kFaWarps, 2)
         if (t >= n_q) continue;
         const int64_t head_row = t * nh + h0 + row % G;
         if (splits == 1) {
-            const float inv = 1.0f / l[r];
+            // 1 / l, or with a sink f / (l·f + f_sink) (softmax_out: o·inv is its output).
+            const float inv = softmax_out<true>(1.0f, m[r], l[r], c.sinks, h0 + row % G);
 #pragma unroll
             for (int nt = 0; nt < D / 8; ++nt) {
                 const int64_t at = head_row * D + nt * 8 + 2 * (lane % 4);
@@ -484,9 +492,12 @@ __global__ void __launch_bounds__(32 * kFaWarps, 2)
     }
 }
 
-// Merges each row's splits (block per row t · nh + head): out = Σ O·2^(m − M) / Σ l·2^(m − M).
+// Merges each row's splits (block per row t · nh + head): out = Σ O·2^(m − M) / Σ l·2^(m − M), the
+// head's sink (sinks [nh], nullable) joining the denominator (softmax_out). A split before the row's
+// sliding window has no keys (m = −∞) and adds nothing.
 template <int D>
-__global__ void flash_combine_kernel(const float* part, int splits, const float* gate, float* out) {
+__global__ void flash_combine_kernel(const float* part, int splits, int64_t nh, const float* sinks,
+                                     const float* gate, float* out) {
     const int64_t row = blockIdx.x;
     const float* ph = part + row * splits * (D + 2);
     float mx = -INFINITY;
@@ -503,7 +514,7 @@ __global__ void flash_combine_kernel(const float* part, int splits, const float*
             if (m != -INFINITY) o += ph[sp * (D + 2) + d] * exp2f(m - mx);
         }
         const int64_t at = row * D + d;
-        const float val = o / l;
+        const float val = softmax_out<true>(o, mx, l, sinks, row % nh);
         out[at] = gate != nullptr ? val * sigmoid_f(gate[at]) : val;
     }
 }
@@ -554,8 +565,8 @@ void launch(const FlashCall& a) {
     kernel<<<grid, 32 * kFaWarps, smem, a.s>>>(a.q, a.c, a.pos0, a.offset, a.n_q, a.nh, a.nkv, G, scale_log2,
                                                a.gate, a.out, a.scratch, splits);
     if (splits > 1)
-        flash_combine_kernel<D>
-            <<<static_cast<unsigned>(a.n_q * a.nh), 128, 0, a.s>>>(a.scratch, splits, a.gate, a.out);
+        flash_combine_kernel<D><<<static_cast<unsigned>(a.n_q * a.nh), 128, 0, a.s>>>(
+            a.scratch, splits, a.nh, a.c.sinks, a.gate, a.out);
 }
 
 template <KvType T, bool kRing>

@@ -20,6 +20,9 @@
 // domain, so a second accumulator sums their values and is added after the rotation back.
 // attention_decode.cu's kernel checks tags only in tiles reaching into the window (measured on the
 // H200, bench/results/kv/h200/: this kernel's per-key check costs q8/q4 a fifth of their decode).
+// gpt-oss's sliding window and sinks (KvCache::sliding, sinks): a query's keys start at its window's first
+// key (the split kernel's blocks before it exit, and the combine starts at its split), and a head's sink
+// joins the max and the denominator where the output is normalised (softmax_out).
 #include <cmath>
 
 #include "kernels/cuda/attention_decode.h"
@@ -407,13 +410,14 @@ __global__ void __launch_bounds__(32 * kAttnWarps)
     const int64_t P = *pos0 + offset + t;
     __shared__ AttnShared<GroupSoftmax<T, kRing, G>::kTwo, G> sh;
     float m_all[G], l_all[G];
-    attend_group<T, kRing, G>(q + (t * n_heads + h0) * hd, c, kvh, hd, P, 0, P + 1, scale, sh, m_all, l_all);
+    attend_group<T, kRing, G>(q + (t * n_heads + h0) * hd, c, kvh, hd, P, first_key(c.sliding, P), P + 1,
+                              scale, sh, m_all, l_all);
     for (int64_t i = threadIdx.x; i < G * hd; i += blockDim.x) {
         const int64_t g = i / hd, d = i % hd, at = (t * n_heads + h0 + g) * hd + d;
         float val = 0.0f;
 #pragma unroll
         for (int k = 0; k < G; ++k)
-            if (k == g) val = sh.sacc[0][k][d] / l_all[k];
+            if (k == g) val = softmax_out<false>(sh.sacc[0][k][d], m_all[k], l_all[k], c.sinks, h0 + k);
         out[at] = gate != nullptr ? val * sigmoid_f(gate[at]) : val;  // mul_sigmoid's product
     }
 }
@@ -432,12 +436,12 @@ __global__ void __launch_bounds__(32 * kAttnWarps)
     const int64_t kvh = blockIdx.x / groups, h0 = kvh * rep + (blockIdx.x % groups) * G;
     const int64_t split = blockIdx.y;
     const int64_t P = *pos0 + offset;
-    const int64_t s0 = split * kSplitKeys;
-    if (s0 > P) return;
+    const int64_t s0 = split * kSplitKeys, lo = first_key(c.sliding, P);
+    if (s0 > P || s0 + kSplitKeys <= lo) return;  // past the last key, or before the sliding window
     __shared__ AttnShared<GroupSoftmax<T, kRing, G>::kTwo, G> sh;
     float m_all[G], l_all[G];
-    attend_group<T, kRing, G>(q + h0 * hd, c, kvh, hd, P, s0, min(P + 1, s0 + kSplitKeys), scale, sh, m_all,
-                              l_all);
+    attend_group<T, kRing, G>(q + h0 * hd, c, kvh, hd, P, max(s0, lo), min(P + 1, s0 + kSplitKeys), scale, sh,
+                              m_all, l_all);
 #pragma unroll
     for (int g = 0; g < G; ++g) {
         float* ph = part + ((h0 + g) * max_splits + split) * (hd + 2);
@@ -449,22 +453,26 @@ __global__ void __launch_bounds__(32 * kAttnWarps)
     }
 }
 
+// The splits merged are those with keys: from the one holding the query's first key (its sliding
+// window's) to the one holding its own.
 __global__ void attention_combine_kernel(const float* part, const int32_t* pos0, int64_t offset, int64_t hd,
-                                         int64_t max_splits, const float* gate, float* out) {
+                                         int64_t max_splits, int64_t sliding, const float* sinks,
+                                         const float* gate, float* out) {
     allow_dependents();  // the next decode product may start loading its weights
     const int64_t h = blockIdx.x;
-    const int64_t n_splits = (*pos0 + offset + kSplitKeys) / kSplitKeys;
+    const int64_t P = *pos0 + offset;
+    const int64_t first = first_key(sliding, P) / kSplitKeys, n_splits = (P + kSplitKeys) / kSplitKeys;
     const float* ph = part + h * max_splits * (hd + 2);
     float m_all = -INFINITY;
-    for (int64_t sp = 0; sp < n_splits; ++sp) m_all = fmaxf(m_all, ph[sp * (hd + 2) + hd]);
+    for (int64_t sp = first; sp < n_splits; ++sp) m_all = fmaxf(m_all, ph[sp * (hd + 2) + hd]);
     float l_all = 0.0f;
-    for (int64_t sp = 0; sp < n_splits; ++sp)
+    for (int64_t sp = first; sp < n_splits; ++sp)
         l_all += ph[sp * (hd + 2) + hd + 1] * expf(ph[sp * (hd + 2) + hd] - m_all);
     for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
         float o = 0.0f;
-        for (int64_t sp = 0; sp < n_splits; ++sp)
+        for (int64_t sp = first; sp < n_splits; ++sp)
             o += ph[sp * (hd + 2) + d] * expf(ph[sp * (hd + 2) + hd] - m_all);
-        const float val = o / l_all;
+        const float val = softmax_out<false>(o, m_all, l_all, sinks, h);
         out[h * hd + d] = gate != nullptr ? val * sigmoid_f(gate[h * hd + d]) : val;
     }
 }
@@ -486,8 +494,8 @@ void attend_as(const float* q, const KvView& c, int64_t n_q, int64_t offset, con
         attention_split_kernel<T, kRing, G>
             <<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(max_splits)), 32 * kAttnWarps, 0,
                s>>>(q, c, pos0, offset, nh, nkv, hd, scale, split_scratch, max_splits);
-        attention_combine_kernel<<<static_cast<unsigned>(nh), 128, 0, s>>>(split_scratch, pos0, offset, hd,
-                                                                           max_splits, gate, out);
+        attention_combine_kernel<<<static_cast<unsigned>(nh), 128, 0, s>>>(
+            split_scratch, pos0, offset, hd, max_splits, c.sliding, c.sinks, gate, out);
         return;
     }
     attention_kernel<T, kRing, G><<<static_cast<unsigned>(n_q * blocks), 32 * kAttnWarps, 0, s>>>(

@@ -532,9 +532,56 @@ __global__ void split_qkvz_kernel(const float* p, const float* ba, int64_t n, in
     }
 }
 
+// gpt-oss's routed experts (model/moe.cpp ExpertExtras): row r's expert e = ids[order[r]] (or ids[r]),
+// its gate and up biases added, then kernels::swiglu_clamped (limit > 0) or silu(g)·u.
+__global__ void expert_swiglu_kernel(const float* gate, const float* up, const int32_t* ids,
+                                     const int32_t* order, const float* gate_bias, const float* up_bias,
+                                     int64_t cols, float alpha, float limit, float* act) {
+    const int64_t r = blockIdx.x, i = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+    if (i >= cols) return;
+    const int64_t e = ids[order != nullptr ? order[r] : r], at = r * cols + i;
+    float g = gate[at], u = up[at];
+    if (gate_bias != nullptr) g += gate_bias[e * cols + i];
+    if (up_bias != nullptr) u += up_bias[e * cols + i];
+    if (limit > 0.0f) {
+        g = fminf(g, limit);
+        u = fminf(fmaxf(u, -limit), limit);
+        act[at] = (u + 1.0f) * (g / (1.0f + expf(-alpha * g)));
+    } else {
+        act[at] = silu_f(g) * u;
+    }
+}
+
+// mix[t, i] += Σ_j weights[t·k + j] · bias[ids[t·k + j], i], j ascending.
+__global__ void moe_add_expert_bias_kernel(const int32_t* ids, const float* weights, const float* bias,
+                                           int64_t k, int64_t dim, float* mix) {
+    const int64_t t = blockIdx.x, i = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+    if (i >= dim) return;
+    float acc = mix[t * dim + i];
+    for (int64_t j = 0; j < k; ++j)
+        acc += weights[t * k + j] * bias[static_cast<int64_t>(ids[t * k + j]) * dim + i];
+    mix[t * dim + i] = acc;
+}
+
 constexpr int kThreads = 256;
 
 }  // namespace
+
+void expert_swiglu(const float* gate, const float* up, const int32_t* ids, const int32_t* order,
+                   const float* gate_bias, const float* up_bias, int64_t rows, int64_t cols, float alpha,
+                   float limit, float* act, cudaStream_t s) {
+    if (rows == 0) return;
+    const dim3 grid(static_cast<unsigned>(rows), grid_for(cols, kThreads));
+    expert_swiglu_kernel<<<grid, kThreads, 0, s>>>(gate, up, ids, order, gate_bias, up_bias, cols, alpha,
+                                                   limit, act);
+}
+
+void moe_add_expert_bias(const int32_t* ids, const float* weights, const float* bias, int64_t n, int64_t k,
+                         int64_t dim, float* mix, cudaStream_t s) {
+    if (n == 0 || bias == nullptr) return;
+    const dim3 grid(static_cast<unsigned>(n), grid_for(dim, kThreads));
+    moe_add_expert_bias_kernel<<<grid, kThreads, 0, s>>>(ids, weights, bias, k, dim, mix);
+}
 
 void row_norm(const float* x, const float* weight, const HeadLayout& layout, float eps, bool l2, float scale,
               float* y, cudaStream_t s) {

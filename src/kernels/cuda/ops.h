@@ -207,6 +207,18 @@ void moe_matmul(const LaunchContext& ctx, const DevWeight* table, int which, int
 // order[n_pairs]. One block; scratch-free.
 void moe_group(const int32_t* ids, int64_t n_pairs, int64_t n_experts, int32_t* offsets, int32_t* order,
                cudaStream_t s);
+// gpt-oss's routed experts (model/moe.cpp ExpertExtras), beside the unfused MoE forms: for rows r < rows
+// of `cols` values with expert e = ids[order != null ? order[r] : r] (decode: slot r of one token's ids;
+// prefill: permuted pair r of moe_group's order), act[r, :] = kernels::swiglu_clamped(gate[r, :] +
+// gate_bias[e, :], up[r, :] + up_bias[e, :], alpha, limit), or silu(g) ⊙ u when limit is 0; a null bias
+// adds nothing. Biases [n_experts, cols] in device memory.
+void expert_swiglu(const float* gate, const float* up, const int32_t* ids, const int32_t* order,
+                   const float* gate_bias, const float* up_bias, int64_t rows, int64_t cols, float alpha,
+                   float limit, float* act, cudaStream_t s);
+// mix[t, :] += Σ_j weights[t·k + j] · bias[ids[t·k + j], :] for t < n: the routed experts' down
+// biases ([n_experts, dim]; null: nothing), weighted as their outputs are (moe_down_matvec, moe_combine).
+void moe_add_expert_bias(const int32_t* ids, const float* weights, const float* bias, int64_t n, int64_t k,
+                         int64_t dim, float* mix, cudaStream_t s);
 // mix[t, :] = Σ_j weights[t·k + j] · pair_out[t·k + j, :].
 void moe_combine(const float* pair_out, const float* weights, int64_t n, int64_t k, int64_t dim, float* mix,
                  cudaStream_t s);
@@ -274,6 +286,12 @@ struct KvCache {
     void* v = nullptr;
     int64_t window = 0, slots = 0;
     void* ring = nullptr;
+    // What the layer's attention adds to the softmax (kernels::AttentionExtras; gpt-oss), read by
+    // attention_kv and flash_attention_kv: a sliding window — a query at P sees keys P − sliding + 1 .. P
+    // (0: every key; unrelated to the ring's `window`) — and a sink logit per query head (device
+    // [n_heads], unscaled; null: none), one more term of the softmax's denominator.
+    int64_t sliding = 0;
+    const float* sinks = nullptr;
 };
 // Rows *pos0_dev + offset + t (t < n) of the cache from k, v [n, n_kv_heads, head_dim] f32:
 // kernels::kv_store bit for bit, and into the ring (f16, tagged with its position) when there is one.

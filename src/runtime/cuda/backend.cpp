@@ -50,18 +50,6 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
     }
     if (c.n_experts > 1024)
         return error(ErrorCode::kUnsupported, fmt::format("[cuda] {} experts (at most 1024)", c.n_experts));
-    // gpt-oss's attention sinks, sliding windows, biased router and expert biases and clamped SwiGLU run on
-    // the CPU backend only so far: refused by name rather than run without them.
-    for (const model::LayerPlan& p : model_->plan().layers)
-        if ((p.mixer == model::MixerKind::kAttention &&
-             (p.attention.sinks || p.attention.window > 0 || p.attention.o_bias)) ||
-            (p.ffn == model::FfnKind::kMoe &&
-             (p.moe.router_logit_bias || p.moe.expert_bias || p.moe.swiglu_limit > 0.0f)))
-            return error(
-                ErrorCode::kUnsupported,
-                fmt::format("[cuda] {} (attention sinks, sliding windows, expert biases, the clamped "
-                            "SwiGLU) runs on the CPU backend only so far: use --device cpu",
-                            model::family_name(c.family)));
     for (const model::LayerPlan& p : model_->plan().layers)
         if (p.ffn == model::FfnKind::kMoe && p.moe.groups > cuda::kMaxRouterGroups)
             return error(ErrorCode::kUnsupported,

@@ -138,6 +138,8 @@ struct DevLayer {
     float *q_norm = nullptr, *k_norm = nullptr;                     // null without q/k norms (Qwen2)
     float *q_bias = nullptr, *k_bias = nullptr, *v_bias = nullptr;  // Qwen2's, else null
     float* rope_inv_freq = nullptr;  // YaRN's frequencies (plan.attention / latent.rope_inv_freq), or null
+    float* o_bias = nullptr;         // [H]: gpt-oss's o_proj bias, else null
+    float* sinks = nullptr;          // [nh]: gpt-oss's per-head sink logits (cuda::KvCache::sinks), else null
     // Latent attention (plan.latent): q_proj above without a q bottleneck; kv_b read in place by the
     // absorption (cuda/latent_attention.h).
     DevWeight q_a_proj, q_b_proj, kv_a_proj, kv_b_proj, embed_q, unembed_out;
@@ -145,8 +147,11 @@ struct DevLayer {
     DevWeight in_qkvz, in_ba, in_qkv, in_z, in_b, in_a, out_proj;
     float *conv = nullptr, *neg_a = nullptr, *dt_bias = nullptr, *dnorm = nullptr;
     DevWeight router, shared_gate_proj, shared_up, shared_down,
-        shared_gate;               // shared_gate: null ungated (GLM)
-    float* router_bias = nullptr;  // a sigmoid router's selection bias [E], or null
+        shared_gate;                     // shared_gate: null ungated (GLM)
+    float* router_bias = nullptr;        // a sigmoid router's selection bias [E], or null
+    float* router_logit_bias = nullptr;  // [E]: gpt-oss's router bias, added to the logits; or null
+    // gpt-oss's routed-expert biases (plan.moe.expert_bias): gate and up [E, I], down [E, H]; else null.
+    float *expert_gate_bias = nullptr, *expert_up_bias = nullptr, *expert_down_bias = nullptr;
     DevWeight dense_gate, dense_up, dense_down;
     DevWeight* experts = nullptr;  // device [E][3]: gate, up, down
 };
@@ -381,6 +386,12 @@ class CudaBackend final : public Backend {
                     float* mix, bool decode);
     // mix += the shared expert's gated output.
     void moe_shared(const DevLayer& L, int64_t n);
+    // Whether layer L's routed experts add biases or clamp their SwiGLU (gpt-oss): their products then
+    // take the unfused forms with cuda::expert_swiglu between gate/up and down, and the down biases
+    // are added by cuda::moe_add_expert_bias.
+    static bool expert_extras(const DevLayer& L) {
+        return L.plan->moe.expert_bias || L.plan->moe.swiglu_limit > 0.0f;
+    }
 
     std::shared_ptr<const model::Model> model_;
     int device_;

@@ -79,6 +79,8 @@ void CudaBackend::attention_layer(const DevLayer& L, int64_t l, int64_t n, const
         cache.ring = ds.ring[static_cast<size_t>(l)];
         cache.window = cache.ring != nullptr ? layout.kv_window : 0;
         cache.slots = layout.kv_ring_slots;
+        cache.sliding = P.window;  // gpt-oss: the layer's sliding window and its heads' sinks
+        cache.sinks = L.sinks;
         // An f32 cache is written by the prep itself; a compressed one from rows staged in k and v.
         const bool f32 = cache.type == kernels::KvType::kF32;
         float* k_rows = f32 ? static_cast<float*>(cache.k) : k;
@@ -140,6 +142,7 @@ void CudaBackend::attention_layer(const DevLayer& L, int64_t l, int64_t n, const
     }
     if (gated && !gate_in_epilogue) cuda::mul_sigmoid(d_.attn, d_.gate, n * nh * hd, stream_);
     linear(L.o_proj, d_.attn, n, d_.mix);
+    if (L.o_bias != nullptr) cuda::add_bias_rows(d_.mix, L.o_bias, n, L.o_proj.rows, stream_);  // gpt-oss
 }
 
 // model/latent_attention.cpp on the GPU, op for op: the q and kv projections, the latents' norms, the
@@ -310,6 +313,8 @@ bool CudaBackend::fused_shared(const DevLayer& L, int64_t n) const {
 // Decode runs the router with the shared expert's input projections in one launch whose last block
 // runs the top-k (unless SLUICE_CUDA_UNFUSED).
 void CudaBackend::moe_route(const DevLayer& L, int64_t n, const cuda::NormIn* in_norm) {
+    // gpt-oss's logit bias goes in between the product and the top-k, so its router takes the unfused pair.
+    const bool fused_topk = !unfused_ && L.router_logit_bias == nullptr;
     if (n == 1) {
         cuda::MatvecMulti m;
         m.add(L.router, d_.router);
@@ -321,13 +326,15 @@ void CudaBackend::moe_route(const DevLayer& L, int64_t n, const cuda::NormIn* in
             m.add(L.shared_up, d_.sh_up);
             m.add(L.shared_gate, d_.sg);
         }
-        if (!unfused_) m.topk = route_topk(L, 0, d_.topk_ids, d_.topk_w, kRouteCounter);
+        if (fused_topk) m.topk = route_topk(L, 0, d_.topk_ids, d_.topk_w, kRouteCounter);
         if (in_norm != nullptr) m.norm = *in_norm;
         cuda::matvec_multi(launch_, m, d_.norm, stream_);
-        if (!unfused_) return;
+        if (fused_topk) return;
     } else {
         linear(L.router, d_.norm, n, d_.router, /*int8=*/false);
     }
+    if (L.router_logit_bias != nullptr)
+        cuda::add_bias_rows(d_.router, L.router_logit_bias, n, L.router.rows, stream_);
     cuda::router_topk(d_.router, n, L.plan->moe.router_spec(L.router_bias), d_.topk_ids, d_.topk_w, stream_);
 }
 
@@ -343,18 +350,31 @@ cuda::MatvecTopk CudaBackend::route_topk(const DevLayer& L, int which, int32_t* 
 }
 
 bool CudaBackend::shared_folded(const DevLayer& L, int64_t n) const {
-    return !unfused_ && n == 1 && L.has_shared();
+    return !unfused_ && n == 1 && L.has_shared() && !expert_extras(L);
 }
 
 void CudaBackend::moe_routed(const DevLayer& L, const float* x, const int32_t* ids, const float* weights,
                              int64_t n, float* mix, bool decode) {
     const model::ModelConfig& c = model_->config();
     const int64_t H = c.hidden, E = c.n_experts, K = c.top_k, I = c.expert_ffn;
-    if (n == 1) {
-        // Fused: gate, up and SwiGLU of the routed experts and the shared expert in one launch, then
-        // one down launch over all of them. Unfused (SLUICE_CUDA_UNFUSED): gate and up, SwiGLU, the
-        // routed down; the shared expert in moe_shared().
-        const bool fold = decode && shared_folded(L, 1);
+    // gpt-oss's experts (biases, the clamped SwiGLU) take the unfused forms: gate and up, then
+    // expert_swiglu (rows' experts from ids, through `order` when the rows are moe_group's permuted
+    // pairs), then down; the down biases are added to mix after the weighted sum.
+    const bool extras = expert_extras(L);
+    auto activate = [&](const int32_t* row_ids, const int32_t* order, int64_t rows) {
+        if (extras)
+            cuda::expert_swiglu(d_.pair_gate, d_.pair_up, row_ids, order, L.expert_gate_bias,
+                                L.expert_up_bias, rows, I, L.plan->moe.swiglu_alpha, L.plan->moe.swiglu_limit,
+                                d_.pair_act, stream_);
+        else
+            cuda::swiglu(d_.pair_gate, d_.pair_up, rows * I, d_.pair_act, stream_);
+    };
+    if (n <= kMatvecRows) {
+        // One token, or a small batch token by token through the decode kernels (kMatvecRows). Fused:
+        // gate, up and SwiGLU of the routed experts (and, for a decode forward, the shared expert) in
+        // one launch, then one down launch over all of them. Unfused (SLUICE_CUDA_UNFUSED, or expert
+        // extras): gate and up, the activation, the routed down; the shared expert in moe_shared().
+        const bool fold = n == 1 && decode && shared_folded(L, 1);
         cuda::SharedExpert shared;
         if (fold) {
             shared.gate = L.shared_gate_proj;
@@ -362,33 +382,20 @@ void CudaBackend::moe_routed(const DevLayer& L, const float* x, const int32_t* i
             shared.down = L.shared_down;
             shared.gate_logit = L.shared_gate.data != nullptr ? d_.sg : nullptr;
         }
-        if (!unfused_) {
-            cuda::moe_matvec_gate_up(launch_, L.experts, ids, K, I, H, x, nullptr, nullptr, d_.pair_act,
-                                     fold ? &shared : nullptr, experts_vector_, stream_);
-        } else {
-            cuda::moe_matvec_gate_up(launch_, L.experts, ids, K, I, H, x, d_.pair_gate, d_.pair_up, nullptr,
-                                     nullptr, experts_vector_, stream_);
-            cuda::swiglu(d_.pair_gate, d_.pair_up, K * I, d_.pair_act, stream_);
-        }
-        cuda::moe_down_matvec(launch_, L.experts, ids, weights, K, H, I, d_.pair_act,
-                              fold ? &shared : nullptr, experts_vector_, mix, stream_);
-        return;
-    }
-    if (n <= kMatvecRows) {
-        // A small batch: each token through the decode kernels (kMatvecRows).
         for (int64_t t = 0; t < n; ++t) {
             const int32_t* t_ids = ids + t * K;
-            if (!unfused_) {
+            if (!unfused_ && !extras) {
                 cuda::moe_matvec_gate_up(launch_, L.experts, t_ids, K, I, H, x + t * H, nullptr, nullptr,
-                                         d_.pair_act, nullptr, experts_vector_, stream_);
+                                         d_.pair_act, fold ? &shared : nullptr, experts_vector_, stream_);
             } else {
                 cuda::moe_matvec_gate_up(launch_, L.experts, t_ids, K, I, H, x + t * H, d_.pair_gate,
                                          d_.pair_up, nullptr, nullptr, experts_vector_, stream_);
-                cuda::swiglu(d_.pair_gate, d_.pair_up, K * I, d_.pair_act, stream_);
+                activate(t_ids, nullptr, K);
             }
-            cuda::moe_down_matvec(launch_, L.experts, t_ids, weights + t * K, K, H, I, d_.pair_act, nullptr,
-                                  experts_vector_, mix + t * H, stream_);
+            cuda::moe_down_matvec(launch_, L.experts, t_ids, weights + t * K, K, H, I, d_.pair_act,
+                                  fold ? &shared : nullptr, experts_vector_, mix + t * H, stream_);
         }
+        cuda::moe_add_expert_bias(ids, weights, L.expert_down_bias, n, K, H, mix, stream_);
         return;
     }
     const int64_t pairs = n * K;
@@ -401,21 +408,23 @@ void CudaBackend::moe_routed(const DevLayer& L, const float* x, const int32_t* i
                               K, false, I, H, i8(), d_.pair_gate, stream_);
         cuda::moe_matmul_int8(bits, experts_int8_group_, L.experts, 1, E, d_.offsets, d_.order, pairs, true,
                               K, false, I, H, i8(), d_.pair_up, stream_);
-        cuda::swiglu(d_.pair_gate, d_.pair_up, pairs * I, d_.pair_act, stream_);
+        activate(ids, d_.order, pairs);
         cuda::quantize_rows_int8(d_.pair_act, pairs, I, i8(), stream_);
         cuda::moe_matmul_int8(bits, experts_int8_group_, L.experts, 2, E, d_.offsets, d_.order, pairs, false,
                               1, true, H, I, i8(), d_.pair_out, stream_);
         cuda::moe_combine(d_.pair_out, weights, n, K, H, mix, stream_);
+        cuda::moe_add_expert_bias(ids, weights, L.expert_down_bias, n, K, H, mix, stream_);
         return;
     }
     cuda::moe_matmul(launch_, L.experts, 0, E, d_.offsets, d_.order, pairs, true, K, false, I, H, x,
                      d_.pair_gate, stream_);
     cuda::moe_matmul(launch_, L.experts, 1, E, d_.offsets, d_.order, pairs, true, K, false, I, H, x,
                      d_.pair_up, stream_);
-    cuda::swiglu(d_.pair_gate, d_.pair_up, pairs * I, d_.pair_act, stream_);
+    activate(ids, d_.order, pairs);
     cuda::moe_matmul(launch_, L.experts, 2, E, d_.offsets, d_.order, pairs, false, 1, true, H, I, d_.pair_act,
                      d_.pair_out, stream_);
     cuda::moe_combine(d_.pair_out, weights, n, K, H, mix, stream_);
+    cuda::moe_add_expert_bias(ids, weights, L.expert_down_bias, n, K, H, mix, stream_);
 }
 
 void CudaBackend::moe_shared(const DevLayer& L, int64_t n) {
@@ -515,9 +524,12 @@ int64_t CudaBackend::enqueue_segment(int64_t n, int64_t after) {
                                false, 1.0f, d_.tmp, stream_);
                 cuda::MatvecMulti m;
                 m.add(next.router, d_.pred_logits);
-                if (!unfused_) m.topk = route_topk(next, 0, d_.pred_ids, d_.pred_w, kPredictCounter);
+                const bool fused_topk = !unfused_ && next.router_logit_bias == nullptr;
+                if (fused_topk) m.topk = route_topk(next, 0, d_.pred_ids, d_.pred_w, kPredictCounter);
                 cuda::matvec_multi(launch_, m, d_.tmp, stream_);
-                if (unfused_)
+                if (next.router_logit_bias != nullptr)
+                    cuda::add_bias_rows(d_.pred_logits, next.router_logit_bias, 1, next.router.rows, stream_);
+                if (!fused_topk)
                     cuda::router_topk(d_.pred_logits, 1, next.plan->moe.router_spec(next.router_bias),
                                       d_.pred_ids, d_.pred_w, stream_);
                 cudaMemcpyAsync(host_ids_ + n * K, d_.pred_ids, static_cast<size_t>(K) * sizeof(int32_t),

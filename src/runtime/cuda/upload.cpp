@@ -129,6 +129,8 @@ Status CudaBackend::upload_weights(Arena& arena) {
             if (!lw.attn.q_bias.empty()) L.q_bias = put(arena, lw.attn.q_bias, st);
             if (!lw.attn.k_bias.empty()) L.k_bias = put(arena, lw.attn.k_bias, st);
             if (!lw.attn.v_bias.empty()) L.v_bias = put(arena, lw.attn.v_bias, st);
+            if (L.plan->attention.o_bias) L.o_bias = put(arena, lw.attn.o_bias, st);
+            if (L.plan->attention.sinks) L.sinks = put(arena, lw.attn.sinks, st);
             if (!L.plan->attention.rope_inv_freq.empty())
                 L.rope_inv_freq = put(arena, L.plan->attention.rope_inv_freq, st);
         } else {
@@ -154,6 +156,12 @@ Status CudaBackend::upload_weights(Arena& arena) {
         const model::MoeWeights& m = lw.moe_w;
         L.router = put(arena, m.router, st);
         L.router_bias = put(arena, m.router_bias, st);
+        if (L.plan->moe.router_logit_bias) L.router_logit_bias = put(arena, m.router_logit_bias, st);
+        if (L.plan->moe.expert_bias) {  // gpt-oss's, resident with the dense core (weights.h)
+            L.expert_gate_bias = put(arena, m.expert_gate_bias, st);
+            L.expert_up_bias = put(arena, m.expert_up_bias, st);
+            L.expert_down_bias = put(arena, m.expert_down_bias, st);
+        }
         if (arena.counting() && m.has_shared)
             experts_vector_ = experts_vector_ && vector_mlp(m.shared.gate, m.shared.up, m.shared.down);
         if (m.has_shared) {

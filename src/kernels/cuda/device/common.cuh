@@ -83,6 +83,12 @@ __constant__ const int8_t kGgmlIq4nl[16] = {-127, -104, -83, -65, -49, -35, -22,
                                             1,    13,   25,  38,  53,  69,  89,  113};
 __constant__ const int8_t kGgmlMxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
+// MXFP4's block scale as ggml applies it to its doubled codes (kGgmlMxfp4): 2^(e − 128),
+// e8m0_to_f32_half (subnormal for e < 2).
+__device__ __forceinline__ float ggml_e8m0_half(uint8_t e) {
+    return e >= 2 ? __uint_as_float(static_cast<uint32_t>(e - 1) << 23) : __uint_as_float(0x00200000u << e);
+}
+
 // Element j (< 32) of the 32-element sub-block `sb` of a ggml row: the sub-block is a whole block of the
 // 32-element types; of a 256-element block, elements 32·(sb mod 8) … of block sb / 8. Formed exactly as
 // the reference definition forms it (kernels/reference/ggml_quants.cpp: each product and sum rounded on
@@ -121,10 +127,7 @@ __device__ __forceinline__ float ggml_value(WeightType t, const uint8_t* row, in
             }
             case WeightType::kGgmlMXFP4: {
                 const int q = j < 16 ? (b[1 + j] & 0x0F) : (b[1 + j - 16] >> 4);
-                // 2^(e − 128): e8m0_to_f32_half (subnormal for e < 2).
-                const float d = b[0] >= 2 ? __uint_as_float(static_cast<uint32_t>(b[0] - 1) << 23)
-                                          : __uint_as_float(0x00200000u << b[0]);
-                return __fmul_rn(static_cast<float>(kGgmlMxfp4[q]), d);
+                return __fmul_rn(static_cast<float>(kGgmlMxfp4[q]), ggml_e8m0_half(b[0]));
             }
             default: return 0.0f;
         }

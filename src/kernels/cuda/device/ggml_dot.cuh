@@ -1,6 +1,7 @@
 // Decode dot products of ggml's block formats (GGUF) on the device: one row against x, a lane per
 // 32-element sub-block (the generic product form row_dot takes for them; linear.cu). Each block's scale is
-// read once per sub-block and the codes summed against x before it multiplies (Q4_0, Q8_0, Q4_K, Q6_K);
+// read once per sub-block and the codes summed against x before it multiplies (Q4_0, Q8_0, Q4_K, Q6_K,
+// MXFP4);
 // the other types form each weight by the definition (ggml_value, common.cuh).
 #pragma once
 
@@ -25,9 +26,18 @@ __device__ __forceinline__ float ggml_nibbles_dot(const uint8_t* qs, const float
     return lo + hi;
 }
 
+// An MXFP4 (e2m1) code as ggml's doubled value, kGgmlMxfp4[q], without a table read (the lanes of a warp
+// read different codes, which constant memory serialises): the magnitudes 0, 1, 2, 3, 4, 6, 8, 12 are the
+// nibbles of 0xC8643210, bit 3 the sign.
+__device__ __forceinline__ float mxfp4_code(uint32_t q) {
+    const float mag = static_cast<float>((0xC8643210u >> (4 * (q & 7u))) & 0x0Fu);
+    return (q & 8u) != 0 ? -mag : mag;
+}
+
 // Σ_j w_j · x_j over the 32-element sub-block sb of a ggml row, its scale read once: the fast forms
-// (Q4_0, Q8_0, Q4_K, Q6_K: the formats GGUF MoE files carry most) sum code·x and scale after, the others
-// form each weight by the definition (ggml_value). Within f32 rounding of the definition's dot product.
+// (Q4_0, Q8_0, Q4_K, Q6_K: the formats GGUF MoE files carry most; MXFP4: gpt-oss's experts) sum code·x and
+// scale after, the others form each weight by the definition (ggml_value). Within f32 rounding of the
+// definition's dot product.
 __device__ __forceinline__ float ggml_sub32_dot(WeightType t, const uint8_t* row, int64_t sb,
                                                 const float* __restrict__ x) {
     switch (t) {
@@ -82,6 +92,17 @@ __device__ __forceinline__ float ggml_sub32_dot(WeightType t, const uint8_t* row
             const int e0 = 128 * h + 32 * k;
             return ggml_f16(b + 208) * (static_cast<float>(scales[e0 / 16]) * part[0] +
                                         static_cast<float>(scales[e0 / 16 + 1]) * part[1]);
+        }
+        case WeightType::kGgmlMXFP4: {  // blocks of 17 bytes (byte-aligned): the e8m0 scale, 16 code bytes
+            const uint8_t* b = row + sb * 17;
+            float lo = 0.0f, hi = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                const uint32_t v = b[1 + i];
+                lo += mxfp4_code(v & 0x0F) * x[i];
+                hi += mxfp4_code(v >> 4) * x[16 + i];
+            }
+            return ggml_e8m0_half(b[0]) * (lo + hi);
         }
         default: {
             float acc = 0.0f;

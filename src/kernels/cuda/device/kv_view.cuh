@@ -22,7 +22,28 @@ struct KvView {
     uint8_t* ring_k;
     uint8_t* ring_v;
     int64_t* tags;
+    int64_t sliding;     // KvCache::sliding: a query at P sees keys P − sliding + 1 .. P (0: all)
+    const float* sinks;  // KvCache::sinks: [n_heads] sink logits, or null
 };
+
+// The first key a query at position P sees: its sliding window's (KvCache::sliding), else 0.
+__device__ __forceinline__ int64_t first_key(int64_t sliding, int64_t P) {
+    return sliding > 0 && P + 1 - sliding > 0 ? P + 1 - sliding : 0;
+}
+
+// A head's softmax output from its unnormalised sum o, max m and sum l (in base 2 when kBase2, the
+// scores then scaled by log2 e): o / l, or with a sink logit (kernels::AttentionExtras: one more
+// term of the denominator, its weight dropped) o·f / (l·f + f_sink), f = e^(m − M), f_sink =
+// e^(sink − M), M = max(m, sink) — kernels::reference::attention's max over the scores and the sink.
+template <bool kBase2>
+__device__ __forceinline__ float softmax_out(float o, float m, float l, const float* sinks, int64_t head) {
+    if (sinks == nullptr) return o / l;
+    const float sink = kBase2 ? sinks[head] * 1.4426950408889634f : sinks[head];
+    const float mx = fmaxf(m, sink);
+    const float f = kBase2 ? exp2f(m - mx) : expf(m - mx);
+    const float f_sink = kBase2 ? exp2f(sink - mx) : expf(sink - mx);
+    return o * f / (l * f + f_sink);
+}
 
 inline KvView kv_view(const KvCache& c, int64_t n_kv_heads, int64_t head_dim) {
     KvView v{};
@@ -36,6 +57,8 @@ inline KvView kv_view(const KvCache& c, int64_t n_kv_heads, int64_t head_dim) {
     v.ring_k = static_cast<uint8_t*>(c.ring);
     v.ring_v = v.ring_k != nullptr ? v.ring_k + c.slots * v.ring_row : nullptr;
     v.tags = v.ring_v != nullptr ? reinterpret_cast<int64_t*>(v.ring_v + c.slots * v.ring_row) : nullptr;
+    v.sliding = c.sliding;
+    v.sinks = c.sinks;
     return v;
 }
 
