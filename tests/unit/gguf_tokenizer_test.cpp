@@ -469,6 +469,7 @@ TEST(GgufTokenizer, Qwen3WrittenAsTokenizerJsonIsTheSameTokenizer) {
 
 struct GptOssPair {
     std::string gguf_path;
+    Qwen3Gguf made;  // the bytes written here and the pin
     std::shared_ptr<const Tokenizer> from_json, from_gguf;
     std::string error;
 };
@@ -480,6 +481,7 @@ const GptOssPair* gptoss_pair() {
         GptOssPair p;
         p.gguf_path = dir.file("gptoss-tokenizer.gguf");
         dir.write("gptoss-tokenizer.gguf", made->bytes);
+        p.made = std::move(*made);
         auto j = Tokenizer::load(kGptOssDir);
         auto g = Tokenizer::load(p.gguf_path);
         if (!j.has_value()) p.error = j.status().message();
@@ -500,19 +502,16 @@ const GptOssPair* gptoss_pair() {
     [[maybe_unused]] const Tokenizer& js = *pair->from_json;                                  \
     [[maybe_unused]] const Tokenizer& gg = *pair->from_gguf
 
-TEST(GgufTokenizer, GptOssFileIsByteForByteWhatGgufPyWrites) {
-    auto made = make_tokenizer_gguf(kGptOssSource);
-    if (!made) GTEST_SKIP() << "gpt-oss tokenizer files not found at " << kGptOssDir << " (npm ci)";
-    Sha256 sha;
-    sha.update(made->bytes.data(), made->bytes.size());
-    EXPECT_EQ(made->bytes.size(), made->pin["bytes"].get<size_t>());
-    EXPECT_EQ(sha.hex_digest(), made->pin["sha256"].get<std::string>())
-        << "the GGUF written here differs from gguf-py's (tools/make_gguf_fixtures.py); the pin says "
-        << made->pin["source"];
-}
-
-TEST(GgufTokenizer, GptOssEveryIdMatchesTokenizerJson) {
+// One test, one build of the 13 MB file and both tokenizers (ctest runs each test in a process of its own).
+TEST(GgufTokenizer, GptOssFileIsWhatGgufPyWritesAndTokenizerJsonsOnEveryIdAndText) {
     REQUIRE_GPTOSS_PAIR();
+    Sha256 sha;
+    sha.update(pair->made.bytes.data(), pair->made.bytes.size());
+    EXPECT_EQ(pair->made.bytes.size(), pair->made.pin["bytes"].get<size_t>());
+    ASSERT_EQ(sha.hex_digest(), pair->made.pin["sha256"].get<std::string>())
+        << "the GGUF written here differs from gguf-py's (tools/make_gguf_fixtures.py); the pin says "
+        << pair->made.pin["source"];
+
     ASSERT_EQ(gg.vocab_size(), js.vocab_size());  // 200019: the [PAD] fillers up to 201088 are no tokens
     EXPECT_EQ(gg.vocab_size(), 200019);
     int64_t checked = 0;
@@ -541,10 +540,8 @@ TEST(GgufTokenizer, GptOssEveryIdMatchesTokenizerJson) {
     EXPECT_EQ(gg.encode("Hello, world! It's 12345."),
               (std::vector<int32_t>{13225, 11, 2375, 0, 7744, 220, 7633, 2548, 13}));
     EXPECT_EQ(gg.encode("a \xF0\x9F\xA9\xB7 b"), (std::vector<int32_t>{64, 9552, 102, 115, 287}));
-}
 
-TEST(GgufTokenizer, GptOssCorpusAndHarmonyMatchTokenizerJson) {
-    REQUIRE_GPTOSS_PAIR();
+    // The corpus and harmony documents, both special-token modes.
     std::vector<std::string> docs = corpus();
     docs.insert(
         docs.end(),
