@@ -241,6 +241,41 @@ TEST(GgufGptOssLlamaCpp, ReadWithLlamaCppsYarnRoundingGivesItsLogits) {
     }
 }
 
+// The keys the converter does not write but llama.cpp reads: attention.sliding_window_pattern (layer l slides
+// when l % period < period − 1; 0: every layer) and rope.freq_base_swa (refused unless it is the base).
+TEST(GgufGptOssConfig, SlidingWindowPatternAndSwaRopeBase) {
+    auto ckpt = format::GgufCheckpoint::open(weights_dir() + "/gpt_oss_hf_bf16.f16.gguf");
+    ASSERT_TRUE(ckpt.has_value()) << ckpt.status().message();
+    model::GgufTensorFacts facts;
+    facts.output = true;
+    facts.attn_q_bias = true;
+    auto with = [&](const std::string& key, format::GgufValue v) {
+        format::GgufMetadata md("m.gguf");
+        for (const auto& [k, value] : (*ckpt)->metadata().entries()) md.add(k, value);
+        md.add(key, std::move(v));
+        return model::parse_gguf_model_config(md, facts, "m.gguf");
+    };
+    auto u32 = [](uint32_t v) { return format::GgufValue::scalar(format::GgufValueType::kU32, v); };
+    auto f32 = [](float v) {
+        uint32_t bits = 0;
+        std::memcpy(&bits, &v, 4);
+        return format::GgufValue::scalar(format::GgufValueType::kF32, bits);
+    };
+    auto three = with("gpt-oss.attention.sliding_window_pattern", u32(3));
+    ASSERT_TRUE(three.has_value()) << three.status().message();
+    EXPECT_EQ(three->layer_sliding, (std::vector<bool>{true, true, false, true}));
+    auto zero = with("gpt-oss.attention.sliding_window_pattern", u32(0));
+    ASSERT_TRUE(zero.has_value()) << zero.status().message();
+    EXPECT_EQ(zero->layer_sliding, (std::vector<bool>{true, true, true, true}));
+    auto same = with("gpt-oss.rope.freq_base_swa", f32(150000.0f));
+    ASSERT_TRUE(same.has_value()) << same.status().message();
+    auto other = with("gpt-oss.rope.freq_base_swa", f32(10000.0f));
+    ASSERT_FALSE(other.has_value());
+    EXPECT_EQ(other.status().code(), ErrorCode::kUnsupported);
+    EXPECT_NE(other.status().message().find("gpt-oss.rope.freq_base_swa"), std::string::npos)
+        << other.status().message();
+}
+
 // ---- bad files -----------------------------------------------------------------------------------
 
 std::string read_file(const std::string& path) {
