@@ -158,7 +158,7 @@ TEST(GgufGptOssFile, TensorMapIsWhatTheConverterWrote) {
 // 16 code bytes, gate_up split by its interleave) against sluice's own repack of the same Hub blocks
 // (model/gpt_oss_experts.h, what a folder or a pack of it runs): the same ggml MXFP4 blocks, byte for byte,
 // for every expert of every layer. The other tensors are the outtype's (F16 or Q8_0) and checked by the map.
-TEST(GgufGptOssFile, MxfpExpertsAreSluicesOwnRepackOfTheHubBlocks) {
+TEST(GgufGptOssFile, Mxfp4ExpertsAreSluicesOwnRepackOfTheHubBlocks) {
     auto hub = model::Model::load(testing::test_data_dir() + "/goldens/gpt_oss_hf_mxfp4");
     ASSERT_TRUE(hub.has_value()) << hub.status().message();
     for (const char* file : {"gpt_oss_hf_mxfp4.f16.gguf", "gpt_oss_hf_mxfp4.q8_0.gguf"}) {
