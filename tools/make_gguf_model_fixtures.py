@@ -59,7 +59,8 @@ FULL_SIZE = ["qwen3-30b-a3b", "qwen3-next-80b-a3b.hf", "qwen3.5-397b-a17b", "qwe
 # and five goldens' config.json (written from a bare config) have none.
 ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
                  "qwen3_next": "Qwen3NextForCausalLM", "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
-                 "glm4_moe": "Glm4MoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM"}
+                 "glm4_moe": "Glm4MoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
+                 "gpt_oss": "GptOssForCausalLM"}
 
 
 def load_converter(llama: Path):
@@ -169,7 +170,10 @@ def stage_checkpoint(name: str, src: Path, tmp: Path):
     folder.mkdir()
     names = safetensors_names(src / "model.safetensors") if src.is_dir() else None
     hf_bf16 = names is not None and name.endswith("_hf_bf16")
-    if hf_bf16:  # the converter cannot read MLX's U32 codes: those run from the config alone
+    # The converter reads the Hub's gpt-oss MXFP4 blocks too (GptOssModel.repack_mxfp4): such a checkpoint
+    # is linked as well, but has no f32 tensor manifest (hf_bf16 stays false).
+    hf = hf_bf16 or (names is not None and name.endswith("_hf_mxfp4"))
+    if hf:  # the converter cannot read MLX's U32 codes: those run from the config alone
         os.symlink(src / "model.safetensors", folder / "model.safetensors")
     config.setdefault("architectures", [ARCHITECTURES[config["model_type"]]])
     (folder / "config.json").write_text(json.dumps(config, indent=2))
@@ -185,7 +189,7 @@ def stage_checkpoint(name: str, src: Path, tmp: Path):
     mtp_names = 0
     if names is not None and not hf_bf16:
         mtp_names = len({n.split(".")[2] for n in names if n.startswith("mtp.layers.")})
-    return types.SimpleNamespace(folder=folder, config=config, text=text, names=names, hf_bf16=hf_bf16,
+    return types.SimpleNamespace(folder=folder, config=config, text=text, names=names, hf_bf16=hf_bf16, hf=hf,
                                  tied=tied, no_mtp=no_mtp, with_tokens=names is not None, mtp_names=mtp_names)
 
 

@@ -9,7 +9,9 @@ Purpose
     make_gguf_model_fixtures.py's helpers) over the Hugging Face bf16 checkpoints of SOURCES — the goldens,
     GLM-4.5 MoE's tiny checkpoints from tools/make_glm4_moe_checkpoints.py and Qwen2-MoE's from
     tools/make_qwen2_moe_checkpoints.py (tests/data/gguf/hf; no transformers golden yet) — with
-    `--outtype f16` and `--outtype q8_0`, and writes the files whole.
+    `--outtype f16` and `--outtype q8_0`, and writes the files whole. gpt-oss's two goldens included: the bf16
+    one and the Hub-style MXFP4 one (conversion/gpt_oss.py; torch_numpy_shim.py has the uint8 bit operations
+    its repack_mxfp4 runs).
     prepare_tensors decides each tensor's type as it does for a user: F32 for 1-D tensors, norms, ssm_a,
     ssm_conv1d, ffn_gate_inp(_shexp), GLM's exp_probs_b; the outtype for the other weights, and F16 where a
     row (ne[0]) is not a multiple of Q8_0's 32-value block (the MoE goldens' ffn_down_exps, 48 wide, and
@@ -88,6 +90,13 @@ The tokenizer (the goldens ship none; llama.cpp refuses a "gpt2" vocabulary with
     (bos [gMASK], eot <|user|>, unk <|endoftext|>, eom <|observation|>) placed by glm_special_ids: pad_token_id
     0 <|endoftext|>, eos_token_id [2, 3] <|user|> and <|observation|>, [gMASK] at 255; 243 bytes (13 left out)
     and 9 merges fill V 256. The converter's own _set_vocab_glm writes them (Glm4MoeModel.set_vocab).
+    gpt-oss (pre "gpt-4o", GptOssModel.set_vocab = _set_vocab_gpt2): tokenizer.json with the o200k Split regex,
+    no normalizer and ignore_merges (gpt-oss's), tokenizer_config.json gpt-oss's (eos <|return|>, pad
+    <|endoftext|>; its BOS <|startoftext|> left out, config.json's bos_token_id being null); pad_token_id 1
+    <|endoftext|>, eos_token_id 2 <|return|>, the six other harmony tokens (<|start|>, <|channel|>,
+    <|message|>, <|end|>, <|constrain|>, <|call|>) at 250..255; 243 bytes (13 left out) and 5 merges fill V 256.
+    For the MXFP4 golden (gpt_oss_hf_mxfp4) the converter repacks the Hub's blocks itself (repack_mxfp4): its
+    expert tensors are MXFP4 whatever the outtype, the outtype the rest.
     generate() checks each file's vocabulary read back (check_tokenizer): every merge's parts and result
     are NORMAL tokens, the specials CONTROL, bos/eos/pad ids on specials, the texts unique.
 """
@@ -109,7 +118,7 @@ ROOT = mf.ROOT
 # qwen3moe graph always computes (the converter writes no key for it), so the file runs what transformers ran.
 GOLDENS = [
     "qwen2_hf_bf16", "qwen3_hf_bf16", "qwen3_moe_yarn_hf_bf16", "qwen3_next_hf_bf16", "qwen3_5_moe_hf_bf16",
-    "glm4_moe_hf_bf16",
+    "glm4_moe_hf_bf16", "gpt_oss_hf_bf16", "gpt_oss_hf_mxfp4",
 ]
 # The checkpoints converted, as folders under tests/data: the goldens' (GgufGolden checks their F16 files
 # against transformers), and the tiny GLM-4.5 MoE ones of tools/make_glm4_moe_checkpoints.py and Qwen2-MoE
@@ -120,7 +129,7 @@ SOURCES = [f"goldens/{g}" for g in GOLDENS] + [
 ]
 OUTTYPES = ["f16", "q8_0"]  # the converter's own --outtype path
 EXTRA = {"qwen3_moe_yarn_hf_bf16": ["q4_0", "q5_0", "mxfp4"]}  # converter f32 tensors + gguf.quants.quantize
-CONVERTER_FILES = ("conversion/qwen.py", "conversion/glm.py", "conversion/base.py",
+CONVERTER_FILES = ("conversion/qwen.py", "conversion/glm.py", "conversion/gpt_oss.py", "conversion/base.py",
                    "gguf-py/gguf/tensor_mapping.py", "gguf-py/gguf/quants.py", "gguf-py/gguf/vocab.py")
 
 
@@ -135,6 +144,11 @@ GLM_SPECIALS = ("<|endoftext|>", "[gMASK]", "<|user|>", "<|observation|>")
 # The bytes that never occur in UTF-8 text (0xC0, 0xC1 would start overlong forms, 0xF5..0xFF code points
 # past U+10FFFF): the only byte tokens a vocabulary can go without when the 256 do not fit (the 256-entry
 # goldens), left out from the end of this list.
+# gpt-oss's (o200k_harmony): pad <|endoftext|>, eos <|return|> (its tokenizer_config.json), and the rest of the
+# harmony format's markup — all of it, so the engine reads the vocabulary as harmony's (the markup sampled,
+# <|return|> and <|call|> ending a reply) as it does gpt-oss's own.
+GPT_OSS_SPECIALS = ("<|endoftext|>", "<|return|>", "<|start|>", "<|channel|>", "<|message|>", "<|end|>",
+                    "<|constrain|>", "<|call|>")
 NON_UTF8_BYTES = (0xC0, 0xC1) + tuple(range(0xF5, 0x100))
 MIN_MERGES = 10  # gguf-py writes no tokenizer.ggml.merges for an empty list (GGUFWriter.add_array skips it)
 # The merges: BPE trained on the 100 most common English words (Fry's list, in rank order), each a
@@ -150,6 +164,8 @@ SPLIT_REGEX = {
     "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
     "qwen35": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
     "glm4": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    # gpt-oss's tokenizer.json (o200k; llama.cpp's pre "gpt-4o")
+    "gpt-4o": r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
 }
 # The stand-in's pre-tokenizer: the same regex in Python's `re` (\p{L} as [^\W\d_], \p{N} as \d, no \p{M});
 # the converter only encodes the added tokens' own text with it.
@@ -197,13 +213,16 @@ def design_tokenizer(gguf, text, pre):
     special = {}
     if pre == "glm4":
         special = glm_special_ids(text)
+    elif pre == "gpt-4o":  # gpt-oss: pad_token_id <|endoftext|>, eos_token_id <|return|>, no BOS
+        special = {text["pad_token_id"]: "<|endoftext|>", eos: "<|return|>"}
     else:
         if bos is not None:
             special[bos] = "<|endoftext|>"
         if eos is not None and eos not in special:
             special[eos] = "<|im_end|>" if bos is not None else "<|endoftext|>"
     assert all(isinstance(i, int) and 0 <= i < n_vocab for i in special), (bos, eos, n_vocab)
-    rest = [t for t in (GLM_SPECIALS if pre == "glm4" else SPECIALS) if t not in special.values()]
+    specials = {"glm4": GLM_SPECIALS, "gpt-4o": GPT_OSS_SPECIALS}.get(pre, SPECIALS)
+    rest = [t for t in specials if t not in special.values()]
     free = [i for i in range(n_vocab) if i not in special]
     special.update(zip(free[len(free) - len(rest):], rest))
     byte_enc = gguf.vocab.bytes_to_unicode()
@@ -220,13 +239,14 @@ def design_tokenizer(gguf, text, pre):
     level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
     tokenizer = {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-        "normalizer": {"type": "NFC"},
+        "normalizer": None if pre == "gpt-4o" else {"type": "NFC"},  # gpt-oss's has none
         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
             {"type": "Split", "pattern": {"Regex": SPLIT_REGEX[pre]}, "behavior": "Isolated", "invert": False},
             level]},
         "post_processor": level, "decoder": level,
         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
-                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False,
+                  "ignore_merges": pre == "gpt-4o",  # gpt-oss's tokenizer.json: true
                   "vocab": vocab, "merges": [f"{a} {b}" for a, b in merges]},
     }
     summary = {"tokens": n_vocab, "byte_tokens": len(byte_tokens), "merges": len(merges),
@@ -245,6 +265,18 @@ def design_tokenizer(gguf, text, pre):
             "pad_token": "<|endoftext|>",
             "padding_side": "left",
             "remove_space": False,
+            "tokenizer_class": "PreTrainedTokenizerFast",
+        }
+        return tokenizer, config, summary
+    if pre == "gpt-4o":
+        config = {  # as gpt-oss's tokenizer_config.json, but for its BOS (<|startoftext|>: not in this vocabulary)
+            "added_tokens_decoder": {str(a["id"]): {k: v for k, v in a.items() if k != "id"} for a in added},
+            "clean_up_tokenization_spaces": False,
+            "eos_token": "<|return|>",
+            "extra_special_tokens": {},
+            "model_input_names": ["input_ids", "attention_mask"],
+            "model_max_length": 1000000000000000019884624838656,
+            "pad_token": "<|endoftext|>",
             "tokenizer_class": "PreTrainedTokenizerFast",
         }
         return tokenizer, config, summary
@@ -401,7 +433,9 @@ def check_tokenizer(gguf, reader, summary):
     assert sum(t in byte_chars for t in tokens) == summary["byte_tokens"]
     assert all(set(t) <= byte_chars for t, ty in zip(tokens, ttypes) if ty == T.NORMAL)
     ids = [k for k in f if k.startswith("tokenizer.ggml.") and k.endswith("_token_id")]
-    assert {f"tokenizer.ggml.{k}_token_id" for k in ("bos", "eos", "padding")} <= set(ids), ids
+    # (gpt-oss's config.json has bos_token_id null: no BOS written)
+    want = ("eos", "padding") if f["tokenizer.ggml.pre"].contents() == "gpt-4o" else ("bos", "eos", "padding")
+    assert {f"tokenizer.ggml.{k}_token_id" for k in want} <= set(ids), ids
     for key in ids:  # GLM's also unknown, eot, eom
         tid = int(f[key].contents())
         assert str(tid) in summary["special"], (key, tid)
@@ -473,9 +507,10 @@ def generate(out: Path, llama: Path):
         for outtype in OUTTYPES + EXTRA.get(name, []):
             with tempfile.TemporaryDirectory() as tmp:
                 st = mf.stage_checkpoint(name, ROOT / "tests/data" / source, Path(tmp))
-                assert st.hf_bf16, name
+                assert st.hf, name
                 arch = st.config["architectures"][0]
-                pre = "glm4" if arch.startswith("Glm4Moe") else "qwen35" if "Qwen3_5" in arch else "qwen2"
+                pre = ("glm4" if arch.startswith("Glm4Moe") else "qwen35" if "Qwen3_5" in arch else
+                       "gpt-4o" if arch.startswith("GptOss") else "qwen2")
                 tokenizer = write_tokenizer(gguf, st, pre)
                 fname = f"{name}.{outtype}.gguf"
                 cls = write_weights(gguf, conversion, st, outtype, out / fname, pre)

@@ -11,8 +11,9 @@ What it implements
     An eager float tensor over a numpy array: dtypes (bfloat16 held widened to float32 — every bf16 value
     is exact in f32, and the converter's prepare_tensors converts bf16 to f32 before modify_tensors
     anyway), from_numpy / view(dtype) / to(dtype) / numpy(), shape / ndim / dim() / numel(), indexing,
-    reshape / view, permute, transpose, squeeze / unsqueeze, contiguous, +, -, *, unary minus, and
-    torch.exp / stack / cat / split. Only what the Qwen classes' paths call; anything else raises
+    reshape / view, permute, transpose, squeeze / unsqueeze, contiguous, chunk, +, -, *, unary minus, the
+    bitwise &, |, <<, >> (gpt_oss.py's MXFP4 nibble repack, on uint8), and torch.exp / stack / cat / concat /
+    split / zeros. Only what the Qwen, GLM and gpt-oss classes' paths call; anything else raises
     AttributeError, so a converter change that needs more fails loudly instead of computing something
     else. Arithmetic is numpy's in float32: bitwise torch's for the permutations, splits, stacks and
     `+ 1` (one IEEE rounding), within an ulp of torch's for exp (checked with a tolerance).
@@ -151,6 +152,22 @@ class Tensor:
     def __neg__(self):
         return Tensor(-self.a, self.dtype)
 
+    # -- bitwise, on integer tensors (gpt_oss.py's MXFP4 nibble repack: uint8 wraps as in torch)
+    def __and__(self, o):
+        return Tensor(self.a & self._other(o), self.dtype)
+
+    def __or__(self, o):
+        return Tensor(self.a | self._other(o), self.dtype)
+
+    def __lshift__(self, o):
+        return Tensor(self.a << self._other(o), self.dtype)
+
+    def __rshift__(self, o):
+        return Tensor(self.a >> self._other(o), self.dtype)
+
+    def chunk(self, n, dim=0):
+        return tuple(Tensor(p, self.dtype) for p in np.array_split(self.a, n, axis=dim))
+
 
 def from_numpy(a):
     return Tensor(a)
@@ -166,6 +183,14 @@ def stack(tensors, dim=0):
 
 def cat(tensors, dim=0):
     return Tensor(np.concatenate([t.a for t in tensors], axis=dim), tensors[0].dtype)
+
+
+concat = cat
+
+
+def zeros(*shape, dtype=None):
+    d = dtype or float32
+    return Tensor(np.zeros(shape, dtype=d.np_dtype), d)
 
 
 def split(t, sizes, dim=0):

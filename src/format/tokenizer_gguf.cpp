@@ -149,13 +149,21 @@ Expected<GgufTokenizerSpec> parse_gguf_tokenizer(const GgufMetadata& md, const s
         tok.split_regexes = {std::string(kQwen35SplitRegex)};
     } else if (pre == "glm4" || pre == "chatglm-bpe") {
         tok.split_regexes = {std::string(kGlm4SplitRegex)};
+    } else if (pre == "gpt-4o") {
+        tok.split_regexes = {std::string(kO200kSplitRegex)};
     } else {
-        return unsupported(path,
-                           fmt::format("key '{}' is '{}': sluice implements 'qwen2', 'qwen35' and 'glm4'",
-                                       kGgufTokenizerPre, pre));
+        return unsupported(
+            path, fmt::format("key '{}' is '{}': sluice implements 'qwen2', 'qwen35', 'glm4' and 'gpt-4o'",
+                              kGgufTokenizerPre, pre));
     }
-    // The Qwen tokenizer.json normaliser; a Lowercase / StripAccents one (BERT's) would be written here.
-    tok.normalizer = {NormalizerStep{NormalizerStep::Kind::kNfc, "", ""}};
+    // The Qwen tokenizer.json normaliser, NFC; o200k's (gpt-oss's tokenizer.json) has none, and its BPE
+    // takes a pre-token found whole in the vocabulary as it is (ignore_merges, tiktoken's rule). A
+    // Lowercase / StripAccents one (BERT's) would be written here.
+    if (pre == "gpt-4o") {
+        tok.ignore_merges = true;
+    } else {
+        tok.normalizer = {NormalizerStep{NormalizerStep::Kind::kNfc, "", ""}};
+    }
     for (const char* key :
          {"tokenizer.ggml.normalizer.lowercase", "tokenizer.ggml.normalizer.strip_accents"}) {
         if (!md.has(key)) continue;
@@ -238,8 +246,9 @@ Expected<HfTokenizerFiles> hf_tokenizer_files_from_gguf(const GgufMetadata& md, 
     using nlohmann::json;
     SLUICE_ASSIGN_OR_RETURN(GgufTokenizerSpec spec, parse_gguf_tokenizer(md, path));
     const TokenizerJson& tok = spec.tokenizer;
-    // parse_gguf_tokenizer's one shape: NFC, Split regexes then ByteLevel, BPE, ByteLevel decoding.
-    if (!tok.byte_level || tok.split_regexes.size() != 1 || tok.normalizer.size() != 1)
+    // parse_gguf_tokenizer's one shape: NFC or no normaliser, Split regexes then ByteLevel, BPE, ByteLevel
+    // decoding.
+    if (!tok.byte_level || tok.split_regexes.size() != 1 || tok.normalizer.size() > 1)
         return error(ErrorCode::kInternal, "[tokenizer] " + path + ": not a byte-level BPE with one Split");
     const json byte_level = {
         {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
@@ -261,7 +270,7 @@ Expected<HfTokenizerFiles> hf_tokenizer_files_from_gguf(const GgufMetadata& md, 
                       {"truncation", nullptr},
                       {"padding", nullptr},
                       {"added_tokens", added},
-                      {"normalizer", {{"type", "NFC"}}},
+                      {"normalizer", tok.normalizer.empty() ? json(nullptr) : json{{"type", "NFC"}}},
                       {"pre_tokenizer",
                        {{"type", "Sequence"},
                         {"pretokenizers", json::array({{{"type", "Split"},

@@ -125,5 +125,9 @@ inline constexpr std::string_view kQwen35SplitRegex =
 // with digits in runs of up to three.
 inline constexpr std::string_view kGlm4SplitRegex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// o200k (gpt-oss's tokenizer.json, the GPT-4o family; a GGUF's "gpt-4o": llama.cpp's
+// LLAMA_VOCAB_PRE_TYPE_GPT4O): cased letter runs with an optional contraction, digits in runs of up to three.
+inline constexpr std::string_view kO200kSplitRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 }  // namespace sluice::format

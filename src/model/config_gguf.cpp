@@ -24,7 +24,7 @@ struct ArchEntry {
 constexpr ArchEntry kArchitectures[] = {{"qwen2", Family::kQwen2},         {"qwen3", Family::kQwen3},
                                         {"qwen3moe", Family::kQwen3Moe},   {"qwen3next", Family::kQwen3Next},
                                         {"qwen35moe", Family::kQwen35Moe}, {"glm4moe", Family::kGlm4Moe},
-                                        {"qwen2moe", Family::kQwen2Moe}};
+                                        {"qwen2moe", Family::kQwen2Moe},   {"gpt-oss", Family::kGptOss}};
 
 // The largest integer a count key may hold before it is narrowed (far past every bound checked later,
 // so the bound's message shows the value).
@@ -107,6 +107,30 @@ Status read_rope_scaling(const GgufMetadata& md, const Keys& k, ModelConfig* cfg
     return Status::ok();
 }
 
+// gpt-oss's sliding-window layers (llama_model_openai_moe::load_arch_hparams): the window
+// attention.sliding_window (required; gpt_oss.py writes sliding_window), on the layers of
+// set_swa_pattern(attention.sliding_window_pattern, default 2): layer l slides when l % period < period − 1,
+// 0 sliding everywhere — with 2 the even layers, transformers' layer_types for gpt-oss (sliding first).
+// A separate RoPE base for the sliding layers (rope.freq_base_swa) is refused unless it is the model's.
+Status read_sliding_window(const Keys& k, ModelConfig* cfg) {
+    SLUICE_ASSIGN_OR_RETURN(cfg->sliding_window, k.count("attention.sliding_window"));
+    if (cfg->sliding_window < 1)
+        return k.invalid(k.quoted("attention.sliding_window") + " must be a positive number of positions");
+    SLUICE_ASSIGN_OR_RETURN(const int64_t period, k.count_or("attention.sliding_window_pattern", 2));
+    cfg->layer_sliding.assign(static_cast<size_t>(cfg->n_layers), false);
+    for (int64_t l = 0; l < cfg->n_layers; ++l)
+        cfg->layer_sliding[static_cast<size_t>(l)] = period == 0 || l % period < period - 1;
+    if (k.has("rope.freq_base_swa")) {
+        SLUICE_ASSIGN_OR_RETURN(const double swa_theta, k.real("rope.freq_base_swa"));
+        if (static_cast<float>(swa_theta) != cfg->rope_theta)
+            return k.unsupported(k.quoted("rope.freq_base_swa") + " (" + std::to_string(swa_theta) +
+                                 ") differs from " + k.quoted("rope.freq_base") + " (" +
+                                 std::to_string(cfg->rope_theta) +
+                                 "): sluice runs one RoPE base for every layer");
+    }
+    return Status::ok();
+}
+
 // A token id key (tokenizer.ggml.*_token_id, written by gguf-py's SpecialVocab), inside the vocabulary.
 Expected<std::optional<int32_t>> token_id(const GgufMetadata& md, const char* key, int64_t vocab,
                                           const Keys& k) {
@@ -157,7 +181,7 @@ ConfigFieldNames field_names(const Keys& k, bool hybrid) {
 
 const char* supported_gguf_architectures() {
     return "qwen2, qwen3, qwen3moe, qwen3next, qwen35moe (Qwen3.5 / Qwen3.6 MoE), glm4moe (GLM-4.5 / 4.6), "
-           "qwen2moe (Qwen1.5-MoE / Qwen2-57B-A14B)";
+           "qwen2moe (Qwen1.5-MoE / Qwen2-57B-A14B), gpt-oss (gpt-oss-20b / 120b)";
 }
 
 const char* gguf_architecture_name(Family family) {
@@ -184,6 +208,7 @@ Expected<ModelConfig> parse_gguf_model_config(const GgufMetadata& md, const Gguf
     const bool hybrid = cfg.family == Family::kQwen3Next || cfg.family == Family::kQwen35Moe;
     const bool glm = cfg.family == Family::kGlm4Moe;
     const bool qwen2moe = cfg.family == Family::kQwen2Moe;
+    const bool gpt_oss = cfg.family == Family::kGptOss;
 
     // Blocks: the converter's block_count includes the MTP blocks (qwen.py _QwenMtpMixin.__init__:
     // block_count += n_mtp) and says how many with add_nextn_predict_layers.
@@ -223,8 +248,11 @@ Expected<ModelConfig> parse_gguf_model_config(const GgufMetadata& md, const Gguf
     // glm4moe: q/k norms and q/k/v biases where the tensors are (llama_model_glm4_moe::load_arch_tensors
     // creates them optional). qwen2moe: Qwen2's attention, no q/k norm, q/k/v biases where the tensors are
     // (create_tensor_qkv loads them optional; HF's qkv_bias, true in every release).
-    cfg.attn_qk_norm = glm ? facts.attn_q_norm : cfg.family != Family::kQwen2 && !qwen2moe;
-    cfg.attn_qkv_bias = glm || qwen2moe ? facts.attn_q_bias : cfg.family == Family::kQwen2;
+    // gpt-oss (llama_model_openai_moe::load_arch_tensors): no q/k norms, q/k/v biases where the tensors
+    // are (create_tensor_qkv), the o bias and the sinks required.
+    cfg.attn_qk_norm = glm ? facts.attn_q_norm : cfg.family != Family::kQwen2 && !qwen2moe && !gpt_oss;
+    cfg.attn_qkv_bias = glm || qwen2moe || gpt_oss ? facts.attn_q_bias : cfg.family == Family::kQwen2;
+    cfg.attn_o_bias = cfg.attn_sinks = gpt_oss;
 
     // MLP / MoE (Qwen2MoeModel.set_gguf_parameters: expert_feed_forward_length,
     // expert_shared_feed_forward_length; the base class: feed_forward_length from intermediate_size).
@@ -239,6 +267,21 @@ Expected<ModelConfig> parse_gguf_model_config(const GgufMetadata& md, const Gguf
         // false (Qwen2MoeSparseMoeBlock's norm_topk_prob, false in every release; the converter writes no
         // key for it).
         cfg.norm_topk_prob = !qwen2moe;
+    }
+    if (gpt_oss) {
+        // gpt_oss.py GptOssModel.set_gguf_parameters writes expert_feed_forward_length and the base class
+        // feed_forward_length, both intermediate_size: every layer is MoE, there is no dense MLP. The graph
+        // (llama_model_openai_moe::graph): the router's bias added to its logits, a softmax over the top k
+        // (LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT, the weights renormalised over the k), biases on
+        // the experts' gate, up and down, and LLM_FFN_SWIGLU_OAI_MOE with alpha 1.702 and limit 7.0
+        // hard-wired (llama-graph.cpp build_moe_ffn): the converter writes no key for the limit, and
+        // GptOssConfig's default and every release's swiglu_limit is 7.0.
+        cfg.dense_ffn = 0;
+        cfg.norm_topk_prob = true;
+        cfg.router_logit_bias = true;
+        cfg.expert_bias = true;
+        cfg.swiglu_limit = 7.0f;
+        cfg.swiglu_alpha = 1.702f;
     }
     if (qwen2moe) {
         // Qwen2MoeModel.set_gguf_parameters: expert_shared_feed_forward_length from
@@ -357,6 +400,15 @@ Expected<ModelConfig> parse_gguf_model_config(const GgufMetadata& md, const Gguf
             for (int64_t l = 0; l < cfg.n_layers; ++l)
                 if ((l + 1) % interval != 0) cfg.layer_types[l] = LayerType::kLinearAttention;
         }
+    }
+    if (gpt_oss) {
+        SLUICE_RETURN_IF_ERROR(read_sliding_window(k, &cfg));
+        // YaRN's correction range unrounded, as gpt-oss defines it (GptOssConfig's rope_parameters and every
+        // release's config.json: truncate false; OpenAI's reference RotaryEmbedding computes it so). The
+        // file cannot say it; llama.cpp rounds the range outwards for every architecture
+        // (ggml_rope_yarn_corr_dims: floor / ceil), which moves the golden's logits by up to 1.2e-2 — the
+        // one place sluice reads a gpt-oss GGUF otherwise than llama.cpp (docs/FORMATS.md).
+        if (cfg.yarn.enabled) cfg.yarn.truncate = false;
     }
     return cfg;
 }

@@ -4,7 +4,8 @@
 // (tests/unit/gguf_model_test.cpp checks it on every golden, with files the converter's own code wrote).
 //
 // general.architecture → family: qwen2 → qwen2, qwen3 → qwen3, qwen3moe → qwen3_moe, qwen3next →
-// qwen3_next, qwen35moe → qwen3_5_moe (Qwen3.5 / 3.6 MoE). Then, {arch}. omitted:
+// qwen3_next, qwen35moe → qwen3_5_moe (Qwen3.5 / 3.6 MoE), glm4moe → glm4_moe, qwen2moe → qwen2_moe,
+// gpt-oss → gpt_oss. Then, {arch}. omitted:
 //   block_count − nextn_predict_layers   n_layers (the converter counts the MTP blocks in block_count)
 //   nextn_predict_layers (0)             mtp_layers: 1 when ≥ 1 on Qwen3-Next / 3.5 (sluice runs one)
 //   embedding_length                     hidden
@@ -40,6 +41,13 @@
 // or mlp_only_layers in a GGUF). Tied embeddings are the absence of the output.weight tensor, which is
 // why the file's tensor list is an input. ModelConfig::model_type is the family's Hugging Face name
 // (family_name()); quantization stays absent (a GGUF's weight types are per tensor).
+//
+// gpt-oss (conversion/gpt_oss.py, llama_model_openai_moe): attention.sliding_window (required) on the layers
+// of set_swa_pattern(attention.sliding_window_pattern, default 2) — the even layers, transformers'
+// layer_types; q/k/v biases where the tensors are, o bias and sinks always; the router's bias, the experts'
+// biases and the clamped SwiGLU (limit 7.0, alpha 1.702: llama.cpp hard-wires them, the converter writes no
+// key) — and YaRN's correction range unrounded (truncate false, as gpt-oss defines it; llama.cpp rounds it).
+// A rope.freq_base_swa other than rope.freq_base is refused.
 //
 // Not read: general.* (but the architecture), rope.dimension_sections (M-RoPE sections: text-only
 // positions make it plain RoPE), rope.scaling.yarn_ext_factor / yarn_log_multiplier / finetuned, the

@@ -37,7 +37,7 @@ json f32_number(float v) {
 
 Expected<std::string> model_config_json(const ModelConfig& c) {
     if (c.family == Family::kMixtral || c.family == Family::kDeepseekV3 || c.quantization.present ||
-        c.fp8_block_rows > 0)
+        c.fp8_block_rows > 0 || c.mxfp4_experts)
         return error(ErrorCode::kUnsupported,
                      std::string("[config] writing a config.json for ") + family_name(c.family) +
                          (c.quantization.present || c.fp8_block_rows > 0 ? " with quantized weights" : "") +
@@ -64,9 +64,15 @@ Expected<std::string> model_config_json(const ModelConfig& c) {
                              {"beta_slow", c.yarn.beta_slow},
                              {"attention_factor", c.yarn.attention_factor},
                              {"truncate", c.yarn.truncate}};
+    else if (c.family == Family::kGptOss)  // (without it, GptOssConfig's YaRN default would apply)
+        j["rope_scaling"] = {{"rope_type", "default"}};
 
     if (c.is_dense_family()) {
         j["intermediate_size"] = c.dense_ffn;
+    } else if (c.family == Family::kGptOss) {  // GptOssConfig: intermediate_size is every expert's
+        j["num_local_experts"] = c.n_experts;
+        j["num_experts_per_tok"] = c.top_k;
+        j["intermediate_size"] = c.expert_ffn;
     } else {
         j[c.family == Family::kGlm4Moe ? "n_routed_experts" : "num_experts"] = c.n_experts;
         j["num_experts_per_tok"] = c.top_k;
@@ -94,6 +100,18 @@ Expected<std::string> model_config_json(const ModelConfig& c) {
             j["use_qk_norm"] = c.attn_qk_norm;
             j["attention_bias"] = c.attn_qkv_bias;
             break;
+        case Family::kGptOss: {
+            // Biases on q/k/v/o (the o bias and the sinks are always there), the router's and experts'
+            // biases and the sinks are the family's; the clamped SwiGLU's limit, the window and its layers.
+            j["attention_bias"] = c.attn_qkv_bias;
+            j["swiglu_limit"] = f32_number(c.swiglu_limit);
+            j["sliding_window"] = c.sliding_window;
+            json types = json::array();
+            for (int64_t l = 0; l < c.n_layers; ++l)
+                types.push_back(c.window_of(l) > 0 ? "sliding_attention" : "full_attention");
+            j["layer_types"] = types;
+            break;
+        }
         default: break;
     }
     if (hybrid) {

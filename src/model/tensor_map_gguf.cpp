@@ -21,6 +21,8 @@ const char* gguf_value_step_name(Kind kind) {
         case Kind::kQkvzToGate: return "qkvz_to_gate";
         case Kind::kVHeadsTiled: return "v_heads_tiled";
         case Kind::kStackExperts: return "stack_experts";
+        case Kind::kTranspose: return "transpose";
+        case Kind::kStride: return "stride";
     }
     return "?";
 }
@@ -67,6 +69,7 @@ class MapBuilder {
     void attention(int64_t l);
     void deltanet(int64_t l);
     void mlp(int64_t l);
+    void gpt_oss_experts(int64_t l);
 
     const ModelConfig& c_;
     const TensorNames names_;
@@ -95,6 +98,9 @@ void MapBuilder::attention(int64_t l) {
         copy(g + "attn_k.bias", a + "k_proj.bias", {kv});
         copy(g + "attn_v.bias", a + "v_proj.bias", {kv});
     }
+    if (c_.attn_o_bias) copy(g + "attn_output.bias", a + "o_proj.bias", {H});
+    // gpt_oss.py GptOssModel.filter_tensors: "sinks" gets ".weight" (tensor_mapping.py ATTN_SINKS).
+    if (c_.attn_sinks) copy(g + "attn_sinks.weight", a + "sinks", {c_.n_heads});
 }
 
 void MapBuilder::deltanet(int64_t l) {
@@ -152,6 +158,30 @@ void MapBuilder::deltanet(int64_t l) {
     copy(g + "ssm_out.weight", d + "out_proj.weight", {H, vd}, v_tiled(1, 0, dv));
 }
 
+// gpt-oss's routed experts (gpt_oss.py GptOssModel.modify_tensors, the bf16 checkpoint's layout): the fused,
+// input-major gate_up_proj [E, H, 2I] transposed, then its rows 2j → ffn_gate_exps and 2j + 1 → ffn_up_exps;
+// down_proj [E, I, H] transposed; the biases split by the same interleave (`[..., ::2]`, `[..., 1::2]`).
+void MapBuilder::gpt_oss_experts(int64_t l) {
+    const std::string x = names_.layer(l) + names_.experts(), g = blk(l);
+    const int64_t H = c_.hidden, E = c_.n_experts, I = c_.expert_ffn;
+    GgufValueStep transpose_h{Kind::kTranspose}, transpose_i{Kind::kTranspose};
+    transpose_h.head_dim = H;
+    transpose_i.head_dim = I;
+    for (const int64_t half : {0, 1}) {
+        const std::string proj = half == 0 ? "gate" : "up";
+        GgufValueStep rows{Kind::kStride}, cols{Kind::kStride};
+        rows.axis = 0;
+        cols.axis = 1;
+        rows.offset = cols.offset = half;
+        rows.r = cols.r = 2;
+        add(g + "ffn_" + proj + "_exps.weight", {E, I, H}, {x + "gate_up_proj"}, {E, H, 2 * I},
+            {transpose_h, rows});
+        add(g + "ffn_" + proj + "_exps.bias", {E, I}, {x + "gate_up_proj_bias"}, {E, 2 * I}, {cols});
+    }
+    add(g + "ffn_down_exps.weight", {E, H, I}, {x + "down_proj"}, {E, I, H}, {transpose_i});
+    copy(g + "ffn_down_exps.bias", x + "down_proj_bias", {E, H});
+}
+
 void MapBuilder::mlp(int64_t l) {
     const std::string g = blk(l), p = names_.layer(l);
     const int64_t H = c_.hidden;
@@ -165,6 +195,11 @@ void MapBuilder::mlp(int64_t l) {
     }
     const int64_t E = c_.n_experts, I = c_.expert_ffn;
     copy(g + "ffn_gate_inp.weight", p + names_.router() + ".weight", {E, H});
+    if (c_.router_logit_bias) copy(g + "ffn_gate_inp.bias", p + names_.router() + ".bias", {E});
+    if (c_.family == Family::kGptOss) {
+        gpt_oss_experts(l);
+        return;
+    }
     // glm4moe: e_score_correction_bias → exp_probs_b.bias (tensor_mapping.py FFN_EXP_PROBS_B).
     if (c_.router_sigmoid) copy(g + "exp_probs_b.bias", p + TensorNames::kRouterBias, {E});
     // Routed experts: the per-expert matrices stacked (Qwen2MoeModel.modify_tensors), [E, out, in].
@@ -191,10 +226,11 @@ void MapBuilder::mlp(int64_t l) {
 }  // namespace
 
 // qwen2 / qwen3 / qwen3moe / qwen2moe map post_attention_layernorm to FFN_NORM; qwen3next / qwen35moe /
-// glm4moe list ATTN_POST_NORM for it (constants.py MODEL_TENSORS; tensor_mapping.py).
+// glm4moe / gpt-oss list ATTN_POST_NORM for it (constants.py MODEL_TENSORS; tensor_mapping.py).
 const char* gguf_post_norm_name(const ModelConfig& c) {
-    return c.zero_centered_norms() || c.family == Family::kGlm4Moe ? "post_attention_norm.weight"
-                                                                   : "ffn_norm.weight";
+    return c.zero_centered_norms() || c.family == Family::kGlm4Moe || c.family == Family::kGptOss
+               ? "post_attention_norm.weight"
+               : "ffn_norm.weight";
 }
 
 namespace {
@@ -274,6 +310,38 @@ Status qkvz_rows(const GgufValueStep& s, int64_t rows, int64_t cols, std::vector
     return Status::ok();
 }
 
+// Each [head_dim, cols] matrix of a stack of rows / head_dim transposed; `cols` becomes head_dim.
+Status transpose_stacked(const GgufValueStep& s, int64_t rows, int64_t cols, std::vector<float>* v,
+                         int64_t* new_cols) {
+    const int64_t a = s.head_dim;
+    if (a <= 0 || rows % a != 0)
+        return error(ErrorCode::kInvalidArgument, "[gguf map] transpose: " + std::to_string(rows) +
+                                                      " rows are no stack of " + std::to_string(a) +
+                                                      "-row matrices");
+    const std::vector<float> in = *v;
+    for (int64_t m = 0; m < rows / a; ++m)
+        for (int64_t i = 0; i < a; ++i)
+            for (int64_t j = 0; j < cols; ++j) (*v)[(m * cols + j) * a + i] = in[(m * a + i) * cols + j];
+    *new_cols = a;
+    return Status::ok();
+}
+
+// Every r-th row (axis 0) or column (axis 1) of [rows, cols], from `offset`.
+Status stride(const GgufValueStep& s, int64_t rows, std::vector<float>* v, int64_t* cols) {
+    const int64_t extent = s.axis == 0 ? rows : *cols;
+    if (s.r <= 0 || s.offset < 0 || s.offset >= s.r || extent % s.r != 0)
+        return error(ErrorCode::kInvalidArgument, "[gguf map] stride: " + std::to_string(extent) +
+                                                      " rows or columns are not a multiple of the stride");
+    std::vector<float> out;
+    out.reserve(v->size() / static_cast<size_t>(s.r));
+    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < *cols; ++j)
+            if ((s.axis == 0 ? i : j) % s.r == s.offset) out.push_back((*v)[i * *cols + j]);
+    if (s.axis == 1) *cols /= s.r;
+    *v = std::move(out);
+    return Status::ok();
+}
+
 }  // namespace
 
 std::vector<GgufTensorSource> gguf_tensor_map(const ModelConfig& config) {
@@ -317,6 +385,10 @@ Expected<std::vector<float>> gguf_values_from_hf(const GgufTensorSource& s,
             case Kind::kQkvzToGate: SLUICE_RETURN_IF_ERROR(qkvz_rows(step, rows, cols, &v)); break;
             case Kind::kVHeadsTiled: SLUICE_RETURN_IF_ERROR(v_heads_tiled(step, rows, cols, &v)); break;
             case Kind::kStackExperts: break;  // done above
+            case Kind::kTranspose:
+                SLUICE_RETURN_IF_ERROR(transpose_stacked(step, rows, cols, &v, &cols));
+                break;
+            case Kind::kStride: SLUICE_RETURN_IF_ERROR(stride(step, rows, &v, &cols)); break;
         }
     }
     std::vector<int64_t> out_shape(s.dims.rbegin(), s.dims.rend());

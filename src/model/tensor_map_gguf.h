@@ -33,9 +33,16 @@
 //   kStackExperts the E per-expert matrices [out, in] stacked into [E, out, in] = dims {in, out, E}
 //                 (Qwen2MoeModel.modify_tensors `torch.stack(datas, dim=0)`); a fused HF gate_up_proj
 //                 [E, 2I, H] gives the same gate (rows [0, I)) and up (rows [I, 2I)) tensors
+//   kTranspose,   gpt-oss's experts (gpt_oss.py GptOssModel.modify_tensors, the bf16 layout): gate_up_proj
+//   kStride       [E, H, 2I] transposed to [E, 2I, H], then its even rows are ffn_gate_exps and its odd
+//                 rows ffn_up_exps (`data_torch[:, ::2, :]`, `[:, 1::2, :]`); down_proj [E, I, H]
+//                 transposed; gate_up_proj_bias [E, 2I] split the same way by columns. The Hub's MXFP4
+//                 blocks are repacked into ggml's MXFP4 instead (repack_mxfp4: no f32 values), the
+//                 same split — not a value step; their dims are these
 // Nothing else changes: q/k are not permuted for RoPE (the Qwen classes are not LlamaModel), Qwen3-Next /
 // 3.5's gated q_proj keeps its per-head [q | gate] rows, biases, routers and the shared-expert gate are
-// copied.
+// copied. gpt-oss's sinks (self_attn.sinks → attn_sinks.weight), its o_proj bias (attn_output.bias) and its
+// router bias (mlp.router.bias → ffn_gate_inp.bias) are copied too.
 //
 // Lifetime: plain values. Pure functions; thread-safe.
 // Rejected alternative: a name table alone (as gguf-py's tensor_mapping.py is) — the value changes are
@@ -61,11 +68,14 @@ struct GgufValueStep {
         kQkvzToGate,    // its z rows, regrouped
         kVHeadsTiled,   // value heads grouped → tiled along `axis`, within [offset, offset + nv·head_dim)
         kStackExperts,  // the HF tensors (one per expert) stacked
+        kTranspose,     // each [head_dim, cols] matrix of a stack transposed to [cols, head_dim]
+        kStride,        // every r-th row (axis 0) or column (axis 1) from `offset`: gate / up de-interleaved
     };
     Kind kind = Kind::kAddOne;
     // kQkvzTo*: nk = key heads, dk = key head dim, dv_group = (nv / nk)·dv value rows per key head.
     // kVHeadsTiled: axis (0 rows, 1 columns), offset (first row/column of the value heads), nk key heads,
     // r = nv / nk value heads per key head, head_dim (dv, or 1 for per-head scalars).
+    // kTranspose: head_dim = the rows of each stacked matrix. kStride: axis, offset, r = the stride.
     int64_t axis = 0, offset = 0;
     int64_t nk = 0, dk = 0, dv_group = 0, r = 0, head_dim = 0;
 };

@@ -259,6 +259,12 @@ Expected<ModelWeights> bind_gguf(const ModelConfig& cfg, const GgufTensorSet& te
                 SLUICE_ASSIGN_OR_RETURN(a.k_bias, b.floats(g + "attn_k.bias", kv));
                 SLUICE_ASSIGN_OR_RETURN(a.v_bias, b.floats(g + "attn_v.bias", kv));
             }
+            if (cfg.attn_o_bias) {
+                SLUICE_ASSIGN_OR_RETURN(a.o_bias, b.floats(g + "attn_output.bias", H));
+            }
+            if (cfg.attn_sinks) {
+                SLUICE_ASSIGN_OR_RETURN(a.sinks, b.floats(g + "attn_sinks.weight", cfg.n_heads));
+            }
             for (const WeightView* v : {&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj})
                 mw.dense_bytes += view_bytes(*v);
         } else {
@@ -306,6 +312,16 @@ Expected<ModelWeights> bind_gguf(const ModelConfig& cfg, const GgufTensorSet& te
             if (cfg.router_sigmoid) {
                 SLUICE_ASSIGN_OR_RETURN(m.router_bias, b.floats(g + "exp_probs_b.bias", cfg.n_experts));
             }
+            if (cfg.router_logit_bias) {
+                SLUICE_ASSIGN_OR_RETURN(m.router_logit_bias,
+                                        b.floats(g + "ffn_gate_inp.bias", cfg.n_experts));
+            }
+            if (cfg.expert_bias) {  // gpt-oss: [E, I], [E, I], [E, H], resident with the dense core
+                const int64_t E = cfg.n_experts, I = cfg.expert_ffn;
+                SLUICE_ASSIGN_OR_RETURN(m.expert_gate_bias, b.floats(g + "ffn_gate_exps.bias", E * I));
+                SLUICE_ASSIGN_OR_RETURN(m.expert_up_bias, b.floats(g + "ffn_up_exps.bias", E * I));
+                SLUICE_ASSIGN_OR_RETURN(m.expert_down_bias, b.floats(g + "ffn_down_exps.bias", E * H));
+            }
             const GgufTensor* proj[3];
             for (int p = 0; p < 3 && experts != GgufExperts::kElsewhere; ++p) {
                 static const char* const kNames[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight",
@@ -348,7 +364,10 @@ Expected<ModelWeights> bind_gguf(const ModelConfig& cfg, const GgufTensorSet& te
         floats += lw.input_norm.size() + lw.post_norm.size() + lw.attn.q_norm.size() + lw.attn.k_norm.size() +
                   lw.attn.q_bias.size() + lw.attn.k_bias.size() + lw.attn.v_bias.size() +
                   lw.linear.conv.size() + lw.linear.neg_a.size() + lw.linear.dt_bias.size() +
-                  lw.linear.norm.size() + lw.moe_w.router_bias.size();
+                  lw.linear.norm.size() + lw.moe_w.router_bias.size() + lw.attn.o_bias.size() +
+                  lw.attn.sinks.size() + lw.moe_w.router_logit_bias.size() +
+                  lw.moe_w.expert_gate_bias.size() + lw.moe_w.expert_up_bias.size() +
+                  lw.moe_w.expert_down_bias.size();
     mw.dense_bytes += sizeof(float) * floats;
     log::debug("[weights] gguf {}, dense {:.1f} MB, experts {:.1f} MB", b.file_name(), mw.dense_bytes / 1e6,
                mw.expert_bytes / 1e6);

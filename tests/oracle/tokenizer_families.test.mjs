@@ -12,9 +12,12 @@
 //                                 text: the conversations of conversations/gptoss.json rendered by gpt-oss's
 //                                 template (tests/data/chat_templates/) and replies as the model writes them,
 //                                 every one of its special tokens (<|start|>, <|channel|>, <|message|>,
-//                                 <|end|>, <|return|>, <|call|>, <|constrain|>) among ordinary text.
+//                                 <|end|>, <|return|>, <|call|>, <|constrain|>) among ordinary text; and
+//                                 the same tokenizer read from the GGUF llama.cpp's converter writes for
+//                                 gpt-oss (pre "gpt-4o"), its bytes checked against gguf-py's.
 // Env: SLUICE_BIN (the CLI), SLUICE_SOURCE_DIR (repo root). Prints "N passed, M failed".
 import { Template } from "@huggingface/jinja";
+import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -142,7 +145,75 @@ for (const name of ["deepseek_v3", "gptoss"]) {
   run(name, packageDir(name), json, config, {}, name === "gptoss" ? harmonyDocs() : []);
 }
 
-console.log(`${documents} documents over 6 suites; ${sameSpelling} with the same ids in both llama2 spellings; ` +
+// ---- gpt-oss's GGUF ---------------------------------------------------------------------------------
+// The same tokenizer as llama.cpp's converter writes it into a gpt-oss GGUF's metadata (conversion/gpt_oss.py
+// GptOssModel.set_vocab: get_vocab_base's tokens and types up to config.json's vocab_size, pre "gpt-4o", then
+// gguf-py's SpecialVocab: merges, bos/eos/pad, the chat template from chat_template.jinja), written here by
+// the steps of tools/make_gguf_fixtures.py write_gptoss_tokenizer and checked against the SHA-256 gguf-py's
+// file has (tests/data/gguf/gptoss-tokenizer.json) before sluice reads it: the oracle's ids, texts and
+// decodes from sluice's GGUF reading (format/tokenizer_gguf.cpp).
+const writeGptOssGguf = (json, config) => {
+  const pin = JSON.parse(fs.readFileSync(path.join(sourceDir, "tests/data/gguf/gptoss-tokenizer.json"), "utf8"));
+  const vocabSize = pin.config.vocab_size;
+  const u32 = (v) => { const b = Buffer.alloc(4); b.writeUInt32LE(v); return b; };
+  const u64 = (v) => { const b = Buffer.alloc(8); b.writeBigUInt64LE(BigInt(v)); return b; };
+  const str = (s) => { const b = Buffer.from(s, "utf8"); return Buffer.concat([u64(b.length), b]); };
+  const kvs = [];
+  const kv = (key, type, value) => kvs.push(Buffer.concat([str(key), u32(type), value]));
+  const strings = (items) => Buffer.concat([u32(8), u64(items.length), ...items.map(str)]);
+  const looksSpecial = (t) => ["<pad>", "<mask>", "<2mass>", "[@BOS@]"].includes(t) ||
+    (t.startsWith("<|") && t.endsWith("|>")) || (t.startsWith("<\uff5c") && t.endsWith("\uff5c>")) ||
+    (t.startsWith("<unused") && t.endsWith(">"));
+  const added = new Map(json.added_tokens.map((t) => [t.id, t]));
+  for (const [id, t] of Object.entries(config.added_tokens_decoder ?? {})) added.set(Number(id), { ...added.get(Number(id)), ...t });
+  const reverse = new Map(Object.entries(json.model.vocab).map(([t, id]) => [id, t]));
+  for (const [id, t] of added) reverse.set(id, t.content);
+  const tokens = [], types = [];
+  for (let i = 0; i < vocabSize; i++) {
+    const t = reverse.get(i);
+    if (t === undefined) { tokens.push(`[PAD${i}]`); types.push(5); }
+    else if (added.has(i)) {
+      const special = added.get(i).special || looksSpecial(t);
+      tokens.push(special ? t : t.replaceAll("\u2581", " "));
+      types.push(special ? 3 : 4);
+    } else { tokens.push(t); types.push(1); }
+  }
+  const merges = json.model.merges.map((m) => (typeof m === "string" ? m : m.map((p) => p.replaceAll(" ", "\u0120")).join(" ")));
+  kv("general.architecture", 8, str(pin.architecture));
+  kv("tokenizer.ggml.model", 8, str("gpt2"));
+  kv("tokenizer.ggml.pre", 8, str("gpt-4o"));
+  kv("tokenizer.ggml.tokens", 9, strings(tokens));
+  const typeBytes = Buffer.alloc(4 * types.length);
+  types.forEach((t, i) => typeBytes.writeInt32LE(t, 4 * i));
+  kv("tokenizer.ggml.token_type", 9, Buffer.concat([u32(5), u64(types.length), typeBytes]));
+  kv("tokenizer.ggml.merges", 9, strings(merges));
+  const ids = [];
+  for (const typ of ["bos", "eos", "unk", "sep", "pad", "cls", "mask"]) {
+    const text = config[`${typ}_token`];
+    const token = typeof text === "string" ? json.added_tokens.find((t) => t.content === text) : undefined;
+    if (token) ids.push([typ, token.id]);
+  }
+  for (const typ of ["bos", "eos"])
+    if (!ids.some(([t]) => t === typ) && pin.config[`${typ}_token_id`] !== undefined) ids.push([typ, pin.config[`${typ}_token_id`]]);
+  for (const [typ, id] of ids) kv(`tokenizer.ggml.${typ === "pad" ? "padding" : typ}_token_id`, 4, u32(id));
+  if (typeof config.add_bos_token === "boolean") kv("tokenizer.ggml.add_bos_token", 7, Buffer.from([config.add_bos_token ? 1 : 0]));
+  kv("tokenizer.chat_template", 8, str(config.chat_template ??
+    fs.readFileSync(path.join(sourceDir, "tests/data/chat_templates/openai-gpt-oss-120b.jinja"), "utf8")));
+  let bytes = Buffer.concat([Buffer.from("GGUF"), u32(3), u64(0), u64(kvs.length), ...kvs]);
+  bytes = Buffer.concat([bytes, Buffer.alloc((32 - (bytes.length % 32)) % 32)]);
+  const sha = crypto.createHash("sha256").update(bytes).digest("hex");
+  oracle.check(bytes.length === pin.bytes && sha === pin.sha256,
+    `the gpt-oss GGUF written here (${bytes.length} bytes, ${sha.slice(0, 16)}…) is not gguf-py's (${pin.bytes}, ${pin.sha256.slice(0, 16)}…)`);
+  const file = path.join(oracle.tmp, "gptoss-tokenizer.gguf");
+  fs.writeFileSync(file, bytes);
+  return file;
+};
+{
+  const { json, config } = load(packageDir("gptoss"));
+  run("gptoss-gguf", writeGptOssGguf(json, config), json, config, {}, harmonyDocs());
+}
+
+console.log(`${documents} documents over 7 suites; ${sameSpelling} with the same ids in both llama2 spellings; ` +
   `Metaspace-decoder exceptions (HF rule applied): ${metaspaceExceptions}; ` +
   `${((Date.now() - t0) / 1000).toFixed(1)} s`);
 process.exit(oracle.finish());

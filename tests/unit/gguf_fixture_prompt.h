@@ -2,6 +2,7 @@
 // tools/llama_logits/make_fixture_logits.sh, and by sluice in the tests that compare with it): index.json's
 // "source" for the file names the checkpoint it was converted from, under tests/data — a golden, whose
 // golden.safetensors holds input_ids, or one of tools/make_glm4_moe_checkpoints.py's, with a prompt.json.
+// And the .npy files llama.cpp's logits are kept in (read_npy).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -45,6 +47,27 @@ inline std::vector<int32_t> gguf_fixture_prompt(const std::string& gguf_name) {
     if (prompt.is_object() && prompt.contains("input_ids"))
         for (const auto& v : prompt["input_ids"]) ids.push_back(v.get<int32_t>());
     return ids;
+}
+
+// A float32 .npy of 2 dims (the shape numpy writes: "'shape': (R, C)").
+inline std::vector<float> read_npy(const std::string& path, int64_t* rows, int64_t* cols) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string b = ss.str();
+    if (b.size() < 10 || b.compare(1, 5, "NUMPY") != 0) return {};
+    uint16_t hlen = 0;
+    std::memcpy(&hlen, b.data() + 8, 2);
+    const std::string header = b.substr(10, hlen);
+    if (header.find("'<f4'") == std::string::npos) return {};
+    const size_t at = header.find("'shape': (");
+    if (at == std::string::npos) return {};
+    *rows = std::strtoll(header.c_str() + at + 10, nullptr, 10);
+    *cols = std::strtoll(header.c_str() + header.find(',', at + 10) + 1, nullptr, 10);
+    std::vector<float> v(static_cast<size_t>(*rows * *cols));
+    if (b.size() < 10 + hlen + v.size() * 4) return {};
+    std::memcpy(v.data(), b.data() + 10 + hlen, v.size() * 4);
+    return v;
 }
 
 }  // namespace sluice::testing

