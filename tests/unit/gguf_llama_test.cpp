@@ -57,8 +57,8 @@ class GgufLlamaCpp : public ::testing::TestWithParam<std::string> {};
 
 TEST(GgufLlamaCppIndex, EveryFileLlamaCppLoadsHasItsLogits) {
     // qwen2, qwen3 (F16, Q8_0); Qwen3-MoE (F16, Q8_0, Q5_0, Q4_0, MXFP4); GLM-4.5 and GLM-4.5-Air (F16,
-    // Q8_0); Qwen2-MoE (F16, Q8_0); gpt-oss bf16 and MXFP4 (F16, Q8_0)
-    EXPECT_EQ(fixtures().size(), 21u);
+    // Q8_0); Qwen2-MoE (F16, Q8_0); gpt-oss bf16 and MXFP4 (F16, Q8_0); Mixtral (llama: F16, Q8_0)
+    EXPECT_EQ(fixtures().size(), 23u);
 }
 
 TEST_P(GgufLlamaCpp, LogitsOfTheSameFileMatchLlamaCpps) {
@@ -108,7 +108,12 @@ TEST_P(GgufLlamaCpp, LogitsOfTheSameFileMatchLlamaCpps) {
                 static_cast<long long>(same_top1), static_cast<long long>(T));
     if (f16) {
         EXPECT_LE(median, 1e-3);
-        EXPECT_LE(*std::max_element(rel.begin(), rel.end()), 3e-3);
+        // Mixtral's F16 file: one row (position 115) is 29% away from llama.cpp's — and llama.cpp's is as far
+        // from transformers' there, where sluice's is within 4.3e-7 of both the golden and the HF checkpoint
+        // (GgufGolden, GgufMixtral): llama.cpp's f16-rounded activations choose another expert of the top 2
+        // there. Every other row is within 7.9e-4; one such row is allowed, not two.
+        const auto far = std::count_if(rel.begin(), rel.end(), [](double d) { return d > 3e-3; });
+        EXPECT_LE(far, name.starts_with("mixtral") ? 1 : 0);
         EXPECT_EQ(same_top1, T);
     } else {
         EXPECT_LE(median, 0.03);
