@@ -42,6 +42,11 @@ What it writes
     tests/data/gguf/gptoss-tokenizer.json
                                      the same for gpt-oss's tokenizer (o200k_harmony, 12 MB unpinned): pre
                                      "gpt-4o", the chat template from chat_template.jinja (below)
+    tests/data/gguf/llama2-tokenizer.json
+                                     the same for Llama-2's SentencePiece vocabulary (717 KB unpinned):
+                                     model "llama", pre "default", tokens / scores / token types as
+                                     _set_vocab_sentencepiece writes them (write_llama2_tokenizer; the scores
+                                     reconstructed from tokenizer.json's merge order: llama2_pieces)
 
 The Qwen3 tokenizer GGUF
     Metadata only (no tensors), written the way llama.cpp's converter writes a Qwen3-MoE model's vocabulary

@@ -240,12 +240,38 @@ TEST(GgufMixtralFile, WhatSluiceDoesNotRunIsRefusedByName) {
         ASSERT_TRUE(model::parse_gguf_model_config(md, model::GgufTensorFacts{}, "m.gguf").has_value());
     }
     {
-        // A vocabulary without scores: SentencePiece's merges cannot be derived.
-        auto tok = Tokenizer::load(weights_dir() + "/mixtral_hf_bf16.f16.gguf");
-        ASSERT_TRUE(tok.has_value());
+        // A vocabulary without scores (SentencePiece's merges cannot be derived), with too few, of strings,
+        // with a pre-tokenizer a SentencePiece vocabulary does not have, with an unk id past the tokens.
         auto spec = format::parse_gguf_tokenizer(without("tokenizer.ggml.scores"), "m.gguf");
         ASSERT_FALSE(spec.has_value());
+        EXPECT_NE(spec.status().message().find("'tokenizer.ggml.scores' not found"), std::string::npos)
+            << spec.status().message();
+        format::GgufMetadata md = without("tokenizer.ggml.scores");
+        md.add("tokenizer.ggml.scores",
+               format::GgufValue::scalar_array(format::GgufValueType::kF32, 3, std::string(12, '\0')));
+        spec = format::parse_gguf_tokenizer(md, "m.gguf");
+        ASSERT_FALSE(spec.has_value());
+        EXPECT_NE(spec.status().message().find("'tokenizer.ggml.scores' has 3 entries"), std::string::npos)
+            << spec.status().message();
+        md = without("tokenizer.ggml.scores");
+        md.add("tokenizer.ggml.scores", format::GgufValue::string_array({"a", "b"}));
+        spec = format::parse_gguf_tokenizer(md, "m.gguf");
+        ASSERT_FALSE(spec.has_value());
         EXPECT_NE(spec.status().message().find("tokenizer.ggml.scores"), std::string::npos)
+            << spec.status().message();
+        md = without("tokenizer.ggml.pre");
+        md.add("tokenizer.ggml.pre", format::GgufValue::string("llama-bpe"));
+        spec = format::parse_gguf_tokenizer(md, "m.gguf");
+        ASSERT_FALSE(spec.has_value());
+        EXPECT_NE(spec.status().message().find("'tokenizer.ggml.pre' is 'llama-bpe'"), std::string::npos)
+            << spec.status().message();
+        md = without("");
+        md.add("tokenizer.ggml.unknown_token_id",
+               format::GgufValue::scalar(format::GgufValueType::kU32, 999));
+        spec = format::parse_gguf_tokenizer(md, "m.gguf");
+        ASSERT_FALSE(spec.has_value());
+        EXPECT_NE(spec.status().message().find("'tokenizer.ggml.unknown_token_id': id 999 is past"),
+                  std::string::npos)
             << spec.status().message();
     }
 }
