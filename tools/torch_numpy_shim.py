@@ -118,6 +118,8 @@ class Tensor:
     def transpose(self, d0, d1):
         return Tensor(np.swapaxes(self.a, d0, d1), self.dtype)
 
+    swapaxes = transpose  # torch.Tensor.swapaxes (llama.py LlamaModel.permute)
+
     def squeeze(self, dim=None):
         if dim is None:
             return Tensor(np.squeeze(self.a), self.dtype)

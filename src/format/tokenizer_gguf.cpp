@@ -62,7 +62,8 @@ struct TokenTable {
     }
 };
 
-Expected<TokenTable> read_token_table(const GgufMetadata& md, const std::string& path) {
+// `spm`: a SentencePiece ("llama") vocabulary, which has UNKNOWN and BYTE tokens; a gpt2 one has neither.
+Expected<TokenTable> read_token_table(const GgufMetadata& md, const std::string& path, bool spm = false) {
     TokenTable table;
     const GgufValue* tokens = md.find(kGgufTokens);
     if (tokens == nullptr || !tokens->is_array() || tokens->element_type() != GgufValueType::kString) {
@@ -81,7 +82,7 @@ Expected<TokenTable> read_token_table(const GgufMetadata& md, const std::string&
     for (int64_t i = 0; i < n; ++i) {
         const int64_t t = table.types[static_cast<size_t>(i)];
         const std::string& text = (*table.texts)[static_cast<size_t>(i)];
-        if (t == kUnknown || t == kByte)
+        if (!spm && (t == kUnknown || t == kByte))
             return unsupported(path,
                                fmt::format("key '{}'[{}]: token '{}' is of type {} ({}), which a gpt2 "
                                            "(byte-level BPE) vocabulary does not have",
@@ -108,13 +109,14 @@ Expected<std::optional<std::string>> special_token(const GgufMetadata& md, const
     return std::optional<std::string>((*table.texts)[*id]);
 }
 
+// `add_bos_default`: what a missing add_bos_token means (llama.cpp: true for SentencePiece, false for gpt2).
 Expected<GgufSpecialTokens> read_special_tokens(const GgufMetadata& md, const TokenTable& table,
-                                                const std::string& path) {
+                                                const std::string& path, bool add_bos_default = false) {
     GgufSpecialTokens out;
     SLUICE_ASSIGN_OR_RETURN(out.eos_token, special_token(md, table, kGgufEosId, path));
     SLUICE_ASSIGN_OR_RETURN(out.pad_token, special_token(md, table, kGgufPadId, path));
     SLUICE_ASSIGN_OR_RETURN(auto bos, special_token(md, table, kGgufBosId, path));
-    bool add_bos = false;
+    bool add_bos = add_bos_default;
     if (md.has(kGgufAddBos)) {
         SLUICE_ASSIGN_OR_RETURN(add_bos, md.get_bool(kGgufAddBos));
     }
@@ -127,11 +129,132 @@ Expected<GgufSpecialTokens> read_special_tokens(const GgufMetadata& md, const To
     return out;
 }
 
+// A SentencePiece BPE vocabulary ("llama": _set_vocab_sentencepiece) as the tokenizer.json that
+// transformers' LlamaConverter makes of the same tokenizer.model (Llama-2's, Mistral's, Mixtral's): the
+// "legacy" layout — normaliser Prepend "▁" (when add_space_prefix, llama.cpp's default true) then Replace
+// " " → "▁", no pre-tokenizer, BPE over every piece with byte_fallback and fuse_unk, <unk> the unknown
+// token; the decoder Replace "▁" → " ", ByteFallback, Fuse, Strip one leading space. The merges are not in
+// the file: they are derived from the scores as the converter derives them (SentencePieceExtractor.extract
+// with vocab_scores): for each piece in id order, every split of it (at code points) into two pieces,
+// ordered by (left id, right id); then all of them stably sorted by the piece's score, highest first.
+// Checked on Llama-2's vocabulary against its tokenizer.json: the same 58,980 merges in the same order
+// (tests/unit/gguf_tokenizer_test.cpp).
+// Rejected alternative: llama.cpp's own SPM tokenizer (llm_tokenizer_spm: merge the adjacent pair whose
+// result scores best) — the same on these vocabularies, but the oracle is HF's, and the BPE that runs
+// every other family then runs this one too.
+Expected<GgufTokenizerSpec> parse_spm_tokenizer(const GgufMetadata& md, const std::string& path) {
+    GgufTokenizerSpec out;
+    TokenizerJson& tok = out.tokenizer;
+    if (md.has(kGgufTokenizerPre)) {
+        SLUICE_ASSIGN_OR_RETURN(std::string pre, md.get_string(kGgufTokenizerPre));
+        if (pre != "default")
+            return unsupported(path, fmt::format("key '{}' is '{}': a 'llama' (SentencePiece) vocabulary "
+                                                 "has the pre-tokenizer 'default'",
+                                                 kGgufTokenizerPre, pre));
+    }
+    bool space_prefix = true;
+    if (md.has(kGgufAddSpacePrefix)) {
+        SLUICE_ASSIGN_OR_RETURN(space_prefix, md.get_bool(kGgufAddSpacePrefix));
+    }
+    SLUICE_ASSIGN_OR_RETURN(TokenTable table, read_token_table(md, path, /*spm=*/true));
+    const auto& texts = *table.texts;
+    const int64_t n = static_cast<int64_t>(texts.size());
+    out.n_tokens = n;
+    SLUICE_ASSIGN_OR_RETURN(const std::vector<double> scores, md.get_floats(kGgufScores));
+    if (static_cast<int64_t>(scores.size()) != n)
+        return bad(path, fmt::format("key '{}' has {} entries but '{}' has {}", kGgufScores, scores.size(),
+                                     kGgufTokens, n));
+
+    const std::string kSpace = "\xE2\x96\x81";  // U+2581 ▁
+    if (space_prefix) tok.normalizer.push_back({NormalizerStep::Kind::kPrepend, "", kSpace});
+    tok.normalizer.push_back({NormalizerStep::Kind::kReplace, " ", kSpace});
+    tok.byte_level = false;
+    tok.byte_fallback = true;
+    tok.fuse_unk = true;
+    tok.decoder.kind = DecoderSpec::Kind::kPieces;
+    tok.decoder.replacements = {{kSpace, " "}};
+    tok.decoder.byte_fallback = true;
+    tok.decoder.strip_content = " ";
+    tok.decoder.strip_start = 1;
+
+    // The vocabulary: every piece but the fillers, as LlamaConverter's vocab holds them (the specials too).
+    std::unordered_map<std::string_view, int32_t> ids;
+    ids.reserve(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+        if (!table.is_token(i)) continue;
+        const std::string& text = texts[static_cast<size_t>(i)];
+        const int64_t type = table.types[static_cast<size_t>(i)];
+        if (text.empty()) return bad(path, fmt::format("key '{}'[{}]: empty token", kGgufTokens, i));
+        if (auto [it, fresh] = ids.emplace(text, static_cast<int32_t>(i)); !fresh)
+            return bad(path, fmt::format("key '{}'[{}]: token '{}' is also token {}", kGgufTokens, i, text,
+                                         it->second));
+        tok.vocab.emplace_back(text, static_cast<int32_t>(i));
+        if (type == kUnknown && !md.has(kGgufUnkId)) {
+            if (tok.unk_token)
+                return bad(path, fmt::format("key '{}'[{}]: a second UNKNOWN token ('{}' is one)",
+                                             kGgufTokenType, i, *tok.unk_token));
+            tok.unk_token = text;
+        }
+        // The specials (<unk>, <s>, </s>: UNKNOWN, CONTROL) and the added tokens of added_tokens.json
+        // (USER_DEFINED) are added tokens too, matched on the raw text as HF's normalized: false ones.
+        if (type == kUnknown || type == kControl || type == kUserDefined) {
+            AddedTokenSpec a;
+            a.id = static_cast<int32_t>(i);
+            a.content = text;
+            a.special = type != kUserDefined;
+            tok.added_tokens.push_back(std::move(a));
+        }
+    }
+
+    // HF's unk_token: the one SpecialVocab wrote (tokenizer.ggml.unknown_token_id; the converter makes <unk>
+    // CONTROL where tokenizer_config.json flags it special, as Llama-2's and Mixtral's do), else the
+    // UNKNOWN piece.
+    if (md.has(kGgufUnkId)) {
+        SLUICE_ASSIGN_OR_RETURN(auto unk, special_token(md, table, kGgufUnkId, path));
+        tok.unk_token = std::move(unk);
+    }
+
+    // The merges (SentencePieceExtractor.extract).
+    struct Merge {
+        int32_t left, right;
+        float score;
+    };
+    std::vector<Merge> merges;
+    std::vector<Merge> local;
+    for (const auto& [text, id] : tok.vocab) {
+        local.clear();
+        for (size_t cut = 1; cut < text.size(); ++cut) {
+            if ((static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) continue;  // inside a code point
+            const auto l = ids.find(std::string_view(text).substr(0, cut));
+            const auto r = ids.find(std::string_view(text).substr(cut));
+            if (l != ids.end() && r != ids.end())
+                local.push_back({l->second, r->second, static_cast<float>(scores[static_cast<size_t>(id)])});
+        }
+        std::sort(local.begin(), local.end(), [](const Merge& a, const Merge& b) {
+            return a.left != b.left ? a.left < b.left : a.right < b.right;
+        });
+        merges.insert(merges.end(), local.begin(), local.end());
+    }
+    std::stable_sort(merges.begin(), merges.end(),
+                     [](const Merge& a, const Merge& b) { return a.score > b.score; });
+    tok.merges.reserve(merges.size());
+    for (const Merge& m : merges)
+        tok.merges.emplace_back(texts[static_cast<size_t>(m.left)], texts[static_cast<size_t>(m.right)]);
+
+    SLUICE_ASSIGN_OR_RETURN(out.special, read_special_tokens(md, table, path, /*add_bos_default=*/true));
+    return out;
+}
+
 }  // namespace
 
 Expected<GgufSpecialTokens> parse_gguf_special_tokens(const GgufMetadata& metadata, const std::string& path) {
-    SLUICE_ASSIGN_OR_RETURN(TokenTable table, read_token_table(metadata, path));
-    return read_special_tokens(metadata, table, path);
+    bool spm = false;
+    if (metadata.has(kGgufTokenizerModel)) {
+        SLUICE_ASSIGN_OR_RETURN(const std::string model, metadata.get_string(kGgufTokenizerModel));
+        spm = model == "llama";
+    }
+    SLUICE_ASSIGN_OR_RETURN(TokenTable table, read_token_table(metadata, path, spm));
+    return read_special_tokens(metadata, table, path, spm);
 }
 
 Expected<GgufTokenizerSpec> parse_gguf_tokenizer(const GgufMetadata& md, const std::string& path) {
@@ -139,9 +262,12 @@ Expected<GgufTokenizerSpec> parse_gguf_tokenizer(const GgufMetadata& md, const s
     TokenizerJson& tok = out.tokenizer;
 
     SLUICE_ASSIGN_OR_RETURN(std::string model, md.get_string(kGgufTokenizerModel));
+    if (model == "llama") return parse_spm_tokenizer(md, path);
     if (model != "gpt2")
-        return unsupported(path, fmt::format("key '{}' is '{}': sluice implements 'gpt2' (byte-level BPE)",
-                                             kGgufTokenizerModel, model));
+        return unsupported(path,
+                           fmt::format("key '{}' is '{}': sluice implements 'gpt2' (byte-level BPE) and "
+                                       "'llama' (SentencePiece BPE)",
+                                       kGgufTokenizerModel, model));
     SLUICE_ASSIGN_OR_RETURN(std::string pre, md.get_string(kGgufTokenizerPre));
     if (pre == "qwen2") {
         tok.split_regexes = {std::string(kQwen2SplitRegex)};
@@ -246,9 +372,10 @@ Expected<HfTokenizerFiles> hf_tokenizer_files_from_gguf(const GgufMetadata& md, 
     using nlohmann::json;
     SLUICE_ASSIGN_OR_RETURN(GgufTokenizerSpec spec, parse_gguf_tokenizer(md, path));
     const TokenizerJson& tok = spec.tokenizer;
-    // parse_gguf_tokenizer's one shape: NFC or no normaliser, Split regexes then ByteLevel, BPE, ByteLevel
-    // decoding.
-    if (!tok.byte_level || tok.split_regexes.size() != 1 || tok.normalizer.size() > 1)
+    // parse_gguf_tokenizer's two shapes: NFC or no normaliser, Split regexes then ByteLevel, BPE, ByteLevel
+    // decoding; or SentencePiece's (parse_spm_tokenizer), written as LlamaConverter writes it.
+    const bool spm = !tok.byte_level;
+    if (!spm && (tok.split_regexes.size() != 1 || tok.normalizer.size() > 1))
         return error(ErrorCode::kInternal, "[tokenizer] " + path + ": not a byte-level BPE with one Split");
     const json byte_level = {
         {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
@@ -266,31 +393,80 @@ Expected<HfTokenizerFiles> hf_tokenizer_files_from_gguf(const GgufMetadata& md, 
         added.push_back(with_id);
         added_decoder[std::to_string(a.id)] = entry;
     }
-    json tokenizer = {{"version", "1.0"},
-                      {"truncation", nullptr},
-                      {"padding", nullptr},
-                      {"added_tokens", added},
-                      {"normalizer", tok.normalizer.empty() ? json(nullptr) : json{{"type", "NFC"}}},
-                      {"pre_tokenizer",
-                       {{"type", "Sequence"},
-                        {"pretokenizers", json::array({{{"type", "Split"},
-                                                        {"pattern", {{"Regex", tok.split_regexes[0]}}},
-                                                        {"behavior", "Isolated"},
-                                                        {"invert", false}},
-                                                       byte_level})}}},
-                      {"post_processor", byte_level},
-                      {"decoder", byte_level},
-                      {"model",
-                       {{"type", "BPE"},
-                        {"dropout", nullptr},
-                        {"unk_token", nullptr},
-                        {"continuing_subword_prefix", ""},
-                        {"end_of_word_suffix", ""},
-                        {"fuse_unk", false},
-                        {"byte_fallback", false},
-                        {"ignore_merges", tok.ignore_merges},
-                        {"vocab", vocab},
-                        {"merges", merges}}}};
+    // dump() throws on a token or template that is not UTF-8, which JSON cannot hold.
+    std::string tokenizer_text;
+    try {
+        if (spm) {
+            json steps = json::array();
+            for (const NormalizerStep& n : tok.normalizer) {
+                if (n.kind == NormalizerStep::Kind::kPrepend)
+                    steps.push_back({{"type", "Prepend"}, {"prepend", n.content}});
+                if (n.kind == NormalizerStep::Kind::kReplace)
+                    steps.push_back(
+                        {{"type", "Replace"}, {"pattern", {{"String", n.pattern}}}, {"content", n.content}});
+            }
+            json decoders = json::array();
+            for (const auto& [pattern, content] : tok.decoder.replacements)
+                decoders.push_back(
+                    {{"type", "Replace"}, {"pattern", {{"String", pattern}}}, {"content", content}});
+            decoders.push_back({{"type", "ByteFallback"}});
+            decoders.push_back({{"type", "Fuse"}});
+            decoders.push_back({{"type", "Strip"},
+                                {"content", tok.decoder.strip_content},
+                                {"start", tok.decoder.strip_start},
+                                {"stop", 0}});
+            json tokenizer = {{"version", "1.0"},
+                              {"truncation", nullptr},
+                              {"padding", nullptr},
+                              {"added_tokens", added},
+                              {"normalizer", {{"type", "Sequence"}, {"normalizers", steps}}},
+                              {"pre_tokenizer", nullptr},
+                              {"post_processor", nullptr},
+                              {"decoder", {{"type", "Sequence"}, {"decoders", decoders}}},
+                              {"model",
+                               {{"type", "BPE"},
+                                {"dropout", nullptr},
+                                {"unk_token", tok.unk_token ? json(*tok.unk_token) : json(nullptr)},
+                                {"continuing_subword_prefix", nullptr},
+                                {"end_of_word_suffix", nullptr},
+                                {"fuse_unk", tok.fuse_unk},
+                                {"byte_fallback", tok.byte_fallback},
+                                {"ignore_merges", false},
+                                {"vocab", vocab},
+                                {"merges", merges}}}};
+            tokenizer_text = tokenizer.dump(1) + "\n";
+        } else {
+            json tokenizer = {
+                {"version", "1.0"},
+                {"truncation", nullptr},
+                {"padding", nullptr},
+                {"added_tokens", added},
+                {"normalizer", tok.normalizer.empty() ? json(nullptr) : json{{"type", "NFC"}}},
+                {"pre_tokenizer",
+                 {{"type", "Sequence"},
+                  {"pretokenizers", json::array({{{"type", "Split"},
+                                                  {"pattern", {{"Regex", tok.split_regexes[0]}}},
+                                                  {"behavior", "Isolated"},
+                                                  {"invert", false}},
+                                                 byte_level})}}},
+                {"post_processor", byte_level},
+                {"decoder", byte_level},
+                {"model",
+                 {{"type", "BPE"},
+                  {"dropout", nullptr},
+                  {"unk_token", nullptr},
+                  {"continuing_subword_prefix", ""},
+                  {"end_of_word_suffix", ""},
+                  {"fuse_unk", false},
+                  {"byte_fallback", false},
+                  {"ignore_merges", tok.ignore_merges},
+                  {"vocab", vocab},
+                  {"merges", merges}}}};
+            tokenizer_text = tokenizer.dump(1) + "\n";
+        }
+    } catch (const json::exception& e) {
+        return bad(path, std::string("cannot be written as tokenizer.json: ") + e.what());
+    }
 
     auto text_or_null = [](const std::optional<std::string>& t) { return t ? json(*t) : json(nullptr); };
     json config = {{"add_bos_token", spec.special.add_bos},
@@ -322,7 +498,7 @@ Expected<HfTokenizerFiles> hf_tokenizer_files_from_gguf(const GgufMetadata& md, 
         config["chat_template"] = list;
     }
     try {
-        return HfTokenizerFiles{tokenizer.dump(1) + "\n", config.dump(2) + "\n"};
+        return HfTokenizerFiles{tokenizer_text, config.dump(2) + "\n"};
     } catch (const json::exception& e) {  // a token or template that is not UTF-8, which JSON cannot hold
         return bad(path, std::string("cannot be written as tokenizer.json: ") + e.what());
     }

@@ -4,7 +4,8 @@
 // (src/tokenizer/) makes the Tokenizer from either.
 //
 // What is read (docs/FORMATS.md, GGUF):
-//   tokenizer.ggml.model       STRING, "gpt2" (byte-level BPE) — anything else is refused
+//   tokenizer.ggml.model       STRING, "gpt2" (byte-level BPE) or "llama" (SentencePiece BPE, below) —
+//                              anything else is refused
 //   tokenizer.ggml.pre         STRING, "qwen2" (Qwen2/3/3-Next regex) or "qwen35" (Qwen3.5/3.6, \p{M})
 //   tokenizer.ggml.tokens      ARRAY[STRING]: token i's text — NORMAL ones in the byte-level alphabet
 //                              (tokenizer.json's vocab keys), added ones as their content
@@ -29,6 +30,14 @@
 // bos_token is the text of bos_token_id only when add_bos_token is true: the converter fills
 // bos_token_id from config.json even for tokenizers without a BOS (Qwen's: tokenizer_config.json
 // bos_token null), and HF's tokenizer, whose bos_token a chat template sees, has none there.
+//
+// A "llama" vocabulary (_set_vocab_sentencepiece: Llama-2, Mistral, Mixtral) is read as transformers'
+// LlamaConverter writes the same tokenizer.model as tokenizer.json: pre "default", the normaliser Prepend "▁"
+// (unless tokenizer.ggml.add_space_prefix is false) + Replace " " → "▁", BPE over every piece with
+// byte_fallback and fuse_unk, the merges derived from tokenizer.ggml.scores (which it requires; the file has
+// no merges), UNKNOWN and BYTE types allowed, CONTROL / UNKNOWN / USER_DEFINED pieces added tokens too, unk
+// from tokenizer.ggml.unknown_token_id, add_bos_token true when absent (llama.cpp's default), and the
+// Replace / ByteFallback / Fuse / Strip decoder (format/tokenizer_gguf.cpp parse_spm_tokenizer).
 //
 // Pure functions over parsed metadata; every failure is a Status naming the file and the key: a missing
 // key or a value of the wrong type as GgufMetadata reports it ("[gguf] m.gguf: key
@@ -94,9 +103,12 @@ inline constexpr const char* kGgufTokenizerPre = "tokenizer.ggml.pre";
 inline constexpr const char* kGgufTokens = "tokenizer.ggml.tokens";
 inline constexpr const char* kGgufTokenType = "tokenizer.ggml.token_type";
 inline constexpr const char* kGgufMerges = "tokenizer.ggml.merges";
+inline constexpr const char* kGgufScores = "tokenizer.ggml.scores";
+inline constexpr const char* kGgufAddSpacePrefix = "tokenizer.ggml.add_space_prefix";
 inline constexpr const char* kGgufEosId = "tokenizer.ggml.eos_token_id";
 inline constexpr const char* kGgufBosId = "tokenizer.ggml.bos_token_id";
 inline constexpr const char* kGgufPadId = "tokenizer.ggml.padding_token_id";
+inline constexpr const char* kGgufUnkId = "tokenizer.ggml.unknown_token_id";
 inline constexpr const char* kGgufAddBos = "tokenizer.ggml.add_bos_token";
 inline constexpr const char* kGgufChatTemplate = "tokenizer.chat_template";
 

@@ -214,8 +214,8 @@ Expected<ModelConfig> load_model_config(const std::string& model_dir);
 
 // The config.json, in Hugging Face's spelling, that parse_model_config reads back as `config` field for
 // field (but mtp_layers, which a load counts from the weights): what `sluice pack FILE.gguf` writes for
-// the config a GGUF's metadata gives. kUnsupported for the families no GGUF of sluice's holds (Mixtral,
-// DeepSeek-V3) and for quantization blocks, which it does not write.
+// the config a GGUF's metadata gives. kUnsupported for the family no GGUF of sluice's holds
+// (DeepSeek-V3) and for quantization blocks, which it does not write.
 Expected<std::string> model_config_json(const ModelConfig& config);
 
 // The model types sluice can run, for error messages and `sluice info`.

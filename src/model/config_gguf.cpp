@@ -21,10 +21,10 @@ struct ArchEntry {
     const char* name;
     Family family;
 };
-constexpr ArchEntry kArchitectures[] = {{"qwen2", Family::kQwen2},         {"qwen3", Family::kQwen3},
-                                        {"qwen3moe", Family::kQwen3Moe},   {"qwen3next", Family::kQwen3Next},
-                                        {"qwen35moe", Family::kQwen35Moe}, {"glm4moe", Family::kGlm4Moe},
-                                        {"qwen2moe", Family::kQwen2Moe},   {"gpt-oss", Family::kGptOss}};
+constexpr ArchEntry kArchitectures[] = {
+    {"qwen2", Family::kQwen2},         {"qwen3", Family::kQwen3},         {"qwen3moe", Family::kQwen3Moe},
+    {"qwen3next", Family::kQwen3Next}, {"qwen35moe", Family::kQwen35Moe}, {"glm4moe", Family::kGlm4Moe},
+    {"qwen2moe", Family::kQwen2Moe},   {"gpt-oss", Family::kGptOss},      {"llama", Family::kMixtral}};
 
 // The largest integer a count key may hold before it is narrowed (far past every bound checked later,
 // so the bound's message shows the value).
@@ -143,7 +143,7 @@ Expected<std::optional<int32_t>> token_id(const GgufMetadata& md, const char* ke
 }
 
 // The names check_model_config uses for this file's keys.
-ConfigFieldNames field_names(const Keys& k, bool hybrid) {
+ConfigFieldNames field_names(const Keys& k, bool hybrid, bool mixtral) {
     ConfigFieldNames n;
     n.hidden = k.quoted("embedding_length");
     n.n_layers = k.quoted("block_count") +
@@ -156,7 +156,7 @@ ConfigFieldNames field_names(const Keys& k, bool hybrid) {
     n.max_positions = k.quoted("context_length");
     n.n_experts = k.quoted("expert_count");
     n.top_k = k.quoted("expert_used_count");
-    n.expert_ffn = k.quoted("expert_feed_forward_length");
+    n.expert_ffn = k.quoted(mixtral ? "feed_forward_length" : "expert_feed_forward_length");
     n.dense_ffn = k.quoted("feed_forward_length");
     n.shared_expert_ffn = k.quoted("expert_shared_feed_forward_length");
     n.decoder_sparse_step = "decoder_sparse_step";
@@ -177,11 +177,41 @@ ConfigFieldNames field_names(const Keys& k, bool hybrid) {
     return n;
 }
 
+// A `llama` file is Mixtral when it has experts (LlamaModel converts MixtralForCausalLM under the llama
+// arch: expert_count, expert_used_count, the stacked ffn_*_exps); without them it is a dense Llama /
+// Mistral, which sluice does not run. What llama.cpp's llama graph can hold that Mixtral has not — q/k/v/o
+// biases, llama3 or LongRoPE frequency factors (rope_freqs), an attention scale other than 1/√head_dim —
+// is refused by name rather than ignored.
+Status check_llama_file(const GgufMetadata& md, const GgufTensorFacts& facts, const Keys& k) {
+    uint64_t experts = 0;
+    if (k.has("expert_count")) {
+        SLUICE_ASSIGN_OR_RETURN(experts, md.get_uint(k.key("expert_count")));
+    }
+    if (experts == 0)
+        return k.unsupported(
+            "key 'general.architecture' is 'llama' with no " + k.quoted("expert_count") +
+            ": a dense Llama / Mistral model, which sluice does not run (it runs llama files with experts: "
+            "Mixtral)");
+    if (facts.attn_q_bias || facts.attn_o_bias)
+        return k.unsupported(std::string("tensor '") +
+                             (facts.attn_q_bias ? "blk.0.attn_q.bias" : "blk.0.attn_output.bias") +
+                             "': attention biases in a llama file are not supported (Mixtral has none)");
+    if (facts.rope_freqs)
+        return k.unsupported(
+            "tensor 'rope_freqs.weight': RoPE frequency factors (llama3 / LongRoPE scaling) are not "
+            "supported");
+    if (k.has("attention.scale"))
+        return k.unsupported(k.quoted("attention.scale") +
+                             ": a custom attention scale is not supported (Mixtral's is 1/sqrt(head_dim))");
+    return Status::ok();
+}
+
 }  // namespace
 
 const char* supported_gguf_architectures() {
     return "qwen2, qwen3, qwen3moe, qwen3next, qwen35moe (Qwen3.5 / Qwen3.6 MoE), glm4moe (GLM-4.5 / 4.6), "
-           "qwen2moe (Qwen1.5-MoE / Qwen2-57B-A14B), gpt-oss (gpt-oss-20b / 120b)";
+           "qwen2moe (Qwen1.5-MoE / Qwen2-57B-A14B), gpt-oss (gpt-oss-20b / 120b), llama with experts "
+           "(Mixtral)";
 }
 
 const char* gguf_architecture_name(Family family) {
@@ -209,6 +239,10 @@ Expected<ModelConfig> parse_gguf_model_config(const GgufMetadata& md, const Gguf
     const bool glm = cfg.family == Family::kGlm4Moe;
     const bool qwen2moe = cfg.family == Family::kQwen2Moe;
     const bool gpt_oss = cfg.family == Family::kGptOss;
+    const bool mixtral = cfg.family == Family::kMixtral;
+    if (mixtral) {
+        SLUICE_RETURN_IF_ERROR(check_llama_file(md, facts, k));
+    }
 
     // Blocks: the converter's block_count includes the MTP blocks (qwen.py _QwenMtpMixin.__init__:
     // block_count += n_mtp) and says how many with add_nextn_predict_layers.
@@ -250,7 +284,9 @@ Expected<ModelConfig> parse_gguf_model_config(const GgufMetadata& md, const Gguf
     // (create_tensor_qkv loads them optional; HF's qkv_bias, true in every release).
     // gpt-oss (llama_model_openai_moe::load_arch_tensors): no q/k norms, q/k/v biases where the tensors
     // are (create_tensor_qkv), the o bias and the sinks required.
-    cfg.attn_qk_norm = glm ? facts.attn_q_norm : cfg.family != Family::kQwen2 && !qwen2moe && !gpt_oss;
+    // llama (Mixtral): no q/k norm, no biases (refused above where the tensors are).
+    cfg.attn_qk_norm =
+        glm ? facts.attn_q_norm : cfg.family != Family::kQwen2 && !qwen2moe && !gpt_oss && !mixtral;
     cfg.attn_qkv_bias = glm || qwen2moe || gpt_oss ? facts.attn_q_bias : cfg.family == Family::kQwen2;
     cfg.attn_o_bias = cfg.attn_sinks = gpt_oss;
 
@@ -261,7 +297,9 @@ Expected<ModelConfig> parse_gguf_model_config(const GgufMetadata& md, const Gguf
     } else {
         SLUICE_ASSIGN_OR_RETURN(cfg.n_experts, k.count("expert_count"));
         SLUICE_ASSIGN_OR_RETURN(cfg.top_k, k.count("expert_used_count"));
-        SLUICE_ASSIGN_OR_RETURN(cfg.expert_ffn, k.count("expert_feed_forward_length"));
+        if (!mixtral) {
+            SLUICE_ASSIGN_OR_RETURN(cfg.expert_ffn, k.count("expert_feed_forward_length"));
+        }
         SLUICE_ASSIGN_OR_RETURN(cfg.dense_ffn, k.count_or("feed_forward_length", 0));
         // llama.cpp's qwen3moe / qwen3next / qwen35moe: build_moe_ffn(norm_w = true); qwen2moe: norm_w =
         // false (Qwen2MoeSparseMoeBlock's norm_topk_prob, false in every release; the converter writes no
@@ -282,6 +320,14 @@ Expected<ModelConfig> parse_gguf_model_config(const GgufMetadata& md, const Gguf
         cfg.expert_bias = true;
         cfg.swiglu_limit = 7.0f;
         cfg.swiglu_alpha = 1.702f;
+    }
+    if (mixtral) {
+        // llama.cpp's llama arch (llama_model_llama::load_arch_tensors): the experts are n_ff
+        // (feed_forward_length, from intermediate_size) wide, every block is MoE; build_moe_ffn with a
+        // softmax router, the top k renormalised (norm_w = true), as MixtralSparseMoeBlock.
+        SLUICE_ASSIGN_OR_RETURN(cfg.expert_ffn, k.count("feed_forward_length"));
+        cfg.dense_ffn = 0;
+        cfg.norm_topk_prob = true;
     }
     if (qwen2moe) {
         // Qwen2MoeModel.set_gguf_parameters: expert_shared_feed_forward_length from
@@ -379,7 +425,7 @@ Expected<ModelConfig> parse_gguf_model_config(const GgufMetadata& md, const Gguf
     SLUICE_ASSIGN_OR_RETURN(const auto pad, token_id(md, "tokenizer.ggml.padding_token_id", cfg.vocab, k));
     (void)pad;  // checked as config.json's pad_token_id is; not kept
 
-    SLUICE_RETURN_IF_ERROR(check_model_config(cfg, path, field_names(k, hybrid)));
+    SLUICE_RETURN_IF_ERROR(check_model_config(cfg, path, field_names(k, hybrid, mixtral)));
 
     // The layer pattern, once n_layers is known to be bounded.
     cfg.layer_types.assign(static_cast<size_t>(cfg.n_layers), LayerType::kFullAttention);
@@ -419,6 +465,8 @@ Expected<ModelConfig> load_gguf_model_config(const format::GgufCheckpoint& check
     facts.output = checkpoint.find("output.weight") != nullptr;
     facts.attn_q_norm = checkpoint.find("blk.0.attn_q_norm.weight") != nullptr;
     facts.attn_q_bias = checkpoint.find("blk.0.attn_q.bias") != nullptr;
+    facts.attn_o_bias = checkpoint.find("blk.0.attn_output.bias") != nullptr;
+    facts.rope_freqs = checkpoint.find("rope_freqs.weight") != nullptr;
     return parse_gguf_model_config(checkpoint.metadata(), facts, path);
 }
 

@@ -5,7 +5,8 @@
 //
 // general.architecture → family: qwen2 → qwen2, qwen3 → qwen3, qwen3moe → qwen3_moe, qwen3next →
 // qwen3_next, qwen35moe → qwen3_5_moe (Qwen3.5 / 3.6 MoE), glm4moe → glm4_moe, qwen2moe → qwen2_moe,
-// gpt-oss → gpt_oss. Then, {arch}. omitted:
+// gpt-oss → gpt_oss, llama with expert_count → mixtral (a llama file without experts, a dense Llama /
+// Mistral, is refused by name). Then, {arch}. omitted:
 //   block_count − nextn_predict_layers   n_layers (the converter counts the MTP blocks in block_count)
 //   nextn_predict_layers (0)             mtp_layers: 1 when ≥ 1 on Qwen3-Next / 3.5 (sluice runs one)
 //   embedding_length                     hidden
@@ -49,6 +50,12 @@
 // key) — and YaRN's correction range unrounded (truncate false, as gpt-oss defines it; llama.cpp rounds it).
 // A rope.freq_base_swa other than rope.freq_base is refused.
 //
+// Mixtral (conversion/llama.py LlamaModel, llama_model_llama): the experts feed_forward_length wide (no
+// expert_feed_forward_length), a softmax router renormalised over the top k; q/k/o biases, rope_freqs
+// factors and attention.scale, which the llama graph can hold and Mixtral has not, are refused by name.
+// Its q/k rows are permuted for llama.cpp's pairwise RoPE: undone where the weights are bound
+// (model/tensor_map_gguf.h kRopePairs).
+//
 // Not read: general.* (but the architecture), rope.dimension_sections (M-RoPE sections: text-only
 // positions make it plain RoPE), rope.scaling.yarn_ext_factor / yarn_log_multiplier / finetuned, the
 // tokenizer's other keys. Fields config.json can say and a GGUF cannot — YaRN's truncate (true), a
@@ -89,6 +96,8 @@ struct GgufTensorFacts {
     bool output = true;        // output.weight (false: tied embeddings)
     bool attn_q_norm = false;  // blk.0.attn_q_norm.weight: glm4moe's optional q/k norms (use_qk_norm)
     bool attn_q_bias = false;  // blk.0.attn_q.bias: glm4moe's optional q/k/v biases (attention_bias)
+    bool attn_o_bias = false;  // blk.0.attn_output.bias (llama: refused)
+    bool rope_freqs = false;   // rope_freqs.weight: llama3 / LongRoPE factors (llama: refused)
 };
 // `path` names the file in messages.
 Expected<ModelConfig> parse_gguf_model_config(const format::GgufMetadata& metadata,

@@ -36,8 +36,7 @@ json f32_number(float v) {
 }  // namespace
 
 Expected<std::string> model_config_json(const ModelConfig& c) {
-    if (c.family == Family::kMixtral || c.family == Family::kDeepseekV3 || c.quantization.present ||
-        c.fp8_block_rows > 0 || c.mxfp4_experts)
+    if (c.family == Family::kDeepseekV3 || c.quantization.present || c.fp8_block_rows > 0 || c.mxfp4_experts)
         return error(ErrorCode::kUnsupported,
                      std::string("[config] writing a config.json for ") + family_name(c.family) +
                          (c.quantization.present || c.fp8_block_rows > 0 ? " with quantized weights" : "") +
@@ -69,7 +68,8 @@ Expected<std::string> model_config_json(const ModelConfig& c) {
 
     if (c.is_dense_family()) {
         j["intermediate_size"] = c.dense_ffn;
-    } else if (c.family == Family::kGptOss) {  // GptOssConfig: intermediate_size is every expert's
+    } else if (c.family == Family::kGptOss || c.family == Family::kMixtral) {
+        // GptOssConfig, MixtralConfig: intermediate_size is every expert's
         j["num_local_experts"] = c.n_experts;
         j["num_experts_per_tok"] = c.top_k;
         j["intermediate_size"] = c.expert_ffn;

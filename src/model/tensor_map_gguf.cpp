@@ -1,5 +1,6 @@
 // The GGUF tensor map (tensor_map_gguf.h). Converter lines cited are llama.cpp's conversion/qwen.py
-// unless said otherwise; the names are gguf-py's constants.py TENSOR_NAMES for MODEL_TENSORS[arch].
+// unless said otherwise (Mixtral: conversion/llama.py); the names are gguf-py's constants.py TENSOR_NAMES for
+// MODEL_TENSORS[arch].
 #include "model/tensor_map_gguf.h"
 
 #include <algorithm>
@@ -23,6 +24,7 @@ const char* gguf_value_step_name(Kind kind) {
         case Kind::kStackExperts: return "stack_experts";
         case Kind::kTranspose: return "transpose";
         case Kind::kStride: return "stride";
+        case Kind::kRopePairs: return "rope_pairs";
     }
     return "?";
 }
@@ -84,9 +86,19 @@ void MapBuilder::attention(int64_t l) {
     const std::string g = blk(l), a = names_.layer(l) + TensorNames::kAttention;
     const int64_t H = c_.hidden, hd = c_.head_dim, q_rows = c_.n_heads * hd * (c_.attn_output_gate ? 2 : 1);
     const int64_t kv = c_.n_kv_heads * hd;
-    // q_proj keeps its rows: no RoPE permutation for the Qwen classes, the gated [q | gate] per head kept.
-    copy(g + "attn_q.weight", a + "q_proj.weight", {q_rows, H});
-    copy(g + "attn_k.weight", a + "k_proj.weight", {kv, H});
+    // q_proj keeps its rows for the Qwen / GLM / gpt-oss classes (the gated [q | gate] per head kept);
+    // LlamaModel (Mixtral) permutes q and k for pairwise RoPE.
+    std::vector<GgufValueStep> q_steps, k_steps;
+    if (c_.family == Family::kMixtral) {
+        GgufValueStep pairs{Kind::kRopePairs};
+        pairs.head_dim = hd;
+        pairs.nk = c_.n_heads;
+        q_steps.push_back(pairs);
+        pairs.nk = c_.n_kv_heads;
+        k_steps.push_back(pairs);
+    }
+    copy(g + "attn_q.weight", a + "q_proj.weight", {q_rows, H}, q_steps);
+    copy(g + "attn_k.weight", a + "k_proj.weight", {kv, H}, k_steps);
     copy(g + "attn_v.weight", a + "v_proj.weight", {kv, H});
     copy(g + "attn_output.weight", a + "o_proj.weight", {H, c_.n_heads * hd});
     if (c_.attn_qk_norm) {
@@ -203,11 +215,14 @@ void MapBuilder::mlp(int64_t l) {
     // glm4moe: e_score_correction_bias → exp_probs_b.bias (tensor_mapping.py FFN_EXP_PROBS_B).
     if (c_.router_sigmoid) copy(g + "exp_probs_b.bias", p + TensorNames::kRouterBias, {E});
     // Routed experts: the per-expert matrices stacked (Qwen2MoeModel.modify_tensors), [E, out, in].
-    for (const auto& [proj, out, in] :
-         {std::tuple<const char*, int64_t, int64_t>{"gate", I, H}, {"up", I, H}, {"down", H, I}}) {
+    // (The HF names: gate_proj / up_proj / down_proj, Mixtral's w1 / w3 / w2.)
+    for (const auto& [proj, hf_proj, out, in] :
+         {std::tuple<const char*, const char*, int64_t, int64_t>{"gate", names_.expert_projections[0], I, H},
+          {"up", names_.expert_projections[1], I, H},
+          {"down", names_.expert_projections[2], H, I}}) {
         std::vector<std::string> hf;
         for (int64_t e = 0; e < E; ++e)
-            hf.push_back(p + names_.experts() + std::to_string(e) + "." + proj + "_proj.weight");
+            hf.push_back(p + names_.experts() + std::to_string(e) + "." + hf_proj + ".weight");
         add(g + "ffn_" + proj + "_exps.weight", {E, out, in}, std::move(hf), {out, in},
             {{Kind::kStackExperts}});
     }
@@ -326,6 +341,22 @@ Status transpose_stacked(const GgufValueStep& s, int64_t rows, int64_t cols, std
     return Status::ok();
 }
 
+// LlamaModel.permute: per head of `head_dim` rows, row s·hd/2 + i moves to 2i + s.
+Status rope_pairs(const GgufValueStep& s, int64_t rows, int64_t cols, std::vector<float>* v) {
+    const int64_t hd = s.head_dim;
+    if (hd <= 0 || hd % 2 != 0 || s.nk <= 0 || s.nk * hd != rows)
+        return error(ErrorCode::kInvalidArgument, "[gguf map] rope_pairs: " + std::to_string(rows) +
+                                                      " rows are not " + std::to_string(s.nk) + " heads of " +
+                                                      std::to_string(hd) + " (even) rows");
+    const std::vector<float> in = *v;
+    for (int64_t h = 0; h < s.nk; ++h)
+        for (int64_t half = 0; half < 2; ++half)
+            for (int64_t i = 0; i < hd / 2; ++i)
+                std::copy_n(in.begin() + (h * hd + half * hd / 2 + i) * cols, cols,
+                            v->begin() + (h * hd + 2 * i + half) * cols);
+    return Status::ok();
+}
+
 // Every r-th row (axis 0) or column (axis 1) of [rows, cols], from `offset`.
 Status stride(const GgufValueStep& s, int64_t rows, std::vector<float>* v, int64_t* cols) {
     const int64_t extent = s.axis == 0 ? rows : *cols;
@@ -389,6 +420,7 @@ Expected<std::vector<float>> gguf_values_from_hf(const GgufTensorSource& s,
                 SLUICE_RETURN_IF_ERROR(transpose_stacked(step, rows, cols, &v, &cols));
                 break;
             case Kind::kStride: SLUICE_RETURN_IF_ERROR(stride(step, rows, &v, &cols)); break;
+            case Kind::kRopePairs: SLUICE_RETURN_IF_ERROR(rope_pairs(step, rows, cols, &v)); break;
         }
     }
     std::vector<int64_t> out_shape(s.dims.rbegin(), s.dims.rend());

@@ -39,10 +39,15 @@
 //                 transposed; gate_up_proj_bias [E, 2I] split the same way by columns. The Hub's MXFP4
 //                 blocks are repacked into ggml's MXFP4 instead (repack_mxfp4: no f32 values), the
 //                 same split — not a value step; their dims are these
-// Nothing else changes: q/k are not permuted for RoPE (the Qwen classes are not LlamaModel), Qwen3-Next /
-// 3.5's gated q_proj keeps its per-head [q | gate] rows, biases, routers and the shared-expert gate are
-// copied. gpt-oss's sinks (self_attn.sinks → attn_sinks.weight), its o_proj bias (attn_output.bias) and its
-// router bias (mlp.router.bias → ffn_gate_inp.bias) are copied too.
+//   kRopePairs    Mixtral's q_proj / k_proj (conversion/llama.py LlamaModel.permute, n_head for q, n_head_kv
+//                 for k): per head, HF row s·hd/2 + i (the halves transformers' rotate_half pairs) becomes
+//                 row 2i + s, the pairs llama.cpp's LLAMA_ROPE_TYPE_NORM rotates (`reshape(n_head, 2,
+//                 hd / 2, cols).swapaxes(1, 2)`); the binding moves the rows back (weights_gguf.cpp), so
+//                 every backend's RoPE sees HF's layout
+// Nothing else changes: the Qwen / GLM / gpt-oss q/k are not permuted (their classes are not LlamaModel),
+// Qwen3-Next / 3.5's gated q_proj keeps its per-head [q | gate] rows, biases, routers and the shared-expert
+// gate are copied. gpt-oss's sinks (self_attn.sinks → attn_sinks.weight), its o_proj bias (attn_output.bias)
+// and its router bias (mlp.router.bias → ffn_gate_inp.bias) are copied too.
 //
 // Lifetime: plain values. Pure functions; thread-safe.
 // Rejected alternative: a name table alone (as gguf-py's tensor_mapping.py is) — the value changes are
@@ -70,12 +75,14 @@ struct GgufValueStep {
         kStackExperts,  // the HF tensors (one per expert) stacked
         kTranspose,     // each [head_dim, cols] matrix of a stack transposed to [cols, head_dim]
         kStride,        // every r-th row (axis 0) or column (axis 1) from `offset`: gate / up de-interleaved
+        kRopePairs,     // each head's rows [first half | second half] interleaved into pairs (llama q/k)
     };
     Kind kind = Kind::kAddOne;
     // kQkvzTo*: nk = key heads, dk = key head dim, dv_group = (nv / nk)·dv value rows per key head.
     // kVHeadsTiled: axis (0 rows, 1 columns), offset (first row/column of the value heads), nk key heads,
     // r = nv / nk value heads per key head, head_dim (dv, or 1 for per-head scalars).
     // kTranspose: head_dim = the rows of each stacked matrix. kStride: axis, offset, r = the stride.
+    // kRopePairs: nk = heads, head_dim = rows per head.
     int64_t axis = 0, offset = 0;
     int64_t nk = 0, dk = 0, dv_group = 0, r = 0, head_dim = 0;
 };

@@ -49,6 +49,20 @@ struct GgufTensorSet {
     }
 };
 
+// Rows `rows` of `w`, in that order, copied into a buffer of `owned`: a view of them.
+WeightView gather_rows(const WeightView& w, const std::vector<int64_t>& rows,
+                       std::vector<std::vector<uint8_t>>* owned) {
+    const size_t rb = w.row_bytes();
+    std::vector<uint8_t>& buf = owned->emplace_back(rows.size() * rb);
+    for (size_t i = 0; i < rows.size(); ++i)
+        std::memcpy(buf.data() + i * rb,
+                    static_cast<const uint8_t*>(w.data) + static_cast<size_t>(rows[i]) * rb, rb);
+    WeightView out = w;
+    out.rows = static_cast<int64_t>(rows.size());
+    out.data = buf.data();
+    return out;
+}
+
 // What becomes of the routed experts (blk.N.ffn_*_exps): views into the file, only checked (streamed from
 // the file by an expert store), or not there at all (a pack's, in its expert files).
 enum class GgufExperts { kBind, kCheck, kElsewhere };
@@ -119,6 +133,31 @@ class GgufBinder {
 
     const std::string& file_name() const { return tensors_.file; }
 
+    // The 2-D tensor `name` with the converter's kRopePairs permutation undone, when the map says it made
+    // one (Mixtral's q/k: tensor_map_gguf.h): its rows gathered back into HF's order, into `owned` —
+    // whole rows, so any block type moves unchanged. Otherwise the view into the file.
+    Expected<WeightView> matrix_in_hf_rows(const std::string& name,
+                                           std::vector<std::vector<uint8_t>>* owned) const {
+        SLUICE_ASSIGN_OR_RETURN(WeightView w, matrix(name));
+        auto it = expected_.find(name);
+        if (it == expected_.end()) return w;
+        for (const GgufValueStep& step : it->second.steps) {
+            if (step.kind != GgufValueStep::Kind::kRopePairs) continue;
+            const int64_t hd = step.head_dim;
+            if (hd <= 0 || hd % 2 != 0 || step.nk * hd != w.rows)
+                return fail(name, "has " + std::to_string(w.rows) + " rows, not " + std::to_string(step.nk) +
+                                      " heads of " + std::to_string(hd));
+            // HF row h·hd + s·hd/2 + i is the file's row h·hd + 2i + s (LlamaModel.permute).
+            std::vector<int64_t> rows;
+            rows.reserve(static_cast<size_t>(w.rows));
+            for (int64_t h = 0; h < step.nk; ++h)
+                for (int64_t s = 0; s < 2; ++s)
+                    for (int64_t i = 0; i < hd / 2; ++i) rows.push_back(h * hd + 2 * i + s);
+            w = gather_rows(w, rows, owned);
+        }
+        return w;
+    }
+
  private:
     const GgufTensorSet& tensors_;
     std::map<std::string, GgufTensorSource> expected_;
@@ -126,20 +165,6 @@ class GgufBinder {
 
 uint64_t view_bytes(const WeightView& v) {
     return static_cast<uint64_t>(v.rows) * v.row_bytes();
-}
-
-// Rows `rows` of `w`, in that order, copied into a buffer of `owned`: a view of them.
-WeightView gather_rows(const WeightView& w, const std::vector<int64_t>& rows,
-                       std::vector<std::vector<uint8_t>>* owned) {
-    const size_t rb = w.row_bytes();
-    std::vector<uint8_t>& buf = owned->emplace_back(rows.size() * rb);
-    for (size_t i = 0; i < rows.size(); ++i)
-        std::memcpy(buf.data() + i * rb,
-                    static_cast<const uint8_t*>(w.data) + static_cast<size_t>(rows[i]) * rb, rb);
-    WeightView out = w;
-    out.rows = static_cast<int64_t>(rows.size());
-    out.data = buf.data();
-    return out;
 }
 
 std::string blk(int64_t l) {
@@ -245,8 +270,8 @@ Expected<ModelWeights> bind_gguf(const ModelConfig& cfg, const GgufTensorSet& te
         SLUICE_ASSIGN_OR_RETURN(lw.post_norm, b.floats(g + post_norm, H));
         if (cfg.is_full_attention(l)) {
             AttentionWeights& a = lw.attn;
-            SLUICE_ASSIGN_OR_RETURN(a.q_proj, b.matrix(g + "attn_q.weight"));
-            SLUICE_ASSIGN_OR_RETURN(a.k_proj, b.matrix(g + "attn_k.weight"));
+            SLUICE_ASSIGN_OR_RETURN(a.q_proj, b.matrix_in_hf_rows(g + "attn_q.weight", &mw.owned));
+            SLUICE_ASSIGN_OR_RETURN(a.k_proj, b.matrix_in_hf_rows(g + "attn_k.weight", &mw.owned));
             SLUICE_ASSIGN_OR_RETURN(a.v_proj, b.matrix(g + "attn_v.weight"));
             SLUICE_ASSIGN_OR_RETURN(a.o_proj, b.matrix(g + "attn_output.weight"));
             if (cfg.attn_qk_norm) {

@@ -237,10 +237,13 @@ Expected<std::shared_ptr<const Tokenizer>> tok::tokenizer_from_gguf(const format
                                                                     int64_t vocab_size) {
     SLUICE_ASSIGN_OR_RETURN(format::GgufTokenizerSpec spec, format::parse_gguf_tokenizer(metadata, path));
     const std::vector<format::AddedTokenSpec> added = std::move(spec.tokenizer.added_tokens);
-    SLUICE_ASSIGN_OR_RETURN(auto impl,
-                            build_impl(std::move(spec.tokenizer), added, vocab_size,
-                                       SourceNames{path, fmt::format("key '{}'", format::kGgufTokens),
-                                                   fmt::format("key '{}'", format::kGgufMerges)}));
+    // A SentencePiece vocabulary's merges are derived from its scores (format/tokenizer_gguf.h).
+    const std::string merges_name =
+        spec.tokenizer.byte_level ? fmt::format("key '{}'", format::kGgufMerges)
+                                  : fmt::format("the merges derived from key '{}'", format::kGgufScores);
+    SLUICE_ASSIGN_OR_RETURN(
+        auto impl, build_impl(std::move(spec.tokenizer), added, vocab_size,
+                              SourceNames{path, fmt::format("key '{}'", format::kGgufTokens), merges_name}));
     impl->eos = std::move(spec.special.eos_token);
     impl->bos = std::move(spec.special.bos_token);
     impl->pad = std::move(spec.special.pad_token);

