@@ -249,9 +249,9 @@ void BM_DecodeExperts(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeExperts)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
-// `copies` (cold: >= 1 GiB) back-to-back GGUF matrices [rows, cols] of `type` (Q4_0, Q6_K or Q8_0) of
-// random blocks (f16 scales near 0.01), in the natural layout or as row tiles (kernels/ggml_tiles.h), int8
-// activations.
+// `copies` (cold: >= 1 GiB) back-to-back GGUF matrices [rows, cols] of `type` (Q4_0, Q6_K, Q8_0 or MXFP4) of
+// random blocks (f16 scales near 0.01; MXFP4's e8m0 scales 2^-8 .. 2^-1), in the natural layout or as row
+// tiles (kernels/ggml_tiles.h), int8 activations.
 struct GgmlSet {
     std::vector<uint8_t> bytes;
     std::vector<WeightView> views;
@@ -267,6 +267,10 @@ struct GgmlSet {
         const size_t block = static_cast<size_t>(f.block_bytes);
         const size_t d_at = f.ggml == GgmlType::kQ6_K ? 208 : 0;  // the block's f16 scale
         for (size_t b = 0; b < bytes.size(); b += block) {
+            if (f.ggml == GgmlType::kMXFP4) {
+                bytes[b] = static_cast<uint8_t>(120 + (b / block) % 8);
+                continue;
+            }
             const uint16_t d = f32_to_f16(0.01f + 0.001f * static_cast<float>((b / block) % 7));
             std::memcpy(bytes.data() + b + d_at, &d, 2);
         }
@@ -287,20 +291,14 @@ struct GgmlSet {
     }
 };
 
-struct GgmlQ4Set : GgmlSet {
-    GgmlQ4Set(int64_t rows, int64_t cols, bool cold, bool tiled)
-        : GgmlSet(WeightType::kGgmlQ4_0, rows, cols, cold, tiled) {}
-};
-
-// BM_DecodeExperts on a GGUF's Q4_0 experts (Qwen3-30B-A3B: 8 of hidden 2048, expert width 768), as
-// model/moe.cpp's routed_decode runs them. Args: threads (1 = one core, 0 = all cores), row tiles (0: the
-// natural layout, 1: Q4_0x16).
-void BM_DecodeExpertsGgml(benchmark::State& state) {
-    constexpr int64_t kHidden = 2048, kExpert = 768, kTopK = 8;
+// One MoE layer's routed experts of a decode step (top_k experts of `type`, gate and up [expert, hidden],
+// down [hidden, expert], all cold), as model/moe.cpp's routed_decode runs them.
+void decode_experts_ggml(benchmark::State& state, WeightType type, int64_t kHidden, int64_t kExpert,
+                         int64_t kTopK) {
     ThreadPool& tp = pool_for(state.range(0));
     const bool tiled = state.range(1) != 0;
-    GgmlQ4Set gate(kExpert, kHidden, true, tiled), up(kExpert, kHidden, true, tiled),
-        down(kHidden, kExpert, true, tiled);
+    GgmlSet gate(type, kExpert, kHidden, true, tiled), up(type, kExpert, kHidden, true, tiled),
+        down(type, kHidden, kExpert, true, tiled);
     std::vector<float> x(static_cast<size_t>(kHidden)), act(static_cast<size_t>(kTopK * kExpert));
     std::vector<float> gu(static_cast<size_t>(2 * kTopK * kExpert)), y(static_cast<size_t>(kTopK * kHidden));
     for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
@@ -328,15 +326,30 @@ void BM_DecodeExpertsGgml(benchmark::State& state) {
     state.counters["GB/s"] = benchmark::Counter(bytes * static_cast<double>(state.iterations()) / 1e9,
                                                 benchmark::Counter::kIsRate);
     state.counters["threads"] = tp.size();
-    state.SetLabel(std::string(tiled ? "Q4_0x16" : "Q4_0") + " cold int8 " + cpu_int8_kernel_isa());
+    state.SetLabel(std::string(weight_type_name(gate.views[0].type)) + " cold int8 " + cpu_int8_kernel_isa());
+}
+
+// BM_DecodeExperts on a GGUF's Q4_0 experts (Qwen3-30B-A3B: 8 of hidden 2048, expert width 768). Args:
+// threads (1 = one core, 0 = all cores), row tiles (0: the natural layout, 1: Q4_0x16).
+void BM_DecodeExpertsGgml(benchmark::State& state) {
+    decode_experts_ggml(state, WeightType::kGgmlQ4_0, 2048, 768, 8);
 }
 BENCHMARK(BM_DecodeExpertsGgml)->ArgsProduct({{0, 1}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
+// The same on gpt-oss-20b's MXFP4 experts (4 of hidden 2880, expert width 2880: 13.2 MB a layer). Args:
+// threads, row tiles (1: MXFP4x16).
+void BM_DecodeExpertsMxfp4(benchmark::State& state) {
+    decode_experts_ggml(state, WeightType::kGgmlMXFP4, 2880, 2880, 4);
+}
+BENCHMARK(BM_DecodeExpertsMxfp4)->ArgsProduct({{0, 1}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+
 // A prefill chunk through one GGUF Q4_0 matrix, hot (the expert-sized products of a 128-token prefill:
-// each routed expert sees ~8 tokens). Args: tokens, in, out, row tiles.
+// each routed expert sees ~8 tokens), or an MXFP4 one of gpt-oss-20b's expert shape. Args: tokens, in,
+// out, row tiles, ggml type (2 Q4_0, 39 MXFP4).
 void BM_MatmulGgml(benchmark::State& state) {
     const int64_t n = state.range(0), cols = state.range(1), rows = state.range(2);
-    GgmlQ4Set set(rows, cols, false, state.range(3) != 0);
+    const WeightType type = ggml_weight_format(static_cast<uint32_t>(state.range(4)))->type;
+    GgmlSet set(type, rows, cols, false, state.range(3) != 0);
     std::vector<float> x(static_cast<size_t>(n * cols)), y(static_cast<size_t>(n * rows));
     for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
     for (auto _ : state) {
@@ -345,10 +358,11 @@ void BM_MatmulGgml(benchmark::State& state) {
     }
     const double flops = 2.0 * static_cast<double>(n * rows * cols) * static_cast<double>(state.iterations());
     state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
-    state.SetLabel(std::string(state.range(3) ? "Q4_0x16" : "Q4_0") + " int8 " + cpu_int8_kernel_isa());
+    state.SetLabel(std::string(weight_type_name(set.views[0].type)) + " int8 " + cpu_int8_kernel_isa());
 }
 BENCHMARK(BM_MatmulGgml)
-    ->ArgsProduct({{1, 8, 128}, {2048}, {768}, {0, 1}})
+    ->ArgsProduct({{1, 8, 128}, {2048}, {768}, {0, 1}, {2}})
+    ->ArgsProduct({{8, 128}, {2880}, {2880}, {0, 1}, {39}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -356,7 +370,9 @@ BENCHMARK(BM_MatmulGgml)
 // (151936 × 2048: 255 MB, ~12% of a decode token), its Q8_0 attention projections where a file has them
 // (q 4096 × 2048, o 2048 × 4096), and a Q6_K expert down (2048 × 768, as Q4_K_M files store some).
 // Hot (a 256 × 2048 matrix that stays in L2, one core): the kernel's arithmetic alone, its ceiling.
-// Args: ggml type (2 Q4_0, 8 Q8_0, 14 Q6_K), rows, cols, threads (1 = one core, 0 = all), row tiles, cold.
+// MXFP4: a gpt-oss-20b expert projection (2880 × 2880, 4.4 MB; gate, up and down alike).
+// Args: ggml type (2 Q4_0, 8 Q8_0, 14 Q6_K, 39 MXFP4), rows, cols, threads (1 = one core, 0 = all), row
+// tiles, cold.
 // Counter: the weight GB/s, to read against BM_MemoryReadBandwidth.
 void BM_MatvecGgml(benchmark::State& state) {
     const WeightType type = ggml_weight_format(static_cast<uint32_t>(state.range(0)))->type;
@@ -384,7 +400,8 @@ BENCHMARK(BM_MatvecGgml)
     ->ArgsProduct({{14}, {2048}, {768}, {0, 1}, {0, 1}, {1}})
     ->ArgsProduct({{8}, {4096}, {2048}, {0, 1}, {0, 1}, {1}})
     ->ArgsProduct({{8}, {2048}, {4096}, {0, 1}, {0, 1}, {1}})
-    ->ArgsProduct({{2, 8, 14}, {256}, {2048}, {1}, {0, 1}, {0}})
+    ->ArgsProduct({{39}, {2880}, {2880}, {0, 1}, {0, 1}, {1}})
+    ->ArgsProduct({{2, 8, 14, 39}, {256}, {2048}, {1}, {0, 1}, {0}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

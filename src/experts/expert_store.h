@@ -26,10 +26,10 @@
 // device backend that page-locks the slots for DMA follows that through a slot observer
 // (set_slot_observer): a slot is announced once its first read fills it and retired before its
 // pages go.
-// Layout: with cpu_row_tiles, a record's Q4_0, Q6_K and Q8_0 projections whose rows fill whole tiles are
-// rewritten in place as row tiles (kernels/ggml_tiles.h, the CPU's decode layout) by the reader thread that
-// filled the slot, after the checksum and before the slot is ready; their views then have the tiled type.
-// The bytes a slot holds stay the record's size (a bijection inside each tile): no second copy.
+// Layout: with cpu_row_tiles, a record's Q4_0, Q6_K, Q8_0 and MXFP4 projections whose rows fill whole tiles
+// are rewritten in place as row tiles (kernels/ggml_tiles.h, the CPU's decode layout) by the reader thread
+// that filled the slot, after the checksum and before the slot is ready; their views then have the tiled
+// type. The bytes a slot holds stay the record's size (a bijection inside each tile): no second copy.
 // Rejected alternatives: mmap of the expert files (page faults serialise reads and the page cache
 // ignores the budget; O_DIRECT was ~3.5× faster in a llama.cpp test, lessons.md); io_uring (a
 // candidate for later: the thread pool reaches the disk's queue depth already and works on every
@@ -66,8 +66,8 @@ struct ExpertStoreOptions {
     CachePolicy policy = CachePolicy::kLfu;
     // The least the cache keeps when memory pressure shrinks it (set_cache_bytes); at least one slot.
     uint64_t floor_bytes = 0;
-    // Q4_0, Q6_K and Q8_0 projections as row tiles (kernels/ggml_tiles.h), written as each read lands: for a
-    // forward on the CPU with int8 activations. Never for a GPU tier (it copies slots as the file holds
+    // Q4_0, Q6_K, Q8_0 and MXFP4 projections as row tiles (kernels/ggml_tiles.h), written as each read lands:
+    // for a forward on the CPU with int8 activations. Never for a GPU tier (it copies slots as the file holds
     // them).
     bool cpu_row_tiles = false;
 };

@@ -1,5 +1,5 @@
-// Row tiles of Q4_0, Q6_K and Q8_0 (ggml_tiles.h): the bijection between the natural layout and the tiles,
-// one block column (block b of a tile's 16 rows) at a time.
+// Row tiles of Q4_0, Q6_K, Q8_0 and MXFP4 (ggml_tiles.h): the bijection between the natural layout and the
+// tiles, one block column (block b of a tile's 16 rows) at a time.
 #include "kernels/ggml_tiles.h"
 
 #include <cstring>
@@ -13,6 +13,7 @@ namespace {
 constexpr int64_t kQ4_0Bytes = 18;   // f16 d | u8 qs[16]
 constexpr int64_t kQ8_0Bytes = 34;   // f16 d | i8 qs[32]
 constexpr int64_t kQ6_KBytes = 210;  // u8 ql[128] | u8 qh[64] | i8 scales[16] | f16 d
+constexpr int64_t kMxfp4Bytes = 17;  // u8 e | u8 qs[16]
 
 // ---- Q4_0 ----
 
@@ -26,6 +27,20 @@ void tile_block_q4_0(const uint8_t* const* blk, uint8_t* out) {
 void untile_block_q4_0(const uint8_t* in, int64_t i, uint8_t* blk) {
     std::memcpy(blk, in + 2 * i, 2);
     for (int64_t k = 0; k < 4; ++k) std::memcpy(blk + 2 + 4 * k, in + 32 + 64 * k + 4 * i, 4);
+}
+
+// ---- MXFP4: the scale bytes first, then Q4_0's chunks ----
+
+void tile_block_mxfp4(const uint8_t* const* blk, uint8_t* out) {
+    for (int64_t i = 0; i < kGgmlTileRows; ++i) {
+        out[i] = blk[i][0];
+        for (int64_t k = 0; k < 4; ++k) std::memcpy(out + 16 + 64 * k + 4 * i, blk[i] + 1 + 4 * k, 4);
+    }
+}
+
+void untile_block_mxfp4(const uint8_t* in, int64_t i, uint8_t* blk) {
+    blk[0] = in[i];
+    for (int64_t k = 0; k < 4; ++k) std::memcpy(blk + 1 + 4 * k, in + 16 + 64 * k + 4 * i, 4);
 }
 
 // ---- Q8_0: the codes plus 128 ----
@@ -120,14 +135,18 @@ const TileOps* tile_ops(WeightType natural) {
     static constexpr TileOps kQ4_0{kQ4_0Bytes, kQ4_0TileBlockBytes, 32, tile_block_q4_0, untile_block_q4_0};
     static constexpr TileOps kQ8_0{kQ8_0Bytes, kQ8_0TileBlockBytes, 32, tile_block_q8_0, untile_block_q8_0};
     static constexpr TileOps kQ6_K{kQ6_KBytes, kQ6_KTileBlockBytes, 256, tile_block_q6_k, untile_block_q6_k};
+    static constexpr TileOps kMxfp4{kMxfp4Bytes, kMxfp4TileBlockBytes, 32, tile_block_mxfp4,
+                                    untile_block_mxfp4};
     static_assert(kQ4_0TileBlockBytes == kGgmlTileRows * kQ4_0Bytes);
     static_assert(kQ8_0TileBlockBytes == kGgmlTileRows * kQ8_0Bytes);
     static_assert(kQ6_KTileBlockBytes == kGgmlTileRows * kQ6_KBytes);
+    static_assert(kMxfp4TileBlockBytes == kGgmlTileRows * kMxfp4Bytes);
     static_assert(kQ6_KTileCodesAt + 16 * 192 == kQ6_KTileBlockBytes);
     switch (natural) {
         case WeightType::kGgmlQ4_0: return &kQ4_0;
         case WeightType::kGgmlQ8_0: return &kQ8_0;
         case WeightType::kGgmlQ6_K: return &kQ6_K;
+        case WeightType::kGgmlMXFP4: return &kMxfp4;
         default: return nullptr;
     }
 }
@@ -137,6 +156,7 @@ WeightType tiled_of(WeightType natural) {
         case WeightType::kGgmlQ4_0: return WeightType::kGgmlQ4_0x16;
         case WeightType::kGgmlQ8_0: return WeightType::kGgmlQ8_0x16;
         case WeightType::kGgmlQ6_K: return WeightType::kGgmlQ6_Kx16;
+        case WeightType::kGgmlMXFP4: return WeightType::kGgmlMXFP4x16;
         default: return natural;
     }
 }
@@ -171,6 +191,7 @@ WeightType untiled_type(WeightType type) {
         case WeightType::kGgmlQ4_0x16: return WeightType::kGgmlQ4_0;
         case WeightType::kGgmlQ8_0x16: return WeightType::kGgmlQ8_0;
         case WeightType::kGgmlQ6_Kx16: return WeightType::kGgmlQ6_K;
+        case WeightType::kGgmlMXFP4x16: return WeightType::kGgmlMXFP4;
         default: return type;
     }
 }

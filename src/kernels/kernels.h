@@ -47,11 +47,12 @@ enum class WeightType : uint8_t {
     kGgmlIQ4_NL,
     kGgmlIQ4_XS,
     kGgmlMXFP4,
-    // Q4_0, Q6_K and Q8_0 with 16 rows interleaved per tile: the CPU's decode layouts, written at load
-    // (ggml_tiles.h).
+    // Q4_0, Q6_K, Q8_0 and MXFP4 with 16 rows interleaved per tile: the CPU's decode layouts, written at
+    // load (ggml_tiles.h).
     kGgmlQ4_0x16,
     kGgmlQ6_Kx16,
     kGgmlQ8_0x16,
+    kGgmlMXFP4x16,
 };
 
 enum class ScaleType : uint8_t { kF32, kF16, kBF16 };

@@ -103,7 +103,7 @@ constexpr WeightFormat tiled_entry(WeightType type, const char* name, const char
     return f;
 }
 
-constexpr std::array<WeightFormat, 19> kFormats{{
+constexpr std::array<WeightFormat, 20> kFormats{{
     {WeightType::kF32, "F32", "32-bit float", 4, 0, f32_element, false, true, true},
     {WeightType::kF16, "F16", "IEEE half", 2, 0, f16_element, false, true, true},
     {WeightType::kBF16, "BF16", "bfloat16", 2, 0, bf16_element, false, true, true},
@@ -139,6 +139,8 @@ constexpr std::array<WeightFormat, 19> kFormats{{
                                  "ggml Q6_K in tiles of 16 interleaved rows (the CPU's layout)", 256, 210),
     tiled_entry<GgmlType::kQ8_0>(WeightType::kGgmlQ8_0x16, "Q8_0x16",
                                  "ggml Q8_0 in tiles of 16 interleaved rows (the CPU's layout)", 32, 34),
+    tiled_entry<GgmlType::kMXFP4>(WeightType::kGgmlMXFP4x16, "MXFP4x16",
+                                  "ggml MXFP4 in tiles of 16 interleaved rows (the CPU's layout)", 32, 17),
 }};
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/ggml_tiles.h"
 #include "kernels/kernels.h"
 #include "kernels/weight_format.h"
 #include "model/config_gguf.h"
@@ -226,7 +227,28 @@ void Model::use_activations(kernels::Activations activations) {
 }
 
 uint64_t Model::use_row_tiles() {
-    return use_dense_row_tiles(&weights_);
+    uint64_t bytes = use_dense_row_tiles(&weights_);
+    // Resident routed experts held in a buffer of the model's own (gpt-oss's MXFP4 blocks repacked from a
+    // Hub checkpoint) are tiled in place, as the expert store tiles a streamed expert in its slot, so an
+    // expert gives the same bits resident or streamed. Experts in a read-only file mapping keep their layout.
+    auto owned = [&](const void* data) {
+        for (const std::vector<uint8_t>& buf : weights_.owned)
+            if (data >= buf.data() && data < buf.data() + buf.size()) return true;
+        return false;
+    };
+    std::vector<uint8_t> scratch;
+    for (LayerWeights& l : weights_.layers)
+        for (ExpertWeights& e : l.moe_w.experts)
+            for (WeightView* w : {&e.gate, &e.up, &e.down}) {
+                const kernels::WeightType tiled = kernels::tiled_type(*w);
+                if (tiled == w->type || w->data == nullptr || !owned(w->data)) continue;
+                scratch.resize(kernels::ggml_tile_scratch_bytes(w->type, w->cols));
+                kernels::ggml_tile_in_place(w->type, static_cast<uint8_t*>(const_cast<void*>(w->data)),
+                                            w->rows, w->cols, scratch.data());
+                w->type = tiled;
+                bytes += static_cast<uint64_t>(w->rows) * w->row_bytes();
+            }
+    return bytes;
 }
 
 ModelState Model::new_state(int64_t max_positions, const StateLayout& layout) const {

@@ -236,8 +236,9 @@ class Model {
     // default) is the reference arithmetic; kInt8 the integer dot products.
     void use_activations(kernels::Activations activations);
     // The dense core's products in the CPU's decode layout (row tiles, kernels/ggml_tiles.h;
-    // model/weights_gguf.h use_dense_row_tiles): for a forward on the CPU with int8 activations, before
-    // any forward. Returns the bytes rewritten (0: no weight has row tiles).
+    // model/weights_gguf.h use_dense_row_tiles), and resident routed experts held in the model's own
+    // buffers (in place): for a forward on the CPU with int8 activations, before any forward. Returns the
+    // bytes rewritten (0: no weight has row tiles).
     uint64_t use_row_tiles();
     kernels::Activations activations() const { return activations_; }
     // The state layout of a sequence whose attention cache is `type` with `kv_window` positions also

@@ -50,13 +50,13 @@ Expected<ModelWeights> load_gguf_pack_weights(const ModelConfig& config, const f
 int64_t gguf_pack_mtp_layers(const ModelConfig& config, const format::PackLayout& layout);
 
 // The CPU's decode layout for the dense core (kernels/ggml_tiles.h): every bound product weight whose
-// format has row tiles (Q4_0, Q6_K or Q8_0 with rows a multiple of 16) is rewritten as them into a buffer of
-// `weights->owned`, and the mapped file pages it was read from are handed back (madvise), so resident
-// memory does not grow by the copy. The embedding table is left as it is (a lookup, not a product), unless
-// the lm_head is tied to it: then the table is tiled and both views read the tiles (a lookup untiles its
-// row); routed experts are the expert store's (ExpertStoreOptions::cpu_row_tiles).
-// For a forward on the CPU with int8 activations only: a GPU backend uploads weights as the file holds
-// them. Returns the bytes rewritten.
+// format has row tiles (Q4_0, Q6_K, Q8_0 or MXFP4 with rows a multiple of 16) is rewritten as them into a
+// buffer of `weights->owned`, and the mapped file pages it was read from are handed back (madvise), so
+// resident memory does not grow by the copy. The embedding table is left as it is (a lookup, not a product),
+// unless the lm_head is tied to it: then the table is tiled and both views read the tiles (a lookup untiles
+// its row); routed experts are the expert store's (ExpertStoreOptions::cpu_row_tiles). For a forward on the
+// CPU with int8 activations only: a GPU backend uploads weights as the file holds them. Returns the bytes
+// rewritten.
 uint64_t use_dense_row_tiles(ModelWeights* weights);
 
 // Matrix `index` of `tensor` (a 2-D tensor's only one, or expert `index` of a routed-expert tensor

@@ -385,7 +385,7 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     SLUICE_ASSIGN_OR_RETURN(const int device_index, runtime::parse_device(options.device));
     SLUICE_ASSIGN_OR_RETURN(auto model, model::Model::load(options.model_dir));
     SLUICE_RETURN_IF_ERROR(model->use_kv_type(kv_type, options.kv_window));
-    // On the CPU with int8 activations the Q4_0, Q6_K and Q8_0 products take row tiles
+    // On the CPU with int8 activations the Q4_0, Q6_K, Q8_0 and MXFP4 products take row tiles
     // (kernels/ggml_tiles.h): the dense core's now, each routed expert's as its read lands (cpu_row_tiles
     // below).
     const bool cpu_int8 = options.cpu_int8_activations && device_index < 0;

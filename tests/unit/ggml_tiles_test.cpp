@@ -1,11 +1,15 @@
-// Row tiles (kernels/ggml_tiles.h): Q4_0, Q6_K and Q8_0 with 16 rows interleaved, the CPU's decode layouts.
+// Row tiles (kernels/ggml_tiles.h): Q4_0, Q6_K, Q8_0 and MXFP4 with 16 rows interleaved, the CPU's decode
+// layouts.
 //
 // - The layout: tiling (copying and in place) is a bijection that ggml_untile_row undoes row by row, and
 //   the tiled format's element definition is its natural type's on the natural row.
 // - The int8 products (kernels.h, Activations::kInt8) have one arithmetic on every ISA (ggml_int8_isa.h):
 //   the AVX-2 and AVX-512 VNNI loops give the portable twin's bits, for matvec, matvec_batch,
 //   matvec_jobs and matmul (blocked or not), with and without a pool; and all of it lies within the fast
-//   bound of the definition, 2e-6 · S8 (gguf_test.cpp says why), of the same rows untiled.
+//   bound of the definition, 2e-6 · S8 (gguf_test.cpp says why), of the same rows untiled, and so does the
+//   natural layout's own kernel on the same rows (so the two lie within twice that of each other).
+// - MXFP4's e8m0 scales over their whole range (subnormal 2^(e − 128) for e < 2 included) give the twin's
+//   bits on every ISA.
 // - With f32 activations a tiled view gives its natural view's bits (its rows are read back untiled).
 // - Weights whose rows do not fill whole tiles keep their natural layout.
 #include "kernels/ggml_tiles.h"
@@ -44,6 +48,7 @@ const std::vector<TiledCase>& tiled_cases() {
         {WeightType::kGgmlQ4_0, WeightType::kGgmlQ4_0x16, GgmlType::kQ4_0, {32, 96, 768, 2048}},
         {WeightType::kGgmlQ6_K, WeightType::kGgmlQ6_Kx16, GgmlType::kQ6_K, {256, 768, 2048}},
         {WeightType::kGgmlQ8_0, WeightType::kGgmlQ8_0x16, GgmlType::kQ8_0, {32, 96, 768, 2048}},
+        {WeightType::kGgmlMXFP4, WeightType::kGgmlMXFP4x16, GgmlType::kMXFP4, {32, 96, 768, 2880}},
     };
     return cases;
 }
@@ -205,6 +210,12 @@ TEST(GgmlTiles, Int8ProductsAreTheTwinsBitsOnEveryIsa) {
                     std::vector<float> nat_one(static_cast<size_t>(rows));
                     kernels::matvec(nv, x.data(), nat_one.data(), pool);
                     ASSERT_EQ(std::vector<float>(nat_y.begin(), nat_y.begin() + rows), nat_one);
+                    // The natural layout's kernel on this ISA, within the same bound of the definition.
+                    for (int64_t r = 0; r < rows; ++r) {
+                        const double s8 = s8_of(c.ggml, natural.data() + r * nv.row_bytes(), x.data(), cols);
+                        ASSERT_LE(std::fabs(static_cast<double>(nat_one[r]) - def[r]), 2e-6 * s8)
+                            << "natural row " << r;
+                    }
                 }
             });
             for (int64_t t = 0; t < many; ++t)
@@ -220,6 +231,48 @@ TEST(GgmlTiles, Int8ProductsAreTheTwinsBitsOnEveryIsa) {
         std::cout << "[ tiles ] " << kernels::weight_type_name(c.tiled)
                   << " int8: worst |twin - definition| / S8 = " << worst << " (bound 2e-6)\n";
     }
+}
+
+// MXFP4's scales over the e8m0 range: every ISA's tile kernel converts e to 2^(e − 128) (subnormal for e < 2)
+// as the twin's e8m0_to_f32_half does, so their bits agree wherever the products stay finite. Rows 0 and 1
+// hold only e = 0 and e = 1 (the subnormal scales): their results are the definition's, not zero.
+TEST(GgmlTiles, Mxfp4ScalesOverTheWholeRangeAreTheTwinsBits) {
+    std::mt19937 rng(2880);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const int64_t rows = 32, cols = 256, n = 3, blocks = cols / 32;
+    auto natural = random_rows(GgmlType::kMXFP4, rows, cols, rng);
+    const uint8_t scales[] = {0, 1, 2, 3, 17, 100, 126, 127, 128, 129, 150, 180, 200};
+    for (int64_t b = 0; b < rows * blocks; ++b)
+        natural[static_cast<size_t>(17 * b)] =
+            b < 2 * blocks ? static_cast<uint8_t>(b / blocks) : scales[(b * 5 + b / 7) % sizeof scales];
+    std::vector<uint8_t> tiled(natural.size());
+    kernels::ggml_tile_rows(WeightType::kGgmlMXFP4, natural.data(), rows, cols, tiled.data());
+    const WeightView tv =
+        view(WeightType::kGgmlMXFP4x16, rows, cols, tiled.data(), kernels::Activations::kInt8);
+    std::vector<float> x(static_cast<size_t>(n * cols));
+    for (auto& v : x) v = normal(rng);
+    std::vector<float> twin;
+    for_each_isa([&](const std::string& isa) {
+        std::vector<float> y(static_cast<size_t>(n * rows));
+        kernels::matvec_batch(tv, x.data(), n, y.data(), nullptr);
+        for (float v : y) ASSERT_TRUE(std::isfinite(v));
+        if (isa == "portable") twin = y;
+        ASSERT_EQ(y, twin);
+    });
+    std::vector<float> def(static_cast<size_t>(n * rows));
+    kernels::reference::matmul(tv, x.data(), n, def.data(), nullptr);
+    for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < 2; ++r) {
+            const float got = twin[static_cast<size_t>(t * rows + r)],
+                        want = def[static_cast<size_t>(t * rows + r)];
+            const double s8 =
+                s8_of(GgmlType::kMXFP4, natural.data() + r * tv.row_bytes(), x.data() + t * cols, cols);
+            ASSERT_GT(s8, 0.0);
+            ASSERT_NE(got, 0.0f);
+            // scale · d_x is subnormal in f32 (the definition's is in double): each block's product off by
+            // up to 2^-150 / (2^-128 · d_x) of itself, ~2e-5 at this x's d_x ≈ 0.02.
+            EXPECT_NEAR(got, want, 1e-4 * s8) << "row " << r << " vector " << t;
+        }
 }
 
 // f32 activations: a tiled view reads its rows back untiled, so every op gives the natural view's bits.

@@ -3,8 +3,8 @@
 // prepared codes and block scales — so a run on the portable ISA gives the reference's bits; the AVX-2
 // and AVX-512 VNNI tables hold the fast loops. The table follows the int8 IsaTable the dispatch uses
 // (kernels::cpu_int8_kernel_isa(): AVX-512 without VNNI takes AVX-2's), so testing::force_isa selects it.
-// Row tiles (Q4_0x16, Q6_Kx16, Q8_0x16) are the exception: their portable path is the twin of the SIMD
-// loops, the same operations in the same order (ggml_int8_isa.h), so every ISA gives the same bits.
+// Row tiles (Q4_0x16, Q6_Kx16, Q8_0x16, MXFP4x16) are the exception: their portable path is the twin of the
+// SIMD loops, the same operations in the same order (ggml_int8_isa.h), so every ISA gives the same bits.
 #include <math.h>
 #include <string.h>
 
@@ -107,6 +107,21 @@ struct Q8_0Tile {  // a unit: the block; Σ (code + 128)·q − 128·qs_b
     }
 };
 
+struct Mxfp4Tile {  // a unit: the block; Σ value(nibble)·q (the codebook's doubled e2m1 values)
+    static constexpr int64_t kBlockBytes = kMxfp4TileBlockBytes, kElems = 32, kUnits = 1;
+    static float scale(const uint8_t* col, int64_t i, int64_t) { return e8m0_to_f32_half(col[i]); }
+    static int32_t dot(const uint8_t* col, int64_t i, int64_t, const TileX& x, int64_t e0) {
+        const int8_t* q = x.q + e0;
+        int32_t s = 0;
+        for (int64_t k = 0; k < 4; ++k)
+            for (int64_t e = 0; e < 4; ++e) {
+                const uint8_t c = col[16 + 64 * k + 4 * i + e];
+                s += kMxfp4Values[c & 0x0F] * q[4 * k + e] + kMxfp4Values[c >> 4] * q[16 + 4 * k + e];
+            }
+        return s;
+    }
+};
+
 struct Q6_KTile {  // a unit: sub-block s of 16; Σ (code + 32)·q − 32·qs16_s, scale d·sc_s
     static constexpr int64_t kBlockBytes = kQ6_KTileBlockBytes, kElems = 256, kUnits = 16;
     static float scale(const uint8_t* col, int64_t i, int64_t s) {
@@ -174,6 +189,7 @@ const GgmlI8Table kPortable = {
     rows_tiled<Q4_0Tile>,
     rows_tiled<Q6_KTile>,
     rows_tiled<Q8_0Tile>,
+    rows_tiled<Mxfp4Tile>,
 };
 
 const GgmlI8Table& table_named(const char* i8_name) {
@@ -188,6 +204,7 @@ GgmlI8RowsFn rows_of(const GgmlI8Table& t, WeightType wt) {
     if (wt == WeightType::kGgmlQ4_0x16) return t.q4_0x16;
     if (wt == WeightType::kGgmlQ6_Kx16) return t.q6_kx16;
     if (wt == WeightType::kGgmlQ8_0x16) return t.q8_0x16;
+    if (wt == WeightType::kGgmlMXFP4x16) return t.mxfp4x16;
     switch (weight_format(wt).ggml) {
         case GgmlType::kQ4_0: return t.q4_0;
         case GgmlType::kQ4_1: return t.q4_1;

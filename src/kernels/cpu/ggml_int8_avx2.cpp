@@ -438,6 +438,8 @@ void rows(const WeightView& w, const RowVectors& v, int64_t r0, int64_t r1) {
 //   Q4_0: the 8 vpmaddubsw of a block's low and high nibbles (each at most 2·15·127) add up in int16:
 //         30480 < 32767.
 //   Q6_K: codes up to 63, so two vpmaddubsw (2·2·63·127 = 32004) per vpmaddwd, two per sub-block.
+//   MXFP4: the codebook's values plus 12 (0..24) by vpshufb; the low and the high nibbles' four vpmaddubsw
+//         each add up in int16 (4·2·24·127 = 24384), two vpmaddwd per block.
 //   Q8_0: the stored code + 128 is taken back to the int8 code, its magnitude against x with the code's
 //         sign (vpsignb; 2·128·127 fits), one vpmaddwd per chunk.
 
@@ -562,6 +564,52 @@ void tile_half_q6_k(const uint8_t* tile, int64_t blocks, int half, const TileX* 
     for (int j = 0; j < kV; ++j) _mm256_storeu_ps(y + j * ldy + 8 * half, acc[j]);
 }
 
+// MXFP4: the 8 rows' scales 2^(e − 128) from their e8m0 bytes as f32 bit patterns (e < 2: subnormal, as
+// e8m0_half); the nibbles through the codebook plus 12 (0..24, unsigned for vpmaddubsw) by vpshufb, the low
+// and the high nibbles' four vpmaddubsw each in an int16 sum (4·2·24·127 = 24384), so the offset term is
+// −12·qs_b.
+inline __m256 e8m0_half8(const uint8_t* e) {
+    const __m256i ei = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e)));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(ei, _mm256_set1_epi32(1)), 23);
+    const __m256i tiny = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), ei);
+    return _mm256_castsi256_ps(
+        _mm256_blendv_epi8(normal, tiny, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), ei)));
+}
+
+template <int kV>
+void tile_half_mxfp4(const uint8_t* tile, int64_t blocks, int half, const TileX* x, float* y, int64_t ldy) {
+    __m256 acc[kV];
+    for (int j = 0; j < kV; ++j) acc[j] = _mm256_setzero_ps();
+    const __m256i low = _mm256_set1_epi8(0x0F), ones16 = _mm256_set1_epi16(1);
+    const __m256i table = _mm256_broadcastsi128_si256(
+        _mm_add_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values)), _mm_set1_epi8(12)));
+    for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t* blk = tile + b * kMxfp4TileBlockBytes;
+        if (half == 0) prefetch_tile(blk, kMxfp4TileBlockBytes);
+        const __m256 ws = e8m0_half8(blk + 8 * half);
+        __m256i plo[kV], phi[kV];
+        for (int j = 0; j < kV; ++j) plo[j] = phi[j] = _mm256_setzero_si256();
+        for (int k = 0; k < 4; ++k) {
+            const __m256i c = load32(blk + 16 + 64 * k + 32 * half);
+            const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(c, low));
+            const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(c, 4), low));
+            for (int j = 0; j < kV; ++j) {
+                const int8_t* xq = x[j].q + 32 * b;
+                plo[j] = _mm256_add_epi16(plo[j], _mm256_maddubs_epi16(lo, bcast4(xq + 4 * k)));
+                phi[j] = _mm256_add_epi16(phi[j], _mm256_maddubs_epi16(hi, bcast4(xq + 16 + 4 * k)));
+            }
+        }
+        for (int j = 0; j < kV; ++j) {
+            const __m256i s = _mm256_add_epi32(
+                _mm256_add_epi32(_mm256_madd_epi16(plo[j], ones16), _mm256_madd_epi16(phi[j], ones16)),
+                _mm256_set1_epi32(-12 * x[j].qs[b]));
+            acc[j] =
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(ws, _mm256_set1_ps(x[j].d[b])), acc[j]);
+        }
+    }
+    for (int j = 0; j < kV; ++j) _mm256_storeu_ps(y + j * ldy + 8 * half, acc[j]);
+}
+
 // The tiled types: their elements per block and their half-tile loop for kV vectors.
 struct Q4_0Tiles {
     static constexpr int64_t kElems = 32;
@@ -575,6 +623,13 @@ struct Q8_0Tiles {
     template <int kV>
     static void half(const uint8_t* t, int64_t blocks, int h, const TileX* x, float* y, int64_t ldy) {
         tile_half_q8_0<kV>(t, blocks, h, x, y, ldy);
+    }
+};
+struct Mxfp4Tiles {
+    static constexpr int64_t kElems = 32;
+    template <int kV>
+    static void half(const uint8_t* t, int64_t blocks, int h, const TileX* x, float* y, int64_t ldy) {
+        tile_half_mxfp4<kV>(t, blocks, h, x, y, ldy);
     }
 };
 struct Q6_KTiles {
@@ -635,6 +690,7 @@ const GgmlI8Table kGgmlI8Avx2 = {
     rows_tiled<Q4_0Tiles>,
     rows_tiled<Q6_KTiles>,
     rows_tiled<Q8_0Tiles>,
+    rows_tiled<Mxfp4Tiles>,
 };
 
 }  // namespace sluice::kernels::cpu

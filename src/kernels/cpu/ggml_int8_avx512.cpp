@@ -522,6 +522,7 @@ SLUICE_VNNI void rows(const WeightView& w, const RowVectors& v, int64_t r0, int6
 // unpacked once per tile and serve every vector (up to 8: decode's 1, a verification's or a batch's few).
 //   Q4_0: 4 chunks of nibbles per block, the low and high by mask and shift (8 operands).
 //   Q8_0: 8 chunks of code + 128 per block, as stored.
+//   MXFP4: Q4_0's 4 chunks of nibbles per block, each through the codebook (plus 128) by vpshufb.
 //   Q6_K: 3 chunks per sub-block of 16: elements 0..11 one AND each, 12..15 gathered from the chunks'
 //         top bits (three shifts, two bit selects, one AND).
 
@@ -638,6 +639,46 @@ SLUICE_VNNI void tile_q6_k(const uint8_t* tile, int64_t blocks, const TileX* x, 
     for (int j = 0; j < kV; ++j) _mm512_storeu_ps(y + j * ldy, acc[j]);
 }
 
+// MXFP4: the 16 rows' scales 2^(e − 128) from their e8m0 bytes as f32 bit patterns (e < 2: subnormal, as
+// e8m0_half); the nibbles through the codebook plus 128 by vpshufb (the low by an AND, the high by a shift
+// and an AND), so the offset term is −128·qs_b as Q8_0's.
+SLUICE_VNNI inline __m512 e8m0_half16(const uint8_t* e) {
+    const __m512i ei = _mm512_cvtepu8_epi32(load16(e));
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(ei, _mm512_set1_epi32(1)), 23);
+    const __m512i tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), ei);
+    return _mm512_castsi512_ps(
+        _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(ei, _mm512_set1_epi32(2)), normal, tiny));
+}
+
+template <int kV>
+SLUICE_VNNI void tile_mxfp4(const uint8_t* tile, int64_t blocks, const TileX* x, float* y, int64_t ldy) {
+    __m512 acc[kV];
+    for (int j = 0; j < kV; ++j) acc[j] = _mm512_setzero_ps();
+    const __m512i low = _mm512_set1_epi8(0x0F), table = table_plus_128(kMxfp4Values);
+    for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t* blk = tile + b * kMxfp4TileBlockBytes;
+        prefetch_tile(blk, kMxfp4TileBlockBytes);
+        const __m512 ws = e8m0_half16(blk);
+        __m512i lo[4], hi[4];
+        for (int k = 0; k < 4; ++k) {
+            const __m512i c = _mm512_loadu_si512(blk + 16 + 64 * k);
+            lo[k] = _mm512_shuffle_epi8(table, _mm512_and_si512(c, low));
+            hi[k] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(c, 4), low));
+        }
+        for (int j = 0; j < kV; ++j) {
+            const int8_t* xq = x[j].q + 32 * b;
+            __m512i s0 = _mm512_set1_epi32(-128 * x[j].qs[b]), s1 = _mm512_setzero_si512();
+            for (int k = 0; k < 4; ++k) {
+                s0 = _mm512_dpbusd_epi32(s0, lo[k], bcast4(xq + 4 * k));
+                s1 = _mm512_dpbusd_epi32(s1, hi[k], bcast4(xq + 16 + 4 * k));
+            }
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
+                                     _mm512_mul_ps(ws, _mm512_set1_ps(x[j].d[b])), acc[j]);
+        }
+    }
+    for (int j = 0; j < kV; ++j) _mm512_storeu_ps(y + j * ldy, acc[j]);
+}
+
 // The tiled types: their elements per block and their tile loop for kV vectors.
 struct Q4_0Tiles {
     static constexpr int64_t kElems = 32;
@@ -651,6 +692,13 @@ struct Q8_0Tiles {
     template <int kV>
     SLUICE_VNNI static void tile(const uint8_t* t, int64_t blocks, const TileX* x, float* y, int64_t ldy) {
         tile_q8_0<kV>(t, blocks, x, y, ldy);
+    }
+};
+struct Mxfp4Tiles {
+    static constexpr int64_t kElems = 32;
+    template <int kV>
+    SLUICE_VNNI static void tile(const uint8_t* t, int64_t blocks, const TileX* x, float* y, int64_t ldy) {
+        tile_mxfp4<kV>(t, blocks, x, y, ldy);
     }
 };
 struct Q6_KTiles {
@@ -708,6 +756,7 @@ const GgmlI8Table kGgmlI8Avx512Vnni = {
     rows_tiled<Q4_0Tiles>,
     rows_tiled<Q6_KTiles>,
     rows_tiled<Q8_0Tiles>,
+    rows_tiled<Mxfp4Tiles>,
 };
 
 }  // namespace sluice::kernels::cpu

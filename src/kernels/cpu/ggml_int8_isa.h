@@ -20,10 +20,12 @@
 // lane holds Σ code·q exactly; a per-block bias (Q4_1/Q5_1: m; Q4_K/Q5_K: −dmin·m_s) meets Σq through
 // nls or xsb.
 //
-// Row tiles (ggml_tiles.h) have kernels of their own (`q4_0x16`, `q6_kx16`, `q8_0x16`): a tile's 16 rows in
-// the lanes, each (sub-)block's integer sum Σ code·q exact (the stored codes' offset taken out through
-// qs or qs16), then per (sub-)block, in element order, one f32 FMA per (row, vector):
+// Row tiles (ggml_tiles.h) have kernels of their own (`q4_0x16`, `q6_kx16`, `q8_0x16`, `mxfp4x16`): a
+// tile's 16 rows in the lanes, each (sub-)block's integer sum Σ code·q exact (the stored codes' offset
+// taken out through qs or qs16), then per (sub-)block, in element order, one f32 FMA per (row, vector):
 //   Q4_0x16, Q8_0x16: per block b          acc = fma((float)Σ code·q, d_row · d_b, acc)
+//   MXFP4x16: per block b                  acc = fma((float)Σ code·q, 2^(e_row − 128) · d_b, acc)
+//                                          (code: the doubled e2m1 value, kMxfp4Values)
 //   Q6_Kx16: per sub-block s (16 inputs)   acc = fma((float)Σ code·q, (d_row · (float)sc_s) · d_b, acc)
 // — the same operations on every ISA, so the portable twin (ggml_int8.cpp) and the AVX-2 and AVX-512 VNNI
 // loops give the same bits. Their rows [r0, r1) are whole tiles.
@@ -78,7 +80,7 @@ struct GgmlI8Table {
     const char* i8_name;  // the int8 IsaTable it goes with: "avx512-vnni", "avx2"
     GgmlI8PrepareFn prepare;
     GgmlI8RowsFn q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4;
-    GgmlI8RowsFn q4_0x16, q6_kx16, q8_0x16;  // row tiles: rows [r0, r1) whole tiles
+    GgmlI8RowsFn q4_0x16, q6_kx16, q8_0x16, mxfp4x16;  // row tiles: rows [r0, r1) whole tiles
 };
 
 #if defined(__x86_64__)
