@@ -5,6 +5,7 @@
 // And the .npy files llama.cpp's logits are kept in (read_npy).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +19,17 @@
 #include "test_util.h"
 
 namespace sluice::testing {
+
+// A parameterised test's name for the fixture it runs ("NAME.OUTTYPE.gguf" → "NAME_OUTTYPE"), for
+// INSTANTIATE_TEST_SUITE_P.
+struct GgufFixtureTestName {
+    template <class ParamInfo>
+    std::string operator()(const ParamInfo& info) const {
+        std::string n = info.param.substr(0, info.param.size() - 5);  // no ".gguf"
+        std::replace(n.begin(), n.end(), '.', '_');
+        return n;
+    }
+};
 
 // The folder (under tests/data) the fixture `gguf_name` ("NAME.OUTTYPE.gguf") was converted from; empty
 // when index.json does not list it.

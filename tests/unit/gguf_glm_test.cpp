@@ -177,11 +177,7 @@ TEST_P(GgufGlm, StreamedExpertsGiveTheResidentLogits) {
     EXPECT_EQ(same, T);
 }
 
-INSTANTIATE_TEST_SUITE_P(Gguf, GgufGlm, ::testing::ValuesIn(glm_fixtures()), [](const auto& param_info) {
-    std::string n = param_info.param.substr(0, param_info.param.size() - 5);  // no ".gguf"
-    std::replace(n.begin(), n.end(), '.', '_');
-    return n;
-});
+INSTANTIATE_TEST_SUITE_P(Gguf, GgufGlm, ::testing::ValuesIn(glm_fixtures()), testing::GgufFixtureTestName());
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GgufGlm);
 
 // The converter writes GLM's MTP layer (model.layers.3 of a 3-layer model) as block 3 with

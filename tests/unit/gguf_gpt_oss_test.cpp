@@ -125,11 +125,7 @@ TEST_P(GgufGptOss, StreamedFromTheFileEqualsResident) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Gguf, GgufGptOss, ::testing::ValuesIn(gpt_oss_fixtures()),
-                         [](const auto& param_info) {
-                             std::string n = param_info.param.substr(0, param_info.param.size() - 5);
-                             std::replace(n.begin(), n.end(), '.', '_');
-                             return n;
-                         });
+                         testing::GgufFixtureTestName());
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GgufGptOss);
 
 // sluice's tensor map against what the converter wrote from the bf16 checkpoint: every tensor it names is in

@@ -133,11 +133,7 @@ TEST_P(GgufMixtral, StreamedFromTheFileEqualsResident) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Gguf, GgufMixtral, ::testing::ValuesIn(mixtral_fixtures()),
-                         [](const auto& param_info) {
-                             std::string n = param_info.param.substr(0, param_info.param.size() - 5);
-                             std::replace(n.begin(), n.end(), '.', '_');
-                             return n;
-                         });
+                         testing::GgufFixtureTestName());
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GgufMixtral);
 
 // sluice's tensor map against what the converter wrote: the q/k rows permuted per head (kRopePairs, with

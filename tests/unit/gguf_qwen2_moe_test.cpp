@@ -133,11 +133,7 @@ TEST_P(GgufQwen2Moe, GivesTheLogitsOfTheCheckpointItCameFrom) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Gguf, GgufQwen2Moe, ::testing::ValuesIn(qwen2_moe_fixtures()),
-                         [](const auto& param_info) {
-                             std::string n = param_info.param.substr(0, param_info.param.size() - 5);
-                             std::replace(n.begin(), n.end(), '.', '_');
-                             return n;
-                         });
+                         testing::GgufFixtureTestName());
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GgufQwen2Moe);
 
 // sluice's tensor map (model/tensor_map_gguf.h) against what the converter wrote: every tensor it names is
