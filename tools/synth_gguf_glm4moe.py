@@ -62,6 +62,8 @@ exp_probs_b is N(0, 0.01) so the selection bias does not concentrate the choice.
 
 Checked: tools/check_synth_gguf_glm4moe.py compares the plan and metadata with llama.cpp's own
 Glm4MoeModel conversion of the glm4_moe golden (tensor names, dims, every glm4moe.* key agree).
+sluice runs the files (`sluice info` / `generate` / `bench` / `logits` on the CPU: a --tiny file and a
+4-block one; 16 prompt tokens read 234 distinct expert records of 384 picks, near-uniform's ~247).
 Written at ~0.4 GB/s on a 2-core dev VM (a 4-block 7 GB file in 17.5 s): ~2.5-3 min for 4.5-Air.
 
 Usage:
