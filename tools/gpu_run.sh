@@ -46,6 +46,14 @@
 #                          CPU (-ngl 0) and the GPU (-ngl 99), beside sluice's own (--device cpu and cuda): $RES/logits/
 #   gguf35vs               the same GGUF (/tmp/m35.gguf, gguf35) in both engines, alternated: decode and prefill
 #                          512/4096 resident, and experts in host RAM (sluice --gpu-memory 4G, llama.cpp -ncmoe 99)
+#   famgguf                a synthetic full-size GGUF of another family for the same-file side-by-side, into
+#                          /tmp/fam.gguf: FAM_WRITER (tools/synth_gguf_gptoss.py, synth_gguf_glm4moe.py, ...) over
+#                          FAM_CONFIG (FAM_ARGS: the writer's flags); when the disk cannot hold it, num_hidden_layers
+#                          is cut to what fits (logged)
+#   prepfam                llamabuild and famgguf in the background while tests and gguftests run
+#   famvs                  /tmp/fam.gguf in both engines, alternated, page cache kept (the file is read once):
+#                          decode 128 after a 512 prompt and prefill 4096, resident; experts in host RAM (sluice
+#                          --gpu-memory 4G, llama.cpp -ncmoe 99); results named FAM_NAME_*
 #   llamabuild             llama.cpp from .devcarry/llama/llama.tgz or .txz (../shared/peer/README.md) into /tmp/llb;
 #                          gguf35: the 35B's GGUF of the same shapes (synth_gguf.py) at /tmp/m35.gguf;
 #                          llamakv35: llama-bench -fa 1 at f16 and q8_0 KV, the same depths and prompts
@@ -95,7 +103,7 @@ bench() {  # name, seconds, model, flags...
     local name=$1 limit=$2 model=$3
     shift 3
     sync
-    echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
+    [ -n "${NODROP:-}" ] || echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
     step "$name" "$limit" "$B/sluice" bench "$model" --device cuda --json "$RES/${TAG:-}$name.json" "$@"
 }
 
@@ -266,6 +274,7 @@ for s in "$@"; do
         done
         ;;
     llamabuild)
+        if [ -x /tmp/llb/bin/llama-bench ]; then echo "llamabuild: /tmp/llb is built (a warm machine)"; continue; fi
         if [ -z "${LLAMA_SRC_READY:-}" ]; then  # prep35 unpacks it first (gguf35 reads its gguf-py)
             rm -rf /tmp/llama && mkdir -p /tmp/llama && tar xf "$(ls .devcarry/llama/llama.t*z | head -n 1)" -C /tmp/llama
         fi
@@ -321,6 +330,71 @@ print(','.join(str(v) for v in struct.unpack('<%di' % ((e - s) // 4), b[8 + n + 
             --gen-tokens 64 --reps 1
         step gguf35_llama_host 300 "$LB" -m /tmp/m35.gguf -ngl 99 -ncmoe 99 -fa 1 -p 512 -n 64 -r 1 -b 512 -ub 512 \
             -t 16 -o md
+        ;;
+    famgguf)
+        # Cut the layer count to what the disk holds (the GGUF's size is linear in layers past the embeddings).
+        FAM_NAME=${FAM_NAME:-fam}
+        python3 - "$FAM_CONFIG" /tmp/fam_config.json "$FAM_WRITER" <<'PY' 2>&1 | tee "$RES/${FAM_NAME}_plan.txt"
+import json, os, shutil, subprocess, sys
+cfg, out, writer = sys.argv[1:4]
+c = json.load(open(cfg))
+c = c.get("text_config", c) if "num_hidden_layers" not in c else c
+def size(layers):  # bytes of tensor data in the writer's --dry-run plan
+    t = dict(c, num_hidden_layers=layers)
+    if "layer_types" in t: t["layer_types"] = t["layer_types"][:layers]
+    json.dump(t, open(out, "w"))
+    r = subprocess.run([sys.executable, writer, out, "/tmp/none.gguf", "--dry-run"] + os.environ.get("FAM_ARGS", "").split(),
+                       capture_output=True, text=True,
+                       env=dict(os.environ, GGUF_PY="/tmp/llama/gguf-py", SYNTH_GGUF_DIR=".devcarry/llama"))
+    total = 0
+    for line in r.stdout.splitlines():
+        w = line.split()
+        if len(w) >= 4 and w[-1].isdigit() and w[0].count(".") >= 1:
+            total += int(w[-1])
+    return total / 1e9
+free = shutil.disk_usage("/tmp").free / 1e9 - 4
+n = c["num_hidden_layers"]
+full, one = size(n), size(1)
+per = (full - one) / max(n - 1, 1)
+fit = n if full <= free else max(1, int((free - one) // per) + 1)
+for k in ("first_k_dense_replace",):
+    if k in c: fit = max(fit, c[k] + 1)
+print(f"free {free:.1f} GB (less 4); {n} layers {full:.1f} GB, {per:.2f} GB a layer; writing {fit} layers")
+size(fit)
+PY
+        step "${FAM_NAME}_gguf" 580 env GGUF_PY=/tmp/llama/gguf-py SYNTH_GGUF_DIR=.devcarry/llama python3 "$FAM_WRITER" \
+            /tmp/fam_config.json /tmp/fam.gguf ${FAM_ARGS:-}
+        ls -la /tmp/fam.gguf >>"$RES/${FAM_NAME}_plan.txt" 2>&1
+        df -h /tmp >>"$RES/${FAM_NAME}_plan.txt"
+        ;;
+    prepfam)
+        rm -rf /tmp/llama && mkdir -p /tmp/llama && tar xf "$(ls .devcarry/llama/llama.t*z | head -n 1)" -C /tmp/llama
+        LLAMA_SRC_READY=1 GPU_RUN_NESTED=1 bash "$0" llamabuild >"$RES/prep_llamabuild.log" 2>&1 &
+        GPU_RUN_NESTED=1 bash "$0" famgguf >"$RES/prep_famgguf.log" 2>&1 &
+        step gpu_tests 240 "$B/sluice_gpu_tests"
+        step goldens_cuda 240 "$B/sluice_tests" --gtest_filter='Goldens/Golden.OnCuda*'
+        step gguf_goldens_cuda 300 "$B/sluice_tests" --gtest_filter='Gguf/GgufGolden.OnCuda*'
+        wait
+        step prep_done 10 ls -la /tmp/llb/bin/llama-bench /tmp/fam.gguf
+        ;;
+    famvs)
+        LB=$(ls /tmp/llb/bin/llama-bench /tmp/llb/llama-bench 2>/dev/null | head -n 1)
+        F=${FAM_NAME:-fam}
+        for r in 1 2; do
+            NODROP=1 bench "${F}_sluice_p512_r$r" 300 /tmp/fam.gguf --prompt-tokens 512 --prefill-chunk 512 \
+                --gen-tokens 128 --reps 1
+            step "${F}_llama_p512_r$r" 300 "$LB" -m /tmp/fam.gguf -ngl 99 -fa 1 -p 512 -n 128 -r 1 -b 512 -ub 512 -o md
+        done
+        NODROP=1 bench "${F}_sluice_p4096" 300 /tmp/fam.gguf --prompt-tokens 4096 --prefill-chunk 4096 --gen-tokens 16 \
+            --reps 1
+        step "${F}_llama_p4096" 300 "$LB" -m /tmp/fam.gguf -ngl 99 -fa 1 -p 4096 -n 16 -r 1 -b 4096 -ub 4096 -o md
+        if [ -z "${FAM_NO_HOST:-}" ]; then
+            NODROP=1 bench "${F}_sluice_host" 300 /tmp/fam.gguf --gpu-memory "${FAM_HOST_GPU_MEM:-4G}" --memory 100G \
+                --prompt-tokens 512 \
+                --prefill-chunk 512 --gen-tokens 64 --reps 1 --warmup 1
+            step "${F}_llama_host" 300 "$LB" -m /tmp/fam.gguf -ngl 99 -ncmoe 99 -fa 1 -p 512 -n 64 -r 1 -b 512 \
+                -ub 512 -t 16 -o md
+        fi
         ;;
     llamakv35)
         LB=$(ls /tmp/llb/bin/llama-bench /tmp/llb/llama-bench 2>/dev/null | head -n 1)
