@@ -212,8 +212,9 @@ std::vector<float> composed_moe_reference(const std::vector<std::unique_ptr<Test
 TEST(CudaOps, GroupedMoeMatchesComposedReference) {
     REQUIRE_GPU();
     LaunchContext lc = launch_context();
-    for (auto type : {kernels::WeightType::kQ4, kernels::WeightType::kQ8, kernels::WeightType::kBF16,
-                      kernels::WeightType::kGgmlQ4_0, kernels::WeightType::kGgmlQ8_0})
+    for (auto type :
+         {kernels::WeightType::kQ4, kernels::WeightType::kQ8, kernels::WeightType::kBF16,
+          kernels::WeightType::kGgmlQ4_0, kernels::WeightType::kGgmlQ8_0, kernels::WeightType::kGgmlMXFP4})
         for (int64_t K : {4, 10}) {  // 10: more experts than a block has warps (the split down projection)
             const int64_t E = 16, H = 256, I = 128;
             std::vector<std::unique_ptr<TestWeight>> ws;

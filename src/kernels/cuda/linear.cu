@@ -530,6 +530,24 @@ __device__ void group_rows(const DevWeight& w, int64_t r0, const float* x, float
 #pragma unroll
             for (int i = 0; i < kGroupRows; ++i)
                 if (r0 + i < w.rows) y[r0 + i] = acc[i];  // constant indices: acc stays in registers
+    } else if (is_ggml(w.type)) {
+        // ggml block formats: the group's rows together (ggml_rows_dot), by its first warp (the split
+        // rule gives S = 1 off the chunk path).
+        if (warp % S != 0) return;
+        const uint8_t* rows[kGroupRows];
+        const int64_t row_bytes = ggml_row_bytes(w);
+#pragma unroll
+        for (int i = 0; i < kGroupRows; ++i)
+            rows[i] =
+                static_cast<const uint8_t*>(w.data) + (r0 + i < w.rows ? r0 + i : w.rows - 1) * row_bytes;
+        float acc[kGroupRows];
+        ggml_rows_dot<kGroupRows>(w.type, rows, w.cols / 32, x, lane, acc);
+#pragma unroll
+        for (int i = 0; i < kGroupRows; ++i) acc[i] = warp_sum(acc[i]);
+        if (lane == 0)
+#pragma unroll
+            for (int i = 0; i < kGroupRows; ++i)
+                if (r0 + i < w.rows) y[r0 + i] = acc[i];
     } else {
         // 16-bit and f32 weights, or codes off the word layout: the group's warps share its rows.
         for (int i = warp % S; i < kGroupRows; i += S) {
@@ -654,6 +672,24 @@ __global__ void __launch_bounds__(32 * kWarps, 3)
 #pragma unroll
             for (int i = 0; i < kPairRows; ++i)
                 if (r0 + i < wg.rows) out[r0 + i] = silu_f(acc[i]) * acc[kPairRows + i];
+    } else if (S == 1 && is_ggml(wg.type) && wg.type == wu.type && wg.cols == wu.cols) {
+        // ggml block formats: the pair's gate and up rows together (ggml_rows_dot).
+        const uint8_t* rws[kGroupRows];
+        const int64_t row_bytes = ggml_row_bytes(wg);
+#pragma unroll
+        for (int i = 0; i < kPairRows; ++i) {
+            const int64_t r = r0 + i < wg.rows ? r0 + i : wg.rows - 1;
+            rws[i] = static_cast<const uint8_t*>(wg.data) + r * row_bytes;
+            rws[kPairRows + i] = static_cast<const uint8_t*>(wu.data) + r * row_bytes;
+        }
+        float acc[kGroupRows];
+        ggml_rows_dot<kGroupRows>(wg.type, rws, wg.cols / 32, x, lane, acc);
+#pragma unroll
+        for (int i = 0; i < kGroupRows; ++i) acc[i] = warp_sum(acc[i]);
+        if (lane == 0)
+#pragma unroll
+            for (int i = 0; i < kPairRows; ++i)
+                if (r0 + i < wg.rows) out[r0 + i] = silu_f(acc[i]) * acc[kPairRows + i];
     } else {
         for (int i = warp % S; i < kPairRows; i += S) {
             if (r0 + i >= wg.rows) break;
@@ -697,6 +733,16 @@ __global__ void __launch_bounds__(32 * kMaxDownWarps)
             rowset_dot_any<1>(rs, w, x, lane, 32, out);
 #pragma unroll
             for (int i = 0; i < kGroupRows; ++i) out[i] = warp_sum(out[i]);
+        } else if (is_ggml(w.type)) {
+            const uint8_t* rws[kGroupRows];
+            const int64_t row_bytes = ggml_row_bytes(w);
+#pragma unroll
+            for (int i = 0; i < kGroupRows; ++i)
+                rws[i] =
+                    static_cast<const uint8_t*>(w.data) + (r0 + i < rows ? r0 + i : rows - 1) * row_bytes;
+            ggml_rows_dot<kGroupRows>(w.type, rws, w.cols / 32, x, lane, out);
+#pragma unroll
+            for (int i = 0; i < kGroupRows; ++i) out[i] = r0 + i < rows ? warp_sum(out[i]) : 0.0f;
         } else {
 #pragma unroll
             for (int i = 0; i < kGroupRows; ++i) out[i] = r0 + i < rows ? row_dot(w, r0 + i, x, lane) : 0.0f;

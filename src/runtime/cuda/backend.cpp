@@ -58,7 +58,29 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
 
     Arena counter;
     SLUICE_RETURN_IF_ERROR(upload_weights(counter));
-    weight_bytes_ = counter.used();
+    weight_bytes_ = counter.used();  // with the routed experts' raw bytes (ExpertKernels)
+    const uint64_t budget = options.gpu_memory_bytes > 0 ? options.gpu_memory_bytes : free_bytes / 10 * 9;
+    const uint64_t state =
+        state_bytes(options.context_tokens, static_cast<int>(kSessionCheckpoints), model_->state_layout());
+    // Scratch for a 512-token prefill chunk, one row of logits; it grows on demand beyond that.
+    const uint64_t scratch_estimate = scratch_bytes(512, 1);
+    {
+        // GGUF Q4_0 / Q4_1 / Q8_0 experts go up as MLX affine rows when the model stays resident so
+        // (the expert tier copies the host's bytes as they are, and its kernels take those).
+        const uint64_t with_mlx = weight_bytes_ - experts_raw_.routed_bytes + experts_mlx_.routed_bytes;
+        const bool capped =
+            options.expert_cache_bytes > 0 && options.expert_cache_bytes < experts_mlx_.routed_bytes;
+        experts_as_mlx_ = experts_raw_.routed_bytes > 0 && experts_mlx_.convertible && !capped &&
+                          with_mlx + state + scratch_estimate <= budget;
+        const ExpertKernels& k = experts_as_mlx_ ? experts_mlx_ : experts_raw_;
+        if (experts_as_mlx_) {
+            weight_bytes_ = with_mlx;
+            routed_bytes_ = experts_mlx_.routed_bytes;
+        }
+        experts_vector_ = k.vector;
+        experts_int8_bits_ = k.int8_bits;
+        experts_int8_group_ = k.int8_group;
+    }
     {
         // Everything but the embedding table (one row per token) and the routed experts (k of E
         // per MoE layer) is read every decode token.
@@ -69,11 +91,6 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
                                                          static_cast<uint64_t>(c.top_k)
                                                    : 0);
     }
-    const uint64_t budget = options.gpu_memory_bytes > 0 ? options.gpu_memory_bytes : free_bytes / 10 * 9;
-    const uint64_t state =
-        state_bytes(options.context_tokens, static_cast<int>(kSessionCheckpoints), model_->state_layout());
-    // Scratch for a 512-token prefill chunk, one row of logits; it grows on demand beyond that.
-    const uint64_t scratch_estimate = scratch_bytes(512, 1);
     const uint64_t dense = weight_bytes_ - routed_bytes_;
     const bool capped = options.expert_cache_bytes > 0 && options.expert_cache_bytes < routed_bytes_;
     tiered_ = routed_bytes_ > 0 && (capped || weight_bytes_ + state + scratch_estimate > budget);

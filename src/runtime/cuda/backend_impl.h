@@ -318,6 +318,9 @@ class CudaBackend final : public Backend {
     void enqueue_mtp(int64_t n, int64_t position, const float* hidden);
     // Weights.
     Status upload_weights(Arena& arena);
+    // One routed expert projection into the arena: as the MLX affine it is when experts_as_mlx_ (an error
+    // if a block does not convert: the kernels were chosen for every expert from expert 0).
+    DevWeight put_expert(Arena& arena, const kernels::WeightView& w, Status& st);
     // as_mlx: a GGUF Q4_0 / Q4_1 / Q8_0 weight goes up as MLX affine (upload.cpp); false for routed experts.
     DevWeight put(Arena& arena, const kernels::WeightView& w, Status& st, bool as_mlx = true);
     float* put(Arena& arena, const std::vector<float>& v, Status& st);
@@ -416,6 +419,20 @@ class CudaBackend final : public Backend {
     bool flash_attention_ = false;
     int experts_int8_bits_ = 0;
     int64_t experts_int8_group_ = 0;  // the smallest group size among them
+    // The routed experts' kernels as the counting pass finds them, two ways: `raw`, their bytes as the
+    // checkpoint holds them (what the expert tier copies), and `mlx`, GGUF Q4_0 / Q4_1 / Q8_0 experts
+    // uploaded as the MLX affine 4/8-bit they exactly are (kernels::ggml_as_mlx_affine: the chunk decode
+    // kernels and the int8 tensor-core prefill; 5 or 9 bits a weight where the blocks hold 4.5 or 8.5).
+    // init() takes `mlx` when every expert converts and the model stays resident so (experts_as_mlx_).
+    struct ExpertKernels {
+        bool convertible = true;  // mlx: every expert projection counted converted
+        bool vector = true;       // experts_vector_
+        int int8_bits = -1;       // experts_int8_bits_ (-1: no MoE layer yet)
+        int64_t int8_group = 0;   // experts_int8_group_
+        uint64_t routed_bytes = 0;
+    };
+    ExpertKernels experts_raw_, experts_mlx_;
+    bool experts_as_mlx_ = false;
     bool tiered_ = false;
     // Tiered experts: VRAM is the expert cache's, so each sequence's snapshot slots live in
     // page-locked host memory (a snapshot of the 80B's DeltaNet state is 76 MB: 1.6 ms at 48 GB/s,

@@ -35,6 +35,20 @@ DevWeight CudaBackend::put(Arena& arena, const kernels::WeightView& w, Status& s
     return cuda::dev_weight(w, data, scales, biases);
 }
 
+DevWeight CudaBackend::put_expert(Arena& arena, const kernels::WeightView& w, Status& st) {
+    if (!experts_as_mlx_ || !w.ggml_blocks()) return put(arena, w, st, false);
+    kernels::MlxAffineRows rows;
+    if (!kernels::ggml_as_mlx_affine(w, &rows)) {
+        if (st.is_ok())
+            st = error(ErrorCode::kUnsupported,
+                       "[cuda] a routed expert's GGUF block has a scale whose MLX bias (-8·d or -128·d) "
+                       "overflows f16, where expert 0's did not; run with --gpu-memory below the model's "
+                       "size so the experts stream through the expert tier in their own format");
+        return DevWeight{};
+    }
+    return put(arena, rows.view, st, false);
+}
+
 float* CudaBackend::put(Arena& arena, const std::vector<float>& v, Status& st) {
     if (v.empty()) return nullptr;
     void* p = arena.take(v.size() * sizeof(float));
@@ -48,6 +62,14 @@ Status CudaBackend::put_bytes(void* dst, const void* src, uint64_t bytes) {
 }
 
 namespace {
+
+// w as the upload puts it with as_mlx: the MLX affine rows of a GGUF Q4_0 / Q4_1 / Q8_0 weight (into
+// *store), else w itself. *converted: whether it was converted.
+kernels::WeightView as_mlx_view(const kernels::WeightView& w, kernels::MlxAffineRows* store,
+                                bool* converted) {
+    *converted = w.ggml_blocks() && kernels::ggml_as_mlx_affine(w, store);
+    return *converted ? store->view : w;
+}
 
 // The code width (4 or 8) an expert's three projections share with cuda::int8_products, given the
 // width found so far (-1: none yet); 0 when they do not (or differ from it). group: lowered to the
@@ -77,9 +99,9 @@ Status CudaBackend::upload_weights(Arena& arena) {
     if (arena.counting()) {
         routed_bytes_ = 0;
         expert_slot_bytes_ = 0;
-        experts_vector_ = true;
-        experts_int8_bits_ = -1;  // unset until the first MoE layer's experts
-        experts_int8_group_ = 0;
+        experts_raw_ = ExpertKernels{};
+        experts_mlx_ = ExpertKernels{};
+        experts_as_mlx_ = false;
     }
     lm_head_ = W.lm_head.data == W.embed.data ? embed_ : put(arena, W.lm_head, st);
     final_norm_ = put(arena, W.final_norm, st);
@@ -162,8 +184,15 @@ Status CudaBackend::upload_weights(Arena& arena) {
             L.expert_up_bias = put(arena, m.expert_up_bias, st);
             L.expert_down_bias = put(arena, m.expert_down_bias, st);
         }
-        if (arena.counting() && m.has_shared)
-            experts_vector_ = experts_vector_ && vector_mlp(m.shared.gate, m.shared.up, m.shared.down);
+        if (arena.counting() && m.has_shared) {  // the shared expert goes up as put() makes it, either way
+            kernels::MlxAffineRows rows[3];
+            bool converted = false;
+            const bool vec = vector_mlp(as_mlx_view(m.shared.gate, &rows[0], &converted),
+                                        as_mlx_view(m.shared.up, &rows[1], &converted),
+                                        as_mlx_view(m.shared.down, &rows[2], &converted));
+            experts_raw_.vector = experts_raw_.vector && vec;
+            experts_mlx_.vector = experts_mlx_.vector && vec;
+        }
         if (m.has_shared) {
             L.shared_gate_proj = put(arena, m.shared.gate, st);
             L.shared_up = put(arena, m.shared.up, st);
@@ -178,13 +207,29 @@ Status CudaBackend::upload_weights(Arena& arena) {
             model::ExpertWeights e;
             SLUICE_RETURN_IF_ERROR(
                 source->acquire(static_cast<int64_t>(l), std::span<const int32_t>(&first, 1), &e));
-            Arena one;
+            // Counted both ways (ExpertKernels): the arena takes the raw bytes, init() swaps in the
+            // converted total when it chooses them.
+            Arena one, one_mlx;
             put(one, e.gate, st, false);
             put(one, e.up, st, false);
             put(one, e.down, st, false);
             expert_slot_bytes_ = std::max(expert_slot_bytes_, cuda::ExpertTier::slot_bytes_for(e));
-            experts_vector_ = experts_vector_ && vector_mlp(e.gate, e.up, e.down);
-            experts_int8_bits_ = int8_bits(e, experts_int8_bits_, experts_int8_group_);
+            experts_raw_.vector = experts_raw_.vector && vector_mlp(e.gate, e.up, e.down);
+            experts_raw_.int8_bits = int8_bits(e, experts_raw_.int8_bits, experts_raw_.int8_group);
+            experts_raw_.routed_bytes += one.used() * static_cast<uint64_t>(E);
+            kernels::MlxAffineRows rows[3];
+            bool cg = false, cu = false, cd = false;
+            model::ExpertWeights em = e;
+            em.gate = as_mlx_view(e.gate, &rows[0], &cg);
+            em.up = as_mlx_view(e.up, &rows[1], &cu);
+            em.down = as_mlx_view(e.down, &rows[2], &cd);
+            put(one_mlx, em.gate, st, false);
+            put(one_mlx, em.up, st, false);
+            put(one_mlx, em.down, st, false);
+            experts_mlx_.convertible = experts_mlx_.convertible && cg && cu && cd;
+            experts_mlx_.vector = experts_mlx_.vector && vector_mlp(em.gate, em.up, em.down);
+            experts_mlx_.int8_bits = int8_bits(em, experts_mlx_.int8_bits, experts_mlx_.int8_group);
+            experts_mlx_.routed_bytes += one_mlx.used() * static_cast<uint64_t>(E);
             source->release(static_cast<int64_t>(l), std::span<const int32_t>(&first, 1));
             arena.take(one.used() * static_cast<uint64_t>(E));
             routed_bytes_ += one.used() * static_cast<uint64_t>(E);
@@ -201,9 +246,9 @@ Status CudaBackend::upload_weights(Arena& arena) {
                 SLUICE_RETURN_IF_ERROR(source->acquire(static_cast<int64_t>(l), ids, views.data()));
                 for (int64_t i = 0; i < count; ++i) {
                     const model::ExpertWeights& e = views[static_cast<size_t>(i)];
-                    table[static_cast<size_t>((first + i) * 3 + 0)] = put(arena, e.gate, st, false);
-                    table[static_cast<size_t>((first + i) * 3 + 1)] = put(arena, e.up, st, false);
-                    table[static_cast<size_t>((first + i) * 3 + 2)] = put(arena, e.down, st, false);
+                    table[static_cast<size_t>((first + i) * 3 + 0)] = put_expert(arena, e.gate, st);
+                    table[static_cast<size_t>((first + i) * 3 + 1)] = put_expert(arena, e.up, st);
+                    table[static_cast<size_t>((first + i) * 3 + 2)] = put_expert(arena, e.down, st);
                 }
                 source->release(static_cast<int64_t>(l), ids);
                 SLUICE_RETURN_IF_ERROR(st);

@@ -123,4 +123,78 @@ __device__ float row_dot_ggml(const DevWeight& w, int64_t r, const float* __rest
     return kReduce ? warp_sum(acc) : acc;
 }
 
+// ---- R rows at once (the decode products of GGUF experts) ----
+// row_dot_ggml reads one row at a time: a lane's few sub-blocks are one DRAM round trip in flight per
+// warp, and x is read again for every row (gpt-oss-120b's MXFP4 experts decoded at 194 GB/s of the H100's
+// 3 TB/s, GLM-4.5-Air's Q4_0 at 200: bench/results/families_gpu). ggml_rows_dot takes R rows of one
+// shape together: every row's loads are issued before any arithmetic, and a sub-block of x serves all R.
+
+// The 17 bytes of an MXFP4 block at p (byte-aligned: blocks are 17 bytes) as five 32-bit words from the
+// aligned words covering it: byte j of the block is byte j % 4 of out[j / 4]. Each word read holds a
+// byte of the block, so no load leaves the weight's allocation (the arena and the expert slots are
+// 256-byte granular).
+__device__ __forceinline__ void mxfp4_block_words(const uint8_t* p, uint32_t (&out)[5]) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~static_cast<uintptr_t>(3));
+    const uint32_t sh = static_cast<uint32_t>(a & 3u) * 8u;
+    uint32_t raw[5];
+#pragma unroll
+    for (int k = 0; k < 5; ++k) raw[k] = __ldg(w + k);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) out[k] = __funnelshift_r(raw[k], raw[k + 1], sh);
+    out[4] = raw[4] >> sh;
+}
+
+// Σ_j w_j · x_j over an MXFP4 block held as mxfp4_block_words, x (32 floats) in registers: the same
+// products and order as ggml_sub32_dot's MXFP4 case.
+__device__ __forceinline__ float mxfp4_words_dot(const uint32_t (&b)[5], const float (&x)[32]) {
+    float lo = 0.0f, hi = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        const uint32_t v = (b[(i + 1) / 4] >> (8 * ((i + 1) % 4))) & 0xFFu;
+        lo += mxfp4_code(v & 0x0F) * x[i];
+        hi += mxfp4_code(v >> 4) * x[16 + i];
+    }
+    return ggml_e8m0_half(static_cast<uint8_t>(b[0] & 0xFFu)) * (lo + hi);
+}
+
+// This lane's partial sums of R rows of ggml matrices of type t and n_sub 32-element sub-blocks each
+// (rows[i]: row i's first byte) against x, over the sub-blocks lane, lane + 32, …;
+// the caller reduces across the warp.
+template <int R>
+__device__ __forceinline__ void ggml_rows_dot(WeightType t, const uint8_t* const (&rows)[R], int64_t n_sub,
+                                              const float* __restrict__ x, int lane, float (&acc)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc[i] = 0.0f;
+    if (t == WeightType::kGgmlMXFP4) {
+        const bool x_aligned = (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
+        for (int64_t sb = lane; sb < n_sub; sb += 32) {
+            uint32_t b[R][5];
+#pragma unroll
+            for (int i = 0; i < R; ++i) mxfp4_block_words(rows[i] + sb * 17, b[i]);
+            float xs[32];
+            if (x_aligned) {
+                const float4* x4 = reinterpret_cast<const float4*>(x + sb * 32);
+#pragma unroll
+                for (int c = 0; c < 8; ++c) {
+                    const float4 v = x4[c];
+                    xs[4 * c] = v.x;
+                    xs[4 * c + 1] = v.y;
+                    xs[4 * c + 2] = v.z;
+                    xs[4 * c + 3] = v.w;
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < 32; ++j) xs[j] = x[sb * 32 + j];
+            }
+#pragma unroll
+            for (int i = 0; i < R; ++i) acc[i] += mxfp4_words_dot(b[i], xs);
+        }
+        return;
+    }
+    for (int64_t sb = lane; sb < n_sub; sb += 32)
+#pragma unroll
+        for (int i = 0; i < R; ++i) acc[i] += ggml_sub32_dot(t, rows[i], sb, x + sb * 32);
+}
+
 }  // namespace sluice::cuda
