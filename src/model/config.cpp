@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -287,7 +289,17 @@ Expected<ModelConfig> parse_model_config_json(const json& root, const std::strin
     cfg.max_positions = r.int_or("max_position_embeddings", 0);
     cfg.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
     cfg.head_dim = r.int_or("head_dim", 0);
-    if (cfg.head_dim == 0 && cfg.n_heads > 0) cfg.head_dim = cfg.hidden / cfg.n_heads;
+    if (cfg.head_dim == 0 && cfg.n_heads > 0) {
+        // No head_dim: hidden / heads, which must then divide (transformers would floor it into a model
+        // whose projections do not match any checkpoint, e.g. GLM-4.5-Air's 4096 / 96).
+        if (cfg.hidden % cfg.n_heads != 0 && !deepseek)
+            return error(ErrorCode::kInvalidArgument,
+                         fmt::format("[config] {}: no head_dim, and hidden_size {} is not a multiple of "
+                                     "num_attention_heads {} ({:.2f} a head): the config must give head_dim",
+                                     source, cfg.hidden, cfg.n_heads,
+                                     static_cast<double>(cfg.hidden) / static_cast<double>(cfg.n_heads)));
+        cfg.head_dim = cfg.hidden / cfg.n_heads;
+    }
     if (deepseek) {
         // DeepseekV3Config's defaults; its head_dim (written as qk_rope_head_dim) is not the q·k dim.
         const auto ql = text->find("q_lora_rank");  // null: a plain q_proj (0)

@@ -424,6 +424,29 @@ TEST(ModelConfig, DeepseekV3AsTheHubWritesIt) {
     }
 }
 
+// ../shared/model-configs/glm-4.5-air.json carries no head_dim, and its hidden_size 4096 is not a multiple of
+// its 96 heads: hidden / heads would floor to 42 (a rotary width of 21), a model no checkpoint has. It is
+// refused by name; given GLM-4.5-Air's released head_dim (128) it parses to the released shapes.
+TEST(ModelConfig, Glm45AirWithoutHeadDimIsRefusedByName) {
+    SKIP_WITHOUT_SHARED();
+    auto bad = load_shared("model-configs/glm-4.5-air.json");
+    ASSERT_FALSE(bad.has_value());
+    EXPECT_NE(bad.status().message().find("no head_dim, and hidden_size 4096 is not a multiple of "
+                                          "num_attention_heads 96 (42.67 a head)"),
+              std::string::npos)
+        << bad.status().message();
+    std::ifstream in(sluice::testing::shared_dir() + "/model-configs/glm-4.5-air.json");
+    nlohmann::json j = nlohmann::json::parse(in);
+    j["head_dim"] = 128;
+    auto cfg = parse_model_config(j.dump(), "glm-4.5-air.json");
+    ASSERT_TRUE(cfg.has_value()) << cfg.status().message();
+    EXPECT_EQ(cfg->family, Family::kGlm4Moe);
+    EXPECT_EQ(cfg->head_dim, 128);
+    EXPECT_EQ(cfg->rotary_dim, 64);
+    EXPECT_EQ(cfg->n_experts, 128);
+    EXPECT_EQ(cfg->top_k, 8);
+}
+
 // gpt-oss-120b as transformers 5 writes it (../shared/model-configs: rope_parameters, layer_types, no
 // swiglu_limit, no quantization_config).
 TEST(ModelConfig, GptOss120b) {
