@@ -54,6 +54,8 @@
 #   famvs                  /tmp/fam.gguf in both engines, alternated, page cache kept (the file is read once):
 #                          decode 128 after a 512 prompt and prefill 4096, resident; experts in host RAM (sluice
 #                          --gpu-memory 4G, llama.cpp -ncmoe 99); results named FAM_NAME_*
+#   famprof                ncu's per-kernel GPU time over /tmp/fam.gguf: a 64-token prefill and 3 decode tokens
+#                          (FAM_NAME_ncu.csv, and its top kernels by time in the log)
 #   llamabuild             llama.cpp from .devcarry/llama/llama.tgz or .txz (../shared/peer/README.md) into /tmp/llb;
 #                          gguf35: the 35B's GGUF of the same shapes (synth_gguf.py) at /tmp/m35.gguf;
 #                          llamakv35: llama-bench -fa 1 at f16 and q8_0 KV, the same depths and prompts
@@ -395,6 +397,29 @@ PY
             step "${F}_llama_host" 300 "$LB" -m /tmp/fam.gguf -ngl 99 -ncmoe 99 -fa 1 -p 512 -n 64 -r 1 -b 512 \
                 -ub 512 -t 16 -o md
         fi
+        ;;
+    famprof)
+        F=${FAM_NAME:-fam}
+        step "${F}_ncu" 420 ncu --metrics gpu__time_duration.sum --csv --print-units base --print-summary per-kernel \
+            "$B/sluice" bench /tmp/fam.gguf --device cuda --prompt-tokens 64 --prefill-chunk 64 --gen-tokens 3 \
+            --reps 1 --warmup 0
+        python3 - "$RES/${F}_ncu.txt" <<'PY'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1], errors="replace")))
+head = next((r for r in rows if "Kernel Name" in r), None)
+total = {}
+for r in rows:
+    if head and len(r) == len(head) and r is not head:
+        d = dict(zip(head, r))
+        try:
+            t = float(d["Average"].replace(",", "")) * int(d["Invocations"].replace(",", ""))
+        except (KeyError, ValueError):
+            continue
+        total[d["Kernel Name"][:120]] = total.get(d["Kernel Name"][:120], 0.0) + t
+s = sum(total.values()) or 1.0
+for k, v in sorted(total.items(), key=lambda x: -x[1])[:25]:
+    print(f"{100 * v / s:5.1f}% {v / 1e6:9.2f} ms  {k}")
+PY
         ;;
     llamakv35)
         LB=$(ls /tmp/llb/bin/llama-bench /tmp/llb/llama-bench 2>/dev/null | head -n 1)
