@@ -498,6 +498,12 @@ void ExpertStore::prefetch(int64_t layer, std::span<const int32_t> ids) {
     }
 }
 
+bool ExpertStore::holds_every_expert() const {
+    int64_t records = 0;
+    for (const LayerFile& f : files_) records += f.src != nullptr ? f.src->n_experts : 0;
+    return n_slots_ >= records;
+}
+
 uint64_t ExpertStore::preload() {
     int64_t records = 0;
     for (const LayerFile& f : files_) records += f.src != nullptr ? f.src->n_experts : 0;

@@ -154,6 +154,8 @@ class ExpertStore final : public model::ExpertSource {
     // resident without waiting for each expert's first use. Returns the bytes queued (0 when the
     // experts do not all fit).
     uint64_t preload();
+    // Whether the cache has a slot for every expert record of the model (then nothing is read twice).
+    bool holds_every_expert() const;
     // Blocks until no read is queued or in flight (a preload finished, say).
     void wait_idle();
     bool wants_prefetch() const override { return options_.prefetch; }

@@ -469,6 +469,7 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
                              : static_cast<uint64_t>(std::max<int64_t>(c.top_k, 1)) * plan.slot_bytes;
         SLUICE_ASSIGN_OR_RETURN(im.store, experts::ExpertStore::open(std::move(sources), so));
         model->set_expert_source(im.store.get());
+        im.experts_stream = !im.store->holds_every_expert();
         if (options.preload_experts) {
             const uint64_t queued = im.store->preload();
             if (queued > 0)

@@ -32,7 +32,10 @@ struct Engine::Impl {
     std::unique_ptr<ThreadPool> pool;
     MemoryPlan plan;
     std::unique_ptr<experts::ExpertStore> store;  // packed models only
-    std::unique_ptr<runtime::Backend> backend;    // where the forward runs (cpu or cuda)
+    // The routed experts stream: the expert cache cannot hold them all, so each forward reads the experts
+    // its tokens route to that the cache lacks (Session::Impl::prefill then makes no regenerate cut).
+    bool experts_stream = false;
+    std::unique_ptr<runtime::Backend> backend;  // where the forward runs (cpu or cuda)
     // Moves the store's size with memory pressure; declared after it, so it stops first.
     std::unique_ptr<runtime::MemoryPressureMonitor> pressure;
     std::mutex compute_mutex;  // one forward at a time on the shared pool

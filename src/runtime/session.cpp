@@ -363,7 +363,13 @@ Status Session::Impl::prefill(std::span<const int32_t> prompt, const GenerateOpt
     };
     std::vector<int64_t> cuts;
     if (cacheable) {
-        std::vector<int64_t> wanted = {(L - model::kRecurrentStepTokens - 1) / B * B, divergence};
+        // Every cut splits a chunk into two forwards. Where the experts stream, each forward reads its
+        // tokens' expert union again: the regenerate cut of a 128-token prompt (at 64) made Qwen3-Next-80B's
+        // prefill at --memory 3G read 60.3 GB against 39.0 and run at half the speed
+        // (bench/results/cpu_decode/stream_s28). There it is left out: a regenerate then resumes at the
+        // chunk grid's last stored block. The turn markers' cuts stay (a chat's next turn resumes there).
+        std::vector<int64_t> wanted = {divergence};
+        if (!e.experts_stream) wanted.push_back((L - model::kRecurrentStepTokens - 1) / B * B);
         for (int64_t p : checkpoints) wanted.push_back(p / B * B);
         // The block boundaries before the prompt's last few special tokens (a chat template's turn
         // markers): a conversation that shares this one's system prompt, or its turns but the last,
