@@ -87,6 +87,7 @@ for p in (os.environ.get("SYNTH_GGUF_DIR"), "/work/shared/peer",
 import numpy as np  # noqa: E402
 import synth_gguf as sg  # noqa: E402  (also puts gguf-py on sys.path)
 import gguf  # noqa: E402
+from synth_gguf_write import write_gguf  # noqa: E402
 
 F32, Q4_0, Q6_K, Q8_0 = sg.F32, sg.Q4_0, sg.Q6_K, sg.Q8_0
 
@@ -323,42 +324,8 @@ def main():
     rng = np.random.default_rng(args.seed)
     t0 = time.time()
     pools = sg.Pools(rng, args.q4_scale_lo, args.q4_scale_hi)
-    w = gguf.GGUFWriter(args.out, "glm4moe")
-    write_metadata(w, hp, args)
-    for (name, ne, qt), s in zip(plan, sizes):
-        np_shape = tuple(reversed(ne))
-        if qt == F32:
-            w.add_tensor_info(name, np_shape, np.dtype(np.float32), s)
-        else:
-            w.add_tensor_info(name, np_shape, np.dtype(np.float32), s, raw_dtype=qt)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    f = w.fout[0]
-    align = w.data_alignment
-    done, last = 0, time.time()
-    for (name, ne, qt), s in zip(plan, sizes):
-        pad = (-f.tell()) % align
-        if pad:
-            f.write(b"\0" * pad)
-        if qt == F32:
-            d = f32_data(rng, name, ne, hp)
-            assert d.nbytes == s
-            f.write(d.tobytes())
-        else:
-            pools.write_quant(f, qt, s)
-        done += s
-        if time.time() - last > 5:
-            last = time.time()
-            print(f"  {done / 1e9:.1f} of {total / 1e9:.1f} GB, {done / 1e9 / (last - t0):.2f} GB/s", flush=True)
-    pad = (-f.tell()) % align
-    if pad:
-        f.write(b"\0" * pad)
-    w.close()
-    dt = time.time() - t0
-    print(f"wrote {args.out}: {os.path.getsize(args.out) / 1e9:.2f} GB in {dt:.1f} s "
-          f"({os.path.getsize(args.out) / 1e9 / dt:.2f} GB/s)", flush=True)
-
+    write_gguf(args.out, "glm4moe", plan, sizes, pools, lambda w: write_metadata(w, hp, args),
+               lambda name, ne: f32_data(rng, name, ne, hp), t0)
 
 if __name__ == "__main__":
     main()

@@ -54,6 +54,7 @@ for p in (os.environ.get("SYNTH_GGUF_DIR"), "/work/shared/peer",
 import numpy as np  # noqa: E402
 import synth_gguf as sg  # noqa: E402  (also puts gguf-py on sys.path)
 import gguf  # noqa: E402
+from synth_gguf_write import write_gguf  # noqa: E402
 
 QT = gguf.GGMLQuantizationType
 F32, Q8_0, MXFP4 = QT.F32, QT.Q8_0, QT.MXFP4
@@ -217,40 +218,8 @@ def main():
     t0 = time.time()
     pools = sg.Pools(rng, 0.003, 0.007)
     add_mxfp4_pool(pools, rng)
-    w = gguf.GGUFWriter(args.out, "gpt-oss")
-    write_metadata(w, hp, args)
-    for (name, ne, qt), s in zip(plan, sizes):
-        np_shape = tuple(reversed(ne))
-        if qt == F32:
-            w.add_tensor_info(name, np_shape, np.dtype(np.float32), s)
-        else:
-            w.add_tensor_info(name, np_shape, np.dtype(np.float32), s, raw_dtype=qt)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    f = w.fout[0]
-    align = w.data_alignment
-    done, last = 0, time.time()
-    for (name, ne, qt), s in zip(plan, sizes):
-        pad = (-f.tell()) % align
-        if pad:
-            f.write(b"\0" * pad)
-        if qt == F32:
-            d = f32_data(rng, name, ne)
-            assert d.nbytes == s
-            f.write(d.tobytes())
-        else:
-            pools.write_quant(f, qt, s)
-        done += s
-        if time.time() - last > 5:
-            last = time.time()
-            print(f"  {done / 1e9:.1f} of {total / 1e9:.1f} GB, {done / 1e9 / (last - t0):.2f} GB/s", flush=True)
-    pad = (-f.tell()) % align
-    if pad:
-        f.write(b"\0" * pad)
-    w.close()
-    print(f"wrote {args.out}: {os.path.getsize(args.out) / 1e9:.2f} GB in {time.time() - t0:.1f} s", flush=True)
-
+    write_gguf(args.out, "gpt-oss", plan, sizes, pools, lambda w: write_metadata(w, hp, args),
+               lambda name, ne: f32_data(rng, name, ne), t0)
 
 if __name__ == "__main__":
     main()
