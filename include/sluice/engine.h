@@ -187,6 +187,8 @@ struct ExpertCacheStats {
     double stall_s = 0;    // time compute waited for reads
     uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_wasted = 0;
     uint64_t evictions = 0;
+    // Prefetch reads dropped before they started: the layer they were for had come, and wanted others.
+    uint64_t prefetch_canceled = 0;
     double hit_rate() const {
         return hits + misses ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0;
     }

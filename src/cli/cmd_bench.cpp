@@ -652,7 +652,18 @@ nlohmann::json run_bench(const BenchOptions& o) {
                         {"decode_hit_rate", hit.back()},
                         {"decode_bytes_read_per_token", bytes_per_tok.back()},
                         {"read_gb_s", read_gb_s.back()},
-                        {"prefetch_accuracy", pf_acc.back()}});
+                        {"prefetch_accuracy", pf_acc.back()},
+                        {"prefill_bytes_read", prefill_read.back()},
+                        {"prefill_io_busy_s", after_prefill.io_busy_s},
+                        {"prefill_read_stall_s", after_prefill.stall_s},
+                        {"prefill_prefetch_canceled", after_prefill.prefetch_canceled}});
+        if (plan.streaming)
+            std::fprintf(stderr,
+                         "  prefill: %.2f GB read (%.1f MB a token), reads in flight %.1f s of %.1f s, the "
+                         "forward waiting for them %.1f s\n",
+                         prefill_read.back() / 1e9,
+                         prefill_read.back() / 1e6 / static_cast<double>(o.prompt_tokens),
+                         after_prefill.io_busy_s, g.ttft_ms / 1e3, after_prefill.stall_s);
         std::fprintf(stderr,
                      "rep %d: prefill %.2f tok/s, decode %.2f tok/s, TTFT %.0f ms, decode hit rate %.1f%%, "
                      "%.1f MB read/token\n",

@@ -47,6 +47,7 @@ nlohmann::json stats_json(const Engine& engine, const GenerationStats& gen, cons
             {"prefetch_issued", cache.prefetch_issued},
             {"prefetch_used", cache.prefetch_used},
             {"prefetch_wasted", cache.prefetch_wasted},
+            {"prefetch_canceled", cache.prefetch_canceled},
             {"memory_budget_bytes", plan.budget_bytes},
             {"expert_cache_bytes", plan.cache_bytes},
             {"expert_cache_budget_bytes", pressure.budget_bytes},
@@ -60,8 +61,15 @@ double measure_expert_read_gb_s(const std::string& model_dir, uint64_t record_by
     namespace fs = std::filesystem;
     std::vector<std::pair<std::string, uint64_t>> files;  // path, size
     std::error_code ec;
+    // A packed model's expert files; a GGUF's file itself (or a folder's split files), whose experts are
+    // slices of it.
     for (const auto& e : fs::directory_iterator(fs::path(model_dir) / "experts", ec))
         if (e.path().extension() == ".bin") files.emplace_back(e.path().string(), e.file_size(ec));
+    if (files.empty() && fs::is_regular_file(model_dir, ec))
+        files.emplace_back(model_dir, fs::file_size(model_dir, ec));
+    if (files.empty())
+        for (const auto& e : fs::directory_iterator(fs::path(model_dir), ec))
+            if (e.path().extension() == ".gguf") files.emplace_back(e.path().string(), e.file_size(ec));
     if (files.empty()) return 0;
     const uint64_t block = record_bytes;  // a multiple of 4 KiB
     std::atomic<uint64_t> bytes{0};
@@ -81,7 +89,8 @@ double measure_expert_read_gb_s(const std::string& model_dir, uint64_t record_by
             while (!stop.load(std::memory_order_relaxed)) {
                 const size_t i = rng() % files.size();
                 if (fds[i] < 0 || files[i].second < block) continue;
-                const uint64_t off = (rng() % (files[i].second / block)) * block;  // a whole record
+                // A record's size at a 4 KiB-aligned offset (GGUF slices need not be record-aligned).
+                const uint64_t off = (rng() % ((files[i].second - block) / 4096 + 1)) * 4096;
                 const ssize_t n = ::pread(fds[i], buf, block, static_cast<off_t>(off));
                 if (n > 0) bytes += static_cast<uint64_t>(n);
             }

@@ -16,8 +16,9 @@ uint64_t peak_rss_bytes();
 // The --stats-json record of one generation.
 nlohmann::json stats_json(const Engine& engine, const GenerationStats& gen, const ExpertCacheStats& cache);
 
-// Random 4 KiB-aligned reads of whole expert records from a packed model's expert files with
-// O_DIRECT at `queue_depth` for about `seconds`: the disk bandwidth streaming actually sees.
+// Random 4 KiB-aligned reads of an expert record's size from a packed model's expert files (or a
+// GGUF file, or a folder of split GGUF files) with O_DIRECT at `queue_depth` for about `seconds`: the
+// disk bandwidth streaming actually sees. 0 when there is no such file.
 double measure_expert_read_gb_s(const std::string& model_dir, uint64_t record_bytes, int queue_depth,
                                 double seconds);
 

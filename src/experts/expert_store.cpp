@@ -307,20 +307,38 @@ int64_t ExpertStore::start_read_locked(ExpertKey key, bool prefetch) {
     return slot;
 }
 
-Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> ids, model::ExpertWeights* out) {
+Status ExpertStore::pin_locked(int64_t layer, std::span<const int32_t> ids, int64_t* slots,
+                               std::unique_lock<std::mutex>& lock) {
     if (!has_layer(layer))
         return error(ErrorCode::kInternal,
                      "[experts] layer " + std::to_string(layer) + " has no expert file");
     const int64_t n_experts = files_[static_cast<size_t>(layer)].src->n_experts;
-    std::vector<int64_t> slots(ids.size(), -1);
-    std::unique_lock<std::mutex> lock(mutex_);
+    for (int32_t id : ids)
+        if (id < 0 || id >= n_experts)
+            return error(ErrorCode::kInternal, "[experts] expert id " + std::to_string(id) + " out of range");
+    // This layer's experts are wanted now: what a prefetch could not yet start for it is moot, and its
+    // queued speculative reads of experts it does not want are dropped unread (a prefill's prediction
+    // from the layer before covers most experts; the disk is its bound, so each wasted read costs).
+    std::erase_if(pending_prefetch_, [&](const ExpertKey& k) { return k.layer == layer; });
+    std::vector<bool> wanted(static_cast<size_t>(n_experts), false);
+    for (int32_t id : ids) wanted[static_cast<size_t>(id)] = true;
+    std::erase_if(prefetch_jobs_, [&](const ReadJob& j) {
+        Slot& s = slots_[static_cast<size_t>(j.slot)];
+        // A preload's reads are not predictions: they stay.
+        if (j.key.layer != layer || wanted[static_cast<size_t>(j.key.expert)] || !s.prefetched_unused)
+            return false;
+        s.state = SlotState::kEmpty;
+        s.prefetched_unused = false;
+        table_->unpin(j.slot);  // the read's pin
+        table_->drop(j.slot);
+        stats_.prefetch_issued--;
+        stats_.prefetch_canceled++;
+        return true;
+    });
     // A step sized by max_pinned() before a shrink may ask for more than the cache now holds: it
     // gets them (retired slots come back for it), and they are retired again when it releases.
     apply_capacity_locked(static_cast<int64_t>(ids.size()));
     for (size_t i = 0; i < ids.size(); ++i) {
-        if (ids[i] < 0 || ids[i] >= n_experts)
-            return error(ErrorCode::kInternal,
-                         "[experts] expert id " + std::to_string(ids[i]) + " out of range");
         const ExpertKey key{static_cast<int32_t>(layer), ids[i]};
         int64_t slot = table_->find(key);
         if (slot >= 0) {
@@ -351,6 +369,23 @@ Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> ids, model::
         table_->pin(slot);
         slots[i] = slot;
     }
+    return Status::ok();
+}
+
+void ExpertStore::unpin_failed_locked(std::span<const int64_t> slots) {
+    for (int64_t slot : slots) {
+        table_->unpin(slot);
+        if (slots_[static_cast<size_t>(slot)].state == SlotState::kFailed) {
+            slots_[static_cast<size_t>(slot)].state = SlotState::kEmpty;
+            table_->drop(slot);
+        }
+    }
+}
+
+Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> ids, model::ExpertWeights* out) {
+    std::vector<int64_t> slots(ids.size(), -1);
+    std::unique_lock<std::mutex> lock(mutex_);
+    SLUICE_RETURN_IF_ERROR(pin_locked(layer, ids, slots.data(), lock));
     // Wait for every requested slot to be readable.
     const auto wait_start = Clock::now();
     Status failure;
@@ -361,17 +396,63 @@ Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> ids, model::
     }
     stats_.stall_s += std::chrono::duration<double>(Clock::now() - wait_start).count();
     if (!failure.is_ok()) {
-        for (size_t i = 0; i < ids.size(); ++i) {
-            table_->unpin(slots[i]);
-            if (slots_[static_cast<size_t>(slots[i])].state == SlotState::kFailed) {
-                slots_[static_cast<size_t>(slots[i])].state = SlotState::kEmpty;
-                table_->drop(slots[i]);
-            }
-        }
+        unpin_failed_locked(slots);
         return failure;
     }
     for (size_t i = 0; i < ids.size(); ++i)
         out[i] = views_for(slots[i], {static_cast<int32_t>(layer), ids[i]});
+    return Status::ok();
+}
+
+Status ExpertStore::acquire_each(int64_t layer, std::span<const int32_t> ids, model::ExpertWeights* out,
+                                 const std::function<void(size_t i)>& use) {
+    std::vector<int64_t> slots(ids.size(), -1);
+    std::vector<size_t> waiting(ids.size()), ready;  // indices not handed out yet; those readable now
+    for (size_t i = 0; i < ids.size(); ++i) waiting[i] = i;
+    std::unique_lock<std::mutex> lock(mutex_);
+    SLUICE_RETURN_IF_ERROR(pin_locked(layer, ids, slots.data(), lock));
+    while (!waiting.empty()) {
+        // Everything readable now, in request order (hits first of all, then reads as they land).
+        const auto wait_start = Clock::now();
+        bool failed = false;
+        slot_cv_.wait(lock, [&] {
+            for (size_t i : waiting)
+                if (slots_[static_cast<size_t>(slots[i])].state != SlotState::kLoading) return true;
+            return false;
+        });
+        stats_.stall_s += std::chrono::duration<double>(Clock::now() - wait_start).count();
+        ready.clear();
+        std::erase_if(waiting, [&](size_t i) {
+            const SlotState st = slots_[static_cast<size_t>(slots[i])].state;
+            if (st == SlotState::kFailed) failed = true;
+            if (st != SlotState::kReady) return false;
+            ready.push_back(i);
+            return true;
+        });
+        if (failed) {
+            // The experts not handed out are let go once their reads settle; those handed out are the
+            // caller's, released by it.
+            Status failure;
+            std::vector<int64_t> held;
+            for (size_t i : ready) held.push_back(slots[i]);
+            for (size_t i : waiting) {
+                Slot& s = slots_[static_cast<size_t>(slots[i])];
+                slot_cv_.wait(lock, [&] { return s.state != SlotState::kLoading; });
+                if (s.state == SlotState::kFailed && failure.is_ok())
+                    failure = error(ErrorCode::kIo, s.error);
+                held.push_back(slots[i]);
+            }
+            unpin_failed_locked(held);
+            slot_cv_.notify_all();
+            return failure;
+        }
+        lock.unlock();
+        for (size_t i : ready) {
+            out[i] = views_for(slots[i], {static_cast<int32_t>(layer), ids[i]});
+            use(i);
+        }
+        lock.lock();
+    }
     return Status::ok();
 }
 
@@ -402,7 +483,22 @@ void ExpertStore::release(int64_t layer, std::span<const int32_t> ids) {
         if (slot >= 0 && table_->pins(slot) > 0) table_->unpin(slot);
     }
     if (table_->n_active() > target_slots_.load(std::memory_order_relaxed)) apply_capacity_locked();
+    start_pending_prefetch_locked();
     slot_cv_.notify_all();
+}
+
+void ExpertStore::start_pending_prefetch_locked() {
+    while (!pending_prefetch_.empty()) {
+        const ExpertKey key = pending_prefetch_.front();
+        if (table_->find(key) < 0) {
+            // Never in place of a prediction not used yet (the same hint's earlier reads, most likely).
+            const int64_t victim = table_->retire_candidate();
+            if (victim < 0 || slots_[static_cast<size_t>(victim)].prefetched_unused) return;
+            if (start_read_locked(key, true) < 0) return;
+            stats_.prefetch_issued++;
+        }
+        pending_prefetch_.pop_front();
+    }
 }
 
 void ExpertStore::apply_capacity_locked(int64_t need) {
@@ -478,22 +574,34 @@ void ExpertStore::prefetch(int64_t layer, std::span<const int32_t> ids) {
     if (!options_.prefetch || !has_layer(layer)) return;
     const int64_t n_experts = files_[static_cast<size_t>(layer)].src->n_experts;
     std::lock_guard<std::mutex> lock(mutex_);
-    // Adaptive: prefetch pays only when it is accurate (lessons.md). When most recent prefetches
-    // were evicted unused, issue only every 8th batch to keep measuring.
+    // Adaptive: prefetch pays only when it is accurate (lessons.md). Where reads are the bound, a used
+    // prefetch saves only the wait for a read that was due anyway and a wasted one costs a whole read, so
+    // when more recent prefetches were evicted unused than used, issue only every 8th batch to keep
+    // measuring. (Measured on the 80B at --memory 3G: random routers predict ~36% of a decode token's
+    // experts, and decode ran 1.5x faster without prefetch; trained routers predict far better.)
     if (recent_used_ + recent_wasted_ > 512) {
         recent_used_ /= 2;
         recent_wasted_ /= 2;
     }
-    const bool inaccurate = recent_used_ + recent_wasted_ >= 64 && recent_wasted_ > 2 * recent_used_;
+    const bool inaccurate = recent_used_ + recent_wasted_ >= 64 && recent_wasted_ > recent_used_;
     if (inaccurate && (prefetch_calls_++ % 8) != 0) {
         stats_.prefetch_skipped++;
         return;
     }
+    // A newer hint replaces what an older one could not start.
+    pending_prefetch_.clear();
+    bool full = false;
     for (int32_t id : ids) {
         if (id < 0 || id >= n_experts) continue;
         const ExpertKey key{static_cast<int32_t>(layer), id};
         if (table_->find(key) >= 0) continue;
-        if (start_read_locked(key, true) < 0) break;  // no free slot: a hint, not a requirement
+        // Every slot pinned (a prefill holding this layer's union): the read starts when the layer
+        // releases a slot (release), so the next layer's reads follow this one's without a gap.
+        if (!full && start_read_locked(key, true) < 0) full = true;
+        if (full) {
+            pending_prefetch_.push_back(key);
+            continue;
+        }
         stats_.prefetch_issued++;
     }
 }

@@ -40,6 +40,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -77,12 +78,13 @@ struct ExpertStoreStats {
     uint64_t misses = 0;
     uint64_t bytes_read = 0;
     uint64_t reads = 0;
-    double io_busy_s = 0;  // wall time with at least one read in flight
-    double stall_s = 0;    // time the forward waited for reads
-    uint64_t prefetch_issued = 0;
-    uint64_t prefetch_used = 0;     // prefetched, then acquired
-    uint64_t prefetch_wasted = 0;   // prefetched, evicted unused
-    uint64_t prefetch_skipped = 0;  // prefetch batches skipped while recent accuracy was low
+    double io_busy_s = 0;            // wall time with at least one read in flight
+    double stall_s = 0;              // time the forward waited for reads
+    uint64_t prefetch_issued = 0;    // prefetch reads queued (less those canceled)
+    uint64_t prefetch_canceled = 0;  // queued, then dropped unread: their layer came and wanted others
+    uint64_t prefetch_used = 0;      // prefetched, then acquired
+    uint64_t prefetch_wasted = 0;    // prefetched, evicted unused
+    uint64_t prefetch_skipped = 0;   // prefetch batches skipped while recent accuracy was low
     uint64_t evictions = 0;
     uint64_t bytes_returned = 0;  // slot memory given back to the OS (set_cache_bytes shrinking)
     double hit_rate() const {
@@ -146,6 +148,8 @@ class ExpertStore final : public model::ExpertSource {
     ~ExpertStore() override;
 
     Status acquire(int64_t layer, std::span<const int32_t> ids, model::ExpertWeights* out) override;
+    Status acquire_each(int64_t layer, std::span<const int32_t> ids, model::ExpertWeights* out,
+                        const std::function<void(size_t i)>& use) override;
     void release(int64_t layer, std::span<const int32_t> ids) override;
     void prefetch(int64_t layer, std::span<const int32_t> ids) override;
     // When the cache has a slot for every expert of the model: queues a read of every expert not
@@ -221,6 +225,14 @@ class ExpertStore final : public model::ExpertSource {
     };
 
     ExpertStore() = default;
+    // Pins a slot for each of `ids` (hits as they are, misses claimed and queued as demand reads, waiting
+    // for a slot while every one is pinned) into slots[i]; fails only for an id out of range.
+    Status pin_locked(int64_t layer, std::span<const int32_t> ids, int64_t* slots,
+                      std::unique_lock<std::mutex>& lock);
+    // Unpins `slots` and forgets those whose read failed (read again, and the fault reported, next time).
+    void unpin_failed_locked(std::span<const int64_t> slots);
+    // Starts what prefetch() could not for want of an unpinned slot, as slots are released.
+    void start_pending_prefetch_locked();
     // Claims a slot for `key` and queues its read; returns the slot or -1 when all are pinned.
     int64_t start_read_locked(ExpertKey key, bool prefetch);
     // Retires unpinned slots while more are active than the target (and than `need`, what an
@@ -253,8 +265,9 @@ class ExpertStore final : public model::ExpertSource {
     mutable std::mutex mutex_;
     std::condition_variable slot_cv_;
     std::condition_variable job_cv_;
-    std::deque<ReadJob> jobs_;           // demand reads: served first
-    std::deque<ReadJob> prefetch_jobs_;  // speculative reads: only when no demand read waits
+    std::deque<ReadJob> jobs_;                // demand reads: served first
+    std::deque<ReadJob> prefetch_jobs_;       // speculative reads: only when no demand read waits
+    std::deque<ExpertKey> pending_prefetch_;  // prefetches waiting for a slot to be released
     std::vector<Slot> slots_;
     std::unique_ptr<SlotTable> table_;
     std::vector<std::thread> io_threads_;

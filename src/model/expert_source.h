@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "model/weights.h"
@@ -42,7 +43,20 @@ class ExpertSource {
     virtual ~ExpertSource() = default;
     // Fills out[i] with the weights of expert ids[i] of `layer`, waiting for reads if needed.
     virtual Status acquire(int64_t layer, std::span<const int32_t> ids, ExpertWeights* out) = 0;
-    // Ends the use of experts acquired for `layer` by the last acquire().
+    // As acquire(), but hands each expert to `use(i)` (out[i] filled) as soon as it is readable, in
+    // the order its reads land, so a batch computes with the experts it has while the others are still
+    // read. Each expert handed to `use` is the caller's until it calls release() for it (it may, one
+    // expert at a time, from inside `use`: its slot can then take the next layer's prefetch). On
+    // failure, the experts not yet handed to `use` are not held. The default acquires them all, then
+    // hands them in order.
+    virtual Status acquire_each(int64_t layer, std::span<const int32_t> ids, ExpertWeights* out,
+                                const std::function<void(size_t i)>& use) {
+        Status st = acquire(layer, ids, out);
+        if (!st.is_ok()) return st;
+        for (size_t i = 0; i < ids.size(); ++i) use(i);
+        return Status::ok();
+    }
+    // Ends the use of experts acquired for `layer` by the last acquire() (all of them, or some).
     virtual void release(int64_t layer, std::span<const int32_t> ids) = 0;
     // A hint: these experts of `layer` will be acquired soon.
     virtual void prefetch(int64_t /*layer*/, std::span<const int32_t> /*ids*/) {}

@@ -154,9 +154,14 @@ struct Workspace {
     std::vector<ExpertWeights> expert_views;
     std::vector<float> expert_token_weights;
     std::vector<int32_t> expert_rows;            // one expert's rows, single-step rows first
+    std::vector<float> expert_ring;              // [2n, H]: outputs of experts ahead of the frontier
+    std::vector<int32_t> expert_state;           // per expert of a round: waiting, held, in the ring, added
     std::vector<kernels::WeightView> latent_uv;  // latent attention: each head's value rows of kv_b
     BatchLayout batch;
     Status moe_status;  // first error of a streaming expert read in the running forward
+    // A multi-token step's next-layer prediction (predicted_ids), handed to the expert source once this
+    // layer's experts hold their slots (moe.cpp); layer -1: none waiting.
+    int64_t deferred_prefetch_layer = -1, deferred_prefetch_count = 0;
 
     // Heap bytes held by the buffers (the memory plan's scratch estimate must cover this).
     uint64_t bytes() const {
@@ -182,11 +187,12 @@ struct Workspace {
                               &expert_up,
                               &expert_act,
                               &expert_out,
+                              &expert_ring,
                               &topk_weights,
                               &expert_token_weights})
             b += v->capacity() * sizeof(float);
         for (const auto* v : {&topk_ids, &expert_tokens, &expert_offsets, &expert_fill, &expert_ids,
-                              &predicted_ids, &expert_rows})
+                              &predicted_ids, &expert_rows, &expert_state})
             b += v->capacity() * sizeof(int32_t);
         return b + expert_views.capacity() * sizeof(ExpertWeights) +
                latent_uv.capacity() * sizeof(kernels::WeightView) +

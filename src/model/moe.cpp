@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/assert.h"
 #include "model/model.h"
 #include "model/workspace.h"
 
@@ -176,6 +177,105 @@ void routed_decode(const ExpertWeights* views, std::span<const int32_t> ids, con
     }
 }
 
+// The routed experts of a prefill or multi-token step, `ids` (ascending) of one round: each expert
+// computes as soon as its weights are readable — in the order its reads land (ExpertSource::acquire_each),
+// so this layer's reads and compute overlap — and is released at once, its slot free for the next layer's
+// prefetch. Each token must still get its experts' sums in ascending expert order (exactness, above): an
+// expert that lands ahead of the lowest one not yet added (the frontier) keeps its output rows in a ring of
+// 2n rows until the frontier passes it; one that does not fit there waits, its weights held, and computes
+// when the frontier nears. Where every expert is at hand (resident weights) they come in order and nothing
+// waits.
+Status routed_each(ExpertSource* source, kernels::Activations activations, int64_t layer,
+                   std::span<const int32_t> ids, ExpertWeights* views, const int32_t* offsets,
+                   const int32_t* tok, const float* tok_w, const float* x, float* mix, int64_t H,
+                   const MoePlan& P, const MoeWeights& m, Workspace& ws, ThreadPool* pool) {
+    enum : int32_t { kWaiting = 0, kHeld, kInRing, kAdded };
+    const auto count_ids = static_cast<int64_t>(ids.size());
+    const int64_t ring_rows = 2 * ws.batch.rows;
+    float* ring = grow(ws.expert_ring, ring_rows * H);
+    int32_t* state = grow(ws.expert_state, count_ids);
+    std::fill(state, state + count_ids, kWaiting);
+    int64_t frontier = 0, held = 0;
+    auto ring_row = [&](int64_t r) { return ring + (r % ring_rows) * H; };
+    auto id = [&](int64_t i) { return ids[static_cast<size_t>(i)]; };
+    // Computes expert i and releases it; adds its rows into mix (at the frontier) or keeps them in the
+    // ring, at their places in the expert-grouped order (offsets) modulo the ring.
+    auto compute = [&](int64_t i, bool add) {
+        const int32_t e = id(i);
+        const int64_t begin = offsets[e], count = offsets[e + 1] - offsets[e];
+        for (WeightView* w : {&views[i].gate, &views[i].up, &views[i].down}) w->activations = activations;
+        // Each step's rows that are alone in their block first (matvec), then the others (matmul).
+        int32_t* order = grow(ws.expert_rows, count);
+        int64_t lone = 1;
+        order[0] = 0;
+        if (count > 1) lone = order_expert_rows(tok + begin, count, ws.batch, order);
+        float* in = grow(ws.expert_in, count * H);
+        for (int64_t j = 0; j < count; ++j)
+            std::memcpy(in + j * H, x + tok[begin + order[j]] * H, sizeof(float) * H);
+        float* out = grow(ws.expert_out, count * H);
+        swiglu_mlp(views[i], in, count, lone, out, ws, pool, ExpertExtras::of(P, m, e));
+        source->release(layer, ids.subspan(static_cast<size_t>(i), 1));
+        for (int64_t j = 0; j < count; ++j) {
+            const int64_t r = begin + order[j];
+            if (add)
+                kernels::axpy(tok_w[r], out + j * H, H, mix + tok[r] * H);
+            else
+                std::memcpy(ring_row(r), out + j * H, sizeof(float) * H);
+        }
+        state[i] = add ? kAdded : kInRing;
+    };
+    // Whether expert i's rows fit the ring beside those of every expert from the frontier up to it.
+    auto fits = [&](int64_t i) { return offsets[id(i) + 1] - offsets[id(frontier)] <= ring_rows; };
+    // Adds what the frontier reaches (experts in the ring; held ones computed straight into mix), then
+    // computes the held experts that now fit the ring.
+    auto advance = [&] {
+        while (frontier < count_ids && state[frontier] != kWaiting) {
+            if (state[frontier] == kInRing) {
+                const int32_t e = id(frontier);
+                for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r)
+                    kernels::axpy(tok_w[r], ring_row(r), H, mix + tok[r] * H);
+                state[frontier] = kAdded;
+            } else if (state[frontier] == kHeld) {
+                --held;
+                compute(frontier, true);
+            }
+            ++frontier;
+        }
+        for (int64_t i = frontier + 1; held > 0 && i < count_ids && fits(i); ++i) {
+            if (state[i] != kHeld) continue;
+            --held;
+            compute(i, false);
+        }
+    };
+    Status st = source->acquire_each(layer, ids, views, [&](size_t index) {
+        if (ws.deferred_prefetch_layer >= 0) {  // this layer's experts hold their slots now
+            source->prefetch(ws.deferred_prefetch_layer,
+                             std::span<const int32_t>(ws.predicted_ids.data(),
+                                                      static_cast<size_t>(ws.deferred_prefetch_count)));
+            ws.deferred_prefetch_layer = -1;
+        }
+        const auto i = static_cast<int64_t>(index);
+        if (i == frontier) {
+            compute(i, true);
+            ++frontier;
+            advance();
+        } else if (fits(i)) {
+            compute(i, false);
+        } else {
+            state[i] = kHeld;
+            ++held;
+        }
+    });
+    if (!st.is_ok()) {
+        for (int64_t i = 0; i < count_ids; ++i)  // the held experts are still ours to release
+            if (state[i] == kHeld) source->release(layer, ids.subspan(static_cast<size_t>(i), 1));
+        return st;
+    }
+    advance();
+    SLUICE_ASSERT(frontier == count_ids && held == 0);
+    return Status::ok();
+}
+
 }  // namespace
 
 void Model::moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t layer, Workspace& ws,
@@ -192,6 +292,12 @@ void Model::moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t lay
     const MoePlan& P = plan.moe;
     const MoeWeights& m = lw.moe_w;
     const int64_t E = P.experts, K = P.top_k;
+    // A deferred next-layer prefetch (predict_next_experts) goes out with this layer's first expert, or not
+    // at all (a failed acquire): never into a later forward.
+    struct ClearDeferred {
+        Workspace& ws;
+        ~ClearDeferred() { ws.deferred_prefetch_layer = -1; }
+    } clear_deferred{ws};
 
     float* logits = grow(ws.router, n * E);  // [n, E]
     linear_rows(m.router, x, n, singles, logits, pool);
@@ -237,36 +343,25 @@ void Model::moe_layer(const LayerPlan& plan, const LayerWeights& lw, int64_t lay
     for (int64_t first = 0; first < n_used; first += round) {
         const int64_t count_ids = std::min(round, n_used - first);
         std::span<const int32_t> batch_ids(used + first, static_cast<size_t>(count_ids));
-        Status st = experts_->acquire(layer, batch_ids, views);
-        if (!st.is_ok()) {
-            if (ws.moe_status.is_ok()) ws.moe_status = st;
-            return;
-        }
-        for (int64_t i = 0; i < count_ids; ++i)  // a streamed expert's views come from its source
-            for (WeightView* w : {&views[i].gate, &views[i].up, &views[i].down})
-                w->activations = activations_;
         if (decode) {
+            Status st = experts_->acquire(layer, batch_ids, views);
+            if (!st.is_ok()) {
+                if (ws.moe_status.is_ok()) ws.moe_status = st;
+                return;
+            }
+            for (int64_t i = 0; i < count_ids; ++i)  // a streamed expert's views come from its source
+                for (WeightView* w : {&views[i].gate, &views[i].up, &views[i].down})
+                    w->activations = activations_;
             routed_decode(views, batch_ids, offsets, tok, tok_w, x, mix, H, P, m, ws, pool);
             experts_->release(layer, batch_ids);
             continue;
         }
-        for (int64_t i = 0; i < count_ids; ++i) {
-            const int32_t e = batch_ids[i];
-            const int64_t begin = offsets[e], count = offsets[e + 1] - offsets[e];
-            // Each step's rows that are alone in their block first (matvec), then the others (matmul).
-            int32_t* order = grow(ws.expert_rows, count);
-            int64_t lone = 1;
-            order[0] = 0;
-            if (count > 1) lone = order_expert_rows(tok + begin, count, ws.batch, order);
-            auto row = [&](int64_t j) { return tok[begin + order[j]]; };
-            float* in = grow(ws.expert_in, count * H);
-            for (int64_t j = 0; j < count; ++j) std::memcpy(in + j * H, x + row(j) * H, sizeof(float) * H);
-            float* out = grow(ws.expert_out, count * H);
-            swiglu_mlp(views[i], in, count, lone, out, ws, pool, ExpertExtras::of(P, m, e));
-            for (int64_t j = 0; j < count; ++j)
-                kernels::axpy(tok_w[begin + order[j]], out + j * H, H, mix + row(j) * H);
+        Status st = routed_each(experts_, activations_, layer, batch_ids, views, offsets, tok, tok_w, x, mix,
+                                H, P, m, ws, pool);
+        if (!st.is_ok()) {
+            if (ws.moe_status.is_ok()) ws.moe_status = st;
+            return;
         }
-        experts_->release(layer, batch_ids);
     }
 
     if (P.shared_expert) {
@@ -310,12 +405,21 @@ void Model::predict_next_experts(int64_t layer, const float* x, Workspace& ws, T
     const kernels::RouterSpec router = plan.moe.router_spec(bias.empty() ? nullptr : bias.data());
     for (int64_t t = 0; t < n; ++t) {
         kernels::router_topk(logits + t * E, router, ids + t * K, weights + t * K);
-        for (int64_t j = 0; j < K; ++j) {
-            if (!seen[ids[t * K + j]]) {
-                seen[ids[t * K + j]] = 1;
-                predicted[count++] = ids[t * K + j];
-            }
-        }
+        for (int64_t j = 0; j < K; ++j)
+            if (seen[ids[t * K + j]]++ == 0) predicted[count++] = ids[t * K + j];
+    }
+    // A multi-token step (a prefill chunk) routes to most of this layer's experts, and a cache little larger
+    // than one layer's union would let the next layer's prefetch take the slots this layer is about to
+    // claim, then evict those reads before they are used: the hint waits until this layer's experts hold
+    // their slots (routed_each), and the source starts its reads as this layer releases them. Most-
+    // predicted first, since a source drops the reads it has not started when the layer comes.
+    const LayerPlan& here = plan_.layers[static_cast<size_t>(layer)];
+    if (here.ffn == FfnKind::kMoe && !(ws.batch.singles == n && n <= kDecodeGroupRows)) {
+        std::stable_sort(predicted, predicted + count,
+                         [&](int32_t a, int32_t b) { return seen[a] > seen[b]; });
+        ws.deferred_prefetch_layer = layer + 1;
+        ws.deferred_prefetch_count = count;
+        return;
     }
     experts_->prefetch(layer + 1, std::span<const int32_t>(predicted, static_cast<size_t>(count)));
 }

@@ -666,6 +666,7 @@ ExpertCacheStats Engine::expert_cache_stats() const {
     out.prefetch_used = s.prefetch_used;
     out.prefetch_wasted = s.prefetch_wasted;
     out.evictions = s.evictions;
+    out.prefetch_canceled = s.prefetch_canceled;
     return out;
 }
 

@@ -68,7 +68,8 @@ uint64_t scratch_bytes_estimate(const model::ModelConfig& c, int64_t chunk_token
                             ? c.q_lora_rank + c.kv_cache_dim() + 2 * c.n_heads * c.kv_cache_dim() +
                                   c.n_heads * (c.head_dim + c.v_head_dim)
                             : 0;
-    const int64_t per_token = 10 * c.hidden + 2 * qkvz + 3 * c.conv_dim() + 4 * c.linear_value_dim() +
+    // 12 hidden-wide rows: the residual, norms, mixes and the MoE's reorder ring (2 rows, moe.cpp).
+    const int64_t per_token = 12 * c.hidden + 2 * qkvz + 3 * c.conv_dim() + 4 * c.linear_value_dim() +
                               2 * c.n_experts + 4 * c.n_heads * c.head_dim + 3 * ffn + 2 * c.top_k + mla;
     return static_cast<uint64_t>(per_token * chunk_tokens + 3 * c.vocab) * 4;
 }
