@@ -10,7 +10,11 @@
 // WeightViews point into the slot.
 // All misses of a layer are queued at once; `io_threads` reader threads keep that many reads in
 // flight (the queue depth). Demand reads (a layer waiting) go before speculative prefetch reads,
-// so a wrong prediction never delays the experts the forward actually needs. A short read, an OS error or
+// so a wrong prediction never delays the experts the forward actually needs; when a layer comes, its
+// queued prefetch reads of experts it does not want are dropped unread, and a prefetch that finds every
+// slot pinned waits (pending) and starts as the layer holding them releases slots. acquire_each hands
+// each expert over as its read lands, so the forward computes while the rest are read, and the forward
+// may release experts one at a time. A short read, an OS error or
 // an xxh3 mismatch fails the acquire with a message naming the file, layer and expert — never silent
 // garbage. Checksums: by default each record's first read from disk (a file corrupted on disk is caught
 // the first time it matters; the hash, ~9 GB/s of memory bandwidth, is paid once per record, not per

@@ -80,7 +80,8 @@ class ReorderingSource final : public model::ExpertSource {
 
 std::vector<int32_t> prompt(int64_t n, int64_t vocab) {
     std::vector<int32_t> ids(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 13) % vocab);
+    for (int64_t i = 0; i < n; ++i)
+        ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 13) % vocab);
     return ids;
 }
 
