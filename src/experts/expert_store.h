@@ -155,7 +155,8 @@ class ExpertStore final : public model::ExpertSource {
     Status acquire_each(int64_t layer, std::span<const int32_t> ids, model::ExpertWeights* out,
                         const std::function<void(size_t i)>& use) override;
     void release(int64_t layer, std::span<const int32_t> ids) override;
-    void prefetch(int64_t layer, std::span<const int32_t> ids) override;
+    using model::ExpertSource::prefetch;
+    void prefetch(int64_t layer, std::span<const int32_t> ids, bool chunk) override;
     // When the cache has a slot for every expert of the model: queues a read of every expert not
     // held yet, behind demand reads (as prefetch reads are, but neither counted as prefetches nor
     // ever evicted, since nothing needs their slots), so a model that fits the budget becomes
@@ -208,6 +209,7 @@ class ExpertStore final : public model::ExpertSource {
         SlotState state = SlotState::kEmpty;
         SlotMemory memory = SlotMemory::kUnannounced;
         bool prefetched_unused = false;
+        bool chunk_hint = false;  // read for a multi-token chunk's hint (not counted by the adaptive gate)
         ExpertKey key;
         std::string error;
     };
@@ -272,6 +274,7 @@ class ExpertStore final : public model::ExpertSource {
     std::deque<ReadJob> jobs_;                // demand reads: served first
     std::deque<ReadJob> prefetch_jobs_;       // speculative reads: only when no demand read waits
     std::deque<ExpertKey> pending_prefetch_;  // prefetches waiting for a slot to be released
+    bool chunk_hint_ = false;                 // the last hint (and so the pending reads) came from a chunk
     std::vector<Slot> slots_;
     std::unique_ptr<SlotTable> table_;
     std::vector<std::thread> io_threads_;

@@ -59,7 +59,10 @@ class ExpertSource {
     // Ends the use of experts acquired for `layer` by the last acquire() (all of them, or some).
     virtual void release(int64_t layer, std::span<const int32_t> ids) = 0;
     // A hint: these experts of `layer` will be acquired soon.
-    virtual void prefetch(int64_t /*layer*/, std::span<const int32_t> /*ids*/) {}
+    // `chunk`: the hint of a multi-token step (a prefill chunk: most of the layer's experts), not a
+    // single-token step's k.
+    virtual void prefetch(int64_t /*layer*/, std::span<const int32_t> /*ids*/, bool /*chunk*/) {}
+    void prefetch(int64_t layer, std::span<const int32_t> ids) { prefetch(layer, ids, false); }
     virtual bool wants_prefetch() const { return false; }
     // Whether acquire() can fail (a read from disk can; a lookup in a mapped checkpoint cannot). A
     // forward over a source that cannot fail needs no protection against failing part-way, so the

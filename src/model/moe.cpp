@@ -251,7 +251,8 @@ Status routed_each(ExpertSource* source, kernels::Activations activations, int64
         if (ws.deferred_prefetch_layer >= 0) {  // this layer's experts hold their slots now
             source->prefetch(ws.deferred_prefetch_layer,
                              std::span<const int32_t>(ws.predicted_ids.data(),
-                                                      static_cast<size_t>(ws.deferred_prefetch_count)));
+                                                      static_cast<size_t>(ws.deferred_prefetch_count)),
+                             /*chunk=*/true);
             ws.deferred_prefetch_layer = -1;
         }
         const auto i = static_cast<int64_t>(index);
