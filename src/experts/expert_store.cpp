@@ -294,13 +294,11 @@ int64_t ExpertStore::start_read_locked(ExpertKey key, bool prefetch) {
         stats_.evictions++;
         if (s.prefetched_unused) {
             stats_.prefetch_wasted++;
-            if (!s.chunk_hint) recent_wasted_++;
         }
     }
     s.state = SlotState::kLoading;
     s.key = key;
     s.prefetched_unused = prefetch;
-    s.chunk_hint = prefetch && chunk_hint_;
     s.error.clear();
     table_->pin(slot);  // held by the read until it completes
     (prefetch ? prefetch_jobs_ : jobs_).push_back({slot, key});
@@ -349,7 +347,6 @@ Status ExpertStore::pin_locked(int64_t layer, std::span<const int32_t> ids, int6
             if (s.prefetched_unused) {
                 s.prefetched_unused = false;
                 stats_.prefetch_used++;
-                if (!s.chunk_hint) recent_used_++;
                 if (s.state == SlotState::kLoading) {
                     // Needed now: a queued speculative read becomes a demand read.
                     auto it = std::find_if(prefetch_jobs_.begin(), prefetch_jobs_.end(),
@@ -470,7 +467,6 @@ bool ExpertStore::try_acquire(int64_t layer, int32_t id, model::ExpertWeights* o
     if (s.prefetched_unused) {
         s.prefetched_unused = false;
         stats_.prefetch_used++;
-        if (!s.chunk_hint) recent_used_++;
     }
     table_->pin(slot);
     *out = views_for(slot, key);
@@ -575,25 +571,29 @@ void ExpertStore::prefetch(int64_t layer, std::span<const int32_t> ids, bool chu
     if (!options_.prefetch || !has_layer(layer)) return;
     const int64_t n_experts = files_[static_cast<size_t>(layer)].src->n_experts;
     std::lock_guard<std::mutex> lock(mutex_);
-    // Adaptive: prefetch pays only when it is accurate (lessons.md). Where reads are the bound, a used
-    // prefetch saves only the wait for a read that was due anyway and a wasted one costs a whole read, so
-    // when more recent prefetches were evicted unused than used, issue only every 8th batch to keep
-    // measuring. (Measured on the 80B at --memory 3G: random routers predict ~36% of a decode token's
-    // experts, and decode ran 1.5x faster without prefetch; trained routers predict far better.) Only
-    // single-token steps' hints are gated and counted: a multi-token chunk's (`chunk`) covers most of the
-    // next layer's union, and measured to pay (bench/results/cpu_decode/stream_s29).
-    if (recent_used_ + recent_wasted_ > 512) {
-        recent_used_ /= 2;
-        recent_wasted_ /= 2;
-    }
-    const bool inaccurate = recent_used_ + recent_wasted_ >= 64 && recent_wasted_ > recent_used_;
-    if (!chunk && inaccurate && (prefetch_calls_++ % 8) != 0) {
-        stats_.prefetch_skipped++;
-        return;
+    if (chunk) {
+        chunk_since_step_ = true;
+    } else {
+        // A single-token step's hint for the lowest layer hinted starts a decode step: the one before it is
+        // timed for the gate (PrefetchGate), unless a prefill chunk ran in between.
+        if (layer <= step_layer_) {
+            step_layer_ = layer;
+            const auto now = Clock::now();
+            if (chunk_since_step_)
+                gate_.restart_block();
+            else if (step_started_)
+                gate_.step(std::chrono::duration<double>(now - step_start_).count());
+            step_start_ = now;
+            step_started_ = true;
+            chunk_since_step_ = false;
+        }
+        if (!gate_.enabled()) {
+            stats_.prefetch_skipped++;
+            return;
+        }
     }
     // A newer hint replaces what an older one could not start.
     pending_prefetch_.clear();
-    chunk_hint_ = chunk;
     bool full = false;
     for (int32_t id : ids) {
         if (id < 0 || id >= n_experts) continue;

@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "experts/expert_cache.h"
+#include "experts/prefetch_gate.h"
 #include "format/gguf.h"
 #include "format/pack.h"
 #include "model/expert_source.h"
@@ -88,7 +89,7 @@ struct ExpertStoreStats {
     uint64_t prefetch_canceled = 0;  // queued, then dropped unread: their layer came and wanted others
     uint64_t prefetch_used = 0;      // prefetched, then acquired
     uint64_t prefetch_wasted = 0;    // prefetched, evicted unused
-    uint64_t prefetch_skipped = 0;   // prefetch batches skipped while recent accuracy was low
+    uint64_t prefetch_skipped = 0;   // decode hints dropped while steps ran faster without prefetch
     uint64_t evictions = 0;
     uint64_t bytes_returned = 0;  // slot memory given back to the OS (set_cache_bytes shrinking)
     double hit_rate() const {
@@ -209,7 +210,6 @@ class ExpertStore final : public model::ExpertSource {
         SlotState state = SlotState::kEmpty;
         SlotMemory memory = SlotMemory::kUnannounced;
         bool prefetched_unused = false;
-        bool chunk_hint = false;  // read for a multi-token chunk's hint (not counted by the adaptive gate)
         ExpertKey key;
         std::string error;
     };
@@ -274,7 +274,6 @@ class ExpertStore final : public model::ExpertSource {
     std::deque<ReadJob> jobs_;                // demand reads: served first
     std::deque<ReadJob> prefetch_jobs_;       // speculative reads: only when no demand read waits
     std::deque<ExpertKey> pending_prefetch_;  // prefetches waiting for a slot to be released
-    bool chunk_hint_ = false;                 // the last hint (and so the pending reads) came from a chunk
     std::vector<Slot> slots_;
     std::unique_ptr<SlotTable> table_;
     std::vector<std::thread> io_threads_;
@@ -285,7 +284,12 @@ class ExpertStore final : public model::ExpertSource {
     int announcing_ = 0;                             // on_restore calls running on reader threads
     std::chrono::steady_clock::time_point busy_since_;
     ExpertStoreStats stats_;
-    uint64_t recent_used_ = 0, recent_wasted_ = 0, prefetch_calls_ = 0;  // adaptive prefetch
+    // Decode prefetch on or off by measured step time (prefetch_gate.h): a step starts with the hint for the
+    // lowest layer hinted; a prefill chunk's hint in between makes its step incomparable.
+    PrefetchGate gate_;
+    int64_t step_layer_ = INT64_MAX;
+    std::chrono::steady_clock::time_point step_start_;
+    bool step_started_ = false, chunk_since_step_ = false;
 };
 
 }  // namespace sluice::experts

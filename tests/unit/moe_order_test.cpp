@@ -19,6 +19,7 @@
 #include "convert/packer.h"
 #include "core/thread_pool.h"
 #include "experts/expert_store.h"
+#include "experts/prefetch_gate.h"
 #include "format/pack.h"
 #include "model/model.h"
 #include "test_util.h"
@@ -301,6 +302,40 @@ TEST(ExpertStoreEach, QueuedPrefetchesTheLayerDoesNotWantAreDroppedUnread) {
     EXPECT_EQ(stats.prefetch_used, 2u);
     EXPECT_EQ(stats.reads, 2u) << "a canceled prefetch was read";
     store.set_slot_observer(nullptr);
+}
+
+// The decode prefetch gate: on for the first block, off for the second, then the arm with the lower median
+// step time, the other every kExploreEvery-th block; one long step (an idle gap) does not move a median; a
+// prefill among the steps restarts the block.
+TEST(PrefetchGate, RunsTheFasterArmAndKeepsMeasuringTheOther) {
+    using experts::PrefetchGate;
+    constexpr int B = PrefetchGate::kBlock;
+    PrefetchGate g;
+    auto block = [&](double on_s, double off_s, bool long_step = false) {
+        const bool on = g.enabled();
+        for (int i = 0; i < B; ++i) g.step(long_step && i == 3 ? 30.0 : (on ? on_s : off_s));
+        return on;
+    };
+    EXPECT_TRUE(block(0.5, 0.4));   // block 1: prefetch on
+    EXPECT_FALSE(block(0.5, 0.4));  // block 2: off
+    EXPECT_DOUBLE_EQ(g.median_on(), 0.5);
+    EXPECT_DOUBLE_EQ(g.median_off(), 0.4);
+    // Off is faster: off from now on, but for every 8th block, which measures on again.
+    int on_blocks = 0;
+    for (int b = 3; b <= 2 + 2 * PrefetchGate::kExploreEvery; ++b) on_blocks += block(0.5, 0.4, b == 5);
+    EXPECT_EQ(on_blocks, 2);
+    EXPECT_DOUBLE_EQ(g.median_off(), 0.4) << "one idle gap moved the median";
+    // Prefetch becomes the faster (a trained router, say): the next exploring block finds it, and it stays.
+    for (int b = 0; b < PrefetchGate::kExploreEvery && !g.enabled(); ++b) block(0.3, 0.4);
+    EXPECT_TRUE(block(0.3, 0.4)) << "no block explored prefetch";
+    EXPECT_DOUBLE_EQ(g.median_on(), 0.3);
+    EXPECT_TRUE(g.enabled());
+    EXPECT_TRUE(block(0.3, 0.4));
+    // A restarted block counts only what follows.
+    for (int i = 0; i < B - 1; ++i) g.step(9.0);
+    g.restart_block();
+    EXPECT_TRUE(block(0.3, 0.4));
+    EXPECT_DOUBLE_EQ(g.median_on(), 0.3);
 }
 
 }  // namespace
