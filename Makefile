@@ -64,7 +64,7 @@ test-unit: build fixtures
 # cache), concurrent tokenizer and template use. CPU-only, GCC (the compiler CI builds with -Werror);
 # halt_on_error makes a race fail.
 # KvCache is left out: its forwards are those of Session and PackedBatch, and it takes 5 minutes here.
-TSAN_TESTS ?= ThreadPool.*:Session.*:StepBatcher.*:ServerSessionPool.*:PackedBatch.*:FailureAtomicity.*:ExpertCache.*:MemoryPressure.*:PackFaults.*:Pack.Preload*:ModelFiles.*:*PackGolden*:*Concurrent*:GgufStreamedExperts.*:*GgufGolden.StreamedFromTheFile*
+TSAN_TESTS ?= ThreadPool.*:ExpertStoreEach.*:Session.*:StepBatcher.*:ServerSessionPool.*:PackedBatch.*:FailureAtomicity.*:ExpertCache.*:MemoryPressure.*:PackFaults.*:Pack.Preload*:ModelFiles.*:*PackGolden*:*Concurrent*:GgufStreamedExperts.*:*GgufGolden.StreamedFromTheFile*
 TSAN_RUN = TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
   $(BUILD_TSAN)/bin/sluice_tests --gtest_brief=1 --gtest_filter='$(TSAN_TESTS)'
 tsan: deps
