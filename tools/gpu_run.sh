@@ -54,6 +54,8 @@
 #   famvs                  /tmp/fam.gguf in both engines, alternated, page cache kept (the file is read once):
 #                          decode 128 after a 512 prompt and prefill 4096, resident; experts in host RAM (sluice
 #                          --gpu-memory 4G, llama.cpp -ncmoe 99); results named FAM_NAME_*
+#   prepfamq               prepfam with the op tests of GPU_FILTER and the CUDA goldens of GOLDEN_FILTER only
+#   famab                  /tmp/fam.gguf resident, --gpu-prefill int8 against f32 alternated: prefill 512 and 4096
 #   famprof                ncu's per-kernel GPU time over /tmp/fam.gguf: a 64-token prefill and 3 decode tokens
 #                          (FAM_NAME_ncu.csv, and its top kernels by time in the log)
 #   llamabuild             llama.cpp from .devcarry/llama/llama.tgz or .txz (../shared/peer/README.md) into /tmp/llb;
@@ -379,6 +381,16 @@ PY
         wait
         step prep_done 10 ls -la /tmp/llb/bin/llama-bench /tmp/fam.gguf
         ;;
+    prepfamq)
+        # prepfam with only the op tests GPU_FILTER names and the CUDA goldens GOLDEN_FILTER names (a short call).
+        rm -rf /tmp/llama && mkdir -p /tmp/llama && tar xf "$(ls .devcarry/llama/llama.t*z | head -n 1)" -C /tmp/llama
+        LLAMA_SRC_READY=1 GPU_RUN_NESTED=1 bash "$0" llamabuild >"$RES/prep_llamabuild.log" 2>&1 &
+        GPU_RUN_NESTED=1 bash "$0" famgguf >"$RES/prep_famgguf.log" 2>&1 &
+        step gpu_tests 240 "$B/sluice_gpu_tests" --gtest_filter="${GPU_FILTER:-*}"
+        step goldens_cuda 240 "$B/sluice_tests" --gtest_filter="Goldens/Golden.OnCuda*${GOLDEN_FILTER:-}"
+        wait
+        step prep_done 10 ls -la /tmp/llb/bin/llama-bench /tmp/fam.gguf
+        ;;
     famvs)
         LB=$(ls /tmp/llb/bin/llama-bench /tmp/llb/llama-bench 2>/dev/null | head -n 1)
         F=${FAM_NAME:-fam}
@@ -397,6 +409,21 @@ PY
             step "${F}_llama_host" 300 "$LB" -m /tmp/fam.gguf -ngl 99 -ncmoe 99 -fa 1 -p 512 -n 64 -r 1 -b 512 \
                 -ub 512 -t 16 -o md
         fi
+        ;;
+    famab)
+        # The prefill's products A/B on /tmp/fam.gguf, resident: --gpu-prefill int8 (the default) against f32,
+        # alternated, 512 and 4096-token prompts, 16 decode tokens after each.
+        F=${FAM_NAME:-fam}
+        for r in 1 2; do
+            for mode in int8 f32; do
+                NODROP=1 bench "${F}_${mode}_p512_r$r" 300 /tmp/fam.gguf --gpu-prefill "$mode" --prompt-tokens 512 \
+                    --prefill-chunk 512 --gen-tokens 16 --reps 1
+            done
+        done
+        for mode in int8 f32; do
+            NODROP=1 bench "${F}_${mode}_p4096" 300 /tmp/fam.gguf --gpu-prefill "$mode" --prompt-tokens 4096 \
+                --prefill-chunk 4096 --gen-tokens 16 --reps 1
+        done
         ;;
     famprof)
         F=${FAM_NAME:-fam}

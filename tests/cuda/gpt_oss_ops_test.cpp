@@ -21,6 +21,7 @@
 #include "cuda_test_util.h"
 #include "kernels/cuda/attention_decode.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/ggml_quants.h"
 #include "kernels/kernels.h"
 
 namespace sluice::cuda {
@@ -400,6 +401,128 @@ TEST(CudaOps, GptOssExpertsMatchComposedReference) {
             EXPECT_LT(rel_err(dmix.host(), ref), 2e-5) << what;
         }
         EXPECT_GT(clamped, 0) << kernels::weight_type_name(type) << ": the clamp never bit";
+    }
+}
+
+// ggml's e2m1 values doubled (kvalues_mxfp4), by nibble.
+constexpr int8_t kMxfp4Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// An MXFP4 test weight as the MLX affine 8-bit rows moe_mxfp4_int8 converts it to (code + 12, scale
+// 2^(e−128), bias −12·scale, groups of 32, f32 scales), made on the host.
+std::unique_ptr<TestWeight> mxfp4_as_q8(const TestWeight& mx) {
+    auto w = std::make_unique<TestWeight>();
+    const int64_t rows = mx.view.rows, cols = mx.view.cols, blocks = rows * cols / 32;
+    w->data.resize(static_cast<size_t>(rows * cols));
+    w->scales.resize(static_cast<size_t>(blocks * 4));
+    w->biases.resize(static_cast<size_t>(blocks * 4));
+    for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t* src = mx.data.data() + b * 17;
+        for (int j = 0; j < 16; ++j) {
+            w->data[static_cast<size_t>(b * 32 + j)] =
+                static_cast<uint8_t>(kMxfp4Doubled[src[1 + j] & 15] + 12);
+            w->data[static_cast<size_t>(b * 32 + 16 + j)] =
+                static_cast<uint8_t>(kMxfp4Doubled[src[1 + j] >> 4] + 12);
+        }
+        const float scale = kernels::e8m0_to_f32_half(src[0]), bias = -12.0f * scale;
+        std::memcpy(w->scales.data() + b * 4, &scale, 4);
+        std::memcpy(w->biases.data() + b * 4, &bias, 4);
+    }
+    kernels::WeightView& v = w->view;
+    v.type = kernels::WeightType::kQ8;
+    v.rows = rows;
+    v.cols = cols;
+    v.group_size = 32;
+    v.scale_type = kernels::ScaleType::kF32;
+    v.data = w->data.data();
+    v.scales = w->scales.data();
+    v.biases = w->biases.data();
+    w->d_data = std::make_unique<Dev<uint8_t>>(w->data);
+    w->d_scales = std::make_unique<Dev<uint8_t>>(w->scales);
+    w->d_biases = std::make_unique<Dev<uint8_t>>(w->biases);
+    w->dev = dev_weight(v, w->d_data->get(), w->d_scales->get(), w->d_biases->get());
+    return w;
+}
+
+// MXFP4 experts on the int8 prefill kernels (moe_mxfp4_int8, layers.cpp's prefill for gpt-oss): the 8-bit
+// rows it converts to are the MXFP4 weights exactly (checked on the host's copy, element by element), and
+// its products, in groups of 3 of 8 experts (a short last group), are bit for bit moe_matmul_int8's over
+// those rows (which CudaOps.GroupedMoeInt8MatchesComposedInt8Reference holds to the reference).
+TEST(CudaOps, Mxfp4ExpertsOnInt8KernelsAreTheInt8ProductsOfTheirExactRows) {
+    REQUIRE_GPU();
+    const int64_t E = 8, K = 4, H = 256, I = 128;
+    std::vector<std::unique_ptr<TestWeight>> mx, q8;
+    std::vector<DevWeight> mx_table, q8_table;
+    for (int64_t e = 0; e < E; ++e)
+        for (int j = 0; j < 3; ++j) {
+            mx.push_back(make_weight(kernels::WeightType::kGgmlMXFP4, j == 2 ? H : I, j == 2 ? I : H, 0,
+                                     static_cast<uint32_t>(3000 + 3 * e + j)));
+            // e8m0's subnormal halves (0, 1) and ordinary scales.
+            set_mxfp4_scales(
+                *mx.back(), [](int64_t b) { return static_cast<uint8_t>(b % 7 == 0 ? b % 2 : 118 + b % 5); });
+            q8.push_back(mxfp4_as_q8(*mx.back()));
+            mx_table.push_back(mx.back()->dev);
+            q8_table.push_back(q8.back()->dev);
+            const kernels::WeightFormat& fm = kernels::weight_format(mx.back()->view.type);
+            const kernels::WeightFormat& fq = kernels::weight_format(q8.back()->view.type);
+            for (int64_t r = 0; r < mx.back()->view.rows; ++r)
+                for (int64_t i = 0; i < mx.back()->view.cols; ++i)
+                    ASSERT_EQ(fq.reference_element(q8.back()->view, r, i),
+                              fm.reference_element(mx.back()->view, r, i))
+                        << "expert " << e << " projection " << j << " element " << r << "," << i;
+        }
+    auto upload = [](const std::vector<DevWeight>& t) {
+        std::vector<uint8_t> bytes(t.size() * sizeof(DevWeight));
+        std::memcpy(bytes.data(), t.data(), bytes.size());
+        return std::make_unique<Dev<uint8_t>>(bytes);
+    };
+    auto dmx = upload(mx_table), dq8 = upload(q8_table);
+    const auto* tmx = reinterpret_cast<const DevWeight*>(dmx->get());
+    const auto* tq8 = reinterpret_cast<const DevWeight*>(dq8->get());
+    const int64_t group = 3, slab = mxfp4_q8_slab_bytes(H, I);
+    Dev<uint8_t> dslabs(static_cast<size_t>(group * slab));
+    auto dscratch_table = upload(mxfp4_q8_table(dslabs.get(), group, slab, H, I));
+    const Mxfp4Q8Scratch scratch{group, slab, dslabs.get(),
+                                 reinterpret_cast<const DevWeight*>(dscratch_table->get())};
+    for (int64_t n : {17, 130}) {
+        std::vector<float> x = randn(static_cast<size_t>(n * H), 41);
+        std::vector<int32_t> ids(static_cast<size_t>(n * K));
+        std::mt19937 rng(static_cast<uint32_t>(n));
+        for (int64_t t = 0; t < n; ++t) {
+            std::vector<int32_t> perm(static_cast<size_t>(E));
+            std::iota(perm.begin(), perm.end(), 0);
+            std::shuffle(perm.begin(), perm.end(), rng);
+            for (int64_t j = 0; j < K; ++j)
+                ids[static_cast<size_t>(t * K + j)] = perm[static_cast<size_t>(j)];
+        }
+        const int64_t cap = n * K * std::max(H, I);
+        Dev<float> dx(x), dd(static_cast<size_t>(int8_scale_elements(cap))),
+            ds(static_cast<size_t>(int8_scale_elements(cap)));
+        Dev<int8_t> dq(static_cast<size_t>(cap));
+        Dev<int32_t> dids(ids), doff(static_cast<size_t>(E + 1)), dord(static_cast<size_t>(n * K));
+        const Int8Rows xq{dq.get(), dd.get(), ds.get(), cap};
+        moe_group(dids.get(), n * K, E, doff.get(), dord.get(), nullptr);
+        quantize_rows_int8(dx.get(), n, H, xq, nullptr);
+        const std::string what = "n=" + std::to_string(n);
+        for (int which = 0; which < 2; ++which) {
+            Dev<float> want(static_cast<size_t>(n * K * I)), got(static_cast<size_t>(n * K * I));
+            moe_matmul_int8(8, 32, tq8, which, E, doff.get(), dord.get(), n * K, true, K, false, I, H, xq,
+                            want.get(), nullptr);
+            moe_mxfp4_int8(scratch, tmx, which, E, doff.get(), dord.get(), n * K, true, K, false, I, H, xq,
+                           got.get(), nullptr);
+            const std::vector<float> a = got.host(), b = want.host();
+            EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+                << what << " which " << which;
+        }
+        // Down: the pairs' rows in, scattered out.
+        std::vector<float> act = randn(static_cast<size_t>(n * K * I), 43);
+        Dev<float> dact(act), want(static_cast<size_t>(n * K * H)), got(static_cast<size_t>(n * K * H));
+        quantize_rows_int8(dact.get(), n * K, I, xq, nullptr);
+        moe_matmul_int8(8, 32, tq8, 2, E, doff.get(), dord.get(), n * K, false, 1, true, H, I, xq, want.get(),
+                        nullptr);
+        moe_mxfp4_int8(scratch, tmx, 2, E, doff.get(), dord.get(), n * K, false, 1, true, H, I, xq, got.get(),
+                       nullptr);
+        const std::vector<float> a = got.host(), b = want.host();
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << what << " down";
     }
 }
 

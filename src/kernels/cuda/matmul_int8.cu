@@ -16,9 +16,12 @@
 // fragment reads of a warp hit 32 distinct banks.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cuda/device/common.cuh"
+#include "kernels/cuda/device/ggml_dot.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace sluice::cuda {
@@ -355,6 +358,103 @@ void moe_matmul_int8(int bits, int64_t group_size, const DevWeight* table, int w
         kernel<<<grid, kThreads, smem, s>>>(unused, table, which, offsets, order, n_pairs, gather, x_div,
                                             scatter, xq, y);
     });
+}
+
+}  // namespace sluice::cuda
+
+// ---- MXFP4 routed experts (moe_mxfp4_int8) ---------------------------------------------------------------
+namespace sluice::cuda {
+namespace {
+
+// One thread per block of 32: projection `which` of experts [e0, e0 + count) of `table` into their slabs
+// (slab i: codes [rows, cols] u8 in input order, then scales and biases [rows, cols / 32] f32). The code of
+// input j of a block: ggml's doubled e2m1 value (low nibble of byte j for j < 16, high nibble of byte
+// j − 16) plus 12; the weight is (code − 12) · 2^(e−128), what ggml's MXFP4 decodes to, exactly.
+__global__ void mxfp4_as_q8_kernel(const DevWeight* __restrict__ table, int64_t e0, int which, int64_t count,
+                                   int64_t rows, int64_t cols, uint8_t* __restrict__ slabs,
+                                   int64_t slab_bytes) {
+    const int64_t blocks_per_row = cols / 32, per_expert = rows * blocks_per_row;
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= count * per_expert) return;
+    const int64_t e = i / per_expert, rb = i % per_expert, r = rb / blocks_per_row, b = rb % blocks_per_row;
+    const DevWeight w = table[(e0 + e) * 3 + which];
+    if (w.type != WeightType::kGgmlMXFP4 || w.data == nullptr) return;  // (not routed to: never read)
+    const uint8_t* src = static_cast<const uint8_t*>(w.data) + (r * blocks_per_row + b) * 17;
+    uint8_t* slab = slabs + e * slab_bytes;
+    uint32_t words[8];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        uint32_t lo = 0, hi = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const uint32_t v = src[1 + 4 * k + j];
+            const int c_lo = static_cast<int>(mxfp4_code(v & 0x0Fu)) + 12;
+            const int c_hi = static_cast<int>(mxfp4_code(v >> 4)) + 12;
+            lo |= static_cast<uint32_t>(c_lo) << (8 * j);
+            hi |= static_cast<uint32_t>(c_hi) << (8 * j);
+        }
+        words[k] = lo;      // inputs 4k .. 4k + 3
+        words[4 + k] = hi;  // inputs 16 + 4k .. 16 + 4k + 3
+    }
+    auto* codes = reinterpret_cast<uint4*>(slab + (r * cols + b * 32));
+    codes[0] = make_uint4(words[0], words[1], words[2], words[3]);
+    codes[1] = make_uint4(words[4], words[5], words[6], words[7]);
+    const float scale = ggml_e8m0_half(src[0]);
+    auto* scales = reinterpret_cast<float*>(slab + rows * cols);
+    scales[r * blocks_per_row + b] = scale;
+    scales[rows * blocks_per_row + r * blocks_per_row + b] = -12.0f * scale;
+}
+
+int64_t align256(int64_t v) {
+    return (v + 255) / 256 * 256;
+}
+
+}  // namespace
+
+int64_t mxfp4_q8_slab_bytes(int64_t H, int64_t I) {
+    const int64_t weights = H * I;  // gate, up [I, H] and down [H, I] alike
+    return align256(weights + 2 * (weights / 32) * static_cast<int64_t>(sizeof(float)));
+}
+
+std::vector<DevWeight> mxfp4_q8_table(uint8_t* slabs, int64_t group, int64_t slab_bytes, int64_t H,
+                                      int64_t I) {
+    std::vector<DevWeight> table(static_cast<size_t>(group * 3));
+    for (int64_t e = 0; e < group; ++e)
+        for (int which = 0; which < 3; ++which) {
+            DevWeight& w = table[static_cast<size_t>(e * 3 + which)];
+            w.type = WeightType::kQ8;
+            w.scale_type = kernels::ScaleType::kF32;
+            w.group_size = 32;
+            w.rows = which == 2 ? H : I;
+            w.cols = which == 2 ? I : H;
+            uint8_t* slab = slabs + e * slab_bytes;
+            w.data = slab;
+            w.scales = slab + w.rows * w.cols;
+            w.biases = static_cast<const float*>(w.scales) + w.rows * w.cols / 32;
+        }
+    return table;
+}
+
+bool mxfp4_int8_products(const DevWeight& w) {
+    return w.type == WeightType::kGgmlMXFP4 && w.cols % 32 == 0;
+}
+
+void moe_mxfp4_int8(const Mxfp4Q8Scratch& scratch, const DevWeight* table, int which, int64_t n_experts,
+                    const int32_t* offsets, const int32_t* order, int64_t n_pairs, bool gather, int64_t x_div,
+                    bool scatter, int64_t rows, int64_t cols, const Int8Rows& xq, float* y, cudaStream_t s) {
+    if (n_pairs == 0 || rows == 0 || scratch.group <= 0) return;
+    constexpr int kConvertThreads = 256;
+    for (int64_t e0 = 0; e0 < n_experts; e0 += scratch.group) {
+        const int64_t count = std::min(scratch.group, n_experts - e0);
+        const int64_t blocks = count * rows * (cols / 32);
+        mxfp4_as_q8_kernel<<<grid_for(blocks, kConvertThreads), kConvertThreads, 0, s>>>(
+            table, e0, which, count, rows, cols, scratch.slabs, scratch.slab_bytes);
+        // The group's share of the pairs sizes the token tiles (moe_matmul_int8); offsets from the group's
+        // first expert, `order` and y as for the whole table.
+        const int64_t share = std::max<int64_t>(1, (n_pairs * count + n_experts - 1) / n_experts);
+        moe_matmul_int8(8, 32, scratch.table, which, count, offsets + e0, order, share, gather, x_div,
+                        scatter, rows, cols, xq, y, s);
+    }
 }
 
 }  // namespace sluice::cuda

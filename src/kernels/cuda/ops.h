@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/kernels.h"
 
@@ -111,6 +112,31 @@ void moe_matmul_int8(int bits, int64_t group_size, const DevWeight* table, int w
                      const int32_t* offsets, const int32_t* order, int64_t n_pairs, bool gather,
                      int64_t x_div, bool scatter, int64_t rows, int64_t cols, const Int8Rows& xq, float* y,
                      cudaStream_t s);
+
+// Routed experts stored as MXFP4 ggml blocks on the int8 kernels: each pass rewrites a group of experts'
+// projections as the MLX affine 8-bit rows they exactly are (ggml's doubled e2m1 code c ∈ [−12, 12] as the
+// unsigned code c + 12, the block's 2^(e−128) as the scale and −12 times it as the bias, groups of 32, f32
+// scales), then runs moe_matmul_int8 on them. Scratch: a slab per expert of a group, the codes, scales and
+// biases of its largest projection; `table` the group's DevWeights on the device, [group][3], all three of an
+// expert on its slab (one projection is converted at a time).
+struct Mxfp4Q8Scratch {
+    int64_t group = 0;       // experts per pass
+    int64_t slab_bytes = 0;  // one projection's codes, scales and biases
+    uint8_t* slabs = nullptr;
+    const DevWeight* table = nullptr;
+};
+// Bytes of one slab for experts of gate and up [I, H] and down [H, I] (H, I multiples of 32).
+int64_t mxfp4_q8_slab_bytes(int64_t H, int64_t I);
+// The host side of Mxfp4Q8Scratch::table for slabs at `slabs` (device memory), to copy to the device.
+std::vector<DevWeight> mxfp4_q8_table(uint8_t* slabs, int64_t group, int64_t slab_bytes, int64_t H,
+                                      int64_t I);
+// Whether moe_mxfp4_int8 can run an expert's projection w: MXFP4 ggml rows of a multiple of 32 inputs.
+bool mxfp4_int8_products(const DevWeight& w);
+// moe_matmul_int8 over routed experts whose `which` projections are MXFP4 (mxfp4_int8_products) in `table`
+// [n_experts][3], converted `scratch.group` experts at a time (arguments as moe_matmul_int8's).
+void moe_mxfp4_int8(const Mxfp4Q8Scratch& scratch, const DevWeight* table, int which, int64_t n_experts,
+                    const int32_t* offsets, const int32_t* order, int64_t n_pairs, bool gather, int64_t x_div,
+                    bool scatter, int64_t rows, int64_t cols, const Int8Rows& xq, float* y, cudaStream_t s);
 
 // Router top-k fused into a matvec_multi launch: the last block of slice `which` to finish runs
 // router_topk over that slice's output (n_experts logits) into ids / weights [k]. counter: a

@@ -177,6 +177,35 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
         SLUICE_CUDA_TRY(cudaEventCreate(&timing_[0]), "creating timing events");
         SLUICE_CUDA_TRY(cudaEventCreate(&timing_[1]), "creating timing events");
     }
+    if (int8_prefill_ && !tiered_ && !experts_as_mlx_ && routed_bytes_ > 0 && experts_raw_.mxfp4) {
+        // MXFP4 experts on the int8 prefill kernels: a scratch of up to 512 MB, within what the budget
+        // leaves, for a group of converted experts (gpt-oss-120b: 24 of 128 a pass); without it the
+        // prefill stays on the f32 products.
+        const int64_t slab = cuda::mxfp4_q8_slab_bytes(c.hidden, c.expert_ffn);
+        const int64_t per_expert = slab + static_cast<int64_t>(3 * sizeof(DevWeight));
+        const uint64_t used = weight_bytes_ + state + scratch_estimate;
+        const uint64_t room = std::min<uint64_t>(uint64_t{512} << 20, budget > used ? budget - used : 0);
+        const int64_t group = std::min<int64_t>(static_cast<int64_t>(room) / per_expert, c.n_experts);
+        const uint64_t bytes = static_cast<uint64_t>(std::max<int64_t>(group, 0) * per_expert);
+        if (group > 0 && cudaMalloc(&mxfp4_q8_block_, bytes) == cudaSuccess) {
+            auto* slabs = static_cast<uint8_t*>(mxfp4_q8_block_);
+            const std::vector<DevWeight> table =
+                cuda::mxfp4_q8_table(slabs, group, slab, c.hidden, c.expert_ffn);
+            auto* dev_table = reinterpret_cast<DevWeight*>(slabs + group * slab);
+            SLUICE_CUDA_TRY(
+                cudaMemcpy(dev_table, table.data(), table.size() * sizeof(DevWeight), cudaMemcpyHostToDevice),
+                "copying the MXFP4 scratch table");
+            mxfp4_q8_ = {group, slab, slabs, dev_table};
+            log::info("[cuda] MXFP4 experts prefill on int8 tensor cores, {} at a time ({} of scratch)",
+                      group, human_bytes(bytes));
+        } else {
+            cudaGetLastError();  // clear a failed allocation's error: the f32 products remain
+            mxfp4_q8_block_ = nullptr;
+            log::info(
+                "[cuda] no room for an MXFP4 expert's conversion scratch ({}): MXFP4 experts prefill in f32",
+                human_bytes(static_cast<uint64_t>(per_expert)));
+        }
+    }
     log::info("[cuda] {}: weights {} in GPU memory", name_, human_bytes(arena_bytes));
     return Status::ok();
 }

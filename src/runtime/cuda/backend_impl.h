@@ -277,6 +277,7 @@ class CudaBackend final : public Backend {
         if (stream_ != nullptr) cudaStreamDestroy(stream_);
         if (ws_block_ != nullptr) cudaFree(ws_block_);
         if (weights_block_ != nullptr) cudaFree(weights_block_);
+        if (mxfp4_q8_block_ != nullptr) cudaFree(mxfp4_q8_block_);
         if (host_io_ != nullptr) cudaFreeHost(host_io_);
         if (host_logits_ != nullptr) cudaFreeHost(host_logits_);
         if (host_summary_ != nullptr) cudaFreeHost(host_summary_);
@@ -419,6 +420,10 @@ class CudaBackend final : public Backend {
     bool flash_attention_ = false;
     int experts_int8_bits_ = 0;
     int64_t experts_int8_group_ = 0;  // the smallest group size among them
+    // Resident MXFP4 experts (gpt-oss) on the int8 prefill kernels: converted a group at a time into this
+    // scratch (cuda::moe_mxfp4_int8); group 0 where they are not, or the scratch could not be had.
+    cuda::Mxfp4Q8Scratch mxfp4_q8_{};
+    void* mxfp4_q8_block_ = nullptr;
     // The routed experts' kernels as the counting pass finds them, two ways: `raw`, their bytes as the
     // checkpoint holds them (what the expert tier copies), and `mlx`, GGUF Q4_0 / Q4_1 / Q8_0 experts
     // uploaded as the MLX affine 4/8-bit they exactly are (kernels::ggml_as_mlx_affine: the chunk decode
@@ -429,6 +434,7 @@ class CudaBackend final : public Backend {
         bool vector = true;       // experts_vector_
         int int8_bits = -1;       // experts_int8_bits_ (-1: no MoE layer yet)
         int64_t int8_group = 0;   // experts_int8_group_
+        bool mxfp4 = true;        // every expert projection has cuda::mxfp4_int8_products
         uint64_t routed_bytes = 0;
     };
     ExpertKernels experts_raw_, experts_mlx_;

@@ -416,6 +416,22 @@ void CudaBackend::moe_routed(const DevLayer& L, const float* x, const int32_t* i
         cuda::moe_add_expert_bias(ids, weights, L.expert_down_bias, n, K, H, mix, stream_);
         return;
     }
+    if (mxfp4_q8_.group > 0 && n * H <= xq_capacity_ && pairs * I <= xq_capacity_) {
+        // MXFP4 experts: the same int8 products, each group of experts converted to 8-bit rows first.
+        const cuda::Mxfp4Q8Scratch& s = mxfp4_q8_;
+        cuda::quantize_rows_int8(x, n, H, i8(), stream_);
+        cuda::moe_mxfp4_int8(s, L.experts, 0, E, d_.offsets, d_.order, pairs, true, K, false, I, H, i8(),
+                             d_.pair_gate, stream_);
+        cuda::moe_mxfp4_int8(s, L.experts, 1, E, d_.offsets, d_.order, pairs, true, K, false, I, H, i8(),
+                             d_.pair_up, stream_);
+        activate(ids, d_.order, pairs);
+        cuda::quantize_rows_int8(d_.pair_act, pairs, I, i8(), stream_);
+        cuda::moe_mxfp4_int8(s, L.experts, 2, E, d_.offsets, d_.order, pairs, false, 1, true, H, I, i8(),
+                             d_.pair_out, stream_);
+        cuda::moe_combine(d_.pair_out, weights, n, K, H, mix, stream_);
+        cuda::moe_add_expert_bias(ids, weights, L.expert_down_bias, n, K, H, mix, stream_);
+        return;
+    }
     cuda::moe_matmul(launch_, L.experts, 0, E, d_.offsets, d_.order, pairs, true, K, false, I, H, x,
                      d_.pair_gate, stream_);
     cuda::moe_matmul(launch_, L.experts, 1, E, d_.offsets, d_.order, pairs, true, K, false, I, H, x,

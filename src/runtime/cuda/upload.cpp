@@ -216,6 +216,9 @@ Status CudaBackend::upload_weights(Arena& arena) {
             expert_slot_bytes_ = std::max(expert_slot_bytes_, cuda::ExpertTier::slot_bytes_for(e));
             experts_raw_.vector = experts_raw_.vector && vector_mlp(e.gate, e.up, e.down);
             experts_raw_.int8_bits = int8_bits(e, experts_raw_.int8_bits, experts_raw_.int8_group);
+            for (const kernels::WeightView* v : {&e.gate, &e.up, &e.down})
+                experts_raw_.mxfp4 = experts_raw_.mxfp4 && cuda::mxfp4_int8_products(cuda::dev_weight(
+                                                               *v, nullptr, nullptr, nullptr));
             experts_raw_.routed_bytes += one.used() * static_cast<uint64_t>(E);
             kernels::MlxAffineRows rows[3];
             bool cg = false, cu = false, cd = false;
