@@ -1,13 +1,13 @@
 // PrefetchGate: whether a streamed decode's next-layer prefetch pays, measured rather than guessed.
 //
-// Prefetch overlaps the next layer's reads with this layer's compute, which pays where the disk has idle time,
-// and reads experts the router then does not pick, which costs a whole read each where the disk is the bound.
-// Which wins depends on the router's accuracy, the disk and the cache (bench/results/cpu_decode/stream_s29: on
-// the 80B at --memory 3G with random routers, 52% accurate, decode ran 10-25% faster without it; trained
-// routers are far more accurate). So decode steps run in blocks of kBlock with prefetch on or off, each arm
-// keeps the median step time of its last block (a median: an idle gap between requests is one long step), the
-// faster arm runs, and every kExploreEvery-th block runs the other to keep its measure fresh. The first block
-// runs with prefetch, the second without.
+// Prefetch overlaps the next layer's reads with this layer's compute, which pays where the disk has idle
+// time, and reads experts the router then does not pick, which costs a whole read each where the disk is the
+// bound. Which wins depends on the router's accuracy, the disk and the cache
+// (bench/results/cpu_decode/stream_s29: on the 80B at --memory 3G with random routers, 52% accurate, decode
+// ran 10-25% faster without it; trained routers are far more accurate). So decode steps run in blocks of
+// kBlock with prefetch on or off, each arm keeps the median step time of its last block (a median: an idle
+// gap between requests is one long step), the faster arm runs, and every kExploreEvery-th block runs the
+// other to keep its measure fresh. The first block runs with prefetch, the second without.
 //
 // Threading: none; the ExpertStore calls it under its lock.
 #pragma once
