@@ -22,6 +22,7 @@
 #include "convert/packer.h"
 #include "experts/expert_store.h"
 #include "format/pack.h"
+#include "golden_store.h"
 #include "test_util.h"
 
 namespace sluice {
@@ -81,53 +82,29 @@ size_t resident_pages(const uint8_t* p, size_t bytes) {
     return n;
 }
 
-// The qwen3_next_mlx_q4 golden packed into `out`: a small streamed model with 8 experts per layer.
-Expected<format::PackLayout> pack_golden(const std::string& out) {
-    convert::PackOptions o;
-    o.src_dir = testing::test_data_dir() + "/goldens/qwen3_next_mlx_q4";
-    o.out_dir = out;
-    if (auto packed = convert::pack_model(o); !packed.has_value()) return packed.status();
-    return format::open_packed_dir(out);
-}
-
 // The golden packed into `packed` and its store opened over it with room for every expert of a layer
-// and a floor of two slots, no prefetch; `all` the ids of a layer's experts, `layer` the first MoE layer.
-struct LayerStore {
-    std::unique_ptr<experts::ExpertStore> store;
-    uint64_t slot = 0;
-    int64_t n_experts = 0;
-    int32_t layer = 0;
-    std::vector<int32_t> all;
-};
-
-void open_layer_store(const std::string& packed, LayerStore* out) {
-    auto layout = pack_golden(packed);
-    ASSERT_TRUE(layout.has_value()) << layout.status().message();
-    out->slot = experts::ExpertStore::slot_bytes_for(*layout);
-    out->n_experts = layout->n_experts;
-    out->layer = static_cast<int32_t>(layout->expert_files[0].layer);
-    ASSERT_GE(out->n_experts, 8);
-    experts::ExpertStoreOptions so;
-    so.cache_bytes = out->slot * static_cast<uint64_t>(out->n_experts);
-    so.floor_bytes = out->slot * 2;
-    so.prefetch = false;
-    so.io_threads = 2;
-    auto opened = experts::ExpertStore::open(packed, *layout, so);
-    ASSERT_TRUE(opened.has_value()) << opened.status().message();
-    out->store = std::move(opened).value();
-    out->all.resize(static_cast<size_t>(out->n_experts));
-    for (int32_t e = 0; e < out->n_experts; ++e) out->all[static_cast<size_t>(e)] = e;
+// and a floor of two slots, no prefetch.
+void open_layer_store(const std::string& packed, testing::GoldenStore* out) {
+    testing::open_golden_store(
+        packed,
+        [](experts::ExpertStoreOptions& so, const testing::GoldenStore& g) {
+            so.cache_bytes = g.slot * static_cast<uint64_t>(g.n_experts);
+            so.floor_bytes = g.slot * 2;
+            so.prefetch = false;
+            so.io_threads = 2;
+        },
+        out);
 }
 
 TEST(ExpertCache, StoreShrinksUnderPressureAndGrowsBack) {
     testing::TempDir dir;
     const std::string packed = dir.file("packed");
-    LayerStore ls;
+    testing::GoldenStore ls;
     ASSERT_NO_FATAL_FAILURE(open_layer_store(packed, &ls));
     experts::ExpertStore& store = *ls.store;
     const uint64_t slot = ls.slot;
     const int64_t n_experts = ls.n_experts;
-    const int32_t layer = ls.layer;
+    const int32_t layer = ls.layers[0];
     const std::vector<int32_t>& all = ls.all;
 
     // Every expert of the layer once: the bytes each view starts with, to compare after refills.
@@ -256,12 +233,12 @@ std::set<int64_t> slots_of(experts::ExpertStore& store, std::span<const model::E
 TEST(ExpertCache, SlotObserverSeesExactlyTheSlotsInUse) {
     testing::TempDir dir;
     const std::string packed = dir.file("packed");
-    LayerStore ls;
+    testing::GoldenStore ls;
     ASSERT_NO_FATAL_FAILURE(open_layer_store(packed, &ls));
     experts::ExpertStore& store = *ls.store;
     const uint64_t slot = ls.slot;
     const int64_t n_experts = ls.n_experts;
-    const int32_t layer = ls.layer;
+    const int32_t layer = ls.layers[0];
     const std::vector<int32_t>& all = ls.all;
     std::vector<model::ExpertWeights> views(all.size());
 
@@ -346,23 +323,21 @@ TEST(ExpertCache, SlotObserverSeesExactlyTheSlotsInUse) {
 TEST(ExpertCache, SlotsTheObserverDeclinesAreNeverRetiredToIt) {
     testing::TempDir dir;
     const std::string packed = dir.file("packed");
-    auto layout = pack_golden(packed);
-    ASSERT_TRUE(layout.has_value()) << layout.status().message();
-    const uint64_t slot = experts::ExpertStore::slot_bytes_for(*layout);
-    const int64_t n_experts = layout->n_experts;
-    const int32_t layer = static_cast<int32_t>(layout->expert_files[0].layer);
-    experts::ExpertStoreOptions so;
-    so.cache_bytes = slot * static_cast<uint64_t>(n_experts);
-    so.floor_bytes = slot;
-    so.prefetch = false;
-    so.io_threads = 2;
-    auto opened = experts::ExpertStore::open(packed, *layout, so);
-    ASSERT_TRUE(opened.has_value()) << opened.status().message();
-    experts::ExpertStore& store = **opened;
-    RecordingObserver observer(store.host_memory(), slot, false);  // fails the test on any on_retire
+    testing::GoldenStore gs;
+    ASSERT_NO_FATAL_FAILURE(testing::open_golden_store(
+        packed,
+        [](experts::ExpertStoreOptions& so, const testing::GoldenStore& g) {
+            so.cache_bytes = g.slot * static_cast<uint64_t>(g.n_experts);
+            so.floor_bytes = g.slot;
+            so.prefetch = false;
+            so.io_threads = 2;
+        },
+        &gs));
+    experts::ExpertStore& store = *gs.store;
+    const int32_t layer = gs.layers[0];
+    const std::vector<int32_t>& all = gs.all;
+    RecordingObserver observer(store.host_memory(), gs.slot, false);  // fails the test on any on_retire
     ASSERT_TRUE(store.set_slot_observer(&observer));
-    std::vector<int32_t> all(static_cast<size_t>(n_experts));
-    for (int32_t e = 0; e < n_experts; ++e) all[static_cast<size_t>(e)] = e;
     std::vector<model::ExpertWeights> views(all.size());
     ASSERT_TRUE(store.acquire(layer, all, views.data()).is_ok());
     EXPECT_EQ(observer.take_restored().size(), all.size());
@@ -381,19 +356,20 @@ TEST(ExpertCache, SlotsTheObserverDeclinesAreNeverRetiredToIt) {
 TEST(ExpertCache, ResizingWhileStepsRunNeverFailsThem) {
     testing::TempDir dir;
     const std::string packed = dir.file("packed");
-    auto layout = pack_golden(packed);
-    ASSERT_TRUE(layout.has_value()) << layout.status().message();
-    const uint64_t slot = experts::ExpertStore::slot_bytes_for(*layout);
-    const int64_t n_experts = layout->n_experts;
-    std::vector<int32_t> layers;
-    for (const auto& f : layout->expert_files) layers.push_back(static_cast<int32_t>(f.layer));
-    experts::ExpertStoreOptions so;
-    so.cache_bytes = slot * static_cast<uint64_t>(n_experts * static_cast<int64_t>(layers.size()));
-    so.floor_bytes = slot;
-    so.io_threads = 3;
-    auto opened = experts::ExpertStore::open(packed, *layout, so);
-    ASSERT_TRUE(opened.has_value()) << opened.status().message();
-    experts::ExpertStore& store = **opened;
+    testing::GoldenStore gs;
+    ASSERT_NO_FATAL_FAILURE(testing::open_golden_store(
+        packed,
+        [](experts::ExpertStoreOptions& so, const testing::GoldenStore& g) {
+            so.cache_bytes =
+                g.slot * static_cast<uint64_t>(g.n_experts * static_cast<int64_t>(g.layers.size()));
+            so.floor_bytes = g.slot;
+            so.io_threads = 3;
+        },
+        &gs));
+    experts::ExpertStore& store = *gs.store;
+    const uint64_t slot = gs.slot;
+    const int64_t n_experts = gs.n_experts;
+    const std::vector<int32_t>& layers = gs.layers;
     RecordingObserver observer(store.host_memory(), slot, true);
     ASSERT_TRUE(store.set_slot_observer(&observer));
     // Each expert's first bytes, read once at full size.

@@ -21,6 +21,7 @@
 #include "experts/expert_store.h"
 #include "experts/prefetch_gate.h"
 #include "format/pack.h"
+#include "golden_store.h"
 #include "model/model.h"
 #include "test_util.h"
 
@@ -149,35 +150,26 @@ INSTANTIATE_TEST_SUITE_P(Goldens, MoeOrder,
                          ::testing::Values("qwen3_next_hf_bf16", "qwen3_next_mlx_q4", "gpt_oss_hf_bf16",
                                            "glm4_moe_hf_bf16", "deepseek_v3_hf_bf16", "qwen2_moe_mlx_q4"));
 
-// The qwen3_next_mlx_q4 golden packed into `out` (8 experts per MoE layer).
-Expected<format::PackLayout> pack_golden(const std::string& out) {
-    convert::PackOptions o;
-    o.src_dir = testing::test_data_dir() + "/goldens/qwen3_next_mlx_q4";
-    o.out_dir = out;
-    if (auto packed = convert::pack_model(o); !packed.has_value()) return packed.status();
-    return format::open_packed_dir(out);
-}
-
 // The store's acquire_each over a packed golden: each expert handed once with the bytes acquire() gives,
 // releasable one at a time inside the callback; then no slot is pinned (the cache shrinks to its floor).
 TEST(ExpertStoreEach, HandsEveryExpertOnceWithAcquiresBytes) {
     testing::TempDir dir;
     const std::string packed = dir.file("packed");
-    auto layout = pack_golden(packed);
-    ASSERT_TRUE(layout.has_value()) << layout.status().message();
-    const uint64_t slot = experts::ExpertStore::slot_bytes_for(*layout);
-    const int64_t n_experts = layout->n_experts;
-    const auto layer = static_cast<int32_t>(layout->expert_files[0].layer);
-    experts::ExpertStoreOptions so;
-    so.cache_bytes = slot * static_cast<uint64_t>(n_experts);
-    so.floor_bytes = slot;
-    so.prefetch = false;
-    so.io_threads = 3;
-    auto opened = experts::ExpertStore::open(packed, *layout, so);
-    ASSERT_TRUE(opened.has_value()) << opened.status().message();
-    experts::ExpertStore& store = **opened;
-    std::vector<int32_t> all(static_cast<size_t>(n_experts));
-    std::iota(all.begin(), all.end(), 0);
+    testing::GoldenStore gs;
+    ASSERT_NO_FATAL_FAILURE(testing::open_golden_store(
+        packed,
+        [](experts::ExpertStoreOptions& so, const testing::GoldenStore& g) {
+            so.cache_bytes = g.slot * static_cast<uint64_t>(g.n_experts);
+            so.floor_bytes = g.slot;
+            so.prefetch = false;
+            so.io_threads = 3;
+        },
+        &gs));
+    experts::ExpertStore& store = *gs.store;
+    const uint64_t slot = gs.slot;
+    const int64_t n_experts = gs.n_experts;
+    const int32_t layer = gs.layers[0];
+    const std::vector<int32_t>& all = gs.all;
 
     // The reference bytes, through acquire(), then evicted by a shrink to one slot and grown back.
     std::vector<model::ExpertWeights> views(all.size());
@@ -213,21 +205,17 @@ TEST(ExpertStoreEach, HandsEveryExpertOnceWithAcquiresBytes) {
 TEST(ExpertStoreEach, APrefetchWaitingForSlotsStartsAsTheLayerReleasesThem) {
     testing::TempDir dir;
     const std::string packed = dir.file("packed");
-    auto layout = pack_golden(packed);
-    ASSERT_TRUE(layout.has_value()) << layout.status().message();
-    ASSERT_GE(layout->expert_files.size(), 2u);
-    const uint64_t slot = experts::ExpertStore::slot_bytes_for(*layout);
-    const int64_t n_experts = layout->n_experts;
-    const auto first = static_cast<int32_t>(layout->expert_files[0].layer);
-    const auto second = static_cast<int32_t>(layout->expert_files[1].layer);
-    experts::ExpertStoreOptions so;
-    so.cache_bytes = slot * static_cast<uint64_t>(n_experts);  // one layer's experts
-    so.io_threads = 2;
-    auto opened = experts::ExpertStore::open(packed, *layout, so);
-    ASSERT_TRUE(opened.has_value()) << opened.status().message();
-    experts::ExpertStore& store = **opened;
-    std::vector<int32_t> all(static_cast<size_t>(n_experts));
-    std::iota(all.begin(), all.end(), 0);
+    testing::GoldenStore gs;
+    ASSERT_NO_FATAL_FAILURE(testing::open_golden_store(
+        packed,
+        [](experts::ExpertStoreOptions& so, const testing::GoldenStore& g) {
+            so.cache_bytes = g.slot * static_cast<uint64_t>(g.n_experts);  // one layer's experts
+            so.io_threads = 2;
+        },
+        &gs));
+    experts::ExpertStore& store = *gs.store;
+    const int32_t first = gs.layers[0], second = gs.layers[1];
+    const std::vector<int32_t>& all = gs.all;
 
     std::vector<model::ExpertWeights> views(all.size());
     ASSERT_TRUE(store.acquire(first, all, views.data()).is_ok());  // every slot pinned
@@ -264,22 +252,20 @@ class GateObserver final : public model::SlotMemoryObserver {
 TEST(ExpertStoreEach, QueuedPrefetchesTheLayerDoesNotWantAreDroppedUnread) {
     testing::TempDir dir;
     const std::string packed = dir.file("packed");
-    auto layout = pack_golden(packed);
-    ASSERT_TRUE(layout.has_value()) << layout.status().message();
-    const uint64_t slot = experts::ExpertStore::slot_bytes_for(*layout);
-    const int64_t n_experts = layout->n_experts;
-    const auto layer = static_cast<int32_t>(layout->expert_files[1].layer);
-    experts::ExpertStoreOptions so;
-    so.cache_bytes = slot * static_cast<uint64_t>(n_experts);
-    so.io_threads = 1;
-    auto opened = experts::ExpertStore::open(packed, *layout, so);
-    ASSERT_TRUE(opened.has_value()) << opened.status().message();
-    experts::ExpertStore& store = **opened;
+    testing::GoldenStore gs;
+    ASSERT_NO_FATAL_FAILURE(testing::open_golden_store(
+        packed,
+        [](experts::ExpertStoreOptions& so, const testing::GoldenStore& g) {
+            so.cache_bytes = g.slot * static_cast<uint64_t>(g.n_experts);
+            so.io_threads = 1;
+        },
+        &gs));
+    experts::ExpertStore& store = *gs.store;
+    const int64_t n_experts = gs.n_experts;
+    const int32_t layer = gs.layers[1];
     GateObserver gate;
     store.set_slot_observer(&gate);
-    std::vector<int32_t> all(static_cast<size_t>(n_experts));
-    std::iota(all.begin(), all.end(), 0);
-    store.prefetch(layer, all);  // the reader takes expert 0's read and stops at the gate
+    store.prefetch(layer, gs.all);  // the reader takes expert 0's read and stops at the gate
     ASSERT_EQ(store.stats().prefetch_issued, static_cast<uint64_t>(n_experts));
 
     // The layer comes and wants experts 0 and 1 only: 2 .. n-1 are dropped before their reads start.
