@@ -56,8 +56,9 @@
 #                          --gpu-memory 4G, llama.cpp -ncmoe 99); results named FAM_NAME_*
 #   prepfamq               prepfam with the op tests of GPU_FILTER and the CUDA goldens of GOLDEN_FILTER only
 #   famab                  /tmp/fam.gguf resident, --gpu-prefill int8 against f32 alternated: prefill 512 and 4096
-#   famprof                ncu's per-kernel GPU time over /tmp/fam.gguf: a 64-token prefill and 3 decode tokens
-#                          (FAM_NAME_ncu.csv, and its top kernels by time in the log)
+#   famdecab               /tmp/fam.gguf resident decode: this build, .devcarry/b's bin/sluice and llama.cpp, alternated
+#   famprof                ncu's per-kernel GPU time and DRAM bytes over /tmp/fam.gguf: a FAM_PROF_PROMPT-token (64)
+#                          prefill and 3 decode tokens (FAM_NAME_ncu.txt, and its top kernels by time in the log)
 #   llamabuild             llama.cpp from .devcarry/llama/llama.tgz or .txz (../shared/peer/README.md) into /tmp/llb;
 #                          gguf35: the 35B's GGUF of the same shapes (synth_gguf.py) at /tmp/m35.gguf;
 #                          llamakv35: llama-bench -fa 1 at f16 and q8_0 KV, the same depths and prompts
@@ -410,6 +411,21 @@ PY
                 -ub 512 -t 16 -o md
         fi
         ;;
+    famdecab)
+        # Resident decode (128 tokens after a 512-token prompt) on /tmp/fam.gguf: this build (c), the build
+        # carried in .devcarry/b (bin/sluice only; an A/B of a decode change) and llama.cpp, alternated.
+        F=${FAM_NAME:-fam}
+        LB=$(ls /tmp/llb/bin/llama-bench /tmp/llb/llama-bench 2>/dev/null | head -n 1)
+        mkdir -p /tmp/slb && tar xJf .devcarry/b/carry.tar.xz -C /tmp/slb
+        for r in 1 2; do
+            NODROP=1 bench "${F}_new_r$r" 300 /tmp/fam.gguf --prompt-tokens 512 --prefill-chunk 512 --gen-tokens 128 \
+                --reps 1
+            NODROP=1 step "${F}_old_r$r" 300 /tmp/slb/bin/sluice bench /tmp/fam.gguf --device cuda --prompt-tokens 512 \
+                --prefill-chunk 512 --gen-tokens 128 --reps 1
+            [ -n "$LB" ] && step "${F}_llama_r$r" 300 "$LB" -m /tmp/fam.gguf -ngl 99 -fa 1 -p 512 -n 128 -r 1 -b 512 \
+                -ub 512 -o md
+        done
+        ;;
     famab)
         # The prefill's products A/B on /tmp/fam.gguf, resident: --gpu-prefill int8 (the default) against f32,
         # alternated, 512 and 4096-token prompts, 16 decode tokens after each.
@@ -426,26 +442,37 @@ PY
         done
         ;;
     famprof)
+        # FAM_PROF_PROMPT (64) prompt tokens and 3 decode tokens: each kernel's GPU time and DRAM bytes,
+        # summed over its launches, with the bandwidth it reached.
         F=${FAM_NAME:-fam}
-        step "${F}_ncu" 420 ncu --metrics gpu__time_duration.sum --csv --print-units base --print-summary per-kernel \
-            "$B/sluice" bench /tmp/fam.gguf --device cuda --prompt-tokens 64 --prefill-chunk 64 --gen-tokens 3 \
+        step "${F}_ncu" 420 ncu --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv --print-units base \
+            --print-summary per-kernel "$B/sluice" bench /tmp/fam.gguf --device cuda \
+            --prompt-tokens "${FAM_PROF_PROMPT:-64}" --prefill-chunk "${FAM_PROF_PROMPT:-64}" --gen-tokens 3 \
             --reps 1 --warmup 0
         python3 - "$RES/${F}_ncu.txt" <<'PY'
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1], errors="replace")))
 head = next((r for r in rows if "Kernel Name" in r), None)
-total = {}
+time, dram, calls = {}, {}, {}
 for r in rows:
     if head and len(r) == len(head) and r is not head:
         d = dict(zip(head, r))
         try:
-            t = float(d["Average"].replace(",", "")) * int(d["Invocations"].replace(",", ""))
+            v = float(d["Average"].replace(",", "")) * int(d["Invocations"].replace(",", ""))
         except (KeyError, ValueError):
             continue
-        total[d["Kernel Name"][:120]] = total.get(d["Kernel Name"][:120], 0.0) + t
-s = sum(total.values()) or 1.0
-for k, v in sorted(total.items(), key=lambda x: -x[1])[:25]:
-    print(f"{100 * v / s:5.1f}% {v / 1e6:9.2f} ms  {k}")
+        k = d["Kernel Name"][:110]
+        metric = d.get("Metric Name", "gpu__time_duration.sum")
+        if metric.startswith("gpu__time_duration"):
+            time[k] = time.get(k, 0.0) + v
+            calls[k] = calls.get(k, 0) + int(d["Invocations"].replace(",", ""))
+        elif metric.startswith("dram__bytes_read"):
+            dram[k] = dram.get(k, 0.0) + v
+s = sum(time.values()) or 1.0
+print(f"total {s / 1e6:.2f} ms GPU time, {sum(dram.values()) / 1e9:.2f} GB read from DRAM")
+for k, v in sorted(time.items(), key=lambda x: -x[1])[:30]:
+    gbs = dram.get(k, 0.0) / v if v else 0.0  # bytes per ns = GB/s
+    print(f"{100 * v / s:5.1f}% {v / 1e6:9.2f} ms {calls[k]:6d} calls {dram.get(k, 0.0) / 1e9:7.3f} GB {gbs:7.0f} GB/s  {k}")
 PY
         ;;
     llamakv35)

@@ -70,8 +70,15 @@ TEST(CudaOps, MatvecMatchesReference) {
     std::vector<LinearCase> cases = linear_cases();
     // Row counts off the 4-row warp tile, and many rows of the model's hidden size (the lm_head's
     // shape class: 248k × 2048 4-bit for Qwen3.6, cut to 32k rows to keep the CPU side quick).
-    cases.insert(cases.end(),
-                 {{T::kQ4, 4099, 2048, 64}, {T::kQ8, 1001, 2048, 64}, {T::kQ4, 32771, 2048, 64}});
+    // Inputs wider than 48 KB of staged x, which take the chunk path only by opting in to more shared
+    // memory: GLM-4.5's out projection (12,288 columns) and DeepSeek-V3's (16,384); past the limit
+    // (24,576 columns: 110 KB) the generic row path.
+    cases.insert(cases.end(), {{T::kQ4, 4099, 2048, 64},
+                               {T::kQ8, 1001, 2048, 64},
+                               {T::kQ4, 32771, 2048, 64},
+                               {T::kQ4, 70, 12288, 32},
+                               {T::kQ8, 33, 16384, 64},
+                               {T::kQ4, 9, 24576, 64}});
     for (const auto& c : cases) {
         auto w = make_weight(c.type, c.rows, c.cols, c.group, seed++);
         std::vector<float> x = randn(static_cast<size_t>(c.cols), seed++);
@@ -279,6 +286,40 @@ TEST(CudaOps, GroupedMoeMatchesComposedReference) {
                 EXPECT_LT(rel_err(dmix.host(), ref), 1e-5) << kernels::weight_type_name(type) << " n=" << n;
             }
         }
+}
+
+// The routed decode launches when the down projection's staged inputs pass 48 KB (8 experts of
+// 1408 inputs, GLM-4.5-Air's shape: 50 KB), so the down launch opts in to more shared memory.
+TEST(CudaOps, MoeDecodeWithWideStagedDownInputsMatchesComposedReference) {
+    REQUIRE_GPU();
+    LaunchContext lc = launch_context();
+    const int64_t E = 8, H = 256, I = 1408, K = 8;
+    std::vector<std::unique_ptr<TestWeight>> ws;
+    std::vector<DevWeight> table;
+    for (int64_t e = 0; e < E; ++e) {
+        ws.push_back(make_weight(kernels::WeightType::kQ4, I, H, 64, static_cast<uint32_t>(700 + 3 * e)));
+        ws.push_back(make_weight(kernels::WeightType::kQ4, I, H, 64, static_cast<uint32_t>(701 + 3 * e)));
+        ws.push_back(make_weight(kernels::WeightType::kQ4, H, I, 32, static_cast<uint32_t>(702 + 3 * e)));
+        for (int j = 0; j < 3; ++j) table.push_back(ws[static_cast<size_t>(3 * e + j)]->dev);
+    }
+    std::vector<uint8_t> table_bytes(table.size() * sizeof(DevWeight));
+    std::memcpy(table_bytes.data(), table.data(), table_bytes.size());
+    Dev<uint8_t> dtable(table_bytes);
+    const auto* dt = reinterpret_cast<const DevWeight*>(dtable.get());
+    std::vector<float> x = randn(static_cast<size_t>(H), 5);
+    const auto [ids, wts] = random_routing(1, K, E, 11);
+    const std::vector<float> ref = composed_moe_reference(ws, x, ids, wts, 1, K, H, I);
+    Dev<float> dx(x), dw(wts), dact(static_cast<size_t>(K * I)), dmix(static_cast<size_t>(H));
+    Dev<int32_t> dids(ids);
+    for (int split : {0, 1, 8}) {
+        lc.forced_split = split;
+        moe_matvec_gate_up(lc, dt, dids.get(), K, I, H, dx.get(), nullptr, nullptr, dact.get(), nullptr, true,
+                           nullptr);
+        moe_down_matvec(lc, dt, dids.get(), dw.get(), K, H, I, dact.get(), nullptr, true, dmix.get(),
+                        nullptr);
+        EXPECT_LT(rel_err(dmix.host(), ref), 1e-5) << "split " << split;
+    }
+    lc.forced_split = 0;
 }
 
 // The grouped int8 MoE products (prefill) against the composed int8 reference: each expert's

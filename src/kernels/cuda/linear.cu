@@ -1256,16 +1256,16 @@ int split_for(const LaunchContext& ctx, int64_t groups, int64_t chunks, const Sp
 size_t staged_bytes(int64_t cols) {
     return static_cast<size_t>(staged_floats(cols)) * sizeof(float);
 }
-constexpr size_t kMaxStagedBytes = 48 * 1024;
+constexpr size_t kMaxStagedBytes = 96 * 1024;
 // The occupancy the split rule assumes: x of 4096 columns staged.
 const size_t kTypicalStagedBytes = staged_bytes(4096);
 
 // Whether a matrix takes the chunk path, and its chunks per row.
-bool chunk_path(const DevWeight& w) {
-    return quant_vector_layout(w) && staged_bytes(w.cols) <= kMaxStagedBytes;
+bool chunk_path(const LaunchContext& ctx, const DevWeight& w) {
+    return quant_vector_layout(w) && staged_bytes(w.cols) <= ctx.staged_limit;
 }
-int64_t chunks_of(const DevWeight& w) {
-    return chunk_path(w) ? w.cols / (w.type == WeightType::kQ4 ? 32 : 16) : 0;
+int64_t chunks_of(const LaunchContext& ctx, const DevWeight& w) {
+    return chunk_path(ctx, w) ? w.cols / (w.type == WeightType::kQ4 ? 32 : 16) : 0;
 }
 
 template <typename Launch>
@@ -1306,6 +1306,9 @@ LaunchContext make_launch_context(int device, int forced_split, bool tensor_core
         forced_split == 1 || forced_split == 2 || forced_split == 4 || forced_split == 8 ? forced_split : 0;
     ctx.tensor_cores = tensor_cores;
     ctx.dependent_launch = dependent_launch && major >= 9;
+    int optin = 0;
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    ctx.staged_limit = std::clamp<size_t>(static_cast<size_t>(optin), 48 * 1024, kMaxStagedBytes);
     return ctx;
 }
 
@@ -1321,8 +1324,8 @@ void matvec_multi(const LaunchContext& ctx, const MatvecMulti& m, const float* x
     for (int i = 0; i < m.n; ++i) {
         rows = std::max(rows, m.w[i].rows);
         groups += (m.w[i].rows + kGroupRows - 1) / kGroupRows;
-        chunks = std::max(chunks, chunks_of(m.w[i]));
-        vector = vector && chunk_path(m.w[i]);
+        chunks = std::max(chunks, chunks_of(ctx, m.w[i]));
+        vector = vector && chunk_path(ctx, m.w[i]);
     }
     if (m.n == 0 || rows == 0) return;
     if (m.norm.weight != nullptr && !vector) {  // the residual add and norm as their own launch
@@ -1386,7 +1389,7 @@ void moe_matvec_gate_up(const LaunchContext& ctx, const DevWeight* table, const 
     if (slices == 0 || max_rows == 0) return;
     const int64_t group_rows = fused ? kGroupRows / 2 : kGroupRows;
     const int64_t groups = (max_rows + group_rows - 1) / group_rows * slices * (fused ? 1 : 2);
-    quant_vector = quant_vector && staged_bytes(cols) <= kMaxStagedBytes;
+    quant_vector = quant_vector && staged_bytes(cols) <= ctx.staged_limit;
     const size_t smem = quant_vector ? staged_bytes(cols) : 0;
     // The split is chosen for 4-bit codes (cols / 32 chunks): the experts' type is on the device.
     with_split(split_for(ctx, groups, quant_vector ? cols / 32 : 0, ctx.gate_up_occupancy), [&](auto S) {
@@ -1433,7 +1436,7 @@ void moe_down_matvec(const LaunchContext& ctx, const DevWeight* table, const int
     const int warps = static_cast<int>(std::clamp<int64_t>(tasks, 1, kMaxDownWarps));
     const size_t smem =
         static_cast<size_t>(tasks) * staged_bytes(std::max(cols, shared != nullptr ? shared->down.cols : 0));
-    if (quant_vector && tasks <= kMaxDownWarps && smem <= kMaxStagedBytes) {
+    if (quant_vector && tasks <= kMaxDownWarps && smem <= ctx.staged_limit) {
         launch_dependent(ctx.dependent_launch, moe_down_chunks_kernel, dim3(grid_for(rows, kDownChunkRows)),
                          dim3(32 * warps), smem, s, table, ids, weights, n_ids, folded, rows, cols, act, y);
     } else if (quant_vector) {

@@ -66,6 +66,10 @@ struct LaunchContext {
     // The decode products (matvec, matvec_multi, the MoE decode launches) start while the kernel
     // before them finishes, loading their first weights (programmatic dependent launch; sm_90+).
     bool dependent_launch = false;
+    // The most dynamic shared memory a decode product stages its x in (the chunk path; wider inputs
+    // take the generic row path): the device's opt-in limit, at most 96 KB (x of 21K columns, as
+    // GLM-4.5's 12,288-column out projection and DeepSeek-V3's 16,384 have), so two blocks still fit an SM.
+    size_t staged_limit = 48 * 1024;
 };
 // For `device` (made current): its SMs, the kernels' occupancy, and the switches (dependent launch
 // only where the device has it).

@@ -503,6 +503,10 @@ void launch_dependent(bool dependent, void (*kernel)(Params...), dim3 grid, dim3
     cfg.stream = s;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
+    // Past 48 KB of dynamic shared memory a kernel must opt in (a host-side attribute, kept across
+    // launches; setting it again costs a driver call, which graph replays do not make).
+    if (smem > 48 * 1024)
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
