@@ -325,10 +325,8 @@ TEST(CudaOps, GptOssExpertsMatchComposedReference) {
                 table.push_back(ws[static_cast<size_t>(3 * e + j)]->dev);
             }
         }
-        std::vector<uint8_t> table_bytes(table.size() * sizeof(DevWeight));
-        std::memcpy(table_bytes.data(), table.data(), table_bytes.size());
-        Dev<uint8_t> dtable(table_bytes);
-        const auto* dt = reinterpret_cast<const DevWeight*>(dtable.get());
+        Dev<DevWeight> dtable(table);
+        const DevWeight* dt = dtable.get();
         const std::vector<float> gate_bias = randn(static_cast<size_t>(E * I), 21),
                                  up_bias = randn(static_cast<size_t>(E * I), 22),
                                  down_bias = randn(static_cast<size_t>(E * H), 23);

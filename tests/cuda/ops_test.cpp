@@ -232,10 +232,8 @@ TEST(CudaOps, GroupedMoeMatchesComposedReference) {
                 ws.push_back(make_weight(type, H, I, 64, static_cast<uint32_t>(1002 + 3 * e)));
                 for (int j = 0; j < 3; ++j) table.push_back(ws[static_cast<size_t>(3 * e + j)]->dev);
             }
-            std::vector<uint8_t> table_bytes(table.size() * sizeof(DevWeight));
-            std::memcpy(table_bytes.data(), table.data(), table_bytes.size());
-            Dev<uint8_t> dtable(table_bytes);
-            const auto* dt = reinterpret_cast<const DevWeight*>(dtable.get());
+            Dev<DevWeight> dtable(table);
+            const DevWeight* dt = dtable.get();
             for (int64_t n : {1, 3, 50, 130}) {
                 std::vector<float> x = randn(static_cast<size_t>(n * H), 5);
                 const auto [ids, wts] = random_routing(n, K, E, 9);
@@ -302,10 +300,8 @@ TEST(CudaOps, MoeDecodeWithWideStagedDownInputsMatchesComposedReference) {
         ws.push_back(make_weight(kernels::WeightType::kQ4, H, I, 32, static_cast<uint32_t>(702 + 3 * e)));
         for (int j = 0; j < 3; ++j) table.push_back(ws[static_cast<size_t>(3 * e + j)]->dev);
     }
-    std::vector<uint8_t> table_bytes(table.size() * sizeof(DevWeight));
-    std::memcpy(table_bytes.data(), table.data(), table_bytes.size());
-    Dev<uint8_t> dtable(table_bytes);
-    const auto* dt = reinterpret_cast<const DevWeight*>(dtable.get());
+    Dev<DevWeight> dtable(table);
+    const DevWeight* dt = dtable.get();
     std::vector<float> x = randn(static_cast<size_t>(H), 5);
     const auto [ids, wts] = random_routing(1, K, E, 11);
     const std::vector<float> ref = composed_moe_reference(ws, x, ids, wts, 1, K, H, I);
@@ -339,10 +335,8 @@ TEST(CudaOps, GroupedMoeInt8MatchesComposedInt8Reference) {
                     ws[j]->view.activations = kernels::Activations::kInt8;
                 for (int j = 0; j < 3; ++j) table.push_back(ws[static_cast<size_t>(3 * e + j)]->dev);
             }
-            std::vector<uint8_t> table_bytes(table.size() * sizeof(DevWeight));
-            std::memcpy(table_bytes.data(), table.data(), table_bytes.size());
-            Dev<uint8_t> dtable(table_bytes);
-            const auto* dt = reinterpret_cast<const DevWeight*>(dtable.get());
+            Dev<DevWeight> dtable(table);
+            const DevWeight* dt = dtable.get();
             const int bits = type == kernels::WeightType::kQ4 ? 4 : 8;
             for (int64_t n : {17, 130, 300}) {
                 std::vector<float> x = randn(static_cast<size_t>(n * H), 6);
@@ -649,10 +643,8 @@ TEST(CudaOps, MoeWithSharedExpertMatchesSeparateForms) {
                                : make_weight(kernels::WeightType::kQ4, H, I, 64, seed));
             table.push_back(ws.back()->dev);
         }
-    std::vector<uint8_t> table_bytes(table.size() * sizeof(DevWeight));
-    std::memcpy(table_bytes.data(), table.data(), table_bytes.size());
-    Dev<uint8_t> dtable(table_bytes);
-    const auto* dt = reinterpret_cast<const DevWeight*>(dtable.get());
+    Dev<DevWeight> dtable(table);
+    const DevWeight* dt = dtable.get();
     const std::vector<int32_t> ids = {3, 0, 7, 5};
     const std::vector<float> wts = {0.4f, 0.3f, 0.2f, 0.1f}, logit = {0.7f};
     const std::vector<float> x = randn(static_cast<size_t>(H), 1);

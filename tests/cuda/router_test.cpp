@@ -61,50 +61,54 @@ TEST(CudaOps, RouterTopkMatchesReference) {
 }
 
 // The router top-k run by the last block of a matvec_multi launch against router_topk over the
-// same launch's logits, replayed (the counter must come back to 0), beside other slices.
+// same launch's logits, replayed (the counter must come back to 0), beside other slices; an 8-bit router
+// (the chunk path) and an F32 one (a GGUF's: the generic path, whose own split rule spreads few rows).
 TEST(CudaOps, MatvecMultiFusedTopkMatchesRouterTopk) {
     REQUIRE_GPU();
     LaunchContext lc = launch_context();
-    for (int64_t E : {64, 256, 512}) {
-        for (int split : {0, 1, 8}) {
-            lc.forced_split = split;
-            const int64_t H = 512, K = 8;
-            auto wr = make_weight(kernels::WeightType::kQ8, E, H, 64, static_cast<uint32_t>(E));
-            auto wg = make_weight(kernels::WeightType::kQ4, 300, H, 64, 2);
-            Dev<float> dl(static_cast<size_t>(E)), dg(300), dw(static_cast<size_t>(K)),
-                dw2(static_cast<size_t>(K));
-            Dev<int32_t> di(static_cast<size_t>(K)), di2(static_cast<size_t>(K));
-            Dev<uint32_t> counter(1);
-            Dev<float> dbias(randn(static_cast<size_t>(E), 77, 0.3f));
-            for (int rep = 0; rep < 3; ++rep) {
-                std::vector<float> x = randn(static_cast<size_t>(H), static_cast<uint32_t>(10 + rep));
-                Dev<float> dx(x);
-                MatvecMulti m;
-                m.add(wg->dev, dg.get());
-                m.add(wr->dev, dl.get());
-                m.topk.which = 1;
-                // Qwen's softmax router, then GLM / DeepSeek-V3's grouped sigmoid one with a bias.
-                m.topk.router.n_experts = E;
-                m.topk.router.k = K;
-                m.topk.router.renormalize = rep % 2 == 0;
-                if (rep == 2) {
-                    m.topk.router.scoring = kernels::RouterSpec::Scoring::kSigmoid;
-                    m.topk.router.bias = dbias.get();
-                    m.topk.router.groups = 8;
-                    m.topk.router.topk_groups = 4;
-                    m.topk.router.scale = 2.5f;
+    for (auto rtype : {kernels::WeightType::kQ8, kernels::WeightType::kF32})
+        for (int64_t E : {32, 64, 256, 512}) {
+            for (int split : {0, 1, 8}) {
+                lc.forced_split = split;
+                const int64_t H = 512, K = 8;
+                auto wr = make_weight(rtype, E, H, 64, static_cast<uint32_t>(E));
+                auto wg = make_weight(kernels::WeightType::kQ4, 300, H, 64, 2);
+                Dev<float> dl(static_cast<size_t>(E)), dg(300), dw(static_cast<size_t>(K)),
+                    dw2(static_cast<size_t>(K));
+                Dev<int32_t> di(static_cast<size_t>(K)), di2(static_cast<size_t>(K));
+                Dev<uint32_t> counter(1);
+                Dev<float> dbias(randn(static_cast<size_t>(E), 77, 0.3f));
+                for (int rep = 0; rep < 3; ++rep) {
+                    std::vector<float> x = randn(static_cast<size_t>(H), static_cast<uint32_t>(10 + rep));
+                    Dev<float> dx(x);
+                    MatvecMulti m;
+                    m.add(wg->dev, dg.get());
+                    m.add(wr->dev, dl.get());
+                    m.topk.which = 1;
+                    // Qwen's softmax router, then GLM / DeepSeek-V3's grouped sigmoid one with a bias.
+                    m.topk.router.n_experts = E;
+                    m.topk.router.k = K;
+                    m.topk.router.renormalize = rep % 2 == 0;
+                    if (rep == 2) {
+                        m.topk.router.scoring = kernels::RouterSpec::Scoring::kSigmoid;
+                        m.topk.router.bias = dbias.get();
+                        m.topk.router.groups = 8;
+                        m.topk.router.topk_groups = 4;
+                        m.topk.router.scale = 2.5f;
+                    }
+                    m.topk.ids = di.get();
+                    m.topk.weights = dw.get();
+                    m.topk.counter = counter.get();
+                    matvec_multi(lc, m, dx.get(), nullptr);
+                    router_topk(dl.get(), 1, m.topk.router, di2.get(), dw2.get(), nullptr);
+                    const std::string what = std::string(kernels::weight_type_name(rtype)) + " E " +
+                                             std::to_string(E) + " split " + std::to_string(split);
+                    EXPECT_EQ(di.host(), di2.host()) << what;
+                    EXPECT_EQ(dw.host(), dw2.host()) << what;
+                    EXPECT_EQ(counter.host()[0], 0u);
                 }
-                m.topk.ids = di.get();
-                m.topk.weights = dw.get();
-                m.topk.counter = counter.get();
-                matvec_multi(lc, m, dx.get(), nullptr);
-                router_topk(dl.get(), 1, m.topk.router, di2.get(), dw2.get(), nullptr);
-                EXPECT_EQ(di.host(), di2.host()) << "E " << E << " split " << split;
-                EXPECT_EQ(dw.host(), dw2.host()) << "E " << E << " split " << split;
-                EXPECT_EQ(counter.host()[0], 0u);
             }
         }
-    }
     lc.forced_split = 0;
 }
 

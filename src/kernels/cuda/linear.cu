@@ -1252,6 +1252,22 @@ int split_for(const LaunchContext& ctx, int64_t groups, int64_t chunks, const Sp
     return best;
 }
 
+// The column split off the chunk path (16/32-bit weights, codes off the word layout): a group's S
+// warps take its 4 rows one each, so a launch of few rows spreads over S times the warps. A router is
+// such a launch: gpt-oss-20b's F32 router (32 rows of 2,880) ran as one block of 8 warps, 19 µs a call
+// and 10% of a decode token's GPU time (ncu, session 30; a GGUF keeps every router in F32). ggml block
+// rows stay with a group's first warp (S = 1: more warps would idle).
+int generic_split(const LaunchContext& ctx, int64_t groups, bool ggml) {
+    if (ctx.forced_split > 0) return ctx.forced_split;
+    if (ggml) return 1;
+    int best = 1;
+    for (int s = 2; s <= kGroupRows; s *= 2) {
+        if (groups * s > ctx.sm_count * ctx.matvec_occupancy[0] * kWarps) break;
+        best = s;
+    }
+    return best;
+}
+
 // Dynamic shared memory of the chunk path's staged x, and the most a launch may use without opting in.
 size_t staged_bytes(int64_t cols) {
     return static_cast<size_t>(staged_floats(cols)) * sizeof(float);
@@ -1320,12 +1336,13 @@ void matvec(const LaunchContext& ctx, const DevWeight& w, const float* x, float*
 
 void matvec_multi(const LaunchContext& ctx, const MatvecMulti& m, const float* x, cudaStream_t s) {
     int64_t rows = 0, groups = 0, chunks = 0;
-    bool vector = true;
+    bool vector = true, ggml = false;
     for (int i = 0; i < m.n; ++i) {
         rows = std::max(rows, m.w[i].rows);
         groups += (m.w[i].rows + kGroupRows - 1) / kGroupRows;
         chunks = std::max(chunks, chunks_of(ctx, m.w[i]));
         vector = vector && chunk_path(ctx, m.w[i]);
+        ggml = ggml || is_ggml(m.w[i].type);
     }
     if (m.n == 0 || rows == 0) return;
     if (m.norm.weight != nullptr && !vector) {  // the residual add and norm as their own launch
@@ -1338,7 +1355,9 @@ void matvec_multi(const LaunchContext& ctx, const MatvecMulti& m, const float* x
     }
     // Every weight of a launch multiplies the same x (cols); the chunk path stages it.
     const size_t smem = vector ? staged_bytes(m.w[0].cols) : 0;
-    with_split(split_for(ctx, groups, vector ? chunks : 0, ctx.matvec_occupancy), [&](auto S) {
+    const int split =
+        vector ? split_for(ctx, groups, chunks, ctx.matvec_occupancy) : generic_split(ctx, groups, ggml);
+    with_split(split, [&](auto S) {
         const dim3 grid(grid_for(rows, static_cast<int>(rows_per_block(S))), static_cast<unsigned>(m.n));
         const bool topk = m.topk.counter != nullptr;
         const bool norm = m.norm.weight != nullptr;
