@@ -22,6 +22,7 @@
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/ggml_tiles.h"
 #include "kernels/kernels.h"
+#include "kernels/quantize.h"
 #include "kernels/weight_format.h"
 
 namespace {
@@ -459,75 +460,36 @@ void BM_MemoryReadBandwidth(benchmark::State& state) {
 }
 BENCHMARK(BM_MemoryReadBandwidth)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
 
+// GGUF Q4_0 (arg 0) / Q8_0 (1) into the MLX affine rows they exactly are (kernels/quantize.h), one
+// GLM-4.5-Air expert projection (1408 x 4096) on one core: the CUDA upload converts every resident expert
+// of such a file this way. GB/s of GGUF bytes converted.
+void BM_GgmlAsMlxAffine(benchmark::State& state) {
+    const bool q8 = state.range(0) == 1;
+    const int64_t rows = 1408, cols = 4096, block_bytes = q8 ? 34 : 18;
+    std::vector<uint8_t> data(static_cast<size_t>(rows * cols / 32 * block_bytes));
+    uint32_t seed = 1;
+    for (auto& b : data) b = static_cast<uint8_t>((seed = seed * 1664525u + 1013904223u) >> 24);
+    for (int64_t i = 0; i < rows * cols / 32; ++i) {  // d = 1/16 in every block: a bias that fits f16
+        data[static_cast<size_t>(i * block_bytes)] = 0x00;
+        data[static_cast<size_t>(i * block_bytes + 1)] = 0x2c;
+    }
+    WeightView w;
+    w.type = q8 ? WeightType::kGgmlQ8_0 : WeightType::kGgmlQ4_0;
+    w.rows = rows;
+    w.cols = cols;
+    w.data = data.data();
+    MlxAffineRows out;
+    for (auto _ : state) {
+        if (!ggml_as_mlx_affine(w, &out)) state.SkipWithError("not converted");
+        benchmark::DoNotOptimize(out.words.data());
+    }
+    state.counters["GB/s"] = benchmark::Counter(static_cast<double>(data.size()) * state.iterations() / 1e9,
+                                                benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_GgmlAsMlxAffine)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 
-// One decode token's DeltaNet recurrence over 36 layers of Qwen3-Next-80B state (32 value heads of
-// 128 × 128 f32: 72 MB, far beyond the LLC): in place (arg 0), as the CPU forward runs over resident
-// experts, against out of place (arg 1: read the committed copy, write the other, swap), as it runs
-// when the expert source can fail part-way (streamed models), to price failure atomicity.
-void BM_DeltaRecurrentDecode(benchmark::State& state) {
-    constexpr int64_t kLayers = 36, nk = 16, nv = 32, dk = 128, dv = 128;
-    const bool out_of_place = state.range(0) != 0;
-    std::vector<float> q(nk * dk, 0.01f), k(nk * dk, 0.01f), v(nv * dv, 0.1f), beta(nv, 0.5f), g(nv, -0.1f);
-    std::vector<float> out(nv * dv);
-    std::vector<std::vector<float>> a(kLayers, std::vector<float>(nv * dk * dv, 0.001f)), b = a;
-    int parity = 0;
-    for (auto _ : state) {
-        for (int64_t l = 0; l < kLayers; ++l) {
-            float* in = (parity ? b : a)[static_cast<size_t>(l)].data();
-            float* to = out_of_place ? (parity ? a : b)[static_cast<size_t>(l)].data() : in;
-            gated_delta_recurrent(q.data(), k.data(), v.data(), beta.data(), g.data(), 1, nk, nv, dk, dv, in,
-                                  to, out.data(), &pool());
-        }
-        if (out_of_place) parity ^= 1;
-        benchmark::DoNotOptimize(out.data());
-    }
-    state.counters["state_MB"] = static_cast<double>(kLayers * nv * dk * dv * 4) / 1e6;
-    state.SetLabel(out_of_place ? "out of place" : "in place");
-}
-BENCHMARK(BM_DeltaRecurrentDecode)
-    ->Arg(0)
-    ->Arg(1)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond)
-    ->MinTime(1.0);
-
-// One decode token's attention over a KV cache at depth D (arg 1: 4K, 32K, 128K) per KV type (arg 0:
-// 32, 16, 8, 4, 3 bits), on one Qwen3-Next-80B attention layer (16 query heads, 2 KV heads of 256):
-// the cache is read once per token; its bytes per element set the memory traffic. Counter: GB/s of
-// cache read.
-void BM_AttentionDecodeKv(benchmark::State& state) {
-    constexpr int64_t nh = 16, nkv = 2, hd = 256;
-    KvType type = KvType::kF32;
-    kv_type_for_bits(static_cast<int>(state.range(0)), &type);
-    const int64_t depth = state.range(1);
-    const int64_t row_bytes = nkv * kv_head_bytes(type, hd);
-    std::vector<float> rows(static_cast<size_t>(1024 * nkv * hd));
-    for (size_t i = 0; i < rows.size(); ++i)
-        rows[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1.0f;
-    std::vector<uint8_t> k(static_cast<size_t>(depth * row_bytes)), v(k.size());
-    for (int64_t p = 0; p < depth; p += 1024) {
-        const int64_t n = std::min<int64_t>(1024, depth - p);
-        kv_store(type, rows.data(), n, nkv, hd, k.data() + p * row_bytes);
-        kv_store(type, rows.data(), n, nkv, hd, v.data() + p * row_bytes);
-    }
-    std::vector<float> q(nh * hd, 0.01f), out(nh * hd);
-    for (auto _ : state) {
-        attention_kv(type, q.data(), k.data(), v.data(), nullptr, 1, depth - 1, nh, nkv, hd, 0.0625f,
-                     out.data(), &pool());
-        benchmark::DoNotOptimize(out.data());
-    }
-    state.counters["cache_GB/s"] = benchmark::Counter(static_cast<double>(2 * k.size()) * 1e-9,
-                                                      benchmark::Counter::kIsIterationInvariantRate);
-    state.SetLabel(kv_type_name(type));
-}
-BENCHMARK(BM_AttentionDecodeKv)
-    ->ArgsProduct({{32, 16, 8, 4, 3}, {4096, 32768, 131072}})
-    ->UseRealTime()
-    ->Unit(benchmark::kMicrosecond);
-
-// --isa=NAME (portable, avx2, avx512) runs the kernels of that ISA (kernels::testing::force_isa), e.g. the
-// AVX-2 loops on an AVX-512 machine; the labels name the int8 ISA that ran.
 int main(int argc, char** argv) {
     int kept = 1;
     for (int i = 1; i < argc; ++i) {

@@ -791,28 +791,29 @@ TEST(GgufAsMlxAffine, Q4_0Q4_1AndQ8_0ConvertExactly) {
     for (kernels::GgmlType g :
          {kernels::GgmlType::kQ4_0, kernels::GgmlType::kQ4_1, kernels::GgmlType::kQ8_0}) {
         const kernels::WeightFormat* f = kernels::ggml_weight_format(static_cast<uint32_t>(g));
-        SCOPED_TRACE(f->name);
-        const int64_t rows = 5, cols = 96;
-        std::vector<uint8_t> data;
-        for (int64_t r = 0; r < rows; ++r) {
-            const auto row = random_row(g, cols, rng);
-            data.insert(data.end(), row.begin(), row.end());
-        }
-        kernels::WeightView w;
-        w.type = f->type;
-        w.rows = rows;
-        w.cols = cols;
-        w.data = data.data();
-        kernels::MlxAffineRows mlx;
-        ASSERT_TRUE(kernels::ggml_as_mlx_affine(w, &mlx));
-        EXPECT_EQ(mlx.view.type,
-                  g == kernels::GgmlType::kQ8_0 ? kernels::WeightType::kQ8 : kernels::WeightType::kQ4);
-        EXPECT_EQ(mlx.view.group_size, 32);
-        std::vector<float> a(cols), b(cols);
-        for (int64_t r = 0; r < rows; ++r) {
-            kernels::reference::dequantize_row(w, r, a.data());
-            kernels::reference::dequantize_row(mlx.view, r, b.data());
-            for (int64_t i = 0; i < cols; ++i) ASSERT_EQ(a[i], b[i]) << "row " << r << " col " << i;
+        for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{5, 96}, {3, 4096}}) {
+            SCOPED_TRACE(std::string(f->name) + " " + std::to_string(rows) + "x" + std::to_string(cols));
+            std::vector<uint8_t> data;
+            for (int64_t r = 0; r < rows; ++r) {
+                const auto row = random_row(g, cols, rng);
+                data.insert(data.end(), row.begin(), row.end());
+            }
+            kernels::WeightView w;
+            w.type = f->type;
+            w.rows = rows;
+            w.cols = cols;
+            w.data = data.data();
+            kernels::MlxAffineRows mlx;
+            ASSERT_TRUE(kernels::ggml_as_mlx_affine(w, &mlx));
+            EXPECT_EQ(mlx.view.type,
+                      g == kernels::GgmlType::kQ8_0 ? kernels::WeightType::kQ8 : kernels::WeightType::kQ4);
+            EXPECT_EQ(mlx.view.group_size, 32);
+            std::vector<float> a(cols), b(cols);
+            for (int64_t r = 0; r < rows; ++r) {
+                kernels::reference::dequantize_row(w, r, a.data());
+                kernels::reference::dequantize_row(mlx.view, r, b.data());
+                for (int64_t i = 0; i < cols; ++i) ASSERT_EQ(a[i], b[i]) << "row " << r << " col " << i;
+            }
         }
     }
     // Another type, and a Q8_0 block whose bias −128·d would not fit f16: not converted.
