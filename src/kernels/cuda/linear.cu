@@ -1268,7 +1268,8 @@ int generic_split(const LaunchContext& ctx, int64_t groups, bool ggml) {
     return best;
 }
 
-// Dynamic shared memory of the chunk path's staged x, and the most a launch may use without opting in.
+// Dynamic shared memory of the chunk path's staged x, and the most a launch may stage (past 48 KB by
+// opting in: LaunchContext::staged_limit, the device's opt-in limit capped here).
 size_t staged_bytes(int64_t cols) {
     return static_cast<size_t>(staged_floats(cols)) * sizeof(float);
 }
