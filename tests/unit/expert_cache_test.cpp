@@ -82,25 +82,11 @@ size_t resident_pages(const uint8_t* p, size_t bytes) {
     return n;
 }
 
-// The golden packed into `packed` and its store opened over it with room for every expert of a layer
-// and a floor of two slots, no prefetch.
-void open_layer_store(const std::string& packed, testing::GoldenStore* out) {
-    testing::open_golden_store(
-        packed,
-        [](experts::ExpertStoreOptions& so, const testing::GoldenStore& g) {
-            so.cache_bytes = g.slot * static_cast<uint64_t>(g.n_experts);
-            so.floor_bytes = g.slot * 2;
-            so.prefetch = false;
-            so.io_threads = 2;
-        },
-        out);
-}
-
 TEST(ExpertCache, StoreShrinksUnderPressureAndGrowsBack) {
     testing::TempDir dir;
     const std::string packed = dir.file("packed");
     testing::GoldenStore ls;
-    ASSERT_NO_FATAL_FAILURE(open_layer_store(packed, &ls));
+    ASSERT_NO_FATAL_FAILURE(testing::open_layer_store(packed, 2, 2, &ls));
     experts::ExpertStore& store = *ls.store;
     const uint64_t slot = ls.slot;
     const int64_t n_experts = ls.n_experts;
@@ -234,7 +220,7 @@ TEST(ExpertCache, SlotObserverSeesExactlyTheSlotsInUse) {
     testing::TempDir dir;
     const std::string packed = dir.file("packed");
     testing::GoldenStore ls;
-    ASSERT_NO_FATAL_FAILURE(open_layer_store(packed, &ls));
+    ASSERT_NO_FATAL_FAILURE(testing::open_layer_store(packed, 2, 2, &ls));
     experts::ExpertStore& store = *ls.store;
     const uint64_t slot = ls.slot;
     const int64_t n_experts = ls.n_experts;
@@ -324,15 +310,7 @@ TEST(ExpertCache, SlotsTheObserverDeclinesAreNeverRetiredToIt) {
     testing::TempDir dir;
     const std::string packed = dir.file("packed");
     testing::GoldenStore gs;
-    ASSERT_NO_FATAL_FAILURE(testing::open_golden_store(
-        packed,
-        [](experts::ExpertStoreOptions& so, const testing::GoldenStore& g) {
-            so.cache_bytes = g.slot * static_cast<uint64_t>(g.n_experts);
-            so.floor_bytes = g.slot;
-            so.prefetch = false;
-            so.io_threads = 2;
-        },
-        &gs));
+    ASSERT_NO_FATAL_FAILURE(testing::open_layer_store(packed, 1, 2, &gs));
     experts::ExpertStore& store = *gs.store;
     const int32_t layer = gs.layers[0];
     const std::vector<int32_t>& all = gs.all;

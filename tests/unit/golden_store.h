@@ -63,4 +63,19 @@ inline void open_golden_store(const std::string& packed, const GoldenStoreOption
     out->store = std::move(opened).value();
 }
 
+// The golden's store with room for every expert of a layer, a floor of `floor_slots` slots and no
+// prefetch, reading with `io_threads` threads.
+inline void open_layer_store(const std::string& packed, int64_t floor_slots, int io_threads,
+                             GoldenStore* out) {
+    open_golden_store(
+        packed,
+        [&](experts::ExpertStoreOptions& so, const GoldenStore& g) {
+            so.cache_bytes = g.slot * static_cast<uint64_t>(g.n_experts);
+            so.floor_bytes = g.slot * static_cast<uint64_t>(floor_slots);
+            so.prefetch = false;
+            so.io_threads = io_threads;
+        },
+        out);
+}
+
 }  // namespace sluice::testing

@@ -156,15 +156,7 @@ TEST(ExpertStoreEach, HandsEveryExpertOnceWithAcquiresBytes) {
     testing::TempDir dir;
     const std::string packed = dir.file("packed");
     testing::GoldenStore gs;
-    ASSERT_NO_FATAL_FAILURE(testing::open_golden_store(
-        packed,
-        [](experts::ExpertStoreOptions& so, const testing::GoldenStore& g) {
-            so.cache_bytes = g.slot * static_cast<uint64_t>(g.n_experts);
-            so.floor_bytes = g.slot;
-            so.prefetch = false;
-            so.io_threads = 3;
-        },
-        &gs));
+    ASSERT_NO_FATAL_FAILURE(testing::open_layer_store(packed, 1, 3, &gs));
     experts::ExpertStore& store = *gs.store;
     const uint64_t slot = gs.slot;
     const int64_t n_experts = gs.n_experts;
