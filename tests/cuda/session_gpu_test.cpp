@@ -263,6 +263,43 @@ TEST_P(CudaSession, BatchedForwardMatchesAloneAndTheCpu) {
     }
 }
 
+// Forwards of 2..16 rows run the decode kernels over every row as graphs, one per batch shape (its
+// sequences, their state parities, rows and logit rows), the least recently used of 16 replaced. Every
+// size in turn (30 shapes with both parities: graphs evicted), then sizes seen before (replays), each
+// against the CPU; and a rewind between replays (the parity a graph was captured for comes back).
+TEST_P(CudaSession, RowsGraphsOfEveryShapeMatchTheCpu) {
+    int n_devices = 0;
+    if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0) GTEST_SKIP() << "no CUDA device";
+    auto cpu = load(GetParam(), "cpu");
+    auto gpu = load(GetParam(), "cuda");
+    ASSERT_TRUE(cpu && gpu);
+    auto sc = cpu->new_session(), sg = gpu->new_session();
+    const auto p = prompt(20, 3);
+    ASSERT_TRUE(sc->evaluate(p, false).has_value());
+    ASSERT_TRUE(sg->evaluate(p, false).has_value());
+    int32_t salt = 10;
+    auto step = [&](int64_t n, bool all) {
+        const auto t = prompt(n, salt++);
+        auto lc = sc->evaluate(t, all);
+        auto lg = sg->evaluate(t, all);
+        ASSERT_TRUE(lc.has_value() && lg.has_value()) << lg.status().message();
+        EXPECT_LT(max_diff(*lg, *lc), 2e-3f) << n << " rows, all logits " << all << ", at " << sg->position();
+    };
+    for (int64_t n = 2; n <= 16; ++n) step(n, n % 2 == 0);
+    for (int64_t n : {2, 3, 2, 3, 16}) step(n, true);
+    ASSERT_TRUE(sc->checkpoint().is_ok());
+    ASSERT_TRUE(sg->checkpoint().is_ok());
+    const int64_t mark = sg->position();
+    step(4, true);
+    for (Session* s : {sc.get(), sg.get()}) {
+        auto at = s->truncate(mark);
+        ASSERT_TRUE(at.has_value()) << at.status().message();
+        ASSERT_EQ(*at, mark);
+    }
+    step(4, true);
+    step(4, true);
+}
+
 // A packed model through all three tiers: a VRAM expert cache of 2·k + 1 slots fed from a host
 // cache (page-locked by the backend) of a few slots fed from disk, against the CPU on the same
 // packed model. Prefill, step-by-step decode (with next-layer prefetch) and greedy generation.

@@ -193,8 +193,19 @@ __global__ void add_rms_norm_kernel(const float* x, const float* add, const floa
 constexpr int kConvTokens = 16;
 constexpr int kMaxConvKernel = 8;
 
+// parts (null: one sequence, the arguments as given): sequence blockIdx.z's rows and state instead.
 __global__ void conv1d_silu_kernel(const float* x, int64_t n, int64_t channels, int64_t kernel,
-                                   const float* weight, const float* state, float* state_out, float* y) {
+                                   const float* weight, const float* state, float* state_out, float* y,
+                                   const DeltaPart* parts) {
+    if (parts != nullptr) {
+        const DeltaPart p = parts[blockIdx.z];
+        x += p.row0 * channels;
+        y += p.row0 * channels;
+        n = p.n;
+        state = p.conv_state;
+        state_out = p.conv_state_out;
+        if (static_cast<int64_t>(blockIdx.y) * kConvTokens >= n) return;  // past this sequence's rows
+    }
     const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (c >= channels) return;
     const int64_t hist = kernel - 1;
@@ -365,8 +376,22 @@ __global__ void __launch_bounds__(32 * kFusedDeltaWarps)
                           const float* dt_bias, const float* norm_weight, int64_t n, int64_t n_k, int64_t n_v,
                           int64_t dk, int64_t dv, float l2_eps, float q_scale, float norm_eps,
                           const float* state, float* state_out, float* raw, unsigned* counters, float* y,
-                          bool v_tiled) {
-    allow_dependents();  // the next decode product may start loading its weights
+                          bool v_tiled, const DeltaPart* parts) {
+    allow_dependents();      // the next decode product may start loading its weights
+    if (parts != nullptr) {  // sequence blockIdx.z's rows and state (deltanet_fused_parts)
+        const DeltaPart p = parts[blockIdx.z];
+        const int64_t cd_ = 2 * n_k * dk + n_v * dv;
+        conv_out += p.row0 * cd_;
+        b_in += p.row0 * n_v;
+        a_in += p.row0 * n_v;
+        z += p.row0 * n_v * dv;
+        raw += p.row0 * n_v * dv;
+        y += p.row0 * n_v * dv;
+        n = p.n;
+        state = p.state;
+        state_out = p.state_out;
+        counters += static_cast<int64_t>(blockIdx.z) * n_v;
+    }
     const int64_t j = blockIdx.x;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int64_t d = static_cast<int64_t>(blockIdx.y) * 32 + lane;
@@ -647,7 +672,16 @@ void conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t kernel, co
                  const float* state, float* state_out, float* y, cudaStream_t s) {
     if (n == 0) return;
     const dim3 grid(grid_for(channels, kThreads), grid_for(n, kConvTokens));
-    conv1d_silu_kernel<<<grid, kThreads, 0, s>>>(x, n, channels, kernel, weight, state, state_out, y);
+    conv1d_silu_kernel<<<grid, kThreads, 0, s>>>(x, n, channels, kernel, weight, state, state_out, y,
+                                                 nullptr);
+}
+
+void conv1d_silu_parts(const float* x, const DeltaPart* parts, int64_t n_parts, int64_t max_rows,
+                       int64_t channels, int64_t kernel, const float* weight, float* y, cudaStream_t s) {
+    if (n_parts == 0 || max_rows == 0) return;
+    const dim3 grid(grid_for(channels, kThreads), grid_for(max_rows, kConvTokens),
+                    static_cast<unsigned>(n_parts));
+    conv1d_silu_kernel<<<grid, kThreads, 0, s>>>(x, 0, channels, kernel, weight, nullptr, nullptr, y, parts);
 }
 
 void gated_delta(const float* q, const float* k, const float* v, const float* beta, const float* g, int64_t n,
@@ -684,7 +718,19 @@ void deltanet_fused(const float* conv_out, const float* b, const float* a, const
     const dim3 grid(static_cast<unsigned>(n_v), grid_for(dv, 32));
     deltanet_fused_kernel<<<grid, 32 * kFusedDeltaWarps, 0, s>>>(
         conv_out, b, a, z, neg_a, dt_bias, norm_weight, n, n_k, n_v, dk, dv, l2_eps, q_scale, norm_eps, state,
-        state_out, raw, counters, y, v_heads_tiled);
+        state_out, raw, counters, y, v_heads_tiled, nullptr);
+}
+
+void deltanet_fused_parts(const float* conv_out, const float* b, const float* a, const float* z,
+                          const float* neg_a, const float* dt_bias, const float* norm_weight,
+                          const DeltaPart* parts, int64_t n_parts, int64_t n_k, int64_t n_v, int64_t dk,
+                          int64_t dv, float l2_eps, float q_scale, float norm_eps, float* raw,
+                          unsigned* counters, float* y, cudaStream_t s, bool v_heads_tiled) {
+    if (n_parts == 0) return;
+    const dim3 grid(static_cast<unsigned>(n_v), grid_for(dv, 32), static_cast<unsigned>(n_parts));
+    deltanet_fused_kernel<<<grid, 32 * kFusedDeltaWarps, 0, s>>>(
+        conv_out, b, a, z, neg_a, dt_bias, norm_weight, 0, n_k, n_v, dk, dv, l2_eps, q_scale, norm_eps,
+        nullptr, nullptr, raw, counters, y, v_heads_tiled, parts);
 }
 
 void router_topk(const float* logits, int64_t n, const kernels::RouterSpec& r, int32_t* ids, float* weights,

@@ -181,6 +181,15 @@ struct MatvecMulti {
     }
 };
 void matvec_multi(const LaunchContext& ctx, const MatvecMulti& m, const float* x, cudaStream_t s);
+// The decode products over n activation rows (matvec_rows.cu): y[i][t, :] = w[i] · x[t, :] for t < n (x
+// [n, cols]; y[i] [n, w[i].rows]), each row's result bit for bit matvec_multi's on that row alone. Where
+// every weight takes the chunk path (4/8-bit codes of one width of x, staged) one launch serves up to 4
+// rows, reading each weight once for them; otherwise, or with a norm prologue or a fused top-k (decode
+// forms of one row), matvec_multi runs once per row. matvec_rows: one weight.
+void matvec_multi_rows(const LaunchContext& ctx, const MatvecMulti& m, const float* x, int64_t n,
+                       cudaStream_t s);
+void matvec_rows(const LaunchContext& ctx, const DevWeight& w, const float* x, int64_t n, float* y,
+                 cudaStream_t s);
 
 // A shared expert beside the routed ones in the decode MoE launches: its act = silu(gate · x) ⊙
 // (up · x) is slot n_ids of the routed act, its down output is scaled by sigmoid(*gate_logit) (1
@@ -194,9 +203,12 @@ struct SharedExpert {
 // act[k, :] = silu(gate) ⊙ up (a group of warps computes 2 rows of both; gate and up unused), and
 // with `shared` also act[n_ids, :shared.gate.rows] for the shared expert. quant_vector: every
 // expert's (and the shared expert's) gate and up have vector_layout(), in one code width and shape.
+// n_tokens > 1: the same for each token t of a multi-row decode step in one launch, ids [t, n_ids] and x
+// [t, cols], its gate / up / act slots after the previous token's (n_ids · rows floats, plus the shared
+// expert's rows in act), each token's results bit for bit its own launch's.
 void moe_matvec_gate_up(const LaunchContext& ctx, const DevWeight* table, const int32_t* ids, int64_t n_ids,
                         int64_t rows, int64_t cols, const float* x, float* gate, float* up, float* act,
-                        const SharedExpert* shared, bool quant_vector, cudaStream_t s);
+                        const SharedExpert* shared, bool quant_vector, cudaStream_t s, int64_t n_tokens = 1);
 // Whether a fused SwiGLU down projection's activations (act_floats) fit in shared memory.
 bool swiglu_fits(int64_t act_floats);
 // y = down · (silu(gate) ⊙ up); mix = y, or mix += sigmoid(*gate_logit) · y when gate_logit is set
@@ -205,10 +217,13 @@ void swiglu_down_matvec(const DevWeight& down, const float* gate, const float* u
                         float* mix, cudaStream_t s);
 // MoE decode down projection and weighted sum: y[r] = Σ_k weights[k] · (down_{ids[k]} · act[k, :])[r]
 // (+ the shared expert's, from act[n_ids, :shared.down.cols], when `shared` is set). Blocks of 4 rows
-// whose warps take the experts. quant_vector: every down projection has vector_layout().
+// whose warps take the experts. quant_vector: every down projection has vector_layout(). n_tokens > 1:
+// each token t's sum into y[t, :] in one launch (ids, weights [t, n_ids], shared.gate_logit [t], act laid
+// out as moe_matvec_gate_up writes it for n_tokens), each bit for bit its own launch's.
 void moe_down_matvec(const LaunchContext& ctx, const DevWeight* table, const int32_t* ids,
                      const float* weights, int64_t n_ids, int64_t rows, int64_t cols, const float* act,
-                     const SharedExpert* shared, bool quant_vector, float* y, cudaStream_t s);
+                     const SharedExpert* shared, bool quant_vector, float* y, cudaStream_t s,
+                     int64_t n_tokens = 1);
 // Whether the decode kernels read W as interleaved 32-bit code words (4/8-bit codes, cols and
 // group size multiples of the codes per word).
 bool vector_layout(const DevWeight& w);
@@ -384,6 +399,27 @@ void deltanet_fused(const float* conv_out, const float* b, const float* a, const
                     int64_t dk, int64_t dv, float l2_eps, float q_scale, float norm_eps, const float* state,
                     float* state_out, float* raw, unsigned* counters, float* y, cudaStream_t s,
                     bool v_heads_tiled = false);
+
+// One sequence of a multi-sequence DeltaNet step (a batch of several sequences' decode rows): its rows
+// [row0, row0 + n) of the batch, and the conv and recurrent state it reads and the copies it writes.
+struct DeltaPart {
+    int64_t row0 = 0, n = 0;
+    const float* conv_state = nullptr;
+    float* conv_state_out = nullptr;
+    const float* state = nullptr;
+    float* state_out = nullptr;
+};
+// conv1d_silu and deltanet_fused over n_parts sequences in one launch each, sequence p's rows and state
+// as parts[p] (device memory) says, each sequence's result bit for bit its own launch's (x, y, conv_out,
+// b, a, z, raw as the one-sequence forms lay them out over the whole batch; counters: n_parts · n_v
+// words, 0 before and after). max_rows: the most rows of any part.
+void conv1d_silu_parts(const float* x, const DeltaPart* parts, int64_t n_parts, int64_t max_rows,
+                       int64_t channels, int64_t kernel, const float* weight, float* y, cudaStream_t s);
+void deltanet_fused_parts(const float* conv_out, const float* b, const float* a, const float* z,
+                          const float* neg_a, const float* dt_bias, const float* norm_weight,
+                          const DeltaPart* parts, int64_t n_parts, int64_t n_k, int64_t n_v, int64_t dk,
+                          int64_t dv, float l2_eps, float q_scale, float norm_eps, float* raw,
+                          unsigned* counters, float* y, cudaStream_t s, bool v_heads_tiled = false);
 // kernels::router_topk for n tokens: logits [n, r.n_experts] → ids, weights [n, r.k] (r.bias, if
 // any, in device memory). The sigmoid router takes at most 32 groups (kMaxRouterGroups).
 inline constexpr int64_t kMaxRouterGroups = 32;

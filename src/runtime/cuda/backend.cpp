@@ -154,7 +154,7 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
             host_slots_ ? " (its slots page-locked as they fill)" : "");
     }
     SLUICE_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream");
-    SLUICE_CUDA_TRY(cudaMallocHost(&host_logits_, static_cast<size_t>(c.vocab) * sizeof(float)),
+    SLUICE_CUDA_TRY(cudaMallocHost(&host_logits_, static_cast<size_t>(kMatvecRows * c.vocab) * sizeof(float)),
                     "allocating pinned logits");
     SLUICE_CUDA_TRY(cudaMallocHost(&host_summary_, sizeof(cuda::DevLogitsSummary)),
                     "allocating pinned summary");
@@ -276,6 +276,12 @@ Status CudaBackend::forward_rows(SequenceState& seq, std::span<const int32_t> to
             SLUICE_CUDA_TRY(cudaMemcpy(hidden, d_.norm, static_cast<size_t>(c.hidden) * sizeof(float),
                                        cudaMemcpyDeviceToHost),
                             "copying hidden rows");
+    } else if (!tiered_ && n <= kMatvecRows) {
+        // A few rows (a speculative verification): the decode kernels over every row, as a graph.
+        SLUICE_RETURN_IF_ERROR(run_rows_graph(n, logit_rows));
+        if (logits != nullptr)
+            std::memcpy(logits, host_logits_, static_cast<size_t>(logit_rows * V) * sizeof(float));
+        if (hidden != nullptr) SLUICE_RETURN_IF_ERROR(copy_hidden(0, n, hidden));
     } else {
         SLUICE_RETURN_IF_ERROR(run_enqueued(*ds, n));
         if (logits != nullptr && tiered_ && n == 1) {
@@ -316,9 +322,10 @@ Status CudaBackend::run_enqueued(DeviceState& first, int64_t n) {
     return st;
 }
 
-// A batch: every step's rows in one scratch, in the caller's order, through the prefill forms of
-// the kernels (matmuls, the grouped MoE), which read each weight once for the whole batch; the
-// attention and DeltaNet cores per sequence. No graph: batches change shape from step to step.
+// A batch: every step's rows in one scratch, in the caller's order; the attention and DeltaNet cores
+// per sequence. Up to kMatvecRows rows in all (decode tokens of several sequences) through the decode
+// kernels over every row, as a graph per batch shape (run_rows_graph); more through the prefill forms
+// (matmuls, the grouped MoE). Either way each weight is read once per launch for all the rows.
 Status CudaBackend::forward_batch(std::span<const BatchStep> steps) {
     const model::ModelConfig& c = model_->config();
     std::vector<const BatchStep*> live;
@@ -356,16 +363,24 @@ Status CudaBackend::forward_batch(std::span<const BatchStep> steps) {
                     live[static_cast<size_t>(i)]->tokens.data(),
                     live[static_cast<size_t>(i)]->tokens.size() * sizeof(int32_t));
     }
-    SLUICE_RETURN_IF_ERROR(run_enqueued(*parts_[0].ds, n));
+    const bool graphed = !tiered_ && n <= kMatvecRows;
+    if (graphed) {
+        SLUICE_RETURN_IF_ERROR(run_rows_graph(n, logit_rows));
+    } else {
+        SLUICE_RETURN_IF_ERROR(run_enqueued(*parts_[0].ds, n));
+    }
     const int64_t V = c.vocab;
     int64_t row = 0;
     for (size_t i = 0; i < parts_.size(); ++i) {
         const Part& p = parts_[i];
         if (p.logit_rows == 0) continue;
-        SLUICE_CUDA_TRY(
-            cudaMemcpy(live[i]->logits, d_.logits + row * V,
-                       static_cast<size_t>(p.logit_rows * V) * sizeof(float), cudaMemcpyDeviceToHost),
-            "copying logits");
+        const auto bytes = static_cast<size_t>(p.logit_rows * V) * sizeof(float);
+        if (graphed) {
+            std::memcpy(live[i]->logits, host_logits_ + row * V, bytes);
+        } else {
+            SLUICE_CUDA_TRY(cudaMemcpy(live[i]->logits, d_.logits + row * V, bytes, cudaMemcpyDeviceToHost),
+                            "copying logits");
+        }
         row += p.logit_rows;
     }
     for (size_t i = 0; i < parts_.size(); ++i)
@@ -373,6 +388,75 @@ Status CudaBackend::forward_batch(std::span<const BatchStep> steps) {
             SLUICE_RETURN_IF_ERROR(copy_hidden(parts_[i].row0, parts_[i].n, live[i]->hidden));
     for (const Part& p : parts_) p.ds->commit(p.n);
     return Status::ok();
+}
+
+Status CudaBackend::run_rows_graph(int64_t n, int64_t logit_rows) {
+    std::vector<int64_t> key{static_cast<int64_t>(ws_generation_)};
+    for (const Part& p : parts_)
+        key.insert(key.end(), {static_cast<int64_t>(p.ds->id), p.ds->parity, p.n, p.logit_rows});
+    auto found = std::find_if(rows_graphs_.begin(), rows_graphs_.end(),
+                              [&](const RowsGraph& g) { return g.key == key; });
+    if (found == rows_graphs_.end()) {
+        if (rows_graphs_.size() >= kRowsGraphs) {
+            auto lru =
+                std::min_element(rows_graphs_.begin(), rows_graphs_.end(),
+                                 [](const RowsGraph& a, const RowsGraph& b) { return a.used < b.used; });
+            cudaGraphExecDestroy(lru->exec);
+            if (lru->parts != nullptr) cudaFree(lru->parts);
+            rows_graphs_.erase(lru);
+        }
+        // Several sequences: their DeltaNet layers' state pointers for this shape (the parities are in
+        // the key), in a table the graph reads.
+        void* table = nullptr;
+        const auto P = static_cast<int64_t>(parts_.size());
+        if (P > 1 && model_->state_layout().has_recurrent()) {
+            const int64_t L = model_->config().n_layers;
+            std::vector<cuda::DeltaPart> host(static_cast<size_t>(L * P));
+            for (int64_t l = 0; l < L; ++l)
+                for (int64_t i = 0; i < P; ++i) {
+                    const Part& part = parts_[static_cast<size_t>(i)];
+                    const DeviceState& ds = *part.ds;
+                    const auto li = static_cast<size_t>(l);
+                    if (ds.conv[0].size() <= li || ds.conv[0][li] == nullptr) continue;
+                    cuda::DeltaPart& d = host[static_cast<size_t>(l * P + i)];
+                    d.row0 = part.row0;
+                    d.n = part.n;
+                    d.conv_state = ds.conv[ds.parity][li];
+                    d.conv_state_out = ds.conv[ds.parity ^ 1][li];
+                    d.state = ds.recurrent[ds.parity][li];
+                    d.state_out = ds.recurrent[ds.parity ^ 1][li];
+                }
+            const size_t bytes = host.size() * sizeof(cuda::DeltaPart);
+            SLUICE_CUDA_TRY(cudaMalloc(&table, bytes), "allocating a batch's DeltaNet table");
+            const cudaError_t e = cudaMemcpy(table, host.data(), bytes, cudaMemcpyHostToDevice);
+            if (e != cudaSuccess) cudaFree(table);
+            SLUICE_CUDA_TRY(e, "copying a batch's DeltaNet table");
+        }
+        delta_parts_ = static_cast<const cuda::DeltaPart*>(table);
+        cudaGraph_t graph = nullptr;
+        SLUICE_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+                        "capturing a multi-row decode");
+        enqueue_segment(n, -1);  // resident: the whole forward
+        delta_parts_ = nullptr;
+        if (logit_rows > 0)
+            cudaMemcpyAsync(host_logits_, d_.logits,
+                            static_cast<size_t>(logit_rows * model_->config().vocab) * sizeof(float),
+                            cudaMemcpyDeviceToHost, stream_);
+        cudaGraphExec_t exec = nullptr;
+        cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+        if (e == cudaSuccess) {
+            e = cudaGraphInstantiate(&exec, graph, 0);
+            cudaGraphDestroy(graph);
+        }
+        if (e != cudaSuccess && table != nullptr) cudaFree(table);
+        SLUICE_CUDA_TRY(e, "capturing a multi-row decode graph");
+        rows_graphs_.push_back(RowsGraph{std::move(key), exec, resid_, 0, table});
+        found = rows_graphs_.end() - 1;
+    }
+    found->used = ++rows_graph_clock_;
+    resid_ = found->resid;  // where the replayed forward leaves the residual stream (copy_hidden)
+    SLUICE_CUDA_TRY(cudaGraphLaunch(found->exec, stream_), "launching a multi-row decode graph");
+    return cuda_status(cudaStreamSynchronize(stream_), "multi-row decode");
 }
 
 Status CudaBackend::copy_hidden(int64_t row0, int64_t n, float* hidden) {

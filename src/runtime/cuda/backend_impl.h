@@ -88,7 +88,8 @@ constexpr int kMaxDeltaHeads = 256;
 // forward of the 35B spent 97 ms in matmul_tc (≈170 µs per [512, 2048] product whatever the
 // rows) against ≈3 ms for a whole decode token.
 constexpr int64_t kMatvecRows = 16;
-constexpr int kCounters = kDeltaCounters + kMaxDeltaHeads;
+// (the fused DeltaNet step of a multi-sequence batch counts per sequence and value head)
+constexpr int kCounters = kDeltaCounters + kMaxDeltaHeads * kMatvecRows;
 
 inline Status cuda_status(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return Status::ok();
@@ -186,6 +187,8 @@ class DeviceState final : public SequenceState {
     std::vector<float*> conv[2], recurrent[2];
     std::vector<std::vector<float*>> snap_conv, snap_recurrent;  // [slot][layer]
     int parity = 0;  // conv[parity] / recurrent[parity] hold the committed state
+    // Unique among this backend's sequences (an address may be reused): keys the multi-row graphs.
+    uint64_t id = 0;
 
     cudaGraphExec_t graph[2] = {nullptr, nullptr};
     uint64_t graph_generation[2] = {0, 0};
@@ -281,6 +284,10 @@ class CudaBackend final : public Backend {
         if (host_io_ != nullptr) cudaFreeHost(host_io_);
         if (host_logits_ != nullptr) cudaFreeHost(host_logits_);
         if (host_summary_ != nullptr) cudaFreeHost(host_summary_);
+        for (RowsGraph& g : rows_graphs_) {
+            cudaGraphExecDestroy(g.exec);
+            if (g.parts != nullptr) cudaFree(g.parts);
+        }
     }
 
     Status init(const CudaBackendOptions& options);
@@ -349,6 +356,10 @@ class CudaBackend final : public Backend {
     Status tiered_experts(int64_t l, int64_t n);
     Status run_tiered(DeviceState& ds, int64_t n);
     Status run_enqueued(DeviceState& first, int64_t n);
+    // The resident forward of parts_ (n ≤ kMatvecRows rows in all, through the decode kernels) as a CUDA
+    // graph, captured the first time its shape is seen, and its logit_rows rows of logits copied into
+    // host_logits_; then waited for.
+    Status run_rows_graph(int64_t n, int64_t logit_rows);
     // y = w · x for n rows: decode matvecs (n ≤ kMatvecRows), else the prefill products — int8 ones
     // where int8_linear() and `int8` (the router and the shared expert's gate stay f32, as on the CPU:
     // Model::use_activations).
@@ -476,7 +487,7 @@ class CudaBackend final : public Backend {
     cuda::Int8Rows i8() const { return {d_.xq, d_.xq_d, d_.xq_dsum, xq_capacity_}; }
     int32_t* host_ids_ = nullptr;   // pinned [ws_tokens_ · K + K]: routed and predicted ids (tiered)
     int32_t* host_io_ = nullptr;    // pinned mirror of d_.io, [2 · ws_tokens_ + 1]
-    float* host_logits_ = nullptr;  // pinned [V] for graph decode
+    float* host_logits_ = nullptr;  // pinned [kMatvecRows, V]: the graphs' logits
     cuda::DevLogitsSummary* host_summary_ = nullptr;  // pinned: the last decode's logits summary
     bool summary_valid_ = false;                      // host_summary_ belongs to the last forward
     // The sequences of the forward being enqueued, as rows of the scratch: one part for forward(),
@@ -487,6 +498,25 @@ class CudaBackend final : public Backend {
         int64_t logit_rows;  // rows of logits wanted: its last logit_rows rows (0: none)
     };
     std::vector<Part> parts_;
+    // Multi-row decode forwards as graphs (run_rows_graph), keyed by the batch's shape: the scratch
+    // generation, then per part its sequence's id, state parity, rows and logit rows. A speculative
+    // verification of k proposals, or the decode tokens of the same batched sequences, repeat a shape
+    // every other step (parities alternate), so their graphs replay; the least recently used of
+    // kRowsGraphs goes when a new shape comes.
+    struct RowsGraph {
+        std::vector<int64_t> key;
+        cudaGraphExec_t exec = nullptr;
+        float* resid = nullptr;  // resid_ after the forward
+        uint64_t used = 0;
+        void* parts = nullptr;  // its device table of DeltaNet parts (delta_parts_), or null
+    };
+    // While a rows graph of several sequences is captured: each DeltaNet layer's parts in device memory,
+    // [n_layers][parts_.size()] (cuda::DeltaPart), for the one-launch conv and fused step over them.
+    const cuda::DeltaPart* delta_parts_ = nullptr;
+    static constexpr size_t kRowsGraphs = 16;
+    std::vector<RowsGraph> rows_graphs_;
+    uint64_t rows_graph_clock_ = 0;
+    uint64_t sequence_ids_ = 0;  // the last DeviceState::id given
     // Where the residual stream is while a forward is enqueued: d_.x, or d_.x2 after a fused
     // residual norm (which cannot update it in place; see cuda::NormIn).
     float* resid_ = nullptr;

@@ -131,6 +131,7 @@ Expected<std::unique_ptr<SequenceState>> CudaBackend::new_sequence(int64_t max_p
                         "yet: --kv-bits 32 or 16",
                         kernels::kv_type_name(layout.kv)));
     auto ds = std::make_unique<DeviceState>(layout, max_positions, max_snapshots, stream_);
+    ds->id = ++sequence_ids_;
     const int slots = ds->max_snapshots();
     const uint64_t bytes = state_bytes(max_positions, slots, layout);
     SLUICE_CUDA_TRY(cudaMalloc(&ds->block, std::max<uint64_t>(bytes, 256)),

@@ -11,7 +11,7 @@ bool CudaBackend::int8_linear(const DevWeight& w, int64_t n) const {
 
 void CudaBackend::linear(const DevWeight& w, const float* x, int64_t n, float* y, bool int8) {
     if (n <= kMatvecRows) {
-        for (int64_t t = 0; t < n; ++t) cuda::matvec(launch_, w, x + t * w.cols, y + t * w.rows, stream_);
+        cuda::matvec_rows(launch_, w, x, n, y, stream_);
     } else if (int8 && int8_linear(w, n)) {
         cuda::quantize_rows_int8(x, n, w.cols, i8(), stream_);
         cuda::matmul_int8(w, i8(), n, y, stream_);
@@ -21,6 +21,13 @@ void CudaBackend::linear(const DevWeight& w, const float* x, int64_t n, float* y
 }
 
 void CudaBackend::linears(const float* x, int64_t n, std::initializer_list<Product> products) {
+    if (n <= kMatvecRows) {  // the decode products over n rows, one launch for every product of x
+        cuda::MatvecMulti m;
+        for (const Product& p : products)
+            if (p.w->data != nullptr) m.add(*p.w, p.y);
+        cuda::matvec_multi_rows(launch_, m, x, n, stream_);
+        return;
+    }
     bool quantized = false;
     for (const Product& p : products) {
         if (p.w->data == nullptr) continue;
@@ -244,23 +251,39 @@ void CudaBackend::deltanet_layer(const DevLayer& L, int64_t l, int64_t n, const 
         cuda::split_qkvz(d_.tmp, d_.gate, n, nk, dk, r, dv, d_.conv_in, d_.z, d_.beta, d_.g, stream_);
     }
     // Each sequence's committed state (its parity) is read and the new one written to the other copy;
-    // the backend flips parity once the whole forward has succeeded.
+    // the backend flips parity once the whole forward has succeeded. A rows graph of several sequences
+    // has their states in a device table (delta_parts_): one launch over all of them.
     const auto li = static_cast<size_t>(l);
-    for (const Part& part : parts_) {
-        DeviceState& ds = *part.ds;
-        const int in = ds.parity, out = ds.parity ^ 1;
-        cuda::conv1d_silu(d_.conv_in + part.row0 * cd, part.n, cd, P.conv_kernel, L.conv, ds.conv[in][li],
-                          ds.conv[out][li], d_.conv_out + part.row0 * cd, stream_);
+    const auto n_parts = static_cast<int64_t>(parts_.size());
+    const cuda::DeltaPart* table =
+        delta_parts_ != nullptr && n_parts > 1 ? delta_parts_ + l * n_parts : nullptr;
+    if (table != nullptr) {
+        int64_t max_rows = 0;
+        for (const Part& part : parts_) max_rows = std::max(max_rows, part.n);
+        cuda::conv1d_silu_parts(d_.conv_in, table, n_parts, max_rows, cd, P.conv_kernel, L.conv, d_.conv_out,
+                                stream_);
+    } else {
+        for (const Part& part : parts_) {
+            DeviceState& ds = *part.ds;
+            const int in = ds.parity, out = ds.parity ^ 1;
+            cuda::conv1d_silu(d_.conv_in + part.row0 * cd, part.n, cd, P.conv_kernel, L.conv, ds.conv[in][li],
+                              ds.conv[out][li], d_.conv_out + part.row0 * cd, stream_);
+        }
     }
     const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
     const float eps = P.l2_eps;
-    if (n == 1 && !unfused_ && nv <= kMaxDeltaHeads && cuda::deltanet_fused_fits(dk, dv)) {
-        // Decode (prefill and batches keep the unfused sequence).
+    const bool fused = !unfused_ && nv <= kMaxDeltaHeads && cuda::deltanet_fused_fits(dk, dv);
+    if (fused && n_parts == 1 && n <= kMatvecRows) {
+        // Decode, or a speculative verification's few rows (prefill keeps the unfused sequence).
         DeviceState& ds = *parts_[0].ds;
         cuda::deltanet_fused(d_.conv_out, d_.beta, d_.g, d_.z, L.neg_a, L.dt_bias, L.dnorm, n, nk, nv, dk, dv,
                              eps, q_scale, P.norm_eps, ds.recurrent[ds.parity][li],
                              ds.recurrent[ds.parity ^ 1][li], d_.attn, d_.counters + kDeltaCounters, d_.y,
                              stream_, P.v_heads_tiled);
+    } else if (fused && table != nullptr) {
+        cuda::deltanet_fused_parts(d_.conv_out, d_.beta, d_.g, d_.z, L.neg_a, L.dt_bias, L.dnorm, table,
+                                   n_parts, nk, nv, dk, dv, eps, q_scale, P.norm_eps, d_.attn,
+                                   d_.counters + kDeltaCounters, d_.y, stream_, P.v_heads_tiled);
     } else {
         HeadLayout qk{n, nk, dk, cd, dk, kd, dk};
         cuda::row_norm(d_.conv_out, nullptr, qk, eps, true, q_scale, d_.q, stream_);
@@ -370,10 +393,11 @@ void CudaBackend::moe_routed(const DevLayer& L, const float* x, const int32_t* i
             cuda::swiglu(d_.pair_gate, d_.pair_up, rows * I, d_.pair_act, stream_);
     };
     if (n <= kMatvecRows) {
-        // One token, or a small batch token by token through the decode kernels (kMatvecRows). Fused:
-        // gate, up and SwiGLU of the routed experts (and, for a decode forward, the shared expert) in
-        // one launch, then one down launch over all of them. Unfused (SLUICE_CUDA_UNFUSED, or expert
-        // extras): gate and up, the activation, the routed down; the shared expert in moe_shared().
+        // One token, or a small batch (kMatvecRows) through the decode kernels, every token in the same
+        // two launches. Fused: gate, up and SwiGLU of the routed experts (and, for a decode forward, the
+        // shared expert) in one launch, then one down launch over all of them. Unfused
+        // (SLUICE_CUDA_UNFUSED, or expert extras): gate and up, the activation, the routed down; the
+        // shared expert in moe_shared().
         const bool fold = n == 1 && decode && shared_folded(L, 1);
         cuda::SharedExpert shared;
         if (fold) {
@@ -382,19 +406,16 @@ void CudaBackend::moe_routed(const DevLayer& L, const float* x, const int32_t* i
             shared.down = L.shared_down;
             shared.gate_logit = L.shared_gate.data != nullptr ? d_.sg : nullptr;
         }
-        for (int64_t t = 0; t < n; ++t) {
-            const int32_t* t_ids = ids + t * K;
-            if (!unfused_ && !extras) {
-                cuda::moe_matvec_gate_up(launch_, L.experts, t_ids, K, I, H, x + t * H, nullptr, nullptr,
-                                         d_.pair_act, fold ? &shared : nullptr, experts_vector_, stream_);
-            } else {
-                cuda::moe_matvec_gate_up(launch_, L.experts, t_ids, K, I, H, x + t * H, d_.pair_gate,
-                                         d_.pair_up, nullptr, nullptr, experts_vector_, stream_);
-                activate(t_ids, nullptr, K);
-            }
-            cuda::moe_down_matvec(launch_, L.experts, t_ids, weights + t * K, K, H, I, d_.pair_act,
-                                  fold ? &shared : nullptr, experts_vector_, mix + t * H, stream_);
+        if (!unfused_ && !extras) {
+            cuda::moe_matvec_gate_up(launch_, L.experts, ids, K, I, H, x, nullptr, nullptr, d_.pair_act,
+                                     fold ? &shared : nullptr, experts_vector_, stream_, n);
+        } else {
+            cuda::moe_matvec_gate_up(launch_, L.experts, ids, K, I, H, x, d_.pair_gate, d_.pair_up, nullptr,
+                                     nullptr, experts_vector_, stream_, n);
+            activate(ids, nullptr, n * K);
         }
+        cuda::moe_down_matvec(launch_, L.experts, ids, weights, K, H, I, d_.pair_act,
+                              fold ? &shared : nullptr, experts_vector_, mix, stream_, n);
         cuda::moe_add_expert_bias(ids, weights, L.expert_down_bias, n, K, H, mix, stream_);
         return;
     }
