@@ -3,7 +3,8 @@
 # CUDA on; carried as .devcarry/c/carry.tar.xz with their non-system shared libraries, see
 # tools/gpu_carry.sh), then runs the steps named on the command line, each bounded by a timeout,
 # logging to $OUT. Steps:
-#   tests       GPU op tests, CUDA goldens (resident and tiered), the packed three-tier test
+#   tests       GPU op tests, CUDA goldens (resident and tiered), the packed three-tier test; goldenscuda:
+#               the CUDA goldens alone
 #   sanitize    compute-sanitizer memcheck/racecheck of the op tests; sanitize_tier: memcheck of the
 #               packed three-tier test; sanitize_kv: both over the KV cache kernels' tests;
 #               sanitize_int8: both over the int8 tensor-core products' and the DeltaNet prefill's tests
@@ -67,8 +68,11 @@
 #                          tiny-next/), mtp_stats.json and mtp_training_log.txt in results.tgz
 #   clients35 / clients80  bench --clients 1, 4, 16 (CLIENTS) resident; clientshost35 / clientshost80 through the
 #                          host tier (--gpu-memory 4G)
-#   mtp                    the MTP head's CUDA goldens and greedy identity; the default model's decode
-#                          with --spec mtp k = 1..4 / auto against plain, alternated (MTP_ROUNDS)
+#   mtp                    the MTP head's CUDA goldens and greedy identity (mtptests alone); the default
+#                          model's decode with --spec mtp k = 1..4 / auto against plain, alternated (MTP_ROUNDS;
+#                          mtpdecode alone, TAG-named after useb)
+#   vcurve35 / vcurve80    the verify curve resident only (curve35 adds the host tier); sanitize_rows:
+#                          memcheck / racecheck of the multi-row decode products' tests
 #   ncu35                  per-kernel GPU time of a short decode (ncu); prof35: the in-graph timeline (nsys,
 #                          when installed) and ncu's full sections for one layer; prof35mv: ncu's full sections
 #                          for one layer's products; sass: the products' SASS (sm_90)
@@ -118,6 +122,9 @@ for s in "$@"; do
         step gpu_tests 240 "$B/sluice_gpu_tests"
         step goldens_cuda 240 "$B/sluice_tests" --gtest_filter='Goldens/Golden.OnCuda*'
         SLUICE_CUDA_UNFUSED=1 step goldens_cuda_unfused 240 "$B/sluice_tests" --gtest_filter='Goldens/Golden.OnCuda*'
+        ;;
+    goldenscuda)  # the CUDA goldens alone (tests runs them after the whole op test binary)
+        step goldens_cuda 240 "$B/sluice_tests" --gtest_filter='Goldens/Golden.OnCuda*'
         ;;
     sanitize_tier)
         step memcheck_tier 200 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/sluice_gpu_tests" \
@@ -671,9 +678,13 @@ PY
         done
         bench curvetiny 120 models/tiny-next --verify-curve 8 --prompt-tokens 64 --reps 5 --warmup 1
         ;;
-    mtp)  # the MTP head on the GPU: its goldens, greedy identity, and the default model's decode with it
-        step mtp_tests 300 "$B/sluice_tests" \
-            --gtest_filter='Goldens/Golden.OnCudaMtp*:Speculative.MtpOnCuda*:Goldens/Golden.OnCudaPrefill*mtp*'
+    mtp | mtptests | mtpdecode)  # the MTP head on the GPU: its goldens, greedy identity (mtptests), and the
+        # default model's decode with it (mtpdecode; after useb, .devcarry/b's build: files b_mtptiny_*)
+        if [ "$s" != mtpdecode ]; then
+            step mtp_tests 300 "$B/sluice_tests" \
+                --gtest_filter='Goldens/Golden.OnCudaMtp*:Speculative.MtpOnCuda*:Goldens/Golden.OnCudaPrefill*mtp*'
+        fi
+        [ "$s" = mtptests ] && continue
         # Plain and MTP drafting alternated over MTP_ROUNDS rounds (3), 256 greedy tokens each.
         for r in $(seq 1 "${MTP_ROUNDS:-3}"); do
             for k in off 1 2 3 4 auto; do
@@ -681,12 +692,16 @@ PY
                 [ "$k" != off ] && f="--spec mtp --spec-tokens $k"
                 # shellcheck disable=SC2086
                 timeout 120 "$B/sluice" generate models/tiny-next --device cuda -p "def quicksort(xs):" -n 256 \
-                    --temperature 0 $f --stats-json "$RES/mtptiny_${k}_$r.json" >"$RES/mtptiny_${k}_$r.out" \
-                    2>"$RES/mtptiny_${k}_$r.txt"
-                tail -n 2 "$RES/mtptiny_${k}_$r.txt"
+                    --temperature 0 $f --stats-json "$RES/${TAG:-}mtptiny_${k}_$r.json" \
+                    >"$RES/${TAG:-}mtptiny_${k}_$r.out" 2>"$RES/${TAG:-}mtptiny_${k}_$r.txt"
+                tail -n 2 "$RES/${TAG:-}mtptiny_${k}_$r.txt"
                 if [ "$k" != off ]; then
-                    if cmp -s "$RES/mtptiny_off_$r.out" "$RES/mtptiny_${k}_$r.out"; then c=same; else c=DIFFERENT; fi
-                    echo "round $r k=$k: $c text as plain" | tee -a "$RES/mtptiny_cmp.txt"
+                    if cmp -s "$RES/${TAG:-}mtptiny_off_$r.out" "$RES/${TAG:-}mtptiny_${k}_$r.out"; then
+                        c=same
+                    else
+                        c=DIFFERENT
+                    fi
+                    echo "round $r k=$k: $c text as plain" | tee -a "$RES/${TAG:-}mtptiny_cmp.txt"
                 fi
             done
         done
@@ -704,6 +719,16 @@ PY
             bench "${s}_c$c" 300 "$m" --gpu-memory 4G --memory 60G --clients "$c" --prompt-tokens 128 \
                 --gen-tokens 64 --reps 2 --warmup 1
         done
+        ;;
+    vcurve35 | vcurve80)  # speculative step cost, resident only (after useb: .devcarry/b's build)
+        m=/tmp/m${s#vcurve}
+        bench "$s" 180 "$m" --verify-curve 8 --prompt-tokens 64 --reps 5 --warmup 1
+        ;;
+    sanitize_rows)  # memcheck and racecheck of the multi-row decode products' tests
+        step memcheck_rows 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/sluice_gpu_tests" \
+            --gtest_filter='CudaOps.*Rows*:CudaOps.MoeDecodeOverTokens*'
+        step racecheck_rows 300 compute-sanitizer --tool racecheck --error-exitcode 3 "$B/sluice_gpu_tests" \
+            --gtest_filter='CudaOps.MatvecMultiRows*:CudaOps.MoeDecodeOverTokens*'
         ;;
     curve35 | curve80)  # speculative step cost: resident, experts in host RAM, CPU from disk
         m=/tmp/m${s#curve}
