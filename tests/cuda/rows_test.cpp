@@ -45,11 +45,11 @@ TEST(CudaOps, MatvecRowsAreEachRowsOwnMatvecBitForBit) {
     LaunchContext lc = launch_context();
     using T = kernels::WeightType;
     const std::vector<RowsCase> cases = {
-        {T::kQ4, 100, 2048, 64},  {T::kQ4, 33, 64, 32},   {T::kQ8, 70, 512, 64},   {T::kQ8, 17, 96, 32},
-        {T::kQ4, 512, 4096, 128}, {T::kQ4, 4099, 2048, 64},
+        {T::kQ4, 100, 2048, 64},    {T::kQ4, 33, 64, 32},     {T::kQ8, 70, 512, 64},
+        {T::kQ8, 17, 96, 32},       {T::kQ4, 512, 4096, 128}, {T::kQ4, 4099, 2048, 64},
         {T::kQ4, 70, 12288, 32},  // 55 KB of staged x a row: one row a launch fits, so one matvec per row
         {T::kQ4, 40, 8192, 64},   // 37 KB a row: two rows a launch
-        {T::kF32, 37, 40, 0},     {T::kBF16, 67, 2048, 0}, {T::kGgmlQ4_0, 70, 512, 0},
+        {T::kF32, 37, 40, 0},       {T::kBF16, 67, 2048, 0},  {T::kGgmlQ4_0, 70, 512, 0},
         {T::kGgmlQ8_0, 33, 2048, 0}};
     uint32_t seed = 1;
     for (const auto& c : cases) {
@@ -112,9 +112,8 @@ TEST(CudaOps, MatvecMultiRowsAreEachRowsOwnMatvecMultiBitForBit) {
 TEST(CudaOps, MoeDecodeOverTokensIsEachTokensOwnLaunchBitForBit) {
     REQUIRE_GPU();
     LaunchContext lc = launch_context();
-    for (auto type :
-         {kernels::WeightType::kQ4, kernels::WeightType::kQ8, kernels::WeightType::kBF16,
-          kernels::WeightType::kGgmlQ4_0})
+    for (auto type : {kernels::WeightType::kQ4, kernels::WeightType::kQ8, kernels::WeightType::kBF16,
+                      kernels::WeightType::kGgmlQ4_0})
         for (int64_t K : {4, 10}) {
             const int64_t E = 16, H = 256, I = 128, Is = 192;
             std::vector<std::unique_ptr<TestWeight>> ws;
@@ -122,7 +121,8 @@ TEST(CudaOps, MoeDecodeOverTokensIsEachTokensOwnLaunchBitForBit) {
             for (int64_t e = 0; e < E; ++e)
                 for (int j = 0; j < 3; ++j) {
                     const auto seed = static_cast<uint32_t>(300 + 3 * e + j);
-                    ws.push_back(j < 2 ? make_weight(type, I, H, 64, seed) : make_weight(type, H, I, 64, seed));
+                    ws.push_back(j < 2 ? make_weight(type, I, H, 64, seed)
+                                       : make_weight(type, H, I, 64, seed));
                     table.push_back(ws.back()->dev);
                 }
             Dev<DevWeight> dtable(table);
@@ -142,7 +142,8 @@ TEST(CudaOps, MoeDecodeOverTokensIsEachTokensOwnLaunchBitForBit) {
                         std::shuffle(perm.begin(), perm.end(), rng);
                         for (int64_t j = 0; j < K; ++j) {
                             ids[static_cast<size_t>(t * K + j)] = perm[static_cast<size_t>(j)];
-                            wts[static_cast<size_t>(t * K + j)] = 0.05f + 0.1f * static_cast<float>((t + j) % 7);
+                            wts[static_cast<size_t>(t * K + j)] =
+                                0.05f + 0.1f * static_cast<float>((t + j) % 7);
                         }
                     }
                     const std::vector<float> x = randn(static_cast<size_t>(n * H), 21),
@@ -157,10 +158,11 @@ TEST(CudaOps, MoeDecodeOverTokensIsEachTokensOwnLaunchBitForBit) {
                     }
                     const int64_t stride = K * I + (with_shared ? Is : 0);
                     Dev<int32_t> dids(ids);
-                    Dev<float> dx(x), dw(wts), da(static_cast<size_t>(n * stride)), dg(static_cast<size_t>(n * K * I)),
-                        du(static_cast<size_t>(n * K * I)), dy(static_cast<size_t>(n * H)),
-                        ra(static_cast<size_t>(n * stride)), rg(static_cast<size_t>(n * K * I)),
-                        ru(static_cast<size_t>(n * K * I)), ry(static_cast<size_t>(n * H));
+                    Dev<float> dx(x), dw(wts), da(static_cast<size_t>(n * stride)),
+                        dg(static_cast<size_t>(n * K * I)), du(static_cast<size_t>(n * K * I)),
+                        dy(static_cast<size_t>(n * H)), ra(static_cast<size_t>(n * stride)),
+                        rg(static_cast<size_t>(n * K * I)), ru(static_cast<size_t>(n * K * I)),
+                        ry(static_cast<size_t>(n * H));
                     for (int split : {0, 2, 8}) {
                         lc.forced_split = split;
                         for (bool qv : {false, vec}) {
@@ -172,26 +174,26 @@ TEST(CudaOps, MoeDecodeOverTokensIsEachTokensOwnLaunchBitForBit) {
                                 SharedExpert one = shared;
                                 if (with_shared) one.gate_logit = dlogit.get() + t;
                                 if (fused) {
-                                    moe_matvec_gate_up(lc, dt, dids.get() + t * K, K, I, H, dx.get() + t * H, nullptr,
-                                                       nullptr, ra.get() + t * stride, with_shared ? &one : nullptr,
-                                                       qv, nullptr);
+                                    moe_matvec_gate_up(lc, dt, dids.get() + t * K, K, I, H, dx.get() + t * H,
+                                                       nullptr, nullptr, ra.get() + t * stride,
+                                                       with_shared ? &one : nullptr, qv, nullptr);
                                 } else {
                                     moe_matvec_gate_up(lc, dt, dids.get() + t * K, K, I, H, dx.get() + t * H,
-                                                       rg.get() + t * K * I, ru.get() + t * K * I, nullptr, nullptr,
-                                                       qv, nullptr);
-                                    swiglu(rg.get() + t * K * I, ru.get() + t * K * I, K * I, ra.get() + t * stride,
-                                           nullptr);
+                                                       rg.get() + t * K * I, ru.get() + t * K * I, nullptr,
+                                                       nullptr, qv, nullptr);
+                                    swiglu(rg.get() + t * K * I, ru.get() + t * K * I, K * I,
+                                           ra.get() + t * stride, nullptr);
                                 }
                                 moe_down_matvec(lc, dt, dids.get() + t * K, dw.get() + t * K, K, H, I,
                                                 ra.get() + t * stride, with_shared ? &one : nullptr, qv,
                                                 ry.get() + t * H, nullptr);
                             }
                             if (fused) {
-                                moe_matvec_gate_up(lc, dt, dids.get(), K, I, H, dx.get(), nullptr, nullptr, da.get(),
-                                                   with_shared ? &shared : nullptr, qv, nullptr, n);
+                                moe_matvec_gate_up(lc, dt, dids.get(), K, I, H, dx.get(), nullptr, nullptr,
+                                                   da.get(), with_shared ? &shared : nullptr, qv, nullptr, n);
                             } else {
-                                moe_matvec_gate_up(lc, dt, dids.get(), K, I, H, dx.get(), dg.get(), du.get(), nullptr,
-                                                   nullptr, qv, nullptr, n);
+                                moe_matvec_gate_up(lc, dt, dids.get(), K, I, H, dx.get(), dg.get(), du.get(),
+                                                   nullptr, nullptr, qv, nullptr, n);
                                 EXPECT_TRUE(same_bits(dg.host(), rg.host())) << what << " gate";
                                 EXPECT_TRUE(same_bits(du.host(), ru.host())) << what << " up";
                                 swiglu(dg.get(), du.get(), n * K * I, da.get(), nullptr);
@@ -215,8 +217,9 @@ TEST(CudaOps, DeltaNetPartsAreEachSequencesOwnLaunchBitForBit) {
     REQUIRE_GPU();
     const int64_t nk = 16, nv = 32, dk = 128, dv = 128, kernel = 4;  // Qwen3.6-35B / Qwen3-Next-80B
     const int64_t kd = nk * dk, vd = nv * dv, cd = 2 * kd + vd, hist = kernel - 1;
-    for (const std::vector<int64_t>& rows : {std::vector<int64_t>{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
-                                             std::vector<int64_t>{1, 3, 1, 2}, std::vector<int64_t>{5, 1}}) {
+    for (const std::vector<int64_t>& rows :
+         {std::vector<int64_t>{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+          std::vector<int64_t>{1, 3, 1, 2}, std::vector<int64_t>{5, 1}}) {
         const auto P = static_cast<int64_t>(rows.size());
         int64_t n = 0, max_rows = 0;
         for (int64_t r : rows) {
@@ -224,14 +227,19 @@ TEST(CudaOps, DeltaNetPartsAreEachSequencesOwnLaunchBitForBit) {
             max_rows = std::max(max_rows, r);
         }
         const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk)), l2_eps = 1e-6f, norm_eps = 1e-6f;
-        std::vector<float> conv_in = randn(static_cast<size_t>(n * cd), 1), b = randn(static_cast<size_t>(n * nv), 2),
-                           a = randn(static_cast<size_t>(n * nv), 3), z = randn(static_cast<size_t>(n * vd), 4),
-                           dt_bias = randn(static_cast<size_t>(nv), 5), norm_w = randn(static_cast<size_t>(dv), 6),
-                           conv_w = randn(static_cast<size_t>(cd * kernel), 9, 0.3f), neg_a(static_cast<size_t>(nv));
+        std::vector<float> conv_in = randn(static_cast<size_t>(n * cd), 1),
+                           b = randn(static_cast<size_t>(n * nv), 2),
+                           a = randn(static_cast<size_t>(n * nv), 3),
+                           z = randn(static_cast<size_t>(n * vd), 4),
+                           dt_bias = randn(static_cast<size_t>(nv), 5),
+                           norm_w = randn(static_cast<size_t>(dv), 6),
+                           conv_w = randn(static_cast<size_t>(cd * kernel), 9, 0.3f),
+                           neg_a(static_cast<size_t>(nv));
         std::mt19937 rng(8);
         std::uniform_real_distribution<float> ua(0.5f, 8.0f);
         for (auto& x : neg_a) x = -ua(rng);
-        Dev<float> dconv_in(conv_in), db(b), da(a), dz(z), ddt(dt_bias), dnw(norm_w), dneg(neg_a), dcw(conv_w);
+        Dev<float> dconv_in(conv_in), db(b), da(a), dz(z), ddt(dt_bias), dnw(norm_w), dneg(neg_a),
+            dcw(conv_w);
         // Each sequence's states: conv [hist, cd] and recurrent [nv, dk, dv], read and written out of place.
         std::vector<std::unique_ptr<Dev<float>>> cs, cs_out, rs, rs_out, ref_cs, ref_rs;
         std::vector<DeltaPart> parts;
@@ -255,18 +263,21 @@ TEST(CudaOps, DeltaNetPartsAreEachSequencesOwnLaunchBitForBit) {
         Dev<unsigned> counters(std::vector<unsigned>(static_cast<size_t>(P * nv), 0u));
         for (int64_t p = 0; p < P; ++p) {
             const DeltaPart& q = parts[static_cast<size_t>(p)];
-            conv1d_silu(dconv_in.get() + q.row0 * cd, q.n, cd, kernel, dcw.get(), q.conv_state, ref_cs[p]->get(),
-                        ref_conv.get() + q.row0 * cd, nullptr);
+            conv1d_silu(dconv_in.get() + q.row0 * cd, q.n, cd, kernel, dcw.get(), q.conv_state,
+                        ref_cs[p]->get(), ref_conv.get() + q.row0 * cd, nullptr);
             deltanet_fused(ref_conv.get() + q.row0 * cd, db.get() + q.row0 * nv, da.get() + q.row0 * nv,
-                           dz.get() + q.row0 * vd, dneg.get(), ddt.get(), dnw.get(), q.n, nk, nv, dk, dv, l2_eps,
-                           q_scale, norm_eps, q.state, ref_rs[p]->get(), ref_raw.get() + q.row0 * vd, counters.get(),
-                           ref_y.get() + q.row0 * vd, nullptr);
+                           dz.get() + q.row0 * vd, dneg.get(), ddt.get(), dnw.get(), q.n, nk, nv, dk, dv,
+                           l2_eps, q_scale, norm_eps, q.state, ref_rs[p]->get(), ref_raw.get() + q.row0 * vd,
+                           counters.get(), ref_y.get() + q.row0 * vd, nullptr);
         }
         // One launch for all of them.
-        Dev<float> conv(static_cast<size_t>(n * cd)), raw(static_cast<size_t>(n * vd)), y(static_cast<size_t>(n * vd));
-        conv1d_silu_parts(dconv_in.get(), dparts.get(), P, max_rows, cd, kernel, dcw.get(), conv.get(), nullptr);
-        deltanet_fused_parts(conv.get(), db.get(), da.get(), dz.get(), dneg.get(), ddt.get(), dnw.get(), dparts.get(),
-                             P, nk, nv, dk, dv, l2_eps, q_scale, norm_eps, raw.get(), counters.get(), y.get(), nullptr);
+        Dev<float> conv(static_cast<size_t>(n * cd)), raw(static_cast<size_t>(n * vd)),
+            y(static_cast<size_t>(n * vd));
+        conv1d_silu_parts(dconv_in.get(), dparts.get(), P, max_rows, cd, kernel, dcw.get(), conv.get(),
+                          nullptr);
+        deltanet_fused_parts(conv.get(), db.get(), da.get(), dz.get(), dneg.get(), ddt.get(), dnw.get(),
+                             dparts.get(), P, nk, nv, dk, dv, l2_eps, q_scale, norm_eps, raw.get(),
+                             counters.get(), y.get(), nullptr);
         const std::string what = std::to_string(P) + " sequences, " + std::to_string(n) + " rows";
         EXPECT_TRUE(same_bits(conv.host(), ref_conv.host())) << what << " conv";
         const std::vector<float> got = y.host(), want = ref_y.host();

@@ -17,10 +17,11 @@ namespace {
 constexpr int kRowsPerLaunch = 4;
 
 // This lane's partial sums of the R rows of rs against each of the NV staged rows of x (xs, one every
-// `stride` floats), over chunks c0, c0 + step, …, the next chunk's loads in flight while one is summed
-// against every row (rowset_dot_chunks with kAhead, per row). Waits for the staged rows once the first
-// chunk's loads are issued.
-template <int kBits, int NV, int R>
+// `stride` floats), over chunks c0, c0 + step, …, each chunk summed against every row in turn
+// (rowset_dot_chunks per row). kAhead: the next chunk's loads are in flight while one is summed (the
+// registers for it: see matvec_rows_kernel). Waits for the staged rows once the first chunk's loads are
+// issued.
+template <int kBits, bool kAhead, int NV, int R>
 __device__ void rowset_dot_chunks_rows(const RowSet<R>& rs, int64_t cols, int64_t group_size, ScaleType st,
                                        const float* xs, int64_t stride, int c0, int step,
                                        float (&acc)[NV][R]) {
@@ -39,25 +40,34 @@ __device__ void rowset_dot_chunks_rows(const RowSet<R>& rs, int64_t cols, int64_
     for (int c = c0;;) {
         const int next = c + step;
         const int64_t at = staged_at(static_cast<int64_t>(c) * kCols);
-        if (next >= chunks) {
+        if constexpr (kAhead) {
+            if (next >= chunks) {
+#pragma unroll
+                for (int v = 0; v < NV; ++v) chunk_fma<kBits>(cur, xs + v * stride + at, acc[v]);
+                break;
+            }
+            Chunk<R> ahead;
+            chunk_load(ahead, rs, st, next, per_group);
 #pragma unroll
             for (int v = 0; v < NV; ++v) chunk_fma<kBits>(cur, xs + v * stride + at, acc[v]);
-            break;
-        }
-        Chunk<R> ahead;
-        chunk_load(ahead, rs, st, next, per_group);
+            cur = ahead;
+        } else {
 #pragma unroll
-        for (int v = 0; v < NV; ++v) chunk_fma<kBits>(cur, xs + v * stride + at, acc[v]);
-        cur = ahead;
+            for (int v = 0; v < NV; ++v) chunk_fma<kBits>(cur, xs + v * stride + at, acc[v]);
+            if (next >= chunks) break;
+            chunk_load(cur, rs, st, next, per_group);
+        }
         c = next;
     }
 }
 
 // y[i] + t·rows_i = m.w[i] · x[t, :] for the NV rows t = t0 … t0 + NV − 1 of x (rows past n repeat row
 // n − 1, their results dropped): blockIdx.y picks the weight, as in matvec_multi_kernel. Every weight
-// of m has the chunk layout and m.w[0]'s columns.
+// of m has the chunk layout and m.w[0]'s columns. Registers (ptxas, sm_90): 2 rows without the
+// lookahead fit 128 (two blocks an SM); 4 rows with it take 243 (one block an SM: its 8 warps have a
+// chunk of 4 rows in flight per lane while summing 4 rows' worth) — at 128 either spilled.
 template <int S, int NV>
-__global__ void __launch_bounds__(32 * kWarps, 2)
+__global__ void __launch_bounds__(32 * kWarps, NV <= 2 ? 2 : 1)
     matvec_rows_kernel(MatvecMulti m, const float* x, int64_t t0, int64_t n) {
     extern __shared__ float4 staged[];
     const DevWeight w = m.w[blockIdx.y];  // a register copy (see matvec_multi_kernel)
@@ -80,10 +90,13 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
     for (int i = 0; i < kGroupRows; ++i) set_row(rs, i, w, shape, r0 + i);
     float acc[NV][kGroupRows];
     const int c0 = (warp % S) * 32 + lane;
+    constexpr bool kAhead = NV > 2;
     if (w.type == WeightType::kQ4) {
-        rowset_dot_chunks_rows<4, NV>(rs, w.cols, w.group_size, w.scale_type, xs, stride, c0, 32 * S, acc);
+        rowset_dot_chunks_rows<4, kAhead>(rs, w.cols, w.group_size, w.scale_type, xs, stride, c0, 32 * S,
+                                          acc);
     } else {
-        rowset_dot_chunks_rows<8, NV>(rs, w.cols, w.group_size, w.scale_type, xs, stride, c0, 32 * S, acc);
+        rowset_dot_chunks_rows<8, kAhead>(rs, w.cols, w.group_size, w.scale_type, xs, stride, c0, 32 * S,
+                                          acc);
     }
     float* y = m.y[blockIdx.y];
 #pragma unroll
@@ -112,7 +125,8 @@ void matvec_multi_rows(const LaunchContext& ctx, const MatvecMulti& m, const flo
     if (rows == 0) return;
     const int64_t cols = m.w[0].cols;
     const size_t one = staged_bytes(cols);
-    const int64_t fit = vector ? std::min<int64_t>(kRowsPerLaunch, static_cast<int64_t>(ctx.staged_limit / one)) : 1;
+    const int64_t fit =
+        vector ? std::min<int64_t>(kRowsPerLaunch, static_cast<int64_t>(ctx.staged_limit / one)) : 1;
     if (n == 1 || fit < 2) {  // one row at a time: matvec_multi itself
         for (int64_t t = 0; t < n; ++t) {
             MatvecMulti row = m;
@@ -128,12 +142,12 @@ void matvec_multi_rows(const LaunchContext& ctx, const MatvecMulti& m, const flo
         for (int64_t t0 = 0; t0 < n;) {
             const int64_t left = n - t0;
             if (left >= 3 && fit >= 4) {
-                launch_dependent(ctx.dependent_launch, matvec_rows_kernel<S, 4>, grid, dim3(32 * kWarps), 4 * one,
-                                 s, m, x, t0, n);
+                launch_dependent(ctx.dependent_launch, matvec_rows_kernel<S, 4>, grid, dim3(32 * kWarps),
+                                 4 * one, s, m, x, t0, n);
                 t0 += 4;
             } else if (left >= 2) {
-                launch_dependent(ctx.dependent_launch, matvec_rows_kernel<S, 2>, grid, dim3(32 * kWarps), 2 * one,
-                                 s, m, x, t0, n);
+                launch_dependent(ctx.dependent_launch, matvec_rows_kernel<S, 2>, grid, dim3(32 * kWarps),
+                                 2 * one, s, m, x, t0, n);
                 t0 += 2;
             } else {
                 MatvecMulti row = m;

@@ -407,7 +407,8 @@ int resident_blocks(Kernel* kernel, size_t smem = 0) {
 // lm_head). Measured against the alternatives on the 35B (session 4, with 4-byte words): forcing one
 // S for every launch gave 139 (S = 1) to 110 (S = 8) tok/s, an earlier rule 148, this one 213; a
 // cost model of waves × round trips per lane (preferring S = 2 for the 8192-row inputs) 167.
-inline int split_for(const LaunchContext& ctx, int64_t groups, int64_t chunks, const SplitOccupancy& occupancy) {
+inline int split_for(const LaunchContext& ctx, int64_t groups, int64_t chunks,
+                     const SplitOccupancy& occupancy) {
     if (ctx.forced_split > 0) return ctx.forced_split;
     const int64_t sms = ctx.sm_count;
     int best = 1;
