@@ -505,11 +505,11 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
         SLUICE_ASSIGN_OR_RETURN(im.backend, runtime::make_cuda_backend(im.model, co));
     }
     // Several sessions at once: their forwards are batched (runtime/step_batcher.h). The budget
-    // takes a prefill chunk and the decode tokens of the others beside it. CPU only for now: the CUDA
-    // backend's batched forward takes its prefill kernels, which for a few decode rows cost far more
-    // than the decode graphs they replace (35B on an H100: 4 rows in 17.6 ms against 3.1 ms for one;
-    // bench/results/serving) — it needs multi-row decode kernels first.
-    if (options.max_sessions > 1 && device_index < 0)
+    // takes a prefill chunk and the decode tokens of the others beside it. On CUDA a batch of up to 16
+    // decode rows runs the decode kernels over every row (each weight read once per launch) as a graph
+    // per batch shape; before those, a few rows took the prefill kernels and cost far more than the
+    // decode graphs they replaced (35B on an H100: 4 rows in 17.6 ms against 3.1 ms for one).
+    if (options.max_sessions > 1)
         im.batcher =
             std::make_unique<runtime::StepBatcher>(im.backend.get(), &im.compute_mutex, kBatchTokens);
     if (plan.prefix_cache_bytes > 0)
