@@ -214,13 +214,40 @@ Expected<MemoryPlan> make_plan(const model::ModelConfig& c, const model::StateLa
                         human_bytes(plan.budget_bytes)));
     if (plan.budget_bytes <
         plan.scratch_bytes + plan.runtime_bytes + (streaming ? plan.dense_bytes : 0) + plan.state_bytes) {
-        return error(ErrorCode::kOutOfMemory,
-                     fmt::format("[engine] a context of {} tokens needs {} of session state ({} KV, {} per "
-                                 "token, {} session(s)); a budget of {} holds about {} tokens: lower "
-                                 "--ctx-size, store KV in fewer bits (--kv-bits 8, 4 or 3) or raise --memory",
-                                 context, human_bytes(plan.state_bytes), plan.kv_type,
-                                 human_bytes(plan.kv_bytes_per_token), plan.sessions,
-                                 human_bytes(plan.budget_bytes), plan.max_context_tokens));
+        // A hybrid model's sessions also hold their recurrent (DeltaNet) state and its turn snapshots
+        // whatever the context: Qwen3-Next-80B's is ~475 MB a session, so sessions, not tokens, can be
+        // what does not fit (8 sessions under 3 GB); then the advice is fewer sessions, not fewer tokens.
+        const std::string recurrent =
+            fixed_state > 0 ? fmt::format(
+                                  ", and {} a session of recurrent state with its {} snapshots whatever "
+                                  "the context",
+                                  human_bytes(fixed_state / sessions), checkpoints)
+                            : std::string();
+        const uint64_t after_others = plan.budget_bytes > others ? plan.budget_bytes - others : 0;
+        const bool no_context = plan.max_context_tokens == 0;  // fewer KV bits would not help
+        std::string advice;
+        if (no_context) {
+            advice = fmt::format(
+                " (the forward's scratch and runtime{} take {}, leaving {} for the sessions' fixed state of "
+                "{}): {}",
+                streaming ? ", the dense core and an expert slot" : "", human_bytes(others),
+                human_bytes(after_others), human_bytes(fixed_state),
+                sessions > 1 && fixed_state > 0 && plan.budget_bytes > others
+                    ? "run fewer sessions at once (serve --parallel) or raise --memory"
+                    : "raise --memory");
+        } else {
+            advice = fmt::format(
+                ": lower --ctx-size, store KV in fewer bits (--kv-bits 8, 4 or 3){} or raise "
+                "--memory",
+                sessions > 1 ? ", run fewer sessions at once" : "");
+        }
+        return error(
+            ErrorCode::kOutOfMemory,
+            fmt::format("[engine] a context of {} tokens needs {} of session state ({} session(s): {} "
+                        "KV, {} per token{}); a budget of {} holds about {} tokens{}",
+                        context, human_bytes(plan.state_bytes), plan.sessions, plan.kv_type,
+                        human_bytes(plan.kv_bytes_per_token), recurrent, human_bytes(plan.budget_bytes),
+                        plan.max_context_tokens, advice));
     }
     // The prefix cache (runtime/prefix_cache.h): what was asked for, which must fit beside the rest
     // (and one expert slot), or by default a sixteenth of the budget, at most 1 GiB, within what the

@@ -283,8 +283,18 @@ TEST(KvCache, ContextsBeyondTheModelOrTheBudgetAreRefusedAtLoad) {
     auto small = Engine::load(eo);
     ASSERT_FALSE(small.has_value());
     EXPECT_EQ(small.status().code(), ErrorCode::kOutOfMemory);
-    for (const char* part : {"a context of 4096 tokens needs", "f32 KV", "holds about", "--kv-bits"})
+    // Nothing fits beside the scratch and runtime: fewer KV bits would not help, more memory would.
+    for (const char* part :
+         {"a context of 4096 tokens needs", "f32 KV", "holds about 0 tokens", "raise --memory"})
         EXPECT_NE(small.status().message().find(part), std::string::npos) << small.status().message();
+    EXPECT_EQ(small.status().message().find("--kv-bits"), std::string::npos) << small.status().message();
+    // Part of the context fits: the error names how much, and fewer KV bits are one way to hold the rest.
+    eo.memory_bytes = 80ull << 20;
+    auto part_fits = Engine::load(eo);
+    ASSERT_FALSE(part_fits.has_value());
+    for (const char* part : {"a context of 4096 tokens needs", "holds about", "--kv-bits", "--ctx-size"})
+        EXPECT_NE(part_fits.status().message().find(part), std::string::npos) << part_fits.status().message();
+    EXPECT_EQ(part_fits.status().message().find("holds about 0 tokens"), std::string::npos);
 
     eo.context_tokens = 0;  // the model's own context
     eo.memory_bytes = 2ull << 30;

@@ -132,6 +132,23 @@ TEST(MemoryPlan, AConfigIsPlannedAsItsPackedModelLoads) {
     ASSERT_FALSE(short_of_context.has_value());
     EXPECT_NE(short_of_context.status().message().find("holds about"), std::string::npos)
         << short_of_context.status().message();
+    EXPECT_NE(short_of_context.status().message().find("raise --memory"), std::string::npos)
+        << short_of_context.status().message();
+    // Many sessions of a hybrid model: their DeltaNet state and snapshots alone exceed the budget, so the
+    // error names that fixed state and asks for fewer sessions, not a shorter context.
+    eo.max_sessions = 8;
+    eo.memory_bytes = 8ull << 30;
+    auto eight = plan_memory(config, w, eo);
+    ASSERT_TRUE(eight.has_value()) << eight.status().message();
+    eo.memory_bytes =
+        eight->scratch_bytes + eight->runtime_bytes + eight->dense_bytes + w.record_bytes + 4096;
+    auto short_of_sessions = plan_memory(config, w, eo);
+    ASSERT_FALSE(short_of_sessions.has_value());
+    const std::string m = short_of_sessions.status().message();
+    for (const char* part : {"8 session(s)", "a session of recurrent state", "for the sessions' fixed state",
+                             "run fewer sessions at once"})
+        EXPECT_NE(m.find(part), std::string::npos) << part << " in: " << m;
+    EXPECT_EQ(m.find("--kv-bits"), std::string::npos) << m;
 }
 
 // Resident bytes of this process's mappings of files named `suffix` (/proc/self/smaps).
