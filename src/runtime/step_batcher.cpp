@@ -39,8 +39,8 @@ StepBatcher::Outcome StepBatcher::run(const BatchStep& step) {
         }
         leading_ = true;
         // Gather: the open streams' next steps, for a moment.
-        const auto wait =
-            std::chrono::duration<double, std::milli>(std::clamp(last_forward_ms_ / 2, 0.05, 2.0));
+        const auto wait = std::chrono::duration<double, std::milli>(
+            std::clamp(last_forward_ms_ / 2, 0.05, std::max(2.0, 0.05 * last_forward_ms_)));
         const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(wait);
         while (static_cast<int64_t>(queue_.size()) < streams_ &&
                cv_.wait_until(lock, deadline) != std::cv_status::timeout) {

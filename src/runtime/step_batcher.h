@@ -6,12 +6,15 @@
 // hand in their next steps — each is busy sampling its last token — then takes the queued steps in
 // arrival order, up to a token budget, and runs them as one Backend::forward_batch under the
 // engine's compute lock; the steps that arrive meanwhile form the next batch. The moment is bounded
-// (half the last forward's time, at most 2 ms), so a stream that is slow to come back (its client's
-// socket is full) delays the others by that at most. So N streams decoding at once become one forward of N
-// rows a step — each weight read once for all of them, each routed expert read once for every stream that
-// routed to it (what streaming from disk gains most from) — and a long prompt's chunks share forwards with
-// the running streams instead of stalling them. Nothing about a generation's loop changes: it still
-// asks for its forward and gets its logits.
+// (half the last forward's time, at most 2 ms or 5% of it, whichever is more), so a stream that is slow
+// to come back (its client's socket is full) delays the others by that at most. The 5% is for forwards
+// of seconds (a model streamed from disk): 8 streams of the 80B at --memory 6G split into two alternating
+// halves under a 2 ms bound — the streams a forward had just served came back a few ms after the next
+// forward had started without them (3.8–4.3 steps per forward, bench/results/serving). So N streams decoding
+// at once become one forward of N rows a step — each weight read once for all of them, each routed expert
+// read once for every stream that routed to it (what streaming from disk gains most from) — and a long
+// prompt's chunks share forwards with the running streams instead of stalling them. Nothing about a
+// generation's loop changes: it still asks for its forward and gets its logits.
 //
 // Exactness: a batched forward gives each step the logits of a forward of its own (bit for bit on
 // the CPU: runtime/backend.h), so a stream's text does not depend on who else is being served.
