@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -82,6 +83,27 @@ inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) 
         if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
     }
     return diff / mag;
+}
+
+// Each token's K distinct experts of E in a random order, weighted 0.1, 0.3, 0.5, …
+struct Routing {
+    std::vector<int32_t> ids;
+    std::vector<float> weights;
+};
+inline Routing random_routing(int64_t n, int64_t K, int64_t E, uint32_t seed) {
+    Routing r{std::vector<int32_t>(static_cast<size_t>(n * K)),
+              std::vector<float>(static_cast<size_t>(n * K))};
+    std::mt19937 rng(seed);
+    for (int64_t t = 0; t < n; ++t) {
+        std::vector<int32_t> perm(static_cast<size_t>(E));
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        for (int64_t j = 0; j < K; ++j) {
+            r.ids[static_cast<size_t>(t * K + j)] = perm[static_cast<size_t>(j)];
+            r.weights[static_cast<size_t>(t * K + j)] = 0.1f + 0.2f * static_cast<float>(j);
+        }
+    }
+    return r;
 }
 
 // A weight of any type with host storage and a device copy.

@@ -337,18 +337,7 @@ TEST(CudaOps, GptOssExpertsMatchComposedReference) {
         for (int64_t n : {1, 3, 50, 130}) {
             std::vector<float> x = randn(static_cast<size_t>(n * H), 5, x_scale);
             // Each token's K distinct experts in a random order, weighted 0.1, 0.3, 0.5, 0.7.
-            std::vector<int32_t> ids(static_cast<size_t>(n * K));
-            std::vector<float> wts(ids.size());
-            std::mt19937 rng(9);
-            for (int64_t t = 0; t < n; ++t) {
-                std::vector<int32_t> perm(static_cast<size_t>(E));
-                std::iota(perm.begin(), perm.end(), 0);
-                std::shuffle(perm.begin(), perm.end(), rng);
-                for (int64_t j = 0; j < K; ++j) {
-                    ids[static_cast<size_t>(t * K + j)] = perm[static_cast<size_t>(j)];
-                    wts[static_cast<size_t>(t * K + j)] = 0.1f + 0.2f * static_cast<float>(j);
-                }
-            }
+            const auto [ids, wts] = random_routing(n, K, E, 9);
             // The composed reference: model/moe.cpp's swiglu_mlp with ExpertExtras.
             std::vector<float> ref(static_cast<size_t>(n * H), 0.0f), g(I), u(I), act(I), out(H);
             for (int64_t t = 0; t < n; ++t)

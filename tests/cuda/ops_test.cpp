@@ -174,27 +174,6 @@ TEST(CudaOps, DequantizeRowsMatchesReference) {
     }
 }
 
-// Each token's K distinct experts of E in a random order, weighted 0.1, 0.3, 0.5, …
-struct Routing {
-    std::vector<int32_t> ids;
-    std::vector<float> weights;
-};
-Routing random_routing(int64_t n, int64_t K, int64_t E, uint32_t seed) {
-    Routing r{std::vector<int32_t>(static_cast<size_t>(n * K)),
-              std::vector<float>(static_cast<size_t>(n * K))};
-    std::mt19937 rng(seed);
-    for (int64_t t = 0; t < n; ++t) {
-        std::vector<int32_t> perm(static_cast<size_t>(E));
-        std::iota(perm.begin(), perm.end(), 0);
-        std::shuffle(perm.begin(), perm.end(), rng);
-        for (int64_t j = 0; j < K; ++j) {
-            r.ids[t * K + j] = perm[j];
-            r.weights[t * K + j] = 0.1f + 0.2f * static_cast<float>(j);
-        }
-    }
-    return r;
-}
-
 // Σ over a token's experts of weight · down(silu(gate · x) ⊙ up · x), by the reference ops (each expert's
 // gate, up and down at ws[3e], ws[3e + 1], ws[3e + 2], their views' activations as set).
 std::vector<float> composed_moe_reference(const std::vector<std::unique_ptr<TestWeight>>& ws,

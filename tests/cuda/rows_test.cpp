@@ -133,19 +133,7 @@ TEST(CudaOps, MoeDecodeOverTokensIsEachTokensOwnLaunchBitForBit) {
             for (int64_t n : {2, 5, 16})
                 for (int mode = 0; mode < 3; ++mode) {  // fused, fused with the shared expert, unfused
                     const bool fused = mode < 2, with_shared = mode == 1;
-                    std::mt19937 rng(static_cast<uint32_t>(n * 31 + K));
-                    std::vector<int32_t> ids(static_cast<size_t>(n * K));
-                    std::vector<float> wts(static_cast<size_t>(n * K));
-                    for (int64_t t = 0; t < n; ++t) {
-                        std::vector<int32_t> perm(static_cast<size_t>(E));
-                        std::iota(perm.begin(), perm.end(), 0);
-                        std::shuffle(perm.begin(), perm.end(), rng);
-                        for (int64_t j = 0; j < K; ++j) {
-                            ids[static_cast<size_t>(t * K + j)] = perm[static_cast<size_t>(j)];
-                            wts[static_cast<size_t>(t * K + j)] =
-                                0.05f + 0.1f * static_cast<float>((t + j) % 7);
-                        }
-                    }
+                    const auto [ids, wts] = random_routing(n, K, E, static_cast<uint32_t>(n * 31 + K));
                     const std::vector<float> x = randn(static_cast<size_t>(n * H), 21),
                                              logits = randn(static_cast<size_t>(n), 22);
                     SharedExpert shared;
