@@ -15,6 +15,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "model/model.h"
@@ -101,6 +102,11 @@ std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const model::Model> mo
 
 struct CudaBackendOptions {
     int device_index = 0;
+    // More than one: an expert-parallel group over these GPUs (runtime/cuda/expert_parallel.cpp) — the
+    // routed experts dealt out among them (runtime/expert_shard.h), the dense core on each, the MoE
+    // outputs summed over NCCL; device_index is then unused. One GPU repeated: its ranks share it.
+    // gpu_memory_bytes and expert_cache_bytes are per GPU.
+    std::vector<int> devices;
     uint64_t gpu_memory_bytes = 0;    // VRAM budget; 0 = 90% of what is free
     int64_t context_tokens = 0;       // per session, for the budget check
     uint64_t expert_cache_bytes = 0;  // caps the VRAM expert cache (tiers the experts); 0 = the budget's rest
@@ -117,5 +123,9 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const model
 
 // "cpu" → -1; "cuda" → 0; "cuda:N" → N; anything else is an error naming the value.
 Expected<int> parse_device(const std::string& device);
+// EngineOptions::device as a list of GPUs: "cpu" → none; one GPU → its index; "cuda:0,cuda:1" → each
+// (an expert-parallel group); one GPU repeated ("cuda:0,cuda:0") → ranks sharing it. An error names a
+// list entry that is not a GPU, or a repeat beside other GPUs.
+Expected<std::vector<int>> parse_devices(const std::string& devices);
 
 }  // namespace sluice::runtime

@@ -1,5 +1,6 @@
 // The CPU backend: Model::forward on the engine's thread pool over host state (a ModelState and
 // the forward's scratch per sequence), and the device-string parser.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -205,6 +206,39 @@ Expected<int> parse_device(const std::string& device) {
     }
     return error(ErrorCode::kInvalidArgument,
                  "[engine] device '" + device + "' is not one of cpu, cuda, cuda:N");
+}
+
+Expected<std::vector<int>> parse_devices(const std::string& devices) {
+    if (devices.find(',') == std::string::npos) {
+        SLUICE_ASSIGN_OR_RETURN(const int index, parse_device(devices));
+        if (index < 0) return std::vector<int>{};
+        return std::vector<int>{index};
+    }
+    std::vector<int> out;
+    size_t at = 0;
+    while (at <= devices.size()) {
+        const size_t comma = std::min(devices.find(',', at), devices.size());
+        const std::string one = devices.substr(at, comma - at);
+        if (one.rfind("cuda", 0) != 0)
+            return error(ErrorCode::kInvalidArgument,
+                         "[engine] device list '" + devices + "': '" + one +
+                             "' is not a GPU (cuda or cuda:N); a list names GPUs only");
+        SLUICE_ASSIGN_OR_RETURN(const int index, parse_device(one));
+        out.push_back(index);
+        at = comma + 1;
+    }
+    // One device repeated runs the expert-parallel path as ranks of one GPU (a test of it); a list
+    // that mixes repeats with other devices has no meaning.
+    std::vector<int> sorted = out;
+    std::sort(sorted.begin(), sorted.end());
+    const bool distinct = std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+    const bool one_device = sorted.front() == sorted.back();
+    if (!distinct && !one_device)
+        return error(ErrorCode::kInvalidArgument,
+                     "[engine] device list '" + devices +
+                         "' repeats a GPU beside others: name distinct GPUs, or one GPU repeated (its ranks "
+                         "then share it, which tests the expert-parallel path on one GPU)");
+    return out;
 }
 
 }  // namespace sluice::runtime
