@@ -124,7 +124,10 @@ struct EngineOptions {
     // CUDA support or no such GPU exists). On a GPU the dense core and each session's KV/state live
     // in GPU memory, bounded by gpu_memory_bytes (0 = 90% of what is free); the routed experts too
     // when they fit, else they are tiered: a VRAM expert cache fed from the host expert cache
-    // (memory_bytes), fed from disk.
+    // (memory_bytes), fed from disk. Several GPUs ("cuda:0,cuda:1"): expert parallelism — each GPU
+    // holds the dense core and its share of the routed experts (dealt out by id), the MoE layers' outputs
+    // summed over NCCL after every layer; gpu_memory_bytes is then per GPU. One GPU repeated
+    // ("cuda:0,cuda:0") runs the same path as ranks sharing that GPU (a test of it).
     std::string device = "cpu";
     uint64_t gpu_memory_bytes = 0;
     uint64_t gpu_expert_cache_bytes =

@@ -65,10 +65,15 @@ void EngineFlags::add_to(CLI::App* cmd) {
                     "Memory for the prefix cache shared by every conversation, e.g. 512M (0: off; default: a "
                     "sixteenth of --memory, at most 1G): a prompt that starts like an earlier one restores "
                     "that prefix's state instead of computing it");
-    cmd->add_option("--device", device, "Where the model runs: cpu, cuda or cuda:N")->capture_default_str();
-    cmd->add_option("--gpu-memory", gpu_memory,
-                    "GPU memory budget with --device cuda, e.g. 20G (default: 90% of what is free); routed "
-                    "experts that do not fit are cached in GPU memory and streamed from the host");
+    cmd->add_option(
+           "--device,--devices", device,
+           "Where the model runs: cpu, cuda or cuda:N; several GPUs (cuda:0,cuda:1) share the routed "
+           "experts (expert parallelism over NCCL), each holding the dense core")
+        ->capture_default_str();
+    cmd->add_option(
+        "--gpu-memory", gpu_memory,
+        "GPU memory budget with --device cuda (per GPU), e.g. 20G (default: 90% of what is free); routed "
+        "experts that do not fit are cached in GPU memory and streamed from the host");
     cmd->add_option("--gpu-expert-cache", gpu_expert_cache,
                     "Cap the GPU expert cache, e.g. 2G (tiers the experts even when they would fit)");
 }

@@ -409,7 +409,8 @@ Expected<MemoryPlan> plan_memory(const std::string& config_path, const PlannedWe
 
 Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     SLUICE_ASSIGN_OR_RETURN(const kernels::KvType kv_type, kv_type_of(options));
-    SLUICE_ASSIGN_OR_RETURN(const int device_index, runtime::parse_device(options.device));
+    SLUICE_ASSIGN_OR_RETURN(const std::vector<int> devices, runtime::parse_devices(options.device));
+    const int device_index = devices.empty() ? -1 : devices[0];
     SLUICE_ASSIGN_OR_RETURN(auto model, model::Model::load(options.model_dir));
     SLUICE_RETURN_IF_ERROR(model->use_kv_type(kv_type, options.kv_window));
     // On the CPU with int8 activations the Q4_0, Q6_K, Q8_0 and MXFP4 products take row tiles
@@ -522,6 +523,7 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     } else {
         runtime::CudaBackendOptions co;
         co.device_index = device_index;
+        if (devices.size() > 1) co.devices = devices;
         co.gpu_memory_bytes = options.gpu_memory_bytes;
         co.context_tokens = im.options.context_tokens;
         co.expert_cache_bytes = options.gpu_expert_cache_bytes;

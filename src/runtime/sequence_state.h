@@ -98,6 +98,9 @@ class SequenceState {
     virtual Status zero_recurrent() = 0;
     // The backend's forward, once it has succeeded: n more positions are held.
     void advance(int64_t n) { position_ += n; }
+    // A part of a composite state (a rank's share of an expert-parallel group's sequence), whose owner
+    // keeps the bookkeeping: its position follows the owner's before each forward.
+    void set_position(int64_t position) { position_ = position; }
 
  private:
     // The bytes of every per-position buffer's rows [row0, row0 + rows), or of every running buffer.

@@ -59,7 +59,15 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
     Arena counter;
     SLUICE_RETURN_IF_ERROR(upload_weights(counter));
     weight_bytes_ = counter.used();  // with the routed experts' raw bytes (ExpertKernels)
-    const uint64_t budget = options.gpu_memory_bytes > 0 ? options.gpu_memory_bytes : free_bytes / 10 * 9;
+    uint64_t budget = options.gpu_memory_bytes > 0 ? options.gpu_memory_bytes : free_bytes / 10 * 9;
+    if (!shard_.whole()) {
+        // A rank of an expert-parallel group: the zero block its null experts point into, outside the
+        // arena and out of the budget.
+        SLUICE_CUDA_TRY(cudaMalloc(&null_block_, null_bytes_), "allocating the null expert");
+        SLUICE_CUDA_TRY(cudaMemset(null_block_, 0, null_bytes_), "zeroing the null expert");
+        budget = budget > null_bytes_ ? budget - null_bytes_ : 0;
+        name_ += fmt::format(" rank {} of {}", shard_.rank, shard_.ranks);
+    }
     const uint64_t state =
         state_bytes(options.context_tokens, static_cast<int>(kSessionCheckpoints), model_->state_layout());
     // Scratch for a 512-token prefill chunk, one row of logits; it grows on demand beyond that.
@@ -104,8 +112,10 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
         const uint64_t room =
             capped ? options.expert_cache_bytes : (budget > tiered_fixed ? budget - tiered_fixed : 0);
         n_slots = static_cast<int64_t>(room / expert_slot_bytes_);
-        // One layer's routed experts plus the next layer's prefetch must fit at once.
-        const int64_t need = 2 * std::max<int64_t>(c.top_k, 1);
+        // One layer's routed experts plus the next layer's prefetch must fit at once (of a rank's shard, at
+        // most the experts it holds).
+        const int64_t need =
+            2 * std::max<int64_t>(std::min<int64_t>(c.top_k, shard_.owned_experts(c.n_experts)), 1);
         if (n_slots < need) {
             return error(
                 ErrorCode::kOutOfMemory,
@@ -549,10 +559,11 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const model
         return error(ErrorCode::kUnsupported,
                      fmt::format("[cuda] no CUDA device found ({})",
                                  e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none"));
-    if (options.device_index >= count)
-        return error(
-            ErrorCode::kInvalidArgument,
-            fmt::format("[cuda] no device cuda:{} (this machine has {})", options.device_index, count));
+    for (int d : options.devices.empty() ? std::vector<int>{options.device_index} : options.devices)
+        if (d >= count)
+            return error(ErrorCode::kInvalidArgument,
+                         fmt::format("[cuda] no device cuda:{} (this machine has {})", d, count));
+    if (options.devices.size() > 1) return cuda_impl::make_expert_parallel_backend(std::move(model), options);
     auto backend = std::make_unique<cuda_impl::CudaBackend>(std::move(model), options.device_index);
     SLUICE_RETURN_IF_ERROR(backend->init(options));
     return std::unique_ptr<Backend>(std::move(backend));

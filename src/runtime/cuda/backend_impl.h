@@ -70,7 +70,9 @@
 #include "kernels/cuda/ops.h"
 #include "model/workspace.h"
 #include "runtime/backend.h"
+#include "runtime/cuda/collective.h"
 #include "runtime/cuda/expert_tier.h"
+#include "runtime/expert_shard.h"
 #include "runtime/memory_plan.h"
 
 namespace sluice::runtime::cuda_impl {
@@ -133,7 +135,10 @@ struct DevLayer {
     bool attention() const { return plan->mixer == model::MixerKind::kAttention; }
     bool latent() const { return plan->mixer == model::MixerKind::kLatentAttention; }
     bool moe() const { return plan->ffn == model::FfnKind::kMoe; }
-    bool has_shared() const { return moe() && plan->moe.shared_expert; }
+    // The shared expert, where this rank computes it (ExpertShard::owns_shared: on one rank of an
+    // expert-parallel group, whose sum over ranks then counts it once).
+    bool has_shared() const { return moe() && plan->moe.shared_expert && shared_here; }
+    bool shared_here = true;
     float *input_norm = nullptr, *post_norm = nullptr;
     DevWeight q_proj, k_proj, v_proj, o_proj;
     float *q_norm = nullptr, *k_norm = nullptr;                     // null without q/k norms (Qwen2)
@@ -189,6 +194,13 @@ class DeviceState final : public SequenceState {
     int parity = 0;  // conv[parity] / recurrent[parity] hold the committed state
     // Unique among this backend's sequences (an address may be reused): keys the multi-row graphs.
     uint64_t id = 0;
+    // A rank's part of an expert-parallel group's sequence (expert_parallel.cpp's ShardedState, which
+    // keeps the position and snapshot bookkeeping, and reaches the buffer primitives below).
+    friend class ShardedState;
+    void follow(int64_t position, int parity_now) {
+        set_position(position);
+        parity = parity_now;
+    }
 
     cudaGraphExec_t graph[2] = {nullptr, nullptr};
     uint64_t graph_generation[2] = {0, 0};
@@ -265,8 +277,12 @@ class DeviceState final : public SequenceState {
 
 class CudaBackend final : public Backend {
  public:
-    CudaBackend(std::shared_ptr<const model::Model> model, int device)
-        : model_(std::move(model)), device_(device) {}
+    // shard / collective: this backend is one rank of an expert-parallel group (expert_parallel.cpp):
+    // it holds the dense core and its shard's routed experts, and sums each MoE layer's output over the
+    // group through `collective` (which must outlive it).
+    CudaBackend(std::shared_ptr<const model::Model> model, int device, ExpertShard shard = {},
+                Collective* collective = nullptr)
+        : model_(std::move(model)), device_(device), shard_(shard), collective_(collective) {}
     ~CudaBackend() override {
         if (stream_ != nullptr) cudaStreamSynchronize(stream_);
         if (timed_steps_ > 0)
@@ -281,6 +297,7 @@ class CudaBackend final : public Backend {
         if (ws_block_ != nullptr) cudaFree(ws_block_);
         if (weights_block_ != nullptr) cudaFree(weights_block_);
         if (mxfp4_q8_block_ != nullptr) cudaFree(mxfp4_q8_block_);
+        if (null_block_ != nullptr) cudaFree(null_block_);
         if (host_io_ != nullptr) cudaFreeHost(host_io_);
         if (host_logits_ != nullptr) cudaFreeHost(host_logits_);
         if (host_summary_ != nullptr) cudaFreeHost(host_summary_);
@@ -291,6 +308,23 @@ class CudaBackend final : public Backend {
     }
 
     Status init(const CudaBackendOptions& options);
+    // The scratch for a forward of n rows with logit_rows rows of logits, made now (an expert-parallel
+    // group prepares every rank before any starts, so none fails an allocation mid-forward while the
+    // others wait in a collective).
+    Status prepare(int64_t n, int64_t logit_rows) {
+        SLUICE_CUDA_TRY(cudaSetDevice(device_), "selecting the device");
+        return reserve_scratch(n, logit_rows);
+    }
+    int device() const { return device_; }
+    const ExpertShard& shard() const { return shard_; }
+    // One all-reduce over the group, waited for: NCCL connects its channels on a communicator's first
+    // collective, which must not happen inside a graph capture.
+    Status warm_collective() {
+        SLUICE_CUDA_TRY(cudaSetDevice(device_), "selecting the device");
+        reduce_experts(1);
+        SLUICE_CUDA_TRY(cudaStreamSynchronize(stream_), "the group's first all-reduce");
+        return collective_ != nullptr ? collective_->check() : Status::ok();
+    }
     std::string name() const override { return name_; }
     uint64_t device_weight_bytes() const override { return weight_bytes_; }
     double measure_memory_gb_s() override;
@@ -331,6 +365,12 @@ class CudaBackend final : public Backend {
     DevWeight put_expert(Arena& arena, const kernels::WeightView& w, Status& st);
     // as_mlx: a GGUF Q4_0 / Q4_1 / Q8_0 weight goes up as MLX affine (upload.cpp); false for routed experts.
     DevWeight put(Arena& arena, const kernels::WeightView& w, Status& st, bool as_mlx = true);
+    // w's bytes as put() lays them out in the arena (no conversion), copied when `copy`.
+    DevWeight lay_out(Arena& arena, const kernels::WeightView& w, Status& st, bool copy);
+    // An expert-parallel rank's stand-in for the routed experts of a layer that it does not hold: zero
+    // bytes in null_block_ (every weight format decodes zero bytes as 0), laid out as expert `e` goes up
+    // (put_expert), so the MoE kernels read it like any expert and it adds exactly 0. Into out[3].
+    void null_expert(const model::ExpertWeights& e, DevWeight* out, Status& st);
     float* put(Arena& arena, const std::vector<float>& v, Status& st);
     Status put_bytes(void* dst, const void* src, uint64_t bytes);
 
@@ -401,6 +441,9 @@ class CudaBackend final : public Backend {
                     float* mix, bool decode);
     // mix += the shared expert's gated output.
     void moe_shared(const DevLayer& L, int64_t n);
+    // An expert-parallel rank: d_.mix's n rows (this rank's experts, and the shared expert where it
+    // computes it) summed over the group, so every rank continues with the layer's whole output.
+    void reduce_experts(int64_t n);
     // Whether layer L's routed experts add biases or clamp their SwiGLU (gpt-oss): their products then
     // take the unfused forms with cuda::expert_swiglu between gate/up and down, and the down biases
     // are added by cuda::moe_add_expert_bias.
@@ -410,6 +453,12 @@ class CudaBackend final : public Backend {
 
     std::shared_ptr<const model::Model> model_;
     int device_;
+    ExpertShard shard_;                 // the whole model unless a rank of an expert-parallel group
+    Collective* collective_ = nullptr;  // that group's (null: none)
+    // The zero bytes the null experts point into (a rank of a group), null_bytes_ long: the largest
+    // expert as uploaded.
+    void* null_block_ = nullptr;
+    uint64_t null_bytes_ = 0;
     bool unfused_ = false;        // diagnostics: the fused kernels' reference sequences (CudaDiagnostics)
     cuda::LaunchContext launch_;  // this device's SMs and occupancy, and the launch switches
     std::string name_;
@@ -525,5 +574,9 @@ class CudaBackend final : public Backend {
     int64_t timed_steps_ = 0;
     double timed_ms_ = 0.0;
 };
+
+// The group of CudaBackendOptions::devices (expert_parallel.cpp).
+Expected<std::unique_ptr<Backend>> make_expert_parallel_backend(std::shared_ptr<const model::Model> model,
+                                                                const CudaBackendOptions& options);
 
 }  // namespace sluice::runtime::cuda_impl

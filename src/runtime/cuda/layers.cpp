@@ -326,6 +326,11 @@ void CudaBackend::moe_layer(const DevLayer& L, int64_t n, const cuda::NormIn* in
     moe_route(L, n, in_norm);
     moe_routed(L, d_.norm, d_.topk_ids, d_.topk_w, n, d_.mix, n == 1);
     moe_shared(L, n);
+    reduce_experts(n);
+}
+
+void CudaBackend::reduce_experts(int64_t n) {
+    if (collective_ != nullptr) collective_->all_reduce_sum(d_.mix, n * model_->config().hidden, stream_);
 }
 
 // (swiglu_down_matvec adds only a gated output; an ungated shared expert takes the general path.)
@@ -531,6 +536,7 @@ int64_t CudaBackend::enqueue_segment(int64_t n, int64_t after) {
         if (n == 1)
             moe_routed(L, d_.norm, d_.topk_ids, d_.topk_w, 1, d_.mix, true);  // prefill: tiered_experts()
         moe_shared(L, n);
+        reduce_experts(n);
         residual(after);
     }
     for (int64_t l = after + 1; l < c.n_layers; ++l) {

@@ -21,11 +21,17 @@ Status CudaBackend::tiered_experts(int64_t l, int64_t n) {
             return error(ErrorCode::kInternal,
                          fmt::format("[cuda] layer {} routed to expert {} of {} (non-finite router logits?)",
                                      l, host_ids_[i], E));
+    // A rank of an expert-parallel group holds its shard's experts only: the others' table entries
+    // are its null expert, never the tier's.
+    auto owned = [&](const int32_t* ids, int64_t count) {
+        std::vector<int32_t> out;
+        for (int64_t i = 0; i < count; ++i)
+            if (shard_.owns_expert(ids[i])) out.push_back(ids[i]);
+        return out;
+    };
     if (n == 1) {
-        SLUICE_RETURN_IF_ERROR(
-            tier_->use(l, std::span<const int32_t>(host_ids_, static_cast<size_t>(K)), stream_));
-        if (predicts(l, n))
-            tier_->prefetch(l + 1, std::span<const int32_t>(host_ids_ + K, static_cast<size_t>(K)));
+        SLUICE_RETURN_IF_ERROR(tier_->use(l, owned(host_ids_, K), stream_));
+        if (predicts(l, n)) tier_->prefetch(l + 1, owned(host_ids_ + K, K));
         return Status::ok();
     }
     const DevLayer& L = layers_[static_cast<size_t>(l)];
@@ -45,11 +51,14 @@ Status CudaBackend::tiered_experts(int64_t l, int64_t n) {
     };
     for (int64_t t = 0; t < n; ++t) {
         int64_t fresh = 0;
-        for (int64_t j = 0; j < K; ++j) fresh += seen[static_cast<size_t>(host_ids_[t * K + j])] ? 0 : 1;
+        for (int64_t j = 0; j < K; ++j) {
+            const int32_t e = host_ids_[t * K + j];
+            fresh += seen[static_cast<size_t>(e)] || !shard_.owns_expert(e) ? 0 : 1;
+        }
         if (static_cast<int64_t>(uni.size()) + fresh > cap) SLUICE_RETURN_IF_ERROR(flush(t));
         for (int64_t j = 0; j < K; ++j) {
             const int32_t e = host_ids_[t * K + j];
-            if (!seen[static_cast<size_t>(e)]) {
+            if (!seen[static_cast<size_t>(e)] && shard_.owns_expert(e)) {
                 seen[static_cast<size_t>(e)] = 1;
                 uni.push_back(e);
             }

@@ -15,6 +15,10 @@ DevWeight CudaBackend::put(Arena& arena, const kernels::WeightView& w, Status& s
         kernels::MlxAffineRows rows;
         if (kernels::ggml_as_mlx_affine(w, &rows)) return put(arena, rows.view, st, false);
     }
+    return lay_out(arena, w, st, true);
+}
+
+DevWeight CudaBackend::lay_out(Arena& arena, const kernels::WeightView& w, Status& st, bool copy) {
     const kernels::WeightFormat& format = kernels::weight_format(w.type);
     if (!format.cuda_kernels && st.is_ok())
         st = error(ErrorCode::kUnsupported,
@@ -22,15 +26,15 @@ DevWeight CudaBackend::put(Arena& arena, const kernels::WeightView& w, Status& s
                                format.description));
     const uint64_t data_bytes = static_cast<uint64_t>(w.rows) * format.data_row_bytes(w.cols);
     void* data = arena.take(data_bytes);
-    if (!arena.counting() && st.is_ok()) st = put_bytes(data, w.data, data_bytes);
+    if (copy && !arena.counting() && st.is_ok()) st = put_bytes(data, w.data, data_bytes);
     void *scales = nullptr, *biases = nullptr;
     if (format.quantized()) {
         const uint64_t sb =
             static_cast<uint64_t>(w.rows) * format.aux_row_bytes(w.cols, w.group_size, w.scale_type) / 2;
         scales = arena.take(sb);
         biases = arena.take(sb);
-        if (!arena.counting() && st.is_ok()) st = put_bytes(scales, w.scales, sb);
-        if (!arena.counting() && st.is_ok()) st = put_bytes(biases, w.biases, sb);
+        if (copy && !arena.counting() && st.is_ok()) st = put_bytes(scales, w.scales, sb);
+        if (copy && !arena.counting() && st.is_ok()) st = put_bytes(biases, w.biases, sb);
     }
     return cuda::dev_weight(w, data, scales, biases);
 }
@@ -88,6 +92,19 @@ int int8_bits(const model::ExpertWeights& e, int so_far, int64_t& group) {
 
 }  // namespace
 
+void CudaBackend::null_expert(const model::ExpertWeights& e, DevWeight* out, Status& st) {
+    Arena zero(static_cast<char*>(null_block_), null_bytes_);
+    const kernels::WeightView* parts[3] = {&e.gate, &e.up, &e.down};
+    for (int i = 0; i < 3; ++i) {
+        kernels::MlxAffineRows rows;
+        bool converted = false;
+        const kernels::WeightView v = experts_as_mlx_ ? as_mlx_view(*parts[i], &rows, &converted) : *parts[i];
+        out[i] = lay_out(zero, v, st, false);
+    }
+    if (zero.used() > null_bytes_ && st.is_ok())
+        st = error(ErrorCode::kInternal, "[cuda] a routed expert outgrew the null expert's zero block");
+}
+
 // Walks every tensor the forward reads, in a fixed order, counting (arena without base) or copying.
 Status CudaBackend::upload_weights(Arena& arena) {
     const model::ModelWeights& W = model_->weights();
@@ -98,6 +115,7 @@ Status CudaBackend::upload_weights(Arena& arena) {
     embed_bytes_ = arena.used() - embed_bytes_;
     if (arena.counting()) {
         routed_bytes_ = 0;
+        null_bytes_ = 0;
         expert_slot_bytes_ = 0;
         experts_raw_ = ExpertKernels{};
         experts_mlx_ = ExpertKernels{};
@@ -180,9 +198,21 @@ Status CudaBackend::upload_weights(Arena& arena) {
         L.router_bias = put(arena, m.router_bias, st);
         if (L.plan->moe.router_logit_bias) L.router_logit_bias = put(arena, m.router_logit_bias, st);
         if (L.plan->moe.expert_bias) {  // gpt-oss's, resident with the dense core (weights.h)
-            L.expert_gate_bias = put(arena, m.expert_gate_bias, st);
-            L.expert_up_bias = put(arena, m.expert_up_bias, st);
-            L.expert_down_bias = put(arena, m.expert_down_bias, st);
+            // A rank of an expert-parallel group: the rows of experts it does not hold are zero, so their
+            // null experts add exactly 0 (gate and up 0, the SwiGLU of 0 is 0, no down bias).
+            auto owned_rows = [&](const std::vector<float>& bias) {
+                if (shard_.whole() || bias.empty()) return bias;
+                std::vector<float> out = bias;
+                const size_t row = bias.size() / static_cast<size_t>(c.n_experts);
+                for (int64_t e = 0; e < c.n_experts; ++e)
+                    if (!shard_.owns_expert(e))
+                        std::fill_n(out.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(e) * row),
+                                    row, 0.0f);
+                return out;
+            };
+            L.expert_gate_bias = put(arena, owned_rows(m.expert_gate_bias), st);
+            L.expert_up_bias = put(arena, owned_rows(m.expert_up_bias), st);
+            L.expert_down_bias = put(arena, owned_rows(m.expert_down_bias), st);
         }
         if (arena.counting() && m.has_shared) {  // the shared expert goes up as put() makes it, either way
             kernels::MlxAffineRows rows[3];
@@ -193,14 +223,20 @@ Status CudaBackend::upload_weights(Arena& arena) {
             experts_raw_.vector = experts_raw_.vector && vec;
             experts_mlx_.vector = experts_mlx_.vector && vec;
         }
-        if (m.has_shared) {
+        L.shared_here = shard_.owns_shared(static_cast<int64_t>(l));
+        if (m.has_shared && L.shared_here) {
             L.shared_gate_proj = put(arena, m.shared.gate, st);
             L.shared_up = put(arena, m.shared.up, st);
             L.shared_down = put(arena, m.shared.down, st);
             L.shared_gate = put(arena, m.shared_gate, st);
         }
-        // Routed experts: through the expert source (resident views, or reads of a packed model).
+        // Routed experts: through the expert source (resident views, or reads of a packed model); a rank
+        // of an expert-parallel group takes its shard's (`owned`) and points the others at the null expert.
         const int64_t E = c.n_experts;
+        const auto owned = static_cast<uint64_t>(shard_.owned_experts(E));
+        std::vector<int32_t> owned_ids;
+        for (int64_t e = 0; e < E; ++e)
+            if (shard_.owns_expert(e)) owned_ids.push_back(static_cast<int32_t>(e));
         if (arena.counting()) {
             // Every expert of a layer has expert 0's shape: size them without reading the others.
             const int32_t first = 0;
@@ -219,7 +255,7 @@ Status CudaBackend::upload_weights(Arena& arena) {
             for (const kernels::WeightView* v : {&e.gate, &e.up, &e.down})
                 experts_raw_.mxfp4 = experts_raw_.mxfp4 && cuda::mxfp4_int8_products(cuda::dev_weight(
                                                                *v, nullptr, nullptr, nullptr));
-            experts_raw_.routed_bytes += one.used() * static_cast<uint64_t>(E);
+            experts_raw_.routed_bytes += one.used() * owned;
             kernels::MlxAffineRows rows[3];
             bool cg = false, cu = false, cd = false;
             model::ExpertWeights em = e;
@@ -232,34 +268,50 @@ Status CudaBackend::upload_weights(Arena& arena) {
             experts_mlx_.convertible = experts_mlx_.convertible && cg && cu && cd;
             experts_mlx_.vector = experts_mlx_.vector && vector_mlp(em.gate, em.up, em.down);
             experts_mlx_.int8_bits = int8_bits(em, experts_mlx_.int8_bits, experts_mlx_.int8_group);
-            experts_mlx_.routed_bytes += one_mlx.used() * static_cast<uint64_t>(E);
+            experts_mlx_.routed_bytes += one_mlx.used() * owned;
+            if (!shard_.whole()) null_bytes_ = std::max({null_bytes_, one.used(), one_mlx.used()});
             source->release(static_cast<int64_t>(l), std::span<const int32_t>(&first, 1));
-            arena.take(one.used() * static_cast<uint64_t>(E));
-            routed_bytes_ += one.used() * static_cast<uint64_t>(E);
-        } else if (!tiered_) {
+            arena.take(one.used() * owned);
+            routed_bytes_ += one.used() * owned;
+        } else {
             for (size_t i = 0; i < table_size; ++i) table[i] = DevWeight{};
-            const int64_t round = std::max<int64_t>(1, std::min<int64_t>(E, source->max_pinned()));
+            if (!shard_.whole()) {
+                // The null expert, laid out as this layer's experts go up, for every id of other ranks
+                // (tiered: the expert tier fills only the owned ids' entries).
+                const int32_t first = owned_ids.front();
+                model::ExpertWeights e;
+                SLUICE_RETURN_IF_ERROR(
+                    source->acquire(static_cast<int64_t>(l), std::span<const int32_t>(&first, 1), &e));
+                DevWeight null[3];
+                null_expert(e, null, st);
+                source->release(static_cast<int64_t>(l), std::span<const int32_t>(&first, 1));
+                for (int64_t id = 0; id < E; ++id)
+                    if (!shard_.owns_expert(id))
+                        for (int p = 0; p < 3; ++p) table[static_cast<size_t>(id * 3 + p)] = null[p];
+            }
+            const auto n_owned = static_cast<int64_t>(owned_ids.size());
+            const int64_t round = std::max<int64_t>(1, std::min<int64_t>(n_owned, source->max_pinned()));
             std::vector<int32_t> ids;
-            for (int64_t first = 0; first < E; first += round) {
-                const int64_t count = std::min(round, E - first);
-                ids.resize(static_cast<size_t>(count));
-                for (int64_t i = 0; i < count; ++i)
-                    ids[static_cast<size_t>(i)] = static_cast<int32_t>(first + i);
+            for (int64_t first = 0; !tiered_ && first < n_owned; first += round) {
+                const int64_t count = std::min(round, n_owned - first);
+                ids.assign(owned_ids.begin() + first, owned_ids.begin() + first + count);
                 views.resize(static_cast<size_t>(count));
                 SLUICE_RETURN_IF_ERROR(source->acquire(static_cast<int64_t>(l), ids, views.data()));
                 for (int64_t i = 0; i < count; ++i) {
                     const model::ExpertWeights& e = views[static_cast<size_t>(i)];
-                    table[static_cast<size_t>((first + i) * 3 + 0)] = put_expert(arena, e.gate, st);
-                    table[static_cast<size_t>((first + i) * 3 + 1)] = put_expert(arena, e.up, st);
-                    table[static_cast<size_t>((first + i) * 3 + 2)] = put_expert(arena, e.down, st);
+                    const auto id = static_cast<size_t>(ids[static_cast<size_t>(i)]);
+                    table[id * 3 + 0] = put_expert(arena, e.gate, st);
+                    table[id * 3 + 1] = put_expert(arena, e.up, st);
+                    table[id * 3 + 2] = put_expert(arena, e.down, st);
                 }
                 source->release(static_cast<int64_t>(l), ids);
                 SLUICE_RETURN_IF_ERROR(st);
             }
         }
-        // The device table [E][3]: filled here when resident, by the expert tier when tiered.
+        // The device table [E][3]: filled here when resident; when tiered, the expert tier fills the
+        // entries of the experts it holds (a rank's null entries are written here).
         void* t = arena.take(table_size * sizeof(DevWeight));
-        if (!arena.counting() && !tiered_ && st.is_ok())
+        if (!arena.counting() && (!tiered_ || !shard_.whole()) && st.is_ok())
             st = put_bytes(t, table.get(), table_size * sizeof(DevWeight));
         L.experts = static_cast<DevWeight*>(t);
     }
