@@ -73,6 +73,13 @@
 #                          mtpdecode alone, TAG-named after useb)
 #   vcurve35 / vcurve80    the verify curve resident only (curve35 adds the host tier); sanitize_rows:
 #                          memcheck / racecheck of the multi-row decode products' tests
+#   eptests                expert parallelism's GPU tests: the local all-reduce, ranks sharing the GPU against one
+#                          GPU and the CPU on the goldens, tiered ranks (the default model's weights in the tree)
+#   ep35 / ep80            one GPU against an expert-parallel group (EP_DEVICES, default cuda:0,cuda:0: ranks
+#                          sharing the GPU — the path's cost; cuda:0,cuda:1 on two GPUs), alternated EP_ROUNDS (2):
+#                          decode 128 after a 512 prompt and prefill 4096, resident
+#   synth397               Qwen3.5-397B-A17B's real layer shapes truncated to L397_LAYERS layers (default 12), 4-bit,
+#                          into /tmp/m397 (the disk cannot hold all 60)
 #   ncu35                  per-kernel GPU time of a short decode (ncu); prof35: the in-graph timeline (nsys,
 #                          when installed) and ncu's full sections for one layer; prof35mv: ncu's full sections
 #                          for one layer's products; sass: the products' SASS (sm_90)
@@ -706,6 +713,36 @@ PY
             done
         done
         tar czf "$OUT/results.tgz.$$" -C "$RES" . && mv -f "$OUT/results.tgz.$$" "$OUT/results.tgz"
+        ;;
+    eptests)
+        step eptests 560 "$B/sluice_gpu_tests" --gtest_filter='CudaCollective.*:CudaExpertParallel*'
+        ;;
+    ep35 | ep80 | ep397)
+        m=/tmp/m${s#ep}
+        for k in $(seq 1 "${EP_ROUNDS:-2}"); do
+            for dev in cuda "${EP_DEVICES:-cuda:0,cuda:0}"; do
+                name=${s}_$(echo "$dev" | tr -c 'a-z0-9\n' _)_r$k
+                step "${name}_p512" 300 "$B/sluice" bench "$m" --device "$dev" --prompt-tokens 512 \
+                    --prefill-chunk 512 --gen-tokens 128 --reps 2 --warmup 1 --json "$RES/${TAG:-}${name}_p512.json"
+                step "${name}_p4096" 300 "$B/sluice" bench "$m" --device "$dev" --prompt-tokens 4096 \
+                    --prefill-chunk 4096 --gen-tokens 16 --reps 1 --json "$RES/${TAG:-}${name}_p4096.json"
+            done
+        done
+        ;;
+    synth397)
+        python3 - "$SHARED/qwen3.5-397b-a17b.json" /tmp/q397_trunc.json "${L397_LAYERS:-12}" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+t = c.get("text_config", c)
+n = int(sys.argv[3])
+t["num_hidden_layers"] = n
+if "layer_types" in t:
+    t["layer_types"] = t["layer_types"][:n]
+json.dump(c, open(sys.argv[2], "w"), indent=2)
+PY
+        rm -rf /tmp/m397
+        step synth397 500 "$B/sluice" synth /tmp/q397_trunc.json /tmp/m397 --bits 4
+        step info397 60 "$B/sluice" info /tmp/m397 --no-measure
         ;;
     clients35 | clients80)  # continuous batching: 1, 4 and 16 concurrent greedy clients, resident
         m=/tmp/m${s#clients}
