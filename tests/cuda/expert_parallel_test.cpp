@@ -122,8 +122,8 @@ TEST(CudaCollective, LocalAllReduceSumsEveryRankInRankOrder) {
         float* buf = nullptr;
         cudaMalloc(&buf, static_cast<size_t>(total) * sizeof(float));
         auto one_call = [&](int64_t count) {
-            cudaMemcpyAsync(buf, input[static_cast<size_t>(r)].data(), static_cast<size_t>(count) * sizeof(float),
-                            cudaMemcpyHostToDevice, s);
+            cudaMemcpyAsync(buf, input[static_cast<size_t>(r)].data(),
+                            static_cast<size_t>(count) * sizeof(float), cudaMemcpyHostToDevice, s);
             cuda::local_all_reduce(shared, r, epochs + r * cuda::kLocalReduceBlocks, buf, count, s);
         };
         auto check = [&](int64_t count, const char* how) {
@@ -131,10 +131,11 @@ TEST(CudaCollective, LocalAllReduceSumsEveryRankInRankOrder) {
             cudaMemcpyAsync(got.data(), buf, got.size() * sizeof(float), cudaMemcpyDeviceToHost, s);
             cudaStreamSynchronize(s);
             for (int64_t i = 0; i < count; ++i)
-                if (got[static_cast<size_t>(i)] != want[static_cast<size_t>(i)] && failures[static_cast<size_t>(r)].empty())
-                    failures[static_cast<size_t>(r)] = fmt::format("rank {} {} count {}: element {} is {} not {}", r,
-                                                                   how, count, i, got[static_cast<size_t>(i)],
-                                                                   want[static_cast<size_t>(i)]);
+                if (got[static_cast<size_t>(i)] != want[static_cast<size_t>(i)] &&
+                    failures[static_cast<size_t>(r)].empty())
+                    failures[static_cast<size_t>(r)] =
+                        fmt::format("rank {} {} count {}: element {} is {} not {}", r, how, count, i,
+                                    got[static_cast<size_t>(i)], want[static_cast<size_t>(i)]);
         };
         if (!graph) {
             for (int64_t count : counts) {
@@ -264,7 +265,8 @@ TEST(CudaExpertParallelTiered, TieredRanksMatchTheCpu) {
     auto probe = Engine::load(options(po.out_dir, "cuda"));
     ASSERT_TRUE(probe.has_value()) << probe.status().message();
     EngineOptions eo = options(po.out_dir, "cuda:0,cuda:0");
-    eo.gpu_expert_cache_bytes = static_cast<uint64_t>(2 * K + 1) * (*probe)->gpu_expert_cache_stats().slot_bytes;
+    eo.gpu_expert_cache_bytes =
+        static_cast<uint64_t>(2 * K + 1) * (*probe)->gpu_expert_cache_stats().slot_bytes;
     probe->reset();
     auto group = Engine::load(eo);
     ASSERT_TRUE(group.has_value()) << group.status().message();

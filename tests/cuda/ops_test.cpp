@@ -258,6 +258,30 @@ TEST(CudaOps, GroupedMoeMatchesComposedReference) {
                     moe_matmul(lc, dt, 2, E, doff.get(), dord.get(), n * K, false, 1, true, H, I, da.get(),
                                dpo.get(), nullptr);
                     moe_combine(dpo.get(), dw.get(), n, K, H, dmix.get(), nullptr);
+                    // The ranks of an expert-parallel group (R = 2, 3): each groups and combines only its
+                    // own experts' pairs (the rows of the others' it leaves unwritten, so stale values
+                    // there must not reach the sum); the ranks' outputs add up to the whole.
+                    for (int R : {2, 3}) {
+                        std::vector<float> sum(static_cast<size_t>(n * H), 0.0f);
+                        for (int r = 0; r < R; ++r) {
+                            Dev<float> stale_po(std::vector<float>(static_cast<size_t>(n * K * H), NAN));
+                            Dev<float> rmix(static_cast<size_t>(n * H));
+                            moe_group(dids.get(), n * K, E, doff.get(), dord.get(), nullptr, R, r);
+                            moe_matmul(lc, dt, 0, E, doff.get(), dord.get(), n * K, true, K, false, I, H,
+                                       dx.get(), dg.get(), nullptr);
+                            moe_matmul(lc, dt, 1, E, doff.get(), dord.get(), n * K, true, K, false, I, H,
+                                       dx.get(), du.get(), nullptr);
+                            swiglu(dg.get(), du.get(), n * K * I, da.get(), nullptr);
+                            moe_matmul(lc, dt, 2, E, doff.get(), dord.get(), n * K, false, 1, true, H, I,
+                                       da.get(), stale_po.get(), nullptr);
+                            moe_combine(stale_po.get(), dw.get(), n, K, H, rmix.get(), nullptr, dids.get(), R,
+                                        r);
+                            const std::vector<float> part = rmix.host();
+                            for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+                        }
+                        EXPECT_LT(rel_err(sum, ref), 1e-5)
+                            << kernels::weight_type_name(type) << " n=" << n << " over " << R << " ranks";
+                    }
                     lc.tensor_cores = true;
                 }
                 EXPECT_LT(rel_err(dmix.host(), ref), 1e-5) << kernels::weight_type_name(type) << " n=" << n;

@@ -55,7 +55,8 @@ void local_all_reduce(const LocalReduceShared& shared, int rank, unsigned long l
                       int64_t count, cudaStream_t stream) {
     for (int64_t at = 0; at < count; at += shared.capacity) {
         const int64_t piece = std::min(shared.capacity, count - at);
-        const int blocks = static_cast<int>(std::clamp<int64_t>((piece + 1023) / 1024, 1, kLocalReduceBlocks));
+        const int blocks =
+            static_cast<int>(std::clamp<int64_t>((piece + 1023) / 1024, 1, kLocalReduceBlocks));
         local_all_reduce_kernel<<<blocks, 256, 0, stream>>>(shared, rank, epochs, buf + at, piece);
     }
 }

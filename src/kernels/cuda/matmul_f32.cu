@@ -293,11 +293,13 @@ __global__ void __launch_bounds__(kTcThreads, 2)
 }
 
 __global__ void moe_group_kernel(const int32_t* ids, int64_t n_pairs, int64_t n_experts, int32_t* offsets,
-                                 int32_t* order) {
+                                 int32_t* order, int ranks, int rank) {
     extern __shared__ int32_t counts[];  // [n_experts]
+    __shared__ int32_t others;           // the cursor of the pairs of other ranks' experts
     for (int64_t e = threadIdx.x; e < n_experts; e += blockDim.x) counts[e] = 0;
     __syncthreads();
-    for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x) atomicAdd(&counts[ids[p]], 1);
+    for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x)
+        if (ids[p] % ranks == rank) atomicAdd(&counts[ids[p]], 1);
     __syncthreads();
     if (threadIdx.x == 0) {
         int32_t sum = 0;
@@ -308,20 +310,24 @@ __global__ void moe_group_kernel(const int32_t* ids, int64_t n_pairs, int64_t n_
             sum += c;
         }
         offsets[n_experts] = sum;
+        others = sum;
     }
     __syncthreads();
     for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {
-        const int32_t slot = atomicAdd(&counts[ids[p]], 1);
+        const int32_t slot = ids[p] % ranks == rank ? atomicAdd(&counts[ids[p]], 1) : atomicAdd(&others, 1);
         order[slot] = static_cast<int32_t>(p);
     }
 }
 
 __global__ void moe_combine_kernel(const float* pair_out, const float* weights, int64_t k, int64_t dim,
-                                   float* mix) {
+                                   float* mix, const int32_t* ids, int ranks, int rank) {
     const int64_t t = blockIdx.x;
     for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
         float acc = 0.0f;
-        for (int64_t j = 0; j < k; ++j) acc += weights[t * k + j] * pair_out[(t * k + j) * dim + d];
+        for (int64_t j = 0; j < k; ++j) {
+            if (ranks > 1 && ids[t * k + j] % ranks != rank) continue;  // another rank's expert
+            acc += weights[t * k + j] * pair_out[(t * k + j) * dim + d];
+        }
         mix[t * dim + d] = acc;
     }
 }
@@ -363,15 +369,16 @@ void moe_matmul(const LaunchContext& ctx, const DevWeight* table, int which, int
 }
 
 void moe_group(const int32_t* ids, int64_t n_pairs, int64_t n_experts, int32_t* offsets, int32_t* order,
-               cudaStream_t s) {
+               cudaStream_t s, int ranks, int rank) {
     moe_group_kernel<<<1, 1024, static_cast<size_t>(n_experts) * sizeof(int32_t), s>>>(
-        ids, n_pairs, n_experts, offsets, order);
+        ids, n_pairs, n_experts, offsets, order, ranks, rank);
 }
 
 void moe_combine(const float* pair_out, const float* weights, int64_t n, int64_t k, int64_t dim, float* mix,
-                 cudaStream_t s) {
+                 cudaStream_t s, const int32_t* ids, int ranks, int rank) {
     if (n == 0) return;
-    moe_combine_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(pair_out, weights, k, dim, mix);
+    moe_combine_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(pair_out, weights, k, dim, mix, ids, ranks,
+                                                                rank);
 }
 
 }  // namespace sluice::cuda

@@ -249,9 +249,11 @@ void moe_matmul(const LaunchContext& ctx, const DevWeight* table, int which, int
                 const int32_t* offsets, const int32_t* order, int64_t n_pairs, bool gather, int64_t x_div,
                 bool scatter, int64_t rows, int64_t cols, const float* x, float* y, cudaStream_t s);
 // Counting sort of ids[n_pairs] (expert ids < n_experts) into offsets[n_experts + 1] and
-// order[n_pairs]. One block; scratch-free.
+// order[n_pairs]. One block; scratch-free. A rank of an expert-parallel group (ranks > 1) groups only
+// the pairs of its own experts (id mod ranks == rank): the others go after offsets[n_experts], where no
+// grouped product reads them, and moe_combine with the same ranks leaves them out.
 void moe_group(const int32_t* ids, int64_t n_pairs, int64_t n_experts, int32_t* offsets, int32_t* order,
-               cudaStream_t s);
+               cudaStream_t s, int ranks = 1, int rank = 0);
 // gpt-oss's routed experts (model/moe.cpp ExpertExtras), beside the unfused MoE forms: for rows r < rows
 // of `cols` values with expert e = ids[order != null ? order[r] : r] (decode: slot r of one token's ids;
 // prefill: permuted pair r of moe_group's order), act[r, :] = kernels::swiglu_clamped(gate[r, :] +
@@ -264,9 +266,10 @@ void expert_swiglu(const float* gate, const float* up, const int32_t* ids, const
 // biases ([n_experts, dim]; null: nothing), weighted as their outputs are (moe_down_matvec, moe_combine).
 void moe_add_expert_bias(const int32_t* ids, const float* weights, const float* bias, int64_t n, int64_t k,
                          int64_t dim, float* mix, cudaStream_t s);
-// mix[t, :] = Σ_j weights[t·k + j] · pair_out[t·k + j, :].
+// mix[t, :] = Σ_j weights[t·k + j] · pair_out[t·k + j, :]; with ranks > 1 only over the pairs whose
+// expert ids[t·k + j] is the rank's (moe_group's grouping of a rank).
 void moe_combine(const float* pair_out, const float* weights, int64_t n, int64_t k, int64_t dim, float* mix,
-                 cudaStream_t s);
+                 cudaStream_t s, const int32_t* ids = nullptr, int ranks = 1, int rank = 0);
 
 // ---- norms and elementwise ------------------------------------------------------------------------
 // Per (token t, head h): y = x / sqrt(mean(x²) + eps) · weight (l2 = false), or

@@ -95,14 +95,16 @@ class NcclCollective final : public Collective {
  public:
     NcclCollective(std::shared_ptr<NcclGroup> group, int rank) : group_(std::move(group)), rank_(rank) {}
     void all_reduce_sum(float* buf, int64_t count, cudaStream_t stream) override {
-        const ncclResult_t r = group_->api->all_reduce(buf, buf, static_cast<size_t>(count), ncclFloat32, ncclSum,
-                                                       group_->comms[static_cast<size_t>(rank_)], stream);
+        const ncclResult_t r =
+            group_->api->all_reduce(buf, buf, static_cast<size_t>(count), ncclFloat32, ncclSum,
+                                    group_->comms[static_cast<size_t>(rank_)], stream);
         if (r != ncclSuccess) record(r, "ncclAllReduce");
     }
     Status check() override {
         {
             std::lock_guard<std::mutex> lock(group_->mu);
-            if (group_->aborted) return error(ErrorCode::kInternal, "[cuda] the expert-parallel group was aborted");
+            if (group_->aborted)
+                return error(ErrorCode::kInternal, "[cuda] the expert-parallel group was aborted");
         }
         ncclResult_t async = ncclSuccess;
         group_->api->async_error(group_->comms[static_cast<size_t>(rank_)], &async);
@@ -126,8 +128,8 @@ class NcclCollective final : public Collective {
     void record(ncclResult_t r, const char* what) {
         std::lock_guard<std::mutex> lock(failure_mu_);
         if (failure_.is_ok())
-            failure_ = error(ErrorCode::kInternal,
-                             fmt::format("[cuda] rank {}: {} failed: {}", rank_, what, group_->api->error_string(r)));
+            failure_ = error(ErrorCode::kInternal, fmt::format("[cuda] rank {}: {} failed: {}", rank_, what,
+                                                               group_->api->error_string(r)));
     }
     std::shared_ptr<NcclGroup> group_;
     int rank_;
@@ -142,7 +144,8 @@ Expected<std::vector<std::unique_ptr<Collective>>> make_nccl_collectives(const s
     auto group = std::make_shared<NcclGroup>();
     group->api = api;
     group->comms.assign(devices.size(), nullptr);
-    const ncclResult_t r = api->comm_init_all(group->comms.data(), static_cast<int>(devices.size()), devices.data());
+    const ncclResult_t r =
+        api->comm_init_all(group->comms.data(), static_cast<int>(devices.size()), devices.data());
     if (r != ncclSuccess) {
         group->comms.assign(devices.size(), nullptr);
         return error(ErrorCode::kInternal,
@@ -156,10 +159,11 @@ Expected<std::vector<std::unique_ptr<Collective>>> make_nccl_collectives(const s
 }
 #else
 Expected<std::vector<std::unique_ptr<Collective>>> make_nccl_collectives(const std::vector<int>& devices) {
-    return error(ErrorCode::kUnsupported,
-                 fmt::format("[cuda] {} GPUs need NCCL, and this build of sluice was made without nccl.h (install "
-                             "the NCCL headers, e.g. Debian's libnccl-dev, and rebuild)",
-                             devices.size()));
+    return error(
+        ErrorCode::kUnsupported,
+        fmt::format("[cuda] {} GPUs need NCCL, and this build of sluice was made without nccl.h (install "
+                    "the NCCL headers, e.g. Debian's libnccl-dev, and rebuild)",
+                    devices.size()));
 }
 #endif
 
@@ -171,8 +175,8 @@ constexpr int64_t kLocalCapacity = int64_t{1} << 20;  // floats per rank and hal
 struct LocalGroup {
     int device = 0;
     cuda::LocalReduceShared shared;
-    void* block = nullptr;     // staging, flags and epochs in one allocation
-    int* failed_host = nullptr;  // mapped: the kernel's timeout flag, read without a device call
+    void* block = nullptr;                 // staging, flags and epochs in one allocation
+    int* failed_host = nullptr;            // mapped: the kernel's timeout flag, read without a device call
     unsigned long long* epochs = nullptr;  // [ranks][kLocalReduceBlocks]
     std::mutex mu;
     bool aborted = false;
@@ -186,16 +190,18 @@ class LocalCollective final : public Collective {
  public:
     LocalCollective(std::shared_ptr<LocalGroup> group, int rank) : group_(std::move(group)), rank_(rank) {}
     void all_reduce_sum(float* buf, int64_t count, cudaStream_t stream) override {
-        cuda::local_all_reduce(group_->shared, rank_, group_->epochs + rank_ * cuda::kLocalReduceBlocks, buf, count,
-                               stream);
+        cuda::local_all_reduce(group_->shared, rank_, group_->epochs + rank_ * cuda::kLocalReduceBlocks, buf,
+                               count, stream);
     }
     Status check() override {
         std::lock_guard<std::mutex> lock(group_->mu);
-        if (group_->aborted) return error(ErrorCode::kInternal, "[cuda] the expert-parallel group was aborted");
+        if (group_->aborted)
+            return error(ErrorCode::kInternal, "[cuda] the expert-parallel group was aborted");
         if (__atomic_load_n(group_->failed_host, __ATOMIC_ACQUIRE) != 0)
-            return error(ErrorCode::kInternal,
-                         "[cuda] a rank sharing the GPU never reached an all-reduce (the others gave up after "
-                         "20 s)");
+            return error(
+                ErrorCode::kInternal,
+                "[cuda] a rank sharing the GPU never reached an all-reduce (the others gave up after "
+                "20 s)");
         return Status::ok();
     }
     void abort() override {
@@ -229,12 +235,14 @@ Expected<std::vector<std::unique_ptr<Collective>>> make_local_collectives(int de
     group->device = device;
     SLUICE_CUDA_TRY(cudaSetDevice(device), "selecting the device");
     const uint64_t staging = static_cast<uint64_t>(2 * ranks) * kLocalCapacity * sizeof(float);
-    const uint64_t counters = static_cast<uint64_t>(ranks * cuda::kLocalReduceBlocks) * sizeof(unsigned long long);
+    const uint64_t counters =
+        static_cast<uint64_t>(ranks * cuda::kLocalReduceBlocks) * sizeof(unsigned long long);
     SLUICE_CUDA_TRY(cudaMalloc(&group->block, staging + 2 * counters), "allocating the ranks' staging");
     SLUICE_CUDA_TRY(cudaMemset(static_cast<char*>(group->block) + staging, 0, 2 * counters),
                     "zeroing the ranks' counters");
-    SLUICE_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&group->failed_host), sizeof(int), cudaHostAllocMapped),
-                    "allocating the ranks' failure flag");
+    SLUICE_CUDA_TRY(
+        cudaHostAlloc(reinterpret_cast<void**>(&group->failed_host), sizeof(int), cudaHostAllocMapped),
+        "allocating the ranks' failure flag");
     *group->failed_host = 0;
     int* failed_dev = nullptr;
     SLUICE_CUDA_TRY(cudaHostGetDevicePointer(reinterpret_cast<void**>(&failed_dev), group->failed_host, 0),

@@ -154,7 +154,9 @@ class RankThreads {
 class ExpertParallelBackend final : public Backend {
  public:
     ExpertParallelBackend(std::shared_ptr<const model::Model> model, std::vector<int> devices)
-        : model_(std::move(model)), devices_(std::move(devices)), threads_(static_cast<int>(devices_.size())) {}
+        : model_(std::move(model)),
+          devices_(std::move(devices)),
+          threads_(static_cast<int>(devices_.size())) {}
 
     ~ExpertParallelBackend() override {
         ranks_.clear();  // before the collectives they call
@@ -164,13 +166,14 @@ class ExpertParallelBackend final : public Backend {
         const model::ModelConfig& c = model_->config();
         const auto R = static_cast<int>(devices_.size());
         if (c.n_experts < R)
-            return error(ErrorCode::kInvalidArgument,
-                         c.n_experts == 0
-                             ? fmt::format("[cuda] {} has no routed experts to share among {} GPUs; run it on one",
-                                           model_->dir(), R)
-                             : fmt::format("[cuda] {} routed experts cannot be shared among {} GPUs", c.n_experts,
-                                           R));
-        const bool one_device = std::all_of(devices_.begin(), devices_.end(), [&](int d) { return d == devices_[0]; });
+            return error(
+                ErrorCode::kInvalidArgument,
+                c.n_experts == 0
+                    ? fmt::format("[cuda] {} has no routed experts to share among {} GPUs; run it on one",
+                                  model_->dir(), R)
+                    : fmt::format("[cuda] {} routed experts cannot be shared among {} GPUs", c.n_experts, R));
+        const bool one_device =
+            std::all_of(devices_.begin(), devices_.end(), [&](int d) { return d == devices_[0]; });
         if (one_device) {
             SLUICE_ASSIGN_OR_RETURN(collectives_, make_local_collectives(devices_[0], R));
         } else {
@@ -185,11 +188,12 @@ class ExpertParallelBackend final : public Backend {
                                                       collectives_[static_cast<size_t>(r)].get());
             const Status st = rank->init(o);
             if (!st.is_ok())
-                return error(st.code(), fmt::format("[cuda] rank {} of {} (cuda:{}): {}", r, R, o.device_index,
-                                                    st.message()));
+                return error(st.code(), fmt::format("[cuda] rank {} of {} (cuda:{}): {}", r, R,
+                                                    o.device_index, st.message()));
             ranks_.push_back(std::move(rank));
         }
-        SLUICE_RETURN_IF_ERROR(on_ranks([&](int r) { return ranks_[static_cast<size_t>(r)]->warm_collective(); }));
+        SLUICE_RETURN_IF_ERROR(
+            on_ranks([&](int r) { return ranks_[static_cast<size_t>(r)]->warm_collective(); }));
         std::string names;
         for (const auto& rank : ranks_) names += (names.empty() ? "" : " | ") + rank->name();
         name_ = fmt::format("expert-parallel over {} ranks ({}): {}", R, collectives_[0]->kind(), names);
@@ -210,7 +214,8 @@ class ExpertParallelBackend final : public Backend {
         return std::unique_ptr<SequenceState>(std::make_unique<ShardedState>(this, std::move(parts)));
     }
 
-    Status forward(SequenceState& seq, std::span<const int32_t> tokens, float* logits, bool all_logits) override {
+    Status forward(SequenceState& seq, std::span<const int32_t> tokens, float* logits,
+                   bool all_logits) override {
         BatchStep step;
         step.seq = &seq;
         step.tokens = tokens;
@@ -264,16 +269,16 @@ class ExpertParallelBackend final : public Backend {
         }
         return std::unique_ptr<SequenceState>(std::make_unique<ShardedState>(this, std::move(parts)));
     }
-    Status forward_mtp(SequenceState& seq, std::span<const int32_t> tokens, const float* hidden, float* logits,
-                       bool all_logits, float* hidden_out) override {
+    Status forward_mtp(SequenceState& seq, std::span<const int32_t> tokens, const float* hidden,
+                       float* logits, bool all_logits, float* hidden_out) override {
         SLUICE_RETURN_IF_ERROR(usable());
         if (tokens.empty()) return Status::ok();
         SLUICE_ASSIGN_OR_RETURN(ShardedState * s, check_step(&seq, tokens));
         const auto n = static_cast<int64_t>(tokens.size());
         std::vector<ShardedState*> seqs{s};
         return run_step(seqs, n, all_logits ? n : 1, [&](int r) {
-            return ranks_[static_cast<size_t>(r)]->forward_mtp(s->part(static_cast<size_t>(r)), tokens, hidden,
-                                                               r == 0 ? logits : nullptr, all_logits,
+            return ranks_[static_cast<size_t>(r)]->forward_mtp(s->part(static_cast<size_t>(r)), tokens,
+                                                               hidden, r == 0 ? logits : nullptr, all_logits,
                                                                r == 0 ? hidden_out : nullptr);
         });
     }
@@ -293,7 +298,8 @@ class ExpertParallelBackend final : public Backend {
         double sum = 0;
         for (const auto& r : ranks_) sum += r->measure_memory_gb_s();
         // Ranks sharing one GPU share its bandwidth.
-        return devices_.front() == devices_.back() && sum > 0 ? sum / static_cast<double>(ranks_.size()) : sum;
+        return devices_.front() == devices_.back() && sum > 0 ? sum / static_cast<double>(ranks_.size())
+                                                              : sum;
     }
     GpuExpertCacheStats expert_tier_stats() const override {
         GpuExpertCacheStats out;
@@ -363,13 +369,12 @@ class ExpertParallelBackend final : public Backend {
         if (!st.is_ok()) {
             for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->restore(parities[i]);
             std::lock_guard<std::mutex> lock(broken_mu_);
-            broken_ = error(st.code(), "[cuda] the expert-parallel group stopped after a rank failed: " +
-                                           st.message());
+            broken_ = error(st.code(),
+                            "[cuda] the expert-parallel group stopped after a rank failed: " + st.message());
             for (auto& c : collectives_) c->abort();
             return st;
         }
-        for (size_t i = 0; i < seqs.size(); ++i)
-            seqs[i]->committed(seqs[i]->part(0).position() - before[i]);
+        for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->committed(seqs[i]->part(0).position() - before[i]);
         return Status::ok();
     }
 

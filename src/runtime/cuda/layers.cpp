@@ -425,7 +425,9 @@ void CudaBackend::moe_routed(const DevLayer& L, const float* x, const int32_t* i
         return;
     }
     const int64_t pairs = n * K;
-    cuda::moe_group(ids, pairs, E, d_.offsets, d_.order, stream_);
+    // A rank of an expert-parallel group groups only its own experts' pairs (the products skip the others'
+    // and the combine leaves them out).
+    cuda::moe_group(ids, pairs, E, d_.offsets, d_.order, stream_, shard_.ranks, shard_.rank);
     if (int8_prefill_ && experts_int8_bits_ > 0 && n * H <= xq_capacity_ && pairs * I <= xq_capacity_) {
         // x quantised once for both gate and up; the SwiGLU output once for the down projections.
         const int bits = experts_int8_bits_;
@@ -438,7 +440,7 @@ void CudaBackend::moe_routed(const DevLayer& L, const float* x, const int32_t* i
         cuda::quantize_rows_int8(d_.pair_act, pairs, I, i8(), stream_);
         cuda::moe_matmul_int8(bits, experts_int8_group_, L.experts, 2, E, d_.offsets, d_.order, pairs, false,
                               1, true, H, I, i8(), d_.pair_out, stream_);
-        cuda::moe_combine(d_.pair_out, weights, n, K, H, mix, stream_);
+        cuda::moe_combine(d_.pair_out, weights, n, K, H, mix, stream_, ids, shard_.ranks, shard_.rank);
         cuda::moe_add_expert_bias(ids, weights, L.expert_down_bias, n, K, H, mix, stream_);
         return;
     }
@@ -454,7 +456,7 @@ void CudaBackend::moe_routed(const DevLayer& L, const float* x, const int32_t* i
         cuda::quantize_rows_int8(d_.pair_act, pairs, I, i8(), stream_);
         cuda::moe_mxfp4_int8(s, L.experts, 2, E, d_.offsets, d_.order, pairs, false, 1, true, H, I, i8(),
                              d_.pair_out, stream_);
-        cuda::moe_combine(d_.pair_out, weights, n, K, H, mix, stream_);
+        cuda::moe_combine(d_.pair_out, weights, n, K, H, mix, stream_, ids, shard_.ranks, shard_.rank);
         cuda::moe_add_expert_bias(ids, weights, L.expert_down_bias, n, K, H, mix, stream_);
         return;
     }
@@ -465,7 +467,7 @@ void CudaBackend::moe_routed(const DevLayer& L, const float* x, const int32_t* i
     activate(ids, d_.order, pairs);
     cuda::moe_matmul(launch_, L.experts, 2, E, d_.offsets, d_.order, pairs, false, 1, true, H, I, d_.pair_act,
                      d_.pair_out, stream_);
-    cuda::moe_combine(d_.pair_out, weights, n, K, H, mix, stream_);
+    cuda::moe_combine(d_.pair_out, weights, n, K, H, mix, stream_, ids, shard_.ranks, shard_.rank);
     cuda::moe_add_expert_bias(ids, weights, L.expert_down_bias, n, K, H, mix, stream_);
 }
 
