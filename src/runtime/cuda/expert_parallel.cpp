@@ -241,6 +241,9 @@ class ExpertParallelBackend final : public Backend {
             n += count;
             logit_rows += s->logits == nullptr ? 0 : (s->all_logits ? count : 1);
         }
+        // The rows of logits each rank's scratch must hold, as its forward will count them: one step alone
+        // goes through forward_rows (all_logits ? n : 1, logits wanted or not).
+        if (live.size() == 1) logit_rows = live[0]->all_logits ? n : 1;
         return run_step(seqs, n, std::max<int64_t>(logit_rows, 1), [&](int r) {
             std::vector<BatchStep> mine;
             for (size_t i = 0; i < live.size(); ++i) {
