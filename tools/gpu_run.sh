@@ -97,6 +97,13 @@ if [ -z "${GPU_RUN_NESTED:-}" ]; then  # prep35 runs steps of its own in the bac
 fi
 export LD_LIBRARY_PATH=/tmp/sl/lib
 B=/tmp/sl/bin
+# Expert parallelism over several GPUs loads NCCL at run time: the machine's (PyTorch's wheel ships one) when
+# the loader's path has none.
+if [ -z "${SLUICE_NCCL_LIBRARY:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2'; then
+    nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib", "libnccl.so.2"))' \
+        2>/dev/null)
+    [ -n "$nccl" ] && [ -f "$nccl" ] && export SLUICE_NCCL_LIBRARY=$nccl
+fi
 # The test binaries read tests/data through the absolute path they were built with.
 if [ ! -e /work/main/tests/data ]; then mkdir -p /work && ln -sfn "$PWD" /work/main; fi
 SHARED=${SHARED:-$PWD/.devcarry/model-configs}
