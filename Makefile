@@ -67,7 +67,7 @@ test-unit: build fixtures
 # halt_on_error makes a race fail.
 # KvCache is left out: its forwards are those of Session and PackedBatch, and it takes 5 minutes here.
 # The TSan build compiles only the test files that hold these (SLUICE_TSAN_TEST_FILES in CMakeLists.txt).
-TSAN_TESTS ?= ThreadPool.*:ExpertStoreEach.*:Session.*:StepBatcher.*:ServerSessionPool.*:PackedBatch.*:FailureAtomicity.*:ExpertCache.*:MemoryPressure.*:PackFaults.*:Pack.Preload*:ModelFiles.*:*PackGolden*:*Concurrent*:GgufStreamedExperts.*:*GgufGolden.StreamedFromTheFile*
+TSAN_TESTS ?= ThreadPool.*:ExpertStoreEach.*:Session.*:StepBatcher.*:ServerSessionPool.*:PackedBatch.*:FailureAtomicity.*:ExpertCache.*:MemoryPressure.*:PackFaults.*:Pack.Preload*:ModelFiles.*:*PackGolden*:*Concurrent*:GgufStreamedExperts.*:*GgufGolden.StreamedFromTheFile*:RankThreads.*
 TSAN_RUN = TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
   scripts/tsan.sh $(BUILD_TSAN)/bin/sluice_tests '$(TSAN_TESTS)'
 tsan: deps

@@ -22,12 +22,11 @@
 //
 // Sequences: a ShardedState keeps the position and snapshot bookkeeping and holds one DeviceState per
 // rank; its buffer primitives write every rank's copy and read rank 0's (the ranks' states are equal).
-#include <condition_variable>
 #include <functional>
 #include <mutex>
-#include <thread>
 
 #include "runtime/cuda/backend_impl.h"
+#include "runtime/rank_threads.h"
 
 namespace sluice::runtime::cuda_impl {
 
@@ -80,76 +79,6 @@ class ShardedState final : public SequenceState {
 };
 
 namespace {
-
-// One thread per rank running the group's calls.
-class RankThreads {
- public:
-    explicit RankThreads(int ranks) : results_(static_cast<size_t>(ranks)) {
-        for (int r = 0; r < ranks; ++r) threads_.emplace_back([this, r] { loop(r); });
-    }
-    ~RankThreads() {
-        {
-            std::lock_guard<std::mutex> lock(mu_);
-            stop_ = true;
-        }
-        work_cv_.notify_all();
-        for (std::thread& t : threads_) t.join();
-    }
-    // fn(r) on every rank's thread at once; the first failure calls on_failure() right away (to release
-    // the ranks still waiting in a collective). Returns once every rank has finished: the first error,
-    // by rank order.
-    Status run(const std::function<Status(int)>& fn, const std::function<void()>& on_failure) {
-        std::unique_lock<std::mutex> lock(mu_);
-        fn_ = &fn;
-        pending_ = static_cast<int>(threads_.size());
-        failed_ = false;
-        ++generation_;
-        work_cv_.notify_all();
-        bool released = false;
-        while (pending_ > 0) {
-            done_cv_.wait(lock, [&] { return pending_ == 0 || (failed_ && !released); });
-            if (failed_ && !released) {
-                released = true;
-                lock.unlock();
-                on_failure();
-                lock.lock();
-            }
-        }
-        fn_ = nullptr;
-        for (Status& s : results_)
-            if (!s.is_ok()) return s;
-        return Status::ok();
-    }
-
- private:
-    void loop(int r) {
-        uint64_t seen = 0;
-        std::unique_lock<std::mutex> lock(mu_);
-        for (;;) {
-            work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-            if (stop_) return;
-            seen = generation_;
-            const std::function<Status(int)>* fn = fn_;
-            lock.unlock();
-            Status st = (*fn)(r);
-            lock.lock();
-            if (!st.is_ok()) failed_ = true;
-            results_[static_cast<size_t>(r)] = std::move(st);
-            --pending_;
-            done_cv_.notify_all();
-        }
-    }
-
-    std::mutex mu_;
-    std::condition_variable work_cv_, done_cv_;
-    std::vector<std::thread> threads_;
-    std::vector<Status> results_;
-    const std::function<Status(int)>* fn_ = nullptr;
-    uint64_t generation_ = 0;
-    int pending_ = 0;
-    bool failed_ = false;
-    bool stop_ = false;
-};
 
 class ExpertParallelBackend final : public Backend {
  public:
