@@ -330,6 +330,9 @@ class SLUICE_API Engine : public std::enable_shared_from_this<Engine> {
     GpuExpertCacheStats gpu_expert_cache_stats() const;
     // GPU memory bandwidth in GB/s measured now (a device copy), or 0 on the CPU.
     double measure_device_memory_gb_s() const;
+    // Several GPUs (expert parallelism): one MoE layer's all-reduce of `rows` tokens' outputs over them,
+    // measured now, in µs; 0 on one device.
+    double measure_all_reduce_us(int64_t rows) const;
 
     struct Impl;  // private; defined in src/runtime/
 

@@ -562,6 +562,15 @@ nlohmann::json run_bench(const BenchOptions& o) {
     }
     // On a GPU the ceiling is HBM: a device copy's bandwidth (read + write bytes).
     const double mem_gb_s = on_gpu ? engine->measure_device_memory_gb_s() : measure_memory_read_gb_s(2);
+    // Several GPUs: one MoE layer's all-reduce, for a decode token and for a prefill chunk.
+    const double all_reduce_us_1 = on_gpu ? engine->measure_all_reduce_us(1) : 0.0;
+    const double all_reduce_us_chunk =
+        all_reduce_us_1 > 0 ? engine->measure_all_reduce_us(o.prefill_chunk) : 0.0;
+    if (all_reduce_us_1 > 0)
+        std::fprintf(
+            stderr,
+            "measured: the expert-parallel all-reduce per MoE layer %.1f µs (1 token), %.1f µs (%lld)\n",
+            all_reduce_us_1, all_reduce_us_chunk, static_cast<long long>(o.prefill_chunk));
     double disk_gb_s = 0;
     if (plan.streaming)
         disk_gb_s = measure_expert_read_gb_s(o.model_dir, plan.slot_bytes, o.engine.io_threads, 3.0);
@@ -753,6 +762,8 @@ nlohmann::json run_bench(const BenchOptions& o) {
                           {"prefetch_accuracy", pa.mean},
                           {"measured_disk_gb_s", disk_gb_s},
                           {"measured_memory_gb_s", mem_gb_s},
+                          {"all_reduce_us_per_layer_1_token", all_reduce_us_1},
+                          {"all_reduce_us_per_layer_chunk", all_reduce_us_chunk},
                           {"speed_of_light_tok_s", sol_tok_s},
                           {"disk_bound_at_achieved_rate_tok_s", in_run_tok_s},
                           {"threads", o.engine.threads},

@@ -89,6 +89,12 @@ class Backend {
     // Device memory bandwidth measured with a large device-to-device copy (bytes read + written
     // per second / 1e9); 0 for the CPU (the bench measures host memory itself).
     virtual double measure_memory_gb_s() { return 0.0; }
+    // An expert-parallel group (several GPUs): the time of one MoE layer's all-reduce over `rows` tokens
+    // ([rows, hidden] floats), measured now, in µs; 0 for a single device.
+    virtual double measure_all_reduce_us(int64_t rows) {
+        (void)rows;
+        return 0.0;
+    }
     // The device expert tier's counters (zero when there is none).
     virtual GpuExpertCacheStats expert_tier_stats() const { return {}; }
     virtual void reset_expert_tier_stats() {}

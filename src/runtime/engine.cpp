@@ -677,6 +677,10 @@ double Engine::measure_device_memory_gb_s() const {
     std::lock_guard<std::mutex> lock(impl_->compute_mutex);
     return impl_->backend->measure_memory_gb_s();
 }
+double Engine::measure_all_reduce_us(int64_t rows) const {
+    std::lock_guard<std::mutex> lock(impl_->compute_mutex);
+    return impl_->backend->measure_all_reduce_us(rows);
+}
 const MemoryPlan& Engine::memory_plan() const {
     return impl_->plan;
 }

@@ -317,6 +317,26 @@ class CudaBackend final : public Backend {
     }
     int device() const { return device_; }
     const ExpertShard& shard() const { return shard_; }
+    // `reps` all-reduces of `rows` rows of d_.mix over the group (scratch prepared for them), timed with
+    // events on this rank's stream: µs each, into *us.
+    Status time_all_reduce(int64_t rows, int reps, double* us) {
+        SLUICE_CUDA_TRY(cudaSetDevice(device_), "selecting the device");
+        cudaEvent_t ev[2] = {nullptr, nullptr};
+        SLUICE_CUDA_TRY(cudaEventCreate(&ev[0]), "creating timing events");
+        SLUICE_CUDA_TRY(cudaEventCreate(&ev[1]), "creating timing events");
+        reduce_experts(rows);  // warm
+        cudaEventRecord(ev[0], stream_);
+        for (int i = 0; i < reps; ++i) reduce_experts(rows);
+        cudaEventRecord(ev[1], stream_);
+        const cudaError_t e = cudaEventSynchronize(ev[1]);
+        float ms = 0.0f;
+        if (e == cudaSuccess) cudaEventElapsedTime(&ms, ev[0], ev[1]);
+        cudaEventDestroy(ev[0]);
+        cudaEventDestroy(ev[1]);
+        SLUICE_CUDA_TRY(e, "timing the group's all-reduce");
+        *us = 1000.0 * ms / reps;
+        return collective_ != nullptr ? collective_->check() : Status::ok();
+    }
     // One all-reduce over the group, waited for: NCCL connects its channels on a communicator's first
     // collective, which must not happen inside a graph capture.
     Status warm_collective() {

@@ -233,6 +233,22 @@ class ExpertParallelBackend final : public Backend {
         return devices_.front() == devices_.back() && sum > 0 ? sum / static_cast<double>(ranks_.size())
                                                               : sum;
     }
+    // Every rank times its own all-reduces (they run together); the slowest rank's is the layer's.
+    double measure_all_reduce_us(int64_t rows) override {
+        if (!usable().is_ok() || rows <= 0) return 0.0;
+        constexpr int kReps = 50;
+        for (auto& rank : ranks_)
+            if (!rank->prepare(rows, 1).is_ok()) return 0.0;
+        std::vector<double> us(ranks_.size(), 0.0);
+        const Status st = on_ranks([&](int r) {
+            return ranks_[static_cast<size_t>(r)]->time_all_reduce(rows, kReps, &us[static_cast<size_t>(r)]);
+        });
+        if (!st.is_ok()) {
+            log::warn("[cuda] timing the expert-parallel all-reduce: {}", st.message());
+            return 0.0;
+        }
+        return *std::max_element(us.begin(), us.end());
+    }
     GpuExpertCacheStats expert_tier_stats() const override {
         GpuExpertCacheStats out;
         for (const auto& rank : ranks_) {
