@@ -28,7 +28,8 @@ class Rendezvous {
             cv_.notify_all();
             return true;
         }
-        const bool met = cv_.wait_for(lock, std::chrono::seconds(10), [&] { return round_ != round || aborted_; });
+        const bool met =
+            cv_.wait_for(lock, std::chrono::seconds(10), [&] { return round_ != round || aborted_; });
         return met && !aborted_;
     }
     void abort() {
@@ -86,7 +87,8 @@ TEST(RankThreads, AFailingRankReleasesTheOthersWaitingForIt) {
             ++released;
             meet.abort();
         });
-    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "released at once, not by timeout";
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5))
+        << "released at once, not by timeout";
     EXPECT_EQ(released, 1);
     ASSERT_FALSE(st.is_ok());
     // The lowest failed rank's error: rank 0 was released (an error too), rank 1's caused it.
@@ -94,8 +96,9 @@ TEST(RankThreads, AFailingRankReleasesTheOthersWaitingForIt) {
 
     // The threads serve the next call; a call where only rank 2 fails returns rank 2's error.
     released = 0;
-    const Status again = threads.run(
-        [&](int r) { return r == 2 ? error(ErrorCode::kInternal, "rank 2") : Status::ok(); }, [&] { ++released; });
+    const Status again =
+        threads.run([&](int r) { return r == 2 ? error(ErrorCode::kInternal, "rank 2") : Status::ok(); },
+                    [&] { ++released; });
     EXPECT_EQ(again.message(), "rank 2");
     EXPECT_EQ(released, 1);
     EXPECT_TRUE(threads.run([](int) { return Status::ok(); }, [] { FAIL() << "no rank failed"; }).is_ok());
