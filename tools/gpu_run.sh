@@ -133,7 +133,7 @@ bench() {  # name, seconds, model, flags...
 for s in "$@"; do
     case $s in
     tests)
-        step gpu_tests 240 "$B/sluice_gpu_tests"
+        CUDA_MODULE_LOADING=EAGER step gpu_tests 240 "$B/sluice_gpu_tests"
         step goldens_cuda 240 "$B/sluice_tests" --gtest_filter='Goldens/Golden.OnCuda*'
         SLUICE_CUDA_UNFUSED=1 step goldens_cuda_unfused 240 "$B/sluice_tests" --gtest_filter='Goldens/Golden.OnCuda*'
         ;;
@@ -224,7 +224,9 @@ for s in "$@"; do
         done
         ;;
     gputests)
-        step gpu_tests 300 "$B/sluice_gpu_tests" --gtest_filter="${GPU_FILTER:-*}"
+        # Eager module loading: the expert-parallel tests' ranks wait on each other inside kernels (see
+        # src/runtime/cuda/collective.h), which lazy loading can deadlock.
+        CUDA_MODULE_LOADING=EAGER step gpu_tests "${GPU_TESTS_S:-300}" "$B/sluice_gpu_tests" --gtest_filter="${GPU_FILTER:-*}"
         ;;
     kvdeep35)
         # Per KV type (default --kv-window): prefill (TTFT) of 4K, 32K, 100K and 128K prompts and decode at
@@ -722,7 +724,8 @@ PY
         tar czf "$OUT/results.tgz.$$" -C "$RES" . && mv -f "$OUT/results.tgz.$$" "$OUT/results.tgz"
         ;;
     eptests)
-        step eptests 560 "$B/sluice_gpu_tests" --gtest_filter='CudaCollective.*:CudaExpertParallel*'
+        CUDA_MODULE_LOADING=EAGER step eptests 560 "$B/sluice_gpu_tests" \
+            --gtest_filter='CudaCollective.*:CudaExpertParallel*'
         ;;
     ep35 | ep80 | ep397)
         m=/tmp/m${s#ep}

@@ -523,7 +523,13 @@ Expected<std::shared_ptr<Engine>> Engine::load(const EngineOptions& options) {
     } else {
         runtime::CudaBackendOptions co;
         co.device_index = device_index;
-        if (devices.size() > 1) co.devices = devices;
+        if (devices.size() > 1) {
+            co.devices = devices;
+            // The group's ranks wait for each other inside kernels: CUDA must load modules eagerly
+            // (runtime/cuda/collective.h). Takes effect when this is the process's first use of CUDA; the
+            // group refuses lazy loading otherwise, saying so. A value the user set is kept.
+            setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+        }
         co.gpu_memory_bytes = options.gpu_memory_bytes;
         co.context_tokens = im.options.context_tokens;
         co.expert_cache_bytes = options.gpu_expert_cache_bytes;

@@ -18,6 +18,28 @@
 
 namespace sluice::runtime::cuda_impl {
 
+Status require_eager_module_loading() {
+    // cuModuleGetLoadingMode through the runtime (no link against libcuda): 1 eager, 2 lazy.
+    using GetLoadingMode = int (*)(int*);
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuModuleGetLoadingMode", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        fn == nullptr) {
+        cudaGetLastError();
+        return Status::ok();  // a driver without the query loads eagerly
+    }
+    int mode = 0;
+    if (reinterpret_cast<GetLoadingMode>(fn)(&mode) == 0 && mode == 2)
+        return error(
+            ErrorCode::kUnsupported,
+            "[cuda] several GPUs (or ranks) need CUDA's eager module loading: their collectives wait for "
+            "each other inside kernels, and loading a kernel lazily can wait for the whole device to go "
+            "idle — a deadlock. Set CUDA_MODULE_LOADING=EAGER before the process first uses CUDA (sluice "
+            "sets it itself when the device list is its first use of CUDA)");
+    return Status::ok();
+}
+
 // ---- NCCL --------------------------------------------------------------------------------------
 #if SLUICE_HAS_NCCL_HEADER
 namespace {
@@ -140,6 +162,7 @@ class NcclCollective final : public Collective {
 }  // namespace
 
 Expected<std::vector<std::unique_ptr<Collective>>> make_nccl_collectives(const std::vector<int>& devices) {
+    SLUICE_RETURN_IF_ERROR(require_eager_module_loading());
     SLUICE_ASSIGN_OR_RETURN(const NcclApi* api, load_nccl());
     auto group = std::make_shared<NcclGroup>();
     group->api = api;
@@ -231,6 +254,7 @@ class LocalCollective final : public Collective {
 }  // namespace
 
 Expected<std::vector<std::unique_ptr<Collective>>> make_local_collectives(int device, int ranks) {
+    SLUICE_RETURN_IF_ERROR(require_eager_module_loading());
     auto group = std::make_shared<LocalGroup>();
     group->device = device;
     SLUICE_CUDA_TRY(cudaSetDevice(device), "selecting the device");
@@ -240,6 +264,8 @@ Expected<std::vector<std::unique_ptr<Collective>>> make_local_collectives(int de
     SLUICE_CUDA_TRY(cudaMalloc(&group->block, staging + 2 * counters), "allocating the ranks' staging");
     SLUICE_CUDA_TRY(cudaMemset(static_cast<char*>(group->block) + staging, 0, 2 * counters),
                     "zeroing the ranks' counters");
+    // The ranks' streams do not wait for the legacy stream's memset: it must be done before they start.
+    SLUICE_CUDA_TRY(cudaDeviceSynchronize(), "zeroing the ranks' counters");
     SLUICE_CUDA_TRY(
         cudaHostAlloc(reinterpret_cast<void**>(&group->failed_host), sizeof(int), cudaHostAllocMapped),
         "allocating the ranks' failure flag");

@@ -10,6 +10,13 @@
 // Both give every rank the same sum; NCCL's order is its own (a ring or tree over the ranks), the local
 // one sums in rank order.
 //
+// Ranks wait for each other inside kernels (NCCL's and the local one), so CUDA must load modules eagerly:
+// with lazy loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) the first launch of a kernel
+// on one rank may wait for the whole device to go idle while another rank's collective waits for it — a
+// deadlock (the CUDA Programming Guide's lazy-loading section names this case). Engine::load sets
+// CUDA_MODULE_LOADING=EAGER for a group when the process has not yet started CUDA; the make_* functions
+// refuse lazy loading with an error saying so.
+//
 // A rank that stops calling leaves the others waiting inside the collective. The group therefore
 // validates and allocates everything a forward needs on every rank before any rank starts it, and when
 // a rank fails after that, abort() releases the others (ncclCommAbort; the local kernel gives up after
@@ -39,6 +46,8 @@ class Collective {
     virtual std::string kind() const = 0;  // "nccl 2.28.9" or "local"
 };
 
+// An error when the driver loads modules lazily (see above), else ok.
+Status require_eager_module_loading();
 // One Collective per entry of `devices` (distinct GPUs): an NCCL communicator over them.
 Expected<std::vector<std::unique_ptr<Collective>>> make_nccl_collectives(const std::vector<int>& devices);
 // `ranks` Collectives sharing GPU `device`.
