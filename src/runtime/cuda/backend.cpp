@@ -154,8 +154,11 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
         // Page-lock the host expert cache's slots in use, so copies from them are DMA, slot by slot
         // as they fill and until memory pressure retires them (PinnedHostSlots); a mapped
         // checkpoint is copied from pageable memory.
+        // The ranks of an expert-parallel group share the host expert cache: rank 0 page-locks its slots
+        // (portably: for every device) and the others copy from them.
         host_slots_ = std::make_unique<cuda::PinnedHostSlots>(device_);
-        if (!model_->expert_source()->set_slot_observer(host_slots_.get())) host_slots_.reset();
+        if (shard_.rank != 0 || !model_->expert_source()->set_slot_observer(host_slots_.get()))
+            host_slots_.reset();
         log::info(
             "[cuda] routed experts ({}) exceed the GPU budget: {} VRAM slots of {} ({}), fed from the host "
             "expert cache{}",

@@ -62,7 +62,9 @@ std::pair<uintptr_t, uintptr_t> span_of(const Part parts[9]) {
 
 bool PinnedHostSlots::on_restore(uint8_t* data, uint64_t bytes) {
     cudaError_t e = cudaSetDevice(device_);  // a reader thread's device is not the backend's by default
-    if (e == cudaSuccess) e = cudaHostRegister(data, bytes, cudaHostRegisterDefault);
+    // Portable: page-locked for every device's context, as the ranks of an expert-parallel group copy from
+    // the one host cache they share.
+    if (e == cudaSuccess) e = cudaHostRegister(data, bytes, cudaHostRegisterPortable);
     if (e == cudaSuccess) return true;
     cudaGetLastError();  // this thread's error state, cleared: the slot works unlocked
     if (!warned_.exchange(true)) {
