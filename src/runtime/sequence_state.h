@@ -98,9 +98,14 @@ class SequenceState {
     virtual Status zero_recurrent() = 0;
     // The backend's forward, once it has succeeded: n more positions are held.
     void advance(int64_t n) { position_ += n; }
-    // A part of a composite state (a rank's share of an expert-parallel group's sequence), whose owner
-    // keeps the bookkeeping: its position follows the owner's before each forward.
+    // A part of a composite state (runtime/sharded_state.h: a rank's share of an expert-parallel group's
+    // sequence), whose owner keeps the bookkeeping: its position follows the owner's before each forward.
     void set_position(int64_t position) { position_ = position; }
+    // Backends that keep the recurrent buffers twice and flip on success (CUDA's parity): which copy is
+    // committed, so a composite can put it back when another part's forward failed. 0 where there is one.
+    virtual int committed_copy() const { return 0; }
+    virtual void set_committed_copy(int copy) { (void)copy; }
+    friend class ShardedState;
 
  private:
     // The bytes of every per-position buffer's rows [row0, row0 + rows), or of every running buffer.

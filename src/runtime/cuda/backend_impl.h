@@ -194,13 +194,9 @@ class DeviceState final : public SequenceState {
     int parity = 0;  // conv[parity] / recurrent[parity] hold the committed state
     // Unique among this backend's sequences (an address may be reused): keys the multi-row graphs.
     uint64_t id = 0;
-    // A rank's part of an expert-parallel group's sequence (expert_parallel.cpp's ShardedState, which
-    // keeps the position and snapshot bookkeeping, and reaches the buffer primitives below).
-    friend class ShardedState;
-    void follow(int64_t position, int parity_now) {
-        set_position(position);
-        parity = parity_now;
-    }
+    // As a rank's part of an expert-parallel group's sequence (runtime/sharded_state.h): the parity.
+    int committed_copy() const override { return parity; }
+    void set_committed_copy(int copy) override { parity = copy; }
 
     cudaGraphExec_t graph[2] = {nullptr, nullptr};
     uint64_t graph_generation[2] = {0, 0};

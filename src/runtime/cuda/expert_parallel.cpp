@@ -20,63 +20,16 @@
 // still fails mid-forward would leave the others waiting inside a collective, so the group aborts its
 // collectives to release them and then refuses further work (the sequences are left as they were).
 //
-// Sequences: a ShardedState keeps the position and snapshot bookkeeping and holds one DeviceState per
-// rank; its buffer primitives write every rank's copy and read rank 0's (the ranks' states are equal).
+// Sequences: a ShardedState (runtime/sharded_state.h) keeps the position and snapshot bookkeeping and holds
+// one DeviceState per rank; its buffer primitives write every rank's copy and read rank 0's.
 #include <functional>
 #include <mutex>
 
 #include "runtime/cuda/backend_impl.h"
 #include "runtime/rank_threads.h"
+#include "runtime/sharded_state.h"
 
 namespace sluice::runtime::cuda_impl {
-
-class ShardedState final : public SequenceState {
- public:
-    ShardedState(const void* owner, std::vector<std::unique_ptr<SequenceState>> parts)
-        : SequenceState(parts.front()->layout(), parts.front()->capacity(), parts.front()->max_snapshots()),
-          owner_(owner),
-          parts_(std::move(parts)) {}
-
-    const void* owner() const { return owner_; }
-    DeviceState& part(size_t rank) { return static_cast<DeviceState&>(*parts_[rank]); }
-    size_t ranks() const { return parts_.size(); }
-    // Before a forward: every part at this state's position (their committed buffers are equal).
-    void align() {
-        for (size_t r = 0; r < parts_.size(); ++r) part(r).follow(position(), part(r).parity);
-    }
-    // The parts' parities, to put back when a forward fails on some rank after others committed.
-    std::vector<int> parities() {
-        std::vector<int> out;
-        for (size_t r = 0; r < parts_.size(); ++r) out.push_back(part(r).parity);
-        return out;
-    }
-    void restore(const std::vector<int>& parities) {
-        for (size_t r = 0; r < parts_.size(); ++r) part(r).follow(position(), parities[r]);
-    }
-    void committed(int64_t n) { advance(n); }
-
- protected:
-    Status read_rows(int slot, int64_t layer, int b, int64_t row0, int64_t rows, void* dst) const override {
-        return static_cast<const DeviceState&>(*parts_[0]).read_rows(slot, layer, b, row0, rows, dst);
-    }
-    Status write_rows(int slot, int64_t layer, int b, int64_t row0, int64_t rows, const void* src) override {
-        for (size_t r = 0; r < parts_.size(); ++r)
-            SLUICE_RETURN_IF_ERROR(part(r).write_rows(slot, layer, b, row0, rows, src));
-        return Status::ok();
-    }
-    Status copy_recurrent(int from, int to) override {
-        for (size_t r = 0; r < parts_.size(); ++r) SLUICE_RETURN_IF_ERROR(part(r).copy_recurrent(from, to));
-        return Status::ok();
-    }
-    Status zero_recurrent() override {
-        for (size_t r = 0; r < parts_.size(); ++r) SLUICE_RETURN_IF_ERROR(part(r).zero_recurrent());
-        return Status::ok();
-    }
-
- private:
-    const void* owner_;
-    std::vector<std::unique_ptr<SequenceState>> parts_;
-};
 
 namespace {
 
@@ -306,7 +259,7 @@ class ExpertParallelBackend final : public Backend {
         std::vector<int64_t> before;
         for (ShardedState* s : seqs) {
             s->align();
-            parities.push_back(s->parities());
+            parities.push_back(s->committed_copies());
             before.push_back(s->position());
         }
         Status st = threads_.run(fn, [&] {
