@@ -25,11 +25,13 @@ void ShardedState::restore(const std::vector<int>& copies) {
     }
 }
 
-Status ShardedState::read_rows(int slot, int64_t layer, int buffer, int64_t row0, int64_t rows, void* dst) const {
+Status ShardedState::read_rows(int slot, int64_t layer, int buffer, int64_t row0, int64_t rows,
+                               void* dst) const {
     return parts_[0]->read_rows(slot, layer, buffer, row0, rows, dst);
 }
 
-Status ShardedState::write_rows(int slot, int64_t layer, int buffer, int64_t row0, int64_t rows, const void* src) {
+Status ShardedState::write_rows(int slot, int64_t layer, int buffer, int64_t row0, int64_t rows,
+                                const void* src) {
     for (auto& p : parts_) SLUICE_RETURN_IF_ERROR(p->write_rows(slot, layer, buffer, row0, rows, src));
     return Status::ok();
 }

@@ -33,8 +33,10 @@ class ShardedState final : public SequenceState {
     void committed(int64_t n) { advance(n); }
 
  protected:
-    Status read_rows(int slot, int64_t layer, int buffer, int64_t row0, int64_t rows, void* dst) const override;
-    Status write_rows(int slot, int64_t layer, int buffer, int64_t row0, int64_t rows, const void* src) override;
+    Status read_rows(int slot, int64_t layer, int buffer, int64_t row0, int64_t rows,
+                     void* dst) const override;
+    Status write_rows(int slot, int64_t layer, int buffer, int64_t row0, int64_t rows,
+                      const void* src) override;
     Status copy_recurrent(int from, int to) override;
     Status zero_recurrent() override;
 
