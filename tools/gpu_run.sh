@@ -78,6 +78,9 @@
 #   ep35 / ep80            one GPU against an expert-parallel group (EP_DEVICES, default cuda:0,cuda:0: ranks
 #                          sharing the GPU — the path's cost; cuda:0,cuda:1 on two GPUs), alternated EP_ROUNDS (2):
 #                          decode 128 after a 512 prompt and prefill 4096, resident
+#   epvs35                 two GPUs, the same GGUF (/tmp/m35.gguf, gguf35; llamabuild) in both engines: sluice's expert
+#                          parallelism (EP_DEVICES, default cuda:0,cuda:1) against llama.cpp's layer split (-sm layer),
+#                          and each engine on one GPU; decode 128 after 512, prefill 4096; EP_ROUNDS (2) alternated
 #   synth397               Qwen3.5-397B-A17B's real layer shapes truncated to L397_LAYERS layers (default 12), 4-bit,
 #                          into /tmp/m397 (the disk cannot hold all 60)
 #   ncu35                  per-kernel GPU time of a short decode (ncu); prof35: the in-graph timeline (nsys,
@@ -737,6 +740,22 @@ PY
                 step "${name}_p4096" 300 "$B/sluice" bench "$m" --device "$dev" --prompt-tokens 4096 \
                     --prefill-chunk 4096 --gen-tokens 16 --reps 1 --json "$RES/${TAG:-}${name}_p4096.json"
             done
+        done
+        ;;
+    epvs35)
+        LB=$(ls /tmp/llb/bin/llama-bench /tmp/llb/llama-bench 2>/dev/null | head -n 1)
+        for k in $(seq 1 "${EP_ROUNDS:-2}"); do
+            for dev in "${EP_DEVICES:-cuda:0,cuda:1}" cuda; do
+                name=epvs35_sluice_$(echo "$dev" | tr -c 'a-z0-9\n' _)_r$k
+                step "${name}_p512" 300 "$B/sluice" bench /tmp/m35.gguf --device "$dev" --prompt-tokens 512 \
+                    --prefill-chunk 512 --gen-tokens 128 --reps 1 --json "$RES/${TAG:-}${name}_p512.json"
+                step "${name}_p4096" 300 "$B/sluice" bench /tmp/m35.gguf --device "$dev" --prompt-tokens 4096 \
+                    --prefill-chunk 4096 --gen-tokens 16 --reps 1 --json "$RES/${TAG:-}${name}_p4096.json"
+            done
+            step "epvs35_llama_layer_r$k" 300 "$LB" -m /tmp/m35.gguf -ngl 99 -sm layer -fa 1 -p 512,4096 -n 128 -r 1 \
+                -b 4096 -ub 512 -o md
+            step "epvs35_llama_one_r$k" 300 env CUDA_VISIBLE_DEVICES=0 "$LB" -m /tmp/m35.gguf -ngl 99 -sm none -fa 1 \
+                -p 512,4096 -n 128 -r 1 -b 4096 -ub 512 -o md
         done
         ;;
     synth397)
