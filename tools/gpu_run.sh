@@ -752,10 +752,12 @@ PY
                 step "${name}_p4096" 300 "$B/sluice" bench /tmp/m35.gguf --device "$dev" --prompt-tokens 4096 \
                     --prefill-chunk 4096 --gen-tokens 16 --reps 1 --json "$RES/${TAG:-}${name}_p4096.json"
             done
-            step "epvs35_llama_layer_r$k" 300 "$LB" -m /tmp/m35.gguf -ngl 99 -sm layer -fa 1 -p 512,4096 -n 128 -r 1 \
-                -b 4096 -ub 512 -o md
-            step "epvs35_llama_one_r$k" 300 env CUDA_VISIBLE_DEVICES=0 "$LB" -m /tmp/m35.gguf -ngl 99 -sm none -fa 1 \
-                -p 512,4096 -n 128 -r 1 -b 4096 -ub 512 -o md
+            for p in 512 4096; do  # llama.cpp's batch = the prompt (its fastest prefill, as gguf35vs runs it)
+                step "epvs35_llama_layer_p${p}_r$k" 300 "$LB" -m /tmp/m35.gguf -ngl 99 -sm layer -fa 1 -p $p -n 128 \
+                    -r 1 -b $p -ub $p -o md
+                step "epvs35_llama_one_p${p}_r$k" 300 env CUDA_VISIBLE_DEVICES=0 "$LB" -m /tmp/m35.gguf -ngl 99 \
+                    -sm none -fa 1 -p $p -n 128 -r 1 -b $p -ub $p -o md
+            done
         done
         ;;
     synth397)
