@@ -15,12 +15,17 @@
 #include "convert/packer.h"
 #include "kernels/cuda/collective.h"
 #include "runtime/cuda/collective.h"
+#include "session_util.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
 #include "test_util.h"
 
 namespace sluice {
 namespace {
+
+using testing::greedy;
+using testing::max_diff;
+using testing::prompt;
 
 bool have_gpu() {
     int n = 0;
@@ -42,43 +47,6 @@ std::shared_ptr<Engine> load(const std::string& name, const std::string& device)
     auto e = Engine::load(options(sluice::testing::test_data_dir() + "/goldens/" + name, device));
     EXPECT_TRUE(e.has_value()) << device << ": " << e.status().message();
     return e.has_value() ? *e : nullptr;
-}
-
-std::vector<int32_t> prompt(int64_t n, int32_t salt) {
-    std::vector<int32_t> ids;
-    for (int64_t i = 0; i < n; ++i) ids.push_back(static_cast<int32_t>((i * 37 + salt) % 200 + 3));
-    return ids;
-}
-
-std::vector<int32_t> greedy(Session& s, const std::vector<int32_t>& p, int64_t n) {
-    GenerateOptions go;
-    go.max_tokens = n;
-    go.ignore_eos = true;
-    go.sampling.temperature = 0.0f;
-    std::vector<int32_t> out;
-    auto r = s.generate(p, go, [&](const TokenEvent& ev) {
-        out.push_back(ev.token);
-        return true;
-    });
-    EXPECT_TRUE(r.has_value()) << r.status().message();
-    return out;
-}
-
-float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    float d = 0;
-    for (size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
-    return a.size() == b.size() ? d : INFINITY;
-}
-
-float max_diff(const std::vector<std::vector<std::vector<float>>>& a,
-               const std::vector<std::vector<std::vector<float>>>& b) {
-    if (a.size() != b.size()) return INFINITY;
-    float d = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        if (a[i].size() != b[i].size()) return INFINITY;
-        for (size_t j = 0; j < a[i].size(); ++j) d = std::max(d, max_diff(a[i][j], b[i][j]));
-    }
-    return d;
 }
 
 // R ranks' threads each sum their buffer with the others' several times (counts below, at and above

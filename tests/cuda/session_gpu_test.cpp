@@ -10,12 +10,17 @@
 #include "batch_schedule.h"
 #include "convert/packer.h"
 #include "format/pack.h"
+#include "session_util.h"
 #include "sluice/engine.h"
 #include "sluice/session.h"
 #include "test_util.h"
 
 namespace sluice {
 namespace {
+
+using testing::greedy;
+using testing::max_diff;
+using testing::prompt;
 
 std::shared_ptr<Engine> load(const std::string& name, const std::string& device, int kv_bits = 32,
                              int64_t kv_window = 0) {
@@ -31,32 +36,6 @@ std::shared_ptr<Engine> load(const std::string& name, const std::string& device,
     auto e = Engine::load(eo);
     EXPECT_TRUE(e.has_value()) << e.status().message();
     return e.has_value() ? *e : nullptr;
-}
-
-std::vector<int32_t> prompt(int64_t n, int32_t salt) {
-    std::vector<int32_t> ids;
-    for (int64_t i = 0; i < n; ++i) ids.push_back(static_cast<int32_t>((i * 37 + salt) % 200 + 3));
-    return ids;
-}
-
-std::vector<int32_t> greedy(Session& s, const std::vector<int32_t>& p, int64_t n) {
-    GenerateOptions go;
-    go.max_tokens = n;
-    go.ignore_eos = true;
-    go.sampling.temperature = 0.0f;
-    std::vector<int32_t> out;
-    auto r = s.generate(p, go, [&](const TokenEvent& ev) {
-        out.push_back(ev.token);
-        return true;
-    });
-    EXPECT_TRUE(r.has_value()) << r.status().message();
-    return out;
-}
-
-float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    float d = 0;
-    for (size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
-    return a.size() == b.size() ? d : INFINITY;
 }
 
 class CudaSession : public ::testing::TestWithParam<std::string> {};
@@ -229,18 +208,6 @@ TEST_P(CudaSession, PrefixCacheRestoresWhatAColdPrefillComputes) {
         EXPECT_GE(ps.hits, 1u) << what;
         EXPECT_LE(ps.bytes, ps.budget_bytes) << what;
     }
-}
-
-// Largest difference between two schedules' logits (every sequence, every chunk).
-float max_diff(const std::vector<std::vector<std::vector<float>>>& a,
-               const std::vector<std::vector<std::vector<float>>>& b) {
-    if (a.size() != b.size()) return INFINITY;
-    float d = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        if (a[i].size() != b[i].size()) return INFINITY;
-        for (size_t c = 0; c < a[i].size(); ++c) d = std::max(d, max_diff(a[i][c], b[i][c]));
-    }
-    return d;
 }
 
 // The batched forward on the device: N sequences mixing prefill chunks, all-rows chunks and decode
