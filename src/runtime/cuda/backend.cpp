@@ -223,21 +223,25 @@ Status CudaBackend::init(const CudaBackendOptions& options) {
     return Status::ok();
 }
 
-Expected<DeviceState*> CudaBackend::check_step(SequenceState* seq, std::span<const int32_t> tokens) const {
-    const model::ModelConfig& c = model_->config();
+Status check_tokens(const SequenceState& seq, std::span<const int32_t> tokens, int64_t vocab) {
     const auto n = static_cast<int64_t>(tokens.size());
+    if (seq.position() + n > seq.capacity()) {
+        return error(ErrorCode::kInvalidArgument,
+                     fmt::format("[model] context full: {} + {} tokens exceed the {}-token context",
+                                 seq.position(), n, seq.capacity()));
+    }
+    for (int32_t id : tokens)
+        if (id < 0 || id >= vocab)
+            return error(ErrorCode::kInvalidArgument,
+                         fmt::format("[model] token id {} is outside the vocabulary [0, {})", id, vocab));
+    return Status::ok();
+}
+
+Expected<DeviceState*> CudaBackend::check_step(SequenceState* seq, std::span<const int32_t> tokens) const {
     auto* ds = dynamic_cast<DeviceState*>(seq);
     if (ds == nullptr)
         return error(ErrorCode::kInvalidArgument, "[cuda] the sequence was made by another backend");
-    if (seq->position() + n > seq->capacity()) {
-        return error(ErrorCode::kInvalidArgument,
-                     fmt::format("[model] context full: {} + {} tokens exceed the {}-token context",
-                                 seq->position(), n, seq->capacity()));
-    }
-    for (int32_t id : tokens)
-        if (id < 0 || id >= c.vocab)
-            return error(ErrorCode::kInvalidArgument,
-                         fmt::format("[model] token id {} is outside the vocabulary [0, {})", id, c.vocab));
+    SLUICE_RETURN_IF_ERROR(check_tokens(*seq, tokens, model_->config().vocab));
     return ds;
 }
 

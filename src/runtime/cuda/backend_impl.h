@@ -591,6 +591,10 @@ class CudaBackend final : public Backend {
     double timed_ms_ = 0.0;
 };
 
+// The checks of a step of `tokens` on `seq` that do not depend on the backend: room in its context, every
+// id inside the vocabulary.
+Status check_tokens(const SequenceState& seq, std::span<const int32_t> tokens, int64_t vocab);
+
 // The group of CudaBackendOptions::devices (expert_parallel.cpp).
 Expected<std::unique_ptr<Backend>> make_expert_parallel_backend(std::shared_ptr<const model::Model> model,
                                                                 const CudaBackendOptions& options);

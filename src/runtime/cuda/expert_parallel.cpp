@@ -237,16 +237,7 @@ class ExpertParallelBackend final : public Backend {
         auto* s = dynamic_cast<ShardedState*>(seq);
         if (s == nullptr || s->owner() != this)
             return error(ErrorCode::kInvalidArgument, "[cuda] the sequence was made by another backend");
-        const auto n = static_cast<int64_t>(tokens.size());
-        if (seq->position() + n > seq->capacity())
-            return error(ErrorCode::kInvalidArgument,
-                         fmt::format("[model] context full: {} + {} tokens exceed the {}-token context",
-                                     seq->position(), n, seq->capacity()));
-        const int64_t V = model_->config().vocab;
-        for (int32_t id : tokens)
-            if (id < 0 || id >= V)
-                return error(ErrorCode::kInvalidArgument,
-                             fmt::format("[model] token id {} is outside the vocabulary [0, {})", id, V));
+        SLUICE_RETURN_IF_ERROR(check_tokens(*seq, tokens, model_->config().vocab));
         return s;
     }
 
